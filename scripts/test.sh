@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs bkeeper with its test extras into the active Python environment, then runs every
+# check and test: ruff (lint + format), mypy --strict, import-linter contracts, pytest.
+# This is the README's test command; .ci/run calls it inside a fresh virtualenv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install --quiet --upgrade pip
+python -m pip install --quiet -e '.[test]'
+echo "== ruff"; ruff check src tests benchmarks; ruff format --check src tests benchmarks
+echo "== mypy"; mypy
+echo "== import-linter"; lint-imports
+echo "== pytest"; python -m pytest "$@"

@@ -1,0 +1,75 @@
+"""``bkeeper bookie``: run one bookie until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import click
+
+from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
+from bkeeper.server import Bookie, BookieConfig
+from bkeeper.storage import StorageConfig
+
+__all__ = ["bookie", "run_event_loop"]
+
+
+def run_event_loop(main: object) -> None:
+    """Run a coroutine on uvloop when it is installed, else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        asyncio.run(main)  # type: ignore[arg-type]
+    else:
+        uvloop.run(main)
+
+
+@click.command()
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="Data directory.")
+@click.option("--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
+@click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
+@click.option("--readonly", is_flag=True, help="Start in read-only mode.")
+@click.option("--journal-group-wait-ms", default=1.0, show_default=True, type=float)
+@click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
+def bookie(
+    data_dir: str,
+    port: int,
+    host: str,
+    bookie_id: str,
+    metadata_uri: str,
+    readonly: bool,
+    journal_group_wait_ms: float,
+    skip_corrupt_journal_records: bool,
+) -> None:
+    """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0."""
+    config = BookieConfig(
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        bookie_id=bookie_id,
+        metadata_uri=metadata_uri,
+        readonly=readonly,
+    )
+    storage_config = StorageConfig(
+        data_dir=data_dir,
+        journal_max_group_wait_ms=journal_group_wait_ms,
+        journal_skip_corrupt_records=skip_corrupt_journal_records,
+    )
+    run_event_loop(_serve(config, storage_config))
+
+
+async def _serve(config: BookieConfig, storage_config: StorageConfig) -> None:
+    server = Bookie(config, storage_config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, server.request_stop)
+    click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
+    try:
+        await server.wait_stopped()
+    finally:
+        await server.aclose()

@@ -1,0 +1,70 @@
+"""The ``bkeeper`` command line: one group with sub-commands.
+
+This package is the only place that reads argv, config files and the environment. Commands
+are thin: parse, call the library, print. Errors print as one readable line (exit 1);
+``--verbose`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from bkeeper import __version__
+from bkeeper.common.errors import BKeeperError
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug logging.")
+@click.version_option(__version__, prog_name="bkeeper")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """bkeeper: Apache BookKeeper rebuilt in Python."""
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _register_commands() -> None:
+    from bkeeper.cli import bench, bookie
+
+    cli.add_command(bench.bench)
+    cli.add_command(bookie.bookie)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the console script; turns every failure into one line on stderr."""
+    _register_commands()
+    verbose = "-v" in (argv or sys.argv) or "--verbose" in (argv or sys.argv)
+    try:
+        return cli.main(args=argv, prog_name="bkeeper", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BKeeperError as exc:
+        _fail(exc, verbose)
+    except OSError as exc:
+        _fail(exc, verbose)
+    return None
+
+
+def _fail(exc: BaseException, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exception(exc)
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(1)

@@ -1,0 +1,168 @@
+"""The one exception tree of bkeeper.
+
+Every error bkeeper raises derives from :class:`BKeeperError`. Wire status codes map to
+classes through :data:`STATUS_ERRORS` (filled by ``bkeeper.wire.codes``); foreign errors are
+translated at the boundary with ``raise ... from``.
+
+::
+
+    BKeeperError                      retriable = False unless noted
+    ├── ConfigError                   an option or configuration value is invalid
+    ├── ProtocolError                 bytes on the wire do not form a valid message
+    ├── DigestMismatchError           an entry body fails its digest (names ledger and entry)
+    ├── StorageError                  the storage engine failed
+    │   ├── CorruptRecordError        a journal/entry-log record is corrupt (names file, offset)
+    │   └── CookieMismatchError       a bookie directory's cookie does not match
+    ├── MetadataError                 the metadata store failed
+    │   └── MetadataVersionError      compare-and-set lost (retriable)
+    ├── ClientClosedError             the client or handle is closed
+    └── BookieError                   a bookie answered with an error status
+        ├── BookieUnavailableError    no connection to the bookie (retriable)
+        ├── NoSuchLedgerError         ENOLEDGER
+        ├── NoSuchEntryError          ENOENTRY
+        ├── BadRequestError           EBADREQ
+        ├── BookieIOError             EIO (retriable)
+        ├── UnauthorizedAccessError   EUA (wrong master key / password)
+        ├── BadVersionError           EBADVERSION
+        ├── LedgerFencedError         EFENCED
+        ├── ReadOnlyBookieError       EREADONLY (retriable)
+        ├── TooManyRequestsError      ETOOMANYREQUESTS (retriable)
+        └── DataUnknownError          EUNKNOWNLEDGERSTATE
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BKeeperError",
+    "BadRequestError",
+    "BadVersionError",
+    "BookieError",
+    "BookieIOError",
+    "BookieUnavailableError",
+    "ClientClosedError",
+    "ConfigError",
+    "CookieMismatchError",
+    "CorruptRecordError",
+    "DataUnknownError",
+    "DigestMismatchError",
+    "LedgerFencedError",
+    "MetadataError",
+    "MetadataVersionError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
+    "ProtocolError",
+    "ReadOnlyBookieError",
+    "StorageError",
+    "TooManyRequestsError",
+    "UnauthorizedAccessError",
+]
+
+
+class BKeeperError(Exception):
+    """Root of every bkeeper error. ``retriable`` says whether trying again may succeed."""
+
+    retriable: bool = False
+
+
+class ConfigError(BKeeperError, ValueError):
+    """A configuration value or command-line option is invalid; the message names it."""
+
+
+class ProtocolError(BKeeperError):
+    """Bytes received from a peer do not form a valid frame or message."""
+
+
+class DigestMismatchError(BKeeperError):
+    """An entry body failed digest verification, or names another ledger/entry."""
+
+    def __init__(self, ledger_id: int, entry_id: int, reason: str = "digest mismatch") -> None:
+        super().__init__(f"ledger {ledger_id} entry {entry_id}: {reason}")
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+
+
+class StorageError(BKeeperError):
+    """The bookie storage engine failed."""
+
+
+class CorruptRecordError(StorageError):
+    """A record on disk is corrupt; the message names the file and the offset."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path} at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+
+
+class CookieMismatchError(StorageError):
+    """A bookie's stored cookie differs from the one it would write now."""
+
+
+class MetadataError(BKeeperError):
+    """The metadata store failed."""
+
+
+class MetadataVersionError(MetadataError):
+    """A compare-and-set on metadata lost against a concurrent update."""
+
+    retriable = True
+
+
+class ClientClosedError(BKeeperError):
+    """The client or handle was closed before or during the call."""
+
+
+class BookieError(BKeeperError):
+    """A bookie answered a request with an error status."""
+
+
+class BookieUnavailableError(BookieError):
+    """The bookie could not be reached, or the connection was lost mid-request."""
+
+    retriable = True
+
+
+class NoSuchLedgerError(BookieError):
+    """The bookie has no such ledger (ENOLEDGER)."""
+
+
+class NoSuchEntryError(BookieError):
+    """The bookie has no such entry (ENOENTRY)."""
+
+
+class BadRequestError(BookieError):
+    """The bookie could not understand the request (EBADREQ)."""
+
+
+class BookieIOError(BookieError):
+    """The bookie failed with an I/O error (EIO)."""
+
+    retriable = True
+
+
+class UnauthorizedAccessError(BookieError):
+    """Wrong master key or password (EUA)."""
+
+
+class BadVersionError(BookieError):
+    """Unsupported protocol version (EBADVERSION)."""
+
+
+class LedgerFencedError(BookieError):
+    """The ledger is fenced: a recovering reader has sealed it (EFENCED)."""
+
+
+class ReadOnlyBookieError(BookieError):
+    """The bookie is read-only and refuses normal adds (EREADONLY)."""
+
+    retriable = True
+
+
+class TooManyRequestsError(BookieError):
+    """The bookie is overloaded (ETOOMANYREQUESTS)."""
+
+    retriable = True
+
+
+class DataUnknownError(BookieError):
+    """The bookie cannot tell whether it has the data (EUNKNOWNLEDGERSTATE)."""

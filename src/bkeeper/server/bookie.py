@@ -1,0 +1,188 @@
+"""The bookie process: ordered start and shutdown around storage, listener and monitors.
+
+Start: cookie check (refuse on mismatch) -> storage open (journal replay, on a worker thread)
+-> listener -> background tasks (checkpoints, disk monitor). Shutdown (``aclose``): stop
+accepting -> wait (bounded) for in-flight requests to drain -> close connections -> close
+storage (drains the journal, checkpoints). Every background task belongs to the bookie's
+``TaskGroup``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Callable
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.server.config import BookieConfig
+from bkeeper.server.connection import BookieConnection
+from bkeeper.server.cookie_check import check_or_stamp_cookie
+from bkeeper.server.handlers import BookieState, RequestHandlers
+from bkeeper.storage import FileSystem, Storage, StorageConfig
+
+__all__ = ["Bookie"]
+
+log = logging.getLogger(__name__)
+
+
+class Bookie:
+    """One bookie: ``await start()``, serve, ``await aclose()``."""
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        storage_config: StorageConfig | None = None,
+        fs: FileSystem | None = None,
+        instance_id: str = "",
+    ) -> None:
+        self.config = config
+        self.storage_config = storage_config or StorageConfig(data_dir=config.data_dir)
+        if self.storage_config.data_dir != config.data_dir:
+            raise ConfigError("storage data_dir must equal the bookie's data_dir")
+        self._fs = fs
+        self._instance_id = instance_id
+        self.state = BookieState(readonly=config.readonly)
+        self.storage: Storage | None = None
+        self._handlers: RequestHandlers | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[BookieConnection] = set()
+        self._tasks: asyncio.TaskGroup | None = None
+        self._task_group_cm: asyncio.TaskGroup | None = None
+        self._stopping = asyncio.Event()
+        self._readonly_listeners: list[Callable[[bool], None]] = []
+        self.port = config.port
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id or f"{self.config.host}:{self.port}"
+
+    def add_readonly_listener(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(readonly)`` whenever the bookie switches mode."""
+        self._readonly_listeners.append(listener)
+
+    # -- start -------------------------------------------------------------------------
+    async def start(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        handlers_box: list[RequestHandlers] = []
+
+        def new_connection() -> BookieConnection:
+            return self._new_connection(handlers_box[0])
+
+        # Bind first (without serving) so that port 0 resolves to the real port, which is
+        # part of the bookie id the cookie checks.
+        self._server = await loop.create_server(
+            new_connection, config.host, config.port, reuse_address=True, start_serving=False
+        )
+        sockets = self._server.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        try:
+            check_or_stamp_cookie(config, self._instance_id, self.bookie_id)
+
+            def on_durable(tokens: list[object], error: BaseException | None) -> None:
+                handlers_box[0].on_durable_threadsafe(tokens, error)
+
+            self.storage = await asyncio.to_thread(
+                Storage.open, self.storage_config, self._fs, on_durable
+            )
+        except BaseException:
+            self._server.close()
+            raise
+        self._handlers = RequestHandlers(config, self.storage, self.state)
+        handlers_box.append(self._handlers)
+        await self._server.start_serving()
+        self._task_group_cm = asyncio.TaskGroup()
+        self._tasks = await self._task_group_cm.__aenter__()
+        self._tasks.create_task(self._checkpoint_loop())
+        self._tasks.create_task(self._disk_monitor_loop())
+        log.info(
+            "bookie %s listening on %s:%d (%s)",
+            self.bookie_id,
+            config.host,
+            self.port,
+            "read-only" if self.state.readonly else "writable",
+        )
+
+    def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
+        conn = BookieConnection(self.config, handlers.dispatch, self._connections.discard)
+        if len(self._connections) >= self.config.connections_max:
+            log.warning("refusing connection: %d connections open", len(self._connections))
+            conn.closed = True
+        self._connections.add(conn)
+        return conn
+
+    # -- background --------------------------------------------------------------------
+    async def _checkpoint_loop(self) -> None:
+        interval = self.config.checkpoint_interval_ms / 1000.0
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+            if self._stopping.is_set() or self.storage is None:
+                return
+            try:
+                await asyncio.to_thread(self.storage.checkpoint)
+            except Exception:
+                log.exception("checkpoint failed")
+
+    async def _disk_monitor_loop(self) -> None:
+        interval = self.config.disk_check_interval_ms / 1000.0
+        while not self._stopping.is_set():
+            self.check_disk()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+
+    def check_disk(self, used_fraction: float | None = None) -> bool:
+        """Switch read-only mode by disk usage; returns whether the bookie is read-only."""
+        if used_fraction is None:
+            usage = shutil.disk_usage(self.config.data_dir)
+            used_fraction = 1.0 - usage.free / usage.total if usage.total else 1.0
+        if self.config.readonly:
+            return self._set_readonly(True)
+        if used_fraction > self.config.disk_usage_threshold:
+            return self._set_readonly(True)
+        if used_fraction < self.config.disk_usage_lwm_threshold:
+            return self._set_readonly(False)
+        return self.state.readonly
+
+    def _set_readonly(self, readonly: bool) -> bool:
+        if readonly != self.state.readonly:
+            self.state.readonly = readonly
+            log.warning("bookie %s is now %s", self.bookie_id, "read-only" if readonly else "writable")
+            for listener in self._readonly_listeners:
+                listener(readonly)
+        return readonly
+
+    # -- stop --------------------------------------------------------------------------
+    async def wait_stopped(self) -> None:
+        await self._stopping.wait()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def aclose(self) -> None:
+        """Drain in-flight requests, checkpoint and stop; safe to call twice."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.close()
+        deadline = time.monotonic() + self.config.shutdown_drain_timeout_ms / 1000.0
+        while time.monotonic() < deadline and any(
+            c.requests_in_flight > 0 for c in self._connections
+        ):
+            await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            conn.close()
+        if self._task_group_cm is not None:
+            cm, self._task_group_cm = self._task_group_cm, None
+            await cm.__aexit__(None, None, None)
+        if self._server is not None:
+            server, self._server = self._server, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
+        if self.storage is not None:
+            storage, self.storage = self.storage, None
+            await asyncio.to_thread(storage.close)
+        log.info("bookie %s stopped", self.bookie_id)

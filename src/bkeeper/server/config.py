@@ -1,0 +1,74 @@
+"""Configuration of one bookie process: a frozen dataclass validated on creation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
+
+__all__ = ["BookieConfig"]
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    """Everything a bookie needs besides its storage configuration.
+
+    Limits are per connection unless named otherwise. Disk thresholds are fractions of the
+    data directory's filesystem in use: above ``disk_usage_threshold`` the bookie turns
+    read-only, below ``disk_usage_lwm_threshold`` it turns writable again.
+    """
+
+    data_dir: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_BOOKIE_PORT
+    bookie_id: str = ""
+    metadata_uri: str = ""
+    max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
+    connection_requests_in_flight_max: int = 10_000
+    connection_bytes_in_flight_max: int = 64 * 1024 * 1024
+    connections_max: int = 1_000
+    long_poll_waiters_max: int = 10_000
+    long_poll_timeout_ms_max: int = 120_000
+    batch_read_bytes_max: int = 4 * 1024 * 1024
+    batch_read_entries_max: int = 10_000
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm_threshold: float = 0.90
+    disk_check_interval_ms: int = 10_000
+    checkpoint_interval_ms: int = 10_000
+    shutdown_drain_timeout_ms: int = 10_000
+    readonly: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.data_dir:
+            raise ConfigError("data_dir: a data directory is required")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port: {self.port} is not a TCP port (0..65535)")
+        if not 0.0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1.0:
+            raise ConfigError(
+                "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
+                f"0 < lwm <= threshold <= 1, got {self.disk_usage_lwm_threshold} "
+                f"and {self.disk_usage_threshold}"
+            )
+        for name in (
+            "max_frame_bytes",
+            "connection_requests_in_flight_max",
+            "connection_bytes_in_flight_max",
+            "connections_max",
+            "long_poll_waiters_max",
+            "long_poll_timeout_ms_max",
+            "batch_read_bytes_max",
+            "batch_read_entries_max",
+            "disk_check_interval_ms",
+            "checkpoint_interval_ms",
+            "shutdown_drain_timeout_ms",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+
+    @property
+    def effective_bookie_id(self) -> str:
+        """The configured bookie id, or ``host:port`` as Apache BookKeeper defaults it."""
+        return self.bookie_id or f"{self.host}:{self.port}"

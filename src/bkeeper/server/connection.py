@@ -1,0 +1,176 @@
+"""One client connection of a bookie: an asyncio ``Protocol`` around the sans-IO codecs.
+
+The first frame decides the protocol (v3 or v2) for the life of the connection. Requests
+are pipelined: each decoded request goes to the handlers at once, and responses may leave in
+another order than requests came (v3 clients match on txn id, v2 clients on ledger, entry and
+operation). Responses are gathered and written once per event-loop iteration.
+
+Limits: at ``connection_requests_in_flight_max`` requests or ``connection_bytes_in_flight_max``
+request bytes in flight the connection stops reading (back-pressure); requests already read
+beyond twice those limits are answered ETOOMANYREQUESTS. A malformed frame closes the
+connection with a logged reason; the bookie itself stays up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bkeeper.common.errors import ProtocolError
+from bkeeper.wire import v2, v3
+from bkeeper.wire.codes import Protocol
+from bkeeper.wire.detect import detect_protocol
+from bkeeper.wire.framing import FrameDecoder
+from bkeeper.wire.messages import Request, Response
+
+if TYPE_CHECKING:
+    from bkeeper.server.config import BookieConfig
+
+__all__ = ["BookieConnection"]
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[["BookieConnection", Request, int], None]
+
+
+class BookieConnection(asyncio.Protocol):
+    """Reads frames, hands requests to ``dispatch`` and writes responses in batches."""
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        dispatch: Dispatch,
+        on_close: Callable[[BookieConnection], None],
+    ) -> None:
+        self._config = config
+        self._dispatch = dispatch
+        self._on_close = on_close
+        self._decoder = FrameDecoder(config.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self.protocol: Protocol | None = None
+        self._decode: Callable[[Any], Request] = v3.decode_request
+        self._encode: Callable[[Any], bytes] = v3.encode_response_frame
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self.requests_in_flight = 0
+        self.bytes_in_flight = 0
+        self.closed = False
+        self.peer = "?"
+
+    # -- asyncio callbacks -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.closed:  # refused by the bookie (too many connections)
+            transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._decoder.receive_data(data)
+            frames = self._decoder.frames()
+        except ProtocolError as exc:
+            self.abort(f"bad frame: {exc}")
+            return
+        for frame in frames:
+            self._handle_frame(frame)
+            if self.closed:
+                return
+        self._update_reading()
+
+    # -- requests ----------------------------------------------------------------------
+    def _handle_frame(self, frame: memoryview) -> None:
+        if self.protocol is None:
+            self._choose_protocol(frame)
+        try:
+            request = self._decode(frame)
+        except ProtocolError as exc:
+            self.abort(f"undecodable {self.protocol.name if self.protocol else ''} request: {exc}")
+            return
+        size = len(frame)
+        limit = self._config.connection_requests_in_flight_max
+        if self.requests_in_flight >= 2 * limit or (
+            self.bytes_in_flight >= 2 * self._config.connection_bytes_in_flight_max
+        ):
+            self._dispatch(self, request, -1)  # -1: answer ETOOMANYREQUESTS
+            return
+        self.requests_in_flight += 1
+        self.bytes_in_flight += size
+        self._dispatch(self, request, size)
+
+    def _choose_protocol(self, frame: memoryview) -> None:
+        self.protocol = detect_protocol(frame)
+        if self.protocol is Protocol.V2:
+            self._decode = v2.decode_request
+            self._encode = v2.encode_response_frame
+        log.debug("connection %s speaks %s", self.peer, self.protocol.name)
+
+    # -- responses ---------------------------------------------------------------------
+    def respond(self, response: Response, request_bytes: int) -> None:
+        """Queue ``response`` for the next write; ``request_bytes`` < 0 was never counted."""
+        if request_bytes >= 0:
+            self.requests_in_flight -= 1
+            self.bytes_in_flight -= request_bytes
+        if self.closed:
+            return
+        try:
+            self._out.append(self._encode(response))
+        except ProtocolError as exc:
+            log.warning("cannot encode %s for %s: %s", type(response).__name__, self.peer, exc)
+            return
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and self._transport is not None and not self.closed:
+            self._transport.write(b"".join(out))
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self._transport is None or self.closed:
+            return
+        over = (
+            self._writing_paused
+            or self.requests_in_flight >= self._config.connection_requests_in_flight_max
+            or self.bytes_in_flight >= self._config.connection_bytes_in_flight_max
+        )
+        if over and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+        elif not over and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def abort(self, reason: str) -> None:
+        """Close the connection at once, logging why; other connections are unaffected."""
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        """Write what is queued, then close."""
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()

@@ -1,0 +1,404 @@
+"""Request handlers of the bookie: one small method per request type.
+
+Handlers run on the event loop. They validate, call the storage engine and answer through
+the connection. Writes (add, fence, explicit LAC, force) are answered only once the storage
+engine reports their journal records durable (``on_durable``, bridged from the journal
+thread once per fsync group). Reads are answered at once, except long-poll reads, which wait
+(bounded in number and time) until the bookie's LAC for the ledger passes ``previous_lac``.
+
+Error mapping: master key mismatch -> EUA; fenced ledger and not a recovery add -> EFENCED;
+read-only bookie and not a recovery/high-priority add -> EREADONLY; unknown ledger ->
+ENOLEDGER; missing entry -> ENOENTRY; "cannot tell" -> EUNKNOWNLEDGERSTATE; anything the bookie
+does not serve -> EBADREQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bkeeper.common import errors
+from bkeeper.storage import Storage
+from bkeeper.wire import entryset
+from bkeeper.wire.codes import GetBookieInfoField, StatusCode
+from bkeeper.wire.messages import (
+    AUTH_DISABLED_PLUGIN,
+    AddRequest,
+    AddResponse,
+    AuthMessage,
+    AuthRequest,
+    AuthResponse,
+    BatchReadRequest,
+    BatchReadResponse,
+    ErrorResponse,
+    ForceLedgerRequest,
+    ForceLedgerResponse,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    GetListOfEntriesRequest,
+    GetListOfEntriesResponse,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    StartTlsRequest,
+    StartTlsResponse,
+    UnknownRequest,
+    WriteLacRequest,
+    WriteLacResponse,
+)
+
+if TYPE_CHECKING:
+    from bkeeper.server.config import BookieConfig
+    from bkeeper.server.connection import BookieConnection
+
+__all__ = ["RequestHandlers"]
+
+log = logging.getLogger(__name__)
+
+_ERROR_STATUS: dict[type[BaseException], StatusCode] = {
+    errors.NoSuchLedgerError: StatusCode.ENOLEDGER,
+    errors.NoSuchEntryError: StatusCode.ENOENTRY,
+    errors.UnauthorizedAccessError: StatusCode.EUA,
+    errors.LedgerFencedError: StatusCode.EFENCED,
+    errors.ReadOnlyBookieError: StatusCode.EREADONLY,
+    errors.TooManyRequestsError: StatusCode.ETOOMANYREQUESTS,
+    errors.DataUnknownError: StatusCode.EUNKNOWNLEDGERSTATE,
+    errors.BadRequestError: StatusCode.EBADREQ,
+}
+
+
+def status_of(exc: BaseException) -> StatusCode:
+    """The wire status for an exception raised by the storage engine."""
+    for cls in type(exc).__mro__:
+        status = _ERROR_STATUS.get(cls)
+        if status is not None:
+            return status
+    return StatusCode.EIO
+
+
+@dataclass(slots=True)
+class _LacWaiter:
+    conn: BookieConnection
+    request: ReadRequest
+    size: int
+    timer: asyncio.TimerHandle | None = None
+    done: bool = False
+
+
+@dataclass
+class BookieState:
+    """Mutable state shared by handlers and the bookie: read-only mode and counters."""
+
+    readonly: bool = False
+    adds: int = 0
+    reads: int = 0
+    lac_waiters: dict[int, list[_LacWaiter]] = field(default_factory=dict)
+    lac_waiter_count: int = 0
+
+
+class RequestHandlers:
+    """Dispatches decoded requests to per-type handlers."""
+
+    def __init__(self, config: BookieConfig, storage: Storage, state: BookieState) -> None:
+        self._config = config
+        self._storage = storage
+        self.state = state
+        self._loop = asyncio.get_running_loop()
+        self._table: dict[type[Any], Callable[[BookieConnection, Any, int], None]] = {
+            AddRequest: self.add,
+            ReadRequest: self.read,
+            BatchReadRequest: self.batch_read,
+            AuthRequest: self.auth,
+            WriteLacRequest: self.write_lac,
+            ReadLacRequest: self.read_lac,
+            GetBookieInfoRequest: self.bookie_info,
+            StartTlsRequest: self.start_tls,
+            ForceLedgerRequest: self.force_ledger,
+            GetListOfEntriesRequest: self.list_entries,
+            UnknownRequest: self.unknown,
+        }
+
+    # -- dispatch ----------------------------------------------------------------------
+    def dispatch(self, conn: BookieConnection, request: Request, size: int) -> None:
+        if size < 0:
+            conn.respond(_error_response(request, StatusCode.ETOOMANYREQUESTS), size)
+            return
+        handler = self._table[type(request)]
+        try:
+            handler(conn, request, size)
+        except errors.BKeeperError as exc:
+            conn.respond(_error_response(request, status_of(exc)), size)
+        except Exception:
+            log.exception("handler for %s failed", type(request).__name__)
+            conn.respond(_error_response(request, StatusCode.EIO), size)
+
+    def on_durable_threadsafe(self, tokens: list[object], error: BaseException | None) -> None:
+        """Storage callback, called on the journal thread: hop to the loop once per group."""
+        self._loop.call_soon_threadsafe(self.on_durable, tokens, error)
+
+    def on_durable(self, tokens: list[object], error: BaseException | None) -> None:
+        touched: set[int] | None = set() if self.state.lac_waiters else None
+        if error is not None:
+            log.error("journal write failed: %s", error)
+        for token in tokens:
+            if type(token) is tuple:
+                conn, request, size = token
+                status = StatusCode.EOK if error is None else StatusCode.EIO
+                conn.respond(
+                    AddResponse(status, request.ledger_id, request.entry_id, request.txn_id), size
+                )
+                if touched is not None:
+                    touched.add(request.ledger_id)
+            else:
+                token(error)
+        self.state.adds += len(tokens)
+        if touched:
+            for ledger_id in touched:
+                self._wake_lac_waiters(ledger_id)
+
+    # -- writes ------------------------------------------------------------------------
+    def add(self, conn: BookieConnection, request: AddRequest, size: int) -> None:
+        if self.state.readonly and not (request.recovery or request.high_priority):
+            raise errors.ReadOnlyBookieError("bookie is read-only")
+        self._storage.add_entry(
+            request.ledger_id,
+            request.entry_id,
+            request.master_key,
+            request.body,
+            recovery=request.recovery,
+            token=(conn, request, size),
+        )
+
+    def write_lac(self, conn: BookieConnection, request: WriteLacRequest, size: int) -> None:
+        def done(error: BaseException | None) -> None:
+            status = StatusCode.EOK if error is None else StatusCode.EIO
+            conn.respond(WriteLacResponse(status, request.ledger_id, request.txn_id), size)
+            self._wake_lac_waiters(request.ledger_id)
+
+        self._storage.set_explicit_lac(
+            request.ledger_id, request.master_key, bytes(request.body), token=done
+        )
+
+    def force_ledger(self, conn: BookieConnection, request: ForceLedgerRequest, size: int) -> None:
+        def done(error: BaseException | None) -> None:
+            status = StatusCode.EOK if error is None else StatusCode.EIO
+            conn.respond(ForceLedgerResponse(status, request.ledger_id, request.txn_id), size)
+
+        self._storage.force_ledger(request.ledger_id, token=done)
+
+    # -- reads -------------------------------------------------------------------------
+    def read(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
+        self.state.reads += 1
+        if request.fence:
+            self._fence_then_read(conn, request, size)
+        elif request.previous_lac is not None and request.timeout_ms is not None:
+            self._long_poll(conn, request, size)
+        else:
+            conn.respond(self._read_response(request), size)
+
+    def _fence_then_read(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
+        if request.master_key is None:
+            raise errors.BadRequestError("fencing read without master key")
+
+        def done(error: BaseException | None) -> None:
+            if error is not None:
+                conn.respond(_error_response(request, StatusCode.EIO), size)
+            else:
+                conn.respond(self._read_response(request), size)
+
+        self._storage.fence(request.ledger_id, request.master_key, token=done)
+
+    def _read_response(self, request: ReadRequest) -> ReadResponse:
+        storage = self._storage
+        try:
+            body = storage.read_entry(request.ledger_id, request.entry_id)
+        except errors.BKeeperError as exc:
+            return ReadResponse(
+                status_of(exc), request.ledger_id, request.entry_id, txn_id=request.txn_id
+            )
+        # The header echoes the requested entry id (also -1 for "last entry"), as Apache
+        # BookKeeper does: clients match responses on it; the body names the real entry.
+        return ReadResponse(
+            StatusCode.EOK,
+            request.ledger_id,
+            request.entry_id,
+            body,
+            max_lac=storage.last_add_confirmed(request.ledger_id),
+            txn_id=request.txn_id,
+        )
+
+    def _long_poll(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
+        assert request.previous_lac is not None and request.timeout_ms is not None
+        if not self._storage.ledger_exists(request.ledger_id):
+            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        if self._storage.last_add_confirmed(request.ledger_id) > request.previous_lac:
+            conn.respond(self._long_poll_response(request), size)
+            return
+        if self.state.lac_waiter_count >= self._config.long_poll_waiters_max:
+            raise errors.TooManyRequestsError("too many long-poll reads waiting")
+        waiter = _LacWaiter(conn, request, size)
+        timeout_s = min(request.timeout_ms, self._config.long_poll_timeout_ms_max) / 1000.0
+        waiter.timer = self._loop.call_later(timeout_s, self._finish_waiter, waiter)
+        self.state.lac_waiters.setdefault(request.ledger_id, []).append(waiter)
+        self.state.lac_waiter_count += 1
+
+    def _long_poll_response(self, request: ReadRequest) -> ReadResponse:
+        storage = self._storage
+        lac = storage.last_add_confirmed(request.ledger_id)
+        body = None
+        entry_id = request.entry_id
+        if request.piggyback and lac > (request.previous_lac or -1):
+            try:
+                body = storage.read_entry(request.ledger_id, entry_id)
+            except errors.BKeeperError:
+                body = None
+        status = StatusCode.EOK if body is not None or not request.piggyback else StatusCode.EOK
+        return ReadResponse(
+            status, request.ledger_id, entry_id, body, max_lac=lac, txn_id=request.txn_id
+        )
+
+    def _wake_lac_waiters(self, ledger_id: int) -> None:
+        waiters = self.state.lac_waiters.get(ledger_id)
+        if not waiters:
+            return
+        lac = self._storage.last_add_confirmed(ledger_id)
+        for waiter in list(waiters):
+            assert waiter.request.previous_lac is not None
+            if lac > waiter.request.previous_lac:
+                self._finish_waiter(waiter)
+
+    def _finish_waiter(self, waiter: _LacWaiter) -> None:
+        if waiter.done:
+            return
+        waiter.done = True
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+        waiters = self.state.lac_waiters.get(waiter.request.ledger_id, [])
+        if waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self.state.lac_waiters[waiter.request.ledger_id]
+        self.state.lac_waiter_count -= 1
+        waiter.conn.respond(self._long_poll_response(waiter.request), waiter.size)
+
+    def batch_read(self, conn: BookieConnection, request: BatchReadRequest, size: int) -> None:
+        def answer() -> None:
+            bodies = self._storage.read_entries(
+                request.ledger_id,
+                request.start_entry_id,
+                min(request.max_count, self._config.batch_read_entries_max),
+                min(request.max_size, self._config.batch_read_bytes_max),
+            )
+            conn.respond(
+                BatchReadResponse(
+                    StatusCode.EOK,
+                    request.ledger_id,
+                    request.start_entry_id,
+                    request.request_id,
+                    tuple(bodies),
+                    request.txn_id,
+                ),
+                size,
+            )
+
+        if request.fence:
+            if request.master_key is None:
+                raise errors.BadRequestError("fencing batch read without master key")
+
+            def fenced(error: BaseException | None) -> None:
+                if error is not None:
+                    conn.respond(_error_response(request, StatusCode.EIO), size)
+                    return
+                try:
+                    answer()
+                except errors.BKeeperError as exc:
+                    conn.respond(_error_response(request, status_of(exc)), size)
+
+            self._storage.fence(request.ledger_id, request.master_key, token=fenced)
+        else:
+            answer()
+
+    def read_lac(self, conn: BookieConnection, request: ReadLacRequest, size: int) -> None:
+        storage = self._storage
+        if not storage.ledger_exists(request.ledger_id):
+            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        lac_body = storage.explicit_lac(request.ledger_id)
+        try:
+            last = storage.read_entry(request.ledger_id, -1)
+        except errors.BKeeperError:
+            last = None
+        conn.respond(
+            ReadLacResponse(StatusCode.EOK, request.ledger_id, lac_body, last, request.txn_id),
+            size,
+        )
+
+    def list_entries(
+        self, conn: BookieConnection, request: GetListOfEntriesRequest, size: int
+    ) -> None:
+        if not self._storage.ledger_exists(request.ledger_id):
+            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        ids = self._storage.list_entries(request.ledger_id)
+        conn.respond(
+            GetListOfEntriesResponse(
+                StatusCode.EOK,
+                request.ledger_id,
+                entryset.encode_entry_ids(ids),
+                request.txn_id,
+            ),
+            size,
+        )
+
+    # -- control -----------------------------------------------------------------------
+    def auth(self, conn: BookieConnection, request: AuthRequest, size: int) -> None:
+        # Authentication is disabled: every channel counts as authenticated at once, and an
+        # AUTH exchange gets the AuthDisabledPlugin answer.
+        reply = AuthMessage(AUTH_DISABLED_PLUGIN, b"")
+        conn.respond(AuthResponse(StatusCode.EOK, reply, request.txn_id), size)
+
+    def bookie_info(self, conn: BookieConnection, request: GetBookieInfoRequest, size: int) -> None:
+        usage = shutil.disk_usage(self._config.data_dir)
+        total = usage.total if request.requested & GetBookieInfoField.TOTAL_DISK_CAPACITY else None
+        free = usage.free if request.requested & GetBookieInfoField.FREE_DISK_SPACE else None
+        conn.respond(GetBookieInfoResponse(StatusCode.EOK, total, free, request.txn_id), size)
+
+    def start_tls(self, conn: BookieConnection, request: StartTlsRequest, size: int) -> None:
+        # TLS is not configured on this bookie; the Java bookie answers EBADREQ likewise.
+        conn.respond(StartTlsResponse(StatusCode.EBADREQ, request.txn_id), size)
+
+    def unknown(self, conn: BookieConnection, request: UnknownRequest, size: int) -> None:
+        log.info("unsupported operation %d from %s", request.operation, conn.peer)
+        conn.respond(_error_response(request, StatusCode.EBADREQ), size)
+
+
+def _error_response(request: Request, status: StatusCode) -> Any:
+    """The response to ``request`` carrying only ``status``."""
+    txn = request.txn_id
+    if isinstance(request, AddRequest):
+        return AddResponse(status, request.ledger_id, request.entry_id, txn)
+    if isinstance(request, ReadRequest):
+        return ReadResponse(status, request.ledger_id, request.entry_id, txn_id=txn)
+    if isinstance(request, BatchReadRequest):
+        return BatchReadResponse(
+            status, request.ledger_id, request.start_entry_id, request.request_id, txn_id=txn
+        )
+    if isinstance(request, WriteLacRequest):
+        return WriteLacResponse(status, request.ledger_id, txn)
+    if isinstance(request, ReadLacRequest):
+        return ReadLacResponse(status, request.ledger_id, txn_id=txn)
+    if isinstance(request, ForceLedgerRequest):
+        return ForceLedgerResponse(status, request.ledger_id, txn)
+    if isinstance(request, GetListOfEntriesRequest):
+        return GetListOfEntriesResponse(status, request.ledger_id, txn_id=txn)
+    if isinstance(request, GetBookieInfoRequest):
+        return GetBookieInfoResponse(status, txn_id=txn)
+    if isinstance(request, AuthRequest):
+        return AuthResponse(status, txn_id=txn)
+    if isinstance(request, StartTlsRequest):
+        return StartTlsResponse(status, txn)
+    return ErrorResponse(request.operation, status, txn, request.ledger_id, request.entry_id)

@@ -1,0 +1,228 @@
+"""Benchmark workloads behind ``bkeeper bench``: codec rates and bookie add throughput.
+
+Each workload returns a :class:`BenchResult` (rates and latency percentiles) that the CLI
+prints as a table and docs/benchmarks.md records with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+
+from bkeeper.client.bookie_client import BookieClient
+from bkeeper.common.errors import BKeeperError
+from bkeeper.wire import v2, v3
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.digest import DigestManager, DigestType, master_key
+from bkeeper.wire.messages import AddRequest, AddResponse
+
+__all__ = [
+    "BenchResult",
+    "bench_bookie_adds",
+    "bench_codec",
+    "free_port",
+    "local_bookie",
+    "percentiles",
+]
+
+
+@dataclass
+class BenchResult:
+    name: str
+    operations: int
+    seconds: float
+    bytes: int = 0
+    latencies_s: array[float] = field(default_factory=lambda: array("d"))
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.operations / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+    def latency_ms(self) -> dict[str, float]:
+        return {k: v * 1000.0 for k, v in percentiles(self.latencies_s).items()}
+
+
+def percentiles(samples: array[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    ordered = sorted(samples)
+    n = len(ordered)
+
+    def at(q: float) -> float:
+        return ordered[min(n - 1, int(q * n))]
+
+    return {"p50": at(0.50), "p99": at(0.99), "p99.9": at(0.999), "max": ordered[-1]}
+
+
+# -- codec ---------------------------------------------------------------------------------
+def bench_codec(
+    protocol: Protocol, count: int, entry_bytes: int, digest: DigestType
+) -> list[BenchResult]:
+    """Encode+decode ``count`` ADD requests (with digest) and ADD responses."""
+    codec = v2 if protocol is Protocol.V2 else v3
+    manager = DigestManager(1, digest, b"secret")
+    key = master_key(b"secret")
+    payload = os.urandom(entry_bytes)
+    start = time.perf_counter()
+    for entry_id in range(count):
+        body = manager.encode_entry(entry_id, entry_id - 1, (entry_id + 1) * entry_bytes, payload)
+        frame = codec.encode_request(AddRequest(1, entry_id, key, body, txn_id=entry_id))
+        request = codec.decode_request(frame)
+        assert isinstance(request, AddRequest)
+        manager.verify_entry(request.body, entry_id)
+    requests = BenchResult(
+        f"{protocol.name} add request (+digest {digest.name})",
+        count,
+        time.perf_counter() - start,
+        count * entry_bytes,
+    )
+    start = time.perf_counter()
+    for entry_id in range(count):
+        frame = codec.encode_response(AddResponse(StatusCode.EOK, 1, entry_id, entry_id))
+        codec.decode_response(frame)
+    responses = BenchResult(f"{protocol.name} add response", count, time.perf_counter() - start)
+    return [requests, responses]
+
+
+# -- bookie ----------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def local_bookie(
+    data_dir: str | None = None, port: int | None = None, extra_args: tuple[str, ...] = ()
+) -> Iterator[tuple[str, int]]:
+    """Start ``bkeeper bookie`` as a child process; stop it with SIGTERM on exit."""
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bkeeper-bench-"))
+        port = port or free_port()
+        cmd = [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", data_dir]
+        proc = subprocess.Popen([*cmd, "--port", str(port), *extra_args])
+        try:
+            _wait_port("127.0.0.1", port, proc, 30.0)
+            yield "127.0.0.1", port
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BKeeperError(f"bookie exited with code {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
+            return
+        time.sleep(0.05)
+    raise BKeeperError(f"bookie did not listen on {host}:{port} within {timeout_s} s")
+
+
+@contextlib.asynccontextmanager
+async def _connection(host: str, port: int, protocol: Protocol) -> AsyncIterator[BookieClient]:
+    client = await BookieClient.connect(host, port, protocol)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def bench_bookie_adds(
+    host: str,
+    port: int,
+    *,
+    protocol: Protocol,
+    entry_bytes: int,
+    duration_s: float,
+    in_flight: int,
+    rate: float | None = None,
+    ledger_id: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BenchResult:
+    """Add entries to one bookie for ``duration_s``: closed loop with ``in_flight``
+    outstanding adds, or open loop at ``rate`` adds/s (still capped by ``in_flight``)."""
+    ledger_id = ledger_id if ledger_id is not None else int(time.time() * 1000) % (1 << 40)
+    manager = DigestManager(ledger_id, DigestType.CRC32C, b"bench")
+    key = master_key(b"bench")
+    payload = os.urandom(entry_bytes)
+    latencies: array[float] = array("d")
+    async with _connection(host, port, protocol) as client:
+        loop = asyncio.get_running_loop()
+        outstanding = 0
+        next_entry = 0
+        failures: list[str] = []
+        wake = asyncio.Event()
+        perf = time.perf_counter
+
+        def done(sent_at: float, fut: asyncio.Future[AddResponse]) -> None:
+            nonlocal outstanding
+            outstanding -= 1
+            latencies.append(perf() - sent_at)
+            if fut.exception() is not None:
+                failures.append(str(fut.exception()))
+            elif fut.result().status is not StatusCode.EOK:
+                failures.append(fut.result().status.name)
+            wake.set()
+
+        def send_one() -> None:
+            nonlocal outstanding, next_entry
+            entry_id = next_entry
+            next_entry += 1
+            body = manager.encode_entry(entry_id, entry_id - 1, 0, payload)
+            txn = client.next_txn_id() if protocol is Protocol.V3 else 0
+            fut = client.send(AddRequest(ledger_id, entry_id, key, body, txn_id=txn))
+            outstanding += 1
+            sent_at = perf()
+            fut.add_done_callback(lambda f: done(sent_at, f))
+
+        start = perf()
+        deadline = start + duration_s
+        while True:
+            now = perf()
+            if now >= deadline or failures:
+                break
+            allowed = in_flight - outstanding
+            if rate is not None:
+                allowed = min(allowed, int((now - start) * rate) - next_entry)
+            for _ in range(max(0, allowed)):
+                send_one()
+            wake.clear()
+            if rate is not None:
+                await asyncio.sleep(0.0005)
+            else:
+                await wake.wait()
+            if progress is not None:
+                progress(len(latencies))
+        while outstanding and not failures:
+            wake.clear()
+            await wake.wait()
+        elapsed = perf() - start
+        _ = loop
+    if failures:
+        raise BKeeperError(f"{len(failures)} adds failed, first: {failures[0]}")
+    label = f"bookie adds {protocol.name}, {entry_bytes} B, in-flight {in_flight}"
+    if rate is not None:
+        label += f", open loop {rate:.0f}/s"
+    return BenchResult(label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies)

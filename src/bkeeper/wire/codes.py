@@ -1,0 +1,160 @@
+"""Operation, status and flag codes of the BookKeeper wire protocol (v2 binary and v3 protobuf).
+
+The protocol-neutral status is :class:`StatusCode` (the v3 numbering). v2 carries its own
+integer error codes; :data:`V2_TO_STATUS` and :data:`STATUS_TO_V2` translate between them.
+:func:`error_for_status` turns a non-OK status into the matching class of the exception tree.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, IntFlag
+
+from bkeeper.common import errors
+
+__all__ = [
+    "STATUS_TO_V2",
+    "V2_TO_STATUS",
+    "AddFlag",
+    "GetBookieInfoField",
+    "OperationType",
+    "Protocol",
+    "ProtocolVersion",
+    "ReadFlag",
+    "StatusCode",
+    "V2ErrorCode",
+    "V2Flag",
+    "V2OpCode",
+    "WriteFlag",
+    "error_for_status",
+]
+
+
+class Protocol(IntEnum):
+    """Which protocol a connection speaks; the first frame decides (see ``detect``)."""
+
+    V2 = 2
+    V3 = 3
+
+
+class V2OpCode(IntEnum):
+    ADD_ENTRY = 1
+    READ_ENTRY = 2
+    AUTH = 3
+    READ_LAC = 4
+    WRITE_LAC = 5
+    GET_BOOKIE_INFO = 6
+    BATCH_READ_ENTRY = 7
+
+
+class V2Flag(IntFlag):
+    NONE = 0x0000
+    DO_FENCING = 0x0001
+    RECOVERY_ADD = 0x0002
+    HIGH_PRIORITY = 0x0004
+
+
+class V2ErrorCode(IntEnum):
+    EOK = 0
+    ENOLEDGER = 1
+    ENOENTRY = 2
+    EBADREQ = 100
+    EIO = 101
+    EUA = 102
+    EBADVERSION = 103
+    EFENCED = 104
+    EREADONLY = 105
+    ETOOMANYREQUESTS = 106
+    EUNKNOWNLEDGERSTATE = 107
+
+
+class ProtocolVersion(IntEnum):
+    VERSION_ONE = 1
+    VERSION_TWO = 2
+    VERSION_THREE = 3
+
+
+class OperationType(IntEnum):
+    READ_ENTRY = 1
+    ADD_ENTRY = 2
+    RANGE_READ_ENTRY = 3
+    RANGE_ADD_ENTRY = 4
+    AUTH = 5
+    WRITE_LAC = 6
+    READ_LAC = 7
+    GET_BOOKIE_INFO = 8
+    START_TLS = 9
+    FORCE_LEDGER = 10
+    GET_LIST_OF_ENTRIES_OF_LEDGER = 11
+    BATCH_READ_ENTRY = 12
+
+
+class StatusCode(IntEnum):
+    EOK = 0
+    ENOLEDGER = 402
+    ENOENTRY = 403
+    EBADREQ = 404
+    EIO = 501
+    EUA = 502
+    EBADVERSION = 503
+    EFENCED = 504
+    EREADONLY = 505
+    ETOOMANYREQUESTS = 506
+    EUNKNOWNLEDGERSTATE = 507
+
+
+class ReadFlag(IntEnum):
+    """v3 ``ReadRequest.flag`` values."""
+
+    FENCE_LEDGER = 1
+    ENTRY_PIGGYBACK = 2
+
+
+class AddFlag(IntEnum):
+    """v3 ``AddRequest.flag`` values."""
+
+    RECOVERY_ADD = 1
+
+
+class WriteFlag(IntFlag):
+    NONE = 0
+    DEFERRED_SYNC = 0x1
+
+
+class GetBookieInfoField(IntFlag):
+    TOTAL_DISK_CAPACITY = 0x1
+    FREE_DISK_SPACE = 0x2
+
+
+V2_TO_STATUS: dict[int, StatusCode] = {
+    V2ErrorCode.EOK: StatusCode.EOK,
+    V2ErrorCode.ENOLEDGER: StatusCode.ENOLEDGER,
+    V2ErrorCode.ENOENTRY: StatusCode.ENOENTRY,
+    V2ErrorCode.EBADREQ: StatusCode.EBADREQ,
+    V2ErrorCode.EIO: StatusCode.EIO,
+    V2ErrorCode.EUA: StatusCode.EUA,
+    V2ErrorCode.EBADVERSION: StatusCode.EBADVERSION,
+    V2ErrorCode.EFENCED: StatusCode.EFENCED,
+    V2ErrorCode.EREADONLY: StatusCode.EREADONLY,
+    V2ErrorCode.ETOOMANYREQUESTS: StatusCode.ETOOMANYREQUESTS,
+    V2ErrorCode.EUNKNOWNLEDGERSTATE: StatusCode.EUNKNOWNLEDGERSTATE,
+}
+STATUS_TO_V2: dict[StatusCode, int] = {status: int(v2) for v2, status in V2_TO_STATUS.items()}
+
+_STATUS_ERRORS: dict[StatusCode, type[errors.BookieError]] = {
+    StatusCode.ENOLEDGER: errors.NoSuchLedgerError,
+    StatusCode.ENOENTRY: errors.NoSuchEntryError,
+    StatusCode.EBADREQ: errors.BadRequestError,
+    StatusCode.EIO: errors.BookieIOError,
+    StatusCode.EUA: errors.UnauthorizedAccessError,
+    StatusCode.EBADVERSION: errors.BadVersionError,
+    StatusCode.EFENCED: errors.LedgerFencedError,
+    StatusCode.EREADONLY: errors.ReadOnlyBookieError,
+    StatusCode.ETOOMANYREQUESTS: errors.TooManyRequestsError,
+    StatusCode.EUNKNOWNLEDGERSTATE: errors.DataUnknownError,
+}
+
+
+def error_for_status(status: StatusCode, context: str) -> errors.BookieError:
+    """The exception for a non-OK ``status``; ``context`` says which request it answered."""
+    cls = _STATUS_ERRORS.get(status, errors.BookieError)
+    return cls(f"{context}: {status.name}")
