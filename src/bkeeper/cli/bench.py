@@ -20,7 +20,16 @@ __all__ = ["bench"]
 
 def _print(results: list[BenchResult], unit: str) -> None:
     table = Table(title="bkeeper bench")
-    for column in ("workload", "ops", "seconds", f"{unit}/s", "MB/s", "p50 ms", "p99 ms", "p99.9 ms"):
+    for column in (
+        "workload",
+        "ops",
+        "seconds",
+        f"{unit}/s",
+        "MB/s",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+    ):
         table.add_column(column, justify="right" if column != "workload" else "left")
     for r in results:
         lat = r.latency_ms()

@@ -27,7 +27,9 @@ def run_event_loop(main: object) -> None:
 
 @click.command()
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="Data directory.")
-@click.option("--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535)
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")

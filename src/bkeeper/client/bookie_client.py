@@ -237,4 +237,3 @@ class BookieClient(asyncio.Protocol):
             self._flush()
             self._transport.close()
         self._fail(ClientClosedError("connection closed by the client"))
-

@@ -14,7 +14,17 @@ translated at the boundary with ``raise ... from``.
     │   ├── CorruptRecordError        a journal/entry-log record is corrupt (names file, offset)
     │   └── CookieMismatchError       a bookie directory's cookie does not match
     ├── MetadataError                 the metadata store failed
-    │   └── MetadataVersionError      compare-and-set lost (retriable)
+    │   ├── MetadataVersionError      compare-and-set lost (retriable)
+    │   ├── NodeExistsError           the node (znode) already exists
+    │   │   ├── LedgerExistsError     a ledger with that id already has metadata
+    │   │   └── ClusterExistsError    the cluster is formatted already
+    │   ├── NoNodeError               the node (znode) does not exist
+    │   │   └── LedgerNotFoundError   no metadata for that ledger id
+    │   ├── NotEmptyError             the node still has children
+    │   ├── ConnectionLossError       connection to the store lost mid-call (retriable)
+    │   ├── SessionExpiredError       the store session expired; its ephemerals are gone
+    │   ├── MetadataClosedError       the store was closed
+    │   └── LeadershipLostError       a lock or leadership ended with its session
     ├── ClientClosedError             the client or handle is closed
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
@@ -40,18 +50,28 @@ __all__ = [
     "BookieIOError",
     "BookieUnavailableError",
     "ClientClosedError",
+    "ClusterExistsError",
     "ConfigError",
+    "ConnectionLossError",
     "CookieMismatchError",
     "CorruptRecordError",
     "DataUnknownError",
     "DigestMismatchError",
+    "LeadershipLostError",
+    "LedgerExistsError",
     "LedgerFencedError",
+    "LedgerNotFoundError",
+    "MetadataClosedError",
     "MetadataError",
     "MetadataVersionError",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotEmptyError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "ProtocolError",
     "ReadOnlyBookieError",
+    "SessionExpiredError",
     "StorageError",
     "TooManyRequestsError",
     "UnauthorizedAccessError",
@@ -106,6 +126,49 @@ class MetadataVersionError(MetadataError):
     """A compare-and-set on metadata lost against a concurrent update."""
 
     retriable = True
+
+
+class NodeExistsError(MetadataError):
+    """A create found the node already there (ZooKeeper NODEEXISTS)."""
+
+
+class LedgerExistsError(NodeExistsError):
+    """A ledger with this id already has metadata; ids are never reused."""
+
+
+class ClusterExistsError(NodeExistsError):
+    """The cluster is formatted already; formatting again needs ``force``."""
+
+
+class NoNodeError(MetadataError):
+    """The node does not exist (ZooKeeper NONODE)."""
+
+
+class LedgerNotFoundError(NoNodeError):
+    """The metadata store has no metadata for this ledger id."""
+
+
+class NotEmptyError(MetadataError):
+    """A delete found the node still has children (ZooKeeper NOTEMPTY)."""
+
+
+class ConnectionLossError(MetadataError):
+    """The connection to the store was lost during the call; it may or may not have applied."""
+
+    retriable = True
+
+
+class SessionExpiredError(MetadataError):
+    """The store session expired: its ephemeral nodes and watches are gone. The store opens a
+    new session by itself; owners of ephemeral nodes must create them again."""
+
+
+class MetadataClosedError(MetadataError):
+    """The metadata store, or a recipe built on it, was closed before or during the call."""
+
+
+class LeadershipLostError(MetadataError):
+    """A lock or a leadership ended because its session expired or it was released."""
 
 
 class ClientClosedError(BKeeperError):

@@ -1,1 +1,1 @@
-"""Placeholder package docstring replaced when the layer lands."""
+"""tmp"""

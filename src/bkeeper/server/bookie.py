@@ -151,7 +151,9 @@ class Bookie:
     def _set_readonly(self, readonly: bool) -> bool:
         if readonly != self.state.readonly:
             self.state.readonly = readonly
-            log.warning("bookie %s is now %s", self.bookie_id, "read-only" if readonly else "writable")
+            log.warning(
+                "bookie %s is now %s", self.bookie_id, "read-only" if readonly else "writable"
+            )
             for listener in self._readonly_listeners:
                 listener(readonly)
         return readonly

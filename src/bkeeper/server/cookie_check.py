@@ -40,9 +40,7 @@ def check_or_stamp_cookie(
         with open(path, "rb") as f:
             stored = Cookie.decode(f.read())
         if not stored.instance_id and instance_id:
-            stored = Cookie(
-                stored.bookie_id, stored.journal_dirs, stored.ledger_dirs, instance_id
-            )
+            stored = Cookie(stored.bookie_id, stored.journal_dirs, stored.ledger_dirs, instance_id)
             stored.verify(expected, path)
             _write_atomic(path, expected.encode())
             return expected

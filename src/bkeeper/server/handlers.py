@@ -258,9 +258,8 @@ class RequestHandlers:
                 body = storage.read_entry(request.ledger_id, entry_id)
             except errors.BKeeperError:
                 body = None
-        status = StatusCode.EOK if body is not None or not request.piggyback else StatusCode.EOK
         return ReadResponse(
-            status, request.ledger_id, entry_id, body, max_lac=lac, txn_id=request.txn_id
+            StatusCode.EOK, request.ledger_id, entry_id, body, max_lac=lac, txn_id=request.txn_id
         )
 
     def _wake_lac_waiters(self, ledger_id: int) -> None:

@@ -1,0 +1,150 @@
+"""A distributed lock on the node store port (ZooKeeper's lock recipe).
+
+Contenders queue as ephemeral-sequential children ``<prefix><seq>`` of one directory; the
+lowest sequence holds the lock. Each waiter watches only its immediate predecessor, so a
+release wakes one waiter (no herd). Because the nodes are ephemeral, a holder whose session
+expires loses the lock: :meth:`Lock.wait_lost` returns, and the next contender takes over.
+
+Invariant: at any moment at most one live node is first in the queue, so at most one
+session holds the lock. (A holder cut off from the store learns of the loss only when its
+session is declared expired; that is ZooKeeper's guarantee, not a stronger one.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bkeeper.common.errors import (
+    ConnectionLossError,
+    LeadershipLostError,
+    MetadataError,
+    SessionExpiredError,
+)
+from bkeeper.meta.events import Subscription, wait_any
+from bkeeper.meta.store import NodeStore, SessionState, WatchEvent, basename, join_path
+
+__all__ = ["Lock"]
+
+_log = logging.getLogger(__name__)
+
+
+class Lock:
+    """An exclusive lock on ``directory`` shared by every store on the same tree."""
+
+    def __init__(
+        self, store: NodeStore, directory: str, *, owner: bytes = b"", prefix: str = "lock-"
+    ) -> None:
+        self._store = store
+        self._directory = directory
+        self._owner = owner
+        self._prefix = prefix
+        self._node: str | None = None
+
+    @property
+    def node(self) -> str | None:
+        """The path of this contender's node while it holds the lock."""
+        return self._node
+
+    @property
+    def held(self) -> bool:
+        return self._node is not None
+
+    async def acquire(self, timeout_s: float | None = None) -> None:
+        """Queue and wait until first; ``TimeoutError`` (leaving the queue) after timeout_s."""
+        if self._node is not None:
+            raise MetadataError(f"lock {self._directory} is held already by this contender")
+        node = await self._store.create(
+            join_path(self._directory, self._prefix),
+            self._owner,
+            ephemeral=True,
+            sequential=True,
+            make_parents=True,
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wait_first(node)
+        except BaseException:
+            await self._delete_quietly(node)
+            raise
+        self._node = node
+
+    async def release(self) -> None:
+        """Leave the queue; a no-op when not held."""
+        node, self._node = self._node, None
+        if node is not None:
+            await self._delete_quietly(node)
+
+    async def wait_lost(self) -> None:
+        """Return once the lock is no longer held: the node vanished or its session expired."""
+        node = self._node
+        if node is None:
+            return
+        session = self._store.session_events()
+        watch: Subscription[WatchEvent] | None = None
+        try:
+            while await self._still_held(node):
+                if watch is not None:
+                    await wait_any(watch, session)
+                    continue
+                try:
+                    watch = await self._store.watch(node, persistent=True)
+                except (ConnectionLossError, SessionExpiredError):
+                    await session.get()  # try again once the session state changes
+        finally:
+            session.close()
+            if watch is not None:
+                watch.close()
+        if self._node == node:
+            self._node = None
+
+    async def holder(self) -> bytes | None:
+        """The owner data of the current holder, or None when nobody holds the lock."""
+        for name in await self._queue():
+            try:
+                data, _version = await self._store.get(join_path(self._directory, name))
+                return data
+            except MetadataError:
+                continue  # it left between listing and reading
+        return None
+
+    async def __aenter__(self) -> Lock:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.release()
+
+    async def _wait_first(self, node: str) -> None:
+        while True:
+            queue = await self._queue()
+            mine = basename(node)
+            if mine not in queue:
+                raise LeadershipLostError(f"{node} vanished while queued (session expired)")
+            position = queue.index(mine)
+            if position == 0:
+                return
+            predecessor = join_path(self._directory, queue[position - 1])
+            async with await self._store.watch(predecessor) as watch:
+                if await self._store.exists(predecessor) is not None:
+                    await watch.get()
+
+    async def _queue(self) -> list[str]:
+        names = await self._store.children(self._directory)
+        mine = [n for n in names if n.startswith(self._prefix)]
+        return sorted(mine, key=lambda n: n[-10:])
+
+    async def _still_held(self, node: str) -> bool:
+        if self._node != node or self._store.session_state is SessionState.EXPIRED:
+            return False
+        try:
+            stat = await self._store.exists(node)
+        except MetadataError:
+            return True  # cannot tell while disconnected; the session decides
+        return stat is not None and stat.ephemeral_owner == self._store.session_id
+
+    async def _delete_quietly(self, node: str) -> None:
+        try:
+            await self._store.delete(node)
+        except MetadataError as exc:  # ephemeral: it goes with the session anyway
+            _log.debug("could not delete %s: %s", node, exc)

@@ -1,0 +1,247 @@
+"""The under-replication queue of autorecovery, in Apache BookKeeper's ZooKeeper layout.
+
+Under ``<root>/underreplication``:
+
+* ``LAYOUT``: protobuf text of ``LedgerRereplicationLayoutFormat {type: "BASIC" version: 1}``;
+* ``ledgers/<%04x>/<%04x>/<%04x>/<%04x>/urL<%010d>``: one persistent node per
+  under-replicated ledger (the id's four 16-bit groups in hex), holding the protobuf text of
+  ``UnderreplicatedLedgerFormat {replica: <bookie that lost it>... ctime: <ms>}``;
+* ``locks/urL<%010d>``: ephemeral, a replication worker is on that ledger (``LockDataFormat``);
+* ``disable``: present while autorecovery is disabled;
+* ``auditorelection/V_<seq>``: the auditor election (``AuditorVoteFormat``).
+
+Invariants: marking merges replica lists under compare-and-set (at most ``mark_attempts_max``
+tries); a worker deletes a marker only at the version it saw when it took the lock, so a
+ledger marked again meanwhile stays queued; empty hex directories are pruned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from google.protobuf import text_format
+from google.protobuf.message import Message
+
+from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.errors import (
+    ConfigError,
+    MetadataError,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    ProtocolError,
+)
+from bkeeper.common.ids import LedgerId
+from bkeeper.meta.election import LeaderElection
+from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_lock_path
+from bkeeper.meta.store import ANY_VERSION, NodeStore, join_path, parent_path
+from bkeeper.wire._pb import data_formats_pb2 as pb
+
+__all__ = ["UR_LAYOUT_TYPE", "UnderReplicationConfig", "UnderReplicationManager",
+           "UnderreplicatedLedger", "auditor_election"]  # fmt: skip
+
+UR_LAYOUT_TYPE = "BASIC"
+UR_LAYOUT_VERSION = 1
+
+_HEX_LEVELS = 4
+
+_M = TypeVar("_M", bound=Message)
+
+
+@dataclass(frozen=True)
+class UnderReplicationConfig:
+    mark_attempts_max: int = 16
+
+    def __post_init__(self) -> None:
+        if self.mark_attempts_max < 1:
+            raise ConfigError("mark_attempts_max: must be >= 1")
+
+
+@dataclass(frozen=True)
+class UnderreplicatedLedger:
+    ledger_id: LedgerId
+    missing_replicas: tuple[str, ...]
+    ctime_ms: int | None
+    version: int
+
+
+def auditor_election(store: NodeStore, root: str, bookie_id: str) -> LeaderElection:
+    """The auditor election of the cluster under ``root``, with ``bookie_id`` as candidate."""
+    vote = text_format.MessageToString(pb.AuditorVoteFormat(bookieId=bookie_id)).encode()
+    directory = join_path(root, UNDERREPLICATION, "auditorelection")
+    return LeaderElection(store, directory, vote, prefix="V_")
+
+
+class UnderReplicationManager:
+    """Mark, list, lock, release and remove under-replicated ledgers; the disable flag."""
+
+    def __init__(
+        self,
+        store: NodeStore,
+        root: str,
+        *,
+        clock: Clock | None = None,
+        config: UnderReplicationConfig | None = None,
+    ) -> None:
+        self._store = store
+        self._base = join_path(root, UNDERREPLICATION)
+        self._root = root
+        self._clock = clock or SystemClock()
+        self._config = config or UnderReplicationConfig()
+        self._locked_versions: dict[int, int] = {}
+
+    async def ensure_layout(self) -> None:
+        """Create the layout nodes if missing; ``MetadataError`` if another layout is there."""
+        layout = pb.LedgerRereplicationLayoutFormat(type=UR_LAYOUT_TYPE, version=UR_LAYOUT_VERSION)
+        await self._create_if_missing(
+            join_path(self._base, LAYOUT), text_format.MessageToString(layout).encode()
+        )
+        data, _version = await self._store.get(join_path(self._base, LAYOUT))
+        found = _parse_text(data, pb.LedgerRereplicationLayoutFormat())
+        if (found.type, found.version) != (UR_LAYOUT_TYPE, UR_LAYOUT_VERSION):
+            raise MetadataError(f"under-replication layout {found.type}:{found.version} unknown")
+        for name in ("ledgers", "locks"):
+            await self._create_if_missing(join_path(self._base, name), b"")
+
+    async def mark_underreplicated(self, ledger_id: int, missing_replicas: Iterable[str]) -> None:
+        """Queue ``ledger_id`` (or add to its missing replicas if queued already)."""
+        path = ur_ledger_path(self._root, ledger_id)
+        replicas = list(dict.fromkeys(missing_replicas))
+        for _attempt in range(self._config.mark_attempts_max):
+            message = pb.UnderreplicatedLedgerFormat(replica=replicas, ctime=self._clock.wall_ms())
+            try:
+                await self._store.create(path, _text(message), make_parents=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                await self._merge(ledger_id, replicas)
+                return
+            except (MetadataVersionError, NoNodeError):
+                continue  # changed or removed meanwhile: try again
+        raise MetadataError(f"ledger {ledger_id}: could not mark it under-replicated")
+
+    async def get(self, ledger_id: int) -> UnderreplicatedLedger | None:
+        """The queue entry of ``ledger_id``, or None if it is not queued."""
+        try:
+            data, version = await self._store.get(ur_ledger_path(self._root, ledger_id))
+        except NoNodeError:
+            return None
+        message = _parse_text(data, pb.UnderreplicatedLedgerFormat())
+        ctime = message.ctime if message.HasField("ctime") else None
+        return UnderreplicatedLedger(LedgerId(ledger_id), tuple(message.replica), ctime, version)
+
+    async def ledgers(self) -> AsyncIterator[UnderreplicatedLedger]:
+        """Every queued ledger, ascending by id."""
+        async for ledger_id in self._walk(join_path(self._base, "ledgers"), 0):
+            entry = await self.get(ledger_id)
+            if entry is not None:
+                yield entry
+
+    async def try_lock(self, ledger_id: int, holder: str) -> bool:
+        """Take the replication lock of a queued ledger; False if locked or not queued."""
+        path = ur_lock_path(self._root, ledger_id)
+        data = _text(pb.LockDataFormat(bookieId=holder))
+        try:
+            await self._store.create(path, data, ephemeral=True, make_parents=True)
+        except NodeExistsError:
+            stat = await self._store.exists(path)
+            if stat is None or stat.ephemeral_owner != self._store.session_id:
+                return False
+        entry = await self.get(ledger_id)
+        if entry is None:
+            await self.release(ledger_id)
+            return False
+        self._locked_versions[ledger_id] = entry.version
+        return True
+
+    async def lock_next(self, holder: str) -> UnderreplicatedLedger | None:
+        """Lock the first queued ledger nobody works on; None if there is none."""
+        async for entry in self.ledgers():
+            if await self.try_lock(entry.ledger_id, holder):
+                return await self.get(entry.ledger_id) or entry
+        return None
+
+    async def release(self, ledger_id: int) -> None:
+        """Give up the lock (the ledger stays queued)."""
+        self._locked_versions.pop(ledger_id, None)
+        with contextlib.suppress(NoNodeError):
+            await self._store.delete(ur_lock_path(self._root, ledger_id))
+
+    async def mark_replicated(self, ledger_id: int) -> None:
+        """Remove the ledger from the queue (unless marked again since it was locked)."""
+        path = ur_ledger_path(self._root, ledger_id)
+        version = self._locked_versions.get(ledger_id, ANY_VERSION)
+        try:
+            await self._store.delete(path, version)
+            await self._prune(parent_path(path))
+        except (NoNodeError, MetadataVersionError):
+            pass  # gone already, or marked again: it stays for another round
+        finally:
+            await self.release(ledger_id)
+
+    async def disable(self) -> None:
+        await self._create_if_missing(join_path(self._base, "disable"), b"")
+
+    async def enable(self) -> None:
+        with contextlib.suppress(NoNodeError):
+            await self._store.delete(join_path(self._base, "disable"))
+
+    async def is_enabled(self) -> bool:
+        return await self._store.exists(join_path(self._base, "disable")) is None
+
+    async def _merge(self, ledger_id: int, replicas: list[str]) -> None:
+        entry = await self.get(ledger_id)
+        if entry is None:
+            raise NoNodeError(f"ledger {ledger_id} left the queue")
+        merged = list(dict.fromkeys([*entry.missing_replicas, *replicas]))
+        if merged == list(entry.missing_replicas):
+            return
+        message = pb.UnderreplicatedLedgerFormat(replica=merged)
+        if entry.ctime_ms is not None:
+            message.ctime = entry.ctime_ms
+        await self._store.set(ur_ledger_path(self._root, ledger_id), _text(message), entry.version)
+
+    async def _walk(self, directory: str, level: int) -> AsyncIterator[LedgerId]:
+        try:
+            names = await self._store.children(directory)
+        except NoNodeError:
+            return
+        for name in names:
+            if level < _HEX_LEVELS and len(name) == 4 and _is_hex(name):
+                async for ledger_id in self._walk(join_path(directory, name), level + 1):
+                    yield ledger_id
+            elif level == _HEX_LEVELS and name.startswith("urL") and name[3:].isdigit():
+                yield LedgerId(int(name[3:]))
+
+    async def _prune(self, directory: str) -> None:
+        ledgers_dir = join_path(self._base, "ledgers")
+        while directory != ledgers_dir and directory.startswith(ledgers_dir):
+            try:
+                await self._store.delete(directory)
+            except (NotEmptyError, NoNodeError):
+                return
+            directory = parent_path(directory)
+
+    async def _create_if_missing(self, path: str, data: bytes) -> None:
+        with contextlib.suppress(NodeExistsError):
+            await self._store.create(path, data, make_parents=True)
+
+
+def _text(message: Message) -> bytes:
+    return text_format.MessageToString(message).encode()
+
+
+def _parse_text(data: bytes, message: _M) -> _M:
+    try:
+        return text_format.Parse(data.decode(), message)
+    except (UnicodeDecodeError, text_format.ParseError) as exc:
+        raise ProtocolError(f"under-replication node is unreadable: {exc}") from exc
+
+
+def _is_hex(name: str) -> bool:
+    return all(c in "0123456789abcdef" for c in name)

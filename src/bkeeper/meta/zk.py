@@ -1,0 +1,432 @@
+"""The ``zk://`` driver: :class:`ZkNodeStore`, the node store port over kazoo.
+
+The only module of the library that imports kazoo. kazoo runs its own threads; every result,
+watch and session callback crosses to the event loop with ``loop.call_soon_threadsafe`` and
+never blocks kazoo's threads. Blocking kazoo calls (start, stop) run in worker threads.
+
+Invariants:
+
+* kazoo errors never escape: they are translated through :data:`KAZOO_ERRORS` (first match
+  along the exception's class hierarchy) with ``raise ... from``.
+* kazoo forgets all watches whenever the connection drops, so the store keeps its own table of
+  watch slots (one per kind and path). On every ``CONNECTED`` it arms each slot again and
+  sends its subscribers ``RESET``. A fired watch is armed again *before* its event reaches
+  persistent subscribers, so a subscriber that reads after the event cannot miss a change.
+  Callbacks carry a generation number and stale ones are ignored.
+* kazoo opens a new session by itself after expiry (``LOST`` then ``CONNECTED``); the store
+  reports ``EXPIRED`` then ``CONNECTED`` with the new session id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState, WatchedEvent
+
+from bkeeper.common.errors import (
+    ConnectionLossError,
+    MetadataClosedError,
+    MetadataError,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
+from bkeeper.meta.events import Subscription, TaskOwner
+from bkeeper.meta.store import (
+    ANY_VERSION,
+    EventType,
+    NodeStat,
+    SessionEvent,
+    SessionState,
+    StoreConfig,
+    WatchEvent,
+    WatchKind,
+    check_path,
+)
+
+__all__ = ["ARM_ATTEMPTS_MAX", "EXPIRE_ATTEMPTS_MAX", "KAZOO_ERRORS", "ZkNodeStore"]
+
+_log = logging.getLogger(__name__)
+
+#: How often arming a children watch may race with its node appearing and vanishing.
+ARM_ATTEMPTS_MAX = 8
+
+#: How often ``expire_session`` tries to close the session from a second connection.
+EXPIRE_ATTEMPTS_MAX = 3
+
+#: kazoo exception class -> bkeeper error class. Subclasses come before their bases.
+KAZOO_ERRORS: dict[type[BaseException], type[MetadataError]] = {
+    kz.NoNodeError: NoNodeError,
+    kz.NodeExistsError: NodeExistsError,
+    kz.BadVersionError: MetadataVersionError,
+    kz.NotEmptyError: NotEmptyError,
+    kz.ZookeeperStoppedError: MetadataClosedError,
+    kz.ConnectionClosedError: ConnectionLossError,
+    kz.SessionExpiredError: SessionExpiredError,
+    kz.ConnectionLoss: ConnectionLossError,
+    kz.ConnectionDropped: ConnectionLossError,
+    kz.OperationTimeoutError: ConnectionLossError,
+    KazooTimeoutError: ConnectionLossError,
+}
+
+_EVENT_TYPES = {
+    "CREATED": EventType.CREATED,
+    "DELETED": EventType.DELETED,
+    "CHANGED": EventType.CHANGED,
+    "CHILD": EventType.CHILDREN_CHANGED,
+}
+
+_WatchKey = tuple[WatchKind, str]
+
+
+def translate(exc: BaseException) -> MetadataError:
+    """The bkeeper error for a kazoo error (``MetadataError`` when it has no closer match)."""
+    for cls in type(exc).__mro__:
+        target = KAZOO_ERRORS.get(cls)
+        if target is not None:
+            return target(f"{type(exc).__name__}: {exc}".rstrip(": "))
+    return MetadataError(f"ZooKeeper: {type(exc).__name__}: {exc}")
+
+
+@dataclass
+class _Slot:
+    """Subscribers of one (kind, path) and the state of the kazoo watch behind them."""
+
+    subs: dict[Subscription[WatchEvent], bool] = field(default_factory=dict)
+    generation: int = 0
+    armed: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ZkNodeStore:
+    """The node store over a ZooKeeper ensemble; open with :meth:`connect`."""
+
+    def __init__(self, hosts: str, config: StoreConfig) -> None:
+        self._hosts = hosts
+        self._config = config
+        self._loop = asyncio.get_running_loop()
+        self._client = _new_client(hosts, config)
+        self._state = SessionState.SUSPENDED
+        self._session_id = 0
+        self._closing = False
+        self._slots: dict[_WatchKey, _Slot] = {}
+        self._generation = 0
+        self._session_subs: set[Subscription[SessionEvent]] = set()
+        self._tasks = TaskOwner(f"zk {hosts}")
+
+    @classmethod
+    async def connect(cls, hosts: str, config: StoreConfig | None = None) -> ZkNodeStore:
+        """Connect to ``hosts`` ("h1:p1,h2:p2"); ``ConnectionLossError`` on timeout."""
+        store = cls(hosts, config or StoreConfig())
+        store._client.add_listener(store._on_state_threadsafe)
+        timeout_s = store._config.connect_timeout_ms / 1000
+        try:
+            await asyncio.to_thread(store._client.start, timeout_s)
+        except (KazooTimeoutError, kz.KazooException) as exc:
+            await asyncio.to_thread(_stop_client, store._client)
+            raise ConnectionLossError(
+                f"ZooKeeper at {hosts}: no session within {timeout_s:g} s"
+            ) from exc
+        store._session_id = store._client.client_id[0]
+        store._state = SessionState.CONNECTED
+        return store
+
+    @property
+    def hosts(self) -> str:
+        return self._hosts
+
+    @property
+    def session_id(self) -> int:
+        return self._session_id
+
+    @property
+    def session_state(self) -> SessionState:
+        return self._state
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        created: str = await self._call(
+            self._client.create_async,
+            check_path(path),
+            data,
+            ephemeral=ephemeral,
+            sequence=sequential,
+            makepath=make_parents,
+        )
+        return created
+
+    async def get(self, path: str) -> tuple[bytes, int]:
+        data, stat = await self._call(self._client.get_async, check_path(path))
+        return bytes(data or b""), int(stat.version)
+
+    async def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> int:
+        stat = await self._call(self._client.set_async, check_path(path), data, version)
+        return int(stat.version)
+
+    async def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        await self._call(self._client.delete_async, check_path(path), version)
+
+    async def children(self, path: str) -> list[str]:
+        names = await self._call(self._client.get_children_async, check_path(path))
+        return sorted(names)
+
+    async def exists(self, path: str) -> NodeStat | None:
+        stat = await self._call(self._client.exists_async, check_path(path))
+        return None if stat is None else _node_stat(stat)
+
+    async def watch(
+        self, path: str, kind: WatchKind = WatchKind.DATA, *, persistent: bool = False
+    ) -> Subscription[WatchEvent]:
+        key = (kind, check_path(path))
+        if sum(len(slot.subs) for slot in self._slots.values()) >= self._config.watches_max:
+            raise MetadataError(f"{self._config.watches_max} watches open (watches_max)")
+        slot = self._slots.setdefault(key, _Slot())
+        sub: Subscription[WatchEvent] = Subscription(
+            limit=self._config.watch_events_max,
+            one_shot=not persistent,
+            on_close=functools.partial(self._unwatch, key),
+        )
+        slot.subs[sub] = persistent
+        try:
+            await self._ensure_armed(key, slot)
+        except BaseException:
+            sub.close()
+            raise
+        return sub
+
+    def session_events(self) -> Subscription[SessionEvent]:
+        sub: Subscription[SessionEvent] = Subscription(
+            limit=self._config.session_events_max, on_close=self._session_subs.discard
+        )
+        self._session_subs.add(sub)
+        return sub
+
+    async def expire_session(self) -> None:
+        events = self.session_events()
+        try:
+            for _attempt in range(EXPIRE_ATTEMPTS_MAX):
+                old = self._session_id
+                await asyncio.to_thread(self._close_session_elsewhere, self._client.client_id)
+                if await self._wait_new_session(events, old):
+                    return
+            raise MetadataError(f"could not expire session {old:#x} of {self._hosts}")
+        finally:
+            events.close()
+
+    async def aclose(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        for slot in list(self._slots.values()):
+            for sub in list(slot.subs):
+                sub.close()
+        await self._tasks.aclose()
+        self._client.remove_listener(self._on_state_threadsafe)
+        await asyncio.to_thread(_stop_client, self._client)
+        self._announce(SessionState.CLOSED)
+        for session_sub in list(self._session_subs):
+            session_sub.close()
+
+    async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one kazoo ``*_async`` call and await its result on this loop."""
+        if self._closing:
+            raise MetadataClosedError(f"ZooKeeper store {self._hosts} is closed")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        try:
+            method(*args, **kwargs).rawlink(functools.partial(self._settle_threadsafe, future))
+            return await future
+        except (kz.KazooException, KazooTimeoutError) as exc:
+            raise translate(exc) from exc
+
+    def _settle_threadsafe(self, future: asyncio.Future[Any], result: Any) -> None:
+        # RuntimeError: the loop is closed, nobody awaits the result any more.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(_settle, future, result)
+
+    async def _ensure_armed(self, key: _WatchKey, slot: _Slot) -> None:
+        async with slot.lock:
+            if not slot.armed:
+                await self._arm(key, slot)
+
+    async def _arm(self, key: _WatchKey, slot: _Slot) -> None:
+        self._generation += 1
+        slot.generation = self._generation
+        callback = functools.partial(self._on_watch_threadsafe, key, slot.generation)
+        kind, path = key
+        for _attempt in range(ARM_ATTEMPTS_MAX):
+            if kind is WatchKind.DATA:
+                await self._call(self._client.exists_async, path, watch=callback)
+                slot.armed = True
+                return
+            try:
+                await self._call(self._client.get_children_async, path, watch=callback)
+                slot.armed = True
+                return
+            except NoNodeError:
+                pass
+            # No node: watch for its creation instead. If it appeared meanwhile, try again.
+            if await self._call(self._client.exists_async, path, watch=callback) is None:
+                slot.armed = True
+                return
+        raise MetadataError(f"{path}: could not arm a children watch in {ARM_ATTEMPTS_MAX} tries")
+
+    def _on_watch_threadsafe(self, key: _WatchKey, generation: int, event: WatchedEvent) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._on_watch, key, generation, event)
+
+    def _on_watch(self, key: _WatchKey, generation: int, event: WatchedEvent) -> None:
+        slot = self._slots.get(key)
+        event_type = _EVENT_TYPES.get(event.type)
+        if slot is None or generation != slot.generation or event_type is None:
+            return  # stale, or kazoo's NONE on a dropped connection (re-armed on CONNECTED)
+        if key[0] is WatchKind.CHILDREN and event_type is EventType.CHANGED:
+            return  # the creation watch of a children slot saw a data change: not ours
+        slot.armed = False
+        watch_event = WatchEvent(event_type, key[1])
+        if any(slot.subs.values()) and not self._closing:
+            self._tasks.spawn(self._rearm_then_deliver(key, slot, watch_event), "re-arm watch")
+        else:
+            _deliver(slot, watch_event)
+
+    async def _rearm_then_deliver(self, key: _WatchKey, slot: _Slot, event: WatchEvent) -> None:
+        try:
+            await self._ensure_armed(key, slot)
+        except MetadataError as exc:  # armed again with a RESET on the next CONNECTED
+            _log.debug("re-arming %s failed: %s", key, exc)
+        finally:
+            _deliver(slot, event)
+
+    async def _rearm_all(self) -> None:
+        for key, slot in list(self._slots.items()):
+            slot.armed = False
+            try:
+                await self._ensure_armed(key, slot)
+            except MetadataError as exc:
+                _log.debug("re-arming %s failed: %s", key, exc)
+            _deliver(slot, WatchEvent(EventType.RESET, key[1]))
+
+    def _unwatch(self, key: _WatchKey, sub: Subscription[WatchEvent]) -> None:
+        slot = self._slots.get(key)
+        if slot is not None:
+            slot.subs.pop(sub, None)
+            if not slot.subs:
+                del self._slots[key]
+
+    def _on_state_threadsafe(self, state: str) -> None:
+        client_id = self._client.client_id
+        session_id = client_id[0] if client_id else 0
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._on_state, state, session_id)
+
+    def _on_state(self, state: str, session_id: int) -> None:
+        if self._closing:
+            return
+        if state == KazooState.CONNECTED:
+            self._session_id = session_id or self._session_id
+            self._announce(SessionState.CONNECTED)
+            self._tasks.spawn(self._rearm_all(), "re-arm watches")
+        elif state == KazooState.SUSPENDED:
+            for slot in self._slots.values():
+                slot.armed = False
+            self._announce(SessionState.SUSPENDED)
+        elif state == KazooState.LOST:
+            self._announce(SessionState.EXPIRED)
+
+    def _announce(self, state: SessionState) -> None:
+        if self._state is state and state is not SessionState.CONNECTED:
+            return
+        self._state = state
+        for sub in list(self._session_subs):
+            sub.push(SessionEvent(state, self._session_id))
+
+    def _close_session_elsewhere(self, client_id: tuple[int, bytes] | None) -> None:
+        """Blocking: take over the session from a second connection and close it there."""
+        if client_id is None:
+            return
+        other = KazooClient(
+            self._hosts, client_id=client_id, timeout=self._config.session_timeout_ms / 1000
+        )
+        try:
+            other.start(self._config.connect_timeout_ms / 1000)
+        except (KazooTimeoutError, kz.KazooException):
+            pass  # the session is gone already
+        finally:
+            _stop_client(other)
+
+    async def _wait_new_session(self, events: Subscription[SessionEvent], old: int) -> bool:
+        expired = False
+        try:
+            async with asyncio.timeout(self._config.connect_timeout_ms / 1000):
+                async for event in events:
+                    expired = expired or event.state is SessionState.EXPIRED
+                    if expired and event.state is SessionState.CONNECTED:
+                        return event.session_id != old
+        except TimeoutError:
+            pass
+        return False
+
+
+def _new_client(hosts: str, config: StoreConfig) -> KazooClient:
+    # Reconnecting never gives up while the store is open (kazoo stops it on ``stop``); the
+    # named bound is the longest pause between attempts.
+    retry = {
+        "max_tries": -1,
+        "delay": 0.05,
+        "max_jitter": 0.1,
+        "max_delay": config.reconnect_delay_ms_max / 1000,
+    }
+    return KazooClient(
+        hosts,
+        timeout=config.session_timeout_ms / 1000,
+        connection_retry=retry,
+        randomize_hosts=True,
+    )
+
+
+def _stop_client(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if future.done():
+        return
+    exception = result.exception
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result.value)
+
+
+def _deliver(slot: _Slot, event: WatchEvent) -> None:
+    for sub in list(slot.subs):
+        sub.push(event)
+
+
+def _node_stat(stat: Any) -> NodeStat:
+    return NodeStat(
+        version=int(stat.version),
+        ephemeral_owner=int(stat.ephemeralOwner),
+        num_children=int(stat.numChildren),
+        child_version=int(stat.cversion),
+    )

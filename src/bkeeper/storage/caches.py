@@ -1,0 +1,136 @@
+"""The write cache (entries not yet in an entry log) and the read cache (recently flushed).
+
+Neither class locks: both are used under the storage lock.
+
+Write cache: adds go to the *active* map; a flush swaps it out as the *flushing* map, writes
+that to an entry log and then drops it. Together they hold at most ``bytes_max``; a flush is
+wanted once the active map holds half of that (as Apache BookKeeper's two write caches).
+
+Read cache: entries just flushed, so that tailing readers are served from memory. FIFO
+eviction, at most ``bytes_max`` bytes of bodies.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from bkeeper.storage.ledger_state import LedgerState
+
+__all__ = ["FlushBatch", "ReadCache", "WriteCache"]
+
+#: What a flush writes: ledger id -> (its state when the flush started, entry id -> body).
+FlushBatch = dict[int, tuple[LedgerState, dict[int, bytes]]]
+
+
+class WriteCache:
+    """Entries added but not yet written to an entry log."""
+
+    __slots__ = ("active", "active_bytes", "bytes_max", "flushing", "flushing_bytes")
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self.active: dict[int, dict[int, bytes]] = {}
+        self.active_bytes = 0
+        self.flushing: FlushBatch = {}
+        self.flushing_bytes = 0
+
+    def has_room(self, size: int) -> bool:
+        return self.active_bytes + self.flushing_bytes + size <= self.bytes_max
+
+    def wants_flush(self) -> bool:
+        return self.active_bytes * 2 >= self.bytes_max
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        entries = self.active.get(ledger_id)
+        if entries is not None:
+            body = entries.get(entry_id)
+            if body is not None:
+                return body
+        flushing = self.flushing.get(ledger_id)
+        return flushing[1].get(entry_id) if flushing is not None else None
+
+    def entry_ids(self, ledger_id: int) -> set[int]:
+        ids = set(self.active.get(ledger_id, ()))
+        flushing = self.flushing.get(ledger_id)
+        if flushing is not None:
+            ids.update(flushing[1])
+        return ids
+
+    def swap(self, ledgers: dict[int, LedgerState]) -> FlushBatch:
+        """Start a flush: the active map becomes the flushing one (which must be empty)."""
+        assert not self.flushing, "a flush is already in progress"
+        self.flushing = {lid: (ledgers[lid], entries) for lid, entries in self.active.items()}
+        self.flushing_bytes = self.active_bytes
+        self.active = {}
+        self.active_bytes = 0
+        return self.flushing
+
+    def finish_flush(self) -> None:
+        self.flushing = {}
+        self.flushing_bytes = 0
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        entries = self.active.pop(ledger_id, None)
+        if entries is not None:
+            self.active_bytes -= sum(len(body) for body in entries.values())
+        # The flusher works from its own copy of the batch; the deleted state tells it not to
+        # index these entries. Their bytes are released when the flush finishes.
+        self.flushing.pop(ledger_id, None)
+
+
+class ReadCache:
+    """Recently flushed entries, FIFO, bounded by bytes."""
+
+    __slots__ = ("_bytes", "_bytes_max", "_count", "_ledgers", "_order")
+
+    def __init__(self, bytes_max: int) -> None:
+        self._bytes_max = bytes_max
+        self._bytes = 0
+        self._count = 0
+        self._ledgers: dict[int, dict[int, bytes]] = {}
+        self._order: deque[tuple[int, int]] = deque()
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def put(self, ledger_id: int, entry_id: int, body: bytes) -> None:
+        if len(body) > self._bytes_max:
+            return
+        entries = self._ledgers.setdefault(ledger_id, {})
+        old = entries.get(entry_id)
+        if old is not None:
+            self._bytes -= len(old)
+            self._count -= 1
+        entries[entry_id] = body
+        self._count += 1
+        self._bytes += len(body)
+        self._order.append((ledger_id, entry_id))
+        while self._bytes > self._bytes_max:
+            self._evict_one()
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        entries = self._ledgers.get(ledger_id)
+        return entries.get(entry_id) if entries is not None else None
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        entries = self._ledgers.pop(ledger_id, None)
+        if entries is None:
+            return
+        self._bytes -= sum(len(body) for body in entries.values())
+        self._count -= len(entries)
+        if len(self._order) > 2 * self._count + 1024:  # keep the FIFO free of stale keys
+            live = self._ledgers
+            self._order = deque(k for k in self._order if k[1] in live.get(k[0], ()))
+
+    def _evict_one(self) -> None:
+        ledger_id, entry_id = self._order.popleft()
+        entries = self._ledgers.get(ledger_id)
+        if entries is None:
+            return
+        body = entries.pop(entry_id, None)
+        if body is not None:
+            self._bytes -= len(body)
+            self._count -= 1
+        if not entries:
+            del self._ledgers[ledger_id]

@@ -1,0 +1,85 @@
+"""Configuration of the storage engine: one frozen dataclass, validated on creation.
+
+Every limit has its unit in its name. :class:`~bkeeper.common.errors.ConfigError` names the
+offending field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bkeeper.common.errors import ConfigError
+
+__all__ = ["StorageConfig"]
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+#: An entry log location packs the byte offset into 32 bits (as Apache BookKeeper does).
+ENTRY_LOG_BYTES_LIMIT = 4 * GIB - 1
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Limits and switches of one bookie's storage engine.
+
+    Group commit: the journal thread writes everything queued as one group (one write and one
+    fdatasync). When it has been idle it writes a new record at once; while busy it starts the
+    next group no sooner than ``journal_max_group_wait_ms`` after the previous one started,
+    unless ``journal_group_bytes_max`` or ``journal_group_entries_max`` is reached first. The
+    queue between the caller and the journal thread holds at most
+    ``journal_queue_entries_max`` records and ``journal_queue_bytes_max`` bytes; beyond that
+    adds fail with ``TooManyRequestsError``.
+
+    The write cache (entries not yet in an entry log) holds at most ``write_cache_bytes_max``;
+    a background flush starts when half of it is in use. The read cache keeps recently flushed
+    entries for tailing readers, at most ``read_cache_bytes_max``.
+    """
+
+    data_dir: str
+    journal_max_group_wait_ms: float = 1.0
+    journal_group_bytes_max: int = 512 * KIB
+    journal_group_entries_max: int = 10_000
+    journal_queue_entries_max: int = 50_000
+    journal_queue_bytes_max: int = 64 * MIB
+    journal_file_bytes_max: int = 512 * MIB
+    journal_skip_corrupt_records: bool = False
+    write_cache_bytes_max: int = 64 * MIB
+    read_cache_bytes_max: int = 32 * MIB
+    entry_log_bytes_max: int = GIB
+    entry_log_read_handles_max: int = 64
+    index_compaction_bytes_min: int = 64 * MIB
+
+    def __post_init__(self) -> None:
+        if not self.data_dir:
+            raise ConfigError("data_dir: a data directory is required")
+        wait = self.journal_max_group_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 1000:
+            raise ConfigError(f"journal_max_group_wait_ms: must be 0..1000, got {wait!r}")
+        for name in (
+            "journal_group_bytes_max",
+            "journal_group_entries_max",
+            "journal_queue_entries_max",
+            "journal_queue_bytes_max",
+            "journal_file_bytes_max",
+            "write_cache_bytes_max",
+            "read_cache_bytes_max",
+            "entry_log_bytes_max",
+            "entry_log_read_handles_max",
+            "index_compaction_bytes_min",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if self.entry_log_bytes_max > ENTRY_LOG_BYTES_LIMIT:
+            raise ConfigError(
+                f"entry_log_bytes_max: at most {ENTRY_LOG_BYTES_LIMIT} (32-bit offsets), "
+                f"got {self.entry_log_bytes_max}"
+            )
+        if not isinstance(self.journal_skip_corrupt_records, bool):
+            raise ConfigError("journal_skip_corrupt_records: must be a bool")
+
+    @property
+    def journal_max_group_wait_s(self) -> float:
+        return self.journal_max_group_wait_ms / 1000.0

@@ -1,0 +1,191 @@
+"""Entry logs: append-only files holding entry bodies flushed from the write cache.
+
+An entry log ``<log id as 16 hex digits>.log`` is::
+
+    header   16 bytes: magic b"BKEL" | version u32 (=1) | log id u64
+    record*  length u32 | crc32c u32 (CRC-32C of the body) | body
+
+An entry's *location* is ``log id << 32 | offset of its record`` (Apache BookKeeper packs
+locations the same way), so a log holds at most 4 GiB and log ids stay below 2**31.
+
+Invariants: a log is only appended to, by one writer (the flusher); each run of the engine
+starts a new log, so a torn tail from a crash is never appended to; the location index only
+ever points at records that were fdatasynced before the index was persisted. Space of deleted
+ledgers is reclaimed by garbage collection, later (not here).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Sequence
+
+from crc32c import crc32c
+
+from bkeeper.common.errors import CorruptRecordError
+from bkeeper.storage.filesystem import FileSystem, ReadableFile, WritableFile
+
+__all__ = [
+    "ENTRY_LOG_HEADER_BYTES",
+    "EntryLogReader",
+    "EntryLogWriter",
+    "entry_log_id",
+    "entry_log_name",
+    "location_of",
+]
+
+MAGIC = b"BKEL"
+VERSION = 1
+SUFFIX = ".log"
+_HEADER = struct.Struct(">4sIQ")
+ENTRY_LOG_HEADER_BYTES = _HEADER.size
+_RECORD = struct.Struct(">II")
+_OFFSET_MASK = (1 << 32) - 1
+#: A read fetches the record header and this many body bytes at once (one pread for most
+#: entries); longer bodies take a second pread.
+_READ_AHEAD_BYTES = 8192
+
+
+def entry_log_name(log_id: int) -> str:
+    return f"{log_id:016x}{SUFFIX}"
+
+
+def entry_log_id(name: str) -> int | None:
+    """The id in an entry log file name, or None for any other file."""
+    if not name.endswith(SUFFIX) or len(name) != 16 + len(SUFFIX):
+        return None
+    try:
+        return int(name[:16], 16)
+    except ValueError:
+        return None
+
+
+def location_of(log_id: int, offset: int) -> int:
+    return (log_id << 32) | offset
+
+
+class EntryLogWriter:
+    """Appends batches of entries to the current entry log, rolling by size.
+
+    Used by one thread at a time (the flush lock). Rolled logs are synced before they are
+    closed; :meth:`sync` syncs the current one.
+    """
+
+    def __init__(self, fs: FileSystem, directory: str, log_id: int, log_bytes_max: int) -> None:
+        self._fs = fs
+        self._directory = directory
+        self._next_id = log_id
+        self._log_bytes_max = log_bytes_max
+        self._file: WritableFile | None = None
+        self._log_id = -1
+        self._unsynced = False
+
+    def append(self, bodies: Sequence[bytes]) -> list[int]:
+        """Append ``bodies`` (one write per log touched); their locations, in order."""
+        locations: list[int] = []
+        start = 0
+        while start < len(bodies):
+            file = self._writable(len(bodies[start]))
+            offset = file.size()
+            buf = bytearray()
+            end = start
+            while end < len(bodies):
+                body = bodies[end]
+                record_end = offset + len(buf) + _RECORD.size + len(body)
+                if end > start and record_end > self._log_bytes_max:
+                    break
+                locations.append(location_of(self._log_id, offset + len(buf)))
+                buf += _RECORD.pack(len(body), crc32c(body))
+                buf += body
+                end += 1
+            file.write(buf)
+            self._unsynced = True
+            start = end
+        return locations
+
+    def sync(self) -> None:
+        """Make every appended entry durable."""
+        if self._file is not None and self._unsynced:
+            self._file.sync()
+            self._unsynced = False
+
+    def close(self) -> None:
+        if self._file is not None:
+            self.sync()
+            self._file.close()
+            self._file = None
+
+    def _writable(self, next_body_bytes: int) -> WritableFile:
+        file = self._file
+        needed = _RECORD.size + next_body_bytes
+        if file is not None and (
+            file.size() + needed <= self._log_bytes_max or file.size() == ENTRY_LOG_HEADER_BYTES
+        ):
+            return file
+        self.close()
+        self._log_id = self._next_id
+        self._next_id += 1
+        path = os.path.join(self._directory, entry_log_name(self._log_id))
+        file = self._fs.open_append(path)
+        file.write(_HEADER.pack(MAGIC, VERSION, self._log_id))
+        file.sync()
+        self._fs.fsync_dir(self._directory)
+        self._file = file
+        return file
+
+
+class EntryLogReader:
+    """Reads entries by location; keeps at most ``handles_max`` logs open (thread-safe)."""
+
+    def __init__(self, fs: FileSystem, directory: str, handles_max: int) -> None:
+        self._fs = fs
+        self._directory = directory
+        self._handles_max = handles_max
+        self._handles: dict[int, ReadableFile] = {}
+        self._lock = threading.Lock()
+
+    def read(self, location: int) -> bytes:
+        """The body stored at ``location``; CorruptRecordError if it fails its checksum."""
+        log_id, offset = location >> 32, location & _OFFSET_MASK
+        with self._lock:  # held across the reads so that no eviction closes the handle
+            handle = self._handle_locked(log_id)
+            data = handle.read_at(offset, _RECORD.size + _READ_AHEAD_BYTES)
+            if len(data) < _RECORD.size:
+                raise self._corrupt(log_id, offset, "short record header")
+            length, crc = _RECORD.unpack_from(data)
+            body = data[_RECORD.size : _RECORD.size + length]
+            if len(body) < length:
+                body += handle.read_at(offset + len(data), length - len(body))
+        if len(body) != length or crc32c(body) != crc:
+            raise self._corrupt(log_id, offset, "entry record fails its checksum")
+        return body
+
+    def forget(self, log_id: int) -> None:
+        """Close the handle of a log about to be removed."""
+        with self._lock:
+            handle = self._handles.pop(log_id, None)
+        if handle is not None:
+            handle.close()
+
+    def close(self) -> None:
+        with self._lock:
+            handles, self._handles = self._handles, {}
+        for handle in handles.values():
+            handle.close()
+
+    def _handle_locked(self, log_id: int) -> ReadableFile:
+        handle = self._handles.get(log_id)
+        if handle is None:
+            if len(self._handles) >= self._handles_max:
+                oldest = next(iter(self._handles))
+                self._handles.pop(oldest).close()
+            handle = self._fs.open_read(self._path(log_id))
+            self._handles[log_id] = handle
+        return handle
+
+    def _path(self, log_id: int) -> str:
+        return os.path.join(self._directory, entry_log_name(log_id))
+
+    def _corrupt(self, log_id: int, offset: int, reason: str) -> CorruptRecordError:
+        return CorruptRecordError(self._path(log_id), offset, reason)

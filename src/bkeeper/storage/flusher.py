@@ -1,0 +1,288 @@
+"""Flushes and checkpoints: write cache -> entry logs -> location index -> checkpoint file.
+
+A *flush* swaps the active write cache out (under the lock), appends its entries sorted by
+(ledger, entry) to the current entry log with one write, fdatasyncs it, then (under the lock,
+in short chunks) records their locations in the in-memory index, moves the bodies to the
+read cache and drops the flushed batch. The owned flusher thread runs one whenever the write
+cache is half full; one flush runs at a time (``_flush_lock``).
+
+A *checkpoint* (blocking, on the caller's thread) makes a restart cheap and lets old journal
+files go:
+
+1. read the journal mark M: every record before M was queued before now, so its effect is in
+   the write cache or already flushed;
+2. flush (so every entry before M is in a synced entry log);
+3. take the changes collected since the previous checkpoint (deleted ledgers, ledgers whose
+   persisted fields changed, location runs) and append them to the index file, fdatasync;
+4. atomically replace the checkpoint file with (M, index generation, index length, limbo);
+5. delete journal files wholly before M.
+
+The index file may hold effects of records after M (taken in step 3); replaying those
+records again is idempotent, so that is harmless. If a step fails, the taken changes are put
+back for the next checkpoint and the index file is cut back to its last committed length.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from array import array
+from collections.abc import Callable
+
+from bkeeper.common.errors import StorageError
+from bkeeper.storage.checkpoint_file import CheckpointRecord, write_checkpoint
+from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.engine import EngineState, PendingCheckpoint
+from bkeeper.storage.entry_log import EntryLogWriter
+from bkeeper.storage.filesystem import FileSystem, WritableFile
+from bkeeper.storage.index_file import (
+    INDEX_HEADER_BYTES,
+    IndexDelta,
+    LocationRun,
+    encode_delta,
+    encode_index_header,
+    index_file_name,
+)
+from bkeeper.storage.journal import JournalPosition
+from bkeeper.storage.journal_replay import journal_file_ids
+from bkeeper.storage.journal_format import journal_file_name
+from bkeeper.storage.ledger_state import LedgerState
+
+__all__ = ["Flusher", "StorageLayout"]
+
+log = logging.getLogger(__name__)
+
+#: Flushed entries are indexed under the lock this many at a time, so that the caller's
+#: thread never waits long for the lock.
+_APPLY_CHUNK_ENTRIES = 2048
+
+
+class StorageLayout:
+    """Where the engine's files live under ``data_dir``."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.current = os.path.join(data_dir, "current")
+        self.journal = os.path.join(self.current, "journal")
+        self.ledgers = os.path.join(self.current, "ledgers")
+        self.checkpoint = os.path.join(self.ledgers, "checkpoint")
+
+    def index(self, generation: int) -> str:
+        return os.path.join(self.ledgers, index_file_name(generation))
+
+
+class Flusher:
+    """Owns the entry log writer, the index file, the flusher thread and checkpoints."""
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        layout: StorageLayout,
+        config: StorageConfig,
+        engine: EngineState,
+        entry_log_id: int,
+        index: tuple[int, int],
+    ) -> None:
+        self._fs = fs
+        self._layout = layout
+        self._engine = engine
+        self._writer = EntryLogWriter(fs, layout.ledgers, entry_log_id, config.entry_log_bytes_max)
+        self._flush_lock = threading.Lock()
+        self._index_generation, self._index_bytes = index
+        self._index_file: WritableFile | None = None
+        self._journal_position: Callable[[], JournalPosition] = lambda: JournalPosition(0, 0)
+        self._on_failure: Callable[[BaseException], None] = lambda exc: None
+        self._stopping = False
+        self._old_index: str | None = None
+        self._thread = threading.Thread(target=self._run, name="bkeeper-flusher", daemon=True)
+        self.checkpoints = 0
+
+    def start(
+        self,
+        journal_position: Callable[[], JournalPosition],
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self._journal_position = journal_position
+        self._on_failure = on_failure
+        self._thread.start()
+
+    # -- flush -------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write everything in the write cache to entry logs (blocking)."""
+        with self._flush_lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        engine = self._engine
+        with engine.lock:
+            if engine.write_cache.flushing:
+                raise StorageError("an earlier flush failed; the write cache cannot be flushed")
+            work = list(engine.write_cache.swap(engine.ledgers).values())
+        work.sort(key=lambda item: item[0].ledger_id)
+        keys: list[tuple[LedgerState, int]] = []
+        bodies: list[bytes] = []
+        for state, entries in work:
+            for entry_id in sorted(entries):
+                keys.append((state, entry_id))
+                bodies.append(entries[entry_id])
+        locations = self._writer.append(bodies)
+        self._writer.sync()
+        self._apply_flush(keys, bodies, locations)
+
+    def _apply_flush(
+        self, keys: list[tuple[LedgerState, int]], bodies: list[bytes], locations: list[int]
+    ) -> None:
+        engine = self._engine
+        for start in range(0, len(keys), _APPLY_CHUNK_ENTRIES):
+            end = start + _APPLY_CHUNK_ENTRIES
+            with engine.lock:
+                for (state, entry_id), body, location in zip(
+                    keys[start:end], bodies[start:end], locations[start:end], strict=True
+                ):
+                    if not state.deleted:
+                        state.locations.set(entry_id, location)
+                        engine.read_cache.put(state.ledger_id, entry_id, body)
+        runs = _location_runs(keys, locations)
+        with engine.lock:
+            engine.pending.runs.extend(runs)
+            engine.write_cache.finish_flush()
+
+    # -- checkpoint --------------------------------------------------------------------
+    def checkpoint(self, full: bool = False) -> JournalPosition:
+        """Flush, persist the index and the journal mark; see the module docstring.
+
+        ``full`` writes the whole index as a new generation (only while nothing else runs:
+        when the engine opens). Returns the mark persisted.
+        """
+        with self._flush_lock:
+            with self._engine.lock:
+                mark = self._journal_position()
+            self._flush_locked()
+            with self._engine.lock:
+                pending = self._engine.take_pending_locked()
+                delta = _delta(pending, self._engine.ledgers if full else None)
+                limbo = self._engine.limbo
+            try:
+                self._persist(delta, mark, limbo, full)
+            except BaseException:
+                with self._engine.lock:
+                    self._engine.restore_pending_locked(pending)
+                raise
+            self.checkpoints += 1
+        self._delete_journals_before(mark.file_id)
+        return mark
+
+    def _persist(self, delta: IndexDelta, mark: JournalPosition, limbo: bool, full: bool) -> None:
+        data = encode_delta(delta)
+        if full or self._index_file is None:
+            self._start_index_generation(data)
+        elif data:
+            self._append_index(data)
+        record = CheckpointRecord(mark, self._index_generation, self._index_bytes, limbo)
+        write_checkpoint(self._fs, self._layout.checkpoint, record)
+
+    def _start_index_generation(self, data: bytes) -> None:
+        old_generation = self._index_generation
+        generation = old_generation + 1
+        path = self._layout.index(generation)
+        if self._fs.exists(path):
+            self._fs.remove(path)
+        file = self._fs.open_append(path)
+        file.write(encode_index_header(generation) + data)
+        file.sync()
+        self._fs.fsync_dir(self._layout.ledgers)
+        if self._index_file is not None:
+            self._index_file.close()
+        self._index_file = file
+        self._index_generation = generation
+        self._index_bytes = INDEX_HEADER_BYTES + len(data)
+        self._old_index = self._layout.index(old_generation) if old_generation else None
+
+    def _append_index(self, data: bytes) -> None:
+        file = self._index_file
+        assert file is not None
+        try:
+            file.write(data)
+            file.sync()
+        except BaseException:
+            file.close()
+            path = self._layout.index(self._index_generation)
+            self._fs.truncate(path, self._index_bytes)
+            self._index_file = self._fs.open_append(path)
+            raise
+        self._index_bytes += len(data)
+
+    def open_index(self) -> None:
+        """Continue the committed index file, cutting debris after its committed length."""
+        path = self._layout.index(self._index_generation)
+        if self._fs.size(path) > self._index_bytes:
+            self._fs.truncate(path, self._index_bytes)
+        self._index_file = self._fs.open_append(path)
+
+    def _delete_journals_before(self, file_id: int) -> None:
+        for old in journal_file_ids(self._fs, self._layout.journal):
+            if old < file_id:
+                self._fs.remove(os.path.join(self._layout.journal, journal_file_name(old)))
+        if self._old_index is not None:
+            if self._fs.exists(self._old_index):
+                self._fs.remove(self._old_index)
+            self._old_index = None
+
+    # -- thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        wanted = self._engine.flush_wanted
+        while True:
+            wanted.wait()
+            if self._stopping:
+                return
+            wanted.clear()
+            try:
+                self.flush()
+            except Exception as exc:
+                log.exception("background flush failed; storage stops accepting writes")
+                self._on_failure(exc)
+                return
+
+    def close(self) -> None:
+        """Stop the flusher thread and close files (the caller checkpoints first)."""
+        self._stopping = True
+        self._engine.flush_wanted.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._writer.close()
+        if self._index_file is not None:
+            self._index_file.close()
+            self._index_file = None
+
+
+def _location_runs(
+    keys: list[tuple[LedgerState, int]], locations: list[int]
+) -> list[tuple[LedgerState, LocationRun]]:
+    runs: list[tuple[LedgerState, LocationRun]] = []
+    current: LedgerState | None = None
+    for (state, entry_id), location in zip(keys, locations, strict=True):
+        if state is not current:
+            current = state
+            runs.append((state, LocationRun(state.ledger_id, array("q"), array("Q"))))
+        run = runs[-1][1]
+        run.entry_ids.append(entry_id)
+        run.locations.append(location)
+    return runs
+
+
+def _delta(pending: PendingCheckpoint, full: dict[int, LedgerState] | None) -> IndexDelta:
+    if full is not None:
+        states = sorted(full.values(), key=lambda s: s.ledger_id)
+        runs = []
+        for state in states:
+            items = list(state.locations.items())
+            if items:
+                ids = array("q", (entry_id for entry_id, _ in items))
+                locations = array("Q", (location for _, location in items))
+                runs.append(LocationRun(state.ledger_id, ids, locations))
+        return IndexDelta((), tuple(s.snapshot() for s in states), tuple(runs))
+    return IndexDelta(
+        tuple(pending.deleted),
+        tuple(s.snapshot() for s in pending.dirty),
+        tuple(run for state, run in pending.runs if not state.deleted),
+    )

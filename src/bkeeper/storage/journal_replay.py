@@ -1,0 +1,232 @@
+"""Journal replay at start: every record from the checkpoint mark on, in order.
+
+Rules (see :mod:`bkeeper.storage.journal_format` for the format):
+
+* Files are replayed in id order, the mark's file from the mark's offset, later files from
+  their header on. Files before the mark's file are not read.
+* A group is applied only when its header and all its records check out.
+* Damage (a bad header or checksum, a short group, a wrong record count) is a *torn tail*
+  when it is in the newest file and no valid group header follows it: only the group that
+  was being written when the process died can look like that, and none of its records was
+  acknowledged (acks wait for the group's fdatasync). The file is truncated at the start of
+  that group, durably, and replay ends.
+* Any other damage has good data after it: corruption in the middle. Replay refuses with
+  :class:`~bkeeper.common.errors.CorruptRecordError` naming the file and the offset, unless
+  ``skip_corrupt`` is set, in which case the damaged record is skipped (or the rest of its
+  group, or the span up to the next valid group, when lengths cannot be trusted), the good
+  records are applied and the outcome lists what was skipped. Skipped records may have been
+  acknowledged, so the engine answers "unknown" rather than "absent" afterwards (limbo).
+* A newest file holding only a torn header (a crash while it was created) is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bkeeper.common.errors import CorruptRecordError
+from bkeeper.storage.filesystem import FileSystem, ReadableFile
+from bkeeper.storage.journal import JournalPosition
+from bkeeper.storage.journal_format import (
+    FILE_HEADER_BYTES,
+    GROUP_HEADER_BYTES,
+    GroupHeader,
+    JournalRecord,
+    decode_group_header,
+    decode_record,
+    file_header_ok,
+    journal_file_id,
+    journal_file_name,
+)
+
+__all__ = ["ReplayOutcome", "journal_file_ids", "replay_journals"]
+
+log = logging.getLogger(__name__)
+
+_SCAN_WINDOW_BYTES = 4 * 1024 * 1024
+#: The first five header bytes of every group record: payload length 16, kind GROUP.
+_GROUP_SIGNATURE = b"\x00\x00\x00\x10\x00"
+
+
+@dataclass
+class ReplayOutcome:
+    """What replay did: counts, where it cut torn tails and which damage it skipped."""
+
+    records: int = 0
+    files: int = 0
+    cut: list[tuple[str, int]] = field(default_factory=list)
+    skipped: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+def journal_file_ids(fs: FileSystem, directory: str) -> list[int]:
+    """Ids of the journal files in ``directory``, ascending."""
+    ids = (journal_file_id(name) for name in fs.list_dir(directory))
+    return sorted(i for i in ids if i is not None)
+
+
+def replay_journals(
+    fs: FileSystem,
+    directory: str,
+    mark: JournalPosition,
+    skip_corrupt: bool,
+    apply: Callable[[JournalRecord], None],
+) -> ReplayOutcome:
+    """Apply every journal record from ``mark`` on, in order; see the module rules."""
+    outcome = ReplayOutcome()
+    ids = [i for i in journal_file_ids(fs, directory) if i >= mark.file_id]
+    if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
+        path = os.path.join(directory, journal_file_name(mark.file_id))
+        raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
+    for file_id in ids:
+        start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
+        replayer = _FileReplay(fs, directory, file_id, file_id == ids[-1], skip_corrupt)
+        replayer.run(start, apply, outcome)
+        outcome.files += 1
+    return outcome
+
+
+class _FileReplay:
+    """Replays one journal file."""
+
+    def __init__(
+        self, fs: FileSystem, directory: str, file_id: int, newest: bool, skip: bool
+    ) -> None:
+        self._fs = fs
+        self._path = os.path.join(directory, journal_file_name(file_id))
+        self._file_id = file_id
+        self._newest = newest
+        self._skip = skip
+
+    def run(
+        self, start: int, apply: Callable[[JournalRecord], None], outcome: ReplayOutcome
+    ) -> None:
+        handle = self._fs.open_read(self._path)
+        try:
+            self._run(handle, start, apply, outcome)
+        finally:
+            handle.close()
+
+    def _run(
+        self,
+        handle: ReadableFile,
+        start: int,
+        apply: Callable[[JournalRecord], None],
+        outcome: ReplayOutcome,
+    ) -> None:
+        size = handle.size()
+        if not file_header_ok(handle.read_at(0, FILE_HEADER_BYTES), self._file_id):
+            if self._newest and size <= FILE_HEADER_BYTES:
+                log.warning("%s: removing journal file with a torn header", self._path)
+                self._fs.remove(self._path)
+                outcome.cut.append((self._path, 0))
+                return
+            resume = self._on_damage(handle, outcome, _Damage(0, 0, "bad file header", 1, -1))
+            if resume is None:
+                return
+            start = max(start, resume)
+        if start > size:
+            raise CorruptRecordError(self._path, start, "journal ends before the checkpoint mark")
+        position: int | None = start
+        last_seq = -1
+        while position is not None and position < size:
+            position, last_seq = self._group(handle, size, position, last_seq, apply, outcome)
+
+    def _group(
+        self,
+        handle: ReadableFile,
+        size: int,
+        position: int,
+        last_seq: int,
+        apply: Callable[[JournalRecord], None],
+        outcome: ReplayOutcome,
+    ) -> tuple[int | None, int]:
+        """Replay the group at ``position``; the next position (None: stop) and last seq."""
+        head = handle.read_at(position, GROUP_HEADER_BYTES)
+        header = decode_group_header(head, 0)
+        if isinstance(header, str) or header.seq <= last_seq:
+            reason = f"bad group header: {header}" if isinstance(header, str) else "stale group"
+            damage = _Damage(position, position, reason, position + 1, last_seq)
+            return self._on_damage(handle, outcome, damage), last_seq
+        end = position + GROUP_HEADER_BYTES + header.records_bytes
+        if end > size:
+            reason = "group shorter than its header says"
+            damage = _Damage(position, size, reason, position + 1, header.seq)
+            return self._on_damage(handle, outcome, damage), header.seq
+        records, bad = _parse_group(handle.read_at(position, end - position), header)
+        if bad is not None:
+            damage = _Damage(position, position + bad[0], bad[1], end, header.seq, resume=end)
+            if self._on_damage(handle, outcome, damage) is None:
+                return None, header.seq
+        for record in records:
+            apply(record)
+        outcome.records += len(records)
+        return end, header.seq
+
+    def _on_damage(
+        self, handle: ReadableFile, outcome: ReplayOutcome, damage: _Damage
+    ) -> int | None:
+        """Decide torn tail vs corruption; the position to go on from, or None to stop."""
+        following = _find_group(handle, damage.search_from, damage.seq)
+        if following is None and self._newest:
+            log.warning("%s: cutting torn tail at %d (%s)", self._path, damage.group, damage.reason)
+            self._fs.truncate(self._path, damage.group)
+            outcome.cut.append((self._path, damage.group))
+            return None
+        if not self._skip:
+            raise CorruptRecordError(self._path, damage.offset, damage.reason)
+        log.error("%s: skipping corrupt journal data at %d: %s", self._path, damage.offset, damage.reason)
+        outcome.skipped.append((self._path, damage.offset, damage.reason))
+        return damage.resume if damage.resume is not None else following
+
+
+@dataclass(frozen=True, slots=True)
+class _Damage:
+    """Where replay found damage: the group it is in, the bad offset, why, where a following
+    good group may start and the seq it must exceed, and where to resume when skipping."""
+
+    group: int
+    offset: int
+    reason: str
+    search_from: int
+    seq: int
+    resume: int | None = None
+
+
+def _parse_group(
+    data: bytes, header: GroupHeader
+) -> tuple[list[JournalRecord], tuple[int, str] | None]:
+    """The good records of a group (offsets relative to its start) and its first damage."""
+    records: list[JournalRecord] = []
+    damage: tuple[int, str] | None = None
+    offset = GROUP_HEADER_BYTES
+    while offset < len(data):
+        record, end, reason = decode_record(data, offset)
+        if record is not None:
+            records.append(record)
+        elif damage is None:
+            damage = (offset, reason)
+        if end < 0 or end > len(data):
+            return records, damage or (offset, "record runs past its group")
+        offset = end
+    if damage is None and len(records) != header.count:
+        count = len(records)
+        damage = (GROUP_HEADER_BYTES, f"group holds {count} records, header says {header.count}")
+    return records, damage
+
+
+def _find_group(handle: ReadableFile, start: int, after_seq: int) -> int | None:
+    """The offset of the first valid group header at or after ``start`` with a higher seq."""
+    size = handle.size()
+    position = start
+    while position < size:
+        window = handle.read_at(position, _SCAN_WINDOW_BYTES + GROUP_HEADER_BYTES)
+        index = window.find(_GROUP_SIGNATURE)
+        while 0 <= index < _SCAN_WINDOW_BYTES:
+            header = decode_group_header(window, index)
+            if isinstance(header, GroupHeader) and header.seq > after_seq:
+                return position + index
+            index = window.find(_GROUP_SIGNATURE, index + 1)
+        position += _SCAN_WINDOW_BYTES
+    return None

@@ -1,0 +1,211 @@
+"""An in-memory :class:`~bkeeper.storage.filesystem.FileSystem` that can crash.
+
+Model (a strict POSIX filesystem, like ext4 with ``data=ordered`` minus its courtesies):
+
+* every file is an inode holding its live bytes and how many of them are durable
+  (``synced``); files are append-only, so durable bytes are always a prefix of live ones;
+* each directory has a live listing and a durable listing (name -> inode); creating,
+  renaming or removing a file changes the live listing only, :meth:`fsync_dir` copies the
+  live listing of that directory to the durable one;
+* :meth:`crash` drops everything not durable: listings become the durable listings, every
+  inode keeps its synced bytes (plus, with ``torn=rng``, a random prefix of its unsynced
+  tail, as a torn write may), and every handle opened before the crash fails with ``OSError``
+  from then on, as the dead process's descriptors would;
+* directories made by :meth:`makedirs` and truncations are durable at once.
+
+:meth:`corrupt` overwrites durable bytes in place to simulate media corruption. All methods are
+thread-safe (one lock).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+
+from bkeeper.storage.filesystem import BytesLike, ReadableFile, WritableFile
+
+__all__ = ["MemoryFileSystem"]
+
+#: The capacity reported by :meth:`MemoryFileSystem.disk_usage`.
+MEMORY_DISK_BYTES = 1 << 40
+
+
+class _Inode:
+    __slots__ = ("data", "synced")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.synced = 0
+
+
+class _Handle:
+    __slots__ = ("_fs", "_generation", "_inode", "_path")
+
+    def __init__(self, fs: MemoryFileSystem, path: str, inode: _Inode) -> None:
+        self._fs = fs
+        self._path = path
+        self._inode = inode
+        self._generation = fs.generation
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def _check(self) -> None:
+        if self._generation != self._fs.generation:
+            raise OSError(f"{self._path}: file handle lost in a crash")
+
+    def write(self, data: BytesLike) -> None:
+        with self._fs.lock:
+            self._check()
+            self._inode.data += data
+
+    def sync(self) -> None:
+        with self._fs.lock:
+            self._check()
+            self._inode.synced = len(self._inode.data)
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        with self._fs.lock:
+            self._check()
+            return bytes(self._inode.data[offset : offset + size])
+
+    def size(self) -> int:
+        with self._fs.lock:
+            self._check()
+            return len(self._inode.data)
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryFileSystem:
+    """A filesystem in memory whose :meth:`crash` loses exactly what was not made durable."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.generation = 0
+        self._live: dict[str, _Inode] = {}
+        self._durable: dict[str, _Inode] = {}
+        self._dirs: set[str] = {"/", "."}
+        self.sync_count = 0
+
+    # -- crash model -------------------------------------------------------------------
+    def crash(self, torn: random.Random | None = None) -> None:
+        """Lose everything not durable; with ``torn``, keep random prefixes of unsynced tails."""
+        with self.lock:
+            self.generation += 1
+            self._live = dict(self._durable)
+            for inode in set(self._live.values()):
+                keep = 0
+                unsynced = len(inode.data) - inode.synced
+                if torn is not None and unsynced > 0:
+                    keep = torn.randint(0, unsynced)
+                del inode.data[inode.synced + keep :]
+                inode.synced = len(inode.data)
+
+    def corrupt(self, path: str, offset: int, data: bytes) -> None:
+        """Overwrite bytes of ``path`` at ``offset`` in place, durably (media corruption)."""
+        with self.lock:
+            inode = self._inode(path)
+            inode.data[offset : offset + len(data)] = data
+
+    def unsynced_bytes(self, path: str) -> int:
+        with self.lock:
+            inode = self._inode(path)
+            return len(inode.data) - inode.synced
+
+    # -- FileSystem --------------------------------------------------------------------
+    def open_append(self, path: str) -> WritableFile:
+        path = _norm(path)
+        with self.lock:
+            self._check_parent(path)
+            inode = self._live.get(path)
+            if inode is None:
+                inode = self._live[path] = _Inode()
+            return _Handle(self, path, inode)
+
+    def open_read(self, path: str) -> ReadableFile:
+        path = _norm(path)
+        with self.lock:
+            return _Handle(self, path, self._inode(path))
+
+    def read_file(self, path: str) -> bytes:
+        with self.lock:
+            return bytes(self._inode(path).data)
+
+    def truncate(self, path: str, size: int) -> None:
+        with self.lock:
+            inode = self._inode(path)
+            del inode.data[size:]
+            inode.synced = len(inode.data)
+
+    def rename(self, source: str, target: str) -> None:
+        source, target = _norm(source), _norm(target)
+        with self.lock:
+            inode = self._inode(source)
+            self._check_parent(target)
+            del self._live[source]
+            self._live[target] = inode
+
+    def fsync_dir(self, path: str) -> None:
+        path = _norm(path)
+        with self.lock:
+            if path not in self._dirs:
+                raise FileNotFoundError(path)
+            self.sync_count += 1
+            for name in [n for n in self._durable if os.path.dirname(n) == path]:
+                del self._durable[name]
+            for name, inode in self._live.items():
+                if os.path.dirname(name) == path:
+                    self._durable[name] = inode
+
+    def list_dir(self, path: str) -> list[str]:
+        path = _norm(path)
+        with self.lock:
+            if path not in self._dirs:
+                raise FileNotFoundError(path)
+            return [os.path.basename(n) for n in self._live if os.path.dirname(n) == path]
+
+    def remove(self, path: str) -> None:
+        with self.lock:
+            path = _norm(path)
+            self._inode(path)
+            del self._live[path]
+
+    def size(self, path: str) -> int:
+        with self.lock:
+            return len(self._inode(path).data)
+
+    def exists(self, path: str) -> bool:
+        path = _norm(path)
+        with self.lock:
+            return path in self._live or path in self._dirs
+
+    def makedirs(self, path: str) -> None:
+        path = _norm(path)
+        with self.lock:
+            while path not in self._dirs:
+                self._dirs.add(path)
+                path = os.path.dirname(path)
+
+    def disk_usage(self, path: str) -> tuple[int, int]:
+        with self.lock:
+            used = sum(len(inode.data) for inode in set(self._live.values()))
+            return MEMORY_DISK_BYTES, MEMORY_DISK_BYTES - used
+
+    # -- helpers -----------------------------------------------------------------------
+    def _inode(self, path: str) -> _Inode:
+        inode = self._live.get(_norm(path))
+        if inode is None:
+            raise FileNotFoundError(path)
+        return inode
+
+    def _check_parent(self, path: str) -> None:
+        if os.path.dirname(path) not in self._dirs:
+            raise FileNotFoundError(os.path.dirname(path))
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path)

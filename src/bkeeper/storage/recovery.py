@@ -1,0 +1,120 @@
+"""Opening the engine: load the last checkpoint, then replay the journal on top of it.
+
+Order: make the directories; remove debris (``*.tmp``, index files of other generations);
+read the checkpoint file (none: a fresh engine); load the index it names, cutting debris
+after its committed length; replay the journal from its mark (see
+:mod:`bkeeper.storage.journal_replay`), applying each record with the same transitions as
+the live calls (:mod:`bkeeper.storage.engine`) and flushing whenever the write cache is half
+full. If replay skipped corrupt records the engine enters limbo. The caller then starts a
+new journal file and checkpoints at once, so the replayed journals can be deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from bkeeper.storage.checkpoint_file import read_checkpoint
+from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.engine import EngineState
+from bkeeper.storage.entry_log import entry_log_id
+from bkeeper.storage.filesystem import FileSystem
+from bkeeper.storage.flusher import Flusher, StorageLayout
+from bkeeper.storage.index_file import index_file_generation, load_index
+from bkeeper.storage.journal import JournalPosition
+from bkeeper.storage.journal_format import FILE_HEADER_BYTES, JournalRecord, RecordKind
+from bkeeper.storage.journal_replay import ReplayOutcome, journal_file_ids, replay_journals
+from bkeeper.storage.ledger_state import LedgerState
+
+__all__ = ["Recovered", "apply_record", "recover"]
+
+_LAC = struct.Struct(">q")
+
+
+@dataclass
+class Recovered:
+    """The engine state rebuilt at open, ready for a journal to be started."""
+
+    engine: EngineState
+    flusher: Flusher
+    next_journal_file_id: int
+    replay: ReplayOutcome
+    compact_index: bool
+
+
+def recover(fs: FileSystem, config: StorageConfig, layout: StorageLayout) -> Recovered:
+    fs.makedirs(layout.journal)
+    fs.makedirs(layout.ledgers)
+    root = read_checkpoint(fs, layout.checkpoint)
+    generation = root.index_generation if root is not None else 0
+    _remove_debris(fs, layout, generation)
+    if root is not None:
+        ledgers = load_index(fs, layout.index(generation), root.index_bytes)
+        mark, limbo, index = root.mark, root.limbo, (generation, root.index_bytes)
+    else:
+        ledgers, limbo, index = {}, False, (0, 0)
+        mark = JournalPosition(0, FILE_HEADER_BYTES)
+    engine = EngineState(ledgers, config.write_cache_bytes_max, config.read_cache_bytes_max, limbo)
+    logs = [i for i in map(entry_log_id, fs.list_dir(layout.ledgers)) if i is not None]
+    flusher = Flusher(fs, layout, config, engine, max(logs, default=0) + 1, index)
+    if root is not None:
+        flusher.open_index()
+
+    def apply(record: JournalRecord) -> None:
+        apply_record(engine, record)
+        if engine.write_cache.wants_flush():
+            flusher.flush()
+
+    replay = replay_journals(
+        fs, layout.journal, mark, config.journal_skip_corrupt_records, apply
+    )
+    if replay.skipped:
+        engine.limbo = True
+    journal_ids = journal_file_ids(fs, layout.journal)
+    next_file_id = max([*journal_ids, mark.file_id]) + 1
+    compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
+        engine.ledgers
+    )
+    return Recovered(engine, flusher, next_file_id, replay, compact)
+
+
+def apply_record(engine: EngineState, record: JournalRecord) -> None:
+    """Re-apply one journal record with the live transitions."""
+    kind = record.kind
+    with engine.lock:
+        if kind is RecordKind.DELETE_LEDGER:
+            engine.delete_locked(record.ledger_id)
+            return
+        if kind is RecordKind.FORCE_LEDGER:
+            return
+        state = engine.ledgers.get(record.ledger_id)
+        if kind is RecordKind.MASTER_KEY:
+            if state is None:
+                engine.create_locked(record.ledger_id, record.data)
+            elif not state.master_key:
+                state.master_key = record.data
+                engine.mark_dirty_locked(state)
+            return
+        if state is None:  # its key record was lost with a skipped record: key unknown
+            state = engine.create_locked(record.ledger_id, b"")
+        if kind is RecordKind.ADD_ENTRY:
+            (lac,) = _LAC.unpack_from(record.data, 16)
+            engine.add_locked(state, record.entry_id, lac, record.data)
+        elif kind is RecordKind.FENCE:
+            engine.fence_locked(state)
+        elif kind is RecordKind.EXPLICIT_LAC:
+            engine.set_explicit_lac_locked(state, record.data)
+
+
+def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> None:
+    for directory in (layout.journal, layout.ledgers):
+        for name in fs.list_dir(directory):
+            other_index = index_file_generation(name) not in (None, generation)
+            if name.endswith(".tmp") or other_index:
+                fs.remove(os.path.join(directory, name))
+
+
+def _live_bytes(ledgers: dict[int, LedgerState]) -> int:
+    """A rough size of a full index snapshot."""
+    return sum(64 + 16 * (s.locations.max_entry_id + 1) for s in ledgers.values())

@@ -1,0 +1,251 @@
+"""Run a standalone ZooKeeper server for tests, the ``bkeeper zookeeper`` command and sandboxes.
+
+:class:`ZooKeeperServer` writes a ``zoo.cfg`` into its data directory, starts
+``java ... org.apache.zookeeper.server.ZooKeeperServerMain`` bound to 127.0.0.1, waits until
+the server answers ``ruok`` with ``imok``, and on :meth:`ZooKeeperServer.stop` sends SIGTERM
+(SIGKILL after ``stop_timeout_s``) and reaps the process, so none is left behind.
+
+The jars come from, in order: an explicit ZooKeeper home (``<home>/lib/*``), the jars bundled
+in the installed pyspark package, or Debian's ``/usr/share/java/zookeeper*.jar``. The caller
+passes the home (the CLI reads ``ZOOKEEPER_HOME``); this module reads no environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from bkeeper.common.errors import ConfigError
+
+__all__ = [
+    "DEBIAN_JAVA_DIR",
+    "ZooKeeperConfig",
+    "ZooKeeperServer",
+    "find_java",
+    "find_zookeeper_classpath",
+    "free_port",
+]
+
+DEBIAN_JAVA_DIR = Path("/usr/share/java")
+
+_MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+_HOW_TO_GET = (
+    "install pyspark (`pip install pyspark`, it bundles the ZooKeeper jars) or a system "
+    "ZooKeeper (set ZOOKEEPER_HOME, or `apt-get install zookeeper`), and a `java` runtime"
+)
+_LOG4J2 = """\
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{ISO8601} %-5p %c{1}: %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.console.ref = console
+"""
+
+
+@dataclass(frozen=True)
+class ZooKeeperConfig:
+    """One standalone server. ``port=0`` picks a free port. ``tick_time_ms`` sets the session
+    timeout range the server grants: [2, 20] ticks."""
+
+    data_dir: Path
+    port: int = 2181
+    host: str = "127.0.0.1"
+    tick_time_ms: int = 2000
+    start_timeout_s: float = 30.0
+    stop_timeout_s: float = 10.0
+    log_level: str = "WARN"
+    zookeeper_home: Path | None = None
+    java: str = "java"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"port: {self.port} is not a TCP port (0..65535)")
+        if self.tick_time_ms < 1 or self.start_timeout_s <= 0 or self.stop_timeout_s <= 0:
+            raise ConfigError("tick_time_ms, start_timeout_s and stop_timeout_s must be > 0")
+
+
+def find_java(java: str = "java") -> str:
+    """The path of the ``java`` executable, or ``ConfigError`` saying how to get one."""
+    path = shutil.which(java)
+    if path is None:
+        raise ConfigError(f"ZooKeeper cannot start: `{java}` is not on PATH; {_HOW_TO_GET}")
+    return path
+
+
+def find_zookeeper_classpath(zookeeper_home: Path | None = None) -> str:
+    """The Java class path holding ZooKeeper, or ``ConfigError`` naming both ways to get it."""
+    if zookeeper_home is not None:
+        if not any((zookeeper_home / "lib").glob("zookeeper-*.jar")):
+            raise ConfigError(f"ZooKeeper home {zookeeper_home} has no lib/zookeeper-*.jar")
+        return f"{zookeeper_home / 'lib'}/*"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is not None and spec.origin is not None:
+        jars = Path(spec.origin).parent / "jars"
+        if any(jars.glob("zookeeper-*.jar")):
+            return f"{jars}/*"
+    if any(DEBIAN_JAVA_DIR.glob("zookeeper*.jar")):
+        return f"{DEBIAN_JAVA_DIR}/*"
+    raise ConfigError(f"ZooKeeper jars not found: {_HOW_TO_GET}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper child process; a context manager (``with`` starts and stops)."""
+
+    def __init__(self, config: ZooKeeperConfig) -> None:
+        self.config = config
+        self.port = config.port or free_port(config.host)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    def uri(self, root: str = "/ledgers") -> str:
+        """The metadata service URI of this server with ledgers under ``root``."""
+        return f"zk://{self.connect_string}{root}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.config.data_dir / "zookeeper.log"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> None:
+        """Start the server and wait until it answers ``ruok``; ``ConfigError`` if it cannot."""
+        java = find_java(self.config.java)
+        classpath = find_zookeeper_classpath(self.config.zookeeper_home)
+        config_file = self._write_config()
+        command = [
+            java,
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dlog4j2.configurationFile=file:{self.config.data_dir / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+            _MAIN_CLASS,
+            str(config_file),
+        ]
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # Only prctl() runs in the child, and only when forked from the main thread.
+                preexec_fn=_die_with_parent_thread(),  # noqa: PLW1509
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and reap it; a no-op when not running."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(self.config.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def wait(self) -> int:
+        """Block until the server process exits; its exit status."""
+        if self._process is None:
+            return 0
+        return self._process.wait()
+
+    def is_ready(self) -> bool:
+        """True if the server answers ``ruok`` with ``imok``."""
+        try:
+            with socket.create_connection((self.config.host, self.port), timeout=1.0) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def __enter__(self) -> ZooKeeperServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _write_config(self) -> Path:
+        directory = self.config.data_dir
+        (directory / "data").mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"tickTime={self.config.tick_time_ms}",
+            f"dataDir={directory / 'data'}",
+            f"clientPort={self.port}",
+            f"clientPortAddress={self.config.host}",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,srvr,mntr",
+        ]
+        config_file = directory / "zoo.cfg"
+        config_file.write_text("\n".join(lines) + "\n")
+        log4j = _LOG4J2.replace("{level}", self.config.log_level.lower())
+        (directory / "log4j2.properties").write_text(log4j)
+        return config_file
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._process is None or self._process.poll() is not None:
+                raise ConfigError(f"ZooKeeper exited at start; see {self.log_path}")
+            if self.is_ready():
+                return
+            time.sleep(0.05)
+        raise ConfigError(
+            f"ZooKeeper did not answer on {self.connect_string} within "
+            f"{self.config.start_timeout_s:g} s; see {self.log_path}"
+        )
+
+
+def _die_with_parent_thread() -> Callable[[], None] | None:
+    """On Linux, a ``preexec_fn`` so the server gets SIGTERM if this process dies.
+
+    The kernel signals when the *thread* that forked exits, so it is used only from the main
+    thread (whose exit is the process's).
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+
+    def set_parent_death_signal() -> None:
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    return set_parent_death_signal

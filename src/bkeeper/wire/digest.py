@@ -1,0 +1,195 @@
+"""Entry bodies, their digests and the ledger master key.
+
+An entry body, as a bookie stores and serves it::
+
+    ledger id (8) | entry id (8) | LAC (8) | cumulative length (8) | digest (0/4/8/20) | payload
+
+All integers big-endian and signed. The digest covers the 32-byte header and the payload:
+
+============  =====  ===================================================================
+type          bytes  algorithm
+============  =====  ===================================================================
+CRC32         8      zlib CRC-32, written as a big-endian 64-bit integer (as Java's CRC32)
+CRC32C        4      CRC-32C (Castagnoli), written as a big-endian 32-bit integer
+HMAC          20     HMAC-SHA1 keyed with SHA-1(b"mac" + password)
+DUMMY         0      none
+============  =====  ===================================================================
+
+The WRITE_LAC body is ``ledger id (8) | lac (8) | digest over those 16 bytes``. The master
+key sent to bookies with adds and fencing reads is SHA-1(b"ledger" + password), whatever the
+digest type. Verification checks the digest and that ledger and entry ids are the expected
+ones, and raises :class:`DigestMismatchError` naming both otherwise.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+
+from bkeeper.common.errors import ConfigError, DigestMismatchError
+
+__all__ = [
+    "ENTRY_HEADER",
+    "DigestManager",
+    "DigestType",
+    "Entry",
+    "mac_key",
+    "master_key",
+]
+
+ENTRY_HEADER = struct.Struct(">qqqq")
+_LAC_HEADER = struct.Struct(">qq")
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_HEADER_BYTES = ENTRY_HEADER.size
+
+Buffer = bytes | bytearray | memoryview
+
+
+class DigestType(enum.IntEnum):
+    """Digest types, numbered as ``LedgerMetadataFormat.DigestType``."""
+
+    CRC32 = 1
+    HMAC = 2
+    CRC32C = 3
+    DUMMY = 4
+
+    @classmethod
+    def parse(cls, name: str | int | DigestType) -> DigestType:
+        """From a name (``crc32``, ``crc32c``, ``hmac``/``mac``, ``dummy``) or a number."""
+        if isinstance(name, int):
+            try:
+                return cls(name)
+            except ValueError:
+                raise ConfigError(f"digest type {name} is not one of 1..4") from None
+        key = name.strip().upper()
+        key = "HMAC" if key == "MAC" else key
+        try:
+            return cls[key]
+        except KeyError:
+            raise ConfigError(
+                f"digest type {name!r} is not one of crc32, crc32c, hmac, dummy"
+            ) from None
+
+    @property
+    def digest_bytes(self) -> int:
+        return _DIGEST_BYTES[self]
+
+
+_DIGEST_BYTES = {
+    DigestType.CRC32: 8,
+    DigestType.CRC32C: 4,
+    DigestType.HMAC: 20,
+    DigestType.DUMMY: 0,
+}
+
+
+def master_key(password: bytes) -> bytes:
+    """The 20-byte ledger key bookies check: SHA-1(b"ledger" + password)."""
+    return hashlib.sha1(b"ledger" + password).digest()
+
+
+def mac_key(password: bytes) -> bytes:
+    """The HMAC-SHA1 key of the MAC digest: SHA-1(b"mac" + password)."""
+    return hashlib.sha1(b"mac" + password).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A verified entry: its header fields and payload (a view of the body)."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    length: int
+    payload: memoryview
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self.payload)
+
+
+def _digest_function(digest_type: DigestType, password: bytes) -> Callable[[Buffer, Buffer], bytes]:
+    """A function (header, payload) -> digest bytes."""
+    if digest_type is DigestType.CRC32:
+        pack64 = _U64.pack
+        crc = zlib.crc32
+        return lambda head, body: pack64(crc(body, crc(head)))
+    if digest_type is DigestType.CRC32C:
+        pack32 = _U32.pack
+        crc32c = _crc32c.crc32c
+        return lambda head, body: pack32(crc32c(body, crc32c(head)))
+    if digest_type is DigestType.HMAC:
+        base = hmac.new(mac_key(password), digestmod=hashlib.sha1)
+
+        def mac(head: Buffer, body: Buffer) -> bytes:
+            h = base.copy()
+            h.update(head)
+            h.update(body)
+            return h.digest()
+
+        return mac
+    return lambda head, body: b""
+
+
+class DigestManager:
+    """Builds and verifies the entry bodies of one ledger."""
+
+    __slots__ = ("_digest", "digest_length", "digest_type", "ledger_id")
+
+    def __init__(self, ledger_id: int, digest_type: DigestType, password: bytes) -> None:
+        self.ledger_id = ledger_id
+        self.digest_type = DigestType(digest_type)
+        self.digest_length = self.digest_type.digest_bytes
+        self._digest = _digest_function(self.digest_type, password)
+
+    def encode_entry(self, entry_id: int, lac: int, length: int, payload: Buffer) -> bytes:
+        """The full entry body for ``payload``: header, digest, payload."""
+        header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
+        return b"".join((header, self._digest(header, payload), payload))
+
+    def verify_entry(self, body: Buffer, expected_entry_id: int | None = None) -> Entry:
+        """Check ``body``; return its fields or raise :class:`DigestMismatchError`."""
+        view = body if isinstance(body, memoryview) else memoryview(body)
+        start = _HEADER_BYTES + self.digest_length
+        if len(view) < start:
+            raise DigestMismatchError(
+                self.ledger_id,
+                -1 if expected_entry_id is None else expected_entry_id,
+                f"entry body of {len(view)} bytes is shorter than its {start}-byte header",
+            )
+        ledger_id, entry_id, lac, length = ENTRY_HEADER.unpack_from(view)
+        if ledger_id != self.ledger_id:
+            raise DigestMismatchError(
+                self.ledger_id, entry_id, f"body belongs to ledger {ledger_id}"
+            )
+        if expected_entry_id is not None and entry_id != expected_entry_id:
+            raise DigestMismatchError(ledger_id, expected_entry_id, f"body holds entry {entry_id}")
+        payload = view[start:]
+        if self._digest(view[:_HEADER_BYTES], payload) != view[_HEADER_BYTES:start]:
+            raise DigestMismatchError(ledger_id, entry_id)
+        return Entry(ledger_id, entry_id, lac, length, payload)
+
+    def encode_lac(self, lac: int) -> bytes:
+        """The WRITE_LAC body: ledger id, lac, digest over both."""
+        header = _LAC_HEADER.pack(self.ledger_id, lac)
+        return header + self._digest(header, b"")
+
+    def verify_lac(self, body: Buffer) -> int:
+        """The LAC in a WRITE_LAC body, after checking its ledger id and digest."""
+        view = body if isinstance(body, memoryview) else memoryview(body)
+        if len(view) != _LAC_HEADER.size + self.digest_length:
+            raise DigestMismatchError(self.ledger_id, -1, f"LAC body of {len(view)} bytes")
+        ledger_id, lac = _LAC_HEADER.unpack_from(view)
+        if ledger_id != self.ledger_id:
+            raise DigestMismatchError(self.ledger_id, -1, f"LAC body belongs to ledger {ledger_id}")
+        if self._digest(view[: _LAC_HEADER.size], b"") != view[_LAC_HEADER.size :]:
+            raise DigestMismatchError(self.ledger_id, -1, "LAC digest mismatch")
+        return int(lac)

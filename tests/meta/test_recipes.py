@@ -1,0 +1,152 @@
+"""Conformance of the recipes built on the port: id generation, lock, leader election."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from bkeeper.meta.election import ElectionConfig, LeaderElection
+from bkeeper.meta.idgen import IdGeneratorConfig, LedgerIdGenerator
+from bkeeper.meta.layout import SHORT_LEDGER_ID_LIMIT, ledger_path
+from bkeeper.meta.lock import Lock
+from bkeeper.meta.store import NodeStore, join_path
+
+OpenStore = Callable[..., Awaitable[NodeStore]]
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+WAIT_S = 10.0
+
+
+async def test_generated_ids_are_unique_and_increasing(open_store: OpenStore, root: str) -> None:
+    generators = [LedgerIdGenerator(await open_store(), root) for _ in range(2)]
+    ids = [await generators[i % 2].generate() for i in range(10)]
+    assert ids == sorted(set(ids))
+    assert ids[0] >= 0 and ids[-1] < SHORT_LEDGER_ID_LIMIT
+    store = await open_store()
+    assert await store.children(join_path(root, "idgen")) == []  # every ID- node was deleted
+
+
+async def test_concurrent_ids_are_unique(open_store: OpenStore, root: str) -> None:
+    generators = [LedgerIdGenerator(await open_store(), root) for _ in range(3)]
+    ids = await asyncio.gather(*(g.generate() for g in generators for _ in range(5)))
+    assert len(set(ids)) == 15
+
+
+async def test_ids_switch_to_64_bits_when_31_bits_run_out(open_store: OpenStore, root: str) -> None:
+    # A tiny short_id_limit stands in for Integer.MAX_VALUE.
+    config = IdGeneratorConfig(short_id_limit=3)
+    first, other = await open_store(), await open_store()
+    generator = LedgerIdGenerator(first, root, config)
+    ids = [await generator.generate() for _ in range(8)]
+    assert ids[:3] == [0, 1, 2]
+    high = [i for i in ids if i > 2]
+    assert high == sorted(set(high))
+    assert high[0] == (1 << 32) | 0  # HOB-0000000001, low sequence 0
+    assert any(i >> 32 == 2 for i in high)  # the low half ran out too: HOB-0000000002
+    assert ledger_path("/ledgers", high[0]) == "/ledgers/000/0000/0042/9496/L7296"
+    # A fresh client sees the HOB- directories and never goes back to 31-bit ids.
+    assert await LedgerIdGenerator(other, root, config).generate() > max(ids)
+    names = await first.children(join_path(root, "idgen-long"))
+    assert names[:2] == ["HOB-0000000001", "HOB-0000000002"]
+
+
+async def test_lock_is_exclusive_and_passes_on(open_store: OpenStore, root: str) -> None:
+    directory = join_path(root, "lock")
+    a = Lock(await open_store(), directory, owner=b"a")
+    b = Lock(await open_store(), directory, owner=b"b")
+    await a.acquire()
+    with pytest.raises(TimeoutError):
+        await b.acquire(timeout_s=0.3)
+    assert await b.holder() == b"a"
+    waiter = asyncio.ensure_future(b.acquire(timeout_s=WAIT_S))
+    await asyncio.sleep(0.1)
+    assert not waiter.done()
+    await a.release()
+    await waiter
+    assert b.held and not a.held and await a.holder() == b"b"
+    await b.release()
+    assert await a.holder() is None
+
+
+async def test_lock_is_lost_when_the_session_expires(open_store: OpenStore, root: str) -> None:
+    directory = join_path(root, "lock")
+    holder_store = await open_store()
+    holder = Lock(holder_store, directory, owner=b"a")
+    other = Lock(await open_store(), directory, owner=b"b")
+    await holder.acquire()
+    lost = asyncio.ensure_future(holder.wait_lost())
+    taken = asyncio.ensure_future(other.acquire(timeout_s=WAIT_S))
+    await holder_store.expire_session()
+    await asyncio.wait_for(lost, WAIT_S)
+    await taken
+    assert not holder.held and other.held
+
+
+async def test_many_contenders_hold_the_lock_one_at_a_time(
+    open_store: OpenStore, root: str
+) -> None:
+    directory = join_path(root, "lock")
+    inside, most = 0, 0
+
+    async def contend(store: NodeStore) -> None:
+        nonlocal inside, most
+        async with Lock(store, directory):
+            inside += 1
+            most = max(most, inside)
+            await asyncio.sleep(0.01)
+            inside -= 1
+
+    stores = [await open_store() for _ in range(4)]
+    await asyncio.wait_for(asyncio.gather(*(contend(s) for s in stores * 2)), WAIT_S)
+    assert most == 1
+
+
+async def test_election_has_one_leader_and_moves_on_expiry(
+    open_store: OpenStore, root: str
+) -> None:
+    directory = join_path(root, "election")
+    stores = [await open_store() for _ in range(3)]
+    config = ElectionConfig(requeue_delay_ms=10)
+    elections = [
+        LeaderElection(s, directory, f"candidate-{i}".encode(), config=config)
+        for i, s in enumerate(stores)
+    ]
+    for election in elections:
+        await election.start()
+    try:
+        first = await _the_leader(elections)
+        assert await first.leader() == b"candidate-%d" % elections.index(first)
+        assert first.term == 1
+
+        await stores[elections.index(first)].expire_session()
+        await first.wait_leadership_lost(WAIT_S)
+        second = await _the_leader(elections, not_this=first)
+        assert second is not first
+        assert await second.leader() == b"candidate-%d" % elections.index(second)
+
+        # The old leader queued again: it leads once the others have gone.
+        for election in elections:
+            if election is not first:
+                await election.aclose()
+        assert await first.wait_leadership(WAIT_S) == 2
+    finally:
+        for election in elections:
+            await election.aclose()
+
+
+async def _the_leader(
+    elections: list[LeaderElection], not_this: LeaderElection | None = None
+) -> LeaderElection:
+    """Wait until exactly one election leads (and it is not ``not_this``); return it."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            leaders = [e for e in elections if e.is_leader]
+            if len(leaders) == 1 and leaders[0] is not not_this:
+                await asyncio.sleep(0.1)  # and it stays alone
+                if [e for e in elections if e.is_leader] == leaders:
+                    return leaders[0]
+            assert len(leaders) <= 1, "two leaders at once"
+            await asyncio.sleep(0.01)

@@ -1,0 +1,242 @@
+"""A bookie in this process, over real TCP: every request type and its documented answers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from bkeeper.common.errors import CookieMismatchError
+from bkeeper.wire import entryset
+from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
+from bkeeper.wire.digest import DigestManager, DigestType, master_key
+from bkeeper.wire.messages import (
+    AddRequest,
+    AuthMessage,
+    AuthRequest,
+    BatchReadRequest,
+    ForceLedgerRequest,
+    GetBookieInfoRequest,
+    GetListOfEntriesRequest,
+    ReadLacRequest,
+    ReadRequest,
+    WriteLacRequest,
+)
+
+KEY = master_key(b"pw")
+BOTH = pytest.mark.parametrize("protocol", [Protocol.V2, Protocol.V3])
+
+
+def body(ledger: int, entry: int, payload: bytes = b"", lac: int = -1) -> bytes:
+    return DigestManager(ledger, DigestType.CRC32C, b"pw").encode_entry(
+        entry, lac, len(payload) * (entry + 1), payload or f"entry-{entry}".encode()
+    )
+
+
+async def add(
+    client, ledger: int, entry: int, *, key: bytes = KEY, recovery: bool = False, lac: int = -1
+):
+    return await client.request(
+        AddRequest(ledger, entry, key, body(ledger, entry, lac=lac), recovery=recovery)
+    )
+
+
+@BOTH
+async def test_add_then_read_back(start_bookie, connect, protocol):
+    bookie = await start_bookie()
+    client = await connect(bookie, protocol)
+    futures = [client.send(AddRequest(5, e, KEY, body(5, e))) for e in range(200)]
+    responses = await asyncio.gather(*futures)
+    assert [r.status for r in responses] == [StatusCode.EOK] * 200
+    assert sorted(r.entry_id for r in responses) == list(range(200))
+    for entry in (0, 57, 199):
+        response = await client.request(ReadRequest(5, entry))
+        assert response.status is StatusCode.EOK
+        assert bytes(response.body) == body(5, entry)
+    last = await client.request(ReadRequest(5, -1))
+    assert last.status is StatusCode.EOK
+    assert bytes(last.body) == body(5, 199)
+
+
+@BOTH
+async def test_missing_ledger_and_entry(start_bookie, connect, protocol):
+    bookie = await start_bookie()
+    client = await connect(bookie, protocol)
+    assert (await client.request(ReadRequest(404, 0))).status is StatusCode.ENOLEDGER
+    assert (await add(client, 6, 0)).status is StatusCode.EOK
+    assert (await client.request(ReadRequest(6, 1))).status is StatusCode.ENOENTRY
+
+
+@BOTH
+async def test_wrong_master_key_is_unauthorized(start_bookie, connect, protocol):
+    bookie = await start_bookie()
+    client = await connect(bookie, protocol)
+    assert (await add(client, 7, 0)).status is StatusCode.EOK
+    assert (await add(client, 7, 1, key=master_key(b"other"))).status is StatusCode.EUA
+    fence = ReadRequest(7, -1, fence=True, master_key=master_key(b"other"))
+    assert (await client.request(fence)).status is StatusCode.EUA
+
+
+@BOTH
+async def test_fencing_blocks_adds_but_not_recovery_adds(start_bookie, connect, protocol):
+    bookie = await start_bookie()
+    client = await connect(bookie, protocol)
+    for entry in range(3):
+        assert (await add(client, 8, entry)).status is StatusCode.EOK
+    fenced = await client.request(ReadRequest(8, -1, fence=True, master_key=KEY))
+    assert fenced.status is StatusCode.EOK
+    assert bytes(fenced.body) == body(8, 2)
+    assert (await add(client, 8, 3)).status is StatusCode.EFENCED
+    assert (await add(client, 8, 3, recovery=True)).status is StatusCode.EOK
+
+
+async def test_fencing_survives_restart(start_bookie, connect, tmp_path: Path):
+    data = tmp_path / "restart"
+    bookie = await start_bookie(data, bookie_id="restart-bookie")
+    client = await connect(bookie)
+    assert (await add(client, 9, 0)).status is StatusCode.EOK
+    assert (
+        await client.request(ReadRequest(9, -1, fence=True, master_key=KEY))
+    ).status is StatusCode.EOK
+    await bookie.aclose()
+    bookie = await start_bookie(data, bookie_id="restart-bookie")
+    client = await connect(bookie)
+    assert (await add(client, 9, 1)).status is StatusCode.EFENCED
+    assert (await add(client, 9, 1, recovery=True)).status is StatusCode.EOK
+    assert bytes((await client.request(ReadRequest(9, 0))).body) == body(9, 0)
+
+
+async def test_long_poll_returns_when_lac_advances(start_bookie, connect):
+    bookie = await start_bookie()
+    reader = await connect(bookie)
+    writer = await connect(bookie)
+    assert (await add(writer, 10, 0)).status is StatusCode.EOK
+    poll = reader.send(ReadRequest(10, 1, piggyback=True, previous_lac=0, timeout_ms=10_000))
+    await asyncio.sleep(0.05)
+    assert not poll.done()
+    assert (await add(writer, 10, 1, lac=0)).status is StatusCode.EOK
+    assert (await add(writer, 10, 2, lac=1)).status is StatusCode.EOK
+    response = await asyncio.wait_for(poll, 5)
+    assert response.status is StatusCode.EOK
+    assert response.max_lac == 1
+    assert bytes(response.body) == body(10, 1, lac=0)
+
+
+async def test_long_poll_times_out_with_current_lac(start_bookie, connect):
+    bookie = await start_bookie()
+    client = await connect(bookie)
+    assert (await add(client, 11, 0)).status is StatusCode.EOK
+    response = await asyncio.wait_for(
+        client.request(ReadRequest(11, 1, previous_lac=5, timeout_ms=100)), 5
+    )
+    assert response.status is StatusCode.EOK
+    assert response.max_lac == -1
+
+
+async def test_explicit_lac_write_read_and_persist(start_bookie, connect, tmp_path: Path):
+    data = tmp_path / "lac"
+    bookie = await start_bookie(data, bookie_id="lac-bookie")
+    client = await connect(bookie)
+    manager = DigestManager(12, DigestType.CRC32C, b"pw")
+    for entry in range(3):
+        assert (await add(client, 12, entry)).status is StatusCode.EOK
+    lac_body = manager.encode_lac(2)
+    written = await client.request(WriteLacRequest(12, 2, KEY, lac_body))
+    assert written.status is StatusCode.EOK
+    await bookie.aclose()
+    bookie = await start_bookie(data, bookie_id="lac-bookie")
+    client = await connect(bookie)
+    response = await client.request(ReadLacRequest(12))
+    assert response.status is StatusCode.EOK
+    assert manager.verify_lac(bytes(response.lac_body)) == 2
+    assert bytes(response.last_entry_body) == body(12, 2)
+    assert (await client.request(ReadLacRequest(999))).status is StatusCode.ENOLEDGER
+
+
+async def test_force_info_entries_auth(start_bookie, connect):
+    bookie = await start_bookie()
+    client = await connect(bookie)
+    for entry in (0, 1, 2, 5):
+        assert (await add(client, 13, entry)).status is StatusCode.EOK
+    assert (await client.request(ForceLedgerRequest(13))).status is StatusCode.EOK
+    info = await client.request(
+        GetBookieInfoRequest(
+            GetBookieInfoField.TOTAL_DISK_CAPACITY | GetBookieInfoField.FREE_DISK_SPACE
+        )
+    )
+    assert info.status is StatusCode.EOK
+    assert info.total_disk_capacity >= info.free_disk_space > 0
+    listed = await client.request(GetListOfEntriesRequest(13))
+    assert listed.status is StatusCode.EOK
+    assert list(entryset.decode_entry_ids(bytes(listed.availability))) == [0, 1, 2, 5]
+    auth = await client.request(AuthRequest(AuthMessage("AuthDisabledPlugin")))
+    assert auth.status is StatusCode.EOK
+
+
+async def test_batch_read_v2(start_bookie, connect):
+    bookie = await start_bookie()
+    client = await connect(bookie, Protocol.V2)
+    for entry in range(10):
+        assert (await add(client, 14, entry)).status is StatusCode.EOK
+    response = await client.request(BatchReadRequest(14, 3, 4, 1 << 20, request_id=77))
+    assert response.status is StatusCode.EOK
+    assert [bytes(b) for b in response.bodies] == [body(14, e) for e in range(3, 7)]
+
+
+async def test_readonly_refuses_adds_serves_reads(start_bookie, connect):
+    bookie = await start_bookie()
+    client = await connect(bookie)
+    assert (await add(client, 15, 0)).status is StatusCode.EOK
+    assert bookie.check_disk(used_fraction=0.99) is True
+    assert (await add(client, 15, 1)).status is StatusCode.EREADONLY
+    assert (await add(client, 15, 1, recovery=True)).status is StatusCode.EOK
+    assert (await client.request(ReadRequest(15, 0))).status is StatusCode.EOK
+    assert bookie.check_disk(used_fraction=0.92) is True  # between the marks: stays
+    assert bookie.check_disk(used_fraction=0.50) is False
+    assert (await add(client, 15, 2)).status is StatusCode.EOK
+
+
+async def test_garbage_closes_only_that_connection(start_bookie, connect):
+    bookie = await start_bookie()
+    good = await connect(bookie)
+    for garbage in (
+        b"\x00\x00\x00\x00",  # zero length
+        b"\xff\xff\xff\xf0junk",  # negative length
+        struct.pack(">i", 64 * 1024 * 1024) + b"x",  # over the frame limit
+        struct.pack(">i", 6) + b"\x0a\x04\xff\xff\xff\xff",  # broken v3 header
+        os.urandom(4096),
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", bookie.port)
+        writer.write(garbage)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)  # bookie closes or answers
+        writer.close()
+        assert isinstance(data, bytes)
+        assert (await add(good, 16, garbage[0] % 7 + 100)).status is StatusCode.EOK
+
+
+async def test_unknown_v3_operation_gets_ebadreq(start_bookie):
+    bookie = await start_bookie()
+    reader, writer = await asyncio.open_connection("127.0.0.1", bookie.port)
+    # Request { header { version: 3, operation: 3 (RANGE_READ_ENTRY), txnId: 42 } }
+    header = bytes([0x08, 0x03, 0x10, 0x03, 0x18, 42])
+    request = bytes([0x0A, len(header)]) + header
+    writer.write(struct.pack(">i", len(request)) + request)
+    await writer.drain()
+    size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))[0]
+    payload = await reader.readexactly(size)
+    writer.close()
+    # Response { header {version 3, operation 3, txnId 42}, status: EBADREQ (404) }
+    assert payload.startswith(bytes([0x0A, len(header)]) + header)
+    assert payload[2 + len(header) :] == bytes([0x10, 0x94, 0x03])
+
+
+async def test_cookie_mismatch_refuses_start(start_bookie, tmp_path: Path):
+    data = tmp_path / "cookie"
+    bookie = await start_bookie(data, bookie_id="bookie-a")
+    await bookie.aclose()
+    with pytest.raises(CookieMismatchError, match="bookie-a"):
+        await start_bookie(data, bookie_id="bookie-b")
