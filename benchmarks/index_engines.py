@@ -30,7 +30,7 @@ def _location(ledger_id: int, entry_id: int) -> int:
 
 
 def bench_arrays(keys: Keys, lookups: Keys, directory: str) -> tuple[float, float, int]:
-    """bkeeper's own index: per-ledger ``array('Q')`` in memory, appended to a file at checkpoint."""
+    """bkeeper's own index: per-ledger ``array('Q')`` in memory, written to a file at checkpoint."""
     start = time.perf_counter()
     index: dict[int, array[int]] = {}
     for ledger_id, entry_id in keys:

@@ -43,7 +43,10 @@ def _print(results: list[BenchResult], unit: str) -> None:
             f"{lat['p99']:.3f}" if lat else "-",
             f"{lat['p99.9']:.3f}" if lat else "-",
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
 
 
 @click.group()

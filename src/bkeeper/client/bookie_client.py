@@ -14,7 +14,7 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from bkeeper.common.errors import (
     BookieUnavailableError,
@@ -180,8 +180,8 @@ class BookieClient(asyncio.Protocol):
 
     # -- asyncio callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports implement the Transport interface without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
 
     def pause_writing(self) -> None:
         self._write_ready.clear()

@@ -1,1 +1,31 @@
-"""Placeholder package docstring replaced when the layer lands."""
+"""The bookie storage engine, usable as a library with no network.
+
+Journal with group commit (:mod:`~bkeeper.storage.journal`), write cache and read cache,
+append-only entry logs, an in-memory location index persisted to an index file at each
+checkpoint, per-ledger state (master key, fenced, explicit LAC), checkpoint and replay. All
+file access goes through the :class:`FileSystem` port; :class:`MemoryFileSystem` can crash
+and lose exactly what was not made durable.
+
+Imports ``bkeeper.common`` only.
+"""
+
+from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.filesystem import FileSystem, OsFileSystem, ReadableFile, WritableFile
+from bkeeper.storage.journal import DurableCallback, JournalPosition
+from bkeeper.storage.journal_replay import ReplayOutcome
+from bkeeper.storage.memory_fs import MemoryFileSystem
+from bkeeper.storage.storage import Storage, StorageStats
+
+__all__ = [
+    "DurableCallback",
+    "FileSystem",
+    "JournalPosition",
+    "MemoryFileSystem",
+    "OsFileSystem",
+    "ReadableFile",
+    "ReplayOutcome",
+    "Storage",
+    "StorageConfig",
+    "StorageStats",
+    "WritableFile",
+]

@@ -91,7 +91,7 @@ class ReadCache:
         self._order: deque[tuple[int, int]] = deque()
 
     @property
-    def bytes(self) -> int:
+    def size_bytes(self) -> int:
         return self._bytes
 
     def put(self, ledger_id: int, entry_id: int, body: bytes) -> None:

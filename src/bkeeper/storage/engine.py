@@ -71,7 +71,7 @@ class EngineState:
             entries = cache.active[state.ledger_id] = {}
         entries[entry_id] = body
         cache.active_bytes += len(body)
-        if entry_id > state.last_entry_id:
+        if entry_id > state.last_entry_id:  # noqa: PLR1730 (hot path: no call)
             state.last_entry_id = entry_id
         if lac > state.lac:
             state.lac = lac

@@ -116,6 +116,12 @@ class EntryLogWriter:
             self._file.close()
             self._file = None
 
+    def abandon(self) -> None:
+        """Drop the file handle without syncing (process death)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def _writable(self, next_body_bytes: int) -> WritableFile:
         file = self._file
         needed = _RECORD.size + next_body_bytes

@@ -45,8 +45,8 @@ from bkeeper.storage.index_file import (
     index_file_name,
 )
 from bkeeper.storage.journal import JournalPosition
-from bkeeper.storage.journal_replay import journal_file_ids
 from bkeeper.storage.journal_format import journal_file_name
+from bkeeper.storage.journal_replay import journal_file_ids
 from bkeeper.storage.ledger_state import LedgerState
 
 __all__ = ["Flusher", "StorageLayout"]
@@ -245,11 +245,23 @@ class Flusher:
 
     def close(self) -> None:
         """Stop the flusher thread and close files (the caller checkpoints first)."""
+        self._stop_thread()
+        self._writer.close()
+        self._close_index()
+
+    def abort(self) -> None:
+        """Stop the flusher thread and drop file handles without syncing anything."""
+        self._stop_thread()
+        self._writer.abandon()
+        self._close_index()
+
+    def _stop_thread(self) -> None:
         self._stopping = True
         self._engine.flush_wanted.set()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join()
-        self._writer.close()
+
+    def _close_index(self) -> None:
         if self._index_file is not None:
             self._index_file.close()
             self._index_file = None

@@ -116,6 +116,16 @@ class Journal:
             self._idle = False
             self._cond.notify()
 
+    def fail(self, error: BaseException) -> None:
+        """Stop accepting records (another part of the engine failed)."""
+        with self._cond:
+            if self._failed is None:
+                self._failed = error
+
+    @property
+    def failed(self) -> bool:
+        return self._failed is not None
+
     @property
     def file_id(self) -> int:
         """The id of the file being written."""

@@ -101,7 +101,7 @@ def file_header_ok(data: bytes, file_id: int) -> bool:
     if len(data) < FILE_HEADER_BYTES:
         return False
     magic, version, stored_id = _FILE_HEADER.unpack_from(data)
-    return magic == MAGIC and version == VERSION and stored_id == file_id
+    return bool(magic == MAGIC and version == VERSION and stored_id == file_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,7 +176,9 @@ class _FileReplay:
             return None
         if not self._skip:
             raise CorruptRecordError(self._path, damage.offset, damage.reason)
-        log.error("%s: skipping corrupt journal data at %d: %s", self._path, damage.offset, damage.reason)
+        log.error(
+            "%s: skipping corrupt journal data at %d: %s", self._path, damage.offset, damage.reason
+        )
         outcome.skipped.append((self._path, damage.offset, damage.reason))
         return damage.resume if damage.resume is not None else following
 

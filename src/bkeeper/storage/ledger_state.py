@@ -38,8 +38,7 @@ class LedgerLocations:
 
     def set(self, entry_id: int, location: int) -> None:
         assert location > 0 and entry_id >= 0
-        if entry_id > self.max_entry_id:
-            self.max_entry_id = entry_id
+        self.max_entry_id = max(self.max_entry_id, entry_id)
         if self._sparse is not None:
             self._sparse[entry_id] = location
             return

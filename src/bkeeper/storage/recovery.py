@@ -66,9 +66,7 @@ def recover(fs: FileSystem, config: StorageConfig, layout: StorageLayout) -> Rec
         if engine.write_cache.wants_flush():
             flusher.flush()
 
-    replay = replay_journals(
-        fs, layout.journal, mark, config.journal_skip_corrupt_records, apply
-    )
+    replay = replay_journals(fs, layout.journal, mark, config.journal_skip_corrupt_records, apply)
     if replay.skipped:
         engine.limbo = True
     journal_ids = journal_file_ids(fs, layout.journal)

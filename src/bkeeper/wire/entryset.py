@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from bkeeper.common.errors import ProtocolError
 
-__all__ = ["HEADER_BYTES", "decode_entry_ids", "decode_ranges", "encode_entry_ids"]
+__all__ = ["HEADER_BYTES", "RANGES_MAX", "decode_entry_ids", "decode_ranges", "encode_entry_ids"]
 
 HEADER_BYTES = 64
 _HEADER = struct.Struct(">ii")
@@ -66,7 +66,13 @@ def encode_entry_ids(entry_ids: Iterable[int]) -> bytes:
     return b"".join(parts)
 
 
-def decode_ranges(data: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
+#: Most runs a decoded set may expand to; a peer claiming more is refused.
+RANGES_MAX = 1_000_000
+
+
+def decode_ranges(
+    data: bytes | bytearray | memoryview, ranges_max: int = RANGES_MAX
+) -> list[tuple[int, int]]:
     """The encoded set as half-open ranges ``[start, end)``, in order."""
     if len(data) < HEADER_BYTES:
         raise ProtocolError(f"entry set of {len(data)} bytes is shorter than its header")
@@ -80,6 +86,8 @@ def decode_ranges(data: bytes | bytearray | memoryview) -> list[tuple[int, int]]
         first, last, size, period = _GROUP.unpack_from(data, HEADER_BYTES + index * _GROUP.size)
         if size <= 0 or last < first or (last > first and period <= 0):
             raise ProtocolError(f"entry set group {index} is malformed")
+        if period and (last - first) // period >= ranges_max - len(ranges):
+            raise ProtocolError(f"entry set expands to more than {ranges_max} runs")
         start = first
         while start <= last:
             ranges.append((start, start + size))

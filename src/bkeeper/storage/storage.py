@@ -1,0 +1,353 @@
+"""The bookie storage engine's public face: :class:`Storage`.
+
+Threads: the caller (the server's event loop) adds, fences and reads; the journal thread
+writes and fdatasyncs groups and calls ``on_durable``; the flusher thread moves the write
+cache to entry logs; checkpoints run on whichever thread calls :meth:`Storage.checkpoint`.
+Shared state is guarded by one lock held for a few dict operations at a time.
+
+Blocking: :meth:`Storage.open`, :meth:`checkpoint`, :meth:`close` and :meth:`abort` block.
+Writes never block: they validate, update memory and queue a journal record; their
+``token`` comes back through ``on_durable(tokens, error)`` once the record is durable.
+Reads answer from memory (write cache, read cache) or, for older entries, with a positional
+read of an entry log: :meth:`read_entry_nowait` says None instead of touching the disk.
+
+Never "absent" when unsure: if journal replay had to skip corrupt records (only with
+``journal_skip_corrupt_records``), acknowledged data may be missing, so the engine is in
+*limbo*: every answer that would be "no such ledger" or "no such entry" raises
+``DataUnknownError`` instead, across restarts, until :meth:`clear_limbo` (persisted at the
+next checkpoint). A torn journal tail does not cause limbo: only the group being written
+when the process died can be torn, and nothing in it was acknowledged.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from bkeeper.common.errors import (
+    BadRequestError,
+    DataUnknownError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    TooManyRequestsError,
+    UnauthorizedAccessError,
+)
+from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.engine import EngineState
+from bkeeper.storage.entry_log import EntryLogReader
+from bkeeper.storage.filesystem import BytesLike, FileSystem, OsFileSystem
+from bkeeper.storage.flusher import Flusher, StorageLayout
+from bkeeper.storage.framing import frame_header
+from bkeeper.storage.journal import DurableCallback, Journal
+from bkeeper.storage.journal_format import RecordKind, ledger_record
+from bkeeper.storage.journal_replay import ReplayOutcome
+from bkeeper.storage.ledger_state import LedgerState
+from bkeeper.storage.recovery import recover
+
+__all__ = ["Storage", "StorageStats"]
+
+_ENTRY_HEAD = struct.Struct(">qqq")
+_LEDGER_ID = struct.Struct(">q")
+_ENTRY_HEADER_BYTES = 32
+_ADD = RecordKind.ADD_ENTRY
+
+
+def _ignore(tokens: list[object], error: BaseException | None) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class StorageStats:
+    ledgers: int
+    journal_groups_written: int
+    journal_file_id: int
+    write_cache_bytes: int
+    read_cache_bytes: int
+    checkpoints: int
+    limbo: bool
+
+
+class Storage:
+    """A bookie's storage: journal, write cache, entry logs, location index, ledger state."""
+
+    def __init__(
+        self,
+        config: StorageConfig,
+        fs: FileSystem,
+        engine: EngineState,
+        flusher: Flusher,
+        journal: Journal,
+        replay: ReplayOutcome,
+    ) -> None:
+        """Use :meth:`open`."""
+        self.config = config
+        self.replay_outcome = replay
+        self._fs = fs
+        self._engine = engine
+        self._flusher = flusher
+        self._journal = journal
+        self._reader = EntryLogReader(
+            fs, StorageLayout(config.data_dir).ledgers, config.entry_log_read_handles_max
+        )
+
+    @classmethod
+    def open(
+        cls,
+        config: StorageConfig,
+        fs: FileSystem | None = None,
+        on_durable: DurableCallback | None = None,
+    ) -> Storage:
+        """Load the last checkpoint, replay the journal, checkpoint, start the threads.
+
+        ``on_durable(tokens, error)`` is called from the journal thread once per fsync
+        group with the tokens of that group in order (``error`` None on success).
+        """
+        fs = fs if fs is not None else OsFileSystem()
+        layout = StorageLayout(config.data_dir)
+        recovered = recover(fs, config, layout)
+        engine, flusher = recovered.engine, recovered.flusher
+        journal = Journal(
+            fs,
+            layout.journal,
+            config,
+            engine.lock,
+            on_durable or _ignore,
+            recovered.next_journal_file_id,
+        )
+        journal.start()
+        storage = cls(config, fs, engine, flusher, journal, recovered.replay)
+        try:
+            flusher.start(lambda: journal.durable_position, journal.fail)
+            flusher.checkpoint(full=recovered.compact_index)
+        except BaseException:
+            storage.abort()
+            raise
+        return storage
+
+    # -- writes ------------------------------------------------------------------------
+    def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        body: BytesLike,
+        *,
+        recovery: bool = False,
+        token: object | None = None,
+    ) -> None:
+        """Add an entry: readable at once, ``token`` reported durable later.
+
+        Raises UnauthorizedAccessError (key mismatch), LedgerFencedError (fenced and not a
+        recovery add), TooManyRequestsError (journal queue or write cache full),
+        BadRequestError (body does not name this ledger and entry) and BookieIOError
+        (journal failed or storage closed).
+        """
+        if type(body) is not bytes:
+            body = bytes(body)
+        if len(body) < _ENTRY_HEADER_BYTES or entry_id < 0:
+            raise BadRequestError(f"ledger {ledger_id}: bad entry {entry_id}")
+        body_ledger_id, body_entry_id, lac = _ENTRY_HEAD.unpack_from(body)
+        if body_ledger_id != ledger_id or body_entry_id != entry_id:
+            raise BadRequestError(f"ledger {ledger_id} entry {entry_id}: body names another")
+        header = frame_header(_ADD, body)
+        engine = self._engine
+        with engine.lock:
+            state = engine.ledgers.get(ledger_id)
+            if state is None or state.master_key != master_key:
+                state = self._ledger_for_write_locked(ledger_id, master_key)
+            if state.fenced and not recovery:
+                raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+            if not engine.write_cache.has_room(len(body)):
+                raise TooManyRequestsError("write cache is full")
+            self._journal.append_locked(header, body, token)
+            engine.add_locked(state, entry_id, lac, body)
+
+    def fence(self, ledger_id: int, master_key: bytes, *, token: object | None = None) -> None:
+        """Fence the ledger (creating it with this key if unknown); durable via ``token``."""
+        record = ledger_record(RecordKind.FENCE, ledger_id)
+        with self._engine.lock:
+            state = self._ledger_for_write_locked(ledger_id, master_key)
+            self._journal.append_locked(record, b"", token)
+            self._engine.fence_locked(state)
+
+    def set_explicit_lac(
+        self, ledger_id: int, master_key: bytes, lac_body: bytes, *, token: object | None = None
+    ) -> None:
+        """Keep ``lac_body`` (a WRITE_LAC body: ledgerId | LAC | digest) as explicit LAC."""
+        lac_body = bytes(lac_body)
+        if len(lac_body) < 16 or _LEDGER_ID.unpack_from(lac_body)[0] != ledger_id:
+            raise BadRequestError(f"ledger {ledger_id}: bad explicit LAC body")
+        record = ledger_record(RecordKind.EXPLICIT_LAC, ledger_id, lac_body)
+        with self._engine.lock:
+            state = self._ledger_for_write_locked(ledger_id, master_key)
+            self._journal.append_locked(record, b"", token)
+            self._engine.set_explicit_lac_locked(state, lac_body)
+
+    def force_ledger(self, ledger_id: int, *, token: object | None = None) -> None:
+        """``token`` is reported once everything queued before it is durable."""
+        record = ledger_record(RecordKind.FORCE_LEDGER, ledger_id)
+        with self._engine.lock:
+            self._journal.append_locked(record, b"", token)
+
+    def delete_ledger(self, ledger_id: int, *, token: object | None = None) -> None:
+        """Forget the ledger at once (reads say no such ledger); durable via ``token``."""
+        record = ledger_record(RecordKind.DELETE_LEDGER, ledger_id)
+        with self._engine.lock:
+            self._journal.append_locked(record, b"", token)
+            self._engine.delete_locked(ledger_id)
+
+    def _ledger_for_write_locked(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        engine = self._engine
+        state = engine.ledgers.get(ledger_id)
+        if state is not None and state.master_key == master_key:
+            return state
+        if state is not None and state.master_key:
+            raise UnauthorizedAccessError(f"ledger {ledger_id}: wrong master key")
+        if ledger_id < 0:
+            raise BadRequestError(f"bad ledger id {ledger_id}")
+        key = bytes(master_key)
+        self._journal.append_locked(ledger_record(RecordKind.MASTER_KEY, ledger_id, key), b"", None)
+        if state is None:
+            return engine.create_locked(ledger_id, key)
+        state.master_key = key  # the key was lost with a skipped journal record: adopt
+        engine.mark_dirty_locked(state)
+        return state
+
+    # -- reads -------------------------------------------------------------------------
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The entry body; ``entry_id`` -1 means the last entry. May read an entry log.
+
+        Raises NoSuchLedgerError / NoSuchEntryError, or DataUnknownError in limbo.
+        """
+        found, entry_id = self._find(ledger_id, entry_id)
+        return found if isinstance(found, bytes) else self._reader.read(found)
+
+    def read_entry_nowait(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """As :meth:`read_entry` from memory only: None when the body is on disk."""
+        found, _ = self._find(ledger_id, entry_id)
+        return found if isinstance(found, bytes) else None
+
+    def read_entries(
+        self, ledger_id: int, start_entry_id: int, max_count: int, max_bytes: int
+    ) -> list[bytes]:
+        """Consecutive entries from ``start_entry_id``: at least one, then up to
+        ``max_count`` entries and ``max_bytes`` bytes, stopping at the first missing one."""
+        bodies = [self.read_entry(ledger_id, start_entry_id)]
+        total = len(bodies[0])
+        for entry_id in range(start_entry_id + 1, start_entry_id + max_count):
+            try:
+                body = self.read_entry(ledger_id, entry_id)
+            except (NoSuchEntryError, DataUnknownError):
+                break
+            if total + len(body) > max_bytes:
+                break
+            bodies.append(body)
+            total += len(body)
+        return bodies
+
+    def _find(self, ledger_id: int, entry_id: int) -> tuple[bytes | int, int]:
+        engine = self._engine
+        with engine.lock:
+            state = self._state_locked(ledger_id)
+            if entry_id == -1:
+                entry_id = state.last_entry_id
+            found = engine.find_locked(state, entry_id) if entry_id >= 0 else None
+        if found is None:
+            raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {entry_id}"))
+        return found, entry_id
+
+    def _state_locked(self, ledger_id: int) -> LedgerState:
+        state = self._engine.ledgers.get(ledger_id)
+        if state is None:
+            raise self._absent(NoSuchLedgerError(f"no ledger {ledger_id}"))
+        return state
+
+    def _absent(self, error: Exception) -> Exception:
+        if self._engine.limbo:
+            return DataUnknownError(f"{error} (storage in limbo: data may have been lost)")
+        return error
+
+    def list_entries(self, ledger_id: int) -> list[int]:
+        """Ids of the entries present, ascending."""
+        with self._engine.lock:
+            return self._engine.entry_ids_locked(self._state_locked(ledger_id))
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """The highest entry id present (-1 if none); NoSuchLedgerError if unknown."""
+        with self._engine.lock:
+            return self._state_locked(ledger_id).last_entry_id
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """The higher of the LACs carried by entries and the explicit LAC; -1 if unknown."""
+        state = self._engine.ledgers.get(ledger_id)
+        if state is None:
+            return -1
+        return max(state.lac, state.explicit_lac_value())
+
+    def explicit_lac(self, ledger_id: int) -> bytes | None:
+        """The last WRITE_LAC body kept for the ledger, or None."""
+        state = self._engine.ledgers.get(ledger_id)
+        return state.explicit_lac if state is not None else None
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        state = self._engine.ledgers.get(ledger_id)
+        return state is not None and state.fenced
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        return ledger_id in self._engine.ledgers
+
+    def ledger_ids(self) -> list[int]:
+        with self._engine.lock:
+            return sorted(self._engine.ledgers)
+
+    # -- limbo -------------------------------------------------------------------------
+    @property
+    def limbo(self) -> bool:
+        """True while absent data must be reported as unknown (see the module docstring)."""
+        return self._engine.limbo
+
+    def clear_limbo(self) -> None:
+        """Answer "absent" again (after the operator checked the ledgers); persisted by the
+        next checkpoint."""
+        self._engine.limbo = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Flush the write cache, persist index and journal mark, drop old journals."""
+        self._flusher.checkpoint()
+
+    def close(self) -> None:
+        """Make everything queued durable (callbacks fired), checkpoint, stop threads."""
+        self._journal.close()
+        try:
+            if not self._journal.failed:
+                self._flusher.checkpoint()
+        finally:
+            self._flusher.close()
+            self._reader.close()
+
+    def abort(self) -> None:
+        """Stop the threads at once without writing what is queued (as if the process died;
+        for tests and fatal errors)."""
+        self._journal.abort()
+        self._flusher.abort()
+        self._reader.close()
+
+    def disk_usage(self) -> tuple[int, int]:
+        """``(total, free)`` bytes of the filesystem holding ``data_dir``."""
+        return self._fs.disk_usage(self.config.data_dir)
+
+    def stats(self) -> StorageStats:
+        engine = self._engine
+        with engine.lock:
+            cache = engine.write_cache
+            return StorageStats(
+                ledgers=len(engine.ledgers),
+                journal_groups_written=self._journal.groups_written,
+                journal_file_id=self._journal.file_id,
+                write_cache_bytes=cache.active_bytes + cache.flushing_bytes,
+                read_cache_bytes=engine.read_cache.size_bytes,
+                checkpoints=self._flusher.checkpoints,
+                limbo=engine.limbo,
+            )
