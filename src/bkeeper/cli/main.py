@@ -36,10 +36,11 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register_commands() -> None:
-    from bkeeper.cli import bench, bookie
+    from bkeeper.cli import bench, bookie, sandbox
 
     cli.add_command(bench.bench)
     cli.add_command(bookie.bookie)
+    cli.add_command(sandbox.sandbox)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -21,6 +21,7 @@ from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.handlers import BookieState, RequestHandlers
+from bkeeper.server.registration import ClusterMembership
 from bkeeper.storage import FileSystem, Storage, StorageConfig
 
 __all__ = ["Bookie"]
@@ -53,6 +54,7 @@ class Bookie:
         self._task_group_cm: asyncio.TaskGroup | None = None
         self._stopping = asyncio.Event()
         self._readonly_listeners: list[Callable[[bool], None]] = []
+        self._membership: ClusterMembership | None = None
         self.port = config.port
 
     @property
@@ -81,7 +83,12 @@ class Bookie:
         if sockets:
             self.port = sockets[0].getsockname()[1]
         try:
-            check_or_stamp_cookie(config, self._instance_id, self.bookie_id)
+            if config.metadata_uri:
+                self._membership = await ClusterMembership.open(config.metadata_uri, self.bookie_id)
+                self._instance_id = self._membership.instance_id
+            local_cookie = check_or_stamp_cookie(config, self._instance_id, self.bookie_id)
+            if self._membership is not None:
+                await self._membership.check_cookie(local_cookie)
 
             def on_durable(tokens: list[object], error: BaseException | None) -> None:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
@@ -91,14 +98,19 @@ class Bookie:
             )
         except BaseException:
             self._server.close()
+            if self._membership is not None:
+                await self._membership.aclose()
             raise
         self._handlers = RequestHandlers(config, self.storage, self.state)
         handlers_box.append(self._handlers)
         await self._server.start_serving()
+        self.check_disk()  # settle the mode before registering
         self._task_group_cm = asyncio.TaskGroup()
         self._tasks = await self._task_group_cm.__aenter__()
         self._tasks.create_task(self._checkpoint_loop())
         self._tasks.create_task(self._disk_monitor_loop())
+        if self._membership is not None:
+            await self._membership.register(config.host, self.port, self.state.readonly)
         log.info(
             "bookie %s listening on %s:%d (%s)",
             self.bookie_id,
@@ -156,7 +168,16 @@ class Bookie:
             )
             for listener in self._readonly_listeners:
                 listener(readonly)
+            if self._membership is not None and self._tasks is not None:
+                self._tasks.create_task(self._switch_registration(readonly))
         return readonly
+
+    async def _switch_registration(self, readonly: bool) -> None:
+        assert self._membership is not None
+        try:
+            await self._membership.set_read_only(readonly)
+        except Exception:
+            log.exception("could not switch the registration of %s", self.bookie_id)
 
     # -- stop --------------------------------------------------------------------------
     async def wait_stopped(self) -> None:
@@ -168,6 +189,11 @@ class Bookie:
     async def aclose(self) -> None:
         """Drain in-flight requests, checkpoint and stop; safe to call twice."""
         self._stopping.set()
+        if self._membership is not None:
+            try:
+                await self._membership.unregister()
+            except Exception:
+                log.exception("could not unregister %s", self.bookie_id)
         if self._server is not None:
             self._server.close()
         deadline = time.monotonic() + self.config.shutdown_drain_timeout_ms / 1000.0
@@ -187,4 +213,7 @@ class Bookie:
         if self.storage is not None:
             storage, self.storage = self.storage, None
             await asyncio.to_thread(storage.close)
+        if self._membership is not None:
+            membership, self._membership = self._membership, None
+            await membership.aclose()
         log.info("bookie %s stopped", self.bookie_id)

@@ -69,7 +69,7 @@ class BookieConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if self.closed:  # refused by the bookie (too many connections)
-            transport.abort()
+            self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

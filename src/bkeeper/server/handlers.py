@@ -19,7 +19,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
 from bkeeper.storage import Storage
@@ -156,7 +156,7 @@ class RequestHandlers:
                 if touched is not None:
                     touched.add(request.ledger_id)
             else:
-                token(error)
+                cast(Callable[[BaseException | None], None], token)(error)
         self.state.adds += len(tokens)
         if touched:
             for ledger_id in touched:

@@ -9,12 +9,15 @@ Model (a strict POSIX filesystem, like ext4 with ``data=ordered`` minus its cour
   live listing of that directory to the durable one;
 * :meth:`crash` drops everything not durable: listings become the durable listings, every
   inode keeps its synced bytes (plus, with ``torn=rng``, a random prefix of its unsynced
-  tail, as a torn write may), and every handle opened before the crash fails with ``OSError``
-  from then on, as the dead process's descriptors would;
+  tail, as a torn write may). The crashed process is dead: this filesystem object and every
+  handle opened through it raise ``OSError`` from then on, so threads of the dead engine
+  cannot touch the disk any more. ``crash`` returns a new filesystem object on the same
+  (surviving) disk for the restarted process;
 * directories made by :meth:`makedirs` and truncations are durable at once.
 
-:meth:`corrupt` overwrites durable bytes in place to simulate media corruption. All methods are
-thread-safe (one lock).
+:meth:`corrupt` overwrites bytes in place, durably, to simulate media corruption;
+:meth:`fail_syncs` makes file syncs fail, as a dying disk does. All methods are thread-safe
+(one lock per disk).
 """
 
 from __future__ import annotations
@@ -39,6 +42,18 @@ class _Inode:
         self.synced = 0
 
 
+class _Disk:
+    """What survives a crash, shared by the filesystem objects of successive processes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.generation = 0
+        self.live: dict[str, _Inode] = {}
+        self.durable: dict[str, _Inode] = {}
+        self.dirs: set[str] = {"/", "."}
+        self.sync_error: OSError | None = None
+
+
 class _Handle:
     __slots__ = ("_fs", "_generation", "_inode", "_path")
 
@@ -53,26 +68,28 @@ class _Handle:
         return self._path
 
     def _check(self) -> None:
-        if self._generation != self._fs.generation:
+        if self._generation != self._fs.disk.generation:
             raise OSError(f"{self._path}: file handle lost in a crash")
 
     def write(self, data: BytesLike) -> None:
-        with self._fs.lock:
+        with self._fs.disk.lock:
             self._check()
             self._inode.data += data
 
     def sync(self) -> None:
-        with self._fs.lock:
+        with self._fs.disk.lock:
             self._check()
+            if self._fs.disk.sync_error is not None:
+                raise self._fs.disk.sync_error
             self._inode.synced = len(self._inode.data)
 
     def read_at(self, offset: int, size: int) -> bytes:
-        with self._fs.lock:
+        with self._fs.disk.lock:
             self._check()
             return bytes(self._inode.data[offset : offset + size])
 
     def size(self) -> int:
-        with self._fs.lock:
+        with self._fs.disk.lock:
             self._check()
             return len(self._inode.data)
 
@@ -83,127 +100,142 @@ class _Handle:
 class MemoryFileSystem:
     """A filesystem in memory whose :meth:`crash` loses exactly what was not made durable."""
 
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.generation = 0
-        self._live: dict[str, _Inode] = {}
-        self._durable: dict[str, _Inode] = {}
-        self._dirs: set[str] = {"/", "."}
-        self.sync_count = 0
+    def __init__(self, disk: _Disk | None = None) -> None:
+        self.disk = disk if disk is not None else _Disk()
+        self.generation = self.disk.generation
 
     # -- crash model -------------------------------------------------------------------
-    def crash(self, torn: random.Random | None = None) -> None:
-        """Lose everything not durable; with ``torn``, keep random prefixes of unsynced tails."""
-        with self.lock:
-            self.generation += 1
-            self._live = dict(self._durable)
-            for inode in set(self._live.values()):
+    def crash(self, torn: random.Random | None = None) -> MemoryFileSystem:
+        """Lose everything not durable; with ``torn``, keep random prefixes of unsynced
+        tails. Returns the filesystem for the restarted process (this one is dead)."""
+        disk = self.disk
+        with disk.lock:
+            self._check()
+            disk.generation += 1
+            disk.live = dict(disk.durable)
+            for inode in set(disk.live.values()):
                 keep = 0
                 unsynced = len(inode.data) - inode.synced
                 if torn is not None and unsynced > 0:
                     keep = torn.randint(0, unsynced)
                 del inode.data[inode.synced + keep :]
                 inode.synced = len(inode.data)
+            return MemoryFileSystem(disk)
+
+    def fail_syncs(self, error: OSError | None) -> None:
+        """Fault hook: every file sync raises ``error`` from now on (None: stop failing)."""
+        with self.disk.lock:
+            self.disk.sync_error = error
 
     def corrupt(self, path: str, offset: int, data: bytes) -> None:
         """Overwrite bytes of ``path`` at ``offset`` in place, durably (media corruption)."""
-        with self.lock:
+        with self.disk.lock:
             inode = self._inode(path)
             inode.data[offset : offset + len(data)] = data
 
     def unsynced_bytes(self, path: str) -> int:
-        with self.lock:
+        with self.disk.lock:
             inode = self._inode(path)
             return len(inode.data) - inode.synced
 
     # -- FileSystem --------------------------------------------------------------------
     def open_append(self, path: str) -> WritableFile:
         path = _norm(path)
-        with self.lock:
+        with self.disk.lock:
             self._check_parent(path)
-            inode = self._live.get(path)
+            inode = self.disk.live.get(path)
             if inode is None:
-                inode = self._live[path] = _Inode()
+                inode = self.disk.live[path] = _Inode()
             return _Handle(self, path, inode)
 
     def open_read(self, path: str) -> ReadableFile:
         path = _norm(path)
-        with self.lock:
+        with self.disk.lock:
             return _Handle(self, path, self._inode(path))
 
     def read_file(self, path: str) -> bytes:
-        with self.lock:
+        with self.disk.lock:
             return bytes(self._inode(path).data)
 
     def truncate(self, path: str, size: int) -> None:
-        with self.lock:
+        with self.disk.lock:
             inode = self._inode(path)
             del inode.data[size:]
             inode.synced = len(inode.data)
 
     def rename(self, source: str, target: str) -> None:
         source, target = _norm(source), _norm(target)
-        with self.lock:
+        with self.disk.lock:
             inode = self._inode(source)
             self._check_parent(target)
-            del self._live[source]
-            self._live[target] = inode
+            del self.disk.live[source]
+            self.disk.live[target] = inode
 
     def fsync_dir(self, path: str) -> None:
         path = _norm(path)
-        with self.lock:
-            if path not in self._dirs:
+        with self.disk.lock:
+            self._check()
+            if path not in self.disk.dirs:
                 raise FileNotFoundError(path)
-            self.sync_count += 1
-            for name in [n for n in self._durable if os.path.dirname(n) == path]:
-                del self._durable[name]
-            for name, inode in self._live.items():
+            for name in [n for n in self.disk.durable if os.path.dirname(n) == path]:
+                del self.disk.durable[name]
+            for name, inode in self.disk.live.items():
                 if os.path.dirname(name) == path:
-                    self._durable[name] = inode
+                    self.disk.durable[name] = inode
 
     def list_dir(self, path: str) -> list[str]:
         path = _norm(path)
-        with self.lock:
-            if path not in self._dirs:
+        with self.disk.lock:
+            self._check()
+            if path not in self.disk.dirs:
                 raise FileNotFoundError(path)
-            return [os.path.basename(n) for n in self._live if os.path.dirname(n) == path]
+            return [os.path.basename(n) for n in self.disk.live if os.path.dirname(n) == path]
 
     def remove(self, path: str) -> None:
-        with self.lock:
+        with self.disk.lock:
             path = _norm(path)
             self._inode(path)
-            del self._live[path]
+            del self.disk.live[path]
 
     def size(self, path: str) -> int:
-        with self.lock:
+        with self.disk.lock:
             return len(self._inode(path).data)
 
     def exists(self, path: str) -> bool:
         path = _norm(path)
-        with self.lock:
-            return path in self._live or path in self._dirs
+        with self.disk.lock:
+            self._check()
+            return path in self.disk.live or path in self.disk.dirs
 
     def makedirs(self, path: str) -> None:
         path = _norm(path)
-        with self.lock:
-            while path not in self._dirs:
-                self._dirs.add(path)
+        with self.disk.lock:
+            self._check()
+            while path not in self.disk.dirs:
+                self.disk.dirs.add(path)
                 path = os.path.dirname(path)
 
     def disk_usage(self, path: str) -> tuple[int, int]:
-        with self.lock:
-            used = sum(len(inode.data) for inode in set(self._live.values()))
+        with self.disk.lock:
+            self._check()
+            used = sum(len(inode.data) for inode in set(self.disk.live.values()))
             return MEMORY_DISK_BYTES, MEMORY_DISK_BYTES - used
 
     # -- helpers -----------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.generation != self.disk.generation:
+            raise OSError("filesystem of a crashed process")
+
     def _inode(self, path: str) -> _Inode:
-        inode = self._live.get(_norm(path))
+        self._check()
+        inode = self.disk.live.get(_norm(path))
         if inode is None:
             raise FileNotFoundError(path)
         return inode
 
     def _check_parent(self, path: str) -> None:
-        if os.path.dirname(path) not in self._dirs:
+        self._check()
+        if os.path.dirname(path) not in self.disk.dirs:
             raise FileNotFoundError(os.path.dirname(path))
 
 

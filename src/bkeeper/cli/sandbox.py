@@ -1,0 +1,51 @@
+"""``bkeeper sandbox``: ZooKeeper and N bookies on this machine, until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+
+__all__ = ["sandbox"]
+
+
+@click.command()
+@click.option("--bookies", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option("--data-dir", default="./bkeeper-data", show_default=True, type=click.Path())
+@click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--bookie-port", default=3181, show_default=True, type=click.IntRange(1, 65535))
+def sandbox(bookies: int, data_dir: str, zookeeper_port: int, bookie_port: int) -> None:
+    """Start a local cluster: ZooKeeper plus bookies, data kept under --data-dir."""
+    home = os.environ.get("ZOOKEEPER_HOME")
+    config = SandboxConfig(
+        data_dir=Path(data_dir).resolve(),
+        bookies=bookies,
+        zookeeper_port=zookeeper_port,
+        bookie_port_base=bookie_port,
+        zookeeper_home=Path(home) if home else None,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    box = Sandbox(config)
+    click.echo(f"starting ZooKeeper and {bookies} bookies under {config.data_dir} ...", err=True)
+    with box:
+        for index in range(bookies):
+            host, port = box.bookie_address(index)
+            click.echo(f"bookie {index}: {host}:{port}", err=True)
+        click.echo(f"metadata URI: {box.metadata_uri}")
+        click.echo("sandbox ready; Ctrl-C stops it", err=True)
+        while not stop.wait(0.5):
+            pass
+        click.echo("stopping ...", err=True)
+    click.echo("sandbox stopped", err=True)

@@ -1,0 +1,81 @@
+"""A bookie's place in the cluster metadata: instance id, ZooKeeper cookie, registration.
+
+At start (before serving): open the metadata store, read the cluster's instance id (refuse
+when the cluster is not formatted), check the bookie's cookie in ``<root>/cookies/<bookieId>``
+against the local one (write it when absent; refuse with a message naming the difference
+when it differs). After the listener serves: register as writable or read-only under
+``<root>/available``, switching when the mode changes, and again after a session expiry
+(``BookieRegistration`` does that). At stop: unregister first, so clients stop choosing the
+bookie before it drains.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bkeeper.common.errors import ConfigError, NoNodeError
+from bkeeper.common.ids import BookieId
+from bkeeper.meta.bookie_info import BookieServiceInfo
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.cookie import Cookie
+from bkeeper.meta.registry import BookieRegistration
+
+__all__ = ["ClusterMembership"]
+
+log = logging.getLogger(__name__)
+
+
+class ClusterMembership:
+    """The metadata session of one bookie."""
+
+    def __init__(self, cluster: ClusterMetadata, bookie_id: str, instance_id: str) -> None:
+        self.cluster = cluster
+        self.bookie_id = bookie_id
+        self.instance_id = instance_id
+        self._registration: BookieRegistration | None = None
+
+    @classmethod
+    async def open(cls, uri: str, bookie_id: str) -> ClusterMembership:
+        cluster = await ClusterMetadata.open(uri)
+        try:
+            instance_id = await cluster.instance_id()
+            if instance_id is None:
+                raise ConfigError(
+                    f"the cluster at {uri} is not formatted: "
+                    f"run `bkeeper meta format --metadata {uri}`"
+                )
+        except BaseException:
+            await cluster.aclose()
+            raise
+        return cls(cluster, bookie_id, instance_id)
+
+    async def check_cookie(self, local: Cookie) -> None:
+        """Compare the cookie stored in the metadata with ``local``; write it when absent."""
+        try:
+            stored = await self.cluster.cookies.read(self.bookie_id)
+        except NoNodeError:
+            await self.cluster.cookies.write(self.bookie_id, local)
+            log.info("wrote the cookie of %s to the metadata store", self.bookie_id)
+            return
+        stored.value.verify(local, f"the metadata store ({self.bookie_id})")
+
+    async def register(self, host: str, port: int, read_only: bool) -> None:
+        info = BookieServiceInfo.for_bookie(host, port)
+        self._registration = BookieRegistration(
+            self.cluster.registry, self.cluster.store, BookieId(self.bookie_id), info, read_only
+        )
+        await self._registration.start()
+        log.info("registered %s as %s", self.bookie_id, "read-only" if read_only else "writable")
+
+    async def set_read_only(self, read_only: bool) -> None:
+        if self._registration is not None:
+            await self._registration.set_read_only(read_only)
+
+    async def unregister(self) -> None:
+        if self._registration is not None:
+            registration, self._registration = self._registration, None
+            await registration.aclose()
+
+    async def aclose(self) -> None:
+        await self.unregister()
+        await self.cluster.aclose()

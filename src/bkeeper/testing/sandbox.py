@@ -1,0 +1,166 @@
+"""A local cluster in one command: ZooKeeper plus N bookie processes (``bkeeper sandbox``).
+
+Layout under the data directory: ``zookeeper/`` and ``bookie-<i>/`` (kept across restarts,
+so a restarted sandbox finds its ledgers). Ports are fixed (ZooKeeper ``zookeeper_port``,
+bookie ``i`` at ``bookie_port_base + i``) so that bookie ids, and with them the cookies, stay
+the same from one start to the next. The cluster is formatted on first start. Bookies are
+child processes that die with the sandbox (parent-death signal); ``stop`` sends SIGTERM to
+each, then stops ZooKeeper, leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
+
+__all__ = ["Sandbox", "SandboxConfig"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    data_dir: Path
+    bookies: int = 3
+    zookeeper_port: int = 2181
+    bookie_port_base: int = 3181
+    root: str = "/ledgers"
+    start_timeout_s: float = 30.0
+    stop_timeout_s: float = 30.0
+    zookeeper_home: Path | None = None
+    bookie_args: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.bookies <= 64:
+            raise ConfigError(f"bookies: {self.bookies} is not between 1 and 64")
+        for name in ("zookeeper_port", "bookie_port_base"):
+            port = getattr(self, name)
+            if not 0 < port < 65536 - self.bookies:
+                raise ConfigError(f"{name}: {port} is not a usable TCP port")
+
+
+def _set_parent_death_signal() -> None:
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Sandbox:
+    """ZooKeeper and bookies as child processes. Use as a context manager."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.zookeeper = ZooKeeperServer(
+            ZooKeeperConfig(
+                data_dir=config.data_dir / "zookeeper",
+                port=config.zookeeper_port,
+                zookeeper_home=config.zookeeper_home,
+            )
+        )
+        self.bookies: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def metadata_uri(self) -> str:
+        return self.zookeeper.uri(self.config.root)
+
+    def bookie_address(self, index: int) -> tuple[str, int]:
+        return "127.0.0.1", self.config.bookie_port_base + index
+
+    def start(self) -> None:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.zookeeper.start()
+            instance_id = asyncio.run(self._format_if_new())
+            log.info("cluster %s (instance %s)", self.metadata_uri, instance_id)
+            for index in range(self.config.bookies):
+                self.bookies.append(self._spawn_bookie(index))
+            for index, proc in enumerate(self.bookies):
+                self._wait_bookie(index, proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    async def _format_if_new(self) -> str:
+        async with await ClusterMetadata.open(self.metadata_uri) as cluster:
+            instance_id = await cluster.instance_id()
+            return instance_id if instance_id is not None else await cluster.format()
+
+    def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
+        host, port = self.bookie_address(index)
+        data_dir = self.config.data_dir / f"bookie-{index}"
+        cmd = [
+            sys.executable, "-m", "bkeeper", "bookie",
+            "--data-dir", str(data_dir), "--host", host, "--port", str(port),
+            "--metadata", self.metadata_uri, *self.config.bookie_args,
+        ]  # fmt: skip
+        log_file = open(self.config.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
+        try:
+            return subprocess.Popen(
+                cmd,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_set_parent_death_signal,  # noqa: PLW1509
+            )
+        finally:
+            log_file.close()
+
+    def _wait_bookie(self, index: int, proc: subprocess.Popen[bytes]) -> None:
+        host, port = self.bookie_address(index)
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                log_path = self.config.data_dir / f"bookie-{index}.log"
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                raise BKeeperError(
+                    f"bookie {index} exited with code {proc.returncode}: "
+                    f"{tail[0] if tail else 'no output'} (log: {log_path})"
+                )
+            with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
+                return
+            time.sleep(0.05)
+        raise BKeeperError(f"bookie {index} did not listen on {host}:{port} in time")
+
+    def stop(self) -> None:
+        """SIGTERM every bookie (they drain and checkpoint), then stop ZooKeeper."""
+        for proc in self.bookies:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.stop_timeout_s
+        for proc in self.bookies:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.bookies.clear()
+        self.zookeeper.stop()
+
+    def kill_bookie(self, index: int, sig: int = signal.SIGKILL) -> None:
+        os.kill(self.bookies[index].pid, sig)
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,180 @@
+"""The FileSystem port: one conformance suite for the real and the in-memory filesystem,
+then the in-memory crash model."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkeeper.storage import FileSystem, MemoryFileSystem, OsFileSystem
+from bkeeper.storage.filesystem import write_file_atomic
+
+
+@pytest.fixture(params=["os", "memory"])
+def fs_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[FileSystem, str]]:
+    if request.param == "os":
+        yield OsFileSystem(), str(tmp_path / "d")
+    else:
+        yield MemoryFileSystem(), "/d"
+
+
+def test_append_read_and_sizes(fs_dir: tuple[FileSystem, str]) -> None:
+    fs, d = fs_dir
+    fs.makedirs(d)
+    path = os.path.join(d, "a")
+    f = fs.open_append(path)
+    f.write(b"hello ")
+    f.write(memoryview(b"world"))
+    f.sync()
+    assert f.size() == 11
+    f.close()
+    again = fs.open_append(path)
+    assert again.size() == 11
+    again.write(b"!")
+    again.close()
+    r = fs.open_read(path)
+    assert r.read_at(6, 5) == b"world"
+    assert r.read_at(10, 100) == b"d!"
+    assert r.read_at(50, 10) == b""
+    assert r.size() == 12
+    r.close()
+    assert fs.read_file(path) == b"hello world!"
+    assert fs.size(path) == 12
+
+
+def test_rename_truncate_list_remove(fs_dir: tuple[FileSystem, str]) -> None:
+    fs, d = fs_dir
+    fs.makedirs(os.path.join(d, "sub"))
+    a, b = os.path.join(d, "a"), os.path.join(d, "b")
+    for path, data in ((a, b"aaaa"), (b, b"bb")):
+        f = fs.open_append(path)
+        f.write(data)
+        f.close()
+    fs.rename(a, b)
+    fs.fsync_dir(d)
+    assert fs.read_file(b) == b"aaaa"
+    assert not fs.exists(a)
+    assert sorted(fs.list_dir(d)) == ["b"]
+    fs.truncate(b, 1)
+    assert fs.read_file(b) == b"a"
+    fs.remove(b)
+    assert not fs.exists(b)
+    assert fs.exists(d)
+    total, free = fs.disk_usage(d)
+    assert total >= free > 0
+
+
+def test_write_file_atomic_replaces(fs_dir: tuple[FileSystem, str]) -> None:
+    fs, d = fs_dir
+    fs.makedirs(d)
+    path = os.path.join(d, "root")
+    write_file_atomic(fs, path, b"one")
+    write_file_atomic(fs, path, b"two")
+    assert fs.read_file(path) == b"two"
+    assert fs.list_dir(d) == ["root"]
+
+
+def test_missing_files_raise(fs_dir: tuple[FileSystem, str]) -> None:
+    fs, d = fs_dir
+    fs.makedirs(d)
+    with pytest.raises(FileNotFoundError):
+        fs.read_file(os.path.join(d, "nope"))
+    with pytest.raises(FileNotFoundError):
+        fs.open_read(os.path.join(d, "nope"))
+
+
+# -- the crash model -----------------------------------------------------------------------
+
+
+def _new_file(fs: MemoryFileSystem, path: str, data: bytes, sync: bool = True) -> None:
+    f = fs.open_append(path)
+    f.write(data)
+    if sync:
+        f.sync()
+
+
+def test_crash_keeps_synced_bytes_only() -> None:
+    fs = MemoryFileSystem()
+    fs.makedirs("/d")
+    f = fs.open_append("/d/f")
+    f.write(b"durable")
+    f.sync()
+    fs.fsync_dir("/d")
+    f.write(b" lost")
+    assert fs.unsynced_bytes("/d/f") == 5
+    after = fs.crash()
+    assert after.read_file("/d/f") == b"durable"
+
+
+def test_crash_loses_names_not_fsynced_in_their_directory() -> None:
+    fs = MemoryFileSystem()
+    fs.makedirs("/d")
+    _new_file(fs, "/d/kept", b"k")
+    fs.fsync_dir("/d")
+    _new_file(fs, "/d/new", b"n")  # synced content, but the name is not durable
+    fs.rename("/d/kept", "/d/renamed")  # not durable either: no fsync of /d after it
+    after = fs.crash()
+    assert sorted(after.list_dir("/d")) == ["kept"]
+    assert after.read_file("/d/kept") == b"k"
+
+
+def test_removal_is_durable_after_directory_fsync() -> None:
+    fs = MemoryFileSystem()
+    fs.makedirs("/d")
+    _new_file(fs, "/d/a", b"a")
+    fs.fsync_dir("/d")
+    fs.remove("/d/a")
+    assert fs.crash().exists("/d/a")
+    fs = MemoryFileSystem()
+    fs.makedirs("/d")
+    _new_file(fs, "/d/a", b"a")
+    fs.fsync_dir("/d")
+    fs.remove("/d/a")
+    fs.fsync_dir("/d")
+    assert not fs.crash().exists("/d/a")
+
+
+def test_torn_crash_keeps_a_prefix_of_unsynced_bytes() -> None:
+    kept = set()
+    for seed in range(30):
+        fs = MemoryFileSystem()
+        fs.makedirs("/d")
+        f = fs.open_append("/d/f")
+        f.write(b"S" * 4)
+        f.sync()
+        fs.fsync_dir("/d")
+        f.write(b"0123456789")
+        data = fs.crash(torn=random.Random(seed)).read_file("/d/f")
+        assert data == (b"SSSS" + b"0123456789")[: len(data)] and len(data) >= 4
+        kept.add(len(data))
+    assert len(kept) > 3
+
+
+def test_crashed_process_can_no_longer_touch_the_disk() -> None:
+    fs = MemoryFileSystem()
+    fs.makedirs("/d")
+    f = fs.open_append("/d/f")
+    f.write(b"x")
+    f.sync()
+    fs.fsync_dir("/d")
+    after = fs.crash()
+    with pytest.raises(OSError):
+        f.write(b"y")
+    with pytest.raises(OSError):
+        fs.open_append("/d/g")
+    with pytest.raises(OSError):
+        fs.list_dir("/d")
+    assert after.read_file("/d/f") == b"x"
+
+
+def test_corrupt_overwrites_in_place() -> None:
+    fs = MemoryFileSystem()
+    fs.makedirs("/d")
+    _new_file(fs, "/d/f", b"abcdef")
+    fs.fsync_dir("/d")
+    fs.corrupt("/d/f", 2, b"XY")
+    assert fs.crash().read_file("/d/f") == b"abXYef"
