@@ -36,11 +36,14 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register_commands() -> None:
-    from bkeeper.cli import bench, bookie, sandbox
+    from bkeeper.cli import bench, bookie, meta, sandbox, shell, zookeeper
 
     cli.add_command(bench.bench)
     cli.add_command(bookie.bookie)
+    cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)
+    cli.add_command(shell.shell)
+    cli.add_command(zookeeper.zookeeper)
 
 
 def main(argv: list[str] | None = None) -> Any:

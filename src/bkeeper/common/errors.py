@@ -25,6 +25,8 @@ translated at the boundary with ``raise ... from``.
     │   ├── SessionExpiredError       the store session expired; its ephemerals are gone
     │   ├── MetadataClosedError       the store was closed
     │   └── LeadershipLostError       a lock or leadership ended with its session
+    ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
+    ├── LedgerClosedError             the ledger takes no more entries
     ├── ClientClosedError             the client or handle is closed
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
@@ -59,6 +61,7 @@ __all__ = [
     "DigestMismatchError",
     "LeadershipLostError",
     "LedgerExistsError",
+    "LedgerClosedError",
     "LedgerFencedError",
     "LedgerNotFoundError",
     "MetadataClosedError",
@@ -68,6 +71,7 @@ __all__ = [
     "NodeExistsError",
     "NotEmptyError",
     "NoSuchEntryError",
+    "NotEnoughBookiesError",
     "NoSuchLedgerError",
     "ProtocolError",
     "ReadOnlyBookieError",
@@ -169,6 +173,16 @@ class MetadataClosedError(MetadataError):
 
 class LeadershipLostError(MetadataError):
     """A lock or a leadership ended because its session expired or it was released."""
+
+
+class NotEnoughBookiesError(BKeeperError):
+    """Placement found fewer suitable bookies than an ensemble needs."""
+
+    retriable = True
+
+
+class LedgerClosedError(BKeeperError):
+    """The ledger is closed (or being recovered): it takes no more entries."""
 
 
 class ClientClosedError(BKeeperError):

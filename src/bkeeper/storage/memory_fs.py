@@ -12,7 +12,9 @@ Model (a strict POSIX filesystem, like ext4 with ``data=ordered`` minus its cour
   tail, as a torn write may). The crashed process is dead: this filesystem object and every
   handle opened through it raise ``OSError`` from then on, so threads of the dead engine
   cannot touch the disk any more. ``crash`` returns a new filesystem object on the same
-  (surviving) disk for the restarted process;
+  (surviving) disk for the restarted process (as does :meth:`restart`);
+* :meth:`schedule_crash` makes the N-th mutating operation from now crash the machine,
+  whichever thread makes it, so crashes land inside group commits, flushes and checkpoints;
 * directories made by :meth:`makedirs` and truncations are durable at once.
 
 :meth:`corrupt` overwrites bytes in place, durably, to simulate media corruption;
@@ -52,6 +54,28 @@ class _Disk:
         self.durable: dict[str, _Inode] = {}
         self.dirs: set[str] = {"/", "."}
         self.sync_error: OSError | None = None
+        self.countdown: int | None = None
+        self.torn: random.Random | None = None
+
+    def crash(self, torn: random.Random | None) -> None:
+        self.generation += 1
+        self.countdown = None
+        self.live = dict(self.durable)
+        for inode in set(self.live.values()):
+            keep = 0
+            unsynced = len(inode.data) - inode.synced
+            if torn is not None and unsynced > 0:
+                keep = torn.randint(0, unsynced)
+            del inode.data[inode.synced + keep :]
+            inode.synced = len(inode.data)
+
+    def tick(self) -> None:
+        """Count one mutating operation; crash when a scheduled crash is due."""
+        if self.countdown is not None:
+            self.countdown -= 1
+            if self.countdown <= 0:
+                self.crash(self.torn)
+                raise OSError("the machine crashed (scheduled crash)")
 
 
 class _Handle:
@@ -75,10 +99,12 @@ class _Handle:
         with self._fs.disk.lock:
             self._check()
             self._inode.data += data
+            self._fs.disk.tick()  # after: a crash may keep part of this write (torn)
 
     def sync(self) -> None:
         with self._fs.disk.lock:
             self._check()
+            self._fs.disk.tick()
             if self._fs.disk.sync_error is not None:
                 raise self._fs.disk.sync_error
             self._inode.synced = len(self._inode.data)
@@ -108,19 +134,27 @@ class MemoryFileSystem:
     def crash(self, torn: random.Random | None = None) -> MemoryFileSystem:
         """Lose everything not durable; with ``torn``, keep random prefixes of unsynced
         tails. Returns the filesystem for the restarted process (this one is dead)."""
-        disk = self.disk
-        with disk.lock:
+        with self.disk.lock:
             self._check()
-            disk.generation += 1
-            disk.live = dict(disk.durable)
-            for inode in set(disk.live.values()):
-                keep = 0
-                unsynced = len(inode.data) - inode.synced
-                if torn is not None and unsynced > 0:
-                    keep = torn.randint(0, unsynced)
-                del inode.data[inode.synced + keep :]
-                inode.synced = len(inode.data)
-            return MemoryFileSystem(disk)
+            self.disk.crash(torn)
+        return self.restart()
+
+    def schedule_crash(self, after_operations: int, torn: random.Random | None = None) -> None:
+        """Crash at the ``after_operations``-th mutating operation from now (write, sync,
+        create, rename, remove, truncate, directory fsync), whichever thread makes it; that
+        operation raises ``OSError``."""
+        with self.disk.lock:
+            self.disk.countdown = after_operations
+            self.disk.torn = torn
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the process using this filesystem object has crashed."""
+        return self.generation != self.disk.generation
+
+    def restart(self) -> MemoryFileSystem:
+        """A filesystem object on the same disk for a new process."""
+        return MemoryFileSystem(self.disk)
 
     def fail_syncs(self, error: OSError | None) -> None:
         """Fault hook: every file sync raises ``error`` from now on (None: stop failing)."""
@@ -145,6 +179,7 @@ class MemoryFileSystem:
             self._check_parent(path)
             inode = self.disk.live.get(path)
             if inode is None:
+                self.disk.tick()
                 inode = self.disk.live[path] = _Inode()
             return _Handle(self, path, inode)
 
@@ -160,6 +195,7 @@ class MemoryFileSystem:
     def truncate(self, path: str, size: int) -> None:
         with self.disk.lock:
             inode = self._inode(path)
+            self.disk.tick()
             del inode.data[size:]
             inode.synced = len(inode.data)
 
@@ -168,6 +204,7 @@ class MemoryFileSystem:
         with self.disk.lock:
             inode = self._inode(source)
             self._check_parent(target)
+            self.disk.tick()
             del self.disk.live[source]
             self.disk.live[target] = inode
 
@@ -177,6 +214,7 @@ class MemoryFileSystem:
             self._check()
             if path not in self.disk.dirs:
                 raise FileNotFoundError(path)
+            self.disk.tick()
             for name in [n for n in self.disk.durable if os.path.dirname(n) == path]:
                 del self.disk.durable[name]
             for name, inode in self.disk.live.items():
@@ -195,6 +233,7 @@ class MemoryFileSystem:
         with self.disk.lock:
             path = _norm(path)
             self._inode(path)
+            self.disk.tick()
             del self.disk.live[path]
 
     def size(self, path: str) -> int:

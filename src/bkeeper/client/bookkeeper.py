@@ -1,0 +1,170 @@
+"""``BookKeeper``: the client entry point — create, open, delete and list ledgers.
+
+The client talks to the metadata store on create, open, close, ensemble change and delete,
+and straight to bookies for data. After ``close`` every call fails with
+:class:`ClientClosedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.client.context import ClientContext
+from bkeeper.client.pool import BookiePool, TcpTransport, Transport
+from bkeeper.client.read_handle import ReadHandle
+from bkeeper.client.recovery import check_password, recover_ledger
+from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.wire.digest import DigestType
+
+__all__ = ["BookKeeper"]
+
+log = logging.getLogger(__name__)
+
+
+class BookKeeper:
+    """An asyncio client of a bkeeper (or Apache BookKeeper) cluster.
+
+    ``async with BookKeeper("zk://127.0.0.1:2181/ledgers") as bk: ...``
+    """
+
+    def __init__(
+        self,
+        metadata_uri: str | None = None,
+        config: ClientConfig | None = None,
+        *,
+        cluster: ClusterMetadata | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        if metadata_uri is None and cluster is None:
+            raise ConfigError("BookKeeper needs a metadata URI (e.g. zk://127.0.0.1:2181/ledgers)")
+        self._uri = metadata_uri
+        self.config = config or ClientConfig()
+        self._cluster = cluster
+        self._owns_cluster = cluster is None
+        self._transport = transport
+        self._ctx: ClientContext | None = None
+        self._writable: frozenset[str] = frozenset()
+
+    async def start(self) -> BookKeeper:
+        if self._cluster is None:
+            assert self._uri is not None
+            self._cluster = await ClusterMetadata.open(self._uri)
+        cluster = self._cluster
+        transport = self._transport or TcpTransport(
+            self._resolve, self.config.connect_timeout_ms / 1000.0
+        )
+        pool = BookiePool(transport, self.config.protocol)
+        self._ctx = ClientContext(self.config, pool, cluster.ledgers, self._writable_bookies)
+        return self
+
+    async def __aenter__(self) -> BookKeeper:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def cluster(self) -> ClusterMetadata:
+        if self._cluster is None:
+            raise ClientClosedError("the client is not started")
+        return self._cluster
+
+    def _context(self) -> ClientContext:
+        if self._ctx is None or self._ctx.closed:
+            raise ClientClosedError("the client is closed")
+        return self._ctx
+
+    async def _resolve(self, bookie_id: str) -> tuple[str, int]:
+        try:
+            endpoint = (await self.cluster.registry.service_info(bookie_id)).endpoint()
+        except NoNodeError:
+            endpoint = None
+        if endpoint is not None:
+            return endpoint.host, endpoint.port
+        host, _, port = bookie_id.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"bookie id {bookie_id!r} is not registered and not host:port")
+        return host, int(port)
+
+    async def _writable_bookies(self) -> frozenset[str]:
+        bookies = await self.cluster.registry.bookies()
+        return frozenset(bookies.writable)
+
+    # -- ledgers -------------------------------------------------------------------------
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+        digest: str | DigestType = "crc32c",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+        ledger_id: int | None = None,
+    ) -> WriteHandle:
+        """Create a ledger on ``ensemble_size`` writable bookies and return its writer."""
+        ctx = self._context()
+        if not ensemble_size >= write_quorum >= ack_quorum >= 1:
+            raise ConfigError(
+                f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{ensemble_size}/{write_quorum}/{ack_quorum}"
+            )
+        digest_type = DigestType.parse(digest) if isinstance(digest, str) else DigestType(digest)
+        ensemble = await ctx.new_ensemble(ensemble_size, write_quorum)
+        meta = LedgerMetadata.new(
+            ensemble,
+            write_quorum,
+            ack_quorum,
+            digest_type,  # type: ignore[arg-type]
+            password,
+            ctime_ms=ctx.clock.wall_ms(),
+            custom_metadata=custom_metadata,
+        )
+        new_id, versioned = await ctx.ledgers.create(meta, ledger_id)
+        log.debug("created ledger %d on %s", new_id, ensemble)
+        return WriteHandle(ctx, new_id, versioned, password)
+
+    async def open_ledger(
+        self, ledger_id: int, password: bytes = b"", *, recovery: bool = True
+    ) -> ReadHandle:
+        """Open for reading; with ``recovery`` (the default) fence the writer and seal it."""
+        ctx = self._context()
+        if recovery:
+            versioned = await recover_ledger(ctx, ledger_id, password)
+        else:
+            versioned = await ctx.ledgers.read(ledger_id)
+            check_password(ledger_id, versioned.value, password)
+        handle = ReadHandle(ctx, ledger_id, versioned, password)
+        return handle
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger's metadata; bookies reclaim its data later."""
+        await self._context().ledgers.delete(ledger_id)
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return (await self._context().ledgers.read(ledger_id)).value
+
+    async def list_ledgers(self) -> AsyncIterator[int]:
+        async for ledger_id in self._context().ledgers.ledger_ids():
+            yield int(ledger_id)
+
+    async def close(self) -> None:
+        """Close connections and the metadata session; later calls raise ClientClosedError."""
+        if self._ctx is not None:
+            self._ctx.closed = True
+            await self._ctx.pool.aclose()
+        if self._cluster is not None and self._owns_cluster:
+            cluster, self._cluster = self._cluster, None
+            await cluster.aclose()
+        await asyncio.sleep(0)

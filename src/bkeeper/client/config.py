@@ -1,0 +1,62 @@
+"""Configuration of the ledger client: one frozen dataclass, validated on creation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.wire.codes import Protocol
+
+__all__ = ["ClientConfig"]
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Timeouts in milliseconds; limits name what they bound.
+
+    ``add_timeout_ms``: a bookie that has not acknowledged an add within this time counts as
+    failed and is replaced (ensemble change). ``speculative_read_timeout_ms``: a read not
+    answered within this time is also sent to the next replica (0 turns it off).
+    ``pending_adds_max``: appends in flight per ledger before ``append`` waits
+    (back-pressure). ``explicit_lac_interval_ms``: when > 0 the writer sends its LAC to the
+    bookies this often while idle, so readers see the last entry too (v3 WRITE_LAC).
+    ``racks`` maps bookie ids to racks for ``placement="rackaware"``.
+    """
+
+    protocol: Protocol = Protocol.V2
+    connect_timeout_ms: int = 5_000
+    add_timeout_ms: int = 5_000
+    read_timeout_ms: int = 5_000
+    speculative_read_timeout_ms: int = 2_000
+    long_poll_timeout_ms: int = 10_000
+    pending_adds_max: int = 5_000
+    read_ahead_entries_max: int = 200
+    ensemble_changes_max: int = 1_000
+    metadata_retries_max: int = 20
+    explicit_lac_interval_ms: int = 0
+    placement: str = "random"
+    racks: Mapping[str, str] = field(default_factory=dict)
+    timeout_check_interval_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if self.placement not in ("random", "rackaware"):
+            raise ConfigError(f"placement: {self.placement!r} is not 'random' or 'rackaware'")
+        for name in (
+            "connect_timeout_ms",
+            "add_timeout_ms",
+            "read_timeout_ms",
+            "long_poll_timeout_ms",
+            "pending_adds_max",
+            "read_ahead_entries_max",
+            "ensemble_changes_max",
+            "metadata_retries_max",
+            "timeout_check_interval_ms",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        for name in ("speculative_read_timeout_ms", "explicit_lac_interval_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {value!r}")

@@ -1,0 +1,104 @@
+"""Connections from the client to bookies, by bookie id, over a pluggable transport.
+
+The real transport resolves a bookie id to an address through the registration the bookie
+published (``BookieServiceInfo``), falling back to reading the id as ``host:port``, and opens
+a :class:`~bkeeper.client.bookie_client.BookieClient`. ``bkeeper.testing`` plugs in an
+in-memory transport. One connection per (bookie, protocol); a dropped connection is replaced
+on next use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+from typing import Protocol as TypingProtocol
+
+from bkeeper.client.bookie_client import BookieClient
+from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
+from bkeeper.wire.codes import Protocol
+from bkeeper.wire.messages import Request
+
+__all__ = ["BookiePool", "Connection", "TcpTransport", "Transport"]
+
+
+class Connection(TypingProtocol):
+    @property
+    def connected(self) -> bool: ...
+
+    def send(self, request: Request) -> asyncio.Future[Any]: ...
+
+    def next_txn_id(self) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Transport(TypingProtocol):
+    async def connect(self, bookie_id: str, protocol: Protocol) -> Connection: ...
+
+
+Resolver = Callable[[str], Awaitable[tuple[str, int]]]
+
+
+class TcpTransport:
+    """Connects over TCP to the address ``resolve(bookie_id)`` returns."""
+
+    def __init__(self, resolve: Resolver, connect_timeout_s: float) -> None:
+        self._resolve = resolve
+        self._timeout_s = connect_timeout_s
+
+    async def connect(self, bookie_id: str, protocol: Protocol) -> Connection:
+        host, port = await self._resolve(bookie_id)
+        return await BookieClient.connect(host, port, protocol, timeout_s=self._timeout_s)
+
+
+class BookiePool:
+    """Cached connections to bookies."""
+
+    def __init__(self, transport: Transport, default_protocol: Protocol) -> None:
+        self._transport = transport
+        self.default_protocol = default_protocol
+        self._connections: dict[tuple[str, Protocol], Connection] = {}
+        self._locks: dict[tuple[str, Protocol], asyncio.Lock] = {}
+        self._closed = False
+
+    def connection_nowait(
+        self, bookie_id: str, protocol: Protocol | None = None
+    ) -> Connection | None:
+        """A live cached connection, or None."""
+        conn = self._connections.get((bookie_id, protocol or self.default_protocol))
+        return conn if conn is not None and conn.connected else None
+
+    async def connection(self, bookie_id: str, protocol: Protocol | None = None) -> Connection:
+        """A live connection to ``bookie_id``; :class:`BookieUnavailableError` if none."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        key = (bookie_id, protocol or self.default_protocol)
+        conn = self._connections.get(key)
+        if conn is not None and conn.connected:
+            return conn
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(key)
+            if conn is not None and conn.connected:
+                return conn
+            try:
+                conn = await self._transport.connect(*key)
+            except BookieUnavailableError:
+                raise
+            except (OSError, TimeoutError) as exc:
+                raise BookieUnavailableError(f"bookie {bookie_id}: {exc}") from exc
+            self._connections[key] = conn
+            return conn
+
+    async def send(self, bookie_id: str, request: Request, protocol: Protocol | None = None) -> Any:
+        """Send one request and await its response."""
+        conn = await self.connection(bookie_id, protocol)
+        return await conn.send(request)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for conn in connections:
+            await conn.aclose()

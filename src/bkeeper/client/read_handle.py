@@ -1,0 +1,292 @@
+"""Reading one ledger: entries up to the LAC, LAC discovery, long poll, explicit LAC.
+
+Reads go to the replicas of the entry's write set in order; a replica that errs, answers
+with a body that fails its digest (a bad replica), or says it has no such entry is passed over
+for the next. A replica silent for ``speculative_read_timeout_ms`` gets company: the read is
+also sent to the next replica and the first good answer wins. ``read`` keeps up to
+``read_ahead_entries_max`` entry reads in flight and yields entries in order.
+
+LAC discovery (``read_last_add_confirmed``) asks every bookie of the last ensemble for its
+last entry (without fencing) and takes the highest LAC found in the bodies, once enough
+bookies answered to cover every write set (Qw - Qa + 1 each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from bkeeper.client.context import ClientContext
+from bkeeper.client.distribution import covers_every_write_set, write_set
+from bkeeper.common.errors import (
+    BKeeperError,
+    BookieUnavailableError,
+    ClientClosedError,
+    DataUnknownError,
+    DigestMismatchError,
+    NoSuchEntryError,
+    UnauthorizedAccessError,
+)
+from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkeeper.meta.store import Versioned
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.digest import DigestManager, DigestType, Entry
+from bkeeper.wire.messages import ReadLacRequest, ReadRequest
+
+__all__ = ["ReadHandle"]
+
+
+class ReadHandle:
+    """Reads one ledger. Made by ``BookKeeper.open_ledger``."""
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        ledger_id: int,
+        metadata: Versioned[LedgerMetadata],
+        password: bytes,
+    ) -> None:
+        self._ctx = ctx
+        self._config = ctx.config
+        self.ledger_id = ledger_id
+        self._versioned = metadata
+        self._digest = DigestManager(
+            ledger_id, DigestType(int(metadata.value.digest_type)), password
+        )
+        meta = metadata.value
+        self._lac = meta.last_entry_id if meta.state is LedgerState.CLOSED else -1
+        self._closed = False
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._versioned.value
+
+    @property
+    def is_closed(self) -> bool:
+        return self._versioned.value.state is LedgerState.CLOSED
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest LAC this handle has learnt (the last entry of a closed ledger)."""
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._versioned.value.length
+
+    async def close(self) -> None:
+        self._closed = True
+
+    # -- entries -------------------------------------------------------------------------
+    async def read(self, first: int = 0, last: int | None = None) -> AsyncIterator[Entry]:
+        """Entries ``first..last`` (default: up to the LAC); never beyond the LAC."""
+        if last is None:
+            last = self._lac
+        if last > self._lac:
+            raise NoSuchEntryError(
+                f"ledger {self.ledger_id}: entry {last} is beyond the LAC {self._lac}; "
+                "use read_unconfirmed"
+            )
+        async for entry in self._read_range(first, last):
+            yield entry
+
+    async def read_unconfirmed(self, first: int, last: int) -> AsyncIterator[Entry]:
+        """Entries ``first..last`` even beyond the LAC (they may not be durable yet)."""
+        async for entry in self._read_range(first, last):
+            yield entry
+
+    async def read_entry(self, entry_id: int) -> Entry:
+        return await self._read_one(entry_id)
+
+    async def _read_range(self, first: int, last: int) -> AsyncIterator[Entry]:
+        self._check_open()
+        if first < 0 or first > last + 1:
+            raise NoSuchEntryError(f"ledger {self.ledger_id}: bad range {first}..{last}")
+        window: collections.deque[asyncio.Task[Entry]] = collections.deque()
+        next_id = first
+        try:
+            while next_id <= last or window:
+                while next_id <= last and len(window) < self._config.read_ahead_entries_max:
+                    window.append(asyncio.ensure_future(self._read_one(next_id)))
+                    next_id += 1
+                entry = await window.popleft()
+                self._lac = max(self._lac, entry.lac)
+                yield entry
+        finally:
+            for task in window:
+                task.cancel()
+
+    async def _read_one(self, entry_id: int) -> Entry:
+        self._check_open()
+        meta = self._versioned.value
+        ensemble = meta.ensemble_for(entry_id)
+        replicas = [ensemble[i] for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum)]
+        return await self._first_good(entry_id, replicas, ReadRequest(self.ledger_id, entry_id))
+
+    async def _first_good(
+        self, entry_id: int, replicas: Sequence[str], request: ReadRequest
+    ) -> Entry:
+        """Ask replicas in order (speculatively), return the first verified entry."""
+        spec = self._config.speculative_read_timeout_ms / 1000.0
+        total = self._config.read_timeout_ms / 1000.0
+        attempts: set[asyncio.Task[Entry]] = set()
+        errors: list[BaseException] = []
+        index = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total * max(1, len(replicas))
+        try:
+            while True:
+                if index < len(replicas) and (not attempts or spec > 0):
+                    attempts.add(
+                        asyncio.ensure_future(self._ask(replicas[index], entry_id, request))
+                    )
+                    index += 1
+                if not attempts:
+                    raise _best_error(self.ledger_id, entry_id, errors)
+                wait = spec if index < len(replicas) and spec > 0 else deadline - loop.time()
+                if wait <= 0:
+                    raise BookieUnavailableError(
+                        f"ledger {self.ledger_id} entry {entry_id}: no replica answered in time"
+                    )
+                done, attempts = await asyncio.wait(
+                    attempts, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    if task.exception() is None:
+                        return task.result()
+                    errors.append(task.exception())  # type: ignore[arg-type]
+        finally:
+            for task in attempts:
+                task.cancel()
+
+    async def _ask(self, bookie: str, entry_id: int, request: ReadRequest) -> Entry:
+        response = await asyncio.wait_for(
+            self._ctx.pool.send(bookie, request), self._config.read_timeout_ms / 1000.0
+        )
+        if response.status is not StatusCode.EOK:
+            raise _status_error(response.status, self.ledger_id, entry_id, bookie)
+        return self._digest.verify_entry(response.body, entry_id)
+
+    # -- LAC -----------------------------------------------------------------------------
+    async def read_last_add_confirmed(self) -> int:
+        """Learn the LAC from the bookies of the last ensemble (no fencing)."""
+        self._check_open()
+        if self.is_closed:
+            return self._lac
+        meta = self._versioned.value
+        ensemble = list(meta.last_ensemble)
+        results = await self._ask_all(ensemble, lambda b: ReadRequest(self.ledger_id, -1))
+        answered, lacs = set(), [self._lac]
+        for position, result in enumerate(results):
+            if isinstance(result, BaseException):
+                if isinstance(result, UnauthorizedAccessError):
+                    raise result
+                continue
+            status, body = result.status, result.body
+            if status is StatusCode.EOK and body is not None:
+                with contextlib.suppress(DigestMismatchError):
+                    lacs.append(self._digest.verify_entry(body).lac)
+                    answered.add(position)
+            elif status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
+                answered.add(position)
+        if not covers_every_write_set(
+            answered, meta.ensemble_size, meta.write_quorum, meta.ack_quorum
+        ):
+            raise BookieUnavailableError(
+                f"ledger {self.ledger_id}: too few bookies answered to learn the LAC"
+            )
+        self._lac = max(lacs)
+        return self._lac
+
+    async def wait_last_add_confirmed(self, previous: int, timeout_ms: int | None = None) -> int:
+        """Long poll: return once the LAC passes ``previous`` or the timeout ends."""
+        self._check_open()
+        if self._lac > previous or self.is_closed:
+            return self._lac
+        timeout = timeout_ms if timeout_ms is not None else self._config.long_poll_timeout_ms
+        request = ReadRequest(
+            self.ledger_id, previous + 1, previous_lac=previous, timeout_ms=timeout
+        )
+        tasks = [
+            asyncio.ensure_future(self._ctx.pool.send(b, request, Protocol.V3))
+            for b in self._versioned.value.last_ensemble
+        ]
+        try:
+            pending = set(tasks)
+            deadline = asyncio.get_running_loop().time() + timeout / 1000.0 + 1.0
+            while pending:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                done, pending = await asyncio.wait(
+                    pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    if task.exception() is None and task.result().status is StatusCode.EOK:
+                        lac = task.result().max_lac
+                        if lac is not None and lac > previous:
+                            self._lac = max(self._lac, lac)
+                            return self._lac
+        finally:
+            for task in tasks:
+                task.cancel()
+        return self._lac
+
+    async def read_explicit_last_add_confirmed(self) -> int:
+        """The LAC from the bookies' explicit LAC (WRITE_LAC) and last entries (v3)."""
+        self._check_open()
+        ensemble = list(self._versioned.value.last_ensemble)
+        results = await self._ask_all(
+            ensemble, lambda b: ReadLacRequest(self.ledger_id), Protocol.V3
+        )
+        best = self._lac
+        for result in results:
+            if isinstance(result, BaseException) or result.status is not StatusCode.EOK:
+                continue
+            with contextlib.suppress(DigestMismatchError):
+                if result.lac_body is not None:
+                    best = max(best, self._digest.verify_lac(result.lac_body))
+                if result.last_entry_body is not None:
+                    best = max(best, self._digest.verify_entry(result.last_entry_body).lac)
+        self._lac = best
+        return best
+
+    async def _ask_all(
+        self, bookies: Sequence[str], make: Any, protocol: Protocol | None = None
+    ) -> list[Any]:
+        timeout = self._config.read_timeout_ms / 1000.0
+
+        async def one(bookie: str) -> Any:
+            return await asyncio.wait_for(
+                self._ctx.pool.send(bookie, make(bookie), protocol), timeout
+            )
+
+        return await asyncio.gather(*(one(b) for b in bookies), return_exceptions=True)
+
+    def _check_open(self) -> None:
+        if self._ctx.closed:
+            raise ClientClosedError("the client is closed")
+        if self._closed:
+            raise ClientClosedError(f"handle of ledger {self.ledger_id} is closed")
+
+
+def _status_error(status: StatusCode, ledger_id: int, entry_id: int, bookie: str) -> BKeeperError:
+    from bkeeper.wire.codes import error_for_status
+
+    return error_for_status(status, f"ledger {ledger_id} entry {entry_id} on {bookie}")
+
+
+def _best_error(ledger_id: int, entry_id: int, errors: list[BaseException]) -> BaseException:
+    """The error to report when no replica had the entry."""
+    for cls in (UnauthorizedAccessError, DigestMismatchError, DataUnknownError):
+        for error in errors:
+            if isinstance(error, cls):
+                return error
+    if errors and all(isinstance(e, NoSuchEntryError) for e in errors):
+        return errors[0]
+    if errors:
+        return errors[0]
+    return NoSuchEntryError(f"ledger {ledger_id} entry {entry_id}: no replica has it")

@@ -1,0 +1,266 @@
+"""A deterministic in-memory cluster for scenario tests of the client.
+
+N bookies, each the real request handlers over a real storage engine on a crashable
+:class:`MemoryFileSystem`, reached through an in-memory transport instead of TCP, and the
+``memory://`` metadata driver. Fault hooks per bookie and per request type:
+
+* ``down`` — connections are refused and pending requests fail (a crashed bookie);
+* ``error`` — answer with a given status instead of serving;
+* ``delay`` — serve after a delay;
+* ``drop``/``hang`` — never answer (the request is served or not, as chosen);
+* ``corrupt`` — flip the last byte of every entry body served (a bad replica).
+
+``crash(i)`` drops everything bookie ``i`` had not fsynced and restarts it from its disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import BookieUnavailableError
+from bkeeper.meta.bookie_info import BookieServiceInfo
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.registry import BookieRegistration
+from bkeeper.server.config import BookieConfig
+from bkeeper.server.handlers import BookieState, RequestHandlers, _error_response
+from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.messages import ReadResponse, Request, Response
+
+__all__ = ["Fault", "MemoryBookie", "MemoryCluster"]
+
+_counter = itertools.count()
+
+
+@dataclass
+class Fault:
+    """What a bookie does with requests of one type (or all: ``kind=None``)."""
+
+    error: StatusCode | None = None
+    delay_s: float = 0.0
+    drop: bool = False
+    serve_dropped: bool = True
+    corrupt: bool = False
+
+
+@dataclass
+class MemoryBookie:
+    bookie_id: str
+    fs: MemoryFileSystem
+    storage: Storage | None = None
+    handlers: RequestHandlers | None = None
+    down: bool = False
+    faults: dict[type[Any] | None, Fault] = field(default_factory=dict)
+    connections: list[_MemoryConnection] = field(default_factory=list)
+    registration: BookieRegistration | None = None
+    requests: int = 0
+
+
+class _Responder:
+    """Stands in for a server connection: handlers answer through ``respond``."""
+
+    peer = "memory"
+
+    def __init__(
+        self, conn: _MemoryConnection, future: asyncio.Future[Any], corrupt: bool = False
+    ) -> None:
+        self._conn = conn
+        self._future = future
+        self._corrupt = corrupt
+
+    def respond(self, response: Response, size: int) -> None:
+        if self._corrupt and isinstance(response, ReadResponse) and response.body:
+            body = bytearray(response.body)
+            body[-1] ^= 0xFF
+            response = dataclasses.replace(response, body=bytes(body))
+        if not self._future.done() and not self._conn.dropped(self._future):
+            self._future.set_result(response)
+
+
+class _MemoryConnection:
+    def __init__(self, bookie: MemoryBookie, protocol: Protocol) -> None:
+        self._bookie = bookie
+        self.protocol = protocol
+        self._txn = itertools.count(1)
+        self._open = True
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._dropped: set[asyncio.Future[Any]] = set()
+
+    @property
+    def connected(self) -> bool:
+        return self._open and not self._bookie.down
+
+    def next_txn_id(self) -> int:
+        return next(self._txn)
+
+    def dropped(self, future: asyncio.Future[Any]) -> bool:
+        return future in self._dropped
+
+    def send(self, request: Request) -> asyncio.Future[Any]:
+        if not self.connected:
+            raise BookieUnavailableError(f"bookie {self._bookie.bookie_id} is down")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        bookie = self._bookie
+        bookie.requests += 1
+        fault = bookie.faults.get(type(request)) or bookie.faults.get(None)
+        if fault is None:
+            self._serve(request, future)
+        elif fault.drop:
+            self._dropped.add(future)
+            if fault.serve_dropped:
+                self._serve(request, future)
+        elif fault.delay_s:
+            loop.call_later(fault.delay_s, self._serve_faulty, request, future, fault)
+        else:
+            self._serve_faulty(request, future, fault)
+        return future
+
+    def _serve_faulty(self, request: Request, future: asyncio.Future[Any], fault: Fault) -> None:
+        if future.done():
+            return
+        if fault.error is not None:
+            future.set_result(_error_response(request, fault.error))
+        else:
+            self._serve(request, future, fault.corrupt)
+
+    def _serve(self, request: Request, future: asyncio.Future[Any], corrupt: bool = False) -> None:
+        handlers = self._bookie.handlers
+        if handlers is None or self._bookie.down:
+            future.set_exception(BookieUnavailableError(f"bookie {self._bookie.bookie_id} is down"))
+            return
+        handlers.dispatch(_Responder(self, future, corrupt), request, 0)  # type: ignore[arg-type]
+
+    def fail_all(self) -> None:
+        self._open = False
+        for future in list(self._pending):
+            if not future.done():
+                future.set_exception(
+                    BookieUnavailableError(f"bookie {self._bookie.bookie_id}: connection lost")
+                )
+
+    async def aclose(self) -> None:
+        self.fail_all()
+
+
+class _MemoryTransport:
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self._cluster = cluster
+
+    async def connect(self, bookie_id: str, protocol: Protocol) -> _MemoryConnection:
+        bookie = self._cluster.bookie(bookie_id)
+        if bookie.down or bookie.handlers is None:
+            raise BookieUnavailableError(f"bookie {bookie_id} is down")
+        conn = _MemoryConnection(bookie, protocol)
+        bookie.connections.append(conn)
+        return conn
+
+
+class MemoryCluster:
+    """``async with MemoryCluster(3) as cluster: bk = await cluster.client()``."""
+
+    def __init__(self, bookies: int = 3, name: str | None = None) -> None:
+        self.name = name or f"cluster-{uuid.uuid4().hex[:8]}-{next(_counter)}"
+        self.uri = f"memory://{self.name}/ledgers"
+        self.bookies = [
+            MemoryBookie(f"bookie-{i}:3181", MemoryFileSystem()) for i in range(bookies)
+        ]
+        self.metadata: ClusterMetadata | None = None
+        self._clients: list[BookKeeper] = []
+
+    def bookie(self, bookie_id: str) -> MemoryBookie:
+        for bookie in self.bookies:
+            if bookie.bookie_id == bookie_id:
+                return bookie
+        raise BookieUnavailableError(f"no bookie {bookie_id} in this cluster")
+
+    async def __aenter__(self) -> MemoryCluster:
+        self.metadata = await ClusterMetadata.open(self.uri)
+        await self.metadata.format()
+        for bookie in self.bookies:
+            await self.start_bookie(bookie)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for client in self._clients:
+            await client.close()
+        for bookie in self.bookies:
+            await self.stop_bookie(bookie)
+        if self.metadata is not None:
+            await self.metadata.aclose()
+
+    async def start_bookie(self, bookie: MemoryBookie) -> None:
+        assert self.metadata is not None
+        data_dir = f"/{bookie.bookie_id.replace(':', '_')}"
+        config = BookieConfig(data_dir=data_dir, bookie_id=bookie.bookie_id)
+        handlers_box: list[RequestHandlers] = []
+
+        def on_durable(tokens: list[object], error: BaseException | None) -> None:
+            handlers_box[0].on_durable_threadsafe(tokens, error)
+
+        bookie.storage = await asyncio.to_thread(
+            Storage.open, StorageConfig(data_dir=data_dir), bookie.fs, on_durable
+        )
+        bookie.handlers = RequestHandlers(config, bookie.storage, BookieState())
+        handlers_box.append(bookie.handlers)
+        bookie.down = False
+        host, _, port = bookie.bookie_id.rpartition(":")
+        bookie.registration = BookieRegistration(
+            self.metadata.registry,
+            self.metadata.store,
+            bookie.bookie_id,  # type: ignore[arg-type]
+            BookieServiceInfo.for_bookie(host, int(port)),
+            False,
+        )
+        await bookie.registration.start()
+
+    async def stop_bookie(self, bookie: MemoryBookie, *, crash: bool = False) -> None:
+        """Take a bookie down: unregister, fail its connections, close (or crash) storage."""
+        bookie.down = True
+        if bookie.registration is not None:
+            await bookie.registration.aclose()
+            bookie.registration = None
+        for conn in bookie.connections:
+            conn.fail_all()
+        bookie.connections.clear()
+        bookie.handlers = None
+        if bookie.storage is not None:
+            storage, bookie.storage = bookie.storage, None
+            if crash:
+                await asyncio.to_thread(storage.abort)
+                bookie.fs = bookie.fs.crash()
+            else:
+                await asyncio.to_thread(storage.close)
+
+    async def crash(self, index: int, *, restart: bool = True) -> None:
+        bookie = self.bookies[index]
+        await self.stop_bookie(bookie, crash=True)
+        if restart:
+            await self.start_bookie(bookie)
+
+    def fault(self, index: int, kind: type[Any] | None = None, **fault: Any) -> Fault:
+        """Install a fault on bookie ``index`` for requests of type ``kind`` (None: all)."""
+        hook = Fault(**fault)
+        self.bookies[index].faults[kind] = hook
+        return hook
+
+    def heal(self, index: int) -> None:
+        self.bookies[index].faults.clear()
+
+    async def client(self, config: ClientConfig | None = None) -> BookKeeper:
+        assert self.metadata is not None
+        cluster = await ClusterMetadata.open(self.uri)
+        bk = BookKeeper(config=config, cluster=cluster, transport=_MemoryTransport(self))
+        bk._owns_cluster = True
+        await bk.start()
+        self._clients.append(bk)
+        return bk

@@ -1,0 +1,208 @@
+"""Client scenarios on the in-memory cluster (real handlers and storage, no TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import (
+    ClientClosedError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+)
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.wire.codes import StatusCode
+from bkeeper.wire.messages import AddRequest, ReadRequest
+
+FAST = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, speculative_read_timeout_ms=50)
+
+
+async def read_all(handle) -> list[bytes]:
+    return [e.data async for e in handle.read()]
+
+
+async def test_write_close_open_read():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw", custom_metadata={"app": b"x"})
+        ids = await asyncio.gather(*(wh.append(b"e%d" % i) for i in range(100)))
+        assert ids == list(range(100))
+        await wh.close()
+        meta = await bk.ledger_metadata(wh.ledger_id)
+        assert meta.state is LedgerState.CLOSED and meta.last_entry_id == 99
+        assert meta.custom_metadata["app"] == b"x"
+        rh = await bk.open_ledger(wh.ledger_id, b"pw")
+        assert await read_all(rh) == [b"e%d" % i for i in range(100)]
+
+
+async def test_striping_puts_each_entry_on_its_write_set():
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(5, 2, 2, password=b"pw")
+        for i in range(10):
+            await wh.append(b"%d" % i)
+        ensemble = wh.ensemble
+        for entry in range(10):
+            holders = {
+                b.bookie_id
+                for b in cluster.bookies
+                if b.storage is not None and b.storage.ledger_exists(wh.ledger_id)
+                and entry in b.storage.list_entries(wh.ledger_id)
+            }
+            assert holders == {ensemble[entry % 5], ensemble[(entry + 1) % 5]}
+
+
+async def test_recovery_fences_the_old_writer():  # scenario (a), §3 row 1
+    async with MemoryCluster(3) as cluster:
+        writer = await cluster.client()
+        reader = await cluster.client()
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(10):
+            await wh.append(b"%d" % i)
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+        assert rh.metadata.last_entry_id == 9
+        with pytest.raises(LedgerFencedError):
+            await wh.append(b"late")
+        assert await read_all(rh) == [b"%d" % i for i in range(10)]
+
+
+async def test_no_recovery_open_does_not_fence():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(5):
+            await wh.append(b"%d" % i)
+        rh = await bk.open_ledger(wh.ledger_id, b"pw", recovery=False)
+        assert await rh.read_last_add_confirmed() == 3  # piggybacked LAC: last - 1
+        await wh.append(b"5")
+        assert [e.data async for e in rh.read(0, 3)] == [b"0", b"1", b"2", b"3"]
+
+
+async def test_recovery_keeps_exactly_the_acknowledged_prefix():  # (b)
+    async with MemoryCluster(3) as cluster:
+        writer = await cluster.client(FAST)
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(20):
+            await wh.append(b"%d" % i)
+        # entry 20 reaches only one bookie: not acknowledged, and recovery must not keep it
+        # unless it is found (then it is re-replicated, which is allowed).
+        cluster.fault(1, AddRequest, error=StatusCode.EIO)
+        cluster.fault(2, AddRequest, error=StatusCode.EIO)
+        late = asyncio.ensure_future(wh.append(b"unacked"))
+        await asyncio.sleep(0.05)
+        cluster.heal(1)
+        cluster.heal(2)
+        reader = await cluster.client(FAST)
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+        data = await read_all(rh)
+        assert data[:20] == [b"%d" % i for i in range(20)]
+        assert len(data) in (20, 21)
+        late.cancel()
+
+
+async def test_concurrent_recoveries_converge():  # (c)
+    async with MemoryCluster(3) as cluster:
+        writer = await cluster.client()
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(30):
+            await wh.append(b"%d" % i)
+        readers = [await cluster.client() for _ in range(4)]
+        handles = await asyncio.gather(*(r.open_ledger(wh.ledger_id, b"pw") for r in readers))
+        assert {h.metadata.last_entry_id for h in handles} == {29}
+        assert {h.metadata.length for h in handles} == {sum(len(b"%d" % i) for i in range(30))}
+
+
+async def test_ensemble_change_keeps_acknowledged_entries():  # (d), §3 row 6
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(10):
+            await wh.append(b"%d" % i)
+        victim = cluster.bookies.index(cluster.bookie(wh.ensemble[0]))
+        await cluster.stop_bookie(cluster.bookies[victim])
+        for i in range(10, 30):
+            await wh.append(b"%d" % i)
+        assert cluster.bookies[victim].bookie_id not in wh.ensemble
+        meta = wh.metadata
+        assert len(meta.segments) == 2
+        await wh.close()
+        rh = await bk.open_ledger(wh.ledger_id, b"pw")
+        assert await read_all(rh) == [b"%d" % i for i in range(30)]
+
+
+async def test_not_enough_bookies_fails_adds():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await wh.append(b"0")
+        await cluster.stop_bookie(cluster.bookies[0])
+        with pytest.raises(NotEnoughBookiesError):
+            await wh.append(b"1")
+
+
+async def test_qa_minus_one_failures_lose_nothing():  # (e)
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(50):
+            await wh.append(b"%d" % i)
+        await cluster.crash(0, restart=False)
+        reader = await cluster.client(FAST)
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+        assert await read_all(rh) == [b"%d" % i for i in range(50)]
+
+
+async def test_wrong_password_is_unauthorized():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await wh.append(b"x")
+        with pytest.raises(UnauthorizedAccessError):
+            await bk.open_ledger(wh.ledger_id, b"bad")
+
+
+async def test_slow_replica_triggers_speculative_read():  # §3 row 15
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 3, password=b"pw")
+        for i in range(5):
+            await wh.append(b"%d" % i)
+        await wh.close()
+        rh = await bk.open_ledger(wh.ledger_id, b"pw")
+        first = cluster.bookies.index(cluster.bookie(rh.metadata.last_ensemble[0]))
+        cluster.fault(first, ReadRequest, delay_s=5.0)
+        started = asyncio.get_running_loop().time()
+        assert (await rh.read_entry(0)).data == b"0"
+        assert asyncio.get_running_loop().time() - started < 1.0
+
+
+async def test_digest_mismatch_is_a_bad_replica():  # (l)
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await wh.append(b"good")
+        await wh.close()
+        rh = await bk.open_ledger(wh.ledger_id, b"pw")
+        first = cluster.bookies.index(cluster.bookie(rh.metadata.last_ensemble[0]))
+        fault = cluster.fault(first, ReadRequest, corrupt=True)
+        before = cluster.bookies[first].requests
+        assert (await rh.read_entry(0)).data == b"good"  # the corrupt replica was skipped
+        assert cluster.bookies[first].requests == before + 1 and fault.corrupt
+
+
+async def test_client_closed_errors():  # §3 row 20
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await wh.append(b"x")
+        await bk.close()
+        with pytest.raises(ClientClosedError):
+            await wh.append(b"y")
+        with pytest.raises(ClientClosedError):
+            await bk.create_ledger(3, 3, 2)
+        with pytest.raises(ClientClosedError):
+            await bk.open_ledger(wh.ledger_id, b"pw")

@@ -1,0 +1,218 @@
+"""Crash tests on the in-memory filesystem: random workloads, random crash points, restarts.
+
+After every restart: every acknowledged entry reads back byte-identical, acknowledged fences,
+master keys and explicit LACs are there, acknowledged deletes stay deleted; whatever was not
+acknowledged may or may not be there, but if it is, it is exactly what was written. Some
+seeds also run checkpoints concurrently on another thread, as the server does.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from bkeeper.common.errors import BKeeperError, TooManyRequestsError, UnauthorizedAccessError
+from bkeeper.storage import MemoryFileSystem, Storage
+from storage_helpers import OTHER_KEY, entry_body, lac_body, small_config
+
+SEEDS = 200
+ROUNDS = 3
+LEDGERS = 4
+
+
+def key_of(ledger_id: int) -> bytes:
+    return bytes([ledger_id % 251 + 1]) * 20
+
+
+@dataclass
+class Model:
+    """What was issued and what was acknowledged."""
+
+    bodies: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    lac_bodies: dict[int, list[bytes]] = field(default_factory=dict)
+    next_entry: dict[int, int] = field(default_factory=dict)
+    fence_issued: set[int] = field(default_factory=set)
+    delete_issued: set[int] = field(default_factory=set)
+    ledgers: list[int] = field(default_factory=list)
+    acked: list[object] = field(default_factory=list)
+
+    def on_durable(self, tokens: list[object], error: BaseException | None) -> None:
+        if error is None:
+            self.acked.extend(tokens)
+
+
+class Workload:
+    """Random operations against one storage instance."""
+
+    def __init__(self, rng: random.Random, model: Model, storage: Storage) -> None:
+        self.rng = rng
+        self.model = model
+        self.storage = storage
+
+    def live_ledger(self) -> int:
+        live = [lid for lid in self.model.ledgers if lid not in self.model.delete_issued]
+        if len(live) < LEDGERS:
+            ledger_id = len(self.model.ledgers) + 1
+            self.model.ledgers.append(ledger_id)
+            return ledger_id
+        return self.rng.choice(live)
+
+    def step(self) -> None:
+        roll = self.rng.random()
+        try:
+            if roll < 0.75:
+                self.add()
+            elif roll < 0.80:
+                self.fence()
+            elif roll < 0.86:
+                self.explicit_lac()
+            elif roll < 0.89:
+                self.delete()
+            elif roll < 0.92:
+                self.storage.force_ledger(self.live_ledger(), token=("force", self.rng.random()))
+            elif roll < 0.94:
+                self.storage.checkpoint()
+            else:
+                time.sleep(self.rng.choice([0, 0, 0.0005, 0.002]))
+        except TooManyRequestsError:
+            time.sleep(0.001)
+
+    def add(self) -> None:
+        model, ledger_id = self.model, self.live_ledger()
+        entry_id = model.next_entry.get(ledger_id, 0)
+        payload = self.rng.randbytes(self.rng.choice([10, 100, 700, 2000]))
+        body = entry_body(ledger_id, entry_id, entry_id - 1 - self.rng.randint(0, 2), payload)
+        recovery = ledger_id in model.fence_issued
+        self.storage.add_entry(
+            ledger_id, entry_id, key_of(ledger_id), body, recovery=recovery,
+            token=("add", ledger_id, entry_id),
+        )
+        model.bodies[ledger_id, entry_id] = body
+        model.next_entry[ledger_id] = entry_id + 1
+
+    def fence(self) -> None:
+        ledger_id = self.live_ledger()
+        self.storage.fence(ledger_id, key_of(ledger_id), token=("fence", ledger_id))
+        self.model.fence_issued.add(ledger_id)
+
+    def explicit_lac(self) -> None:
+        ledger_id = self.live_ledger()
+        bodies = self.model.lac_bodies.setdefault(ledger_id, [])
+        body = lac_body(ledger_id, len(bodies))
+        self.storage.set_explicit_lac(
+            ledger_id, key_of(ledger_id), body, token=("lac", ledger_id, len(bodies))
+        )
+        bodies.append(body)
+
+    def delete(self) -> None:
+        ledger_id = self.live_ledger()
+        self.storage.delete_ledger(ledger_id, token=("delete", ledger_id))
+        self.model.delete_issued.add(ledger_id)
+
+
+def verify(storage: Storage, model: Model) -> None:
+    acked = set(model.acked)
+    for ledger_id in model.ledgers:
+        acked_here = {t for t in acked if isinstance(t, tuple) and t[1] == ledger_id}
+        if ("delete", ledger_id) in acked:
+            assert not storage.ledger_exists(ledger_id), f"ledger {ledger_id} came back"
+            continue
+        if not storage.ledger_exists(ledger_id):
+            assert ledger_id in model.delete_issued or not acked_here - {
+                t for t in acked_here if t[0] == "force"
+            }, f"ledger {ledger_id} lost"
+            continue
+        verify_ledger(storage, model, ledger_id, acked)
+
+
+def verify_ledger(storage: Storage, model: Model, ledger_id: int, acked: set[object]) -> None:
+    present = storage.list_entries(ledger_id)
+    for entry_id in range(model.next_entry.get(ledger_id, 0)):
+        if ("add", ledger_id, entry_id) in acked:
+            assert entry_id in present, f"acknowledged entry {ledger_id}/{entry_id} lost"
+    for entry_id in present:
+        assert storage.read_entry(ledger_id, entry_id) == model.bodies[ledger_id, entry_id]
+    if present:
+        assert storage.read_entry(ledger_id, -1) == model.bodies[ledger_id, present[-1]]
+        acked_lacs = [
+            model.bodies[ledger_id, e][16:24] for e in present if ("add", ledger_id, e) in acked
+        ]
+        top = max((int.from_bytes(b, "big", signed=True) for b in acked_lacs), default=-1)
+        assert storage.last_add_confirmed(ledger_id) >= top
+    if ("fence", ledger_id) in acked:
+        assert storage.is_fenced(ledger_id)
+    lacs = model.lac_bodies.get(ledger_id, [])
+    acked_lacs_at = [i for i in range(len(lacs)) if ("lac", ledger_id, i) in acked]
+    allowed = lacs[acked_lacs_at[-1] :] if acked_lacs_at else [*lacs, None]
+    assert storage.explicit_lac(ledger_id) in allowed
+    with pytest.raises(UnauthorizedAccessError):
+        storage.fence(ledger_id, OTHER_KEY)
+
+
+def checkpoint_loop(
+    storage: Storage, fs: MemoryFileSystem, stop: threading.Event, failures: list[BaseException]
+) -> None:
+    while not stop.is_set():
+        try:
+            storage.checkpoint()
+        except (OSError, BKeeperError) as exc:
+            if not fs.crashed:
+                failures.append(exc)
+            return
+        time.sleep(0.001)
+
+
+def run_round(seed: int, round_no: int, fs: MemoryFileSystem, model: Model) -> MemoryFileSystem:
+    """Open (verifying what survived), run a random workload, crash; the next disk view.
+
+    The crash is either scheduled at a random filesystem operation (so it may land inside
+    open, a group commit, a flush or a checkpoint, on any thread) or made after the
+    workload."""
+    rng = random.Random(seed * 1000 + round_no)
+    torn = rng if rng.random() < 0.5 else None
+    if rng.random() < 0.6:
+        fs.schedule_crash(rng.randint(1, 400), torn)
+    try:
+        storage = Storage.open(small_config(), fs, model.on_durable)
+    except (OSError, BKeeperError):
+        assert fs.crashed
+        return fs.restart()
+    stop, failures = threading.Event(), []
+    checkpointer = None
+    if seed % 3 == 0:
+        args = (storage, fs, stop, failures)
+        checkpointer = threading.Thread(target=checkpoint_loop, args=args)
+        checkpointer.start()
+    try:
+        verify(storage, model)
+        workload = Workload(rng, model, storage)
+        for _ in range(rng.randint(0, 120)):
+            if fs.crashed:
+                break
+            workload.step()
+        if rng.random() < 0.3:
+            time.sleep(0.003)  # let some groups complete
+    except (OSError, BKeeperError):
+        if not fs.crashed:
+            raise
+    stop.set()
+    after = fs.restart() if fs.crashed else fs.crash(torn)
+    storage.abort()
+    if checkpointer is not None:
+        checkpointer.join()
+    assert not failures, failures
+    return after
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+def test_acknowledged_state_survives_crashes(seed: int) -> None:
+    fs, model = MemoryFileSystem(), Model()
+    for round_no in range(ROUNDS):
+        fs = run_round(seed, round_no, fs, model)
+    storage = Storage.open(small_config(), fs, model.on_durable)
+    verify(storage, model)
+    storage.close()
