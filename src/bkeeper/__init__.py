@@ -9,6 +9,8 @@ Layers (imports only go down; checked by import-linter, see pyproject.toml)::
     common
 """
 
+from bkeeper.client import BookKeeper, ClientConfig
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["BookKeeper", "ClientConfig", "__version__"]

@@ -50,7 +50,8 @@ async def test_striping_puts_each_entry_on_its_write_set():
             holders = {
                 b.bookie_id
                 for b in cluster.bookies
-                if b.storage is not None and b.storage.ledger_exists(wh.ledger_id)
+                if b.storage is not None
+                and b.storage.ledger_exists(wh.ledger_id)
                 and entry in b.storage.list_entries(wh.ledger_id)
             }
             assert holders == {ensemble[entry % 5], ensemble[(entry + 1) % 5]}

@@ -68,7 +68,7 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_entry(tmp_path: Path) 
             )
             in_flight.add(fut)
             if len(in_flight) >= 500:
-                done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
             if not killed and len(acknowledged) >= 4000:
                 os.kill(proc.pid, signal.SIGKILL)
                 killed = True

@@ -7,6 +7,7 @@ from array import array
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from storage_helpers import entry_body
 
 from bkeeper.common.errors import CorruptRecordError
 from bkeeper.storage import JournalPosition, MemoryFileSystem
@@ -29,7 +30,6 @@ from bkeeper.storage.journal_format import (
     ledger_record,
 )
 from bkeeper.storage.ledger_state import DENSE_GAP_MAX, LedgerLocations, LedgerSnapshot
-from storage_helpers import entry_body
 
 KINDS = frozenset(range(8))
 

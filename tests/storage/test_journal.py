@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from storage_helpers import KEY, entry_body, open_storage, small_config
 
 from bkeeper.common.errors import BookieIOError, TooManyRequestsError
 from bkeeper.storage import MemoryFileSystem
-from storage_helpers import KEY, entry_body, open_storage, small_config
 
 JOURNAL_DIR = "/data/current/journal"
 

@@ -4,6 +4,7 @@ into limbo when configured), empty and header-only journals are fine."""
 from __future__ import annotations
 
 import pytest
+from storage_helpers import KEY, entry_body, open_storage, small_config
 
 from bkeeper.common.errors import CorruptRecordError, DataUnknownError, NoSuchEntryError
 from bkeeper.storage import MemoryFileSystem, Storage
@@ -12,7 +13,6 @@ from bkeeper.storage.journal_format import (
     GROUP_HEADER_BYTES,
     decode_group_header,
 )
-from storage_helpers import KEY, entry_body, open_storage, small_config
 
 JOURNAL_DIR = "/data/current/journal"
 

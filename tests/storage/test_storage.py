@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from storage_helpers import KEY, OTHER_KEY, Acks, entry_body, lac_body, open_storage, small_config
 
 from bkeeper.common.errors import (
     BadRequestError,
@@ -15,7 +16,6 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
-from storage_helpers import KEY, OTHER_KEY, Acks, entry_body, lac_body, open_storage, small_config
 
 
 @pytest.fixture
@@ -250,4 +250,26 @@ def test_index_is_rewritten_when_it_has_grown(fs: MemoryFileSystem) -> None:
     names = [n for n in fs.list_dir("/data/current/ledgers") if n.startswith("index-")]
     assert len(names) == 1 and names[0] != "index-0000000000000001.idx"
     assert storage.ledger_ids() == [9]
+    storage.close()
+
+
+def test_a_failed_checkpoint_loses_nothing(fs: MemoryFileSystem) -> None:
+    storage, acks = open_storage(fs)
+    storage.add_entry(1, 0, KEY, entry_body(1, 0), token=0)
+    storage.fence(1, KEY, token="fence")
+    storage.set_explicit_lac(1, KEY, lac_body(1, 0), token="lac")
+    storage.delete_ledger(2)
+    acks.wait_for("lac")
+    fs.fail_syncs(OSError(5, "index disk hiccup"), path_contains="/index-")
+    with pytest.raises(OSError):
+        storage.checkpoint()
+    fs.fail_syncs(None)
+    storage.add_entry(1, 1, KEY, entry_body(1, 1), recovery=True, token=1)
+    acks.wait_for(1)
+    storage.checkpoint()  # the mark moves past the fence: the index must have it now
+    after = fs.crash()
+    storage.abort()
+    storage, _ = open_storage(after)
+    assert storage.is_fenced(1) and storage.explicit_lac(1) == lac_body(1, 0)
+    assert storage.list_entries(1) == [0, 1]
     storage.close()

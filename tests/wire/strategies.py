@@ -45,7 +45,10 @@ body = st.binary(min_size=16, max_size=300)
 @st.composite
 def add_request_v2(draw: st.DrawFn) -> AddRequest:
     b = draw(body)
-    ledger, entry = int.from_bytes(b[:8], "big", signed=True), int.from_bytes(b[8:16], "big", signed=True)
+    ledger, entry = (
+        int.from_bytes(b[:8], "big", signed=True),
+        int.from_bytes(b[8:16], "big", signed=True),
+    )
     recovery = draw(st.booleans())
     return AddRequest(ledger, entry, draw(key), b, recovery, recovery or draw(st.booleans()))
 
@@ -53,14 +56,26 @@ def add_request_v2(draw: st.DrawFn) -> AddRequest:
 V2_REQUESTS = st.one_of(
     add_request_v2(),
     st.builds(
-        lambda lid, eid, fence, k, high: ReadRequest(lid, eid, fence, k if fence else None, high_priority=high),
-        i64, ids, st.booleans(), key, st.booleans(),
+        lambda lid, eid, fence, k, high: ReadRequest(
+            lid, eid, fence, k if fence else None, high_priority=high
+        ),
+        i64,
+        ids,
+        st.booleans(),
+        key,
+        st.booleans(),
     ),
     st.builds(
         lambda lid, start, count, size, rid, fence, k: BatchReadRequest(
             lid, start, count, size, rid, fence, k if fence else None
         ),
-        i64, ids, st.integers(0, 1 << 31 - 1), i64, i64, st.booleans(), key,
+        i64,
+        ids,
+        st.integers(0, 1 << 31 - 1),
+        i64,
+        i64,
+        st.booleans(),
+        key,
     ),
     st.builds(AuthRequest, auth),
 )
@@ -69,13 +84,20 @@ V2_RESPONSES = st.one_of(
     st.builds(AddResponse, statuses, i64, ids),
     st.builds(
         lambda s, lid, eid, b: ReadResponse(s, lid, eid, b if s is StatusCode.EOK else None),
-        statuses, i64, ids, blob,
+        statuses,
+        i64,
+        ids,
+        blob,
     ),
     st.builds(
         lambda s, lid, start, rid, bodies: BatchReadResponse(
             s, lid, start, rid, tuple(bodies) if s is StatusCode.EOK else ()
         ),
-        statuses, i64, ids, i64, st.lists(blob, max_size=5),
+        statuses,
+        i64,
+        ids,
+        i64,
+        st.lists(blob, max_size=5),
     ),
     st.builds(lambda a: AuthResponse(StatusCode.EOK, a), auth),
 )
@@ -83,7 +105,13 @@ V2_RESPONSES = st.one_of(
 V3_REQUESTS = st.one_of(
     st.builds(
         lambda lid, eid, k, b, rec, flags, txn: AddRequest(lid, eid, k, b, rec, rec, flags, txn),
-        i64, ids, key, blob, st.booleans(), st.integers(0, 1), u64,
+        i64,
+        ids,
+        key,
+        blob,
+        st.booleans(),
+        st.integers(0, 1),
+        u64,
     ),
     st.builds(
         lambda lid, eid, mode, k, prev, timeout, high, txn: ReadRequest(
@@ -97,7 +125,14 @@ V3_REQUESTS = st.one_of(
             high_priority=high,
             txn_id=txn,
         ),
-        i64, ids, st.integers(0, 2), key, ids, st.integers(0, 1 << 40), st.booleans(), u64,
+        i64,
+        ids,
+        st.integers(0, 2),
+        key,
+        ids,
+        st.integers(0, 1 << 40),
+        st.booleans(),
+        u64,
     ),
     st.builds(WriteLacRequest, i64, ids, key, blob, u64),
     st.builds(ReadLacRequest, i64, u64),

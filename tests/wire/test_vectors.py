@@ -39,7 +39,10 @@ def test_crc32_entry_body():
 
 def test_crc32c_entry_body():
     body = bytes.fromhex(
-        "0000000000000001" "0000000000000000" "ffffffffffffffff" "0000000000000005"
+        "0000000000000001"
+        "0000000000000000"
+        "ffffffffffffffff"
+        "0000000000000005"
         "e3a5f74d"  # CRC-32C as a 32-bit big-endian integer
         "68656c6c6f"
     )
@@ -47,11 +50,14 @@ def test_crc32c_entry_body():
 
 
 def test_v2_add_entry_request():
-    expected = bytes.fromhex(
-        "00000045"  # frame length 69 = 4 header + 20 key + 45 body
-        "02010000"  # version 2, opcode 1 (ADD_ENTRY), flags 0
-        "e793cbc379107648537183605cd361d3bb789a39"  # master key
-    ) + ENTRY_BODY
+    expected = (
+        bytes.fromhex(
+            "00000045"  # frame length 69 = 4 header + 20 key + 45 body
+            "02010000"  # version 2, opcode 1 (ADD_ENTRY), flags 0
+            "e793cbc379107648537183605cd361d3bb789a39"  # master key
+        )
+        + ENTRY_BODY
+    )
     request = AddRequest(1, 0, SECRET_KEY, ENTRY_BODY)
     assert v2.encode_request_frame(request) == expected
     decoded = v2.decode_request(expected[4:])
@@ -74,8 +80,11 @@ def test_v2_fencing_read_request():
 
 def test_v2_add_response():
     expected = bytes.fromhex(
-        "00000018" "02010000" "00000068"  # length 24, header, rc 104 (EFENCED)
-        "0000000000000009" "000000000000000c"
+        "00000018"
+        "02010000"
+        "00000068"  # length 24, header, rc 104 (EFENCED)
+        "0000000000000009"
+        "000000000000000c"
     )
     assert v2.encode_response_frame(AddResponse(StatusCode.EFENCED, 9, 12)) == expected
     assert v2.decode_response(expected[4:]) == AddResponse(StatusCode.EFENCED, 9, 12)
@@ -88,11 +97,17 @@ def test_v3_add_request():
     # }
     key = bytes(range(20))
     expected = bytes.fromhex(
-        "0a06" "0803" "1002" "1801"  # header, 6 bytes
+        "0a06"
+        "0803"
+        "1002"
+        "1801"  # header, 6 bytes
         "aa061f"  # field 101, length-delimited (tag 101<<3|2 = 810 = varint aa 06), 31 bytes
-        "0801" "1000"  # ledgerId 1, entryId 0
-        "1a14" "000102030405060708090a0b0c0d0e0f10111213"  # masterKey (tag 3<<3|2)
-        "2203" "616263"  # body "abc"
+        "0801"
+        "1000"  # ledgerId 1, entryId 0
+        "1a14"
+        "000102030405060708090a0b0c0d0e0f10111213"  # masterKey (tag 3<<3|2)
+        "2203"
+        "616263"  # body "abc"
     )
     request = AddRequest(1, 0, key, b"abc", txn_id=1)
     assert v3.encode_request(request) == expected

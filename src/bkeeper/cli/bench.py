@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -9,9 +14,14 @@ from rich.table import Table
 from bkeeper.testing.benchmarks import (
     BenchResult,
     bench_bookie_adds,
+    bench_client_reads,
+    bench_client_writes,
     bench_codec,
+    free_port,
+    free_port_range,
     local_bookie,
 )
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.digest import DigestType
 
@@ -107,8 +117,76 @@ def bookie_bench(
         _print([result], "adds")
 
     if address:
-        host, _, port = address.rpartition(":")
-        run_event_loop(run(host, int(port)))
+        host, _, port_text = address.rpartition(":")
+        if not host or not port_text.isdigit():
+            raise click.BadParameter(f"{address!r} is not host:port", param_hint="--address")
+        run_event_loop(run(host, int(port_text)))
     else:
         with local_bookie(data_dir) as (host, port):
             run_event_loop(run(host, port))
+
+
+@contextlib.contextmanager
+def _cluster(metadata_uri: str, bookies: int) -> Iterator[str]:
+    """The given cluster, or a sandbox of ``bookies`` bookies in a temporary directory."""
+    if metadata_uri:
+        yield metadata_uri
+        return
+    with tempfile.TemporaryDirectory(prefix="bkeeper-bench-") as tmp:
+        config = SandboxConfig(
+            data_dir=Path(tmp),
+            bookies=bookies,
+            zookeeper_port=free_port(),
+            bookie_port_base=free_port_range(bookies),
+        )
+        with Sandbox(config) as box:
+            yield box.metadata_uri
+
+
+@bench.command("write")
+@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@click.option("--ensemble", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--write-quorum", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--in-flight", default=5000, show_default=True, type=click.IntRange(1))
+@click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
+@click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
+@click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
+def write_bench(
+    metadata_uri: str,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entry_size: int,
+    duration: float,
+    in_flight: int,
+    rate: float | None,
+    protocol: str,
+    also_read: bool,
+) -> None:
+    """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    proto = Protocol.V2 if protocol == "v2" else Protocol.V3
+
+    async def run(uri: str) -> list[BenchResult]:
+        result, ledger_id = await bench_client_writes(
+            uri,
+            ensemble=ensemble,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            entry_bytes=entry_size,
+            duration_s=duration,
+            in_flight=in_flight,
+            rate=rate,
+            protocol=proto,
+        )
+        results = [result]
+        if also_read:
+            results.append(await bench_client_reads(uri, ledger_id))
+        return results
+
+    with _cluster(metadata_uri, ensemble) as uri:
+        _print(run_event_loop(run(uri)), "entries")

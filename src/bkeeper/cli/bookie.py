@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import click
 
@@ -14,15 +16,17 @@ from bkeeper.storage import StorageConfig
 
 __all__ = ["bookie", "run_event_loop"]
 
+T = TypeVar("T")
 
-def run_event_loop(main: object) -> None:
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed, else on asyncio's loop."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        asyncio.run(main)  # type: ignore[arg-type]
-    else:
-        uvloop.run(main)
+        return asyncio.run(main)
+    result: T = uvloop.run(main)
+    return result
 
 
 @click.command()

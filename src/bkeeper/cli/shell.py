@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Coroutine
+from typing import Any
 
 import click
 from rich.console import Console
@@ -31,7 +33,7 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=160)
 
 
-def _run(coro: object) -> None:
+def _run(coro: Coroutine[Any, Any, None]) -> None:
     from bkeeper.cli.bookie import run_event_loop
 
     run_event_loop(coro)
@@ -97,7 +99,9 @@ def bookieinfo(metadata_uri: str) -> None:
             bookies = await cluster.registry.bookies()
             table = Table(title=f"bookie info at {metadata_uri}")
             for column in ("bookie id", "mode", "free", "total", "used"):
-                table.add_column(column, justify="left" if column in ("bookie id", "mode") else "right")
+                table.add_column(
+                    column, justify="left" if column in ("bookie id", "mode") else "right"
+                )
             every = [(b, "writable") for b in sorted(bookies.writable)]
             every += [(b, "read-only") for b in sorted(bookies.read_only)]
             for bookie_id, mode in every:

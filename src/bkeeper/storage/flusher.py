@@ -294,7 +294,7 @@ def _delta(pending: PendingCheckpoint, full: dict[int, LedgerState] | None) -> I
                 runs.append(LocationRun(state.ledger_id, ids, locations))
         return IndexDelta((), tuple(s.snapshot() for s in states), tuple(runs))
     return IndexDelta(
-        (),
+        tuple(pending.deleted),
         tuple(s.snapshot() for s in pending.dirty),
         tuple(run for state, run in pending.runs if not state.deleted),
     )

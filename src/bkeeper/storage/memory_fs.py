@@ -54,6 +54,7 @@ class _Disk:
         self.durable: dict[str, _Inode] = {}
         self.dirs: set[str] = {"/", "."}
         self.sync_error: OSError | None = None
+        self.sync_error_paths = ""
         self.countdown: int | None = None
         self.torn: random.Random | None = None
 
@@ -105,8 +106,9 @@ class _Handle:
         with self._fs.disk.lock:
             self._check()
             self._fs.disk.tick()
-            if self._fs.disk.sync_error is not None:
-                raise self._fs.disk.sync_error
+            disk = self._fs.disk
+            if disk.sync_error is not None and disk.sync_error_paths in self._path:
+                raise disk.sync_error
             self._inode.synced = len(self._inode.data)
 
     def read_at(self, offset: int, size: int) -> bytes:
@@ -156,10 +158,12 @@ class MemoryFileSystem:
         """A filesystem object on the same disk for a new process."""
         return MemoryFileSystem(self.disk)
 
-    def fail_syncs(self, error: OSError | None) -> None:
-        """Fault hook: every file sync raises ``error`` from now on (None: stop failing)."""
+    def fail_syncs(self, error: OSError | None, path_contains: str = "") -> None:
+        """Fault hook: syncs of files whose path contains ``path_contains`` raise ``error``
+        from now on (None: stop failing)."""
         with self.disk.lock:
             self.disk.sync_error = error
+            self.disk.sync_error_paths = path_contains
 
     def corrupt(self, path: str, offset: int, data: bytes) -> None:
         """Overwrite bytes of ``path`` at ``offset`` in place, durably (media corruption)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -28,8 +29,11 @@ from bkeeper.wire.messages import AddRequest, AddResponse
 __all__ = [
     "BenchResult",
     "bench_bookie_adds",
+    "bench_client_reads",
+    "bench_client_writes",
     "bench_codec",
     "free_port",
+    "free_port_range",
     "local_bookie",
     "percentiles",
 ]
@@ -104,6 +108,27 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_port_range(count: int, attempts: int = 50) -> int:
+    """A base port ``p`` with ``p .. p + count - 1`` all free right now."""
+    for _ in range(attempts):
+        base = free_port()
+        if base + count >= 65536:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise BKeeperError(f"found no {count} consecutive free ports")
 
 
 @contextlib.contextmanager
@@ -226,3 +251,75 @@ async def bench_bookie_adds(
     if rate is not None:
         label += f", open loop {rate:.0f}/s"
     return BenchResult(label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies)
+
+
+# -- ledger client ---------------------------------------------------------------------------
+async def bench_client_writes(
+    metadata_uri: str,
+    *,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entry_bytes: int,
+    duration_s: float,
+    in_flight: int,
+    rate: float | None = None,
+    protocol: Protocol = Protocol.V2,
+) -> tuple[BenchResult, int]:
+    """Append to one ledger through the client; returns the result and the ledger id."""
+    from bkeeper.client import BookKeeper, ClientConfig
+
+    config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, 1))
+    payload = os.urandom(entry_bytes)
+    latencies: array[float] = array("d")
+    perf = time.perf_counter
+    async with BookKeeper(metadata_uri, config) as bk:
+        wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+
+        def done(sent_at: float, _: asyncio.Future[int]) -> None:
+            latencies.append(perf() - sent_at)
+
+        start = perf()
+        deadline = start + duration_s
+        sent = 0
+        last: asyncio.Future[int] | None = None
+        while perf() < deadline:
+            if rate is not None:
+                due = int((perf() - start) * rate) - sent
+                if due <= 0:
+                    await asyncio.sleep(0.0005)
+                    continue
+            sent_at = perf()
+            last = await wh.append_async(payload)
+            last.add_done_callback(functools.partial(done, sent_at))
+            sent += 1
+        if last is not None:
+            await last
+        elapsed = perf() - start
+        await wh.close()
+        ledger_id = wh.ledger_id
+    label = (
+        f"client writes E{ensemble}/Qw{write_quorum}/Qa{ack_quorum} {protocol.name}, "
+        f"{entry_bytes} B, in-flight {in_flight}"
+    )
+    if rate is not None:
+        label += f", open loop {rate:.0f}/s"
+    return BenchResult(
+        label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies
+    ), ledger_id
+
+
+async def bench_client_reads(metadata_uri: str, ledger_id: int) -> BenchResult:
+    """Read a whole (closed) ledger through the client."""
+    from bkeeper.client import BookKeeper
+
+    perf = time.perf_counter
+    async with BookKeeper(metadata_uri) as bk:
+        rh = await bk.open_ledger(ledger_id, b"bench")
+        start = perf()
+        count = size = 0
+        async for entry in rh.read():
+            count += 1
+            size += len(entry.payload)
+        elapsed = perf() - start
+    return BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)
