@@ -100,7 +100,11 @@ class Workload:
         body = entry_body(ledger_id, entry_id, entry_id - 1 - self.rng.randint(0, 2), payload)
         recovery = ledger_id in model.fence_issued
         self.storage.add_entry(
-            ledger_id, entry_id, key_of(ledger_id), body, recovery=recovery,
+            ledger_id,
+            entry_id,
+            key_of(ledger_id),
+            body,
+            recovery=recovery,
             token=("add", ledger_id, entry_id),
         )
         model.bodies[ledger_id, entry_id] = body
@@ -197,8 +201,31 @@ def run_round(seed: int, round_no: int, fs: MemoryFileSystem, model: Model) -> M
     checkpointer = None
     if seed % 3 == 0:
         args = (storage, fs, stop, failures)
-        checkpointer = threading.Thread(target=checkpoint_loop, args=args)
+        checkpointer = threading.Thread(target=checkpoint_loop, args=args, daemon=True)
         checkpointer.start()
+    try:
+        run_workload(rng, model, storage, fs)
+    finally:
+        stop.set()
+        after = crash_now(fs, torn)
+        storage.abort()
+        if checkpointer is not None:
+            checkpointer.join()
+    assert not failures, failures
+    return after
+
+
+def crash_now(fs: MemoryFileSystem, torn: random.Random | None) -> MemoryFileSystem:
+    """Crash unless a scheduled crash got there first (on any thread); the next disk view."""
+    try:
+        return fs.crash(torn)
+    except OSError:
+        assert fs.crashed
+        return fs.restart()
+
+
+def run_workload(rng: random.Random, model: Model, storage: Storage, fs: MemoryFileSystem) -> None:
+    """Verify what survived, then random steps until done or crashed."""
     try:
         verify(storage, model)
         workload = Workload(rng, model, storage)
@@ -211,13 +238,6 @@ def run_round(seed: int, round_no: int, fs: MemoryFileSystem, model: Model) -> M
     except (OSError, BKeeperError):
         if not fs.crashed:
             raise
-    stop.set()
-    after = fs.restart() if fs.crashed else fs.crash(torn)
-    storage.abort()
-    if checkpointer is not None:
-        checkpointer.join()
-    assert not failures, failures
-    return after
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))

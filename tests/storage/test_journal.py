@@ -39,7 +39,9 @@ def test_group_bytes_threshold_cuts_the_window_short() -> None:
     acks.wait_for(0)
     started = time.monotonic()
     for entry_id in range(1, 11):
-        storage.add_entry(1, entry_id, KEY, entry_body(1, entry_id, payload=b"p" * 1000), token=entry_id)
+        storage.add_entry(
+            1, entry_id, KEY, entry_body(1, entry_id, payload=b"p" * 1000), token=entry_id
+        )
     acks.wait_for(10)
     assert time.monotonic() - started < 0.9
     storage.close()
@@ -89,7 +91,9 @@ def test_journal_rolls_by_size_and_checkpoint_deletes_old_files() -> None:
     fs = MemoryFileSystem()
     storage, acks = open_storage(fs, small_config(journal_file_bytes_max=4096))
     for entry_id in range(60):
-        storage.add_entry(1, entry_id, KEY, entry_body(1, entry_id, payload=b"y" * 500), token=entry_id)
+        storage.add_entry(
+            1, entry_id, KEY, entry_body(1, entry_id, payload=b"y" * 500), token=entry_id
+        )
         acks.wait_for(entry_id)  # one group each, so that the journal rolls often
     files = sorted(fs.list_dir(JOURNAL_DIR))
     assert len(files) >= 6

@@ -57,7 +57,9 @@ def test_torn_tail_is_cut_wherever_the_crash_tore_it() -> None:
         disk.makedirs(JOURNAL_DIR)
         disk.makedirs("/data/current/ledgers")
         for name in fs.list_dir("/data/current/ledgers"):
-            _append(disk, f"/data/current/ledgers/{name}", fs.read_file(f"/data/current/ledgers/{name}"))
+            _append(
+                disk, f"/data/current/ledgers/{name}", fs.read_file(f"/data/current/ledgers/{name}")
+            )
         _append(disk, path, full[:cut] + b"\x00" * (cut % 3) * 100)
         disk.fsync_dir(JOURNAL_DIR)
         disk.fsync_dir("/data/current/ledgers")
@@ -102,7 +104,9 @@ def test_skip_option_skips_the_record_and_enters_limbo_until_cleared() -> None:
     fs.corrupt(path, groups[1] + GROUP_HEADER_BYTES + 40, b"\xff")
     config = small_config(journal_skip_corrupt_records=True)
     storage, _ = open_storage(fs, config)
-    assert [s[:2] for s in storage.replay_outcome.skipped] == [(path, groups[1] + GROUP_HEADER_BYTES)]
+    assert [s[:2] for s in storage.replay_outcome.skipped] == [
+        (path, groups[1] + GROUP_HEADER_BYTES)
+    ]
     assert storage.list_entries(1) == [0, 2, 3]
     assert storage.limbo
     with pytest.raises(DataUnknownError):
@@ -153,7 +157,9 @@ def test_torn_tail_in_an_older_file_is_corruption() -> None:
     fs = MemoryFileSystem()
     storage, acks = open_storage(fs, small_config(journal_file_bytes_max=2048))
     for entry_id in range(8):
-        storage.add_entry(1, entry_id, KEY, entry_body(1, entry_id, payload=b"z" * 600), token=entry_id)
+        storage.add_entry(
+            1, entry_id, KEY, entry_body(1, entry_id, payload=b"z" * 600), token=entry_id
+        )
         acks.wait_for(entry_id)
     after = fs.crash()
     storage.abort()

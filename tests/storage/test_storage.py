@@ -44,7 +44,9 @@ def test_config_is_validated_naming_the_field() -> None:
 def test_entries_are_readable_at_once_and_after_restart(fs: MemoryFileSystem) -> None:
     storage, acks = open_storage(fs)
     for entry_id in range(5):
-        storage.add_entry(3, entry_id, KEY, memoryview(entry_body(3, entry_id, entry_id - 1)), token=entry_id)
+        storage.add_entry(
+            3, entry_id, KEY, memoryview(entry_body(3, entry_id, entry_id - 1)), token=entry_id
+        )
     assert storage.read_entry(3, 2) == entry_body(3, 2, 1)
     assert storage.read_entry(3, -1) == entry_body(3, 4, 3)
     assert storage.last_entry_id(3) == 4 and storage.last_add_confirmed(3) == 3
@@ -161,7 +163,9 @@ def test_deleted_ledgers_stay_deleted(fs: MemoryFileSystem) -> None:
     storage, acks = open_storage(fs)
     for ledger_id in (1, 2):
         for entry_id in range(40):
-            storage.add_entry(ledger_id, entry_id, KEY, entry_body(ledger_id, entry_id, payload=b"d" * 300))
+            storage.add_entry(
+                ledger_id, entry_id, KEY, entry_body(ledger_id, entry_id, payload=b"d" * 300)
+            )
     storage.checkpoint()  # ledger 1 is in the index and the entry logs now
     storage.delete_ledger(1, token="deleted")
     storage.delete_ledger(77)
@@ -181,7 +185,9 @@ def test_deleted_ledgers_stay_deleted(fs: MemoryFileSystem) -> None:
 
 def test_reads_come_from_entry_logs_after_flush_and_restart(fs: MemoryFileSystem) -> None:
     storage, _ = open_storage(fs)
-    bodies = {e: entry_body(5, e, e - 1, payload=bytes([e % 256]) * (100 + 37 * e)) for e in range(120)}
+    bodies = {
+        e: entry_body(5, e, e - 1, payload=bytes([e % 256]) * (100 + 37 * e)) for e in range(120)
+    }
     for entry_id, body in bodies.items():
         if entry_id % 4 == 0:
             storage.checkpoint()  # the write cache is small: keep it from filling up

@@ -163,6 +163,8 @@ class BookKeeper:
         """Close connections and the metadata session; later calls raise ClientClosedError."""
         if self._ctx is not None:
             self._ctx.closed = True
+            for handle in list(self._ctx.handles):
+                await handle.abort(ClientClosedError("the client is closed"))
             await self._ctx.pool.aclose()
         if self._cluster is not None and self._owns_cluster:
             cluster, self._cluster = self._cluster, None

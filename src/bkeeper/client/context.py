@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.placement import choose_ensemble, replace_bookie
@@ -24,6 +26,7 @@ class ClientContext:
     clock: Clock = field(default_factory=SystemClock)
     rng: random.Random = field(default_factory=random.Random)
     closed: bool = False
+    handles: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 
     def _racks(self) -> dict[str, str] | None:
         return dict(self.config.racks) if self.config.placement == "rackaware" else None

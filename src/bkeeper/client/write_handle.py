@@ -102,6 +102,7 @@ class WriteHandle:
         self._loop = asyncio.get_running_loop()
         self._v3 = self._config.protocol is Protocol.V3
         self._tasks: set[asyncio.Task[Any]] = set()
+        ctx.handles.add(self)
         self._spawn(self._check_timeouts())
         if self._config.explicit_lac_interval_ms:
             self._spawn(self._write_lac_periodically())
@@ -171,6 +172,12 @@ class WriteHandle:
             raise LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering reader")
         await self._seal()
 
+    async def abort(self, error: BaseException) -> None:
+        """Fail what is pending with ``error`` and stop background work (client closing)."""
+        self._closed = True
+        self._fail_all(error)
+        await self._stop_tasks()
+
     # -- sending -------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._ctx.closed:
@@ -212,9 +219,11 @@ class WriteHandle:
                 self._send(add, (position,))
 
     def _on_response(self, add: _PendingAdd, bookie: str, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or add.future.done():
+        if future.cancelled():
             return
         exc = future.exception()
+        if add.future.done():
+            return
         status = StatusCode.EIO if exc is not None else future.result().status
         if status is StatusCode.EOK:
             if bookie in self._ensemble:
@@ -276,18 +285,25 @@ class WriteHandle:
             self._changing = False
             self._fail_all(exc)
             return
+        except Exception as exc:
+            log.exception("ledger %d: ensemble change failed", self.ledger_id)
+            self._changing = False
+            self._fail_all(exc)
+            return
         self._changing = False
         self._complete()
 
     async def _replace_failed(self) -> None:
         failed = self._failed & set(self._ensemble)
         first = self.last_add_confirmed + 1
+        log.info("ledger %d: replacing %s from entry %d", self.ledger_id, failed, first)
         new = list(self._ensemble)
         for position, bookie in enumerate(self._ensemble):
             if bookie in failed:
                 new[position] = await self._ctx.replacement(
                     tuple(new), position, self._qw, self._ever_failed
                 )
+        log.info("ledger %d: new ensemble %s", self.ledger_id, new)
         await self._write_segment(first, tuple(new))
         replaced = {old: new[i] for i, old in enumerate(self._ensemble) if old in failed}
         log.info("ledger %d: ensemble change at entry %d: %s", self.ledger_id, first, replaced)

@@ -13,8 +13,9 @@ from bkeeper.meta.layout import ledger_path
 from bkeeper.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from bkeeper.meta.lock import Lock
 from bkeeper.meta.metadata_format import decode_ledger_metadata, encode_ledger_metadata
-from bkeeper.meta.registry import BookieRegistration, BookieRegistry, BookieSet
+from bkeeper.meta.registry import BookieRegistration, BookieRegistry, BookieSet, RegistryConfig
 from bkeeper.meta.store import NodeStore, Versioned
+from bkeeper.meta.underreplication import auditor_election
 from bkeeper.meta.uri import MetadataUri, open_node_store
 
 __all__ = [
@@ -33,7 +34,9 @@ __all__ = [
     "MetadataConfig",
     "MetadataUri",
     "NodeStore",
+    "RegistryConfig",
     "Versioned",
+    "auditor_election",
     "decode_ledger_metadata",
     "encode_ledger_metadata",
     "format_cluster",

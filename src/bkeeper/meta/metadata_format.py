@@ -21,6 +21,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from bkeeper.common.errors import BKeeperError, ConfigError, ProtocolError
+from bkeeper.common.ids import BookieId
 from bkeeper.meta.digest_type import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import NODE_DATA_BYTES_MAX
@@ -78,8 +79,8 @@ def to_proto(metadata: LedgerMetadata) -> LedgerMetadataFormat:
         ensembleSize=metadata.ensemble_size,
         length=metadata.length,
         lastEntryId=metadata.last_entry_id,
-        state=int(metadata.state),
-        digestType=int(metadata.digest_type),
+        state=LedgerMetadataFormat.State.ValueType(int(metadata.state)),
+        digestType=LedgerMetadataFormat.DigestType.ValueType(int(metadata.digest_type)),
         password=metadata.password,
         ackQuorumSize=metadata.ack_quorum,
     )
@@ -103,7 +104,10 @@ def from_proto(message: LedgerMetadataFormat, format_version: int = 3) -> Ledger
             ack_quorum=(
                 message.ackQuorumSize if message.HasField("ackQuorumSize") else message.quorumSize
             ),
-            segments={s.firstEntryId: tuple(s.ensembleMember) for s in message.segment},
+            segments={
+                s.firstEntryId: tuple(BookieId(b) for b in s.ensembleMember)
+                for s in message.segment
+            },
             digest_type=(
                 DigestType(message.digestType)
                 if message.HasField("digestType")

@@ -169,7 +169,7 @@ class Flusher:
                     self._engine.restore_pending_locked(pending)
                 raise
             self.checkpoints += 1
-        self._delete_journals_before(mark.file_id)
+            self._delete_journals_before(mark.file_id)
         return mark
 
     def _persist(self, delta: IndexDelta, mark: JournalPosition, limbo: bool, full: bool) -> None:

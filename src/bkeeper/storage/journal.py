@@ -87,6 +87,7 @@ class Journal:
         self._file_id = file_id
         self._file: WritableFile | None = None
         self._seq = 0
+        self._file_bytes = 0
         self.durable_position = JournalPosition(file_id, FILE_HEADER_BYTES)
         self.groups_written = 0
         self._thread = threading.Thread(target=self._run, name="bkeeper-journal", daemon=True)
@@ -200,20 +201,21 @@ class Journal:
         try:
             file = self._file
             assert file is not None
-            if self._seq > 0 and file.size() + len(buf) > self._config.journal_file_bytes_max:
+            if self._seq > 0 and self._file_bytes + len(buf) > self._config.journal_file_bytes_max:
                 file = self._roll()
             buf[:GROUP_HEADER_BYTES] = encode_group_header(
                 self._seq, len(buf) - GROUP_HEADER_BYTES, count
             )
             file.write(buf)
             file.sync()
-        except OSError as exc:
+        except Exception as exc:  # any failure here leaves the file in an unknown state
             self._failed = exc
             log.error("journal write failed, journal stopped: %s", exc)
             return exc
         self._seq += 1
+        self._file_bytes += len(buf)
         self.groups_written += 1
-        self.durable_position = JournalPosition(self._file_id, file.size())
+        self.durable_position = JournalPosition(self._file_id, self._file_bytes)
         return None
 
     def _roll(self) -> WritableFile:
@@ -232,4 +234,5 @@ class Journal:
         file.write(encode_file_header(file_id))
         file.sync()
         self._fs.fsync_dir(self._directory)
+        self._file_bytes = FILE_HEADER_BYTES
         return file

@@ -1,0 +1,76 @@
+"""Real clusters for client tests: the session's ZooKeeper plus bookie processes over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.testing.benchmarks import _wait_port, free_port
+from bkeeper.testing.zookeeper import ZooKeeperServer
+
+
+@dataclass
+class RealCluster:
+    uri: str
+    data_dir: Path
+    ports: list[int] = field(default_factory=list)
+    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, index: int) -> None:
+        cmd = [
+            sys.executable, "-m", "bkeeper", "bookie",
+            "--data-dir", str(self.data_dir / f"bookie-{index}"),
+            "--port", str(self.ports[index]), "--metadata", self.uri,
+        ]  # fmt: skip
+        log = open(self.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs[index] = proc
+        _wait_port("127.0.0.1", self.ports[index], proc, 30)
+
+    def bookie_id(self, index: int) -> str:
+        return f"127.0.0.1:{self.ports[index]}"
+
+    def index_of(self, bookie_id: str) -> int:
+        return self.ports.index(int(bookie_id.rpartition(":")[2]))
+
+    def signal(self, index: int, sig: int) -> None:
+        os.kill(self.procs[index].pid, sig)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+async def real_cluster(
+    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[RealCluster]:
+    bookies = getattr(request, "param", 3)
+    uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
+    async with await ClusterMetadata.open(uri) as cluster:
+        await cluster.format()
+    real = RealCluster(uri, tmp_path, [free_port() for _ in range(bookies)])
+    try:
+        await asyncio.gather(*(asyncio.to_thread(real.start, i) for i in range(bookies)))
+        yield real
+    finally:
+        real.stop_all()
+
+
+@pytest.fixture
+def no_leftover() -> Iterator[None]:
+    yield

@@ -1,0 +1,75 @@
+"""The client against real bookie processes: kill -9 and SIGSTOP during a stream of appends."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from bkeeper.client import BookKeeper, ClientConfig
+from bkeeper.common.errors import BKeeperError, LedgerFencedError
+
+pytestmark = pytest.mark.integration
+
+WRITER = ClientConfig(add_timeout_ms=1_500, read_timeout_ms=2_000)
+
+
+def payload(i: int) -> bytes:
+    return b"entry-%06d-" % i + bytes([i % 251]) * 200
+
+
+@pytest.mark.parametrize("real_cluster", [5], indirect=True)
+async def test_kill_and_stop_bookies_while_appending(real_cluster) -> None:
+    acknowledged: dict[int, bytes] = {}
+    async with BookKeeper(real_cluster.uri, WRITER) as writer:
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        first, second = (real_cluster.index_of(b) for b in wh.ensemble[:2])
+        futures = []
+        for i in range(3000):
+            fut = await wh.append_async(payload(i))
+            fut.add_done_callback(
+                lambda f, i=i: (
+                    acknowledged.__setitem__(f.result(), payload(i)) if not f.exception() else None
+                )
+            )
+            futures.append(fut)
+            if i == 1000:
+                real_cluster.signal(first, signal.SIGKILL)
+            if i == 2000:
+                real_cluster.signal(second, signal.SIGSTOP)
+            if i % 200 == 0:
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 60)
+        # Qa = 2: the stopped bookie only slows nothing; the killed one is replaced.
+        assert len(acknowledged) == 3000, "every add completes through ensemble changes"
+        assert real_cluster.bookie_id(first) not in wh.ensemble
+        assert len(wh.metadata.segments) >= 2
+
+        async with BookKeeper(real_cluster.uri, WRITER) as reader:
+            rh = await reader.open_ledger(wh.ledger_id, b"pw")
+            last = rh.metadata.last_entry_id
+            assert last >= max(acknowledged)
+            entries = {}
+            async for e in rh.read():
+                entries[e.entry_id] = e.data
+            assert set(entries) == set(range(last + 1))
+            for entry_id, data in acknowledged.items():
+                assert entries[entry_id] == data
+            with pytest.raises(BKeeperError):
+                await rh.read_entry(last + 1)
+        with pytest.raises(LedgerFencedError):
+            await wh.append(b"after fencing")
+    real_cluster.signal(second, signal.SIGCONT)
+
+
+async def test_fencing_across_processes(real_cluster) -> None:
+    async with BookKeeper(real_cluster.uri) as writer, BookKeeper(real_cluster.uri) as reader:
+        wh = await writer.create_ledger(3, 2, 2, password=b"pw", digest="crc32")
+        for i in range(100):
+            await wh.append(payload(i))
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+        assert rh.metadata.last_entry_id == 99
+        with pytest.raises(LedgerFencedError):
+            await wh.append(b"fenced")
+        assert [e.data async for e in rh.read()] == [payload(i) for i in range(100)]
