@@ -207,3 +207,45 @@ async def test_client_closed_errors():  # §3 row 20
             await bk.create_ledger(3, 3, 2)
         with pytest.raises(ClientClosedError):
             await bk.open_ledger(wh.ledger_id, b"pw")
+
+
+async def test_recovery_with_a_hung_bookie_does_not_wait_per_entry():  # §3 rows 1, 2, 4
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        hung = cluster.bookies.index(cluster.bookie(wh.ensemble[1]))
+        cluster.fault(hung, None, drop=True, serve_dropped=False)
+        futures = [await wh.append_async(b"%d" % i) for i in range(500)]
+        ids = await asyncio.gather(*futures)  # Qa = 2 is met without the hung bookie
+        assert ids == list(range(500))
+        reader = await cluster.client(FAST)
+        # One silent bookie must cost a few read timeouts (300 ms) in all, not one per entry
+        # (500 entries x 300 ms would be 150 s).
+        rh = await asyncio.wait_for(reader.open_ledger(wh.ledger_id, b"pw"), 10)
+        assert rh.metadata.last_entry_id == 499
+        assert await read_all(rh) == [b"%d" % i for i in range(500)]
+        with pytest.raises(LedgerFencedError):
+            await wh.append(b"fenced")
+
+
+@pytest.mark.parametrize("batch", [1, 3, 13])
+async def test_recovery_batch_sizes_find_the_same_end(batch: int):  # §3 row 2
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(40):
+            await wh.append(b"%d" % i)
+        # Entry 40 reaches one bookie only: not acknowledged, not part of the recovered ledger.
+        cluster.fault(1, AddRequest, error=StatusCode.EIO)
+        cluster.fault(2, AddRequest, error=StatusCode.EIO)
+        pending = await wh.append_async(b"40")
+        await asyncio.sleep(0.05)
+        cluster.heal(1)
+        cluster.heal(2)
+        reader = await cluster.client(
+            ClientConfig(read_timeout_ms=300, recovery_batch_entries=batch)
+        )
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+        assert rh.metadata.last_entry_id in (39, 40)
+        assert await read_all(rh) == [b"%d" % i for i in range(rh.metadata.last_entry_id + 1)]
+        pending.cancel()

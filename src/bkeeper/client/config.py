@@ -22,6 +22,7 @@ class ClientConfig:
     (back-pressure). ``explicit_lac_interval_ms``: when > 0 the writer sends its LAC to the
     bookies this often while idle, so readers see the last entry too (v3 WRITE_LAC).
     ``racks`` maps bookie ids to racks for ``placement="rackaware"``.
+    ``recovery_batch_entries``: entries a recovery reads and re-writes concurrently.
     """
 
     protocol: Protocol = Protocol.V2
@@ -38,6 +39,7 @@ class ClientConfig:
     placement: str = "random"
     racks: Mapping[str, str] = field(default_factory=dict)
     timeout_check_interval_ms: int = 100
+    recovery_batch_entries: int = 64
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -52,6 +54,7 @@ class ClientConfig:
             "ensemble_changes_max",
             "metadata_retries_max",
             "timeout_check_interval_ms",
+            "recovery_batch_entries",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
