@@ -6,6 +6,11 @@ match on (operation, ledger id, entry id), or the request id of a batch read, fi
 out. The number of requests awaiting an answer is bounded by ``pending_max``: past it
 ``send`` raises :class:`TooManyRequestsError` (callers add their own back-pressure first).
 When the connection drops every pending future fails with :class:`BookieUnavailableError`.
+
+The writer's hot path over v2 skips futures: a ledger's writer registers listeners with
+:meth:`listen_adds`, sends pre-built frames with :meth:`send_add_frame` (the same bytes for
+every bookie of the write set), and its listener is called with (status, entry id) for each
+ADD response of that ledger, or once with the error when the connection is lost.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire import v2, v3
-from bkeeper.wire.codes import Protocol, V2OpCode
+from bkeeper.wire.codes import Protocol, StatusCode, V2OpCode
 from bkeeper.wire.framing import FrameDecoder
 from bkeeper.wire.messages import (
     AddRequest,
@@ -42,6 +47,8 @@ from bkeeper.wire.messages import (
 __all__ = ["BookieClient"]
 
 _V2Key = tuple[int, int, int]
+AddListener = Callable[[StatusCode, int], None]
+LostListener = Callable[[BaseException], None]
 
 
 def _v2_request_key(request: Request) -> _V2Key:
@@ -94,10 +101,14 @@ class BookieClient(asyncio.Protocol):
         self._error: BaseException | None = None
         self._write_ready = asyncio.Event()
         self._write_ready.set()
+        self._add_listeners: dict[int, AddListener] = {}
+        self._lost_listeners: dict[int, LostListener] = {}
         self._encode: Callable[[Any], bytes]
         self._decode: Callable[[Any], Response]
+        self._stream: v2.ResponseStream | None = None
         if protocol is Protocol.V2:
             self._encode, self._decode = v2.encode_request_frame, v2.decode_response
+            self._stream = v2.ResponseStream(max_frame_bytes)
         else:
             self._encode, self._decode = v3.encode_request_frame, v3.decode_response
 
@@ -159,6 +170,29 @@ class BookieClient(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         return future
 
+    def listen_adds(self, ledger_id: int, on_add: AddListener, on_lost: LostListener) -> None:
+        """Route ADD responses of ``ledger_id`` sent by :meth:`send_add_frame` to ``on_add``."""
+        if self.protocol is not Protocol.V2:
+            raise ProtocolError("listen_adds needs a v2 connection")
+        self._add_listeners[ledger_id] = on_add
+        self._lost_listeners[ledger_id] = on_lost
+
+    def forget_adds(self, ledger_id: int) -> None:
+        self._add_listeners.pop(ledger_id, None)
+        self._lost_listeners.pop(ledger_id, None)
+
+    def send_add_frame(self, frame: bytes) -> None:
+        """Queue a pre-built v2 ADD frame of a ledger with a listener (see module doc)."""
+        if self._error is not None:
+            raise BookieUnavailableError(f"bookie {self.address}: {self._error}")
+        if self._pending >= self._pending_max:
+            raise TooManyRequestsError(f"{self._pending} requests pending to {self.address}")
+        self._pending += 1
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
     def next_txn_id(self) -> int:
         """A fresh v3 txn id; callers on hot paths build requests with it to skip a copy."""
         txn = self._next_txn
@@ -191,13 +225,32 @@ class BookieClient(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._decoder.receive_data(data)
-            for frame in self._decoder.frames():
-                self._complete(self._decode(frame))
+            if self._stream is not None:
+                self._v2_received(self._stream.feed(data))
+            else:
+                self._decoder.receive_data(data)
+                for frame in self._decoder.frames():
+                    self._complete(self._decode(frame))
         except ProtocolError as exc:
             self._fail(exc)
             if self._transport is not None:
                 self._transport.abort()
+
+    def _v2_received(self, responses: list[Any]) -> None:
+        listeners = self._add_listeners
+        by_key = self._by_key
+        for item in responses:
+            if type(item) is tuple:
+                status, ledger_id, entry_id = item
+                if not by_key or (V2OpCode.ADD_ENTRY, ledger_id, entry_id) not in by_key:
+                    listener = listeners.get(ledger_id)
+                    if listener is not None:
+                        self._pending -= 1
+                        listener(status, entry_id)
+                    continue
+                self._complete(AddResponse(status, ledger_id, entry_id))
+            else:
+                self._complete(item)
 
     def _complete(self, response: Response) -> None:
         if self.protocol is Protocol.V3:
@@ -227,9 +280,14 @@ class BookieClient(asyncio.Protocol):
         self._by_txn.clear()
         self._by_key.clear()
         self._pending = 0
+        lost = list(self._lost_listeners.values())
+        self._add_listeners.clear()
+        self._lost_listeners.clear()
         for future in futures:
             if not future.done():
                 future.set_exception(error)
+        for listener in lost:
+            listener(error)
         self._write_ready.set()
 
     async def aclose(self) -> None:

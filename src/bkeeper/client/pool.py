@@ -16,7 +16,7 @@ from typing import Protocol as TypingProtocol
 
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
-from bkeeper.wire.codes import Protocol
+from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import Request
 
 __all__ = ["BookiePool", "Connection", "TcpTransport", "Transport"]
@@ -29,6 +29,17 @@ class Connection(TypingProtocol):
     def send(self, request: Request) -> asyncio.Future[Any]: ...
 
     def next_txn_id(self) -> int: ...
+
+    def listen_adds(
+        self,
+        ledger_id: int,
+        on_add: Callable[[StatusCode, int], None],
+        on_lost: Callable[[BaseException], None],
+    ) -> None: ...
+
+    def forget_adds(self, ledger_id: int) -> None: ...
+
+    def send_add_frame(self, frame: bytes) -> None: ...
 
     async def aclose(self) -> None: ...
 

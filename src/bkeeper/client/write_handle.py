@@ -31,6 +31,7 @@ from typing import Any
 
 from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import write_sets
+from bkeeper.client.pool import Connection
 from bkeeper.common.errors import (
     BKeeperError,
     BookieError,
@@ -43,6 +44,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
+from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest, ForceLedgerRequest, WriteLacRequest
@@ -53,13 +55,16 @@ log = logging.getLogger(__name__)
 
 
 class _PendingAdd:
-    __slots__ = ("acked", "body", "entry_id", "future", "length", "sent_at")
+    """One add in flight. ``data`` is the v2 ADD frame (the same bytes for every bookie) or,
+    over v3, the entry body."""
+
+    __slots__ = ("acked", "data", "entry_id", "future", "length", "sent_at")
 
     def __init__(
-        self, entry_id: int, body: bytes, length: int, future: asyncio.Future[int], now: float
+        self, entry_id: int, data: bytes, length: int, future: asyncio.Future[int], now: float
     ) -> None:
         self.entry_id = entry_id
-        self.body = body
+        self.data = data
         self.length = length
         self.future = future
         self.sent_at = now
@@ -92,7 +97,8 @@ class WriteHandle:
         self.length = 0
         self._confirmed_length = 0
         self._pending: deque[_PendingAdd] = deque()
-        self._slots = asyncio.Semaphore(self._config.pending_adds_max)
+        self._pending_max = self._config.pending_adds_max
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._error: BaseException | None = None
         self._closed = False
         self._changing = False
@@ -101,6 +107,8 @@ class WriteHandle:
         self._ensemble_changes = 0
         self._loop = asyncio.get_running_loop()
         self._v3 = self._config.protocol is Protocol.V3
+        # v2: the connection of each ensemble position, with this ledger's listeners on it.
+        self._conns: list[Connection | None] = [None] * self._e
         self._tasks: set[asyncio.Task[Any]] = set()
         ctx.handles.add(self)
         self._spawn(self._check_timeouts())
@@ -128,22 +136,48 @@ class WriteHandle:
     async def append_async(self, data: bytes) -> asyncio.Future[int]:
         """Wait for a pipeline slot, send ``data``; the future completes with its entry id."""
         self._check_open()
-        await self._slots.acquire()
-        try:
-            self._check_open()
-        except BaseException:
-            self._slots.release()
-            raise
+        if len(self._pending) >= self._pending_max:
+            await self._wait_for_slot()
         entry_id = self.last_add_pushed + 1
         self.last_add_pushed = entry_id
         self.length += len(data)
-        body = self._digest.encode_entry(entry_id, self.last_add_confirmed, self.length, data)
+        if self._v3:
+            wire = self._digest.encode_entry(entry_id, self.last_add_confirmed, self.length, data)
+        else:
+            header, digest = self._digest.entry_parts(
+                entry_id, self.last_add_confirmed, self.length, data
+            )
+            wire = v2.add_request_frame(
+                self._master_key,
+                (header, digest, data),
+                len(header) + len(digest) + len(data),
+            )
         add = _PendingAdd(
-            entry_id, body, self.length, self._loop.create_future(), self._ctx.clock.monotonic()
+            entry_id, wire, self.length, self._loop.create_future(), self._ctx.clock.monotonic()
         )
         self._pending.append(add)
         self._send(add, self._write_sets[entry_id % len(self._write_sets)])
         return add.future
+
+    async def _wait_for_slot(self) -> None:
+        while len(self._pending) >= self._pending_max:
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+            self._check_open()
+
+    def _wake_slot_waiters(self) -> None:
+        free = self._pending_max - len(self._pending)
+        waiters = self._slot_waiters
+        while waiters and free > 0:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
 
     async def force(self) -> int:
         """Ask every bookie of the ensemble to make this ledger durable; returns the LAC."""
@@ -167,6 +201,7 @@ class WriteHandle:
         pending = [add.future for add in self._pending]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        self._detach()
         await self._stop_tasks()
         if isinstance(self._error, LedgerFencedError):
             raise LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering reader")
@@ -176,6 +211,7 @@ class WriteHandle:
         """Fail what is pending with ``error`` and stop background work (client closing)."""
         self._closed = True
         self._fail_all(error)
+        self._detach()
         await self._stop_tasks()
 
     # -- sending -------------------------------------------------------------------------
@@ -188,6 +224,42 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
     def _send(self, add: _PendingAdd, positions: tuple[int, ...]) -> None:
+        if self._v3:
+            self._send_v3(add, positions)
+            return
+        conns = self._conns
+        for position in positions:
+            conn = conns[position]
+            if conn is None or not conn.connected:
+                conn = self._attach(position)
+                if conn is None:
+                    self._spawn(self._connect_and_send(add, self._ensemble[position]))
+                    continue
+            try:
+                conn.send_add_frame(add.data)
+            except BKeeperError:
+                self._bookie_failed(self._ensemble[position])
+
+    def _attach(self, position: int) -> Connection | None:
+        """The live connection for ``position`` with this ledger's listeners, if any."""
+        bookie = self._ensemble[position]
+        conn = self._ctx.pool.connection_nowait(bookie)
+        if conn is not None:
+            conn.listen_adds(
+                self.ledger_id,
+                functools.partial(self._on_add, bookie),
+                functools.partial(self._on_lost, bookie),
+            )
+        self._conns[position] = conn
+        return conn
+
+    def _detach(self) -> None:
+        for position, conn in enumerate(self._conns):
+            if conn is not None:
+                conn.forget_adds(self.ledger_id)
+                self._conns[position] = None
+
+    def _send_v3(self, add: _PendingAdd, positions: tuple[int, ...]) -> None:
         pool = self._ctx.pool
         for position in positions:
             bookie = self._ensemble[position]
@@ -195,9 +267,8 @@ class WriteHandle:
             if conn is None:
                 self._spawn(self._connect_and_send(add, bookie))
                 continue
-            txn = conn.next_txn_id() if self._v3 else 0
             request = AddRequest(
-                self.ledger_id, add.entry_id, self._master_key, add.body, txn_id=txn
+                self.ledger_id, add.entry_id, self._master_key, add.data, txn_id=conn.next_txn_id()
             )
             try:
                 future = conn.send(request)
@@ -218,6 +289,32 @@ class WriteHandle:
             if position in self._write_sets[add.entry_id % len(self._write_sets)]:
                 self._send(add, (position,))
 
+    def _on_add(self, bookie: str, status: StatusCode, entry_id: int) -> None:
+        """v2 listener: ``bookie`` answered the add of ``entry_id``."""
+        pending = self._pending
+        if not pending:
+            return
+        index = entry_id - pending[0].entry_id
+        if index < 0 or index >= len(pending):
+            return  # completed already, or failed
+        add = pending[index]
+        if status is StatusCode.EOK:
+            if bookie in self._ensemble:
+                acked = add.acked
+                acked.add(bookie)
+                if index == 0 and len(acked) >= self._qa:
+                    self._complete()
+            return
+        self._add_failed(bookie, status, None)
+
+    def _on_lost(self, bookie: str, error: BaseException) -> None:
+        for position, conn in enumerate(self._conns):
+            if conn is not None and self._ensemble[position] == bookie:
+                self._conns[position] = None
+        if self._pending:
+            log.info("ledger %d: connection to %s lost: %s", self.ledger_id, bookie, error)
+            self._bookie_failed(bookie)
+
     def _on_response(self, add: _PendingAdd, bookie: str, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
             return
@@ -231,6 +328,9 @@ class WriteHandle:
                 if len(add.acked) >= self._qa and self._pending and self._pending[0] is add:
                     self._complete()
             return
+        self._add_failed(bookie, status, exc)
+
+    def _add_failed(self, bookie: str, status: StatusCode, exc: BaseException | None) -> None:
         if status is StatusCode.EFENCED:
             self._fail_all(LedgerFencedError(f"ledger {self.ledger_id} is fenced"))
         elif status is StatusCode.EUA:
@@ -247,18 +347,22 @@ class WriteHandle:
             add = pending.popleft()
             self.last_add_confirmed = add.entry_id
             self._confirmed_length = add.length
-            self._slots.release()
             if not add.future.done():
                 add.future.set_result(add.entry_id)
+        if self._slot_waiters:
+            self._wake_slot_waiters()
 
     def _fail_all(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
         while self._pending:
             add = self._pending.popleft()
-            self._slots.release()
             if not add.future.done():
                 add.future.set_exception(error)
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the waiter raises the error itself
 
     # -- ensemble changes ----------------------------------------------------------------
     def _bookie_failed(self, bookie: str) -> None:
@@ -310,6 +414,11 @@ class WriteHandle:
         self._ensemble = tuple(new)
         self._failed -= failed
         fresh = {i for i, b in enumerate(new) if b in replaced.values()}
+        for position in fresh:
+            conn = self._conns[position]
+            if conn is not None:
+                conn.forget_adds(self.ledger_id)
+                self._conns[position] = None
         for add in self._pending:
             add.acked -= failed
             add.sent_at = self._ctx.clock.monotonic()

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import itertools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from bkeeper.meta.registry import BookieRegistration
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.handlers import BookieState, RequestHandlers, _error_response
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
+from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import ReadResponse, Request, Response
 
@@ -92,6 +94,8 @@ class _MemoryConnection:
         self._open = True
         self._pending: set[asyncio.Future[Any]] = set()
         self._dropped: set[asyncio.Future[Any]] = set()
+        self._add_listeners: dict[int, Callable[[StatusCode, int], None]] = {}
+        self._lost_listeners: dict[int, Callable[[BaseException], None]] = {}
 
     @property
     def connected(self) -> bool:
@@ -125,6 +129,33 @@ class _MemoryConnection:
             self._serve_faulty(request, future, fault)
         return future
 
+    # The writer's v2 fast path, through the same faults and handlers as ``send``.
+    def listen_adds(
+        self,
+        ledger_id: int,
+        on_add: Callable[[StatusCode, int], None],
+        on_lost: Callable[[BaseException], None],
+    ) -> None:
+        self._add_listeners[ledger_id] = on_add
+        self._lost_listeners[ledger_id] = on_lost
+
+    def forget_adds(self, ledger_id: int) -> None:
+        self._add_listeners.pop(ledger_id, None)
+        self._lost_listeners.pop(ledger_id, None)
+
+    def send_add_frame(self, frame: bytes) -> None:
+        request = v2.decode_request(frame[4:])
+        future = self.send(request)
+        future.add_done_callback(self._deliver_add)
+
+    def _deliver_add(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return  # fail_all reports the lost connection to the lost listeners
+        response = future.result()
+        listener = self._add_listeners.get(response.ledger_id)
+        if listener is not None:
+            listener(response.status, response.entry_id)
+
     def _serve_faulty(self, request: Request, future: asyncio.Future[Any], fault: Fault) -> None:
         if future.done():
             return
@@ -142,11 +173,15 @@ class _MemoryConnection:
 
     def fail_all(self) -> None:
         self._open = False
+        error = BookieUnavailableError(f"bookie {self._bookie.bookie_id}: connection lost")
         for future in list(self._pending):
             if not future.done():
-                future.set_exception(
-                    BookieUnavailableError(f"bookie {self._bookie.bookie_id}: connection lost")
-                )
+                future.set_exception(error)
+        lost = list(self._lost_listeners.values())
+        self._add_listeners.clear()
+        self._lost_listeners.clear()
+        for listener in lost:
+            listener(error)
 
     async def aclose(self) -> None:
         self.fail_all()

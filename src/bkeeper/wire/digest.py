@@ -155,6 +155,14 @@ class DigestManager:
         header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
         return b"".join((header, self._digest(header, payload), payload))
 
+    def entry_parts(
+        self, entry_id: int, lac: int, length: int, payload: Buffer
+    ) -> tuple[bytes, bytes]:
+        """The 32-byte header and the digest of an entry body, for callers that frame the
+        body themselves (``header + digest + payload`` is :meth:`encode_entry`)."""
+        header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
+        return header, self._digest(header, payload)
+
     def verify_entry(self, body: Buffer, expected_entry_id: int | None = None) -> Entry:
         """Check ``body``; return its fields or raise :class:`DigestMismatchError`."""
         view = body if isinstance(body, memoryview) else memoryview(body)

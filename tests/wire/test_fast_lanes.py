@@ -1,0 +1,75 @@
+"""The v2 fast lanes a writer uses: ADD frames built in one copy, and the response stream."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bkeeper.common.errors import ProtocolError
+from bkeeper.wire import v2
+from bkeeper.wire.codes import StatusCode
+from bkeeper.wire.digest import DigestManager, DigestType, master_key
+from bkeeper.wire.messages import AddRequest, AddResponse, ReadResponse
+
+from .strategies import V2_RESPONSES
+
+KEY = master_key(b"pw")
+
+
+@given(st.binary(max_size=2000), st.integers(0, 2**40), st.sampled_from(list(DigestType)))
+def test_add_frame_equals_the_generic_encoding(payload, entry_id, digest_type):
+    digest = DigestManager(7, digest_type, b"pw")
+    header, mac = digest.entry_parts(entry_id, entry_id - 1, 99, payload)
+    frame = v2.add_request_frame(KEY, (header, mac, payload), len(header) + len(mac) + len(payload))
+    body = digest.encode_entry(entry_id, entry_id - 1, 99, payload)
+    assert frame == v2.encode_request_frame(AddRequest(7, entry_id, KEY, body))
+    assert frame[v2.ADD_FRAME_PREFIX_BYTES :] == body
+    with pytest.raises(ProtocolError):
+        v2.add_request_frame(b"short", (body,), len(body))
+
+
+def _expected(response):
+    if isinstance(response, AddResponse):
+        return (response.status, response.ledger_id, response.entry_id)
+    return response
+
+
+@given(st.lists(V2_RESPONSES, max_size=20), st.lists(st.integers(1, 64), max_size=30))
+def test_response_stream_in_any_chunks(responses, cuts):
+    data = b"".join(v2.encode_response_frame(r) for r in responses)
+    stream = v2.ResponseStream(1 << 20)
+    out = []
+    position = 0
+    for cut in cuts:
+        out += stream.feed(data[position : position + cut])
+        position += cut
+    out += stream.feed(data[position:])
+    assert len(out) == len(responses)
+    for got, response in zip(out, responses, strict=True):
+        want = _expected(response)
+        if isinstance(want, ReadResponse):
+            assert isinstance(got, ReadResponse)
+            assert (got.status, got.ledger_id, got.entry_id) == (
+                want.status,
+                want.ledger_id,
+                want.entry_id,
+            )
+            assert (bytes(got.body) if got.body is not None else None) == (
+                bytes(want.body) if want.body is not None else None
+            )
+        elif isinstance(want, tuple):
+            assert got == want
+        else:
+            assert type(got) is type(want)
+
+
+def test_add_response_errors_map_to_status_codes():
+    frame = v2.encode_response_frame(AddResponse(StatusCode.EFENCED, 3, 4))
+    assert v2.ResponseStream(100).feed(frame) == [(StatusCode.EFENCED, 3, 4)]
+
+
+@pytest.mark.parametrize("length", [0, -5, 101])
+def test_response_stream_refuses_bad_lengths(length):
+    with pytest.raises(ProtocolError, match="frame length"):
+        v2.ResponseStream(100).feed(length.to_bytes(4, "big", signed=True) + b"\0" * 8)
