@@ -120,7 +120,9 @@ class Bookie:
         )
 
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
-        conn = BookieConnection(self.config, handlers.dispatch, self._connections.discard)
+        conn = BookieConnection(
+            self.config, handlers.dispatch, self._connections.discard, handlers.add_v2
+        )
         if len(self._connections) >= self.config.connections_max:
             log.warning("refusing connection: %d connections open", len(self._connections))
             conn.closed = True

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
+from bkeeper.common.limits import MASTER_KEY_BYTES
 from bkeeper.storage import Storage
 from bkeeper.wire import entryset
-from bkeeper.wire.codes import GetBookieInfoField, StatusCode
+from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag
 from bkeeper.wire.messages import (
     AUTH_DISABLED_PLUGIN,
     AddRequest,
@@ -80,6 +81,10 @@ def status_of(exc: BaseException) -> StatusCode:
         if status is not None:
             return status
     return StatusCode.EIO
+
+
+_V2_RECOVERY = int(V2Flag.RECOVERY_ADD)
+_V2_HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
 
 
 @dataclass(slots=True)
@@ -146,15 +151,20 @@ class RequestHandlers:
         touched: set[int] | None = set() if self.state.lac_waiters else None
         if error is not None:
             log.error("journal write failed: %s", error)
+        status = StatusCode.EOK if error is None else StatusCode.EIO
         for token in tokens:
             if type(token) is tuple:
-                conn, request, size = token
-                status = StatusCode.EOK if error is None else StatusCode.EIO
-                conn.respond(
-                    AddResponse(status, request.ledger_id, request.entry_id, request.txn_id), size
-                )
+                if len(token) == 4:  # the v2 fast lane
+                    conn, ledger_id, entry_id, size = token
+                    conn.respond_add(status, ledger_id, entry_id, size)
+                else:
+                    conn, request, size = token
+                    ledger_id = request.ledger_id
+                    conn.respond(
+                        AddResponse(status, ledger_id, request.entry_id, request.txn_id), size
+                    )
                 if touched is not None:
-                    touched.add(request.ledger_id)
+                    touched.add(ledger_id)
             else:
                 cast(Callable[[BaseException | None], None], token)(error)
         self.state.adds += len(tokens)
@@ -174,6 +184,34 @@ class RequestHandlers:
             recovery=request.recovery,
             token=(conn, request, size),
         )
+
+    def add_v2(
+        self,
+        conn: BookieConnection,
+        frame: memoryview,
+        flags: int,
+        ledger_id: int,
+        entry_id: int,
+        size: int,
+    ) -> None:
+        """A v2 ADD on the connection's fast lane: the same rules as :meth:`add`."""
+        recovery = bool(flags & _V2_RECOVERY)
+        try:
+            if self.state.readonly and not (recovery or flags & _V2_HIGH_PRIORITY):
+                raise errors.ReadOnlyBookieError("bookie is read-only")
+            self._storage.add_entry(
+                ledger_id,
+                entry_id,
+                bytes(frame[4 : 4 + MASTER_KEY_BYTES]),
+                frame[4 + MASTER_KEY_BYTES :],
+                recovery=recovery,
+                token=(conn, ledger_id, entry_id, size),
+            )
+        except errors.BKeeperError as exc:
+            conn.respond_add(status_of(exc), ledger_id, entry_id, size)
+        except Exception:
+            log.exception("add of ledger %d entry %d failed", ledger_id, entry_id)
+            conn.respond_add(StatusCode.EIO, ledger_id, entry_id, size)
 
     def write_lac(self, conn: BookieConnection, request: WriteLacRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:

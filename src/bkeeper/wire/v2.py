@@ -55,6 +55,8 @@ __all__ = [
     "CURRENT_VERSION",
     "ResponseStream",
     "add_request_frame",
+    "add_response_frame",
+    "peek_add_request",
     "decode_auth_message",
     "decode_request",
     "decode_response",
@@ -250,6 +252,27 @@ def add_request_frame(
         raise ProtocolError(f"master key must be {MASTER_KEY_BYTES} bytes")
     prefix = _LEN_HEADER.pack(4 + MASTER_KEY_BYTES + body_bytes, header(_OP_ADD, flags))
     return b"".join((prefix, master_key, *parts))
+
+
+def peek_add_request(frame: BytesLike) -> tuple[int, int, int] | None:
+    """``(flags, ledger id, entry id)`` when ``frame`` (without its length) is a well-formed
+    v2 ADD request, whose master key is ``frame[4:24]`` and entry body ``frame[24:]``; else
+    None, and :func:`decode_request` tells what it is (or what is wrong with it)."""
+    if len(frame) < 4 + MASTER_KEY_BYTES + 16:
+        return None
+    head = _I.unpack_from(frame)[0]
+    if (head >> 16) & 0xFF != _OP_ADD or not 0 < (head >> 24) <= CURRENT_VERSION:
+        return None
+    ledger_id, entry_id = _QQ.unpack_from(frame, 4 + MASTER_KEY_BYTES)
+    return head & 0xFFFF, ledger_id, entry_id
+
+
+_ADD_HEADER = (CURRENT_VERSION << 24) | (_OP_ADD << 16)
+
+
+def add_response_frame(status: StatusCode, ledger_id: int, entry_id: int) -> bytes:
+    """An ADD response frame (length prefix included)."""
+    return _ADD_RESPONSE_FRAME.pack(24, _ADD_HEADER, STATUS_TO_V2[status], ledger_id, entry_id)
 
 
 def _read_request_frame(r: ReadRequest) -> bytes:
