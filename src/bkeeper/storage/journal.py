@@ -170,6 +170,7 @@ class Journal:
 
     def _take_group(self) -> tuple[bytearray, list[object], int] | None:
         config = self._config
+        woke_idle = False
         with self._cond:
             while True:
                 if self._aborted:
@@ -177,7 +178,8 @@ class Journal:
                 if self._records:
                     wait_s = self._group_due - time.monotonic()
                     if (
-                        wait_s <= 0
+                        woke_idle  # the first record after a quiet spell goes out at once
+                        or wait_s <= 0
                         or self._closing
                         or self._records >= config.journal_group_entries_max
                         or len(self._buf) >= config.journal_group_bytes_max
@@ -190,6 +192,7 @@ class Journal:
                     self._idle = True
                     self._cond.wait()
                     self._idle = False
+                    woke_idle = True
             group = (self._buf, self._tokens, self._records)
             self._buf = bytearray(GROUP_HEADER_BYTES)
             self._tokens = []
