@@ -25,10 +25,11 @@ FlushBatch = dict[int, tuple[LedgerState, dict[int, bytes]]]
 class WriteCache:
     """Entries added but not yet written to an entry log."""
 
-    __slots__ = ("active", "active_bytes", "bytes_max", "flushing", "flushing_bytes")
+    __slots__ = ("active", "active_bytes", "bytes_max", "flush_bytes", "flushing", "flushing_bytes")
 
-    def __init__(self, bytes_max: int) -> None:
+    def __init__(self, bytes_max: int, flush_bytes: int | None = None) -> None:
         self.bytes_max = bytes_max
+        self.flush_bytes = bytes_max // 2 if flush_bytes is None else flush_bytes
         self.active: dict[int, dict[int, bytes]] = {}
         self.active_bytes = 0
         self.flushing: FlushBatch = {}
@@ -38,7 +39,7 @@ class WriteCache:
         return self.active_bytes + self.flushing_bytes + size <= self.bytes_max
 
     def wants_flush(self) -> bool:
-        return self.active_bytes * 2 >= self.bytes_max
+        return self.active_bytes >= self.flush_bytes
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         entries = self.active.get(ledger_id)

@@ -48,10 +48,11 @@ class EngineState:
         write_cache_bytes_max: int,
         read_cache_bytes_max: int,
         limbo: bool,
+        flush_bytes: int | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.ledgers = ledgers
-        self.write_cache = WriteCache(write_cache_bytes_max)
+        self.write_cache = WriteCache(write_cache_bytes_max, flush_bytes)
         self.read_cache = ReadCache(read_cache_bytes_max)
         self.pending = PendingCheckpoint()
         self.limbo = limbo
@@ -76,7 +77,7 @@ class EngineState:
         if lac > state.lac:
             state.lac = lac
             self.mark_dirty_locked(state)
-        if cache.active_bytes * 2 >= cache.bytes_max and not self.flush_wanted.is_set():
+        if cache.active_bytes >= cache.flush_bytes and not self.flush_wanted.is_set():
             self.flush_wanted.set()
 
     def fence_locked(self, state: LedgerState) -> None:

@@ -55,7 +55,13 @@ def recover(fs: FileSystem, config: StorageConfig, layout: StorageLayout) -> Rec
     else:
         ledgers, limbo, index = {}, False, (0, 0)
         mark = JournalPosition(0, FILE_HEADER_BYTES)
-    engine = EngineState(ledgers, config.write_cache_bytes_max, config.read_cache_bytes_max, limbo)
+    engine = EngineState(
+        ledgers,
+        config.write_cache_bytes_max,
+        config.read_cache_bytes_max,
+        limbo,
+        flush_bytes=config.flush_bytes,
+    )
     logs = [i for i in map(entry_log_id, fs.list_dir(layout.ledgers)) if i is not None]
     flusher = Flusher(fs, layout, config, engine, max(logs, default=0) + 1, index)
     if root is not None:
