@@ -150,7 +150,7 @@ def _cluster(metadata_uri: str, bookies: int) -> Iterator[str]:
 @click.option("--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
 @click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
-@click.option("--in-flight", default=5000, show_default=True, type=click.IntRange(1))
+@click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
