@@ -190,3 +190,38 @@ def write_bench(
 
     with _cluster(metadata_uri, ensemble) as uri:
         _print(run_event_loop(run(uri)), "entries")
+
+
+@bench.command("read")
+@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Ledger to read (default: "
+              "write one of --entries entries first).")  # fmt: skip
+@click.option("--password", default="bench", show_default=True, help="Password of --ledger.")
+@click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+def read_bench(
+    metadata_uri: str, ledger_id: int | None, password: str, entries: int, entry_size: int
+) -> None:
+    """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    async def run(uri: str) -> list[BenchResult]:
+        target = ledger_id
+        results = []
+        if target is None:
+            written, target = await bench_client_writes(
+                uri,
+                ensemble=3,
+                write_quorum=3,
+                ack_quorum=2,
+                entry_bytes=entry_size,
+                duration_s=3600.0,
+                in_flight=1000,
+                count=entries,
+            )
+            results.append(written)
+        results.append(await bench_client_reads(uri, target, password.encode()))
+        return results
+
+    with _cluster(metadata_uri, 3) as uri:
+        _print(run_event_loop(run(uri)), "entries")

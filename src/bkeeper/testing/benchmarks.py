@@ -265,8 +265,10 @@ async def bench_client_writes(
     in_flight: int,
     rate: float | None = None,
     protocol: Protocol = Protocol.V2,
+    count: int | None = None,
 ) -> tuple[BenchResult, int]:
-    """Append to one ledger through the client; returns the result and the ledger id."""
+    """Append to one ledger through the client for ``duration_s`` (or until ``count``
+    entries); returns the result and the ledger id."""
     from bkeeper.client import BookKeeper, ClientConfig
 
     config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, 1))
@@ -283,7 +285,7 @@ async def bench_client_writes(
         deadline = start + duration_s
         sent = 0
         last: asyncio.Future[int] | None = None
-        while perf() < deadline:
+        while perf() < deadline and (count is None or sent < count):
             if rate is not None:
                 due = int((perf() - start) * rate) - sent
                 if due <= 0:
@@ -309,13 +311,15 @@ async def bench_client_writes(
     ), ledger_id
 
 
-async def bench_client_reads(metadata_uri: str, ledger_id: int) -> BenchResult:
+async def bench_client_reads(
+    metadata_uri: str, ledger_id: int, password: bytes = b"bench"
+) -> BenchResult:
     """Read a whole (closed) ledger through the client."""
     from bkeeper.client import BookKeeper
 
     perf = time.perf_counter
     async with BookKeeper(metadata_uri) as bk:
-        rh = await bk.open_ledger(ledger_id, b"bench")
+        rh = await bk.open_ledger(ledger_id, password)
         start = perf()
         count = size = 0
         async for entry in rh.read():
