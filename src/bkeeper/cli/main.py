@@ -33,6 +33,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not verbose:  # kazoo narrates every connection step at INFO
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
 def _register_commands() -> None:
