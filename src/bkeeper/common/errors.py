@@ -28,6 +28,11 @@ translated at the boundary with ``raise ... from``.
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
     ├── ClientClosedError             the client or handle is closed
+    ├── LogError                      a named log operation failed
+    │   ├── LogNotFoundError          no log of that name
+    │   ├── LogExistsError            a log of that name exists already
+    │   ├── LogFencedError            another writer took the log over
+    │   └── LogTruncatedError         the position asked for was truncated away
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
         ├── NoSuchLedgerError         ENOLEDGER
@@ -64,6 +69,11 @@ __all__ = [
     "LedgerClosedError",
     "LedgerFencedError",
     "LedgerNotFoundError",
+    "LogError",
+    "LogExistsError",
+    "LogFencedError",
+    "LogNotFoundError",
+    "LogTruncatedError",
     "MetadataClosedError",
     "MetadataError",
     "MetadataVersionError",
@@ -187,6 +197,26 @@ class LedgerClosedError(BKeeperError):
 
 class ClientClosedError(BKeeperError):
     """The client or handle was closed before or during the call."""
+
+
+class LogError(BKeeperError):
+    """A named log operation failed."""
+
+
+class LogNotFoundError(LogError):
+    """No named log of that name."""
+
+
+class LogExistsError(LogError):
+    """A named log of that name exists already."""
+
+
+class LogFencedError(LogError):
+    """Another writer opened the log: this writer can append no more."""
+
+
+class LogTruncatedError(LogError):
+    """The position asked for lies before the log's truncation point."""
 
 
 class BookieError(BKeeperError):

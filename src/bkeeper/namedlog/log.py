@@ -1,0 +1,522 @@
+"""Named logs: an ordered list of ledgers that one writer at a time appends to.
+
+Writer (:meth:`NamedLog.open_writer`): recovers (fences and seals) the last ledger of the
+list, creates a new ledger and appends it to the list by compare-and-set. A lost CAS means
+another writer got there first: the new ledger is deleted and the whole step runs again, so
+the last writer to open wins and every earlier one is fenced (its next append fails with
+:class:`LogFencedError`; nothing it wrote after the fencing is visible, as recovery seals
+the ledger at its acknowledged end). The writer rolls to a new ledger when the current one
+reaches ``roll_bytes`` or ``roll_age_ms``.
+
+Reader (:meth:`NamedLog.reader`): reads sealed ledgers in order, then tails the open one
+with long-poll LAC reads, never fencing; it notices a roll or a new writer when the ledger
+it tails is closed or gets a successor, re-reading the list at least every ``tail_poll_ms``.
+A reader left behind by truncation skips to the earliest record still there.
+
+Limits: ``metadata_retries_max`` lost CAS per step; ``tail_poll_ms`` per long poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.read_handle import ReadHandle
+from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.errors import (
+    BKeeperError,
+    ConfigError,
+    LedgerFencedError,
+    LedgerNotFoundError,
+    LogError,
+    LogFencedError,
+    MetadataError,
+    MetadataVersionError,
+)
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.namedlog.metadata import LogMetadata, LogStore, check_log_name
+from bkeeper.namedlog.records import Position, Record, decode_record, encode_record
+
+__all__ = ["EARLIEST", "LATEST", "LogConfig", "LogReader", "LogWriter", "NamedLog", "NamedLogs"]
+
+log = logging.getLogger(__name__)
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """How logs store their ledgers, roll and tail.
+
+    ``roll_bytes`` / ``roll_age_ms``: a writer starts a new ledger once the current one holds
+    this many payload bytes or is this old (0: never by age). ``tail_poll_ms``: the longest a
+    tailing reader waits before it re-reads the ledger list.
+    """
+
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    digest: str = "crc32c"
+    password: bytes = b""
+    roll_bytes: int = 256 * 1024 * 1024
+    roll_age_ms: int = 0
+    tail_poll_ms: int = 1_000
+    metadata_retries_max: int = 20
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ConfigError(
+                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{self.ensemble_size}/{self.write_quorum}/{self.ack_quorum}"
+            )
+        for name in ("roll_bytes", "tail_poll_ms", "metadata_retries_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if isinstance(self.roll_age_ms, bool) or not isinstance(self.roll_age_ms, int):
+            raise ConfigError(f"roll_age_ms: must be an integer, got {self.roll_age_ms!r}")
+        if self.roll_age_ms < 0:
+            raise ConfigError(f"roll_age_ms: must be >= 0, got {self.roll_age_ms}")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class NamedLogs:
+    """The named logs of one cluster, through a started :class:`BookKeeper` client."""
+
+    def __init__(self, bk: BookKeeper, config: LogConfig | None = None) -> None:
+        self.bk = bk
+        self.config = config or LogConfig()
+        self.store = LogStore(bk.cluster.store, bk.cluster.root)
+
+    async def create(self, name: str) -> NamedLog:
+        await self.store.create(name, _now_ms())
+        return self.log(name)
+
+    def log(self, name: str) -> NamedLog:
+        return NamedLog(self, check_log_name(name))
+
+    async def names(self) -> list[str]:
+        return await self.store.names()
+
+    async def delete(self, name: str) -> int:
+        """Delete the log and every ledger of it; the number of ledgers deleted."""
+        for _ in range(self.config.metadata_retries_max):
+            meta, version = await self.store.read(name)
+            try:
+                await self.store.delete(name, version)
+            except MetadataVersionError:
+                continue
+            for ledger in meta.ledgers:
+                with contextlib.suppress(LedgerNotFoundError):
+                    await self.bk.delete_ledger(ledger.ledger_id)
+            return len(meta.ledgers)
+        raise MetadataError(f"log {name!r}: could not delete, its metadata kept changing")
+
+
+class NamedLog:
+    """One named log. Made by :meth:`NamedLogs.log` or :meth:`NamedLogs.create`."""
+
+    def __init__(self, logs: NamedLogs, name: str) -> None:
+        self.logs = logs
+        self.name = name
+
+    async def metadata(self) -> LogMetadata:
+        return (await self.logs.store.read(self.name))[0]
+
+    async def open_writer(self) -> LogWriter:
+        """Become the log's only writer, fencing any earlier one."""
+        logs, config = self.logs, self.logs.config
+        for _ in range(config.metadata_retries_max):
+            meta, version = await logs.store.read(self.name)
+            await self._seal_unsealed(meta)
+            handle = await _create_ledger(logs)
+            try:
+                new_meta = meta.with_ledger(handle.ledger_id, _now_ms())
+                version = await logs.store.write(self.name, new_meta, version)
+            except (MetadataVersionError, ConfigError):
+                await _discard(logs, handle)
+                continue
+            log.info("log %s: writer on ledger %d", self.name, handle.ledger_id)
+            return LogWriter(self, handle, new_meta, version)
+        raise LogError(f"log {self.name!r}: could not open a writer, the list kept changing")
+
+    async def _seal_unsealed(self, meta: LogMetadata) -> None:
+        """Recover (fence and seal) the ledgers at the end of the list that are not CLOSED:
+        the last one, and the one before it when a writer died in the middle of a roll."""
+        logs = self.logs
+        for ledger in reversed(meta.ledgers):
+            try:
+                state = (await logs.bk.ledger_metadata(ledger.ledger_id)).state
+                if state is LedgerState.CLOSED:
+                    return
+                await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=True)
+            except LedgerNotFoundError:
+                continue
+
+    def reader(self, start: str | Position | int = EARLIEST) -> LogReader:
+        """Records from ``start``: ``"earliest"``, ``"latest"`` (only records appended from
+        now on), a :class:`Position` (that record and later ones) or an ``int`` timestamp in
+        ms (the first record appended at or after it, and later ones)."""
+        return LogReader(self, start)
+
+    async def truncate(self, before: Position) -> int:
+        """Delete the ledgers that hold only records before ``before`` (never the last
+        ledger); the number of ledgers deleted."""
+        store = self.logs.store
+        for _ in range(self.logs.config.metadata_retries_max):
+            meta, version = await store.read(self.name)
+            new_meta, dropped = meta.truncated(before)
+            try:
+                await store.write(self.name, new_meta, version)
+            except MetadataVersionError:
+                continue
+            for ledger_id in dropped:
+                with contextlib.suppress(LedgerNotFoundError):
+                    await self.logs.bk.delete_ledger(ledger_id)
+            return len(dropped)
+        raise MetadataError(f"log {self.name!r}: could not truncate, the list kept changing")
+
+
+async def _create_ledger(logs: NamedLogs) -> WriteHandle:
+    config = logs.config
+    return await logs.bk.create_ledger(
+        config.ensemble_size,
+        config.write_quorum,
+        config.ack_quorum,
+        digest=config.digest,
+        password=config.password,
+    )
+
+
+async def _discard(logs: NamedLogs, handle: WriteHandle) -> None:
+    """Close and delete a ledger that never made it into the list."""
+    with contextlib.suppress(BKeeperError):
+        await handle.close()
+    with contextlib.suppress(BKeeperError):
+        await logs.bk.delete_ledger(handle.ledger_id)
+
+
+class LogWriter:
+    """The only writer of a named log (until another one opens). Made by ``open_writer``."""
+
+    def __init__(
+        self, named: NamedLog, handle: WriteHandle, meta: LogMetadata, version: int
+    ) -> None:
+        self._log = named
+        self._logs = named.logs
+        self._config = named.logs.config
+        self._handle = handle
+        self._meta = meta
+        self._version = version
+        self._opened_at = time.monotonic()
+        self._roll_lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._error: BaseException | None = None
+        self._closed = False
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger appends go to now."""
+        return self._handle.ledger_id
+
+    async def append(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        properties: Mapping[str, bytes] | None = None,
+    ) -> Position:
+        """Append one record; its position once an ack quorum has it."""
+        future = await self.append_async(payload, key=key, properties=properties)
+        return await future
+
+    async def append_async(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        properties: Mapping[str, bytes] | None = None,
+    ) -> asyncio.Future[Position]:
+        """Send one record (pipelined); the future completes with its position."""
+        self._check_open()
+        if self._should_roll():
+            await self._roll()
+        handle = self._handle
+        data = encode_record(payload, _now_ms(), key, properties)
+        try:
+            inner = await handle.append_async(data)
+        except LedgerFencedError as exc:
+            raise self._fenced(exc) from exc
+        loop = asyncio.get_running_loop()
+        outer: asyncio.Future[Position] = loop.create_future()
+        ledger_id = handle.ledger_id
+
+        def done(future: asyncio.Future[int]) -> None:
+            if outer.done():
+                return
+            if future.cancelled():
+                outer.cancel()
+            elif (exc := future.exception()) is not None:
+                outer.set_exception(
+                    self._fenced(exc) if isinstance(exc, LedgerFencedError) else exc
+                )
+            else:
+                outer.set_result(Position(ledger_id, future.result()))
+
+        inner.add_done_callback(done)
+        return outer
+
+    async def close(self) -> None:
+        """Seal the current ledger (pending appends complete first)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._handle.close()
+        except LedgerFencedError as exc:
+            raise self._fenced(exc) from exc
+        finally:
+            if self._closing:
+                await asyncio.gather(*self._closing, return_exceptions=True)
+
+    async def __aenter__(self) -> LogWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LogError(f"the writer of log {self._log.name!r} is closed")
+
+    def _fenced(self, cause: BaseException) -> LogFencedError:
+        if not isinstance(self._error, LogFencedError):
+            self._error = LogFencedError(
+                f"log {self._log.name!r}: another writer took over ({cause})"
+            )
+        return self._error
+
+    def _should_roll(self) -> bool:
+        config = self._config
+        if self._handle.length >= config.roll_bytes:
+            return True
+        age_ms = (time.monotonic() - self._opened_at) * 1000.0
+        return bool(config.roll_age_ms) and age_ms >= config.roll_age_ms
+
+    async def _roll(self) -> None:
+        async with self._roll_lock:
+            if not self._should_roll():
+                return  # another append rolled while this one waited
+            old = self._handle
+            new = await _create_ledger(self._logs)
+            for _ in range(self._config.metadata_retries_max):
+                meta = self._meta
+                if not meta.ledgers or meta.ledgers[-1].ledger_id != old.ledger_id:
+                    await _discard(self._logs, new)
+                    raise self._fenced(RuntimeError("the ledger list moved on"))
+                try:
+                    new_meta = meta.with_ledger(new.ledger_id, _now_ms())
+                    self._version = await self._logs.store.write(
+                        self._log.name, new_meta, self._version
+                    )
+                except MetadataVersionError:
+                    self._meta, self._version = await self._logs.store.read(self._log.name)
+                    continue
+                self._meta = new_meta
+                break
+            else:
+                await _discard(self._logs, new)
+                raise LogError(f"log {self._log.name!r}: could not roll, the list kept changing")
+            self._handle = new
+            self._opened_at = time.monotonic()
+            log.info(
+                "log %s: rolled from ledger %d to %d", self._log.name, old.ledger_id, new.ledger_id
+            )
+            task = asyncio.get_running_loop().create_task(self._seal(old))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _seal(self, handle: WriteHandle) -> None:
+        try:
+            await handle.close()
+        except BKeeperError as exc:
+            log.warning("log %s: closing ledger %d: %s", self._log.name, handle.ledger_id, exc)
+
+
+class LogReader:
+    """An async iterator of :class:`Record`; see the module docstring. ``close`` ends it."""
+
+    def __init__(self, named: NamedLog, start: str | Position | int) -> None:
+        if not isinstance(start, Position | int) and start not in (EARLIEST, LATEST):
+            raise ConfigError(f"reader start {start!r}: use earliest, latest, a position or ms")
+        self._log = named
+        self._logs = named.logs
+        self._config = named.logs.config
+        self._start = start
+        self._records: AsyncIterator[Record] | None = None
+        self._closed = False
+        #: Ledgers skipped because truncation removed them before this reader got there.
+        self.skipped_ledgers = 0
+        #: The position after the last record returned.
+        self.position: Position | None = None
+
+    def __aiter__(self) -> LogReader:
+        return self
+
+    async def __anext__(self) -> Record:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._records is None:
+            self._records = self._run()
+        return await self._records.__anext__()
+
+    async def next(self, timeout_s: float | None = None) -> Record | None:
+        """The next record, or None when none comes within ``timeout_s``."""
+        try:
+            return await asyncio.wait_for(self.__anext__(), timeout_s)
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._records is not None:
+            records, self._records = self._records, None
+            with contextlib.suppress(BaseException):
+                await records.aclose()  # type: ignore[attr-defined]
+
+    # -- the tailing state machine -----------------------------------------------------
+    async def _meta(self) -> LogMetadata:
+        return (await self._logs.store.read(self._log.name))[0]
+
+    async def _open(self, ledger_id: int) -> ReadHandle | None:
+        try:
+            return await self._logs.bk.open_ledger(ledger_id, self._config.password, recovery=False)
+        except LedgerNotFoundError:
+            return None
+
+    async def _starting_point(self, meta: LogMetadata) -> Position:
+        start = self._start
+        if start == EARLIEST or not meta.ledgers:
+            return Position(meta.ledgers[0].ledger_id if meta.ledgers else 0, 0)
+        if isinstance(start, Position):
+            return start
+        last = meta.ledgers[-1].ledger_id
+        if start == LATEST:
+            handle = await self._open(last)
+            if handle is None:
+                return Position(last + 1, 0)
+            lac = (
+                handle.metadata.last_entry_id
+                if handle.is_closed
+                else await handle.read_last_add_confirmed()
+            )
+            return Position(last, lac + 1)
+        assert isinstance(start, int)
+        return await self._position_at_time(meta, start)
+
+    async def _position_at_time(self, meta: LogMetadata, timestamp_ms: int) -> Position:
+        """The first record at or after ``timestamp_ms``: skip whole ledgers whose last
+        record is older, then scan the first ledger that is not."""
+        for ledger in meta.ledgers:
+            handle = await self._open(ledger.ledger_id)
+            if handle is None:
+                continue
+            last = (
+                handle.metadata.last_entry_id
+                if handle.is_closed
+                else await handle.read_last_add_confirmed()
+            )
+            if last < 0:
+                continue
+            tail = await handle.read_entry(last)
+            record = decode_record(tail.payload, Position(ledger.ledger_id, last))
+            if record.timestamp_ms < timestamp_ms and handle.is_closed:
+                continue
+            async for entry in handle.read(0, last):
+                position = Position(ledger.ledger_id, entry.entry_id)
+                if decode_record(entry.payload, position).timestamp_ms >= timestamp_ms:
+                    return position
+        return await self._after_last(meta)
+
+    async def _after_last(self, meta: LogMetadata) -> Position:
+        saved, self._start = self._start, LATEST
+        try:
+            return await self._starting_point(meta)
+        finally:
+            self._start = saved
+
+    async def _run(self) -> AsyncIterator[Record]:
+        config = self._config
+        meta = await self._meta()
+        position = await self._starting_point(meta)
+        while not self._closed:
+            index = next(
+                (i for i, x in enumerate(meta.ledgers) if x.ledger_id >= position.ledger_id),
+                None,
+            )
+            if index is None:  # past the last ledger: wait for the list to grow
+                await asyncio.sleep(config.tail_poll_ms / 1000.0)
+                meta = await self._meta()
+                continue
+            ledger_id = meta.ledgers[index].ledger_id
+            if ledger_id != position.ledger_id:
+                position = Position(ledger_id, 0)
+            handle = await self._open(ledger_id)
+            if handle is None:  # deleted under us: truncation passed this reader
+                meta = await self._meta()
+                if meta.index_of(ledger_id) is None:
+                    self.skipped_ledgers += 1
+                    position = Position(ledger_id + 1, 0)
+                continue
+            if handle.is_closed:
+                async for record in self._read(handle, position.entry_id):
+                    yield record
+                position = Position(ledger_id + 1, 0)
+                continue
+            # The ledger is open: tail it until it is sealed, rolled away from or deleted.
+            lac = await handle.read_last_add_confirmed()
+            while not self._closed:
+                if position.entry_id <= lac:
+                    async for record in self._read(handle, position.entry_id, lac):
+                        position = Position(ledger_id, record.position.entry_id + 1)
+                        yield record
+                rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
+                wait_ms = min(config.tail_poll_ms, 50) if rolled else config.tail_poll_ms
+                new_lac = await handle.wait_last_add_confirmed(lac, wait_ms)
+                if new_lac > lac:
+                    lac = new_lac
+                    continue
+                # Quiet: did the writer roll, or a new writer seal this ledger?
+                meta = await self._meta()
+                if meta.index_of(ledger_id) != len(meta.ledgers) - 1:
+                    break
+                try:
+                    state = (await self._logs.bk.ledger_metadata(ledger_id)).state
+                except LedgerNotFoundError:
+                    break
+                if state is LedgerState.CLOSED:
+                    break
+
+    async def _read(
+        self, handle: ReadHandle, first: int, last: int | None = None
+    ) -> AsyncIterator[Record]:
+        """Records ``first..last`` of the ledger (``last``: its LAC or last entry)."""
+        end = handle.last_add_confirmed if last is None else last
+        if first > end:
+            return
+        async for entry in handle.read(first, end):
+            position = Position(handle.ledger_id, entry.entry_id)
+            record = decode_record(entry.payload, position)
+            self.position = Position(handle.ledger_id, entry.entry_id + 1)
+            yield record

@@ -1,0 +1,163 @@
+"""The metadata of named logs: the ordered ledger list of each log, under compare-and-set.
+
+Each log is one node ``<logs root>/<name>`` of the cluster's metadata store, beside (not
+inside) the BookKeeper ledger tree so that BookKeeper tools never see it: for a cluster at
+``/ledgers`` the logs live under ``/bkeeper/logs``, for ``/a/ledgers`` under
+``/a/bkeeper/logs``. The node holds UTF-8 JSON, readable with ``bkeeper meta show``::
+
+    {"format": 1, "ctime_ms": 1700000000000,
+     "ledgers": [{"id": 12, "ctime_ms": 1700000000000}, ...],
+     "truncated_before": [12, 0]}
+
+``ledgers`` is in log order with strictly increasing ids. ``truncated_before`` is the
+position given to the last ``truncate`` (records before it are gone or going).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bkeeper.common.errors import (
+    ConfigError,
+    LogExistsError,
+    LogNotFoundError,
+    NodeExistsError,
+    NoNodeError,
+    ProtocolError,
+)
+from bkeeper.meta.store import NodeStore, join_path
+from bkeeper.namedlog.records import Position
+
+__all__ = ["LogLedger", "LogMetadata", "LogStore", "check_log_name", "logs_root"]
+
+FORMAT = 1
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_log_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"log name {name!r}: use 1-200 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def logs_root(ledgers_root: str) -> str:
+    """Where named logs live for a cluster whose ledgers live at ``ledgers_root``."""
+    parent = ledgers_root.rstrip("/").rpartition("/")[0]
+    return f"{parent}/bkeeper/logs"
+
+
+@dataclass(frozen=True)
+class LogLedger:
+    ledger_id: int
+    ctime_ms: int
+
+
+@dataclass(frozen=True)
+class LogMetadata:
+    ctime_ms: int
+    ledgers: tuple[LogLedger, ...] = ()
+    truncated_before: Position | None = None
+
+    def with_ledger(self, ledger_id: int, ctime_ms: int) -> LogMetadata:
+        if self.ledgers and ledger_id <= self.ledgers[-1].ledger_id:
+            raise ConfigError(
+                f"ledger {ledger_id} cannot follow ledger {self.ledgers[-1].ledger_id}"
+            )
+        return replace(self, ledgers=(*self.ledgers, LogLedger(ledger_id, ctime_ms)))
+
+    def truncated(self, before: Position) -> tuple[LogMetadata, list[int]]:
+        """The metadata without the ledgers wholly before ``before``, and their ids.
+
+        The last ledger is always kept (the writer may be appending to it)."""
+        keep_from = 0
+        for index, ledger in enumerate(self.ledgers[:-1]):
+            if ledger.ledger_id < before.ledger_id:
+                keep_from = index + 1
+        dropped = [ledger.ledger_id for ledger in self.ledgers[:keep_from]]
+        mark = before if self.truncated_before is None else max(before, self.truncated_before)
+        return replace(self, ledgers=self.ledgers[keep_from:], truncated_before=mark), dropped
+
+    def index_of(self, ledger_id: int) -> int | None:
+        for index, ledger in enumerate(self.ledgers):
+            if ledger.ledger_id == ledger_id:
+                return index
+        return None
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "ctime_ms": self.ctime_ms,
+            "ledgers": [{"id": x.ledger_id, "ctime_ms": x.ctime_ms} for x in self.ledgers],
+        }
+        if self.truncated_before is not None:
+            doc["truncated_before"] = list(self.truncated_before)
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, name: str = "?") -> LogMetadata:
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r} is not {FORMAT}")
+            ledgers = tuple(LogLedger(int(x["id"]), int(x["ctime_ms"])) for x in doc["ledgers"])
+            mark = doc.get("truncated_before")
+            truncated = Position(int(mark[0]), int(mark[1])) if mark is not None else None
+            meta = cls(int(doc["ctime_ms"]), ledgers, truncated)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise ProtocolError(f"metadata of log {name!r} is unreadable: {exc}") from exc
+        ids = [x.ledger_id for x in ledgers]
+        if any(a >= b for a, b in itertools.pairwise(ids)):
+            raise ProtocolError(f"metadata of log {name!r}: ledger ids are not increasing")
+        return meta
+
+
+class LogStore:
+    """Reads and writes log metadata nodes; every write is a compare-and-set."""
+
+    def __init__(self, store: NodeStore, ledgers_root: str) -> None:
+        self._store = store
+        self.root = logs_root(ledgers_root)
+
+    def path(self, name: str) -> str:
+        return join_path(self.root, check_log_name(name))
+
+    async def create(self, name: str, ctime_ms: int) -> tuple[LogMetadata, int]:
+        meta = LogMetadata(ctime_ms)
+        try:
+            await self._store.create(self.path(name), meta.encode(), make_parents=True)
+        except NodeExistsError:
+            raise LogExistsError(f"log {name!r} exists already") from None
+        return meta, 0
+
+    async def read(self, name: str) -> tuple[LogMetadata, int]:
+        try:
+            data, version = await self._store.get(self.path(name))
+        except NoNodeError:
+            raise LogNotFoundError(f"no log named {name!r}") from None
+        return LogMetadata.decode(data, name), version
+
+    async def write(self, name: str, meta: LogMetadata, version: int) -> int:
+        """The new version; ``MetadataVersionError`` when ``version`` is stale."""
+        try:
+            return await self._store.set(self.path(name), meta.encode(), version)
+        except NoNodeError:
+            raise LogNotFoundError(f"no log named {name!r}") from None
+
+    async def delete(self, name: str, version: int) -> None:
+        try:
+            await self._store.delete(self.path(name), version)
+        except NoNodeError:
+            raise LogNotFoundError(f"no log named {name!r}") from None
+
+    async def names(self) -> list[str]:
+        try:
+            return await self._store.children(self.root)
+        except NoNodeError:
+            return []
