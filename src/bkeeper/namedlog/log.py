@@ -46,6 +46,9 @@ __all__ = ["EARLIEST", "LATEST", "LogConfig", "LogReader", "LogWriter", "NamedLo
 
 log = logging.getLogger(__name__)
 
+#: Entries past the LAC a "latest" reader checks for (appended but not yet confirmed).
+_LATEST_PROBES_MAX = 1_000
+
 EARLIEST = "earliest"
 LATEST = "latest"
 
@@ -162,11 +165,14 @@ class NamedLog:
             except LedgerNotFoundError:
                 continue
 
-    def reader(self, start: str | Position | int = EARLIEST) -> LogReader:
+    async def open_reader(self, start: str | Position | int = EARLIEST) -> LogReader:
         """Records from ``start``: ``"earliest"``, ``"latest"`` (only records appended from
         now on), a :class:`Position` (that record and later ones) or an ``int`` timestamp in
-        ms (the first record appended at or after it, and later ones)."""
-        return LogReader(self, start)
+        ms (the first record appended at or after it, and later ones). The starting point
+        is fixed when this returns."""
+        reader = LogReader(self, start)
+        await reader.seek()
+        return reader
 
     async def truncate(self, before: Position) -> int:
         """Delete the ledgers that hold only records before ``before`` (never the last
@@ -366,10 +372,19 @@ class LogReader:
         self._start = start
         self._records: AsyncIterator[Record] | None = None
         self._closed = False
+        self._first: Position | None = None
+        self._first_meta: LogMetadata | None = None
         #: Ledgers skipped because truncation removed them before this reader got there.
         self.skipped_ledgers = 0
         #: The position after the last record returned.
         self.position: Position | None = None
+
+    async def seek(self) -> Position:
+        """Fix the starting point now (``open_reader`` does); the first position to read."""
+        if self._first is None:
+            self._first_meta = await self._meta()
+            self._first = await self._starting_point(self._first_meta)
+        return self._first
 
     def __aiter__(self) -> LogReader:
         return self
@@ -416,12 +431,18 @@ class LogReader:
             handle = await self._open(last)
             if handle is None:
                 return Position(last + 1, 0)
-            lac = (
-                handle.metadata.last_entry_id
-                if handle.is_closed
-                else await handle.read_last_add_confirmed()
-            )
-            return Position(last, lac + 1)
+            if handle.is_closed:
+                return Position(last + 1, 0)
+            end = await handle.read_last_add_confirmed() + 1
+            # Entries past the LAC that bookies hold were appended already (their LAC
+            # arrives with the next append): they are not "latest".
+            for _ in range(_LATEST_PROBES_MAX):
+                try:
+                    await handle.read_entry(end)
+                except BKeeperError:
+                    break
+                end += 1
+            return Position(last, end)
         assert isinstance(start, int)
         return await self._position_at_time(meta, start)
 
@@ -458,8 +479,8 @@ class LogReader:
 
     async def _run(self) -> AsyncIterator[Record]:
         config = self._config
-        meta = await self._meta()
-        position = await self._starting_point(meta)
+        position = await self.seek()
+        meta = self._first_meta or await self._meta()
         while not self._closed:
             index = next(
                 (i for i, x in enumerate(meta.ledgers) if x.ledger_id >= position.ledger_id),
