@@ -148,7 +148,7 @@ class NamedLog:
             except (MetadataVersionError, ConfigError):
                 await _discard(logs, handle)
                 continue
-            log.info("log %s: writer on ledger %d", self.name, handle.ledger_id)
+            log.debug("log %s: writer on ledger %d", self.name, handle.ledger_id)
             return LogWriter(self, handle, new_meta, version)
         raise LogError(f"log {self.name!r}: could not open a writer, the list kept changing")
 
@@ -346,7 +346,7 @@ class LogWriter:
                 raise LogError(f"log {self._log.name!r}: could not roll, the list kept changing")
             self._handle = new
             self._opened_at = time.monotonic()
-            log.info(
+            log.debug(
                 "log %s: rolled from ledger %d to %d", self._log.name, old.ledger_id, new.ledger_id
             )
             task = asyncio.get_running_loop().create_task(self._seal(old))

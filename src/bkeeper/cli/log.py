@@ -1,0 +1,246 @@
+"""``bkeeper log ...``: create, list, append to, read, tail, truncate and delete named logs."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bkeeper.client import BookKeeper
+from bkeeper.namedlog import EARLIEST, LATEST, NamedLog, NamedLogs, Position, Record
+
+__all__ = ["log"]
+
+T = TypeVar("T")
+
+_METADATA = click.option(
+    "--metadata",
+    "metadata_uri",
+    default=lambda: os.environ.get("BKEEPER_METADATA", "zk://127.0.0.1:2181/ledgers"),
+    show_default="$BKEEPER_METADATA or zk://127.0.0.1:2181/ledgers",
+    help="Metadata service URI.",
+)
+_FROM = click.option(
+    "--from",
+    "start",
+    default=EARLIEST,
+    show_default=True,
+    help="earliest, latest, a position LEDGER:ENTRY, or a time in ms since the epoch.",
+)
+
+
+def _run(body: Callable[[NamedLogs], Awaitable[T]], metadata_uri: str) -> T:
+    from bkeeper.cli.bookie import run_event_loop
+
+    async def main() -> T:
+        async with _logs(metadata_uri) as logs:
+            return await body(logs)
+
+    return run_event_loop(main())
+
+
+@asynccontextmanager
+async def _logs(metadata_uri: str) -> AsyncIterator[NamedLogs]:
+    async with BookKeeper(metadata_uri) as bk:
+        yield NamedLogs(bk)
+
+
+def _start(text: str) -> str | Position | int:
+    if text in (EARLIEST, LATEST):
+        return text
+    if ":" in text:
+        return Position.parse(text)
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: use earliest, latest, LEDGER:ENTRY or milliseconds", param_hint="--from"
+        ) from None
+
+
+def _show(record: Record) -> str:
+    stamp = datetime.datetime.fromtimestamp(record.timestamp_ms / 1000, datetime.UTC)
+    try:
+        payload = record.payload.decode()
+        if not payload.isprintable():
+            raise UnicodeDecodeError("utf-8", record.payload, 0, 1, "not printable")
+    except UnicodeDecodeError:
+        payload = "0x" + record.payload.hex()
+    key = record.key.decode(errors="replace") if record.key is not None else "-"
+    return f"{record.position}\t{stamp.isoformat(timespec='milliseconds')}\t{key}\t{payload}"
+
+
+@click.group()
+def log() -> None:
+    """Named logs: ordered lists of ledgers with one writer at a time."""
+
+
+@log.command()
+@_METADATA
+@click.argument("name")
+def create(metadata_uri: str, name: str) -> None:
+    """Create an empty log."""
+
+    async def body(logs: NamedLogs) -> None:
+        await logs.create(name)
+        click.echo(f"created log {name}")
+
+    _run(body, metadata_uri)
+
+
+@log.command("list")
+@_METADATA
+def list_logs(metadata_uri: str) -> None:
+    """A table of the logs with their ledgers."""
+
+    async def body(logs: NamedLogs) -> None:
+        table = Table(title=f"logs at {metadata_uri}")
+        for column in ("name", "ledgers", "first ledger", "last ledger", "created"):
+            table.add_column(column)
+        for name in await logs.names():
+            meta = await logs.log(name).metadata()
+            created = datetime.datetime.fromtimestamp(meta.ctime_ms / 1000, datetime.UTC)
+            table.add_row(
+                name,
+                str(len(meta.ledgers)),
+                str(meta.ledgers[0].ledger_id) if meta.ledgers else "-",
+                str(meta.ledgers[-1].ledger_id) if meta.ledgers else "-",
+                created.isoformat(timespec="seconds"),
+            )
+        console = Console()
+        (console if console.is_terminal else Console(width=160)).print(table)
+
+    _run(body, metadata_uri)
+
+
+@log.command()
+@_METADATA
+@click.argument("name")
+@click.argument("records", nargs=-1)
+@click.option("--key", default=None, help="Key of every record appended.")
+def append(metadata_uri: str, name: str, records: tuple[str, ...], key: str | None) -> None:
+    """Append RECORDS (or, without any, one record per line of standard input).
+
+    Becomes the log's writer for the duration, fencing any other writer.
+    """
+
+    async def body(logs: NamedLogs) -> None:
+        writer = await logs.log(name).open_writer()
+        raw_key = key.encode() if key is not None else None
+        count = 0
+        try:
+            lines = records or (line.rstrip("\n") for line in sys.stdin)
+            for text in lines:
+                future = await writer.append_async(text.encode(), key=raw_key)
+                count += 1
+                if records:
+                    click.echo(str(await future))
+        finally:
+            await writer.close()
+        click.echo(f"appended {count} records to {name}", err=True)
+
+    _run(body, metadata_uri)
+
+
+async def _print_until(named: NamedLog, start: str | Position | int, last: Position | None) -> int:
+    """Print records from ``start``; stop after ``last`` (None: never)."""
+    reader = await named.open_reader(start)
+    count = 0
+    try:
+        if last is not None and await reader.seek() > last:
+            return 0
+        async for record in reader:
+            click.echo(_show(record))
+            count += 1
+            if last is not None and record.position >= last:
+                break
+    finally:
+        await reader.close()
+    return count
+
+
+async def _last_position(logs: NamedLogs, named: NamedLog) -> Position | None:
+    """The position of the log's last record now, or None when it has none."""
+    end_reader = await named.open_reader(LATEST)
+    end = await end_reader.seek()
+    await end_reader.close()
+    if end.entry_id > 0:
+        return Position(end.ledger_id, end.entry_id - 1)
+    meta = await named.metadata()
+    for ledger in reversed(meta.ledgers):
+        if ledger.ledger_id >= end.ledger_id:
+            continue
+        handle = await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=False)
+        if handle.is_closed and handle.metadata.last_entry_id >= 0:
+            return Position(ledger.ledger_id, handle.metadata.last_entry_id)
+    return None
+
+
+@log.command()
+@_METADATA
+@click.argument("name")
+@_FROM
+def read(metadata_uri: str, name: str, start: str) -> None:
+    """Print the records from --from to the end of the log as it is now, then stop.
+
+    One line per record: position, time, key, payload (text or 0x-hex).
+    """
+
+    async def body(logs: NamedLogs) -> None:
+        named = logs.log(name)
+        last = await _last_position(logs, named)
+        if last is not None:
+            await _print_until(named, _start(start), last)
+
+    _run(body, metadata_uri)
+
+
+@log.command()
+@_METADATA
+@click.argument("name")
+@click.option("--from", "start", default=LATEST, show_default=True, help="As for read.")
+def tail(metadata_uri: str, name: str, start: str) -> None:
+    """Print records as they are appended, until Ctrl-C (never fences the writer)."""
+
+    async def body(logs: NamedLogs) -> None:
+        await _print_until(logs.log(name), _start(start), None)
+
+    _run(body, metadata_uri)
+
+
+@log.command()
+@_METADATA
+@click.argument("name")
+@click.option("--before", required=True, help="Position LEDGER:ENTRY to keep from.")
+def truncate(metadata_uri: str, name: str, before: str) -> None:
+    """Delete the ledgers that hold only records before --before."""
+    position = Position.parse(before)
+
+    async def body(logs: NamedLogs) -> None:
+        deleted = await logs.log(name).truncate(position)
+        click.echo(f"deleted {deleted} ledgers of {name}")
+
+    _run(body, metadata_uri)
+
+
+@log.command()
+@_METADATA
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def delete(metadata_uri: str, name: str, force: bool) -> None:
+    """Delete the log and all its ledgers."""
+    if not force:
+        click.confirm(f"delete log {name} and all its records?", abort=True)
+
+    async def body(logs: NamedLogs) -> None:
+        deleted = await logs.delete(name)
+        click.echo(f"deleted log {name} ({deleted} ledgers)")
+
+    _run(body, metadata_uri)
