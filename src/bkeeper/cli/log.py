@@ -166,23 +166,6 @@ async def _print_until(named: NamedLog, start: str | Position | int, last: Posit
     return count
 
 
-async def _last_position(logs: NamedLogs, named: NamedLog) -> Position | None:
-    """The position of the log's last record now, or None when it has none."""
-    end_reader = await named.open_reader(LATEST)
-    end = await end_reader.seek()
-    await end_reader.close()
-    if end.entry_id > 0:
-        return Position(end.ledger_id, end.entry_id - 1)
-    meta = await named.metadata()
-    for ledger in reversed(meta.ledgers):
-        if ledger.ledger_id >= end.ledger_id:
-            continue
-        handle = await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=False)
-        if handle.is_closed and handle.metadata.last_entry_id >= 0:
-            return Position(ledger.ledger_id, handle.metadata.last_entry_id)
-    return None
-
-
 @log.command()
 @_METADATA
 @click.argument("name")
@@ -195,7 +178,7 @@ def read(metadata_uri: str, name: str, start: str) -> None:
 
     async def body(logs: NamedLogs) -> None:
         named = logs.log(name)
-        last = await _last_position(logs, named)
+        last = await named.last_position()
         if last is not None:
             await _print_until(named, _start(start), last)
 

@@ -38,10 +38,11 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register_commands() -> None:
-    from bkeeper.cli import bench, bookie, log, meta, sandbox, shell, zookeeper
+    from bkeeper.cli import bench, bookie, dice, log, meta, sandbox, shell, zookeeper
 
     cli.add_command(bench.bench)
     cli.add_command(bookie.bookie)
+    cli.add_command(dice.dice)
     cli.add_command(log.log)
     cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)

@@ -174,6 +174,28 @@ class NamedLog:
         await reader.seek()
         return reader
 
+    async def last_position(self) -> Position | None:
+        """The position of the log's last record now (None when it has none). Records past
+        the LAC of an open ledger count (see ``open_reader(LATEST)``)."""
+        reader = await self.open_reader(LATEST)
+        end = await reader.seek()
+        await reader.close()
+        if end.entry_id > 0:
+            return Position(end.ledger_id, end.entry_id - 1)
+        meta = await self.metadata()
+        for ledger in reversed(meta.ledgers):
+            if ledger.ledger_id >= end.ledger_id:
+                continue
+            try:
+                handle = await self.logs.bk.open_ledger(
+                    ledger.ledger_id, self.logs.config.password, recovery=False
+                )
+            except LedgerNotFoundError:
+                continue
+            if handle.is_closed and handle.metadata.last_entry_id >= 0:
+                return Position(ledger.ledger_id, handle.metadata.last_entry_id)
+        return None
+
     async def truncate(self, before: Position) -> int:
         """Delete the ledgers that hold only records before ``before`` (never the last
         ledger); the number of ledgers deleted."""
@@ -371,6 +393,7 @@ class LogReader:
         self._config = named.logs.config
         self._start = start
         self._records: AsyncIterator[Record] | None = None
+        self._pending: asyncio.Future[Record] | None = None
         self._closed = False
         self._first: Position | None = None
         self._first_meta: LogMetadata | None = None
@@ -389,22 +412,47 @@ class LogReader:
     def __aiter__(self) -> LogReader:
         return self
 
+    def _next_task(self) -> asyncio.Future[Record]:
+        """The read of the next record, shared by every caller until it completes (so a
+        caller that times out or is cancelled never breaks the reader)."""
+        if self._pending is None:
+            if self._records is None:
+                self._records = self._run()
+            self._pending = asyncio.ensure_future(self._records.__anext__())
+        return self._pending
+
     async def __anext__(self) -> Record:
         if self._closed:
             raise StopAsyncIteration
-        if self._records is None:
-            self._records = self._run()
-        return await self._records.__anext__()
+        task = self._next_task()
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._pending = None
 
     async def next(self, timeout_s: float | None = None) -> Record | None:
-        """The next record, or None when none comes within ``timeout_s``."""
+        """The next record, or None when none comes within ``timeout_s`` (the read goes
+        on, and a later call gets its record)."""
+        if self._closed:
+            return None
+        task = self._next_task()
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if not done:
+            return None
+        self._pending = None
         try:
-            return await asyncio.wait_for(self.__anext__(), timeout_s)
-        except TimeoutError:
+            return task.result()
+        except StopAsyncIteration:
             return None
 
     async def close(self) -> None:
         self._closed = True
+        if self._pending is not None:
+            self._pending.cancel()
+            with contextlib.suppress(BaseException):
+                await self._pending
+            self._pending = None
         if self._records is not None:
             records, self._records = self._records, None
             with contextlib.suppress(BaseException):
