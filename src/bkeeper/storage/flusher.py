@@ -155,6 +155,8 @@ class Flusher:
         when the engine opens). Returns the mark persisted.
         """
         with self._flush_lock:
+            if self._stopping:
+                raise StorageError("storage is closed: no checkpoint")
             with self._engine.lock:
                 mark = self._journal_position()
             self._flush_locked()
@@ -244,16 +246,19 @@ class Flusher:
                 return
 
     def close(self) -> None:
-        """Stop the flusher thread and close files (the caller checkpoints first)."""
+        """Stop the flusher thread and close files (the caller checkpoints first). A
+        checkpoint running on another thread finishes first; later ones fail."""
         self._stop_thread()
-        self._writer.close()
-        self._close_index()
+        with self._flush_lock:
+            self._writer.close()
+            self._close_index()
 
     def abort(self) -> None:
         """Stop the flusher thread and drop file handles without syncing anything."""
         self._stop_thread()
-        self._writer.abandon()
-        self._close_index()
+        with self._flush_lock:
+            self._writer.abandon()
+            self._close_index()
 
     def _stop_thread(self) -> None:
         self._stopping = True
