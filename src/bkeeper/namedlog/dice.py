@@ -73,6 +73,8 @@ class Dice:
         self._rng = rng or random.Random()
         self._printed: Position | None = None
         self.values: list[tuple[int, int, str]] = []  # (value, epoch, role) as printed
+        #: True while this process holds the log's writer and rolls.
+        self.leading = False
 
     def _print(self, value: int, position: Position, role: str) -> None:
         if self._printed is not None and position <= self._printed:
@@ -153,6 +155,7 @@ class Dice:
                 record = await reader.next(0.5)
                 if record is not None:
                     self._show(record, "catchup")
+            self.leading = True
             while election.is_leader and not stop.is_set():
                 value = self._rng.randint(1, 6)
                 try:
@@ -170,5 +173,6 @@ class Dice:
                     await election.wait_leadership_lost(self._config.period_s)
             return False
         finally:
+            self.leading = False
             with contextlib.suppress(BKeeperError):
                 await writer.close()
