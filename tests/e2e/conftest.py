@@ -1,0 +1,5 @@
+"""End-to-end tests reuse the real cluster of the client tests (ZooKeeper + bookie processes)."""
+
+from tests.client.conftest import RealCluster, real_cluster
+
+__all__ = ["RealCluster", "real_cluster"]
