@@ -17,6 +17,7 @@ from bkeeper.testing.benchmarks import (
     bench_client_reads,
     bench_client_writes,
     bench_codec,
+    bench_log,
     free_port,
     free_port_range,
     local_bookie,
@@ -225,3 +226,30 @@ def read_bench(
 
     with _cluster(metadata_uri, 3) as uri:
         _print(run_event_loop(run(uri)), "entries")
+
+
+@bench.command("log")
+@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@click.option("--entry-size", default=100, show_default=True, type=click.IntRange(0))
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--rate",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Open-loop appends/s (a large rate measures the maximum).",
+)
+def log_bench(
+    metadata_uri: str, entry_size: int, duration: float, in_flight: int, rate: float
+) -> None:
+    """Named-log append rate and tail latency (append to visible at a tailing reader)."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    with _cluster(metadata_uri, 3) as uri:
+        results = run_event_loop(
+            bench_log(
+                uri, entry_bytes=entry_size, duration_s=duration, in_flight=in_flight, rate=rate
+            )
+        )
+        _print(results, "records")
