@@ -217,3 +217,31 @@ async def test_truncation_while_a_reader_is_behind():
         assert [n for n in numbers if n >= 40] == list(range(40, 60)), "nothing after the cut lost"
         assert reader.skipped_ledgers > 0
         await reader.close()
+
+
+async def test_retention_by_size_and_age_truncates_sealed_ledgers():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        by_size = NamedLogs(bk, LogConfig(roll_bytes=100, retention_bytes=300))
+        named = await by_size.create("sized")
+        writer = await named.open_writer()
+        for i in range(100):
+            await writer.append(b"%03d" % i)
+        await writer.close()
+        meta = await named.metadata()
+        assert 2 <= len(meta.ledgers) <= 6, "old ledgers were truncated"
+        assert meta.truncated_before is not None
+        reader = await named.open_reader()
+        kept = [int(r.payload) for r in await drain(reader, 0.5)]
+        assert kept[-1] == 99 and 0 not in kept and kept == list(range(kept[0], 100))
+        await reader.close()
+
+        by_age = NamedLogs(bk, LogConfig(roll_bytes=100, retention_age_ms=1))
+        named = await by_age.create("aged")
+        writer = await named.open_writer()
+        for i in range(60):
+            await writer.append(b"%03d" % i)
+            if i % 10 == 0:
+                await asyncio.sleep(0.005)
+        await writer.close()
+        assert len((await named.metadata()).ledgers) <= 3

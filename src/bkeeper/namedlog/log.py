@@ -59,7 +59,10 @@ class LogConfig:
 
     ``roll_bytes`` / ``roll_age_ms``: a writer starts a new ledger once the current one holds
     this many payload bytes or is this old (0: never by age). ``tail_poll_ms``: the longest a
-    tailing reader waits before it re-reads the ledger list.
+    tailing reader waits before it re-reads the ledger list. ``retention_age_ms`` /
+    ``retention_bytes`` (0: keep everything): at each roll the writer truncates whole sealed
+    ledgers whose records are all older than the age, or that lie beyond the newest
+    ``retention_bytes`` of sealed ledgers.
     """
 
     ensemble_size: int = 3
@@ -71,6 +74,8 @@ class LogConfig:
     roll_age_ms: int = 0
     tail_poll_ms: int = 1_000
     metadata_retries_max: int = 20
+    retention_age_ms: int = 0
+    retention_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
@@ -82,10 +87,10 @@ class LogConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
-        if isinstance(self.roll_age_ms, bool) or not isinstance(self.roll_age_ms, int):
-            raise ConfigError(f"roll_age_ms: must be an integer, got {self.roll_age_ms!r}")
-        if self.roll_age_ms < 0:
-            raise ConfigError(f"roll_age_ms: must be >= 0, got {self.roll_age_ms}")
+        for name in ("roll_age_ms", "retention_age_ms", "retention_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name}: must be an integer >= 0, got {value!r}")
 
 
 def _now_ms() -> int:
@@ -374,6 +379,33 @@ class LogWriter:
             task = asyncio.get_running_loop().create_task(self._seal(old))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+        if self._config.retention_age_ms or self._config.retention_bytes:
+            try:
+                await self._apply_retention()
+            except BKeeperError as exc:  # retention is best effort; the next roll retries
+                log.warning("log %s: retention: %s", self._log.name, exc)
+
+    async def _apply_retention(self) -> None:
+        """Truncate sealed ledgers past the retention age or size (see ``LogConfig``)."""
+        config, ledgers = self._config, self._meta.ledgers
+        keep_from = 0
+        if config.retention_age_ms:
+            horizon = _now_ms() - config.retention_age_ms
+            # Ledger i's records are all older than ledger i+1's creation.
+            for index in range(len(ledgers) - 1):
+                if ledgers[index + 1].ctime_ms < horizon:
+                    keep_from = index + 1
+        if config.retention_bytes:
+            total = 0
+            for index in range(len(ledgers) - 2, -1, -1):  # sealed ledgers, newest first
+                total += (await self._logs.bk.ledger_metadata(ledgers[index].ledger_id)).length
+                if total > config.retention_bytes:
+                    keep_from = max(keep_from, index + 1)
+                    break
+        keep_from = min(keep_from, len(ledgers) - 2)  # never the current or the one sealing
+        if keep_from > 0:
+            await self._log.truncate(Position(ledgers[keep_from].ledger_id, 0))
+            self._meta, self._version = await self._logs.store.read(self._log.name)
 
     async def _seal(self, handle: WriteHandle) -> None:
         try:
