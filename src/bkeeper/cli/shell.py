@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from bkeeper.client.bookie_client import BookieClient
-from bkeeper.common.errors import BKeeperError
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
 from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
@@ -54,7 +63,7 @@ def listbookies(metadata_uri: str, readonly: bool, show_all: bool) -> None:
     async def run() -> None:
         async with await ClusterMetadata.open(metadata_uri) as cluster:
             bookies = await cluster.registry.bookies()
-            rows = []
+            rows: list[tuple[str, str]] = []
             if show_all or not readonly:
                 rows += [(b, "writable") for b in sorted(bookies.writable)]
             if show_all or readonly:
@@ -121,5 +130,236 @@ def bookieinfo(metadata_uri: str) -> None:
                 used = f"{100 * (1 - free / total):.1f}%" if total else "-"
                 table.add_row(bookie_id, mode, _gib(free), _gib(total), used)
             _console().print(table)
+
+    _run(run())
+
+
+# -- ledgers ---------------------------------------------------------------------------------
+def _client(metadata_uri: str) -> BookKeeper:
+    return BookKeeper(metadata_uri)
+
+
+def _printable(data: bytes, as_hex: bool) -> str:
+    if not as_hex:
+        try:
+            text = data.decode()
+            if text.isprintable():
+                return text
+        except UnicodeDecodeError:
+            pass
+    return "0x" + data.hex()
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
+@shell.command()
+@_METADATA
+@click.option("--ensemble", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--write-quorum", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--entries", default=1000, show_default=True, type=click.IntRange(1))
+@click.option("--entry-size", default=100, show_default=True, type=click.IntRange(0))
+@click.option("--keep", is_flag=True, help="Keep the ledger instead of deleting it.")
+def simpletest(
+    metadata_uri: str,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entries: int,
+    entry_size: int,
+    keep: bool,
+) -> None:
+    """Write ENTRIES entries to a new ledger, read them back and compare, then delete it."""
+    if not ensemble >= write_quorum >= ack_quorum:
+        raise click.BadParameter(
+            f"need --ensemble >= --write-quorum >= --ack-quorum, got "
+            f"{ensemble}/{write_quorum}/{ack_quorum}"
+        )
+
+    def body(i: int) -> bytes:
+        head = b"simpletest-%08d-" % i
+        return (head + bytes([i % 251]) * max(0, entry_size - len(head)))[: max(entry_size, 0)]
+
+    async def run() -> None:
+        async with _client(metadata_uri) as bk:
+            started = time.perf_counter()
+            handle = await bk.create_ledger(
+                ensemble, write_quorum, ack_quorum, password=b"simpletest"
+            )
+            with _progress() as progress:
+                task = progress.add_task(f"writing ledger {handle.ledger_id}", total=entries)
+                futures = []
+                for i in range(entries):
+                    futures.append(await handle.append_async(body(i)))
+                    if i % 100 == 99:
+                        progress.update(task, completed=sum(f.done() for f in futures))
+                for future in futures:
+                    await future
+                progress.update(task, completed=entries)
+            await handle.close()
+            written_s = time.perf_counter() - started
+            reader = await bk.open_ledger(handle.ledger_id, b"simpletest", recovery=False)
+            count = 0
+            async for entry in reader.read(0, entries - 1):
+                if entry.data != body(entry.entry_id):
+                    raise BKeeperError(
+                        f"ledger {handle.ledger_id} entry {entry.entry_id} reads back different"
+                    )
+                count += 1
+            if count != entries:
+                raise BKeeperError(f"read {count} of {entries} entries back")
+            if not keep:
+                await bk.delete_ledger(handle.ledger_id)
+            click.echo(
+                f"simpletest ok: ledger {handle.ledger_id}, {entries} entries of {entry_size} B "
+                f"written ({entries / written_s:,.0f} entries/s) and read back"
+                + (" (kept)" if keep else " (deleted)")
+            )
+
+    _run(run())
+
+
+@shell.command()
+@_METADATA
+@click.option("--meta", "with_meta", is_flag=True, help="Also show each ledger's metadata.")
+def listledgers(metadata_uri: str, with_meta: bool) -> None:
+    """A table of the ledger ids (with --meta: state, quorums, last entry, length)."""
+
+    async def run() -> None:
+        async with _client(metadata_uri) as bk:
+            table = Table(title=f"ledgers at {metadata_uri}")
+            columns = ["ledger"]
+            if with_meta:
+                columns += ["state", "E/Qw/Qa", "last entry", "length", "digest"]
+            for column in columns:
+                table.add_column(column, justify="right" if column != "state" else "left")
+            count = 0
+            async for ledger_id in bk.list_ledgers():
+                count += 1
+                if not with_meta:
+                    table.add_row(str(ledger_id))
+                    continue
+                try:
+                    meta = await bk.ledger_metadata(ledger_id)
+                except LedgerNotFoundError:
+                    continue  # deleted meanwhile
+                table.add_row(
+                    str(ledger_id),
+                    meta.state.name,
+                    f"{meta.ensemble_size}/{meta.write_quorum}/{meta.ack_quorum}",
+                    str(meta.last_entry_id),
+                    f"{meta.length:,}",
+                    meta.digest_type.name,
+                )
+            _console().print(table)
+            if not count:
+                click.echo("no ledgers", err=True)
+
+    _run(run())
+
+
+@shell.command()
+@_METADATA
+@click.argument("ledger_id", type=click.IntRange(0))
+def ledgermetadata(metadata_uri: str, ledger_id: int) -> None:
+    """Print one ledger's metadata: state, quorums, digest, end, segments and custom metadata."""
+
+    async def run() -> None:
+        async with _client(metadata_uri) as bk:
+            meta = await bk.ledger_metadata(ledger_id)
+            table = Table(title=f"ledger {ledger_id}", show_header=False)
+            table.add_column("field")
+            table.add_column("value")
+            created = (
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(meta.ctime_ms / 1000)) + " UTC"
+                if meta.ctime_ms
+                else "-"
+            )
+            rows: list[tuple[str, str]] = [
+                ("state", meta.state.name),
+                ("ensemble / write quorum / ack quorum",
+                 f"{meta.ensemble_size} / {meta.write_quorum} / {meta.ack_quorum}"),
+                ("digest", meta.digest_type.name),
+                ("last entry", str(meta.last_entry_id)),
+                ("length", f"{meta.length:,} bytes"),
+                ("created", created),
+                ("metadata format", str(meta.format_version)),
+            ]  # fmt: skip
+            for first, ensemble in meta.segments.items():
+                rows.append((f"segment from entry {first}", ", ".join(ensemble)))
+            for key, raw in sorted(meta.custom_metadata.items()):
+                rows.append((f"custom {key}", _printable(raw, False)))
+            for field_name, text in rows:
+                table.add_row(field_name, text)
+            _console().print(table)
+
+    _run(run())
+
+
+@shell.command()
+@_METADATA
+@click.argument("ledger_id", type=click.IntRange(0))
+@click.option("--from", "first", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--to", "last", default=None, type=click.IntRange(0), help="Default: the LAC.")
+@click.option("--password", default="", help="The ledger's password.")
+@click.option(
+    "--recovery/--no-recovery",
+    default=False,
+    show_default=True,
+    help="Open with recovery (fences the writer and seals the ledger).",
+)
+@click.option("--hex", "as_hex", is_flag=True, help="Print payloads as hex.")
+def readledger(
+    metadata_uri: str,
+    ledger_id: int,
+    first: int,
+    last: int | None,
+    password: str,
+    recovery: bool,
+    as_hex: bool,
+) -> None:
+    """Print entries of a ledger (entry id, then the payload as text or 0x-hex)."""
+
+    async def run() -> None:
+        async with _client(metadata_uri) as bk:
+            handle = await bk.open_ledger(ledger_id, password.encode(), recovery=recovery)
+            end = handle.last_add_confirmed
+            if not handle.is_closed:
+                end = await handle.read_last_add_confirmed()
+            stop = end if last is None else min(last, end)
+            if stop < first:
+                click.echo(f"no entries in {first}..{stop} (last confirmed {end})", err=True)
+                return
+            with _progress() as progress:
+                task = progress.add_task(f"reading ledger {ledger_id}", total=stop - first + 1)
+                async for entry in handle.read(first, stop):
+                    click.echo(f"{entry.entry_id}\t{_printable(entry.data, as_hex)}")
+                    progress.advance(task)
+
+    _run(run())
+
+
+@shell.command()
+@_METADATA
+@click.argument("ledger_id", type=click.IntRange(0))
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def deleteledger(metadata_uri: str, ledger_id: int, force: bool) -> None:
+    """Delete a ledger's metadata (bookies reclaim its data)."""
+    if not force:
+        click.confirm(f"delete ledger {ledger_id}?", abort=True)
+
+    async def run() -> None:
+        async with _client(metadata_uri) as bk:
+            await bk.delete_ledger(ledger_id)
+            click.echo(f"deleted ledger {ledger_id}")
 
     _run(run())

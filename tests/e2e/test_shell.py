@@ -1,0 +1,72 @@
+"""``bkeeper shell`` ledger commands and the client benchmarks against a real cluster."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def bkeeper(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_shell_ledger_commands(real_cluster) -> None:
+    uri = real_cluster.uri
+    ok = bkeeper(uri, "shell", "simpletest", "--entries", "300", "--keep")
+    assert ok.returncode == 0, ok.stderr
+    ledger = int(re.search(r"ledger (\d+)", ok.stdout).group(1))
+    assert "300 entries" in ok.stdout and "read back" in ok.stdout
+
+    listing = bkeeper(uri, "shell", "listledgers", "--meta")
+    row = next(line for line in listing.stdout.splitlines() if re.match(rf"│\s+{ledger}\s+│", line))
+    assert "CLOSED" in row and "3/3/2" in row and "299" in row
+
+    meta = bkeeper(uri, "shell", "ledgermetadata", str(ledger))
+    assert meta.returncode == 0 and "segment from entry 0" in meta.stdout
+    assert meta.stdout.count("127.0.0.1:") == 3
+
+    read = bkeeper(
+        uri,
+        "shell",
+        "readledger",
+        str(ledger),
+        "--password",
+        "simpletest",
+        "--from",
+        "5",
+        "--to",
+        "7",
+    )
+    assert read.returncode == 0, read.stderr
+    assert [line.split("\t")[0] for line in read.stdout.splitlines()] == ["5", "6", "7"]
+    wrong = bkeeper(uri, "shell", "readledger", str(ledger), "--password", "nope")
+    assert wrong.returncode == 1 and wrong.stderr.strip().startswith("error:")
+
+    assert bkeeper(uri, "shell", "deleteledger", str(ledger), "--force").returncode == 0
+    gone = bkeeper(uri, "shell", "ledgermetadata", str(ledger))
+    assert gone.returncode == 1 and "no metadata" in gone.stderr
+    bad = bkeeper(uri, "shell", "simpletest", "--ensemble", "2", "--write-quorum", "3")
+    assert bad.returncode == 2 and "--ensemble >= --write-quorum" in bad.stderr
+
+
+def test_benchmarks_run(real_cluster) -> None:
+    uri = real_cluster.uri
+    write = bkeeper(uri, "bench", "write", "--duration", "0.5", "--in-flight", "100")
+    assert write.returncode == 0, write.stderr
+    assert "client writes E3/Qw3/Qa2" in write.stdout
+    read = bkeeper(uri, "bench", "read", "--entries", "200")
+    assert read.returncode == 0 and "client reads of ledger" in read.stdout
+    log = bkeeper(uri, "bench", "log", "--duration", "0.5", "--rate", "200")
+    assert log.returncode == 0, log.stderr
+    assert "append -> tailing reader" in log.stdout
