@@ -4,7 +4,8 @@ Neither class locks: both are used under the storage lock.
 
 Write cache: adds go to the *active* map; a flush swaps it out as the *flushing* map, writes
 that to an entry log and then drops it. Together they hold at most ``bytes_max``; a flush is
-wanted once the active map holds half of that (as Apache BookKeeper's two write caches).
+wanted once the active map holds ``flush_bytes`` (by default half of ``bytes_max``; the
+engine passes ``StorageConfig.flush_bytes``, 1 MiB).
 
 Read cache: entries just flushed, so that tailing readers are served from memory. FIFO
 eviction, at most ``bytes_max`` bytes of bodies.

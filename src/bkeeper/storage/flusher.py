@@ -4,7 +4,7 @@ A *flush* swaps the active write cache out (under the lock), appends its entries
 (ledger, entry) to the current entry log with one write, fdatasyncs it, then (under the lock,
 in short chunks) records their locations in the in-memory index, moves the bodies to the
 read cache and drops the flushed batch. The owned flusher thread runs one whenever the write
-cache is half full; one flush runs at a time (``_flush_lock``).
+cache holds ``write_cache_flush_bytes``; one flush runs at a time (``_flush_lock``).
 
 A *checkpoint* (blocking, on the caller's thread) makes a restart cheap and lets old journal
 files go:
