@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
+from tests.e2e.helpers import bkeeper
+
 pytestmark = pytest.mark.integration
-
-
-def bkeeper(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_shell_ledger_commands(real_cluster) -> None:

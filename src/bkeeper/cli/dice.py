@@ -10,6 +10,7 @@ import socket
 
 import click
 
+from bkeeper.cli._options import metadata_option
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.store import StoreConfig
@@ -20,13 +21,7 @@ __all__ = ["dice"]
 
 
 @click.command()
-@click.option(
-    "--metadata",
-    "metadata_uri",
-    default=lambda: os.environ.get("BKEEPER_METADATA", "zk://127.0.0.1:2181/ledgers"),
-    show_default="$BKEEPER_METADATA or zk://127.0.0.1:2181/ledgers",
-    help="Metadata service URI.",
-)
+@metadata_option
 @click.option("--log", "log_name", default="dice", show_default=True, help="Log to roll into.")
 @click.option(
     "--period", default=1.0, show_default=True, type=click.FloatRange(0.001, 3600), help="Seconds."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bkeeper.cli._options import metadata_option
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import EARLIEST, LATEST, NamedLog, NamedLogs, Position, Record
 
@@ -20,13 +20,7 @@ __all__ = ["log"]
 
 T = TypeVar("T")
 
-_METADATA = click.option(
-    "--metadata",
-    "metadata_uri",
-    default=lambda: os.environ.get("BKEEPER_METADATA", "zk://127.0.0.1:2181/ledgers"),
-    show_default="$BKEEPER_METADATA or zk://127.0.0.1:2181/ledgers",
-    help="Metadata service URI.",
-)
+_METADATA = metadata_option
 _FROM = click.option(
     "--from",
     "start",

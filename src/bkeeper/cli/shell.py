@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -19,6 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bkeeper.cli._options import metadata_option
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
@@ -28,13 +28,7 @@ from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
 
 __all__ = ["shell"]
 
-_METADATA = click.option(
-    "--metadata",
-    "metadata_uri",
-    default=lambda: os.environ.get("BKEEPER_METADATA", "zk://127.0.0.1:2181/ledgers"),
-    show_default="$BKEEPER_METADATA or zk://127.0.0.1:2181/ledgers",
-    help="Metadata service URI.",
-)
+_METADATA = metadata_option
 
 
 def _console() -> Console:
