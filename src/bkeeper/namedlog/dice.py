@@ -102,13 +102,19 @@ class Dice:
         await election.start()
         try:
             while not stop.is_set():
-                await self._follow(reader, election, stop)
-                if stop.is_set():
-                    break
-                if not await self._confirmed(election):
-                    await asyncio.sleep(0.05)
+                try:
+                    await self._follow(reader, election, stop)
+                    if stop.is_set():
+                        break
+                    if not await self._confirmed(election):
+                        await asyncio.sleep(0.05)
+                        continue
+                    fenced = await self._lead(named, reader, election, stop)
+                except BKeeperError as exc:  # the store or bookies failed: try again shortly
+                    log.warning("dice: %s", exc)
+                    await asyncio.sleep(min(self._config.period_s, 1.0))
                     continue
-                if await self._lead(named, reader, election, stop):
+                if fenced:
                     # Fenced by another writer while this process thought it led: its view
                     # of the election is stale. Resign and queue again behind the others.
                     await election.aclose()

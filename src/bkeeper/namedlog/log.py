@@ -37,6 +37,7 @@ from bkeeper.common.errors import (
     LogFencedError,
     MetadataError,
     MetadataVersionError,
+    SessionExpiredError,
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.metadata import LogMetadata, LogStore, check_log_name
@@ -558,9 +559,28 @@ class LogReader:
             self._start = saved
 
     async def _run(self) -> AsyncIterator[Record]:
-        config = self._config
+        """Tail from the starting point, riding out store and bookie failures that may pass
+        (session expiry, lost connections, unavailable bookies) from the last record read."""
         position = await self.seek()
-        meta = self._first_meta or await self._meta()
+        meta: LogMetadata | None = self._first_meta
+        while not self._closed:
+            try:
+                async for record in self._tail(position, meta):
+                    yield record
+                return
+            except BKeeperError as exc:
+                if not (exc.retriable or isinstance(exc, SessionExpiredError)):
+                    raise
+                log.info("log %s: reader retrying after: %s", self._log.name, exc)
+                await asyncio.sleep(self._config.tail_poll_ms / 1000.0)
+                if self.position is not None:
+                    position = max(position, self.position)
+                meta = None
+
+    async def _tail(self, position: Position, meta: LogMetadata | None) -> AsyncIterator[Record]:
+        config = self._config
+        if meta is None:
+            meta = await self._meta()
         while not self._closed:
             index = next(
                 (i for i, x in enumerate(meta.ledgers) if x.ledger_id >= position.ledger_id),
