@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from bkeeper.client.context import ClientContext
-from bkeeper.client.distribution import covers_every_write_set, write_set
+from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -28,6 +28,7 @@ from bkeeper.common.errors import (
     DataUnknownError,
     DigestMismatchError,
     NoSuchEntryError,
+    NoSuchLedgerError,
     UnauthorizedAccessError,
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
@@ -145,7 +146,9 @@ class ReadHandle:
                     )
                     index += 1
                 if not attempts:
-                    raise _best_error(self.ledger_id, entry_id, errors)
+                    meta = self._versioned.value
+                    misses = recovery_quorum(meta.write_quorum, meta.ack_quorum)
+                    raise _best_error(self.ledger_id, entry_id, errors, misses)
                 wait = spec if index < len(replicas) and spec > 0 else deadline - loop.time()
                 if wait <= 0:
                     raise BookieUnavailableError(
@@ -163,9 +166,15 @@ class ReadHandle:
                 task.cancel()
 
     async def _ask(self, bookie: str, entry_id: int, request: ReadRequest) -> Entry:
-        response = await asyncio.wait_for(
-            self._ctx.pool.send(bookie, request), self._config.read_timeout_ms / 1000.0
-        )
+        try:
+            response = await asyncio.wait_for(
+                self._ctx.pool.send(bookie, request), self._config.read_timeout_ms / 1000.0
+            )
+        except TimeoutError:
+            raise BookieUnavailableError(
+                f"ledger {self.ledger_id} entry {entry_id} on {bookie}: no answer in "
+                f"{self._config.read_timeout_ms} ms"
+            ) from None
         if response.status is not StatusCode.EOK:
             raise _status_error(response.status, self.ledger_id, entry_id, bookie)
         return self._digest.verify_entry(response.body, entry_id)
@@ -279,14 +288,27 @@ def _status_error(status: StatusCode, ledger_id: int, entry_id: int, bookie: str
     return error_for_status(status, f"ledger {ledger_id} entry {entry_id} on {bookie}")
 
 
-def _best_error(ledger_id: int, entry_id: int, errors: list[BaseException]) -> BaseException:
-    """The error to report when no replica had the entry."""
+def _best_error(
+    ledger_id: int, entry_id: int, errors: list[BaseException], misses_decisive: int
+) -> BaseException:
+    """The error to report when no replica had the entry.
+
+    ``misses_decisive`` replicas (Qw - Qa + 1) saying they do not have the entry prove it was
+    never acknowledged: then unreachable replicas do not make it "unavailable" but missing.
+    """
     for cls in (UnauthorizedAccessError, DigestMismatchError, DataUnknownError):
         for error in errors:
             if isinstance(error, cls):
                 return error
-    if errors and all(isinstance(e, NoSuchEntryError) for e in errors):
-        return errors[0]
+    misses = [e for e in errors if isinstance(e, NoSuchEntryError | NoSuchLedgerError)]
+    unreachable = [e for e in errors if isinstance(e, BookieUnavailableError)]
+    only_misses_or_unreachable = len(misses) + len(unreachable) == len(errors)
+    if (
+        misses
+        and only_misses_or_unreachable
+        and (not unreachable or len(misses) >= misses_decisive)
+    ):
+        return misses[0]
     if errors:
         return errors[0]
     return NoSuchEntryError(f"ledger {ledger_id} entry {entry_id}: no replica has it")
