@@ -58,6 +58,12 @@ def index_of(cluster: MemoryCluster, bookie_id: str) -> int:
     return cluster.bookies.index(cluster.bookie(bookie_id))
 
 
+async def new_ledger(cluster: MemoryCluster) -> tuple[BookKeeper, WriteHandle]:
+    """A client (FAST) and a new E3/Qw3/Qa2 ledger written with password ``pw``."""
+    bk = await cluster.client(FAST)
+    return bk, await bk.create_ledger(3, 3, 2, password=b"pw")
+
+
 async def write_entries(wh: WriteHandle, count: int, start: int = 0) -> None:
     for i in range(start, start + count):
         assert await bounded(wh.append(b"entry-%d" % i)) == i
@@ -76,8 +82,7 @@ async def metadata_of(bk: BookKeeper, ledger_id: int) -> Any:
 
 async def test_close_records_consistent_length_and_last_entry():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         sizes = [(i * 7) % 23 + 1 for i in range(40)]
         futures = [await wh.append_async(b"x" * size) for size in sizes]
         assert await bounded(asyncio.gather(*futures)) == list(range(40))
@@ -103,8 +108,7 @@ async def _entries(rh: ReadHandle) -> list[Any]:
 
 async def test_close_waits_for_pending_adds_on_slow_bookies():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 2)
         # Two of three bookies are slow: every add needs one of them for Qa = 2.
         cluster.fault(1, AddRequest, delay_s=0.1)
@@ -121,8 +125,7 @@ async def test_close_waits_for_pending_adds_on_slow_bookies():  # row 5
 
 async def test_close_during_an_ensemble_change_waits_for_the_resent_adds():  # rows 5, 6
     async with MemoryCluster(4) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 3)
         victim = index_of(cluster, wh.ensemble[1])
         await cluster.stop_bookie(cluster.bookies[victim])
@@ -139,8 +142,7 @@ async def test_close_during_an_ensemble_change_waits_for_the_resent_adds():  # r
 
 async def test_close_during_unrecoverable_write_errors():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         # No spare bookie: the failures cannot be repaired, the pending adds must fail.
         cluster.fault(1, AddRequest, error=StatusCode.EIO)
@@ -162,8 +164,7 @@ async def test_close_during_unrecoverable_write_errors():  # row 5
 
 async def test_adds_after_close_fail_and_double_close_is_safe():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 3)
         await bounded(wh.close())
         closed_meta = await metadata_of(bk, wh.ledger_id)
@@ -181,8 +182,7 @@ async def test_adds_after_close_fail_and_double_close_is_safe():  # row 5
 
 async def test_close_after_a_recovering_reader_closed_it_at_the_same_end():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         reader = await cluster.client(FAST)
         rh = await bounded(reader.open_ledger(wh.ledger_id, b"pw"))
@@ -200,8 +200,7 @@ async def test_close_after_a_recovering_reader_closed_it_at_the_same_end():  # r
 
 async def test_close_after_someone_closed_it_at_a_different_end_raises():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         store = (await cluster.client(FAST)).cluster.ledgers
         current = await store.read(wh.ledger_id)
@@ -214,8 +213,7 @@ async def test_close_after_someone_closed_it_at_a_different_end_raises():  # row
 
 async def test_close_while_in_recovery_raises_fenced():  # row 5
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         store = (await cluster.client(FAST)).cluster.ledgers
         current = await store.read(wh.ledger_id)
@@ -422,8 +420,7 @@ async def test_piggybacked_lac_advances_as_the_reader_reads():  # row 14, (f)
 @pytest.mark.parametrize("failure", ["crash", "hang"])
 async def test_reads_with_a_failed_bookie_return_every_entry(failure: str):  # row 16
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         futures = [await wh.append_async(b"entry-%d" % i) for i in range(60)]
         await bounded(asyncio.gather(*futures))
         await bounded(wh.close())
@@ -442,8 +439,7 @@ async def test_reads_with_a_failed_bookie_return_every_entry(failure: str):  # r
 
 async def test_read_of_a_missing_entry_fails_fast():  # row 16
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         await bounded(wh.close())
         rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
@@ -457,8 +453,7 @@ async def test_read_of_a_missing_entry_fails_fast():  # row 16
 
 async def test_read_of_a_missing_entry_with_a_crashed_bookie_says_no_such_entry():  # row 16
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         await bounded(wh.close())
         rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
@@ -475,8 +470,7 @@ async def test_read_of_a_missing_entry_with_a_crashed_bookie_says_no_such_entry(
 
 async def test_read_with_every_replica_silent_fails_with_a_bkeeper_error():  # row 16
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         await write_entries(wh, 3)
         await bounded(wh.close())
         rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
@@ -493,8 +487,7 @@ async def test_read_with_every_replica_silent_fails_with_a_bkeeper_error():  # r
 
 async def test_recovery_with_every_bookie_down_fails_cleanly_then_succeeds():  # row 3
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         for bookie in cluster.bookies:
             await cluster.stop_bookie(bookie)
@@ -517,8 +510,7 @@ async def test_recovery_with_every_bookie_down_fails_cleanly_then_succeeds():  #
 
 async def test_recovery_with_every_bookie_hung_fails_in_bounded_time():  # row 3
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         await write_entries(wh, 5)
         for index in range(3):
             cluster.fault(index, None, drop=True, serve_dropped=False)
@@ -531,8 +523,7 @@ async def test_recovery_with_every_bookie_hung_fails_in_bounded_time():  # row 3
 
 async def test_metadata_closed_by_someone_else_during_recovery():  # row 3
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         await write_entries(wh, 10)
         # Slow reads keep the recovery busy long enough for another client to close first.
         for index in range(3):
@@ -561,8 +552,7 @@ async def test_metadata_closed_by_someone_else_during_recovery():  # row 3
 
 async def test_recovery_of_an_empty_ledger():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        bk, wh = await new_ledger(cluster)
         rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
         assert rh.metadata.state is LedgerState.CLOSED
         assert (rh.metadata.last_entry_id, rh.length, rh.last_add_confirmed) == (-1, 0, -1)
@@ -578,8 +568,7 @@ async def test_recovery_of_an_empty_ledger():  # rows 2, 3
 
 async def test_recovery_of_a_ledger_with_exactly_one_entry():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         assert await bounded(wh.append(b"only")) == 0
         rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
         assert (rh.metadata.last_entry_id, rh.length) == (0, 4)
@@ -590,8 +579,7 @@ async def test_recovery_of_a_ledger_with_exactly_one_entry():  # rows 2, 3
 
 async def test_recovery_of_one_entry_with_an_unacknowledged_second():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         assert await bounded(wh.append(b"only")) == 0
         for index in range(3):  # entry 1 reaches no bookie at all
             cluster.fault(index, AddRequest, drop=True, serve_dropped=False)
@@ -612,8 +600,7 @@ async def test_recovery_of_one_entry_with_an_unacknowledged_second():  # rows 2,
 @pytest.mark.parametrize("spare", [True, False])
 async def test_open_with_and_without_recovery_after_a_crash_during_writes(spare: bool):  # row 22
     async with MemoryCluster(4 if spare else 3) as cluster:
-        bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        _, wh = await new_ledger(cluster)
         futures = [await wh.append_async(b"entry-%d" % i) for i in range(100)]
         await bounded(asyncio.gather(*futures[:40]))
         await cluster.crash(index_of(cluster, wh.ensemble[2]), restart=False)

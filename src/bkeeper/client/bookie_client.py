@@ -44,11 +44,37 @@ from bkeeper.wire.messages import (
     Response,
 )
 
-__all__ = ["BookieClient"]
+__all__ = ["AddListeners", "BookieClient"]
 
 _V2Key = tuple[int, int, int]
 AddListener = Callable[[StatusCode, int], None]
 LostListener = Callable[[BaseException], None]
+
+
+class AddListeners:
+    """Per-ledger listeners of a connection's v2 ADD fast path (see the module doc)."""
+
+    __slots__ = ("on_add", "on_lost")
+
+    def __init__(self) -> None:
+        self.on_add: dict[int, AddListener] = {}
+        self.on_lost: dict[int, LostListener] = {}
+
+    def listen(self, ledger_id: int, on_add: AddListener, on_lost: LostListener) -> None:
+        self.on_add[ledger_id] = on_add
+        self.on_lost[ledger_id] = on_lost
+
+    def forget(self, ledger_id: int) -> None:
+        self.on_add.pop(ledger_id, None)
+        self.on_lost.pop(ledger_id, None)
+
+    def lost(self, error: BaseException) -> None:
+        """Tell every listener the connection is gone, once, and forget them all."""
+        listeners = list(self.on_lost.values())
+        self.on_add.clear()
+        self.on_lost.clear()
+        for listener in listeners:
+            listener(error)
 
 
 def _v2_request_key(request: Request) -> _V2Key:
@@ -101,8 +127,7 @@ class BookieClient(asyncio.Protocol):
         self._error: BaseException | None = None
         self._write_ready = asyncio.Event()
         self._write_ready.set()
-        self._add_listeners: dict[int, AddListener] = {}
-        self._lost_listeners: dict[int, LostListener] = {}
+        self._listeners = AddListeners()
         self._encode: Callable[[Any], bytes]
         self._decode: Callable[[Any], Response]
         self._stream: v2.ResponseStream | None = None
@@ -174,12 +199,10 @@ class BookieClient(asyncio.Protocol):
         """Route ADD responses of ``ledger_id`` sent by :meth:`send_add_frame` to ``on_add``."""
         if self.protocol is not Protocol.V2:
             raise ProtocolError("listen_adds needs a v2 connection")
-        self._add_listeners[ledger_id] = on_add
-        self._lost_listeners[ledger_id] = on_lost
+        self._listeners.listen(ledger_id, on_add, on_lost)
 
     def forget_adds(self, ledger_id: int) -> None:
-        self._add_listeners.pop(ledger_id, None)
-        self._lost_listeners.pop(ledger_id, None)
+        self._listeners.forget(ledger_id)
 
     def send_add_frame(self, frame: bytes) -> None:
         """Queue a pre-built v2 ADD frame of a ledger with a listener (see module doc)."""
@@ -237,7 +260,7 @@ class BookieClient(asyncio.Protocol):
                 self._transport.abort()
 
     def _v2_received(self, responses: list[Any]) -> None:
-        listeners = self._add_listeners
+        listeners = self._listeners.on_add
         by_key = self._by_key
         for item in responses:
             if type(item) is tuple:
@@ -280,14 +303,10 @@ class BookieClient(asyncio.Protocol):
         self._by_txn.clear()
         self._by_key.clear()
         self._pending = 0
-        lost = list(self._lost_listeners.values())
-        self._add_listeners.clear()
-        self._lost_listeners.clear()
         for future in futures:
             if not future.done():
                 future.set_exception(error)
-        for listener in lost:
-            listener(error)
+        self._listeners.lost(error)
         self._write_ready.set()
 
     async def aclose(self) -> None:

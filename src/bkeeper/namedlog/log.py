@@ -507,23 +507,8 @@ class LogReader:
             return Position(meta.ledgers[0].ledger_id if meta.ledgers else 0, 0)
         if isinstance(start, Position):
             return start
-        last = meta.ledgers[-1].ledger_id
         if start == LATEST:
-            handle = await self._open(last)
-            if handle is None:
-                return Position(last + 1, 0)
-            if handle.is_closed:
-                return Position(last + 1, 0)
-            end = await handle.read_last_add_confirmed() + 1
-            # Entries past the LAC that bookies hold were appended already (their LAC
-            # arrives with the next append): they are not "latest".
-            for _ in range(_LATEST_PROBES_MAX):
-                try:
-                    await handle.read_entry(end)
-                except BKeeperError:
-                    break
-                end += 1
-            return Position(last, end)
+            return await self._after_last(meta)
         assert isinstance(start, int)
         return await self._position_at_time(meta, start)
 
@@ -552,11 +537,21 @@ class LogReader:
         return await self._after_last(meta)
 
     async def _after_last(self, meta: LogMetadata) -> Position:
-        saved, self._start = self._start, LATEST
-        try:
-            return await self._starting_point(meta)
-        finally:
-            self._start = saved
+        """The position after the last record appended so far (``"latest"``)."""
+        last = meta.ledgers[-1].ledger_id
+        handle = await self._open(last)
+        if handle is None or handle.is_closed:
+            return Position(last + 1, 0)
+        end = await handle.read_last_add_confirmed() + 1
+        # Entries past the LAC that bookies hold were appended already (their LAC arrives
+        # with the next append): they are not "latest".
+        for _ in range(_LATEST_PROBES_MAX):
+            try:
+                await handle.read_entry(end)
+            except BKeeperError:
+                break
+            end += 1
+        return Position(last, end)
 
     async def _run(self) -> AsyncIterator[Record]:
         """Tail from the starting point, riding out store and bookie failures that may pass

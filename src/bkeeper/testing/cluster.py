@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bkeeper.client.bookie_client import AddListeners
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import BookieUnavailableError
@@ -94,8 +95,7 @@ class _MemoryConnection:
         self._open = True
         self._pending: set[asyncio.Future[Any]] = set()
         self._dropped: set[asyncio.Future[Any]] = set()
-        self._add_listeners: dict[int, Callable[[StatusCode, int], None]] = {}
-        self._lost_listeners: dict[int, Callable[[BaseException], None]] = {}
+        self._listeners = AddListeners()
 
     @property
     def connected(self) -> bool:
@@ -136,12 +136,10 @@ class _MemoryConnection:
         on_add: Callable[[StatusCode, int], None],
         on_lost: Callable[[BaseException], None],
     ) -> None:
-        self._add_listeners[ledger_id] = on_add
-        self._lost_listeners[ledger_id] = on_lost
+        self._listeners.listen(ledger_id, on_add, on_lost)
 
     def forget_adds(self, ledger_id: int) -> None:
-        self._add_listeners.pop(ledger_id, None)
-        self._lost_listeners.pop(ledger_id, None)
+        self._listeners.forget(ledger_id)
 
     def send_add_frame(self, frame: bytes) -> None:
         request = v2.decode_request(frame[4:])
@@ -152,7 +150,7 @@ class _MemoryConnection:
         if future.cancelled() or future.exception() is not None:
             return  # fail_all reports the lost connection to the lost listeners
         response = future.result()
-        listener = self._add_listeners.get(response.ledger_id)
+        listener = self._listeners.on_add.get(response.ledger_id)
         if listener is not None:
             listener(response.status, response.entry_id)
 
@@ -177,11 +175,7 @@ class _MemoryConnection:
         for future in list(self._pending):
             if not future.done():
                 future.set_exception(error)
-        lost = list(self._lost_listeners.values())
-        self._add_listeners.clear()
-        self._lost_listeners.clear()
-        for listener in lost:
-            listener(error)
+        self._listeners.lost(error)
 
     async def aclose(self) -> None:
         self.fail_all()
