@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from bkeeper.client.bookkeeper import BookKeeper
@@ -40,7 +40,14 @@ from bkeeper.common.errors import (
     SessionExpiredError,
 )
 from bkeeper.meta.ledger_metadata import LedgerState
-from bkeeper.namedlog.metadata import LogMetadata, LogStore, check_log_name
+from bkeeper.namedlog.metadata import (
+    LogLedger,
+    LogMetadata,
+    LogStore,
+    WriterCommit,
+    check_log_name,
+    check_writer_id,
+)
 from bkeeper.namedlog.records import Position, Record, decode_record, encode_record
 
 __all__ = ["EARLIEST", "LATEST", "LogConfig", "LogReader", "LogWriter", "NamedLog", "NamedLogs"]
@@ -201,6 +208,76 @@ class NamedLog:
             if handle.is_closed and handle.metadata.last_entry_id >= 0:
                 return Position(ledger.ledger_id, handle.metadata.last_entry_id)
         return None
+
+    async def append_ledgers(
+        self,
+        ledger_ids: Sequence[int],
+        *,
+        writer_id: str | None = None,
+        batch_id: int | None = None,
+    ) -> bool:
+        """Append sealed ledgers (written by someone else, e.g. Spark tasks) to the log, in
+        the order given, in one compare-and-set; False when ``writer_id`` already committed
+        ``batch_id`` or a later batch (a replay: nothing is appended and the caller should
+        delete its ledgers).
+
+        Like ``open_writer`` this seals the log's unsealed ledgers first, fencing the
+        current writer. A ledger whose id is not above the log's last one (another writer
+        rolled meanwhile) is copied into a new ledger, which is appended instead, and the
+        original deleted; readers see every appended ledger at once or none of them.
+        """
+        if (writer_id is None) != (batch_id is None):
+            raise ConfigError("append_ledgers: give both writer_id and batch_id, or neither")
+        if writer_id is not None:
+            check_writer_id(writer_id)
+        logs = self.logs
+        ids = list(ledger_ids)
+        copied: list[int] = []  # originals replaced by copies, deleted once appended
+        for _ in range(logs.config.metadata_retries_max):
+            meta, version = await logs.store.read(self.name)
+            if writer_id is not None and batch_id is not None:
+                last = meta.last_batch(writer_id)
+                if last is not None and last >= batch_id:
+                    return False
+            await self._seal_unsealed(meta)
+            floor = meta.ledgers[-1].ledger_id if meta.ledgers else -1
+            for index, ledger_id in enumerate(ids):
+                if ledger_id <= floor:
+                    ids[index] = await self._copy_ledger(ledger_id)
+                    copied.append(ledger_id)
+                floor = ids[index]
+            now = _now_ms()
+            commit = None
+            if writer_id is not None and batch_id is not None:
+                commit = WriterCommit(writer_id, batch_id, now)
+            new_meta = meta.with_ledgers(tuple(LogLedger(i, now) for i in ids), commit)
+            try:
+                await logs.store.write(self.name, new_meta, version)
+            except MetadataVersionError:
+                continue
+            for ledger_id in copied:
+                with contextlib.suppress(LedgerNotFoundError):
+                    await logs.bk.delete_ledger(ledger_id)
+            return True
+        raise MetadataError(f"log {self.name!r}: could not append ledgers, the list kept changing")
+
+    async def _copy_ledger(self, ledger_id: int) -> int:
+        """A new ledger holding the entries of the sealed ledger ``ledger_id``."""
+        logs = self.logs
+        source = await logs.bk.open_ledger(ledger_id, logs.config.password, recovery=False)
+        if not source.is_closed:
+            raise LogError(f"ledger {ledger_id} is not sealed; only sealed ledgers are appended")
+        target = await _create_ledger(logs)
+        try:
+            pending = []
+            async for entry in source.read():
+                pending.append(await target.append_async(entry.data))
+            await asyncio.gather(*pending)
+            await target.close()
+        except BaseException:
+            await _discard(logs, target)
+            raise
+        return target.ledger_id
 
     async def truncate(self, before: Position) -> int:
         """Delete the ledgers that hold only records before ``before`` (never the last

@@ -7,10 +7,15 @@ inside) the BookKeeper ledger tree so that BookKeeper tools never see it: for a 
 
     {"format": 1, "ctime_ms": 1700000000000,
      "ledgers": [{"id": 12, "ctime_ms": 1700000000000}, ...],
-     "truncated_before": [12, 0]}
+     "truncated_before": [12, 0],
+     "commits": {"<writer id>": {"batch": 7, "time_ms": 1700000000000}}}
 
 ``ledgers`` is in log order with strictly increasing ids. ``truncated_before`` is the
-position given to the last ``truncate`` (records before it are gone or going).
+position given to the last ``truncate`` (records before it are gone or going). ``commits``
+(optional) holds, per idempotent writer (a Spark streaming query, say), the last batch id
+whose ledgers were appended, written in the same compare-and-set as those ledgers, so that a
+replayed batch is recognised; at most ``COMMITS_MAX`` writers are remembered (the least
+recently committed is forgotten first).
 """
 
 from __future__ import annotations
@@ -32,9 +37,22 @@ from bkeeper.common.errors import (
 from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.namedlog.records import Position
 
-__all__ = ["LogLedger", "LogMetadata", "LogStore", "check_log_name", "logs_root"]
+__all__ = [
+    "COMMITS_MAX",
+    "LogLedger",
+    "LogMetadata",
+    "LogStore",
+    "WriterCommit",
+    "check_log_name",
+    "check_writer_id",
+    "logs_root",
+]
 
 FORMAT = 1
+#: Idempotent writers remembered per log (see ``commits``).
+COMMITS_MAX = 1_000
+#: Longest writer id, in characters.
+WRITER_ID_CHARS_MAX = 256
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
@@ -60,10 +78,26 @@ class LogLedger:
 
 
 @dataclass(frozen=True)
+class WriterCommit:
+    """The last batch an idempotent writer appended to the log, and when."""
+
+    writer_id: str
+    batch_id: int
+    time_ms: int
+
+
+def check_writer_id(writer_id: str) -> str:
+    if not isinstance(writer_id, str) or not 0 < len(writer_id) <= WRITER_ID_CHARS_MAX:
+        raise ConfigError(f"writer id {writer_id!r}: use 1-{WRITER_ID_CHARS_MAX} characters")
+    return writer_id
+
+
+@dataclass(frozen=True)
 class LogMetadata:
     ctime_ms: int
     ledgers: tuple[LogLedger, ...] = ()
     truncated_before: Position | None = None
+    commits: tuple[WriterCommit, ...] = ()
 
     def with_ledger(self, ledger_id: int, ctime_ms: int) -> LogMetadata:
         if self.ledgers and ledger_id <= self.ledgers[-1].ledger_id:
@@ -71,6 +105,27 @@ class LogMetadata:
                 f"ledger {ledger_id} cannot follow ledger {self.ledgers[-1].ledger_id}"
             )
         return replace(self, ledgers=(*self.ledgers, LogLedger(ledger_id, ctime_ms)))
+
+    def with_ledgers(
+        self, ledgers: tuple[LogLedger, ...], commit: WriterCommit | None = None
+    ) -> LogMetadata:
+        """The metadata with ``ledgers`` appended (ids increasing) and ``commit`` recorded."""
+        meta = self
+        for ledger in ledgers:
+            meta = meta.with_ledger(ledger.ledger_id, ledger.ctime_ms)
+        if commit is None:
+            return meta
+        check_writer_id(commit.writer_id)
+        others = [c for c in meta.commits if c.writer_id != commit.writer_id]
+        others.sort(key=lambda c: c.time_ms)
+        return replace(meta, commits=(*others[-(COMMITS_MAX - 1) :], commit))
+
+    def last_batch(self, writer_id: str) -> int | None:
+        """The last batch id ``writer_id`` committed (None: none remembered)."""
+        for commit in self.commits:
+            if commit.writer_id == writer_id:
+                return commit.batch_id
+        return None
 
     def truncated(self, before: Position) -> tuple[LogMetadata, list[int]]:
         """The metadata without the ledgers wholly before ``before``, and their ids.
@@ -98,6 +153,10 @@ class LogMetadata:
         }
         if self.truncated_before is not None:
             doc["truncated_before"] = list(self.truncated_before)
+        if self.commits:
+            doc["commits"] = {
+                c.writer_id: {"batch": c.batch_id, "time_ms": c.time_ms} for c in self.commits
+            }
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -109,8 +168,12 @@ class LogMetadata:
             ledgers = tuple(LogLedger(int(x["id"]), int(x["ctime_ms"])) for x in doc["ledgers"])
             mark = doc.get("truncated_before")
             truncated = Position(int(mark[0]), int(mark[1])) if mark is not None else None
-            meta = cls(int(doc["ctime_ms"]), ledgers, truncated)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            commits = tuple(
+                WriterCommit(str(writer), int(c["batch"]), int(c["time_ms"]))
+                for writer, c in doc.get("commits", {}).items()
+            )
+            meta = cls(int(doc["ctime_ms"]), ledgers, truncated, commits)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ProtocolError(f"metadata of log {name!r} is unreadable: {exc}") from exc
         ids = [x.ledger_id for x in ledgers]
         if any(a >= b for a, b in itertools.pairwise(ids)):

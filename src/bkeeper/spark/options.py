@@ -1,0 +1,315 @@
+"""The options of the ``bkeeper`` Spark data source, parsed and validated (pure code).
+
+Spark hands a data source a case-insensitive dict of strings; :func:`source_options` and
+:func:`sink_options` turn it into frozen dataclasses, raising :class:`ConfigError` naming the
+option and what is wrong. docs/spark.md lists every option; this module is the truth.
+
+Positions in options and in streaming offsets are JSON: ``{"<log>": {"ledger": L, "entry":
+E}}`` where ``(L, E)`` is the next record to read; a log may also map to ``"earliest"`` or
+``"latest"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import ConfigError
+from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
+from bkeeper.namedlog.metadata import check_log_name
+
+__all__ = [
+    "MAX_ENTRIES_PER_SPLIT_DEFAULT",
+    "PositionSpec",
+    "SinkOptions",
+    "SourceOptions",
+    "offset_from_positions",
+    "positions_from_offset",
+    "sink_options",
+    "source_options",
+]
+
+MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
+#: Rows per Arrow record batch a read task yields.
+ROWS_PER_BATCH_DEFAULT = 10_000
+#: Logs one query may read (a ``logPattern`` matching more is refused).
+LOGS_MAX = 10_000
+
+#: Where to start or stop in one log: earliest, latest or an exact position.
+PositionSpec = str | Position
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What a read (batch or streaming) reads, from where to where, and how."""
+
+    metadata: str
+    logs: tuple[str, ...] = ()
+    log_pattern: str | None = None
+    starting: Mapping[str, PositionSpec] = field(default_factory=dict)
+    starting_default: str = EARLIEST
+    starting_timestamp_ms: int | None = None
+    ending: Mapping[str, PositionSpec] = field(default_factory=dict)
+    max_entries_per_split: int = MAX_ENTRIES_PER_SPLIT_DEFAULT
+    max_entries_per_trigger: int | None = None
+    rows_per_batch: int = ROWS_PER_BATCH_DEFAULT
+    fail_on_data_loss: bool = True
+    include_properties: bool = False
+    password: bytes = b""
+    client: tuple[tuple[str, Any], ...] = ()
+
+    def client_config(self) -> ClientConfig:
+        return ClientConfig(**dict(self.client))
+
+    def matches(self, name: str) -> bool:
+        if self.log_pattern is not None:
+            return re.fullmatch(self.log_pattern, name) is not None
+        return name in self.logs
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Where a write goes and how its ledgers are made."""
+
+    metadata: str
+    log: str | None = None
+    create_log: bool = True
+    log_config: LogConfig = field(default_factory=LogConfig)
+    writer_id: str | None = None
+    client: tuple[tuple[str, Any], ...] = ()
+
+    def client_config(self) -> ClientConfig:
+        return ClientConfig(**dict(self.client))
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    """The option ``name`` whatever its case (Spark lower-cases keys; tests may not)."""
+    lowered = name.lower()
+    for key, value in options.items():
+        if key.lower() == lowered:
+            return str(value)
+    return None
+
+
+def _positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    text = _get(options, name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"option {name}: {text!r} is not an integer") from None
+    if value <= 0:
+        raise ConfigError(f"option {name}: must be a positive integer, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = _get(options, name)
+    if text is None:
+        return default
+    if text.strip().lower() in ("true", "1", "yes"):
+        return True
+    if text.strip().lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option {name}: {text!r} is not true or false")
+
+
+def _metadata(options: Mapping[str, str]) -> str:
+    uri = _get(options, "metadata")
+    if not uri:
+        raise ConfigError(
+            "option metadata is required: the cluster's metadata URI, "
+            "e.g. zk://127.0.0.1:2181/ledgers"
+        )
+    if not uri.startswith(("zk://", "memory://")):
+        raise ConfigError(f"option metadata: {uri!r} is not a zk:// or memory:// URI")
+    return uri
+
+
+def _client(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
+    """``client.<field>`` options, typed like the ``ClientConfig`` field they set."""
+    known = {f.name: f for f in fields(ClientConfig)}
+    chosen: list[tuple[str, Any]] = []
+    for key, text in options.items():
+        if not key.lower().startswith("client."):
+            continue
+        name = key[len("client.") :].lower()
+        if name not in known or name in ("racks", "protocol"):
+            simple = sorted(n for n in known if n not in ("racks", "protocol"))
+            raise ConfigError(f"option {key}: unknown client setting; use one of {simple}")
+        if name == "placement":
+            chosen.append((name, str(text)))
+            continue
+        try:
+            chosen.append((name, int(text)))
+        except ValueError:
+            raise ConfigError(f"option {key}: {text!r} is not an integer") from None
+    result = tuple(sorted(chosen))
+    ClientConfig(**dict(result))  # validates ranges now, on the driver
+    return result
+
+
+def _position(log: str, value: Any, option: str) -> PositionSpec:
+    if value in (EARLIEST, LATEST):
+        return str(value)
+    if isinstance(value, dict) and set(value) == {"ledger", "entry"}:
+        ledger, entry = value["ledger"], value["entry"]
+        if (
+            isinstance(ledger, int)
+            and isinstance(entry, int)
+            and not isinstance(ledger, bool)
+            and not isinstance(entry, bool)
+            and ledger >= 0
+            and entry >= 0
+        ):
+            return Position(ledger, entry)
+    raise ConfigError(
+        f'option {option}: position of log {log!r} must be "earliest", "latest" or '
+        f'{{"ledger": L, "entry": E}} with L, E >= 0; got {json.dumps(value)}'
+    )
+
+
+def positions_from_offset(
+    text: str | Mapping[str, Any], option: str = "offset"
+) -> dict[str, PositionSpec]:
+    """Parse ``{"<log>": {"ledger": L, "entry": E} | "earliest" | "latest"}``."""
+    doc: Any = text
+    if isinstance(text, str):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"option {option}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"option {option}: must be a JSON object of log name to position")
+    return {check_log_name(log): _position(log, value, option) for log, value in doc.items()}
+
+
+def offset_from_positions(positions: Mapping[str, Position]) -> dict[str, Any]:
+    """The JSON-able offset of exact positions (sorted by log name)."""
+    return {
+        log: {"ledger": position.ledger_id, "entry": position.entry_id}
+        for log, position in sorted(positions.items())
+    }
+
+
+def _start_end(
+    options: Mapping[str, str], name: str, streaming: bool, allow: tuple[str, ...]
+) -> tuple[dict[str, PositionSpec], str | None]:
+    """Per-log positions and the default for logs not named."""
+    text = _get(options, name)
+    if text is None:
+        return {}, None
+    if text.strip().lower() in allow:
+        return {}, text.strip().lower()
+    if text.strip().lower() in (EARLIEST, LATEST):
+        mode = "streaming" if streaming else "batch"
+        raise ConfigError(f"option {name}: {text.strip()!r} is not allowed for {mode} reads")
+    return positions_from_offset(text, name), None
+
+
+def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate the options of a read; ``streaming`` selects the defaults of a stream."""
+    metadata = _metadata(options)
+    logs_text, pattern = _get(options, "log"), _get(options, "logPattern")
+    if (logs_text is None) == (pattern is None):
+        raise ConfigError("set exactly one of the options log (comma-separated names) and "
+                          "logPattern (a regular expression over log names)")  # fmt: skip
+    logs: tuple[str, ...] = ()
+    if logs_text is not None:
+        logs = tuple(check_log_name(x.strip()) for x in logs_text.split(",") if x.strip())
+        if not logs:
+            raise ConfigError("option log: name at least one log")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"option logPattern: {pattern!r} is not a regex ({exc})") from None
+    starting, starting_default = _start_end(
+        options, "startingPosition", streaming, (EARLIEST, LATEST) if streaming else (EARLIEST,)
+    )
+    ending, ending_default = _start_end(options, "endingPosition", streaming, (LATEST,))
+    if streaming and _get(options, "endingPosition") is not None:
+        raise ConfigError("option endingPosition is for batch reads only")
+    if ending_default not in (None, LATEST):  # pragma: no cover - _start_end allows latest only
+        raise ConfigError("option endingPosition: use latest or positions")
+    for log, spec in ending.items():
+        if spec == EARLIEST:
+            raise ConfigError(f"option endingPosition: log {log!r} cannot end at earliest")
+    timestamp = _get(options, "startingTimestamp")
+    starting_timestamp_ms = None
+    if timestamp is not None:
+        try:
+            starting_timestamp_ms = int(timestamp)
+        except ValueError:
+            raise ConfigError(
+                f"option startingTimestamp: {timestamp!r} is not milliseconds since the epoch"
+            ) from None
+        if starting_timestamp_ms < 0:
+            raise ConfigError("option startingTimestamp: must be >= 0")
+    password = _get(options, "password") or ""
+    split = _positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
+    rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
+    per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
+    if per_trigger is not None and not streaming:
+        raise ConfigError("option maxEntriesPerTrigger is for streaming reads only")
+    assert split is not None and rows is not None
+    return SourceOptions(
+        metadata=metadata,
+        logs=logs,
+        log_pattern=pattern,
+        starting=starting,
+        starting_default=starting_default or (LATEST if streaming else EARLIEST),
+        starting_timestamp_ms=starting_timestamp_ms,
+        ending=ending,
+        max_entries_per_split=split,
+        max_entries_per_trigger=per_trigger,
+        rows_per_batch=rows,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_properties=_bool(options, "includeProperties", False),
+        password=password.encode(),
+        client=_client(options),
+    )
+
+
+def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate the options of a write (batch or streaming)."""
+    metadata = _metadata(options)
+    log = _get(options, "log")
+    if log is not None:
+        check_log_name(log.strip())
+        log = log.strip()
+    quorum = {
+        "ensemble_size": _positive_int(options, "ensembleSize", 3),
+        "write_quorum": _positive_int(options, "writeQuorum", 3),
+        "ack_quorum": _positive_int(options, "ackQuorum", 2),
+    }
+    digest = (_get(options, "digest") or "crc32c").lower()
+    if digest not in ("crc32", "crc32c", "hmac", "dummy"):
+        raise ConfigError(f"option digest: {digest!r} is not crc32, crc32c, hmac or dummy")
+    roll = _positive_int(options, "rollBytes", LogConfig.roll_bytes)
+    log_config = LogConfig(
+        **quorum,  # type: ignore[arg-type]
+        digest=digest,
+        password=(_get(options, "password") or "").encode(),
+        roll_bytes=roll,  # type: ignore[arg-type]
+    )
+    writer_id = _get(options, "writerId")
+    if writer_id is None and (checkpoint := _get(options, "checkpointLocation")):
+        # A restarted query keeps its checkpoint, so it keeps its writer id too.
+        writer_id = "checkpoint:" + hashlib.sha256(checkpoint.encode()).hexdigest()[:32]
+    if writer_id is not None and not 0 < len(writer_id) <= 256:
+        raise ConfigError("option writerId: use 1-256 characters")
+    return SinkOptions(
+        metadata=metadata,
+        log=log,
+        create_log=_bool(options, "createLog", True),
+        log_config=log_config,
+        writer_id=writer_id,
+        client=_client(options),
+    )

@@ -1,0 +1,127 @@
+"""What a Spark read of named logs covers: which logs, where each starts and ends (no pyspark).
+
+Batch: every log named (or matching ``logPattern``) from its starting position to its ending
+position (default: the head when planned). Streaming: offsets are exact positions per log;
+each trigger advances every log from its offset towards its head (or the head frozen for
+``Trigger.AvailableNow``), at most ``maxEntriesPerTrigger`` entries in all, shared among
+logs in proportion to their backlog. A log that appears later under ``logPattern`` starts
+at its earliest record, as Kafka's source does for new partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from bkeeper.common.errors import ConfigError, LogNotFoundError
+from bkeeper.namedlog import LATEST, Position
+from bkeeper.spark.options import LOGS_MAX, SourceOptions
+from bkeeper.spark.plan import LogView, Span, limit_spans
+
+__all__ = ["advance", "batch_spans", "log_names", "start_positions"]
+
+
+async def log_names(view: LogView, options: SourceOptions) -> list[str]:
+    """The logs a read covers: those named (each must exist) or those matching."""
+    if options.log_pattern is None:
+        for name in options.logs:
+            await view.metadata(name)  # LogNotFoundError names a missing log
+        return list(dict.fromkeys(options.logs))
+    names = [name for name in await view.names() if options.matches(name)]
+    if len(names) > LOGS_MAX:
+        raise ConfigError(
+            f"logPattern {options.log_pattern!r} matches {len(names)} logs; at most "
+            f"{LOGS_MAX} per query"
+        )
+    return names
+
+
+async def start_positions(
+    view: LogView, options: SourceOptions, names: list[str]
+) -> dict[str, Position]:
+    """Where each log starts: ``startingTimestamp`` if set, else ``startingPosition``."""
+    unknown = sorted(set(options.starting) - set(names))
+    if unknown:
+        raise ConfigError(f"option startingPosition names logs this read does not cover: {unknown}")
+    positions = {}
+    for name in names:
+        if options.starting_timestamp_ms is not None:
+            positions[name] = await view.at_time(name, options.starting_timestamp_ms)
+        else:
+            spec = options.starting.get(name, options.starting_default)
+            positions[name] = await view.resolve(name, spec)
+    return positions
+
+
+async def batch_spans(view: LogView, options: SourceOptions) -> list[Span]:
+    """Every span a batch read covers, log by log."""
+    names = await log_names(view, options)
+    unknown = sorted(set(options.ending) - set(names))
+    if unknown:
+        raise ConfigError(f"option endingPosition names logs this read does not cover: {unknown}")
+    starts = await start_positions(view, options, names)
+    found: list[Span] = []
+    for name in names:
+        spec = options.ending.get(name, LATEST)
+        end = None if spec == LATEST else await view.resolve(name, spec)
+        spans, _ = await view.spans(
+            name, starts[name], end, fail_on_data_loss=options.fail_on_data_loss
+        )
+        found.extend(spans)
+    return found
+
+
+async def advance(
+    view: LogView,
+    options: SourceOptions,
+    start: Mapping[str, Position],
+    *,
+    targets: Mapping[str, Position] | None = None,
+    max_entries: int | None = None,
+) -> tuple[dict[str, Position], dict[str, Position], int]:
+    """One trigger's move: (end offsets, heads, entries covered). ``targets`` (frozen for
+    AvailableNow) bound each log; ``max_entries`` bounds the entries of all logs."""
+    names = list(targets) if targets is not None else await log_names(view, options)
+    spans: dict[str, list[Span]] = {}
+    heads: dict[str, Position] = {}
+    for name in names:
+        try:
+            origin = start[name] if name in start else await view.earliest(name)
+            spans[name], heads[name] = await view.spans(
+                name,
+                origin,
+                None if targets is None else targets[name],
+                fail_on_data_loss=options.fail_on_data_loss,
+            )
+        except LogNotFoundError:
+            if options.fail_on_data_loss and name in start:
+                raise
+            continue  # a log deleted under a logPattern read (or with failOnDataLoss off)
+    chosen = spans if max_entries is None else limit_spans(spans, max_entries)
+    ends = dict(start)
+    for name, items in chosen.items():
+        if len(items) == len(spans[name]) and sum(s.count for s in items) == sum(
+            s.count for s in spans[name]
+        ):
+            ends[name] = heads[name]
+        elif items:
+            ends[name] = Position(items[-1].ledger_id, items[-1].last + 1)
+    return ends, heads, sum(s.count for items in chosen.values() for s in items)
+
+
+async def spans_between(
+    view: LogView,
+    options: SourceOptions,
+    start: Mapping[str, Position],
+    end: Mapping[str, Position],
+) -> list[Span]:
+    """The spans of one micro-batch, from offsets ``start`` to ``end``."""
+    found: list[Span] = []
+    for name in sorted(end):
+        origin = start[name] if name in start else await view.earliest(name)
+        if origin == end[name]:
+            continue
+        spans, _ = await view.spans(
+            name, origin, end[name], fail_on_data_loss=options.fail_on_data_loss
+        )
+        found.extend(spans)
+    return found

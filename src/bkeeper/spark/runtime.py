@@ -1,0 +1,249 @@
+"""One bkeeper client per Spark Python process, and the work done with it (no pyspark).
+
+Spark reuses its Python workers across tasks and queries, so a client made for one task is
+kept in a module-level table (:func:`runtime`, keyed by metadata URI, client settings and
+password; at most ``RUNTIMES_MAX``) and serves every later task of that process. Each
+:class:`Runtime` runs an event loop on its own thread; the blocking methods here submit work
+to it. Nothing here is pickled: data source objects hold only options and plans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from bkeeper.client import BookKeeper, ClientConfig
+from bkeeper.client.read_handle import ReadHandle
+from bkeeper.client.sync import _LoopThread
+from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.errors import (
+    BKeeperError,
+    LedgerNotFoundError,
+    LogExistsError,
+    LogTruncatedError,
+)
+from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
+from bkeeper.spark.arrow import record_batch
+from bkeeper.spark.plan import LogView, Span
+
+__all__ = ["Runtime", "TaskLedgers", "runtime"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Clients one Python process keeps (one per distinct cluster and settings).
+RUNTIMES_MAX = 16
+#: Longest one blocking call into the client may take.
+CALL_TIMEOUT_S = 600.0
+#: Appends a write task keeps in flight per ledger.
+WRITE_IN_FLIGHT_MAX = 2_000
+
+#: A row to write: (log, payload, key, properties).
+Row = tuple[str, bytes, bytes | None, Mapping[str, bytes] | None]
+
+_runtimes: dict[tuple[Any, ...], Runtime] = {}
+_runtimes_lock = threading.Lock()
+
+
+def runtime(metadata: str, client: tuple[tuple[str, Any], ...], log_config: LogConfig) -> Runtime:
+    """This process's client for these settings (made on first use, then reused)."""
+    key = (metadata, client, log_config)
+    with _runtimes_lock:
+        found = _runtimes.get(key)
+        if found is not None and found.alive:
+            return found
+        if found is not None:
+            del _runtimes[key]
+        if len(_runtimes) >= RUNTIMES_MAX:
+            _runtimes.pop(next(iter(_runtimes))).close()
+        made = Runtime(metadata, ClientConfig(**dict(client)), log_config)
+        _runtimes[key] = made
+        return made
+
+
+class Runtime:
+    """A started client with named logs and a planning view, behind blocking calls."""
+
+    def __init__(self, metadata: str, config: ClientConfig, log_config: LogConfig) -> None:
+        self._loop = _LoopThread()
+        self.alive = True
+        try:
+            self.bk = self.call(BookKeeper(metadata, config).start())
+        except BaseException:
+            self._loop.stop()
+            raise
+        self.logs = NamedLogs(self.bk, log_config)
+        self.view = LogView(self.logs)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+        return self._loop.call(coro, timeout_s)
+
+    def close(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        with contextlib.suppress(Exception):
+            self.call(self.bk.close(), 30)
+        self._loop.stop()
+
+    # -- reading -------------------------------------------------------------------------
+    def read_span(
+        self, span: Span, *, include_properties: bool, rows_per_batch: int, fail_on_data_loss: bool
+    ) -> Iterator[pa.RecordBatch]:
+        """The records of ``span`` as Arrow batches of at most ``rows_per_batch`` rows."""
+        handle = self.call(self._open(span, fail_on_data_loss))
+        if handle is None:
+            return
+        chunks = handle.read_batches(span.first, span.last, unconfirmed=True)
+        pending: list[Any] = []
+        count = 0
+        try:
+            while True:
+                chunk = self.call(_next_or_none(chunks))
+                if chunk is None:
+                    break
+                pending.extend(chunk)
+                count += len(chunk)
+                while count >= rows_per_batch:
+                    part, pending = pending[:rows_per_batch], pending[rows_per_batch:]
+                    count -= len(part)
+                    yield record_batch(span.log, span.ledger_id, part, include_properties)
+            if pending:
+                yield record_batch(span.log, span.ledger_id, pending, include_properties)
+        finally:
+            with contextlib.suppress(BaseException):
+                self.call(chunks.aclose(), 30)
+
+    async def _open(self, span: Span, fail_on_data_loss: bool) -> ReadHandle | None:
+        try:
+            return await self.bk.open_ledger(
+                span.ledger_id, self.logs.config.password, recovery=False
+            )
+        except LedgerNotFoundError:
+            message = (
+                f"log {span.log!r}: ledger {span.ledger_id} (entries {span.first}.."
+                f"{span.last}) is gone: truncated or deleted after it was planned"
+            )
+            if fail_on_data_loss:
+                raise LogTruncatedError(message + "; failOnDataLoss=false skips it") from None
+            log.warning("%s; skipping it (failOnDataLoss=false)", message)
+            return None
+
+    # -- writing -------------------------------------------------------------------------
+    def ensure_log(self, name: str, create: bool) -> None:
+        async def run() -> None:
+            if create:
+                with contextlib.suppress(LogExistsError):
+                    await self.logs.create(name)
+            else:
+                await self.logs.log(name).metadata()  # LogNotFoundError names it
+
+        self.call(run())
+
+    def append_ledgers(
+        self, name: str, ledger_ids: list[int], writer_id: str | None, batch_id: int | None
+    ) -> bool:
+        return self.call(
+            self.logs.log(name).append_ledgers(ledger_ids, writer_id=writer_id, batch_id=batch_id)
+        )
+
+    def delete_ledgers(self, ledger_ids: list[int]) -> None:
+        async def run() -> None:
+            for ledger_id in ledger_ids:
+                with contextlib.suppress(LedgerNotFoundError):
+                    await self.bk.delete_ledger(ledger_id)
+
+        self.call(run())
+
+
+async def _next_or_none(chunks: Any) -> Any:
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+@dataclass
+class TaskLedgers:
+    """The ledgers one write task made, per log, in order; see ``bkeeper.spark.sink``."""
+
+    runtime: Runtime
+    roll_bytes: int
+    ledgers: dict[str, list[int]] = field(default_factory=dict)
+    records: int = 0
+    _open: dict[str, WriteHandle] = field(default_factory=dict)
+    _pending: list[asyncio.Future[int]] = field(default_factory=list)
+
+    def write(
+        self, rows: Iterator[tuple[str, bytes, bytes | None, Mapping[str, bytes] | None]]
+    ) -> None:
+        """Append rows (log, payload, key, properties) to this task's ledgers."""
+        self.runtime.call(self._write(list(rows)))
+
+    async def _write(self, rows: list[Row]) -> None:
+        now = int(time.time() * 1000)
+        for name, payload, key, properties in rows:
+            handle = self._open.get(name)
+            if handle is None or handle.length >= self.roll_bytes:
+                handle = await self._next_ledger(name)
+            data = encode_record(payload, now, key, properties)
+            self._pending.append(await handle.append_async(data))
+            self.records += 1
+            if len(self._pending) >= WRITE_IN_FLIGHT_MAX:
+                await self._drain()
+        await self._drain()
+
+    async def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        await asyncio.gather(*pending)
+
+    async def _next_ledger(self, name: str) -> WriteHandle:
+        old = self._open.pop(name, None)
+        if old is not None:
+            await self._drain()
+            await old.close()
+        config = self.runtime.logs.config
+        handle = await self.runtime.bk.create_ledger(
+            config.ensemble_size,
+            config.write_quorum,
+            config.ack_quorum,
+            digest=config.digest,
+            password=config.password,
+        )
+        self.ledgers.setdefault(name, []).append(handle.ledger_id)
+        self._open[name] = handle
+        return handle
+
+    def seal(self) -> dict[str, list[int]]:
+        """Seal every ledger; the ledger ids per log."""
+
+        async def run() -> None:
+            await self._drain()
+            for handle in self._open.values():
+                await handle.close()
+            self._open.clear()
+
+        self.runtime.call(run())
+        return self.ledgers
+
+    def discard(self) -> None:
+        """Delete every ledger this task made (after a failure)."""
+
+        async def run() -> None:
+            for handle in self._open.values():
+                with contextlib.suppress(BKeeperError):
+                    await handle.close()
+            self._open.clear()
+
+        with contextlib.suppress(BaseException):
+            self.runtime.call(run(), 60)
+            self.runtime.delete_ledgers([i for ids in self.ledgers.values() for i in ids])

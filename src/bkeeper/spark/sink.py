@@ -1,0 +1,140 @@
+"""Exactly-once writes to named logs from Spark (batch and streaming).
+
+Each write task appends its rows to ledgers of its own (one per log it writes to, rolled at
+``rollBytes``) and seals them; its commit message names them. The driver's commit appends
+each log's task ledgers to the log in one compare-and-set
+(:meth:`bkeeper.namedlog.NamedLog.append_ledgers`), so a reader sees a batch whole or not at
+all. A streaming commit records ``(writer id, batch id)`` in that same compare-and-set: when
+Spark replays a batch after a failure between the sink commit and its checkpoint commit, the
+log already holds the batch, the commit appends nothing and the replay's ledgers are deleted.
+The writer id is the ``writerId`` option or, by default, derived from the query's checkpoint
+location, so it survives restarts. ``abort`` deletes the task ledgers; a failed task deletes
+its own.
+
+Order: the rows of one task stay in order; tasks follow each other in the order their first
+ledgers were made (Spark does not order rows across tasks).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.spark.arrow import sink_rows
+from bkeeper.spark.options import SinkOptions, sink_options
+from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
+
+__all__ = ["BatchWriter", "LedgersMessage", "StreamWriter", "sink_for"]
+
+_COLUMNS = {"payload", "key", "log", "properties"}
+
+
+@dataclass
+class LedgersMessage(WriterCommitMessage):
+    """What one task wrote: sealed ledger ids per log, in order, and the row count."""
+
+    ledgers: dict[str, list[int]] = field(default_factory=dict)
+    records: int = 0
+
+
+def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any:
+    """The writer for these options, after checking the DataFrame's columns (driver)."""
+    parsed = sink_options(options)
+    names = [f.name for f in schema.fields]
+    unknown = sorted(set(names) - _COLUMNS)
+    if unknown or "payload" not in names:
+        raise ConfigError(
+            f"cannot write columns {names}: a bkeeper log takes payload (required), key, log "
+            "and properties"
+        )
+    if parsed.log is None and "log" not in names:
+        raise ConfigError("set the log option or give the DataFrame a log column")
+    rt = _runtime(parsed)
+    if parsed.log is not None:
+        rt.ensure_log(parsed.log, parsed.create_log)
+    if streaming:
+        return StreamWriter(parsed, parsed.writer_id or f"query:{uuid.uuid4()}")
+    return BatchWriter(parsed)
+
+
+def _runtime(options: SinkOptions) -> Runtime:
+    return runtime(options.metadata, options.client, options.log_config)
+
+
+def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> LedgersMessage:
+    task = TaskLedgers(_runtime(options), options.log_config.roll_bytes)
+    try:
+        for batch in batches:
+            task.write(sink_rows(batch, options.log))
+        ledgers = task.seal()
+    except BaseException:
+        task.discard()
+        raise
+    return LedgersMessage(ledgers, task.records)
+
+
+def _commit(
+    options: SinkOptions,
+    messages: Sequence[WriterCommitMessage | None],
+    writer_id: str | None,
+    batch_id: int | None,
+) -> None:
+    rt = _runtime(options)
+    by_log: dict[str, list[int]] = {}
+    for message in _ours(messages):
+        for name, ids in message.ledgers.items():
+            by_log.setdefault(name, []).extend(ids)
+    for name, ids in sorted(by_log.items()):
+        if name != options.log:
+            rt.ensure_log(name, options.create_log)
+        ids.sort()  # ledger ids grow in the order ledgers were made; a log's must grow
+        if not rt.append_ledgers(name, ids, writer_id, batch_id):
+            rt.delete_ledgers(ids)  # a replayed batch: the log holds it already
+
+
+def _ours(messages: Sequence[WriterCommitMessage | None]) -> list[LedgersMessage]:
+    return [m for m in messages if isinstance(m, LedgersMessage)]
+
+
+def _abort(options: SinkOptions, messages: Sequence[WriterCommitMessage | None]) -> None:
+    ids = [i for m in _ours(messages) for ledgers in m.ledgers.values() for i in ledgers]
+    _runtime(options).delete_ledgers(ids)
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
+        return _write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _commit(self.options, messages, None, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(self.options, messages)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions, writer_id: str) -> None:
+        self.options = options
+        self.writer_id = writer_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
+        return _write_task(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _commit(self.options, messages, self.writer_id, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _abort(self.options, messages)

@@ -1,0 +1,224 @@
+"""The ``bkeeper`` data source for PySpark: batch and streaming reads, batch and streaming
+writes of named logs. docs/spark.md lists the options and guarantees.
+
+Spark pickles the data source, the readers and the partitions and runs them in other Python
+processes, so these objects hold only validated options and plans; clients live in
+:mod:`bkeeper.spark.runtime`, one per process. Reads are partitioned by entry ranges
+(:mod:`bkeeper.spark.plan`), read straight from the bookies and returned as Arrow batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.namedlog import LogConfig, Position
+from bkeeper.spark.arrow import spark_schema
+from bkeeper.spark.options import (
+    SourceOptions,
+    offset_from_positions,
+    positions_from_offset,
+    source_options,
+)
+from bkeeper.spark.plan import Span, partition_spans
+from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between, start_positions
+from bkeeper.spark.runtime import Runtime, runtime
+from bkeeper.spark.sink import BatchWriter, StreamWriter, sink_for
+
+__all__ = ["BKeeperDataSource", "ReadPartition", "register"]
+
+log = logging.getLogger(__name__)
+
+
+def register(spark: Any) -> None:
+    """Register the data source with a SparkSession (``format("bkeeper")``)."""
+    spark.dataSource.register(BKeeperDataSource)
+
+
+@dataclass
+class ReadPartition(InputPartition):
+    """One Spark task: consecutive spans of entries."""
+
+    spans: tuple[Span, ...]
+
+
+def _runtime(options: SourceOptions) -> Runtime:
+    return runtime(options.metadata, options.client, LogConfig(password=options.password))
+
+
+def _check_schema(schema: StructType, options: SourceOptions) -> None:
+    wanted = spark_schema(options.include_properties)
+    names = [f.name for f in schema.fields]
+    expected = [part.split()[0] for part in wanted.split(", ")]
+    if names != expected:
+        raise ConfigError(
+            f"schema {names} is not the bkeeper schema {expected}; leave the schema out "
+            "(set includeProperties=true for the properties column)"
+        )
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, ReadPartition):
+        raise ConfigError(f"not a bkeeper partition: {partition!r}")
+    rt = _runtime(options)
+    for span in partition.spans:
+        yield from rt.read_span(
+            span,
+            include_properties=options.include_properties,
+            rows_per_batch=options.rows_per_batch,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+
+
+class BKeeperDataSource(DataSource):
+    """``spark.read.format("bkeeper").option("metadata", uri).option("log", name).load()``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bkeeper"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeProperties", "false")).lower() == "true"
+        return spark_schema(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = source_options(self.options, streaming=False)
+        _check_schema(schema, options)
+        return BatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        options = source_options(self.options, streaming=True)
+        _check_schema(schema, options)
+        return StreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ConfigError("bkeeper logs are append-only: write with mode('append')")
+        writer: DataSourceWriter = sink_for(self.options, streaming=False, schema=schema)
+        return writer
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        if overwrite:
+            raise ConfigError("bkeeper logs are append-only: use outputMode('append')")
+        writer: DataSourceStreamWriter = sink_for(self.options, streaming=True, schema=schema)
+        return writer
+
+
+class BatchReader(DataSourceReader):
+    """Plans entry-range partitions on the driver; reads them on executors."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[ReadPartition]:
+        options = self.options
+        spans = _runtime(options).call(batch_spans(_runtime(options).view, options))
+        return [ReadPartition(g) for g in partition_spans(spans, options.max_entries_per_split)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"<log>": {"ledger": L, "entry": E}}``, the next record of each log.
+
+    One instance lives on the driver for the whole query (Spark keeps it in one Python
+    process), so the head seen by the last ``latestOffset`` and the AvailableNow targets are
+    kept here; ``read`` runs on executors on other instances and uses only the partition.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._targets: dict[str, Position] | None = None
+        self._heads: dict[str, Position] | None = None
+
+    def _rt(self) -> Runtime:
+        return _runtime(self.options)
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+        rt = self._rt()
+
+        async def run() -> dict[str, Position]:
+            names = await log_names(rt.view, self.options)
+            return await start_positions(rt.view, self.options, names)
+
+        return offset_from_positions(rt.call(run()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.options.max_entries_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_entries_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        rt = self._rt()
+
+        async def run() -> dict[str, Position]:
+            names = await log_names(rt.view, self.options)
+            _, heads, _ = await advance(rt.view, self.options, {}, targets=None)
+            return {name: heads[name] for name in names if name in heads}
+
+        self._targets = rt.call(run())
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        positions = _exact(start)
+        max_entries = None
+        if isinstance(limit, ReadMaxRows):
+            max_entries = limit.max_rows
+        rt = self._rt()
+        ends, heads, covered = rt.call(
+            advance(
+                rt.view, self.options, positions, targets=self._targets, max_entries=max_entries
+            )
+        )
+        self._heads = heads
+        if isinstance(limit, ReadMinRows) and covered < limit.min_rows:
+            return start
+        return offset_from_positions(ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
+        return None if self._heads is None else offset_from_positions(self._heads)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadPartition]:
+        rt = self._rt()
+        spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
+        groups = partition_spans(spans, self.options.max_entries_per_split)
+        return [ReadPartition(g) for g in groups]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        log.debug("bkeeper stream: processed up to %s", end)
+
+
+def _exact(offset: dict[str, Any]) -> dict[str, Position]:
+    """Positions of an offset we produced (every log at an exact position)."""
+    positions = positions_from_offset(offset or {})
+    bad = [name for name, p in positions.items() if not isinstance(p, Position)]
+    if bad:
+        raise ConfigError(f"offset of logs {bad} is not an exact position")
+    return {name: p for name, p in positions.items() if isinstance(p, Position)}
+
+
+__all__ += ["BatchReader", "BatchWriter", "StreamReader", "StreamWriter"]

@@ -1,0 +1,73 @@
+"""Option validation of the Spark data source: every bad option named in a clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.namedlog import LATEST, Position
+from bkeeper.spark.options import (
+    offset_from_positions,
+    positions_from_offset,
+    sink_options,
+    source_options,
+)
+
+BASE = {"metadata": "zk://127.0.0.1:2181/ledgers"}
+
+
+def test_defaults_and_case_insensitive_names():
+    batch = source_options({**BASE, "LOG": "a, b", "maxentriespersplit": "5"}, streaming=False)
+    assert batch.logs == ("a", "b") and batch.max_entries_per_split == 5
+    assert batch.starting_default == "earliest" and batch.fail_on_data_loss
+    stream = source_options({**BASE, "log": "a", "maxEntriesPerTrigger": "7"}, streaming=True)
+    assert stream.starting_default == LATEST and stream.max_entries_per_trigger == 7
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"log": "a"}, False, "option metadata is required"),
+        ({**BASE}, False, "exactly one of the options log"),
+        ({**BASE, "log": "a", "logPattern": "a"}, False, "exactly one"),
+        ({**BASE, "logPattern": "("}, False, "logPattern"),
+        ({**BASE, "log": "a/b"}, False, "log name"),
+        ({**BASE, "log": "a", "maxEntriesPerSplit": "0"}, False, "maxEntriesPerSplit"),
+        ({**BASE, "log": "a", "maxEntriesPerSplit": "x"}, False, "not an integer"),
+        ({**BASE, "log": "a", "startingPosition": "latest"}, False, "not allowed for batch"),
+        ({**BASE, "log": "a", "startingPosition": "{"}, False, "not valid JSON"),
+        ({**BASE, "log": "a", "startingPosition": '{"a": {"ledger": -1, "entry": 0}}'}, False,
+         "position of log"),
+        ({**BASE, "log": "a", "endingPosition": "latest"}, True, "batch reads only"),
+        ({**BASE, "log": "a", "endingPosition": '{"a": "earliest"}'}, False, "cannot end"),
+        ({**BASE, "log": "a", "maxEntriesPerTrigger": "3"}, False, "streaming reads only"),
+        ({**BASE, "log": "a", "failOnDataLoss": "maybe"}, False, "failOnDataLoss"),
+        ({**BASE, "log": "a", "startingTimestamp": "yesterday"}, False, "startingTimestamp"),
+        ({**BASE, "log": "a", "client.nonsense": "1"}, False, "unknown client setting"),
+        ({**BASE, "log": "a", "client.read_timeout_ms": "-5"}, False, "read_timeout_ms"),
+        ({"metadata": "http://x", "log": "a"}, False, "zk://"),
+    ],
+)
+def test_bad_source_options(options, streaming, message):
+    with pytest.raises(ConfigError, match=message):
+        source_options(options, streaming=streaming)
+
+
+def test_positions_round_trip():
+    positions = {"b": Position(3, 4), "a": Position(1, 0)}
+    offset = offset_from_positions(positions)
+    assert list(offset) == ["a", "b"]
+    assert positions_from_offset(offset) == positions
+    assert positions_from_offset('{"a": "earliest"}') == {"a": "earliest"}
+
+
+def test_sink_options():
+    sink = sink_options({**BASE, "log": "out", "checkpointLocation": "/tmp/ck", "ackQuorum": "1"})
+    assert sink.writer_id and sink.writer_id.startswith("checkpoint:")
+    assert sink_options({**BASE, "checkpointLocation": "/tmp/ck"}).writer_id == sink.writer_id
+    assert sink_options({**BASE, "writerId": "me"}).writer_id == "me"
+    assert sink.log_config.ack_quorum == 1
+    with pytest.raises(ConfigError, match="ensemble_size >= write_quorum"):
+        sink_options({**BASE, "ensembleSize": "2", "writeQuorum": "3"})
+    with pytest.raises(ConfigError, match="digest"):
+        sink_options({**BASE, "digest": "md5"})

@@ -1,0 +1,169 @@
+"""Planning Spark reads on the in-memory cluster: spans, splits, read limits, data loss, and
+the exactly-once ledger append the sink relies on."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import LogFencedError, LogTruncatedError
+from bkeeper.namedlog import LogConfig, NamedLogs, Position
+from bkeeper.spark.options import source_options
+from bkeeper.spark.plan import LogView, Span, limit_spans, partition_spans, split_spans
+from bkeeper.spark.planner import advance, batch_spans, spans_between
+from bkeeper.testing.cluster import MemoryCluster
+
+FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
+SMALL = LogConfig(roll_bytes=300)
+
+
+def test_split_and_pack():
+    spans = [Span("a", 1, 0, 9), Span("a", 2, 0, 1), Span("a", 3, 5, 5), Span("a", 4, 0, 24)]
+    assert split_spans(spans[:1], 4) == [Span("a", 1, 0, 3), Span("a", 1, 4, 7), Span("a", 1, 8, 9)]
+    groups = partition_spans(spans, 10)
+    assert [sum(s.count for s in g) for g in groups] == [10, 2 + 1, 10, 10, 5]
+    flat = [s for g in groups for s in g]
+    # Every entry exactly once, in order.
+    covered = [(s.ledger_id, e) for s in flat for e in range(s.first, s.last + 1)]
+    expected = [(s.ledger_id, e) for s in spans for e in range(s.first, s.last + 1)]
+    assert covered == expected
+
+
+def test_limit_shares_by_backlog():
+    spans = {"a": [Span("a", 1, 0, 899)], "b": [Span("b", 2, 0, 99)], "c": []}
+    limited = limit_spans(spans, 100)
+    assert sum(s.count for s in limited["a"]) == 90
+    assert sum(s.count for s in limited["b"]) == 10
+    assert limited["c"] == []
+    # A tiny backlog still moves while the limit allows.
+    limited = limit_spans({"a": [Span("a", 1, 0, 9999)], "b": [Span("b", 2, 0, 0)]}, 10)
+    assert sum(s.count for s in limited["b"]) == 1
+    assert sum(s.count for items in limited.values() for s in items) == 10
+    assert limit_spans(spans, 10_000) == spans
+
+
+async def _log_with_rolls(logs: NamedLogs, name: str, count: int) -> list[Position]:
+    named = await logs.create(name)
+    writer = await named.open_writer()
+    positions = [await writer.append(b"record-%04d" % i) for i in range(count)]
+    await writer.close()
+    return positions
+
+
+async def test_spans_cover_a_log_across_rolls_and_stop_at_an_open_ledger():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        positions = await _log_with_rolls(logs, "a", 100)
+        assert len({p.ledger_id for p in positions}) > 3, "rolls made several ledgers"
+        view = LogView(logs)
+        spans, after = await view.spans("a", await view.earliest("a"))
+        covered = [Position(s.ledger_id, e) for s in spans for e in range(s.first, s.last + 1)]
+        assert covered == positions
+        assert after == Position(positions[-1].ledger_id, positions[-1].entry_id + 1)
+        tail = after
+        # From the middle to an exact end.
+        spans, after = await view.spans("a", positions[10], positions[50])
+        covered = [Position(s.ledger_id, e) for s in spans for e in range(s.first, s.last + 1)]
+        assert covered == positions[10:50]
+        assert after == positions[50] or after.ledger_id < positions[50].ledger_id
+
+        # An open ledger: spans end at its LAC, and the head moves as appends confirm.
+        writer = await logs.log("a").open_writer()
+        for i in range(5):
+            await writer.append(b"more-%d" % i)
+        spans, head = await view.spans("a", tail)
+        assert spans and not spans[-1].sealed
+        assert sum(s.count for s in spans) >= 4  # the last one's LAC may still be behind
+        await writer.close()
+        spans, head2 = await view.spans("a", tail)
+        assert sum(s.count for s in spans) == 5 and spans[-1].sealed
+        assert head2 >= head
+
+
+async def test_truncation_is_data_loss_both_ways():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        positions = await _log_with_rolls(logs, "a", 60)
+        view = LogView(logs)
+        start = await view.earliest("a")
+        cut = positions[40]
+        await logs.log("a").truncate(Position(cut.ledger_id, 0))
+        with pytest.raises(LogTruncatedError, match="failOnDataLoss"):
+            await view.spans("a", start)
+        spans, _ = await view.spans("a", start, fail_on_data_loss=False)
+        first = spans[0]
+        assert Position(first.ledger_id, first.first) == Position(cut.ledger_id, 0)
+        # A start at or after the truncation point is no loss.
+        spans, _ = await view.spans("a", Position(cut.ledger_id, 0))
+        assert spans
+
+
+async def test_planner_batch_and_stream_moves():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        a = await _log_with_rolls(logs, "a", 80)
+        b = await _log_with_rolls(logs, "b", 20)
+        view = LogView(logs)
+        options = source_options({"metadata": "memory://x/ledgers", "logPattern": "[ab]"},
+                                 streaming=False)
+        spans = await batch_spans(view, options)
+        assert sum(s.count for s in spans) == 100
+        stream = source_options({"metadata": "memory://x/ledgers", "logPattern": "[ab]",
+                                 "startingPosition": "earliest"}, streaming=True)
+        start = {"a": Position(a[0].ledger_id, 0)}  # b appears later: starts at earliest
+        ends, heads, covered = await advance(view, stream, start, max_entries=50)
+        assert covered == 50
+        between = await spans_between(view, stream, start, ends)
+        assert sum(s.count for s in between) == 50
+        assert {s.log for s in between} == {"a", "b"}
+        ends2, _, covered2 = await advance(view, stream, ends, max_entries=50)
+        assert covered2 == 50
+        ends3, _, covered3 = await advance(view, stream, ends2, max_entries=50)
+        assert covered3 == 0 and ends3 == ends2
+        rest = await spans_between(view, stream, ends, ends2)
+        got = [Position(s.ledger_id, e) for s in between + rest for e in range(s.first, s.last + 1)]
+        assert sorted(got) == sorted(a + b)
+        assert heads["a"] == Position(a[-1].ledger_id, a[-1].entry_id + 1)
+
+
+async def test_append_ledgers_is_idempotent_per_writer_and_batch():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        logs = NamedLogs(bk, SMALL)
+        named = await logs.create("a")
+        writer = await named.open_writer()
+        await writer.append(b"from the log writer")
+
+        async def task_ledger(*payloads: bytes) -> int:
+            from bkeeper.namedlog import encode_record
+
+            handle = await bk.create_ledger(3, 3, 2, password=b"")
+            for p in payloads:
+                await handle.append(encode_record(p, 1))
+            await handle.close()
+            return handle.ledger_id
+
+        first = [await task_ledger(b"t0-a", b"t0-b"), await task_ledger(b"t1-a")]
+        assert await named.append_ledgers(first, writer_id="q", batch_id=0)
+        with pytest.raises(LogFencedError):
+            await writer.append(b"fenced by the commit")
+        replay = [await task_ledger(b"t0-a", b"t0-b"), await task_ledger(b"t1-a")]
+        assert not await named.append_ledgers(replay, writer_id="q", batch_id=0)
+        meta = await named.metadata()
+        assert meta.last_batch("q") == 0
+        assert [x.ledger_id for x in meta.ledgers][-2:] == first
+
+        # A ledger older than the log's last one is copied, keeping ids increasing.
+        old = await task_ledger(b"old")
+        newer = await named.open_writer()
+        await newer.append(b"x")
+        await newer.close()
+        assert await named.append_ledgers([old], writer_id="q", batch_id=1)
+        meta = await named.metadata()
+        assert meta.ledgers[-1].ledger_id > old
+        reader = await named.open_reader()
+        records = []
+        while (record := await reader.next(1.0)) is not None:
+            records.append(record.payload)
+        await reader.close()
+        assert records == [b"from the log writer", b"t0-a", b"t0-b", b"t1-a", b"x", b"old"]
