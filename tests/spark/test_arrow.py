@@ -8,8 +8,6 @@ import pytest
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import encode_record
 from bkeeper.spark.arrow import arrow_schema, record_batch, sink_rows
-from bkeeper.wire.digest import DigestManager, DigestType
-
 
 
 def make_entries(ledger_id: int, records: list[bytes]):

@@ -36,8 +36,11 @@ def test_defaults_and_case_insensitive_names():
         ({**BASE, "log": "a", "maxEntriesPerSplit": "x"}, False, "not an integer"),
         ({**BASE, "log": "a", "startingPosition": "latest"}, False, "not allowed for batch"),
         ({**BASE, "log": "a", "startingPosition": "{"}, False, "not valid JSON"),
-        ({**BASE, "log": "a", "startingPosition": '{"a": {"ledger": -1, "entry": 0}}'}, False,
-         "position of log"),
+        (
+            {**BASE, "log": "a", "startingPosition": '{"a": {"ledger": -1, "entry": 0}}'},
+            False,
+            "position of log",
+        ),
         ({**BASE, "log": "a", "endingPosition": "latest"}, True, "batch reads only"),
         ({**BASE, "log": "a", "endingPosition": '{"a": "earliest"}'}, False, "cannot end"),
         ({**BASE, "log": "a", "maxEntriesPerTrigger": "3"}, False, "streaming reads only"),

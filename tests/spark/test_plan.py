@@ -104,12 +104,19 @@ async def test_planner_batch_and_stream_moves():
         a = await _log_with_rolls(logs, "a", 80)
         b = await _log_with_rolls(logs, "b", 20)
         view = LogView(logs)
-        options = source_options({"metadata": "memory://x/ledgers", "logPattern": "[ab]"},
-                                 streaming=False)
+        options = source_options(
+            {"metadata": "memory://x/ledgers", "logPattern": "[ab]"}, streaming=False
+        )
         spans = await batch_spans(view, options)
         assert sum(s.count for s in spans) == 100
-        stream = source_options({"metadata": "memory://x/ledgers", "logPattern": "[ab]",
-                                 "startingPosition": "earliest"}, streaming=True)
+        stream = source_options(
+            {
+                "metadata": "memory://x/ledgers",
+                "logPattern": "[ab]",
+                "startingPosition": "earliest",
+            },
+            streaming=True,
+        )
         start = {"a": Position(a[0].ledger_id, 0)}  # b appears later: starts at earliest
         ends, heads, covered = await advance(view, stream, start, max_entries=50)
         assert covered == 50
