@@ -4,21 +4,20 @@ The read schema (``source_schema``) is fixed; ``properties`` is added on request
 types match what Spark converts the Spark schema to exactly (Spark refuses a batch whose
 schema differs): ``timestamp`` is microseconds in UTC, ids are int64.
 
-Decoding avoids per-record Python objects where it can: record envelopes without key or
-properties (the common case) are parsed with one ``struct`` call each, and payloads are
-joined into one buffer that becomes the Arrow binary column directly.
+Decoding avoids per-record Python work where it can: when no record of a batch has a key or
+properties (the common case), the envelopes are joined into one buffer and parsed with numpy
+(timestamps gathered, headers masked out), and the remaining bytes become the Arrow binary
+column directly. Other batches are decoded record by record.
 """
 
 from __future__ import annotations
 
-import itertools
 import struct
-from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.records import FORMAT_VERSION, Position, decode_record
@@ -26,8 +25,7 @@ from bkeeper.wire.digest import Entry
 
 __all__ = ["arrow_schema", "record_batch", "sink_rows", "spark_schema"]
 
-_HEAD = struct.Struct(">BBq")
-_HEAD_BYTES = _HEAD.size
+_HEAD_BYTES = struct.calcsize(">BBq")
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 #: Bytes of payload one Arrow binary column holds at most (its offsets are int32).
 _BINARY_BYTES_MAX = 2**31 - 1
@@ -53,58 +51,77 @@ def arrow_schema(include_properties: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _binary(views: Sequence[Any]) -> pa.Array:
-    """A binary array of ``views`` (bytes-like), built from one joined buffer."""
-    data = b"".join(views)
-    if len(data) > _BINARY_BYTES_MAX:
-        return pa.array([bytes(v) for v in views], pa.binary())
-    offsets = array("i", itertools.accumulate(map(len, views), initial=0))
-    return pa.Array.from_buffers(
-        pa.binary(), len(views), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
-
-
 def record_batch(
     log: str, ledger_id: int, entries: Sequence[Entry], include_properties: bool
 ) -> pa.RecordBatch:
     """One Arrow batch of the records in ``entries`` (consecutive entries of one ledger)."""
-    unpack = _HEAD.unpack_from
-    times: list[int] = []
-    payloads: list[Any] = []
-    keys: list[bytes | None] | None = None
-    properties: list[list[tuple[str, bytes]]] | None = None
-    for index, entry in enumerate(entries):
-        view = entry.payload
-        version, flags, timestamp = unpack(view)
-        if flags == 0 and version == FORMAT_VERSION:
-            times.append(timestamp)
-            payloads.append(view[_HEAD_BYTES:])
-            if keys is not None:
-                keys.append(None)
-            if properties is not None:
-                properties.append([])
-            continue
-        record = decode_record(view, Position(ledger_id, entry.entry_id))
-        if keys is None:
-            keys = [None] * index
-        if properties is None:
-            properties = [[] for _ in range(index)]
-        times.append(record.timestamp_ms)
-        payloads.append(record.payload)
-        keys.append(record.key)
-        properties.append(list(record.properties.items()))
-    count = len(entries)
+    views = [entry.payload for entry in entries]
+    first = entries[0].entry_id if entries else 0
+    plain = _plain_columns(views)
+    if plain is None:
+        return _decoded_batch(log, ledger_id, entries, include_properties)
+    times_ms, payloads = plain
+    count = len(views)
+    columns = [
+        pa.repeat(pa.scalar(log, pa.string()), count),
+        pa.repeat(pa.scalar(ledger_id, pa.int64()), count),
+        pa.array(np.arange(first, first + count, dtype=np.int64)),
+        pa.array(times_ms * 1000, _TIMESTAMP),
+        pa.nulls(count, pa.binary()),
+        payloads,
+    ]
+    if include_properties:
+        columns.append(pa.array([[]] * count, pa.map_(pa.string(), pa.binary())))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_properties))
+
+
+def _plain_columns(views: Sequence[Any]) -> tuple[Any, pa.Array] | None:
+    """(timestamps in ms, payload column) when every record is plain (format 1, no key, no
+    properties), parsed with numpy over one joined buffer; None otherwise."""
+    count = len(views)
+    if count == 0:
+        return np.zeros(0, np.int64), pa.array([], pa.binary())
+    data = np.frombuffer(b"".join(views), np.uint8)
+    lengths = np.fromiter(map(len, views), np.int64, count=count)
+    if int(lengths.min()) < _HEAD_BYTES:
+        return None
+    starts = np.zeros(count, np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    if (data[starts] != FORMAT_VERSION).any() or data[starts + 1].any():
+        return None
+    head = starts[:, None] + np.arange(_HEAD_BYTES, dtype=np.int64)
+    times_ms = np.ascontiguousarray(data[head[:, 2:]]).view(">i8").ravel().astype(np.int64)
+    keep = np.ones(len(data), bool)
+    keep[head.ravel()] = False
+    body = data[keep]
+    if len(body) > _BINARY_BYTES_MAX:
+        return None
+    offsets = np.empty(count + 1, np.int32)
+    offsets[:-1] = starts - _HEAD_BYTES * np.arange(count, dtype=np.int64)
+    offsets[-1] = len(body)
+    payloads = pa.Array.from_buffers(
+        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
+    )
+    return times_ms, payloads
+
+
+def _decoded_batch(
+    log: str, ledger_id: int, entries: Sequence[Entry], include_properties: bool
+) -> pa.RecordBatch:
+    """``record_batch`` for batches with keys or properties: one decode per record."""
+    records = [decode_record(e.payload, Position(ledger_id, e.entry_id)) for e in entries]
+    count = len(records)
     first = entries[0].entry_id if entries else 0
     columns = [
         pa.repeat(pa.scalar(log, pa.string()), count),
         pa.repeat(pa.scalar(ledger_id, pa.int64()), count),
-        pa.array(range(first, first + count), pa.int64()),
-        pc.multiply(pa.array(times, pa.int64()), 1000).cast(_TIMESTAMP),
-        pa.array(keys, pa.binary()) if keys is not None else pa.nulls(count, pa.binary()),
-        _binary(payloads),
+        pa.array(np.arange(first, first + count, dtype=np.int64)),
+        pa.array(np.array([r.timestamp_ms for r in records], np.int64) * 1000, _TIMESTAMP),
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.payload for r in records], pa.binary()),
     ]
     if include_properties:
-        props = properties if properties is not None else [[] for _ in range(count)]
+        props = [list(r.properties.items()) for r in records]
         columns.append(pa.array(props, pa.map_(pa.string(), pa.binary())))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_properties))
 

@@ -1,0 +1,37 @@
+"""Spark ships readers, writers and partitions to other processes: they must pickle, and
+carry only options and plans (no client, lock or socket)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from bkeeper.spark.options import sink_options, source_options
+from bkeeper.spark.plan import Span
+from bkeeper.spark.sink import BatchWriter, LedgersMessage, StreamWriter
+from bkeeper.spark.source import BatchReader, ReadPartition, StreamReader
+
+URI = "zk://127.0.0.1:2181/ledgers"
+
+
+def round_trip(value):
+    return pickle.loads(pickle.dumps(value))
+
+
+def test_readers_partitions_and_writers_pickle():
+    options = source_options(
+        {"metadata": URI, "log": "a", "client.read_timeout_ms": "900"}, streaming=True
+    )
+    reader = round_trip(StreamReader(options))
+    assert reader.options == options and reader.options.client_config().read_timeout_ms == 900
+    batch = round_trip(BatchReader(source_options({"metadata": URI, "log": "a"}, streaming=False)))
+    assert batch.options.logs == ("a",)
+    partition = round_trip(ReadPartition((Span("a", 3, 0, 9), Span("a", 4, 0, 0))))
+    assert partition.spans[1] == Span("a", 4, 0, 0)
+    sink = sink_options({"metadata": URI, "log": "b", "checkpointLocation": "/tmp/x"})
+    assert round_trip(StreamWriter(sink, sink.writer_id or "")).writer_id == sink.writer_id
+    assert round_trip(BatchWriter(sink)).options == sink
+    assert round_trip(LedgersMessage({"b": [5, 7]}, 3)).ledgers == {"b": [5, 7]}
