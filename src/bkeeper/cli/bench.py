@@ -253,3 +253,40 @@ def log_bench(
             )
         )
         _print(results, "records")
+
+
+@bench.command("spark")
+@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@click.option("--log", "log_name", default="bench-spark", show_default=True)
+@click.option("--records", default=1_000_000, show_default=True, type=click.IntRange(1))
+@click.option("--record-size", default=100, show_default=True, type=click.IntRange(0))
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--master", default="local[2]", show_default=True)
+@click.option("--max-entries-per-split", default=100_000, show_default=True,
+              type=click.IntRange(1))  # fmt: skip
+def spark_bench(
+    metadata_uri: str,
+    log_name: str,
+    records: int,
+    record_size: int,
+    runs: int,
+    master: str,
+    max_entries_per_split: int,
+) -> None:
+    """Rows/s of a Spark batch read of a named log (filled first to --records records)."""
+    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.spark.bench import bench_spark_read, fill_log
+
+    with _cluster(metadata_uri, 3) as uri:
+        appended, seconds = run_event_loop(fill_log(uri, log_name, records, record_size))
+        results = []
+        if appended:
+            results.append(BenchResult("fill log (append)", appended, seconds,
+                                       appended * record_size))  # fmt: skip
+        runs_done = bench_spark_read(
+            uri, log_name, runs=runs, master=master, max_entries_per_split=max_entries_per_split
+        )
+        for index, run in enumerate(runs_done):
+            name = f"spark read {master}, {run.partitions} partitions, run {index + 1}"
+            results.append(BenchResult(name, run.rows, run.seconds, run.bytes))
+        _print(results, "rows")
