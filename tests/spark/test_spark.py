@@ -250,3 +250,37 @@ def test_batch_write_appends_whole(spark, spark_cluster):
     )
     mixed.write.format("bkeeper").option("metadata", uri).mode("append").save()
     assert sorted(read_log(uri, "wa")) == [b"a1", b"a2"] and read_log(uri, "wb") == [b"b1"]
+
+
+def _example(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_examples_dice_stats_and_stream_copy(spark, spark_cluster, tmp_path):
+    uri = spark_cluster.uri
+    values = [1 + (i * 7) % 6 for i in range(600)]
+    append(uri, "dice", [b"%d" % v for v in values])
+    stats = _example("dice_stats").dice_stats(spark, uri, "dice")
+    assert stats == [(v, values.count(v)) for v in range(1, 7)]
+    queries = _example("stream_copy").start_copies(
+        spark,
+        uri,
+        "dice",
+        "dice-copy",
+        str(tmp_path / "parquet"),
+        str(tmp_path / "ck"),
+        available_now=True,
+    )
+    for query in queries:
+        query.awaitTermination(120)
+        assert query.exception() is None
+    parquet = spark.read.parquet(str(tmp_path / "parquet"))
+    assert sorted(r.payload for r in parquet.collect()) == sorted(b"%d" % v for v in values)
+    assert sorted(read_log(uri, "dice-copy")) == sorted(b"%d" % v for v in values)
