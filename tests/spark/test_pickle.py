@@ -33,5 +33,5 @@ def test_readers_partitions_and_writers_pickle():
     assert partition.spans[1] == Span("a", 4, 0, 0)
     sink = sink_options({"metadata": URI, "log": "b", "checkpointLocation": "/tmp/x"})
     assert round_trip(StreamWriter(sink, sink.writer_id or "")).writer_id == sink.writer_id
-    assert round_trip(BatchWriter(sink)).options == sink
+    assert round_trip(BatchWriter(sink, "job")).options == sink
     assert round_trip(LedgersMessage({"b": [5, 7]}, 3)).ledgers == {"b": [5, 7]}

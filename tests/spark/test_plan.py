@@ -174,3 +174,32 @@ async def test_append_ledgers_is_idempotent_per_writer_and_batch():
             records.append(record.payload)
         await reader.close()
         assert records == [b"from the log writer", b"t0-a", b"t0-b", b"t1-a", b"x", b"old"]
+
+
+async def test_pending_ledgers_clean_and_abort_marks():
+    from bkeeper.namedlog.pending import PendingLedgers
+
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        logs = NamedLogs(bk, SMALL)
+        named = await logs.create("a")
+        made = []
+        for _ in range(3):
+            handle = await bk.create_ledger(3, 3, 2, password=b"")
+            await handle.close()
+            made.append(handle.ledger_id)
+        pending = PendingLedgers(bk.cluster.store, logs.store, "job-1")
+        for ledger_id in made:
+            await pending.add("a", ledger_id)
+        await named.append_ledgers(made[:1])  # appended, then the job died before unregistering
+        assert await pending.registered() == dict.fromkeys(made, "a")
+        assert await pending.clean(bk.delete_ledger) == made[1:]
+        assert await pending.registered() == {}
+        remaining = {i async for i in bk.list_ledgers()}
+        assert made[0] in remaining and not set(made[1:]) & remaining
+        # An aborted one-off job keeps its mark; others are independent.
+        await pending.mark_aborted()
+        assert await pending.aborted()
+        await pending.remove([])
+        assert await pending.aborted(), "the mark outlives the clean"
+        assert not await PendingLedgers(bk.cluster.store, logs.store, "job-2").aborted()

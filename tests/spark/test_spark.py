@@ -284,3 +284,33 @@ def test_examples_dice_stats_and_stream_copy(spark, spark_cluster, tmp_path):
     parquet = spark.read.parquet(str(tmp_path / "parquet"))
     assert sorted(r.payload for r in parquet.collect()) == sorted(b"%d" % v for v in values)
     assert sorted(read_log(uri, "dice-copy")) == sorted(b"%d" % v for v in values)
+
+
+def list_ledgers(uri: str) -> set[int]:
+    async def go():
+        async with BookKeeper(uri) as bk:
+            return {i async for i in bk.list_ledgers()}
+
+    return run(go)
+
+
+def test_a_failed_write_leaves_nothing_behind(spark, spark_cluster):
+    uri = spark_cluster.uri
+    append(uri, "atomic", [b"kept"])
+    before = list_ledgers(uri)
+    rows = [(b"ok-%d" % i,) for i in range(300)] + [(None,)]
+    df = (
+        spark.createDataFrame(rows, "payload binary")
+        .coalesce(1)
+        .union(spark.createDataFrame([(b"other-%d" % i,) for i in range(300)], "payload binary"))
+    )
+    with pytest.raises(Exception, match="payload column has nulls"):
+        df.write.format("bkeeper").option("metadata", uri).option("log", "atomic").mode(
+            "append"
+        ).save()
+    assert read_log(uri, "atomic") == [b"kept"], "readers never see part of a failed write"
+    deadline = time.monotonic() + 10
+    while list_ledgers(uri) != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = list_ledgers(uri)
+    assert after == before, f"ledgers left: {after - before}, gone: {before - after}"

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire.codes import Protocol
 
 __all__ = ["ClientConfig"]
@@ -23,6 +24,9 @@ class ClientConfig:
     bookies this often while idle, so readers see the last entry too (v3 WRITE_LAC).
     ``racks`` maps bookie ids to racks for ``placement="rackaware"``.
     ``recovery_batch_entries``: entries a recovery reads and re-writes concurrently.
+    ``batch_read_entries_max`` / ``batch_read_bytes_max``: what one v2 BATCH_READ request
+    asks for (a bookie may answer with fewer); the largest answer must fit a frame.
+    ``batch_reads_in_flight_max``: BATCH_READ requests in flight while iterating a range.
     """
 
     protocol: Protocol = Protocol.V2
@@ -40,6 +44,9 @@ class ClientConfig:
     racks: Mapping[str, str] = field(default_factory=dict)
     timeout_check_interval_ms: int = 100
     recovery_batch_entries: int = 64
+    batch_read_entries_max: int = 1_000
+    batch_read_bytes_max: int = 4 * 1024 * 1024
+    batch_reads_in_flight_max: int = 4
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -55,6 +62,9 @@ class ClientConfig:
             "metadata_retries_max",
             "timeout_check_interval_ms",
             "recovery_batch_entries",
+            "batch_read_entries_max",
+            "batch_read_bytes_max",
+            "batch_reads_in_flight_max",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -63,3 +73,10 @@ class ClientConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{name}: must be >= 0, got {value!r}")
+        # A full answer: 32 bytes of header, then a 4-byte length before every body.
+        answer_bytes_max = 32 + 4 * self.batch_read_entries_max + self.batch_read_bytes_max
+        if answer_bytes_max > MAX_FRAME_BYTES_DEFAULT:
+            raise ConfigError(
+                f"batch_read_bytes_max + 4 * batch_read_entries_max: a batch answer of up to "
+                f"{answer_bytes_max} bytes would not fit a {MAX_FRAME_BYTES_DEFAULT}-byte frame"
+            )

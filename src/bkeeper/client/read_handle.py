@@ -3,12 +3,16 @@
 Reads go to the replicas of the entry's write set in order; a replica that errs, answers
 with a body that fails its digest (a bad replica), or says it has no such entry is passed over
 for the next. A replica silent for ``speculative_read_timeout_ms`` gets company: the read is
-also sent to the next replica and the first good answer wins. ``read`` keeps up to
-``read_ahead_entries_max`` entry reads in flight and yields entries in order.
+also sent to the next replica and the first good answer wins. Over a range, this per-entry
+path keeps up to ``read_ahead_entries_max`` entry reads in flight and yields entries in order.
 
 LAC discovery (``read_last_add_confirmed``) asks every bookie of the last ensemble for its
 last entry (without fencing) and takes the highest LAC found in the bodies, once enough
 bookies answered to cover every write set (Qw - Qa + 1 each).
+
+Ranges (``read``, ``read_unconfirmed``, ``read_batches``) go through
+:mod:`bkeeper.client.batch_read`: v2 BATCH_READ requests where every bookie of a segment holds
+every entry (E == Qw), the per-entry path above elsewhere and as the batch path's fallback.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
+from bkeeper.client.batch_read import BatchReader, discard, plan_spans
 from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.common.errors import (
@@ -33,7 +38,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
-from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
 from bkeeper.wire.digest import DigestManager, DigestType, Entry
 from bkeeper.wire.messages import ReadLacRequest, ReadRequest
 
@@ -82,43 +87,86 @@ class ReadHandle:
         self._closed = True
 
     # -- entries -------------------------------------------------------------------------
-    async def read(self, first: int = 0, last: int | None = None) -> AsyncIterator[Entry]:
+    async def read(self, first: int = 0, last: int | None = None) -> AsyncGenerator[Entry, None]:
         """Entries ``first..last`` (default: up to the LAC); never beyond the LAC."""
+        async for entry in self._entries(first, last, unconfirmed=False):
+            yield entry
+
+    async def read_unconfirmed(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
+        """Entries ``first..last`` even beyond the LAC (they may not be durable yet)."""
+        async for entry in self._entries(first, last, unconfirmed=True):
+            yield entry
+
+    async def read_batches(
+        self, first: int, last: int | None = None, *, unconfirmed: bool = False
+    ) -> AsyncGenerator[list[Entry], None]:
+        """Entries ``first..last`` (default: up to the LAC) as non-empty lists, in order,
+        verified, each entry once. Beyond the LAC only with ``unconfirmed``.
+
+        Uses v2 BATCH_READ where a segment allows it (see :mod:`bkeeper.client.batch_read`),
+        else the per-entry path; errors are those of :meth:`read`, raised after the entries
+        before the one that failed. The LAC piggybacked on a list's entries is learnt before
+        the list is yielded.
+        """
+        async with contextlib.aclosing(self._batches(first, last, unconfirmed)) as batches:
+            async for batch in batches:
+                lac = max(entry.lac for entry in batch)
+                if lac > self._lac:  # noqa: PLR1730 (hot path: no call)
+                    self._lac = lac
+                yield batch
+
+    async def _entries(
+        self, first: int, last: int | None, unconfirmed: bool
+    ) -> AsyncGenerator[Entry, None]:
+        # The LAC is learnt entry by entry, as each entry is yielded (as readers expect).
+        async with contextlib.aclosing(self._batches(first, last, unconfirmed)) as batches:
+            async for batch in batches:
+                for entry in batch:
+                    if entry.lac > self._lac:  # noqa: PLR1730 (hot path: no call)
+                        self._lac = entry.lac
+                    yield entry
+
+    async def _batches(
+        self, first: int, last: int | None, unconfirmed: bool
+    ) -> AsyncGenerator[list[Entry], None]:
         if last is None:
             last = self._lac
-        if last > self._lac:
+        if last > self._lac and not unconfirmed:
             raise NoSuchEntryError(
                 f"ledger {self.ledger_id}: entry {last} is beyond the LAC {self._lac}; "
                 "use read_unconfirmed"
             )
-        async for entry in self._read_range(first, last):
-            yield entry
-
-    async def read_unconfirmed(self, first: int, last: int) -> AsyncIterator[Entry]:
-        """Entries ``first..last`` even beyond the LAC (they may not be durable yet)."""
-        async for entry in self._read_range(first, last):
-            yield entry
+        self._check_open()
+        if first < 0 or first > last + 1:
+            raise NoSuchEntryError(f"ledger {self.ledger_id}: bad range {first}..{last}")
+        reader = BatchReader(self._ctx, self.ledger_id, self._digest, self._read_chunks)
+        for span in plan_spans(self._versioned.value, first, last, self._config.protocol):
+            async with contextlib.aclosing(reader.read(span)) as batches:
+                async for batch in batches:
+                    yield batch
 
     async def read_entry(self, entry_id: int) -> Entry:
         return await self._read_one(entry_id)
 
-    async def _read_range(self, first: int, last: int) -> AsyncIterator[Entry]:
+    async def _read_chunks(self, first: int, last: int) -> AsyncGenerator[list[Entry], None]:
+        """The per-entry path: ``read_ahead_entries_max`` reads in flight; each list holds
+        the entries ready in order (at most ``batch_read_entries_max``)."""
         self._check_open()
-        if first < 0 or first > last + 1:
-            raise NoSuchEntryError(f"ledger {self.ledger_id}: bad range {first}..{last}")
         window: collections.deque[asyncio.Task[Entry]] = collections.deque()
         next_id = first
+        chunk_max = self._config.batch_read_entries_max
         try:
             while next_id <= last or window:
                 while next_id <= last and len(window) < self._config.read_ahead_entries_max:
                     window.append(asyncio.ensure_future(self._read_one(next_id)))
                     next_id += 1
-                entry = await window.popleft()
-                self._lac = max(self._lac, entry.lac)
-                yield entry
+                chunk = [await window[0]]
+                window.popleft()
+                while window and len(chunk) < chunk_max and _succeeded(window[0]):
+                    chunk.append(window.popleft().result())
+                yield chunk
         finally:
-            for task in window:
-                task.cancel()
+            discard(window)
 
     async def _read_one(self, entry_id: int) -> Entry:
         self._check_open()
@@ -282,9 +330,11 @@ class ReadHandle:
             raise ClientClosedError(f"handle of ledger {self.ledger_id} is closed")
 
 
-def _status_error(status: StatusCode, ledger_id: int, entry_id: int, bookie: str) -> BKeeperError:
-    from bkeeper.wire.codes import error_for_status
+def _succeeded(task: asyncio.Task[Entry]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
 
+
+def _status_error(status: StatusCode, ledger_id: int, entry_id: int, bookie: str) -> BKeeperError:
     return error_for_status(status, f"ledger {ledger_id} entry {entry_id} on {bookie}")
 
 

@@ -2,14 +2,15 @@
 
 One background thread per ``BookKeeper`` runs an event loop; every call submits a coroutine
 to it and waits for the result (bounded by ``call_timeout_s``). Handles mirror the asyncio
-ones. ``read`` returns an iterator that fetches entries in batches.
+ones. ``read_batches`` and ``read`` return iterators that fetch one batch of entries per
+round trip to the loop thread, while the loop keeps the next batch requests in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from bkeeper.client.bookkeeper import BookKeeper as AsyncBookKeeper
@@ -22,8 +23,6 @@ from bkeeper.wire.digest import Entry
 __all__ = ["BookKeeper", "ReadHandle", "WriteHandle"]
 
 T = TypeVar("T")
-
-_BATCH = 1000
 
 
 class _LoopThread:
@@ -40,6 +39,9 @@ class _LoopThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+
+    def on_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
@@ -90,22 +92,36 @@ class ReadHandle:
         return self._handle.last_add_confirmed
 
     def read(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
-        end = self._handle.last_add_confirmed if last is None else last
-        position = first
-        while position <= end:
-            batch_end = min(end, position + _BATCH - 1)
+        """Entries ``first..last`` (default: up to the LAC); never beyond the LAC."""
+        for batch in self.read_batches(first, last):
+            yield from batch
 
-            async def fetch(a: int = position, b: int = batch_end) -> list[Entry]:
-                return [e async for e in self._handle.read(a, b)]
-
-            yield from self._runner.call(fetch(), self._timeout)
-            position = batch_end + 1
+    def read_batches(
+        self, first: int = 0, last: int | None = None, *, unconfirmed: bool = False
+    ) -> Iterator[list[Entry]]:
+        """As the asyncio ``read_batches``: lists of entries, one per loop round trip."""
+        batches = self._handle.read_batches(first, last, unconfirmed=unconfirmed)
+        try:
+            while (batch := self._runner.call(_next_or_none(batches), self._timeout)) is not None:
+                yield batch
+        finally:
+            # A stopped loop would never run aclose; on the loop thread (garbage collection)
+            # waiting would deadlock: the loop's async-generator finalizer closes it then.
+            if self._runner.loop.is_running() and not self._runner.on_loop_thread():
+                self._runner.call(batches.aclose(), self._timeout)
 
     def read_last_add_confirmed(self) -> int:
         return self._runner.call(self._handle.read_last_add_confirmed(), self._timeout)
 
     def close(self) -> None:
         self._runner.call(self._handle.close(), self._timeout)
+
+
+async def _next_or_none(iterator: AsyncGenerator[T, None]) -> T | None:
+    try:
+        return await anext(iterator)
+    except StopAsyncIteration:
+        return None
 
 
 class BookKeeper:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import LogConfig, NamedLogs
+from bkeeper.namedlog import LogConfig, NamedLogs, Position
 from bkeeper.spark.plan import LogView
 
 __all__ = ["SparkReadRun", "bench_spark_read", "fill_log"]
@@ -45,7 +45,7 @@ async def fill_log(uri: str, name: str, records: int, record_bytes: int) -> tupl
         if missing:
             writer = await named.open_writer()
             payload = bytes(range(256)) * (record_bytes // 256 + 2)
-            pending: list[asyncio.Future[object]] = []
+            pending: list[asyncio.Future[Position]] = []
             for i in range(missing):
                 pending.append(await writer.append_async(payload[i % 256 : i % 256 + record_bytes]))
                 if len(pending) >= FILL_IN_FLIGHT_MAX:

@@ -31,6 +31,7 @@ from bkeeper.common.errors import (
     LogTruncatedError,
 )
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
+from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.spark.arrow import record_batch
 from bkeeper.spark.plan import LogView, Span
 
@@ -149,12 +150,36 @@ class Runtime:
 
         self.call(run())
 
+    def pending(self, job_id: str) -> PendingLedgers:
+        return PendingLedgers(self.bk.cluster.store, self.logs.store, job_id)
+
     def append_ledgers(
         self, name: str, ledger_ids: list[int], writer_id: str | None, batch_id: int | None
     ) -> bool:
+        """Append ``ledger_ids`` to the log (False: the batch was there already)."""
         return self.call(
             self.logs.log(name).append_ledgers(ledger_ids, writer_id=writer_id, batch_id=batch_id)
         )
+
+    def unregister(self, job_id: str, ledger_ids: list[int]) -> None:
+        self.call(self.pending(job_id).remove(ledger_ids))
+
+    def abort_job(self, job_id: str) -> list[int]:
+        """Mark a one-off job aborted, then clean it (see PendingLedgers)."""
+
+        async def run() -> list[int]:
+            pending = self.pending(job_id)
+            await pending.mark_aborted()
+            return await pending.clean(self.bk.delete_ledger)
+
+        return self.call(run())
+
+    def job_aborted(self, job_id: str) -> bool:
+        return self.call(self.pending(job_id).aborted())
+
+    def clean(self, job_id: str) -> list[int]:
+        """Delete the ledgers ``job_id`` registered that are in no log (see PendingLedgers)."""
+        return self.call(self.pending(job_id).clean(self.bk.delete_ledger))
 
     def delete_ledgers(self, ledger_ids: list[int]) -> None:
         async def run() -> None:
@@ -178,6 +203,7 @@ class TaskLedgers:
 
     runtime: Runtime
     roll_bytes: int
+    job_id: str
     ledgers: dict[str, list[int]] = field(default_factory=dict)
     records: int = 0
     _open: dict[str, WriteHandle] = field(default_factory=dict)
@@ -221,6 +247,8 @@ class TaskLedgers:
         )
         self.ledgers.setdefault(name, []).append(handle.ledger_id)
         self._open[name] = handle
+        # Registered before any record goes in, so a job that dies leaves nothing unknown.
+        await self.runtime.pending(self.job_id).add(name, handle.ledger_id)
         return handle
 
     def seal(self) -> dict[str, list[int]]:
@@ -246,4 +274,6 @@ class TaskLedgers:
 
         with contextlib.suppress(BaseException):
             self.runtime.call(run(), 60)
-            self.runtime.delete_ledgers([i for ids in self.ledgers.values() for i in ids])
+            ids = [i for ids in self.ledgers.values() for i in ids]
+            self.runtime.delete_ledgers(ids)
+            self.runtime.unregister(self.job_id, ids)

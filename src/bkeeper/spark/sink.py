@@ -8,8 +8,11 @@ all. A streaming commit records ``(writer id, batch id)`` in that same compare-a
 Spark replays a batch after a failure between the sink commit and its checkpoint commit, the
 log already holds the batch, the commit appends nothing and the replay's ledgers are deleted.
 The writer id is the ``writerId`` option or, by default, derived from the query's checkpoint
-location, so it survives restarts. ``abort`` deletes the task ledgers; a failed task deletes
-its own.
+location, so it survives restarts. Every task ledger is registered as pending for its job
+(:mod:`bkeeper.namedlog.pending`) before anything is written to it, and unregistered once
+appended: ``abort`` deletes every pending ledger of the job that no log holds (including
+those of tasks whose commit message Spark dropped), a failed task deletes its own, and a
+commit also deletes what an earlier, killed run of the same streaming query left.
 
 Order: the rows of one task stay in order; tasks follow each other in the order their first
 ledgers were made (Spark does not order rows across tasks).
@@ -63,16 +66,24 @@ def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any
     if parsed.log is not None:
         rt.ensure_log(parsed.log, parsed.create_log)
     if streaming:
-        return StreamWriter(parsed, parsed.writer_id or f"query:{uuid.uuid4()}")
-    return BatchWriter(parsed)
+        if parsed.writer_id is None:
+            raise ConfigError(
+                "a streaming write to bkeeper needs the checkpointLocation option (or writerId): "
+                "it identifies the query across restarts, for exactly-once commits"
+            )
+        # Spark makes this writer again in the process that commits: nothing is done here.
+        return StreamWriter(parsed, parsed.writer_id)
+    return BatchWriter(parsed, f"batch:{uuid.uuid4()}")
 
 
 def _runtime(options: SinkOptions) -> Runtime:
     return runtime(options.metadata, options.client, options.log_config)
 
 
-def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> LedgersMessage:
-    task = TaskLedgers(_runtime(options), options.log_config.roll_bytes)
+def _write_task(
+    options: SinkOptions, job_id: str, batches: Iterator[pa.RecordBatch], *, one_off: bool
+) -> LedgersMessage:
+    task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id)
     try:
         for batch in batches:
             task.write(sink_rows(batch, options.log))
@@ -80,15 +91,20 @@ def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Ledg
     except BaseException:
         task.discard()
         raise
+    if one_off and ledgers and task.runtime.job_aborted(job_id):
+        task.discard()  # a straggler of a job that failed and was cleaned already
+        return LedgersMessage()
     return LedgersMessage(ledgers, task.records)
 
 
 def _commit(
     options: SinkOptions,
     messages: Sequence[WriterCommitMessage | None],
-    writer_id: str | None,
+    job_id: str,
     batch_id: int | None,
 ) -> None:
+    """Append each log's task ledgers in one CAS (recording ``batch_id`` when given)."""
+    writer_id = job_id if batch_id is not None else None
     rt = _runtime(options)
     by_log: dict[str, list[int]] = {}
     for message in _ours(messages):
@@ -100,29 +116,38 @@ def _commit(
         ids.sort()  # ledger ids grow in the order ledgers were made; a log's must grow
         if not rt.append_ledgers(name, ids, writer_id, batch_id):
             rt.delete_ledgers(ids)  # a replayed batch: the log holds it already
+        rt.unregister(job_id, ids)
+    # Batches commit one after another, so anything still registered now was left by an
+    # earlier batch of this job that died before its commit or abort.
+    rt.clean(job_id)
 
 
 def _ours(messages: Sequence[WriterCommitMessage | None]) -> list[LedgersMessage]:
     return [m for m in messages if isinstance(m, LedgersMessage)]
 
 
-def _abort(options: SinkOptions, messages: Sequence[WriterCommitMessage | None]) -> None:
-    ids = [i for m in _ours(messages) for ledgers in m.ledgers.values() for i in ledgers]
-    _runtime(options).delete_ledgers(ids)
+def _abort(options: SinkOptions, job_id: str, *, one_off: bool) -> None:
+    """Delete every ledger of the job that no log holds: those of the tasks that reported
+    and those of tasks whose report Spark dropped (all are registered as pending)."""
+    if one_off:
+        _runtime(options).abort_job(job_id)
+    else:
+        _runtime(options).clean(job_id)
 
 
 class BatchWriter(DataSourceArrowWriter):
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, job_id: str) -> None:
         self.options = options
+        self.job_id = job_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
-        return _write_task(self.options, iterator)
+        return _write_task(self.options, self.job_id, iterator, one_off=True)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        _commit(self.options, messages, None, None)
+        _commit(self.options, messages, self.job_id, None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _abort(self.options, messages)
+        _abort(self.options, self.job_id, one_off=True)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -131,10 +156,10 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.writer_id = writer_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
-        return _write_task(self.options, iterator)
+        return _write_task(self.options, self.writer_id, iterator, one_off=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _commit(self.options, messages, self.writer_id, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        _abort(self.options, messages)
+        _abort(self.options, self.writer_id, one_off=False)

@@ -21,6 +21,7 @@ when the process died can be torn, and nothing in it was acknowledged.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass
 
@@ -232,19 +233,52 @@ class Storage:
         self, ledger_id: int, start_entry_id: int, max_count: int, max_bytes: int
     ) -> list[bytes]:
         """Consecutive entries from ``start_entry_id``: at least one, then up to
-        ``max_count`` entries and ``max_bytes`` bytes, stopping at the first missing one."""
-        bodies = [self.read_entry(ledger_id, start_entry_id)]
+        ``max_count`` entries and ``max_bytes`` bytes, stopping at the first missing one.
+
+        Raises as :meth:`read_entry` for the first entry (``-1`` means the last entry, and
+        then it is the only one). Takes the lock once for the whole range; bodies in entry
+        logs are read afterwards, outside it, as :meth:`read_entry` does.
+        """
+        engine = self._engine
+        with engine.lock:
+            state = self._state_locked(ledger_id)
+            if start_entry_id == -1:
+                start_entry_id, max_count = state.last_entry_id, 1
+            found = self._find_run_locked(state, start_entry_id, max_count, max_bytes)
+        if not found:
+            raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}"))
+        first = found[0]
+        bodies = [first if isinstance(first, bytes) else self._reader.read(first)]
         total = len(bodies[0])
-        for entry_id in range(start_entry_id + 1, start_entry_id + max_count):
-            try:
-                body = self.read_entry(ledger_id, entry_id)
-            except (NoSuchEntryError, DataUnknownError):
-                break
-            if total + len(body) > max_bytes:
+        for item in itertools.islice(found, 1, None):
+            body = item if isinstance(item, bytes) else self._reader.read(item)
+            total += len(body)
+            if total > max_bytes:
                 break
             bodies.append(body)
-            total += len(body)
         return bodies
+
+    def _find_run_locked(
+        self, state: LedgerState, start_entry_id: int, max_count: int, max_bytes: int
+    ) -> list[bytes | int]:
+        """Bodies (cached) or entry-log locations of consecutive entries from
+        ``start_entry_id``, up to the first missing one, ``max_count`` entries, or the byte
+        limit as far as cached bodies tell (the caller checks the rest)."""
+        if start_entry_id < 0:
+            return []
+        find = self._engine.find_locked
+        found: list[bytes | int] = []
+        cached_bytes = 0
+        for entry_id in range(start_entry_id, start_entry_id + max(1, max_count)):
+            item = find(state, entry_id)
+            if item is None:
+                break
+            if isinstance(item, bytes):
+                cached_bytes += len(item)
+                if cached_bytes > max_bytes and found:
+                    break
+            found.append(item)
+        return found
 
     def _find(self, ledger_id: int, entry_id: int) -> tuple[bytes | int, int]:
         engine = self._engine

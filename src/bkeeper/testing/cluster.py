@@ -8,7 +8,8 @@ N bookies, each the real request handlers over a real storage engine on a crasha
 * ``error`` — answer with a given status instead of serving;
 * ``delay`` — serve after a delay;
 * ``drop``/``hang`` — never answer (the request is served or not, as chosen);
-* ``corrupt`` — flip the last byte of every entry body served (a bad replica).
+* ``corrupt`` — flip the last byte of every entry body served, by READ or BATCH_READ (a bad
+  replica).
 
 ``crash(i)`` drops everything bookie ``i`` had not fsynced and restarts it from its disk.
 """
@@ -19,7 +20,7 @@ import asyncio
 import dataclasses
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ from bkeeper.server.handlers import BookieState, RequestHandlers, _error_respons
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.messages import ReadResponse, Request, Response
+from bkeeper.wire.messages import BatchReadResponse, ReadResponse, Request, Response
 
 __all__ = ["Fault", "MemoryBookie", "MemoryCluster"]
 
@@ -80,11 +81,19 @@ class _Responder:
 
     def respond(self, response: Response, size: int) -> None:
         if self._corrupt and isinstance(response, ReadResponse) and response.body:
-            body = bytearray(response.body)
-            body[-1] ^= 0xFF
-            response = dataclasses.replace(response, body=bytes(body))
+            response = dataclasses.replace(response, body=_flip_last_byte(response.body))
+        if self._corrupt and isinstance(response, BatchReadResponse):
+            bodies = tuple(_flip_last_byte(body) for body in response.bodies)
+            response = dataclasses.replace(response, bodies=bodies)
         if not self._future.done() and not self._conn.dropped(self._future):
             self._future.set_result(response)
+
+
+def _flip_last_byte(body: bytes | bytearray | memoryview) -> bytes:
+    flipped = bytearray(body)
+    if flipped:
+        flipped[-1] ^= 0xFF
+    return bytes(flipped)
 
 
 class _MemoryConnection:
@@ -195,14 +204,24 @@ class _MemoryTransport:
 
 
 class MemoryCluster:
-    """``async with MemoryCluster(3) as cluster: bk = await cluster.client()``."""
+    """``async with MemoryCluster(3) as cluster: bk = await cluster.client()``.
 
-    def __init__(self, bookies: int = 3, name: str | None = None) -> None:
+    ``bookie_options`` are extra :class:`BookieConfig` fields for every bookie (for example
+    ``{"batch_read_bytes_max": 1000}``).
+    """
+
+    def __init__(
+        self,
+        bookies: int = 3,
+        name: str | None = None,
+        bookie_options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.name = name or f"cluster-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         self.uri = f"memory://{self.name}/ledgers"
         self.bookies = [
             MemoryBookie(f"bookie-{i}:3181", MemoryFileSystem()) for i in range(bookies)
         ]
+        self.bookie_options = dict(bookie_options or {})
         self.metadata: ClusterMetadata | None = None
         self._clients: list[BookKeeper] = []
 
@@ -230,7 +249,7 @@ class MemoryCluster:
     async def start_bookie(self, bookie: MemoryBookie) -> None:
         assert self.metadata is not None
         data_dir = f"/{bookie.bookie_id.replace(':', '_')}"
-        config = BookieConfig(data_dir=data_dir, bookie_id=bookie.bookie_id)
+        config = BookieConfig(data_dir=data_dir, bookie_id=bookie.bookie_id, **self.bookie_options)
         handlers_box: list[RequestHandlers] = []
 
         def on_durable(tokens: list[object], error: BaseException | None) -> None:

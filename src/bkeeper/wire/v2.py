@@ -79,6 +79,7 @@ _READ_RESPONSE_FRAME = struct.Struct(">iiiqq")
 _READ_REQUEST = struct.Struct(">iqq")
 _BATCH_REQUEST = struct.Struct(">iqqqiq")
 _BATCH_RESPONSE = struct.Struct(">iiqqq")
+_LEN_BATCH_RESPONSE = struct.Struct(">iiiqqq")
 
 _OP_ADD = int(V2OpCode.ADD_ENTRY)
 _OP_READ = int(V2OpCode.READ_ENTRY)
@@ -349,17 +350,23 @@ def _read_response_frame(r: ReadResponse) -> bytes:
 
 
 def _batch_response_frame(r: BatchReadResponse) -> bytes:
-    parts = [
-        _BATCH_RESPONSE.pack(
-            header(_OP_BATCH), _rc(r.status), r.ledger_id, r.start_entry_id, r.request_id
-        )
-    ]
-    if r.status is _EOK:
-        for body in r.bodies:
-            parts.append(_I.pack(len(body)))
-            parts.append(bytes(body))
-    payload = b"".join(parts)
-    return _I.pack(len(payload)) + payload
+    """One join over the header and the bodies (no copy of a body before it)."""
+    bodies = r.bodies if r.status is _EOK else ()
+    count = len(bodies)
+    parts: list[BytesLike] = [b""] * (1 + 2 * count)
+    pack = _I.pack
+    parts[1::2] = [pack(len(body)) for body in bodies]
+    parts[2::2] = bodies
+    payload_bytes = _BATCH_RESPONSE.size + 4 * count + sum(map(len, bodies))
+    parts[0] = _LEN_BATCH_RESPONSE.pack(
+        payload_bytes,
+        header(_OP_BATCH),
+        _rc(r.status),
+        r.ledger_id,
+        r.start_entry_id,
+        r.request_id,
+    )
+    return b"".join(parts)
 
 
 def _auth_response_frame(r: AuthResponse) -> bytes:
@@ -400,14 +407,20 @@ def _decode_batch_response(view: memoryview) -> BatchReadResponse:
     _need(view, _BATCH_RESPONSE.size, "BATCH_READ response")
     _, rc, ledger_id, start, request_id = _BATCH_RESPONSE.unpack_from(view)
     bodies: list[memoryview] = []
+    append = bodies.append
+    unpack_length = _I.unpack_from
     pos = _BATCH_RESPONSE.size
-    while pos < len(view):
-        _need(view, pos + 4, "BATCH_READ response entry length")
-        (size,) = _I.unpack_from(view, pos)
-        if size < 0 or pos + 4 + size > len(view):
+    end = len(view)
+    while pos < end:
+        if end - pos < 4:
+            raise ProtocolError(f"v2 BATCH_READ response entry length cut at byte {pos}")
+        (size,) = unpack_length(view, pos)
+        pos += 4
+        stop = pos + size
+        if size < 0 or stop > end:
             raise ProtocolError(f"BATCH_READ response entry of {size} bytes overruns the frame")
-        bodies.append(view[pos + 4 : pos + 4 + size])
-        pos += 4 + size
+        append(view[pos:stop])
+        pos = stop
     return BatchReadResponse(_status(rc), ledger_id, start, request_id, tuple(bodies))
 
 

@@ -1,0 +1,106 @@
+"""Ledgers written for a log but not yet appended to it, by job (pure bookkeeping on the
+metadata store, so that a failed or killed job's ledgers can be found and deleted).
+
+A job that writes ledgers to append later in one compare-and-set (a Spark write: each task
+writes its own ledgers, the driver appends them all) registers each ledger as it makes it:
+``<parent of the ledgers root>/bkeeper/pending/<job key>/<ledger id>``, holding the log's
+name. Appending them to the log and then unregistering them is the happy path; when the job
+fails, :meth:`PendingLedgers.clean` deletes every registered ledger that is not in its log's
+list, and unregisters those that are (a crash between the append and the unregistering).
+The job key is a hash of the job id, so any string can be a job id.
+
+A one-off job (a batch write) that fails is marked aborted (the job node's data) before its
+ledgers are cleaned, and the mark stays: a straggling task that registered a ledger after
+the clean sees the mark when it finishes and deletes its own ledgers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Awaitable, Callable
+
+from bkeeper.common.errors import (
+    LedgerNotFoundError,
+    LogNotFoundError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from bkeeper.meta.store import NodeStore, join_path
+from bkeeper.namedlog.metadata import LogStore
+
+__all__ = ["PendingLedgers"]
+
+_ABORTED = b"aborted"
+
+
+class PendingLedgers:
+    """The registry of one job's pending ledgers."""
+
+    def __init__(self, store: NodeStore, logs: LogStore, job_id: str) -> None:
+        self._store = store
+        self._logs = logs
+        key = hashlib.sha256(job_id.encode()).hexdigest()[:32]
+        self.path = join_path(logs.root.rpartition("/")[0], "pending", key)
+
+    async def add(self, log: str, ledger_id: int) -> None:
+        await self._store.create(
+            join_path(self.path, str(ledger_id)), log.encode(), make_parents=True
+        )
+
+    async def remove(self, ledger_ids: list[int]) -> None:
+        for ledger_id in ledger_ids:
+            with contextlib.suppress(NoNodeError):
+                await self._store.delete(join_path(self.path, str(ledger_id)))
+        if not await self.aborted():
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                await self._store.delete(self.path)
+
+    async def mark_aborted(self) -> None:
+        try:
+            await self._store.set(self.path, _ABORTED)
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                await self._store.create(self.path, _ABORTED, make_parents=True)
+            await self._store.set(self.path, _ABORTED)
+
+    async def aborted(self) -> bool:
+        try:
+            data, _ = await self._store.get(self.path)
+        except NoNodeError:
+            return False
+        return data == _ABORTED
+
+    async def registered(self) -> dict[int, str]:
+        """Ledger id -> log name of every registered ledger."""
+        try:
+            names = await self._store.children(self.path)
+        except NoNodeError:
+            return {}
+        found = {}
+        for name in names:
+            with contextlib.suppress(NoNodeError):
+                data, _ = await self._store.get(join_path(self.path, name))
+                found[int(name)] = data.decode()
+        return found
+
+    async def clean(self, delete_ledger: Callable[[int], Awaitable[None]]) -> list[int]:
+        """Delete the registered ledgers that are in no log (``delete_ledger`` is an async
+        function of a ledger id); unregister every one. The ids deleted."""
+        registered = await self.registered()
+        deleted = []
+        lists: dict[str, set[int]] = {}
+        for ledger_id, log in sorted(registered.items()):
+            if log not in lists:
+                try:
+                    meta, _ = await self._logs.read(log)
+                    lists[log] = {x.ledger_id for x in meta.ledgers}
+                except LogNotFoundError:
+                    lists[log] = set()
+            if ledger_id not in lists[log]:
+                with contextlib.suppress(LedgerNotFoundError):
+                    await delete_ledger(ledger_id)
+                deleted.append(ledger_id)
+        await self.remove(list(registered))
+        return deleted
