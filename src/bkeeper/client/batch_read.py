@@ -213,7 +213,6 @@ class BatchReader:
         bodies = response.bodies[:count]
         if not bodies:
             raise ProtocolError(f"{what}: a batch answer without entries")
-        verify = self._digest.verify_entry
-        entries = [verify(body, first + i) for i, body in enumerate(bodies)]
+        entries = self._digest.verify_entries(bodies, first)
         self._body_bytes = max(1, sum(map(len, bodies)) // len(bodies))
         return entries

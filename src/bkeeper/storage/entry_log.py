@@ -45,6 +45,25 @@ _OFFSET_MASK = (1 << 32) - 1
 #: A read fetches the record header and this many body bytes at once (one pread for most
 #: entries); longer bodies take a second pread.
 _READ_AHEAD_BYTES = 8192
+#: ``read_many`` reads a run of nearby records of one log with one pread of at most this
+#: many bytes (plus the read-ahead for the last record).
+_RUN_BYTES_MAX = 1024 * 1024
+
+
+def _run_end(locations: Sequence[int], start: int) -> int:
+    """The end (exclusive) of the run of ``locations`` from ``start``: same log, offsets
+    increasing, within ``_RUN_BYTES_MAX`` of the first."""
+    log_id = locations[start] >> 32
+    base = previous = locations[start] & _OFFSET_MASK
+    end = start + 1
+    while end < len(locations):
+        location = locations[end]
+        offset = location & _OFFSET_MASK
+        if location >> 32 != log_id or offset <= previous or offset - base > _RUN_BYTES_MAX:
+            break
+        previous = offset
+        end += 1
+    return end
 
 
 def entry_log_name(log_id: int) -> str:
@@ -166,6 +185,47 @@ class EntryLogReader:
         if len(body) != length or crc32c(body) != crc:
             raise self._corrupt(log_id, offset, "entry record fails its checksum")
         return body
+
+    def read_many(self, locations: Sequence[int]) -> list[bytes]:
+        """The bodies at ``locations``, in order, as :meth:`read` gives them; records that
+        lie close together in one log (a ledger's entries flushed together) are read with
+        one pread per run of up to ``_RUN_BYTES_MAX`` bytes instead of one each."""
+        found: list[tuple[bytes, int, int, int]] = []  # body, crc, log id, offset
+        index, count = 0, len(locations)
+        with self._lock:
+            while index < count:
+                end = _run_end(locations, index)
+                found.extend(self._read_run_locked(locations[index:end]))
+                index = end
+        bodies = []
+        for body, crc, log_id, offset in found:
+            if crc32c(body) != crc:
+                raise self._corrupt(log_id, offset, "entry record fails its checksum")
+            bodies.append(body)
+        return bodies
+
+    def _read_run_locked(self, run: Sequence[int]) -> list[tuple[bytes, int, int, int]]:
+        log_id = run[0] >> 32
+        base = run[0] & _OFFSET_MASK
+        handle = self._handle_locked(log_id)
+        span = (run[-1] & _OFFSET_MASK) - base + _RECORD.size + _READ_AHEAD_BYTES
+        data = handle.read_at(base, span)
+        view = memoryview(data)
+        out = []
+        for location in run:
+            offset = location & _OFFSET_MASK
+            at = offset - base
+            if len(data) < at + _RECORD.size:
+                raise self._corrupt(log_id, offset, "short record header")
+            length, crc = _RECORD.unpack_from(view, at)
+            start = at + _RECORD.size
+            body = bytes(view[start : start + length])
+            if len(body) < length:
+                body += handle.read_at(offset + _RECORD.size + len(body), length - len(body))
+            if len(body) != length:
+                raise self._corrupt(log_id, offset, "entry record is cut short")
+            out.append((body, crc, log_id, offset))
+        return out
 
     def forget(self, log_id: int) -> None:
         """Close the handle of a log about to be removed."""

@@ -21,7 +21,6 @@ when the process died can be torn, and nothing in it was acknowledged.
 
 from __future__ import annotations
 
-import itertools
 import struct
 from dataclasses import dataclass
 
@@ -56,6 +55,10 @@ _ADD = RecordKind.ADD_ENTRY
 
 def _ignore(tokens: list[object], error: BaseException | None) -> None:
     pass
+
+
+#: ``read_entries`` reads bodies from entry logs this many entries at a time.
+_READ_CHUNK_ENTRIES = 256
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,7 @@ class Storage:
 
         Raises as :meth:`read_entry` for the first entry (``-1`` means the last entry, and
         then it is the only one). Takes the lock once for the whole range; bodies in entry
-        logs are read afterwards, outside it, as :meth:`read_entry` does.
+        logs are read afterwards, outside it, nearby records with one read per run.
         """
         engine = self._engine
         with engine.lock:
@@ -247,15 +250,18 @@ class Storage:
             found = self._find_run_locked(state, start_entry_id, max_count, max_bytes)
         if not found:
             raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}"))
-        first = found[0]
-        bodies = [first if isinstance(first, bytes) else self._reader.read(first)]
-        total = len(bodies[0])
-        for item in itertools.islice(found, 1, None):
-            body = item if isinstance(item, bytes) else self._reader.read(item)
-            total += len(body)
-            if total > max_bytes:
-                break
-            bodies.append(body)
+        bodies: list[bytes] = []
+        total = 0
+        for at in range(0, len(found), _READ_CHUNK_ENTRIES):  # bounds what is read past max_bytes
+            chunk = found[at : at + _READ_CHUNK_ENTRIES]
+            on_disk = [item for item in chunk if not isinstance(item, bytes)]
+            read = iter(self._reader.read_many(on_disk) if on_disk else ())
+            for item in chunk:
+                body = item if isinstance(item, bytes) else next(read)
+                total += len(body)
+                if total > max_bytes and bodies:
+                    return bodies
+                bodies.append(body)
         return bodies
 
     def _find_run_locked(
