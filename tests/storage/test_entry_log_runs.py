@@ -11,6 +11,7 @@ from bkeeper.storage.entry_log import EntryLogReader, EntryLogWriter
 
 
 def write_logs(fs: MemoryFileSystem) -> tuple[list[int], list[bytes]]:
+    fs.makedirs("/d")
     bodies = [b"entry-%d-" % i + bytes([i % 256]) * (i * 37 % 300) for i in range(400)]
     bodies[10] = b"x" * 20_000  # longer than the read-ahead
     bodies[11] = b"y" * 3_000_000  # longer than a run
