@@ -20,12 +20,15 @@ from bkeeper.client.write_handle import WriteHandle as AsyncWriteHandle
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.digest import Entry
 
-__all__ = ["BookKeeper", "ReadHandle", "WriteHandle"]
+__all__ = ["BookKeeper", "LoopThread", "ReadHandle", "WriteHandle"]
 
 T = TypeVar("T")
 
 
-class _LoopThread:
+class LoopThread:
+    """An event loop (uvloop when installed) on a daemon thread; ``call`` runs a coroutine
+    on it and waits for the result."""
+
     def __init__(self) -> None:
         try:
             import uvloop
@@ -54,7 +57,7 @@ class _LoopThread:
 
 
 class WriteHandle:
-    def __init__(self, runner: _LoopThread, handle: AsyncWriteHandle, timeout_s: float | None):
+    def __init__(self, runner: LoopThread, handle: AsyncWriteHandle, timeout_s: float | None):
         self._runner, self._handle, self._timeout = runner, handle, timeout_s
         self.ledger_id = handle.ledger_id
 
@@ -79,7 +82,7 @@ class WriteHandle:
 
 
 class ReadHandle:
-    def __init__(self, runner: _LoopThread, handle: AsyncReadHandle, timeout_s: float | None):
+    def __init__(self, runner: LoopThread, handle: AsyncReadHandle, timeout_s: float | None):
         self._runner, self._handle, self._timeout = runner, handle, timeout_s
         self.ledger_id = handle.ledger_id
 
@@ -133,7 +136,7 @@ class BookKeeper:
         config: ClientConfig | None = None,
         call_timeout_s: float | None = 120.0,
     ) -> None:
-        self._runner = _LoopThread()
+        self._runner = LoopThread()
         self._timeout = call_timeout_s
 
         async def start() -> AsyncBookKeeper:

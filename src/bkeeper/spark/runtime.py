@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.read_handle import ReadHandle
-from bkeeper.client.sync import _LoopThread
+from bkeeper.client.sync import LoopThread
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import (
     BKeeperError,
@@ -90,7 +90,7 @@ class Runtime:
     """A started client with named logs and a planning view, behind blocking calls."""
 
     def __init__(self, metadata: str, config: ClientConfig, log_config: LogConfig) -> None:
-        self._loop = _LoopThread()
+        self._loop = LoopThread()
         self.alive = True
         try:
             self.bk = self.call(BookKeeper(metadata, config).start())
