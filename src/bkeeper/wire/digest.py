@@ -193,6 +193,7 @@ class DigestManager:
         answer). CRC digests are checked as integers, header and digest in one unpack, so
         the per-entry work is one unpack, two CRC calls and the checks; a body that fails
         goes through :meth:`verify_entry`, which raises naming the fault."""
+        crc: Callable[..., int]
         if self.digest_type is DigestType.CRC32C:
             layout, crc = _HEADER_CRC32C, _crc32c.crc32c
         elif self.digest_type is DigestType.CRC32:
