@@ -60,3 +60,14 @@ def test_benchmarks_run(real_cluster) -> None:
     log = bkeeper(uri, "bench", "log", "--duration", "0.5", "--rate", "200")
     assert log.returncode == 0, log.stderr
     assert "append -> tailing reader" in log.stdout
+
+
+def test_bench_spark_runs(real_cluster) -> None:
+    pytest.importorskip("pyspark")
+    uri = real_cluster.uri
+    spark = bkeeper(uri, "bench", "spark", "--records", "3000", "--runs", "1",
+                    "--max-entries-per-split", "1000")  # fmt: skip
+    assert spark.returncode == 0, spark.stderr[-2000:]
+    assert "fill log (append)" in spark.stdout
+    assert "spark read local[2], 3 partitions, run 1" in spark.stdout
+    assert "3,000" in spark.stdout

@@ -314,3 +314,56 @@ def test_a_failed_write_leaves_nothing_behind(spark, spark_cluster):
         time.sleep(0.2)
     after = list_ledgers(uri)
     assert after == before, f"ledgers left: {after - before}, gone: {before - after}"
+
+
+def test_stream_fails_on_data_loss_unless_told_not_to(spark, spark_cluster, tmp_path):
+    uri = spark_cluster.uri
+    positions = append(uri, "lossy-stream", [b"s%04d" % i for i in range(600)], roll_bytes=1500)
+
+    def start(name: str, fail: str):
+        return (
+            spark.readStream.format("bkeeper")
+            .option("metadata", uri)
+            .option("log", "lossy-stream")
+            .option("startingPosition", "earliest")
+            .option("maxEntriesPerTrigger", 100)
+            .option("failOnDataLoss", fail)
+            .load()
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    first = start("loss_strict", "true")
+    first.awaitTermination(120)
+    assert spark.table("loss_strict").count() == 600
+    cut = positions[400]
+    truncate(uri, "lossy-stream", Position(cut.ledger_id, 0))
+    append(uri, "lossy-stream", [b"new-%d" % i for i in range(5)])
+    # A new query from the earliest record of the truncated log reads what is left...
+    lenient = start("loss_lenient", "false")
+    lenient.awaitTermination(120)
+    assert lenient.exception() is None
+    kept = len([p for p in positions if p.ledger_id >= cut.ledger_id]) + 5
+    assert spark.table("loss_lenient").count() == kept
+    # A query whose checkpoint points before the cut fails, naming the option.
+    stale_checkpoint = tmp_path / "stale"
+    stale = (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", "lossy-stream")
+        .option(
+            "startingPosition",
+            json.dumps({"lossy-stream": {"ledger": positions[0].ledger_id, "entry": 0}}),
+        )
+        .load()
+        .writeStream.format("memory")
+        .queryName("loss_stale")
+        .option("checkpointLocation", str(stale_checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        stale.awaitTermination(120)
