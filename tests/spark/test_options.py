@@ -74,3 +74,24 @@ def test_sink_options():
         sink_options({**BASE, "ensembleSize": "2", "writeQuorum": "3"})
     with pytest.raises(ConfigError, match="digest"):
         sink_options({**BASE, "digest": "md5"})
+
+
+def test_trigger_size_options():
+    stream = source_options(
+        {**BASE, "log": "a", "minEntriesPerTrigger": "10", "maxTriggerDelay": "30s"},
+        streaming=True,
+    )
+    assert stream.min_entries_per_trigger == 10 and stream.max_trigger_delay_ms == 30_000
+    assert source_options({**BASE, "log": "a"}, streaming=True).max_trigger_delay_ms == 900_000
+    for text, ms in (("250ms", 250), ("2m", 120_000), ("1h", 3_600_000), ("40", 40)):
+        options = {**BASE, "log": "a", "maxTriggerDelay": text}
+        assert source_options(options, streaming=True).max_trigger_delay_ms == ms
+    with pytest.raises(ConfigError, match="not a duration"):
+        source_options({**BASE, "log": "a", "maxTriggerDelay": "soon"}, streaming=True)
+    with pytest.raises(ConfigError, match="streaming reads only"):
+        source_options({**BASE, "log": "a", "minEntriesPerTrigger": "5"}, streaming=False)
+    with pytest.raises(ConfigError, match="exceeds maxEntriesPerTrigger"):
+        source_options(
+            {**BASE, "log": "a", "minEntriesPerTrigger": "50", "maxEntriesPerTrigger": "10"},
+            streaming=True,
+        )

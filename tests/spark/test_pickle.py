@@ -35,3 +35,18 @@ def test_readers_partitions_and_writers_pickle():
     assert round_trip(StreamWriter(sink, sink.writer_id or "")).writer_id == sink.writer_id
     assert round_trip(BatchWriter(sink, "job")).options == sink
     assert round_trip(LedgersMessage({"b": [5, 7]}, 3)).ledgers == {"b": [5, 7]}
+
+
+def test_min_entries_per_trigger_waits_up_to_the_delay():
+    options = source_options(
+        {"metadata": URI, "log": "a", "minEntriesPerTrigger": "100", "maxTriggerDelay": "2s"},
+        streaming=True,
+    )
+    reader = StreamReader(options)
+    assert reader._should_wait(10), "too few entries and no delay passed yet"
+    assert not reader._should_wait(100)
+    reader._last_batch_s -= 2.5
+    assert not reader._should_wait(10), "the delay is up: read what there is"
+    reader._targets = {}
+    reader._last_batch_s += 2.5
+    assert not reader._should_wait(10), "AvailableNow never waits"

@@ -37,6 +37,9 @@ __all__ = [
 MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
 #: Rows per Arrow record batch a read task yields.
 ROWS_PER_BATCH_DEFAULT = 10_000
+#: How long a stream waits for ``minEntriesPerTrigger`` entries before it reads fewer.
+MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: Logs one query may read (a ``logPattern`` matching more is refused).
 LOGS_MAX = 10_000
 
@@ -57,6 +60,8 @@ class SourceOptions:
     ending: Mapping[str, PositionSpec] = field(default_factory=dict)
     max_entries_per_split: int = MAX_ENTRIES_PER_SPLIT_DEFAULT
     max_entries_per_trigger: int | None = None
+    min_entries_per_trigger: int | None = None
+    max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
     rows_per_batch: int = ROWS_PER_BATCH_DEFAULT
     fail_on_data_loss: bool = True
     include_properties: bool = False
@@ -118,6 +123,17 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if text.strip().lower() in ("false", "0", "no"):
         return False
     raise ConfigError(f"option {name}: {text!r} is not true or false")
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
+    """A duration such as ``500ms``, ``30s``, ``15m``, ``1h`` (a bare number is ms)."""
+    text = _get(options, name)
+    if text is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", text.lower())
+    if match is None:
+        raise ConfigError(f"option {name}: {text!r} is not a duration such as 500ms, 30s or 15m")
+    return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2) or "ms"]
 
 
 def _metadata(options: Mapping[str, str]) -> str:
@@ -256,8 +272,17 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
     split = _positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
     rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
     per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
-    if per_trigger is not None and not streaming:
-        raise ConfigError("option maxEntriesPerTrigger is for streaming reads only")
+    min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
+    delay_ms = _duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
+    if not streaming:
+        for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay"):
+            if _get(options, name) is not None:
+                raise ConfigError(f"option {name} is for streaming reads only")
+    if per_trigger and min_per_trigger and min_per_trigger > per_trigger:
+        raise ConfigError(
+            f"option minEntriesPerTrigger ({min_per_trigger}) exceeds maxEntriesPerTrigger "
+            f"({per_trigger})"
+        )
     assert split is not None and rows is not None
     return SourceOptions(
         metadata=metadata,
@@ -269,6 +294,8 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         ending=ending,
         max_entries_per_split=split,
         max_entries_per_trigger=per_trigger,
+        min_entries_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=delay_ms,
         rows_per_batch=rows,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_properties=_bool(options, "includeProperties", False),

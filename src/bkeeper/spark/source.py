@@ -10,6 +10,7 @@ processes, so these objects hold only validated options and plans; clients live 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._targets: dict[str, Position] | None = None
         self._heads: dict[str, Position] | None = None
+        self._last_batch_s = time.monotonic()
 
     def _rt(self) -> Runtime:
         return _runtime(self.options)
@@ -194,7 +196,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._heads = heads
         if isinstance(limit, ReadMinRows) and covered < limit.min_rows:
             return start
+        if covered and self._should_wait(covered):
+            return start
+        if covered:
+            self._last_batch_s = time.monotonic()
         return offset_from_positions(ends)
+
+    def _should_wait(self, covered: int) -> bool:
+        """``minEntriesPerTrigger``: too few entries, and ``maxTriggerDelay`` not yet up
+        since the last batch (AvailableNow never waits)."""
+        wanted = self.options.min_entries_per_trigger
+        if wanted is None or self._targets is not None or covered >= wanted:
+            return False
+        waited_ms = (time.monotonic() - self._last_batch_s) * 1000.0
+        return waited_ms < self.options.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
         return None if self._heads is None else offset_from_positions(self._heads)
