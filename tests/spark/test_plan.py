@@ -203,3 +203,26 @@ async def test_pending_ledgers_clean_and_abort_marks():
         await pending.remove([])
         assert await pending.aborted(), "the mark outlives the clean"
         assert not await PendingLedgers(bk.cluster.store, logs.store, "job-2").aborted()
+
+
+def test_bounds_from_filters_only_drop_rejected_entries():
+    from bkeeper.spark.plan import Bounds
+
+    spans = [Span("a", 1, 0, 99), Span("a", 2, 0, 99), Span("b", 3, 0, 9)]
+    bounds = Bounds().restrict("ledger", ">=", 2).restrict("entry", "<", 50)
+    assert bounds.narrow(spans) == [Span("a", 2, 0, 49), Span("b", 3, 0, 9)]
+    bounds = Bounds().restrict("log", "in", ("b", "c")).restrict("log", "=", "b")
+    assert bounds.narrow(spans) == [Span("b", 3, 0, 9)]
+    assert Bounds().restrict("ledger", "=", 1).restrict("entry", "in", (5, 7)).narrow(spans) == [
+        Span("a", 1, 5, 7)
+    ]
+    # Filters it cannot use change nothing.
+    for column, op, value in [
+        ("payload", "=", b"x"),
+        ("ledger", "=", "2"),
+        ("entry", "in", (1, "x")),
+        ("ledger", "!=", 1),
+        ("log", ">", "a"),
+    ]:
+        assert Bounds().restrict(column, op, value).narrow(spans) == spans
+    assert Bounds().restrict("ledger", ">", 5).narrow(spans) == []

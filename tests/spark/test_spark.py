@@ -367,3 +367,22 @@ def test_stream_fails_on_data_loss_unless_told_not_to(spark, spark_cluster, tmp_
     )
     with pytest.raises(Exception, match="failOnDataLoss"):
         stale.awaitTermination(120)
+
+
+def test_filter_pushdown_prunes_ledgers(spark, spark_cluster):
+    uri = spark_cluster.uri
+    positions = append(uri, "pushed", [b"p%04d" % i for i in range(1200)], roll_bytes=3000)
+    ledgers = sorted({p.ledger_id for p in positions})
+    assert len(ledgers) >= 4
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = source(spark, uri, log="pushed", filterPushdown="true", maxEntriesPerSplit=100)
+        everything = df.rdd.getNumPartitions()
+        pruned = df.where(f"ledger >= {ledgers[-2]} AND entry < 10")
+        expected = [p for p in positions if p.ledger_id >= ledgers[-2] and p.entry_id < 10]
+        assert pruned.rdd.getNumPartitions() < everything
+        rows = pruned.orderBy("ledger", "entry").collect()
+        assert [Position(r.ledger, r.entry) for r in rows] == expected
+        assert df.where("log = 'other'").count() == 0
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")

@@ -64,6 +64,7 @@ class SourceOptions:
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
     rows_per_batch: int = ROWS_PER_BATCH_DEFAULT
     fail_on_data_loss: bool = True
+    filter_pushdown: bool = False
     include_properties: bool = False
     password: bytes = b""
     client: tuple[tuple[str, Any], ...] = ()
@@ -298,6 +299,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         max_trigger_delay_ms=delay_ms,
         rows_per_batch=rows,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        filter_pushdown=_bool(options, "filterPushdown", False),
         include_properties=_bool(options, "includeProperties", False),
         password=password.encode(),
         client=_client(options),

@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bkeeper.common.errors import LedgerNotFoundError, LogTruncatedError
 from bkeeper.namedlog import EARLIEST, LATEST, NamedLogs, Position
 from bkeeper.namedlog.metadata import LogMetadata
 
-__all__ = ["LogView", "Span", "limit_spans", "partition_spans", "split_spans"]
+__all__ = ["Bounds", "LogView", "Span", "limit_spans", "partition_spans", "split_spans"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,80 @@ class Span:
     @property
     def count(self) -> int:
         return self.last - self.first + 1
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What pushed-down filters allow: a set of logs and inclusive ranges of ledger and entry
+    ids (None: no bound). Narrowing spans with them only drops entries the filters reject,
+    so Spark evaluating the filters again gives the same rows, from fewer reads."""
+
+    logs: frozenset[str] | None = None
+    ledger_min: int | None = None
+    ledger_max: int | None = None
+    entry_min: int | None = None
+    entry_max: int | None = None
+
+    def restrict(self, column: str, op: str, value: object) -> Bounds:
+        """These bounds and ``column op value`` (op: ``=``, ``<``, ``<=``, ``>``, ``>=``,
+        ``in``); unknown columns, ops and values change nothing."""
+        if column == "log":
+            names = _names(op, value)
+            if names is None:
+                return self
+            return replace(self, logs=names if self.logs is None else self.logs & names)
+        if column not in ("ledger", "entry"):
+            return self
+        low, high = _int_range(op, value)
+        key_min, key_max = f"{column}_min", f"{column}_max"
+        current_min, current_max = getattr(self, key_min), getattr(self, key_max)
+        if low is not None:
+            current_min = low if current_min is None else max(current_min, low)
+        if high is not None:
+            current_max = high if current_max is None else min(current_max, high)
+        return replace(self, **{key_min: current_min, key_max: current_max})
+
+    def narrow(self, spans: Sequence[Span]) -> list[Span]:
+        kept = []
+        for span in spans:
+            if self.logs is not None and span.log not in self.logs:
+                continue
+            if self.ledger_min is not None and span.ledger_id < self.ledger_min:
+                continue
+            if self.ledger_max is not None and span.ledger_id > self.ledger_max:
+                continue
+            first = span.first if self.entry_min is None else max(span.first, self.entry_min)
+            last = span.last if self.entry_max is None else min(span.last, self.entry_max)
+            if first <= last:
+                kept.append(Span(span.log, span.ledger_id, first, last, span.sealed))
+        return kept
+
+
+def _names(op: str, value: object) -> frozenset[str] | None:
+    if op == "=" and isinstance(value, str):
+        return frozenset((value,))
+    if op == "in" and isinstance(value, tuple | list | frozenset | set):
+        names = [v for v in value if isinstance(v, str)]
+        return frozenset(names) if len(names) == len(value) else None
+    return None
+
+
+def _int_range(op: str, value: object) -> tuple[int | None, int | None]:
+    """The inclusive id range ``x op value`` allows (None, None when it says nothing)."""
+    if op == "in" and isinstance(value, tuple | list | frozenset | set):
+        ints = [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+        if ints and len(ints) == len(value):
+            return min(ints), max(ints)
+        return None, None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None, None
+    return {
+        "=": (value, value),
+        ">": (value + 1, None),
+        ">=": (value, None),
+        "<": (None, value - 1),
+        "<=": (None, value),
+    }.get(op, (None, None))
 
 
 def split_spans(spans: Sequence[Span], max_entries: int) -> list[Span]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,14 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -42,7 +49,7 @@ from bkeeper.spark.options import (
     positions_from_offset,
     source_options,
 )
-from bkeeper.spark.plan import Span, partition_spans
+from bkeeper.spark.plan import Bounds, Span, partition_spans
 from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between, start_positions
 from bkeeper.spark.runtime import Runtime, runtime
 from bkeeper.spark.sink import BatchWriter, StreamWriter, sink_for
@@ -106,6 +113,8 @@ class BKeeperDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         options = source_options(self.options, streaming=False)
         _check_schema(schema, options)
+        if options.filter_pushdown:
+            return PushdownBatchReader(options)
         return BatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
@@ -132,13 +141,41 @@ class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
+    bounds = Bounds()
+
     def partitions(self) -> list[ReadPartition]:
         options = self.options
         spans = _runtime(options).call(batch_spans(_runtime(options).view, options))
+        spans = self.bounds.narrow(spans)
         return [ReadPartition(g) for g in partition_spans(spans, options.max_entries_per_split)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
+
+
+_FILTER_OPS: dict[type[Filter], str] = {
+    EqualTo: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+    In: "in",
+}
+
+
+class PushdownBatchReader(BatchReader):
+    """A batch reader that prunes its plan with filters on ``log``, ``ledger`` and ``entry``
+    (option ``filterPushdown=true``; Spark calls ``pushFilters`` only with
+    ``spark.sql.python.filterPushdown.enabled=true`` and fails reads of a reader that has it
+    when the setting is off, hence a separate class)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802
+        for found in filters:
+            op = _FILTER_OPS.get(type(found))
+            path: tuple[str, ...] = tuple(getattr(found, "attribute", ()))
+            if op is not None and len(path) == 1:
+                self.bounds = self.bounds.restrict(path[0], op, getattr(found, "value", None))
+            yield found  # Spark checks every filter again: pruning only saves reads
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -236,4 +273,4 @@ def _exact(offset: dict[str, Any]) -> dict[str, Position]:
     return {name: p for name, p in positions.items() if isinstance(p, Position)}
 
 
-__all__ += ["BatchReader", "BatchWriter", "StreamReader", "StreamWriter"]
+__all__ += ["BatchReader", "BatchWriter", "PushdownBatchReader", "StreamReader", "StreamWriter"]
