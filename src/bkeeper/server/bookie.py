@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -27,6 +28,9 @@ from bkeeper.storage import FileSystem, Storage, StorageConfig
 __all__ = ["Bookie"]
 
 log = logging.getLogger(__name__)
+
+#: Each wait between checkpoints is the interval times a random factor within 1 +- this.
+CHECKPOINT_JITTER = 0.25
 
 
 class Bookie:
@@ -133,8 +137,12 @@ class Bookie:
     async def _checkpoint_loop(self) -> None:
         interval = self.config.checkpoint_interval_ms / 1000.0
         while not self._stopping.is_set():
+            # Jitter keeps bookies started together from checkpointing together: with an
+            # ack quorum below the write quorum, one bookie's checkpoint then costs no add
+            # any latency.
+            wait = interval * random.uniform(1 - CHECKPOINT_JITTER, 1 + CHECKPOINT_JITTER)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                await asyncio.wait_for(self._stopping.wait(), wait)
             if self._stopping.is_set() or self.storage is None:
                 return
             try:
