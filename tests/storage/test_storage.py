@@ -279,3 +279,36 @@ def test_a_failed_checkpoint_loses_nothing(fs: MemoryFileSystem) -> None:
     assert storage.is_fenced(1) and storage.explicit_lac(1) == lac_body(1, 0)
     assert storage.list_entries(1) == [0, 1]
     storage.close()
+
+
+def test_old_journal_files_are_cut_down_then_removed(fs: MemoryFileSystem) -> None:
+    config = replace(
+        small_config(),
+        journal_file_bytes_max=4096,
+        journal_remove_step_bytes=512,
+        journal_remove_pause_ms=0,
+    )
+    storage, acks = open_storage(fs, config)
+    payload = b"p" * 300
+    for entry_id in range(40):
+        body = entry_body(1, entry_id, entry_id - 1, payload)
+        storage.add_entry(1, entry_id, KEY, body, token=entry_id)
+        acks.wait_for(entry_id)  # one group each, so the journal rolls every few entries
+    journals = fs.list_dir("/data/current/journal")
+    assert len(journals) > 3
+    storage.checkpoint()
+    left = fs.list_dir("/data/current/journal")
+    assert len(left) == 1 and left[0] == max(journals), "every file before the mark is gone"
+    after = fs.crash()
+    storage.abort()
+    storage, _ = open_storage(after, config)
+    assert storage.list_entries(1) == list(range(40))
+    assert storage.read_entry(1, 39) == entry_body(1, 39, 38, payload)
+    storage.close()
+
+
+def test_journal_removal_settings_are_validated() -> None:
+    with pytest.raises(ConfigError, match="journal_remove_pause_ms"):
+        replace(small_config(), journal_remove_pause_ms=-1)
+    with pytest.raises(ConfigError, match="journal_remove_step_bytes"):
+        replace(small_config(), journal_remove_step_bytes=0)

@@ -32,6 +32,10 @@ class StorageConfig:
     ``journal_queue_entries_max`` records and ``journal_queue_bytes_max`` bytes; beyond that
     adds fail with ``TooManyRequestsError``.
 
+    Journal files a checkpoint no longer needs are cut down ``journal_remove_step_bytes`` at
+    a time, ``journal_remove_pause_ms`` apart, before they are removed (a large file freed at
+    once stalls every fsync on the disk).
+
     The write cache (entries not yet in an entry log) holds at most ``write_cache_bytes_max``;
     a background flush starts when ``write_cache_flush_bytes`` (at most half the cache; None:
     1 MiB, or half the cache if smaller) are in use: small, frequent flushes keep each
@@ -48,6 +52,8 @@ class StorageConfig:
     journal_queue_bytes_max: int = 64 * MIB
     journal_file_bytes_max: int = 512 * MIB
     journal_skip_corrupt_records: bool = False
+    journal_remove_step_bytes: int = 32 * MIB
+    journal_remove_pause_ms: int = 20
     write_cache_bytes_max: int = 64 * MIB
     write_cache_flush_bytes: int | None = None
     read_cache_bytes_max: int = 32 * MIB
@@ -72,6 +78,7 @@ class StorageConfig:
             "entry_log_bytes_max",
             "entry_log_read_handles_max",
             "index_compaction_bytes_min",
+            "journal_remove_step_bytes",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -92,6 +99,9 @@ class StorageConfig:
                 f"entry_log_bytes_max: at most {ENTRY_LOG_BYTES_LIMIT} (32-bit offsets), "
                 f"got {self.entry_log_bytes_max}"
             )
+        pause = self.journal_remove_pause_ms
+        if isinstance(pause, bool) or not isinstance(pause, int) or not 0 <= pause <= 1000:
+            raise ConfigError(f"journal_remove_pause_ms: must be 0..1000, got {pause!r}")
         if not isinstance(self.journal_skip_corrupt_records, bool):
             raise ConfigError("journal_skip_corrupt_records: must be a bool")
 

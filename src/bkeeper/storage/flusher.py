@@ -56,10 +56,6 @@ __all__ = ["Flusher", "StorageLayout"]
 
 log = logging.getLogger(__name__)
 
-#: Old journal files are cut down this much at a time before they are removed...
-JOURNAL_REMOVE_STEP_BYTES = 32 * 1024 * 1024
-#: ...with this pause between cuts (see ``Flusher._remove_gently``).
-JOURNAL_REMOVE_PAUSE_S = 0.02
 
 #: Flushed entries are indexed under the lock this many at a time, so that the caller's
 #: thread never waits long for the lock.
@@ -93,6 +89,7 @@ class Flusher:
     ) -> None:
         self._fs = fs
         self._layout = layout
+        self._config = config
         self._engine = engine
         self._writer = EntryLogWriter(fs, layout.ledgers, entry_log_id, config.entry_log_bytes_max)
         self._flush_lock = threading.Lock()
@@ -246,19 +243,21 @@ class Flusher:
 
     def _remove_gently(self, paths: list[str]) -> None:
         """Remove old journal files outside the flush lock, cutting large ones down by
-        ``JOURNAL_REMOVE_STEP_BYTES`` at a time with a pause between: freeing a whole
+        ``journal_remove_step_bytes`` at a time with a pause between: freeing a whole
         journal file at once is one large filesystem transaction, and every fsync on the
         disk (this bookie's journal, and other bookies' on a shared disk) waits for it
         (measured: checkpoints of 540-670 ms on all three bookies of a sandbox, adds
         stalled for as long)."""
+        step = self._config.journal_remove_step_bytes
+        pause_s = self._config.journal_remove_pause_ms / 1000.0
         with self._journal_removal_lock:
             for path in paths:
                 with contextlib.suppress(FileNotFoundError):
                     size = self._fs.size(path)
-                    while size > JOURNAL_REMOVE_STEP_BYTES and not self._stopping:
-                        size -= JOURNAL_REMOVE_STEP_BYTES
+                    while size > step and not self._stopping:
+                        size -= step
                         self._fs.truncate(path, size)
-                        time.sleep(JOURNAL_REMOVE_PAUSE_S)
+                        time.sleep(pause_s)
                     self._fs.remove(path)
 
     # -- thread ------------------------------------------------------------------------
