@@ -50,3 +50,30 @@ def test_min_entries_per_trigger_waits_up_to_the_delay():
     reader._targets = {}
     reader._last_batch_s += 2.5
     assert not reader._should_wait(10), "AvailableNow never waits"
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ([("payload", "int")], "column payload of type int: use binary or string"),
+        ([("payload", "binary"), ("log", "binary")], "column log of type binary"),
+        ([("payload", "binary"), ("color", "string")], "a bkeeper log takes payload"),
+        ([("key", "binary")], "a bkeeper log takes payload"),
+        ([("payload", "binary"), ("properties", "map<string,int>")], "column properties"),
+    ],
+)
+def test_sink_refuses_bad_columns_on_the_driver(columns, message):
+    from pyspark.sql import types
+
+    from bkeeper.common.errors import ConfigError
+    from bkeeper.spark.sink import sink_for
+
+    known = {
+        "int": types.IntegerType(),
+        "binary": types.BinaryType(),
+        "string": types.StringType(),
+        "map<string,int>": types.MapType(types.StringType(), types.IntegerType()),
+    }
+    schema = types.StructType([types.StructField(name, known[ddl]) for name, ddl in columns])
+    with pytest.raises(ConfigError, match=message):
+        sink_for({"metadata": URI, "log": "a"}, streaming=False, schema=schema)

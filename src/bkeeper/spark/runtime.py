@@ -32,6 +32,7 @@ from bkeeper.common.errors import (
     LogTruncatedError,
 )
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
+from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.spark.arrow import record_batch
 from bkeeper.spark.plan import LogView, Span
@@ -248,6 +249,8 @@ class TaskLedgers:
         await asyncio.gather(*pending)
 
     async def _next_ledger(self, name: str) -> WriteHandle:
+        if name not in self.ledgers:
+            check_log_name(name)  # a bad name in a log column fails the task, naming it
         old = self._open.pop(name, None)
         if old is not None:
             await self._drain()

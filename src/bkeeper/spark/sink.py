@@ -39,7 +39,13 @@ from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
 
 __all__ = ["BatchWriter", "LedgersMessage", "StreamWriter", "sink_for"]
 
-_COLUMNS = {"payload", "key", "log", "properties"}
+_COLUMN_TYPES = {
+    "payload": ("binary", "string"),
+    "key": ("binary", "string"),
+    "log": ("string",),
+    "properties": ("map<string,binary>", "map<string,string>"),
+}
+_COLUMNS = set(_COLUMN_TYPES)
 
 
 @dataclass
@@ -62,6 +68,13 @@ def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any
         )
     if parsed.log is None and "log" not in names:
         raise ConfigError("set the log option or give the DataFrame a log column")
+    for field_ in schema.fields:
+        wanted = _COLUMN_TYPES[field_.name]
+        if field_.dataType.simpleString() not in wanted:
+            raise ConfigError(
+                f"cannot write column {field_.name} of type {field_.dataType.simpleString()}: "
+                f"use {' or '.join(wanted)}"
+            )
     rt = _runtime(parsed)
     if parsed.log is not None:
         rt.ensure_log(parsed.log, parsed.create_log)
