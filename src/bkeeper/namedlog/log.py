@@ -19,6 +19,7 @@ Limits: ``metadata_retries_max`` lost CAS per step; ``tail_poll_ms`` per long po
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -502,8 +503,12 @@ class LogReader:
         self._logs = named.logs
         self._config = named.logs.config
         self._start = start
-        self._records: AsyncIterator[Record] | None = None
-        self._pending: asyncio.Future[Record] | None = None
+        self._records: AsyncIterator[list[Record]] | None = None
+        self._pending: asyncio.Future[list[Record]] | None = None
+        #: Records read but not returned yet (one batch read's worth at most).
+        self._buffer: collections.deque[Record] = collections.deque()
+        #: The position after the last record put in the buffer (where a restart resumes).
+        self._fetched: Position | None = None
         self._closed = False
         self._first: Position | None = None
         self._first_meta: LogMetadata | None = None
@@ -522,42 +527,55 @@ class LogReader:
     def __aiter__(self) -> LogReader:
         return self
 
-    def _next_task(self) -> asyncio.Future[Record]:
-        """The read of the next record, shared by every caller until it completes (so a
-        caller that times out or is cancelled never breaks the reader)."""
+    def _next_task(self) -> asyncio.Future[list[Record]]:
+        """The read of the next batch of records, shared by every caller until it completes
+        (so a caller that times out or is cancelled never breaks the reader)."""
         if self._pending is None:
             if self._records is None:
                 self._records = self._run()
             self._pending = asyncio.ensure_future(self._records.__anext__())
         return self._pending
 
+    def _take(self) -> Record:
+        record = self._buffer.popleft()
+        self.position = Position(record.position.ledger_id, record.position.entry_id + 1)
+        return record
+
     async def __anext__(self) -> Record:
         if self._closed:
             raise StopAsyncIteration
-        task = self._next_task()
-        try:
-            return await asyncio.shield(task)
-        finally:
-            if task.done():
-                self._pending = None
+        while not self._buffer:
+            task = self._next_task()
+            try:
+                batch = await asyncio.shield(task)
+            finally:
+                if task.done():
+                    self._pending = None
+            self._buffer.extend(batch)
+        return self._take()
 
     async def next(self, timeout_s: float | None = None) -> Record | None:
         """The next record, or None when none comes within ``timeout_s`` (the read goes
         on, and a later call gets its record)."""
-        if self._closed:
-            return None
-        task = self._next_task()
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-        if not done:
-            return None
-        self._pending = None
-        try:
-            return task.result()
-        except StopAsyncIteration:
-            return None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._buffer:
+            if self._closed:
+                return None
+            task = self._next_task()
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, _ = await asyncio.wait({task}, timeout=wait)
+            if not done:
+                return None
+            self._pending = None
+            try:
+                self._buffer.extend(task.result())
+            except StopAsyncIteration:
+                return None
+        return self._take()
 
     async def close(self) -> None:
         self._closed = True
+        self._buffer.clear()
         if self._pending is not None:
             self._pending.cancel()
             with contextlib.suppress(BaseException):
@@ -630,26 +648,29 @@ class LogReader:
             end += 1
         return Position(last, end)
 
-    async def _run(self) -> AsyncIterator[Record]:
-        """Tail from the starting point, riding out store and bookie failures that may pass
-        (session expiry, lost connections, unavailable bookies) from the last record read."""
+    async def _run(self) -> AsyncIterator[list[Record]]:
+        """Tail from the starting point in batches, riding out store and bookie failures
+        that may pass (session expiry, lost connections, unavailable bookies) from the last
+        record read."""
         position = await self.seek()
         meta: LogMetadata | None = self._first_meta
         while not self._closed:
             try:
-                async for record in self._tail(position, meta):
-                    yield record
+                async for batch in self._tail(position, meta):
+                    yield batch
                 return
             except BKeeperError as exc:
                 if not (exc.retriable or isinstance(exc, SessionExpiredError)):
                     raise
                 log.info("log %s: reader retrying after: %s", self._log.name, exc)
                 await asyncio.sleep(self._config.tail_poll_ms / 1000.0)
-                if self.position is not None:
-                    position = max(position, self.position)
+                if self._fetched is not None:
+                    position = max(position, self._fetched)
                 meta = None
 
-    async def _tail(self, position: Position, meta: LogMetadata | None) -> AsyncIterator[Record]:
+    async def _tail(
+        self, position: Position, meta: LogMetadata | None
+    ) -> AsyncIterator[list[Record]]:
         config = self._config
         if meta is None:
             meta = await self._meta()
@@ -673,17 +694,17 @@ class LogReader:
                     position = Position(ledger_id + 1, 0)
                 continue
             if handle.is_closed:
-                async for record in self._read(handle, position.entry_id):
-                    yield record
+                async for batch in self._read(handle, position.entry_id):
+                    yield batch
                 position = Position(ledger_id + 1, 0)
                 continue
             # The ledger is open: tail it until it is sealed, rolled away from or deleted.
             lac = await handle.read_last_add_confirmed()
             while not self._closed:
                 if position.entry_id <= lac:
-                    async for record in self._read(handle, position.entry_id, lac):
-                        position = Position(ledger_id, record.position.entry_id + 1)
-                        yield record
+                    async for batch in self._read(handle, position.entry_id, lac):
+                        position = Position(ledger_id, batch[-1].position.entry_id + 1)
+                        yield batch
                 rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
                 wait_ms = min(config.tail_poll_ms, 50) if rolled else config.tail_poll_ms
                 new_lac = await handle.wait_last_add_confirmed(lac, wait_ms)
@@ -703,13 +724,14 @@ class LogReader:
 
     async def _read(
         self, handle: ReadHandle, first: int, last: int | None = None
-    ) -> AsyncIterator[Record]:
-        """Records ``first..last`` of the ledger (``last``: its LAC or last entry)."""
+    ) -> AsyncIterator[list[Record]]:
+        """Records ``first..last`` of the ledger (``last``: its LAC or last entry), a batch
+        read at a time."""
         end = handle.last_add_confirmed if last is None else last
         if first > end:
             return
-        async for entry in handle.read(first, end):
-            position = Position(handle.ledger_id, entry.entry_id)
-            record = decode_record(entry.payload, position)
-            self.position = Position(handle.ledger_id, entry.entry_id + 1)
-            yield record
+        ledger_id = handle.ledger_id
+        async for entries in handle.read_batches(first, end):
+            batch = [decode_record(e.payload, Position(ledger_id, e.entry_id)) for e in entries]
+            self._fetched = Position(ledger_id, entries[-1].entry_id + 1)
+            yield batch
