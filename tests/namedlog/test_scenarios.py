@@ -245,3 +245,32 @@ async def test_retention_by_size_and_age_truncates_sealed_ledgers():
                 await asyncio.sleep(0.005)
         await writer.close()
         assert len((await named.metadata()).ledgers) <= 3
+
+
+async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
+    from bkeeper.wire.codes import StatusCode
+
+    async with MemoryCluster(3) as cluster:
+        writer_client = await cluster.client(FAST)
+        reader_client = await cluster.client(
+            ClientConfig(add_timeout_ms=500, read_timeout_ms=300, long_poll_timeout_ms=200,
+                         batch_read_entries_max=40, speculative_read_timeout_ms=0)
+        )  # fmt: skip
+        config = LogConfig(roll_bytes=10_000, tail_poll_ms=100)
+        named = await NamedLogs(writer_client, config).create("log")
+        writer = await named.open_writer()
+        for i in range(300):
+            await writer.append(b"r%03d" % i)
+        await writer.close()
+        reader = await NamedLogs(reader_client, config).log("log").open_reader()
+        got = [(await reader.next(5.0)).payload for _ in range(75)]
+        assert reader.position is not None and reader.position.entry_id == 75
+        for index in range(3):  # every read fails for a while: the reader retries
+            cluster.fault(index, None, error=StatusCode.EIO)
+        pending = asyncio.ensure_future(drain(reader, 3.0))
+        await asyncio.sleep(0.5)
+        for index in range(3):
+            cluster.heal(index)
+        got += [r.payload for r in await pending]
+        await reader.close()
+        assert got == [b"r%03d" % i for i in range(300)]
