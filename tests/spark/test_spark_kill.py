@@ -1,0 +1,82 @@
+"""Exactly-once streaming writes under a real crash: a streaming copy between two logs is
+killed with SIGKILL (driver, JVM and Python workers at once) while it commits batches, then
+restarted; the target must hold every source record exactly once and no orphan ledger."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.spark.test_spark import append, list_ledgers, read_log, run
+
+pytestmark = pytest.mark.integration
+
+JOB = Path(__file__).with_name("copy_job.py")
+
+
+def committed_batches(uri: str, log: str) -> int:
+    from bkeeper.client import BookKeeper
+    from bkeeper.common.errors import LogNotFoundError
+    from bkeeper.namedlog import NamedLogs
+
+    async def go() -> int:
+        async with BookKeeper(uri) as bk:
+            try:
+                meta = await NamedLogs(bk).log(log).metadata()
+            except LogNotFoundError:
+                return -1
+            return max((c.batch_id for c in meta.commits), default=-1)
+
+    return run(go)
+
+
+def start_job(uri: str, checkpoint: Path, mode: str, log_file: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with open(log_file, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(JOB), uri, "kill-src", "kill-dst", str(checkpoint), mode],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+
+
+def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, tmp_path):
+    pytest.importorskip("pyspark")
+    uri = spark_cluster.uri
+    payloads = [b"kill-%05d" % i for i in range(2500)]
+    append(uri, "kill-src", payloads)
+    checkpoint, log_file = tmp_path / "ck", tmp_path / "job.log"
+    job = start_job(uri, checkpoint, "tail", log_file)
+    try:
+        deadline = time.monotonic() + 120
+        while committed_batches(uri, "kill-dst") < 4 and time.monotonic() < deadline:
+            assert job.poll() is None, log_file.read_text()[-3000:]
+            time.sleep(0.05)
+        assert committed_batches(uri, "kill-dst") >= 4, log_file.read_text()[-3000:]
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # mid-stream: likely inside a batch
+        job.wait(30)
+    assert len(read_log(uri, "kill-dst")) < len(payloads), "killed before the end"
+    drain = start_job(uri, checkpoint, "drain", log_file)
+    assert drain.wait(240) == 0, log_file.read_text()[-3000:]
+    copied = read_log(uri, "kill-dst")
+    assert len(copied) == len(payloads) and sorted(copied) == payloads, "no duplicate, no gap"
+
+    # Every ledger left is in one of the two logs: the killed batch's were cleaned up.
+    async def in_logs() -> set[int]:
+        from bkeeper.client import BookKeeper
+        from bkeeper.namedlog import NamedLogs
+
+        async with BookKeeper(uri) as bk:
+            logs = NamedLogs(bk)
+            found: set[int] = set()
+            for name in await logs.names():
+                found |= {x.ledger_id for x in (await logs.log(name).metadata()).ledgers}
+            return found
+
+    assert list_ledgers(uri) == run(in_logs)
