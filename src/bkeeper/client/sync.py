@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
 from bkeeper.client.bookkeeper import BookKeeper as AsyncBookKeeper
@@ -101,7 +101,7 @@ class ReadHandle:
 
     def read_batches(
         self, first: int = 0, last: int | None = None, *, unconfirmed: bool = False
-    ) -> Iterator[list[Entry]]:
+    ) -> Generator[list[Entry], None, None]:
         """As the asyncio ``read_batches``: lists of entries, one per loop round trip."""
         batches = self._handle.read_batches(first, last, unconfirmed=unconfirmed)
         try:

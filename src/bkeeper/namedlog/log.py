@@ -507,8 +507,6 @@ class LogReader:
         self._pending: asyncio.Future[list[Record]] | None = None
         #: Records read but not returned yet (one batch read's worth at most).
         self._buffer: collections.deque[Record] = collections.deque()
-        #: The position after the last record put in the buffer (where a restart resumes).
-        self._fetched: Position | None = None
         self._closed = False
         self._first: Position | None = None
         self._first_meta: LogMetadata | None = None
@@ -664,8 +662,10 @@ class LogReader:
                     raise
                 log.info("log %s: reader retrying after: %s", self._log.name, exc)
                 await asyncio.sleep(self._config.tail_poll_ms / 1000.0)
-                if self._fetched is not None:
-                    position = max(position, self._fetched)
+                # The generator runs only once the buffer is empty, so the position after
+                # the last record returned is also the one after the last record fetched.
+                if self.position is not None:
+                    position = max(position, self.position)
                 meta = None
 
     async def _tail(
@@ -733,5 +733,4 @@ class LogReader:
         ledger_id = handle.ledger_id
         async for entries in handle.read_batches(first, end):
             batch = [decode_record(e.payload, Position(ledger_id, e.entry_id)) for e in entries]
-            self._fetched = Position(ledger_id, entries[-1].entry_id + 1)
             yield batch

@@ -98,14 +98,15 @@ async def advance(
             continue  # a log deleted under a logPattern read (or with failOnDataLoss off)
     chosen = spans if max_entries is None else limit_spans(spans, max_entries)
     ends = dict(start)
+    covered = 0
     for name, items in chosen.items():
-        if len(items) == len(spans[name]) and sum(s.count for s in items) == sum(
-            s.count for s in spans[name]
-        ):
+        count = sum(s.count for s in items)
+        covered += count
+        if count == sum(s.count for s in spans[name]):  # a prefix as long as the whole
             ends[name] = heads[name]
-        elif items:
+        else:
             ends[name] = Position(items[-1].ledger_id, items[-1].last + 1)
-    return ends, heads, sum(s.count for items in chosen.values() for s in items)
+    return ends, heads, covered
 
 
 async def spans_between(

@@ -24,6 +24,7 @@ import pyarrow as pa
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.sync import LoopThread
+from bkeeper.client.sync import ReadHandle as SyncReadHandle
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import (
     BKeeperError,
@@ -36,6 +37,7 @@ from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.spark.arrow import record_batch
 from bkeeper.spark.plan import LogView, Span
+from bkeeper.wire.digest import Entry
 
 __all__ = ["Runtime", "TaskLedgers", "runtime"]
 
@@ -120,25 +122,19 @@ class Runtime:
         handle = self.call(self._open(span, fail_on_data_loss))
         if handle is None:
             return
-        chunks = handle.read_batches(span.first, span.last, unconfirmed=True)
-        pending: list[Any] = []
-        count = 0
-        try:
-            while True:
-                chunk = self.call(_next_or_none(chunks))
-                if chunk is None:
-                    break
+        reader = SyncReadHandle(self._loop, handle, CALL_TIMEOUT_S)
+        pending: list[Entry] = []
+        with contextlib.closing(
+            reader.read_batches(span.first, span.last, unconfirmed=True)
+        ) as batches:
+            for chunk in batches:
                 pending.extend(chunk)
-                count += len(chunk)
-                while count >= rows_per_batch:
-                    part, pending = pending[:rows_per_batch], pending[rows_per_batch:]
-                    count -= len(part)
-                    yield record_batch(span.log, span.ledger_id, part, include_properties)
-            if pending:
-                yield record_batch(span.log, span.ledger_id, pending, include_properties)
-        finally:
-            with contextlib.suppress(BaseException):
-                self.call(chunks.aclose(), 30)
+                while len(pending) >= rows_per_batch:
+                    yield record_batch(span.log, span.ledger_id, pending[:rows_per_batch],
+                                       include_properties)  # fmt: skip
+                    del pending[:rows_per_batch]
+        if pending:
+            yield record_batch(span.log, span.ledger_id, pending, include_properties)
 
     async def _open(self, span: Span, fail_on_data_loss: bool) -> ReadHandle | None:
         try:
@@ -204,13 +200,6 @@ class Runtime:
                     await self.bk.delete_ledger(ledger_id)
 
         self.call(run())
-
-
-async def _next_or_none(chunks: Any) -> Any:
-    try:
-        return await chunks.__anext__()
-    except StopAsyncIteration:
-        return None
 
 
 @dataclass

@@ -212,12 +212,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         rt = self._rt()
 
-        async def run() -> dict[str, Position]:
-            names = await log_names(rt.view, self.options)
-            _, heads, _ = await advance(rt.view, self.options, {}, targets=None)
-            return {name: heads[name] for name in names if name in heads}
-
-        self._targets = rt.call(run())
+        _, self._targets, _ = rt.call(advance(rt.view, self.options, {}))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         positions = _exact(start)

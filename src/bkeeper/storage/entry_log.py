@@ -172,25 +172,13 @@ class EntryLogReader:
 
     def read(self, location: int) -> bytes:
         """The body stored at ``location``; CorruptRecordError if it fails its checksum."""
-        log_id, offset = location >> 32, location & _OFFSET_MASK
-        with self._lock:  # held across the reads so that no eviction closes the handle
-            handle = self._handle_locked(log_id)
-            data = handle.read_at(offset, _RECORD.size + _READ_AHEAD_BYTES)
-            if len(data) < _RECORD.size:
-                raise self._corrupt(log_id, offset, "short record header")
-            length, crc = _RECORD.unpack_from(data)
-            body = data[_RECORD.size : _RECORD.size + length]
-            if len(body) < length:
-                body += handle.read_at(offset + len(data), length - len(body))
-        if len(body) != length or crc32c(body) != crc:
-            raise self._corrupt(log_id, offset, "entry record fails its checksum")
-        return body
+        return self.read_many((location,))[0]
 
     def read_many(self, locations: Sequence[int]) -> list[bytes]:
         """The bodies at ``locations``, in order, as :meth:`read` gives them; records that
         lie close together in one log (a ledger's entries flushed together) are read with
         one pread per run of up to ``_RUN_BYTES_MAX`` bytes instead of one each."""
-        found: list[tuple[bytes, int, int, int]] = []  # body, crc, log id, offset
+        found: list[tuple[bytes, int, int, int, int]] = []  # body, length, crc, log, offset
         index, count = 0, len(locations)
         with self._lock:
             while index < count:
@@ -198,13 +186,13 @@ class EntryLogReader:
                 found.extend(self._read_run_locked(locations[index:end]))
                 index = end
         bodies = []
-        for body, crc, log_id, offset in found:
-            if crc32c(body) != crc:
+        for body, length, crc, log_id, offset in found:
+            if len(body) != length or crc32c(body) != crc:
                 raise self._corrupt(log_id, offset, "entry record fails its checksum")
             bodies.append(body)
         return bodies
 
-    def _read_run_locked(self, run: Sequence[int]) -> list[tuple[bytes, int, int, int]]:
+    def _read_run_locked(self, run: Sequence[int]) -> list[tuple[bytes, int, int, int, int]]:
         log_id = run[0] >> 32
         base = run[0] & _OFFSET_MASK
         handle = self._handle_locked(log_id)
@@ -222,9 +210,7 @@ class EntryLogReader:
             body = bytes(view[start : start + length])
             if len(body) < length:
                 body += handle.read_at(offset + _RECORD.size + len(body), length - len(body))
-            if len(body) != length:
-                raise self._corrupt(log_id, offset, "entry record is cut short")
-            out.append((body, crc, log_id, offset))
+            out.append((body, length, crc, log_id, offset))
         return out
 
     def forget(self, log_id: int) -> None:

@@ -247,7 +247,7 @@ class Storage:
             state = self._state_locked(ledger_id)
             if start_entry_id == -1:
                 start_entry_id, max_count = state.last_entry_id, 1
-            found = self._find_run_locked(state, start_entry_id, max_count, max_bytes)
+            found = self._find_run_locked(state, start_entry_id, max_count)
         if not found:
             raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}"))
         bodies: list[bytes] = []
@@ -265,24 +265,19 @@ class Storage:
         return bodies
 
     def _find_run_locked(
-        self, state: LedgerState, start_entry_id: int, max_count: int, max_bytes: int
+        self, state: LedgerState, start_entry_id: int, max_count: int
     ) -> list[bytes | int]:
         """Bodies (cached) or entry-log locations of consecutive entries from
-        ``start_entry_id``, up to the first missing one, ``max_count`` entries, or the byte
-        limit as far as cached bodies tell (the caller checks the rest)."""
+        ``start_entry_id``, up to the first missing one or ``max_count`` entries (the
+        caller applies the byte limit)."""
         if start_entry_id < 0:
             return []
         find = self._engine.find_locked
         found: list[bytes | int] = []
-        cached_bytes = 0
         for entry_id in range(start_entry_id, start_entry_id + max(1, max_count)):
             item = find(state, entry_id)
             if item is None:
                 break
-            if isinstance(item, bytes):
-                cached_bytes += len(item)
-                if cached_bytes > max_bytes and found:
-                    break
             found.append(item)
         return found
 
