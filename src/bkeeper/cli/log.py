@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -12,8 +15,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli._stdin import read_lines
 from bkeeper.client import BookKeeper
+from bkeeper.common.errors import BKeeperError
 from bkeeper.namedlog import EARLIEST, LATEST, NamedLog, NamedLogs, Position, Record
 
 __all__ = ["log"]
@@ -122,25 +128,89 @@ def list_logs(metadata_uri: str) -> None:
 def append(metadata_uri: str, name: str, records: tuple[str, ...], key: str | None) -> None:
     """Append RECORDS (or, without any, one record per line of standard input).
 
-    Becomes the log's writer for the duration, fencing any other writer.
+    Becomes the log's writer for the duration, fencing any other writer. Prints the
+    position of each record given as an argument once it is durable. If any append fails
+    it stops, says which records were appended and why the next one failed, and exits 1.
     """
 
     async def body(logs: NamedLogs) -> None:
         writer = await logs.log(name).open_writer()
         raw_key = key.encode() if key is not None else None
-        count = 0
+        appends = _Appends(echo=bool(records))
+        source = _given(records) if records else read_lines(sys.stdin.fileno())
         try:
-            lines = records or (line.rstrip("\n") for line in sys.stdin)
-            for text in lines:
-                future = await writer.append_async(text.encode(), key=raw_key)
-                count += 1
-                if records:
-                    click.echo(str(await future))
+            async with contextlib.aclosing(source):
+                async for payload in source:
+                    appends.add(await writer.append_async(payload, key=raw_key))
+                    if appends.failure is not None:
+                        break
+        except BKeeperError as exc:
+            appends.failure = appends.failure or exc
         finally:
-            await writer.close()
-        click.echo(f"appended {count} records to {name}", err=True)
+            await appends.settle()
+            try:
+                await writer.close()
+            except BKeeperError as exc:
+                appends.failure = appends.failure or exc
+        appends.report(name)
 
     _run(body, metadata_uri)
+
+
+async def _given(records: tuple[str, ...]) -> AsyncGenerator[bytes, None]:
+    for record in records:
+        yield record.encode()
+
+
+class _Appends:
+    """The appends of one command, settled in order: positions are printed (``echo``) and
+    counted only once durable; the first failure is kept, later appends are not counted."""
+
+    def __init__(self, *, echo: bool) -> None:
+        self._echo = echo
+        self._pending: deque[asyncio.Future[Position]] = deque()
+        self.count = 0
+        self.first: Position | None = None
+        self.last: Position | None = None
+        self.failure: BaseException | None = None
+
+    def add(self, future: asyncio.Future[Position]) -> None:
+        self._pending.append(future)
+        while self._pending and self._pending[0].done():
+            self._take(self._pending.popleft())
+
+    async def settle(self) -> None:
+        """Wait for every append sent; each outcome is taken (none left unretrieved)."""
+        pending, self._pending = self._pending, deque()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for future in pending:
+            self._take(future)
+
+    def _take(self, future: asyncio.Future[Position]) -> None:
+        error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+        if error is not None:
+            self.failure = self.failure or error
+            return
+        if self.failure is not None:
+            return  # acknowledged after an earlier one failed: not part of the prefix told
+        position = future.result()
+        self.count += 1
+        self.first = self.first or position
+        self.last = position
+        if self._echo:
+            click.echo(str(position))
+
+    def report(self, name: str) -> None:
+        span = f" ({self.first} to {self.last})" if self.first is not None else ""
+        done = f"appended {self.count} {_records(self.count)} to {name}{span}"
+        if self.failure is None:
+            click.echo(done, err=True)
+            return
+        raise CommandError(f"{done}; the next append failed: {self.failure}")
+
+
+def _records(count: int) -> str:
+    return "record" if count == 1 else "records"
 
 
 async def _print_until(named: NamedLog, start: str | Position | int, last: Position | None) -> int:

@@ -59,20 +59,24 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-    except BKeeperError as exc:
-        _fail(exc, verbose)
-    except OSError as exc:
-        _fail(exc, verbose)
+    except (BKeeperError, OSError) as exc:
+        _fail(exc, verbose, str(exc))
+    except Exception as exc:  # a bug: still one line, the traceback with --verbose
+        _fail(exc, verbose, f"unexpected {type(exc).__name__}: {exc} (--verbose shows where)")
     return None
 
 
-def _fail(exc: BaseException, verbose: bool) -> None:
+def _fail(exc: BaseException, verbose: bool, message: str) -> None:
     if verbose:
         traceback.print_exception(exc)
-    click.echo(f"error: {exc}", err=True)
+    click.echo(f"error: {message}", err=True)
     sys.exit(1)

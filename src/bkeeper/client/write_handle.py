@@ -5,7 +5,9 @@ Rules (BookKeeper's):
 * Entry ``e`` is sent to the write set ``(e + i) mod E``, ``i < Qw``, of the current ensemble,
   with the writer's LAC piggybacked in its header. It completes once ``Qa`` of its write set
   acknowledged it AND every lower entry completed; the LAC is then ``e``.
-* A bookie that errs or does not answer within ``add_timeout_ms`` is replaced: a new segment
+* A bookie that errs or does not answer within ``add_timeout_ms`` is replaced (time during
+  which this client's event loop did not run does not count: a blocked or stopped client
+  must not blame its bookies): a new segment
   starting at LAC + 1 is written to the metadata by compare-and-set, acks from the replaced
   bookie are forgotten, and pending entries are re-sent to its replacement. No add completes
   while the change is in progress. A lost CAS re-reads the metadata: if the ledger is no longer
@@ -486,11 +488,21 @@ class WriteHandle:
     async def _check_timeouts(self) -> None:
         interval = self._config.timeout_check_interval_ms / 1000.0
         timeout = self._config.add_timeout_ms / 1000.0
+        clock = self._ctx.clock
+        due = clock.monotonic() + interval
         while True:
             await asyncio.sleep(interval)
+            now = clock.monotonic()
+            stalled, due = now - due, now + interval
+            if stalled > interval:
+                # This loop did not run for a while (the caller blocked it, the process was
+                # stopped): answers may be waiting unread, and frames may not even have left.
+                # No bookie can be blamed for that time, so it does not count.
+                self._discount_stall(stalled)
+                continue
             if self._changing or not self._pending:
                 continue
-            deadline = self._ctx.clock.monotonic() - timeout
+            deadline = now - timeout
             for add in list(self._pending):
                 if add.sent_at > deadline:
                     break
@@ -505,6 +517,11 @@ class WriteHandle:
                             add.entry_id,
                         )
                         self._bookie_failed(bookie)
+
+    def _discount_stall(self, stalled_s: float) -> None:
+        log.debug("ledger %d: event loop stalled %.3f s", self.ledger_id, stalled_s)
+        for add in self._pending:
+            add.sent_at += stalled_s
 
     async def _write_lac_periodically(self) -> None:
         interval = self._config.explicit_lac_interval_ms / 1000.0
