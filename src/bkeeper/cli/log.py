@@ -213,6 +213,10 @@ def _records(count: int) -> str:
     return "record" if count == 1 else "records"
 
 
+def _ledgers(count: int) -> str:
+    return "ledger" if count == 1 else "ledgers"
+
+
 async def _print_until(named: NamedLog, start: str | Position | int, last: Position | None) -> int:
     """Print records from ``start``; stop after ``last`` (None: never)."""
     reader = await named.open_reader(start)
@@ -272,7 +276,7 @@ def truncate(metadata_uri: str, name: str, before: str) -> None:
 
     async def body(logs: NamedLogs) -> None:
         deleted = await logs.log(name).truncate(position)
-        click.echo(f"deleted {deleted} ledgers of {name}")
+        click.echo(f"deleted {deleted} {_ledgers(deleted)} of {name}")
 
     _run(body, metadata_uri)
 
@@ -288,6 +292,6 @@ def delete(metadata_uri: str, name: str, force: bool) -> None:
 
     async def body(logs: NamedLogs) -> None:
         deleted = await logs.delete(name)
-        click.echo(f"deleted log {name} ({deleted} ledgers)")
+        click.echo(f"deleted log {name} ({deleted} {_ledgers(deleted)})")
 
     _run(body, metadata_uri)

@@ -20,7 +20,7 @@ from bkeeper.client.recovery import check_password, recover_ledger
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
 from bkeeper.meta.cluster import ClusterMetadata
-from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.wire.digest import DigestType
 
 __all__ = ["BookKeeper"]
@@ -148,9 +148,20 @@ class BookKeeper:
         handle = ReadHandle(ctx, ledger_id, versioned, password)
         return handle
 
-    async def delete_ledger(self, ledger_id: int) -> None:
-        """Delete the ledger's metadata; bookies reclaim its data later."""
-        await self._context().ledgers.delete(ledger_id)
+    async def delete_ledger(self, ledger_id: int, *, fence: bool = True) -> None:
+        """Delete the ledger's metadata; bookies reclaim its data later.
+
+        A ledger that is not CLOSED is first recovered (fenced and sealed), so that a writer
+        still appending to it cannot acknowledge anything more: its next add fails with
+        :class:`LedgerFencedError` instead of being acknowledged into a deleted ledger.
+        ``fence=False`` skips that, for a ledger whose bookies are gone for good.
+        """
+        ctx = self._context()
+        if fence:
+            meta = (await ctx.ledgers.read(ledger_id)).value
+            if meta.state is not LedgerState.CLOSED:
+                await recover_ledger(ctx, ledger_id, meta.password)
+        await ctx.ledgers.delete(ledger_id)
 
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         return (await self._context().ledgers.read(ledger_id)).value

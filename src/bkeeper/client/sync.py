@@ -179,8 +179,8 @@ class BookKeeper:
         )
         return ReadHandle(self._runner, handle, self._timeout)
 
-    def delete_ledger(self, ledger_id: int) -> None:
-        self._runner.call(self._bk.delete_ledger(ledger_id), self._timeout)
+    def delete_ledger(self, ledger_id: int, *, fence: bool = True) -> None:
+        self._runner.call(self._bk.delete_ledger(ledger_id, fence=fence), self._timeout)
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         return self._runner.call(self._bk.ledger_metadata(ledger_id), self._timeout)

@@ -23,8 +23,9 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
@@ -36,6 +37,7 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogError,
     LogFencedError,
+    LogNotFoundError,
     MetadataError,
     MetadataVersionError,
     SessionExpiredError,
@@ -125,16 +127,24 @@ class NamedLogs:
         return await self.store.names()
 
     async def delete(self, name: str) -> int:
-        """Delete the log and every ledger of it; the number of ledgers deleted."""
+        """Delete the log and every ledger of it; the number of ledgers deleted.
+
+        The log's unsealed ledgers are sealed first, fencing a writer that is still open:
+        its next append fails (``LogNotFoundError``) instead of being acknowledged into a
+        ledger that is about to go. A writer that rolls meanwhile changes the list, so the
+        delete's compare-and-set fails and it seals again.
+        """
+        named = self.log(name)
         for _ in range(self.config.metadata_retries_max):
             meta, version = await self.store.read(name)
+            await named.seal_unsealed(meta)
             try:
                 await self.store.delete(name, version)
             except MetadataVersionError:
                 continue
             for ledger in meta.ledgers:
                 with contextlib.suppress(LedgerNotFoundError):
-                    await self.bk.delete_ledger(ledger.ledger_id)
+                    await self.bk.delete_ledger(ledger.ledger_id, fence=False)
             return len(meta.ledgers)
         raise MetadataError(f"log {name!r}: could not delete, its metadata kept changing")
 
@@ -154,7 +164,7 @@ class NamedLog:
         logs, config = self.logs, self.logs.config
         for _ in range(config.metadata_retries_max):
             meta, version = await logs.store.read(self.name)
-            await self._seal_unsealed(meta)
+            await self.seal_unsealed(meta)
             handle = await _create_ledger(logs)
             try:
                 new_meta = meta.with_ledger(handle.ledger_id, _now_ms())
@@ -166,7 +176,7 @@ class NamedLog:
             return LogWriter(self, handle, new_meta, version)
         raise LogError(f"log {self.name!r}: could not open a writer, the list kept changing")
 
-    async def _seal_unsealed(self, meta: LogMetadata) -> None:
+    async def seal_unsealed(self, meta: LogMetadata) -> None:
         """Recover (fence and seal) the ledgers at the end of the list that are not CLOSED:
         the last one, and the one before it when a writer died in the middle of a roll."""
         logs = self.logs
@@ -240,7 +250,7 @@ class NamedLog:
                 last = meta.last_batch(writer_id)
                 if last is not None and last >= batch_id:
                     return False
-            await self._seal_unsealed(meta)
+            await self.seal_unsealed(meta)
             floor = meta.ledgers[-1].ledger_id if meta.ledgers else -1
             for index, ledger_id in enumerate(ids):
                 if ledger_id <= floor:
@@ -331,8 +341,9 @@ class LogWriter:
         self._version = version
         self._opened_at = time.monotonic()
         self._roll_lock = asyncio.Lock()
-        self._closing: set[asyncio.Task[None]] = set()
-        self._error: BaseException | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._error: LogError | None = None
+        self._error_explained = False
         self._closed = False
 
     @property
@@ -358,7 +369,12 @@ class LogWriter:
         key: bytes | None = None,
         properties: Mapping[str, bytes] | None = None,
     ) -> asyncio.Future[Position]:
-        """Send one record (pipelined); the future completes with its position."""
+        """Send one record (pipelined); the future completes with its position.
+
+        Once the writer's ledger was fenced, this raises ``LogNotFoundError`` if the log
+        was deleted, else ``LogFencedError`` (another writer took over)."""
+        if self._error is not None:
+            raise await self._gone(self._error)
         self._check_open()
         if self._should_roll():
             await self._roll()
@@ -367,7 +383,7 @@ class LogWriter:
         try:
             inner = await handle.append_async(data)
         except LedgerFencedError as exc:
-            raise self._fenced(exc) from exc
+            raise await self._gone(exc) from exc
         loop = asyncio.get_running_loop()
         outer: asyncio.Future[Position] = loop.create_future()
         ledger_id = handle.ledger_id
@@ -377,10 +393,10 @@ class LogWriter:
                 return
             if future.cancelled():
                 outer.cancel()
-            elif (exc := future.exception()) is not None:
-                outer.set_exception(
-                    self._fenced(exc) if isinstance(exc, LedgerFencedError) else exc
-                )
+            elif isinstance(exc := future.exception(), LedgerFencedError):
+                self._spawn(self._fail_gone(outer, exc))  # says why after asking the metadata
+            elif exc is not None:
+                outer.set_exception(exc)
             else:
                 outer.set_result(Position(ledger_id, future.result()))
 
@@ -395,10 +411,10 @@ class LogWriter:
         try:
             await self._handle.close()
         except LedgerFencedError as exc:
-            raise self._fenced(exc) from exc
+            raise await self._gone(exc) from exc
         finally:
-            if self._closing:
-                await asyncio.gather(*self._closing, return_exceptions=True)
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def __aenter__(self) -> LogWriter:
         return self
@@ -412,11 +428,43 @@ class LogWriter:
         if self._closed:
             raise LogError(f"the writer of log {self._log.name!r} is closed")
 
-    def _fenced(self, cause: BaseException) -> LogFencedError:
-        if not isinstance(self._error, LogFencedError):
+    def _fenced(self, cause: BaseException) -> LogError:
+        """The error of appends that were in flight when the ledger was fenced."""
+        if self._error is None:
             self._error = LogFencedError(
-                f"log {self._log.name!r}: another writer took over ({cause})"
+                f"log {self._log.name!r}: this writer was fenced: another writer took over, "
+                f"or the log was deleted ({cause})"
             )
+        return self._error
+
+    async def _fail_gone(self, outer: asyncio.Future[Position], cause: BaseException) -> None:
+        try:
+            error: BaseException = await self._gone(cause)
+        except BKeeperError as exc:  # the metadata cannot say: the fence is all we know
+            error = self._fenced(exc)
+        if not outer.done():
+            outer.set_exception(error)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _gone(self, cause: BaseException) -> LogError:
+        """Why this writer can append no more, its ledger fenced: the log was deleted, or
+        another writer took over (asked of the metadata once)."""
+        if self._error is None or not self._error_explained:
+            self._error_explained = True
+            name = self._log.name
+            try:
+                await self._logs.store.read(name)
+            except LogNotFoundError:
+                self._error = LogNotFoundError(
+                    f"log {name!r} was deleted while this writer was open ({cause})"
+                )
+            else:
+                self._error = LogFencedError(f"log {name!r}: another writer took over ({cause})")
+        assert self._error is not None
         return self._error
 
     def _should_roll(self) -> bool:
@@ -455,9 +503,7 @@ class LogWriter:
             log.debug(
                 "log %s: rolled from ledger %d to %d", self._log.name, old.ledger_id, new.ledger_id
             )
-            task = asyncio.get_running_loop().create_task(self._seal(old))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._spawn(self._seal(old))
         if self._config.retention_age_ms or self._config.retention_bytes:
             try:
                 await self._apply_retention()
