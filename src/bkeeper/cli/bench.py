@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from bkeeper.testing.benchmarks import (
     bench_client_writes,
     bench_codec,
     bench_log,
+    delete_ledger,
     free_port,
     free_port_range,
     local_bookie,
@@ -58,6 +60,18 @@ def _print(results: list[BenchResult], unit: str) -> None:
     if not console.is_terminal:
         console = Console(width=160)
     console.print(table)
+
+
+_BENCH_METADATA = click.option(
+    "--metadata",
+    "metadata_uri",
+    default=lambda: os.environ.get("BKEEPER_METADATA", ""),
+    show_default="$BKEEPER_METADATA, else a sandbox of its own",
+    help="Cluster URI.",
+)
+_KEEP = click.option(
+    "--keep", is_flag=True, help="Keep what the benchmark wrote (default: delete it after)."
+)
 
 
 @click.group()
@@ -145,7 +159,7 @@ def _cluster(metadata_uri: str, bookies: int) -> Iterator[str]:
 
 
 @bench.command("write")
-@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@_BENCH_METADATA
 @click.option("--ensemble", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--write-quorum", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
@@ -155,6 +169,7 @@ def _cluster(metadata_uri: str, bookies: int) -> Iterator[str]:
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
+@_KEEP
 def write_bench(
     metadata_uri: str,
     ensemble: int,
@@ -166,6 +181,7 @@ def write_bench(
     rate: float | None,
     protocol: str,
     also_read: bool,
+    keep: bool,
 ) -> None:
     """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
     from bkeeper.cli.bookie import run_event_loop
@@ -185,8 +201,12 @@ def write_bench(
             protocol=proto,
         )
         results = [result]
-        if also_read:
-            results.append(await bench_client_reads(uri, ledger_id))
+        try:
+            if also_read:
+                results.append(await bench_client_reads(uri, ledger_id))
+        finally:
+            if not keep:
+                await delete_ledger(uri, ledger_id)
         return results
 
     with _cluster(metadata_uri, ensemble) as uri:
@@ -194,14 +214,20 @@ def write_bench(
 
 
 @bench.command("read")
-@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@_BENCH_METADATA
 @click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Ledger to read (default: "
               "write one of --entries entries first).")  # fmt: skip
 @click.option("--password", default="bench", show_default=True, help="Password of --ledger.")
 @click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@_KEEP
 def read_bench(
-    metadata_uri: str, ledger_id: int | None, password: str, entries: int, entry_size: int
+    metadata_uri: str,
+    ledger_id: int | None,
+    password: str,
+    entries: int,
+    entry_size: int,
+    keep: bool,
 ) -> None:
     """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
     from bkeeper.cli.bookie import run_event_loop
@@ -221,7 +247,11 @@ def read_bench(
                 count=entries,
             )
             results.append(written)
-        results.append(await bench_client_reads(uri, target, password.encode()))
+        try:
+            results.append(await bench_client_reads(uri, target, password.encode()))
+        finally:
+            if ledger_id is None and not keep:  # only the ledger written here
+                await delete_ledger(uri, target)
         return results
 
     with _cluster(metadata_uri, 3) as uri:
@@ -229,7 +259,7 @@ def read_bench(
 
 
 @bench.command("log")
-@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@_BENCH_METADATA
 @click.option("--entry-size", default=100, show_default=True, type=click.IntRange(0))
 @click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
 @click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
@@ -256,7 +286,7 @@ def log_bench(
 
 
 @bench.command("spark")
-@click.option("--metadata", "metadata_uri", default="", help="Cluster URI (default: a sandbox).")
+@_BENCH_METADATA
 @click.option("--log", "log_name", default="bench-spark", show_default=True)
 @click.option("--records", default=1_000_000, show_default=True, type=click.IntRange(1))
 @click.option("--record-size", default=100, show_default=True, type=click.IntRange(0))

@@ -53,7 +53,7 @@ async def _run(uri: str, log_name: str, period: float, session_ms: int, candidat
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     store = StoreConfig(session_timeout_ms=session_ms)
-    cluster = await ClusterMetadata.open(uri, MetadataConfig(store=store))
+    cluster = await ClusterMetadata.open(uri, MetadataConfig(store=store), require_cluster=True)
     try:
         config = ClientConfig(explicit_lac_interval_ms=max(10, min(200, int(period * 250))))
         async with BookKeeper(config=config, cluster=cluster) as bk:

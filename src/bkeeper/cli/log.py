@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
-from bkeeper.cli._options import metadata_option
+from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.cli._stdin import read_lines
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import BKeeperError
@@ -288,7 +288,7 @@ def truncate(metadata_uri: str, name: str, before: str) -> None:
 def delete(metadata_uri: str, name: str, force: bool) -> None:
     """Delete the log and all its ledgers."""
     if not force:
-        click.confirm(f"delete log {name} and all its records?", abort=True)
+        confirm_deletion(f"delete log {name} and all its records?")
 
     async def body(logs: NamedLogs) -> None:
         deleted = await logs.delete(name)

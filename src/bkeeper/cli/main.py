@@ -33,8 +33,8 @@ def cli(ctx: click.Context, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if not verbose:  # kazoo narrates every connection step at INFO
-        logging.getLogger("kazoo").setLevel(logging.WARNING)
+    if not verbose:  # kazoo narrates every connection attempt; bkeeper.meta logs state changes
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
 
 
 def _register_commands() -> None:

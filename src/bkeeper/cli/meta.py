@@ -7,6 +7,8 @@ import datetime
 
 import click
 
+from bkeeper.cli._errors import CommandError
+from bkeeper.cli._options import metadata_option
 from bkeeper.common.errors import BKeeperError, NoNodeError
 from bkeeper.meta import (
     BookieServiceInfo,
@@ -22,13 +24,7 @@ from bkeeper.meta.store import join_path
 
 __all__ = ["describe_ledger", "describe_node", "meta"]
 
-_METADATA_OPTION = click.option(
-    "--metadata",
-    "metadata_uri",
-    required=True,
-    envvar="BKEEPER_METADATA_URI",
-    help="Metadata service URI: zk://host:port/ledgers or memory://name.",
-)
+_METADATA_OPTION = metadata_option
 
 
 @click.group()
@@ -68,7 +64,7 @@ async def _show(metadata_uri: str, path: str | None, ledger_id: int | None) -> s
         try:
             data, version = await metadata.store.get(node)
         except NoNodeError:
-            raise click.ClickException(f"{node}: no such node") from None
+            raise CommandError(f"{node}: no such node") from None
         children = await metadata.store.children(node)
     lines = [f"{node} (version {version}, {len(data)} bytes)", describe_node(root, node, data)]
     if children:

@@ -10,6 +10,7 @@ from types import FrameType
 
 import click
 
+from bkeeper.cli._errors import CommandError
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["sandbox"]
@@ -38,6 +39,14 @@ def sandbox(bookies: int, data_dir: str, zookeeper_port: int, bookie_port: int) 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     box = Sandbox(config)
+    busy = box.ports_in_use()
+    if busy:
+        taken = ", ".join(f"{port} ({what})" for what, port in busy)
+        noun, verb = ("port", "is") if len(busy) == 1 else ("ports", "are")
+        raise CommandError(
+            f"{noun} {taken} {verb} in use by another process; choose free ports with "
+            "--zookeeper-port and --bookie-port"
+        )
     click.echo(f"starting ZooKeeper and {bookies} bookies under {config.data_dir} ...", err=True)
     with box:
         for index in range(bookies):

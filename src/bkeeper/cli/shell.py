@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from bkeeper.cli._options import metadata_option
+from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
@@ -55,7 +55,7 @@ def listbookies(metadata_uri: str, readonly: bool, show_all: bool) -> None:
     """List the registered bookies."""
 
     async def run() -> None:
-        async with await ClusterMetadata.open(metadata_uri) as cluster:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
             bookies = await cluster.registry.bookies()
             rows: list[tuple[str, str]] = []
             if show_all or not readonly:
@@ -98,7 +98,7 @@ def bookieinfo(metadata_uri: str) -> None:
             await client.aclose()
 
     async def run() -> None:
-        async with await ClusterMetadata.open(metadata_uri) as cluster:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
             bookies = await cluster.registry.bookies()
             table = Table(title=f"bookie info at {metadata_uri}")
             for column in ("bookie id", "mode", "free", "total", "used"):
@@ -346,14 +346,21 @@ def readledger(
 @_METADATA
 @click.argument("ledger_id", type=click.IntRange(0))
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
-def deleteledger(metadata_uri: str, ledger_id: int, force: bool) -> None:
-    """Delete a ledger's metadata (bookies reclaim its data)."""
+@click.option(
+    "--no-fence",
+    is_flag=True,
+    help="Delete an open ledger without fencing its writer first (when its bookies are gone).",
+)
+def deleteledger(metadata_uri: str, ledger_id: int, force: bool, no_fence: bool) -> None:
+    """Delete a ledger's metadata (bookies reclaim its data).
+
+    An open ledger is first recovered (fenced and sealed), so its writer stops at once."""
     if not force:
-        click.confirm(f"delete ledger {ledger_id}?", abort=True)
+        confirm_deletion(f"delete ledger {ledger_id}?")
 
     async def run() -> None:
         async with _client(metadata_uri) as bk:
-            await bk.delete_ledger(ledger_id)
+            await bk.delete_ledger(ledger_id, fence=not no_fence)
             click.echo(f"deleted ledger {ledger_id}")
 
     _run(run())

@@ -53,9 +53,13 @@ class BookKeeper:
         self._writable: frozenset[str] = frozenset()
 
     async def start(self) -> BookKeeper:
+        """Open the metadata session; ``ClusterNotFoundError`` if the URI's root holds no
+        cluster."""
         if self._cluster is None:
             assert self._uri is not None
-            self._cluster = await ClusterMetadata.open(self._uri)
+            self._cluster = await ClusterMetadata.open(self._uri, require_cluster=True)
+        else:
+            await self._cluster.require_formatted()
         cluster = self._cluster
         transport = self._transport or TcpTransport(
             self._resolve, self.config.connect_timeout_ms / 1000.0

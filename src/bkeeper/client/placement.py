@@ -88,10 +88,18 @@ def replace_bookie(
     rng = rng or random.Random()
     pool = sorted(set(candidates) - set(exclude) - set(ensemble))
     if not pool:
+        registered = set(candidates)
+        in_ensemble = len(registered & set(ensemble))
+        failed = len(registered & set(exclude))
         raise NotEnoughBookiesError(
-            f"no bookie can replace {ensemble[position]}: every candidate is in the ensemble "
-            "or excluded"
+            f"no bookie can replace {ensemble[position]}: {_bookies(len(registered))} "
+            f"registered as writable, {in_ensemble} of them in the ensemble already and "
+            f"{failed} failed to answer this writer"
         )
     taken: list[str | None] = list(ensemble)
     taken[position] = None
     return _pick(pool, taken, position, write_quorum, racks, rng)
+
+
+def _bookies(count: int) -> str:
+    return f"{count} bookie" if count == 1 else f"{count} bookies"

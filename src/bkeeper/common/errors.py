@@ -19,7 +19,8 @@ translated at the boundary with ``raise ... from``.
     │   │   ├── LedgerExistsError     a ledger with that id already has metadata
     │   │   └── ClusterExistsError    the cluster is formatted already
     │   ├── NoNodeError               the node (znode) does not exist
-    │   │   └── LedgerNotFoundError   no metadata for that ledger id
+    │   │   ├── LedgerNotFoundError   no metadata for that ledger id
+    │   │   └── ClusterNotFoundError  the metadata root holds no cluster (not formatted)
     │   ├── NotEmptyError             the node still has children
     │   ├── ConnectionLossError       connection to the store lost mid-call (retriable)
     │   ├── SessionExpiredError       the store session expired; its ephemerals are gone
@@ -58,6 +59,7 @@ __all__ = [
     "BookieUnavailableError",
     "ClientClosedError",
     "ClusterExistsError",
+    "ClusterNotFoundError",
     "ConfigError",
     "ConnectionLossError",
     "CookieMismatchError",
@@ -156,6 +158,10 @@ class ClusterExistsError(NodeExistsError):
 
 class NoNodeError(MetadataError):
     """The node does not exist (ZooKeeper NONODE)."""
+
+
+class ClusterNotFoundError(NoNodeError):
+    """No cluster at the metadata root: it was never formatted, or the root is wrong."""
 
 
 class LedgerNotFoundError(NoNodeError):

@@ -14,7 +14,13 @@ import uuid
 from dataclasses import dataclass, field
 
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import ClusterExistsError, MetadataError, NodeExistsError, NoNodeError
+from bkeeper.common.errors import (
+    ClusterExistsError,
+    ClusterNotFoundError,
+    MetadataError,
+    NodeExistsError,
+    NoNodeError,
+)
 from bkeeper.meta.cookie_store import CookieStore
 from bkeeper.meta.idgen import IdGeneratorConfig, LedgerIdGenerator
 from bkeeper.meta.layout import (
@@ -69,12 +75,37 @@ class ClusterMetadata:
 
     @classmethod
     async def open(
-        cls, uri: str | MetadataUri, config: MetadataConfig | None = None
+        cls,
+        uri: str | MetadataUri,
+        config: MetadataConfig | None = None,
+        *,
+        require_cluster: bool = False,
     ) -> ClusterMetadata:
-        """Open a session on the store ``uri`` names (``zk://...``, ``memory://...``)."""
+        """Open a session on the store ``uri`` names (``zk://...``, ``memory://...``).
+
+        With ``require_cluster``, ``ClusterNotFoundError`` unless the root holds a formatted
+        cluster (see :meth:`require_formatted`)."""
         parsed = uri if isinstance(uri, MetadataUri) else MetadataUri.parse(uri)
         config = config or MetadataConfig()
-        return cls(await open_node_store(parsed, config.store), parsed.root, config)
+        cluster = cls(await open_node_store(parsed, config.store), parsed.root, config)
+        if require_cluster:
+            try:
+                await cluster.require_formatted(uri if isinstance(uri, str) else parsed.root)
+            except BaseException:
+                await cluster.aclose()
+                raise
+        return cluster
+
+    async def require_formatted(self, where: str = "") -> None:
+        """``ClusterNotFoundError`` (saying how to make one) unless the root holds a
+        cluster: its LAYOUT and INSTANCEID nodes."""
+        if await self.layout() is None or await self.instance_id() is None:
+            where = where or self.root
+            raise ClusterNotFoundError(
+                f"no cluster at {where} ({self.root} has no LAYOUT/INSTANCEID): check the "
+                f"metadata URI, or create one with `bkeeper meta format --metadata {where}` "
+                "(or `bkeeper sandbox` for a local cluster)"
+            )
 
     async def format(self, *, force: bool = False) -> str:
         """Lay out a new cluster; its instance id. See :func:`format_cluster`."""

@@ -339,6 +339,7 @@ class ZkNodeStore:
     def _on_state(self, state: str, session_id: int) -> None:
         if self._closing:
             return
+        self._log_state(state)
         if state == KazooState.CONNECTED:
             self._session_id = session_id or self._session_id
             self._announce(SessionState.CONNECTED)
@@ -349,6 +350,17 @@ class ZkNodeStore:
             self._announce(SessionState.SUSPENDED)
         elif state == KazooState.LOST:
             self._announce(SessionState.EXPIRED)
+
+    def _log_state(self, state: str) -> None:
+        """One line per change of the session's state (kazoo's own narration is for
+        ``--verbose``): lost, back, expired."""
+        if state == KazooState.SUSPENDED and self._state is SessionState.CONNECTED:
+            _log.warning("ZooKeeper %s: connection lost, reconnecting", self._hosts)
+        elif state == KazooState.CONNECTED and self._state is SessionState.SUSPENDED:
+            if self._session_id:  # not the first connection
+                _log.warning("ZooKeeper %s: reconnected", self._hosts)
+        elif state == KazooState.LOST and self._state is not SessionState.EXPIRED:
+            _log.warning("ZooKeeper %s: session expired", self._hosts)
 
     def _announce(self, state: SessionState) -> None:
         if self._state is state and state is not SessionState.CONNECTED:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from bkeeper.common.errors import ConfigError, NoNodeError
+from bkeeper.common.errors import ClusterNotFoundError, NoNodeError
 from bkeeper.common.ids import BookieId
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
@@ -36,14 +36,11 @@ class ClusterMembership:
 
     @classmethod
     async def open(cls, uri: str, bookie_id: str) -> ClusterMembership:
-        cluster = await ClusterMetadata.open(uri)
+        cluster = await ClusterMetadata.open(uri, require_cluster=True)
         try:
             instance_id = await cluster.instance_id()
             if instance_id is None:
-                raise ConfigError(
-                    f"the cluster at {uri} is not formatted: "
-                    f"run `bkeeper meta format --metadata {uri}`"
-                )
+                raise ClusterNotFoundError(f"the cluster at {uri} lost its INSTANCEID")
         except BaseException:
             await cluster.aclose()
             raise

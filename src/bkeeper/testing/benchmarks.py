@@ -33,6 +33,7 @@ __all__ = [
     "bench_client_writes",
     "bench_codec",
     "bench_log",
+    "delete_ledger",
     "free_port",
     "free_port_range",
     "local_bookie",
@@ -318,6 +319,14 @@ async def bench_client_writes(
     return BenchResult(
         label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies
     ), ledger_id
+
+
+async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
+    """Delete a ledger a benchmark wrote."""
+    from bkeeper.client import BookKeeper
+
+    async with BookKeeper(metadata_uri) as bk:
+        await bk.delete_ledger(ledger_id)
 
 
 async def bench_client_reads(

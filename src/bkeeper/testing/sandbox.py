@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from types import TracebackType
 
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
-from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
+from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
 
 __all__ = ["Sandbox", "SandboxConfig"]
 
@@ -73,6 +72,7 @@ class Sandbox:
             )
         )
         self.bookies: list[subprocess.Popen[bytes]] = []
+        self._log_offsets: dict[int, int] = {}
 
     @property
     def metadata_uri(self) -> str:
@@ -81,7 +81,21 @@ class Sandbox:
     def bookie_address(self, index: int) -> tuple[str, int]:
         return "127.0.0.1", self.config.bookie_port_base + index
 
+    def ports_in_use(self) -> list[tuple[str, int]]:
+        """``(what, port)`` for each port of this sandbox that another process holds now."""
+        wanted = [("ZooKeeper", self.config.zookeeper_port)]
+        wanted += [(f"bookie {i}", self.bookie_address(i)[1]) for i in range(self.config.bookies)]
+        return [(what, port) for what, port in wanted if not port_free("127.0.0.1", port)]
+
     def start(self) -> None:
+        """Start ZooKeeper and every bookie; return once each bookie is up and registered.
+
+        ``ConfigError`` naming the port when one of the sandbox's ports is taken (checked
+        first, so nothing of another cluster is mistaken for this one's)."""
+        busy = self.ports_in_use()
+        if busy:
+            what, port = busy[0]
+            raise ConfigError(f"port {port} ({what}) is in use by another process")
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.zookeeper.start()
@@ -91,6 +105,8 @@ class Sandbox:
                 self.bookies.append(self._spawn_bookie(index))
             for index, proc in enumerate(self.bookies):
                 self._wait_bookie(index, proc)
+            if self.zookeeper.wait_nowait() is not None:
+                raise BKeeperError(f"ZooKeeper exited; see {self.zookeeper.log_path}")
         except BaseException:
             self.stop()
             raise
@@ -100,15 +116,20 @@ class Sandbox:
             instance_id = await cluster.instance_id()
             return instance_id if instance_id is not None else await cluster.format()
 
+    def _bookie_log(self, index: int) -> Path:
+        return self.config.data_dir / f"bookie-{index}.log"
+
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
         host, port = self.bookie_address(index)
         data_dir = self.config.data_dir / f"bookie-{index}"
+        log_path = self._bookie_log(index)
+        self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(data_dir), "--host", host, "--port", str(port),
             "--metadata", self.metadata_uri, *self.config.bookie_args,
         ]  # fmt: skip
-        log_file = open(self.config.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
+        log_file = open(log_path, "ab")  # noqa: SIM115
         try:
             return subprocess.Popen(
                 cmd,
@@ -120,20 +141,25 @@ class Sandbox:
             log_file.close()
 
     def _wait_bookie(self, index: int, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for the bookie's own "ready" line (printed once it listens and registered)."""
         host, port = self.bookie_address(index)
+        log_path = self._bookie_log(index)
+        ready = f"ready on {host}:{port}".encode()
         deadline = time.monotonic() + self.config.start_timeout_s
         while time.monotonic() < deadline:
+            with log_path.open("rb") as file:
+                file.seek(self._log_offsets.get(index, 0))
+                output = file.read()
+            if ready in output:
+                return
             if proc.poll() is not None:
-                log_path = self.config.data_dir / f"bookie-{index}.log"
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                tail = output.decode(errors="replace").strip().splitlines()[-1:]
                 raise BKeeperError(
                     f"bookie {index} exited with code {proc.returncode}: "
                     f"{tail[0] if tail else 'no output'} (log: {log_path})"
                 )
-            with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
-                return
             time.sleep(0.05)
-        raise BKeeperError(f"bookie {index} did not listen on {host}:{port} in time")
+        raise BKeeperError(f"bookie {index} was not ready on {host}:{port} in time ({log_path})")
 
     def stop(self) -> None:
         """SIGTERM every bookie (they drain and checkpoint), then stop ZooKeeper."""

@@ -35,6 +35,7 @@ __all__ = [
     "find_java",
     "find_zookeeper_classpath",
     "free_port",
+    "port_free",
 ]
 
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -109,6 +110,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def port_free(host: str, port: int) -> bool:
+    """True if a server could listen on ``host:port`` now (bound as servers bind)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper child process; a context manager (``with`` starts and stops)."""
 
@@ -137,6 +149,8 @@ class ZooKeeperServer:
         """Start the server and wait until it answers ``ruok``; ``ConfigError`` if it cannot."""
         java = find_java(self.config.java)
         classpath = find_zookeeper_classpath(self.config.zookeeper_home)
+        if not port_free(self.config.host, self.port):
+            raise ConfigError(f"ZooKeeper port {self.connect_string} is in use by another process")
         config_file = self._write_config()
         command = [
             java,
@@ -181,6 +195,10 @@ class ZooKeeperServer:
             return 0
         return self._process.wait()
 
+    def wait_nowait(self) -> int | None:
+        """The server process's exit status, or None while it runs (or was never started)."""
+        return None if self._process is None else self._process.poll()
+
     def is_ready(self) -> bool:
         """True if the server answers ``ruok`` with ``imok``."""
         try:
@@ -224,8 +242,8 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
                 raise ConfigError(f"ZooKeeper exited at start; see {self.log_path}")
-            if self.is_ready():
-                return
+            if self.is_ready() and self._process.poll() is None:
+                return  # answered, and by this process (it would have exited on a taken port)
             time.sleep(0.05)
         raise ConfigError(
             f"ZooKeeper did not answer on {self.connect_string} within "
