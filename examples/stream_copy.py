@@ -12,6 +12,9 @@ sink is exactly once too. ``--available-now`` copies what is there and stops.
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +46,58 @@ def start_copies(
         return writer.trigger(processingTime="1 second")
 
     to_parquet = trigger(
-        records.writeStream.format("parquet")
+        records.writeStream.queryName(f"{source} to parquet")
+        .format("parquet")
         .option("path", parquet)
         .option("checkpointLocation", str(Path(checkpoints) / "parquet"))
     ).start()
     to_log = trigger(
         records.select("payload", "key")
-        .writeStream.format("bkeeper")
+        .writeStream.queryName(f"{source} to {target}")
+        .format("bkeeper")
         .option("metadata", metadata)
         .option("log", target)
         .option("checkpointLocation", str(Path(checkpoints) / "log"))
     ).start()
     return [to_parquet, to_log]
+
+
+def follow(
+    queries: list[Any], stop: threading.Event, *, every_s: float = 5.0, out: Any = print
+) -> None:
+    """Print each query's progress (a line per new micro-batch, at most every ``every_s``)
+    until ``stop`` is set or every query has ended; then stop the queries. A query that
+    failed raises its error here."""
+    shown: dict[int, int] = {}
+    while not stop.wait(every_s):
+        for index, query in enumerate(queries):
+            progress = query.lastProgress
+            if progress and progress["batchId"] != shown.get(index):
+                shown[index] = progress["batchId"]
+                rate = progress.get("processedRowsPerSecond") or 0.0
+                out(
+                    f"{query.name or f'query {index}'}: batch {progress['batchId']}, "
+                    f"{progress['numInputRows']} rows ({rate:,.0f} rows/s)",
+                    flush=True,
+                )
+        if not any(query.isActive for query in queries):
+            break
+    for query in queries:
+        stop_between_batches(query)
+    for query in queries:
+        error = query.exception()
+        if error is not None:
+            raise RuntimeError(f"{query.name}: {error.desc.splitlines()[0]}")
+
+
+def stop_between_batches(query: Any, wait_s: float = 60.0) -> None:
+    """Stop ``query`` once its running micro-batch (if any) is done, within ``wait_s``:
+    stopping mid-batch aborts the batch's tasks, which is safe (it is replayed on restart)
+    but noisy."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
 
 
 def main() -> None:
@@ -65,20 +108,27 @@ def main() -> None:
     parser.add_argument("--parquet", default="./dice-parquet")
     parser.add_argument("--checkpoints", default="./dice-checkpoints")
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--progress-every", type=float, default=5.0, help="seconds")
     args = parser.parse_args()
 
     from bkeeper.spark.session import local_session
 
     spark = local_session("local[2]", "stream-copy")
+    # Ctrl-C and SIGTERM only ask the loop in follow() to stop: a KeyboardInterrupt raised
+    # inside a py4j call would tear the connection to the JVM (pages of py4j tracebacks).
+    # Installed after the session starts, which installs a handler of its own that raises.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
     try:
         queries = start_copies(
             spark, args.metadata, args.source, args.target, args.parquet, args.checkpoints,
             available_now=args.available_now,
         )  # fmt: skip
-        for query in queries:
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        pass
+        print(f"copying {args.source} to {args.target} and {args.parquet}; Ctrl-C stops",
+              flush=True)  # fmt: skip
+        follow(queries, stop, every_s=args.progress_every)
+        print("stopped", flush=True)
     finally:
         spark.stop()
 

@@ -34,9 +34,17 @@ logger.repl.level = error
 
 
 def local_session(
-    master: str = "local[2]", app_name: str = "bkeeper", conf: dict[str, str] | None = None
+    master: str = "local[2]",
+    app_name: str = "bkeeper",
+    conf: dict[str, str] | None = None,
+    *,
+    register_source: bool = True,
 ) -> Any:
-    """A SparkSession on this machine with ``format("bkeeper")`` ready to use."""
+    """A SparkSession on this machine with ``format("bkeeper")`` ready to use.
+
+    Spark finds the source by its short name anyway when bkeeper is installed (the
+    ``pyspark_bkeeper`` module); ``register_source`` also registers it explicitly, for
+    code run from a source tree that is not installed."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -55,5 +63,6 @@ def local_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    if register_source:
+        register(spark)
     return spark

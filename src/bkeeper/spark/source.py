@@ -43,6 +43,7 @@ from pyspark.sql.types import StructType
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
 from bkeeper.spark.arrow import spark_schema
+from bkeeper.spark.errors import plainly
 from bkeeper.spark.options import (
     SourceOptions,
     offset_from_positions,
@@ -106,10 +107,12 @@ class BKeeperDataSource(DataSource):
     def name(cls) -> str:
         return "bkeeper"
 
+    @plainly
     def schema(self) -> str:
         include = str(self.options.get("includeProperties", "false")).lower() == "true"
         return spark_schema(include)
 
+    @plainly
     def reader(self, schema: StructType) -> DataSourceReader:
         options = source_options(self.options, streaming=False)
         _check_schema(schema, options)
@@ -117,17 +120,20 @@ class BKeeperDataSource(DataSource):
             return PushdownBatchReader(options)
         return BatchReader(options)
 
+    @plainly
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         options = source_options(self.options, streaming=True)
         _check_schema(schema, options)
         return StreamReader(options)
 
+    @plainly
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise ConfigError("bkeeper logs are append-only: write with mode('append')")
         writer: DataSourceWriter = sink_for(self.options, streaming=False, schema=schema)
         return writer
 
+    @plainly
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         if overwrite:
             raise ConfigError("bkeeper logs are append-only: use outputMode('append')")
@@ -143,6 +149,7 @@ class BatchReader(DataSourceReader):
 
     bounds = Bounds()
 
+    @plainly
     def partitions(self) -> list[ReadPartition]:
         options = self.options
         spans = _runtime(options).call(batch_spans(_runtime(options).view, options))
@@ -195,6 +202,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _rt(self) -> Runtime:
         return _runtime(self.options)
 
+    @plainly
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802
         rt = self._rt()
 
@@ -214,6 +222,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         _, self._targets, _ = rt.call(advance(rt.view, self.options, {}))
 
+    @plainly
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         positions = _exact(start)
         max_entries = None
@@ -246,6 +255,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
         return None if self._heads is None else offset_from_positions(self._heads)
 
+    @plainly
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadPartition]:
         rt = self._rt()
         spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
