@@ -1,0 +1,127 @@
+"""Commands that used to mislead (issue 11, items 9-11), run as a user runs them: each fails
+with exactly one ``error:`` line and the right exit status, or does what it says."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkeeper.client.placement import replace_bookie
+from bkeeper.common.errors import NotEnoughBookiesError
+from bkeeper.testing.benchmarks import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_sandbox_on_a_taken_zookeeper_port_names_it(taken_port: int, tmp_path: Path) -> None:
+    result = run(
+        "sandbox", "--data-dir", str(tmp_path / "sb"), "--zookeeper-port", str(taken_port),
+        "--bookie-port", str(free_port()),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: port {taken_port} (ZooKeeper) is in use")
+    assert "sandbox ready" not in result.stdout + result.stderr
+    assert not (tmp_path / "sb").exists()
+
+
+def test_sandbox_on_a_taken_bookie_port_names_it(taken_port: int, tmp_path: Path) -> None:
+    result = run(
+        "sandbox", "--bookies", "1", "--data-dir", str(tmp_path / "sb"),
+        "--zookeeper-port", str(free_port()), "--bookie-port", str(taken_port),
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: port {taken_port} (bookie 0) is in use")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("log", "list"),
+        ("log", "create", "x"),
+        ("log", "append", "x", "a"),
+        ("shell", "listledgers"),
+        ("shell", "listbookies"),
+        ("bench", "write", "--duration", "0.2"),
+    ],
+)
+def test_a_root_without_a_cluster_is_one_error_line(zookeeper, command: tuple[str, ...]) -> None:
+    uri = zookeeper.uri("/no-cluster-here")
+    result = run(*command, "--metadata", uri)
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: no cluster at {uri} ")
+    assert f"bkeeper meta format --metadata {uri}" in result.stderr
+
+
+def test_a_bookie_refuses_a_root_without_a_cluster(zookeeper, tmp_path: Path) -> None:
+    uri = zookeeper.uri("/no-cluster-here")
+    result = run("bookie", "--data-dir", str(tmp_path / "b"), "--port", "0", "--metadata", uri)
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: no cluster at {uri} ")
+
+
+def test_meta_and_bench_follow_bkeeper_metadata(real_cluster) -> None:
+    env = {"BKEEPER_METADATA": real_cluster.uri}
+    shown = run("meta", "show", "LAYOUT", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "HierarchicalLedgerManagerFactory" in shown.stdout
+    bench = run("bench", "write", "--duration", "0.3", "--in-flight", "10", env=env)
+    assert bench.returncode == 0, bench.stderr
+    assert "client writes E3/Qw3/Qa2" in bench.stdout
+    listing = run("shell", "listledgers", env=env)
+    assert listing.returncode == 0 and listing.stderr.strip() == "no ledgers", listing
+
+
+@pytest.mark.parametrize(
+    ("command", "what"),
+    [(("log", "delete", "some-log"), "log"), (("shell", "deleteledger", "7"), "ledger")],
+)
+def test_deleting_without_a_terminal_needs_force(real_cluster, command, what) -> None:
+    result = run(*command, "--metadata", real_cluster.uri, stdin="y\n")
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "standard input is not a terminal; pass --force" in line, what
+
+
+def test_no_replacement_says_how_many_bookies_there_are() -> None:
+    ensemble = ("a:1", "b:1", "c:1")
+    with pytest.raises(NotEnoughBookiesError) as caught:
+        replace_bookie(ensemble, 1, ["a:1", "b:1", "c:1"], 3, exclude={"a:1", "b:1", "c:1"})
+    assert str(caught.value) == (
+        "no bookie can replace b:1: 3 bookies registered as writable, 3 of them in the "
+        "ensemble already and 3 failed to answer this writer"
+    )
