@@ -17,6 +17,47 @@ from bkeeper.testing.zookeeper import (
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-integration",
+        action="store_true",
+        help="A test that would be skipped for a missing dependency (Java, ZooKeeper jars, "
+        "pyspark, ...) fails instead. Also on when $CI or $BKEEPER_REQUIRE_INTEGRATION is set.",
+    )
+
+
+def integration_required(config: pytest.Config) -> bool:
+    """True under CI: nothing may be skipped for want of a dependency."""
+    return bool(
+        config.getoption("--require-integration")
+        or os.environ.get("CI")
+        or os.environ.get("BKEEPER_REQUIRE_INTEGRATION")
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under CI a skip is a failure that says what was missing: a test that cannot run
+    there proves nothing, and would hide a broken install."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and integration_required(item.config):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but integration tests are required here: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """The same for a whole module skipped at import (a module-level ``importorskip``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and integration_required(collector.config):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but integration tests are required here: {reason}"
+
+
 @pytest.fixture(scope="session")
 def zookeeper_home() -> Path | None:
     """``ZOOKEEPER_HOME`` if set; the test is skipped (with why) when ZooKeeper cannot run."""
