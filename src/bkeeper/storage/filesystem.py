@@ -113,7 +113,10 @@ def write_file_atomic(fs: FileSystem, path: str, data: bytes) -> None:
     fs.fsync_dir(os.path.dirname(path) or ".")
 
 
-_fdatasync = getattr(os, "fdatasync", os.fsync)
+def _fdatasync(fd: int) -> None:
+    """``fdatasync`` where the platform has it, else ``fsync``; looked up at each call (one
+    per group commit), so a test can record that the real call happens."""
+    getattr(os, "fdatasync", os.fsync)(fd)
 
 
 class _OsWritableFile:
