@@ -1,8 +1,13 @@
-"""Fixtures shared by every test package: one real ZooKeeper per test session."""
+"""Fixtures shared by every test package: one real ZooKeeper per test session, and a check
+that the session leaves no process and no file behind."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +92,127 @@ def zookeeper(
     )
     with ZooKeeperServer(config) as server:
         yield server
+
+
+#: Carried in the environment of every process the test session starts (its value: the
+#: session's temp dir), so that one whose parent died is still known as the session's.
+SESSION_ENV = "BKEEPER_TEST_SESSION"
+#: How long processes may take to exit once the session is over (the environment variable
+#: ``BKEEPER_TEST_LEFTOVER_WAIT_S`` overrides it: tests of this check run a session with less).
+LEFTOVER_WAIT_S = float(os.environ.get("BKEEPER_TEST_LEFTOVER_WAIT_S", "30"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fails the session, naming them, if processes or temp files outlive it.
+
+    For the session, the system temp dir of this process and of every process it starts is
+    a new ``bkeeper-tests-*`` directory: ``TMPDIR`` for Python and the rest, and
+    ``java.io.tmpdir`` for JVMs (``JAVA_TOOL_OPTIONS``), where Spark makes its ``spark-*``
+    and ``blockmgr-*`` directories unless told otherwise. Other test runs on the same
+    machine make the same names in the real temp dir, so only this one is checked: it must
+    be empty at the end (pytest's own temp root stays where it was). Processes: those that
+    descend from this one, or carry ``SESSION_ENV`` in their environment (a child of a
+    process that died), must be gone. Leftovers are killed and removed after being named.
+    """
+    tmp_path_factory.getbasetemp()  # pytest's temp root: fixed before TMPDIR changes
+    scratch = Path(tempfile.mkdtemp(prefix="bkeeper-tests-"))
+    java_options = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    changed = {
+        "TMPDIR": str(scratch),
+        SESSION_ENV: scratch.name,
+        "JAVA_TOOL_OPTIONS": f"{java_options} -Djava.io.tmpdir={scratch}".strip(),
+    }
+    saved = {name: os.environ.get(name) for name in changed}
+    saved_tempdir = tempfile.tempdir
+    os.environ.update(changed)
+    tempfile.tempdir = str(scratch)
+    before = _session_processes(scratch.name)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    deadline = time.monotonic() + LEFTOVER_WAIT_S
+    while (left := _new(before, _session_processes(scratch.name))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    files = sorted(str(path) for path in scratch.iterdir())
+    for pid, started in left:
+        if _start_time(pid) == started:  # still that process, not a reused pid
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(scratch)
+    if left or files:
+        lines = [f"process {pid}: {command}" for (pid, _), command in sorted(left.items())]
+        lines += [f"file {name}" for name in files]
+        pytest.fail(
+            f"the test session left {len(left)} processes (killed now) and {len(files)} "
+            "temp files (removed now) behind:\n  " + "\n  ".join(lines),
+            pytrace=False,
+        )
+
+
+def _new(before: dict[tuple[int, int], str], now: dict[tuple[int, int], str]) -> dict:
+    return {key: command for key, command in now.items() if key not in before}
+
+
+def _session_processes(token: str) -> dict[tuple[int, int], str]:
+    """``(pid, start time) -> command line`` of the live processes that descend from this
+    one or carry ``SESSION_ENV=token`` in their environment (empty without ``/proc``)."""
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    alive: dict[int, int] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = _stat_fields(stat)
+        if fields[0] == "Z":
+            continue  # exited; only its parent's wait() is missing
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        alive[pid] = int(fields[19])  # start time: tells a reused pid apart
+    found: set[int] = set()
+    todo = list(children.get(me, []))
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo.extend(children.get(pid, []))
+    marker = f"\0{SESSION_ENV}={token}\0".encode()
+    for pid in alive.keys() - found - {me}:
+        try:
+            environ = (proc / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in b"\0" + environ:
+            found.add(pid)
+    return {(pid, alive[pid]): _command(pid) for pid in found if pid in alive}
+
+
+def _stat_fields(stat: str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` from the state on (the command may hold spaces)."""
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(_stat_fields(Path(f"/proc/{pid}/stat").read_text())[19])
+    except OSError:
+        return None
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "(exited)"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:300]

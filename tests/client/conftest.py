@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.benchmarks import _wait_port, free_port
 from bkeeper.testing.zookeeper import ZooKeeperServer
@@ -26,16 +28,24 @@ class RealCluster:
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _stopped: bool = False
+
     def start(self, index: int) -> None:
+        """Start bookie ``index`` and wait until it listens (killed if it does not in time).
+        Refused once ``stop_all`` ran: a start still under way in another thread when a
+        fixture gives up must not leave a bookie that nobody stops."""
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
             "--port", str(self.ports[index]), "--metadata", self.uri,
         ]  # fmt: skip
-        log = open(self.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self.procs[index] = proc
+        with self._lock:
+            if self._stopped:
+                raise BKeeperError(f"bookie {index} not started: the cluster was stopped")
+            with open(self.data_dir / f"bookie-{index}.log", "ab") as log:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.procs[index] = proc
         _wait_port("127.0.0.1", self.ports[index], proc, 30)
 
     def bookie_id(self, index: int) -> str:
@@ -48,7 +58,11 @@ class RealCluster:
         os.kill(self.procs[index].pid, sig)
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
+        """Kill every bookie and reap it (stopped ones too); later starts are refused."""
+        with self._lock:
+            self._stopped = True
+            procs = list(self.procs.values())
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
                 proc.kill()

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,7 @@ def test_zookeeper_command_runs_and_stops(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
+    java_pid = None
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -81,8 +83,30 @@ def test_zookeeper_command_runs_and_stops(tmp_path: Path) -> None:
         java_pid = int(line.split("(pid ")[1].split(")")[0])
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
-        with pytest.raises(ProcessLookupError):
-            os.kill(java_pid, 0)
+        assert not _running(java_pid), "the wrapper stopped its java before it exited"
     finally:
+        # On a failure, end both: the wrapper, then its java (a grandchild, which the
+        # kernel signals when the wrapper dies, but which nobody here waits for).
         if process.poll() is None:
             process.kill()
+            process.wait()
+        if java_pid is not None:
+            _end(java_pid)
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _end(pid: int, timeout_s: float = 15.0) -> None:
+    """Wait for ``pid`` to exit; kill it if it is still there after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(pid):
+        os.kill(pid, signal.SIGKILL)

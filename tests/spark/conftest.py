@@ -1,5 +1,6 @@
 """Real Spark (local[2]) against a real cluster: the session's ZooKeeper plus three bookie
-processes, both shared by every test of a module."""
+processes, both shared by every test of a module. Spark's scratch files go to pytest's temp
+dirs, and the JVM PySpark starts in this process is stopped when the session ends."""
 
 from __future__ import annotations
 
@@ -40,11 +41,22 @@ def spark_cluster(
         real.stop_all()
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+@pytest.fixture(scope="session")
+def spark_jvm() -> Iterator[None]:
+    """Ends the JVM that the modules' sessions share (PySpark keeps it until the process
+    exits) once the test session is over, so that no process outlives the tests."""
     pytest.importorskip("pyspark")
+    from bkeeper.spark.session import stop_jvm
+
+    yield
+    stop_jvm()
+
+
+@pytest.fixture(scope="module")
+def spark(spark_jvm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from bkeeper.spark.session import local_session
 
-    session = local_session("local[2]", "bkeeper-tests")
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    session = local_session("local[2]", "bkeeper-tests", scratch_dir=scratch)
     yield session
     session.stop()

@@ -18,11 +18,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def plain_spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
+def plain_spark(spark_jvm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from bkeeper.spark.session import local_session
 
-    session = local_session("local[1]", "bkeeper-short-name", register_source=False)
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    session = local_session(
+        "local[1]", "bkeeper-short-name", register_source=False, scratch_dir=scratch
+    )
     yield session
     session.stop()
 

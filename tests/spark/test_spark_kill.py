@@ -4,11 +4,13 @@ restarted; the target must hold every source record exactly once and no orphan l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,13 +38,35 @@ def committed_batches(uri: str, log: str) -> int:
     return run(go)
 
 
-def start_job(uri: str, checkpoint: Path, mode: str, log_file: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+@contextlib.contextmanager
+def job(uri: str, checkpoint: Path, mode: str, log_file: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The copy job in a process group of its own, killed whole (driver, JVM, workers) on
+    the way out if it still runs. A SIGKILLed JVM cannot clean up: its scratch files stay in the job's own
+    temp dir (under the test's tmp_path), and it keeps no perf data file in /tmp."""
+    temp = log_file.parent / "job-tmp"
+    temp.mkdir(exist_ok=True)
+    java_options = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]),
+        "TMPDIR": str(temp),
+        "JAVA_TOOL_OPTIONS": f"{java_options} -Djava.io.tmpdir={temp} -XX:-UsePerfData".strip(),
+    }
     with open(log_file, "ab") as out:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, str(JOB), uri, "kill-src", "kill-dst", str(checkpoint), mode],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
+    failed = True
+    try:
+        yield process
+        failed = False
+    finally:
+        if failed or process.poll() is None:  # a job that exited by itself must leave nothing
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, tmp_path):
@@ -51,19 +75,16 @@ def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, 
     payloads = [b"kill-%05d" % i for i in range(2500)]
     append(uri, "kill-src", payloads)
     checkpoint, log_file = tmp_path / "ck", tmp_path / "job.log"
-    job = start_job(uri, checkpoint, "tail", log_file)
-    try:
+    with job(uri, checkpoint, "tail", log_file) as tail:
         deadline = time.monotonic() + 120
         while committed_batches(uri, "kill-dst") < 4 and time.monotonic() < deadline:
-            assert job.poll() is None, log_file.read_text()[-3000:]
+            assert tail.poll() is None, log_file.read_text()[-3000:]
             time.sleep(0.05)
         assert committed_batches(uri, "kill-dst") >= 4, log_file.read_text()[-3000:]
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)  # mid-stream: likely inside a batch
-        job.wait(30)
+    # Leaving the block killed it with SIGKILL mid-stream: likely inside a batch.
     assert len(read_log(uri, "kill-dst")) < len(payloads), "killed before the end"
-    drain = start_job(uri, checkpoint, "drain", log_file)
-    assert drain.wait(240) == 0, log_file.read_text()[-3000:]
+    with job(uri, checkpoint, "drain", log_file) as drain:
+        assert drain.wait(240) == 0, log_file.read_text()[-3000:]
     copied = read_log(uri, "kill-dst")
     assert len(copied) == len(payloads) and sorted(copied) == payloads, "no duplicate, no gap"
 

@@ -5,6 +5,7 @@ and about 126 lines of py4j tracebacks on Ctrl-C."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -43,16 +44,23 @@ def test_stream_copy_shows_progress_and_stops_cleanly_on_ctrl_c(spark_cluster, t
         "--checkpoints", str(tmp_path / "ck"), "--progress-every", "0.5",
     ]  # fmt: skip
     proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 180
-    while not any(": batch " in line and " 50 rows " in line for line in lines):
-        assert time.monotonic() < deadline and proc.poll() is None, lines
-        lines.append(proc.stdout.readline())
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        start_new_session=True,  # with its JVM and workers: killed as one if the test fails
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 180
+        while not any(": batch " in line and " 50 rows " in line for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, lines
+            lines.append(proc.stdout.readline())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     assert proc.returncode == 0, err
     assert out.splitlines()[-1] == "stopped"
     assert "Traceback" not in err and "py4j" not in err, err

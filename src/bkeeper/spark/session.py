@@ -1,24 +1,43 @@
 """A quiet local SparkSession with the ``bkeeper`` data source registered (tests, examples,
-``bkeeper bench spark``).
+``bkeeper bench spark``), and the end of the JVM behind it.
 
 It applies the settings a local PySpark needs to work with this package (see docs/spark.md):
 the Python workers run this interpreter (so they find bkeeper and pyarrow), the driver stays
 on loopback, the UI and console progress are off, and log4j prints errors only.
+
+Scratch files stay in one directory: Spark's ``spark.local.dir`` (``blockmgr-*`` and
+``spark-*``: shuffle and block files, pyspark's own files), the JVM's ``java.io.tmpdir``
+(``spark-*``, ``artifacts-*``, unpacked native libraries) and the log4j2 file. It is the
+caller's ``scratch_dir`` when given; otherwise one ``bkeeper-spark-*`` directory in the
+system temp dir per Python process, removed when the process exits (after :func:`stop_jvm`,
+so no JVM writes into it while it goes). Nothing is written at a fixed path.
+
+PySpark starts one JVM per Python process, at the first session, and keeps it until the
+process exits; its ``java.io.tmpdir`` and log4j2 file are those of that first session.
+:func:`stop_jvm` ends it earlier (the next session starts a new one).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from bkeeper.spark.source import register
 
-__all__ = ["local_session"]
+__all__ = ["local_session", "stop_jvm"]
+
+#: How long :func:`stop_jvm` waits for the JVM to exit before it kills it.
+JVM_STOP_TIMEOUT_S = 60.0
 
 _LOG4J = """\
 rootLogger.level = error
@@ -32,6 +51,9 @@ logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
 """
 
+_default_scratch: Path | None = None
+_default_scratch_lock = threading.Lock()
+
 
 def local_session(
     master: str = "local[2]",
@@ -39,25 +61,30 @@ def local_session(
     conf: dict[str, str] | None = None,
     *,
     register_source: bool = True,
+    scratch_dir: str | Path | None = None,
 ) -> Any:
     """A SparkSession on this machine with ``format("bkeeper")`` ready to use.
 
     Spark finds the source by its short name anyway when bkeeper is installed (the
     ``pyspark_bkeeper`` module); ``register_source`` also registers it explicitly, for
-    code run from a source tree that is not installed."""
+    code run from a source tree that is not installed. ``scratch_dir``: where Spark's scratch
+    files go (see the module docstring); ``conf`` may still override any setting."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    log4j = Path(tempfile.gettempdir()) / "bkeeper-spark-log4j2.properties"
-    if not log4j.exists() or log4j.read_text() != _LOG4J:
-        log4j.write_text(_LOG4J)
+    scratch = Path(scratch_dir) if scratch_dir is not None else _process_scratch()
+    scratch.mkdir(parents=True, exist_ok=True)
+    log4j = scratch / "log4j2.properties"
+    log4j.write_text(_LOG4J)
+    java_options = f"-Djava.io.tmpdir={scratch} -Dlog4j2.configurationFile=file:{log4j}"
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        .config("spark.local.dir", str(scratch))
+        .config("spark.driver.extraJavaOptions", java_options)
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
@@ -66,3 +93,44 @@ def local_session(
     if register_source:
         register(spark)
     return spark
+
+
+def stop_jvm(timeout_s: float = JVM_STOP_TIMEOUT_S) -> None:
+    """Stop the SparkSession of this process, then the JVM PySpark started for it, and wait
+    until it exited (killed after ``timeout_s``, then ``TimeoutExpired`` is raised). A no-op
+    when no JVM runs."""
+    gateway = SparkContext._gateway
+    process: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    if gateway is None or process is None:
+        return  # none, or one this process did not start (under spark-submit): not ours
+    session = SparkSession._instantiatedSession
+    if session is not None:
+        session.stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if process.stdin is not None:
+        process.stdin.close()  # the gateway exits on end of input
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+
+
+def _process_scratch() -> Path:
+    """This process's default scratch directory, made on first use."""
+    global _default_scratch
+    with _default_scratch_lock:
+        if _default_scratch is None:
+            _default_scratch = Path(tempfile.mkdtemp(prefix="bkeeper-spark-"))
+            atexit.register(_remove_scratch, _default_scratch)
+        return _default_scratch
+
+
+def _remove_scratch(path: Path) -> None:
+    stop_jvm()
+    shutil.rmtree(path)

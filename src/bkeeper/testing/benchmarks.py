@@ -164,6 +164,8 @@ def local_bookie(
 
 
 def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait until the bookie ``proc`` listens on ``host:port``. One that does not in time is
+    killed and reaped before the error, so a failed start leaves no process behind."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -171,7 +173,9 @@ def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], timeout_s: f
         with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return
         time.sleep(0.05)
-    raise BKeeperError(f"bookie did not listen on {host}:{port} within {timeout_s} s")
+    proc.kill()
+    proc.wait()
+    raise BKeeperError(f"bookie did not listen on {host}:{port} within {timeout_s} s (killed)")
 
 
 @contextlib.asynccontextmanager
