@@ -30,6 +30,7 @@ from bkeeper.common.errors import (
     BKeeperError,
     LedgerNotFoundError,
     LogExistsError,
+    LogNotFoundError,
     LogTruncatedError,
 )
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
@@ -153,12 +154,20 @@ class Runtime:
 
     # -- writing -------------------------------------------------------------------------
     def ensure_log(self, name: str, create: bool) -> None:
+        """Create the log ``name`` if missing; with ``create`` false, fail if it is."""
+
         async def run() -> None:
             if create:
                 with contextlib.suppress(LogExistsError):
                     await self.logs.create(name)
-            else:
-                await self.logs.log(name).metadata()  # LogNotFoundError names it
+                return
+            try:
+                await self.logs.log(name).metadata()
+            except LogNotFoundError:
+                raise LogNotFoundError(
+                    f"no log named {name!r}, and createLog=false: create the log first or "
+                    "leave the option out"
+                ) from None
 
         self.call(run())
 

@@ -123,9 +123,10 @@ def _commit(
     for message in _ours(messages):
         for name, ids in message.ledgers.items():
             by_log.setdefault(name, []).extend(ids)
-    for name, ids in sorted(by_log.items()):
+    for name in sorted(by_log):  # every log first: a missing one fails before any changes
         if name != options.log:
             rt.ensure_log(name, options.create_log)
+    for name, ids in sorted(by_log.items()):
         ids.sort()  # ledger ids grow in the order ledgers were made; a log's must grow
         if not rt.append_ledgers(name, ids, writer_id, batch_id):
             rt.delete_ledgers(ids)  # a replayed batch: the log holds it already

@@ -1,0 +1,338 @@
+"""Each read and write option of the data source through real Spark (local[2]) against real
+bookies, by what it visibly does: rollBytes (the ledgers a task makes), writerId (a second
+query with the same id is a replay), createLog=false, password, includeProperties,
+rowsPerBatch, minEntriesPerTrigger/maxTriggerDelay, a failing streaming batch (abort) and a
+write task's in-flight limit."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from bkeeper.client import BookKeeper
+from bkeeper.namedlog import NamedLogs, Position
+from bkeeper.namedlog.pending import PendingLedgers
+from tests.spark.test_spark import append, list_ledgers, read_log, run, source
+
+pytestmark = pytest.mark.integration
+
+
+def write(frame, uri: str, **options) -> None:
+    writer = frame.write.format("bkeeper").option("metadata", uri).mode("append")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def log_ledgers(uri: str, log: str) -> list[int]:
+    async def go() -> list[int]:
+        async with BookKeeper(uri) as bk:
+            return [x.ledger_id for x in (await NamedLogs(bk).log(log).metadata()).ledgers]
+
+    return run(go)
+
+
+def orphans(uri: str) -> set[int]:
+    """Ledgers of the cluster that no log holds."""
+
+    async def in_logs() -> set[int]:
+        async with BookKeeper(uri) as bk:
+            logs = NamedLogs(bk)
+            found: set[int] = set()
+            for name in await logs.names():
+                found |= {x.ledger_id for x in (await logs.log(name).metadata()).ledgers}
+            return found
+
+    return list_ledgers(uri) - run(in_logs)
+
+
+def pending(uri: str, job_id: str) -> dict[int, str]:
+    async def go() -> dict[int, str]:
+        async with BookKeeper(uri) as bk:
+            return await PendingLedgers(bk.cluster.store, NamedLogs(bk).store, job_id).registered()
+
+    return run(go)
+
+
+def first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0]
+
+
+def test_roll_bytes_starts_a_new_ledger_after_that_many_bytes(spark, spark_cluster):
+    uri = spark_cluster.uri
+    payloads = [b"%03d" % i + b"x" * 87 for i in range(95)]  # 100-byte records (10 of header)
+    frame = spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
+    write(frame, uri, log="rolled", rollBytes=1000)
+    ledgers = log_ledgers(uri, "rolled")
+    assert len(ledgers) == 10, "one task: a new ledger once 1,000 bytes were written"
+    rows = source(spark, uri, log="rolled").orderBy("ledger", "entry").collect()
+    assert [r.payload for r in rows] == payloads
+    per_ledger = [sum(1 for r in rows if r.ledger == ledger) for ledger in ledgers]
+    assert per_ledger == [10] * 9 + [5]
+    write(frame, uri, log="unrolled")  # the default: 256 MiB
+    assert len(log_ledgers(uri, "unrolled")) == 1
+
+
+def copy_stream(spark, uri: str, checkpoint: Path, writer_id: str | None):
+    writer = (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", "wid-src")
+        .option("startingPosition", "earliest")
+        .load()
+        .select("payload")
+        .writeStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", "wid-dst")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+    )
+    if writer_id is not None:
+        writer = writer.option("writerId", writer_id)
+    query = writer.start()
+    query.awaitTermination(120)
+    assert query.exception() is None
+    return query
+
+
+def test_writer_id_makes_another_query_a_replay(spark, spark_cluster, tmp_path):
+    uri = spark_cluster.uri
+    payloads = [b"wid-%03d" % i for i in range(50)]
+    append(uri, "wid-src", payloads)
+    copy_stream(spark, uri, tmp_path / "first", "copier")
+    assert read_log(uri, "wid-dst") == payloads
+    # Another checkpoint, so Spark runs batch 0 again, under the same writer id: the log
+    # has batch 0 of "copier" already, so nothing is appended and the copies are deleted.
+    again = copy_stream(spark, uri, tmp_path / "second", "copier")
+    assert [p["numInputRows"] for p in again.recentProgress] == [50]
+    assert read_log(uri, "wid-dst") == payloads
+    assert orphans(uri) == set()
+    # Without writerId, a new checkpoint is a new writer: it copies the records again.
+    copy_stream(spark, uri, tmp_path / "third", None)
+    assert sorted(read_log(uri, "wid-dst")) == sorted(payloads * 2)
+
+
+def test_create_log_false_refuses_a_missing_log(spark, spark_cluster):
+    uri = spark_cluster.uri
+    frame = spark.createDataFrame([(b"one",), (b"two",)], "payload binary")
+    with pytest.raises(Exception) as caught:
+        write(frame, uri, log="absent", createLog="false")
+    assert first_line(caught.value).endswith(
+        "bkeeper.common.errors.LogNotFoundError: no log named 'absent', and createLog=false: "
+        "create the log first or leave the option out"
+    ), first_line(caught.value)
+    assert "absent" not in run_names(uri)
+    # Routed by a log column: the missing log fails the write before any log changes (the
+    # logs are committed in name order; the one that exists comes first).
+    append(uri, "a-present", [b"before"])
+    routed = spark.createDataFrame(
+        [(b"p1", "a-present"), (b"z1", "z-absent"), (b"p2", "a-present")],
+        "payload binary, log string",
+    ).repartition(2)
+    with pytest.raises(Exception) as caught:
+        write(routed, uri, createLog="false")
+    assert "no log named 'z-absent', and createLog=false" in str(caught.value)
+    assert read_log(uri, "a-present") == [b"before"], "no log got part of the failed write"
+    assert "z-absent" not in run_names(uri)
+    assert orphans(uri) == set()
+    write(frame.coalesce(1), uri, log="absent")  # createLog defaults to true
+    assert read_log(uri, "absent") == [b"one", b"two"]
+
+
+def run_names(uri: str) -> list[str]:
+    async def go() -> list[str]:
+        async with BookKeeper(uri) as bk:
+            return await NamedLogs(bk).names()
+
+    return run(go)
+
+
+def test_password_writes_and_reads_protected_ledgers(spark, spark_cluster):
+    uri = spark_cluster.uri
+    frame = spark.createDataFrame([(b"secret-%d" % i,) for i in range(20)], "payload binary")
+    write(frame.coalesce(1), uri, log="locked", password="s3cret")
+    (ledger,) = log_ledgers(uri, "locked")
+    rows = source(spark, uri, log="locked", password="s3cret").orderBy("entry").collect()
+    assert [r.payload for r in rows] == [b"secret-%d" % i for i in range(20)]
+    for wrong in ({}, {"password": "guess"}):
+        with pytest.raises(Exception) as caught:
+            source(spark, uri, log="locked", **wrong).collect()
+        assert first_line(caught.value).endswith(
+            f"bkeeper.common.errors.UnauthorizedAccessError: ledger {ledger}: wrong password"
+        ), first_line(caught.value)
+
+
+def test_include_properties_adds_the_properties_column(spark, spark_cluster):
+    uri = spark_cluster.uri
+    rows = [(b"a", {"origin": "x", "n": "1"}), (b"b", None), (b"c", {"origin": "y"})]
+    frame = spark.createDataFrame(rows, "payload binary, properties map<string,string>")
+    write(frame.coalesce(1), uri, log="propped")
+    plain = source(spark, uri, log="propped")
+    assert plain.columns == ["log", "ledger", "entry", "timestamp", "key", "payload"]
+    read = source(spark, uri, log="propped", includeProperties="true").orderBy("entry")
+    assert read.columns == [*plain.columns, "properties"]
+    assert [(r.payload, r.properties) for r in read.collect()] == [
+        (b"a", {"origin": b"x", "n": b"1"}),
+        (b"b", {}),
+        (b"c", {"origin": b"y"}),
+    ]
+
+
+def test_rows_per_batch_cuts_the_arrow_batches(spark, spark_cluster):
+    """Spark does not show the batches a source hands it, so the reader's ``read()`` is
+    driven by hand for their sizes; Spark then reads the same rows across the cuts."""
+    from bkeeper.namedlog import LogConfig
+    from bkeeper.spark.options import source_options
+    from bkeeper.spark.runtime import runtime
+    from bkeeper.spark.source import BatchReader
+
+    uri = spark_cluster.uri
+    payloads = [b"rpb-%03d" % i for i in range(250)]
+    positions = append(uri, "batched", payloads, roll_bytes=1600)
+    per_ledger = [
+        sum(1 for p in positions if p.ledger_id == x) for x in log_ledgers(uri, "batched")
+    ]
+    assert len(per_ledger) == 3 and sum(per_ledger) == 250
+    options = source_options(
+        {"metadata": uri, "log": "batched", "rowsPerBatch": "7"}, streaming=False
+    )
+    reader = BatchReader(options)
+    try:
+        (partition,) = reader.partitions()
+        sizes = [batch.num_rows for batch in reader.read(partition)]
+    finally:
+        runtime(options.metadata, options.client, LogConfig(password=options.password)).close()
+    # 7 rows a batch, and the rest of a ledger's records: batches never span ledgers.
+    assert sizes == [size for n in per_ledger for size in [7] * (n // 7) + [n % 7] if size]
+    rows = source(spark, uri, log="batched", rowsPerBatch=7).orderBy("ledger", "entry").collect()
+    assert [(Position(r.ledger, r.entry), r.payload) for r in rows] == list(
+        zip(positions, payloads, strict=True)
+    )
+
+
+def wait_for(condition, what: str, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return found
+
+
+def trigger_stream(spark, uri: str, log: str, name: str, checkpoint: Path, **options):
+    reader = (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", log)
+        .option("startingPosition", "earliest")
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    writer = reader.load().writeStream.format("memory").queryName(name)
+    writer = writer.option("checkpointLocation", str(checkpoint))
+    return writer.trigger(processingTime="200 milliseconds").start()
+
+
+def batch_sizes(query) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def reported_head(progress) -> Position | None:
+    latest = progress["sources"][0]["latestOffset"]
+    latest = json.loads(latest) if isinstance(latest, str) else latest
+    if not latest:
+        return None
+    return Position(latest["trig"]["ledger"], latest["trig"]["entry"]) if "trig" in latest else None
+
+
+def test_min_entries_per_trigger_waits_for_enough_records(spark, spark_cluster, tmp_path):
+    uri = spark_cluster.uri
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")
+    query = trigger_stream(spark, uri, "trig", "trig", tmp_path / "ck",
+                           minEntriesPerTrigger=100, maxTriggerDelay="1h")  # fmt: skip
+    try:
+        few = append(uri, "trig", [b"few-%d" % i for i in range(30)])
+        head = Position(few[-1].ledger_id, few[-1].entry_id + 1)
+        # Triggers come and go: the source sees the 30 records (its reported head) but
+        # starts no batch, for 30 < 100 and an hour has not passed.
+        wait_for(
+            lambda: [p for p in query.recentProgress if reported_head(p) == head],
+            "a trigger that saw the 30 records",
+        )
+        seen = [p for p in query.recentProgress if reported_head(p) == head]
+        wait_for(lambda: len([p for p in query.recentProgress if reported_head(p) == head]) >= 3,
+                 "three triggers that saw them")  # fmt: skip
+        assert batch_sizes(query) == [] and spark.table("trig").count() == 0, seen
+        append(uri, "trig", [b"more-%d" % i for i in range(80)])
+        wait_for(lambda: batch_sizes(query), "a batch")
+        assert batch_sizes(query) == [110], "all that waited, in one batch"
+    finally:
+        query.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+    assert len(spark.table("trig").collect()) == 110
+
+
+def test_max_trigger_delay_lets_fewer_records_through(spark, spark_cluster, tmp_path):
+    uri = spark_cluster.uri
+    append(uri, "trig-delay", [b"early-%d" % i for i in range(5)])
+    query = trigger_stream(spark, uri, "trig-delay", "trig_delay", tmp_path / "ck",
+                           minEntriesPerTrigger=100, maxTriggerDelay="2s")  # fmt: skip
+    try:
+        wait_for(lambda: batch_sizes(query), "a batch")
+        assert batch_sizes(query) == [5], "fewer than 100, once 2 s had passed"
+    finally:
+        query.stop()
+    # AvailableNow does not wait at all.
+    available = (
+        spark.readStream.format("bkeeper").option("metadata", uri).option("log", "trig-delay")
+        .option("startingPosition", "earliest").option("minEntriesPerTrigger", 100).load()
+        .writeStream.format("memory").queryName("trig_now")
+        .option("checkpointLocation", str(tmp_path / "now")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    available.awaitTermination(120)
+    assert available.exception() is None
+    assert batch_sizes(available) == [5]
+
+
+def test_a_failing_streaming_batch_leaves_no_ledgers(spark, spark_cluster, tmp_path):
+    """Two tasks: a small one that writes its rows and reports, and a big one that fails at
+    its last input batch (a null payload). Spark aborts the batch: every ledger of it is
+    deleted and none stays registered as pending."""
+    uri = spark_cluster.uri
+    append(uri, "abort-src", [b"small-%d" % i for i in range(50)])  # one ledger
+    append(uri, "abort-src", [b"big-%d" % i for i in range(999)] + [b"poison"])  # another
+    before = list_ledgers(uri)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        query = (
+            spark.readStream.format("bkeeper").option("metadata", uri).option("log", "abort-src")
+            .option("startingPosition", "earliest").option("maxEntriesPerSplit", 1000).load()
+            .selectExpr("IF(CAST(payload AS STRING) = 'poison', NULL, payload) AS payload")
+            .writeStream.format("bkeeper").option("metadata", uri).option("log", "abort-dst")
+            .option("writerId", "aborted-stream")
+            .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+            .start()
+        )  # fmt: skip
+        with pytest.raises(Exception) as caught:
+            query.awaitTermination(120)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert "bkeeper.common.errors.ConfigError: cannot write: the payload column has nulls" in str(
+        caught.value
+    ), str(caught.value)[:3000]
+    assert read_log(uri, "abort-dst") == []
+    assert pending(uri, "aborted-stream") == {}
+    assert list_ledgers(uri) == before, "the batch's ledgers are all deleted"
+
+
+def test_a_write_task_bounds_its_appends_in_flight(spark, spark_cluster):
+    """One task writes more records than it keeps in flight (2,000) with at most 16 appends
+    in flight per ledger (client.pending_adds_max): it waits for acknowledgements instead
+    of holding more, and every record lands once, in order."""
+    uri = spark_cluster.uri
+    payloads = [b"flight-%05d" % i for i in range(4500)]
+    frame = spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
+    write(frame, uri, log="in-flight", **{"client.pending_adds_max": 16})
+    assert read_log(uri, "in-flight") == payloads
