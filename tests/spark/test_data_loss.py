@@ -4,6 +4,7 @@ its checkpoint after the log was truncated past it, and a ledger deleted between
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def _gone(log: str, ledger_id: int) -> str:
 
 
 @pytest.mark.parametrize("fail", ["true", "false"])
-def test_a_ledger_deleted_after_planning_driving_the_reader(spark_cluster, fail):
+def test_a_ledger_deleted_after_planning_driving_the_reader(spark_cluster, fail, caplog):
     """Spark's two calls made by hand: ``partitions()`` plans, the first ledger is deleted
     (by a truncation), then ``read()`` reads every planned partition."""
     from bkeeper.common.errors import LogTruncatedError
@@ -115,7 +116,13 @@ def test_a_ledger_deleted_after_planning_driving_the_reader(spark_cluster, fail)
                 [batch for p in partitions for batch in reader.read(p)]
             assert str(caught.value) == _gone(log, positions[0].ledger_id)
         else:
-            batches = [batch for p in partitions for batch in reader.read(p)]
+            with caplog.at_level(logging.WARNING, logger="bkeeper.spark.runtime"):
+                batches = [batch for p in partitions for batch in reader.read(p)]
+            warned = [r.getMessage() for r in caplog.records if r.name == "bkeeper.spark.runtime"]
+            assert warned == [
+                _gone(log, positions[0].ledger_id).split("; ")[0]
+                + "; skipping it (failOnDataLoss=false)"
+            ]
             read = [
                 Position(ledger, entry)
                 for batch in batches

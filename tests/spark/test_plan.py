@@ -3,14 +3,16 @@ the exactly-once ledger append the sink relies on."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from bkeeper.client.config import ClientConfig
-from bkeeper.common.errors import LogFencedError, LogTruncatedError
+from bkeeper.common.errors import ConfigError, LogFencedError, LogTruncatedError
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 from bkeeper.spark.options import source_options
 from bkeeper.spark.plan import LogView, Span, limit_spans, partition_spans, split_spans
-from bkeeper.spark.planner import advance, batch_spans, spans_between
+from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
@@ -74,13 +76,14 @@ async def test_spans_cover_a_log_across_rolls_and_stop_at_an_open_ledger():
         spans, head = await view.spans("a", tail)
         assert spans and not spans[-1].sealed
         assert sum(s.count for s in spans) >= 4  # the last one's LAC may still be behind
+        await writer.append(b"after planning")  # planning fenced nothing: the writer goes on
         await writer.close()
         spans, head2 = await view.spans("a", tail)
-        assert sum(s.count for s in spans) == 5 and spans[-1].sealed
+        assert sum(s.count for s in spans) == 6 and spans[-1].sealed
         assert head2 >= head
 
 
-async def test_truncation_is_data_loss_both_ways():
+async def test_truncation_is_data_loss_both_ways(caplog):
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), SMALL)
         positions = await _log_with_rolls(logs, "a", 60)
@@ -88,9 +91,17 @@ async def test_truncation_is_data_loss_both_ways():
         start = await view.earliest("a")
         cut = positions[40]
         await logs.log("a").truncate(Position(cut.ledger_id, 0))
-        with pytest.raises(LogTruncatedError, match="failOnDataLoss"):
+        gone = (
+            f"log 'a': records from {start} up to {cut.ledger_id}:0 are gone (truncated or "
+            "deleted) before they were read"
+        )
+        with pytest.raises(LogTruncatedError) as caught:
             await view.spans("a", start)
-        spans, _ = await view.spans("a", start, fail_on_data_loss=False)
+        assert str(caught.value) == gone + "; set failOnDataLoss=false to skip them and go on"
+        with caplog.at_level(logging.WARNING, logger="bkeeper.spark.plan"):
+            spans, _ = await view.spans("a", start, fail_on_data_loss=False)
+        warned = [r.getMessage() for r in caplog.records if r.name == "bkeeper.spark.plan"]
+        assert warned == [gone + "; skipping them (failOnDataLoss=false)"]
         first = spans[0]
         assert Position(first.ledger_id, first.first) == Position(cut.ledger_id, 0)
         # A start at or after the truncation point is no loss.
@@ -226,3 +237,38 @@ def test_bounds_from_filters_only_drop_rejected_entries():
     ]:
         assert Bounds().restrict(column, op, value).narrow(spans) == spans
     assert Bounds().restrict("ledger", ">", 5).narrow(spans) == []
+
+
+def test_a_log_remembers_its_last_1000_writers():
+    from bkeeper.namedlog.metadata import COMMITS_MAX, LogMetadata, WriterCommit
+
+    assert COMMITS_MAX == 1_000
+    meta = LogMetadata(ctime_ms=0)
+    for i in range(1_001):
+        meta = meta.with_ledgers((), WriterCommit(f"w{i}", i, time_ms=i))
+    assert len(meta.commits) == 1_000
+    assert meta.last_batch("w0") is None, "the writer committed longest ago is forgotten"
+    assert [meta.last_batch(f"w{i}") for i in (1, 500, 1_000)] == [1, 500, 1_000]
+    meta = meta.with_ledgers((), WriterCommit("w1", 7, time_ms=2_000))  # w1 commits again
+    meta = meta.with_ledgers((), WriterCommit("new", 0, time_ms=2_001))
+    assert meta.last_batch("w1") == 7 and meta.last_batch("w2") is None
+
+
+class _ManyLogs:
+    """A planning view of a cluster with this many logs (a fake: only names() is used)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def names(self) -> list[str]:
+        return [f"log-{i:05d}" for i in range(self.count)]
+
+
+async def test_a_log_pattern_reads_at_most_10000_logs():
+    options = source_options(
+        {"metadata": "memory://x/ledgers", "logPattern": "log-.*"}, streaming=False
+    )
+    assert len(await log_names(_ManyLogs(10_000), options)) == 10_000  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        await log_names(_ManyLogs(10_001), options)  # type: ignore[arg-type]
+    assert str(caught.value) == "logPattern 'log-.*' matches 10001 logs; at most 10000 per query"

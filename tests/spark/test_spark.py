@@ -109,6 +109,18 @@ def test_batch_read_equals_what_was_appended(spark, spark_cluster):
     )
     counts = {r["log"]: r["count"] for r in part.groupBy("log").count().collect()}
     assert counts == {"batch": 100, "batch2": 10}
+    # Timestamps are the writer's clock in ms; startingTimestamp starts at the first record
+    # appended at or after it (and wins over startingPosition).
+    times = [r.timestamp for r in rows]
+    assert all(t.microsecond % 1000 == 0 for t in times)
+    assert times == sorted(times)
+    middle = times[1234]
+    first_at = times.index(middle)
+    from_time = source(
+        spark, uri, log="batch", startingPosition=json.dumps({"batch": "latest"}),
+        startingTimestamp=str(int(middle.timestamp() * 1000)),
+    ).orderBy("ledger", "entry").collect()  # fmt: skip
+    assert [Position(r.ledger, r.entry) for r in from_time] == positions[first_at:]
     # A timestamp after everything: nothing; SQL over the data source works too.
     assert (
         source(
@@ -380,6 +392,13 @@ def test_filter_pushdown_prunes_ledgers(spark, spark_cluster):
     positions = append(uri, "pushed", [b"p%04d" % i for i in range(1200)], roll_bytes=3000)
     ledgers = sorted({p.ledger_id for p in positions})
     assert len(ledgers) >= 4
+    with pytest.raises(Exception) as caught:  # Spark's own setting is off by default
+        source(spark, uri, log="pushed", filterPushdown="true").count()
+    assert (
+        "[DATA_SOURCE_PUSHDOWN_DISABLED] PushdownBatchReader implements pushFilters() but filter "
+        "pushdown is disabled because configuration 'spark.sql.python.filterPushdown.enabled' is "
+        "false."
+    ) in str(caught.value)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
         df = source(spark, uri, log="pushed", filterPushdown="true", maxEntriesPerSplit=100)

@@ -76,6 +76,26 @@ def test_roll_bytes_starts_a_new_ledger_after_that_many_bytes(spark, spark_clust
     assert len(log_ledgers(uri, "unrolled")) == 1
 
 
+def ledger_metadata(uri: str, ledger_id: int):
+    async def go():
+        async with BookKeeper(uri) as bk:
+            return await bk.ledger_metadata(ledger_id)
+
+    return run(go)
+
+
+def test_replication_and_digest_options_shape_the_task_ledgers(spark, spark_cluster):
+    uri = spark_cluster.uri
+    frame = spark.createDataFrame([(b"shaped-%d" % i,) for i in range(10)], "payload binary")
+    write(frame.coalesce(1), uri, log="shaped", ensembleSize=2, writeQuorum=2, ackQuorum=1,
+          digest="crc32")  # fmt: skip
+    (ledger,) = log_ledgers(uri, "shaped")
+    meta = ledger_metadata(uri, ledger)
+    shape = (meta.ensemble_size, meta.write_quorum, meta.ack_quorum, meta.digest_type.name)
+    assert shape == (2, 2, 1, "CRC32")
+    assert read_log(uri, "shaped") == [b"shaped-%d" % i for i in range(10)]
+
+
 def copy_stream(spark, uri: str, checkpoint: Path, writer_id: str | None):
     writer = (
         spark.readStream.format("bkeeper")
@@ -336,3 +356,55 @@ def test_a_write_task_bounds_its_appends_in_flight(spark, spark_cluster):
     frame = spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
     write(frame, uri, log="in-flight", **{"client.pending_adds_max": 16})
     assert read_log(uri, "in-flight") == payloads
+
+
+def test_reading_fences_no_live_writer(spark, spark_cluster):
+    """A read plans an open ledger up to its last add confirmed and reads it without
+    recovery: the writer goes on appending, and a later read sees what it added."""
+    from bkeeper.client.sync import LoopThread
+
+    uri = spark_cluster.uri
+    loop = LoopThread()
+    try:
+        bk = loop.call(BookKeeper(uri).start(), 30)
+        try:
+            logs = NamedLogs(bk)
+            loop.call(logs.create("live"), 30)
+            writer = loop.call(logs.log("live").open_writer(), 30)
+            for i in range(10):
+                loop.call(writer.append(b"live-%d" % i), 30)
+            rows = source(spark, uri, log="live").orderBy("entry").collect()
+            # Entry 9 is confirmed to readers by the next append (or the close).
+            assert [r.payload for r in rows] == [b"live-%d" % i for i in range(9)]
+            loop.call(writer.append(b"after the read"), 30)  # not fenced
+            loop.call(writer.close(), 30)
+        finally:
+            loop.call(bk.close(), 30)
+    finally:
+        loop.stop()
+    rows = source(spark, uri, log="live").orderBy("entry").collect()
+    assert [r.payload for r in rows] == [b"live-%d" % i for i in range(10)] + [b"after the read"]
+
+
+def test_a_stream_write_needs_a_checkpoint_location_or_writer_id(spark, spark_cluster, tmp_path):
+    """Spark itself asks for a checkpoint location; with only the session's default one it
+    does not pass the option, and bkeeper asks for it (or writerId) by name."""
+    uri = spark_cluster.uri
+    append(uri, "no-ck-src", [b"x"])
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "default"))
+    try:
+        with pytest.raises(Exception) as caught:
+            (
+                spark.readStream.format("bkeeper").option("metadata", uri)
+                .option("log", "no-ck-src").load().select("payload")
+                .writeStream.format("bkeeper").option("metadata", uri)
+                .option("log", "no-ck-dst").trigger(availableNow=True).start()
+                .awaitTermination(120)
+            )  # fmt: skip
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert first_line(caught.value).endswith(
+        "bkeeper.common.errors.ConfigError: a streaming write to bkeeper needs the "
+        "checkpointLocation option (or writerId): it identifies the query across restarts, "
+        "for exactly-once commits"
+    ), first_line(caught.value)
