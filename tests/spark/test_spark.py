@@ -273,6 +273,20 @@ def test_batch_write_appends_whole(spark, spark_cluster):
     )
     mixed.write.format("bkeeper").option("metadata", uri).mode("append").save()
     assert sorted(read_log(uri, "wa")) == [b"a1", b"a2"] and read_log(uri, "wb") == [b"b1"]
+    # Other columns are refused, naming them.
+    extra = spark.createDataFrame([(b"x", 1)], "payload binary, extra int")
+    with pytest.raises(Exception) as caught:
+        extra.write.format("bkeeper").option("metadata", uri).option("log", "wa").mode(
+            "append"
+        ).save()
+    assert (
+        str(caught.value)
+        .splitlines()[0]
+        .endswith(
+            "ConfigError: cannot write columns ['payload', 'extra']: a bkeeper log takes payload "
+            "(required), key, log and properties"
+        )
+    ), str(caught.value)[:2000]
 
 
 def _example(name: str):

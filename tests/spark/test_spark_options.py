@@ -242,12 +242,7 @@ def wait_for(condition, what: str, timeout_s: float = 120.0):
 
 
 def trigger_stream(spark, uri: str, log: str, name: str, checkpoint: Path, **options):
-    reader = (
-        spark.readStream.format("bkeeper")
-        .option("metadata", uri)
-        .option("log", log)
-        .option("startingPosition", "earliest")
-    )
+    reader = spark.readStream.format("bkeeper").option("metadata", uri).option("log", log)
     for key, value in options.items():
         reader = reader.option(key, value)
     writer = reader.load().writeStream.format("memory").queryName(name)
@@ -269,10 +264,16 @@ def reported_head(progress) -> Position | None:
 
 def test_min_entries_per_trigger_waits_for_enough_records(spark, spark_cluster, tmp_path):
     uri = spark_cluster.uri
+    old = append(uri, "trig", [b"old-%d" % i for i in range(10)])  # before the start: not read
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")
     query = trigger_stream(spark, uri, "trig", "trig", tmp_path / "ck",
                            minEntriesPerTrigger=100, maxTriggerDelay="1h")  # fmt: skip
     try:
+        start = Position(old[-1].ledger_id, old[-1].entry_id + 1)
+        wait_for(
+            lambda: [p for p in query.recentProgress if reported_head(p) == start],
+            "a first trigger (the stream starts at the latest record then)",
+        )
         few = append(uri, "trig", [b"few-%d" % i for i in range(30)])
         head = Position(few[-1].ledger_id, few[-1].entry_id + 1)
         # Triggers come and go: the source sees the 30 records (its reported head) but
@@ -291,14 +292,16 @@ def test_min_entries_per_trigger_waits_for_enough_records(spark, spark_cluster, 
     finally:
         query.stop()
         spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
-    assert len(spark.table("trig").collect()) == 110
+    payloads = [r.payload for r in spark.table("trig").orderBy("ledger", "entry").collect()]
+    assert payloads == [b"few-%d" % i for i in range(30)] + [b"more-%d" % i for i in range(80)]
 
 
 def test_max_trigger_delay_lets_fewer_records_through(spark, spark_cluster, tmp_path):
     uri = spark_cluster.uri
     append(uri, "trig-delay", [b"early-%d" % i for i in range(5)])
     query = trigger_stream(spark, uri, "trig-delay", "trig_delay", tmp_path / "ck",
-                           minEntriesPerTrigger=100, maxTriggerDelay="2s")  # fmt: skip
+                           startingPosition="earliest", minEntriesPerTrigger=100,
+                           maxTriggerDelay="2s")  # fmt: skip
     try:
         wait_for(lambda: batch_sizes(query), "a batch")
         assert batch_sizes(query) == [5], "fewer than 100, once 2 s had passed"
