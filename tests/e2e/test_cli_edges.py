@@ -125,3 +125,47 @@ def test_no_replacement_says_how_many_bookies_there_are() -> None:
         "no bookie can replace b:1: 3 bookies registered as writable, 3 of them in the "
         "ensemble already and 3 failed to answer this writer"
     )
+
+
+def test_a_bookie_on_a_taken_port_names_it(taken_port: int, real_cluster, tmp_path: Path) -> None:
+    result = run(
+        "bookie", "--data-dir", str(tmp_path / "b"), "--port", str(taken_port),
+        "--metadata", real_cluster.uri,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert one_error_line(result) == (
+        f"error: cannot listen on 127.0.0.1:{taken_port}: the port is in use by another process"
+    )
+
+
+def test_a_bookie_refuses_a_data_dir_of_another_bookie(real_cluster) -> None:
+    data_dir = real_cluster.data_dir / "bookie-0"  # bookie 0's, stamped with its port
+    real_cluster.stop_all()
+    result = run(
+        "bookie", "--data-dir", str(data_dir), "--port", str(free_port()),
+        "--metadata", real_cluster.uri,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "cookie" in one_error_line(result).lower()
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "message"),
+    [
+        (("log", "tail", "missing"), 1, "error: no log named 'missing'"),
+        (("log", "append", "missing", "x"), 1, "error: no log named 'missing'"),
+        (("log", "read", "x", "--from", "nonsense"), 2, "error: Invalid value for --from"),
+        (("shell", "readledger", "abc"), 2, "error: Invalid value for 'LEDGER_ID'"),
+    ],
+)
+def test_usage_and_missing_things_are_one_line(real_cluster, command, status, message) -> None:
+    result = run(*command, "--metadata", real_cluster.uri)
+    assert result.returncode == status, result.stderr
+    assert one_error_line(result).startswith(message), result.stderr
+
+
+def test_an_unreachable_metadata_service_is_one_line() -> None:
+    port = free_port()  # nothing listens there
+    result = run("log", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers")
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: ZooKeeper at 127.0.0.1:{port}: no session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import random
 import shutil
@@ -80,9 +81,17 @@ class Bookie:
 
         # Bind first (without serving) so that port 0 resolves to the real port, which is
         # part of the bookie id the cookie checks.
-        self._server = await loop.create_server(
-            new_connection, config.host, config.port, reuse_address=True, start_serving=False
-        )
+        try:
+            self._server = await loop.create_server(
+                new_connection, config.host, config.port, reuse_address=True, start_serving=False
+            )
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"cannot listen on {config.host}:{config.port}: the port is in use by "
+                    "another process"
+                ) from exc
+            raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
