@@ -79,7 +79,10 @@ def test_sandbox_starts_fast_stops_clean_and_keeps_data(tmp_path: Path) -> None:
     proc, uri, _ = start(data_dir, zk_port, bookie_port)  # same data dir: same cluster
     try:
         listing = bkeeper(uri, "shell", "listledgers", "--meta")
-        assert "CLOSED" in listing.stdout and "49" in listing.stdout
+        rows = [line.split("│")[1:-1] for line in listing.stdout.splitlines() if "│" in line]
+        assert [[cell.strip() for cell in row[1:4]] for row in rows] == [
+            ["CLOSED", "3/3/2", "49"]
+        ], listing.stdout
     finally:
         stop(proc)
     assert processes_mentioning(str(data_dir)) == []

@@ -107,11 +107,14 @@ async def test_two_writers_racing():
                 results[name] = await writer.append(name.encode())
             except LogFencedError:
                 results[name] = None
-        assert sum(1 for p in results.values() if p is not None) >= 1
-        # Whoever opened last leads; the other is fenced for good.
-        winner, loser = (a, b) if results["a"] is not None and results["b"] is None else (b, a)
-        if results["a"] is not None and results["b"] is not None:
-            winner, loser = (b, a) if results["b"] > results["a"] else (a, b)
+        # Whoever opened last leads: its open sealed the other's ledger, so exactly one of
+        # the two appends is acknowledged, into the log's last ledger.
+        assert sorted(p is None for p in results.values()) == [False, True], results
+        winner, loser = (a, b) if results["a"] is not None else (b, a)
+        won = results["a"] or results["b"]
+        assert won is not None
+        listed = (await logs_a.log("log").metadata()).ledgers
+        assert won.ledger_id == listed[-1].ledger_id == winner.ledger_id
         with pytest.raises(LogFencedError):
             await loser.append(b"late")
         await winner.append(b"end")
