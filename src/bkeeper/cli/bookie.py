@@ -40,6 +40,13 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 @click.option("--readonly", is_flag=True, help="Start in read-only mode.")
 @click.option("--journal-group-wait-ms", default=1.0, show_default=True, type=float)
 @click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
+@click.option(
+    "--checkpoint-interval-ms",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Mean time between checkpoints.",
+)
 def bookie(
     data_dir: str,
     port: int,
@@ -49,6 +56,7 @@ def bookie(
     readonly: bool,
     journal_group_wait_ms: float,
     skip_corrupt_journal_records: bool,
+    checkpoint_interval_ms: int,
 ) -> None:
     """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0."""
     config = BookieConfig(
@@ -58,6 +66,7 @@ def bookie(
         bookie_id=bookie_id,
         metadata_uri=metadata_uri,
         readonly=readonly,
+        checkpoint_interval_ms=checkpoint_interval_ms,
     )
     storage_config = StorageConfig(
         data_dir=data_dir,

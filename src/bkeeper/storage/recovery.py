@@ -121,4 +121,4 @@ def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> No
 
 def _live_bytes(ledgers: dict[int, LedgerState]) -> int:
     """A rough size of a full index snapshot."""
-    return sum(64 + 16 * (s.locations.max_entry_id + 1) for s in ledgers.values())
+    return sum(64 + 16 * len(s.locations) for s in ledgers.values())
