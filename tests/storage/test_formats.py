@@ -102,7 +102,7 @@ def test_index_delta_round_trip() -> None:
         deleted=(),
         ledgers=(
             LedgerSnapshot(1, b"k1", False, 4, None),
-            LedgerSnapshot(2, b"k2", True, -1, b"lac body"),
+            LedgerSnapshot(2, b"k2", True, -1, b"lac body", limbo=True),
             LedgerSnapshot(3, b"k3", False, -1, None),
         ),
         runs=(
@@ -112,7 +112,10 @@ def test_index_delta_round_trip() -> None:
     )
     second = IndexDelta(
         deleted=(3,),
-        ledgers=(LedgerSnapshot(1, b"k1", True, 6, b"x"),),
+        ledgers=(
+            LedgerSnapshot(1, b"k1", True, 6, b"x", limbo=True),
+            LedgerSnapshot(2, b"k2", True, -1, b"lac body", limbo=False),
+        ),
         runs=(LocationRun(1, array("q", [6]), array("Q", [500])),),
     )
     data = encode_index_header(1) + encode_delta(first) + encode_delta(second)
@@ -122,6 +125,7 @@ def test_index_delta_round_trip() -> None:
     assert sorted(states) == [1, 2]
     one, two = states[1], states[2]
     assert (one.master_key, one.fenced, one.lac, one.explicit_lac) == (b"k1", True, 6, b"x")
+    assert one.limbo and not two.limbo  # the flag, set and cleared by later records
     assert list(one.locations.items()) == [(0, 100), (1, 200), (5, 300), (6, 500)]
     assert one.last_entry_id == 6
     assert (two.fenced, two.explicit_lac, two.last_entry_id) == (True, b"lac body", -1)

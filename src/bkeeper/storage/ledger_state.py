@@ -4,6 +4,8 @@ Invariants (asserted where they are set):
 
 * ``master_key`` is the first key seen for the ledger and never changes;
 * ``fenced`` only goes from False to True;
+* ``limbo``: the ledger may have lost acknowledged entries, so missing entries are "unknown",
+  never "absent", until it is repaired; a ledger in limbo is also fenced;
 * ``last_entry_id`` is the highest entry id present (write cache, read cache or entry logs),
   -1 when there is none; ``lac`` is the highest LAC carried by any entry body;
 * a location of 0 means "absent" (offset 0 of a log is its header, never a record).
@@ -120,6 +122,7 @@ class LedgerSnapshot:
     fenced: bool
     lac: int
     explicit_lac: bytes | None
+    limbo: bool = False
 
 
 class LedgerState:
@@ -133,6 +136,7 @@ class LedgerState:
         "lac",
         "last_entry_id",
         "ledger_id",
+        "limbo",
         "locations",
         "master_key",
     )
@@ -143,6 +147,7 @@ class LedgerState:
         self.fenced = False
         self.lac = -1
         self.explicit_lac: bytes | None = None
+        self.limbo = False
         self.last_entry_id = -1
         self.locations = LedgerLocations()
         self.deleted = False
@@ -154,12 +159,13 @@ class LedgerState:
         state.fenced = snapshot.fenced
         state.lac = snapshot.lac
         state.explicit_lac = snapshot.explicit_lac
+        state.limbo = snapshot.limbo
         state.dirty = False
         return state
 
     def snapshot(self) -> LedgerSnapshot:
         return LedgerSnapshot(
-            self.ledger_id, self.master_key, self.fenced, self.lac, self.explicit_lac
+            self.ledger_id, self.master_key, self.fenced, self.lac, self.explicit_lac, self.limbo
         )
 
     def explicit_lac_value(self) -> int:
