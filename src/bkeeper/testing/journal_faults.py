@@ -46,20 +46,24 @@ def newest_journal_file(journal_dir: str | Path) -> str:
     return os.path.join(journal_dir, max(names))
 
 
-def journal_patches(data: bytes, ledger_id: int, count: int) -> JournalPatches:
-    """Patches flipping one payload bit of each of the last ``count`` entries of
-    ``ledger_id`` in the last group of the journal file ``data``."""
+def journal_patches(data: bytes, ledger_id: int, count: int | None = None) -> JournalPatches:
+    """Patches flipping one payload bit of each of the last ``count`` entries (None: all
+    of them) of ``ledger_id`` in the last group of the journal file ``data``.
+
+    Which entries share the last group depends on timing (an idle journal writes the first
+    record at once, then groups what arrives within its wait window): callers use the ids
+    returned."""
     group, records = _last_group(data)
     entries = [
         r for r in records
         if r.kind is RecordKind.ADD_ENTRY and r.ledger_id == ledger_id
         and len(r.data) > _PAYLOAD_OFFSET
     ]  # fmt: skip
-    if len(entries) < count:
+    if not entries or (count is not None and len(entries) < count):
         raise ValueError(
             f"the last group holds {len(entries)} entries of ledger {ledger_id}, not {count}"
         )
-    chosen = entries[-count:]
+    chosen = entries if count is None else entries[-count:]
     patches = tuple(
         (offset, bytes([data[offset] ^ 0x10]))
         for offset in (r.offset + RECORD_HEADER_BYTES + _PAYLOAD_OFFSET for r in chosen)
