@@ -216,3 +216,42 @@ def test_ledger_id_candidates_find_the_id_a_damaged_record_named(payload_bytes: 
         inside = bytearray(message)
         inside[5 + rng.randrange(8)] ^= rng.randrange(1, 256)
         assert ledger_id in ledger_id_candidates(bytes(inside), stored)
+
+
+def _copy(fs: MemoryFileSystem) -> MemoryFileSystem:
+    """A fresh disk holding the files of ``fs``'s engine, all durable."""
+    copy = MemoryFileSystem()
+    for directory in (JOURNAL_DIR, "/data/current/ledgers"):
+        copy.makedirs(directory)
+        for name in fs.list_dir(directory):
+            f = copy.open_append(f"{directory}/{name}")
+            f.write(fs.read_file(f"{directory}/{name}"))
+            f.sync()
+            f.close()
+        copy.fsync_dir(directory)
+    return copy
+
+
+def test_a_crash_while_opening_keeps_the_suspect_group_and_its_limbo() -> None:
+    """The damaged group is not cut: a crash after opening started a new journal file but
+    before its checkpoint persisted the limbo must find the same group again, as the last
+    one written (a journal file without groups after it does not make it "the middle")."""
+    fs, path, _, records = _write()
+    record = _first_of(records, 2)
+    _flip(fs, path, record.offset + RECORD_HEADER_BYTES + 40, 3)
+    crashed_at = []
+    for operations in range(1, 200):
+        disk = _copy(fs)
+        disk.schedule_crash(operations)
+        try:
+            Storage.open(_config(), disk).close()
+        except OSError:
+            crashed_at.append(operations)
+        else:
+            break
+        storage, _ = open_storage(disk.restart(), _config())
+        assert storage.limbo_ledgers() == [2], operations
+        with pytest.raises(DataUnknownError):
+            storage.read_entry(2, record.entry_id)
+        storage.close()
+    assert len(crashed_at) >= 5  # the crash points covered replay, journal start, checkpoint

@@ -5,7 +5,8 @@ Rules (see :mod:`bkeeper.storage.journal_format` for the format):
 * Files are replayed in id order, the mark's file from the mark's offset, later files from
   their header on. Files before the mark's file are not read.
 * A group is applied only when its header and all its records check out.
-* Damage at the *tail* (in the newest file, with no valid group header after it) is one of:
+* Damage at the *tail* (with no valid group header after it, in its file or a later one:
+  later files holding nothing past their header do not count) is one of:
 
   - a **torn write**: the group's header is cut short or damaged with no checksummed record
     after it, or the file ends before the group's records do. Only the group being written
@@ -108,16 +109,30 @@ def replay_journals(
     if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
         path = os.path.join(directory, journal_file_name(mark.file_id))
         raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
+    last_with_groups = _last_with_groups(fs, directory, ids)
     for file_id in ids:
         start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
-        replayer = _FileReplay(fs, directory, file_id, file_id == ids[-1], skip_corrupt, known)
+        newest = file_id >= last_with_groups
+        replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
         replayer.run(start, apply, outcome)
         outcome.files += 1
     return outcome
 
 
+def _last_with_groups(fs: FileSystem, directory: str, ids: list[int]) -> int:
+    """The id of the last file holding anything past its header (the first id if none).
+
+    Only the last group written can be torn, and it is in that file: a later file without
+    groups (opening starts a new file before the checkpoint that retires the old ones, and
+    may crash in between) does not put that group in the middle."""
+    for file_id in reversed(ids):
+        if fs.size(os.path.join(directory, journal_file_name(file_id))) > FILE_HEADER_BYTES:
+            return file_id
+    return ids[0] if ids else 0
+
+
 class _FileReplay:
-    """Replays one journal file."""
+    """Replays one journal file (``newest``: no later file holds a group)."""
 
     def __init__(
         self,
