@@ -18,6 +18,8 @@ from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.benchmarks import _wait_port, free_port
 from bkeeper.testing.zookeeper import ZooKeeperServer
 
+_SIGTERM = signal.SIGTERM  # the class below has a method named ``signal``
+
 
 @dataclass
 class RealCluster:
@@ -26,11 +28,12 @@ class RealCluster:
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, index: int) -> None:
+    def start(self, index: int, *args: str) -> None:
+        """Start bookie ``index`` (``args``: more ``bkeeper bookie`` options)."""
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
-            "--port", str(self.ports[index]), "--metadata", self.uri,
+            "--port", str(self.ports[index]), "--metadata", self.uri, *args,
         ]  # fmt: skip
         log = open(self.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -46,6 +49,12 @@ class RealCluster:
 
     def signal(self, index: int, sig: int) -> None:
         os.kill(self.procs[index].pid, sig)
+
+    def stop(self, index: int, sig: int = _SIGTERM) -> int:
+        """Send ``sig`` to bookie ``index`` and wait for it to exit; its exit code."""
+        proc = self.procs[index]
+        proc.send_signal(sig)
+        return proc.wait(30)
 
     def stop_all(self) -> None:
         for proc in self.procs.values():

@@ -1,20 +1,31 @@
-"""``bkeeper bookie``: run one bookie until SIGTERM or Ctrl-C."""
+"""``bkeeper bookie``: run one bookie until SIGTERM or Ctrl-C.
+
+With a metadata URI, a bookie that starts with ledgers in limbo (its journal replay found
+damaged records that may have been acknowledged) runs the data integrity check
+(:mod:`bkeeper.autorecovery.integrity`) in the background while it serves, unless
+``--no-integrity-check``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
 
+from bkeeper.autorecovery.integrity import check_bookie
+from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.server import Bookie, BookieConfig
 from bkeeper.storage import StorageConfig
 
 __all__ = ["bookie", "run_event_loop"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -40,6 +51,19 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 @click.option("--readonly", is_flag=True, help="Start in read-only mode.")
 @click.option("--journal-group-wait-ms", default=1.0, show_default=True, type=float)
 @click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
+@click.option(
+    "--checkpoint-interval-ms",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Mean time between checkpoints.",
+)
+@click.option(
+    "--integrity-check/--no-integrity-check",
+    default=True,
+    show_default=True,
+    help="Repair ledgers in limbo after start (needs --metadata).",
+)
 def bookie(
     data_dir: str,
     port: int,
@@ -49,6 +73,8 @@ def bookie(
     readonly: bool,
     journal_group_wait_ms: float,
     skip_corrupt_journal_records: bool,
+    checkpoint_interval_ms: int,
+    integrity_check: bool,
 ) -> None:
     """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0."""
     config = BookieConfig(
@@ -58,16 +84,17 @@ def bookie(
         bookie_id=bookie_id,
         metadata_uri=metadata_uri,
         readonly=readonly,
+        checkpoint_interval_ms=checkpoint_interval_ms,
     )
     storage_config = StorageConfig(
         data_dir=data_dir,
         journal_max_group_wait_ms=journal_group_wait_ms,
         journal_skip_corrupt_records=skip_corrupt_journal_records,
     )
-    run_event_loop(_serve(config, storage_config))
+    run_event_loop(_serve(config, storage_config, integrity_check))
 
 
-async def _serve(config: BookieConfig, storage_config: StorageConfig) -> None:
+async def _serve(config: BookieConfig, storage_config: StorageConfig, integrity: bool) -> None:
     server = Bookie(config, storage_config)
     await server.start()
     loop = asyncio.get_running_loop()
@@ -76,6 +103,40 @@ async def _serve(config: BookieConfig, storage_config: StorageConfig) -> None:
             loop.add_signal_handler(sig, server.request_stop)
     click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
     try:
-        await server.wait_stopped()
+        async with asyncio.TaskGroup() as tasks:
+            check = None
+            if integrity and _needs_integrity_check(server):
+                check = tasks.create_task(_check_integrity(server, config.metadata_uri))
+            await server.wait_stopped()
+            if check is not None:
+                check.cancel()
     finally:
         await server.aclose()
+
+
+def _needs_integrity_check(server: Bookie) -> bool:
+    storage = server.storage
+    if storage is None or not (storage.limbo or storage.limbo_ledgers()):
+        return False
+    if not server.config.metadata_uri:
+        log.warning(
+            "ledgers in limbo but no --metadata: no integrity check; they answer "
+            "'unknown' until repaired"
+        )
+        return False
+    return True
+
+
+async def _check_integrity(server: Bookie, metadata_uri: str) -> None:
+    """The integrity check in the background: its failure is logged, the bookie serves on."""
+    try:
+        async with BookKeeper(metadata_uri) as client:
+            report = await check_bookie(server, client)
+    except asyncio.CancelledError:
+        log.info("integrity check stopped with the bookie")
+        raise
+    except Exception:
+        log.exception("integrity check failed; ledgers in limbo stay so until the next start")
+        return
+    if report.failed:
+        log.error("integrity check: ledgers %s stay in limbo", sorted(report.failed))

@@ -273,8 +273,7 @@ class RequestHandlers:
 
     def _long_poll(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
         assert request.previous_lac is not None and request.timeout_ms is not None
-        if not self._storage.ledger_exists(request.ledger_id):
-            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        self._storage.require_ledger(request.ledger_id)
         if self._storage.last_add_confirmed(request.ledger_id) > request.previous_lac:
             conn.respond(self._long_poll_response(request), size)
             return
@@ -363,11 +362,12 @@ class RequestHandlers:
 
     def read_lac(self, conn: BookieConnection, request: ReadLacRequest, size: int) -> None:
         storage = self._storage
-        if not storage.ledger_exists(request.ledger_id):
-            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        storage.require_ledger(request.ledger_id)
         lac_body = storage.explicit_lac(request.ledger_id)
         try:
             last = storage.read_entry(request.ledger_id, -1)
+        except errors.DataUnknownError:
+            raise  # in limbo: its last entry may not be the last one written
         except errors.BKeeperError:
             last = None
         conn.respond(
@@ -378,8 +378,6 @@ class RequestHandlers:
     def list_entries(
         self, conn: BookieConnection, request: GetListOfEntriesRequest, size: int
     ) -> None:
-        if not self._storage.ledger_exists(request.ledger_id):
-            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
         ids = self._storage.list_entries(request.ledger_id)
         conn.respond(
             GetListOfEntriesResponse(

@@ -5,8 +5,10 @@ read the checkpoint file (none: a fresh engine); load the index it names, cuttin
 after its committed length; replay the journal from its mark (see
 :mod:`bkeeper.storage.journal_replay`), applying each record with the same transitions as
 the live calls (:mod:`bkeeper.storage.engine`) and flushing whenever the write cache is half
-full. If replay skipped corrupt records the engine enters limbo. The caller then starts a
-new journal file and checkpoints at once, so the replayed journals can be deleted.
+full. The ledgers whose records replay found damaged (skipped, or kept as suspect tail data)
+enter limbo, or the whole engine when they cannot be told. The caller then starts a new
+journal file and checkpoints at once, which persists the limbo and lets the replayed
+journals be deleted.
 """
 
 from __future__ import annotations
@@ -72,9 +74,13 @@ def recover(fs: FileSystem, config: StorageConfig, layout: StorageLayout) -> Rec
         if engine.write_cache.wants_flush():
             flusher.flush()
 
-    replay = replay_journals(fs, layout.journal, mark, config.journal_skip_corrupt_records, apply)
-    if replay.skipped:
-        engine.limbo = True
+    def known(ledger_id: int) -> bool:
+        return ledger_id in engine.ledgers
+
+    replay = replay_journals(
+        fs, layout.journal, mark, config.journal_skip_corrupt_records, apply, known
+    )
+    _enter_limbo(engine, replay)
     journal_ids = journal_file_ids(fs, layout.journal)
     next_file_id = max([*journal_ids, mark.file_id]) + 1
     compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
@@ -111,6 +117,16 @@ def apply_record(engine: EngineState, record: JournalRecord) -> None:
             engine.set_explicit_lac_locked(state, record.data)
 
 
+def _enter_limbo(engine: EngineState, replay: ReplayOutcome) -> None:
+    with engine.lock:
+        if replay.limbo_all:
+            engine.limbo = True
+        for ledger_id in replay.limbo_ledgers:
+            state = engine.ledgers.get(ledger_id)
+            if state is not None:  # None: deleted by a later record, nothing left to lose
+                engine.set_limbo_locked(state, True)
+
+
 def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> None:
     for directory in (layout.journal, layout.ledgers):
         for name in fs.list_dir(directory):
@@ -121,4 +137,4 @@ def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> No
 
 def _live_bytes(ledgers: dict[int, LedgerState]) -> int:
     """A rough size of a full index snapshot."""
-    return sum(64 + 16 * (s.locations.max_entry_id + 1) for s in ledgers.values())
+    return sum(64 + 16 * len(s.locations) for s in ledgers.values())

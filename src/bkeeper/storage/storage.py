@@ -11,12 +11,17 @@ Writes never block: they validate, update memory and queue a journal record; the
 Reads answer from memory (write cache, read cache) or, for older entries, with a positional
 read of an entry log: :meth:`read_entry_nowait` says None instead of touching the disk.
 
-Never "absent" when unsure: if journal replay had to skip corrupt records (only with
-``journal_skip_corrupt_records``), acknowledged data may be missing, so the engine is in
-*limbo*: every answer that would be "no such ledger" or "no such entry" raises
-``DataUnknownError`` instead, across restarts, until :meth:`clear_limbo` (persisted at the
-next checkpoint). A torn journal tail does not cause limbo: only the group being written
-when the process died can be torn, and nothing in it was acknowledged.
+Never "absent" when unsure: a ledger that may have lost acknowledged entries is in *limbo*
+(journal replay found damaged records of it: a corrupt record in the journal's last group,
+or skipped corrupt records with ``journal_skip_corrupt_records``; or :meth:`mark_limbo`).
+For it every answer that would be "no such entry" raises ``DataUnknownError`` instead, and
+so does every read of its last entry (entry -1: the last entry it holds may not be the
+last one written). A ledger in limbo is fenced too. When replay cannot tell which ledgers
+damaged records belonged to, the whole engine is in limbo: "no such ledger" is unknown as
+well. Limbo is persisted by checkpoints (the one that ends :meth:`open` included) and lasts
+across restarts until :meth:`clear_limbo` (per ledger, once it is repaired; or for the whole
+engine). A torn journal tail does not cause limbo: only the group being written when the
+process died can be torn, and nothing in it was acknowledged.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class StorageStats:
     read_cache_bytes: int
     checkpoints: int
     limbo: bool
+    limbo_ledgers: int
 
 
 class Storage:
@@ -246,10 +252,11 @@ class Storage:
         with engine.lock:
             state = self._state_locked(ledger_id)
             if start_entry_id == -1:
-                start_entry_id, max_count = state.last_entry_id, 1
+                start_entry_id, max_count = self._last_entry_id_locked(state), 1
             found = self._find_run_locked(state, start_entry_id, max_count)
-        if not found:
-            raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}"))
+            if not found:
+                error = NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}")
+                raise self._absent(error, state)
         bodies: list[bytes] = []
         total = 0
         for at in range(0, len(found), _READ_CHUNK_ENTRIES):  # bounds what is read past max_bytes
@@ -286,22 +293,37 @@ class Storage:
         with engine.lock:
             state = self._state_locked(ledger_id)
             if entry_id == -1:
-                entry_id = state.last_entry_id
+                entry_id = self._last_entry_id_locked(state)
             found = engine.find_locked(state, entry_id) if entry_id >= 0 else None
-        if found is None:
-            raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {entry_id}"))
+            if found is None:
+                error = NoSuchEntryError(f"ledger {ledger_id}: no entry {entry_id}")
+                raise self._absent(error, state)
         return found, entry_id
 
     def _state_locked(self, ledger_id: int) -> LedgerState:
         state = self._engine.ledgers.get(ledger_id)
         if state is None:
-            raise self._absent(NoSuchLedgerError(f"no ledger {ledger_id}"))
+            raise self._absent(NoSuchLedgerError(f"no ledger {ledger_id}"), None)
         return state
 
-    def _absent(self, error: Exception) -> Exception:
+    def _last_entry_id_locked(self, state: LedgerState) -> int:
+        if state.limbo or self._engine.limbo:
+            raise DataUnknownError(
+                f"ledger {state.ledger_id} is in limbo: its last entry is unknown until repaired"
+            )
+        return state.last_entry_id
+
+    def _absent(self, error: Exception, state: LedgerState | None) -> Exception:
+        if state is not None and state.limbo:
+            return DataUnknownError(f"{error} (ledger in limbo: entries may have been lost)")
         if self._engine.limbo:
             return DataUnknownError(f"{error} (storage in limbo: data may have been lost)")
         return error
+
+    def require_ledger(self, ledger_id: int) -> None:
+        """Raise NoSuchLedgerError (DataUnknownError in limbo) unless the ledger exists."""
+        with self._engine.lock:
+            self._state_locked(ledger_id)
 
     def list_entries(self, ledger_id: int) -> list[int]:
         """Ids of the entries present, ascending."""
@@ -339,13 +361,40 @@ class Storage:
     # -- limbo -------------------------------------------------------------------------
     @property
     def limbo(self) -> bool:
-        """True while absent data must be reported as unknown (see the module docstring)."""
+        """True while the whole engine is in limbo (see the module docstring)."""
         return self._engine.limbo
 
-    def clear_limbo(self) -> None:
-        """Answer "absent" again (after the operator checked the ledgers); persisted by the
-        next checkpoint."""
-        self._engine.limbo = False
+    def limbo_ledgers(self) -> list[int]:
+        """The ledgers in limbo, ascending (not counting a limbo of the whole engine)."""
+        with self._engine.lock:
+            return sorted(i for i, state in self._engine.ledgers.items() if state.limbo)
+
+    def in_limbo(self, ledger_id: int) -> bool:
+        """Whether missing entries of the ledger are unknown rather than absent."""
+        state = self._engine.ledgers.get(ledger_id)
+        return self._engine.limbo or (state is not None and state.limbo)
+
+    def mark_limbo(self, ledger_id: int, master_key: bytes) -> None:
+        """Put the ledger into limbo (creating it with ``master_key`` if unknown) and fence
+        it. The fence is journaled; the limbo is persisted by the next checkpoint."""
+        record = ledger_record(RecordKind.FENCE, ledger_id)
+        with self._engine.lock:
+            state = self._ledger_for_write_locked(ledger_id, master_key)
+            self._journal.append_locked(record, b"", None)
+            self._engine.set_limbo_locked(state, True)
+
+    def clear_limbo(self, ledger_id: int | None = None) -> None:
+        """Answer "absent" again for the ledger (once it is repaired), or, with no ledger, end
+        the limbo of the whole engine (the ledgers in limbo stay so); persisted by the next
+        checkpoint. NoSuchLedgerError if the ledger is unknown."""
+        with self._engine.lock:
+            if ledger_id is None:
+                self._engine.limbo = False
+                return
+            state = self._engine.ledgers.get(ledger_id)
+            if state is None:
+                raise NoSuchLedgerError(f"no ledger {ledger_id}")
+            self._engine.set_limbo_locked(state, False)
 
     # -- lifecycle ---------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -385,4 +434,5 @@ class Storage:
                 read_cache_bytes=engine.read_cache.size_bytes,
                 checkpoints=self._flusher.checkpoints,
                 limbo=engine.limbo,
+                limbo_ledgers=sum(1 for state in engine.ledgers.values() if state.limbo),
             )

@@ -66,6 +66,11 @@ class MemoryBookie:
     registration: BookieRegistration | None = None
     requests: int = 0
 
+    @property
+    def data_dir(self) -> str:
+        """The bookie's data directory on its ``fs``."""
+        return f"/{self.bookie_id.replace(':', '_')}"
+
 
 class _Responder:
     """Stands in for a server connection: handlers answer through ``respond``."""
@@ -207,7 +212,8 @@ class MemoryCluster:
     """``async with MemoryCluster(3) as cluster: bk = await cluster.client()``.
 
     ``bookie_options`` are extra :class:`BookieConfig` fields for every bookie (for example
-    ``{"batch_read_bytes_max": 1000}``).
+    ``{"batch_read_bytes_max": 1000}``), ``storage_options`` extra :class:`StorageConfig`
+    fields (for example ``{"journal_max_group_wait_ms": 200.0}``).
     """
 
     def __init__(
@@ -215,6 +221,7 @@ class MemoryCluster:
         bookies: int = 3,
         name: str | None = None,
         bookie_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name or f"cluster-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         self.uri = f"memory://{self.name}/ledgers"
@@ -222,6 +229,7 @@ class MemoryCluster:
             MemoryBookie(f"bookie-{i}:3181", MemoryFileSystem()) for i in range(bookies)
         ]
         self.bookie_options = dict(bookie_options or {})
+        self.storage_options = dict(storage_options or {})
         self.metadata: ClusterMetadata | None = None
         self._clients: list[BookKeeper] = []
 
@@ -248,7 +256,7 @@ class MemoryCluster:
 
     async def start_bookie(self, bookie: MemoryBookie) -> None:
         assert self.metadata is not None
-        data_dir = f"/{bookie.bookie_id.replace(':', '_')}"
+        data_dir = bookie.data_dir
         config = BookieConfig(data_dir=data_dir, bookie_id=bookie.bookie_id, **self.bookie_options)
         handlers_box: list[RequestHandlers] = []
 
@@ -256,7 +264,10 @@ class MemoryCluster:
             handlers_box[0].on_durable_threadsafe(tokens, error)
 
         bookie.storage = await asyncio.to_thread(
-            Storage.open, StorageConfig(data_dir=data_dir), bookie.fs, on_durable
+            Storage.open,
+            StorageConfig(data_dir=data_dir, **self.storage_options),
+            bookie.fs,
+            on_durable,
         )
         bookie.handlers = RequestHandlers(config, bookie.storage, BookieState())
         handlers_box.append(bookie.handlers)
