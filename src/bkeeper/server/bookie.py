@@ -194,8 +194,9 @@ class Bookie:
         loop, which derives the mode again from the storage's current state."""
         if state is not DiskState.WRITABLE:
             self.state.readonly = True
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._apply_mode)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply_mode)
 
     def _apply_mode(self) -> None:
         storage = self.storage

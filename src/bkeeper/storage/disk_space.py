@@ -124,12 +124,16 @@ class DiskSpace:
         self._listeners.append(listener)
 
     def note_written(self, size: int) -> None:
-        """Count bytes just written; check the disk once they reach the recheck slice."""
+        """Count bytes just written; check the disk once they reach the recheck slice. (The
+        write itself succeeded: a failing check is logged, not raised to the writer.)"""
         with self._lock:
             self._written_bytes += size
             due = self._written_bytes >= self._recheck_bytes
         if due:
-            self.check()
+            try:
+                self.check()
+            except OSError as exc:
+                log.warning("could not check the free space of %s: %s", self._path, exc)
 
     def check(self) -> DiskState:
         """Read the free space now (statvfs) and update the state; returns it."""
@@ -199,4 +203,7 @@ class DiskSpace:
         with self._notify_lock:
             state = self.state
             for listener in self._listeners:
-                listener(state)
+                try:
+                    listener(state)
+                except Exception:  # a listener must not break the writer that saw the change
+                    log.exception("disk state listener failed")
