@@ -20,7 +20,7 @@ from storage_helpers import (
     wait_until,
 )
 
-from bkeeper.common.errors import DiskFullError
+from bkeeper.common.errors import ConfigError, DiskFullError
 from bkeeper.storage import DiskState, MemoryFileSystem, Storage, StorageConfig
 from bkeeper.storage.disk_space import next_state
 
@@ -47,6 +47,15 @@ def add_acked(storage: Storage, acks: Acks, entry_ids: range) -> None:
     for entry_id in entry_ids:
         storage.add_entry(1, entry_id, KEY, body(entry_id), token=entry_id)
     acks.wait_for(entry_ids[-1])
+
+
+def test_disk_settings_are_validated_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match="disk_usage_lwm_threshold and disk_usage_threshold"):
+        StorageConfig(data_dir="/d", disk_usage_threshold=0.8, disk_usage_lwm_threshold=0.9)
+    with pytest.raises(ConfigError, match="disk_usage_threshold: must be a fraction"):
+        StorageConfig(data_dir="/d", disk_usage_threshold="0.9")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="disk_high_priority_free_bytes_min"):
+        StorageConfig(data_dir="/d", disk_high_priority_free_bytes_min=-1)
 
 
 def test_the_state_table() -> None:

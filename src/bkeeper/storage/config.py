@@ -108,14 +108,7 @@ class StorageConfig:
                 f"entry_log_bytes_max: at most {ENTRY_LOG_BYTES_LIMIT} (32-bit offsets), "
                 f"got {self.entry_log_bytes_max}"
             )
-        threshold, lwm = self.disk_usage_threshold, self.disk_usage_lwm_threshold
-        if not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in (threshold, lwm)
-        ) or not (0.0 < lwm <= threshold <= 1.0):
-            raise ConfigError(
-                "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
-                f"0 < lwm <= threshold <= 1, got {lwm!r} and {threshold!r}"
-            )
+        self._check_disk_thresholds()
         reserve = self.disk_high_priority_free_bytes_min
         if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
             raise ConfigError(
@@ -126,6 +119,17 @@ class StorageConfig:
             raise ConfigError(f"journal_remove_pause_ms: must be 0..1000, got {pause!r}")
         if not isinstance(self.journal_skip_corrupt_records, bool):
             raise ConfigError("journal_skip_corrupt_records: must be a bool")
+
+    def _check_disk_thresholds(self) -> None:
+        threshold, lwm = self.disk_usage_threshold, self.disk_usage_lwm_threshold
+        for name, value in (("disk_usage_threshold", threshold), ("disk_usage_lwm_threshold", lwm)):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{name}: must be a fraction, got {value!r}")
+        if not 0.0 < lwm <= threshold <= 1.0:
+            raise ConfigError(
+                "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
+                f"0 < lwm <= threshold <= 1, got {lwm!r} and {threshold!r}"
+            )
 
     @property
     def journal_max_group_wait_s(self) -> float:
