@@ -7,11 +7,10 @@ thread once per fsync group). Reads are answered at once, except long-poll reads
 (bounded in number and time) until the bookie's LAC for the ledger passes ``previous_lac``.
 
 Error mapping: master key mismatch -> EUA; fenced ledger and not a recovery add -> EFENCED;
-read-only bookie and not a recovery/high-priority add (or one, but the disk is too full for
-it) -> EREADONLY; a write that failed or was refused for lack of disk space -> EREADONLY; any
-other failed write -> EIO; unknown ledger ->
-ENOLEDGER; missing entry -> ENOENTRY; "cannot tell" -> EUNKNOWNLEDGERSTATE; anything the bookie
-does not serve -> EBADREQ.
+read-only bookie and not a recovery/high-priority add (or one, but the disk has no room left
+for it) -> EREADONLY; a write that failed or was refused for lack of disk space -> EREADONLY;
+any other failed write -> EIO; unknown ledger -> ENOLEDGER; missing entry -> ENOENTRY;
+"cannot tell" -> EUNKNOWNLEDGERSTATE; anything the bookie does not serve -> EBADREQ.
 """
 
 from __future__ import annotations
