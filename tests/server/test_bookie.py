@@ -186,19 +186,6 @@ async def test_batch_read_v2(start_bookie, connect):
     assert [bytes(b) for b in response.bodies] == [body(14, e) for e in range(3, 7)]
 
 
-async def test_readonly_refuses_adds_serves_reads(start_bookie, connect):
-    bookie = await start_bookie()
-    client = await connect(bookie)
-    assert (await add(client, 15, 0)).status is StatusCode.EOK
-    assert bookie.check_disk(used_fraction=0.99) is True
-    assert (await add(client, 15, 1)).status is StatusCode.EREADONLY
-    assert (await add(client, 15, 1, recovery=True)).status is StatusCode.EOK
-    assert (await client.request(ReadRequest(15, 0))).status is StatusCode.EOK
-    assert bookie.check_disk(used_fraction=0.92) is True  # between the marks: stays
-    assert bookie.check_disk(used_fraction=0.50) is False
-    assert (await add(client, 15, 2)).status is StatusCode.EOK
-
-
 async def test_garbage_closes_only_that_connection(start_bookie, connect):
     bookie = await start_bookie()
     good = await connect(bookie)

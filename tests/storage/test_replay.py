@@ -176,7 +176,14 @@ def test_skip_option_resyncs_after_a_damaged_group_header() -> None:
 
 
 def test_empty_and_header_only_journals_are_fine() -> None:
-    fs, path, _ = _write_groups(0)
+    fs = MemoryFileSystem()
+    open_storage(fs)[0].close()
+    assert fs.list_dir(JOURNAL_DIR) == []  # nothing written: no journal file created
+    storage, _ = open_storage(fs)
+    assert storage.replay_outcome.records == 0 and not storage.replay_outcome.cut
+    storage.close()
+    fs, path, offsets = _write_groups(2)
+    fs.truncate(path, offsets[0])  # the header only
     storage, _ = open_storage(fs)
     assert storage.replay_outcome.records == 0 and not storage.replay_outcome.cut
     storage.close()

@@ -48,15 +48,36 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
-@click.option("--readonly", is_flag=True, help="Start in read-only mode.")
+@click.option("--readonly", is_flag=True, help="Stay read-only (adds refused, reads served).")
 @click.option("--journal-group-wait-ms", default=1.0, show_default=True, type=float)
 @click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
+@click.option(
+    "--disk-usage-threshold",
+    default=0.95,
+    show_default=True,
+    type=float,
+    help="Fraction of the data disk in use at which the bookie turns read-only.",
+)
+@click.option(
+    "--disk-usage-lwm-threshold",
+    default=0.90,
+    show_default=True,
+    type=float,
+    help="Fraction in use below which a full bookie turns writable again.",
+)
 @click.option(
     "--checkpoint-interval-ms",
     default=10_000,
     show_default=True,
     type=click.IntRange(1),
-    help="Mean time between checkpoints.",
+    help="Time between checkpoints (each wait varies by up to 25%).",
+)
+@click.option(
+    "--write-cache-mb",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Entries held in memory until flushed to entry logs (MiB).",
 )
 @click.option(
     "--integrity-check/--no-integrity-check",
@@ -73,10 +94,16 @@ def bookie(
     readonly: bool,
     journal_group_wait_ms: float,
     skip_corrupt_journal_records: bool,
+    disk_usage_threshold: float,
+    disk_usage_lwm_threshold: float,
     checkpoint_interval_ms: int,
+    write_cache_mb: int,
     integrity_check: bool,
 ) -> None:
-    """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0."""
+    """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0.
+
+    On a full data disk the bookie is read-only (it starts so, too) and turns writable by
+    itself once usage drops below the low-water mark."""
     config = BookieConfig(
         data_dir=data_dir,
         host=host,
@@ -90,6 +117,9 @@ def bookie(
         data_dir=data_dir,
         journal_max_group_wait_ms=journal_group_wait_ms,
         journal_skip_corrupt_records=skip_corrupt_journal_records,
+        disk_usage_threshold=disk_usage_threshold,
+        disk_usage_lwm_threshold=disk_usage_lwm_threshold,
+        write_cache_bytes_max=write_cache_mb * 1024 * 1024,
     )
     run_event_loop(_serve(config, storage_config, integrity_check))
 

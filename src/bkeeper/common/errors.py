@@ -44,6 +44,7 @@ translated at the boundary with ``raise ... from``.
         ├── BadVersionError           EBADVERSION
         ├── LedgerFencedError         EFENCED
         ├── ReadOnlyBookieError       EREADONLY (retriable)
+        │   └── DiskFullError         no room on the data disk: writes refused until freed
         ├── TooManyRequestsError      ETOOMANYREQUESTS (retriable)
         └── DataUnknownError          EUNKNOWNLEDGERSTATE
 """
@@ -66,6 +67,7 @@ __all__ = [
     "CorruptRecordError",
     "DataUnknownError",
     "DigestMismatchError",
+    "DiskFullError",
     "LeadershipLostError",
     "LedgerExistsError",
     "LedgerClosedError",
@@ -269,6 +271,11 @@ class ReadOnlyBookieError(BookieError):
     """The bookie is read-only and refuses normal adds (EREADONLY)."""
 
     retriable = True
+
+
+class DiskFullError(ReadOnlyBookieError):
+    """The data disk has no room for the write: the storage engine refuses writes until
+    space is freed (answered as EREADONLY: the bookie is read-only meanwhile)."""
 
 
 class TooManyRequestsError(BookieError):

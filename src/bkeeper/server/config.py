@@ -14,9 +14,10 @@ __all__ = ["BookieConfig"]
 class BookieConfig:
     """Everything a bookie needs besides its storage configuration.
 
-    Limits are per connection unless named otherwise. Disk thresholds are fractions of the
-    data directory's filesystem in use: above ``disk_usage_threshold`` the bookie turns
-    read-only, below ``disk_usage_lwm_threshold`` it turns writable again.
+    Limits are per connection unless named otherwise. The disk thresholds live in
+    :class:`~bkeeper.storage.StorageConfig` (the engine checks them as it writes); the bookie
+    also checks the disk every ``disk_check_interval_ms`` for space taken or freed by others.
+    ``readonly`` keeps the bookie read-only whatever the disk says.
     """
 
     data_dir: str
@@ -32,9 +33,7 @@ class BookieConfig:
     long_poll_timeout_ms_max: int = 120_000
     batch_read_bytes_max: int = 4 * 1024 * 1024
     batch_read_entries_max: int = 10_000
-    disk_usage_threshold: float = 0.95
-    disk_usage_lwm_threshold: float = 0.90
-    disk_check_interval_ms: int = 10_000
+    disk_check_interval_ms: int = 1_000
     checkpoint_interval_ms: int = 10_000
     shutdown_drain_timeout_ms: int = 10_000
     readonly: bool = False
@@ -45,12 +44,6 @@ class BookieConfig:
             raise ConfigError("data_dir: a data directory is required")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port: {self.port} is not a TCP port (0..65535)")
-        if not 0.0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1.0:
-            raise ConfigError(
-                "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
-                f"0 < lwm <= threshold <= 1, got {self.disk_usage_lwm_threshold} "
-                f"and {self.disk_usage_threshold}"
-            )
         for name in (
             "max_frame_bytes",
             "connection_requests_in_flight_max",

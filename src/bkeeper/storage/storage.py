@@ -11,6 +11,12 @@ Writes never block: they validate, update memory and queue a journal record; the
 Reads answer from memory (write cache, read cache) or, for older entries, with a positional
 read of an entry log: :meth:`read_entry_nowait` says None instead of touching the disk.
 
+Disk space (:mod:`bkeeper.storage.disk_space`): the engine keeps a current view of the data
+disk's free space (re-checked as it writes, and by :meth:`check_disk`, which its owner calls
+periodically) and reports its :class:`DiskState` to ``on_disk_state``. On a full disk it
+opens without creating files, keeps serving reads, refuses writes with ``DiskFullError`` only
+while a write has actually failed for lack of space, and writes again once space is freed.
+
 Never "absent" when unsure: a ledger that may have lost acknowledged entries is in *limbo*
 (journal replay found damaged records of it: a corrupt record in the journal's last group,
 or skipped corrupt records with ``journal_skip_corrupt_records``; or :meth:`mark_limbo`).
@@ -26,12 +32,15 @@ process died can be torn, and nothing in it was acknowledged.
 
 from __future__ import annotations
 
+import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bkeeper.common.errors import (
     BadRequestError,
     DataUnknownError,
+    DiskFullError,
     LedgerFencedError,
     NoSuchEntryError,
     NoSuchLedgerError,
@@ -39,6 +48,7 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import EntryLogReader
 from bkeeper.storage.filesystem import BytesLike, FileSystem, OsFileSystem
@@ -48,9 +58,11 @@ from bkeeper.storage.journal import DurableCallback, Journal
 from bkeeper.storage.journal_format import RecordKind, ledger_record
 from bkeeper.storage.journal_replay import ReplayOutcome
 from bkeeper.storage.ledger_state import LedgerState
-from bkeeper.storage.recovery import recover
+from bkeeper.storage.recovery import recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
+
+log = logging.getLogger(__name__)
 
 _ENTRY_HEAD = struct.Struct(">qqq")
 _LEDGER_ID = struct.Struct(">q")
@@ -76,6 +88,8 @@ class StorageStats:
     checkpoints: int
     limbo: bool
     limbo_ledgers: int
+    disk_state: DiskState
+    disk_checks: int
 
 
 class Storage:
@@ -89,11 +103,13 @@ class Storage:
         flusher: Flusher,
         journal: Journal,
         replay: ReplayOutcome,
+        disk: DiskSpace,
     ) -> None:
         """Use :meth:`open`."""
         self.config = config
         self.replay_outcome = replay
         self._fs = fs
+        self._disk = disk
         self._engine = engine
         self._flusher = flusher
         self._journal = journal
@@ -107,15 +123,23 @@ class Storage:
         config: StorageConfig,
         fs: FileSystem | None = None,
         on_durable: DurableCallback | None = None,
+        on_disk_state: Callable[[DiskState], None] | None = None,
     ) -> Storage:
         """Load the last checkpoint, replay the journal, checkpoint, start the threads.
 
         ``on_durable(tokens, error)`` is called from the journal thread once per fsync
         group with the tokens of that group in order (``error`` None on success).
+        ``on_disk_state(state)`` is called from any thread when the disk state changes
+        (read :attr:`disk_state` once ``open`` returns for the state to start with).
+        On a full disk the checkpoint at open is deferred (the journal is kept); if the
+        open fails, the files it created are removed.
         """
         fs = fs if fs is not None else OsFileSystem()
         layout = StorageLayout(config.data_dir)
-        recovered = recover(fs, config, layout)
+        disk = DiskSpace(fs, config.data_dir, config)
+        if on_disk_state is not None:
+            disk.add_listener(on_disk_state)
+        recovered = recover(fs, config, layout, disk)
         engine, flusher = recovered.engine, recovered.flusher
         journal = Journal(
             fs,
@@ -124,14 +148,20 @@ class Storage:
             engine.lock,
             on_durable or _ignore,
             recovered.next_journal_file_id,
+            disk,
         )
         journal.start()
-        storage = cls(config, fs, engine, flusher, journal, recovered.replay)
+        storage = cls(config, fs, engine, flusher, journal, recovered.replay, disk)
         try:
             flusher.start(lambda: journal.durable_position, journal.fail)
-            flusher.checkpoint(full=recovered.compact_index)
+            try:
+                flusher.checkpoint(full=recovered.compact_index)
+            except DiskFullError as exc:
+                log.warning("checkpoint at open deferred, the journal is kept: %s", exc)
+                engine.flush_wanted.set()  # the flusher writes the replayed entries once it can
         except BaseException:
             storage.abort()
+            remove_files_of_failed_open(fs, layout, recovered.root, recovered.files_before)
             raise
         return storage
 
@@ -150,8 +180,9 @@ class Storage:
 
         Raises UnauthorizedAccessError (key mismatch), LedgerFencedError (fenced and not a
         recovery add), TooManyRequestsError (journal queue or write cache full),
-        BadRequestError (body does not name this ledger and entry) and BookieIOError
-        (journal failed or storage closed).
+        BadRequestError (body does not name this ledger and entry), DiskFullError (a
+        write failed for lack of space and none is free yet) and BookieIOError (journal
+        failed or storage closed).
         """
         if type(body) is not bytes:
             body = bytes(body)
@@ -402,11 +433,14 @@ class Storage:
         self._flusher.checkpoint()
 
     def close(self) -> None:
-        """Make everything queued durable (callbacks fired), checkpoint, stop threads."""
+        """Make everything queued durable (callbacks fired), checkpoint, stop threads. On a
+        full disk the checkpoint is left to the next open (the journal holds everything)."""
         self._journal.close()
         try:
             if not self._journal.failed:
                 self._flusher.checkpoint()
+        except DiskFullError as exc:
+            log.warning("checkpoint at close skipped, the next start replays the journal: %s", exc)
         finally:
             self._flusher.close()
             self._reader.close()
@@ -422,6 +456,21 @@ class Storage:
         """``(total, free)`` bytes of the filesystem holding ``data_dir``."""
         return self._fs.disk_usage(self.config.data_dir)
 
+    def check_disk(self) -> DiskState:
+        """Check the data disk's free space now (its owner calls this periodically, to see
+        space taken or freed by others); returns the disk state."""
+        return self._disk.check()
+
+    @property
+    def disk_state(self) -> DiskState:
+        """WRITABLE, FULL (the bookie should be read-only) or NO_ROOM (writes refused)."""
+        return self._disk.state
+
+    @property
+    def room_for_high_priority(self) -> bool:
+        """Whether recovery and high-priority adds may still be taken on a full disk."""
+        return self._disk.room_for_high_priority
+
     def stats(self) -> StorageStats:
         engine = self._engine
         with engine.lock:
@@ -435,4 +484,6 @@ class Storage:
                 checkpoints=self._flusher.checkpoints,
                 limbo=engine.limbo,
                 limbo_ledgers=sum(1 for state in engine.ledgers.values() if state.limbo),
+                disk_state=self._disk.state,
+                disk_checks=self._disk.checks,
             )
