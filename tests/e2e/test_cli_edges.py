@@ -4,6 +4,7 @@ with exactly one ``error:`` line and the right exit status, or does what it says
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -169,3 +170,26 @@ def test_an_unreachable_metadata_service_is_one_line() -> None:
     result = run("log", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers")
     assert result.returncode == 1
     assert one_error_line(result).startswith(f"error: ZooKeeper at 127.0.0.1:{port}: no session")
+
+
+def test_sigterm_while_a_bookie_starts_stops_it_cleanly(real_cluster) -> None:
+    """A restarted bookie waits for its predecessor's registration to expire; SIGTERM then
+    used to kill it (-15, no checkpoint): the signal handlers came after start."""
+    real_cluster.signal(0, signal.SIGKILL)
+    real_cluster.procs[0].wait()
+    command = [
+        sys.executable, "-m", "bkeeper", "bookie",
+        "--data-dir", str(real_cluster.data_dir / "bookie-0"),
+        "--port", str(real_cluster.ports[0]), "--metadata", real_cluster.uri,
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = []
+    while "is held by an earlier session" not in (line := proc.stderr.readline()):
+        assert line, "".join(lines)
+        lines.append(line)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 0, rest
+    assert "stopping: asked to during start" in rest
+    assert "Traceback" not in rest

@@ -126,12 +126,17 @@ def bookie(
 
 async def _serve(config: BookieConfig, storage_config: StorageConfig, integrity: bool) -> None:
     server = Bookie(config, storage_config)
-    await server.start()
     loop = asyncio.get_running_loop()
+    # Before start, which may wait (a stale registration, a long journal replay): a SIGTERM
+    # meanwhile must stop the bookie cleanly once it is up, not kill it mid-start.
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, server.request_stop)
-    click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
+    await server.start()
+    if server.stop_requested:
+        click.echo(f"bookie {server.bookie_id} stopping: asked to during start", err=True)
+    else:
+        click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
     try:
         async with asyncio.TaskGroup() as tasks:
             check = None

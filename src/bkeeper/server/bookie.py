@@ -249,6 +249,10 @@ class Bookie:
     def request_stop(self) -> None:
         self._stopping.set()
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._stopping.is_set()
+
     async def aclose(self) -> None:
         """Drain in-flight requests, checkpoint and stop; safe to call twice."""
         self._stopping.set()
