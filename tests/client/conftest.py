@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,20 +65,37 @@ class RealCluster:
             proc.wait()
 
 
-@pytest.fixture
-async def real_cluster(
-    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+@contextlib.asynccontextmanager
+async def _started(
+    zookeeper: ZooKeeperServer, path: Path, bookies: int
 ) -> AsyncIterator[RealCluster]:
-    bookies = getattr(request, "param", 3)
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     async with await ClusterMetadata.open(uri) as cluster:
         await cluster.format()
-    real = RealCluster(uri, tmp_path, [free_port() for _ in range(bookies)])
+    real = RealCluster(uri, path, [free_port() for _ in range(bookies)])
     try:
         await asyncio.gather(*(asyncio.to_thread(real.start, i) for i in range(bookies)))
         yield real
     finally:
         real.stop_all()
+
+
+@pytest.fixture
+async def real_cluster(
+    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[RealCluster]:
+    """Bookie processes (3, or the ``indirect`` parameter) for one test: it may kill them."""
+    async with _started(zookeeper, tmp_path, getattr(request, "param", 3)) as real:
+        yield real
+
+
+@pytest.fixture(scope="module")
+async def shared_cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[RealCluster]:
+    """Three bookie processes shared by a module's tests, which must leave them running."""
+    async with _started(zookeeper, tmp_path_factory.mktemp("shared"), 3) as real:
+        yield real
 
 
 @pytest.fixture

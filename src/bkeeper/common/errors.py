@@ -29,6 +29,8 @@ translated at the boundary with ``raise ... from``.
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
     ├── ClientClosedError             the client or handle is closed
+    ├── CallTimeoutError              a blocking call outlived its timeout (also a
+    │                                 TimeoutError; outcome unknown; retriable)
     ├── LogError                      a named log operation failed
     │   ├── LogNotFoundError          no log of that name
     │   ├── LogExistsError            a log of that name exists already
@@ -58,6 +60,7 @@ __all__ = [
     "BookieError",
     "BookieIOError",
     "BookieUnavailableError",
+    "CallTimeoutError",
     "ClientClosedError",
     "ClusterExistsError",
     "ClusterNotFoundError",
@@ -205,6 +208,13 @@ class LedgerClosedError(BKeeperError):
 
 class ClientClosedError(BKeeperError):
     """The client or handle was closed before or during the call."""
+
+
+class CallTimeoutError(BKeeperError, TimeoutError):
+    """A blocking call (``bkeeper.sync``) did not finish within its timeout and was
+    cancelled; what it did meanwhile (an append, say) is unknown."""
+
+    retriable = True
 
 
 class LogError(BKeeperError):
