@@ -116,7 +116,7 @@ def test_bench_codec_and_bookie_run(tmp_path: Path) -> None:
 def test_benchmark_scripts_run(tmp_path: Path) -> None:
     index = _script("index_engines.py", "--count", "2000", "--ledgers", "4")
     assert index.returncode == 0, index.stderr
-    assert index.stdout.splitlines()[0] == "2,000 locations in 4 ledgers"
+    assert index.stdout.splitlines()[0] == "2,000 locations in 4 ledgers, dense entry ids"
     adds = _script("storage_adds.py", "--count", "2000", "--dir", str(tmp_path))
     assert adds.returncode == 0, adds.stderr
     assert adds.stdout.startswith("2,000 adds of 1024 B in "), adds.stdout
