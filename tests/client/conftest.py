@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,8 +96,3 @@ async def shared_cluster(
     """Three bookie processes shared by a module's tests, which must leave them running."""
     async with _started(zookeeper, tmp_path_factory.mktemp("shared"), 3) as real:
         yield real
-
-
-@pytest.fixture
-def no_leftover() -> Iterator[None]:
-    yield

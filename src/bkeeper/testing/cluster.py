@@ -45,13 +45,17 @@ _counter = itertools.count()
 
 @dataclass
 class Fault:
-    """What a bookie does with requests of one type (or all: ``kind=None``)."""
+    """What a bookie does with requests of one type (or all: ``kind=None``); ``applied``
+    counts the requests it acted on, so a test can check that it fired."""
 
     error: StatusCode | None = None
     delay_s: float = 0.0
     drop: bool = False
     serve_dropped: bool = True
     corrupt: bool = False
+    #: the first ``skip`` requests it sees are served as if it were not there
+    skip: int = 0
+    applied: int = 0
 
 
 @dataclass
@@ -121,6 +125,11 @@ class _MemoryConnection:
     def dropped(self, future: asyncio.Future[Any]) -> bool:
         return future in self._dropped
 
+    @property
+    def in_flight(self) -> int:
+        """Requests sent on this connection and not answered (nor cancelled) yet."""
+        return len(self._pending)
+
     def send(self, request: Request) -> asyncio.Future[Any]:
         if not self.connected:
             raise BookieUnavailableError(f"bookie {self._bookie.bookie_id} is down")
@@ -131,9 +140,14 @@ class _MemoryConnection:
         bookie = self._bookie
         bookie.requests += 1
         fault = bookie.faults.get(type(request)) or bookie.faults.get(None)
+        if fault is not None and fault.skip > 0:
+            fault.skip -= 1
+            fault = None
         if fault is None:
             self._serve(request, future)
-        elif fault.drop:
+            return future
+        fault.applied += 1
+        if fault.drop:
             self._dropped.add(future)
             if fault.serve_dropped:
                 self._serve(request, future)
@@ -311,6 +325,10 @@ class MemoryCluster:
         hook = Fault(**fault)
         self.bookies[index].faults[kind] = hook
         return hook
+
+    def requests_in_flight(self) -> int:
+        """Requests sent to any bookie and not answered (nor cancelled) yet."""
+        return sum(c.in_flight for b in self.bookies for c in b.connections)
 
     def heal(self, index: int) -> None:
         self.bookies[index].faults.clear()
