@@ -166,12 +166,10 @@ async def test_a_failing_bookie_costs_a_retry_on_the_next_one(failure: str):
             await cluster.crash(victim, restart=False)
         fail_single_reads(cluster)  # so a retry is by batch, never the per-entry fallback
         before = cluster.bookies[victim].requests
-        started = asyncio.get_running_loop().time()
         batches = await batches_of(rh)
         check(batches, 0, 599, 50)
-        # One read timeout at most (the requests in flight to the hung bookie time out
-        # together), and the failed bookie is asked last for the rest of the read.
-        assert asyncio.get_running_loop().time() - started < 2.0
+        # Only the requests in flight when it failed went to the failed bookie (they time
+        # out together): it is asked last for the rest of the read.
         assert cluster.bookies[victim].requests - before <= FAST.batch_reads_in_flight_max
 
 

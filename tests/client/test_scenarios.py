@@ -189,10 +189,10 @@ async def test_slow_replica_triggers_speculative_read():  # §3 row 15
         await wh.close()
         rh = await bk.open_ledger(wh.ledger_id, b"pw")
         first = cluster.bookies.index(cluster.bookie(rh.metadata.last_ensemble[0]))
-        cluster.fault(first, ReadRequest, delay_s=5.0)
-        started = asyncio.get_running_loop().time()
+        cluster.fault(first, ReadRequest, delay_s=30.0)
         assert (await rh.read_entry(0)).data == b"0"
-        assert asyncio.get_running_loop().time() - started < 1.0
+        # answered by another replica while the first one's answer is still 30 s away
+        assert cluster.requests_in_flight() == 1
 
 
 async def test_digest_mismatch_is_a_bad_replica():  # (l)

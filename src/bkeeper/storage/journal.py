@@ -35,6 +35,7 @@ and makes :meth:`append_locked` raise ``BookieIOError``.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -54,7 +55,7 @@ from bkeeper.storage.journal_format import (
     journal_file_name,
 )
 
-__all__ = ["DurableCallback", "Journal", "JournalPosition"]
+__all__ = ["DurableCallback", "Journal", "JournalPosition", "cut_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,35 @@ class JournalPosition(NamedTuple):
 
     file_id: int
     offset: int
+
+
+def cut_reason(
+    config: StorageConfig,
+    *,
+    records: int,
+    group_bytes: int,
+    due_in_s: float,
+    woke_idle: bool,
+    closing: bool,
+) -> str | None:
+    """Why the queued records go out as a group now, or None to wait (``due_in_s`` more).
+
+    ``idle``: the first record after a quiet spell goes out at once; ``closing``: drain;
+    ``entries`` / ``bytes``: the group is full; ``window``: the wait window since the
+    previous group started is over. Nothing queued: None."""
+    if not records:
+        return None
+    if woke_idle:
+        return "idle"
+    if closing:
+        return "closing"
+    if records >= config.journal_group_entries_max:
+        return "entries"
+    if group_bytes >= config.journal_group_bytes_max:
+        return "bytes"
+    if due_in_s <= 0:
+        return "window"
+    return None
 
 
 class Journal:
@@ -98,6 +128,8 @@ class Journal:
         # Whether appends are refused (failed, closing or no room): one test on the hot path.
         self._refusing = False
         self._group_due = 0.0
+        #: groups written, by why they were cut then (see :func:`cut_reason`)
+        self.groups_cut: collections.Counter[str] = collections.Counter()
         self._file_id = file_id
         self._file: WritableFile | None = None
         self._seq = 0
@@ -213,13 +245,16 @@ class Journal:
                     return None
                 if self._records:
                     wait_s = self._group_due - time.monotonic()
-                    if (
-                        woke_idle  # the first record after a quiet spell goes out at once
-                        or wait_s <= 0
-                        or self._closing
-                        or self._records >= config.journal_group_entries_max
-                        or len(self._buf) >= config.journal_group_bytes_max
-                    ):
+                    reason = cut_reason(
+                        config,
+                        records=self._records,
+                        group_bytes=len(self._buf),
+                        due_in_s=wait_s,
+                        woke_idle=woke_idle,
+                        closing=self._closing,
+                    )
+                    if reason is not None:
+                        self.groups_cut[reason] += 1
                         break
                     self._cond.wait(wait_s)
                 elif self._closing:

@@ -82,6 +82,7 @@ _READ_CHUNK_ENTRIES = 256
 class StorageStats:
     ledgers: int
     journal_groups_written: int
+    journal_groups_cut: dict[str, int]
     journal_file_id: int
     write_cache_bytes: int
     read_cache_bytes: int
@@ -478,6 +479,7 @@ class Storage:
             return StorageStats(
                 ledgers=len(engine.ledgers),
                 journal_groups_written=self._journal.groups_written,
+                journal_groups_cut=dict(self._journal.groups_cut),
                 journal_file_id=self._journal.file_id,
                 write_cache_bytes=cache.active_bytes + cache.flushing_bytes,
                 read_cache_bytes=engine.read_cache.size_bytes,
