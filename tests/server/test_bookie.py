@@ -109,14 +109,19 @@ async def test_fencing_survives_restart(start_bookie, connect, tmp_path: Path):
     assert bytes((await client.request(ReadRequest(9, 0))).body) == body(9, 0)
 
 
+async def _until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
 async def test_long_poll_returns_when_lac_advances(start_bookie, connect):
     bookie = await start_bookie()
     reader = await connect(bookie)
     writer = await connect(bookie)
     assert (await add(writer, 10, 0)).status is StatusCode.EOK
     poll = reader.send(ReadRequest(10, 1, piggyback=True, previous_lac=0, timeout_ms=10_000))
-    await asyncio.sleep(0.05)
-    assert not poll.done()
+    await asyncio.wait_for(_until(lambda: bookie.state.lac_waiter_count == 1), 10)
+    assert not poll.done()  # parked: LAC 0 has not passed previous_lac 0
     assert (await add(writer, 10, 1, lac=0)).status is StatusCode.EOK
     assert (await add(writer, 10, 2, lac=1)).status is StatusCode.EOK
     response = await asyncio.wait_for(poll, 5)
