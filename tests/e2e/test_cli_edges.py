@@ -193,3 +193,29 @@ def test_sigterm_while_a_bookie_starts_stops_it_cleanly(real_cluster) -> None:
     assert proc.wait(60) == 0, rest
     assert "stopping: asked to during start" in rest
     assert "Traceback" not in rest
+
+
+def test_an_unexpected_exception_is_one_line_and_verbose_shows_it(capsys) -> None:
+    """A bug still ends in one ``error:`` line (exit 1); ``--verbose`` adds the traceback."""
+    import click
+
+    from bkeeper.cli.main import cli, main
+
+    @cli.command("explode-for-test")
+    def explode() -> None:
+        raise ValueError("an internal inconsistency")
+
+    try:
+        for argv, traceback_shown in ((["explode-for-test"], False),
+                                      (["-v", "explode-for-test"], True)):  # fmt: skip
+            with pytest.raises(SystemExit) as exited:
+                main(argv)
+            assert exited.value.code == 1
+            err = capsys.readouterr().err
+            assert err.strip().splitlines()[-1] == (
+                "error: unexpected ValueError: an internal inconsistency (--verbose shows where)"
+            )
+            assert ("Traceback (most recent call last)" in err) is traceback_shown
+    finally:
+        cli.commands.pop("explode-for-test", None)
+        assert isinstance(cli, click.Group)
