@@ -17,6 +17,14 @@ class BookieConfig:
     Limits are per connection unless named otherwise. Disk thresholds are fractions of the
     data directory's filesystem in use: above ``disk_usage_threshold`` the bookie turns
     read-only, below ``disk_usage_lwm_threshold`` it turns writable again.
+
+    Bookie-wide connection limits (see ``bkeeper.server.connections``): ``connections_max``
+    open connections (0: derived from the file-descriptor limit); a connection with no
+    complete first frame after ``connection_handshake_timeout_ms``, or with nothing received
+    and nothing in flight for ``connection_idle_timeout_ms``, is closed; bytes buffered in
+    incomplete frames across all connections stay under ``partial_frames_bytes_max``. Lines
+    about misbehaving clients are logged at most ``client_error_log_lines_per_s`` a second
+    (bursts of ``client_error_log_burst``); the rest are counted and the count logged.
     """
 
     data_dir: str
@@ -27,7 +35,12 @@ class BookieConfig:
     max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     connection_requests_in_flight_max: int = 10_000
     connection_bytes_in_flight_max: int = 64 * 1024 * 1024
-    connections_max: int = 1_000
+    connections_max: int = 0
+    connection_handshake_timeout_ms: int = 10_000
+    connection_idle_timeout_ms: int = 600_000
+    partial_frames_bytes_max: int = 128 * 1024 * 1024
+    client_error_log_lines_per_s: int = 10
+    client_error_log_burst: int = 20
     long_poll_waiters_max: int = 10_000
     long_poll_timeout_ms_max: int = 120_000
     batch_read_bytes_max: int = 4 * 1024 * 1024
@@ -51,11 +64,20 @@ class BookieConfig:
                 f"0 < lwm <= threshold <= 1, got {self.disk_usage_lwm_threshold} "
                 f"and {self.disk_usage_threshold}"
             )
+        if not isinstance(self.connections_max, int) or self.connections_max < 0:
+            raise ConfigError(
+                "connections_max: must be a positive integer, or 0 for the file-descriptor "
+                f"limit, got {self.connections_max!r}"
+            )
         for name in (
             "max_frame_bytes",
             "connection_requests_in_flight_max",
             "connection_bytes_in_flight_max",
-            "connections_max",
+            "connection_handshake_timeout_ms",
+            "connection_idle_timeout_ms",
+            "partial_frames_bytes_max",
+            "client_error_log_lines_per_s",
+            "client_error_log_burst",
             "long_poll_waiters_max",
             "long_poll_timeout_ms_max",
             "batch_read_bytes_max",
@@ -67,6 +89,11 @@ class BookieConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if self.partial_frames_bytes_max < self.max_frame_bytes:
+            raise ConfigError(
+                f"partial_frames_bytes_max: {self.partial_frames_bytes_max} is below "
+                f"max_frame_bytes ({self.max_frame_bytes}): one frame could never arrive"
+            )
 
     @property
     def effective_bookie_id(self) -> str:
