@@ -25,12 +25,13 @@ class RealCluster:
     data_dir: Path
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    bookie_args: tuple[str, ...] = ()
 
     def start(self, index: int) -> None:
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
-            "--port", str(self.ports[index]), "--metadata", self.uri,
+            "--port", str(self.ports[index]), "--metadata", self.uri, *self.bookie_args,
         ]  # fmt: skip
         log = open(self.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -59,11 +60,13 @@ class RealCluster:
 async def real_cluster(
     zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[RealCluster]:
-    bookies = getattr(request, "param", 3)
+    # The parameter: a number of bookies, or (number, extra ``bkeeper bookie`` arguments).
+    param = getattr(request, "param", 3)
+    bookies, bookie_args = param if isinstance(param, tuple) else (param, ())
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     async with await ClusterMetadata.open(uri) as cluster:
         await cluster.format()
-    real = RealCluster(uri, tmp_path, [free_port() for _ in range(bookies)])
+    real = RealCluster(uri, tmp_path, [free_port() for _ in range(bookies)], {}, bookie_args)
     try:
         await asyncio.gather(*(asyncio.to_thread(real.start, i) for i in range(bookies)))
         yield real

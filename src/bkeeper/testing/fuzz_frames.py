@@ -132,6 +132,15 @@ class FrameFactory:
             ("v2 packet too short", r._v2_short),
         ]
 
+    @property
+    def families(self) -> dict[str, tuple[str, ...]]:
+        """The kinds of frames of each family ("v2", "v3", "fatal")."""
+        return {
+            "v2": tuple(kind for kind, _ in self._v2_makers),
+            "v3": tuple(kind for kind, _ in self._v3_makers),
+            "fatal": tuple(kind for kind, _ in self._fatal_makers),
+        }
+
     # -- pools ---------------------------------------------------------------------------
     def kind_id(self, kind: str) -> int:
         if kind not in self._kind_ids:
