@@ -33,7 +33,8 @@ class FakeConnection:
     peer: str
     in_flight: int = 0
     closed: bool = False
-    last_active: float = 0.0
+    active: bool = False
+    last_seen: float = 0.0
     accepted_at: float = 0.0
     partial_bytes: int = 0
     handshaken: bool = False
@@ -83,13 +84,28 @@ def test_at_the_limit_the_longest_idle_goes_and_busy_ones_stay() -> None:
     t = table(clock, connections_max=3)
     a, b, c = (admit(t, clock, name) for name in "abc")
     a.in_flight = 1  # the oldest, but busy
-    b.last_active = clock.now  # active just now
+    b.active = True  # received something since the last sweep
     d = admit(t, clock, "d")
     assert (a.closed, b.closed, c.closed) == (False, False, True)
-    e = admit(t, clock, "e")  # b was active before d arrived: b goes before d
-    assert (b.closed, d.closed) == (True, False)
-    assert len(t) == 3 and t.evicted == 2
-    assert e in t.connections
+    e = admit(t, clock, "e")  # inactive d goes before active b
+    assert (b.closed, d.closed) == (False, True)
+    t.sweep()  # b: seen active at this sweep, e: accepted before it
+    assert b.last_seen == clock.now and not b.active
+    admit(t, clock, "f")
+    assert (b.closed, e.closed) == (False, True)
+    admit(t, clock, "g")
+    assert b.closed
+    assert len(t) == 3 and t.evicted == 4
+
+
+def test_a_connection_active_after_ranking_is_ranked_again() -> None:
+    clock = FakeClock()
+    t = table(clock, connections_max=3)
+    a, b, c = (admit(t, clock, name) for name in "abc")
+    admit(t, clock, "d")  # ranks a, b, c; a goes
+    b.active = True  # after the ranking
+    admit(t, clock, "e")  # b was ranked next but is active now: c goes
+    assert (a.closed, b.closed, c.closed) == (True, False, True)
 
 
 def test_at_the_limit_with_every_connection_busy_a_new_one_is_refused() -> None:
@@ -112,21 +128,25 @@ def test_sweep_closes_silent_and_idle_connections_but_not_busy_ones() -> None:
     silent, trickling, idle, busy = (admit(t, clock, name) for name in ("s", "t", "i", "b"))
     idle.handshaken = busy.handshaken = True
     busy.in_flight = 1
-    clock.now = silent.accepted_at + 9.9  # trickling keeps sending; the frame never ends
-    trickling.last_active = clock.now
+    clock.now = silent.accepted_at + 9.9
+    trickling.active = True  # it keeps sending; its first frame never ends
     t.sweep()
     assert not silent.closed
     clock.now = silent.accepted_at + 10
+    trickling.active = True
     t.sweep()
     assert (silent.closed, trickling.closed, idle.closed) == (True, False, False)
     clock.now = trickling.accepted_at + 10
-    trickling.last_active = clock.now
+    trickling.active = True
     t.sweep()
     assert trickling.closed
-    clock.now = idle.last_active + 59.9
+    idle.active = True  # a request and its answer
+    t.sweep()
+    seen = clock.now
+    clock.now = seen + 59.9
     t.sweep()
     assert not idle.closed
-    clock.now = idle.last_active + 60
+    clock.now = seen + 60
     t.sweep()
     assert (idle.closed, busy.closed) == (True, False)
     assert (t.closed_handshake, t.closed_idle, len(t)) == (2, 1, 1)
@@ -139,18 +159,31 @@ def test_partial_frames_over_budget_close_stalled_holders_first() -> None:
     t.partial_changed(a, 4 * MIB)
     t.partial_changed(b, 5 * MIB)
     clock.now += 5  # a and b stall
-    c.last_active = clock.now
+    c.active = True
     t.partial_changed(c, 3 * MIB)  # 12 MiB: b, the largest stalled, goes
     assert (a.closed, b.closed, c.closed) == (False, True, False)
     assert t.partial_bytes == 7 * MIB
     t.partial_changed(c, 7 * MIB)  # 11 MiB: a is stalled and goes
     assert (a.closed, c.closed, t.partial_bytes) == (True, False, 7 * MIB)
     d = admit(t, clock, "d")
-    d.last_active = c.last_active = clock.now
+    d.active = True
     t.partial_changed(d, 4 * MIB)  # nothing stalled: the one over the budget goes
     assert (c.closed, d.closed, t.partial_bytes) == (False, True, 7 * MIB)
     t.partial_changed(c, 0)
     assert t.partial_bytes == 0 and t.closed_over_budget == 3
+
+
+def test_a_holder_is_stalled_only_a_sweep_interval_after_it_was_last_seen() -> None:
+    clock = FakeClock()
+    t = table(clock, partial_frames_bytes_max=10 * MIB)
+    a, b = admit(t, clock, "a"), admit(t, clock, "b")
+    t.partial_changed(a, 6 * MIB)
+    a.active = True
+    t.sweep()  # a seen active now
+    clock.now += t.sweep_interval_s / 2
+    b.active = True
+    t.partial_changed(b, 6 * MIB)  # a not stalled long enough: b goes
+    assert (a.closed, b.closed) == (False, True)
 
 
 def test_a_closed_connection_gives_its_partial_bytes_back() -> None:

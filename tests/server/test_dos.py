@@ -153,9 +153,11 @@ async def test_at_the_limit_busy_connections_stay_and_a_new_one_is_refused(
     bookie_process,
 ) -> None:
     bookie = bookie_process("--connections-max", "2")
-    await round_trip("127.0.0.1", bookie.port, Protocol.V3, ledger_id=11)  # LAC -1
     clients = [await BookieClient.connect("127.0.0.1", bookie.port) for _ in range(2)]
     try:
+        body = DigestManager(11, DigestType.CRC32C, b"pw").encode_entry(0, -1, 0, b"")
+        add = AddRequest(11, 0, master_key(b"pw"), body)
+        assert (await clients[0].send(add)).status is StatusCode.EOK  # ledger 11, LAC -1
         polls = []
         for client in clients:
             polls.append(client.send(ReadRequest(11, 1, previous_lac=0, timeout_ms=60_000)))
@@ -187,7 +189,7 @@ def test_no_valid_first_frame_within_the_handshake_timeout_closes(bookie_process
     wait_for(lambda: bookie.log().count("no valid first frame within 300 ms") == 2, "2 lines")
 
 
-async def add(port: int, ledger_id: int, entry_id: int, lac: int) -> None:
+async def add_entry(port: int, ledger_id: int, entry_id: int, lac: int) -> None:
     """Add an entry of the round-trip ledgers (same password) with ``lac`` piggybacked."""
     manager = DigestManager(ledger_id, DigestType.CRC32C, b"round-trip")
     body = manager.encode_entry(entry_id, lac, 0, b"")
@@ -215,7 +217,7 @@ async def test_idle_connection_closes_after_the_idle_timeout_but_not_a_long_poll
             await asyncio.sleep(0.01)
         assert not idle.connected, "an idle connection is closed"
         assert polling.connected and not poll.done(), "a long poll keeps its connection"
-        await add(bookie.port, 12, 1, lac=0)  # LAC 0: the long poll returns
+        await add_entry(bookie.port, 12, 1, lac=0)  # LAC 0: the long poll returns
         response = await asyncio.wait_for(poll, WAIT_S)
         assert (response.status, response.max_lac) == (StatusCode.EOK, 0)
     finally:

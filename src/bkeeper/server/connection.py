@@ -12,14 +12,13 @@ connection with one logged line (peer and reason, rate-limited, no traceback); t
 itself stays up. Bookie-wide limits (connection count, handshake and idle timeouts, the
 budget of incomplete frames) live in :class:`~bkeeper.server.connections.ConnectionTable`:
 the connection reports to it only what it cannot see itself, once per chunk received and
-batch written (the time, and the size of its incomplete frame), never per request.
+batch written (an ``active`` mark, and the size of its incomplete frame), never per request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["BookieConnection"]
 
 log = logging.getLogger(__name__)
-_monotonic = time.monotonic
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
 #: (connection, frame, flags, ledger id, entry id, frame bytes): a v2 ADD on the fast lane.
@@ -74,7 +72,8 @@ class BookieConnection(asyncio.Protocol):
         self.closed = False
         self.peer = "?"
         # Kept for the connection table: see its module doc.
-        self.last_active = self.accepted_at = _monotonic()
+        self.active = False
+        self.last_seen = self.accepted_at = 0.0
         self.partial_bytes = 0
 
     @property
@@ -108,7 +107,7 @@ class BookieConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = _monotonic()
+        self.active = True
         decoder = self._decoder
         try:
             decoder.receive_data(data)
@@ -124,7 +123,7 @@ class BookieConnection(asyncio.Protocol):
             self.log_internal_error("request from %s failed", self.peer)
             self.abort(f"internal error: {exc!r}")
             return
-        partial = decoder.buffered_bytes
+        partial = decoder.partial_bytes
         if partial != self.partial_bytes:
             self._table.partial_changed(self, partial)
             if self.closed:
@@ -209,7 +208,7 @@ class BookieConnection(asyncio.Protocol):
         self._flush_scheduled = False
         out, self._out = self._out, []
         if out and self._transport is not None and not self.closed:
-            self.last_active = _monotonic()
+            self.active = True
             self._transport.write(b"".join(out))
         self._update_reading()
 

@@ -20,8 +20,12 @@ Rules (each a named limit in :class:`~bkeeper.server.config.BookieConfig`):
 
 Time: one sweep every :attr:`ConnectionTable.sweep_interval_s` (a quarter of the shorter
 timeout, at most :data:`SWEEP_INTERVAL_S_MAX`) looks at every connection; there is no timer
-per connection or request. A connection only notes the time (``last_active``) of each chunk
-it receives and each batch it writes; timeouts are thus enforced within one sweep interval.
+per connection or request, and no clock read per chunk: a connection only sets ``active`` on
+each chunk it receives and each batch it writes, and the sweep turns that mark into
+``last_seen`` (a time at or after its last activity). Idle times measured from it are thus
+never overstated, and timeouts are enforced within two sweep intervals. Ranking for the
+connection limit puts connections active since the last sweep last, and the others by
+``last_seen``.
 
 Every close for a client's misbehaviour logs one line (peer, reason) through
 :class:`~bkeeper.server.ratelimit.RateLimitedLog`; idle closes log at debug level.
@@ -82,7 +86,8 @@ class Member(Protocol):
 
     peer: str
     closed: bool
-    last_active: float
+    active: bool
+    last_seen: float
     accepted_at: float
     partial_bytes: int
 
@@ -103,9 +108,9 @@ class Member(Protocol):
         ...
 
 
-def _idle_rank(conn: Member) -> tuple[float, bool]:
+def _idle_rank(conn: Member) -> tuple[bool, float, bool]:
     # Longest idle first; at equal idleness, connections that never sent a valid frame.
-    return (conn.last_active, conn.handshaken)
+    return (conn.active, conn.last_seen, conn.handshaken)
 
 
 class ConnectionTable:
@@ -132,10 +137,10 @@ class ConnectionTable:
             log, config.client_error_log_lines_per_s, config.client_error_log_burst, clock
         )
         self._connections: set[Member] = set()
-        self._partial_holders: set[Member] = set()
         self.partial_bytes = 0
         self.sweeps = 0
-        self._victims: list[tuple[float, Member]] = []  # (last_active when ranked, conn)
+        # Idle (inactive) connections ranked for eviction, most idle last: (last_seen, conn).
+        self._victims: list[tuple[float, Member]] = []
         self._victims_none_at = -1  # the sweep in whose period no victim was found
         self._stalled_scanned_at = -1  # the sweep in whose period the stalled scan fell short
         self.closed_idle = 0
@@ -154,7 +159,7 @@ class ConnectionTable:
     # -- admission -----------------------------------------------------------------------
     def admit(self, conn: Member) -> bool:
         """Take ``conn`` in, closing the longest-idle connection at the limit; False: refuse."""
-        conn.accepted_at = conn.last_active = self._clock()
+        conn.accepted_at = conn.last_seen = self._clock()
         if len(self._connections) >= self.connections_max:
             victim = self._victim()
             if victim is None:
@@ -175,21 +180,29 @@ class ConnectionTable:
         return True
 
     def _victim(self) -> Member | None:
-        while True:
-            if not self._victims:
-                if self._victims_none_at == self.sweeps:
-                    return None  # all busy a moment ago: no new scan before the next sweep
-                ranked = heapq.nsmallest(
-                    VICTIM_BATCH, (c for c in self._connections if not c.busy), key=_idle_rank
-                )
-                if not ranked:
-                    self._victims_none_at = self.sweeps
-                    return None
-                self._victims = [(c.last_active, c) for c in reversed(ranked)]
-            last_active, conn = self._victims.pop()
-            # Still open, idle and as idle as when ranked (else it waits for the next ranking).
-            if conn in self._connections and not conn.busy and conn.last_active == last_active:
+        # Idle connections ranked earlier come first: connections admitted since are newer.
+        while self._victims:
+            last_seen, conn = self._victims.pop()
+            if (
+                conn in self._connections
+                and not conn.busy
+                and not conn.active
+                and conn.last_seen == last_seen
+            ):
                 return conn
+        if self._victims_none_at == self.sweeps:
+            return None  # all busy a moment ago: no new scan before the next sweep
+        ranked = heapq.nsmallest(
+            VICTIM_BATCH, (c for c in self._connections if not c.busy), key=_idle_rank
+        )
+        if not ranked:
+            self._victims_none_at = self.sweeps
+            return None
+        idle = [c for c in ranked if not c.active]
+        if not idle:
+            return ranked[0]  # every candidate active since the last sweep: nothing to keep
+        self._victims = [(c.last_seen, c) for c in reversed(idle[1:])]
+        return idle[0]
 
     # -- closing -------------------------------------------------------------------------
     def close(self, conn: Member, reason: str, level: int = logging.WARNING) -> None:
@@ -209,18 +222,15 @@ class ConnectionTable:
         if conn.partial_bytes:
             self.partial_bytes -= conn.partial_bytes
             conn.partial_bytes = 0
-            self._partial_holders.discard(conn)
 
     # -- partial frames ------------------------------------------------------------------
     def partial_changed(self, conn: Member, partial: int) -> None:
-        """``conn`` now buffers ``partial`` bytes of an incomplete frame; may close it."""
-        self.partial_bytes += partial - conn.partial_bytes
+        """``conn`` now buffers ``partial`` bytes of an incomplete frame; may close it.
+        Called once per chunk received whose incomplete frame changed size: kept cheap."""
+        total = self.partial_bytes + partial - conn.partial_bytes
+        self.partial_bytes = total
         conn.partial_bytes = partial
-        if partial:
-            self._partial_holders.add(conn)
-        else:
-            self._partial_holders.discard(conn)
-        if self.partial_bytes > self.partial_frames_bytes_max:
+        if total > self.partial_frames_bytes_max:
             self._over_budget(conn)
 
     def _over_budget(self, conn: Member) -> None:
@@ -229,7 +239,9 @@ class ConnectionTable:
             now = self._clock()
             quiet_s = self.sweep_interval_s
             stalled = [
-                c for c in self._partial_holders if c is not conn and now - c.last_active >= quiet_s
+                c
+                for c in self._connections
+                if c.partial_bytes and not c.active and now - c.last_seen >= quiet_s
             ]
             stalled.sort(key=lambda c: c.partial_bytes, reverse=True)
             for victim in stalled:
@@ -261,7 +273,10 @@ class ConnectionTable:
             if not conn.handshaken and now - conn.accepted_at >= handshake_s:
                 self.closed_handshake += 1
                 self.close(conn, f"no valid first frame within {handshake_s * 1000:.0f} ms")
-            elif now - conn.last_active >= idle_s and not conn.busy:
+            elif conn.active:
+                conn.active = False
+                conn.last_seen = now
+            elif now - conn.last_seen >= idle_s and not conn.busy:
                 self.closed_idle += 1
                 self.close(conn, f"idle for {idle_s * 1000:.0f} ms", logging.DEBUG)
         self.client_log.flush()
