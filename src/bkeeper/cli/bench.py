@@ -297,7 +297,7 @@ def spark_bench(
 
 
 @bench.command("fuzz")
-@click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(0.5),
+@click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(0.5),
               help="Seconds of fuzzing (the checks after it take a few more).")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--bookie", "address", default="", help="host:port of a running bookie "

@@ -6,7 +6,9 @@ Rules (each a named limit in :class:`~bkeeper.server.config.BookieConfig`):
   ``RLIMIT_NOFILE``, less :data:`FD_HEADROOM` descriptors for the bookie's own files, at most
   :data:`CONNECTIONS_MAX_AUTO_CAP`). A connection accepted at the limit closes the
   longest-idle connection that has nothing in flight (a long-poll read counts as in flight),
-  and is refused only when every open connection has requests in flight.
+  and is refused only when every open connection has requests in flight (a scan that finds
+  them all busy is not repeated before the next sweep, so that a flood of connection
+  attempts costs one scan per sweep, not one per attempt).
 - **Handshake timeout** ``connection_handshake_timeout_ms``: a connection whose first frame
   is not complete that long after it was accepted is closed (however much it trickles).
 - **Idle timeout** ``connection_idle_timeout_ms``: a connection that received and sent
