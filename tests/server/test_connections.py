@@ -208,7 +208,7 @@ def test_token_bucket() -> None:
 def test_rate_limited_log_counts_what_it_drops(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     logger = logging.getLogger("test.ratelimit")
-    limited = RateLimitedLog(logger, rate_per_s=10, burst=2, clock=clock)
+    limited = RateLimitedLog(logger, rate_per_s=10, burst=2, clock=clock, what="lines about x")
     with caplog.at_level(logging.INFO, logger="test.ratelimit"):
         for i in range(5):
             limited.warning("bad client %d", i)
@@ -223,7 +223,7 @@ def test_rate_limited_log_counts_what_it_drops(caplog: pytest.LogCaptureFixture)
     assert [r.getMessage() for r in caplog.records] == [
         "bad client 0",
         "bad client 1",
-        "bad client 5 (3 more lines about clients suppressed)",
-        "3 lines about client errors suppressed",
+        "bad client 5 (3 more lines about x suppressed)",
+        "3 lines about x suppressed",
     ]
     assert (limited.logged, limited.suppressed) == (4, 0)

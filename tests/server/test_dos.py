@@ -252,8 +252,8 @@ def test_partial_frames_stay_within_the_bookie_wide_budget(bookie_process) -> No
 def lines_and_suppressed(log: str, pattern: str) -> tuple[int, int]:
     """Lines of ``log`` matching ``pattern``, and the count of lines reported suppressed."""
     lines = len(re.findall(pattern, log))
-    riding = re.findall(r"\((\d+) more lines about clients suppressed\)", log)
-    alone = re.findall(r"(\d+) lines about client errors suppressed$", log, re.MULTILINE)
+    riding = re.findall(r"\((\d+) more lines about connections suppressed\)", log)
+    alone = re.findall(r"(\d+) lines about connections suppressed$", log, re.MULTILINE)
     return lines, sum(int(n) for n in riding + alone)
 
 

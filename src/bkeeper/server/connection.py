@@ -233,7 +233,7 @@ class BookieConnection(asyncio.Protocol):
 
     def log_client_error(self, message: str, *args: object) -> None:
         """One rate-limited line about a bad request that is answered, not fatal."""
-        self._table.client_log.info(message, *args)
+        self._table.request_log.info(message, *args)
 
     def log_internal_error(self, message: str, *args: object) -> None:
         """The exception being handled, with its traceback: a bookie bug (rate-limited)."""

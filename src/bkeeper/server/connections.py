@@ -30,7 +30,8 @@ connection limit puts connections active since the last sweep last, and the othe
 ``last_seen``.
 
 Every close for a client's misbehaviour logs one line (peer, reason) through
-:class:`~bkeeper.server.ratelimit.RateLimitedLog`; idle closes log at debug level.
+:class:`~bkeeper.server.ratelimit.RateLimitedLog` (``client_log``); idle closes log at debug
+level; requests answered EBADREQ log through a limit of their own (``request_log``).
 """
 
 from __future__ import annotations
@@ -135,9 +136,12 @@ class ConnectionTable:
             min(SWEEP_INTERVAL_S_MAX, self._handshake_s / 4, self._idle_s / 4),
         )
         self._clock = clock
-        self.client_log = RateLimitedLog(
-            log, config.client_error_log_lines_per_s, config.client_error_log_burst, clock
-        )
+        rate, burst = config.client_error_log_lines_per_s, config.client_error_log_burst
+        #: Lines about connections closed or refused for a client's misbehaviour.
+        self.client_log = RateLimitedLog(log, rate, burst, clock, "lines about connections")
+        #: Lines about requests answered EBADREQ: a budget of their own, so that a flood of
+        #: them does not hide the connections closed.
+        self.request_log = RateLimitedLog(log, rate, burst, clock, "lines about bad requests")
         self._connections: set[Member] = set()
         self.partial_bytes = 0
         self.sweeps = 0
@@ -282,6 +286,7 @@ class ConnectionTable:
                 self.closed_idle += 1
                 self.close(conn, f"idle for {idle_s * 1000:.0f} ms", logging.DEBUG)
         self.client_log.flush()
+        self.request_log.flush()
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Sweep every ``sweep_interval_s`` until ``stopping`` is set."""

@@ -4,7 +4,7 @@ A client that sends garbage, opens connections it never uses or overruns a limit
 line in the bookie's log (peer and reason), but a client doing it a million times must not
 fill the disk with the same line. :class:`RateLimitedLog` logs through a token bucket of
 ``rate_per_s`` lines a second with bursts of ``burst``; lines over the limit are counted,
-and the count rides on the next line logged ("... (N more lines about clients
+and the count rides on the next line logged ("... (N more lines about connections
 suppressed)"), or on its own line when :meth:`RateLimitedLog.flush` finds tokens again.
 Client errors never carry a traceback; a bookie bug found by a client (an unexpected
 exception) logs one, still within the limit.
@@ -54,8 +54,10 @@ class RateLimitedLog:
         rate_per_s: float,
         burst: int,
         clock: Callable[[], float] = time.monotonic,
+        what: str = "lines",
     ) -> None:
         self._logger = logger
+        self._what = what
         self._clock = clock
         self._bucket = TokenBucket(rate_per_s, burst, clock())
         self.suppressed = 0
@@ -67,8 +69,8 @@ class RateLimitedLog:
             self.suppressed += 1
             return
         if self.suppressed:
-            message += " (%d more lines about clients suppressed)"
-            args = (*args, self.suppressed)
+            message += " (%d more %s suppressed)"
+            args = (*args, self.suppressed, self._what)
             self.suppressed = 0
         self.logged += 1
         self._logger.log(level, message, *args, exc_info=exc_info)
@@ -83,5 +85,5 @@ class RateLimitedLog:
         """Report lines suppressed since the last line logged, when the bucket allows."""
         if self.suppressed and self._bucket.take(self._clock()):
             self.logged += 1
-            self._logger.warning("%d lines about client errors suppressed", self.suppressed)
+            self._logger.warning("%d %s suppressed", self.suppressed, self._what)
             self.suppressed = 0
