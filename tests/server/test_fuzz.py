@@ -33,6 +33,7 @@ def test_fuzz_sample_leaves_the_bookie_serving(tmp_path: Path) -> None:
     families = FrameFactory(0, [1]).families
     assert all(kinds[k] > 0 for k in families["v2"] + families["v3"]), kinds
     assert sum(kinds[k] for k in families["fatal"]) > 0 and report.closed_after_fatal > 0
+    assert kinds["truncated v2 frame"] + kinds["truncated v3 frame"] > 0
     assert report.frames == sum(kinds.values()) > 10_000
     log = log_path.read_text(errors="replace")
     assert "Traceback" not in log

@@ -165,6 +165,9 @@ class _Fuzzer:
             family: self.factory.pool(family, POOL_FRAMES) for family in ("v2", "v3", "fatal")
         }
         self._partial_kind = self.factory.kind_id("incomplete large frame")
+        self._truncated_kind = {
+            family: self.factory.kind_id(f"truncated {family} frame") for family in ("v2", "v3")
+        }
         self.counts = [0] * len(self.factory.kinds)
         self.rng = random.Random(config.seed + 1)
         self.deadline = 0.0
@@ -285,10 +288,10 @@ class _Fuzzer:
                     await self._await_close(drain, kind)
                     continue
                 if roll < 0.9:
-                    frames, kinds = self.pools[family]
-                    i = rng.randrange(len(frames))
-                    self._count(kinds, [i])
-                    writer.write(prefix + self.factory.truncated(frames[i]))
+                    frames, _ = self.pools[family]
+                    self.counts[self._truncated_kind[family]] += 1
+                    self.report.frames += 1
+                    writer.write(prefix + self.factory.truncated(rng.choice(frames)))
                 else:
                     writer.write(prefix)
                 writer.write_eof()
