@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bkeeper.client.bookie_client import BookieClient
-from bkeeper.common.errors import BKeeperError
+from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.testing.fuzz_frames import FrameFactory, Pool
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -128,6 +128,20 @@ class FuzzConfig:
     idle_connections: int = 200
     ledgers: int = 64
     rss_growth_bytes_max: int = 256 * MIB
+
+    def __post_init__(self) -> None:
+        if not self.duration_s > 0:
+            raise ConfigError(f"duration_s: must be positive, got {self.duration_s!r}")
+        for name in ("batch_frames", "window_frames", "stream_frames_max", "ledgers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
+        for name in ("streams", "closers", "partial_connections", "idle_connections"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must not be negative, got {getattr(self, name)!r}")
+        if self.rss_growth_bytes_max < 1:
+            raise ConfigError(
+                f"rss_growth_bytes_max: must be positive, got {self.rss_growth_bytes_max!r}"
+            )
 
 
 @dataclass
@@ -425,8 +439,7 @@ async def _check_after(config: FuzzConfig, report: FuzzReport) -> None:
     if config.pid is not None:
         report.rss_end = process_rss_bytes(config.pid)
         report.rss_peak = max(report.rss_peak or 0, report.rss_end)
-        assert report.rss_start is not None
-        growth = report.rss_end - report.rss_start
+        growth = report.rss_end - (report.rss_start or report.rss_end)
         if growth > config.rss_growth_bytes_max:
             report.failures.append(
                 f"the bookie's RSS grew by {growth / MIB:.0f} MiB "
