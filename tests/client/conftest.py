@@ -28,13 +28,15 @@ class RealCluster:
     data_dir: Path
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    bookie_args: tuple[str, ...] = ()
 
     def start(self, index: int, *args: str) -> None:
         """Start bookie ``index`` (``args``: more ``bkeeper bookie`` options)."""
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
-            "--port", str(self.ports[index]), "--metadata", self.uri, *args,
+            "--port", str(self.ports[index]), "--metadata", self.uri,
+            *self.bookie_args, *args,
         ]  # fmt: skip
         log = open(self.data_dir / f"bookie-{index}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -67,12 +69,14 @@ class RealCluster:
 
 @contextlib.asynccontextmanager
 async def _started(
-    zookeeper: ZooKeeperServer, path: Path, bookies: int
+    zookeeper: ZooKeeperServer, path: Path, param: int | tuple[int, tuple[str, ...]]
 ) -> AsyncIterator[RealCluster]:
+    # The parameter: a number of bookies, or (number, extra ``bkeeper bookie`` arguments).
+    bookies, bookie_args = param if isinstance(param, tuple) else (param, ())
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     async with await ClusterMetadata.open(uri) as cluster:
         await cluster.format()
-    real = RealCluster(uri, path, [free_port() for _ in range(bookies)])
+    real = RealCluster(uri, path, [free_port() for _ in range(bookies)], {}, bookie_args)
     try:
         await asyncio.gather(*(asyncio.to_thread(real.start, i) for i in range(bookies)))
         yield real

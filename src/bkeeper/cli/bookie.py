@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -28,6 +29,20 @@ __all__ = ["bookie", "run_event_loop"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Defaults shown by ``--help``, from the configuration itself.
+_DEFAULTS = BookieConfig(data_dir="-")
+
+
+def _raise_nofile_limit() -> None:
+    """Raise the soft file-descriptor limit to the hard one, as the JVM does for Java's
+    bookie: the derived connection limit follows the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        # Refused (an unlimited hard limit over the kernel's nr_open): the limit in force
+        # stays, and the connection limit is derived from it, which is all that matters.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
@@ -85,6 +100,35 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     show_default=True,
     help="Repair ledgers in limbo after start (needs --metadata).",
 )
+@click.option(
+    "--connections-max",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Open connections at most; 0: the file-descriptor limit less 256, at most 65536. "
+    "At the limit a new connection closes the longest-idle one.",
+)
+@click.option(
+    "--connection-handshake-timeout-ms",
+    default=_DEFAULTS.connection_handshake_timeout_ms,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Close a connection whose first frame is not complete after this long.",
+)
+@click.option(
+    "--connection-idle-timeout-ms",
+    default=_DEFAULTS.connection_idle_timeout_ms,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Close a connection with nothing received, sent or in flight for this long.",
+)
+@click.option(
+    "--partial-frames-bytes-max",
+    default=_DEFAULTS.partial_frames_bytes_max,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Bytes of incomplete frames buffered across all connections at most.",
+)
 def bookie(
     data_dir: str,
     port: int,
@@ -99,11 +143,16 @@ def bookie(
     checkpoint_interval_ms: int,
     write_cache_mb: int,
     integrity_check: bool,
+    connections_max: int,
+    connection_handshake_timeout_ms: int,
+    connection_idle_timeout_ms: int,
+    partial_frames_bytes_max: int,
 ) -> None:
     """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0.
 
     On a full data disk the bookie is read-only (it starts so, too) and turns writable by
     itself once usage drops below the low-water mark."""
+    _raise_nofile_limit()
     config = BookieConfig(
         data_dir=data_dir,
         host=host,
@@ -112,6 +161,10 @@ def bookie(
         metadata_uri=metadata_uri,
         readonly=readonly,
         checkpoint_interval_ms=checkpoint_interval_ms,
+        connections_max=connections_max,
+        connection_handshake_timeout_ms=connection_handshake_timeout_ms,
+        connection_idle_timeout_ms=connection_idle_timeout_ms,
+        partial_frames_bytes_max=partial_frames_bytes_max,
     )
     storage_config = StorageConfig(
         data_dir=data_dir,

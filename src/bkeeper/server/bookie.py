@@ -27,6 +27,7 @@ from collections.abc import Callable
 from bkeeper.common.errors import ConfigError
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
+from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.registration import ClusterMembership
@@ -65,7 +66,7 @@ class Bookie:
         self.storage: Storage | None = None
         self._handlers: RequestHandlers | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[BookieConnection] = set()
+        self.connections = ConnectionTable(config)
         self._tasks: asyncio.TaskGroup | None = None
         self._task_group_cm: asyncio.TaskGroup | None = None
         self._stopping = asyncio.Event()
@@ -94,7 +95,12 @@ class Bookie:
         # part of the bookie id the cookie checks.
         try:
             self._server = await loop.create_server(
-                new_connection, config.host, config.port, reuse_address=True, start_serving=False
+                new_connection,
+                config.host,
+                config.port,
+                reuse_address=True,
+                backlog=LISTEN_BACKLOG,
+                start_serving=False,
             )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
@@ -131,11 +137,12 @@ class Bookie:
             await self.aclose()
             raise
         log.info(
-            "bookie %s listening on %s:%d (%s)",
+            "bookie %s listening on %s:%d (%s, at most %d connections)",
             self.bookie_id,
             config.host,
             self.port,
             "read-only" if self.state.readonly else "writable",
+            self.connections.connections_max,
         )
 
     async def _serve(self, handlers_box: list[RequestHandlers]) -> None:
@@ -148,20 +155,15 @@ class Bookie:
         self._tasks = await self._task_group_cm.__aenter__()
         self._tasks.create_task(self._checkpoint_loop())
         self._tasks.create_task(self._disk_monitor_loop())
+        self._tasks.create_task(self.connections.run(self._stopping))
         if self._membership is not None:
             self._mode_changed.clear()  # a switch during the registration sets it again
             await self._membership.register(self.config.host, self.port, self._mode_readonly)
             self._tasks.create_task(self._registration_loop())
 
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
-        conn = BookieConnection(
-            self.config, handlers.dispatch, self._connections.discard, handlers.add_v2
-        )
-        if len(self._connections) >= self.config.connections_max:
-            log.warning("refusing connection: %d connections open", len(self._connections))
-            conn.closed = True
-        self._connections.add(conn)
-        return conn
+        # Admission (the connection limit) happens in connection_made, once the peer is known.
+        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add_v2)
 
     # -- background --------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:
@@ -265,11 +267,9 @@ class Bookie:
         if self._server is not None:
             self._server.close()
         deadline = time.monotonic() + self.config.shutdown_drain_timeout_ms / 1000.0
-        while time.monotonic() < deadline and any(
-            c.requests_in_flight > 0 for c in self._connections
-        ):
+        while time.monotonic() < deadline and any(c.busy for c in self.connections.connections):
             await asyncio.sleep(0.01)
-        for conn in list(self._connections):
+        for conn in self.connections.connections:
             conn.close()
         if self._task_group_cm is not None:
             cm, self._task_group_cm = self._task_group_cm, None

@@ -140,7 +140,7 @@ class RequestHandlers:
         except errors.BKeeperError as exc:
             conn.respond(_error_response(request, status_of(exc)), size)
         except Exception:
-            log.exception("handler for %s failed", type(request).__name__)
+            conn.log_internal_error("handler for %s failed", type(request).__name__)
             conn.respond(_error_response(request, StatusCode.EIO), size)
 
     def on_durable_threadsafe(self, tokens: list[object], error: BaseException | None) -> None:
@@ -214,7 +214,7 @@ class RequestHandlers:
         except errors.BKeeperError as exc:
             conn.respond_add(status_of(exc), ledger_id, entry_id, size)
         except Exception:
-            log.exception("add of ledger %d entry %d failed", ledger_id, entry_id)
+            conn.log_internal_error("add of ledger %d entry %d failed", ledger_id, entry_id)
             conn.respond_add(StatusCode.EIO, ledger_id, entry_id, size)
 
     def write_lac(self, conn: BookieConnection, request: WriteLacRequest, size: int) -> None:
@@ -412,7 +412,11 @@ class RequestHandlers:
         conn.respond(StartTlsResponse(StatusCode.EBADREQ, request.txn_id), size)
 
     def unknown(self, conn: BookieConnection, request: UnknownRequest, size: int) -> None:
-        log.info("unsupported operation %d from %s", request.operation, conn.peer)
+        conn.log_client_error(
+            "EBADREQ to %s: %s",
+            conn.peer,
+            request.reason or f"operation {request.operation} is not served",
+        )
         conn.respond(_error_response(request, StatusCode.EBADREQ), size)
 
 
