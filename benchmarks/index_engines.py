@@ -1,11 +1,18 @@
 """Measure candidate location-index engines: put and get rates of (ledger, entry) -> location.
 
-Usage: ``python benchmarks/index_engines.py [--count 1000000] [--ledgers 100]``
+Usage: ``python benchmarks/index_engines.py [--count 1000000] [--ledgers 100]
+[--ids dense|striped|sparse|huge-first]``
 
-Each candidate stores ``count`` locations (``ledgers`` ledgers, entry ids dense from 0, as a
-bookie receives them), makes them durable the way it would at a checkpoint, then reads every
-one back in random order. Candidates that are not installed are skipped (``pip install lmdb
-rocksdict`` to include them). Prints one line per candidate: puts/s, gets/s, bytes on disk.
+Each candidate stores ``count`` locations (``ledgers`` ledgers; entry ids dense from 0 as a
+bookie usually receives them, every third id as one bookie of a striped E=3/Qw=1 ledger,
+random 63-bit ids, or dense from 2^20), makes them durable the way it would at a checkpoint,
+then reads every one back in random order. Candidates that are not installed are skipped
+(``pip install lmdb rocksdict`` to include them). Prints one line per candidate: puts/s,
+gets/s, bytes on disk and Python memory held by the in-memory index (tracemalloc).
+
+``bkeeper LedgerLocations`` is the engine's own index (``bkeeper.storage.ledger_state``) with
+its real checkpoint encoding; ``previous LedgerLocations`` is the one it replaced (a dense
+array from id 0 that allowed gaps of up to 2^20 slots), kept here to compare in the same run.
 """
 
 from __future__ import annotations
@@ -17,8 +24,12 @@ import shutil
 import struct
 import tempfile
 import time
+import tracemalloc
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+from bkeeper.storage.index_file import IndexDelta, LocationRun, encode_delta
+from bkeeper.storage.ledger_state import LedgerLocations
 
 KEY = struct.Struct(">qq")
 VALUE = struct.Struct(">Q")
@@ -26,47 +37,133 @@ Keys = list[tuple[int, int]]
 
 
 def _location(ledger_id: int, entry_id: int) -> int:
-    return ((ledger_id & 0xFFFF) << 32) | (entry_id * 1100 + 64)
+    """A made-up location (log id << 32 | offset), never 0."""
+    return (((ledger_id & 0xFFFF) + 1) << 32) | ((entry_id * 1100 + 64) & 0xFFFFFFFF)
 
 
-def bench_arrays(keys: Keys, lookups: Keys, directory: str) -> tuple[float, float, int]:
-    """bkeeper's own index: per-ledger ``array('Q')`` in memory, written to a file at checkpoint."""
-    start = time.perf_counter()
-    index: dict[int, array[int]] = {}
+class PreviousLedgerLocations:
+    """The index before issue 11: dense from id 0, gaps of up to 2^20 slots zero-filled."""
+
+    __slots__ = ("_dense", "_sparse", "max_entry_id")
+    gap_max = 1 << 20
+
+    def __init__(self) -> None:
+        self._dense: array[int] = array("Q")
+        self._sparse: dict[int, int] | None = None
+        self.max_entry_id = -1
+
+    def set(self, entry_id: int, location: int) -> None:
+        self.max_entry_id = max(self.max_entry_id, entry_id)
+        if self._sparse is not None:
+            self._sparse[entry_id] = location
+            return
+        dense = self._dense
+        if entry_id < len(dense):
+            dense[entry_id] = location
+        elif entry_id - len(dense) <= self.gap_max:
+            gap = entry_id - len(dense)
+            if gap:
+                dense.frombytes(bytes(8 * gap))
+            dense.append(location)
+        else:
+            self._sparse = dict(self.items())
+            self._sparse[entry_id] = location
+            self._dense = array("Q")
+
+    def get(self, entry_id: int) -> int:
+        if self._sparse is not None:
+            return self._sparse.get(entry_id, 0)
+        dense = self._dense
+        return dense[entry_id] if 0 <= entry_id < len(dense) else 0
+
+    def items(self) -> Iterator[tuple[int, int]]:
+        if self._sparse is not None:
+            yield from sorted(self._sparse.items())
+            return
+        for entry_id, location in enumerate(self._dense):
+            if location:
+                yield entry_id, location
+
+
+Measured = tuple[float, float, int, int]
+Locations = LedgerLocations | PreviousLedgerLocations
+
+
+def _build(make: Callable[[], Locations], keys: Keys) -> dict[int, Locations]:
+    index: dict[int, Locations] = {}
     for ledger_id, entry_id in keys:
         locations = index.get(ledger_id)
         if locations is None:
-            locations = index[ledger_id] = array("Q")
-        if entry_id == len(locations):
-            locations.append(_location(ledger_id, entry_id))
+            locations = index[ledger_id] = make()
+        locations.set(entry_id, _location(ledger_id, entry_id))
+    return index
+
+
+def _traced_bytes(build: Callable[[], object]) -> int:
+    """Python memory held by what ``build`` returns (a second build, traced, untimed)."""
+    tracemalloc.start()
+    try:
+        built = build()
+        return tracemalloc.get_traced_memory()[0] if built is not None else 0
+    finally:
+        tracemalloc.stop()
+
+
+def _bench_locations(
+    make: Callable[[], Locations], keys: Keys, lookups: Keys, directory: str
+) -> Measured:
+    """Per-ledger location objects; the checkpoint writes them as the engine's index file."""
+    start = time.perf_counter()
+    index = _build(make, keys)
+    runs = []
+    for ledger_id, locations in index.items():
+        items = list(locations.items())
+        ids = array("q", (entry_id for entry_id, _ in items))
+        runs.append(LocationRun(ledger_id, ids, array("Q", (loc for _, loc in items))))
     path = os.path.join(directory, "index")
-    with open(path, "wb") as f:  # the checkpoint: one record per ledger, then fsync
-        for ledger_id, locations in index.items():
-            f.write(struct.pack(">qI", ledger_id, len(locations)))
-            f.write(locations.tobytes())
+    with open(path, "wb") as f:  # the checkpoint: the engine's LOCATIONS records, then fsync
+        f.write(encode_delta(IndexDelta((), (), tuple(runs))))
         f.flush()
         os.fsync(f.fileno())
     put_s = time.perf_counter() - start
     start = time.perf_counter()
     for ledger_id, entry_id in lookups:
-        assert index[ledger_id][entry_id]
-    return put_s, time.perf_counter() - start, os.path.getsize(path)
+        assert index[ledger_id].get(entry_id)
+    get_s = time.perf_counter() - start
+    del index, runs
+    memory = _traced_bytes(lambda: _build(make, keys))
+    return put_s, get_s, os.path.getsize(path), memory
 
 
-def bench_dict(keys: Keys, lookups: Keys, directory: str) -> tuple[float, float, int]:
+def bench_locations(keys: Keys, lookups: Keys, directory: str) -> Measured:
+    return _bench_locations(LedgerLocations, keys, lookups, directory)
+
+
+def bench_previous(keys: Keys, lookups: Keys, directory: str) -> Measured:
+    return _bench_locations(PreviousLedgerLocations, keys, lookups, directory)
+
+
+def bench_dict(keys: Keys, lookups: Keys, directory: str) -> Measured:
     """A plain dict keyed by (ledger, entry): the in-memory upper bound, no persistence."""
+
+    def build() -> dict[tuple[int, int], int]:
+        index: dict[tuple[int, int], int] = {}
+        for key in keys:
+            index[key] = _location(*key)
+        return index
+
     start = time.perf_counter()
-    index: dict[tuple[int, int], int] = {}
-    for key in keys:
-        index[key] = _location(*key)
+    index = build()
     put_s = time.perf_counter() - start
     start = time.perf_counter()
     for key in lookups:
         assert index[key]
-    return put_s, time.perf_counter() - start, 0
+    get_s = time.perf_counter() - start
+    del index
+    return put_s, get_s, 0, _traced_bytes(build)
 
 
-def bench_lmdb(keys: Keys, lookups: Keys, directory: str) -> tuple[float, float, int]:
+def bench_lmdb(keys: Keys, lookups: Keys, directory: str) -> Measured:
     import lmdb
 
     env = lmdb.open(os.path.join(directory, "lmdb"), map_size=1 << 32, sync=True)
@@ -85,10 +182,10 @@ def bench_lmdb(keys: Keys, lookups: Keys, directory: str) -> tuple[float, float,
     get_s = time.perf_counter() - start
     size = sum(e.stat().st_size for e in os.scandir(os.path.join(directory, "lmdb")))
     env.close()
-    return put_s, get_s, size
+    return put_s, get_s, size, 0
 
 
-def bench_rocksdict(keys: Keys, lookups: Keys, directory: str) -> tuple[float, float, int]:
+def bench_rocksdict(keys: Keys, lookups: Keys, directory: str) -> Measured:
     from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
     path = os.path.join(directory, "rocks")
@@ -115,14 +212,23 @@ def bench_rocksdict(keys: Keys, lookups: Keys, directory: str) -> tuple[float, f
         for root, _, names in os.walk(path)
         for name in names
     )
-    return put_s, get_s, size
+    return put_s, get_s, size, 0
 
 
-CANDIDATES: dict[str, Callable[[Keys, Keys, str], tuple[float, float, int]]] = {
-    "array('Q') per ledger + index file": bench_arrays,
+CANDIDATES: dict[str, Callable[[Keys, Keys, str], Measured]] = {
+    "bkeeper LedgerLocations + index file": bench_locations,
+    "previous LedgerLocations + index file": bench_previous,
     "dict[(ledger, entry)] (memory only)": bench_dict,
     "lmdb (batched txns, sync)": bench_lmdb,
     "rocksdict (write batches, no WAL, flush)": bench_rocksdict,
+}
+
+
+ID_PATTERNS: dict[str, Callable[[int, random.Random], list[int]]] = {
+    "dense": lambda n, rng: list(range(n)),
+    "striped": lambda n, rng: list(range(0, 3 * n, 3)),
+    "sparse": lambda n, rng: sorted({rng.randrange(1 << 63) for _ in range(n)}),
+    "huge-first": lambda n, rng: list(range(1 << 20, (1 << 20) + n)),
 }
 
 
@@ -130,16 +236,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--ledgers", type=int, default=100)
+    parser.add_argument("--ids", choices=sorted(ID_PATTERNS), default="dense")
     args = parser.parse_args()
     per_ledger = args.count // args.ledgers
-    keys = [(ledger, entry) for ledger in range(args.ledgers) for entry in range(per_ledger)]
+    rng = random.Random(1)
+    pattern = ID_PATTERNS[args.ids]
+    keys = [(ledger, entry) for ledger in range(args.ledgers) for entry in pattern(per_ledger, rng)]
     lookups = keys[:]
-    random.Random(1).shuffle(lookups)
-    print(f"{len(keys):,} locations in {args.ledgers} ledgers")
+    rng.shuffle(lookups)
+    print(f"{len(keys):,} locations in {args.ledgers} ledgers, {args.ids} entry ids")
     for name, bench in CANDIDATES.items():
         directory = tempfile.mkdtemp(prefix="bkeeper-index-")
         try:
-            put_s, get_s, size = bench(keys, lookups, directory)
+            put_s, get_s, size, memory = bench(keys, lookups, directory)
         except ImportError as exc:
             print(f"{name:45s} skipped: {exc}")
             continue
@@ -147,7 +256,7 @@ def main() -> None:
             shutil.rmtree(directory, ignore_errors=True)
         print(
             f"{name:45s} puts/s {len(keys) / put_s:>12,.0f}   gets/s {len(keys) / get_s:>12,.0f}"
-            f"   disk {size / 1e6:7.1f} MB"
+            f"   disk {size / 1e6:7.1f} MB   memory {memory / 1e6:7.1f} MB"
         )
 
 

@@ -1,5 +1,6 @@
-"""Fixtures shared by every test package: one real ZooKeeper per test session, and a check
-that the session leaves no process and no file behind."""
+"""Fixtures shared by every test package: one real ZooKeeper per test session, small tmpfs
+disks for full-disk tests, and a check that the session leaves no process and no file
+behind."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import (
     ZooKeeperConfig,
     ZooKeeperServer,
@@ -92,6 +94,28 @@ def zookeeper(
     )
     with ZooKeeperServer(config) as server:
         yield server
+
+
+#: The size of the tmpfs that full-disk tests fill.
+SMALL_TMPFS_BYTES = 64 * 1024 * 1024
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs mounted for the test, unmounted after it. Where it cannot be mounted
+    the test is skipped with the reason, except in CI (``CI`` or
+    ``BKEEPER_REQUIRE_INTEGRATION`` set), where that is a failure."""
+    try:
+        mount = mounted_tmpfs(tmp_path / "tmpfs", SMALL_TMPFS_BYTES)
+        path = mount.__enter__()
+    except ConfigError as exc:
+        if os.environ.get("CI") or os.environ.get("BKEEPER_REQUIRE_INTEGRATION"):
+            pytest.fail(f"a full-disk test needs a tmpfs: {exc}")
+        pytest.skip(f"a full-disk test needs a tmpfs: {exc}")
+    try:
+        yield path
+    finally:
+        mount.__exit__(None, None, None)
 
 
 #: Carried in the environment of every process the test session starts (its value: the

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.benchmarks import _wait_port, free_port
 from bkeeper.testing.zookeeper import ZooKeeperServer
 
+_SIGTERM = signal.SIGTERM  # the class below has a method named ``signal``
+
 
 @dataclass
 class RealCluster:
@@ -27,18 +30,21 @@ class RealCluster:
     data_dir: Path
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    bookie_args: tuple[str, ...] = ()
 
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _stopped: bool = False
 
-    def start(self, index: int) -> None:
-        """Start bookie ``index`` and wait until it listens (killed if it does not in time).
-        Refused once ``stop_all`` ran: a start still under way in another thread when a
-        fixture gives up must not leave a bookie that nobody stops."""
+    def start(self, index: int, *args: str) -> None:
+        """Start bookie ``index`` (``args``: more ``bkeeper bookie`` options) and wait until
+        it listens (killed if it does not in time). Refused once ``stop_all`` ran: a start
+        still under way in another thread when a fixture gives up must not leave a bookie
+        that nobody stops."""
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
             "--port", str(self.ports[index]), "--metadata", self.uri,
+            *self.bookie_args, *args,
         ]  # fmt: skip
         with self._lock:
             if self._stopped:
@@ -57,6 +63,12 @@ class RealCluster:
     def signal(self, index: int, sig: int) -> None:
         os.kill(self.procs[index].pid, sig)
 
+    def stop(self, index: int, sig: int = _SIGTERM) -> int:
+        """Send ``sig`` to bookie ``index`` and wait for it to exit; its exit code."""
+        proc = self.procs[index]
+        proc.send_signal(sig)
+        return proc.wait(30)
+
     def stop_all(self) -> None:
         """Kill every bookie and reap it (stopped ones too); later starts are refused."""
         with self._lock:
@@ -69,15 +81,16 @@ class RealCluster:
             proc.wait()
 
 
-@pytest.fixture
-async def real_cluster(
-    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+@contextlib.asynccontextmanager
+async def _started(
+    zookeeper: ZooKeeperServer, path: Path, param: int | tuple[int, tuple[str, ...]]
 ) -> AsyncIterator[RealCluster]:
-    bookies = getattr(request, "param", 3)
+    # The parameter: a number of bookies, or (number, extra ``bkeeper bookie`` arguments).
+    bookies, bookie_args = param if isinstance(param, tuple) else (param, ())
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     async with await ClusterMetadata.open(uri) as cluster:
         await cluster.format()
-    real = RealCluster(uri, tmp_path, [free_port() for _ in range(bookies)])
+    real = RealCluster(uri, path, [free_port() for _ in range(bookies)], {}, bookie_args)
     try:
         await asyncio.gather(*(asyncio.to_thread(real.start, i) for i in range(bookies)))
         yield real
@@ -86,5 +99,18 @@ async def real_cluster(
 
 
 @pytest.fixture
-def no_leftover() -> Iterator[None]:
-    yield
+async def real_cluster(
+    zookeeper: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[RealCluster]:
+    """Bookie processes (3, or the ``indirect`` parameter) for one test: it may kill them."""
+    async with _started(zookeeper, tmp_path, getattr(request, "param", 3)) as real:
+        yield real
+
+
+@pytest.fixture(scope="module")
+async def shared_cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[RealCluster]:
+    """Three bookie processes shared by a module's tests, which must leave them running."""
+    async with _started(zookeeper, tmp_path_factory.mktemp("shared"), 3) as real:
+        yield real

@@ -41,9 +41,10 @@ async def test_kill_and_stop_bookies_while_appending(real_cluster) -> None:
             if i % 200 == 0:
                 await asyncio.sleep(0.01)
         await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 60)
-        # Qa = 2: the stopped bookie only slows nothing; the killed one is replaced.
+        # Qa = 2: the stopped bookie only slows nothing and stays; the killed one is replaced.
         assert len(acknowledged) == 3000, "every add completes through ensemble changes"
         assert real_cluster.bookie_id(first) not in wh.ensemble
+        assert real_cluster.bookie_id(second) in wh.ensemble
         assert len(wh.metadata.segments) >= 2
 
         async with BookKeeper(real_cluster.uri, WRITER) as reader:
@@ -73,3 +74,38 @@ async def test_fencing_across_processes(real_cluster) -> None:
         with pytest.raises(LedgerFencedError):
             await wh.append(b"fenced")
         assert [e.data async for e in rh.read()] == [payload(i) for i in range(100)]
+
+
+@pytest.mark.parametrize("real_cluster", [4], indirect=True)
+async def test_a_stopped_bookie_is_kept_while_the_others_make_qa(real_cluster) -> None:
+    """docs/client.md: a bookie that is only slow (here: stopped) is not replaced while the
+    others make Qa, however long it stays silent; once resumed it has every entry."""
+    config = ClientConfig(add_timeout_ms=500, timeout_check_interval_ms=50)
+    async with BookKeeper(real_cluster.uri, config) as writer:
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        ensemble = wh.ensemble
+        for i in range(10):
+            assert await wh.append(payload(i)) == i
+        stopped = real_cluster.index_of(ensemble[1])
+        real_cluster.signal(stopped, signal.SIGSTOP)
+        try:
+            for i in range(10, 20):
+                assert await asyncio.wait_for(wh.append(payload(i)), 30) == i
+            await asyncio.sleep(6 * config.add_timeout_ms / 1000)  # the scenario: silent long
+            assert wh.ensemble == ensemble
+            assert wh.metadata.segments == {0: ensemble}
+        finally:
+            real_cluster.signal(stopped, signal.SIGCONT)
+        await asyncio.wait_for(wh.close(), 30)
+        assert wh.metadata.last_entry_id == 19
+    # The resumed bookie got every entry: read them with the two others gone.
+    for bookie in (ensemble[0], ensemble[2]):
+        real_cluster.signal(real_cluster.index_of(bookie), signal.SIGKILL)
+    async with BookKeeper(real_cluster.uri, WRITER) as reader:
+        rh = await reader.open_ledger(wh.ledger_id, b"pw", recovery=False)
+        entries = await asyncio.wait_for(_read_all(rh), 60)
+        assert entries == [payload(i) for i in range(20)]
+
+
+async def _read_all(handle) -> list[bytes]:  # type: ignore[no-untyped-def]
+    return [e.data async for e in handle.read()]

@@ -4,6 +4,7 @@ with exactly one ``error:`` line and the right exit status, or does what it says
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -125,3 +126,96 @@ def test_no_replacement_says_how_many_bookies_there_are() -> None:
         "no bookie can replace b:1: 3 bookies registered as writable, 3 of them in the "
         "ensemble already and 3 failed to answer this writer"
     )
+
+
+def test_a_bookie_on_a_taken_port_names_it(taken_port: int, real_cluster, tmp_path: Path) -> None:
+    result = run(
+        "bookie", "--data-dir", str(tmp_path / "b"), "--port", str(taken_port),
+        "--metadata", real_cluster.uri,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert one_error_line(result) == (
+        f"error: cannot listen on 127.0.0.1:{taken_port}: the port is in use by another process"
+    )
+
+
+def test_a_bookie_refuses_a_data_dir_of_another_bookie(real_cluster) -> None:
+    data_dir = real_cluster.data_dir / "bookie-0"  # bookie 0's, stamped with its port
+    real_cluster.stop_all()
+    result = run(
+        "bookie", "--data-dir", str(data_dir), "--port", str(free_port()),
+        "--metadata", real_cluster.uri,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "cookie" in one_error_line(result).lower()
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "message"),
+    [
+        (("log", "tail", "missing"), 1, "error: no log named 'missing'"),
+        (("log", "append", "missing", "x"), 1, "error: no log named 'missing'"),
+        (("log", "read", "x", "--from", "nonsense"), 2, "error: Invalid value for --from"),
+        (("shell", "readledger", "abc"), 2, "error: Invalid value for 'LEDGER_ID'"),
+    ],
+)
+def test_usage_and_missing_things_are_one_line(real_cluster, command, status, message) -> None:
+    result = run(*command, "--metadata", real_cluster.uri)
+    assert result.returncode == status, result.stderr
+    assert one_error_line(result).startswith(message), result.stderr
+
+
+def test_an_unreachable_metadata_service_is_one_line() -> None:
+    port = free_port()  # nothing listens there
+    result = run("log", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers")
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: ZooKeeper at 127.0.0.1:{port}: no session")
+
+
+def test_sigterm_while_a_bookie_starts_stops_it_cleanly(real_cluster) -> None:
+    """A restarted bookie waits for its predecessor's registration to expire; SIGTERM then
+    used to kill it (-15, no checkpoint): the signal handlers came after start."""
+    real_cluster.signal(0, signal.SIGKILL)
+    real_cluster.procs[0].wait()
+    command = [
+        sys.executable, "-m", "bkeeper", "bookie",
+        "--data-dir", str(real_cluster.data_dir / "bookie-0"),
+        "--port", str(real_cluster.ports[0]), "--metadata", real_cluster.uri,
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = []
+    while "is held by an earlier session" not in (line := proc.stderr.readline()):
+        assert line, "".join(lines)
+        lines.append(line)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 0, rest
+    assert "stopping: asked to during start" in rest
+    assert "Traceback" not in rest
+
+
+def test_an_unexpected_exception_is_one_line_and_verbose_shows_it(capsys) -> None:
+    """A bug still ends in one ``error:`` line (exit 1); ``--verbose`` adds the traceback."""
+    import click
+
+    from bkeeper.cli.main import cli, main
+
+    @cli.command("explode-for-test")
+    def explode() -> None:
+        raise ValueError("an internal inconsistency")
+
+    try:
+        for argv, traceback_shown in ((["explode-for-test"], False),
+                                      (["-v", "explode-for-test"], True)):  # fmt: skip
+            with pytest.raises(SystemExit) as exited:
+                main(argv)
+            assert exited.value.code == 1
+            err = capsys.readouterr().err
+            assert err.strip().splitlines()[-1] == (
+                "error: unexpected ValueError: an internal inconsistency (--verbose shows where)"
+            )
+            assert ("Traceback (most recent call last)" in err) is traceback_shown
+    finally:
+        cli.commands.pop("explode-for-test", None)
+        assert isinstance(cli, click.Group)

@@ -9,7 +9,7 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LogExistsError, LogFencedError, LogNotFoundError
-from bkeeper.namedlog import LATEST, LogConfig, NamedLogs
+from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
@@ -25,12 +25,21 @@ async def collect(reader, count: int, timeout_s: float = 10.0):
     return records
 
 
-async def drain(reader, quiet_s: float = 1.0):
-    """Records until none arrives for ``quiet_s``."""
+async def read_to(reader, last: Position, timeout_s: float = 30.0):
+    """Records up to the one at ``last`` (each must come within the generous ``timeout_s``)."""
     records = []
-    while (record := await reader.next(quiet_s)) is not None:
+    while not records or records[-1].position < last:
+        record = await reader.next(timeout_s)
+        assert record is not None, f"{len(records)} records, then none within {timeout_s} s"
         records.append(record)
     return records
+
+
+async def wait_until(condition, timeout_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.005)
 
 
 async def test_create_list_delete():
@@ -107,11 +116,14 @@ async def test_two_writers_racing():
                 results[name] = await writer.append(name.encode())
             except LogFencedError:
                 results[name] = None
-        assert sum(1 for p in results.values() if p is not None) >= 1
-        # Whoever opened last leads; the other is fenced for good.
-        winner, loser = (a, b) if results["a"] is not None and results["b"] is None else (b, a)
-        if results["a"] is not None and results["b"] is not None:
-            winner, loser = (b, a) if results["b"] > results["a"] else (a, b)
+        # Whoever opened last leads: its open sealed the other's ledger, so exactly one of
+        # the two appends is acknowledged, into the log's last ledger.
+        assert sorted(p is None for p in results.values()) == [False, True], results
+        winner, loser = (a, b) if results["a"] is not None else (b, a)
+        won = results["a"] or results["b"]
+        assert won is not None
+        listed = (await logs_a.log("log").metadata()).ledgers
+        assert won.ledger_id == listed[-1].ledger_id == winner.ledger_id
         with pytest.raises(LogFencedError):
             await loser.append(b"late")
         await winner.append(b"end")
@@ -138,6 +150,7 @@ async def test_writer_fenced_mid_append_loses_nothing_acknowledged():
 
         async def pump():
             nonlocal failed
+            futures = []
             for i in range(400):
                 try:
                     future = await a.append_async(b"a%d" % i)
@@ -147,12 +160,13 @@ async def test_writer_fenced_mid_append_loses_nothing_acknowledged():
                 future.add_done_callback(
                     lambda f, i=i: acked.append(b"a%d" % i) if not f.exception() else None
                 )
+                futures.append(future)
                 if i % 50 == 0:
-                    await asyncio.sleep(0.001)
-            await asyncio.sleep(0.2)
+                    await asyncio.sleep(0.001)  # let the other writer in between
+            await asyncio.gather(*futures, return_exceptions=True)
 
         pumping = asyncio.create_task(pump())
-        await asyncio.sleep(0.005)
+        await wait_until(lambda: len(acked) >= 20)  # B takes over in the middle of A's run
         b = await logs_b.log("log").open_writer()
         await pumping
         await b.append(b"b-first")
@@ -161,7 +175,8 @@ async def test_writer_fenced_mid_append_loses_nothing_acknowledged():
         with pytest.raises(LogFencedError):
             await a.append(b"after")
         reader = await logs_b.log("log").open_reader()
-        got = [r.payload for r in await drain(reader)]
+        last = await logs_b.log("log").last_position()
+        got = [r.payload for r in await read_to(reader, last)]
         assert b"b-first" in got and got[-1] == b"b-first", "nothing of A's after B's record"
         from_a = got[:-1]
         # A's records form a prefix of what A sent: every acknowledged one, maybe followed by
@@ -208,7 +223,7 @@ async def test_truncation_while_a_reader_is_behind():
         meta = await named.metadata()
         assert meta.ledgers[0].ledger_id <= cut.ledger_id and meta.truncated_before == cut
         await writer.close()
-        rest = [r.payload for r in await drain(reader)]
+        rest = [r.payload for r in await read_to(reader, positions[-1])]
         assert rest and rest[-1] == b"059"
         # The ledger being read when truncation came is finished (its data is still on the
         # bookies); the deleted ledgers after it are skipped.
@@ -232,7 +247,7 @@ async def test_retention_by_size_and_age_truncates_sealed_ledgers():
         assert 2 <= len(meta.ledgers) <= 6, "old ledgers were truncated"
         assert meta.truncated_before is not None
         reader = await named.open_reader()
-        kept = [int(r.payload) for r in await drain(reader, 0.5)]
+        kept = [int(r.payload) for r in await read_to(reader, await named.last_position())]
         assert kept[-1] == 99 and 0 not in kept and kept == list(range(kept[0], 100))
         await reader.close()
 
@@ -260,15 +275,14 @@ async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
         named = await NamedLogs(writer_client, config).create("log")
         writer = await named.open_writer()
         for i in range(300):
-            await writer.append(b"r%03d" % i)
+            last = await writer.append(b"r%03d" % i)
         await writer.close()
         reader = await NamedLogs(reader_client, config).log("log").open_reader()
         got = [(await reader.next(5.0)).payload for _ in range(75)]
         assert reader.position is not None and reader.position.entry_id == 75
-        for index in range(3):  # every read fails for a while: the reader retries
-            cluster.fault(index, None, error=StatusCode.EIO)
-        pending = asyncio.ensure_future(drain(reader, 3.0))
-        await asyncio.sleep(0.5)
+        faults = [cluster.fault(index, None, error=StatusCode.EIO) for index in range(3)]
+        pending = asyncio.ensure_future(read_to(reader, last))  # every read fails a while:
+        await wait_until(lambda: sum(f.applied for f in faults) >= 6)  # the reader retries
         for index in range(3):
             cluster.heal(index)
         got += [r.payload for r in await pending]

@@ -9,7 +9,7 @@ import pytest
 
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.server import Bookie, BookieConfig
-from bkeeper.storage import StorageConfig
+from bkeeper.storage import FileSystem, StorageConfig
 from bkeeper.wire.codes import Protocol
 
 StartBookie = Callable[..., Awaitable[Bookie]]
@@ -20,10 +20,19 @@ async def start_bookie(tmp_path: Path) -> AsyncIterator[StartBookie]:
     """Start bookies in this process; every one still running is closed at the end."""
     started: list[Bookie] = []
 
-    async def start(data_dir: Path | None = None, **overrides: object) -> Bookie:
+    async def start(
+        data_dir: Path | None = None,
+        *,
+        fs: FileSystem | None = None,
+        storage: dict[str, object] | None = None,
+        **overrides: object,
+    ) -> Bookie:
+        """``fs`` and ``storage`` (StorageConfig fields) go to the storage engine, the
+        ``overrides`` to BookieConfig."""
         directory = str(data_dir or tmp_path / "bookie")
         config = BookieConfig(data_dir=directory, port=int(overrides.pop("port", 0)), **overrides)  # type: ignore[arg-type]
-        bookie = Bookie(config, StorageConfig(data_dir=directory))
+        storage_config = StorageConfig(data_dir=directory, **(storage or {}))  # type: ignore[arg-type]
+        bookie = Bookie(config, storage_config, fs)
         await bookie.start()
         started.append(bookie)
         return bookie

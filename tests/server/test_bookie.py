@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import random
 import struct
 from pathlib import Path
 
@@ -109,14 +109,19 @@ async def test_fencing_survives_restart(start_bookie, connect, tmp_path: Path):
     assert bytes((await client.request(ReadRequest(9, 0))).body) == body(9, 0)
 
 
+async def _until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
 async def test_long_poll_returns_when_lac_advances(start_bookie, connect):
     bookie = await start_bookie()
     reader = await connect(bookie)
     writer = await connect(bookie)
     assert (await add(writer, 10, 0)).status is StatusCode.EOK
     poll = reader.send(ReadRequest(10, 1, piggyback=True, previous_lac=0, timeout_ms=10_000))
-    await asyncio.sleep(0.05)
-    assert not poll.done()
+    await asyncio.wait_for(_until(lambda: bookie.state.lac_waiter_count == 1), 10)
+    assert not poll.done()  # parked: LAC 0 has not passed previous_lac 0
     assert (await add(writer, 10, 1, lac=0)).status is StatusCode.EOK
     assert (await add(writer, 10, 2, lac=1)).status is StatusCode.EOK
     response = await asyncio.wait_for(poll, 5)
@@ -186,19 +191,6 @@ async def test_batch_read_v2(start_bookie, connect):
     assert [bytes(b) for b in response.bodies] == [body(14, e) for e in range(3, 7)]
 
 
-async def test_readonly_refuses_adds_serves_reads(start_bookie, connect):
-    bookie = await start_bookie()
-    client = await connect(bookie)
-    assert (await add(client, 15, 0)).status is StatusCode.EOK
-    assert bookie.check_disk(used_fraction=0.99) is True
-    assert (await add(client, 15, 1)).status is StatusCode.EREADONLY
-    assert (await add(client, 15, 1, recovery=True)).status is StatusCode.EOK
-    assert (await client.request(ReadRequest(15, 0))).status is StatusCode.EOK
-    assert bookie.check_disk(used_fraction=0.92) is True  # between the marks: stays
-    assert bookie.check_disk(used_fraction=0.50) is False
-    assert (await add(client, 15, 2)).status is StatusCode.EOK
-
-
 async def test_garbage_closes_only_that_connection(start_bookie, connect):
     bookie = await start_bookie()
     good = await connect(bookie)
@@ -207,14 +199,14 @@ async def test_garbage_closes_only_that_connection(start_bookie, connect):
         b"\xff\xff\xff\xf0junk",  # negative length
         struct.pack(">i", 64 * 1024 * 1024) + b"x",  # over the frame limit
         struct.pack(">i", 6) + b"\x0a\x04\xff\xff\xff\xff",  # broken v3 header
-        os.urandom(4096),
+        b"\x7f" + random.Random(7).randbytes(4095),  # noise announcing a huge frame
     ):
         reader, writer = await asyncio.open_connection("127.0.0.1", bookie.port)
         writer.write(garbage)
         await writer.drain()
-        data = await asyncio.wait_for(reader.read(), 5)  # bookie closes or answers
+        data = await asyncio.wait_for(reader.read(), 5)
         writer.close()
-        assert isinstance(data, bytes)
+        assert data == b"", garbage[:8]  # closed at once, nothing answered
         assert (await add(good, 16, garbage[0] % 7 + 100)).status is StatusCode.EOK
 
 

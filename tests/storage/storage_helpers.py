@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from bkeeper.storage import FileSystem, Storage, StorageConfig
@@ -12,6 +14,7 @@ from bkeeper.storage import FileSystem, Storage, StorageConfig
 KEY = b"k" * 20
 OTHER_KEY = b"o" * 20
 _HEAD = struct.Struct(">qqqq")
+DATA_DIRS = ("/data/current/journal", "/data/current/ledgers")
 
 
 def entry_body(ledger_id: int, entry_id: int, lac: int = -1, payload: bytes = b"") -> bytes:
@@ -75,3 +78,31 @@ class Acks:
 def open_storage(fs: FileSystem, config: StorageConfig | None = None) -> tuple[Storage, Acks]:
     acks = Acks()
     return Storage.open(config or small_config(), fs, acks), acks
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Wait for ``condition`` (set by another thread) to hold, checking every millisecond."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.001)
+
+
+def fill(fs: FileSystem, path: str, fraction: float | None = None) -> None:
+    """Append to ``path`` until ``fraction`` of the disk is in use, or (None) it is full."""
+    handle = fs.open_append(path)
+    total, free = fs.disk_usage("/")
+    target_free = 0 if fraction is None else int(total * (1.0 - fraction))
+    try:
+        while free > target_free:
+            handle.write(b"\0" * min(64 * 1024, free - target_free))
+            total, free = fs.disk_usage("/")
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        handle.close()
+
+
+def listing(fs: FileSystem, directories: tuple[str, ...] = DATA_DIRS) -> dict[str, int]:
+    """Every file under the engine's directories with its size."""
+    return {f"{d}/{name}": fs.size(f"{d}/{name}") for d in directories for name in fs.list_dir(d)}

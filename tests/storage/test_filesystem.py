@@ -3,6 +3,7 @@ then the in-memory crash model."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from collections.abc import Iterator
@@ -20,6 +21,15 @@ def fs_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Fil
         yield OsFileSystem(), str(tmp_path / "d")
     else:
         yield MemoryFileSystem(), "/d"
+
+
+@pytest.fixture(params=["os", "memory"])
+def small_fs_dir(request: pytest.FixtureRequest) -> tuple[FileSystem, str, int]:
+    """A filesystem of 64 MiB: a real tmpfs, and the in-memory one given that capacity."""
+    size = 64 * 1024 * 1024
+    if request.param == "os":
+        return OsFileSystem(), str(request.getfixturevalue("small_tmpfs") / "d"), size
+    return MemoryFileSystem(capacity_bytes=size), "/d", size
 
 
 def test_append_read_and_sizes(fs_dir: tuple[FileSystem, str]) -> None:
@@ -85,6 +95,38 @@ def test_missing_files_raise(fs_dir: tuple[FileSystem, str]) -> None:
         fs.read_file(os.path.join(d, "nope"))
     with pytest.raises(FileNotFoundError):
         fs.open_read(os.path.join(d, "nope"))
+
+
+def test_a_full_disk_fails_writes_with_enospc_and_truncate_frees_space(
+    small_fs_dir: tuple[FileSystem, str, int],
+) -> None:
+    fs, d, size = small_fs_dir
+    fs.makedirs(d)
+    total, free = fs.disk_usage(d)
+    assert total == size and free > size - 64 * 1024
+    path = os.path.join(d, "filler")
+    f = fs.open_append(path)
+    with pytest.raises(OSError) as failed:
+        while True:
+            f.write(b"x" * (1024 * 1024 + 1))
+    assert failed.value.errno == errno.ENOSPC
+    written = f.size()  # a short write appended what fitted before the write failed
+    assert free - 64 * 1024 <= written <= free
+    assert fs.size(path) == written and fs.read_file(path) == b"x" * written
+    assert fs.disk_usage(d)[1] < 64 * 1024
+    more = os.path.join(d, "more")
+    g = fs.open_append(more)
+    with pytest.raises(OSError) as again:
+        g.write(b"y" * 65536)
+    assert again.value.errno == errno.ENOSPC
+    kept = g.size()
+    f.close()
+    fs.truncate(path, 0)
+    assert fs.disk_usage(d)[1] >= free - 128 * 1024
+    g.write(b"z" * 65536)
+    g.sync()
+    g.close()
+    assert fs.read_file(more) == b"y" * kept + b"z" * 65536
 
 
 # -- the crash model -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from array import array
 
 import pytest
@@ -29,7 +30,7 @@ from bkeeper.storage.journal_format import (
     journal_file_name,
     ledger_record,
 )
-from bkeeper.storage.ledger_state import DENSE_GAP_MAX, LedgerLocations, LedgerSnapshot
+from bkeeper.storage.ledger_state import LedgerLocations, LedgerSnapshot
 
 KINDS = frozenset(range(8))
 
@@ -101,7 +102,7 @@ def test_index_delta_round_trip() -> None:
         deleted=(),
         ledgers=(
             LedgerSnapshot(1, b"k1", False, 4, None),
-            LedgerSnapshot(2, b"k2", True, -1, b"lac body"),
+            LedgerSnapshot(2, b"k2", True, -1, b"lac body", limbo=True),
             LedgerSnapshot(3, b"k3", False, -1, None),
         ),
         runs=(
@@ -111,7 +112,10 @@ def test_index_delta_round_trip() -> None:
     )
     second = IndexDelta(
         deleted=(3,),
-        ledgers=(LedgerSnapshot(1, b"k1", True, 6, b"x"),),
+        ledgers=(
+            LedgerSnapshot(1, b"k1", True, 6, b"x", limbo=True),
+            LedgerSnapshot(2, b"k2", True, -1, b"lac body", limbo=False),
+        ),
         runs=(LocationRun(1, array("q", [6]), array("Q", [500])),),
     )
     data = encode_index_header(1) + encode_delta(first) + encode_delta(second)
@@ -121,6 +125,7 @@ def test_index_delta_round_trip() -> None:
     assert sorted(states) == [1, 2]
     one, two = states[1], states[2]
     assert (one.master_key, one.fenced, one.lac, one.explicit_lac) == (b"k1", True, 6, b"x")
+    assert one.limbo and not two.limbo  # the flag, set and cleared by later records
     assert list(one.locations.items()) == [(0, 100), (1, 200), (5, 300), (6, 500)]
     assert one.last_entry_id == 6
     assert (two.fenced, two.explicit_lac, two.last_entry_id) == (True, b"lac body", -1)
@@ -144,8 +149,33 @@ def test_locations_dense_then_sparse() -> None:
         locations.set(entry_id, 10 + entry_id)
     assert locations.get(2) == 0 and locations.get(3) == 13 and locations.get(-1) == 0
     assert locations.entry_ids() == [0, 1, 3]
-    far = DENSE_GAP_MAX * 4
+    far = 1 << 20
     locations.set(far, 99)
     assert locations.get(far) == 99 and locations.get(1) == 11
     assert locations.entry_ids() == [0, 1, 3, far]
-    assert locations.max_entry_id == far
+    assert locations.max_entry_id == far and len(locations) == 4
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_locations_agree_with_a_dict_for_any_ids(seed: int) -> None:
+    """Dense runs, gaps, ids behind the first one, huge ids and overwrites, in any order:
+    ``get``, ``items`` and ``len`` answer as a plain dict would."""
+    rng = random.Random(seed)
+    model: dict[int, int] = {}
+    locations = LedgerLocations()
+    start = rng.choice([0, 5, 1 << 40])
+    ids = [start + i for i in range(rng.randrange(300))]
+    ids += [rng.randrange(1 << 63) for _ in range(50)]
+    ids += [start + rng.randrange(2000) for _ in range(300)]
+    ids += list(range(start + 3000, start + 2500, -1))
+    ids += [(1 << 63) - 1, 0]
+    if seed % 2:
+        rng.shuffle(ids)
+    for location, entry_id in enumerate(ids, 1):
+        locations.set(entry_id, location)
+        model[entry_id] = location
+    assert list(locations.items()) == sorted(model.items())
+    assert len(locations) == len(model)
+    assert locations.max_entry_id == max(model)
+    for entry_id in [*model, -1, start + 2999, (1 << 63) - 2]:
+        assert locations.get(entry_id) == model.get(entry_id, 0)

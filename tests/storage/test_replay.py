@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 from storage_helpers import KEY, entry_body, open_storage, small_config
 
-from bkeeper.common.errors import CorruptRecordError, DataUnknownError, NoSuchEntryError
+from bkeeper.common.errors import (
+    CorruptRecordError,
+    DataUnknownError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from bkeeper.storage import MemoryFileSystem, Storage
+from bkeeper.storage.framing import RECORD_HEADER_BYTES
 from bkeeper.storage.journal_format import (
     FILE_HEADER_BYTES,
     GROUP_HEADER_BYTES,
@@ -48,27 +54,62 @@ def _append(fs: MemoryFileSystem, path: str, data: bytes) -> None:
     f.sync()
 
 
+def _disk_with_journal(fs: MemoryFileSystem, path: str, journal: bytes) -> MemoryFileSystem:
+    """A fresh disk holding ``fs``'s ledger files and ``journal`` at ``path``, all durable."""
+    disk = MemoryFileSystem()
+    disk.makedirs(JOURNAL_DIR)
+    disk.makedirs("/data/current/ledgers")
+    for name in fs.list_dir("/data/current/ledgers"):
+        _append(
+            disk, f"/data/current/ledgers/{name}", fs.read_file(f"/data/current/ledgers/{name}")
+        )
+    _append(disk, path, journal)
+    disk.fsync_dir(JOURNAL_DIR)
+    disk.fsync_dir("/data/current/ledgers")
+    return disk
+
+
 def test_torn_tail_is_cut_wherever_the_crash_tore_it() -> None:
+    """A last group whose header is cut short, or whose records the file does not hold in
+    full, was never acknowledged: cut, no limbo."""
     fs, path, groups = _write_groups(4)
     full = fs.read_file(path)
     last = groups[-1]
     for cut in range(last + 1, len(full), 37):
-        disk = MemoryFileSystem()
-        disk.makedirs(JOURNAL_DIR)
-        disk.makedirs("/data/current/ledgers")
-        for name in fs.list_dir("/data/current/ledgers"):
-            _append(
-                disk, f"/data/current/ledgers/{name}", fs.read_file(f"/data/current/ledgers/{name}")
-            )
-        _append(disk, path, full[:cut] + b"\x00" * (cut % 3) * 100)
-        disk.fsync_dir(JOURNAL_DIR)
-        disk.fsync_dir("/data/current/ledgers")
+        for padding in (0, len(full) - cut - 1):  # zeros a filesystem may show, short of the end
+            disk = _disk_with_journal(fs, path, full[:cut] + bytes(padding))
+            storage, _ = open_storage(disk)
+            assert storage.replay_outcome.cut == [(path, last)]
+            assert storage.list_entries(1) == [0, 1, 2]
+            with pytest.raises(NoSuchEntryError):
+                storage.read_entry(1, 3)
+            assert not storage.limbo and not storage.limbo_ledgers()
+            storage.close()
+
+
+def test_a_whole_last_group_with_zeroed_records_may_have_been_acknowledged() -> None:
+    """A filesystem may grow a file before the data reaches the disk: a last group whose
+    header is intact and whose bytes are all there, but partly zeros, is treated as possibly
+    acknowledged, never cut: its ledger goes into limbo when the record still names it, the
+    whole storage when the zeros hide which ledger it was."""
+    fs, path, groups = _write_groups(4)
+    full = fs.read_file(path)
+    record = groups[-1] + GROUP_HEADER_BYTES  # the last group holds one record: entry 3
+    ledger_id_end = record + RECORD_HEADER_BYTES + 8
+    for keep in range(record, len(full), 7):
+        disk = _disk_with_journal(fs, path, full[:keep] + bytes(len(full) - keep))
         storage, _ = open_storage(disk)
-        assert storage.replay_outcome.cut == [(path, last)]
+        assert storage.replay_outcome.cut == []
+        assert [s[:2] for s in storage.replay_outcome.suspect] == [(path, record)]
+        if keep >= ledger_id_end:
+            assert not storage.limbo and storage.limbo_ledgers() == [1]
+        else:
+            assert storage.limbo and storage.limbo_ledgers() == []
         assert storage.list_entries(1) == [0, 1, 2]
-        with pytest.raises(NoSuchEntryError):
+        with pytest.raises(DataUnknownError):
             storage.read_entry(1, 3)
-        assert not storage.limbo
+        with pytest.raises(DataUnknownError):
+            storage.read_entry(1, -1)
         storage.close()
 
 
@@ -99,7 +140,7 @@ def test_corrupt_group_header_in_the_middle_refuses_start() -> None:
     assert raised.value.offset == groups[1]
 
 
-def test_skip_option_skips_the_record_and_enters_limbo_until_cleared() -> None:
+def test_skip_option_skips_the_record_and_puts_its_ledger_in_limbo_until_cleared() -> None:
     fs, path, groups = _write_groups(4)
     fs.corrupt(path, groups[1] + GROUP_HEADER_BYTES + 40, b"\xff")
     config = small_config(journal_skip_corrupt_records=True)
@@ -108,18 +149,18 @@ def test_skip_option_skips_the_record_and_enters_limbo_until_cleared() -> None:
         (path, groups[1] + GROUP_HEADER_BYTES)
     ]
     assert storage.list_entries(1) == [0, 2, 3]
-    assert storage.limbo
+    assert storage.limbo_ledgers() == [1] and not storage.limbo
     with pytest.raises(DataUnknownError):
         storage.read_entry(1, 1)
-    with pytest.raises(DataUnknownError):
+    with pytest.raises(NoSuchLedgerError):
         storage.read_entry(99, 0)
     storage.close()
     storage, _ = open_storage(fs, config)  # limbo survives a restart
-    assert storage.limbo
-    storage.clear_limbo()
+    assert storage.limbo_ledgers() == [1]
+    storage.clear_limbo(1)
     storage.close()
     storage, _ = open_storage(fs, config)
-    assert not storage.limbo
+    assert storage.limbo_ledgers() == []
     with pytest.raises(NoSuchEntryError):
         storage.read_entry(1, 1)
     storage.close()
@@ -135,7 +176,14 @@ def test_skip_option_resyncs_after_a_damaged_group_header() -> None:
 
 
 def test_empty_and_header_only_journals_are_fine() -> None:
-    fs, path, _ = _write_groups(0)
+    fs = MemoryFileSystem()
+    open_storage(fs)[0].close()
+    assert fs.list_dir(JOURNAL_DIR) == []  # nothing written: no journal file created
+    storage, _ = open_storage(fs)
+    assert storage.replay_outcome.records == 0 and not storage.replay_outcome.cut
+    storage.close()
+    fs, path, offsets = _write_groups(2)
+    fs.truncate(path, offsets[0])  # the header only
     storage, _ = open_storage(fs)
     assert storage.replay_outcome.records == 0 and not storage.replay_outcome.cut
     storage.close()

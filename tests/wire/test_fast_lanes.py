@@ -62,6 +62,7 @@ def test_response_stream_in_any_chunks(responses, cuts):
             assert got == want
         else:
             assert type(got) is type(want)
+            assert got == want
 
 
 def test_add_response_errors_map_to_status_codes():

@@ -1,22 +1,48 @@
-"""``bkeeper bookie``: run one bookie until SIGTERM or Ctrl-C."""
+"""``bkeeper bookie``: run one bookie until SIGTERM or Ctrl-C.
+
+With a metadata URI, a bookie that starts with ledgers in limbo (its journal replay found
+damaged records that may have been acknowledged) runs the data integrity check
+(:mod:`bkeeper.autorecovery.integrity`) in the background while it serves, unless
+``--no-integrity-check``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import resource
 import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
 
+from bkeeper.autorecovery.integrity import check_bookie
+from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.server import Bookie, BookieConfig
 from bkeeper.storage import StorageConfig
 
 __all__ = ["bookie", "run_event_loop"]
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
+
+#: Defaults shown by ``--help``, from the configuration itself.
+_DEFAULTS = BookieConfig(data_dir="-")
+
+
+def _raise_nofile_limit() -> None:
+    """Raise the soft file-descriptor limit to the hard one, as the JVM does for Java's
+    bookie: the derived connection limit follows the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        # Refused (an unlimited hard limit over the kernel's nr_open): the limit in force
+        # stays, and the connection limit is derived from it, which is all that matters.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
@@ -37,9 +63,72 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
-@click.option("--readonly", is_flag=True, help="Start in read-only mode.")
+@click.option("--readonly", is_flag=True, help="Stay read-only (adds refused, reads served).")
 @click.option("--journal-group-wait-ms", default=1.0, show_default=True, type=float)
 @click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
+@click.option(
+    "--disk-usage-threshold",
+    default=0.95,
+    show_default=True,
+    type=float,
+    help="Fraction of the data disk in use at which the bookie turns read-only.",
+)
+@click.option(
+    "--disk-usage-lwm-threshold",
+    default=0.90,
+    show_default=True,
+    type=float,
+    help="Fraction in use below which a full bookie turns writable again.",
+)
+@click.option(
+    "--checkpoint-interval-ms",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Time between checkpoints (each wait varies by up to 25%).",
+)
+@click.option(
+    "--write-cache-mb",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Entries held in memory until flushed to entry logs (MiB).",
+)
+@click.option(
+    "--integrity-check/--no-integrity-check",
+    default=True,
+    show_default=True,
+    help="Repair ledgers in limbo after start (needs --metadata).",
+)
+@click.option(
+    "--connections-max",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Open connections at most; 0: the file-descriptor limit less 256, at most 65536. "
+    "At the limit a new connection closes the longest-idle one.",
+)
+@click.option(
+    "--connection-handshake-timeout-ms",
+    default=_DEFAULTS.connection_handshake_timeout_ms,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Close a connection whose first frame is not complete after this long.",
+)
+@click.option(
+    "--connection-idle-timeout-ms",
+    default=_DEFAULTS.connection_idle_timeout_ms,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Close a connection with nothing received, sent or in flight for this long.",
+)
+@click.option(
+    "--partial-frames-bytes-max",
+    default=_DEFAULTS.partial_frames_bytes_max,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Bytes of incomplete frames buffered across all connections at most.",
+)
 def bookie(
     data_dir: str,
     port: int,
@@ -49,8 +138,21 @@ def bookie(
     readonly: bool,
     journal_group_wait_ms: float,
     skip_corrupt_journal_records: bool,
+    disk_usage_threshold: float,
+    disk_usage_lwm_threshold: float,
+    checkpoint_interval_ms: int,
+    write_cache_mb: int,
+    integrity_check: bool,
+    connections_max: int,
+    connection_handshake_timeout_ms: int,
+    connection_idle_timeout_ms: int,
+    partial_frames_bytes_max: int,
 ) -> None:
-    """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0."""
+    """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0.
+
+    On a full data disk the bookie is read-only (it starts so, too) and turns writable by
+    itself once usage drops below the low-water mark."""
+    _raise_nofile_limit()
     config = BookieConfig(
         data_dir=data_dir,
         host=host,
@@ -58,24 +160,71 @@ def bookie(
         bookie_id=bookie_id,
         metadata_uri=metadata_uri,
         readonly=readonly,
+        checkpoint_interval_ms=checkpoint_interval_ms,
+        connections_max=connections_max,
+        connection_handshake_timeout_ms=connection_handshake_timeout_ms,
+        connection_idle_timeout_ms=connection_idle_timeout_ms,
+        partial_frames_bytes_max=partial_frames_bytes_max,
     )
     storage_config = StorageConfig(
         data_dir=data_dir,
         journal_max_group_wait_ms=journal_group_wait_ms,
         journal_skip_corrupt_records=skip_corrupt_journal_records,
+        disk_usage_threshold=disk_usage_threshold,
+        disk_usage_lwm_threshold=disk_usage_lwm_threshold,
+        write_cache_bytes_max=write_cache_mb * 1024 * 1024,
     )
-    run_event_loop(_serve(config, storage_config))
+    run_event_loop(_serve(config, storage_config, integrity_check))
 
 
-async def _serve(config: BookieConfig, storage_config: StorageConfig) -> None:
+async def _serve(config: BookieConfig, storage_config: StorageConfig, integrity: bool) -> None:
     server = Bookie(config, storage_config)
-    await server.start()
     loop = asyncio.get_running_loop()
+    # Before start, which may wait (a stale registration, a long journal replay): a SIGTERM
+    # meanwhile must stop the bookie cleanly once it is up, not kill it mid-start.
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, server.request_stop)
-    click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
+    await server.start()
+    if server.stop_requested:
+        click.echo(f"bookie {server.bookie_id} stopping: asked to during start", err=True)
+    else:
+        click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
     try:
-        await server.wait_stopped()
+        async with asyncio.TaskGroup() as tasks:
+            check = None
+            if integrity and _needs_integrity_check(server):
+                check = tasks.create_task(_check_integrity(server, config.metadata_uri))
+            await server.wait_stopped()
+            if check is not None:
+                check.cancel()
     finally:
         await server.aclose()
+
+
+def _needs_integrity_check(server: Bookie) -> bool:
+    storage = server.storage
+    if storage is None or not (storage.limbo or storage.limbo_ledgers()):
+        return False
+    if not server.config.metadata_uri:
+        log.warning(
+            "ledgers in limbo but no --metadata: no integrity check; they answer "
+            "'unknown' until repaired"
+        )
+        return False
+    return True
+
+
+async def _check_integrity(server: Bookie, metadata_uri: str) -> None:
+    """The integrity check in the background: its failure is logged, the bookie serves on."""
+    try:
+        async with BookKeeper(metadata_uri) as client:
+            report = await check_bookie(server, client)
+    except asyncio.CancelledError:
+        log.info("integrity check stopped with the bookie")
+        raise
+    except Exception:
+        log.exception("integrity check failed; ledgers in limbo stay so until the next start")
+        return
+    if report.failed:
+        log.error("integrity check: ledgers %s stay in limbo", sorted(report.failed))

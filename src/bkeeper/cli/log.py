@@ -244,11 +244,13 @@ def read(metadata_uri: str, name: str, start: str) -> None:
     One line per record: position, time, key, payload (text or 0x-hex).
     """
 
+    first = _start(start)  # a bad --from is a usage error, before any connection
+
     async def body(logs: NamedLogs) -> None:
         named = logs.log(name)
         last = await named.last_position()
         if last is not None:
-            await _print_until(named, _start(start), last)
+            await _print_until(named, first, last)
 
     _run(body, metadata_uri)
 
@@ -260,8 +262,10 @@ def read(metadata_uri: str, name: str, start: str) -> None:
 def tail(metadata_uri: str, name: str, start: str) -> None:
     """Print records as they are appended, until Ctrl-C (never fences the writer)."""
 
+    first = _start(start)
+
     async def body(logs: NamedLogs) -> None:
-        await _print_until(logs.log(name), _start(start), None)
+        await _print_until(logs.log(name), first, None)
 
     _run(body, metadata_uri)
 

@@ -14,13 +14,15 @@ from types import TracebackType
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.context import ClientContext
+from bkeeper.client.metadata import MetadataRetry, ReconnectingLedgers
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.recovery import check_password, recover_ledger
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
-from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkeeper.meta.store import StoreConfig
 from bkeeper.wire.digest import DigestType
 
 __all__ = ["BookKeeper"]
@@ -51,13 +53,17 @@ class BookKeeper:
         self._transport = transport
         self._ctx: ClientContext | None = None
         self._writable: frozenset[str] = frozenset()
+        self._retry = MetadataRetry(self.config.metadata_reconnect_timeout_ms)
 
     async def start(self) -> BookKeeper:
         """Open the metadata session; ``ClusterNotFoundError`` if the URI's root holds no
         cluster."""
         if self._cluster is None:
             assert self._uri is not None
-            self._cluster = await ClusterMetadata.open(self._uri, require_cluster=True)
+            store = StoreConfig(session_timeout_ms=self.config.metadata_session_timeout_ms)
+            self._cluster = await ClusterMetadata.open(
+                self._uri, MetadataConfig(store=store), require_cluster=True
+            )
         else:
             await self._cluster.require_formatted()
         cluster = self._cluster
@@ -65,7 +71,8 @@ class BookKeeper:
             self._resolve, self.config.connect_timeout_ms / 1000.0
         )
         pool = BookiePool(transport, self.config.protocol)
-        self._ctx = ClientContext(self.config, pool, cluster.ledgers, self._writable_bookies)
+        ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)
+        self._ctx = ClientContext(self.config, pool, ledgers, self._writable_bookies)
         return self
 
     async def __aenter__(self) -> BookKeeper:
@@ -91,8 +98,12 @@ class BookKeeper:
         return self._ctx
 
     async def _resolve(self, bookie_id: str) -> tuple[str, int]:
+        registry = self.cluster.registry
         try:
-            endpoint = (await self.cluster.registry.service_info(bookie_id)).endpoint()
+            info = await self._retry(
+                f"looking up bookie {bookie_id}", lambda: registry.service_info(bookie_id)
+            )
+            endpoint = info.endpoint()
         except NoNodeError:
             endpoint = None
         if endpoint is not None:
@@ -103,7 +114,8 @@ class BookKeeper:
         return host, int(port)
 
     async def _writable_bookies(self) -> frozenset[str]:
-        bookies = await self.cluster.registry.bookies()
+        registry = self.cluster.registry
+        bookies = await self._retry("listing the bookies", registry.bookies)
         return frozenset(bookies.writable)
 
     # -- ledgers -------------------------------------------------------------------------

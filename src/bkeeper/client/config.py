@@ -23,6 +23,11 @@ class ClientConfig:
     (back-pressure). ``explicit_lac_interval_ms``: when > 0 the writer sends its LAC to the
     bookies this often while idle, so readers see the last entry too (v3 WRITE_LAC).
     ``racks`` maps bookie ids to racks for ``placement="rackaware"``.
+    ``metadata_session_timeout_ms``: the ZooKeeper session timeout asked for (Apache
+    BookKeeper's ``zkTimeout``; the server clamps it to 2..20 of its ticks).
+    ``metadata_reconnect_timeout_ms``: how long a metadata call is tried again while the
+    connection or session to the metadata store is being re-established (see
+    :mod:`bkeeper.client.metadata`).
     ``recovery_batch_entries``: entries a recovery reads and re-writes concurrently.
     ``batch_read_entries_max`` / ``batch_read_bytes_max``: what one v2 BATCH_READ request
     asks for (a bookie may answer with fewer); the largest answer must fit a frame.
@@ -39,6 +44,8 @@ class ClientConfig:
     read_ahead_entries_max: int = 200
     ensemble_changes_max: int = 1_000
     metadata_retries_max: int = 20
+    metadata_session_timeout_ms: int = 10_000
+    metadata_reconnect_timeout_ms: int = 10_000
     explicit_lac_interval_ms: int = 0
     placement: str = "random"
     racks: Mapping[str, str] = field(default_factory=dict)
@@ -60,6 +67,8 @@ class ClientConfig:
             "read_ahead_entries_max",
             "ensemble_changes_max",
             "metadata_retries_max",
+            "metadata_session_timeout_ms",
+            "metadata_reconnect_timeout_ms",
             "timeout_check_interval_ms",
             "recovery_batch_entries",
             "batch_read_entries_max",

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkeeper.client.config import ClientConfig
+from bkeeper.client.metadata import ReconnectingLedgers
 from bkeeper.client.placement import choose_ensemble, replace_bookie
 from bkeeper.client.pool import BookiePool
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.meta.ledgers import LedgerMetadataStore
 
 __all__ = ["ClientContext"]
 
@@ -21,7 +21,7 @@ __all__ = ["ClientContext"]
 class ClientContext:
     config: ClientConfig
     pool: BookiePool
-    ledgers: LedgerMetadataStore
+    ledgers: ReconnectingLedgers
     writable_bookies: Callable[[], Awaitable[frozenset[str]]]
     clock: Clock = field(default_factory=SystemClock)
     rng: random.Random = field(default_factory=random.Random)

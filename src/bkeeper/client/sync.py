@@ -1,14 +1,18 @@
 """A blocking facade over the asyncio client, for scripts and Spark executors.
 
 One background thread per ``BookKeeper`` runs an event loop; every call submits a coroutine
-to it and waits for the result (bounded by ``call_timeout_s``). Handles mirror the asyncio
-ones. ``read_batches`` and ``read`` return iterators that fetch one batch of entries per
-round trip to the loop thread, while the loop keeps the next batch requests in flight.
+to it and waits for the result, at most ``call_timeout_s``: past that the call is cancelled on
+the loop and raises :class:`CallTimeoutError` (an append's outcome is then unknown, as after
+any timeout). Handles mirror the asyncio ones, call for call. ``WriteHandle.append_async``
+returns a :class:`concurrent.futures.Future` of the entry id, completed from the loop thread.
+``read_batches``, ``read`` and ``read_unconfirmed`` return iterators that fetch one batch of
+entries per round trip to the loop thread, while the loop keeps the next requests in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator, Mapping
 from typing import Any, TypeVar
@@ -17,6 +21,7 @@ from bkeeper.client.bookkeeper import BookKeeper as AsyncBookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.read_handle import ReadHandle as AsyncReadHandle
 from bkeeper.client.write_handle import WriteHandle as AsyncWriteHandle
+from bkeeper.common.errors import CallTimeoutError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.digest import Entry
 
@@ -47,7 +52,19 @@ class LoopThread:
         return threading.current_thread() is self._thread
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+        """Run ``coro`` on the loop and wait; :class:`CallTimeoutError` after ``timeout_s``
+        (the coroutine is cancelled then)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            if not future.cancel() and future.done():
+                return future.result()  # it finished just as the wait ended
+            what = getattr(coro, "__qualname__", "the call").split(".<locals>")[0]
+            raise CallTimeoutError(
+                f"{what} did not finish within {timeout_s:g} s (call_timeout_s); it was "
+                "cancelled and its outcome is unknown"
+            ) from None
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -57,12 +74,27 @@ class LoopThread:
 
 
 class WriteHandle:
+    """The blocking twin of :class:`bkeeper.client.WriteHandle`."""
+
     def __init__(self, runner: LoopThread, handle: AsyncWriteHandle, timeout_s: float | None):
         self._runner, self._handle, self._timeout = runner, handle, timeout_s
         self.ledger_id = handle.ledger_id
 
     def append(self, data: bytes) -> int:
         return self._runner.call(self._handle.append(data), self._timeout)
+
+    def append_async(self, data: bytes) -> concurrent.futures.Future[int]:
+        """Wait for a pipeline slot and send ``data``; the returned future completes with
+        the entry id (or the add's error) once an ack quorum made it durable."""
+        result: concurrent.futures.Future[int] = concurrent.futures.Future()
+        result.set_running_or_notify_cancel()
+
+        async def send() -> None:
+            future = await self._handle.append_async(data)
+            future.add_done_callback(lambda done: _copy_outcome(done, result))
+
+        self._runner.call(send(), self._timeout)
+        return result
 
     def append_many(self, records: list[bytes]) -> list[int]:
         """Append records pipelined; returns their entry ids in order."""
@@ -73,15 +105,45 @@ class WriteHandle:
 
         return self._runner.call(run(), self._timeout)
 
+    def force(self) -> int:
+        return self._runner.call(self._handle.force(), self._timeout)
+
     @property
     def last_add_confirmed(self) -> int:
         return self._handle.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self._handle.length
+
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        return self._handle.ensemble
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._handle.metadata
+
+    @property
+    def pending_adds(self) -> int:
+        return self._handle.pending_adds
 
     def close(self) -> None:
         self._runner.call(self._handle.close(), self._timeout)
 
 
+def _copy_outcome(done: asyncio.Future[int], result: concurrent.futures.Future[int]) -> None:
+    if done.cancelled():
+        result.cancel()
+    elif (error := done.exception()) is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(done.result())
+
+
 class ReadHandle:
+    """The blocking twin of :class:`bkeeper.client.ReadHandle`."""
+
     def __init__(self, runner: LoopThread, handle: AsyncReadHandle, timeout_s: float | None):
         self._runner, self._handle, self._timeout = runner, handle, timeout_s
         self.ledger_id = handle.ledger_id
@@ -91,13 +153,29 @@ class ReadHandle:
         return self._handle.metadata
 
     @property
+    def is_closed(self) -> bool:
+        return self._handle.is_closed
+
+    @property
     def last_add_confirmed(self) -> int:
         return self._handle.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self._handle.length
 
     def read(self, first: int = 0, last: int | None = None) -> Iterator[Entry]:
         """Entries ``first..last`` (default: up to the LAC); never beyond the LAC."""
         for batch in self.read_batches(first, last):
             yield from batch
+
+    def read_unconfirmed(self, first: int, last: int) -> Iterator[Entry]:
+        """Entries ``first..last`` even beyond the LAC (they may not be durable yet)."""
+        for batch in self.read_batches(first, last, unconfirmed=True):
+            yield from batch
+
+    def read_entry(self, entry_id: int) -> Entry:
+        return self._runner.call(self._handle.read_entry(entry_id), self._timeout)
 
     def read_batches(
         self, first: int = 0, last: int | None = None, *, unconfirmed: bool = False
@@ -115,6 +193,15 @@ class ReadHandle:
 
     def read_last_add_confirmed(self) -> int:
         return self._runner.call(self._handle.read_last_add_confirmed(), self._timeout)
+
+    def wait_last_add_confirmed(self, previous: int, timeout_ms: int | None = None) -> int:
+        """Long poll: once the LAC passes ``previous``, or the current LAC at the timeout."""
+        return self._runner.call(
+            self._handle.wait_last_add_confirmed(previous, timeout_ms), self._timeout
+        )
+
+    def read_explicit_last_add_confirmed(self) -> int:
+        return self._runner.call(self._handle.read_explicit_last_add_confirmed(), self._timeout)
 
     def close(self) -> None:
         self._runner.call(self._handle.close(), self._timeout)

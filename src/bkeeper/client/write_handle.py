@@ -318,16 +318,20 @@ class WriteHandle:
             self._bookie_failed(bookie)
 
     def _on_response(self, add: _PendingAdd, bookie: str, future: asyncio.Future[Any]) -> None:
+        """v3: ``bookie`` answered ``add``. Whether the add is still in the pipeline is what
+        counts, not its future: a caller that stopped waiting (a cancelled ``append``) has
+        cancelled that, and every later entry waits for this one to complete."""
         if future.cancelled():
             return
         exc = future.exception()
-        if add.future.done():
-            return
+        pending = self._pending
+        if not pending or add.entry_id < pending[0].entry_id:
+            return  # completed already, or failed
         status = StatusCode.EIO if exc is not None else future.result().status
         if status is StatusCode.EOK:
             if bookie in self._ensemble:
                 add.acked.add(bookie)
-                if len(add.acked) >= self._qa and self._pending and self._pending[0] is add:
+                if len(add.acked) >= self._qa and pending[0] is add:
                     self._complete()
             return
         self._add_failed(bookie, status, exc)

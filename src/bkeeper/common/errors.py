@@ -29,6 +29,8 @@ translated at the boundary with ``raise ... from``.
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
     ├── ClientClosedError             the client or handle is closed
+    ├── CallTimeoutError              a blocking call outlived its timeout (also a
+    │                                 TimeoutError; outcome unknown; retriable)
     ├── LogError                      a named log operation failed
     │   ├── LogNotFoundError          no log of that name
     │   ├── LogExistsError            a log of that name exists already
@@ -44,6 +46,7 @@ translated at the boundary with ``raise ... from``.
         ├── BadVersionError           EBADVERSION
         ├── LedgerFencedError         EFENCED
         ├── ReadOnlyBookieError       EREADONLY (retriable)
+        │   └── DiskFullError         no room on the data disk: writes refused until freed
         ├── TooManyRequestsError      ETOOMANYREQUESTS (retriable)
         └── DataUnknownError          EUNKNOWNLEDGERSTATE
 """
@@ -57,6 +60,7 @@ __all__ = [
     "BookieError",
     "BookieIOError",
     "BookieUnavailableError",
+    "CallTimeoutError",
     "ClientClosedError",
     "ClusterExistsError",
     "ClusterNotFoundError",
@@ -66,6 +70,7 @@ __all__ = [
     "CorruptRecordError",
     "DataUnknownError",
     "DigestMismatchError",
+    "DiskFullError",
     "LeadershipLostError",
     "LedgerExistsError",
     "LedgerClosedError",
@@ -205,6 +210,13 @@ class ClientClosedError(BKeeperError):
     """The client or handle was closed before or during the call."""
 
 
+class CallTimeoutError(BKeeperError, TimeoutError):
+    """A blocking call (``bkeeper.sync``) did not finish within its timeout and was
+    cancelled; what it did meanwhile (an append, say) is unknown."""
+
+    retriable = True
+
+
 class LogError(BKeeperError):
     """A named log operation failed."""
 
@@ -269,6 +281,11 @@ class ReadOnlyBookieError(BookieError):
     """The bookie is read-only and refuses normal adds (EREADONLY)."""
 
     retriable = True
+
+
+class DiskFullError(ReadOnlyBookieError):
+    """The data disk has no room for the write: the storage engine refuses writes until
+    space is freed (answered as EREADONLY: the bookie is read-only meanwhile)."""
 
 
 class TooManyRequestsError(BookieError):

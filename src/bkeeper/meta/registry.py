@@ -132,6 +132,7 @@ class BookieRegistry:
         """Create ephemeral ``path`` for this session, waiting out a stale one from another."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config.stale_registration_wait_ms / 1000
+        waited = False
         while True:
             try:
                 await self._store.create(path, data, ephemeral=True)
@@ -143,6 +144,14 @@ class BookieRegistry:
                 return
             if loop.time() >= deadline:
                 raise NodeExistsError(f"{path} is held by another live session")
+            if not waited:
+                waited = True
+                _log.warning(
+                    "%s is held by an earlier session (a process that died?); waiting up to "
+                    "%.0f s for it to expire",
+                    path,
+                    deadline - loop.time(),
+                )
             async with await self._store.watch(path) as gone:
                 if await self._store.exists(path) is not None:
                     await _wait_quietly(gone.get(), deadline - loop.time())

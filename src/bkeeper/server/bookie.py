@@ -1,29 +1,37 @@
 """The bookie process: ordered start and shutdown around storage, listener and monitors.
 
 Start: cookie check (refuse on mismatch) -> storage open (journal replay, on a worker thread)
--> listener -> background tasks (checkpoints, disk monitor). Shutdown (``aclose``): stop
-accepting -> wait (bounded) for in-flight requests to drain -> close connections -> close
-storage (drains the journal, checkpoints). Every background task belongs to the bookie's
-``TaskGroup``.
+-> listener -> background tasks (checkpoints, disk monitor, registration). Shutdown
+(``aclose``): stop accepting -> wait (bounded) for in-flight requests to drain -> close
+connections -> close storage (drains the journal, checkpoints). Every background task belongs
+to the bookie's ``TaskGroup``. A start that fails after the storage opened closes it again.
+
+Read-only mode: forced by ``BookieConfig.readonly``, or while the storage engine reports its
+data disk FULL or NO_ROOM (:mod:`bkeeper.storage.disk_space`: thresholds checked as the
+engine writes, and every ``disk_check_interval_ms`` here). Entering it takes effect at once,
+from whichever thread saw the disk fill (the next add gets EREADONLY); the log line,
+listeners and the registration under ``available/readonly`` follow on the event loop. The
+bookie turns writable, and registers so, once usage is below the low-water mark.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import random
-import shutil
 import time
 from collections.abc import Callable
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
+from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.registration import ClusterMembership
-from bkeeper.storage import FileSystem, Storage, StorageConfig
+from bkeeper.storage import DiskState, FileSystem, Storage, StorageConfig
 
 __all__ = ["Bookie"]
 
@@ -31,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: Each wait between checkpoints is the interval times a random factor within 1 +- this.
 CHECKPOINT_JITTER = 0.25
+#: A failed switch of the registration's mode is tried again after this long.
+REGISTRATION_RETRY_S = 1.0
 
 
 class Bookie:
@@ -50,10 +60,13 @@ class Bookie:
         self._fs = fs
         self._instance_id = instance_id
         self.state = BookieState(readonly=config.readonly)
+        self._mode_readonly = config.readonly  # the mode announced (log, listeners, registry)
+        self._mode_changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.storage: Storage | None = None
         self._handlers: RequestHandlers | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[BookieConnection] = set()
+        self.connections = ConnectionTable(config)
         self._tasks: asyncio.TaskGroup | None = None
         self._task_group_cm: asyncio.TaskGroup | None = None
         self._stopping = asyncio.Event()
@@ -72,7 +85,7 @@ class Bookie:
     # -- start -------------------------------------------------------------------------
     async def start(self) -> None:
         config = self.config
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         handlers_box: list[RequestHandlers] = []
 
         def new_connection() -> BookieConnection:
@@ -80,9 +93,22 @@ class Bookie:
 
         # Bind first (without serving) so that port 0 resolves to the real port, which is
         # part of the bookie id the cookie checks.
-        self._server = await loop.create_server(
-            new_connection, config.host, config.port, reuse_address=True, start_serving=False
-        )
+        try:
+            self._server = await loop.create_server(
+                new_connection,
+                config.host,
+                config.port,
+                reuse_address=True,
+                backlog=LISTEN_BACKLOG,
+                start_serving=False,
+            )
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"cannot listen on {config.host}:{config.port}: the port is in use by "
+                    "another process"
+                ) from exc
+            raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
@@ -98,40 +124,46 @@ class Bookie:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
 
             self.storage = await asyncio.to_thread(
-                Storage.open, self.storage_config, self._fs, on_durable
+                Storage.open, self.storage_config, self._fs, on_durable, self._on_disk_state
             )
         except BaseException:
             self._server.close()
             if self._membership is not None:
                 await self._membership.aclose()
             raise
-        self._handlers = RequestHandlers(config, self.storage, self.state)
-        handlers_box.append(self._handlers)
-        await self._server.start_serving()
-        self.check_disk()  # settle the mode before registering
-        self._task_group_cm = asyncio.TaskGroup()
-        self._tasks = await self._task_group_cm.__aenter__()
-        self._tasks.create_task(self._checkpoint_loop())
-        self._tasks.create_task(self._disk_monitor_loop())
-        if self._membership is not None:
-            await self._membership.register(config.host, self.port, self.state.readonly)
+        try:
+            await self._serve(handlers_box)
+        except BaseException:
+            await self.aclose()
+            raise
         log.info(
-            "bookie %s listening on %s:%d (%s)",
+            "bookie %s listening on %s:%d (%s, at most %d connections)",
             self.bookie_id,
             config.host,
             self.port,
             "read-only" if self.state.readonly else "writable",
+            self.connections.connections_max,
         )
 
+    async def _serve(self, handlers_box: list[RequestHandlers]) -> None:
+        assert self.storage is not None and self._server is not None
+        self._handlers = RequestHandlers(self.config, self.storage, self.state)
+        handlers_box.append(self._handlers)
+        self._apply_mode()  # settle the mode before serving and registering
+        await self._server.start_serving()
+        self._task_group_cm = asyncio.TaskGroup()
+        self._tasks = await self._task_group_cm.__aenter__()
+        self._tasks.create_task(self._checkpoint_loop())
+        self._tasks.create_task(self._disk_monitor_loop())
+        self._tasks.create_task(self.connections.run(self._stopping))
+        if self._membership is not None:
+            self._mode_changed.clear()  # a switch during the registration sets it again
+            await self._membership.register(self.config.host, self.port, self._mode_readonly)
+            self._tasks.create_task(self._registration_loop())
+
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
-        conn = BookieConnection(
-            self.config, handlers.dispatch, self._connections.discard, handlers.add_v2
-        )
-        if len(self._connections) >= self.config.connections_max:
-            log.warning("refusing connection: %d connections open", len(self._connections))
-            conn.closed = True
-        self._connections.add(conn)
-        return conn
+        # Admission (the connection limit) happens in connection_made, once the peer is known.
+        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add_v2)
 
     # -- background --------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:
@@ -153,41 +185,64 @@ class Bookie:
     async def _disk_monitor_loop(self) -> None:
         interval = self.config.disk_check_interval_ms / 1000.0
         while not self._stopping.is_set():
-            self.check_disk()
+            try:
+                self.check_disk()
+            except Exception:
+                log.exception("could not check the data disk of %s", self.bookie_id)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), interval)
 
-    def check_disk(self, used_fraction: float | None = None) -> bool:
-        """Switch read-only mode by disk usage; returns whether the bookie is read-only."""
-        if used_fraction is None:
-            usage = shutil.disk_usage(self.config.data_dir)
-            used_fraction = 1.0 - usage.free / usage.total if usage.total else 1.0
-        if self.config.readonly:
-            return self._set_readonly(True)
-        if used_fraction > self.config.disk_usage_threshold:
-            return self._set_readonly(True)
-        if used_fraction < self.config.disk_usage_lwm_threshold:
-            return self._set_readonly(False)
+    def check_disk(self) -> bool:
+        """Check the data disk now and switch mode to match; whether the bookie is read-only."""
+        if self.storage is not None:
+            self.storage.check_disk()
+        self._apply_mode()
         return self.state.readonly
 
-    def _set_readonly(self, readonly: bool) -> bool:
-        if readonly != self.state.readonly:
-            self.state.readonly = readonly
-            log.warning(
-                "bookie %s is now %s", self.bookie_id, "read-only" if readonly else "writable"
-            )
-            for listener in self._readonly_listeners:
-                listener(readonly)
-            if self._membership is not None and self._tasks is not None:
-                self._tasks.create_task(self._switch_registration(readonly))
-        return readonly
+    def _on_disk_state(self, state: DiskState) -> None:
+        """Storage listener, called on any thread. Going read-only takes effect at once (a
+        plain bool the handlers read: the next add is refused); the rest follows on the
+        loop, which derives the mode again from the storage's current state."""
+        if state is not DiskState.WRITABLE:
+            self.state.readonly = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply_mode)
 
-    async def _switch_registration(self, readonly: bool) -> None:
-        assert self._membership is not None
-        try:
-            await self._membership.set_read_only(readonly)
-        except Exception:
-            log.exception("could not switch the registration of %s", self.bookie_id)
+    def _apply_mode(self) -> None:
+        storage = self.storage
+        if storage is None:
+            return
+        readonly = self.config.readonly or storage.disk_state is not DiskState.WRITABLE
+        self.state.readonly = readonly
+        if readonly == self._mode_readonly:
+            return
+        self._mode_readonly = readonly
+        log.warning("bookie %s is now %s", self.bookie_id, "read-only" if readonly else "writable")
+        for listener in self._readonly_listeners:
+            listener(readonly)
+        self._mode_changed.set()
+
+    async def _registration_loop(self) -> None:
+        """Keep the registration's mode equal to the bookie's: one switch at a time, each
+        to the mode of the moment, retried every ``REGISTRATION_RETRY_S`` until it holds."""
+        membership = self._membership
+        assert membership is not None
+        while True:
+            await self._mode_changed.wait()
+            self._mode_changed.clear()
+            if self._stopping.is_set():
+                return
+            readonly = self._mode_readonly
+            try:
+                await membership.set_read_only(readonly)
+            except Exception:
+                log.exception("could not switch the registration of %s", self.bookie_id)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), REGISTRATION_RETRY_S)
+                self._mode_changed.set()
+                continue
+            log.info("%s registered as %s", self.bookie_id, "read-only" if readonly else "writable")
 
     # -- stop --------------------------------------------------------------------------
     async def wait_stopped(self) -> None:
@@ -196,9 +251,14 @@ class Bookie:
     def request_stop(self) -> None:
         self._stopping.set()
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._stopping.is_set()
+
     async def aclose(self) -> None:
         """Drain in-flight requests, checkpoint and stop; safe to call twice."""
         self._stopping.set()
+        self._mode_changed.set()  # ends the registration loop
         if self._membership is not None:
             try:
                 await self._membership.unregister()
@@ -207,11 +267,9 @@ class Bookie:
         if self._server is not None:
             self._server.close()
         deadline = time.monotonic() + self.config.shutdown_drain_timeout_ms / 1000.0
-        while time.monotonic() < deadline and any(
-            c.requests_in_flight > 0 for c in self._connections
-        ):
+        while time.monotonic() < deadline and any(c.busy for c in self.connections.connections):
             await asyncio.sleep(0.01)
-        for conn in list(self._connections):
+        for conn in self.connections.connections:
             conn.close()
         if self._task_group_cm is not None:
             cm, self._task_group_cm = self._task_group_cm, None

@@ -14,9 +14,18 @@ __all__ = ["BookieConfig"]
 class BookieConfig:
     """Everything a bookie needs besides its storage configuration.
 
-    Limits are per connection unless named otherwise. Disk thresholds are fractions of the
-    data directory's filesystem in use: above ``disk_usage_threshold`` the bookie turns
-    read-only, below ``disk_usage_lwm_threshold`` it turns writable again.
+    Limits are per connection unless named otherwise. The disk thresholds live in
+    :class:`~bkeeper.storage.StorageConfig` (the engine checks them as it writes); the bookie
+    also checks the disk every ``disk_check_interval_ms`` for space taken or freed by others.
+    ``readonly`` keeps the bookie read-only whatever the disk says.
+
+    Bookie-wide connection limits (see ``bkeeper.server.connections``): ``connections_max``
+    open connections (0: derived from the file-descriptor limit); a connection with no
+    complete first frame after ``connection_handshake_timeout_ms``, or with nothing received
+    and nothing in flight for ``connection_idle_timeout_ms``, is closed; bytes buffered in
+    incomplete frames across all connections stay under ``partial_frames_bytes_max``. Lines
+    about misbehaving clients are logged at most ``client_error_log_lines_per_s`` a second
+    (bursts of ``client_error_log_burst``); the rest are counted and the count logged.
     """
 
     data_dir: str
@@ -27,14 +36,17 @@ class BookieConfig:
     max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     connection_requests_in_flight_max: int = 10_000
     connection_bytes_in_flight_max: int = 64 * 1024 * 1024
-    connections_max: int = 1_000
+    connections_max: int = 0
+    connection_handshake_timeout_ms: int = 10_000
+    connection_idle_timeout_ms: int = 600_000
+    partial_frames_bytes_max: int = 128 * 1024 * 1024
+    client_error_log_lines_per_s: int = 10
+    client_error_log_burst: int = 20
     long_poll_waiters_max: int = 10_000
     long_poll_timeout_ms_max: int = 120_000
     batch_read_bytes_max: int = 4 * 1024 * 1024
     batch_read_entries_max: int = 10_000
-    disk_usage_threshold: float = 0.95
-    disk_usage_lwm_threshold: float = 0.90
-    disk_check_interval_ms: int = 10_000
+    disk_check_interval_ms: int = 1_000
     checkpoint_interval_ms: int = 10_000
     shutdown_drain_timeout_ms: int = 10_000
     readonly: bool = False
@@ -45,17 +57,20 @@ class BookieConfig:
             raise ConfigError("data_dir: a data directory is required")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port: {self.port} is not a TCP port (0..65535)")
-        if not 0.0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1.0:
+        if not isinstance(self.connections_max, int) or self.connections_max < 0:
             raise ConfigError(
-                "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
-                f"0 < lwm <= threshold <= 1, got {self.disk_usage_lwm_threshold} "
-                f"and {self.disk_usage_threshold}"
+                "connections_max: must be a positive integer, or 0 for the file-descriptor "
+                f"limit, got {self.connections_max!r}"
             )
         for name in (
             "max_frame_bytes",
             "connection_requests_in_flight_max",
             "connection_bytes_in_flight_max",
-            "connections_max",
+            "connection_handshake_timeout_ms",
+            "connection_idle_timeout_ms",
+            "partial_frames_bytes_max",
+            "client_error_log_lines_per_s",
+            "client_error_log_burst",
             "long_poll_waiters_max",
             "long_poll_timeout_ms_max",
             "batch_read_bytes_max",
@@ -67,6 +82,11 @@ class BookieConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if self.partial_frames_bytes_max < self.max_frame_bytes:
+            raise ConfigError(
+                f"partial_frames_bytes_max: {self.partial_frames_bytes_max} is below "
+                f"max_frame_bytes ({self.max_frame_bytes}): one frame could never arrive"
+            )
 
     @property
     def effective_bookie_id(self) -> str:

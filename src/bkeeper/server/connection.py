@@ -8,7 +8,11 @@ operation). Responses are gathered and written once per event-loop iteration.
 Limits: at ``connection_requests_in_flight_max`` requests or ``connection_bytes_in_flight_max``
 request bytes in flight the connection stops reading (back-pressure); requests already read
 beyond twice those limits are answered ETOOMANYREQUESTS. A malformed frame closes the
-connection with a logged reason; the bookie itself stays up.
+connection with one logged line (peer and reason, rate-limited, no traceback); the bookie
+itself stays up. Bookie-wide limits (connection count, handshake and idle timeouts, the
+budget of incomplete frames) live in :class:`~bkeeper.server.connections.ConnectionTable`:
+the connection reports to it only what it cannot see itself, once per chunk received and
+batch written (an ``active`` mark, and the size of its incomplete frame), never per request.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from bkeeper.wire.messages import Request, Response
 
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
+    from bkeeper.server.connections import ConnectionTable
 
 __all__ = ["BookieConnection"]
 
@@ -43,15 +48,15 @@ class BookieConnection(asyncio.Protocol):
     def __init__(
         self,
         config: BookieConfig,
+        table: ConnectionTable,
         dispatch: Dispatch,
-        on_close: Callable[[BookieConnection], None],
         add_v2: AddV2,
     ) -> None:
         self._config = config
+        self._table = table
         self._dispatch = dispatch
         self._add_v2 = add_v2
         self._v2 = False
-        self._on_close = on_close
         self._decoder = FrameDecoder(config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
@@ -66,6 +71,18 @@ class BookieConnection(asyncio.Protocol):
         self.bytes_in_flight = 0
         self.closed = False
         self.peer = "?"
+        # Kept for the connection table: see its module doc.
+        self.active = False
+        self.last_seen = self.accepted_at = 0.0
+        self.partial_bytes = 0
+
+    @property
+    def handshaken(self) -> bool:
+        return self.protocol is not None
+
+    @property
+    def busy(self) -> bool:
+        return self.requests_in_flight > 0 or self._flush_scheduled
 
     # -- asyncio callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -73,12 +90,13 @@ class BookieConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        if self.closed:  # refused by the bookie (too many connections)
+        if self.closed or not self._table.admit(self):  # bookie stopping, or refused
+            self.closed = True
             self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._on_close(self)
+        self._table.discard(self)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -89,14 +107,25 @@ class BookieConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
+        self.active = True
+        decoder = self._decoder
         try:
-            self._decoder.receive_data(data)
-            frames = self._decoder.frames()
+            decoder.receive_data(data)
+            frames = decoder.frames()
+            for frame in frames:
+                self._handle_frame(frame)
+                if self.closed:
+                    return
         except ProtocolError as exc:
             self.abort(f"bad frame: {exc}")
             return
-        for frame in frames:
-            self._handle_frame(frame)
+        except Exception as exc:  # a bookie bug found by this client: say so (rate-limited)
+            self.log_internal_error("request from %s failed", self.peer)
+            self.abort(f"internal error: {exc!r}")
+            return
+        partial = decoder.partial_bytes
+        if partial != self.partial_bytes:
+            self._table.partial_changed(self, partial)
             if self.closed:
                 return
         self._update_reading()
@@ -104,14 +133,14 @@ class BookieConnection(asyncio.Protocol):
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
         if self.protocol is None:
-            self._choose_protocol(frame)
+            self._choose_protocol(frame)  # ProtocolError: neither v2 nor v3, caught above
         if self._v2 and (add := v2.peek_add_request(frame)) is not None:
             self._handle_add_v2(frame, add)
             return
         try:
             request = self._decode(frame)
         except ProtocolError as exc:
-            self.abort(f"undecodable {self.protocol.name if self.protocol else ''} request: {exc}")
+            self.abort(f"bad request: {exc}")
             return
         size = len(frame)
         limit = self._config.connection_requests_in_flight_max
@@ -179,6 +208,7 @@ class BookieConnection(asyncio.Protocol):
         self._flush_scheduled = False
         out, self._out = self._out, []
         if out and self._transport is not None and not self.closed:
+            self.active = True
             self._transport.write(b"".join(out))
         self._update_reading()
 
@@ -198,8 +228,18 @@ class BookieConnection(asyncio.Protocol):
             self._transport.resume_reading()
 
     def abort(self, reason: str) -> None:
-        """Close the connection at once, logging why; other connections are unaffected."""
-        log.warning("closing connection from %s: %s", self.peer, reason)
+        """Close the connection at once, logging why (rate-limited); others are unaffected."""
+        self._table.close(self, reason)
+
+    def log_client_error(self, message: str, *args: object) -> None:
+        """One rate-limited line about a bad request that is answered, not fatal."""
+        self._table.request_log.info(message, *args)
+
+    def log_internal_error(self, message: str, *args: object) -> None:
+        """The exception being handled, with its traceback: a bookie bug (rate-limited)."""
+        self._table.client_log.log(logging.ERROR, message, *args, exc_info=True)
+
+    def abort_transport(self) -> None:
         self.closed = True
         if self._transport is not None:
             self._transport.abort()

@@ -7,16 +7,16 @@ thread once per fsync group). Reads are answered at once, except long-poll reads
 (bounded in number and time) until the bookie's LAC for the ledger passes ``previous_lac``.
 
 Error mapping: master key mismatch -> EUA; fenced ledger and not a recovery add -> EFENCED;
-read-only bookie and not a recovery/high-priority add -> EREADONLY; unknown ledger ->
-ENOLEDGER; missing entry -> ENOENTRY; "cannot tell" -> EUNKNOWNLEDGERSTATE; anything the bookie
-does not serve -> EBADREQ.
+read-only bookie and not a recovery/high-priority add (or one, but the disk has no room left
+for it) -> EREADONLY; a write that failed or was refused for lack of disk space -> EREADONLY;
+any other failed write -> EIO; unknown ledger -> ENOLEDGER; missing entry -> ENOENTRY;
+"cannot tell" -> EUNKNOWNLEDGERSTATE; anything the bookie does not serve -> EBADREQ.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -140,7 +140,7 @@ class RequestHandlers:
         except errors.BKeeperError as exc:
             conn.respond(_error_response(request, status_of(exc)), size)
         except Exception:
-            log.exception("handler for %s failed", type(request).__name__)
+            conn.log_internal_error("handler for %s failed", type(request).__name__)
             conn.respond(_error_response(request, StatusCode.EIO), size)
 
     def on_durable_threadsafe(self, tokens: list[object], error: BaseException | None) -> None:
@@ -149,9 +149,9 @@ class RequestHandlers:
 
     def on_durable(self, tokens: list[object], error: BaseException | None) -> None:
         touched: set[int] | None = set() if self.state.lac_waiters else None
-        if error is not None:
-            log.error("journal write failed: %s", error)
-        status = StatusCode.EOK if error is None else StatusCode.EIO
+        if error is not None and not isinstance(error, errors.DiskFullError):
+            log.error("journal write failed: %s", error)  # (no room: the journal said so)
+        status = StatusCode.EOK if error is None else status_of(error)
         for token in tokens:
             if type(token) is tuple:
                 if len(token) == 4:  # the v2 fast lane
@@ -174,7 +174,9 @@ class RequestHandlers:
 
     # -- writes ------------------------------------------------------------------------
     def add(self, conn: BookieConnection, request: AddRequest, size: int) -> None:
-        if self.state.readonly and not (request.recovery or request.high_priority):
+        if self.state.readonly and not (
+            (request.recovery or request.high_priority) and self._storage.room_for_high_priority
+        ):
             raise errors.ReadOnlyBookieError("bookie is read-only")
         self._storage.add_entry(
             request.ledger_id,
@@ -197,7 +199,9 @@ class RequestHandlers:
         """A v2 ADD on the connection's fast lane: the same rules as :meth:`add`."""
         recovery = bool(flags & _V2_RECOVERY)
         try:
-            if self.state.readonly and not (recovery or flags & _V2_HIGH_PRIORITY):
+            if self.state.readonly and not (
+                (recovery or flags & _V2_HIGH_PRIORITY) and self._storage.room_for_high_priority
+            ):
                 raise errors.ReadOnlyBookieError("bookie is read-only")
             self._storage.add_entry(
                 ledger_id,
@@ -210,12 +214,12 @@ class RequestHandlers:
         except errors.BKeeperError as exc:
             conn.respond_add(status_of(exc), ledger_id, entry_id, size)
         except Exception:
-            log.exception("add of ledger %d entry %d failed", ledger_id, entry_id)
+            conn.log_internal_error("add of ledger %d entry %d failed", ledger_id, entry_id)
             conn.respond_add(StatusCode.EIO, ledger_id, entry_id, size)
 
     def write_lac(self, conn: BookieConnection, request: WriteLacRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:
-            status = StatusCode.EOK if error is None else StatusCode.EIO
+            status = StatusCode.EOK if error is None else status_of(error)
             conn.respond(WriteLacResponse(status, request.ledger_id, request.txn_id), size)
             self._wake_lac_waiters(request.ledger_id)
 
@@ -225,7 +229,7 @@ class RequestHandlers:
 
     def force_ledger(self, conn: BookieConnection, request: ForceLedgerRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:
-            status = StatusCode.EOK if error is None else StatusCode.EIO
+            status = StatusCode.EOK if error is None else status_of(error)
             conn.respond(ForceLedgerResponse(status, request.ledger_id, request.txn_id), size)
 
         self._storage.force_ledger(request.ledger_id, token=done)
@@ -273,8 +277,7 @@ class RequestHandlers:
 
     def _long_poll(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
         assert request.previous_lac is not None and request.timeout_ms is not None
-        if not self._storage.ledger_exists(request.ledger_id):
-            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        self._storage.require_ledger(request.ledger_id)
         if self._storage.last_add_confirmed(request.ledger_id) > request.previous_lac:
             conn.respond(self._long_poll_response(request), size)
             return
@@ -363,11 +366,12 @@ class RequestHandlers:
 
     def read_lac(self, conn: BookieConnection, request: ReadLacRequest, size: int) -> None:
         storage = self._storage
-        if not storage.ledger_exists(request.ledger_id):
-            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
+        storage.require_ledger(request.ledger_id)
         lac_body = storage.explicit_lac(request.ledger_id)
         try:
             last = storage.read_entry(request.ledger_id, -1)
+        except errors.DataUnknownError:
+            raise  # in limbo: its last entry may not be the last one written
         except errors.BKeeperError:
             last = None
         conn.respond(
@@ -378,8 +382,6 @@ class RequestHandlers:
     def list_entries(
         self, conn: BookieConnection, request: GetListOfEntriesRequest, size: int
     ) -> None:
-        if not self._storage.ledger_exists(request.ledger_id):
-            raise errors.NoSuchLedgerError(f"ledger {request.ledger_id}")
         ids = self._storage.list_entries(request.ledger_id)
         conn.respond(
             GetListOfEntriesResponse(
@@ -399,9 +401,10 @@ class RequestHandlers:
         conn.respond(AuthResponse(StatusCode.EOK, reply, request.txn_id), size)
 
     def bookie_info(self, conn: BookieConnection, request: GetBookieInfoRequest, size: int) -> None:
-        usage = shutil.disk_usage(self._config.data_dir)
-        total = usage.total if request.requested & GetBookieInfoField.TOTAL_DISK_CAPACITY else None
-        free = usage.free if request.requested & GetBookieInfoField.FREE_DISK_SPACE else None
+        total_bytes, free_bytes = self._storage.disk_usage()
+        fields = request.requested
+        total = total_bytes if fields & GetBookieInfoField.TOTAL_DISK_CAPACITY else None
+        free = free_bytes if fields & GetBookieInfoField.FREE_DISK_SPACE else None
         conn.respond(GetBookieInfoResponse(StatusCode.EOK, total, free, request.txn_id), size)
 
     def start_tls(self, conn: BookieConnection, request: StartTlsRequest, size: int) -> None:
@@ -409,7 +412,11 @@ class RequestHandlers:
         conn.respond(StartTlsResponse(StatusCode.EBADREQ, request.txn_id), size)
 
     def unknown(self, conn: BookieConnection, request: UnknownRequest, size: int) -> None:
-        log.info("unsupported operation %d from %s", request.operation, conn.peer)
+        conn.log_client_error(
+            "EBADREQ to %s: %s",
+            conn.peer,
+            request.reason or f"operation {request.operation} is not served",
+        )
         conn.respond(_error_response(request, StatusCode.EBADREQ), size)
 
 

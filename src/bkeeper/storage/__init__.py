@@ -10,6 +10,7 @@ Imports ``bkeeper.common`` only.
 """
 
 from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.filesystem import FileSystem, OsFileSystem, ReadableFile, WritableFile
 from bkeeper.storage.journal import DurableCallback, JournalPosition
 from bkeeper.storage.journal_replay import ReplayOutcome
@@ -17,6 +18,7 @@ from bkeeper.storage.memory_fs import MemoryFileSystem
 from bkeeper.storage.storage import Storage, StorageStats
 
 __all__ = [
+    "DiskState",
     "DurableCallback",
     "FileSystem",
     "JournalPosition",

@@ -42,6 +42,12 @@ class StorageConfig:
     entry-log fsync short, so the journal's fsyncs on the same disk are not held up behind a
     large one. The read cache keeps recently flushed
     entries for tailing readers, at most ``read_cache_bytes_max``.
+
+    Disk space (see :mod:`bkeeper.storage.disk_space`): at ``disk_usage_threshold`` (a
+    fraction of the data directory's filesystem in use) the engine reports the disk full and
+    the bookie turns read-only; below ``disk_usage_lwm_threshold`` it is writable again. A
+    read-only bookie still takes recovery and high-priority adds while more than
+    ``disk_high_priority_free_bytes_min`` bytes are free.
     """
 
     data_dir: str
@@ -60,6 +66,9 @@ class StorageConfig:
     entry_log_bytes_max: int = GIB
     entry_log_read_handles_max: int = 64
     index_compaction_bytes_min: int = 64 * MIB
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm_threshold: float = 0.90
+    disk_high_priority_free_bytes_min: int = 100 * MIB
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -99,11 +108,28 @@ class StorageConfig:
                 f"entry_log_bytes_max: at most {ENTRY_LOG_BYTES_LIMIT} (32-bit offsets), "
                 f"got {self.entry_log_bytes_max}"
             )
+        self._check_disk_thresholds()
+        reserve = self.disk_high_priority_free_bytes_min
+        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+            raise ConfigError(
+                f"disk_high_priority_free_bytes_min: must be an integer >= 0, got {reserve!r}"
+            )
         pause = self.journal_remove_pause_ms
         if isinstance(pause, bool) or not isinstance(pause, int) or not 0 <= pause <= 1000:
             raise ConfigError(f"journal_remove_pause_ms: must be 0..1000, got {pause!r}")
         if not isinstance(self.journal_skip_corrupt_records, bool):
             raise ConfigError("journal_skip_corrupt_records: must be a bool")
+
+    def _check_disk_thresholds(self) -> None:
+        threshold, lwm = self.disk_usage_threshold, self.disk_usage_lwm_threshold
+        for name, value in (("disk_usage_threshold", threshold), ("disk_usage_lwm_threshold", lwm)):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{name}: must be a fraction, got {value!r}")
+        if not 0.0 < lwm <= threshold <= 1.0:
+            raise ConfigError(
+                "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
+                f"0 < lwm <= threshold <= 1, got {lwm!r} and {threshold!r}"
+            )
 
     @property
     def journal_max_group_wait_s(self) -> float:

@@ -12,6 +12,8 @@ built:
 * ``add``: an entry enters the write cache; ``last_entry_id`` and ``lac`` only grow;
 * ``fence``: the fenced flag is set, never cleared;
 * ``explicit LAC``: the last WRITE_LAC body replaces the previous one;
+* ``limbo``: a ledger that may have lost acknowledged entries enters limbo and is fenced
+  (no writer may add to it until it is repaired); only a repair takes it out;
 * ``delete``: the ledger, its cached entries and its locations are forgotten.
 
 Between checkpoints the engine collects what the next checkpoint must persist: ledgers
@@ -83,6 +85,13 @@ class EngineState:
     def fence_locked(self, state: LedgerState) -> None:
         if not state.fenced:
             state.fenced = True
+            self.mark_dirty_locked(state)
+
+    def set_limbo_locked(self, state: LedgerState, limbo: bool) -> None:
+        if limbo:
+            self.fence_locked(state)
+        if state.limbo != limbo:
+            state.limbo = limbo
             self.mark_dirty_locked(state)
 
     def set_explicit_lac_locked(self, state: LedgerState, lac_body: bytes) -> None:

@@ -9,8 +9,10 @@ An entry's *location* is ``log id << 32 | offset of its record`` (Apache BookKee
 locations the same way), so a log holds at most 4 GiB and log ids stay below 2**31.
 
 Invariants: a log is only appended to, by one writer (the flusher); each run of the engine
-starts a new log, so a torn tail from a crash is never appended to; the location index only
-ever points at records that were fdatasynced before the index was persisted. Space of deleted
+starts a new log, created by the first flush that has entries to write, so a torn tail from a
+crash is never appended to; after a failed write or fdatasync (a full disk) the log is cut
+back to what was synced and the next flush starts a new one; the location index only ever
+points at records that were fdatasynced before the index was persisted. Space of deleted
 ledgers is reclaimed by garbage collection, later (not here).
 """
 
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from bkeeper.common.errors import CorruptRecordError
+from bkeeper.common.errors import CorruptRecordError, StorageError
 from bkeeper.storage.filesystem import FileSystem, ReadableFile, WritableFile
 
 __all__ = [
@@ -99,6 +101,9 @@ class EntryLogWriter:
         self._file: WritableFile | None = None
         self._log_id = -1
         self._unsynced = False
+        self._synced_bytes = 0
+        #: Bytes appended so far (all logs), for the disk space accounting.
+        self.bytes_written = 0
 
     def append(self, bodies: Sequence[bytes]) -> list[int]:
         """Append ``bodies`` (one write per log touched); their locations, in order."""
@@ -118,8 +123,9 @@ class EntryLogWriter:
                 buf += _RECORD.pack(len(body), crc32c(body))
                 buf += body
                 end += 1
-            file.write(buf)
             self._unsynced = True
+            self.bytes_written += len(buf)
+            file.write(buf)
             start = end
         return locations
 
@@ -128,6 +134,23 @@ class EntryLogWriter:
         if self._file is not None and self._unsynced:
             self._file.sync()
             self._unsynced = False
+            self._synced_bytes = self._file.size()
+
+    def discard_unsynced(self) -> None:
+        """After a failed append or sync: cut the current log back to what was synced,
+        durably (nothing points past it), and leave it: the next append starts a new log.
+        A log holding no synced record is removed instead, and its id used again."""
+        file, self._file = self._file, None
+        self._unsynced = False
+        if file is None:
+            return
+        file.close()
+        if self._synced_bytes > ENTRY_LOG_HEADER_BYTES:
+            self._fs.truncate(file.path, self._synced_bytes)
+            return
+        self._fs.remove(file.path)
+        self._fs.fsync_dir(self._directory)
+        self._next_id = self._log_id
 
     def close(self) -> None:
         if self._file is not None:
@@ -149,14 +172,24 @@ class EntryLogWriter:
         ):
             return file
         self.close()
-        self._log_id = self._next_id
-        self._next_id += 1
-        path = os.path.join(self._directory, entry_log_name(self._log_id))
+        log_id = self._next_id
+        path = os.path.join(self._directory, entry_log_name(log_id))
+        if self._fs.exists(path):  # ids only grow: a log here is not ours to append to
+            raise StorageError(f"{path} exists already")
         file = self._fs.open_append(path)
-        file.write(_HEADER.pack(MAGIC, VERSION, self._log_id))
-        file.sync()
-        self._fs.fsync_dir(self._directory)
+        try:
+            file.write(_HEADER.pack(MAGIC, VERSION, log_id))
+            file.sync()
+            self._fs.fsync_dir(self._directory)
+        except BaseException:
+            file.close()
+            self._fs.remove(path)
+            self._fs.fsync_dir(self._directory)
+            raise
+        self._log_id = log_id
+        self._next_id = log_id + 1
         self._file = file
+        self._synced_bytes = ENTRY_LOG_HEADER_BYTES
         return file
 
 

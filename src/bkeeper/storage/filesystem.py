@@ -99,7 +99,8 @@ class FileSystem(Protocol):
 
 
 def write_file_atomic(fs: FileSystem, path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically and durably: temp file, sync, rename, fsync dir."""
+    """Replace ``path`` by ``data`` atomically and durably: temp file, sync, rename, fsync dir.
+    If writing the temp file fails (a full disk), it is removed and ``path`` is unchanged."""
     temp = path + ".tmp"
     if fs.exists(temp):
         fs.remove(temp)
@@ -107,8 +108,11 @@ def write_file_atomic(fs: FileSystem, path: str, data: bytes) -> None:
     try:
         handle.write(data)
         handle.sync()
-    finally:
+    except BaseException:
         handle.close()
+        fs.remove(temp)
+        raise
+    handle.close()
     fs.rename(temp, path)
     fs.fsync_dir(os.path.dirname(path) or ".")
 

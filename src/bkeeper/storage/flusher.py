@@ -20,7 +20,13 @@ files go:
 
 The index file may hold effects of records after M (taken in step 3); replaying those
 records again is idempotent, so that is harmless. If a step fails, the taken changes are put
-back for the next checkpoint and the index file is cut back to its last committed length.
+back for the next checkpoint and the index file is cut back to its last committed length
+(a new index generation or checkpoint temp file is removed).
+
+No room (see :mod:`bkeeper.storage.disk_space`): a flush that fails for lack of space cuts
+the entry log back to what was synced and keeps its batch in the write cache (still
+readable); the next flush writes that batch first. The flusher thread then waits until the
+disk has room again and retries. A checkpoint that fails so raises ``DiskFullError``.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ import time
 from array import array
 from collections.abc import Callable
 
-from bkeeper.common.errors import StorageError
+from bkeeper.common.errors import DiskFullError, StorageError
 from bkeeper.storage.checkpoint_file import CheckpointRecord, write_checkpoint
 from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.engine import EngineState, PendingCheckpoint
 from bkeeper.storage.entry_log import EntryLogWriter
 from bkeeper.storage.filesystem import FileSystem, WritableFile
@@ -86,8 +93,10 @@ class Flusher:
         engine: EngineState,
         entry_log_id: int,
         index: tuple[int, int],
+        disk: DiskSpace | None = None,
     ) -> None:
         self._fs = fs
+        self._disk = disk
         self._layout = layout
         self._config = config
         self._engine = engine
@@ -101,7 +110,18 @@ class Flusher:
         self._stopping = False
         self._old_index: str | None = None
         self._thread = threading.Thread(target=self._run, name="bkeeper-flusher", daemon=True)
+        self._room = threading.Event()  # set while the disk has room (or when stopping)
+        self._room.set()
         self.checkpoints = 0
+        if disk is not None:
+            disk.add_listener(self._on_disk_state)
+            self._on_disk_state(disk.state)
+
+    def _on_disk_state(self, state: DiskState) -> None:
+        if state is DiskState.NO_ROOM:
+            self._room.clear()
+        else:
+            self._room.set()
 
     def start(
         self,
@@ -121,9 +141,19 @@ class Flusher:
     def _flush_locked(self) -> None:
         engine = self._engine
         with engine.lock:
-            if engine.write_cache.flushing:
-                raise StorageError("an earlier flush failed; the write cache cannot be flushed")
-            work = list(engine.write_cache.swap(engine.ledgers).values())
+            left = bool(engine.write_cache.flushing) or engine.write_cache.flushing_bytes > 0
+        if left:
+            self._write_batch(swap=False)  # the batch of a flush that failed for lack of space
+        self._write_batch(swap=True)
+
+    def _write_batch(self, swap: bool) -> None:
+        """Write the flushing batch (swapped in from the active map first if ``swap``) to
+        the entry log, sync, index it and drop it from the write cache."""
+        engine = self._engine
+        with engine.lock:
+            if swap:
+                engine.write_cache.swap(engine.ledgers)
+            work = list(engine.write_cache.flushing.values())
         work.sort(key=lambda item: item[0].ledger_id)
         keys: list[tuple[LedgerState, int]] = []
         bodies: list[bytes] = []
@@ -131,9 +161,36 @@ class Flusher:
             for entry_id in sorted(entries):
                 keys.append((state, entry_id))
                 bodies.append(entries[entry_id])
-        locations = self._writer.append(bodies)
-        self._writer.sync()
+        written = self._writer.bytes_written
+        try:
+            locations = self._writer.append(bodies)
+            self._writer.sync()
+        except Exception as exc:
+            error = self._write_failed(exc)
+            if error is exc:
+                raise
+            raise error from exc
         self._apply_flush(keys, bodies, locations)
+        if self._disk is not None and self._writer.bytes_written > written:
+            self._disk.note_written(self._writer.bytes_written - written)
+
+    def _write_failed(self, exc: Exception) -> Exception:
+        """Cut the entry log back after a failed write: DiskFullError when the disk has no
+        room (the batch stays for the next flush), else the failure itself."""
+        try:
+            self._writer.discard_unsynced()
+            no_room = self._disk is not None and self._disk.explains(exc)
+        except Exception as repair:
+            log.error("entry log write failed (%s) and could not be cut back: %s", exc, repair)
+            return StorageError(f"entry log write failed and could not be cut back: {repair}")
+        if not no_room:
+            return exc
+        assert self._disk is not None
+        self._disk.report_no_space()
+        return DiskFullError(
+            f"no space left on the data disk for the entry log ({exc}): the write cache keeps "
+            "its entries until space is freed"
+        )
 
     def _apply_flush(
         self, keys: list[tuple[LedgerState, int]], bodies: list[bytes], locations: list[int]
@@ -172,9 +229,14 @@ class Flusher:
                 limbo = self._engine.limbo
             try:
                 self._persist(delta, mark, limbo, full)
-            except BaseException:
+            except BaseException as exc:
                 with self._engine.lock:
                     self._engine.restore_pending_locked(pending)
+                if self._disk is not None and self._disk.explains(exc):
+                    self._disk.report_no_space()
+                    raise DiskFullError(
+                        f"no space left on the data disk for the checkpoint ({exc})"
+                    ) from exc
                 raise
             self.checkpoints += 1
             old_journals = self._delete_old_index_and_list_journals(mark.file_id)
@@ -197,9 +259,15 @@ class Flusher:
         if self._fs.exists(path):
             self._fs.remove(path)
         file = self._fs.open_append(path)
-        file.write(encode_index_header(generation) + data)
-        file.sync()
-        self._fs.fsync_dir(self._layout.ledgers)
+        try:
+            file.write(encode_index_header(generation) + data)
+            file.sync()
+            self._fs.fsync_dir(self._layout.ledgers)
+        except BaseException:
+            file.close()
+            self._fs.remove(path)
+            self._fs.fsync_dir(self._layout.ledgers)
+            raise
         if self._index_file is not None:
             self._index_file.close()
         self._index_file = file
@@ -270,6 +338,10 @@ class Flusher:
             wanted.clear()
             try:
                 self.flush()
+            except DiskFullError as exc:
+                log.warning("flush deferred until the data disk has room: %s", exc)
+                self._room.wait()
+                wanted.set()
             except Exception as exc:
                 log.exception("background flush failed; storage stops accepting writes")
                 self._on_failure(exc)
@@ -293,6 +365,7 @@ class Flusher:
     def _stop_thread(self) -> None:
         self._stopping = True
         self._engine.flush_wanted.set()
+        self._room.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join()
 

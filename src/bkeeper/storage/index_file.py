@@ -4,7 +4,7 @@
 (=1) | generation u64) followed by records framed as in :mod:`bkeeper.storage.framing`::
 
     kind  name       payload
-    1     LEDGER     ledgerId i64 | flags u8 (1 fenced, 2 has explicit LAC) | lac i64 |
+    1     LEDGER     ledgerId i64 | flags u8 (1 fenced, 2 has explicit LAC, 4 limbo) | lac i64 |
                      key length u16 | master key | explicit LAC body (the rest)
     2     LOCATIONS  ledgerId i64 | count u32 | entry ids (count x i64) |
                      locations (count x u64); both arrays little-endian
@@ -52,7 +52,7 @@ _LOCATIONS = struct.Struct(">qI")
 _ID = struct.Struct(">q")
 KIND_LEDGER, KIND_LOCATIONS, KIND_DELETE = 1, 2, 3
 _KINDS = frozenset({KIND_LEDGER, KIND_LOCATIONS, KIND_DELETE})
-_FENCED, _HAS_EXPLICIT_LAC = 1, 2
+_FENCED, _HAS_EXPLICIT_LAC, _LIMBO = 1, 2, 4
 #: Locations per LOCATIONS record: 16 MiB of payload at most.
 _RUN_ENTRIES_MAX = 1 << 20
 _SWAP = sys.byteorder != "little"
@@ -106,8 +106,10 @@ def encode_delta(delta: IndexDelta) -> bytes:
 
 
 def _encode_ledger(snapshot: LedgerSnapshot) -> bytes:
-    flags = (_FENCED if snapshot.fenced else 0) | (
-        _HAS_EXPLICIT_LAC if snapshot.explicit_lac is not None else 0
+    flags = (
+        (_FENCED if snapshot.fenced else 0)
+        | (_HAS_EXPLICIT_LAC if snapshot.explicit_lac is not None else 0)
+        | (_LIMBO if snapshot.limbo else 0)
     )
     head = _LEDGER.pack(snapshot.ledger_id, flags, snapshot.lac, len(snapshot.master_key))
     return head + snapshot.master_key + (snapshot.explicit_lac or b"")
@@ -152,7 +154,7 @@ def _apply(states: dict[int, LedgerState], kind: int, payload: bytes) -> None:
             states[ledger_id] = LedgerState.restore(snapshot)
         else:
             state.fenced, state.lac = snapshot.fenced, snapshot.lac
-            state.explicit_lac = snapshot.explicit_lac
+            state.explicit_lac, state.limbo = snapshot.explicit_lac, snapshot.limbo
     else:
         state = states.get(ledger_id)
         if state is None:  # locations are always written after their ledger's record
@@ -167,7 +169,9 @@ def _decode_ledger(payload: bytes) -> LedgerSnapshot:
     key_end = _LEDGER.size + key_length
     key = payload[_LEDGER.size : key_end]
     explicit = payload[key_end:] if flags & _HAS_EXPLICIT_LAC else None
-    return LedgerSnapshot(ledger_id, key, bool(flags & _FENCED), lac, explicit)
+    return LedgerSnapshot(
+        ledger_id, key, bool(flags & _FENCED), lac, explicit, bool(flags & _LIMBO)
+    )
 
 
 def _decode_run(payload: bytes) -> Iterable[tuple[int, int]]:

@@ -16,17 +16,26 @@ disk is held to at most one fdatasync per wait window: large groups, few syscall
 callbacks into the event loop. No record waits longer than the window plus one fdatasync.
 
 Limits: at most ``journal_queue_entries_max`` records and ``journal_queue_bytes_max`` bytes
-queued; beyond that :meth:`append_locked` raises ``TooManyRequestsError``. Files roll when the
-next group would take the file past ``journal_file_bytes_max``.
+queued; beyond that :meth:`append_locked` raises ``TooManyRequestsError``. Files are created
+when the first group is written to them (a bookie that never writes creates none) and roll
+when the next group would take the file past ``journal_file_bytes_max``.
 
-Failure: if a write or fdatasync fails, the group's tokens get ``on_durable(tokens, exc)``;
-the journal never writes again (a later good group after a torn one would look like
-corruption in the middle on replay), fails every later group the same way and makes
-:meth:`append_locked` raise ``BookieIOError``.
+No room (see :mod:`bkeeper.storage.disk_space`): if a write or fdatasync fails for lack of
+space, nothing of the group was acknowledged: its tokens get ``on_durable(tokens,
+DiskFullError)``, the file is cut back to the end of the last durable group (durably, so
+replay never sees a torn group followed by good ones) and reopened. While the disk has no
+room, groups already queued fail the same way without a write, and :meth:`append_locked`
+raises ``DiskFullError``; once space is freed the journal writes again.
+
+Failure: any other failed write or fdatasync (or a failure to cut the file back) fails the
+group with the error; the journal never writes again (a later good group after a torn one
+would look like corruption in the middle on replay), fails every later group the same way
+and makes :meth:`append_locked` raise ``BookieIOError``.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -34,8 +43,9 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from bkeeper.common.errors import BookieIOError, TooManyRequestsError
+from bkeeper.common.errors import BookieIOError, DiskFullError, StorageError, TooManyRequestsError
 from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.filesystem import BytesLike, FileSystem, WritableFile
 from bkeeper.storage.journal_format import (
     FILE_HEADER_BYTES,
@@ -45,7 +55,7 @@ from bkeeper.storage.journal_format import (
     journal_file_name,
 )
 
-__all__ = ["DurableCallback", "Journal", "JournalPosition"]
+__all__ = ["DurableCallback", "Journal", "JournalPosition", "cut_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +69,35 @@ class JournalPosition(NamedTuple):
     offset: int
 
 
+def cut_reason(
+    config: StorageConfig,
+    *,
+    records: int,
+    group_bytes: int,
+    due_in_s: float,
+    woke_idle: bool,
+    closing: bool,
+) -> str | None:
+    """Why the queued records go out as a group now, or None to wait (``due_in_s`` more).
+
+    ``idle``: the first record after a quiet spell goes out at once; ``closing``: drain;
+    ``entries`` / ``bytes``: the group is full; ``window``: the wait window since the
+    previous group started is over. Nothing queued: None."""
+    if not records:
+        return None
+    if woke_idle:
+        return "idle"
+    if closing:
+        return "closing"
+    if records >= config.journal_group_entries_max:
+        return "entries"
+    if group_bytes >= config.journal_group_bytes_max:
+        return "bytes"
+    if due_in_s <= 0:
+        return "window"
+    return None
+
+
 class Journal:
     """Owns the journal files being written and the journal thread."""
 
@@ -70,8 +109,10 @@ class Journal:
         lock: threading.Lock,
         on_durable: DurableCallback,
         file_id: int,
+        disk: DiskSpace | None = None,
     ) -> None:
         self._fs = fs
+        self._disk = disk
         self._directory = directory
         self._config = config
         self._cond = threading.Condition(lock)
@@ -83,25 +124,32 @@ class Journal:
         self._closing = False
         self._aborted = False
         self._failed: BaseException | None = None
+        self._no_room = False
+        # Whether appends are refused (failed, closing or no room): one test on the hot path.
+        self._refusing = False
         self._group_due = 0.0
+        #: groups written, by why they were cut then (see :func:`cut_reason`)
+        self.groups_cut: collections.Counter[str] = collections.Counter()
         self._file_id = file_id
         self._file: WritableFile | None = None
         self._seq = 0
-        self._file_bytes = 0
+        self._file_bytes = 0  # 0: the file is not created yet
         self.durable_position = JournalPosition(file_id, FILE_HEADER_BYTES)
         self.groups_written = 0
         self._thread = threading.Thread(target=self._run, name="bkeeper-journal", daemon=True)
+        if disk is not None:
+            disk.add_listener(self._on_disk_state)
+            self._no_room = self._refusing = disk.state is DiskState.NO_ROOM
 
     # -- caller side -------------------------------------------------------------------
     def start(self) -> None:
-        """Create the first journal file and start the journal thread."""
-        self._file = self._create_file(self._file_id)
+        """Start the journal thread (the first file is created by the first group)."""
         self._thread.start()
 
     def append_locked(self, header: bytes, payload: BytesLike, token: object | None) -> None:
         """Queue one framed record. The caller holds the lock given to the constructor."""
-        if self._failed is not None or self._closing:
-            raise BookieIOError("journal is not writable") from self._failed
+        if self._refusing:
+            self._raise_refusal_locked()
         if (
             self._records >= self._config.journal_queue_entries_max
             or len(self._buf) + len(payload) > self._config.journal_queue_bytes_max
@@ -117,11 +165,25 @@ class Journal:
             self._idle = False
             self._cond.notify()
 
+    def _raise_refusal_locked(self) -> None:
+        if self._failed is not None or self._closing:
+            raise BookieIOError("journal is not writable") from self._failed
+        raise DiskFullError("no space left on the data disk: writes are refused until it is freed")
+
+    def _update_refusing_locked(self) -> None:
+        self._refusing = self._failed is not None or self._closing or self._no_room
+
+    def _on_disk_state(self, state: DiskState) -> None:
+        with self._cond:
+            self._no_room = state is DiskState.NO_ROOM
+            self._update_refusing_locked()
+
     def fail(self, error: BaseException) -> None:
         """Stop accepting records (another part of the engine failed)."""
         with self._cond:
             if self._failed is None:
                 self._failed = error
+            self._update_refusing_locked()
 
     @property
     def failed(self) -> bool:
@@ -136,6 +198,7 @@ class Journal:
         """Write everything queued (callbacks fired), then stop the thread."""
         with self._cond:
             self._closing = True
+            self._update_refusing_locked()
             self._cond.notify()
         self._join()
 
@@ -144,6 +207,7 @@ class Journal:
         with self._cond:
             self._closing = True
             self._aborted = True
+            self._update_refusing_locked()
             self._cond.notify()
         self._join()
 
@@ -160,15 +224,19 @@ class Journal:
             group = self._take_group()
             if group is None:
                 return
-            buf, tokens, count = group
-            error = self._failed if self._failed is not None else self._write_group(buf, count)
+            buf, tokens, count, refused = group
+            error = refused if refused is not None else self._write_group(buf, count)
             if tokens:
                 try:
                     self._on_durable(tokens, error)
                 except Exception:
                     log.exception("on_durable callback failed")
 
-    def _take_group(self) -> tuple[bytearray, list[object], int] | None:
+    def _take_group(
+        self,
+    ) -> tuple[bytearray, list[object], int, BaseException | None] | None:
+        """The next group, and the error to fail it with instead of writing it (failed, or
+        no room); None when the thread must stop."""
         config = self._config
         woke_idle = False
         with self._cond:
@@ -177,13 +245,16 @@ class Journal:
                     return None
                 if self._records:
                     wait_s = self._group_due - time.monotonic()
-                    if (
-                        woke_idle  # the first record after a quiet spell goes out at once
-                        or wait_s <= 0
-                        or self._closing
-                        or self._records >= config.journal_group_entries_max
-                        or len(self._buf) >= config.journal_group_bytes_max
-                    ):
+                    reason = cut_reason(
+                        config,
+                        records=self._records,
+                        group_bytes=len(self._buf),
+                        due_in_s=wait_s,
+                        woke_idle=woke_idle,
+                        closing=self._closing,
+                    )
+                    if reason is not None:
+                        self.groups_cut[reason] += 1
                         break
                     self._cond.wait(wait_s)
                 elif self._closing:
@@ -193,7 +264,10 @@ class Journal:
                     self._cond.wait()
                     self._idle = False
                     woke_idle = True
-            group = (self._buf, self._tokens, self._records)
+            refused: BaseException | None = self._failed
+            if refused is None and self._no_room:
+                refused = DiskFullError("no space left on the data disk: the group is not written")
+            group = (self._buf, self._tokens, self._records, refused)
             self._buf = bytearray(GROUP_HEADER_BYTES)
             self._tokens = []
             self._records = 0
@@ -202,40 +276,91 @@ class Journal:
 
     def _write_group(self, buf: bytearray, count: int) -> BaseException | None:
         try:
-            file = self._file
-            assert file is not None
-            if self._seq > 0 and self._file_bytes + len(buf) > self._config.journal_file_bytes_max:
-                file = self._roll()
+            file = self._writable_file(len(buf))
             buf[:GROUP_HEADER_BYTES] = encode_group_header(
                 self._seq, len(buf) - GROUP_HEADER_BYTES, count
             )
             file.write(buf)
             file.sync()
         except Exception as exc:  # any failure here leaves the file in an unknown state
-            self._failed = exc
-            log.error("journal write failed, journal stopped: %s", exc)
-            return exc
+            return self._write_failed(exc, count)
         self._seq += 1
         self._file_bytes += len(buf)
         self.groups_written += 1
         self.durable_position = JournalPosition(self._file_id, self._file_bytes)
+        if self._disk is not None:
+            self._disk.note_written(len(buf))
         return None
 
-    def _roll(self) -> WritableFile:
-        old = self._file
-        self._file_id += 1
-        self._file = self._create_file(self._file_id)
-        self._seq = 0
-        self.durable_position = JournalPosition(self._file_id, FILE_HEADER_BYTES)
-        if old is not None:
-            old.close()
+    def _write_failed(self, exc: Exception, count: int) -> BaseException:
+        """Cut the file back to its last durable group; no room: refuse until space is freed,
+        anything else: stop for good. Returns the error the group's tokens get."""
+        try:
+            self._discard_unsynced()
+            no_room = self._disk is not None and self._disk.explains(exc)
+        except Exception as repair:
+            log.error(
+                "journal write failed (%s) and the file could not be cut back: %s", exc, repair
+            )
+            no_room, exc = False, repair
+        if not no_room:
+            with self._cond:
+                self._failed = exc
+                self._update_refusing_locked()
+            log.error("journal write failed, journal stopped: %s", exc)
+            return exc
+        with self._cond:
+            self._no_room = True
+            self._update_refusing_locked()
+        assert self._disk is not None
+        self._disk.report_no_space()
+        log.warning("journal: no space for a group of %d records (%s): writes refused", count, exc)
+        error = DiskFullError(f"no space left on the data disk: the group is not written ({exc})")
+        error.__cause__ = exc
+        return error
+
+    def _discard_unsynced(self) -> None:
+        """After a failed write or fdatasync: cut the file back to the end of its last durable
+        group, durably, and drop the handle (a handle whose fdatasync failed is not trusted:
+        the next group reopens the file)."""
+        file, self._file = self._file, None
+        if file is None:
+            return
+        file.close()
+        self._fs.truncate(file.path, self._file_bytes)
+
+    def _writable_file(self, group_bytes: int) -> WritableFile:
+        """The file the next group goes to: created on first use, reopened after a failed
+        write, rolled when the group would take it past its size limit."""
+        if self._seq > 0 and self._file_bytes + group_bytes > self._config.journal_file_bytes_max:
+            if self._file is not None:
+                self._file.close()  # every group in it is durable
+                self._file = None
+            self._file_id += 1
+            self._seq = 0
+            self._file_bytes = 0
+        if self._file is not None:
+            return self._file
+        path = os.path.join(self._directory, journal_file_name(self._file_id))
+        if self._file_bytes:
+            self._file = self._fs.open_append(path)
+        else:
+            self._file = self._create_file(path)
+            self._file_bytes = FILE_HEADER_BYTES
         return self._file
 
-    def _create_file(self, file_id: int) -> WritableFile:
-        path = os.path.join(self._directory, journal_file_name(file_id))
+    def _create_file(self, path: str) -> WritableFile:
+        """Create a journal file with its header, durably; on failure remove what was made."""
+        if self._fs.exists(path):  # ids only grow: a file here is not ours to append to
+            raise StorageError(f"{path} exists already")
         file = self._fs.open_append(path)
-        file.write(encode_file_header(file_id))
-        file.sync()
-        self._fs.fsync_dir(self._directory)
-        self._file_bytes = FILE_HEADER_BYTES
+        try:
+            file.write(encode_file_header(self._file_id))
+            file.sync()
+            self._fs.fsync_dir(self._directory)
+        except BaseException:
+            file.close()
+            self._fs.remove(path)
+            self._fs.fsync_dir(self._directory)
+            raise
         return file

@@ -5,17 +5,29 @@ Rules (see :mod:`bkeeper.storage.journal_format` for the format):
 * Files are replayed in id order, the mark's file from the mark's offset, later files from
   their header on. Files before the mark's file are not read.
 * A group is applied only when its header and all its records check out.
-* Damage (a bad header or checksum, a short group, a wrong record count) is a *torn tail*
-  when it is in the newest file and no valid group header follows it: only the group that
-  was being written when the process died can look like that, and none of its records was
-  acknowledged (acks wait for the group's fdatasync). The file is truncated at the start of
-  that group, durably, and replay ends.
+* Damage at the *tail* (with no valid group header after it, in its file or a later one:
+  later files holding nothing past their header do not count) is one of:
+
+  - a **torn write**: the group's header is cut short or damaged with no checksummed record
+    after it, or the file ends before the group's records do. Only the group being written
+    when the process died can look like that, and none of its records was acknowledged
+    (acks wait for the group's fdatasync, which makes its length durable). The file is
+    truncated at the start of that group, durably, and replay ends;
+  - **suspect data**: the group's header checks out and the file holds all the bytes it
+    announces, yet some records fail their checksum (a bit flip, or a filesystem that grew
+    the file before the data reached the disk); or the header is damaged but checksummed
+    records follow it. That group may have been acknowledged, so it is not cut: the good
+    records of a group with a valid header are applied, and the ledgers of the rest go into
+    *limbo* (they answer "unknown", never "absent", until repaired; see
+    :mod:`bkeeper.storage.journal_damage` for how the ledgers are told, and when they cannot
+    be, the whole storage goes into limbo). The bytes stay: the checkpoint that ends opening
+    persists the limbo and retires the file, and a crash before it replays the same verdict.
 * Any other damage has good data after it: corruption in the middle. Replay refuses with
   :class:`~bkeeper.common.errors.CorruptRecordError` naming the file and the offset, unless
   ``skip_corrupt`` is set, in which case the damaged record is skipped (or the rest of its
   group, or the span up to the next valid group, when lengths cannot be trusted), the good
   records are applied and the outcome lists what was skipped. Skipped records may have been
-  acknowledged, so the engine answers "unknown" rather than "absent" afterwards (limbo).
+  acknowledged, so their ledgers (the whole storage for a span) go into limbo.
 * A newest file holding only a torn header (a crash while it was created) is removed.
 """
 
@@ -29,13 +41,13 @@ from dataclasses import dataclass, field
 from bkeeper.common.errors import CorruptRecordError
 from bkeeper.storage.filesystem import FileSystem, ReadableFile
 from bkeeper.storage.journal import JournalPosition
+from bkeeper.storage.journal_damage import RecordScan, scan_records
 from bkeeper.storage.journal_format import (
     FILE_HEADER_BYTES,
     GROUP_HEADER_BYTES,
     GroupHeader,
     JournalRecord,
     decode_group_header,
-    decode_record,
     file_header_ok,
     journal_file_id,
     journal_file_name,
@@ -46,18 +58,32 @@ __all__ = ["ReplayOutcome", "journal_file_ids", "replay_journals"]
 log = logging.getLogger(__name__)
 
 _SCAN_WINDOW_BYTES = 4 * 1024 * 1024
+#: After a damaged group header at the tail, at most this much is read to look for records.
+_HEADLESS_SCAN_BYTES_MAX = 128 * 1024 * 1024
 #: The first five header bytes of every group record: payload length 16, kind GROUP.
 _GROUP_SIGNATURE = b"\x00\x00\x00\x10\x00"
 
 
 @dataclass
 class ReplayOutcome:
-    """What replay did: counts, where it cut torn tails and which damage it skipped."""
+    """What replay did: counts, where it cut torn tails, which damage it skipped, which
+    suspect tail data it kept, and what must go into limbo because of those: the ledgers
+    in ``limbo_ledgers``, or everything when ``limbo_all``."""
 
     records: int = 0
     files: int = 0
     cut: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
+    suspect: list[tuple[str, int, str]] = field(default_factory=list)
+    limbo_ledgers: set[int] = field(default_factory=set)
+    limbo_all: bool = False
+
+    def enter_limbo(self, ledgers: set[int] | None) -> None:
+        """Put ``ledgers`` into limbo; None: every ledger."""
+        if ledgers is None:
+            self.limbo_all = True
+        else:
+            self.limbo_ledgers.update(ledgers)
 
 
 def journal_file_ids(fs: FileSystem, directory: str) -> list[int]:
@@ -72,28 +98,53 @@ def replay_journals(
     mark: JournalPosition,
     skip_corrupt: bool,
     apply: Callable[[JournalRecord], None],
+    known: Callable[[int], bool],
 ) -> ReplayOutcome:
-    """Apply every journal record from ``mark`` on, in order; see the module rules."""
+    """Apply every journal record from ``mark`` on, in order; see the module rules.
+
+    ``known(ledger_id)`` says whether the engine knows the ledger (after the records
+    applied so far): the ledgers of damaged records are told with it."""
     outcome = ReplayOutcome()
     ids = [i for i in journal_file_ids(fs, directory) if i >= mark.file_id]
     if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
         path = os.path.join(directory, journal_file_name(mark.file_id))
         raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
+    last_with_groups = _last_with_groups(fs, directory, ids)
     for file_id in ids:
         start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
-        replayer = _FileReplay(fs, directory, file_id, file_id == ids[-1], skip_corrupt)
+        newest = file_id >= last_with_groups
+        replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
         replayer.run(start, apply, outcome)
         outcome.files += 1
     return outcome
 
 
+def _last_with_groups(fs: FileSystem, directory: str, ids: list[int]) -> int:
+    """The id of the last file holding anything past its header (the first id if none).
+
+    Only the last group written can be torn, and it is in that file: a later file without
+    groups (opening starts a new file before the checkpoint that retires the old ones, and
+    may crash in between) does not put that group in the middle."""
+    for file_id in reversed(ids):
+        if fs.size(os.path.join(directory, journal_file_name(file_id))) > FILE_HEADER_BYTES:
+            return file_id
+    return ids[0] if ids else 0
+
+
 class _FileReplay:
-    """Replays one journal file."""
+    """Replays one journal file (``newest``: no later file holds a group)."""
 
     def __init__(
-        self, fs: FileSystem, directory: str, file_id: int, newest: bool, skip: bool
+        self,
+        fs: FileSystem,
+        directory: str,
+        file_id: int,
+        newest: bool,
+        skip: bool,
+        known: Callable[[int], bool],
     ) -> None:
         self._fs = fs
+        self._known = known
         self._path = os.path.join(directory, journal_file_name(file_id))
         self._file_id = file_id
         self._newest = newest
@@ -148,26 +199,72 @@ class _FileReplay:
         if isinstance(header, str) or header.seq <= last_seq:
             reason = f"bad group header: {header}" if isinstance(header, str) else "stale group"
             damage = _Damage(position, position, reason, position + 1, last_seq)
+            if isinstance(header, str) and self._at_tail(handle, damage):
+                scan = self._headless(handle, size, position)
+                if scan.records:  # checksummed records follow: not a torn write
+                    ledgers = None if scan.ledgers is None else scan.ledgers | scan.good_ledgers
+                    self._keep_suspect(outcome, damage, ledgers)
+                    return None, last_seq
             return self._on_damage(handle, outcome, damage), last_seq
         end = position + GROUP_HEADER_BYTES + header.records_bytes
         if end > size:
             reason = "group shorter than its header says"
             damage = _Damage(position, size, reason, position + 1, header.seq)
             return self._on_damage(handle, outcome, damage), header.seq
-        records, bad = _parse_group(handle.read_at(position, end - position), header)
-        if bad is not None:
-            damage = _Damage(position, position + bad[0], bad[1], end, header.seq, resume=end)
-            if self._on_damage(handle, outcome, damage) is None:
+        data = handle.read_at(position, end - position)
+        scan = scan_records(data, GROUP_HEADER_BYTES, len(data), self._known, header.count)
+        if scan.damage is not None:
+            offset, reason = scan.damage
+            damage = _Damage(position, position + offset, reason, end, header.seq, resume=end)
+            if self._at_tail(handle, damage):  # whole, so it may have been acknowledged
+                self._keep_suspect(outcome, damage, scan.ledgers)
+            elif self._on_damage(handle, outcome, damage, scan.ledgers) is None:
                 return None, header.seq
-        for record in records:
+        for record in scan.records:
             apply(record)
-        outcome.records += len(records)
+        outcome.records += len(scan.records)
         return end, header.seq
 
+    def _headless(self, handle: ReadableFile, size: int, position: int) -> RecordScan:
+        """The records after a damaged group header at ``position`` (none apply)."""
+        start = position + GROUP_HEADER_BYTES
+        length = min(size - start, _HEADLESS_SCAN_BYTES_MAX)
+        if length <= 0:
+            return RecordScan()
+        scan = scan_records(handle.read_at(start, length), 0, length, self._known)
+        if start + length < size:
+            scan.ledgers = None  # bytes left unread: cannot tell what they held
+        return scan
+
+    def _at_tail(self, handle: ReadableFile, damage: _Damage) -> bool:
+        """Whether ``damage`` is in the newest file with no valid group after it."""
+        return self._newest and _find_group(handle, damage.search_from, damage.seq) is None
+
+    def _keep_suspect(
+        self, outcome: ReplayOutcome, damage: _Damage, ledgers: set[int] | None
+    ) -> None:
+        which = "every ledger" if ledgers is None else f"ledgers {sorted(ledgers)}"
+        log.error(
+            "%s: corrupt journal data at %d in its last group (%s), which may have been "
+            "acknowledged: %s in limbo until repaired",
+            self._path,
+            damage.offset,
+            damage.reason,
+            which,
+        )
+        outcome.suspect.append((self._path, damage.offset, damage.reason))
+        outcome.enter_limbo(ledgers)
+
     def _on_damage(
-        self, handle: ReadableFile, outcome: ReplayOutcome, damage: _Damage
+        self,
+        handle: ReadableFile,
+        outcome: ReplayOutcome,
+        damage: _Damage,
+        ledgers: set[int] | None = None,
     ) -> int | None:
-        """Decide torn tail vs corruption; the position to go on from, or None to stop."""
+        """Decide torn tail vs corruption; the position to go on from, or None to stop.
+
+        ``ledgers`` are those the damaged records belong to when skipped (None: unknown)."""
         following = _find_group(handle, damage.search_from, damage.seq)
         if following is None and self._newest:
             log.warning("%s: cutting torn tail at %d (%s)", self._path, damage.group, damage.reason)
@@ -180,6 +277,7 @@ class _FileReplay:
             "%s: skipping corrupt journal data at %d: %s", self._path, damage.offset, damage.reason
         )
         outcome.skipped.append((self._path, damage.offset, damage.reason))
+        outcome.enter_limbo(ledgers if damage.resume is not None else None)
         return damage.resume if damage.resume is not None else following
 
 
@@ -194,28 +292,6 @@ class _Damage:
     search_from: int
     seq: int
     resume: int | None = None
-
-
-def _parse_group(
-    data: bytes, header: GroupHeader
-) -> tuple[list[JournalRecord], tuple[int, str] | None]:
-    """The good records of a group (offsets relative to its start) and its first damage."""
-    records: list[JournalRecord] = []
-    damage: tuple[int, str] | None = None
-    offset = GROUP_HEADER_BYTES
-    while offset < len(data):
-        record, end, reason = decode_record(data, offset)
-        if record is not None:
-            records.append(record)
-        elif damage is None:
-            damage = (offset, reason)
-        if end < 0 or end > len(data):
-            return records, damage or (offset, "record runs past its group")
-        offset = end
-    if damage is None and len(records) != header.count:
-        count = len(records)
-        damage = (GROUP_HEADER_BYTES, f"group holds {count} records, header says {header.count}")
-    return records, damage
 
 
 def _find_group(handle: ReadableFile, start: int, after_seq: int) -> int | None:

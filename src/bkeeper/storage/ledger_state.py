@@ -4,6 +4,8 @@ Invariants (asserted where they are set):
 
 * ``master_key`` is the first key seen for the ledger and never changes;
 * ``fenced`` only goes from False to True;
+* ``limbo``: the ledger may have lost acknowledged entries, so missing entries are "unknown",
+  never "absent", until it is repaired; a ledger in limbo is also fenced;
 * ``last_entry_id`` is the highest entry id present (write cache, read cache or entry logs),
   -1 when there is none; ``lac`` is the highest LAC carried by any entry body;
 * a location of 0 means "absent" (offset 0 of a log is its header, never a record).
@@ -11,64 +13,101 @@ Invariants (asserted where they are set):
 
 from __future__ import annotations
 
+import heapq
 import struct
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["DENSE_GAP_MAX", "LedgerLocations", "LedgerSnapshot", "LedgerState"]
+__all__ = [
+    "DENSE_SLACK_SLOTS",
+    "DENSE_SLOTS_PER_ENTRY_MAX",
+    "LedgerLocations",
+    "LedgerSnapshot",
+    "LedgerState",
+]
 
-#: Entry ids are normally dense from 0 (or striped: every E-th), so locations live in an
-#: ``array('Q')`` indexed by entry id, 8 bytes per slot. An id more than this far past the end
-#: switches the ledger to a dict, so that one huge id cannot allocate a huge array.
-DENSE_GAP_MAX = 1 << 20
+#: Locations live in a dense ``array('Q')`` (8 bytes a slot) indexed by entry id minus the
+#: first id seen, which serves the usual ledger (ids dense from 0, or striped: every few ids)
+#: at 8 to 8 x E/Qw bytes an entry. The array may hold empty slots, but never more than this
+#: many slots per entry it holds (plus ``DENSE_SLACK_SLOTS``): an id that would stretch it
+#: further (far ahead, behind the first id) goes to a dict instead, so that memory stays
+#: proportional to the entries stored whatever their ids (issue 11: one id of 2^20 used to
+#: allocate 8 MiB).
+DENSE_SLOTS_PER_ENTRY_MAX = 8
+DENSE_SLACK_SLOTS = 64
 
 _LAC = struct.Struct(">q")
 
 
 class LedgerLocations:
-    """Entry id -> location of the flushed entries of one ledger."""
+    """Entry id -> location of the flushed entries of one ledger.
 
-    __slots__ = ("_dense", "_sparse", "max_entry_id")
+    Invariants: ``len(_dense) <= DENSE_SLOTS_PER_ENTRY_MAX * _dense_count + DENSE_SLACK_SLOTS``
+    (the count of non-zero slots only grows); an id is either in a non-zero dense slot or in
+    ``_sparse``, never both; ``max_entry_id`` is the highest id set (-1 when none).
+    """
+
+    __slots__ = ("_base", "_dense", "_dense_count", "_sparse", "max_entry_id")
 
     def __init__(self) -> None:
+        self._base = 0
         self._dense: array[int] = array("Q")
-        self._sparse: dict[int, int] | None = None
+        self._dense_count = 0
+        self._sparse: dict[int, int] = {}
         self.max_entry_id = -1
+
+    def __len__(self) -> int:
+        """The number of entries with a location."""
+        return self._dense_count + len(self._sparse)
 
     def set(self, entry_id: int, location: int) -> None:
         assert location > 0 and entry_id >= 0
-        self.max_entry_id = max(self.max_entry_id, entry_id)
-        if self._sparse is not None:
+        if entry_id > self.max_entry_id:  # noqa: PLR1730 (per flushed entry: no call)
+            self.max_entry_id = entry_id
+        dense = self._dense
+        size = len(dense)
+        if not size:
+            self._base = entry_id
+        offset = entry_id - self._base
+        if offset == size:  # the usual case: the next id
+            dense.append(location)
+            self._dense_count += 1
+        elif 0 <= offset < size:
+            if not dense[offset]:
+                self._dense_count += 1
+            dense[offset] = location
+        elif (
+            offset > size
+            and offset < DENSE_SLOTS_PER_ENTRY_MAX * (self._dense_count + 1) + DENSE_SLACK_SLOTS
+        ):
+            dense.frombytes(bytes(8 * (offset - size)))
+            dense.append(location)
+            self._dense_count += 1
+        else:
             self._sparse[entry_id] = location
             return
-        dense = self._dense
-        if entry_id < len(dense):
-            dense[entry_id] = location
-        elif entry_id - len(dense) <= DENSE_GAP_MAX:
-            gap = entry_id - len(dense)
-            if gap:
-                dense.frombytes(bytes(8 * gap))
-            dense.append(location)
-        else:
-            self._sparse = dict(self.items())
-            self._sparse[entry_id] = location
-            self._dense = array("Q")
+        if self._sparse:
+            self._sparse.pop(entry_id, None)
 
     def get(self, entry_id: int) -> int:
-        if self._sparse is not None:
-            return self._sparse.get(entry_id, 0)
+        """The location of ``entry_id``, 0 when it has none."""
         dense = self._dense
-        return dense[entry_id] if 0 <= entry_id < len(dense) else 0
+        offset = entry_id - self._base
+        if 0 <= offset < len(dense):
+            location = dense[offset]
+            if location:
+                return location
+        sparse = self._sparse
+        return sparse.get(entry_id, 0) if sparse else 0
 
     def items(self) -> Iterator[tuple[int, int]]:
-        """(entry id, location) of every present entry, by entry id."""
-        if self._sparse is not None:
-            yield from sorted(self._sparse.items())
-            return
-        for entry_id, location in enumerate(self._dense):
-            if location:
-                yield entry_id, location
+        """(entry id, location) of every entry with a location, by entry id."""
+        base = self._base
+        dense = ((base + i, location) for i, location in enumerate(self._dense) if location)
+        if not self._sparse:
+            return dense
+        return heapq.merge(dense, sorted(self._sparse.items()))
 
     def entry_ids(self) -> list[int]:
         return [entry_id for entry_id, _ in self.items()]
@@ -83,6 +122,7 @@ class LedgerSnapshot:
     fenced: bool
     lac: int
     explicit_lac: bytes | None
+    limbo: bool = False
 
 
 class LedgerState:
@@ -96,6 +136,7 @@ class LedgerState:
         "lac",
         "last_entry_id",
         "ledger_id",
+        "limbo",
         "locations",
         "master_key",
     )
@@ -106,6 +147,7 @@ class LedgerState:
         self.fenced = False
         self.lac = -1
         self.explicit_lac: bytes | None = None
+        self.limbo = False
         self.last_entry_id = -1
         self.locations = LedgerLocations()
         self.deleted = False
@@ -117,12 +159,13 @@ class LedgerState:
         state.fenced = snapshot.fenced
         state.lac = snapshot.lac
         state.explicit_lac = snapshot.explicit_lac
+        state.limbo = snapshot.limbo
         state.dirty = False
         return state
 
     def snapshot(self) -> LedgerSnapshot:
         return LedgerSnapshot(
-            self.ledger_id, self.master_key, self.fenced, self.lac, self.explicit_lac
+            self.ledger_id, self.master_key, self.fenced, self.lac, self.explicit_lac, self.limbo
         )
 
     def explicit_lac_value(self) -> int:

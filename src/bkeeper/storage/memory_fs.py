@@ -17,6 +17,11 @@ Model (a strict POSIX filesystem, like ext4 with ``data=ordered`` minus its cour
   whichever thread makes it, so crashes land inside group commits, flushes and checkpoints;
 * directories made by :meth:`makedirs` and truncations are durable at once.
 
+A disk made with ``capacity_bytes`` fills up like a real one: the live bytes of the files in
+the live listing count against it; a write that does not fit appends what fits and raises
+``OSError(ENOSPC)`` (as a short write followed by a failed one does); creating, truncating,
+renaming and removing files need no room. :meth:`disk_usage` reports the capacity.
+
 :meth:`corrupt` overwrites bytes in place, durably, to simulate media corruption;
 :meth:`fail_syncs` makes file syncs fail, as a dying disk does. All methods are thread-safe
 (one lock per disk).
@@ -24,6 +29,7 @@ Model (a strict POSIX filesystem, like ext4 with ``data=ordered`` minus its cour
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import threading
@@ -32,7 +38,7 @@ from bkeeper.storage.filesystem import BytesLike, ReadableFile, WritableFile
 
 __all__ = ["MemoryFileSystem"]
 
-#: The capacity reported by :meth:`MemoryFileSystem.disk_usage`.
+#: The capacity reported by :meth:`MemoryFileSystem.disk_usage` when none is given.
 MEMORY_DISK_BYTES = 1 << 40
 
 
@@ -47,8 +53,9 @@ class _Inode:
 class _Disk:
     """What survives a crash, shared by the filesystem objects of successive processes."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity_bytes: int | None = None) -> None:
         self.lock = threading.RLock()
+        self.capacity_bytes = capacity_bytes
         self.generation = 0
         self.live: dict[str, _Inode] = {}
         self.durable: dict[str, _Inode] = {}
@@ -69,6 +76,15 @@ class _Disk:
                 keep = torn.randint(0, unsynced)
             del inode.data[inode.synced + keep :]
             inode.synced = len(inode.data)
+
+    def used_bytes(self) -> int:
+        return sum(len(inode.data) for inode in set(self.live.values()))
+
+    def room_bytes(self) -> int | None:
+        """Bytes that still fit (None: no capacity set)."""
+        if self.capacity_bytes is None:
+            return None
+        return max(0, self.capacity_bytes - self.used_bytes())
 
     def tick(self) -> None:
         """Count one mutating operation; crash when a scheduled crash is due."""
@@ -99,6 +115,10 @@ class _Handle:
     def write(self, data: BytesLike) -> None:
         with self._fs.disk.lock:
             self._check()
+            room = self._fs.disk.room_bytes()
+            if room is not None and room < len(data):
+                self._inode.data += memoryview(data)[:room]
+                raise OSError(errno.ENOSPC, "No space left on device", self._path)
             self._inode.data += data
             self._fs.disk.tick()  # after: a crash may keep part of this write (torn)
 
@@ -128,8 +148,10 @@ class _Handle:
 class MemoryFileSystem:
     """A filesystem in memory whose :meth:`crash` loses exactly what was not made durable."""
 
-    def __init__(self, disk: _Disk | None = None) -> None:
-        self.disk = disk if disk is not None else _Disk()
+    def __init__(self, disk: _Disk | None = None, *, capacity_bytes: int | None = None) -> None:
+        if disk is not None and capacity_bytes is not None:
+            raise ValueError("capacity_bytes is a property of a new disk")
+        self.disk = disk if disk is not None else _Disk(capacity_bytes)
         self.generation = self.disk.generation
 
     # -- crash model -------------------------------------------------------------------
@@ -261,8 +283,9 @@ class MemoryFileSystem:
     def disk_usage(self, path: str) -> tuple[int, int]:
         with self.disk.lock:
             self._check()
-            used = sum(len(inode.data) for inode in set(self.disk.live.values()))
-            return MEMORY_DISK_BYTES, MEMORY_DISK_BYTES - used
+            capacity = self.disk.capacity_bytes
+            total = capacity if capacity is not None else MEMORY_DISK_BYTES
+            return total, max(0, total - self.disk.used_bytes())
 
     # -- helpers -----------------------------------------------------------------------
     def _check(self) -> None:

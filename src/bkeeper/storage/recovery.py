@@ -4,19 +4,30 @@ Order: make the directories; remove debris (``*.tmp``, index files of other gene
 read the checkpoint file (none: a fresh engine); load the index it names, cutting debris
 after its committed length; replay the journal from its mark (see
 :mod:`bkeeper.storage.journal_replay`), applying each record with the same transitions as
-the live calls (:mod:`bkeeper.storage.engine`) and flushing whenever the write cache is half
-full. If replay skipped corrupt records the engine enters limbo. The caller then starts a
-new journal file and checkpoints at once, so the replayed journals can be deleted.
+the live calls (:mod:`bkeeper.storage.engine`) and flushing whenever the write cache wants a
+flush. The ledgers whose records replay found damaged (skipped, or kept as suspect tail data)
+enter limbo, or the whole engine when they cannot be told. The caller then starts the
+journal (its next file is created by the first write) and checkpoints at once, which
+persists the limbo and lets the replayed journals be deleted.
+
+On a full disk: when a replay flush fails for lack of space, replay goes on with the entries
+held in the write cache; only a journal tail larger than ``write_cache_bytes_max`` makes the
+open fail (``DiskFullError``). An open that fails removes every file it created (entry logs
+of replay flushes, a new index generation), so failed starts do not eat the space freed for
+the next one.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
 
-from bkeeper.storage.checkpoint_file import read_checkpoint
+from bkeeper.common.errors import DiskFullError
+from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
 from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskSpace
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import entry_log_id
 from bkeeper.storage.filesystem import FileSystem
@@ -27,7 +38,9 @@ from bkeeper.storage.journal_format import FILE_HEADER_BYTES, JournalRecord, Rec
 from bkeeper.storage.journal_replay import ReplayOutcome, journal_file_ids, replay_journals
 from bkeeper.storage.ledger_state import LedgerState
 
-__all__ = ["Recovered", "apply_record", "recover"]
+__all__ = ["Recovered", "apply_record", "recover", "remove_files_of_failed_open"]
+
+log = logging.getLogger(__name__)
 
 _LAC = struct.Struct(">q")
 
@@ -41,14 +54,37 @@ class Recovered:
     next_journal_file_id: int
     replay: ReplayOutcome
     compact_index: bool
+    root: CheckpointRecord | None
+    files_before: frozenset[str]
 
 
-def recover(fs: FileSystem, config: StorageConfig, layout: StorageLayout) -> Recovered:
+def recover(
+    fs: FileSystem, config: StorageConfig, layout: StorageLayout, disk: DiskSpace | None = None
+) -> Recovered:
     fs.makedirs(layout.journal)
     fs.makedirs(layout.ledgers)
+    if disk is not None:
+        disk.check()
     root = read_checkpoint(fs, layout.checkpoint)
     generation = root.index_generation if root is not None else 0
     _remove_debris(fs, layout, generation)
+    files_before = _files(fs, layout)
+    try:
+        return _recover(fs, config, layout, disk, root, files_before)
+    except BaseException:
+        remove_files_of_failed_open(fs, layout, root, files_before)
+        raise
+
+
+def _recover(
+    fs: FileSystem,
+    config: StorageConfig,
+    layout: StorageLayout,
+    disk: DiskSpace | None,
+    root: CheckpointRecord | None,
+    files_before: frozenset[str],
+) -> Recovered:
+    generation = root.index_generation if root is not None else 0
     if root is not None:
         ledgers = load_index(fs, layout.index(generation), root.index_bytes)
         mark, limbo, index = root.mark, root.limbo, (generation, root.index_bytes)
@@ -63,24 +99,65 @@ def recover(fs: FileSystem, config: StorageConfig, layout: StorageLayout) -> Rec
         flush_bytes=config.flush_bytes,
     )
     logs = [i for i in map(entry_log_id, fs.list_dir(layout.ledgers)) if i is not None]
-    flusher = Flusher(fs, layout, config, engine, max(logs, default=0) + 1, index)
+    flusher = Flusher(fs, layout, config, engine, max(logs, default=0) + 1, index, disk)
     if root is not None:
         flusher.open_index()
+    flush_blocked: list[DiskFullError] = []
 
     def apply(record: JournalRecord) -> None:
         apply_record(engine, record)
-        if engine.write_cache.wants_flush():
-            flusher.flush()
+        cache = engine.write_cache
+        if flush_blocked:
+            if cache.active_bytes + cache.flushing_bytes > cache.bytes_max:
+                raise DiskFullError(
+                    "no space left on the data disk to replay the journal: more than "
+                    f"write_cache_bytes_max ({cache.bytes_max}) of it cannot be flushed; "
+                    "free space and start again"
+                ) from flush_blocked[0]
+        elif cache.wants_flush():
+            try:
+                flusher.flush()
+            except DiskFullError as exc:
+                log.warning("replay goes on in the write cache: %s", exc)
+                flush_blocked.append(exc)
 
-    replay = replay_journals(fs, layout.journal, mark, config.journal_skip_corrupt_records, apply)
-    if replay.skipped:
-        engine.limbo = True
+    def known(ledger_id: int) -> bool:
+        return ledger_id in engine.ledgers
+
+    replay = replay_journals(
+        fs, layout.journal, mark, config.journal_skip_corrupt_records, apply, known
+    )
+    _enter_limbo(engine, replay)
     journal_ids = journal_file_ids(fs, layout.journal)
     next_file_id = max([*journal_ids, mark.file_id]) + 1
     compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
         engine.ledgers
     )
-    return Recovered(engine, flusher, next_file_id, replay, compact)
+    return Recovered(engine, flusher, next_file_id, replay, compact, root, files_before)
+
+
+def remove_files_of_failed_open(
+    fs: FileSystem, layout: StorageLayout, root: CheckpointRecord | None, before: frozenset[str]
+) -> None:
+    """Remove the files an open created before it failed, unless its checkpoint committed
+    (then the checkpoint file names them)."""
+    if read_checkpoint(fs, layout.checkpoint) != root:
+        return
+    for directory in (layout.journal, layout.ledgers):
+        created = [n for n in fs.list_dir(directory) if os.path.join(directory, n) not in before]
+        for name in created:
+            log.info("removing %s, created by the failed open", name)
+            fs.remove(os.path.join(directory, name))
+        if created:
+            fs.fsync_dir(directory)
+
+
+def _files(fs: FileSystem, layout: StorageLayout) -> frozenset[str]:
+    return frozenset(
+        os.path.join(directory, name)
+        for directory in (layout.journal, layout.ledgers)
+        for name in fs.list_dir(directory)
+    )
 
 
 def apply_record(engine: EngineState, record: JournalRecord) -> None:
@@ -111,6 +188,16 @@ def apply_record(engine: EngineState, record: JournalRecord) -> None:
             engine.set_explicit_lac_locked(state, record.data)
 
 
+def _enter_limbo(engine: EngineState, replay: ReplayOutcome) -> None:
+    with engine.lock:
+        if replay.limbo_all:
+            engine.limbo = True
+        for ledger_id in replay.limbo_ledgers:
+            state = engine.ledgers.get(ledger_id)
+            if state is not None:  # None: deleted by a later record, nothing left to lose
+                engine.set_limbo_locked(state, True)
+
+
 def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> None:
     for directory in (layout.journal, layout.ledgers):
         for name in fs.list_dir(directory):
@@ -121,4 +208,4 @@ def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> No
 
 def _live_bytes(ledgers: dict[int, LedgerState]) -> int:
     """A rough size of a full index snapshot."""
-    return sum(64 + 16 * (s.locations.max_entry_id + 1) for s in ledgers.values())
+    return sum(64 + 16 * len(s.locations) for s in ledgers.values())

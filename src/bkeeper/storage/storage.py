@@ -11,22 +11,36 @@ Writes never block: they validate, update memory and queue a journal record; the
 Reads answer from memory (write cache, read cache) or, for older entries, with a positional
 read of an entry log: :meth:`read_entry_nowait` says None instead of touching the disk.
 
-Never "absent" when unsure: if journal replay had to skip corrupt records (only with
-``journal_skip_corrupt_records``), acknowledged data may be missing, so the engine is in
-*limbo*: every answer that would be "no such ledger" or "no such entry" raises
-``DataUnknownError`` instead, across restarts, until :meth:`clear_limbo` (persisted at the
-next checkpoint). A torn journal tail does not cause limbo: only the group being written
-when the process died can be torn, and nothing in it was acknowledged.
+Disk space (:mod:`bkeeper.storage.disk_space`): the engine keeps a current view of the data
+disk's free space (re-checked as it writes, and by :meth:`check_disk`, which its owner calls
+periodically) and reports its :class:`DiskState` to ``on_disk_state``. On a full disk it
+opens without creating files, keeps serving reads, refuses writes with ``DiskFullError`` only
+while a write has actually failed for lack of space, and writes again once space is freed.
+
+Never "absent" when unsure: a ledger that may have lost acknowledged entries is in *limbo*
+(journal replay found damaged records of it: a corrupt record in the journal's last group,
+or skipped corrupt records with ``journal_skip_corrupt_records``; or :meth:`mark_limbo`).
+For it every answer that would be "no such entry" raises ``DataUnknownError`` instead, and
+so does every read of its last entry (entry -1: the last entry it holds may not be the
+last one written). A ledger in limbo is fenced too. When replay cannot tell which ledgers
+damaged records belonged to, the whole engine is in limbo: "no such ledger" is unknown as
+well. Limbo is persisted by checkpoints (the one that ends :meth:`open` included) and lasts
+across restarts until :meth:`clear_limbo` (per ledger, once it is repaired; or for the whole
+engine). A torn journal tail does not cause limbo: only the group being written when the
+process died can be torn, and nothing in it was acknowledged.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bkeeper.common.errors import (
     BadRequestError,
     DataUnknownError,
+    DiskFullError,
     LedgerFencedError,
     NoSuchEntryError,
     NoSuchLedgerError,
@@ -34,6 +48,7 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import EntryLogReader
 from bkeeper.storage.filesystem import BytesLike, FileSystem, OsFileSystem
@@ -43,9 +58,11 @@ from bkeeper.storage.journal import DurableCallback, Journal
 from bkeeper.storage.journal_format import RecordKind, ledger_record
 from bkeeper.storage.journal_replay import ReplayOutcome
 from bkeeper.storage.ledger_state import LedgerState
-from bkeeper.storage.recovery import recover
+from bkeeper.storage.recovery import recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
+
+log = logging.getLogger(__name__)
 
 _ENTRY_HEAD = struct.Struct(">qqq")
 _LEDGER_ID = struct.Struct(">q")
@@ -65,11 +82,15 @@ _READ_CHUNK_ENTRIES = 256
 class StorageStats:
     ledgers: int
     journal_groups_written: int
+    journal_groups_cut: dict[str, int]
     journal_file_id: int
     write_cache_bytes: int
     read_cache_bytes: int
     checkpoints: int
     limbo: bool
+    limbo_ledgers: int
+    disk_state: DiskState
+    disk_checks: int
 
 
 class Storage:
@@ -83,11 +104,13 @@ class Storage:
         flusher: Flusher,
         journal: Journal,
         replay: ReplayOutcome,
+        disk: DiskSpace,
     ) -> None:
         """Use :meth:`open`."""
         self.config = config
         self.replay_outcome = replay
         self._fs = fs
+        self._disk = disk
         self._engine = engine
         self._flusher = flusher
         self._journal = journal
@@ -101,15 +124,23 @@ class Storage:
         config: StorageConfig,
         fs: FileSystem | None = None,
         on_durable: DurableCallback | None = None,
+        on_disk_state: Callable[[DiskState], None] | None = None,
     ) -> Storage:
         """Load the last checkpoint, replay the journal, checkpoint, start the threads.
 
         ``on_durable(tokens, error)`` is called from the journal thread once per fsync
         group with the tokens of that group in order (``error`` None on success).
+        ``on_disk_state(state)`` is called from any thread when the disk state changes
+        (read :attr:`disk_state` once ``open`` returns for the state to start with).
+        On a full disk the checkpoint at open is deferred (the journal is kept); if the
+        open fails, the files it created are removed.
         """
         fs = fs if fs is not None else OsFileSystem()
         layout = StorageLayout(config.data_dir)
-        recovered = recover(fs, config, layout)
+        disk = DiskSpace(fs, config.data_dir, config)
+        if on_disk_state is not None:
+            disk.add_listener(on_disk_state)
+        recovered = recover(fs, config, layout, disk)
         engine, flusher = recovered.engine, recovered.flusher
         journal = Journal(
             fs,
@@ -118,14 +149,20 @@ class Storage:
             engine.lock,
             on_durable or _ignore,
             recovered.next_journal_file_id,
+            disk,
         )
         journal.start()
-        storage = cls(config, fs, engine, flusher, journal, recovered.replay)
+        storage = cls(config, fs, engine, flusher, journal, recovered.replay, disk)
         try:
             flusher.start(lambda: journal.durable_position, journal.fail)
-            flusher.checkpoint(full=recovered.compact_index)
+            try:
+                flusher.checkpoint(full=recovered.compact_index)
+            except DiskFullError as exc:
+                log.warning("checkpoint at open deferred, the journal is kept: %s", exc)
+                engine.flush_wanted.set()  # the flusher writes the replayed entries once it can
         except BaseException:
             storage.abort()
+            remove_files_of_failed_open(fs, layout, recovered.root, recovered.files_before)
             raise
         return storage
 
@@ -144,8 +181,9 @@ class Storage:
 
         Raises UnauthorizedAccessError (key mismatch), LedgerFencedError (fenced and not a
         recovery add), TooManyRequestsError (journal queue or write cache full),
-        BadRequestError (body does not name this ledger and entry) and BookieIOError
-        (journal failed or storage closed).
+        BadRequestError (body does not name this ledger and entry), DiskFullError (a
+        write failed for lack of space and none is free yet) and BookieIOError (journal
+        failed or storage closed).
         """
         if type(body) is not bytes:
             body = bytes(body)
@@ -246,10 +284,11 @@ class Storage:
         with engine.lock:
             state = self._state_locked(ledger_id)
             if start_entry_id == -1:
-                start_entry_id, max_count = state.last_entry_id, 1
+                start_entry_id, max_count = self._last_entry_id_locked(state), 1
             found = self._find_run_locked(state, start_entry_id, max_count)
-        if not found:
-            raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}"))
+            if not found:
+                error = NoSuchEntryError(f"ledger {ledger_id}: no entry {start_entry_id}")
+                raise self._absent(error, state)
         bodies: list[bytes] = []
         total = 0
         for at in range(0, len(found), _READ_CHUNK_ENTRIES):  # bounds what is read past max_bytes
@@ -286,22 +325,37 @@ class Storage:
         with engine.lock:
             state = self._state_locked(ledger_id)
             if entry_id == -1:
-                entry_id = state.last_entry_id
+                entry_id = self._last_entry_id_locked(state)
             found = engine.find_locked(state, entry_id) if entry_id >= 0 else None
-        if found is None:
-            raise self._absent(NoSuchEntryError(f"ledger {ledger_id}: no entry {entry_id}"))
+            if found is None:
+                error = NoSuchEntryError(f"ledger {ledger_id}: no entry {entry_id}")
+                raise self._absent(error, state)
         return found, entry_id
 
     def _state_locked(self, ledger_id: int) -> LedgerState:
         state = self._engine.ledgers.get(ledger_id)
         if state is None:
-            raise self._absent(NoSuchLedgerError(f"no ledger {ledger_id}"))
+            raise self._absent(NoSuchLedgerError(f"no ledger {ledger_id}"), None)
         return state
 
-    def _absent(self, error: Exception) -> Exception:
+    def _last_entry_id_locked(self, state: LedgerState) -> int:
+        if state.limbo or self._engine.limbo:
+            raise DataUnknownError(
+                f"ledger {state.ledger_id} is in limbo: its last entry is unknown until repaired"
+            )
+        return state.last_entry_id
+
+    def _absent(self, error: Exception, state: LedgerState | None) -> Exception:
+        if state is not None and state.limbo:
+            return DataUnknownError(f"{error} (ledger in limbo: entries may have been lost)")
         if self._engine.limbo:
             return DataUnknownError(f"{error} (storage in limbo: data may have been lost)")
         return error
+
+    def require_ledger(self, ledger_id: int) -> None:
+        """Raise NoSuchLedgerError (DataUnknownError in limbo) unless the ledger exists."""
+        with self._engine.lock:
+            self._state_locked(ledger_id)
 
     def list_entries(self, ledger_id: int) -> list[int]:
         """Ids of the entries present, ascending."""
@@ -339,13 +393,40 @@ class Storage:
     # -- limbo -------------------------------------------------------------------------
     @property
     def limbo(self) -> bool:
-        """True while absent data must be reported as unknown (see the module docstring)."""
+        """True while the whole engine is in limbo (see the module docstring)."""
         return self._engine.limbo
 
-    def clear_limbo(self) -> None:
-        """Answer "absent" again (after the operator checked the ledgers); persisted by the
-        next checkpoint."""
-        self._engine.limbo = False
+    def limbo_ledgers(self) -> list[int]:
+        """The ledgers in limbo, ascending (not counting a limbo of the whole engine)."""
+        with self._engine.lock:
+            return sorted(i for i, state in self._engine.ledgers.items() if state.limbo)
+
+    def in_limbo(self, ledger_id: int) -> bool:
+        """Whether missing entries of the ledger are unknown rather than absent."""
+        state = self._engine.ledgers.get(ledger_id)
+        return self._engine.limbo or (state is not None and state.limbo)
+
+    def mark_limbo(self, ledger_id: int, master_key: bytes) -> None:
+        """Put the ledger into limbo (creating it with ``master_key`` if unknown) and fence
+        it. The fence is journaled; the limbo is persisted by the next checkpoint."""
+        record = ledger_record(RecordKind.FENCE, ledger_id)
+        with self._engine.lock:
+            state = self._ledger_for_write_locked(ledger_id, master_key)
+            self._journal.append_locked(record, b"", None)
+            self._engine.set_limbo_locked(state, True)
+
+    def clear_limbo(self, ledger_id: int | None = None) -> None:
+        """Answer "absent" again for the ledger (once it is repaired), or, with no ledger, end
+        the limbo of the whole engine (the ledgers in limbo stay so); persisted by the next
+        checkpoint. NoSuchLedgerError if the ledger is unknown."""
+        with self._engine.lock:
+            if ledger_id is None:
+                self._engine.limbo = False
+                return
+            state = self._engine.ledgers.get(ledger_id)
+            if state is None:
+                raise NoSuchLedgerError(f"no ledger {ledger_id}")
+            self._engine.set_limbo_locked(state, False)
 
     # -- lifecycle ---------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -353,11 +434,14 @@ class Storage:
         self._flusher.checkpoint()
 
     def close(self) -> None:
-        """Make everything queued durable (callbacks fired), checkpoint, stop threads."""
+        """Make everything queued durable (callbacks fired), checkpoint, stop threads. On a
+        full disk the checkpoint is left to the next open (the journal holds everything)."""
         self._journal.close()
         try:
             if not self._journal.failed:
                 self._flusher.checkpoint()
+        except DiskFullError as exc:
+            log.warning("checkpoint at close skipped, the next start replays the journal: %s", exc)
         finally:
             self._flusher.close()
             self._reader.close()
@@ -373,6 +457,21 @@ class Storage:
         """``(total, free)`` bytes of the filesystem holding ``data_dir``."""
         return self._fs.disk_usage(self.config.data_dir)
 
+    def check_disk(self) -> DiskState:
+        """Check the data disk's free space now (its owner calls this periodically, to see
+        space taken or freed by others); returns the disk state."""
+        return self._disk.check()
+
+    @property
+    def disk_state(self) -> DiskState:
+        """WRITABLE, FULL (the bookie should be read-only) or NO_ROOM (writes refused)."""
+        return self._disk.state
+
+    @property
+    def room_for_high_priority(self) -> bool:
+        """Whether recovery and high-priority adds may still be taken on a full disk."""
+        return self._disk.room_for_high_priority
+
     def stats(self) -> StorageStats:
         engine = self._engine
         with engine.lock:
@@ -380,9 +479,13 @@ class Storage:
             return StorageStats(
                 ledgers=len(engine.ledgers),
                 journal_groups_written=self._journal.groups_written,
+                journal_groups_cut=dict(self._journal.groups_cut),
                 journal_file_id=self._journal.file_id,
                 write_cache_bytes=cache.active_bytes + cache.flushing_bytes,
                 read_cache_bytes=engine.read_cache.size_bytes,
                 checkpoints=self._flusher.checkpoints,
                 limbo=engine.limbo,
+                limbo_ledgers=sum(1 for state in engine.ledgers.values() if state.limbo),
+                disk_state=self._disk.state,
+                disk_checks=self._disk.checks,
             )

@@ -37,6 +37,7 @@ __all__ = [
     "free_port",
     "free_port_range",
     "local_bookie",
+    "local_bookie_process",
     "percentiles",
 ]
 
@@ -145,15 +146,33 @@ def local_bookie(
     data_dir: str | None = None, port: int | None = None, extra_args: tuple[str, ...] = ()
 ) -> Iterator[tuple[str, int]]:
     """Start ``bkeeper bookie`` as a child process; stop it with SIGTERM on exit."""
+    with local_bookie_process(data_dir, port, extra_args) as (host, bound_port, _):
+        yield host, bound_port
+
+
+@contextlib.contextmanager
+def local_bookie_process(
+    data_dir: str | None = None,
+    port: int | None = None,
+    extra_args: tuple[str, ...] = (),
+    log_path: str | None = None,
+) -> Iterator[tuple[str, int, subprocess.Popen[bytes]]]:
+    """:func:`local_bookie` that also yields the process; its output goes to ``log_path``
+    (appended) when given."""
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bkeeper-bench-"))
         port = port or free_port()
         cmd = [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", data_dir]
-        proc = subprocess.Popen([*cmd, "--port", str(port), *extra_args])
+        log = stack.enter_context(open(log_path, "ab")) if log_path else None
+        proc = subprocess.Popen(
+            [*cmd, "--port", str(port), *extra_args],
+            stdout=log,
+            stderr=subprocess.STDOUT if log else None,
+        )
         try:
             _wait_port("127.0.0.1", port, proc, 30.0)
-            yield "127.0.0.1", port
+            yield "127.0.0.1", port, proc
         finally:
             proc.terminate()
             try:

@@ -45,13 +45,17 @@ _counter = itertools.count()
 
 @dataclass
 class Fault:
-    """What a bookie does with requests of one type (or all: ``kind=None``)."""
+    """What a bookie does with requests of one type (or all: ``kind=None``); ``applied``
+    counts the requests it acted on, so a test can check that it fired."""
 
     error: StatusCode | None = None
     delay_s: float = 0.0
     drop: bool = False
     serve_dropped: bool = True
     corrupt: bool = False
+    #: the first ``skip`` requests it sees are served as if it were not there
+    skip: int = 0
+    applied: int = 0
 
 
 @dataclass
@@ -65,6 +69,11 @@ class MemoryBookie:
     connections: list[_MemoryConnection] = field(default_factory=list)
     registration: BookieRegistration | None = None
     requests: int = 0
+
+    @property
+    def data_dir(self) -> str:
+        """The bookie's data directory on its ``fs``."""
+        return f"/{self.bookie_id.replace(':', '_')}"
 
 
 class _Responder:
@@ -116,6 +125,11 @@ class _MemoryConnection:
     def dropped(self, future: asyncio.Future[Any]) -> bool:
         return future in self._dropped
 
+    @property
+    def in_flight(self) -> int:
+        """Requests sent on this connection and not answered (nor cancelled) yet."""
+        return len(self._pending)
+
     def send(self, request: Request) -> asyncio.Future[Any]:
         if not self.connected:
             raise BookieUnavailableError(f"bookie {self._bookie.bookie_id} is down")
@@ -126,9 +140,14 @@ class _MemoryConnection:
         bookie = self._bookie
         bookie.requests += 1
         fault = bookie.faults.get(type(request)) or bookie.faults.get(None)
+        if fault is not None and fault.skip > 0:
+            fault.skip -= 1
+            fault = None
         if fault is None:
             self._serve(request, future)
-        elif fault.drop:
+            return future
+        fault.applied += 1
+        if fault.drop:
             self._dropped.add(future)
             if fault.serve_dropped:
                 self._serve(request, future)
@@ -207,7 +226,8 @@ class MemoryCluster:
     """``async with MemoryCluster(3) as cluster: bk = await cluster.client()``.
 
     ``bookie_options`` are extra :class:`BookieConfig` fields for every bookie (for example
-    ``{"batch_read_bytes_max": 1000}``).
+    ``{"batch_read_bytes_max": 1000}``), ``storage_options`` extra :class:`StorageConfig`
+    fields (for example ``{"journal_max_group_wait_ms": 200.0}``).
     """
 
     def __init__(
@@ -215,6 +235,7 @@ class MemoryCluster:
         bookies: int = 3,
         name: str | None = None,
         bookie_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name or f"cluster-{uuid.uuid4().hex[:8]}-{next(_counter)}"
         self.uri = f"memory://{self.name}/ledgers"
@@ -222,6 +243,7 @@ class MemoryCluster:
             MemoryBookie(f"bookie-{i}:3181", MemoryFileSystem()) for i in range(bookies)
         ]
         self.bookie_options = dict(bookie_options or {})
+        self.storage_options = dict(storage_options or {})
         self.metadata: ClusterMetadata | None = None
         self._clients: list[BookKeeper] = []
 
@@ -248,7 +270,7 @@ class MemoryCluster:
 
     async def start_bookie(self, bookie: MemoryBookie) -> None:
         assert self.metadata is not None
-        data_dir = f"/{bookie.bookie_id.replace(':', '_')}"
+        data_dir = bookie.data_dir
         config = BookieConfig(data_dir=data_dir, bookie_id=bookie.bookie_id, **self.bookie_options)
         handlers_box: list[RequestHandlers] = []
 
@@ -256,7 +278,10 @@ class MemoryCluster:
             handlers_box[0].on_durable_threadsafe(tokens, error)
 
         bookie.storage = await asyncio.to_thread(
-            Storage.open, StorageConfig(data_dir=data_dir), bookie.fs, on_durable
+            Storage.open,
+            StorageConfig(data_dir=data_dir, **self.storage_options),
+            bookie.fs,
+            on_durable,
         )
         bookie.handlers = RequestHandlers(config, bookie.storage, BookieState())
         handlers_box.append(bookie.handlers)
@@ -300,6 +325,10 @@ class MemoryCluster:
         hook = Fault(**fault)
         self.bookies[index].faults[kind] = hook
         return hook
+
+    def requests_in_flight(self) -> int:
+        """Requests sent to any bookie and not answered (nor cancelled) yet."""
+        return sum(c.in_flight for b in self.bookies for c in b.connections)
 
     def heal(self, index: int) -> None:
         self.bookies[index].faults.clear()

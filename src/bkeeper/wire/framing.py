@@ -32,7 +32,7 @@ def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
 class FrameDecoder:
     """Incremental decoder: bytes in, complete frames out."""
 
-    __slots__ = ("_buffer", "_error", "_exported", "_max", "_offset")
+    __slots__ = ("_buffer", "_error", "_exported", "_max", "_offset", "partial_bytes")
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT) -> None:
         if max_frame_bytes <= 0:
@@ -42,6 +42,9 @@ class FrameDecoder:
         self._offset = 0
         self._exported = False
         self._error: ProtocolError | None = None
+        #: Bytes of the incomplete frame held after the last :meth:`frames` (an attribute,
+        #: not a property: read once per chunk on the bookie's hot path).
+        self.partial_bytes = 0
 
     @property
     def max_frame_bytes(self) -> int:
@@ -83,6 +86,7 @@ class FrameDecoder:
         offset = self._offset
         out: list[memoryview] = []
         if end - offset < 4 or end - offset - 4 < _unpack_length(buffer, offset)[0]:
+            self.partial_bytes = end - offset
             return out
         view = memoryview(buffer)
         limit = self._max
@@ -97,6 +101,7 @@ class FrameDecoder:
             offset = start + size
             out.append(view[start:offset])
         self._offset = offset
+        self.partial_bytes = end - offset
         self._exported = True
         return out
 
@@ -110,4 +115,5 @@ class FrameDecoder:
         self._error = ProtocolError(reason)
         self._buffer = bytearray()
         self._offset = 0
+        self.partial_bytes = 0
         raise self._error

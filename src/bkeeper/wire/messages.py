@@ -244,7 +244,8 @@ class GetListOfEntriesResponse:
 
 @dataclass(frozen=True, slots=True)
 class UnknownRequest:
-    """A well-framed request whose operation this codec does not serve.
+    """A well-framed request whose operation this codec does not serve, or (v3) whose enum
+    field holds a value unknown to it (``reason`` says which).
 
     Decoded rather than raised so that a bookie can answer it with EBADREQ and keep the
     connection: ``operation`` is the v2 opcode or v3 ``OperationType`` value as received.
@@ -254,6 +255,7 @@ class UnknownRequest:
     txn_id: int = 0
     ledger_id: int = 0
     entry_id: int = 0
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,13 @@ Decoding never trusts the peer: protobuf errors and missing required fields rais
 :class:`ProtocolError`. A well-formed request for an operation bkeeper does not serve
 (RANGE_READ_ENTRY, RANGE_ADD_ENTRY, BATCH_READ_ENTRY over v3, or an operation number unknown
 to this codec) decodes to :class:`UnknownRequest` carrying the txn id, so the bookie can
-answer EBADREQ. ``requestContext`` pairs are accepted and ignored.
+answer EBADREQ and keep the connection; so does a request with an enum value unknown to this
+codec (protocol version, operation, add or read flag: proto2 keeps such a value among the
+unknown fields and leaves the field unset), without a protocol version, or with a header
+that names its txn id and operation but a body that is missing or lacks required fields,
+with ``reason`` saying which. Only a frame that is not a ``Request`` or whose header lacks
+the txn id or operation raises. A response to an unknown operation echoes its number in the header.
+``requestContext`` pairs are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -65,8 +71,11 @@ _V3 = int(ProtocolVersion.VERSION_THREE)
 _FENCE = int(ReadFlag.FENCE_LEDGER)
 _PIGGYBACK = int(ReadFlag.ENTRY_PIGGYBACK)
 _RECOVERY = int(AddFlag.RECOVERY_ADD)
+_ADD = int(OperationType.ADD_ENTRY)
+_READ = int(OperationType.READ_ENTRY)
 _STATUS = {int(s): s for s in StatusCode}
 _OPS = {int(o) for o in OperationType}
+_U64 = (1 << 64) - 1
 
 
 def _status(value: int) -> StatusCode:
@@ -82,6 +91,11 @@ def _opt(message: Any, name: str) -> Any:
 
 def _header(message: Any, operation: int, txn_id: int, priority: int = 0) -> None:
     h = message.header
+    if operation not in _OPS:
+        h.MergeFromString(_raw_header(operation, txn_id))
+        if priority:
+            h.priority = priority
+        return
     h.version = _V3
     h.operation = operation
     h.txnId = txn_id
@@ -104,28 +118,65 @@ def _missing(message: Any, what: str) -> None:
         raise ProtocolError(f"v3 {what} lacks required fields: {fields}")
 
 
-def _raw_operation(header: Any) -> int | None:
-    """The operation number of a header whose enum value this codec does not know."""
-    fields: Any = UnknownFieldSet(header)
+def _raw_enum(message: Any, number: int) -> int | None:
+    """The value of enum field ``number`` of ``message`` if it is one this codec does not
+    know (proto2 keeps those among the unknown fields), as the int32 the peer sent."""
+    fields: Any = UnknownFieldSet(message)
     for field in fields:
-        if field.field_number == 2 and isinstance(field.data, int):
-            return int(field.data)
+        if field.field_number == number and isinstance(field.data, int):
+            value = int(field.data) & _U64
+            return value - (1 << 64) if value >= 1 << 63 else value
     return None
 
 
+def _raw_operation(header: Any) -> int | None:
+    """The operation number of a header whose enum value this codec does not know."""
+    return _raw_enum(header, 2)
+
+
+def _varint(value: int) -> bytes:
+    value &= _U64
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _raw_header(operation: int, txn_id: int) -> bytes:
+    """A ``BKPacketHeader`` naming an operation this codec has no enum value for."""
+    return b"\x08" + _varint(_V3) + b"\x10" + _varint(operation) + b"\x18" + _varint(txn_id)
+
+
 # -- requests ---------------------------------------------------------------------------------
-def _add_request(r: Any, txn: int, priority: int) -> AddRequest:
+def _unknown_flag(message: Any, operation: int, txn: int, what: str) -> UnknownRequest | None:
+    """An :class:`UnknownRequest` if ``message`` (with ``ledgerId`` and ``entryId``) carries
+    a ``flag`` (field 100) value this codec does not know."""
+    flag = _raw_enum(message, 100)
+    if flag is None:
+        return None
+    return UnknownRequest(
+        operation, txn, message.ledgerId, message.entryId, f"{what} flag {flag} is unknown"
+    )
+
+
+def _add_request(r: Any, txn: int, priority: int) -> Request:
     a = r.addRequest
     _missing(a, "AddRequest")
+    if not a.HasField("flag") and (bad := _unknown_flag(a, _ADD, txn, "AddRequest")):
+        return bad
     recovery = a.HasField("flag") and a.flag == _RECOVERY
     return AddRequest(
         a.ledgerId, a.entryId, a.masterKey, a.body, recovery, priority > 0, a.writeFlags, txn
     )
 
 
-def _read_request(r: Any, txn: int, priority: int) -> ReadRequest:
+def _read_request(r: Any, txn: int, priority: int) -> Request:
     q = r.readRequest
     _missing(q, "ReadRequest")
+    if not q.HasField("flag") and (bad := _unknown_flag(q, _READ, txn, "ReadRequest")):
+        return bad
     flag = q.flag if q.HasField("flag") else 0
     return ReadRequest(
         q.ledgerId,
@@ -188,18 +239,26 @@ def decode_request(frame: BytesLike) -> Request:
     operation = h.operation if h.HasField("operation") else _raw_operation(h)
     if operation is None:
         raise ProtocolError("v3 Request header lacks operation")
+    if not h.HasField("version"):
+        version = _raw_enum(h, 1)
+        reason = "the header lacks its protocol version"
+        if version is not None:
+            reason = f"protocol version {version} is unknown"
+        return UnknownRequest(operation, txn, reason=reason)
     decoder = _REQUEST_DECODERS.get(operation)
     if decoder is None:
         return UnknownRequest(operation, txn)
+    # From here on the txn id is known: a bad body is answered EBADREQ, the connection kept.
     field, decode = decoder
+    name = OperationType(operation).name
     if not r.HasField(field):
-        raise ProtocolError(f"v3 {OperationType(operation).name} request lacks {field}")
+        return UnknownRequest(operation, txn, reason=f"v3 {name} request lacks {field}")
     try:
         return decode(r, txn, h.priority)
-    except ProtocolError:
-        raise
+    except ProtocolError as exc:
+        return UnknownRequest(operation, txn, reason=str(exc))
     except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"invalid v3 {OperationType(operation).name} request: {exc}") from exc
+        return UnknownRequest(operation, txn, reason=f"invalid v3 {name} request: {exc}")
 
 
 def _encode_add_request(m: AddRequest, r: Any) -> int:
