@@ -104,9 +104,10 @@ async def test_truncation_is_data_loss_both_ways(caplog):
         assert warned == [gone + "; skipping them (failOnDataLoss=false)"]
         first = spans[0]
         assert Position(first.ledger_id, first.first) == Position(cut.ledger_id, 0)
-        # A start at or after the truncation point is no loss.
+        # A start at or after the truncation point is no loss: every record from there on.
         spans, _ = await view.spans("a", Position(cut.ledger_id, 0))
-        assert spans
+        planned = [Position(s.ledger_id, e) for s in spans for e in range(s.first, s.last + 1)]
+        assert planned == [p for p in positions if p >= Position(cut.ledger_id, 0)]
 
 
 async def test_planner_batch_and_stream_moves():
