@@ -18,7 +18,7 @@ import pytest
 
 from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.cluster import ClusterMetadata
-from bkeeper.testing.benchmarks import _wait_port, free_port
+from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.zookeeper import ZooKeeperServer
 
 _SIGTERM = signal.SIGTERM  # the class below has a method named ``signal``
@@ -37,22 +37,25 @@ class RealCluster:
 
     def start(self, index: int, *args: str) -> None:
         """Start bookie ``index`` (``args``: more ``bkeeper bookie`` options) and wait until
-        it listens (killed if it does not in time). Refused once ``stop_all`` ran: a start
-        still under way in another thread when a fixture gives up must not leave a bookie
-        that nobody stops."""
+        it says it is ready (killed if it is not in time). Its first start binds a port of
+        its own choosing (``ports[index]`` 0), kept for restarts. Refused once ``stop_all``
+        ran: a start still under way in another thread when a fixture gives up must not
+        leave a bookie that nobody stops."""
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
             "--port", str(self.ports[index]), "--metadata", self.uri,
             *self.bookie_args, *args,
         ]  # fmt: skip
+        log_path = self.data_dir / f"bookie-{index}.log"
         with self._lock:
             if self._stopped:
                 raise BKeeperError(f"bookie {index} not started: the cluster was stopped")
-            with open(self.data_dir / f"bookie-{index}.log", "ab") as log:
+            offset = log_path.stat().st_size if log_path.exists() else 0
+            with open(log_path, "ab") as log:
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             self.procs[index] = proc
-        _wait_port("127.0.0.1", self.ports[index], proc, 30)
+        self.ports[index] = wait_ready(proc, log_path, offset)
 
     def bookie_id(self, index: int) -> str:
         return f"127.0.0.1:{self.ports[index]}"
@@ -90,7 +93,7 @@ async def _started(
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     async with await ClusterMetadata.open(uri) as cluster:
         await cluster.format()
-    real = RealCluster(uri, path, [free_port() for _ in range(bookies)], {}, bookie_args)
+    real = RealCluster(uri, path, [0] * bookies, {}, bookie_args)  # ports: their own picks
     try:
         await asyncio.gather(*(asyncio.to_thread(real.start, i) for i in range(bookies)))
         yield real
