@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client.bookie_client import BookieClient
-from bkeeper.testing.benchmarks import _wait_port, free_port
+from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.fuzz import process_rss_bytes, round_trip, unread_bytes
 from bkeeper.testing.fuzz_frames import pb_bytes, pb_varint
 from bkeeper.wire import v3
@@ -61,17 +61,16 @@ def bookie_process(tmp_path: Path) -> Iterator[StartBookie]:
     started: list[BookieProcess] = []
 
     def start(*args: str) -> BookieProcess:
-        port = free_port()
         index = len(started)
         log_path = tmp_path / f"bookie-{index}.log"
         cmd = [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / str(index))]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [*cmd, "--port", str(port), *args], stdout=log, stderr=subprocess.STDOUT
+                [*cmd, "--port", "0", *args], stdout=log, stderr=subprocess.STDOUT
             )
-        bookie = BookieProcess(proc, port, log_path)
+        bookie = BookieProcess(proc, 0, log_path)
         started.append(bookie)
-        _wait_port("127.0.0.1", port, proc, 30)
+        bookie.port = wait_ready(proc, log_path, 0)
         return bookie
 
     yield start

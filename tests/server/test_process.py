@@ -13,7 +13,7 @@ import pytest
 
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BookieUnavailableError
-from bkeeper.testing.benchmarks import _wait_port, free_port
+from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest, ReadRequest
@@ -24,21 +24,17 @@ KEY = master_key(b"kill")
 MANAGER = DigestManager(21, DigestType.CRC32, b"kill")
 
 
-def spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bkeeper",
-            "bookie",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            str(port),
-        ]
-    )
-    _wait_port("127.0.0.1", port, proc, 30)
-    return proc
+def spawn(data_dir: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], int]:
+    """A bookie (on a port of its own choosing unless restarted on its ``port``): the
+    process and the port."""
+    log_path = data_dir / "bookie.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    command = [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(data_dir / "data")]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT
+        )
+    return proc, wait_ready(proc, log_path, offset)
 
 
 def payload(entry: int) -> bytes:
@@ -46,8 +42,7 @@ def payload(entry: int) -> bytes:
 
 
 async def test_kill_9_mid_stream_keeps_every_acknowledged_entry(tmp_path: Path) -> None:
-    port = free_port()
-    proc = spawn(tmp_path, port)
+    proc, port = spawn(tmp_path)
     acknowledged: set[int] = set()
     try:
         client = await BookieClient.connect("127.0.0.1", port, Protocol.V2)
@@ -79,7 +74,7 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_entry(tmp_path: Path) 
         proc.kill()
         proc.wait()
     assert 4000 <= len(acknowledged) < 10_000
-    proc = spawn(tmp_path, port)
+    proc, _ = spawn(tmp_path, port)  # the same bookie id: the same port
     try:
         client = await BookieClient.connect("127.0.0.1", port, Protocol.V3)
         responses = await asyncio.gather(
@@ -95,7 +90,6 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_entry(tmp_path: Path) 
 
 
 def test_sigterm_exits_zero(tmp_path: Path) -> None:
-    port = free_port()
-    proc = spawn(tmp_path, port)
+    proc, _ = spawn(tmp_path)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bkeeper.testing.benchmarks import _wait_port, free_port
+from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.wire import v2
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import master_key
@@ -30,14 +30,17 @@ RSS_GROWTH_MAX_BYTES = 8 * 1024 * 1024
 _LENGTH = struct.Struct(">i")
 
 
-def _spawn(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def _spawn(data_dir: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], int]:
+    """A bookie (on a port of its own choosing unless restarted on its ``port``)."""
     command = [
         sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(data_dir),
         "--port", str(port), "--checkpoint-interval-ms", "50",
     ]  # fmt: skip
-    proc = subprocess.Popen(command)
-    _wait_port("127.0.0.1", port, proc, 30)
-    return proc
+    log_path = data_dir.parent / f"{data_dir.name}.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    return proc, wait_ready(proc, log_path, offset)
 
 
 def _rss_bytes(pid: int) -> int:
@@ -100,8 +103,7 @@ def _wait_checkpoints(data_dir: Path, count: int) -> None:
 
 
 def test_huge_entry_ids_do_not_grow_a_real_bookie(tmp_path: Path) -> None:
-    port = free_port()
-    proc = _spawn(tmp_path, port)
+    proc, port = _spawn(tmp_path)
     try:
         _add(port, range(1000, 1001), 0)  # warm up connection, journal, flush and index paths
         _read(port, range(1000, 1001), 0)
@@ -115,7 +117,7 @@ def test_huge_entry_ids_do_not_grow_a_real_bookie(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    proc = _spawn(tmp_path, port)  # the index is loaded from its file
+    proc, _ = _spawn(tmp_path, port)  # the index is loaded from its file
     try:
         _read(port, range(1, FRAMES + 1), HUGE_ENTRY_ID)
         _read(port, range(1000, 1001), 0)
