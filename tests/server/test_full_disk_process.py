@@ -15,7 +15,6 @@ import contextlib
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.meta.cluster import ClusterMetadata
-from bkeeper.testing.benchmarks import _wait_port, free_port
+from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.tmpfs import fill_disk, used_fraction
 from bkeeper.testing.zookeeper import ZooKeeperServer
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -50,7 +49,7 @@ class BookieProcess:
         self.data_dir = data_dir
         self.log_path = log_path
         self.uri = uri
-        self.port = free_port()
+        self.port = 0  # picked by the bookie at its first start
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -64,21 +63,12 @@ class BookieProcess:
         ]  # fmt: skip
 
     def start(self, *extra: str) -> None:
-        """Start and wait until the bookie says it is ready (registered, signals handled)."""
-        readies = self._readies()
+        """Start and wait until the bookie says it is ready (registered, signals handled);
+        its first start picks its port, later ones reuse it (the bookie id)."""
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(*extra), stdout=log, stderr=log)
-        _wait_port("127.0.0.1", self.port, self.proc, 30)
-        deadline = time.monotonic() + 60
-        while self._readies() == readies:
-            assert self.proc.poll() is None, f"the bookie exited with {self.proc.returncode}"
-            assert time.monotonic() < deadline, "the bookie never said it was ready"
-            time.sleep(0.05)
-
-    def _readies(self) -> int:
-        if not self.log_path.exists():
-            return 0
-        return self.log_path.read_bytes().count(b" ready on ")
+        self.port = wait_ready(self.proc, self.log_path, offset)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None
