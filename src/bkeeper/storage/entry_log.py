@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from bkeeper.common.errors import CorruptRecordError, StorageError
-from bkeeper.storage.filesystem import FileSystem, ReadableFile, WritableFile
+from bkeeper.common.errors import CorruptRecordError
+from bkeeper.storage.filesystem import FileSystem, ReadableFile, WritableFile, create_durably
 
 __all__ = [
     "ENTRY_LOG_HEADER_BYTES",
@@ -174,18 +174,7 @@ class EntryLogWriter:
         self.close()
         log_id = self._next_id
         path = os.path.join(self._directory, entry_log_name(log_id))
-        if self._fs.exists(path):  # ids only grow: a log here is not ours to append to
-            raise StorageError(f"{path} exists already")
-        file = self._fs.open_append(path)
-        try:
-            file.write(_HEADER.pack(MAGIC, VERSION, log_id))
-            file.sync()
-            self._fs.fsync_dir(self._directory)
-        except BaseException:
-            file.close()
-            self._fs.remove(path)
-            self._fs.fsync_dir(self._directory)
-            raise
+        file = create_durably(self._fs, self._directory, path, _HEADER.pack(MAGIC, VERSION, log_id))
         self._log_id = log_id
         self._next_id = log_id + 1
         self._file = file

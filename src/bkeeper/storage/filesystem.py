@@ -22,12 +22,15 @@ import os
 import shutil
 from typing import Protocol
 
+from bkeeper.common.errors import StorageError
+
 __all__ = [
     "BytesLike",
     "FileSystem",
     "OsFileSystem",
     "ReadableFile",
     "WritableFile",
+    "create_durably",
     "write_file_atomic",
 ]
 
@@ -115,6 +118,25 @@ def write_file_atomic(fs: FileSystem, path: str, data: bytes) -> None:
     handle.close()
     fs.rename(temp, path)
     fs.fsync_dir(os.path.dirname(path) or ".")
+
+
+def create_durably(fs: FileSystem, directory: str, path: str, header: bytes) -> WritableFile:
+    """Create ``path`` in ``directory`` holding ``header``, durably (file synced, directory
+    fsynced); on failure remove what was made. ``StorageError`` if ``path`` exists: files
+    are named by ids that only grow, so one found there is not the caller's to append to."""
+    if fs.exists(path):
+        raise StorageError(f"{path} exists already")
+    file = fs.open_append(path)
+    try:
+        file.write(header)
+        file.sync()
+        fs.fsync_dir(directory)
+    except BaseException:
+        file.close()
+        fs.remove(path)
+        fs.fsync_dir(directory)
+        raise
+    return file
 
 
 def _fdatasync(fd: int) -> None:

@@ -43,10 +43,10 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from bkeeper.common.errors import BookieIOError, DiskFullError, StorageError, TooManyRequestsError
+from bkeeper.common.errors import BookieIOError, DiskFullError, TooManyRequestsError
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskSpace, DiskState
-from bkeeper.storage.filesystem import BytesLike, FileSystem, WritableFile
+from bkeeper.storage.filesystem import BytesLike, FileSystem, WritableFile, create_durably
 from bkeeper.storage.journal_format import (
     FILE_HEADER_BYTES,
     GROUP_HEADER_BYTES,
@@ -351,16 +351,4 @@ class Journal:
 
     def _create_file(self, path: str) -> WritableFile:
         """Create a journal file with its header, durably; on failure remove what was made."""
-        if self._fs.exists(path):  # ids only grow: a file here is not ours to append to
-            raise StorageError(f"{path} exists already")
-        file = self._fs.open_append(path)
-        try:
-            file.write(encode_file_header(self._file_id))
-            file.sync()
-            self._fs.fsync_dir(self._directory)
-        except BaseException:
-            file.close()
-            self._fs.remove(path)
-            self._fs.fsync_dir(self._directory)
-            raise
-        return file
+        return create_durably(self._fs, self._directory, path, encode_file_header(self._file_id))

@@ -62,24 +62,14 @@ _SERVED_V2 = {int(V2OpCode.ADD_ENTRY), int(V2OpCode.READ_ENTRY), int(V2OpCode.AU
 _SERVED_V2.add(int(V2OpCode.BATCH_READ_ENTRY))
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def pb_varint(number: int, value: int) -> bytes:
     """A protobuf varint field."""
-    return _varint(number << 3) + _varint(value)
+    return v3.encode_varint(number << 3) + v3.encode_varint(value)
 
 
 def pb_bytes(number: int, data: bytes) -> bytes:
     """A protobuf length-delimited field."""
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
+    return v3.encode_varint(number << 3 | 2) + v3.encode_varint(len(data)) + data
 
 
 _pv, _pb = pb_varint, pb_bytes

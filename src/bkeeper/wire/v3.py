@@ -64,6 +64,7 @@ __all__ = [
     "encode_request_frame",
     "encode_response",
     "encode_response_frame",
+    "encode_varint",
 ]
 
 _LEN = struct.Struct(">i")
@@ -134,7 +135,8 @@ def _raw_operation(header: Any) -> int | None:
     return _raw_enum(header, 2)
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """A protobuf base-128 varint (negative values as their 64-bit two's complement)."""
     value &= _U64
     out = bytearray()
     while value > 0x7F:
@@ -146,7 +148,14 @@ def _varint(value: int) -> bytes:
 
 def _raw_header(operation: int, txn_id: int) -> bytes:
     """A ``BKPacketHeader`` naming an operation this codec has no enum value for."""
-    return b"\x08" + _varint(_V3) + b"\x10" + _varint(operation) + b"\x18" + _varint(txn_id)
+    return (
+        b"\x08"
+        + encode_varint(_V3)
+        + b"\x10"
+        + encode_varint(operation)
+        + b"\x18"
+        + encode_varint(txn_id)
+    )
 
 
 # -- requests ---------------------------------------------------------------------------------
