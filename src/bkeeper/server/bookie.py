@@ -158,8 +158,33 @@ class Bookie:
         self._tasks.create_task(self.connections.run(self._stopping))
         if self._membership is not None:
             self._mode_changed.clear()  # a switch during the registration sets it again
-            await self._membership.register(self.config.host, self.port, self._mode_readonly)
-            self._tasks.create_task(self._registration_loop())
+            if await self._register_unless_stopped():
+                self._tasks.create_task(self._registration_loop())
+
+    async def _register_unless_stopped(self) -> bool:
+        """Register; False when a stop was asked for first. Registering may wait up to
+        ``stale_registration_wait_ms`` for a dead predecessor's node to go, and a SIGTERM
+        meanwhile must stop the bookie then, not once the wait is over (or has failed)."""
+        assert self._membership is not None
+        register = asyncio.ensure_future(
+            self._membership.register(self.config.host, self.port, self._mode_readonly)
+        )
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({register, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            register.cancel()
+            raise
+        finally:
+            stopping.cancel()
+        if register.done():
+            register.result()  # its error, if it failed
+            return True
+        register.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await register
+        log.info("bookie %s: stop asked for while registering; not registered", self.bookie_id)
+        return False
 
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
         # Admission (the connection limit) happens in connection_made, once the peer is known.
