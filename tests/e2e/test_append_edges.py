@@ -4,9 +4,11 @@ command printed ``appended 2 records`` and exited 0."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,13 +23,23 @@ pytestmark = pytest.mark.integration
 ADD_TIMEOUT_S = ClientConfig().add_timeout_ms / 1000
 
 
-def _append_process(uri: str, name: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def _append_process(uri: str, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``bkeeper log append NAME`` reading a pipe; killed if the test fails before it ends
+    (one left waiting on its standard input would keep reconnecting to a ZooKeeper port
+    long gone, which another process may have taken since)."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "bkeeper", "log", "append", name, "--metadata", uri],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 async def _wait_last_position(uri: str, name: str) -> Position:
@@ -43,13 +55,13 @@ async def _wait_last_position(uri: str, name: str) -> Position:
 async def test_a_slow_producer_loses_nothing(real_cluster) -> None:
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "slow").returncode == 0
-    proc = _append_process(uri, "slow")
-    assert proc.stdin is not None
-    proc.stdin.write(b"one\n")
-    proc.stdin.flush()
-    first = await _wait_last_position(uri, "slow")
-    time.sleep(ADD_TIMEOUT_S + 1.5)  # the producer is idle longer than the add timeout
-    _out, err = proc.communicate(b"two\n", timeout=120)
+    with _append_process(uri, "slow") as proc:
+        assert proc.stdin is not None
+        proc.stdin.write(b"one\n")
+        proc.stdin.flush()
+        first = await _wait_last_position(uri, "slow")
+        time.sleep(ADD_TIMEOUT_S + 1.5)  # the producer is idle longer than the add timeout
+        _out, err = proc.communicate(b"two\n", timeout=120)
     assert proc.returncode == 0, err.decode()
     assert err.decode().splitlines()[-1] == (
         f"appended 2 records to slow ({first} to {first.ledger_id}:{first.entry_id + 1})"
@@ -62,13 +74,13 @@ async def test_a_slow_producer_loses_nothing(real_cluster) -> None:
 async def test_append_says_what_failed_when_every_bookie_is_gone(real_cluster) -> None:
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "doomed").returncode == 0
-    proc = _append_process(uri, "doomed")
-    assert proc.stdin is not None
-    proc.stdin.write(b"kept\n")
-    proc.stdin.flush()
-    first = await _wait_last_position(uri, "doomed")
-    real_cluster.stop_all()
-    _out, err = proc.communicate(b"lost-1\nlost-2\n", timeout=120)
+    with _append_process(uri, "doomed") as proc:
+        assert proc.stdin is not None
+        proc.stdin.write(b"kept\n")
+        proc.stdin.flush()
+        first = await _wait_last_position(uri, "doomed")
+        real_cluster.stop_all()
+        _out, err = proc.communicate(b"lost-1\nlost-2\n", timeout=120)
     text = err.decode()
     assert proc.returncode == 1, text
     last_line = text.strip().splitlines()[-1]
