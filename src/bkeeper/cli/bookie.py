@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Defaults shown by ``--help``, from the configuration itself.
+#: Defaults shown by ``--help``, from the configurations themselves.
 _DEFAULTS = BookieConfig(data_dir="-")
+_STORAGE_DEFAULTS = StorageConfig(data_dir="-")
+MIB = 1024 * 1024
 
 
 def _raise_nofile_limit() -> None:
@@ -68,28 +70,28 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 @click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
 @click.option(
     "--disk-usage-threshold",
-    default=0.95,
+    default=_STORAGE_DEFAULTS.disk_usage_threshold,
     show_default=True,
     type=float,
     help="Fraction of the data disk in use at which the bookie turns read-only.",
 )
 @click.option(
     "--disk-usage-lwm-threshold",
-    default=0.90,
+    default=_STORAGE_DEFAULTS.disk_usage_lwm_threshold,
     show_default=True,
     type=float,
     help="Fraction in use below which a full bookie turns writable again.",
 )
 @click.option(
     "--checkpoint-interval-ms",
-    default=10_000,
+    default=_DEFAULTS.checkpoint_interval_ms,
     show_default=True,
     type=click.IntRange(1),
     help="Time between checkpoints (each wait varies by up to 25%).",
 )
 @click.option(
     "--write-cache-mb",
-    default=64,
+    default=_STORAGE_DEFAULTS.write_cache_bytes_max // MIB,
     show_default=True,
     type=click.IntRange(1),
     help="Entries held in memory until flushed to entry logs (MiB).",
@@ -172,7 +174,7 @@ def bookie(
         journal_skip_corrupt_records=skip_corrupt_journal_records,
         disk_usage_threshold=disk_usage_threshold,
         disk_usage_lwm_threshold=disk_usage_lwm_threshold,
-        write_cache_bytes_max=write_cache_mb * 1024 * 1024,
+        write_cache_bytes_max=write_cache_mb * MIB,
     )
     run_event_loop(_serve(config, storage_config, integrity_check))
 
