@@ -16,16 +16,24 @@ from bkeeper.server.connections import (
     connections_max_for,
 )
 from bkeeper.server.ratelimit import RateLimitedLog, TokenBucket
+from bkeeper.testing import clock as testing_clock
 
 MIB = 1024 * 1024
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+class FakeClock(testing_clock.FakeClock):
+    """The shared fake clock, called as the connection table's ``Callable[[], float]``."""
+
+    @property
+    def now(self) -> float:
+        return self.monotonic()
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.advance(value - self.monotonic())
 
     def __call__(self) -> float:
-        return self.now
+        return self.monotonic()
 
 
 @dataclass(eq=False)

@@ -56,7 +56,7 @@ class LeaderElection:
         self._not_leading = asyncio.Event()
         self._not_leading.set()
         self._term = 0
-        self._tasks = TaskOwner(f"election {directory}")
+        self._tasks = TaskOwner(f"election {directory}", error=MetadataError)
         self._session: Subscription[SessionEvent] | None = None
 
     @property

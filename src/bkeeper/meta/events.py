@@ -7,8 +7,8 @@ created the subscription. The buffer is bounded: when it is full the oldest item
 and :attr:`Subscription.dropped` counts it. That is safe for metadata watches because every
 event means "something changed, read again", never "here is the change".
 
-:class:`TaskOwner` owns the background tasks of one object: every task it spawns is
-cancelled and awaited by :meth:`TaskOwner.aclose`, and at most ``tasks_max`` run at once.
+Background tasks are owned by :class:`bkeeper.common.tasks.TaskOwner`, re-exported here for
+the drivers.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from bkeeper.common.errors import MetadataClosedError, MetadataError
+from bkeeper.common.errors import MetadataClosedError
+from bkeeper.common.tasks import TASKS_MAX, TaskOwner
 
 __all__ = ["SUBSCRIPTION_ITEMS_MAX", "TASKS_MAX", "Subscription", "TaskOwner", "wait_any"]
 
@@ -30,9 +31,6 @@ T = TypeVar("T")
 
 #: Default bound of one subscription's buffer.
 SUBSCRIPTION_ITEMS_MAX = 1024
-
-#: Default bound of the background tasks one object may own at once.
-TASKS_MAX = 1024
 
 
 class Subscription(Generic[T]):
@@ -129,42 +127,6 @@ class Subscription(Generic[T]):
         self._wakeup.set()
         if self._on_close is not None:
             self._on_close(self)
-
-
-class TaskOwner:
-    """Owns background tasks: spawns them, logs their failures, cancels them on close."""
-
-    def __init__(self, name: str, *, tasks_max: int = TASKS_MAX) -> None:
-        self._name = name
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._tasks_max = tasks_max
-        self._closed = False
-
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """Run ``coro`` as a task owned by this object."""
-        if self._closed:
-            coro.close()
-            raise MetadataError(f"{self._name}: closed, cannot start {name}")
-        if len(self._tasks) >= self._tasks_max:
-            coro.close()
-            raise MetadataError(f"{self._name}: {self._tasks_max} tasks running (tasks_max)")
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self._name}: {name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-        return task
-
-    async def aclose(self) -> None:
-        """Cancel every owned task and wait for all of them to end."""
-        self._closed = True
-        tasks = [task for task in self._tasks if task is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _log.error("%s failed", task.get_name(), exc_info=task.exception())
 
 
 async def wait_any(*subscriptions: Subscription[Any]) -> None:

@@ -180,7 +180,7 @@ class BookieRegistration:
         self._data = info.encode()
         self._read_only = read_only
         self._mutex = asyncio.Lock()
-        self._tasks = TaskOwner(f"registration {bookie_id}")
+        self._tasks = TaskOwner(f"registration {bookie_id}", error=MetadataError)
         self._closed = False
 
     @property

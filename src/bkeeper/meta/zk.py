@@ -123,7 +123,7 @@ class ZkNodeStore:
         self._slots: dict[_WatchKey, _Slot] = {}
         self._generation = 0
         self._session_subs: set[Subscription[SessionEvent]] = set()
-        self._tasks = TaskOwner(f"zk {hosts}")
+        self._tasks = TaskOwner(f"zk {hosts}", error=MetadataError)
 
     @classmethod
     async def connect(cls, hosts: str, config: StoreConfig | None = None) -> ZkNodeStore:

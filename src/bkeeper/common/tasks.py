@@ -1,0 +1,85 @@
+"""Owned background tasks: the one way bkeeper runs work in the background.
+
+A :class:`TaskOwner` belongs to one object (a write handle, a log writer, a metadata driver,
+a bookie). Every task it spawns is tracked; :meth:`TaskOwner.aclose` cancels them all and waits
+for each to end, so nothing outlives its owner. At most ``tasks_max`` run at once: a spawn past
+that bound raises instead of growing without limit. A task that ends with an exception has it
+logged with its traceback when it ends (never swallowed); a caller that needs the outcome
+awaits the task it got back from :meth:`TaskOwner.spawn`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from bkeeper.common.errors import BKeeperError
+
+__all__ = ["TASKS_MAX", "TaskOwner"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Default bound of the background tasks one object may own at once.
+TASKS_MAX = 1024
+
+
+class TaskOwner:
+    """Owns background tasks: spawns them, logs their failures, cancels them on close.
+
+    ``error`` is the exception class raised by :meth:`spawn` once closed or at the bound, so
+    each layer reports in its own terms (``MetadataError`` for metadata drivers, say).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        tasks_max: int = TASKS_MAX,
+        error: type[BKeeperError] = BKeeperError,
+    ) -> None:
+        self._name = name
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks_max = tasks_max
+        self._error = error
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        """Run ``coro`` as a task owned by this object."""
+        if self._closed:
+            coro.close()
+            raise self._error(f"{self._name}: closed, cannot start {name}")
+        if len(self._tasks) >= self._tasks_max:
+            coro.close()
+            raise self._error(f"{self._name}: {self._tasks_max} tasks running (tasks_max)")
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self._name}: {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    async def aclose(self) -> None:
+        """Cancel every owned task and wait for all of them to end.
+
+        Called from inside one of its own tasks, that task is left to finish by itself.
+        """
+        self._closed = True
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("%s failed", task.get_name(), exc_info=task.exception())
