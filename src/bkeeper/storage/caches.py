@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from bkeeper.storage.ledger_state import LedgerState
+from bkeeper.storage.ledger_state import StoredLedger
 
 __all__ = ["FlushBatch", "ReadCache", "WriteCache"]
 
 #: What a flush writes: ledger id -> (its state when the flush started, entry id -> body).
-FlushBatch = dict[int, tuple[LedgerState, dict[int, bytes]]]
+FlushBatch = dict[int, tuple[StoredLedger, dict[int, bytes]]]
 
 
 class WriteCache:
@@ -58,7 +58,7 @@ class WriteCache:
             ids.update(flushing[1])
         return ids
 
-    def swap(self, ledgers: dict[int, LedgerState]) -> FlushBatch:
+    def swap(self, ledgers: dict[int, StoredLedger]) -> FlushBatch:
         """Start a flush: the active map becomes the flushing one (which must be empty)."""
         assert not self.flushing, "a flush is already in progress"
         self.flushing = {lid: (ledgers[lid], entries) for lid, entries in self.active.items()}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from bkeeper.storage.caches import ReadCache, WriteCache
 from bkeeper.storage.index_file import LocationRun
-from bkeeper.storage.ledger_state import LedgerState
+from bkeeper.storage.ledger_state import StoredLedger
 
 __all__ = ["EngineState", "PendingCheckpoint"]
 
@@ -36,9 +36,9 @@ __all__ = ["EngineState", "PendingCheckpoint"]
 class PendingCheckpoint:
     """Changes not yet in the index file."""
 
-    dirty: set[LedgerState] = field(default_factory=set)
+    dirty: set[StoredLedger] = field(default_factory=set)
     deleted: list[int] = field(default_factory=list)
-    runs: list[tuple[LedgerState, LocationRun]] = field(default_factory=list)
+    runs: list[tuple[StoredLedger, LocationRun]] = field(default_factory=list)
 
 
 class EngineState:
@@ -46,7 +46,7 @@ class EngineState:
 
     def __init__(
         self,
-        ledgers: dict[int, LedgerState],
+        ledgers: dict[int, StoredLedger],
         write_cache_bytes_max: int,
         read_cache_bytes_max: int,
         limbo: bool,
@@ -61,13 +61,13 @@ class EngineState:
         self.flush_wanted = threading.Event()
 
     # -- transitions (lock held) -------------------------------------------------------
-    def create_locked(self, ledger_id: int, master_key: bytes) -> LedgerState:
+    def create_locked(self, ledger_id: int, master_key: bytes) -> StoredLedger:
         assert ledger_id not in self.ledgers
-        state = self.ledgers[ledger_id] = LedgerState(ledger_id, master_key)
+        state = self.ledgers[ledger_id] = StoredLedger(ledger_id, master_key)
         self.pending.dirty.add(state)
         return state
 
-    def add_locked(self, state: LedgerState, entry_id: int, lac: int, body: bytes) -> None:
+    def add_locked(self, state: StoredLedger, entry_id: int, lac: int, body: bytes) -> None:
         cache = self.write_cache
         entries = cache.active.get(state.ledger_id)
         if entries is None:
@@ -82,19 +82,19 @@ class EngineState:
         if cache.active_bytes >= cache.flush_bytes and not self.flush_wanted.is_set():
             self.flush_wanted.set()
 
-    def fence_locked(self, state: LedgerState) -> None:
+    def fence_locked(self, state: StoredLedger) -> None:
         if not state.fenced:
             state.fenced = True
             self.mark_dirty_locked(state)
 
-    def set_limbo_locked(self, state: LedgerState, limbo: bool) -> None:
+    def set_limbo_locked(self, state: StoredLedger, limbo: bool) -> None:
         if limbo:
             self.fence_locked(state)
         if state.limbo != limbo:
             state.limbo = limbo
             self.mark_dirty_locked(state)
 
-    def set_explicit_lac_locked(self, state: LedgerState, lac_body: bytes) -> None:
+    def set_explicit_lac_locked(self, state: StoredLedger, lac_body: bytes) -> None:
         state.explicit_lac = lac_body
         self.mark_dirty_locked(state)
 
@@ -108,13 +108,13 @@ class EngineState:
         self.pending.dirty.discard(state)
         self.pending.deleted.append(ledger_id)
 
-    def mark_dirty_locked(self, state: LedgerState) -> None:
+    def mark_dirty_locked(self, state: StoredLedger) -> None:
         if not state.dirty:
             state.dirty = True
             self.pending.dirty.add(state)
 
     # -- lookups (lock held) -----------------------------------------------------------
-    def find_locked(self, state: LedgerState, entry_id: int) -> bytes | int | None:
+    def find_locked(self, state: StoredLedger, entry_id: int) -> bytes | int | None:
         """The body if cached, else its entry-log location, else None."""
         body = self.write_cache.get(state.ledger_id, entry_id)
         if body is None:
@@ -124,7 +124,7 @@ class EngineState:
         location = state.locations.get(entry_id)
         return location if location else None
 
-    def entry_ids_locked(self, state: LedgerState) -> list[int]:
+    def entry_ids_locked(self, state: StoredLedger) -> list[int]:
         ids = self.write_cache.entry_ids(state.ledger_id)
         ids.update(state.locations.entry_ids())
         return sorted(ids)

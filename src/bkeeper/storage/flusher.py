@@ -57,7 +57,7 @@ from bkeeper.storage.index_file import (
 from bkeeper.storage.journal import JournalPosition
 from bkeeper.storage.journal_format import journal_file_name
 from bkeeper.storage.journal_replay import journal_file_ids
-from bkeeper.storage.ledger_state import LedgerState
+from bkeeper.storage.ledger_state import StoredLedger
 
 __all__ = ["Flusher", "StorageLayout"]
 
@@ -155,7 +155,7 @@ class Flusher:
                 engine.write_cache.swap(engine.ledgers)
             work = list(engine.write_cache.flushing.values())
         work.sort(key=lambda item: item[0].ledger_id)
-        keys: list[tuple[LedgerState, int]] = []
+        keys: list[tuple[StoredLedger, int]] = []
         bodies: list[bytes] = []
         for state, entries in work:
             for entry_id in sorted(entries):
@@ -193,7 +193,7 @@ class Flusher:
         )
 
     def _apply_flush(
-        self, keys: list[tuple[LedgerState, int]], bodies: list[bytes], locations: list[int]
+        self, keys: list[tuple[StoredLedger, int]], bodies: list[bytes], locations: list[int]
     ) -> None:
         engine = self._engine
         for start in range(0, len(keys), _APPLY_CHUNK_ENTRIES):
@@ -376,10 +376,10 @@ class Flusher:
 
 
 def _location_runs(
-    keys: list[tuple[LedgerState, int]], locations: list[int]
-) -> list[tuple[LedgerState, LocationRun]]:
-    runs: list[tuple[LedgerState, LocationRun]] = []
-    current: LedgerState | None = None
+    keys: list[tuple[StoredLedger, int]], locations: list[int]
+) -> list[tuple[StoredLedger, LocationRun]]:
+    runs: list[tuple[StoredLedger, LocationRun]] = []
+    current: StoredLedger | None = None
     for (state, entry_id), location in zip(keys, locations, strict=True):
         if state is not current:
             current = state
@@ -390,7 +390,7 @@ def _location_runs(
     return runs
 
 
-def _delta(pending: PendingCheckpoint, full: dict[int, LedgerState] | None) -> IndexDelta:
+def _delta(pending: PendingCheckpoint, full: dict[int, StoredLedger] | None) -> IndexDelta:
     if full is not None:
         states = sorted(full.values(), key=lambda s: s.ledger_id)
         runs = []

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from bkeeper.common.errors import CorruptRecordError
 from bkeeper.storage.filesystem import FileSystem
 from bkeeper.storage.framing import FrameStatus, decode_frame, encode_frame
-from bkeeper.storage.ledger_state import LedgerSnapshot, LedgerState
+from bkeeper.storage.ledger_state import LedgerSnapshot, StoredLedger
 
 __all__ = [
     "INDEX_HEADER_BYTES",
@@ -123,7 +123,7 @@ def _encode_run(ledger_id: int, entry_ids: array[int], locations: array[int]) ->
     return _LOCATIONS.pack(ledger_id, len(entry_ids)) + entry_ids.tobytes() + locations.tobytes()
 
 
-def load_index(fs: FileSystem, path: str, length: int) -> dict[int, LedgerState]:
+def load_index(fs: FileSystem, path: str, length: int) -> dict[int, StoredLedger]:
     """The ledger states persisted in the first ``length`` bytes of the index file."""
     data = fs.read_file(path)
     if len(data) < length:
@@ -132,7 +132,7 @@ def load_index(fs: FileSystem, path: str, length: int) -> dict[int, LedgerState]
     if magic != MAGIC or version != VERSION:
         raise CorruptRecordError(path, 0, "bad index file header")
     data = data[:length]
-    states: dict[int, LedgerState] = {}
+    states: dict[int, StoredLedger] = {}
     offset = INDEX_HEADER_BYTES
     while offset < length:
         frame = decode_frame(data, offset, _KINDS)
@@ -143,7 +143,7 @@ def load_index(fs: FileSystem, path: str, length: int) -> dict[int, LedgerState]
     return states
 
 
-def _apply(states: dict[int, LedgerState], kind: int, payload: bytes) -> None:
+def _apply(states: dict[int, StoredLedger], kind: int, payload: bytes) -> None:
     (ledger_id,) = _ID.unpack_from(payload)
     if kind == KIND_DELETE:
         states.pop(ledger_id, None)
@@ -151,7 +151,7 @@ def _apply(states: dict[int, LedgerState], kind: int, payload: bytes) -> None:
         snapshot = _decode_ledger(payload)
         state = states.get(ledger_id)
         if state is None:
-            states[ledger_id] = LedgerState.restore(snapshot)
+            states[ledger_id] = StoredLedger.restore(snapshot)
         else:
             state.fenced, state.lac = snapshot.fenced, snapshot.lac
             state.explicit_lac, state.limbo = snapshot.explicit_lac, snapshot.limbo

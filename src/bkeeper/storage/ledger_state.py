@@ -24,7 +24,7 @@ __all__ = [
     "DENSE_SLOTS_PER_ENTRY_MAX",
     "LedgerLocations",
     "LedgerSnapshot",
-    "LedgerState",
+    "StoredLedger",
 ]
 
 #: Locations live in a dense ``array('Q')`` (8 bytes a slot) indexed by entry id minus the
@@ -125,8 +125,10 @@ class LedgerSnapshot:
     limbo: bool = False
 
 
-class LedgerState:
-    """A ledger's state. Mutated only under the storage lock."""
+class StoredLedger:
+    """A ledger as this bookie stores it: master key, fenced flag, LAC, limbo and where its
+    entries are. Not :class:`bkeeper.meta.LedgerState` (the ledger's OPEN/IN_RECOVERY/CLOSED
+    state in the metadata). Mutated only under the storage lock."""
 
     __slots__ = (
         "deleted",
@@ -154,7 +156,7 @@ class LedgerState:
         self.dirty = True
 
     @classmethod
-    def restore(cls, snapshot: LedgerSnapshot) -> LedgerState:
+    def restore(cls, snapshot: LedgerSnapshot) -> StoredLedger:
         state = cls(snapshot.ledger_id, snapshot.master_key)
         state.fenced = snapshot.fenced
         state.lac = snapshot.lac

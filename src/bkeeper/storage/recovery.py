@@ -36,7 +36,7 @@ from bkeeper.storage.index_file import index_file_generation, load_index
 from bkeeper.storage.journal import JournalPosition
 from bkeeper.storage.journal_format import FILE_HEADER_BYTES, JournalRecord, RecordKind
 from bkeeper.storage.journal_replay import ReplayOutcome, journal_file_ids, replay_journals
-from bkeeper.storage.ledger_state import LedgerState
+from bkeeper.storage.ledger_state import StoredLedger
 
 __all__ = ["Recovered", "apply_record", "recover", "remove_files_of_failed_open"]
 
@@ -206,6 +206,6 @@ def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> No
                 fs.remove(os.path.join(directory, name))
 
 
-def _live_bytes(ledgers: dict[int, LedgerState]) -> int:
+def _live_bytes(ledgers: dict[int, StoredLedger]) -> int:
     """A rough size of a full index snapshot."""
     return sum(64 + 16 * len(s.locations) for s in ledgers.values())

@@ -57,7 +57,7 @@ from bkeeper.storage.framing import frame_header
 from bkeeper.storage.journal import DurableCallback, Journal
 from bkeeper.storage.journal_format import RecordKind, ledger_record
 from bkeeper.storage.journal_replay import ReplayOutcome
-from bkeeper.storage.ledger_state import LedgerState
+from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.recovery import recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
@@ -239,7 +239,7 @@ class Storage:
             self._journal.append_locked(record, b"", token)
             self._engine.delete_locked(ledger_id)
 
-    def _ledger_for_write_locked(self, ledger_id: int, master_key: bytes) -> LedgerState:
+    def _ledger_for_write_locked(self, ledger_id: int, master_key: bytes) -> StoredLedger:
         engine = self._engine
         state = engine.ledgers.get(ledger_id)
         if state is not None and state.master_key == master_key:
@@ -304,7 +304,7 @@ class Storage:
         return bodies
 
     def _find_run_locked(
-        self, state: LedgerState, start_entry_id: int, max_count: int
+        self, state: StoredLedger, start_entry_id: int, max_count: int
     ) -> list[bytes | int]:
         """Bodies (cached) or entry-log locations of consecutive entries from
         ``start_entry_id``, up to the first missing one or ``max_count`` entries (the
@@ -332,20 +332,20 @@ class Storage:
                 raise self._absent(error, state)
         return found, entry_id
 
-    def _state_locked(self, ledger_id: int) -> LedgerState:
+    def _state_locked(self, ledger_id: int) -> StoredLedger:
         state = self._engine.ledgers.get(ledger_id)
         if state is None:
             raise self._absent(NoSuchLedgerError(f"no ledger {ledger_id}"), None)
         return state
 
-    def _last_entry_id_locked(self, state: LedgerState) -> int:
+    def _last_entry_id_locked(self, state: StoredLedger) -> int:
         if state.limbo or self._engine.limbo:
             raise DataUnknownError(
                 f"ledger {state.ledger_id} is in limbo: its last entry is unknown until repaired"
             )
         return state.last_entry_id
 
-    def _absent(self, error: Exception, state: LedgerState | None) -> Exception:
+    def _absent(self, error: Exception, state: StoredLedger | None) -> Exception:
         if state is not None and state.limbo:
             return DataUnknownError(f"{error} (ledger in limbo: entries may have been lost)")
         if self._engine.limbo:
