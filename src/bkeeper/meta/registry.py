@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     ConfigError,
     ConnectionLossError,
@@ -59,8 +60,15 @@ class BookieSet:
 class BookieRegistry:
     """Register bookies, list them, look up their service info, watch membership."""
 
-    def __init__(self, store: NodeStore, root: str, config: RegistryConfig | None = None) -> None:
+    def __init__(
+        self,
+        store: NodeStore,
+        root: str,
+        config: RegistryConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._store = store
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._root = root
         self._config = config or RegistryConfig()
         self._writable_dir = join_path(root, AVAILABLE)
@@ -130,8 +138,8 @@ class BookieRegistry:
 
     async def create_owned(self, path: str, data: bytes) -> None:
         """Create ephemeral ``path`` for this session, waiting out a stale one from another."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._config.stale_registration_wait_ms / 1000
+        clock = self._clock
+        deadline = clock.monotonic() + self._config.stale_registration_wait_ms / 1000
         waited = False
         while True:
             try:
@@ -142,7 +150,7 @@ class BookieRegistry:
             stat = await self._store.exists(path)
             if stat is not None and stat.ephemeral_owner == self._store.session_id:
                 return
-            if loop.time() >= deadline:
+            if clock.monotonic() >= deadline:
                 raise NodeExistsError(f"{path} is held by another live session")
             if not waited:
                 waited = True
@@ -150,11 +158,11 @@ class BookieRegistry:
                     "%s is held by an earlier session (a process that died?); waiting up to "
                     "%.0f s for it to expire",
                     path,
-                    deadline - loop.time(),
+                    deadline - clock.monotonic(),
                 )
             async with await self._store.watch(path) as gone:
                 if await self._store.exists(path) is not None:
-                    await _wait_quietly(gone.get(), deadline - loop.time())
+                    await _wait_quietly(gone.get(), deadline - clock.monotonic())
 
     async def _children(self, path: str) -> list[str]:
         try:

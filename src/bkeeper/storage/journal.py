@@ -39,10 +39,10 @@ import collections
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BookieIOError, DiskFullError, TooManyRequestsError
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskSpace, DiskState
@@ -110,8 +110,10 @@ class Journal:
         on_durable: DurableCallback,
         file_id: int,
         disk: DiskSpace | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._fs = fs
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._disk = disk
         self._directory = directory
         self._config = config
@@ -244,7 +246,7 @@ class Journal:
                 if self._aborted:
                     return None
                 if self._records:
-                    wait_s = self._group_due - time.monotonic()
+                    wait_s = self._group_due - self._clock.monotonic()
                     reason = cut_reason(
                         config,
                         records=self._records,
@@ -271,7 +273,7 @@ class Journal:
             self._buf = bytearray(GROUP_HEADER_BYTES)
             self._tokens = []
             self._records = 0
-        self._group_due = time.monotonic() + config.journal_max_group_wait_s
+        self._group_due = self._clock.monotonic() + config.journal_max_group_wait_s
         return group
 
     def _write_group(self, buf: bytearray, count: int) -> BaseException | None:

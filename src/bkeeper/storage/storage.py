@@ -37,6 +37,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bkeeper.common.clock import Clock
 from bkeeper.common.errors import (
     BadRequestError,
     DataUnknownError,
@@ -125,6 +126,7 @@ class Storage:
         fs: FileSystem | None = None,
         on_durable: DurableCallback | None = None,
         on_disk_state: Callable[[DiskState], None] | None = None,
+        clock: Clock | None = None,
     ) -> Storage:
         """Load the last checkpoint, replay the journal, checkpoint, start the threads.
 
@@ -150,6 +152,7 @@ class Storage:
             on_durable or _ignore,
             recovered.next_journal_file_id,
             disk,
+            clock,
         )
         journal.start()
         storage = cls(config, fs, engine, flusher, journal, recovered.replay, disk)
