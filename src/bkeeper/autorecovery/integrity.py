@@ -44,11 +44,11 @@ from bkeeper.autorecovery.expected import missing_entries
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import (
     BKeeperError,
-    ConfigError,
     LedgerNotFoundError,
     StorageError,
     TooManyRequestsError,
 )
+from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.server.bookie import Bookie
 from bkeeper.storage import Storage
@@ -80,17 +80,15 @@ class IntegrityCheckConfig:
     add_retry_interval_ms: int = 25
 
     def __post_init__(self) -> None:
-        for name in (
+        check_positive_ints(
+            self,
             "ledgers_in_flight_max",
             "ranges_in_flight_max",
             "attempts_max",
             "retry_interval_ms",
             "add_retries_max",
             "add_retry_interval_ms",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        )
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError, MetadataError, NodeExistsError
 from bkeeper.common.ids import LedgerId
+from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.layout import IDGEN, IDGEN_LONG, SHORT_LEDGER_ID_LIMIT
 from bkeeper.meta.store import NodeStore, join_path
 
@@ -41,8 +42,7 @@ class IdGeneratorConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.short_id_limit <= SHORT_LEDGER_ID_LIMIT:
             raise ConfigError(f"short_id_limit: must be in [1, 2^31-1], got {self.short_id_limit}")
-        if self.attempts_max < 1:
-            raise ConfigError(f"attempts_max: must be >= 1, got {self.attempts_max}")
+        check_positive_ints(self, "attempts_max")
 
 
 class LedgerIdGenerator:

@@ -30,6 +30,7 @@ from bkeeper.common.errors import (
     SessionExpiredError,
 )
 from bkeeper.common.ids import BookieId
+from bkeeper.common.validate import check_non_negative_ints
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.events import Subscription, TaskOwner, wait_any
 from bkeeper.meta.layout import AVAILABLE, READONLY
@@ -45,8 +46,7 @@ class RegistryConfig:
     stale_registration_wait_ms: int = 10_000
 
     def __post_init__(self) -> None:
-        if self.stale_registration_wait_ms < 0:
-            raise ConfigError("stale_registration_wait_ms: must be >= 0")
+        check_non_negative_ints(self, "stale_registration_wait_ms")
 
 
 @dataclass(frozen=True)

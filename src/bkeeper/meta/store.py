@@ -30,7 +30,8 @@ import enum
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from bkeeper.common.errors import ConfigError, MetadataError
+from bkeeper.common.errors import MetadataError
+from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.events import Subscription
 
 __all__ = [
@@ -78,16 +79,15 @@ class StoreConfig:
     session_events_max: int = 64
 
     def __post_init__(self) -> None:
-        for name in (
+        check_positive_ints(
+            self,
             "session_timeout_ms",
             "connect_timeout_ms",
             "reconnect_delay_ms_max",
             "watch_events_max",
             "watches_max",
             "session_events_max",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from google.protobuf.message import Message
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
-    ConfigError,
     MetadataError,
     MetadataVersionError,
     NodeExistsError,
@@ -36,6 +35,7 @@ from bkeeper.common.errors import (
     ProtocolError,
 )
 from bkeeper.common.ids import LedgerId
+from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_lock_path
 from bkeeper.meta.store import ANY_VERSION, NodeStore, join_path, parent_path
@@ -57,8 +57,7 @@ class UnderReplicationConfig:
     mark_attempts_max: int = 16
 
     def __post_init__(self) -> None:
-        if self.mark_attempts_max < 1:
-            raise ConfigError("mark_attempts_max: must be >= 1")
+        check_positive_ints(self, "mark_attempts_max")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.validate import (
+    check_int_in_range,
+    check_non_negative_ints,
+    check_number_in_range,
+    check_positive_ints,
+)
 
 __all__ = ["StorageConfig"]
 
@@ -73,10 +79,9 @@ class StorageConfig:
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ConfigError("data_dir: a data directory is required")
-        wait = self.journal_max_group_wait_ms
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 1000:
-            raise ConfigError(f"journal_max_group_wait_ms: must be 0..1000, got {wait!r}")
-        for name in (
+        check_number_in_range("journal_max_group_wait_ms", self.journal_max_group_wait_ms, 0, 1000)
+        check_positive_ints(
+            self,
             "journal_group_bytes_max",
             "journal_group_entries_max",
             "journal_queue_entries_max",
@@ -88,10 +93,7 @@ class StorageConfig:
             "entry_log_read_handles_max",
             "index_compaction_bytes_min",
             "journal_remove_step_bytes",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        )
         flush = self.write_cache_flush_bytes
         if flush is not None and (
             isinstance(flush, bool)
@@ -109,14 +111,8 @@ class StorageConfig:
                 f"got {self.entry_log_bytes_max}"
             )
         self._check_disk_thresholds()
-        reserve = self.disk_high_priority_free_bytes_min
-        if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
-            raise ConfigError(
-                f"disk_high_priority_free_bytes_min: must be an integer >= 0, got {reserve!r}"
-            )
-        pause = self.journal_remove_pause_ms
-        if isinstance(pause, bool) or not isinstance(pause, int) or not 0 <= pause <= 1000:
-            raise ConfigError(f"journal_remove_pause_ms: must be 0..1000, got {pause!r}")
+        check_non_negative_ints(self, "disk_high_priority_free_bytes_min")
+        check_int_in_range("journal_remove_pause_ms", self.journal_remove_pause_ms, 0, 1000)
         if not isinstance(self.journal_skip_corrupt_records, bool):
             raise ConfigError("journal_skip_corrupt_records: must be a bool")
 

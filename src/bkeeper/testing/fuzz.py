@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.validate import check_non_negative_ints, check_positive_ints
 from bkeeper.testing.fuzz_frames import FrameFactory, Pool
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
@@ -132,16 +133,11 @@ class FuzzConfig:
     def __post_init__(self) -> None:
         if not self.duration_s > 0:
             raise ConfigError(f"duration_s: must be positive, got {self.duration_s!r}")
-        for name in ("batch_frames", "window_frames", "stream_frames_max", "ledgers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
-        for name in ("streams", "closers", "partial_connections", "idle_connections"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}: must not be negative, got {getattr(self, name)!r}")
-        if self.rss_growth_bytes_max < 1:
-            raise ConfigError(
-                f"rss_growth_bytes_max: must be positive, got {self.rss_growth_bytes_max!r}"
-            )
+        check_positive_ints(self, "batch_frames", "window_frames", "stream_frames_max", "ledgers")
+        check_non_negative_ints(
+            self, "streams", "closers", "partial_connections", "idle_connections"
+        )
+        check_positive_ints(self, "rss_growth_bytes_max")
 
 
 @dataclass

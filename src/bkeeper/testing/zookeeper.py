@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.validate import check_port
 
 __all__ = [
     "DEBIAN_JAVA_DIR",
@@ -72,8 +73,7 @@ class ZooKeeperConfig:
     java: str = "java"
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port < 65536:
-            raise ConfigError(f"port: {self.port} is not a TCP port (0..65535)")
+        check_port("port", self.port)
         if self.tick_time_ms < 1 or self.start_timeout_s <= 0 or self.stop_timeout_s <= 0:
             raise ConfigError("tick_time_ms, start_timeout_s and stop_timeout_s must be > 0")
 
