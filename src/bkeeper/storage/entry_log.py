@@ -26,7 +26,14 @@ from collections.abc import Sequence
 from crc32c import crc32c
 
 from bkeeper.common.errors import CorruptRecordError
-from bkeeper.storage.filesystem import FileSystem, ReadableFile, WritableFile, create_durably
+from bkeeper.storage.filesystem import (
+    FileSystem,
+    ReadableFile,
+    WritableFile,
+    create_durably,
+    numbered_file_name,
+    numbered_file_number,
+)
 
 __all__ = [
     "ENTRY_LOG_HEADER_BYTES",
@@ -69,17 +76,12 @@ def _run_end(locations: Sequence[int], start: int) -> int:
 
 
 def entry_log_name(log_id: int) -> str:
-    return f"{log_id:016x}{SUFFIX}"
+    return numbered_file_name(log_id, SUFFIX)
 
 
 def entry_log_id(name: str) -> int | None:
-    """The id in an entry log file name, or None for any other file."""
-    if not name.endswith(SUFFIX) or len(name) != 16 + len(SUFFIX):
-        return None
-    try:
-        return int(name[:16], 16)
-    except ValueError:
-        return None
+    """The number in a file name of this kind, or None for any other file."""
+    return numbered_file_number(name, SUFFIX)
 
 
 def location_of(log_id: int, offset: int) -> int:

@@ -31,6 +31,8 @@ __all__ = [
     "ReadableFile",
     "WritableFile",
     "create_durably",
+    "numbered_file_name",
+    "numbered_file_number",
     "write_file_atomic",
 ]
 
@@ -247,3 +249,21 @@ class OsFileSystem:
     def disk_usage(self, path: str) -> tuple[int, int]:
         usage = shutil.disk_usage(path)
         return usage.total, usage.free
+
+
+def numbered_file_name(number: int, suffix: str, prefix: str = "") -> str:
+    """``<prefix><number as 16 hex digits><suffix>``: how journals, entry logs and index
+    files are named, so a directory listing sorts them by number."""
+    return f"{prefix}{number:016x}{suffix}"
+
+
+def numbered_file_number(name: str, suffix: str, prefix: str = "") -> int | None:
+    """The number in a name made by :func:`numbered_file_name`, or None for any other file."""
+    if len(name) != len(prefix) + 16 + len(suffix):
+        return None
+    if not (name.startswith(prefix) and name.endswith(suffix)):
+        return None
+    try:
+        return int(name[len(prefix) : len(prefix) + 16], 16)
+    except ValueError:
+        return None

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bkeeper.common.errors import CorruptRecordError
-from bkeeper.storage.filesystem import FileSystem
+from bkeeper.storage.filesystem import FileSystem, numbered_file_name, numbered_file_number
 from bkeeper.storage.framing import FrameStatus, decode_frame, encode_frame
 from bkeeper.storage.ledger_state import LedgerSnapshot, StoredLedger
 
@@ -60,16 +60,12 @@ PREFIX, SUFFIX = "index-", ".idx"
 
 
 def index_file_name(generation: int) -> str:
-    return f"{PREFIX}{generation:016x}{SUFFIX}"
+    return numbered_file_name(generation, SUFFIX, PREFIX)
 
 
 def index_file_generation(name: str) -> int | None:
-    if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
-        return None
-    try:
-        return int(name[len(PREFIX) : -len(SUFFIX)], 16)
-    except ValueError:
-        return None
+    """The number in a file name of this kind, or None for any other file."""
+    return numbered_file_number(name, SUFFIX, PREFIX)
 
 
 def encode_index_header(generation: int) -> bytes:

@@ -29,6 +29,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from bkeeper.storage.filesystem import numbered_file_name, numbered_file_number
 from bkeeper.storage.framing import (
     RECORD_HEADER_BYTES,
     FrameStatus,
@@ -80,17 +81,12 @@ _GROUP_KINDS = frozenset({int(RecordKind.GROUP)})
 
 
 def journal_file_name(file_id: int) -> str:
-    return f"{file_id:016x}{SUFFIX}"
+    return numbered_file_name(file_id, SUFFIX)
 
 
 def journal_file_id(name: str) -> int | None:
-    """The id in a journal file name, or None for any other file."""
-    if not name.endswith(SUFFIX) or len(name) != 16 + len(SUFFIX):
-        return None
-    try:
-        return int(name[:16], 16)
-    except ValueError:
-        return None
+    """The number in a file name of this kind, or None for any other file."""
+    return numbered_file_number(name, SUFFIX)
 
 
 def encode_file_header(file_id: int) -> bytes:
