@@ -103,7 +103,7 @@ def index_bench(count: int, ledgers: int, ids: str) -> None:
     (lmdb and rocksdict are skipped when not installed)."""
     if count < ledgers:
         raise click.BadParameter(f"{count} is fewer than --ledgers {ledgers}",
-                                 param_hint="--count")  # fmt: skip
+                                 param_hint="'--count'")  # fmt: skip
     keys, lookups = index_keys(count, ledgers, ids)
     with progress() as bar:
         task = bar.add_task("engines", total=len(CANDIDATES))

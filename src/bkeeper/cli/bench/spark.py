@@ -98,7 +98,8 @@ def cpu_split_bench(
                 )
         finally:
             spark.stop()
-    results.append(BenchResult(f"spark read {master}, {runs} runs", split.rows, split.seconds))
+    label = f"spark read {master}, {runs} run{'s' if runs > 1 else ''}"
+    results.append(BenchResult(label, split.rows, split.seconds))
     print_results(results, "rows")
     _print_cpu_split(split)
 
