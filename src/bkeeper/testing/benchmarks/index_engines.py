@@ -25,6 +25,7 @@ import tracemalloc
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from bkeeper.storage.index_file import IndexDelta, LocationRun, encode_delta
 from bkeeper.storage.ledger_state import LedgerLocations
@@ -197,7 +198,8 @@ def bench_rocksdict(keys: Keys, lookups: Keys, directory: str) -> Measured:
 
     path = os.path.join(directory, "rocks")
     db = Rdict(path, Options(raw_mode=True))
-    options = WriteOptions()
+    # rocksdict's stubs declare ``disable_wal`` a method; at runtime it is a property.
+    options: Any = WriteOptions()
     options.disable_wal = True  # the journal is the WAL; flush() at checkpoint persists
     db.set_write_options(options)
     start = time.perf_counter()
