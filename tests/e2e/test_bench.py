@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.testing.benchmarks.connection_chunks import SHAPES
+from bkeeper.testing.benchmarks.cpu_split import command_label
 from bkeeper.testing.benchmarks.index_engines import CANDIDATES
 from tests.e2e.helpers import bkeeper
 
@@ -78,6 +79,18 @@ def test_bench_spark_and_cpu_split_run(real_cluster) -> None:
     assert cpu_header == ["pid", "CPU s", "CPU share", "command"]
     assert processes, split.stdout
     assert all(_number(row[1]) >= 0.05 for row in processes)
+
+
+def test_cpu_split_names_a_jvm_by_its_main_class() -> None:
+    java = "/usr/lib/jvm/java-17/bin/java"
+    zookeeper = [java, "-cp", "/a/b.jar:/c/d.jar", "-Xmx512m", "-Dzookeeper.x=1",
+                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", "/tmp/zoo.cfg", ""]  # fmt: skip
+    assert command_label(zookeeper) == (
+        "java org.apache.zookeeper.server.quorum.QuorumPeerMain /tmp/zoo.cfg"
+    )
+    assert command_label(["python", "-m", "bkeeper", "bookie", ""]) == "python -m bkeeper bookie"
+    assert command_label([java, "-version"]) == f"{java} -version"
+    assert len(command_label(["x" * 50, "y" * 50])) == 90
 
 
 def test_bench_codec_and_bookie_run(tmp_path: Path) -> None:

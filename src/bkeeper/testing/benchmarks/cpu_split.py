@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["CpuSplit", "ProcessCpu", "cpu_by_process", "measure_cpu_split"]
+__all__ = ["CpuSplit", "ProcessCpu", "command_label", "cpu_by_process", "measure_cpu_split"]
 
 #: Characters of a process's command line kept for the table.
 COMMAND_CHARS_MAX = 90
+#: ``java`` options followed by a value.
+_JAVA_OPTIONS_WITH_VALUE = frozenset({"-cp", "-classpath", "--class-path", "-p", "--module-path"})
 #: Processes that used less CPU than this during the runs are left out.
 CPU_SECONDS_MIN = 0.05
 
@@ -54,11 +56,24 @@ def cpu_by_process() -> dict[int, tuple[int, str]]:
             with open(f"/proc/{pid}/stat") as stat_file:
                 fields = stat_file.read().rpartition(")")[2].split()
             with open(f"/proc/{pid}/cmdline") as cmd_file:
-                command = cmd_file.read().replace("\0", " ").strip()[:COMMAND_CHARS_MAX]
+                command = command_label(cmd_file.read().split("\0"))
         except OSError:  # the process ended while we looked
             continue
         found[int(pid)] = (int(fields[11]) + int(fields[12]), command)
     return found
+
+
+def command_label(argv: list[str]) -> str:
+    """A process's command line in at most :data:`COMMAND_CHARS_MAX` characters; a JVM's
+    starts at its main class (ZooKeeper and Spark are both ``java -cp <long path> ...``)."""
+    words = [word for word in argv if word]
+    if words and os.path.basename(words[0]) == "java":
+        index = 1
+        while index < len(words) and words[index].startswith("-"):
+            index += 2 if words[index] in _JAVA_OPTIONS_WITH_VALUE else 1
+        if index < len(words):
+            words = ["java", *words[index:]]
+    return " ".join(words)[:COMMAND_CHARS_MAX]
 
 
 def measure_cpu_split(
