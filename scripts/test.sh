@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[test]'
-echo "== ruff"; ruff check src tests benchmarks examples; ruff format --check src tests benchmarks examples
+echo "== ruff"; ruff check src tests examples; ruff format --check src tests examples
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports
 echo "== pytest"; python -m pytest "$@"

@@ -6,7 +6,7 @@
 - ``zookeeper``, ``bookie_process``, ``sandbox``: a real ZooKeeper and real bookie processes;
 - ``journal_faults``, ``tmpfs``: crash and disk-full fixtures for the storage engine;
 - ``fuzz``, ``fuzz_frames``: the protocol fuzzer behind ``bkeeper bench fuzz``;
-- ``benchmarks``: the measured workloads behind ``bkeeper bench``.
+- ``benchmarks``: the measured workloads behind every ``bkeeper bench`` command, a module each.
 
 Modules are imported by name; importing this package loads none of them.
 """

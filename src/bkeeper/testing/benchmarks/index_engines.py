@@ -1,14 +1,12 @@
-"""Measure candidate location-index engines: put and get rates of (ledger, entry) -> location.
-
-Usage: ``python benchmarks/index_engines.py [--count 1000000] [--ledgers 100]
-[--ids dense|striped|sparse|huge-first]``
+"""``bkeeper bench index``: candidate location-index engines, put and get rates of
+(ledger, entry) -> location.
 
 Each candidate stores ``count`` locations (``ledgers`` ledgers; entry ids dense from 0 as a
 bookie usually receives them, every third id as one bookie of a striped E=3/Qw=1 ledger,
 random 63-bit ids, or dense from 2^20), makes them durable the way it would at a checkpoint,
 then reads every one back in random order. Candidates that are not installed are skipped
-(``pip install lmdb rocksdict`` to include them). Prints one line per candidate: puts/s,
-gets/s, bytes on disk and Python memory held by the in-memory index (tracemalloc).
+(``pip install lmdb rocksdict`` to include them). Each gives puts/s, gets/s, bytes on disk and
+Python memory held by the in-memory index (tracemalloc).
 
 ``bkeeper LedgerLocations`` is the engine's own index (``bkeeper.storage.ledger_state``) with
 its real checkpoint encoding; ``previous LedgerLocations`` is the one it replaced (a dense
@@ -17,7 +15,6 @@ array from id 0 that allowed gaps of up to 2^20 slots), kept here to compare in 
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import shutil
@@ -27,9 +24,20 @@ import time
 import tracemalloc
 from array import array
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from bkeeper.storage.index_file import IndexDelta, LocationRun, encode_delta
 from bkeeper.storage.ledger_state import LedgerLocations
+
+__all__ = [
+    "CANDIDATES",
+    "ID_PATTERNS",
+    "IndexEngineResult",
+    "PreviousLedgerLocations",
+    "bench_index_engines",
+    "index_keys",
+]
 
 KEY = struct.Struct(">qq")
 VALUE = struct.Struct(">Q")
@@ -190,7 +198,8 @@ def bench_rocksdict(keys: Keys, lookups: Keys, directory: str) -> Measured:
 
     path = os.path.join(directory, "rocks")
     db = Rdict(path, Options(raw_mode=True))
-    options = WriteOptions()
+    # rocksdict's stubs declare ``disable_wal`` a method; at runtime it is a property.
+    options: Any = WriteOptions()
     options.disable_wal = True  # the journal is the WAL; flush() at checkpoint persists
     db.set_write_options(options)
     start = time.perf_counter()
@@ -232,33 +241,55 @@ ID_PATTERNS: dict[str, Callable[[int, random.Random], list[int]]] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=1_000_000)
-    parser.add_argument("--ledgers", type=int, default=100)
-    parser.add_argument("--ids", choices=sorted(ID_PATTERNS), default="dense")
-    args = parser.parse_args()
-    per_ledger = args.count // args.ledgers
-    rng = random.Random(1)
-    pattern = ID_PATTERNS[args.ids]
-    keys = [(ledger, entry) for ledger in range(args.ledgers) for entry in pattern(per_ledger, rng)]
+@dataclass(frozen=True)
+class IndexEngineResult:
+    """One candidate's figures; ``skipped`` says why there are none (not installed)."""
+
+    name: str
+    locations: int
+    put_s: float = 0.0
+    get_s: float = 0.0
+    disk_bytes: int = 0
+    memory_bytes: int = 0
+    skipped: str = ""
+
+    @property
+    def puts_per_s(self) -> float:
+        return self.locations / self.put_s if self.put_s > 0 else 0.0
+
+    @property
+    def gets_per_s(self) -> float:
+        return self.locations / self.get_s if self.get_s > 0 else 0.0
+
+
+def index_keys(count: int, ledgers: int, ids: str, seed: int = 1) -> tuple[Keys, Keys]:
+    """The (ledger, entry) keys in the order they are stored (``count // ledgers`` per ledger,
+    entry ids as ``ids`` in :data:`ID_PATTERNS` says), and the same shuffled for the reads."""
+    per_ledger = count // ledgers
+    rng = random.Random(seed)
+    pattern = ID_PATTERNS[ids]
+    keys = [(ledger, entry) for ledger in range(ledgers) for entry in pattern(per_ledger, rng)]
     lookups = keys[:]
     rng.shuffle(lookups)
-    print(f"{len(keys):,} locations in {args.ledgers} ledgers, {args.ids} entry ids")
+    return keys, lookups
+
+
+def bench_index_engines(
+    keys: Keys, lookups: Keys, progress: Callable[[str], None] | None = None
+) -> list[IndexEngineResult]:
+    """Every candidate of :data:`CANDIDATES` in its own temporary directory; ``progress`` is
+    told each candidate's name as it starts."""
+    results = []
     for name, bench in CANDIDATES.items():
+        if progress is not None:
+            progress(name)
         directory = tempfile.mkdtemp(prefix="bkeeper-index-")
         try:
             put_s, get_s, size, memory = bench(keys, lookups, directory)
-        except ImportError as exc:
-            print(f"{name:45s} skipped: {exc}")
+        except ImportError as exc:  # an optional engine that is not installed
+            results.append(IndexEngineResult(name, len(keys), skipped=str(exc)))
             continue
         finally:
             shutil.rmtree(directory, ignore_errors=True)
-        print(
-            f"{name:45s} puts/s {len(keys) / put_s:>12,.0f}   gets/s {len(keys) / get_s:>12,.0f}"
-            f"   disk {size / 1e6:7.1f} MB   memory {memory / 1e6:7.1f} MB"
-        )
-
-
-if __name__ == "__main__":
-    main()
+        results.append(IndexEngineResult(name, len(keys), put_s, get_s, size, memory))
+    return results

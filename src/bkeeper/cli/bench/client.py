@@ -1,0 +1,215 @@
+"""``bkeeper bench codec | bookie | write | read | log``: what a client of the cluster sees,
+from encoding a frame to appending to a named log."""
+
+from __future__ import annotations
+
+import click
+
+from bkeeper.cli.bench._common import (
+    KEEP,
+    METADATA,
+    cluster,
+    parse_address,
+    print_results,
+    protocol_of,
+)
+from bkeeper.testing.benchmarks import (
+    BenchResult,
+    bench_bookie_adds,
+    bench_client_reads,
+    bench_client_writes,
+    bench_codec,
+    bench_log,
+    delete_ledger,
+    local_bookie,
+)
+from bkeeper.wire.codes import Protocol
+from bkeeper.wire.digest import DigestType
+
+__all__ = ["bookie_bench", "codec", "log_bench", "read_bench", "write_bench"]
+
+
+@click.command("codec")
+@click.option("--count", default=200_000, show_default=True, type=click.IntRange(1))
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--digest",
+    default="crc32c",
+    show_default=True,
+    type=click.Choice(["crc32", "crc32c", "hmac", "dummy"]),
+)
+def codec(count: int, entry_size: int, digest: str) -> None:
+    """Encode+decode rate of ADD_ENTRY requests (with digest) and responses, v2 and v3."""
+    digest_type = DigestType.parse(digest)
+    results: list[BenchResult] = []
+    for protocol in (Protocol.V2, Protocol.V3):
+        results.extend(bench_codec(protocol, count, entry_size, digest_type))
+    print_results(results, "msg")
+
+
+@click.command("bookie")
+@click.option("--address", default="", help="host:port of a running bookie (default: start one).")
+@click.option("--data-dir", default=None, help="Data directory of the bookie started here.")
+@click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--in-flight", default=2000, show_default=True, type=click.IntRange(1))
+@click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop adds/s.")
+def bookie_bench(
+    address: str,
+    data_dir: str | None,
+    protocol: str,
+    entry_size: int,
+    duration: float,
+    in_flight: int,
+    rate: float | None,
+) -> None:
+    """Acknowledged (fsynced) adds/s, MB/s and latency against one bookie."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    proto = protocol_of(protocol)
+
+    async def run(host: str, port: int) -> None:
+        result = await bench_bookie_adds(
+            host,
+            port,
+            protocol=proto,
+            entry_bytes=entry_size,
+            duration_s=duration,
+            in_flight=in_flight,
+            rate=rate,
+        )
+        print_results([result], "adds")
+
+    if address:
+        run_event_loop(run(*parse_address(address, "--address")))
+    else:
+        with local_bookie(data_dir) as (host, port):
+            run_event_loop(run(host, port))
+
+
+@click.command("write")
+@METADATA
+@click.option("--ensemble", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--write-quorum", default=3, show_default=True, type=click.IntRange(1))
+@click.option("--ack-quorum", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
+@click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
+@click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
+@click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
+@KEEP
+def write_bench(
+    metadata_uri: str,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entry_size: int,
+    duration: float,
+    in_flight: int,
+    rate: float | None,
+    protocol: str,
+    also_read: bool,
+    keep: bool,
+) -> None:
+    """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    proto = protocol_of(protocol)
+
+    async def run(uri: str) -> list[BenchResult]:
+        result, ledger_id = await bench_client_writes(
+            uri,
+            ensemble=ensemble,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            entry_bytes=entry_size,
+            duration_s=duration,
+            in_flight=in_flight,
+            rate=rate,
+            protocol=proto,
+        )
+        results = [result]
+        try:
+            if also_read:
+                results.append(await bench_client_reads(uri, ledger_id))
+        finally:
+            if not keep:
+                await delete_ledger(uri, ledger_id)
+        return results
+
+    with cluster(metadata_uri, ensemble) as uri:
+        print_results(run_event_loop(run(uri)), "entries")
+
+
+@click.command("read")
+@METADATA
+@click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Ledger to read (default: "
+              "write one of --entries entries first).")  # fmt: skip
+@click.option("--password", default="bench", show_default=True, help="Password of --ledger.")
+@click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
+@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@KEEP
+def read_bench(
+    metadata_uri: str,
+    ledger_id: int | None,
+    password: str,
+    entries: int,
+    entry_size: int,
+    keep: bool,
+) -> None:
+    """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    async def run(uri: str) -> list[BenchResult]:
+        target = ledger_id
+        results = []
+        if target is None:
+            written, target = await bench_client_writes(
+                uri,
+                ensemble=3,
+                write_quorum=3,
+                ack_quorum=2,
+                entry_bytes=entry_size,
+                duration_s=3600.0,
+                in_flight=1000,
+                count=entries,
+            )
+            results.append(written)
+        try:
+            results.append(await bench_client_reads(uri, target, password.encode()))
+        finally:
+            if ledger_id is None and not keep:  # only the ledger written here
+                await delete_ledger(uri, target)
+        return results
+
+    with cluster(metadata_uri, 3) as uri:
+        print_results(run_event_loop(run(uri)), "entries")
+
+
+@click.command("log")
+@METADATA
+@click.option("--entry-size", default=100, show_default=True, type=click.IntRange(0))
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--rate",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Open-loop appends/s (a large rate measures the maximum).",
+)
+def log_bench(
+    metadata_uri: str, entry_size: int, duration: float, in_flight: int, rate: float
+) -> None:
+    """Named-log append rate and tail latency (append to visible at a tailing reader)."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    with cluster(metadata_uri, 3) as uri:
+        results = run_event_loop(
+            bench_log(
+                uri, entry_bytes=entry_size, duration_s=duration, in_flight=in_flight, rate=rate
+            )
+        )
+        print_results(results, "records")

@@ -1,0 +1,99 @@
+"""``bkeeper bench write`` and ``read``: one ledger client appending to one ledger (closed or
+open loop), and reading a whole ledger back."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from array import array
+
+from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
+from bkeeper.wire.codes import Protocol
+
+__all__ = ["bench_client_reads", "bench_client_writes", "delete_ledger"]
+
+
+async def bench_client_writes(
+    metadata_uri: str,
+    *,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entry_bytes: int,
+    duration_s: float,
+    in_flight: int,
+    rate: float | None = None,
+    protocol: Protocol = Protocol.V2,
+    count: int | None = None,
+) -> tuple[BenchResult, int]:
+    """Append to one ledger through the client for ``duration_s`` (or until ``count``
+    entries); returns the result and the ledger id."""
+    from bkeeper.client import BookKeeper, ClientConfig
+
+    config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, 1))
+    payload = os.urandom(entry_bytes)
+    latencies: array[float] = array("d")
+    perf = time.perf_counter
+    async with BookKeeper(metadata_uri, config) as bk:
+        wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+
+        def done(sent_at: float, _: asyncio.Future[int]) -> None:
+            latencies.append(perf() - sent_at)
+
+        start = perf()
+        deadline = start + duration_s
+        sent = 0
+        last: asyncio.Future[int] | None = None
+        while perf() < deadline and (count is None or sent < count):
+            if rate is not None:
+                due = int((perf() - start) * rate) - sent
+                if due <= 0:
+                    await asyncio.sleep(PACING_SLEEP_S)
+                    continue
+            # Open loop: latency counts from when the entry was due, not when it went out.
+            sent_at = perf() if rate is None else start + sent / rate
+            last = await wh.append_async(payload)
+            last.add_done_callback(functools.partial(done, sent_at))
+            sent += 1
+        if last is not None:
+            await last
+        elapsed = perf() - start
+        await wh.close()
+        ledger_id = wh.ledger_id
+    label = (
+        f"client writes E{ensemble}/Qw{write_quorum}/Qa{ack_quorum} {protocol.name}, "
+        f"{entry_bytes} B, in-flight {in_flight}"
+    )
+    if rate is not None:
+        label += f", open loop {rate:.0f}/s"
+    return BenchResult(
+        label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies
+    ), ledger_id
+
+
+async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
+    """Delete a ledger a benchmark wrote."""
+    from bkeeper.client import BookKeeper
+
+    async with BookKeeper(metadata_uri) as bk:
+        await bk.delete_ledger(ledger_id)
+
+
+async def bench_client_reads(
+    metadata_uri: str, ledger_id: int, password: bytes = b"bench"
+) -> BenchResult:
+    """Read a whole (closed) ledger through the client."""
+    from bkeeper.client import BookKeeper
+
+    perf = time.perf_counter
+    async with BookKeeper(metadata_uri) as bk:
+        rh = await bk.open_ledger(ledger_id, password)
+        start = perf()
+        count = size = 0
+        async for entry in rh.read():
+            count += 1
+            size += len(entry.payload)
+        elapsed = perf() - start
+    return BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)

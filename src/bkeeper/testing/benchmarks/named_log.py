@@ -1,0 +1,92 @@
+"""``bkeeper bench log``: named-log appends while another client tails the log."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from array import array
+
+from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
+
+__all__ = ["bench_log"]
+
+
+async def bench_log(
+    metadata_uri: str,
+    *,
+    entry_bytes: int,
+    duration_s: float,
+    in_flight: int,
+    rate: float | None = None,
+) -> list[BenchResult]:
+    """Append to a fresh named log while another client tails it; the append results (latency
+    to acknowledgement) and the tail results (latency from append to the tailing reader).
+    The log is deleted afterwards."""
+    from bkeeper.client import BookKeeper, ClientConfig
+    from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs
+
+    name = f"bench-{os.getpid()}-{int(time.time() * 1000)}"
+    perf = time.perf_counter
+    sent_at: list[float] = []
+    append_latency: array[float] = array("d")
+    tail_latency: array[float] = array("d")
+    payload = os.urandom(entry_bytes)
+    writer_config = ClientConfig(pending_adds_max=max(in_flight, 1), explicit_lac_interval_ms=20)
+    async with (
+        BookKeeper(metadata_uri, writer_config) as writer_bk,
+        BookKeeper(metadata_uri, ClientConfig(long_poll_timeout_ms=1_000)) as reader_bk,
+    ):
+        writer_logs = NamedLogs(writer_bk, LogConfig(tail_poll_ms=200))
+        reader_logs = NamedLogs(reader_bk, LogConfig(tail_poll_ms=200))
+        await writer_logs.create(name)
+        try:
+            writer = await writer_logs.log(name).open_writer()
+            reader = await reader_logs.log(name).open_reader(EARLIEST)
+            expected: list[int] = [0]
+            all_sent = asyncio.Event()
+
+            async def tail() -> None:
+                seen = 0
+                async for _record in reader:
+                    tail_latency.append(perf() - sent_at[seen])
+                    seen += 1
+                    if all_sent.is_set() and seen >= expected[0]:
+                        return
+
+            tailing = asyncio.create_task(tail())
+
+            def acked(started: float, _: asyncio.Future[object]) -> None:
+                append_latency.append(perf() - started)
+
+            start = perf()
+            deadline = start + duration_s
+            last: asyncio.Future[object] | None = None
+            while perf() < deadline:
+                if rate is not None:
+                    due = int((perf() - start) * rate) - len(sent_at)
+                    if due <= 0:
+                        await asyncio.sleep(PACING_SLEEP_S)
+                        continue
+                now = perf()
+                sent_at.append(now)
+                last = await writer.append_async(payload)  # type: ignore[assignment]
+                assert last is not None
+                last.add_done_callback(functools.partial(acked, now))
+            if last is not None:
+                await last
+            elapsed = perf() - start
+            expected[0] = len(sent_at)
+            all_sent.set()
+            await writer.close()
+            await asyncio.wait_for(tailing, 30)
+            await reader.close()
+        finally:
+            await writer_logs.delete(name)
+    label = f"log appends, {entry_bytes} B" + (f", open loop {rate:.0f}/s" if rate else "")
+    count = len(sent_at)
+    return [
+        BenchResult(label, count, elapsed, count * entry_bytes, append_latency),
+        BenchResult("  append -> tailing reader", len(tail_latency), elapsed, 0, tail_latency),
+    ]
