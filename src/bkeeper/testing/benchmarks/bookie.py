@@ -49,7 +49,6 @@ async def bench_bookie_adds(
     payload = os.urandom(entry_bytes)
     latencies: array[float] = array("d")
     async with _connection(host, port, protocol) as client:
-        loop = asyncio.get_running_loop()
         outstanding = 0
         next_entry = 0
         failures: list[str] = []
@@ -99,7 +98,6 @@ async def bench_bookie_adds(
             wake.clear()
             await wake.wait()
         elapsed = perf() - start
-        _ = loop
     if failures:
         raise BKeeperError(f"{len(failures)} adds failed, first: {failures[0]}")
     label = f"bookie adds {protocol.name}, {entry_bytes} B, in-flight {in_flight}"
