@@ -9,7 +9,7 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError, LogFencedError, LogTruncatedError
-from bkeeper.namedlog import LogConfig, NamedLogs, Position
+from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.spark.options import source_options
 from bkeeper.spark.plan import EntrySpan, LogView, limit_spans, partition_spans, split_spans
 from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between
@@ -282,3 +282,21 @@ async def test_a_log_pattern_reads_at_most_10000_logs():
     with pytest.raises(ConfigError) as caught:
         await log_names(_ManyLogs(10_001), options)  # type: ignore[arg-type]
     assert str(caught.value) == "logPattern 'log-.*' matches 10001 logs; at most 10000 per query"
+
+
+async def test_latest_means_what_it_means_for_a_log_reader():
+    """A stream starting at "latest" starts where a log reader opened at "latest" does: after
+    every acknowledged record, though the bookies' LAC is one behind until the next append."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        named = await logs.create("a")
+        writer = await named.open_writer()
+        appended = [await writer.append(b"r%d" % i) for i in range(3)]
+        reader = await named.open_reader(LATEST)
+        after_last = Position(appended[-1].ledger_id, appended[-1].entry_id + 1)
+        assert await reader.seek() == after_last
+        assert await LogView(logs).latest("a") == after_last
+        spans, head = await LogView(logs).spans("a", after_last)
+        assert spans == [] and head == after_last, "nothing past the LAC is planned"
+        await reader.close()
+        await writer.close()
