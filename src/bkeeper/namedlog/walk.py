@@ -32,8 +32,9 @@ Data loss: a start before the log's first ledger when a truncation moved past it
 of the list whose metadata is gone. :meth:`LogWalk.spans` returns each such range as a
 :class:`LostRange` and walks on past it; its callers decide whether that is an error.
 
-Limits: sealed ledgers' last entry ids are cached (``sealed_cache_max``); ``latest`` probes at
-most ``latest_probes_max`` entries past the LAC.
+Limits: sealed ledgers' last entry ids are cached (``sealed_cache_max``; a sealed ledger
+deleted later is still walked over from the cache, and reading it finds it gone); ``latest``
+probes at most ``latest_probes_max`` entries past the LAC.
 """
 
 from __future__ import annotations
