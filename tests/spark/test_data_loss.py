@@ -98,7 +98,7 @@ def test_a_ledger_deleted_after_planning_driving_the_reader(spark_cluster, fail,
     from bkeeper.namedlog import LogConfig
     from bkeeper.spark.options import source_options
     from bkeeper.spark.runtime import runtime
-    from bkeeper.spark.source import BatchReader
+    from bkeeper.spark.source import LogBatchReader
 
     uri, log = spark_cluster.uri, f"planned-by-hand-{fail}"
     positions = _planned_log(uri, log)
@@ -106,7 +106,7 @@ def test_a_ledger_deleted_after_planning_driving_the_reader(spark_cluster, fail,
         {"metadata": uri, "log": log, "maxEntriesPerSplit": "100", "failOnDataLoss": fail},
         streaming=False,
     )
-    reader = BatchReader(options)
+    reader = LogBatchReader(options)
     try:
         partitions = reader.partitions()
         assert len(partitions) == 3

@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("pyspark")
 
 from bkeeper.spark.options import sink_options, source_options
-from bkeeper.spark.plan import Span
+from bkeeper.spark.plan import EntrySpan
 from bkeeper.spark.sink import BatchWriter, LedgersMessage, StreamWriter
-from bkeeper.spark.source import BatchReader, ReadPartition, StreamReader
+from bkeeper.spark.source import LogBatchReader, ReadPartition, StreamReader
 
 URI = "zk://127.0.0.1:2181/ledgers"
 
@@ -27,10 +27,12 @@ def test_readers_partitions_and_writers_pickle():
     )
     reader = round_trip(StreamReader(options))
     assert reader.options == options and reader.options.client_config().read_timeout_ms == 900
-    batch = round_trip(BatchReader(source_options({"metadata": URI, "log": "a"}, streaming=False)))
+    batch = round_trip(
+        LogBatchReader(source_options({"metadata": URI, "log": "a"}, streaming=False))
+    )
     assert batch.options.logs == ("a",)
-    partition = round_trip(ReadPartition((Span("a", 3, 0, 9), Span("a", 4, 0, 0))))
-    assert partition.spans[1] == Span("a", 4, 0, 0)
+    partition = round_trip(ReadPartition((EntrySpan("a", 3, 0, 9), EntrySpan("a", 4, 0, 0))))
+    assert partition.spans[1] == EntrySpan("a", 4, 0, 0)
     sink = sink_options({"metadata": URI, "log": "b", "checkpointLocation": "/tmp/x"})
     assert round_trip(StreamWriter(sink, sink.writer_id or "")).writer_id == sink.writer_id
     assert round_trip(BatchWriter(sink, "job")).options == sink

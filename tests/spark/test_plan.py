@@ -9,9 +9,9 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError, LogFencedError, LogTruncatedError
-from bkeeper.namedlog import LogConfig, NamedLogs, Position
+from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.spark.options import source_options
-from bkeeper.spark.plan import LogView, Span, limit_spans, partition_spans, split_spans
+from bkeeper.spark.plan import EntrySpan, LogView, limit_spans, partition_spans, split_spans
 from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between
 from bkeeper.testing.cluster import MemoryCluster
 
@@ -20,8 +20,17 @@ SMALL = LogConfig(roll_bytes=300)
 
 
 def test_split_and_pack():
-    spans = [Span("a", 1, 0, 9), Span("a", 2, 0, 1), Span("a", 3, 5, 5), Span("a", 4, 0, 24)]
-    assert split_spans(spans[:1], 4) == [Span("a", 1, 0, 3), Span("a", 1, 4, 7), Span("a", 1, 8, 9)]
+    spans = [
+        EntrySpan("a", 1, 0, 9),
+        EntrySpan("a", 2, 0, 1),
+        EntrySpan("a", 3, 5, 5),
+        EntrySpan("a", 4, 0, 24),
+    ]
+    assert split_spans(spans[:1], 4) == [
+        EntrySpan("a", 1, 0, 3),
+        EntrySpan("a", 1, 4, 7),
+        EntrySpan("a", 1, 8, 9),
+    ]
     groups = partition_spans(spans, 10)
     assert [sum(s.count for s in g) for g in groups] == [10, 2 + 1, 10, 10, 5]
     flat = [s for g in groups for s in g]
@@ -32,13 +41,13 @@ def test_split_and_pack():
 
 
 def test_limit_shares_by_backlog():
-    spans = {"a": [Span("a", 1, 0, 899)], "b": [Span("b", 2, 0, 99)], "c": []}
+    spans = {"a": [EntrySpan("a", 1, 0, 899)], "b": [EntrySpan("b", 2, 0, 99)], "c": []}
     limited = limit_spans(spans, 100)
     assert sum(s.count for s in limited["a"]) == 90
     assert sum(s.count for s in limited["b"]) == 10
     assert limited["c"] == []
     # A tiny backlog still moves while the limit allows.
-    limited = limit_spans({"a": [Span("a", 1, 0, 9999)], "b": [Span("b", 2, 0, 0)]}, 10)
+    limited = limit_spans({"a": [EntrySpan("a", 1, 0, 9999)], "b": [EntrySpan("b", 2, 0, 0)]}, 10)
     assert sum(s.count for s in limited["b"]) == 1
     assert sum(s.count for items in limited.values() for s in items) == 10
     assert limit_spans(spans, 10_000) == spans
@@ -220,13 +229,13 @@ async def test_pending_ledgers_clean_and_abort_marks():
 def test_bounds_from_filters_only_drop_rejected_entries():
     from bkeeper.spark.plan import Bounds
 
-    spans = [Span("a", 1, 0, 99), Span("a", 2, 0, 99), Span("b", 3, 0, 9)]
+    spans = [EntrySpan("a", 1, 0, 99), EntrySpan("a", 2, 0, 99), EntrySpan("b", 3, 0, 9)]
     bounds = Bounds().restrict("ledger", ">=", 2).restrict("entry", "<", 50)
-    assert bounds.narrow(spans) == [Span("a", 2, 0, 49), Span("b", 3, 0, 9)]
+    assert bounds.narrow(spans) == [EntrySpan("a", 2, 0, 49), EntrySpan("b", 3, 0, 9)]
     bounds = Bounds().restrict("log", "in", ("b", "c")).restrict("log", "=", "b")
-    assert bounds.narrow(spans) == [Span("b", 3, 0, 9)]
+    assert bounds.narrow(spans) == [EntrySpan("b", 3, 0, 9)]
     assert Bounds().restrict("ledger", "=", 1).restrict("entry", "in", (5, 7)).narrow(spans) == [
-        Span("a", 1, 5, 7)
+        EntrySpan("a", 1, 5, 7)
     ]
     # Filters it cannot use change nothing.
     for column, op, value in [
@@ -273,3 +282,21 @@ async def test_a_log_pattern_reads_at_most_10000_logs():
     with pytest.raises(ConfigError) as caught:
         await log_names(_ManyLogs(10_001), options)  # type: ignore[arg-type]
     assert str(caught.value) == "logPattern 'log-.*' matches 10001 logs; at most 10000 per query"
+
+
+async def test_latest_means_what_it_means_for_a_log_reader():
+    """A stream starting at "latest" starts where a log reader opened at "latest" does: after
+    every acknowledged record, though the bookies' LAC is one behind until the next append."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        named = await logs.create("a")
+        writer = await named.open_writer()
+        appended = [await writer.append(b"r%d" % i) for i in range(3)]
+        reader = await named.open_reader(LATEST)
+        after_last = Position(appended[-1].ledger_id, appended[-1].entry_id + 1)
+        assert await reader.seek() == after_last
+        assert await LogView(logs).latest("a") == after_last
+        spans, head = await LogView(logs).spans("a", after_last)
+        assert spans == [] and head == after_last, "nothing past the LAC is planned"
+        await reader.close()
+        await writer.close()

@@ -207,7 +207,7 @@ def test_rows_per_batch_cuts_the_arrow_batches(spark, spark_cluster):
     from bkeeper.namedlog import LogConfig
     from bkeeper.spark.options import source_options
     from bkeeper.spark.runtime import runtime
-    from bkeeper.spark.source import BatchReader
+    from bkeeper.spark.source import LogBatchReader
 
     uri = spark_cluster.uri
     payloads = [b"rpb-%03d" % i for i in range(250)]
@@ -219,7 +219,7 @@ def test_rows_per_batch_cuts_the_arrow_batches(spark, spark_cluster):
     options = source_options(
         {"metadata": uri, "log": "batched", "rowsPerBatch": "7"}, streaming=False
     )
-    reader = BatchReader(options)
+    reader = LogBatchReader(options)
     try:
         (partition,) = reader.partitions()
         sizes = [batch.num_rows for batch in reader.read(partition)]

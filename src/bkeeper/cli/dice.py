@@ -15,7 +15,7 @@ from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.store import StoreConfig
 from bkeeper.namedlog import LogConfig, NamedLogs
-from bkeeper.namedlog.dice import Dice, DiceConfig
+from bkeeper.statemachine import Dice, DiceConfig
 
 __all__ = ["dice"]
 

@@ -67,6 +67,16 @@ class TaskOwner:
         task.add_done_callback(self._finished)
         return task
 
+    async def wait_idle(self) -> None:
+        """Wait until every owned task has ended, those spawned meanwhile too, cancelling
+        none (an owner that must let its work finish calls this before :meth:`aclose`).
+
+        Called from inside one of its own tasks, that task is not waited for.
+        """
+        current = asyncio.current_task()
+        while tasks := [task for task in self._tasks if task is not current]:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def aclose(self) -> None:
         """Cancel every owned task and wait for all of them to end.
 

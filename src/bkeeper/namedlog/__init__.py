@@ -2,30 +2,30 @@
 
 A named log is an ordered list of ledgers kept in the metadata store under compare-and-set;
 one writer at a time appends records to its last ledger, readers read and tail it without
-fencing. See :mod:`bkeeper.namedlog.log` for the rules and :mod:`bkeeper.namedlog.records`
-for the record bytes.
+fencing. Modules: :mod:`~bkeeper.namedlog.logs` (the logs and their rules),
+:mod:`~bkeeper.namedlog.writer`, :mod:`~bkeeper.namedlog.reader`, :mod:`~bkeeper.namedlog.walk`
+(the one walk over a log's ledger list: ends, position at a time, spans of confirmed entries),
+:mod:`~bkeeper.namedlog.records` (the record bytes) and :mod:`~bkeeper.namedlog.metadata`.
 """
 
-from bkeeper.namedlog.log import (
-    EARLIEST,
-    LATEST,
-    LogConfig,
-    LogReader,
-    LogWriter,
-    NamedLog,
-    NamedLogs,
-)
+from bkeeper.namedlog.config import EARLIEST, LATEST, LogConfig
+from bkeeper.namedlog.logs import NamedLog, NamedLogs
 from bkeeper.namedlog.metadata import LogLedger, LogMetadata, LogStore, logs_root
+from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record, decode_record, encode_record
+from bkeeper.namedlog.walk import EntrySpan, LogWalk
+from bkeeper.namedlog.writer import LogWriter
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "EntrySpan",
     "LogConfig",
     "LogLedger",
     "LogMetadata",
     "LogReader",
     "LogStore",
+    "LogWalk",
     "LogWriter",
     "NamedLog",
     "NamedLogs",

@@ -27,6 +27,10 @@ from bkeeper.common.errors import ConfigError, ProtocolError
 
 __all__ = [
     "FORMAT_VERSION",
+    "HEAD",
+    "HEAD_FLAGS_AT",
+    "HEAD_TIMESTAMP_AT",
+    "HEAD_VERSION_AT",
     "KEY_BYTES_MAX",
     "PROPERTIES_MAX",
     "PROPERTY_NAME_BYTES_MAX",
@@ -43,7 +47,13 @@ PROPERTY_NAME_BYTES_MAX = 1024
 
 _FLAG_KEY = 0x1
 _FLAG_PROPERTIES = 0x2
-_HEAD = struct.Struct(">BBq")
+#: The head every record starts with (the table above): format version, flags, timestamp.
+HEAD = struct.Struct(">BBq")
+#: Where the head's fields lie, for decoders that parse many records at once (Spark's Arrow
+#: conversion): a record with flags 0 is the head followed by the payload.
+HEAD_VERSION_AT = 0
+HEAD_FLAGS_AT = 1
+HEAD_TIMESTAMP_AT = 2
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
@@ -92,7 +102,7 @@ def encode_record(
 ) -> bytes:
     """The envelope bytes of one record; ``ConfigError`` when a part is too large."""
     flags = (_FLAG_KEY if key is not None else 0) | (_FLAG_PROPERTIES if properties else 0)
-    parts: list[bytes | bytearray | memoryview] = [_HEAD.pack(FORMAT_VERSION, flags, timestamp_ms)]
+    parts: list[bytes | bytearray | memoryview] = [HEAD.pack(FORMAT_VERSION, flags, timestamp_ms)]
     if key is not None:
         if len(key) > KEY_BYTES_MAX:
             raise ConfigError(f"record key of {len(key)} bytes exceeds {KEY_BYTES_MAX}")
@@ -116,12 +126,12 @@ def decode_record(data: bytes | bytearray | memoryview, position: Position) -> R
     """The record in ``data``; ``ProtocolError`` naming the position when malformed."""
     view = memoryview(data)
     try:
-        version, flags, timestamp = _HEAD.unpack_from(view)
+        version, flags, timestamp = HEAD.unpack_from(view)
         if version != FORMAT_VERSION:
             raise ProtocolError(f"record format {version} is not {FORMAT_VERSION}")
         if flags & ~(_FLAG_KEY | _FLAG_PROPERTIES):
             raise ProtocolError(f"unknown record flags {flags:#x}")
-        offset = _HEAD.size
+        offset = HEAD.size
         key = None
         if flags & _FLAG_KEY:
             (size,) = _U16.unpack_from(view, offset)

@@ -12,7 +12,6 @@ column directly. Other batches are decoded record by record.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -20,12 +19,20 @@ import numpy as np
 import pyarrow as pa
 
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog.records import FORMAT_VERSION, Position, decode_record
+from bkeeper.namedlog.records import (
+    FORMAT_VERSION,
+    HEAD,
+    HEAD_FLAGS_AT,
+    HEAD_TIMESTAMP_AT,
+    HEAD_VERSION_AT,
+    Position,
+    decode_record,
+)
 from bkeeper.wire.digest import Entry
 
 __all__ = ["arrow_schema", "record_batch", "sink_rows", "spark_schema"]
 
-_HEAD_BYTES = struct.calcsize(">BBq")
+_HEAD_BYTES = HEAD.size
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 #: Bytes of payload one Arrow binary column holds at most (its offsets are int32).
 _BINARY_BYTES_MAX = 2**31 - 1
@@ -87,10 +94,14 @@ def _plain_columns(views: Sequence[Any]) -> tuple[Any, pa.Array] | None:
         return None
     starts = np.zeros(count, np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    if (data[starts] != FORMAT_VERSION).any() or data[starts + 1].any():
+    if (data[starts + HEAD_VERSION_AT] != FORMAT_VERSION).any() or data[
+        starts + HEAD_FLAGS_AT
+    ].any():
         return None
     head = starts[:, None] + np.arange(_HEAD_BYTES, dtype=np.int64)
-    times_ms = np.ascontiguousarray(data[head[:, 2:]]).view(">i8").ravel().astype(np.int64)
+    # The head ends with the timestamp: a big-endian signed 64-bit integer.
+    stamps = data[head[:, HEAD_TIMESTAMP_AT:]]
+    times_ms = np.ascontiguousarray(stamps).view(">i8").ravel().astype(np.int64)
     keep = np.ones(len(data), bool)
     keep[head.ravel()] = False
     body = data[keep]

@@ -39,6 +39,9 @@ def plainly(method: Callable[P, T]) -> Callable[P, T]:
         try:
             return method(*args, **kwargs)
         except BKeeperError:
+            # PySpark's worker reads this switch from its environment and from nowhere else
+            # (pyspark.util.handle_worker_exception), at the moment it reports the error; the
+            # one Spark setting that sets it hides every error's traceback, bugs' too.
             os.environ[HIDE_TRACEBACK_ENV] = "1"
             raise
 

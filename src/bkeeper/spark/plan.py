@@ -1,57 +1,32 @@
 """Planning reads of named logs for Spark: spans of entries, splits and read limits.
 
-A *span* is a run of consecutive entries of one ledger, all confirmed (at or below the LAC
-when planned, or in a sealed ledger), so reading it is deterministic: a replayed Spark task
-reads exactly the same records. :class:`LogView` walks a log's ledger list from a position
-and returns the spans up to an end (or the head) and the position after them; the pure
-functions split spans into Spark partitions and share a read limit among logs.
+A span (:class:`~bkeeper.namedlog.walk.EntrySpan`) is a run of consecutive confirmed entries
+of one ledger (at or below the LAC when planned, or in a sealed ledger), so reading it is
+deterministic: a replayed Spark task reads exactly the same records. The log's structure is
+the walk's (:mod:`bkeeper.namedlog.walk`: the positions, what ``latest`` means, where spans
+stop); :class:`LogView` asks it for the spans up to an end (or the head) and the position after
+them, and decides what data loss means for Spark. The pure functions split spans into Spark
+partitions and share a read limit among logs.
 
-Rules of the walk:
-
-* A position ``(L, E)`` is record E of ledger L; when L is not in the list it means the first
-  record of the first ledger after L (so ``(L + 1, 0)`` follows a sealed ledger L).
-* The walk stops at the first ledger that is not sealed, at its LAC: a ledger being sealed
-  after a roll may still gain confirmed entries past the LAC seen now, so nothing after it
-  is read yet.
-* Data loss: a start before the log's first ledger, when a truncation moved past it, or a
-  ledger of the list whose metadata is gone. With ``fail_on_data_loss`` this raises
-  :class:`LogTruncatedError` naming the gap; otherwise the walk skips it and logs a warning.
-* Sealed ledgers' last entry ids never change, so they are cached (``sealed_cache_max``).
+Data loss (a start before the log's first ledger when a truncation moved past it, or a
+ledger of the list whose metadata is gone): with ``fail_on_data_loss`` the view raises
+:class:`LogTruncatedError` naming the first gap; otherwise it skips each and logs a warning.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bkeeper.common.errors import LedgerNotFoundError, LogTruncatedError
+from bkeeper.common.errors import LogTruncatedError
 from bkeeper.namedlog import EARLIEST, LATEST, NamedLogs, Position
 from bkeeper.namedlog.metadata import LogMetadata
+from bkeeper.namedlog.walk import EntrySpan, LostRange, earliest
 
-__all__ = ["Bounds", "LogView", "Span", "limit_spans", "partition_spans", "split_spans"]
+__all__ = ["Bounds", "EntrySpan", "LogView", "limit_spans", "partition_spans", "split_spans"]
 
 log = logging.getLogger(__name__)
-
-#: Sealed ledgers whose last entry id a view remembers.
-SEALED_CACHE_MAX = 100_000
-
-
-@dataclass(frozen=True, order=True)
-class Span:
-    """Entries ``first..last`` (inclusive) of ``ledger_id`` in ``log``; ``sealed`` says the
-    ledger was sealed when planned (else the span ends at or below its LAC)."""
-
-    log: str
-    ledger_id: int
-    first: int
-    last: int
-    sealed: bool = True
-
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1
 
 
 @dataclass(frozen=True)
@@ -85,7 +60,7 @@ class Bounds:
             current_max = high if current_max is None else min(current_max, high)
         return replace(self, **{key_min: current_min, key_max: current_max})
 
-    def narrow(self, spans: Sequence[Span]) -> list[Span]:
+    def narrow(self, spans: Sequence[EntrySpan]) -> list[EntrySpan]:
         kept = []
         for span in spans:
             if self.logs is not None and span.log not in self.logs:
@@ -97,7 +72,7 @@ class Bounds:
             first = span.first if self.entry_min is None else max(span.first, self.entry_min)
             last = span.last if self.entry_max is None else min(span.last, self.entry_max)
             if first <= last:
-                kept.append(Span(span.log, span.ledger_id, first, last, span.sealed))
+                kept.append(EntrySpan(span.log, span.ledger_id, first, last, span.sealed))
         return kept
 
 
@@ -128,21 +103,21 @@ def _int_range(op: str, value: object) -> tuple[int | None, int | None]:
     }.get(op, (None, None))
 
 
-def split_spans(spans: Sequence[Span], max_entries: int) -> list[Span]:
+def split_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[EntrySpan]:
     """``spans`` cut into pieces of at most ``max_entries`` entries, in order."""
     pieces = []
     for span in spans:
         for first in range(span.first, span.last + 1, max_entries):
             last = min(span.last, first + max_entries - 1)
-            pieces.append(Span(span.log, span.ledger_id, first, last, span.sealed))
+            pieces.append(EntrySpan(span.log, span.ledger_id, first, last, span.sealed))
     return pieces
 
 
-def partition_spans(spans: Sequence[Span], max_entries: int) -> list[tuple[Span, ...]]:
+def partition_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[tuple[EntrySpan, ...]]:
     """Spark partitions: ``spans`` split to at most ``max_entries`` entries each, and runs
     of small ones (many small ledgers) packed together up to that size, in order."""
-    groups: list[tuple[Span, ...]] = []
-    group: list[Span] = []
+    groups: list[tuple[EntrySpan, ...]] = []
+    group: list[EntrySpan] = []
     size = 0
     for piece in split_spans(spans, max_entries):
         if group and size + piece.count > max_entries:
@@ -155,7 +130,9 @@ def partition_spans(spans: Sequence[Span], max_entries: int) -> list[tuple[Span,
     return groups
 
 
-def limit_spans(spans: Mapping[str, Sequence[Span]], max_entries: int) -> dict[str, list[Span]]:
+def limit_spans(
+    spans: Mapping[str, Sequence[EntrySpan]], max_entries: int
+) -> dict[str, list[EntrySpan]]:
     """At most ``max_entries`` entries in all, shared among logs in proportion to their
     backlog (every log with a backlog gets at least one entry while the limit allows);
     each log keeps a prefix of its spans."""
@@ -181,7 +158,7 @@ def limit_spans(spans: Mapping[str, Sequence[Span]], max_entries: int) -> dict[s
     return {name: _prefix(spans[name], share[name]) for name in spans}
 
 
-def _prefix(spans: Sequence[Span], count: int) -> list[Span]:
+def _prefix(spans: Sequence[EntrySpan], count: int) -> list[EntrySpan]:
     kept = []
     for span in spans:
         if count <= 0:
@@ -189,19 +166,18 @@ def _prefix(spans: Sequence[Span], count: int) -> list[Span]:
         if span.count <= count:
             kept.append(span)
         else:
-            kept.append(Span(span.log, span.ledger_id, span.first, span.first + count - 1,
-                             span.sealed))  # fmt: skip
+            kept.append(EntrySpan(span.log, span.ledger_id, span.first, span.first + count - 1,
+                                  span.sealed))  # fmt: skip
         count -= kept[-1].count
     return kept
 
 
 class LogView:
-    """Reads logs' structure for planning (driver side); see the module docstring."""
+    """Reads logs' structure for planning (driver side), through the logs' walk."""
 
-    def __init__(self, logs: NamedLogs, sealed_cache_max: int = SEALED_CACHE_MAX) -> None:
+    def __init__(self, logs: NamedLogs) -> None:
         self._logs = logs
-        self._sealed: OrderedDict[int, int] = OrderedDict()
-        self._sealed_cache_max = sealed_cache_max
+        self._walk = logs.walk
 
     async def names(self) -> list[str]:
         return sorted(await self._logs.names())
@@ -210,25 +186,15 @@ class LogView:
         return await self._logs.log(name).metadata()
 
     async def earliest(self, name: str) -> Position:
-        meta = await self.metadata(name)
-        return Position(meta.ledgers[0].ledger_id, 0) if meta.ledgers else Position(0, 0)
+        return earliest(await self.metadata(name))
 
     async def latest(self, name: str) -> Position:
-        """After the last confirmed record of the log's last ledger (records from now on)."""
-        meta = await self.metadata(name)
-        if not meta.ledgers:
-            return Position(0, 0)
-        ledger_id = meta.ledgers[-1].ledger_id
-        last = await self._last_entry(ledger_id)
-        return Position(ledger_id, (last[0] if last else -1) + 1)
+        """After every record appended so far (records from now on; see the walk)."""
+        return await self._walk.latest(await self.metadata(name))
 
     async def at_time(self, name: str, timestamp_ms: int) -> Position:
         """The first record appended at or after ``timestamp_ms`` (else ``latest``)."""
-        reader = await self._logs.log(name).open_reader(timestamp_ms)
-        try:
-            return await reader.seek()
-        finally:
-            await reader.close()
+        return await self._walk.position_at(await self.metadata(name), timestamp_ms)
 
     async def resolve(self, name: str, spec: str | Position) -> Position:
         if isinstance(spec, Position):
@@ -239,26 +205,6 @@ class LogView:
             return await self.latest(name)
         raise ValueError(spec)
 
-    async def _last_entry(self, ledger_id: int) -> tuple[int, bool] | None:
-        """(last entry id, sealed) of a ledger: its last entry if sealed, else its LAC;
-        None when the ledger is gone."""
-        cached = self._sealed.get(ledger_id)
-        if cached is not None:
-            self._sealed.move_to_end(ledger_id)
-            return cached, True
-        logs = self._logs
-        try:
-            handle = await logs.bk.open_ledger(ledger_id, logs.config.password, recovery=False)
-        except LedgerNotFoundError:
-            return None
-        if handle.is_closed:
-            last = handle.metadata.last_entry_id
-            self._sealed[ledger_id] = last
-            if len(self._sealed) > self._sealed_cache_max:
-                self._sealed.popitem(last=False)
-            return last, True
-        return await handle.read_last_add_confirmed(), False
-
     async def spans(
         self,
         name: str,
@@ -266,46 +212,19 @@ class LogView:
         end: Position | None = None,
         *,
         fail_on_data_loss: bool = True,
-    ) -> tuple[list[Span], Position]:
+    ) -> tuple[list[EntrySpan], Position]:
         """The spans from ``start`` up to ``end`` (exclusive; None: the head) and the
         position after them."""
-        meta = await self.metadata(name)
-        ledgers = meta.ledgers
-        index = next((i for i, x in enumerate(ledgers) if x.ledger_id >= start.ledger_id), None)
-        if index is None:
-            return [], start
-        if index == 0 and ledgers[0].ledger_id != start.ledger_id:
-            first = Position(ledgers[0].ledger_id, 0)
-            mark = meta.truncated_before
-            if mark is not None and start < mark:
-                self._data_lost(name, start, first, fail_on_data_loss)
-        found: list[Span] = []
-        after = start
-        for ledger in ledgers[index:]:
-            ledger_id = ledger.ledger_id
-            if end is not None and ledger_id > end.ledger_id:
-                return found, end
-            first_entry = start.entry_id if ledger_id == start.ledger_id else 0
-            last_entry = await self._last_entry(ledger_id)
-            if last_entry is None:
-                after = Position(ledger_id + 1, 0)
-                self._data_lost(name, Position(ledger_id, first_entry), after, fail_on_data_loss)
-                continue
-            last, sealed = last_entry
-            if end is not None and ledger_id == end.ledger_id:
-                last = min(last, end.entry_id - 1)
-            if first_entry <= last:
-                found.append(Span(name, ledger_id, first_entry, last, sealed))
-            after = Position(ledger_id, max(first_entry, last + 1))
-            if not sealed or (end is not None and ledger_id == end.ledger_id):
-                break
-        return found, after
+        walked = await self._walk.spans(name, await self.metadata(name), start, end)
+        for lost in walked.lost:
+            self._data_lost(name, lost, fail_on_data_loss)
+        return walked.spans, walked.after
 
     @staticmethod
-    def _data_lost(name: str, start: Position, first: Position, fail: bool) -> None:
+    def _data_lost(name: str, lost: LostRange, fail: bool) -> None:
         message = (
-            f"log {name!r}: records from {start} up to {first} are gone (truncated or "
-            "deleted) before they were read"
+            f"log {name!r}: records from {lost.start} up to {lost.first_left} are gone "
+            "(truncated or deleted) before they were read"
         )
         if fail:
             raise LogTruncatedError(message + "; set failOnDataLoss=false to skip them and go on")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from bkeeper.common.errors import ConfigError, LogNotFoundError
 from bkeeper.namedlog import LATEST, Position
 from bkeeper.spark.options import LOGS_MAX, SourceOptions
-from bkeeper.spark.plan import LogView, Span, limit_spans
+from bkeeper.spark.plan import EntrySpan, LogView, limit_spans
 
 __all__ = ["advance", "batch_spans", "log_names", "start_positions"]
 
@@ -52,14 +52,14 @@ async def start_positions(
     return positions
 
 
-async def batch_spans(view: LogView, options: SourceOptions) -> list[Span]:
+async def batch_spans(view: LogView, options: SourceOptions) -> list[EntrySpan]:
     """Every span a batch read covers, log by log."""
     names = await log_names(view, options)
     unknown = sorted(set(options.ending) - set(names))
     if unknown:
         raise ConfigError(f"option endingPosition names logs this read does not cover: {unknown}")
     starts = await start_positions(view, options, names)
-    found: list[Span] = []
+    found: list[EntrySpan] = []
     for name in names:
         spec = options.ending.get(name, LATEST)
         end = None if spec == LATEST else await view.resolve(name, spec)
@@ -81,7 +81,7 @@ async def advance(
     """One trigger's move: (end offsets, heads, entries covered). ``targets`` (frozen for
     AvailableNow) bound each log; ``max_entries`` bounds the entries of all logs."""
     names = list(targets) if targets is not None else await log_names(view, options)
-    spans: dict[str, list[Span]] = {}
+    spans: dict[str, list[EntrySpan]] = {}
     heads: dict[str, Position] = {}
     for name in names:
         try:
@@ -114,9 +114,9 @@ async def spans_between(
     options: SourceOptions,
     start: Mapping[str, Position],
     end: Mapping[str, Position],
-) -> list[Span]:
+) -> list[EntrySpan]:
     """The spans of one micro-batch, from offsets ``start`` to ``end``."""
-    found: list[Span] = []
+    found: list[EntrySpan] = []
     for name in sorted(end):
         origin = start[name] if name in start else await view.earliest(name)
         if origin == end[name]:

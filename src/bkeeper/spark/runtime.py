@@ -14,7 +14,6 @@ import contextlib
 import gc
 import logging
 import threading
-import time
 from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,8 +35,9 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
 from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
+from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.arrow import record_batch
-from bkeeper.spark.plan import LogView, Span
+from bkeeper.spark.plan import EntrySpan, LogView
 from bkeeper.wire.digest import Entry
 
 __all__ = ["Runtime", "TaskLedgers", "runtime"]
@@ -117,7 +117,12 @@ class Runtime:
 
     # -- reading -------------------------------------------------------------------------
     def read_span(
-        self, span: Span, *, include_properties: bool, rows_per_batch: int, fail_on_data_loss: bool
+        self,
+        span: EntrySpan,
+        *,
+        include_properties: bool,
+        rows_per_batch: int,
+        fail_on_data_loss: bool,
     ) -> Iterator[pa.RecordBatch]:
         """The records of ``span`` as Arrow batches of at most ``rows_per_batch`` rows."""
         handle = self.call(self._open(span, fail_on_data_loss))
@@ -137,7 +142,7 @@ class Runtime:
         if pending:
             yield record_batch(span.log, span.ledger_id, pending, include_properties)
 
-    async def _open(self, span: Span, fail_on_data_loss: bool) -> ReadHandle | None:
+    async def _open(self, span: EntrySpan, fail_on_data_loss: bool) -> ReadHandle | None:
         try:
             return await self.bk.open_ledger(
                 span.ledger_id, self.logs.config.password, recovery=False
@@ -230,7 +235,7 @@ class TaskLedgers:
         self.runtime.call(self._write(list(rows)))
 
     async def _write(self, rows: list[Row]) -> None:
-        now = int(time.time() * 1000)
+        now = self.runtime.logs.clock.wall_ms()
         for name, payload, key, properties in rows:
             handle = self._open.get(name)
             if handle is None or handle.length >= self.roll_bytes:
@@ -253,14 +258,7 @@ class TaskLedgers:
         if old is not None:
             await self._drain()
             await old.close()
-        config = self.runtime.logs.config
-        handle = await self.runtime.bk.create_ledger(
-            config.ensemble_size,
-            config.write_quorum,
-            config.ack_quorum,
-            digest=config.digest,
-            password=config.password,
-        )
+        handle = await create_ledger(self.runtime.bk, self.runtime.logs.config)
         self.ledgers.setdefault(name, []).append(handle.ledger_id)
         self._open[name] = handle
         # Registered before any record goes in, so a job that dies leaves nothing unknown.

@@ -2,8 +2,10 @@
 ``bkeeper bench spark``), and the end of the JVM behind it.
 
 It applies the settings a local PySpark needs to work with this package (see docs/spark.md):
-the Python workers run this interpreter (so they find bkeeper and pyarrow), the driver stays
-on loopback, the UI and console progress are off, and log4j prints errors only.
+the Python workers run this interpreter (so they find bkeeper and pyarrow; see
+``_workers_run_this_python`` for why that goes through the environment), the driver stays on
+loopback (``spark.driver.host`` and ``spark.driver.bindAddress``), the UI and console
+progress are off, and log4j prints errors only.
 
 Scratch files stay in one directory: Spark's ``spark.local.dir`` (``blockmgr-*`` and
 ``spark-*``: shuffle and block files, pyspark's own files), the JVM's ``java.io.tmpdir``
@@ -36,6 +38,8 @@ from bkeeper.spark.source import register
 
 __all__ = ["local_session", "stop_jvm"]
 
+#: Where the driver listens and what it advertises: a local session stays on loopback.
+LOOPBACK = "127.0.0.1"
 #: How long :func:`stop_jvm` waits for the JVM to exit before it kills it.
 JVM_STOP_TIMEOUT_S = 60.0
 
@@ -69,9 +73,7 @@ def local_session(
     ``pyspark_bkeeper`` module); ``register_source`` also registers it explicitly, for
     code run from a source tree that is not installed. ``scratch_dir``: where Spark's scratch
     files go (see the module docstring); ``conf`` may still override any setting."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    _workers_run_this_python()
     scratch = Path(scratch_dir) if scratch_dir is not None else _process_scratch()
     scratch.mkdir(parents=True, exist_ok=True)
     log4j = scratch / "log4j2.properties"
@@ -84,6 +86,8 @@ def local_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.local.dir", str(scratch))
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.driver.extraJavaOptions", java_options)
     )
     for key, value in (conf or {}).items():
@@ -93,6 +97,20 @@ def local_session(
     if register_source:
         register(spark)
     return spark
+
+
+def _workers_run_this_python() -> None:
+    """Make Spark's Python workers run this interpreter (unless the caller chose another).
+
+    The one place bkeeper's library writes the environment, because it is the only channel
+    there is: the JVM picks the interpreter of data source workers from *its* environment
+    (``PYSPARK_DRIVER_PYTHON``, then ``PYSPARK_PYTHON``; no Spark setting reaches it, and
+    ``spark.pyspark.python`` is read only by ``spark-submit`` of a Python file), PySpark
+    starts the JVM with a copy of ``os.environ`` and takes no other environment for it, and
+    PySpark's own workers for UDFs use ``PYSPARK_PYTHON`` read from ``os.environ``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 def stop_jvm(timeout_s: float = JVM_STOP_TIMEOUT_S) -> None:

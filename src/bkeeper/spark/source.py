@@ -10,7 +10,6 @@ processes, so these objects hold only validated options and plans; clients live 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
 from bkeeper.spark.arrow import spark_schema
@@ -50,7 +50,7 @@ from bkeeper.spark.options import (
     positions_from_offset,
     source_options,
 )
-from bkeeper.spark.plan import Bounds, Span, partition_spans
+from bkeeper.spark.plan import Bounds, EntrySpan, partition_spans
 from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between, start_positions
 from bkeeper.spark.runtime import Runtime, runtime
 from bkeeper.spark.sink import BatchWriter, StreamWriter, sink_for
@@ -69,7 +69,7 @@ def register(spark: Any) -> None:
 class ReadPartition(InputPartition):
     """One Spark task: consecutive spans of entries."""
 
-    spans: tuple[Span, ...]
+    spans: tuple[EntrySpan, ...]
 
 
 def _runtime(options: SourceOptions) -> Runtime:
@@ -118,7 +118,7 @@ class BKeeperDataSource(DataSource):
         _check_schema(schema, options)
         if options.filter_pushdown:
             return PushdownBatchReader(options)
-        return BatchReader(options)
+        return LogBatchReader(options)
 
     @plainly
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
@@ -141,7 +141,7 @@ class BKeeperDataSource(DataSource):
         return writer
 
 
-class BatchReader(DataSourceReader):
+class LogBatchReader(DataSourceReader):
     """Plans entry-range partitions on the driver; reads them on executors."""
 
     def __init__(self, options: SourceOptions) -> None:
@@ -170,7 +170,7 @@ _FILTER_OPS: dict[type[Filter], str] = {
 }
 
 
-class PushdownBatchReader(BatchReader):
+class PushdownBatchReader(LogBatchReader):
     """A batch reader that prunes its plan with filters on ``log``, ``ledger`` and ``entry``
     (option ``filterPushdown=true``; Spark calls ``pushFilters`` only with
     ``spark.sql.python.filterPushdown.enabled=true`` and fails reads of a reader that has it
@@ -193,11 +193,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     kept here; ``read`` runs on executors on other instances and uses only the partition.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, clock: Clock | None = None) -> None:
         self.options = options
+        self._clock: Clock = clock or SystemClock()
         self._targets: dict[str, Position] | None = None
         self._heads: dict[str, Position] | None = None
-        self._last_batch_s = time.monotonic()
+        self._last_batch_s = self._clock.monotonic()
 
     def _rt(self) -> Runtime:
         return _runtime(self.options)
@@ -240,7 +241,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if covered and self._should_wait(covered):
             return start
         if covered:
-            self._last_batch_s = time.monotonic()
+            self._last_batch_s = self._clock.monotonic()
         return offset_from_positions(ends)
 
     def _should_wait(self, covered: int) -> bool:
@@ -249,7 +250,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = self.options.min_entries_per_trigger
         if wanted is None or self._targets is not None or covered >= wanted:
             return False
-        waited_ms = (time.monotonic() - self._last_batch_s) * 1000.0
+        waited_ms = (self._clock.monotonic() - self._last_batch_s) * 1000.0
         return waited_ms < self.options.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
@@ -278,4 +279,4 @@ def _exact(offset: dict[str, Any]) -> dict[str, Position]:
     return {name: p for name, p in positions.items() if isinstance(p, Position)}
 
 
-__all__ += ["BatchReader", "BatchWriter", "PushdownBatchReader", "StreamReader", "StreamWriter"]
+__all__ += ["LogBatchReader", "BatchWriter", "PushdownBatchReader", "StreamReader", "StreamWriter"]

@@ -27,9 +27,15 @@ from dataclasses import dataclass
 from bkeeper.common.errors import BKeeperError, ConfigError, LogExistsError, LogFencedError
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.store import NodeStore, join_path
-from bkeeper.namedlog.log import EARLIEST, LogReader, NamedLog, NamedLogs
-from bkeeper.namedlog.metadata import logs_root
-from bkeeper.namedlog.records import Position, Record
+from bkeeper.namedlog import (
+    EARLIEST,
+    LogReader,
+    NamedLog,
+    NamedLogs,
+    Position,
+    Record,
+    logs_root,
+)
 
 __all__ = ["Dice", "DiceConfig", "election_path"]
 

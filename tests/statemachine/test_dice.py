@@ -8,7 +8,7 @@ import random
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.namedlog import LogConfig, NamedLogs
-from bkeeper.namedlog.dice import Dice, DiceConfig
+from bkeeper.statemachine import Dice, DiceConfig
 from bkeeper.testing.cluster import MemoryCluster
 
 CLIENT = ClientConfig(

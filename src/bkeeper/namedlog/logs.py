@@ -1,0 +1,287 @@
+"""Named logs: an ordered list of ledgers that one writer at a time appends to.
+
+:class:`NamedLogs` holds a cluster's logs; :class:`NamedLog` is one of them. Every change of
+a log's ledger list is a compare-and-set through :func:`bkeeper.common.cas.cas_update`.
+
+Writer (:meth:`NamedLog.open_writer`, :mod:`bkeeper.namedlog.writer`): recovers (fences and
+seals) the last ledger of the list, creates a new ledger and appends it to the list by
+compare-and-set. A lost CAS means another writer got there first: the new ledger is deleted
+and the whole step runs again, so the last writer to open wins and every earlier one is
+fenced (its next append fails with :class:`LogFencedError`; nothing it wrote after the
+fencing is visible, as recovery seals the ledger at its acknowledged end). The writer rolls
+to a new ledger when the current one reaches ``roll_bytes`` or ``roll_age_ms``.
+
+Reader (:meth:`NamedLog.open_reader`, :mod:`bkeeper.namedlog.reader`): reads sealed ledgers
+in order, then tails the open one without fencing. Where a log starts and ends, the record at
+a time and the runs of confirmed entries are the walk's (:mod:`bkeeper.namedlog.walk`, one
+:class:`LogWalk` per :class:`NamedLogs`).
+
+Limits: ``metadata_retries_max`` lost CAS per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.cas import cas_update
+from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.errors import (
+    ConfigError,
+    LedgerNotFoundError,
+    LogError,
+    MetadataVersionError,
+)
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.namedlog.config import EARLIEST, LogConfig
+from bkeeper.namedlog.metadata import (
+    LogLedger,
+    LogMetadata,
+    LogStore,
+    WriterCommit,
+    check_log_name,
+    check_writer_id,
+)
+from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.walk import LogWalk
+from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
+
+__all__ = ["NamedLog", "NamedLogs"]
+
+log = logging.getLogger(__name__)
+
+#: A log's metadata as read: its value and the version to compare-and-set against.
+Snapshot = tuple[LogMetadata, int]
+
+
+class NamedLogs:
+    """The named logs of one cluster, through a started :class:`BookKeeper` client.
+
+    ``clock`` gives record timestamps, ledger list times and writers' ages (default: the
+    system clock)."""
+
+    def __init__(
+        self, bk: BookKeeper, config: LogConfig | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self.bk = bk
+        self.config = config or LogConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.store = LogStore(bk.cluster.store, bk.cluster.root)
+        self.walk = LogWalk(bk, self.config.password)
+
+    async def create(self, name: str) -> NamedLog:
+        await self.store.create(name, self.clock.wall_ms())
+        return self.log(name)
+
+    def log(self, name: str) -> NamedLog:
+        return NamedLog(self, check_log_name(name))
+
+    async def names(self) -> list[str]:
+        return await self.store.names()
+
+    async def delete(self, name: str) -> int:
+        """Delete the log and every ledger of it; the number of ledgers deleted.
+
+        The log's unsealed ledgers are sealed first, fencing a writer that is still open:
+        its next append fails (``LogNotFoundError``) instead of being acknowledged into a
+        ledger that is about to go. A writer that rolls meanwhile changes the list, so the
+        delete's compare-and-set fails and it seals again.
+        """
+        named = self.log(name)
+
+        async def attempt(snapshot: Snapshot) -> LogMetadata:
+            meta, version = snapshot
+            await named.seal_unsealed(meta)
+            await self.store.delete(name, version)
+            return meta
+
+        meta = await cas_update(
+            lambda: self.store.read(name),
+            attempt,
+            what=f"log {name!r}: could not delete",
+            attempts_max=self.config.metadata_retries_max,
+        )
+        for ledger in meta.ledgers:
+            with contextlib.suppress(LedgerNotFoundError):
+                await self.bk.delete_ledger(ledger.ledger_id, fence=False)
+        return len(meta.ledgers)
+
+
+class NamedLog:
+    """One named log. Made by :meth:`NamedLogs.log` or :meth:`NamedLogs.create`."""
+
+    def __init__(self, logs: NamedLogs, name: str) -> None:
+        self.logs = logs
+        self.name = name
+
+    async def metadata(self) -> LogMetadata:
+        return (await self.logs.store.read(self.name))[0]
+
+    async def _read(self) -> Snapshot:
+        return await self.logs.store.read(self.name)
+
+    async def open_writer(self) -> LogWriter:
+        """Become the log's only writer, fencing any earlier one."""
+        logs = self.logs
+
+        async def attempt(snapshot: Snapshot) -> LogWriter:
+            meta, version = snapshot
+            await self.seal_unsealed(meta)
+            handle = await create_ledger(logs.bk, logs.config)
+            try:
+                new_meta = meta.with_ledger(handle.ledger_id, logs.clock.wall_ms())
+                version = await logs.store.write(self.name, new_meta, version)
+            except (MetadataVersionError, ConfigError) as exc:
+                # Another writer's ledger went in first (ConfigError: its id is above ours).
+                await discard_ledger(logs.bk, handle)
+                raise MetadataVersionError(f"log {self.name!r}: the list moved on") from exc
+            log.debug("log %s: writer on ledger %d", self.name, handle.ledger_id)
+            return LogWriter(self, handle, new_meta, version)
+
+        return await cas_update(
+            self._read,
+            attempt,
+            what=f"log {self.name!r}: could not open a writer",
+            attempts_max=logs.config.metadata_retries_max,
+        )
+
+    async def seal_unsealed(self, meta: LogMetadata) -> None:
+        """Recover (fence and seal) the ledgers at the end of the list that are not CLOSED:
+        the last one, and the one before it when a writer died in the middle of a roll."""
+        logs = self.logs
+        for ledger in reversed(meta.ledgers):
+            try:
+                state = (await logs.bk.ledger_metadata(ledger.ledger_id)).state
+                if state is LedgerState.CLOSED:
+                    return
+                await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=True)
+            except LedgerNotFoundError:
+                continue
+
+    async def open_reader(self, start: str | Position | int = EARLIEST) -> LogReader:
+        """Records from ``start``: ``"earliest"``, ``"latest"`` (only records appended from
+        now on), a :class:`Position` (that record and later ones) or an ``int`` timestamp in
+        ms (the first record appended at or after it, and later ones). The starting point
+        is fixed when this returns."""
+        reader = LogReader(self, start)
+        await reader.seek()
+        return reader
+
+    async def last_position(self) -> Position | None:
+        """The position of the log's last record now (None when it has none). Records past
+        the LAC of an open ledger count (as for ``open_reader(LATEST)``, see
+        :mod:`bkeeper.namedlog.walk`)."""
+        meta = await self.metadata()
+        walk = self.logs.walk
+        end = await walk.latest(meta)
+        if end.entry_id > 0:
+            return Position(end.ledger_id, end.entry_id - 1)
+        for ledger in reversed(meta.ledgers):
+            if ledger.ledger_id >= end.ledger_id:
+                continue
+            ledger_end = await walk.ledger_end(ledger.ledger_id)
+            if ledger_end is not None and ledger_end.sealed and ledger_end.last >= 0:
+                return Position(ledger.ledger_id, ledger_end.last)
+        return None
+
+    async def append_ledgers(
+        self,
+        ledger_ids: Sequence[int],
+        *,
+        writer_id: str | None = None,
+        batch_id: int | None = None,
+    ) -> bool:
+        """Append sealed ledgers (written by someone else, e.g. Spark tasks) to the log, in
+        the order given, in one compare-and-set; False when ``writer_id`` already committed
+        ``batch_id`` or a later batch (a replay: nothing is appended and the caller should
+        delete its ledgers).
+
+        Like ``open_writer`` this seals the log's unsealed ledgers first, fencing the
+        current writer. A ledger whose id is not above the log's last one (another writer
+        rolled meanwhile) is copied into a new ledger, which is appended instead, and the
+        original deleted; readers see every appended ledger at once or none of them.
+        """
+        if (writer_id is None) != (batch_id is None):
+            raise ConfigError("append_ledgers: give both writer_id and batch_id, or neither")
+        if writer_id is not None:
+            check_writer_id(writer_id)
+        logs = self.logs
+        ids = list(ledger_ids)
+        copied: list[int] = []  # originals replaced by copies, deleted once appended
+
+        async def attempt(snapshot: Snapshot) -> bool:
+            meta, version = snapshot
+            if writer_id is not None and batch_id is not None:
+                last = meta.last_batch(writer_id)
+                if last is not None and last >= batch_id:
+                    return False
+            await self.seal_unsealed(meta)
+            floor = meta.ledgers[-1].ledger_id if meta.ledgers else -1
+            for index, ledger_id in enumerate(ids):
+                if ledger_id <= floor:
+                    ids[index] = await self._copy_ledger(ledger_id)
+                    copied.append(ledger_id)
+                floor = ids[index]
+            now = logs.clock.wall_ms()
+            commit = None
+            if writer_id is not None and batch_id is not None:
+                commit = WriterCommit(writer_id, batch_id, now)
+            new_meta = meta.with_ledgers(tuple(LogLedger(i, now) for i in ids), commit)
+            await logs.store.write(self.name, new_meta, version)
+            return True
+
+        appended = await cas_update(
+            self._read,
+            attempt,
+            what=f"log {self.name!r}: could not append ledgers",
+            attempts_max=logs.config.metadata_retries_max,
+        )
+        if appended:
+            for ledger_id in copied:
+                with contextlib.suppress(LedgerNotFoundError):
+                    await logs.bk.delete_ledger(ledger_id)
+        return appended
+
+    async def _copy_ledger(self, ledger_id: int) -> int:
+        """A new ledger holding the entries of the sealed ledger ``ledger_id``."""
+        logs = self.logs
+        source = await logs.bk.open_ledger(ledger_id, logs.config.password, recovery=False)
+        if not source.is_closed:
+            raise LogError(f"ledger {ledger_id} is not sealed; only sealed ledgers are appended")
+        target = await create_ledger(logs.bk, logs.config)
+        try:
+            pending = []
+            async for entry in source.read():
+                pending.append(await target.append_async(entry.data))
+            await asyncio.gather(*pending)
+            await target.close()
+        except BaseException:
+            await discard_ledger(logs.bk, target)
+            raise
+        return target.ledger_id
+
+    async def truncate(self, before: Position) -> int:
+        """Delete the ledgers that hold only records before ``before`` (never the last
+        ledger); the number of ledgers deleted."""
+        store = self.logs.store
+
+        async def attempt(snapshot: Snapshot) -> list[int]:
+            meta, version = snapshot
+            new_meta, dropped = meta.truncated(before)
+            await store.write(self.name, new_meta, version)
+            return dropped
+
+        dropped = await cas_update(
+            self._read,
+            attempt,
+            what=f"log {self.name!r}: could not truncate",
+            attempts_max=self.logs.config.metadata_retries_max,
+        )
+        for ledger_id in dropped:
+            with contextlib.suppress(LedgerNotFoundError):
+                await self.logs.bk.delete_ledger(ledger_id)
+        return len(dropped)

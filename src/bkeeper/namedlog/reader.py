@@ -1,0 +1,234 @@
+"""The reader of a named log: reads sealed ledgers in order, then tails the open one.
+
+:meth:`NamedLog.open_reader <bkeeper.namedlog.logs.NamedLog.open_reader>` makes one. It reads
+sealed ledgers in order, then tails the open one with long-poll LAC reads, never fencing; it
+notices a roll or a new writer when the ledger it tails is closed or gets a successor,
+re-reading the list at least every ``tail_poll_ms``. A reader left behind by truncation skips
+to the earliest record still there. Where it starts (earliest, latest, a time) and which
+ledger a position falls in are the walk's (:mod:`bkeeper.namedlog.walk`): a reader reads up
+to the LAC of the open ledger, as the walk's spans do.
+
+Limits: ``tail_poll_ms`` per long poll; one batch read's worth of records buffered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from bkeeper.client.read_handle import ReadHandle
+from bkeeper.common.errors import (
+    BKeeperError,
+    ConfigError,
+    LedgerNotFoundError,
+    SessionExpiredError,
+)
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.namedlog.config import EARLIEST, LATEST
+from bkeeper.namedlog.metadata import LogMetadata
+from bkeeper.namedlog.records import Position, Record, decode_record
+from bkeeper.namedlog.walk import earliest, locate
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+
+__all__ = ["LogReader"]
+
+log = logging.getLogger(__name__)
+
+
+class LogReader:
+    """An async iterator of :class:`Record`; see the module docstring. ``close`` ends it."""
+
+    def __init__(self, named: NamedLog, start: str | Position | int) -> None:
+        if not isinstance(start, Position | int) and start not in (EARLIEST, LATEST):
+            raise ConfigError(f"reader start {start!r}: use earliest, latest, a position or ms")
+        self._log = named
+        self._logs = named.logs
+        self._config = named.logs.config
+        self._start = start
+        self._records: AsyncIterator[list[Record]] | None = None
+        self._pending: asyncio.Future[list[Record]] | None = None
+        #: Records read but not returned yet (one batch read's worth at most).
+        self._buffer: collections.deque[Record] = collections.deque()
+        self._closed = False
+        self._first: Position | None = None
+        self._first_meta: LogMetadata | None = None
+        #: Ledgers skipped because truncation removed them before this reader got there.
+        self.skipped_ledgers = 0
+        #: The position after the last record returned.
+        self.position: Position | None = None
+
+    async def seek(self) -> Position:
+        """Fix the starting point now (``open_reader`` does); the first position to read."""
+        if self._first is None:
+            self._first_meta = await self._meta()
+            self._first = await self._starting_point(self._first_meta)
+        return self._first
+
+    def __aiter__(self) -> LogReader:
+        return self
+
+    def _next_task(self) -> asyncio.Future[list[Record]]:
+        """The read of the next batch of records, shared by every caller until it completes
+        (so a caller that times out or is cancelled never breaks the reader)."""
+        if self._pending is None:
+            if self._records is None:
+                self._records = self._run()
+            self._pending = asyncio.ensure_future(self._records.__anext__())
+        return self._pending
+
+    def _take(self) -> Record:
+        record = self._buffer.popleft()
+        self.position = Position(record.position.ledger_id, record.position.entry_id + 1)
+        return record
+
+    async def __anext__(self) -> Record:
+        if self._closed:
+            raise StopAsyncIteration
+        while not self._buffer:
+            task = self._next_task()
+            try:
+                batch = await asyncio.shield(task)
+            finally:
+                if task.done():
+                    self._pending = None
+            self._buffer.extend(batch)
+        return self._take()
+
+    async def next(self, timeout_s: float | None = None) -> Record | None:
+        """The next record, or None when none comes within ``timeout_s`` (the read goes
+        on, and a later call gets its record)."""
+        deadline = None if timeout_s is None else self._logs.clock.monotonic() + timeout_s
+        while not self._buffer:
+            if self._closed:
+                return None
+            task = self._next_task()
+            wait = None if deadline is None else max(0.0, deadline - self._logs.clock.monotonic())
+            done, _ = await asyncio.wait({task}, timeout=wait)
+            if not done:
+                return None
+            self._pending = None
+            try:
+                self._buffer.extend(task.result())
+            except StopAsyncIteration:
+                return None
+        return self._take()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._buffer.clear()
+        if self._pending is not None:
+            self._pending.cancel()
+            with contextlib.suppress(BaseException):
+                await self._pending
+            self._pending = None
+        if self._records is not None:
+            records, self._records = self._records, None
+            with contextlib.suppress(BaseException):
+                await records.aclose()  # type: ignore[attr-defined]
+
+    # -- the tailing state machine -----------------------------------------------------
+    async def _meta(self) -> LogMetadata:
+        return (await self._logs.store.read(self._log.name))[0]
+
+    async def _starting_point(self, meta: LogMetadata) -> Position:
+        start, walk = self._start, self._logs.walk
+        if start == EARLIEST or not meta.ledgers:
+            return earliest(meta)
+        if isinstance(start, Position):
+            return start
+        if start == LATEST:
+            return await walk.latest(meta)
+        assert isinstance(start, int)
+        return await walk.position_at(meta, start)
+
+    async def _run(self) -> AsyncIterator[list[Record]]:
+        """Tail from the starting point in batches, riding out store and bookie failures
+        that may pass (session expiry, lost connections, unavailable bookies) from the last
+        record read."""
+        position = await self.seek()
+        meta: LogMetadata | None = self._first_meta
+        while not self._closed:
+            try:
+                async for batch in self._tail(position, meta):
+                    yield batch
+                return
+            except BKeeperError as exc:
+                if not (exc.retriable or isinstance(exc, SessionExpiredError)):
+                    raise
+                log.info("log %s: reader retrying after: %s", self._log.name, exc)
+                await asyncio.sleep(self._config.tail_poll_ms / 1000.0)
+                # The generator runs only once the buffer is empty, so the position after
+                # the last record returned is also the one after the last record fetched.
+                if self.position is not None:
+                    position = max(position, self.position)
+                meta = None
+
+    async def _tail(
+        self, position: Position, meta: LogMetadata | None
+    ) -> AsyncIterator[list[Record]]:
+        config = self._config
+        if meta is None:
+            meta = await self._meta()
+        while not self._closed:
+            index = locate(meta, position)
+            if index is None:  # past the last ledger: wait for the list to grow
+                await asyncio.sleep(config.tail_poll_ms / 1000.0)
+                meta = await self._meta()
+                continue
+            ledger_id = meta.ledgers[index].ledger_id
+            if ledger_id != position.ledger_id:
+                position = Position(ledger_id, 0)
+            handle = await self._logs.walk.open(ledger_id)
+            if handle is None:  # deleted under us: truncation passed this reader
+                meta = await self._meta()
+                if meta.index_of(ledger_id) is None:
+                    self.skipped_ledgers += 1
+                    position = Position(ledger_id + 1, 0)
+                continue
+            if handle.is_closed:
+                async for batch in self._read(handle, position.entry_id):
+                    yield batch
+                position = Position(ledger_id + 1, 0)
+                continue
+            # The ledger is open: tail it until it is sealed, rolled away from or deleted.
+            lac = await handle.read_last_add_confirmed()
+            while not self._closed:
+                if position.entry_id <= lac:
+                    async for batch in self._read(handle, position.entry_id, lac):
+                        position = Position(ledger_id, batch[-1].position.entry_id + 1)
+                        yield batch
+                rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
+                wait_ms = min(config.tail_poll_ms, 50) if rolled else config.tail_poll_ms
+                new_lac = await handle.wait_last_add_confirmed(lac, wait_ms)
+                if new_lac > lac:
+                    lac = new_lac
+                    continue
+                # Quiet: did the writer roll, or a new writer seal this ledger?
+                meta = await self._meta()
+                if meta.index_of(ledger_id) != len(meta.ledgers) - 1:
+                    break
+                try:
+                    state = (await self._logs.bk.ledger_metadata(ledger_id)).state
+                except LedgerNotFoundError:
+                    break
+                if state is LedgerState.CLOSED:
+                    break
+
+    async def _read(
+        self, handle: ReadHandle, first: int, last: int | None = None
+    ) -> AsyncIterator[list[Record]]:
+        """Records ``first..last`` of the ledger (``last``: its LAC or last entry), a batch
+        read at a time."""
+        end = handle.last_add_confirmed if last is None else last
+        if first > end:
+            return
+        ledger_id = handle.ledger_id
+        async for entries in handle.read_batches(first, end):
+            batch = [decode_record(e.payload, Position(ledger_id, e.entry_id)) for e in entries]
+            yield batch

@@ -1,0 +1,244 @@
+"""The structure of a named log's ledger list: its ends, the record at a time, and the runs of
+confirmed entries between two positions. The one place that walks the list: the log reader
+(:mod:`bkeeper.namedlog.reader`), ``NamedLog.last_position`` and Spark's planning
+(:mod:`bkeeper.spark.plan`) all call it.
+
+Positions. ``(L, E)`` is record E of ledger L. When L is not in the list it means the first
+record of the first ledger after L, so ``(L + 1, 0)`` and ``(L, last + 1)`` both follow a
+sealed ledger L whose last entry is ``last`` (:func:`locate`).
+
+What is confirmed, and what "latest" means:
+
+* A sealed ledger's entries are its entries ``0..last`` (they never change). An open
+  ledger's confirmed entries are those up to its LAC: a reader never reads past it, so what it
+  reads is what any reader reads and what recovery keeps. :meth:`LogWalk.spans` follows this
+  rule and stops at the first ledger that is not sealed, at its LAC (a ledger being sealed
+  after a roll may still gain confirmed entries past the LAC seen now, so nothing after it is
+  planned yet).
+* ``latest`` (:meth:`LogWalk.latest`) is a *starting point*, "the records appended from now
+  on": the position after every record appended so far. For an open last ledger that is past
+  its LAC: a writer learns that an entry is acknowledged before bookies learn it (the LAC
+  travels with the next append), so its last acknowledged entries sit past the LAC until the
+  writer appends again or closes, up to its whole pipeline when its writer died before
+  recovery. ``latest`` checks the entries past the LAC that bookies hold (at most
+  ``latest_probes_max``) and starts after them: a reader opened at ``latest`` gets only
+  records appended after it opened, never one that was appended before. Being a start and not
+  a read, it reports no entry that is not confirmed: reads from it still stop at the LAC.
+  A sealed last ledger gives ``(L, last + 1)``; a last ledger whose metadata is gone gives
+  ``(L + 1, 0)`` (nothing of it can be read from now on).
+* ``earliest`` is the first record of the first ledger still listed.
+
+Data loss: a start before the log's first ledger when a truncation moved past it, or a ledger
+of the list whose metadata is gone. :meth:`LogWalk.spans` returns each such range as a
+:class:`LostRange` and walks on past it; its callers decide whether that is an error.
+
+Limits: sealed ledgers' last entry ids are cached (``sealed_cache_max``; a sealed ledger
+deleted later is still walked over from the cache, and reading it finds it gone); ``latest``
+probes at most ``latest_probes_max`` entries past the LAC.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.read_handle import ReadHandle
+from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
+from bkeeper.namedlog.metadata import LogMetadata
+from bkeeper.namedlog.records import Position, decode_record
+
+__all__ = [
+    "LATEST_PROBES_MAX",
+    "SEALED_CACHE_MAX",
+    "EntrySpan",
+    "LedgerEnd",
+    "LogWalk",
+    "LostRange",
+    "Walked",
+    "earliest",
+    "locate",
+]
+
+#: Entries past an open ledger's LAC that ``latest`` checks for (appended, LAC not sent yet).
+LATEST_PROBES_MAX = 1_000
+#: Sealed ledgers whose last entry id a walk remembers.
+SEALED_CACHE_MAX = 100_000
+
+
+@dataclass(frozen=True, order=True)
+class EntrySpan:
+    """Confirmed entries ``first..last`` (inclusive) of ledger ``ledger_id`` of log ``log``;
+    ``sealed`` says the ledger was sealed when walked (else the span ends at or below its
+    LAC). Reading one is deterministic: a replayed read gets exactly the same records."""
+
+    log: str
+    ledger_id: int
+    first: int
+    last: int
+    sealed: bool = True
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+
+@dataclass(frozen=True)
+class LostRange:
+    """Records from ``start`` up to (not including) ``first_left`` are gone: truncated, or
+    their ledger deleted, before they were read."""
+
+    start: Position
+    first_left: Position
+
+
+@dataclass(frozen=True)
+class Walked:
+    """What :meth:`LogWalk.spans` found: the spans in log order, the position after them,
+    and the ranges lost on the way."""
+
+    spans: list[EntrySpan]
+    after: Position
+    lost: list[LostRange] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LedgerEnd:
+    """A ledger's last confirmed entry: its last entry when ``sealed``, else its LAC."""
+
+    last: int
+    sealed: bool
+
+
+def earliest(meta: LogMetadata) -> Position:
+    """The first record of the log (``(0, 0)`` when it has no ledger)."""
+    return Position(meta.ledgers[0].ledger_id, 0) if meta.ledgers else Position(0, 0)
+
+
+def locate(meta: LogMetadata, position: Position) -> int | None:
+    """The index in ``meta.ledgers`` of the ledger ``position`` falls in: the first one whose
+    id is at least ``position.ledger_id`` (None: past the last ledger)."""
+    return next((i for i, x in enumerate(meta.ledgers) if x.ledger_id >= position.ledger_id), None)
+
+
+class LogWalk:
+    """Walks the ledger lists of one cluster's logs (reads ledger metadata and entries, never
+    the log metadata: callers pass the :class:`LogMetadata` they read)."""
+
+    def __init__(
+        self,
+        bk: BookKeeper,
+        password: bytes,
+        *,
+        sealed_cache_max: int = SEALED_CACHE_MAX,
+        latest_probes_max: int = LATEST_PROBES_MAX,
+    ) -> None:
+        self._bk = bk
+        self._password = password
+        self._sealed: OrderedDict[int, int] = OrderedDict()
+        self._sealed_cache_max = sealed_cache_max
+        self._latest_probes_max = latest_probes_max
+
+    async def open(self, ledger_id: int) -> ReadHandle | None:
+        """A read handle on the ledger, never fencing it; None when it is gone."""
+        try:
+            return await self._bk.open_ledger(ledger_id, self._password, recovery=False)
+        except LedgerNotFoundError:
+            return None
+
+    async def ledger_end(self, ledger_id: int) -> LedgerEnd | None:
+        """The ledger's last confirmed entry; None when the ledger is gone."""
+        cached = self._sealed.get(ledger_id)
+        if cached is not None:
+            self._sealed.move_to_end(ledger_id)
+            return LedgerEnd(cached, True)
+        handle = await self.open(ledger_id)
+        if handle is None:
+            return None
+        if handle.is_closed:
+            last = handle.metadata.last_entry_id
+            self._sealed[ledger_id] = last
+            if len(self._sealed) > self._sealed_cache_max:
+                self._sealed.popitem(last=False)
+            return LedgerEnd(last, True)
+        return LedgerEnd(await handle.read_last_add_confirmed(), False)
+
+    async def latest(self, meta: LogMetadata) -> Position:
+        """The position after every record appended so far (see the module docstring)."""
+        if not meta.ledgers:
+            return Position(0, 0)
+        last = meta.ledgers[-1].ledger_id
+        handle = await self.open(last)
+        if handle is None:
+            return Position(last + 1, 0)
+        if handle.is_closed:
+            return Position(last, handle.metadata.last_entry_id + 1)
+        end = await handle.read_last_add_confirmed() + 1
+        for _ in range(self._latest_probes_max):
+            try:
+                await handle.read_entry(end)
+            except BKeeperError:
+                break
+            end += 1
+        return Position(last, end)
+
+    async def position_at(self, meta: LogMetadata, timestamp_ms: int) -> Position:
+        """The first record appended at or after ``timestamp_ms`` (else :meth:`latest`):
+        skip whole sealed ledgers whose last record is older, then scan the first ledger
+        that is not."""
+        for ledger in meta.ledgers:
+            handle = await self.open(ledger.ledger_id)
+            if handle is None:
+                continue
+            last = (
+                handle.metadata.last_entry_id
+                if handle.is_closed
+                else await handle.read_last_add_confirmed()
+            )
+            if last < 0:
+                continue
+            tail = await handle.read_entry(last)
+            record = decode_record(tail.payload, Position(ledger.ledger_id, last))
+            if record.timestamp_ms < timestamp_ms and handle.is_closed:
+                continue
+            async for entry in handle.read(0, last):
+                position = Position(ledger.ledger_id, entry.entry_id)
+                if decode_record(entry.payload, position).timestamp_ms >= timestamp_ms:
+                    return position
+        return await self.latest(meta)
+
+    async def spans(
+        self, name: str, meta: LogMetadata, start: Position, end: Position | None = None
+    ) -> Walked:
+        """The confirmed entries of log ``name`` from ``start`` up to ``end`` (exclusive;
+        None: as far as they go), the position after them, and what was lost on the way."""
+        ledgers = meta.ledgers
+        index = locate(meta, start)
+        if index is None:
+            return Walked([], start)
+        lost: list[LostRange] = []
+        if index == 0 and ledgers[0].ledger_id != start.ledger_id:
+            mark = meta.truncated_before
+            if mark is not None and start < mark:
+                lost.append(LostRange(start, Position(ledgers[0].ledger_id, 0)))
+        found: list[EntrySpan] = []
+        after = start
+        for ledger in ledgers[index:]:
+            ledger_id = ledger.ledger_id
+            if end is not None and ledger_id > end.ledger_id:
+                return Walked(found, end, lost)
+            first = start.entry_id if ledger_id == start.ledger_id else 0
+            ledger_end = await self.ledger_end(ledger_id)
+            if ledger_end is None:
+                after = Position(ledger_id + 1, 0)
+                lost.append(LostRange(Position(ledger_id, first), after))
+                continue
+            last = ledger_end.last
+            if end is not None and ledger_id == end.ledger_id:
+                last = min(last, end.entry_id - 1)
+            if first <= last:
+                found.append(EntrySpan(name, ledger_id, first, last, ledger_end.sealed))
+            after = Position(ledger_id, max(first, last + 1))
+            if not ledger_end.sealed or (end is not None and ledger_id == end.ledger_id):
+                break
+        return Walked(found, after, lost)

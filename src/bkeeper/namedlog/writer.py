@@ -1,0 +1,293 @@
+"""The writer of a named log: appends records to the log's last ledger, rolls, retains.
+
+:meth:`NamedLog.open_writer <bkeeper.namedlog.logs.NamedLog.open_writer>` makes one after
+fencing the previous writer. Appends go to the current ledger; once it holds ``roll_bytes``
+or is ``roll_age_ms`` old, the writer creates a new ledger, appends it to the list by
+compare-and-set (:func:`bkeeper.common.cas.cas_update`) and seals the old one in the
+background. A list that moved on (another writer's ledger is last) means this writer was
+fenced. At each roll, ``retention_age_ms`` / ``retention_bytes`` truncate old sealed ledgers.
+
+Background work (sealing rolled-away ledgers, explaining a fence) runs on the writer's
+:class:`~bkeeper.common.tasks.TaskOwner`; ``close`` waits for it to end, then closes it.
+Time comes from the logs' :class:`~bkeeper.common.clock.Clock`.
+
+Limits: ``metadata_retries_max`` lost compare-and-sets per roll; ``TASKS_MAX`` background tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.cas import cas_update
+from bkeeper.common.errors import (
+    BKeeperError,
+    LedgerFencedError,
+    LogError,
+    LogFencedError,
+    LogNotFoundError,
+)
+from bkeeper.common.tasks import TaskOwner
+from bkeeper.namedlog.config import LogConfig
+from bkeeper.namedlog.metadata import LogMetadata
+from bkeeper.namedlog.records import Position, encode_record
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+
+__all__ = ["LogWriter", "create_ledger", "discard_ledger"]
+
+log = logging.getLogger(__name__)
+
+
+async def create_ledger(bk: BookKeeper, config: LogConfig) -> WriteHandle:
+    """A new ledger for a log, as ``config`` says."""
+    return await bk.create_ledger(
+        config.ensemble_size,
+        config.write_quorum,
+        config.ack_quorum,
+        digest=config.digest,
+        password=config.password,
+    )
+
+
+async def discard_ledger(bk: BookKeeper, handle: WriteHandle) -> None:
+    """Close and delete a ledger that never made it into the list."""
+    with contextlib.suppress(BKeeperError):
+        await handle.close()
+    with contextlib.suppress(BKeeperError):
+        await bk.delete_ledger(handle.ledger_id)
+
+
+class LogWriter:
+    """The only writer of a named log (until another one opens). Made by ``open_writer``."""
+
+    def __init__(
+        self, named: NamedLog, handle: WriteHandle, meta: LogMetadata, version: int
+    ) -> None:
+        self._log = named
+        self._logs = named.logs
+        self._config = named.logs.config
+        self._handle = handle
+        self._meta = meta
+        self._version = version
+        self._clock = named.logs.clock
+        self._opened_at = self._clock.monotonic()
+        self._roll_lock = asyncio.Lock()
+        self._explaining: asyncio.Future[LogError] | None = None
+        self._tasks = TaskOwner(f"log {named.name!r} writer", error=LogError)
+        self._error: LogError | None = None
+        self._error_explained = False
+        self._closed = False
+
+    @property
+    def ledger_id(self) -> int:
+        """The ledger appends go to now."""
+        return self._handle.ledger_id
+
+    async def append(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        properties: Mapping[str, bytes] | None = None,
+    ) -> Position:
+        """Append one record; its position once an ack quorum has it."""
+        future = await self.append_async(payload, key=key, properties=properties)
+        return await future
+
+    async def append_async(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        properties: Mapping[str, bytes] | None = None,
+    ) -> asyncio.Future[Position]:
+        """Send one record (pipelined); the future completes with its position.
+
+        Once the writer's ledger was fenced, this raises ``LogNotFoundError`` if the log
+        was deleted, else ``LogFencedError`` (another writer took over)."""
+        if self._error is not None:
+            raise await self._gone(self._error)
+        self._check_open()
+        if self._should_roll():
+            await self._roll()
+        handle = self._handle
+        data = encode_record(payload, self._clock.wall_ms(), key, properties)
+        try:
+            inner = await handle.append_async(data)
+        except LedgerFencedError as exc:
+            raise await self._gone(exc) from exc
+        loop = asyncio.get_running_loop()
+        outer: asyncio.Future[Position] = loop.create_future()
+        ledger_id = handle.ledger_id
+
+        def done(future: asyncio.Future[int]) -> None:
+            if outer.done():
+                return
+            if future.cancelled():
+                outer.cancel()
+            elif isinstance(exc := future.exception(), LedgerFencedError):
+                self._fence_explained(exc).add_done_callback(functools.partial(_fail_with, outer))
+            elif exc is not None:
+                outer.set_exception(exc)
+            else:
+                outer.set_result(Position(ledger_id, future.result()))
+
+        inner.add_done_callback(done)
+        return outer
+
+    async def close(self) -> None:
+        """Seal the current ledger (pending appends complete first)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._handle.close()
+        except LedgerFencedError as exc:
+            raise await self._gone(exc) from exc
+        finally:
+            await self._tasks.wait_idle()
+            await self._tasks.aclose()
+
+    async def __aenter__(self) -> LogWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LogError(f"the writer of log {self._log.name!r} is closed")
+
+    def _fenced(self, cause: BaseException) -> LogError:
+        """The error of appends that were in flight when the ledger was fenced."""
+        if self._error is None:
+            self._error = LogFencedError(
+                f"log {self._log.name!r}: this writer was fenced: another writer took over, "
+                f"or the log was deleted ({cause})"
+            )
+        return self._error
+
+    def _fence_explained(self, cause: BaseException) -> asyncio.Future[LogError]:
+        """Why this writer was fenced (the error of every append that failed for it), asked
+        of the metadata once, in the background."""
+        if self._explaining is None:
+            if self._tasks.closed:  # the writer is closed: no asking any more
+                done: asyncio.Future[LogError] = asyncio.get_running_loop().create_future()
+                done.set_result(self._fenced(cause))
+                return done
+            self._explaining = self._tasks.spawn(self._explain(cause), "explain a fence")
+        return self._explaining
+
+    async def _explain(self, cause: BaseException) -> LogError:
+        try:
+            return await self._gone(cause)
+        except BKeeperError as exc:  # the metadata cannot say: the fence is all we know
+            return self._fenced(exc)
+
+    async def _gone(self, cause: BaseException) -> LogError:
+        """Why this writer can append no more, its ledger fenced: the log was deleted, or
+        another writer took over (asked of the metadata once)."""
+        if self._error is None or not self._error_explained:
+            self._error_explained = True
+            name = self._log.name
+            try:
+                await self._logs.store.read(name)
+            except LogNotFoundError:
+                self._error = LogNotFoundError(
+                    f"log {name!r} was deleted while this writer was open ({cause})"
+                )
+            else:
+                self._error = LogFencedError(f"log {name!r}: another writer took over ({cause})")
+        assert self._error is not None
+        return self._error
+
+    def _should_roll(self) -> bool:
+        config = self._config
+        if self._handle.length >= config.roll_bytes:
+            return True
+        age_ms = (self._clock.monotonic() - self._opened_at) * 1000.0
+        return bool(config.roll_age_ms) and age_ms >= config.roll_age_ms
+
+    async def _roll(self) -> None:
+        async with self._roll_lock:
+            if not self._should_roll():
+                return  # another append rolled while this one waited
+            old = self._handle
+            bk, store, name = self._logs.bk, self._logs.store, self._log.name
+            new = await create_ledger(bk, self._config)
+
+            async def attempt(snapshot: tuple[LogMetadata, int]) -> tuple[LogMetadata, int]:
+                meta, version = snapshot
+                if not meta.ledgers or meta.ledgers[-1].ledger_id != old.ledger_id:
+                    raise self._fenced(RuntimeError("the ledger list moved on"))
+                new_meta = meta.with_ledger(new.ledger_id, self._clock.wall_ms())
+                return new_meta, await store.write(name, new_meta, version)
+
+            try:
+                self._meta, self._version = await cas_update(
+                    lambda: store.read(name),
+                    attempt,
+                    what=f"log {name!r}: could not roll",
+                    attempts_max=self._config.metadata_retries_max,
+                    current=(self._meta, self._version),
+                )
+            except BKeeperError:
+                await discard_ledger(bk, new)
+                raise
+            self._handle = new
+            self._opened_at = self._clock.monotonic()
+            log.debug("log %s: rolled from ledger %d to %d", name, old.ledger_id, new.ledger_id)
+            self._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
+        if self._config.retention_age_ms or self._config.retention_bytes:
+            try:
+                await self._apply_retention()
+            except BKeeperError as exc:  # retention is best effort; the next roll retries
+                log.warning("log %s: retention: %s", self._log.name, exc)
+
+    async def _apply_retention(self) -> None:
+        """Truncate sealed ledgers past the retention age or size (see ``LogConfig``)."""
+        config, ledgers = self._config, self._meta.ledgers
+        keep_from = 0
+        if config.retention_age_ms:
+            horizon = self._clock.wall_ms() - config.retention_age_ms
+            # Ledger i's records are all older than ledger i+1's creation.
+            for index in range(len(ledgers) - 1):
+                if ledgers[index + 1].ctime_ms < horizon:
+                    keep_from = index + 1
+        if config.retention_bytes:
+            total = 0
+            for index in range(len(ledgers) - 2, -1, -1):  # sealed ledgers, newest first
+                total += (await self._logs.bk.ledger_metadata(ledgers[index].ledger_id)).length
+                if total > config.retention_bytes:
+                    keep_from = max(keep_from, index + 1)
+                    break
+        keep_from = min(keep_from, len(ledgers) - 2)  # never the current or the one sealing
+        if keep_from > 0:
+            await self._log.truncate(Position(ledgers[keep_from].ledger_id, 0))
+            self._meta, self._version = await self._logs.store.read(self._log.name)
+
+    async def _seal(self, handle: WriteHandle) -> None:
+        try:
+            await handle.close()
+        except BKeeperError as exc:
+            log.warning("log %s: closing ledger %d: %s", self._log.name, handle.ledger_id, exc)
+
+
+def _fail_with(outer: asyncio.Future[Position], explained: asyncio.Future[LogError]) -> None:
+    """Fail an append's future with the explained fence (unless it is done already)."""
+    if outer.done():
+        return
+    if explained.cancelled():
+        outer.cancel()
+    else:
+        outer.set_exception(explained.result())

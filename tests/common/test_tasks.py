@@ -1,0 +1,30 @@
+"""TaskOwner.wait_idle: an owner can let its background work finish before it closes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bkeeper.common.tasks import TaskOwner
+
+
+async def test_wait_idle_waits_for_every_task_and_cancels_none():
+    owner = TaskOwner("test")
+    release = asyncio.Event()
+    finished: list[str] = []
+
+    async def work(name: str, then: str | None = None) -> None:
+        await release.wait()
+        if then is not None:  # spawned while the owner waits: waited for too
+            owner.spawn(work(then), then)
+        finished.append(name)
+
+    owner.spawn(work("a", then="c"), "a")
+    owner.spawn(work("b"), "b")
+    waiting = asyncio.ensure_future(owner.wait_idle())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    release.set()
+    await asyncio.wait_for(waiting, 10)
+    assert sorted(finished) == ["a", "b", "c"] and len(owner) == 0
+    await owner.aclose()
+    assert owner.closed

@@ -1,0 +1,40 @@
+"""Named logs take their time from a Clock: rolls by age and retention by age decided with a
+fake clock, without waiting."""
+
+from __future__ import annotations
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.namedlog import LogConfig, NamedLogs
+from bkeeper.testing.clock import FakeClock
+from bkeeper.testing.cluster import MemoryCluster
+
+FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
+
+
+async def test_rolls_and_retention_by_age_follow_the_clock():
+    clock = FakeClock()
+    config = LogConfig(roll_age_ms=60_000, retention_age_ms=600_000)
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), config, clock=clock)
+        named = await logs.create("a")
+        writer = await named.open_writer()
+        first = await writer.append(b"one")
+        assert (await writer.append(b"two")).ledger_id == first.ledger_id
+        clock.advance(59.999)
+        assert (await writer.append(b"three")).ledger_id == first.ledger_id
+        clock.advance(0.001)
+        rolled = await writer.append(b"four")
+        assert rolled.ledger_id > first.ledger_id, "a ledger 60 s old rolls"
+        reader = await named.open_reader()
+        records = [await reader.next(5) for _ in range(3)]
+        await reader.close()
+        assert [r.timestamp_ms for r in records] == [1_700_000_000_000] * 2 + [1_700_000_059_999]
+        # Ten minutes on, the ledgers before the current one hold only records older than
+        # the retention age: the next roll truncates the first ledger away.
+        clock.advance(600)
+        await writer.append(b"five")
+        clock.advance(60)
+        await writer.append(b"six")
+        ids = [x.ledger_id for x in (await named.metadata()).ledgers]
+        assert first.ledger_id not in ids and rolled.ledger_id in ids
+        await writer.close()
