@@ -14,6 +14,13 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bkeeper"
 #: the only place that reads argv, config files and the environment).
 ENVIRONMENT_ALLOWED = ("cli",)
 
+#: Where the library must write the environment because Spark offers no other channel (good
+#: sense over the rule, as house-style.md allows; each site says why in a comment):
+#: the JVM picks its Python workers' interpreter only from its environment, and PySpark's
+#: worker decides whether to print a traceback only from ``SPARK_HIDE_TRACEBACK``.
+#: How many uses each such file has; one more fails the test.
+ENVIRONMENT_EXCEPTIONS = {"spark/session.py": 2, "spark/errors.py": 1}
+
 
 _ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "putenv", "unsetenv"}
 
@@ -41,7 +48,10 @@ def test_only_the_cli_touches_the_environment() -> None:
         package = path.relative_to(SRC).parts[0]
         if package in ENVIRONMENT_ALLOWED or "_pb" in path.parts:
             continue
-        offenders += [f"{path.relative_to(SRC)}:{use}" for use in _environment_uses(path)]
+        name = str(path.relative_to(SRC))
+        uses = _environment_uses(path)
+        if len(uses) > ENVIRONMENT_EXCEPTIONS.get(name, 0):
+            offenders += [f"{name}:{use}" for use in uses]
     assert offenders == []
 
 
