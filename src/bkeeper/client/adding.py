@@ -29,7 +29,8 @@ Rules (BookKeeper's):
    client must not blame its bookies.
 
 Phases and the events that move them (:data:`TRANSITIONS`; a pair not in it is a bug, raised
-as ``AssertionError``). ACK never changes the phase, so the hot path skips the lookup.
+as ``AssertionError``). APPEND and ACK never change the phase, so the hot path skips the
+lookup (APPEND checks for FAILED itself).
 
 =========  ======  ====  ====  =============  ========  ===========  ======
 phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  CHANGE_DONE  FATAL
@@ -253,11 +254,11 @@ class AddPipeline:
     ) -> tuple[int, ...]:
         """Entry ``entry_id`` (``last_add_pushed + 1``; ``length`` bytes in the ledger up to
         it) enters the pipeline; the ensemble positions to send it to."""
-        if self._phase is Phase.FAILED and self.error is not None:
-            raise self.error
+        # APPEND never changes the phase (the table): no lookup on this hot path.
+        if self._phase is Phase.FAILED:
+            raise self.error or AssertionError("add pipeline failed without an error")
         if entry_id != self.last_add_pushed + 1:
             raise AssertionError(f"entry {entry_id} appended after {self.last_add_pushed}")
-        self._move(Event.APPEND)
         self.last_add_pushed = entry_id
         self.length = length
         self._pending.append(PendingAdd(entry_id, length, data, future, now))

@@ -167,7 +167,10 @@ class BookieClient(asyncio.Protocol):
         txn = self._requests.expect_listened_add(ledger_id, entry_id, self.address)
         if txn:
             data = self._encode(AddRequest(ledger_id, entry_id, master_key, data, txn_id=txn))
-        self._queue(data)
+        self._out.append(data)  # _queue, inline: once per add per bookie
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def _queue(self, frame: bytes) -> None:
         self._out.append(frame)
@@ -220,13 +223,15 @@ class BookieClient(asyncio.Protocol):
 
     def _v2_received(self, responses: list[Any]) -> None:
         match_add = self._requests.match_v2_add
-        answer_add = self._listeners.answer
+        listeners = self._listeners.on_add
         for item in responses:
             if type(item) is tuple:  # an ADD answer: (status, ledger id, entry id)
                 status, ledger_id, entry_id = item
                 value = match_add(ledger_id, entry_id)
                 if value is LISTENED:
-                    answer_add(status, ledger_id, entry_id)
+                    listener = listeners.get(ledger_id)
+                    if listener is not None:
+                        listener(status, entry_id)
                 elif value is not None:
                     future = cast("asyncio.Future[Any]", value)
                     if not future.done():

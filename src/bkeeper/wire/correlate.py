@@ -148,7 +148,9 @@ class Correlator(Generic[T]):
 
     def expect_listened_add(self, ledger_id: int, entry_id: int, address: str = "?") -> int:
         """Record a listened add; its txn id over v3 (build the request with it), else 0."""
-        self._reserve(address)
+        if self.pending >= self.pending_max:  # _reserve, inline: once per add per bookie
+            self._reserve(address)
+        self.pending += 1
         if self._v3:
             txn = self.next_txn_id()
             self._by_txn[txn] = Listened(ledger_id, entry_id)
