@@ -1,58 +1,54 @@
 """A pipelined connection from a client to one bookie (v2 or v3), over an asyncio Protocol.
 
 ``send(request)`` returns a future for the response. Requests written in one event-loop
-iteration leave in one ``write``. v3 responses match on txn id (assigned here); v2 responses
-match on (operation, ledger id, entry id), or the request id of a batch read, first in first
-out. The number of requests awaiting an answer is bounded by ``pending_max``: past it
-``send`` raises :class:`TooManyRequestsError` (callers add their own back-pressure first).
-When the connection drops every pending future fails with :class:`BookieUnavailableError`.
+iteration leave in one ``write``. Which answer belongs to which request is decided by the
+connection's :class:`~bkeeper.wire.correlate.Correlator` (v3: txn id; v2: operation, ledger
+and entry, first in first out), which also bounds the requests awaiting an answer
+(``pending_max``: past it ``send`` raises :class:`TooManyRequestsError`). When the connection
+drops every pending future fails with :class:`BookieUnavailableError`.
 
-The writer's hot path over v2 skips futures: a ledger's writer registers listeners with
-:meth:`listen_adds`, sends pre-built frames with :meth:`send_add_frame` (the same bytes for
-every bookie of the write set), and its listener is called with (status, entry id) for each
-ADD response of that ledger, or once with the error when the connection is lost.
+The add lane (one, for both protocols): a ledger's writer registers listeners with
+:meth:`BookieClient.listen_adds` and sends each entry with :meth:`BookieClient.send_add`, no
+future per request; its listener is called with (status, entry id) for each ADD answer of that
+ledger, or once with the error when the connection is lost. The entry is encoded once for
+every bookie of its write set by :func:`encode_add` (over v2 the whole ADD frame; over v3 the
+entry body, which ``send_add`` wraps in a request with this connection's txn id).
+
+Back-pressure: while the socket's write buffer is over its high-water mark ``writable`` is
+False and :meth:`BookieClient.wait_writable` waits; writers wait there before adding more.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import dataclasses
 from collections.abc import Callable
 from typing import Any, cast
 
-from bkeeper.common.errors import (
-    BookieUnavailableError,
-    ClientClosedError,
-    ProtocolError,
-    TooManyRequestsError,
-)
+from bkeeper.common.errors import BookieUnavailableError, ClientClosedError, ProtocolError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire import v2, v3
-from bkeeper.wire.codes import Protocol, StatusCode, V2OpCode
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.correlate import LISTENED, PENDING_REQUESTS_MAX, Correlator, Listened
 from bkeeper.wire.framing import FrameDecoder
-from bkeeper.wire.messages import (
-    AddRequest,
-    AddResponse,
-    AuthRequest,
-    AuthResponse,
-    BatchReadRequest,
-    BatchReadResponse,
-    ReadRequest,
-    ReadResponse,
-    Request,
-    Response,
-)
+from bkeeper.wire.messages import AddRequest, AddResponse, BytesLike, Request, Response
 
-__all__ = ["AddListeners", "BookieClient"]
+__all__ = ["AddListeners", "BookieClient", "encode_add"]
 
-_V2Key = tuple[int, int, int]
 AddListener = Callable[[StatusCode, int], None]
 LostListener = Callable[[BaseException], None]
 
 
+def encode_add(protocol: Protocol, master_key: bytes, parts: tuple[BytesLike, ...]) -> bytes:
+    """An entry (body ``parts``: header, digest, payload) as :meth:`BookieClient.send_add`
+    takes it, built once for every bookie of the write set: over v2 the ADD frame, over v3
+    the entry body."""
+    if protocol is Protocol.V2:
+        return v2.add_request_frame(master_key, parts, sum(map(len, parts)))
+    return b"".join(parts)
+
+
 class AddListeners:
-    """Per-ledger listeners of a connection's v2 ADD fast path (see the module doc)."""
+    """Per-ledger listeners of a connection's add lane (see the module doc)."""
 
     __slots__ = ("on_add", "on_lost")
 
@@ -68,6 +64,11 @@ class AddListeners:
         self.on_add.pop(ledger_id, None)
         self.on_lost.pop(ledger_id, None)
 
+    def answer(self, status: StatusCode, ledger_id: int, entry_id: int) -> None:
+        listener = self.on_add.get(ledger_id)
+        if listener is not None:
+            listener(status, entry_id)
+
     def lost(self, error: BaseException) -> None:
         """Tell every listener the connection is gone, once, and forget them all."""
         listeners = list(self.on_lost.values())
@@ -75,30 +76,6 @@ class AddListeners:
         self.on_lost.clear()
         for listener in listeners:
             listener(error)
-
-
-def _v2_request_key(request: Request) -> _V2Key:
-    if isinstance(request, AddRequest):
-        return (V2OpCode.ADD_ENTRY, request.ledger_id, request.entry_id)
-    if isinstance(request, ReadRequest):
-        return (V2OpCode.READ_ENTRY, request.ledger_id, request.entry_id)
-    if isinstance(request, BatchReadRequest):
-        return (V2OpCode.BATCH_READ_ENTRY, request.request_id, 0)
-    if isinstance(request, AuthRequest):
-        return (V2OpCode.AUTH, 0, 0)
-    raise ProtocolError(f"{type(request).__name__} is not available over the v2 protocol")
-
-
-def _v2_response_key(response: Response) -> _V2Key:
-    if isinstance(response, AddResponse):
-        return (V2OpCode.ADD_ENTRY, response.ledger_id, response.entry_id)
-    if isinstance(response, ReadResponse):
-        return (V2OpCode.READ_ENTRY, response.ledger_id, response.entry_id)
-    if isinstance(response, BatchReadResponse):
-        return (V2OpCode.BATCH_READ_ENTRY, response.request_id, 0)
-    if isinstance(response, AuthResponse):
-        return (V2OpCode.AUTH, 0, 0)
-    raise ProtocolError(f"unexpected v2 response {type(response).__name__}")
 
 
 class BookieClient(asyncio.Protocol):
@@ -109,22 +86,20 @@ class BookieClient(asyncio.Protocol):
         protocol: Protocol,
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT,
-        pending_max: int = 100_000,
+        pending_max: int = PENDING_REQUESTS_MAX,
         address: str = "?",
     ) -> None:
         self.protocol = protocol
         self.address = address
-        self._pending_max = pending_max
         self._decoder = FrameDecoder(max_frame_bytes)
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False
-        self._next_txn = 1
-        self._by_txn: dict[int, asyncio.Future[Any]] = {}
-        self._by_key: dict[_V2Key, collections.deque[asyncio.Future[Any]]] = {}
-        self._pending = 0
+        self._requests: Correlator[asyncio.Future[Any]] = Correlator(protocol, pending_max)
         self._error: BaseException | None = None
+        #: False while the socket's write buffer is over its high-water mark
+        self.writable = True
         self._write_ready = asyncio.Event()
         self._write_ready.set()
         self._listeners = AddListeners()
@@ -162,7 +137,7 @@ class BookieClient(asyncio.Protocol):
 
     @property
     def pending(self) -> int:
-        return self._pending
+        return self._requests.pending
 
     @property
     def connected(self) -> bool:
@@ -173,44 +148,31 @@ class BookieClient(asyncio.Protocol):
         """Queue ``request``; the future resolves to its response (any status)."""
         if self._error is not None:
             raise BookieUnavailableError(f"bookie {self.address}: {self._error}")
-        if self._pending >= self._pending_max:
-            raise TooManyRequestsError(f"{self._pending} requests pending to {self.address}")
         future: asyncio.Future[Any] = self._loop.create_future()
-        if self.protocol is Protocol.V3:
-            txn = request.txn_id
-            if txn == 0:
-                txn = self.next_txn_id()
-                request = dataclasses.replace(request, txn_id=txn)
-            self._by_txn[txn] = future
-        else:
-            key = _v2_request_key(request)
-            queue = self._by_key.get(key)
-            if queue is None:
-                self._by_key[key] = queue = collections.deque()
-            queue.append(future)
-        self._pending += 1
-        self._out.append(self._encode(request))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        request = self._requests.expect(request, future, self.address)
+        self._queue(self._encode(request))
         return future
 
     def listen_adds(self, ledger_id: int, on_add: AddListener, on_lost: LostListener) -> None:
-        """Route ADD responses of ``ledger_id`` sent by :meth:`send_add_frame` to ``on_add``."""
-        if self.protocol is not Protocol.V2:
-            raise ProtocolError("listen_adds needs a v2 connection")
+        """Route answers to :meth:`send_add` of ``ledger_id`` to ``on_add`` (module doc)."""
         self._listeners.listen(ledger_id, on_add, on_lost)
 
     def forget_adds(self, ledger_id: int) -> None:
         self._listeners.forget(ledger_id)
 
-    def send_add_frame(self, frame: bytes) -> None:
-        """Queue a pre-built v2 ADD frame of a ledger with a listener (see module doc)."""
+    def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, data: bytes) -> None:
+        """Queue an add of a ledger with a listener; ``data`` from :func:`encode_add`."""
         if self._error is not None:
             raise BookieUnavailableError(f"bookie {self.address}: {self._error}")
-        if self._pending >= self._pending_max:
-            raise TooManyRequestsError(f"{self._pending} requests pending to {self.address}")
-        self._pending += 1
+        txn = self._requests.expect_listened_add(ledger_id, entry_id, self.address)
+        if txn:
+            data = self._encode(AddRequest(ledger_id, entry_id, master_key, data, txn_id=txn))
+        self._out.append(data)  # _queue, inline: once per add per bookie
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _queue(self, frame: bytes) -> None:
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -218,9 +180,7 @@ class BookieClient(asyncio.Protocol):
 
     def next_txn_id(self) -> int:
         """A fresh v3 txn id; callers on hot paths build requests with it to skip a copy."""
-        txn = self._next_txn
-        self._next_txn = txn + 1
-        return txn
+        return self._requests.next_txn_id()
 
     async def request(self, request: Request) -> Any:
         return await self.send(request)
@@ -241,9 +201,11 @@ class BookieClient(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def pause_writing(self) -> None:
+        self.writable = False
         self._write_ready.clear()
 
     def resume_writing(self) -> None:
+        self.writable = True
         self._write_ready.set()
 
     def data_received(self, data: bytes) -> None:
@@ -253,41 +215,36 @@ class BookieClient(asyncio.Protocol):
             else:
                 self._decoder.receive_data(data)
                 for frame in self._decoder.frames():
-                    self._complete(self._decode(frame))
+                    self._answer(self._decode(frame))
         except ProtocolError as exc:
             self._fail(exc)
             if self._transport is not None:
                 self._transport.abort()
 
     def _v2_received(self, responses: list[Any]) -> None:
+        match_add = self._requests.match_v2_add
         listeners = self._listeners.on_add
-        by_key = self._by_key
         for item in responses:
-            if type(item) is tuple:
+            if type(item) is tuple:  # an ADD answer: (status, ledger id, entry id)
                 status, ledger_id, entry_id = item
-                if not by_key or (V2OpCode.ADD_ENTRY, ledger_id, entry_id) not in by_key:
+                value = match_add(ledger_id, entry_id)
+                if value is LISTENED:
                     listener = listeners.get(ledger_id)
                     if listener is not None:
-                        self._pending -= 1
                         listener(status, entry_id)
-                    continue
-                self._complete(AddResponse(status, ledger_id, entry_id))
+                elif value is not None:
+                    future = cast("asyncio.Future[Any]", value)
+                    if not future.done():
+                        future.set_result(AddResponse(status, ledger_id, entry_id))
             else:
-                self._complete(item)
+                self._answer(item)
 
-    def _complete(self, response: Response) -> None:
-        if self.protocol is Protocol.V3:
-            future = self._by_txn.pop(response.txn_id, None)
-        else:
-            queue = self._by_key.get(_v2_response_key(response))
-            future = queue.popleft() if queue else None
-            if queue is not None and not queue:
-                del self._by_key[_v2_response_key(response)]
-        if future is None:
-            return  # an answer to a request we gave up on
-        self._pending -= 1
-        if not future.done():
-            future.set_result(response)
+    def _answer(self, response: Response) -> None:
+        value = self._requests.match(response)
+        if isinstance(value, Listened):
+            self._listeners.answer(response.status, value.ledger_id, value.entry_id)
+        elif value is not None and not value.done():
+            value.set_result(response)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(exc or ConnectionResetError("connection closed"))
@@ -297,16 +254,11 @@ class BookieClient(asyncio.Protocol):
         if self._error is None:
             self._error = exc
         error = BookieUnavailableError(f"bookie {self.address}: {exc}")
-        futures = list(self._by_txn.values())
-        for queue in self._by_key.values():
-            futures.extend(queue)
-        self._by_txn.clear()
-        self._by_key.clear()
-        self._pending = 0
-        for future in futures:
+        for future in self._requests.drain():
             if not future.done():
                 future.set_exception(error)
         self._listeners.lost(error)
+        self.writable = True
         self._write_ready.set()
 
     async def aclose(self) -> None:

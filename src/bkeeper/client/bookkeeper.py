@@ -68,7 +68,9 @@ class BookKeeper:
             await self._cluster.require_formatted()
         cluster = self._cluster
         transport = self._transport or TcpTransport(
-            self._resolve, self.config.connect_timeout_ms / 1000.0
+            self._resolve,
+            self.config.connect_timeout_ms / 1000.0,
+            self.config.connection_requests_pending_max,
         )
         pool = BookiePool(transport, self.config.protocol)
         ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)

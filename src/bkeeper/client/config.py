@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire.codes import Protocol
+from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 
 __all__ = ["ClientConfig"]
 
@@ -32,6 +33,10 @@ class ClientConfig:
     ``batch_read_entries_max`` / ``batch_read_bytes_max``: what one v2 BATCH_READ request
     asks for (a bookie may answer with fewer); the largest answer must fit a frame.
     ``batch_reads_in_flight_max``: BATCH_READ requests in flight while iterating a range.
+    ``connection_requests_pending_max``: requests awaiting an answer on one connection to a
+    bookie (every ledger's adds and reads together); one more fails with
+    ``TooManyRequestsError`` (writers are held back first by ``pending_adds_max`` and by the
+    socket's write buffer).
     """
 
     protocol: Protocol = Protocol.V2
@@ -54,6 +59,7 @@ class ClientConfig:
     batch_read_entries_max: int = 1_000
     batch_read_bytes_max: int = 4 * 1024 * 1024
     batch_reads_in_flight_max: int = 4
+    connection_requests_pending_max: int = PENDING_REQUESTS_MAX
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -74,6 +80,7 @@ class ClientConfig:
             "batch_read_entries_max",
             "batch_read_bytes_max",
             "batch_reads_in_flight_max",
+            "connection_requests_pending_max",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:

@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConnectionLossError, LedgerNotFoundError, SessionExpiredError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.ledgers import LedgerMetadataStore
@@ -43,11 +44,12 @@ _LOST = (ConnectionLossError, SessionExpiredError)
 class MetadataRetry:
     """Runs a metadata call, trying again while the store reconnects (see the module doc)."""
 
-    def __init__(self, reconnect_timeout_ms: int) -> None:
+    def __init__(self, reconnect_timeout_ms: int, clock: Clock | None = None) -> None:
         self.timeout_s = reconnect_timeout_ms / 1000.0
+        self.clock: Clock = clock or SystemClock()
 
     async def __call__(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        backoff = _Backoff(what, self.timeout_s)
+        backoff = _Backoff(what, self.timeout_s, self.clock)
         while True:
             try:
                 return await call()
@@ -58,17 +60,17 @@ class MetadataRetry:
 class _Backoff:
     """The pauses of one call's retries, and the error once its time is up."""
 
-    def __init__(self, what: str, timeout_s: float) -> None:
+    def __init__(self, what: str, timeout_s: float, clock: Clock) -> None:
         self._what = what
         self._timeout_s = timeout_s
-        self._loop = asyncio.get_running_loop()
+        self._clock = clock
         self._deadline: float | None = None  # counted from the first failure
         self._pause = PAUSE_FIRST_S
 
     async def wait(self, exc: ConnectionLossError | SessionExpiredError) -> None:
         if self._deadline is None:
-            self._deadline = self._loop.time() + self._timeout_s
-        remaining = self._deadline - self._loop.time()
+            self._deadline = self._clock.monotonic() + self._timeout_s
+        remaining = self._deadline - self._clock.monotonic()
         if remaining <= 0:
             raise type(exc)(
                 f"{self._what}: the metadata store stayed unreachable for "
@@ -126,7 +128,7 @@ class ReconnectingLedgers:
     async def ledger_ids(self) -> AsyncIterator[int]:
         """Every ledger id, ascending; a listing cut by a lost connection goes on after the
         last id it gave."""
-        backoff = _Backoff("listing ledgers", self._retry.timeout_s)
+        backoff = _Backoff("listing ledgers", self._retry.timeout_s, self._retry.clock)
         last = -1
         while True:
             try:

@@ -17,6 +17,7 @@ from typing import Protocol as TypingProtocol
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
 from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 from bkeeper.wire.messages import Request
 
 __all__ = ["BookiePool", "Connection", "TcpTransport", "Transport"]
@@ -39,7 +40,12 @@ class Connection(TypingProtocol):
 
     def forget_adds(self, ledger_id: int) -> None: ...
 
-    def send_add_frame(self, frame: bytes) -> None: ...
+    def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, data: bytes) -> None: ...
+
+    @property
+    def writable(self) -> bool: ...
+
+    async def wait_writable(self) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -54,13 +60,21 @@ Resolver = Callable[[str], Awaitable[tuple[str, int]]]
 class TcpTransport:
     """Connects over TCP to the address ``resolve(bookie_id)`` returns."""
 
-    def __init__(self, resolve: Resolver, connect_timeout_s: float) -> None:
+    def __init__(
+        self,
+        resolve: Resolver,
+        connect_timeout_s: float,
+        requests_pending_max: int = PENDING_REQUESTS_MAX,
+    ) -> None:
         self._resolve = resolve
         self._timeout_s = connect_timeout_s
+        self._pending_max = requests_pending_max
 
     async def connect(self, bookie_id: str, protocol: Protocol) -> Connection:
         host, port = await self._resolve(bookie_id)
-        return await BookieClient.connect(host, port, protocol, timeout_s=self._timeout_s)
+        return await BookieClient.connect(
+            host, port, protocol, timeout_s=self._timeout_s, pending_max=self._pending_max
+        )
 
 
 class BookiePool:

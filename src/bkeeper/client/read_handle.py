@@ -184,8 +184,8 @@ class ReadHandle:
         attempts: set[asyncio.Task[Entry]] = set()
         errors: list[BaseException] = []
         index = 0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + total * max(1, len(replicas))
+        clock = self._ctx.clock
+        deadline = clock.monotonic() + total * max(1, len(replicas))
         try:
             while True:
                 if index < len(replicas) and (not attempts or spec > 0):
@@ -197,7 +197,7 @@ class ReadHandle:
                     meta = self._versioned.value
                     misses = recovery_quorum(meta.write_quorum, meta.ack_quorum)
                     raise _best_error(self.ledger_id, entry_id, errors, misses)
-                wait = spec if index < len(replicas) and spec > 0 else deadline - loop.time()
+                wait = spec if index < len(replicas) and spec > 0 else deadline - clock.monotonic()
                 if wait <= 0:
                     raise BookieUnavailableError(
                         f"ledger {self.ledger_id} entry {entry_id}: no replica answered in time"
@@ -273,9 +273,10 @@ class ReadHandle:
         ]
         try:
             pending = set(tasks)
-            deadline = asyncio.get_running_loop().time() + timeout / 1000.0 + 1.0
+            clock = self._ctx.clock
+            deadline = clock.monotonic() + timeout / 1000.0 + 1.0
             while pending:
-                remaining = deadline - asyncio.get_running_loop().time()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0:
                     break
                 done, pending = await asyncio.wait(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import uuid
 from collections.abc import Callable, Mapping
@@ -36,7 +37,13 @@ from bkeeper.server.handlers import BookieState, RequestHandlers, _error_respons
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.messages import BatchReadResponse, ReadResponse, Request, Response
+from bkeeper.wire.messages import (
+    AddRequest,
+    BatchReadResponse,
+    ReadResponse,
+    Request,
+    Response,
+)
 
 __all__ = ["Fault", "MemoryBookie", "MemoryCluster"]
 
@@ -157,7 +164,7 @@ class _MemoryConnection:
             self._serve_faulty(request, future, fault)
         return future
 
-    # The writer's v2 fast path, through the same faults and handlers as ``send``.
+    # The writer's add lane, through the same faults and handlers as ``send``.
     def listen_adds(
         self,
         ledger_id: int,
@@ -169,18 +176,25 @@ class _MemoryConnection:
     def forget_adds(self, ledger_id: int) -> None:
         self._listeners.forget(ledger_id)
 
-    def send_add_frame(self, frame: bytes) -> None:
-        request = v2.decode_request(frame[4:])
+    def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, data: bytes) -> None:
+        """``data`` from ``encode_add``: decoded again, so that the v2 frame is checked too."""
+        if self.protocol is Protocol.V2:
+            request = v2.decode_request(data[4:])
+        else:
+            request = AddRequest(ledger_id, entry_id, master_key, data)
         future = self.send(request)
-        future.add_done_callback(self._deliver_add)
+        future.add_done_callback(functools.partial(self._deliver_add, ledger_id, entry_id))
 
-    def _deliver_add(self, future: asyncio.Future[Any]) -> None:
+    def _deliver_add(self, ledger_id: int, entry_id: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
             return  # fail_all reports the lost connection to the lost listeners
-        response = future.result()
-        listener = self._listeners.on_add.get(response.ledger_id)
-        if listener is not None:
-            listener(response.status, response.entry_id)
+        self._listeners.answer(future.result().status, ledger_id, entry_id)
+
+    #: in memory the socket never backs up
+    writable = True
+
+    async def wait_writable(self) -> None:
+        return None
 
     def _serve_faulty(self, request: Request, future: asyncio.Future[Any], fault: Fault) -> None:
         if future.done():

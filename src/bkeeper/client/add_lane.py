@@ -1,0 +1,153 @@
+"""The connections of one writer: the add lane's I/O, thin.
+
+:class:`AddLane` holds the connection of each ensemble position of one ledger's writer, with
+the ledger's listeners on it, and queues adds on them (``Connection.send_add``, v2 or v3 alike).
+Every answer goes to the writer's ``on_add(bookie, status, entry id)``; a lost connection, a
+bookie that cannot be reached or a send that fails to ``on_failed(bookie)``. A position with no
+live connection gets one connect task per bookie (owned by the writer's :class:`TaskOwner`),
+and the entries waiting for it are sent once it is up, if the pipeline still wants them there.
+
+:class:`Slots` is where appends wait for room in the pipeline (``pending_adds_max``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from bkeeper.client.adding import AddPipeline
+from bkeeper.client.context import ClientContext
+from bkeeper.client.pool import Connection
+from bkeeper.common.errors import BKeeperError
+from bkeeper.common.tasks import TaskOwner
+from bkeeper.wire.codes import StatusCode
+
+__all__ = ["AddLane", "Slots"]
+
+log = logging.getLogger(__name__)
+
+
+class AddLane:
+    """Sends one writer's adds and routes their answers back (see the module doc)."""
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        ledger_id: int,
+        master_key: bytes,
+        adds: AddPipeline,
+        tasks: TaskOwner,
+        on_add: Callable[[str, StatusCode, int], None],
+        on_failed: Callable[[str], None],
+    ) -> None:
+        self._ctx = ctx
+        self._ledger_id = ledger_id
+        self._master_key = master_key
+        self._adds = adds
+        self._tasks = tasks
+        self._on_add = on_add
+        self._on_failed = on_failed
+        #: the connection of each ensemble position, with this ledger's listeners on it
+        self.conns: list[Connection | None] = [None] * len(adds.ensemble)
+        self._connecting: dict[str, list[int]] = {}  # bookie -> entries to send once up
+
+    def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
+        """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
+        conns = self.conns
+        for position in positions:
+            conn = conns[position]
+            if conn is None or not conn.connected:
+                conn = self._attach(position)
+                if conn is None:
+                    self._connect_later(self._adds.ensemble[position], entry_id)
+                    continue
+            try:
+                conn.send_add(self._ledger_id, entry_id, self._master_key, data)
+            except BKeeperError:
+                self._on_failed(self._adds.ensemble[position])
+
+    async def wait_writable(self) -> None:
+        """Wait until no connection's socket buffer is over its high-water mark."""
+        for conn in self.conns:
+            if conn is not None and not conn.writable:
+                await conn.wait_writable()
+
+    def detach(self, positions: Iterable[int] | None = None) -> None:
+        """Take this ledger's listeners off the connections of ``positions`` (all: None)."""
+        for position in range(len(self.conns)) if positions is None else positions:
+            conn = self.conns[position]
+            if conn is not None:
+                conn.forget_adds(self._ledger_id)
+                self.conns[position] = None
+
+    def _attach(self, position: int) -> Connection | None:
+        bookie = self._adds.ensemble[position]
+        conn = self._ctx.pool.connection_nowait(bookie)
+        if conn is not None:
+            on_lost = functools.partial(self._lost, bookie)
+            conn.listen_adds(self._ledger_id, functools.partial(self._on_add, bookie), on_lost)
+        self.conns[position] = conn
+        return conn
+
+    def _lost(self, bookie: str, error: BaseException) -> None:
+        ensemble = self._adds.ensemble
+        self.detach([p for p, conn in enumerate(self.conns) if conn and ensemble[p] == bookie])
+        if len(self._adds):
+            log.info("ledger %d: connection to %s lost: %s", self._ledger_id, bookie, error)
+            self._on_failed(bookie)
+
+    def _connect_later(self, bookie: str, entry_id: int) -> None:
+        waiting = self._connecting.get(bookie)
+        if waiting is None:
+            self._connecting[bookie] = waiting = []
+            self._tasks.spawn(self._connect_and_send(bookie), f"connect to {bookie}")
+        waiting.append(entry_id)
+
+    async def _connect_and_send(self, bookie: str) -> None:
+        try:
+            await self._ctx.pool.connection(bookie)
+        except BKeeperError as exc:
+            log.warning("ledger %d: bookie %s unreachable: %s", self._ledger_id, bookie, exc)
+            self._connecting.pop(bookie, None)
+            self._on_failed(bookie)
+            return
+        for entry_id in self._connecting.pop(bookie, ()):
+            target = self._adds.resend_target(entry_id, bookie)
+            if target is not None:
+                self.send(entry_id, target[0].data, (target[1],))
+
+
+class Slots:
+    """Appends waiting for room in the pipeline, woken first come first served."""
+
+    def __init__(self) -> None:
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def wait(self) -> None:
+        """Wait until :meth:`release` or :meth:`release_all` wakes this caller; the caller
+        checks again whether there is room (or why not)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    def release(self, free: int) -> None:
+        """Wake up to ``free`` waiters."""
+        waiters = self.waiters
+        while waiters and free > 0:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
+    def release_all(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)

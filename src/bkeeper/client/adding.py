@@ -1,0 +1,403 @@
+"""The add pipeline of one ledger writer, as a pure state machine.
+
+:class:`AddPipeline` is fed with what happens (an entry appended, a bookie's answer, a bookie
+lost, the time) and returns what to do (:class:`Effects`: complete these entries, send these
+to these ensemble positions, fail these with this error, start an ensemble change). It does no
+I/O and reads no clock: :class:`~bkeeper.client.write_handle.WriteHandle` performs its effects.
+
+Rules (BookKeeper's):
+
+1. Entry ids are consecutive from 0. Entry ``e`` goes to the write set ``(e + i) mod E``,
+   ``i < Qw``, of the current ensemble.
+2. An acknowledgement counts only from a bookie of the entry's write set, and once per bookie.
+   An entry completes once ``Qa`` distinct bookies of its write set acknowledged it AND every
+   lower entry completed: completion is in entry order; the LAC is the last completed entry.
+3. A bookie that answers an add still pending with an error, whose connection is lost, that
+   cannot be reached, or that has not acknowledged an entry ``add_timeout_s`` after it was sent,
+   has failed: the phase becomes CHANGING and the shell is told to change the ensemble.
+4. While CHANGING no entry completes. The shell asks :meth:`AddPipeline.begin_replacement`
+   which bookies to replace (from LAC + 1; at most ``ensemble_changes_max`` changes), writes the
+   new segment, and reports :meth:`AddPipeline.replaced`: acknowledgements from the replaced
+   bookies are forgotten, every pending entry's clock restarts and it is re-sent to the new
+   bookies of its write set. It repeats while bookies failed meanwhile, then reports
+   :meth:`AddPipeline.change_done`: OPEN again, and what has ``Qa`` acknowledgements completes.
+5. EFENCED from a bookie (for a pending entry) fails the pipeline with ``LedgerFencedError``,
+   EUA with ``UnauthorizedAccessError``, a failed ensemble change with its error. FAILED is
+   final: every pending entry fails, once; nothing completes after; appends are refused.
+6. Time during which :meth:`AddPipeline.tick` was not called for longer than its interval
+   (the shell's event loop did not run) does not count toward the add timeout: a stopped
+   client must not blame its bookies.
+
+Phases and the events that move them (:data:`TRANSITIONS`; a pair not in it is a bug, raised
+as ``AssertionError``). APPEND and ACK never change the phase, so the hot path skips the
+lookup (APPEND checks for FAILED itself).
+
+=========  ======  ====  ====  =============  ========  ===========  ======
+phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  CHANGE_DONE  FATAL
+=========  ======  ====  ====  =============  ========  ===========  ======
+OPEN       OPEN    OPEN  OPEN  CHANGING       -         -            FAILED
+CHANGING   CHG     CHG   CHG   CHANGING       CHANGING  OPEN         FAILED
+FAILED     -       FAIL  FAIL  FAILED         FAILED    FAILED       FAILED
+=========  ======  ====  ====  =============  ========  ===========  ======
+
+Limits: at most ``pending_max`` entries in the pipeline (the shell waits while :attr:`full`);
+``ensemble_changes_max`` ensemble changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.client.distribution import write_sets
+from bkeeper.common.errors import LedgerClosedError, LedgerFencedError, UnauthorizedAccessError
+from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.wire.codes import StatusCode
+
+__all__ = [
+    "NOTHING",
+    "TRANSITIONS",
+    "AddPipeline",
+    "Effects",
+    "Event",
+    "PendingAdd",
+    "Phase",
+    "Replacement",
+]
+
+
+class Phase(enum.Enum):
+    OPEN = "open"
+    CHANGING = "changing"
+    FAILED = "failed"
+
+
+class Event(enum.Enum):
+    APPEND = "append"
+    ACK = "ack"
+    TICK = "tick"
+    BOOKIE_FAILED = "bookie failed"
+    REPLACED = "replaced"
+    CHANGE_DONE = "change done"
+    FATAL = "fatal"
+
+
+_O, _C, _F = Phase.OPEN, Phase.CHANGING, Phase.FAILED
+TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
+    _O: {
+        Event.APPEND: _O,
+        Event.ACK: _O,
+        Event.TICK: _O,
+        Event.BOOKIE_FAILED: _C,
+        Event.FATAL: _F,
+    },
+    _C: {
+        Event.APPEND: _C,
+        Event.ACK: _C,
+        Event.TICK: _C,
+        Event.BOOKIE_FAILED: _C,
+        Event.REPLACED: _C,
+        Event.CHANGE_DONE: _O,
+        Event.FATAL: _F,
+    },
+    _F: {
+        Event.ACK: _F,
+        Event.TICK: _F,
+        Event.BOOKIE_FAILED: _F,
+        Event.REPLACED: _F,
+        Event.CHANGE_DONE: _F,
+        Event.FATAL: _F,
+    },
+}
+
+
+class PendingAdd:
+    """One entry in the pipeline. ``data`` is what the shell sends (the same bytes to every
+    bookie); ``future`` is the shell's, never touched here."""
+
+    __slots__ = ("acked", "data", "entry_id", "future", "length", "sent_at")
+
+    def __init__(self, entry_id: int, length: int, data: bytes, future: Any, now: float) -> None:
+        self.entry_id = entry_id
+        self.length = length
+        self.data = data
+        self.future = future
+        self.sent_at = now
+        self.acked: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What the shell is to do, in this order: fail, send, complete, change the ensemble."""
+
+    #: completed entries, in entry order (the LAC is the last one's id)
+    complete: tuple[PendingAdd, ...] = ()
+    #: (entry, ensemble positions) to send to
+    send: tuple[tuple[PendingAdd, tuple[int, ...]], ...] = ()
+    #: entries failed with ``error``
+    fail: tuple[PendingAdd, ...] = ()
+    error: BaseException | None = None
+    #: start an ensemble change (ask :meth:`AddPipeline.begin_replacement`)
+    change_ensemble: bool = False
+    #: (bookie, entry id) of the acknowledgements that timed out, for the log
+    timed_out: tuple[tuple[str, int], ...] = ()
+
+
+NOTHING: Final = Effects()
+_CHANGE: Final = Effects(change_ensemble=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """One round of an ensemble change: replace ``failed``, starting at ``first_entry``,
+    choosing among bookies not in ``exclude`` (every bookie that ever failed this writer)."""
+
+    failed: frozenset[str]
+    first_entry: int
+    exclude: frozenset[str]
+
+
+class AddPipeline:
+    """The pending window of one writer (see the module doc for its rules)."""
+
+    def __init__(
+        self,
+        ledger_id: int,
+        ensemble: tuple[str, ...],
+        write_quorum: int,
+        ack_quorum: int,
+        *,
+        pending_max: int,
+        add_timeout_s: float,
+        tick_interval_s: float,
+        ensemble_changes_max: int,
+        now: float,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self._qa = ack_quorum
+        self._write_sets = write_sets(len(ensemble), write_quorum)
+        self._ws_count = len(self._write_sets)
+        self._set_ensemble(ensemble)
+        self.pending_max = pending_max
+        self._timeout_s = add_timeout_s
+        self._interval_s = tick_interval_s
+        self._tick_due = now + tick_interval_s
+        self._changes_max = ensemble_changes_max
+        self._changes = 0
+        self._pending: deque[PendingAdd] = deque()
+        self._phase = Phase.OPEN
+        self.error: BaseException | None = None
+        self._failed: set[str] = set()
+        self._ever_failed: set[str] = set()
+        self.last_add_pushed = -1
+        self.last_add_confirmed = -1
+        self.length = 0
+        self.confirmed_length = 0
+
+    @classmethod
+    def for_ledger(
+        cls, ledger_id: int, meta: LedgerMetadata, config: ClientConfig, now: float
+    ) -> AddPipeline:
+        """The pipeline of a writer of ``meta`` (its last ensemble), limits from ``config``."""
+        return cls(
+            ledger_id,
+            tuple(meta.last_ensemble),
+            meta.write_quorum,
+            meta.ack_quorum,
+            pending_max=config.pending_adds_max,
+            add_timeout_s=config.add_timeout_ms / 1000.0,
+            tick_interval_s=config.timeout_check_interval_ms / 1000.0,
+            ensemble_changes_max=config.ensemble_changes_max,
+            now=now,
+        )
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        return self._ensemble
+
+    @property
+    def pending(self) -> tuple[PendingAdd, ...]:
+        return tuple(self._pending)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def full(self) -> bool:
+        return len(self._pending) >= self.pending_max
+
+    def write_set(self, entry_id: int) -> tuple[int, ...]:
+        return self._write_sets[entry_id % self._ws_count]
+
+    def _set_ensemble(self, ensemble: tuple[str, ...]) -> None:
+        self._ensemble = ensemble
+        self._ws_bookies = tuple(tuple(ensemble[p] for p in ws) for ws in self._write_sets)
+
+    def _move(self, event: Event) -> None:
+        following = TRANSITIONS[self._phase].get(event)
+        if following is None:
+            raise AssertionError(f"add pipeline: {event.value} while {self._phase.value}")
+        self._phase = following
+
+    # -- events --------------------------------------------------------------------------
+    def append(
+        self, entry_id: int, length: int, data: bytes, future: Any, now: float
+    ) -> tuple[int, ...]:
+        """Entry ``entry_id`` (``last_add_pushed + 1``; ``length`` bytes in the ledger up to
+        it) enters the pipeline; the ensemble positions to send it to."""
+        # APPEND never changes the phase (the table): no lookup on this hot path.
+        if self._phase is Phase.FAILED:
+            raise self.error or AssertionError("add pipeline failed without an error")
+        if entry_id != self.last_add_pushed + 1:
+            raise AssertionError(f"entry {entry_id} appended after {self.last_add_pushed}")
+        self.last_add_pushed = entry_id
+        self.length = length
+        self._pending.append(PendingAdd(entry_id, length, data, future, now))
+        return self._write_sets[entry_id % self._ws_count]
+
+    def ack(self, bookie: str, entry_id: int) -> list[PendingAdd] | None:
+        """``bookie`` acknowledged ``entry_id``; the entries that completed, if any."""
+        pending = self._pending
+        if not pending:
+            return None
+        index = entry_id - pending[0].entry_id
+        if index < 0 or index >= len(pending):
+            return None  # completed already, or failed
+        if bookie not in self._ws_bookies[entry_id % self._ws_count]:
+            return None
+        acked = pending[index].acked
+        acked.add(bookie)
+        if index == 0 and len(acked) >= self._qa and self._phase is Phase.OPEN:
+            return self._take_completed()
+        return None
+
+    def error_answer(self, bookie: str, status: StatusCode, entry_id: int) -> Effects:
+        """``bookie`` answered the add of ``entry_id`` with an error ``status``."""
+        pending = self._pending
+        if not pending or not pending[0].entry_id <= entry_id <= pending[-1].entry_id:
+            return NOTHING  # completed already, or failed
+        if status is StatusCode.EFENCED:
+            return self.fail(LedgerFencedError(f"ledger {self.ledger_id} is fenced"))
+        if status is StatusCode.EUA:
+            return self.fail(UnauthorizedAccessError(f"ledger {self.ledger_id}: wrong password"))
+        return self.bookie_failed(bookie)
+
+    def bookie_failed(self, bookie: str) -> Effects:
+        """``bookie`` failed (lost, unreachable, erred): replace it."""
+        if self._phase is Phase.FAILED or bookie not in self._ensemble:
+            return NOTHING
+        self._failed.add(bookie)
+        self._ever_failed.add(bookie)
+        was = self._phase
+        self._move(Event.BOOKIE_FAILED)
+        return _CHANGE if was is Phase.OPEN else NOTHING
+
+    def tick(self, now: float) -> Effects:
+        """The time is ``now`` (called about every ``tick_interval_s``): time out late acks."""
+        stalled, self._tick_due = now - self._tick_due, now + self._interval_s
+        self._move(Event.TICK)
+        if stalled > self._interval_s:
+            for add in self._pending:  # rule 6: the stall does not count
+                add.sent_at += stalled
+            return NOTHING
+        if self._phase is not Phase.OPEN or not self._pending:
+            return NOTHING
+        deadline = now - self._timeout_s
+        late: dict[str, int] = {}
+        for add in self._pending:
+            if add.sent_at > deadline:
+                break
+            for bookie in self._ws_bookies[add.entry_id % self._ws_count]:
+                if bookie not in add.acked:
+                    late.setdefault(bookie, add.entry_id)
+        if not late:
+            return NOTHING
+        for bookie in late:
+            self.bookie_failed(bookie)
+        return Effects(change_ensemble=True, timed_out=tuple(late.items()))
+
+    def fail(self, error: BaseException) -> Effects:
+        """Fail the pipeline (rule 5): every pending entry fails with ``error``."""
+        if self.error is None:
+            self.error = error
+        self._move(Event.FATAL)
+        failed = tuple(self._pending)
+        self._pending.clear()
+        return Effects(fail=failed, error=error)
+
+    # -- ensemble changes ----------------------------------------------------------------
+    def begin_replacement(self) -> Replacement | None:
+        """The next round of the change in progress, or None when no bookie is left to replace
+        (or the pipeline failed). Raises ``LedgerClosedError`` past ``ensemble_changes_max``."""
+        failed = self._failed.intersection(self._ensemble)
+        if not failed or self._phase is Phase.FAILED:
+            return None
+        self._changes += 1
+        if self._changes > self._changes_max:
+            raise LedgerClosedError(
+                f"ledger {self.ledger_id}: more than {self._changes_max} ensemble changes"
+            )
+        return Replacement(
+            frozenset(failed), self.last_add_confirmed + 1, frozenset(self._ever_failed)
+        )
+
+    def replaced(self, ensemble: tuple[str, ...], now: float) -> Effects:
+        """The new segment with ``ensemble`` is written; what to re-send where (rule 4)."""
+        old = self._ensemble
+        if len(ensemble) != len(old):
+            raise AssertionError(f"ensemble of {len(ensemble)} replaces one of {len(old)}")
+        self._move(Event.REPLACED)
+        gone = set(old).difference(ensemble)
+        fresh = {position for position, bookie in enumerate(ensemble) if old[position] != bookie}
+        self._set_ensemble(ensemble)
+        self._failed -= gone
+        sends = []
+        for add in self._pending:
+            add.acked -= gone
+            add.sent_at = now
+            again = tuple(p for p in self.write_set(add.entry_id) if p in fresh)
+            if again:
+                sends.append((add, again))
+        return Effects(send=tuple(sends))
+
+    def change_done(self) -> Effects:
+        """The ensemble change ended; what completes now."""
+        self._move(Event.CHANGE_DONE)
+        if self._phase is not Phase.OPEN:
+            return NOTHING
+        completed = self._take_completed()
+        return Effects(complete=tuple(completed)) if completed else NOTHING
+
+    def resend_target(self, entry_id: int, bookie: str) -> tuple[PendingAdd, int] | None:
+        """Entry ``entry_id`` and ``bookie``'s position if the entry is still pending and
+        ``bookie`` is in its write set (a connection to it came up late)."""
+        pending = self._pending
+        if not pending or bookie not in self._ensemble:
+            return None
+        index = entry_id - pending[0].entry_id
+        if index < 0 or index >= len(pending):
+            return None
+        position = self._ensemble.index(bookie)
+        if position not in self.write_set(entry_id):
+            return None
+        return pending[index], position
+
+    def _take_completed(self) -> list[PendingAdd]:
+        pending, qa = self._pending, self._qa
+        done = []
+        while pending and len(pending[0].acked) >= qa:
+            done.append(pending.popleft())
+        if done:
+            last = done[-1]
+            self.last_add_confirmed = last.entry_id
+            self.confirmed_length = last.length
+        return done

@@ -1,0 +1,53 @@
+"""A writer's requests to its bookies besides adds: FORCE_LEDGER and the explicit LAC.
+
+Both go over v3 (v2 has neither) to every bookie of the current ensemble.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from bkeeper.client.context import ClientContext
+from bkeeper.common.errors import BookieError
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.digest import DigestManager
+from bkeeper.wire.messages import ForceLedgerRequest, WriteLacRequest
+
+__all__ = ["force_ledger", "write_lac_periodically"]
+
+
+async def force_ledger(ctx: ClientContext, ledger_id: int, ensemble: tuple[str, ...]) -> None:
+    """Ask every bookie of ``ensemble`` to make ``ledger_id`` durable."""
+    request = ForceLedgerRequest(ledger_id)
+    responses = await asyncio.gather(*(ctx.pool.send(b, request, Protocol.V3) for b in ensemble))
+    for response in responses:
+        if response.status is not StatusCode.EOK:
+            raise BookieError(f"ledger {ledger_id}: force failed: {response.status.name}")
+
+
+async def write_lac_periodically(
+    ctx: ClientContext,
+    digest: DigestManager,
+    master_key: bytes,
+    idle_lac: Callable[[], int | None],
+    ensemble: Callable[[], tuple[str, ...]],
+) -> None:
+    """Every ``explicit_lac_interval_ms``, send the writer's LAC to its bookies if it changed
+    and the writer is idle (``idle_lac()`` gives the LAC then, else None), so that readers
+    see the last entry too. Runs until cancelled."""
+    interval_s = ctx.config.explicit_lac_interval_ms / 1000.0
+    ledger_id = digest.ledger_id
+    sent = -1
+    while True:
+        await asyncio.sleep(interval_s)
+        lac = idle_lac()
+        if lac is None or lac == sent:
+            continue
+        request = WriteLacRequest(ledger_id, lac, master_key, digest.encode_lac(lac))
+        results = await asyncio.gather(
+            *(ctx.pool.send(b, request, Protocol.V3) for b in ensemble()),
+            return_exceptions=True,
+        )
+        if all(not isinstance(r, BaseException) for r in results):
+            sent = lac

@@ -1,0 +1,52 @@
+"""The sans-IO request/response correlator (wire.correlate) a bookie connection uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkeeper.common.errors import TooManyRequestsError
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.correlate import LISTENED, Correlator, Listened
+from bkeeper.wire.messages import AddRequest, AddResponse, ReadRequest, ReadResponse
+
+KEY = b"k" * 20
+
+
+def test_v3_matches_by_txn_id_in_any_order() -> None:
+    c: Correlator[str] = Correlator(Protocol.V3)
+    first = c.expect(ReadRequest(1, 0), "first")
+    second = c.expect(ReadRequest(1, 0), "second")
+    assert (first.txn_id, second.txn_id) == (1, 2)
+    txn = c.expect_listened_add(1, 5)
+    assert c.pending == 3
+    assert c.match(ReadResponse(StatusCode.EOK, 1, 0, None, txn_id=2)) == "second"
+    listened = c.match(AddResponse(StatusCode.EOK, 0, 0, txn_id=txn))
+    assert isinstance(listened, Listened) and (listened.ledger_id, listened.entry_id) == (1, 5)
+    assert c.match(ReadResponse(StatusCode.EOK, 1, 0, None, txn_id=9)) is None
+    assert c.pending == 1 and c.drain() == ["first"] and c.pending == 0
+
+
+def test_v2_matches_by_key_first_in_first_out() -> None:
+    c: Correlator[str] = Correlator(Protocol.V2)
+    c.expect(ReadRequest(1, 3), "a")
+    c.expect(ReadRequest(1, 3), "b")
+    c.expect(AddRequest(1, 4, KEY, b""), "keyed add")
+    assert c.expect_listened_add(1, 5) == 0
+    assert c.match(ReadResponse(StatusCode.EOK, 1, 3, None)) == "a"
+    assert c.match_v2_add(1, 4) == "keyed add"
+    assert c.match_v2_add(1, 5) is LISTENED
+    assert c.match_v2_add(1, 6) is None  # nothing waits for it
+    assert c.match(ReadResponse(StatusCode.EOK, 1, 3, None)) == "b"
+    assert c.pending == 0
+
+
+def test_the_bound_is_enforced_for_requests_and_listened_adds() -> None:
+    c: Correlator[str] = Correlator(Protocol.V2, pending_max=2)
+    c.expect(ReadRequest(1, 0), "a")
+    c.expect_listened_add(1, 0)
+    assert c.full
+    with pytest.raises(TooManyRequestsError, match="pending_max 2"):
+        c.expect_listened_add(1, 1)
+    with pytest.raises(TooManyRequestsError):
+        c.expect(ReadRequest(1, 1), "b")
+    assert c.pending == 2
