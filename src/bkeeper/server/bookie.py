@@ -188,7 +188,7 @@ class Bookie:
 
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
         # Admission (the connection limit) happens in connection_made, once the peer is known.
-        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add_v2)
+        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add)
 
     # -- background --------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,9 +37,11 @@ from bkeeper.server.handlers import BookieState, RequestHandlers, _error_respons
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.messages import BatchReadResponse, ReadResponse, Request, Response
+from bkeeper.wire.messages import AddResponse, BatchReadResponse, ReadResponse, Request, Response
 
 __all__ = ["Fault", "MemoryBookie", "MemoryCluster"]
+
+_log = logging.getLogger(__name__)
 
 _counter = itertools.count()
 
@@ -77,7 +80,8 @@ class MemoryBookie:
 
 
 class _Responder:
-    """Stands in for a server connection: handlers answer through ``respond``."""
+    """Stands in for a server connection (the handlers' ``Responder``): handlers answer
+    through ``respond``, adds through ``respond_add``."""
 
     peer = "memory"
 
@@ -96,6 +100,17 @@ class _Responder:
             response = dataclasses.replace(response, bodies=bodies)
         if not self._future.done() and not self._conn.dropped(self._future):
             self._future.set_result(response)
+
+    def respond_add(
+        self, status: StatusCode, ledger_id: int, entry_id: int, txn_id: int, size: int
+    ) -> None:
+        self.respond(AddResponse(status, ledger_id, entry_id, txn_id), size)
+
+    def log_client_error(self, message: str, *args: object) -> None:
+        _log.info(message, *args)
+
+    def log_internal_error(self, message: str, *args: object) -> None:
+        _log.error(message, *args, exc_info=True)
 
 
 def _flip_last_byte(body: bytes | bytearray | memoryview) -> bytes:
@@ -195,7 +210,7 @@ class _MemoryConnection:
         if handlers is None or self._bookie.down:
             future.set_exception(BookieUnavailableError(f"bookie {self._bookie.bookie_id} is down"))
             return
-        handlers.dispatch(_Responder(self, future, corrupt), request, 0)  # type: ignore[arg-type]
+        handlers.dispatch(_Responder(self, future, corrupt), request, 0)
 
     def fail_all(self) -> None:
         self._open = False
