@@ -37,7 +37,7 @@ from bkeeper.common.errors import (
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import StatusCode
-from bkeeper.wire.digest import DigestManager, DigestType, Entry, master_key
+from bkeeper.wire.digest import DigestManager, Entry, master_key
 from bkeeper.wire.messages import AddRequest, ReadRequest
 
 __all__ = ["check_password", "recover_ledger"]
@@ -58,7 +58,7 @@ class _Recovery:
         self.ledger_id = ledger_id
         self.meta = meta
         self.key = master_key(password)
-        self.digest = DigestManager(ledger_id, DigestType(int(meta.digest_type)), password)
+        self.digest = DigestManager(ledger_id, meta.digest_type, password)
         self.timeout_s = ctx.config.read_timeout_ms / 1000.0
         self.recovery_quorum = recovery_quorum(meta.write_quorum, meta.ack_quorum)
         self._stragglers: set[asyncio.Future[Any]] = set()

@@ -48,7 +48,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.digest import DigestManager, DigestType, master_key
+from bkeeper.wire.digest import DigestManager, master_key
 from bkeeper.wire.messages import AddRequest, ForceLedgerRequest, WriteLacRequest
 
 __all__ = ["WriteHandle"]
@@ -88,7 +88,7 @@ class WriteHandle:
         self.ledger_id = ledger_id
         self._versioned = metadata
         meta = metadata.value
-        self._digest = DigestManager(ledger_id, DigestType(int(meta.digest_type)), password)
+        self._digest = DigestManager(ledger_id, meta.digest_type, password)
         self._master_key = master_key(password)
         self._e, self._qw, self._qa = meta.ensemble_size, meta.write_quorum, meta.ack_quorum
         # One write set when Qw == E, else E of them: entry e uses _write_sets[e % len].
