@@ -5,6 +5,8 @@ the connection. Writes (add, fence, explicit LAC, force) are answered only once 
 engine reports their journal records durable (``on_durable``, bridged from the journal
 thread once per fsync group). Reads are answered at once, except long-poll reads, which wait
 (bounded in number and time) until the bookie's LAC for the ledger passes ``previous_lac``.
+Every add, v2 or v3, goes through the one handler :meth:`RequestHandlers.add`; answers go
+through a :class:`~bkeeper.server.responder.Responder`, writes carry typed tokens (same module).
 
 Error mapping: master key mismatch -> EUA; fenced ledger and not a recovery add -> EFENCED;
 read-only bookie and not a recovery/high-priority add (or one, but the disk has no room left
@@ -19,9 +21,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast, final
+from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
+from bkeeper.server.responder import AddAnswer, Durable, Responder, WhenDurable
 from bkeeper.storage import Storage
 from bkeeper.wire import entryset
 from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag, status_for_error
@@ -47,7 +50,6 @@ from bkeeper.wire.messages import (
     ReadRequest,
     ReadResponse,
     Request,
-    Response,
     StartTlsRequest,
     StartTlsResponse,
     UnknownRequest,
@@ -58,7 +60,7 @@ from bkeeper.wire.messages import (
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
 
-__all__ = ["AddAnswer", "BookieState", "Durable", "RequestHandlers", "Responder", "WhenDurable"]
+__all__ = ["BookieState", "RequestHandlers"]
 
 log = logging.getLogger(__name__)
 
@@ -69,77 +71,6 @@ _RECOVERY = int(V2Flag.RECOVERY_ADD)
 _HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
 #: Adds a read-only bookie still takes while its disk has room for them.
 _PRIORITY = _RECOVERY | _HIGH_PRIORITY
-
-
-class Responder(Protocol):
-    """What handlers answer through: a bookie connection (``server.connection``), or the
-    in-memory cluster's stand-in (``testing.cluster``). ``request_bytes`` is what the request
-    counted against the connection's in-flight limits (< 0: it was never counted)."""
-
-    peer: str
-
-    def respond(self, response: Response, request_bytes: int) -> None:
-        """Queue ``response`` for the client."""
-        ...
-
-    def respond_add(
-        self, status: StatusCode, ledger_id: int, entry_id: int, txn_id: int, request_bytes: int
-    ) -> None:
-        """Queue the answer to an add, in the connection's protocol, without a message."""
-        ...
-
-    def log_client_error(self, message: str, *args: object) -> None:
-        """One (rate-limited) line about a bad request that is answered."""
-        ...
-
-    def log_internal_error(self, message: str, *args: object) -> None:
-        """The exception being handled, with its traceback: a bookie bug."""
-        ...
-
-
-class Durable:
-    """A write's token: the storage engine hands it back once the write's journal record is
-    durable (or failed), and :meth:`RequestHandlers.on_durable` calls :meth:`durable` on it
-    with the status of the whole group (EOK, or the failure's status) and the error."""
-
-    __slots__ = ()
-
-    def durable(self, status: StatusCode, error: BaseException | None) -> None:
-        raise NotImplementedError
-
-
-@final
-class AddAnswer(Durable):
-    """An add: answered with the group's status on the connection it came from."""
-
-    __slots__ = ("conn", "entry_id", "ledger_id", "request_bytes", "txn_id")
-
-    def __init__(
-        self, conn: Responder, ledger_id: int, entry_id: int, txn_id: int, request_bytes: int
-    ) -> None:
-        self.conn = conn
-        self.ledger_id = ledger_id
-        self.entry_id = entry_id
-        self.txn_id = txn_id
-        self.request_bytes = request_bytes
-
-    def durable(self, status: StatusCode, error: BaseException | None) -> None:
-        self.conn.respond_add(
-            status, self.ledger_id, self.entry_id, self.txn_id, self.request_bytes
-        )
-
-
-@final
-class WhenDurable(Durable):
-    """Any other write (fence, explicit LAC, force): ``callback(error)`` answers it."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[BaseException | None], None]) -> None:
-        self.callback = callback
-
-    def durable(self, status: StatusCode, error: BaseException | None) -> None:
-        self.callback(error)
 
 
 @dataclass(slots=True)
