@@ -13,7 +13,7 @@ from bkeeper.autorecovery.expected import (
     stripes_of,
 )
 from bkeeper.client.distribution import write_set
-from bkeeper.meta.digest_type import DigestType
+from bkeeper.meta import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 
 A, B, C, D, E = (f"10.0.0.{i}:3181" for i in range(1, 6))

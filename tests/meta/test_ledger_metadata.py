@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import ConfigError, ProtocolError
-from bkeeper.meta.digest_type import DigestType
+from bkeeper.meta import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.metadata_format import (
     decode_ledger_metadata,

@@ -232,3 +232,33 @@ async def test_cookie_mismatch_refuses_start(start_bookie, tmp_path: Path):
     await bookie.aclose()
     with pytest.raises(CookieMismatchError, match="bookie-a"):
         await start_bookie(data, bookie_id="bookie-b")
+
+
+class _BrokenMember:
+    """A connection the table cannot look at: the sweep loop fails on it (a bookie bug)."""
+
+    peer = "broken"
+    closed = active = False
+    last_seen = accepted_at = 0.0
+    partial_bytes = 0
+    busy = False
+
+    @property
+    def handshaken(self) -> bool:
+        raise RuntimeError("sweep bug")
+
+    def abort_transport(self) -> None:
+        self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_failing_background_loop_stops_the_bookie_and_aclose_raises_it(start_bookie):
+    bookie = await start_bookie(connection_handshake_timeout_ms=100)
+    assert bookie.connections.admit(_BrokenMember())
+    await asyncio.wait_for(bookie.wait_stopped(), 10)  # stopped by the failure, not asked
+    with pytest.raises(RuntimeError, match="sweep bug"):
+        await bookie.aclose()
+    assert bookie.storage is None  # the shutdown was complete before the error was raised
+    await bookie.aclose()  # reported once

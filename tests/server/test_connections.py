@@ -16,24 +16,14 @@ from bkeeper.server.connections import (
     connections_max_for,
 )
 from bkeeper.server.ratelimit import RateLimitedLog, TokenBucket
-from bkeeper.testing import clock as testing_clock
+from bkeeper.testing.clock import FakeClock
 
 MIB = 1024 * 1024
 
 
-class FakeClock(testing_clock.FakeClock):
-    """The shared fake clock, called as the connection table's ``Callable[[], float]``."""
-
-    @property
-    def now(self) -> float:
-        return self.monotonic()
-
-    @now.setter
-    def now(self, value: float) -> None:
-        self.advance(value - self.monotonic())
-
-    def __call__(self) -> float:
-        return self.monotonic()
+def move_to(clock: FakeClock, seconds: float) -> None:
+    """Advance ``clock`` to the monotonic time ``seconds``."""
+    clock.advance(seconds - clock.monotonic())
 
 
 @dataclass(eq=False)
@@ -66,7 +56,7 @@ def table(clock: FakeClock, **overrides: object) -> ConnectionTable:
 def admit(t: ConnectionTable, clock: FakeClock, name: str) -> FakeConnection:
     conn = FakeConnection(name)
     assert t.admit(conn)
-    clock.now += 1
+    clock.advance(1)
     return conn
 
 
@@ -98,7 +88,7 @@ def test_at_the_limit_the_longest_idle_goes_and_busy_ones_stay() -> None:
     e = admit(t, clock, "e")  # inactive d goes before active b
     assert (b.closed, d.closed) == (False, True)
     t.sweep()  # b: seen active at this sweep, e: accepted before it
-    assert b.last_seen == clock.now and not b.active
+    assert b.last_seen == clock.monotonic() and not b.active
     admit(t, clock, "f")
     assert (b.closed, e.closed) == (False, True)
     admit(t, clock, "g")
@@ -136,25 +126,25 @@ def test_sweep_closes_silent_and_idle_connections_but_not_busy_ones() -> None:
     silent, trickling, idle, busy = (admit(t, clock, name) for name in ("s", "t", "i", "b"))
     idle.handshaken = busy.handshaken = True
     busy.in_flight = 1
-    clock.now = silent.accepted_at + 9.9
+    move_to(clock, silent.accepted_at + 9.9)
     trickling.active = True  # it keeps sending; its first frame never ends
     t.sweep()
     assert not silent.closed
-    clock.now = silent.accepted_at + 10
+    move_to(clock, silent.accepted_at + 10)
     trickling.active = True
     t.sweep()
     assert (silent.closed, trickling.closed, idle.closed) == (True, False, False)
-    clock.now = trickling.accepted_at + 10
+    move_to(clock, trickling.accepted_at + 10)
     trickling.active = True
     t.sweep()
     assert trickling.closed
     idle.active = True  # a request and its answer
     t.sweep()
-    seen = clock.now
-    clock.now = seen + 59.9
+    seen = clock.monotonic()
+    move_to(clock, seen + 59.9)
     t.sweep()
     assert not idle.closed
-    clock.now = seen + 60
+    move_to(clock, seen + 60)
     t.sweep()
     assert (idle.closed, busy.closed) == (True, False)
     assert (t.closed_handshake, t.closed_idle, len(t)) == (2, 1, 1)
@@ -166,7 +156,7 @@ def test_partial_frames_over_budget_close_stalled_holders_first() -> None:
     a, b, c = (admit(t, clock, name) for name in "abc")
     t.partial_changed(a, 4 * MIB)
     t.partial_changed(b, 5 * MIB)
-    clock.now += 5  # a and b stall
+    clock.advance(5)  # a and b stall
     c.active = True
     t.partial_changed(c, 3 * MIB)  # 12 MiB: b, the largest stalled, goes
     assert (a.closed, b.closed, c.closed) == (False, True, False)
@@ -188,7 +178,7 @@ def test_a_holder_is_stalled_only_a_sweep_interval_after_it_was_last_seen() -> N
     t.partial_changed(a, 6 * MIB)
     a.active = True
     t.sweep()  # a seen active now
-    clock.now += t.sweep_interval_s / 2
+    clock.advance(t.sweep_interval_s / 2)
     b.active = True
     t.partial_changed(b, 6 * MIB)  # a not stalled long enough: b goes
     assert (a.closed, b.closed) == (False, True)
@@ -221,11 +211,11 @@ def test_rate_limited_log_counts_what_it_drops(caplog: pytest.LogCaptureFixture)
         for i in range(5):
             limited.warning("bad client %d", i)
         limited.flush()  # no token yet: the count waits
-        clock.now += 0.1
+        clock.advance(0.1)
         limited.info("bad client %d", 5)
         for i in range(6, 9):
             limited.warning("bad client %d", i)
-        clock.now += 0.1
+        clock.advance(0.1)
         limited.flush()
         limited.flush()
     assert [r.getMessage() for r in caplog.records] == [

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from bkeeper.common.errors import ProtocolError
 from bkeeper.wire import v2
-from bkeeper.wire.codes import StatusCode
+from bkeeper.wire.codes import StatusCode, V2Flag
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest, AddResponse, ReadResponse
 
-from .strategies import V2_RESPONSES
+from .strategies import V2_REQUESTS, V2_RESPONSES, add_request_v2
 
 KEY = master_key(b"pw")
 
@@ -74,3 +74,37 @@ def test_add_response_errors_map_to_status_codes():
 def test_response_stream_refuses_bad_lengths(length):
     with pytest.raises(ProtocolError, match="frame length"):
         v2.ResponseStream(100).feed(length.to_bytes(4, "big", signed=True) + b"\0" * 8)
+
+
+@given(add_request_v2())
+def test_peek_add_request_returns_what_the_encoder_wrote(request):
+    frame = v2.encode_request_frame(request)
+    payload = memoryview(frame)[4:]
+    peeked = v2.peek_add_request(payload)
+    assert peeked is not None
+    flags, ledger_id, entry_id, key, body = peeked
+    assert (ledger_id, entry_id, bytes(key), bytes(body)) == (
+        request.ledger_id,
+        request.entry_id,
+        request.master_key,
+        request.body,
+    )
+    assert bool(flags & V2Flag.RECOVERY_ADD) == request.recovery
+    assert bool(flags & V2Flag.HIGH_PRIORITY) == request.high_priority
+    assert key.obj is frame and body.obj is frame  # views of the frame, not copies
+    decoded = v2.decode_request(payload)  # the slow lane agrees field by field
+    assert isinstance(decoded, AddRequest)
+    assert (decoded.recovery, decoded.high_priority) == (request.recovery, request.high_priority)
+
+
+@given(V2_REQUESTS.filter(lambda r: not isinstance(r, AddRequest)))
+def test_peek_add_request_passes_over_other_requests(request):
+    assert v2.peek_add_request(memoryview(v2.encode_request_frame(request))[4:]) is None
+
+
+@given(add_request_v2(), st.integers(0, 4 + 20 + 15))
+def test_peek_add_request_passes_over_a_cut_add(request, length):
+    frame = memoryview(v2.encode_request_frame(request))[4 : 4 + length]
+    assert v2.peek_add_request(frame) is None
+    with pytest.raises(ProtocolError):
+        v2.decode_request(frame)  # which then says what is wrong with it

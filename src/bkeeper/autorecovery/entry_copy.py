@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.errors import ConfigError
-from bkeeper.wire.digest import DigestManager, DigestType
+from bkeeper.wire.digest import DigestManager
 
 __all__ = ["EntrySink", "consecutive_ranges", "copy_entries"]
 
@@ -53,7 +53,7 @@ async def copy_entries(
     if ranges_in_flight_max < 1:
         raise ConfigError(f"ranges_in_flight_max: {ranges_in_flight_max} is not positive")
     meta = handle.metadata
-    digest = DigestManager(handle.ledger_id, DigestType(int(meta.digest_type)), password)
+    digest = DigestManager(handle.ledger_id, meta.digest_type, password)
     ranges = consecutive_ranges(entry_ids)
     pending = iter(ranges)  # shared by the workers: each takes the next range when free
     copied = [0]

@@ -26,8 +26,9 @@ A ledger whose repair fails (too few bookies to recover it or read from) stays i
 apart, until nothing is in limbo. At most ``ledgers_in_flight_max`` ledgers are repaired at
 once; progress is logged per ledger and per pass.
 
-Durability: the storage must report callable tokens on the event loop, as the bookie's
-request handlers do (``Bookie``, the in-memory cluster).
+Durability: the storage must report its tokens on the event loop, as the bookie's request
+handlers do (``Bookie``, the in-memory cluster); the check's own writes pass
+:class:`~bkeeper.server.responder.WhenDurable` tokens, the handlers' kind for such callbacks.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from bkeeper.common.errors import (
 from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.server.bookie import Bookie
+from bkeeper.server.responder import WhenDurable
 from bkeeper.storage import Storage
 from bkeeper.wire.digest import master_key
 
@@ -64,8 +66,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: A storage write's token: called with the error (None: durable) on the event loop.
-Token = Callable[[BaseException | None], None]
+#: A storage write's token: its callback gets the error (None: durable) on the event loop.
+Token = WhenDurable
 
 
 @dataclass(frozen=True)
@@ -283,9 +285,11 @@ class _Repair:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[BaseException | None] = loop.create_future()
 
-        def token(error: BaseException | None) -> None:
+        def durable(error: BaseException | None) -> None:
             if not done.done():
                 done.set_result(error)
+
+        token = WhenDurable(durable)
 
         for _ in range(self.config.add_retries_max):
             try:
@@ -297,9 +301,7 @@ class _Repair:
             f"storage stayed too busy for {self.config.add_retries_max} attempts"
         )
 
-    async def _durable(
-        self, write: Callable[[Callable[[BaseException | None], None]], None]
-    ) -> None:
+    async def _durable(self, write: Callable[[Token], None]) -> None:
         error = await (await self._queue(write))
         if error is not None:
             raise StorageError("the storage failed to make a change durable") from error

@@ -138,13 +138,13 @@ class BookKeeper:
                 f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
                 f"{ensemble_size}/{write_quorum}/{ack_quorum}"
             )
-        digest_type = DigestType.parse(digest) if isinstance(digest, str) else DigestType(digest)
+        digest_type = DigestType.parse(digest)
         ensemble = await ctx.new_ensemble(ensemble_size, write_quorum)
         meta = LedgerMetadata.new(
             ensemble,
             write_quorum,
             ack_quorum,
-            digest_type,  # type: ignore[arg-type]
+            digest_type,
             password,
             ctime_ms=ctx.clock.wall_ms(),
             custom_metadata=custom_metadata,

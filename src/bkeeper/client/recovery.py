@@ -25,7 +25,7 @@ from bkeeper.common.errors import UnauthorizedAccessError
 from bkeeper.common.tasks import TASKS_MAX, TaskOwner
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
-from bkeeper.wire.digest import DigestManager, DigestType, master_key
+from bkeeper.wire.digest import DigestManager, master_key
 from bkeeper.wire.messages import AddRequest, ReadRequest, Request
 
 __all__ = ["check_password", "recover_ledger"]
@@ -45,7 +45,7 @@ class _Recovery:
         self.ctx = ctx
         self.ledger_id = ledger_id
         self.key = master_key(password)
-        self.digest = DigestManager(ledger_id, DigestType(int(meta.digest_type)), password)
+        self.digest = DigestManager(ledger_id, meta.digest_type, password)
         self.timeout_s = ctx.config.read_timeout_ms / 1000.0
         batch = ctx.config.recovery_batch_entries
         self.machine = RecoveryMachine(ledger_id, meta, batch)

@@ -37,7 +37,7 @@ from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import StatusCode
-from bkeeper.wire.digest import DigestManager, DigestType, master_key
+from bkeeper.wire.digest import DigestManager, master_key
 
 __all__ = ["WriteHandle"]
 
@@ -59,7 +59,7 @@ class WriteHandle:
         self.ledger_id = ledger_id
         self._versioned = metadata
         meta = metadata.value
-        self._digest = DigestManager(ledger_id, DigestType(int(meta.digest_type)), password)
+        self._digest = DigestManager(ledger_id, meta.digest_type, password)
         self._master_key = master_key(password)
         self._adds = AddPipeline.for_ledger(ledger_id, meta, config, ctx.clock.monotonic())
         self._slots = Slots()

@@ -1,7 +1,10 @@
 """The one exception tree of bkeeper.
 
-Every error bkeeper raises derives from :class:`BKeeperError`. Wire status codes map to
-classes through :data:`STATUS_ERRORS` (filled by ``bkeeper.wire.codes``); foreign errors are
+Every error bkeeper raises derives from :class:`BKeeperError`. Wire status codes map to the
+``BookieError`` classes below (the status named beside each) through one registry,
+``bkeeper.wire.codes.STATUS_ERRORS``, read both ways: ``error_for_status`` (a status a bookie
+answered, to the exception a client raises) and ``status_for_error`` (an exception raised while
+serving, to the status a bookie answers; an unnamed class answers EIO). Foreign errors are
 translated at the boundary with ``raise ... from``.
 
 ::

@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.ids import INVALID_ENTRY_ID, BookieId
-from bkeeper.meta.digest_type import DigestType
+from bkeeper.wire.digest import DigestType
 
 __all__ = ["CURRENT_METADATA_FORMAT", "DigestType", "LedgerMetadata", "LedgerState"]
 

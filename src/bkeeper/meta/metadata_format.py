@@ -22,10 +22,10 @@ from google.protobuf.message import DecodeError
 
 from bkeeper.common.errors import BKeeperError, ConfigError, ProtocolError
 from bkeeper.common.ids import BookieId
-from bkeeper.meta.digest_type import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import NODE_DATA_BYTES_MAX
 from bkeeper.wire._pb.data_formats_pb2 import LedgerMetadataFormat
+from bkeeper.wire.digest import DigestType
 
 __all__ = [
     "HEADER_KEY",
@@ -80,7 +80,7 @@ def to_proto(metadata: LedgerMetadata) -> LedgerMetadataFormat:
         length=metadata.length,
         lastEntryId=metadata.last_entry_id,
         state=LedgerMetadataFormat.State.ValueType(int(metadata.state)),
-        digestType=LedgerMetadataFormat.DigestType.ValueType(int(metadata.digest_type)),
+        digestType=LedgerMetadataFormat.DigestType.ValueType(metadata.digest_type),
         password=metadata.password,
         ackQuorumSize=metadata.ack_quorum,
     )

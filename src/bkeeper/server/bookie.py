@@ -4,7 +4,12 @@ Start: cookie check (refuse on mismatch) -> storage open (journal replay, on a w
 -> listener -> background tasks (checkpoints, disk monitor, registration). Shutdown
 (``aclose``): stop accepting -> wait (bounded) for in-flight requests to drain -> close
 connections -> close storage (drains the journal, checkpoints). Every background task belongs
-to the bookie's ``TaskGroup``. A start that fails after the storage opened closes it again.
+to the bookie's :class:`~bkeeper.common.tasks.TaskOwner`; its loops (checkpoints, disk monitor,
+connection sweep, registration) end by themselves once a stop is asked for, and shutdown waits
+for them before closing the storage. A loop that fails stops the bookie: its error is logged
+when it ends, and ``aclose`` raises it once the shutdown is done. A start that fails after the
+storage opened closes it again. Time (the drain's deadline, the connection table's timeouts)
+comes from the ``Clock`` given.
 
 Read-only mode: forced by ``BookieConfig.readonly``, or while the storage engine reports its
 data disk FULL or NO_ROOM (:mod:`bkeeper.storage.disk_space`: thresholds checked as the
@@ -21,10 +26,12 @@ import contextlib
 import errno
 import logging
 import random
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
@@ -52,8 +59,10 @@ class Bookie:
         storage_config: StorageConfig | None = None,
         fs: FileSystem | None = None,
         instance_id: str = "",
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        self._clock: Clock = SystemClock() if clock is None else clock
         self.storage_config = storage_config or StorageConfig(data_dir=config.data_dir)
         if self.storage_config.data_dir != config.data_dir:
             raise ConfigError("storage data_dir must equal the bookie's data_dir")
@@ -66,9 +75,10 @@ class Bookie:
         self.storage: Storage | None = None
         self._handlers: RequestHandlers | None = None
         self._server: asyncio.Server | None = None
-        self.connections = ConnectionTable(config)
-        self._tasks: asyncio.TaskGroup | None = None
-        self._task_group_cm: asyncio.TaskGroup | None = None
+        self.connections = ConnectionTable(config, self._clock)
+        self._tasks = TaskOwner("bookie")
+        self._loops: list[asyncio.Task[None]] = []
+        self._failure: BaseException | None = None
         self._stopping = asyncio.Event()
         self._readonly_listeners: list[Callable[[bool], None]] = []
         self._membership: ClusterMembership | None = None
@@ -151,25 +161,38 @@ class Bookie:
         handlers_box.append(self._handlers)
         self._apply_mode()  # settle the mode before serving and registering
         await self._server.start_serving()
-        self._task_group_cm = asyncio.TaskGroup()
-        self._tasks = await self._task_group_cm.__aenter__()
-        self._tasks.create_task(self._checkpoint_loop())
-        self._tasks.create_task(self._disk_monitor_loop())
-        self._tasks.create_task(self.connections.run(self._stopping))
+        self._run_loop(self._checkpoint_loop(), "checkpoints")
+        self._run_loop(self._disk_monitor_loop(), "disk monitor")
+        self._run_loop(self.connections.run(self._stopping), "connection sweep")
         if self._membership is not None:
             self._mode_changed.clear()  # a switch during the registration sets it again
             if await self._register_unless_stopped():
-                self._tasks.create_task(self._registration_loop())
+                self._run_loop(self._registration_loop(), "registration")
+
+    def _run_loop(self, loop: Coroutine[Any, Any, None], name: str) -> None:
+        """Run a background loop of the bookie; it ends by itself once a stop is asked for."""
+        task = self._tasks.spawn(loop, name)
+        self._loops.append(task)
+        task.add_done_callback(self._loop_ended)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        # The owner logs the failure with its traceback; the bookie stops, and aclose raises it.
+        if task.cancelled() or task.exception() is None:
+            return
+        if self._failure is None:
+            self._failure = task.exception()
+        self.request_stop()
 
     async def _register_unless_stopped(self) -> bool:
         """Register; False when a stop was asked for first. Registering may wait up to
         ``stale_registration_wait_ms`` for a dead predecessor's node to go, and a SIGTERM
         meanwhile must stop the bookie then, not once the wait is over (or has failed)."""
         assert self._membership is not None
-        register = asyncio.ensure_future(
-            self._membership.register(self.config.host, self.port, self._mode_readonly)
+        register = self._tasks.spawn(
+            self._membership.register(self.config.host, self.port, self._mode_readonly),
+            "registering",
         )
-        stopping = asyncio.ensure_future(self._stopping.wait())
+        stopping = self._tasks.spawn(self._stopping.wait(), "stop while registering")
         try:
             await asyncio.wait({register, stopping}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
@@ -188,7 +211,7 @@ class Bookie:
 
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
         # Admission (the connection limit) happens in connection_made, once the peer is known.
-        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add_v2)
+        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add)
 
     # -- background --------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:
@@ -281,7 +304,8 @@ class Bookie:
         return self._stopping.is_set()
 
     async def aclose(self) -> None:
-        """Drain in-flight requests, checkpoint and stop; safe to call twice."""
+        """Drain in-flight requests, checkpoint and stop; safe to call twice. Raises the
+        error of a background loop that failed (and so stopped the bookie), once stopped."""
         self._stopping.set()
         self._mode_changed.set()  # ends the registration loop
         if self._membership is not None:
@@ -291,14 +315,17 @@ class Bookie:
                 log.exception("could not unregister %s", self.bookie_id)
         if self._server is not None:
             self._server.close()
-        deadline = time.monotonic() + self.config.shutdown_drain_timeout_ms / 1000.0
-        while time.monotonic() < deadline and any(c.busy for c in self.connections.connections):
+        clock = self._clock
+        deadline = clock.monotonic() + self.config.shutdown_drain_timeout_ms / 1000.0
+        while clock.monotonic() < deadline and any(c.busy for c in self.connections.connections):
             await asyncio.sleep(0.01)
         for conn in self.connections.connections:
             conn.close()
-        if self._task_group_cm is not None:
-            cm, self._task_group_cm = self._task_group_cm, None
-            await cm.__aexit__(None, None, None)
+        # The loops end by themselves now that the stop is set; a checkpoint under way
+        # finishes before the storage closes (cancelling would leave its thread running).
+        loops, self._loops = self._loops, []
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self._tasks.aclose()
         if self._server is not None:
             server, self._server = self._server, None
             with contextlib.suppress(Exception):
@@ -310,3 +337,6 @@ class Bookie:
             membership, self._membership = self._membership, None
             await membership.aclose()
         log.info("bookie %s stopped", self.bookie_id)
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure

@@ -38,24 +38,28 @@ __all__ = ["BookieConnection"]
 log = logging.getLogger(__name__)
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
-#: (connection, frame, flags, ledger id, entry id, frame bytes): a v2 ADD on the fast lane.
-AddV2 = Callable[["BookieConnection", memoryview, int, int, int, int], None]
+#: (connection, flags, ledger id, entry id, master key, body, txn id, request bytes): a v2
+#: ADD, its fields as ``wire.v2.peek_add_request`` found them (``RequestHandlers.add``).
+Add = Callable[["BookieConnection", int, int, int, memoryview, memoryview, int, int], None]
+#: (status, ledger id, entry id, txn id) -> an ADD response frame, in the connection's protocol.
+_EncodeAdd = Callable[[StatusCode, int, int, int], bytes]
 
 
 class BookieConnection(asyncio.Protocol):
-    """Reads frames, hands requests to ``dispatch`` and writes responses in batches."""
+    """Reads frames, hands requests to ``dispatch`` (v2 adds to ``add``, without a request
+    object) and writes responses in batches. It is the handlers' ``Responder``."""
 
     def __init__(
         self,
         config: BookieConfig,
         table: ConnectionTable,
         dispatch: Dispatch,
-        add_v2: AddV2,
+        add: Add,
     ) -> None:
         self._config = config
         self._table = table
         self._dispatch = dispatch
-        self._add_v2 = add_v2
+        self._add = add
         self._v2 = False
         self._decoder = FrameDecoder(config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
@@ -63,6 +67,10 @@ class BookieConnection(asyncio.Protocol):
         self.protocol: Protocol | None = None
         self._decode: Callable[[Any], Request] = v3.decode_request
         self._encode: Callable[[Any], bytes] = v3.encode_response_frame
+        self._encode_add: _EncodeAdd = v3.add_response_frame
+        # Requests read beyond twice the in-flight limits are refused, not queued.
+        self._refuse_requests_at = 2 * config.connection_requests_in_flight_max
+        self._refuse_bytes_at = 2 * config.connection_bytes_in_flight_max
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._reading_paused = False
@@ -134,72 +142,60 @@ class BookieConnection(asyncio.Protocol):
     def _handle_frame(self, frame: memoryview) -> None:
         if self.protocol is None:
             self._choose_protocol(frame)  # ProtocolError: neither v2 nor v3, caught above
-        if self._v2 and (add := v2.peek_add_request(frame)) is not None:
-            self._handle_add_v2(frame, add)
-            return
-        try:
-            request = self._decode(frame)
-        except ProtocolError as exc:
-            self.abort(f"bad request: {exc}")
-            return
+        add = v2.peek_add_request(frame) if self._v2 else None
+        if add is None:
+            try:
+                request = self._decode(frame)
+            except ProtocolError as exc:
+                self.abort(f"bad request: {exc}")
+                return
         size = len(frame)
-        limit = self._config.connection_requests_in_flight_max
-        if self.requests_in_flight >= 2 * limit or (
-            self.bytes_in_flight >= 2 * self._config.connection_bytes_in_flight_max
+        if (
+            self.requests_in_flight >= self._refuse_requests_at
+            or self.bytes_in_flight >= self._refuse_bytes_at
         ):
-            self._dispatch(self, request, -1)  # -1: answer ETOOMANYREQUESTS
-            return
-        self.requests_in_flight += 1
-        self.bytes_in_flight += size
-        self._dispatch(self, request, size)
-
-    def _handle_add_v2(self, frame: memoryview, add: tuple[int, int, int]) -> None:
-        """The fast lane of a v2 ADD: no request object, the response packed directly."""
-        flags, ledger_id, entry_id = add
-        size = len(frame)
-        config = self._config
-        if self.requests_in_flight >= 2 * config.connection_requests_in_flight_max or (
-            self.bytes_in_flight >= 2 * config.connection_bytes_in_flight_max
-        ):
-            self.respond_add(StatusCode.ETOOMANYREQUESTS, ledger_id, entry_id, -1)
-            return
-        self.requests_in_flight += 1
-        self.bytes_in_flight += size
-        self._add_v2(self, frame, flags, ledger_id, entry_id, size)
+            size = -1  # not counted: the handler answers ETOOMANYREQUESTS
+        else:
+            self.requests_in_flight += 1
+            self.bytes_in_flight += size
+        if add is None:
+            self._dispatch(self, request, size)
+        else:
+            flags, ledger_id, entry_id, master_key, body = add
+            self._add(self, flags, ledger_id, entry_id, master_key, body, 0, size)
 
     def _choose_protocol(self, frame: memoryview) -> None:
         self.protocol = detect_protocol(frame)
         if self.protocol is Protocol.V2:
             self._decode = v2.decode_request
             self._encode = v2.encode_response_frame
+            self._encode_add = v2.add_response_frame
             self._v2 = True
         log.debug("connection %s speaks %s", self.peer, self.protocol.name)
 
     # -- responses ---------------------------------------------------------------------
     def respond(self, response: Response, request_bytes: int) -> None:
         """Queue ``response`` for the next write; ``request_bytes`` < 0 was never counted."""
+        try:
+            frame = self._encode(response)
+        except ProtocolError as exc:
+            log.warning("cannot encode %s for %s: %s", type(response).__name__, self.peer, exc)
+            frame = b""
+        self._queue(frame, request_bytes)
+
+    def respond_add(
+        self, status: StatusCode, ledger_id: int, entry_id: int, txn_id: int, request_bytes: int
+    ) -> None:
+        """Queue the answer to an add (either protocol), packed without a response object."""
+        self._queue(self._encode_add(status, ledger_id, entry_id, txn_id), request_bytes)
+
+    def _queue(self, frame: bytes, request_bytes: int) -> None:
         if request_bytes >= 0:
             self.requests_in_flight -= 1
             self.bytes_in_flight -= request_bytes
-        if self.closed:
+        if self.closed or not frame:
             return
-        try:
-            self._out.append(self._encode(response))
-        except ProtocolError as exc:
-            log.warning("cannot encode %s for %s: %s", type(response).__name__, self.peer, exc)
-            return
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def respond_add(self, status: StatusCode, ledger_id: int, entry_id: int, size: int) -> None:
-        """Queue a v2 ADD response (the fast lane's ``respond``)."""
-        if size >= 0:
-            self.requests_in_flight -= 1
-            self.bytes_in_flight -= size
-        if self.closed:
-            return
-        self._out.append(v2.add_response_frame(status, ledger_id, entry_id))
+        self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)

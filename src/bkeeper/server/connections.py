@@ -41,10 +41,9 @@ import contextlib
 import heapq
 import logging
 import resource
-import time
-from collections.abc import Callable
 from typing import Protocol
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.ratelimit import RateLimitedLog
 
@@ -122,7 +121,7 @@ class ConnectionTable:
     def __init__(
         self,
         config: BookieConfig,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
         nofile_soft: int | None = None,
     ) -> None:
         if nofile_soft is None:
@@ -135,13 +134,13 @@ class ConnectionTable:
             SWEEP_INTERVAL_S_MIN,
             min(SWEEP_INTERVAL_S_MAX, self._handshake_s / 4, self._idle_s / 4),
         )
-        self._clock = clock
+        self._clock: Clock = SystemClock() if clock is None else clock
         rate, burst = config.client_error_log_lines_per_s, config.client_error_log_burst
         #: Lines about connections closed or refused for a client's misbehaviour.
-        self.client_log = RateLimitedLog(log, rate, burst, clock, "lines about connections")
+        self.client_log = RateLimitedLog(log, rate, burst, self._clock, "lines about connections")
         #: Lines about requests answered EBADREQ: a budget of their own, so that a flood of
         #: them does not hide the connections closed.
-        self.request_log = RateLimitedLog(log, rate, burst, clock, "lines about bad requests")
+        self.request_log = RateLimitedLog(log, rate, burst, self._clock, "lines about bad requests")
         self._connections: set[Member] = set()
         self.partial_bytes = 0
         self.sweeps = 0
@@ -165,7 +164,7 @@ class ConnectionTable:
     # -- admission -----------------------------------------------------------------------
     def admit(self, conn: Member) -> bool:
         """Take ``conn`` in, closing the longest-idle connection at the limit; False: refuse."""
-        conn.accepted_at = conn.last_seen = self._clock()
+        conn.accepted_at = conn.last_seen = self._clock.monotonic()
         if len(self._connections) >= self.connections_max:
             victim = self._victim()
             if victim is None:
@@ -242,7 +241,7 @@ class ConnectionTable:
     def _over_budget(self, conn: Member) -> None:
         budget = self.partial_frames_bytes_max
         if self._stalled_scanned_at != self.sweeps:
-            now = self._clock()
+            now = self._clock.monotonic()
             quiet_s = self.sweep_interval_s
             stalled = [
                 c
@@ -272,7 +271,7 @@ class ConnectionTable:
     # -- time ----------------------------------------------------------------------------
     def sweep(self) -> None:
         """Close connections past the handshake or idle timeout; one pass over all."""
-        now = self._clock()
+        now = self._clock.monotonic()
         self.sweeps += 1
         handshake_s, idle_s = self._handshake_s, self._idle_s
         for conn in list(self._connections):

@@ -5,6 +5,8 @@ the connection. Writes (add, fence, explicit LAC, force) are answered only once 
 engine reports their journal records durable (``on_durable``, bridged from the journal
 thread once per fsync group). Reads are answered at once, except long-poll reads, which wait
 (bounded in number and time) until the bookie's LAC for the ledger passes ``previous_lac``.
+Every add, v2 or v3, goes through the one handler :meth:`RequestHandlers.add`; answers go
+through a :class:`~bkeeper.server.responder.Responder`, writes carry typed tokens (same module).
 
 Error mapping: master key mismatch -> EUA; fenced ledger and not a recovery add -> EFENCED;
 read-only bookie and not a recovery/high-priority add (or one, but the disk has no room left
@@ -22,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
-from bkeeper.common.limits import MASTER_KEY_BYTES
+from bkeeper.server.responder import AddAnswer, Durable, Responder, WhenDurable
 from bkeeper.storage import Storage
 from bkeeper.wire import entryset
-from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag
+from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag, status_for_error
 from bkeeper.wire.messages import (
     AUTH_DISABLED_PLUGIN,
     AddRequest,
@@ -35,6 +37,7 @@ from bkeeper.wire.messages import (
     AuthResponse,
     BatchReadRequest,
     BatchReadResponse,
+    BytesLike,
     ErrorResponse,
     ForceLedgerRequest,
     ForceLedgerResponse,
@@ -56,40 +59,23 @@ from bkeeper.wire.messages import (
 
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
-    from bkeeper.server.connection import BookieConnection
 
-__all__ = ["RequestHandlers"]
+__all__ = ["BookieState", "RequestHandlers"]
 
 log = logging.getLogger(__name__)
 
-_ERROR_STATUS: dict[type[BaseException], StatusCode] = {
-    errors.NoSuchLedgerError: StatusCode.ENOLEDGER,
-    errors.NoSuchEntryError: StatusCode.ENOENTRY,
-    errors.UnauthorizedAccessError: StatusCode.EUA,
-    errors.LedgerFencedError: StatusCode.EFENCED,
-    errors.ReadOnlyBookieError: StatusCode.EREADONLY,
-    errors.TooManyRequestsError: StatusCode.ETOOMANYREQUESTS,
-    errors.DataUnknownError: StatusCode.EUNKNOWNLEDGERSTATE,
-    errors.BadRequestError: StatusCode.EBADREQ,
-}
+#: An exception raised while serving, as the status answering it (the wire registry).
+status_of = status_for_error
 
-
-def status_of(exc: BaseException) -> StatusCode:
-    """The wire status for an exception raised by the storage engine."""
-    for cls in type(exc).__mro__:
-        status = _ERROR_STATUS.get(cls)
-        if status is not None:
-            return status
-    return StatusCode.EIO
-
-
-_V2_RECOVERY = int(V2Flag.RECOVERY_ADD)
-_V2_HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
+_RECOVERY = int(V2Flag.RECOVERY_ADD)
+_HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
+#: Adds a read-only bookie still takes while its disk has room for them.
+_PRIORITY = _RECOVERY | _HIGH_PRIORITY
 
 
 @dataclass(slots=True)
 class _LacWaiter:
-    conn: BookieConnection
+    conn: Responder
     request: ReadRequest
     size: int
     timer: asyncio.TimerHandle | None = None
@@ -115,8 +101,8 @@ class RequestHandlers:
         self._storage = storage
         self.state = state
         self._loop = asyncio.get_running_loop()
-        self._table: dict[type[Any], Callable[[BookieConnection, Any, int], None]] = {
-            AddRequest: self.add,
+        self._table: dict[type[Any], Callable[[Responder, Any, int], None]] = {
+            AddRequest: self._add_request,
             ReadRequest: self.read,
             BatchReadRequest: self.batch_read,
             AuthRequest: self.auth,
@@ -130,7 +116,7 @@ class RequestHandlers:
         }
 
     # -- dispatch ----------------------------------------------------------------------
-    def dispatch(self, conn: BookieConnection, request: Request, size: int) -> None:
+    def dispatch(self, conn: Responder, request: Request, size: int) -> None:
         if size < 0:
             conn.respond(_error_response(request, StatusCode.ETOOMANYREQUESTS), size)
             return
@@ -148,94 +134,90 @@ class RequestHandlers:
         self._loop.call_soon_threadsafe(self.on_durable, tokens, error)
 
     def on_durable(self, tokens: list[object], error: BaseException | None) -> None:
-        touched: set[int] | None = set() if self.state.lac_waiters else None
+        """Answer every write of a journal group (each token is a :class:`Durable`)."""
         if error is not None and not isinstance(error, errors.DiskFullError):
             log.error("journal write failed: %s", error)  # (no room: the journal said so)
         status = StatusCode.EOK if error is None else status_of(error)
-        for token in tokens:
-            if type(token) is tuple:
-                if len(token) == 4:  # the v2 fast lane
-                    conn, ledger_id, entry_id, size = token
-                    conn.respond_add(status, ledger_id, entry_id, size)
-                else:
-                    conn, request, size = token
-                    ledger_id = request.ledger_id
-                    conn.respond(
-                        AddResponse(status, ledger_id, request.entry_id, request.txn_id), size
-                    )
-                if touched is not None:
-                    touched.add(ledger_id)
-            else:
-                cast(Callable[[BaseException | None], None], token)(error)
+        for token in cast(list[Durable], tokens):
+            token.durable(status, error)
         self.state.adds += len(tokens)
-        if touched:
+        if self.state.lac_waiters:  # adds may have moved a waited-on ledger's LAC
+            touched = {t.ledger_id for t in tokens if type(t) is AddAnswer}
             for ledger_id in touched:
                 self._wake_lac_waiters(ledger_id)
 
     # -- writes ------------------------------------------------------------------------
-    def add(self, conn: BookieConnection, request: AddRequest, size: int) -> None:
-        if self.state.readonly and not (
-            (request.recovery or request.high_priority) and self._storage.room_for_high_priority
-        ):
-            raise errors.ReadOnlyBookieError("bookie is read-only")
-        self._storage.add_entry(
-            request.ledger_id,
-            request.entry_id,
-            request.master_key,
-            request.body,
-            recovery=request.recovery,
-            token=(conn, request, size),
-        )
-
-    def add_v2(
+    def add(
         self,
-        conn: BookieConnection,
-        frame: memoryview,
+        conn: Responder,
         flags: int,
         ledger_id: int,
         entry_id: int,
+        master_key: BytesLike,
+        body: BytesLike,
+        txn_id: int,
         size: int,
     ) -> None:
-        """A v2 ADD on the connection's fast lane: the same rules as :meth:`add`."""
-        recovery = bool(flags & _V2_RECOVERY)
+        """The one add handler, for both protocols: a v2 connection calls it with the fields
+        ``wire.v2.peek_add_request`` found (no request object), anything else with those of
+        an :class:`AddRequest`. ``flags`` are :class:`V2Flag` bits (RECOVERY_ADD,
+        HIGH_PRIORITY); ``size`` < 0 means over the connection's limits. Answered through
+        ``conn.respond_add``: at once on refusal, else once durable (:class:`AddAnswer`)."""
         try:
+            if size < 0:
+                raise errors.TooManyRequestsError("too many requests in flight")
             if self.state.readonly and not (
-                (recovery or flags & _V2_HIGH_PRIORITY) and self._storage.room_for_high_priority
+                flags & _PRIORITY and self._storage.room_for_high_priority
             ):
                 raise errors.ReadOnlyBookieError("bookie is read-only")
             self._storage.add_entry(
                 ledger_id,
                 entry_id,
-                bytes(frame[4 : 4 + MASTER_KEY_BYTES]),
-                frame[4 + MASTER_KEY_BYTES :],
-                recovery=recovery,
-                token=(conn, ledger_id, entry_id, size),
+                bytes(master_key),
+                body,
+                recovery=flags & _RECOVERY != 0,
+                token=AddAnswer(conn, ledger_id, entry_id, txn_id, size),
             )
         except errors.BKeeperError as exc:
-            conn.respond_add(status_of(exc), ledger_id, entry_id, size)
+            conn.respond_add(status_of(exc), ledger_id, entry_id, txn_id, size)
         except Exception:
             conn.log_internal_error("add of ledger %d entry %d failed", ledger_id, entry_id)
-            conn.respond_add(StatusCode.EIO, ledger_id, entry_id, size)
+            conn.respond_add(StatusCode.EIO, ledger_id, entry_id, txn_id, size)
 
-    def write_lac(self, conn: BookieConnection, request: WriteLacRequest, size: int) -> None:
+    def _add_request(self, conn: Responder, request: AddRequest, size: int) -> None:
+        flags = (_RECOVERY if request.recovery else 0) | (
+            _HIGH_PRIORITY if request.high_priority else 0
+        )
+        self.add(
+            conn,
+            flags,
+            request.ledger_id,
+            request.entry_id,
+            request.master_key,
+            request.body,
+            request.txn_id,
+            size,
+        )
+
+    def write_lac(self, conn: Responder, request: WriteLacRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:
             status = StatusCode.EOK if error is None else status_of(error)
             conn.respond(WriteLacResponse(status, request.ledger_id, request.txn_id), size)
             self._wake_lac_waiters(request.ledger_id)
 
         self._storage.set_explicit_lac(
-            request.ledger_id, request.master_key, bytes(request.body), token=done
+            request.ledger_id, request.master_key, bytes(request.body), token=WhenDurable(done)
         )
 
-    def force_ledger(self, conn: BookieConnection, request: ForceLedgerRequest, size: int) -> None:
+    def force_ledger(self, conn: Responder, request: ForceLedgerRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:
             status = StatusCode.EOK if error is None else status_of(error)
             conn.respond(ForceLedgerResponse(status, request.ledger_id, request.txn_id), size)
 
-        self._storage.force_ledger(request.ledger_id, token=done)
+        self._storage.force_ledger(request.ledger_id, token=WhenDurable(done))
 
     # -- reads -------------------------------------------------------------------------
-    def read(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
+    def read(self, conn: Responder, request: ReadRequest, size: int) -> None:
         self.state.reads += 1
         if request.fence:
             self._fence_then_read(conn, request, size)
@@ -244,7 +226,7 @@ class RequestHandlers:
         else:
             conn.respond(self._read_response(request), size)
 
-    def _fence_then_read(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
+    def _fence_then_read(self, conn: Responder, request: ReadRequest, size: int) -> None:
         if request.master_key is None:
             raise errors.BadRequestError("fencing read without master key")
 
@@ -254,7 +236,7 @@ class RequestHandlers:
             else:
                 conn.respond(self._read_response(request), size)
 
-        self._storage.fence(request.ledger_id, request.master_key, token=done)
+        self._storage.fence(request.ledger_id, request.master_key, token=WhenDurable(done))
 
     def _read_response(self, request: ReadRequest) -> ReadResponse:
         storage = self._storage
@@ -275,7 +257,7 @@ class RequestHandlers:
             txn_id=request.txn_id,
         )
 
-    def _long_poll(self, conn: BookieConnection, request: ReadRequest, size: int) -> None:
+    def _long_poll(self, conn: Responder, request: ReadRequest, size: int) -> None:
         assert request.previous_lac is not None and request.timeout_ms is not None
         self._storage.require_ledger(request.ledger_id)
         if self._storage.last_add_confirmed(request.ledger_id) > request.previous_lac:
@@ -327,7 +309,7 @@ class RequestHandlers:
         self.state.lac_waiter_count -= 1
         waiter.conn.respond(self._long_poll_response(waiter.request), waiter.size)
 
-    def batch_read(self, conn: BookieConnection, request: BatchReadRequest, size: int) -> None:
+    def batch_read(self, conn: Responder, request: BatchReadRequest, size: int) -> None:
         def answer() -> None:
             bodies = self._storage.read_entries(
                 request.ledger_id,
@@ -360,11 +342,11 @@ class RequestHandlers:
                 except errors.BKeeperError as exc:
                     conn.respond(_error_response(request, status_of(exc)), size)
 
-            self._storage.fence(request.ledger_id, request.master_key, token=fenced)
+            self._storage.fence(request.ledger_id, request.master_key, token=WhenDurable(fenced))
         else:
             answer()
 
-    def read_lac(self, conn: BookieConnection, request: ReadLacRequest, size: int) -> None:
+    def read_lac(self, conn: Responder, request: ReadLacRequest, size: int) -> None:
         storage = self._storage
         storage.require_ledger(request.ledger_id)
         lac_body = storage.explicit_lac(request.ledger_id)
@@ -379,9 +361,7 @@ class RequestHandlers:
             size,
         )
 
-    def list_entries(
-        self, conn: BookieConnection, request: GetListOfEntriesRequest, size: int
-    ) -> None:
+    def list_entries(self, conn: Responder, request: GetListOfEntriesRequest, size: int) -> None:
         ids = self._storage.list_entries(request.ledger_id)
         conn.respond(
             GetListOfEntriesResponse(
@@ -394,24 +374,24 @@ class RequestHandlers:
         )
 
     # -- control -----------------------------------------------------------------------
-    def auth(self, conn: BookieConnection, request: AuthRequest, size: int) -> None:
+    def auth(self, conn: Responder, request: AuthRequest, size: int) -> None:
         # Authentication is disabled: every channel counts as authenticated at once, and an
         # AUTH exchange gets the AuthDisabledPlugin answer.
         reply = AuthMessage(AUTH_DISABLED_PLUGIN, b"")
         conn.respond(AuthResponse(StatusCode.EOK, reply, request.txn_id), size)
 
-    def bookie_info(self, conn: BookieConnection, request: GetBookieInfoRequest, size: int) -> None:
+    def bookie_info(self, conn: Responder, request: GetBookieInfoRequest, size: int) -> None:
         total_bytes, free_bytes = self._storage.disk_usage()
         fields = request.requested
         total = total_bytes if fields & GetBookieInfoField.TOTAL_DISK_CAPACITY else None
         free = free_bytes if fields & GetBookieInfoField.FREE_DISK_SPACE else None
         conn.respond(GetBookieInfoResponse(StatusCode.EOK, total, free, request.txn_id), size)
 
-    def start_tls(self, conn: BookieConnection, request: StartTlsRequest, size: int) -> None:
+    def start_tls(self, conn: Responder, request: StartTlsRequest, size: int) -> None:
         # TLS is not configured on this bookie; the Java bookie answers EBADREQ likewise.
         conn.respond(StartTlsResponse(StatusCode.EBADREQ, request.txn_id), size)
 
-    def unknown(self, conn: BookieConnection, request: UnknownRequest, size: int) -> None:
+    def unknown(self, conn: Responder, request: UnknownRequest, size: int) -> None:
         conn.log_client_error(
             "EBADREQ to %s: %s",
             conn.peer,

@@ -13,9 +13,8 @@ exception) logs one, still within the limit.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 
 __all__ = ["RateLimitedLog", "TokenBucket"]
@@ -53,19 +52,19 @@ class RateLimitedLog:
         logger: logging.Logger,
         rate_per_s: float,
         burst: int,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
         what: str = "lines",
     ) -> None:
         self._logger = logger
         self._what = what
-        self._clock = clock
-        self._bucket = TokenBucket(rate_per_s, burst, clock())
+        self._clock: Clock = SystemClock() if clock is None else clock
+        self._bucket = TokenBucket(rate_per_s, burst, self._clock.monotonic())
         self.suppressed = 0
         self.logged = 0
 
     def log(self, level: int, message: str, *args: object, exc_info: bool = False) -> None:
         """Log ``message % args`` at ``level`` if the bucket allows, else count it."""
-        if not self._bucket.take(self._clock()):
+        if not self._bucket.take(self._clock.monotonic()):
             self.suppressed += 1
             return
         if self.suppressed:
@@ -83,7 +82,7 @@ class RateLimitedLog:
 
     def flush(self) -> None:
         """Report lines suppressed since the last line logged, when the bucket allows."""
-        if self.suppressed and self._bucket.take(self._clock()):
+        if self.suppressed and self._bucket.take(self._clock.monotonic()):
             self.logged += 1
             self._logger.warning("%d %s suppressed", self.suppressed, self._what)
             self.suppressed = 0

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import functools
 import itertools
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import (
     AddRequest,
+    AddResponse,
     BatchReadResponse,
     ReadResponse,
     Request,
@@ -46,6 +48,8 @@ from bkeeper.wire.messages import (
 )
 
 __all__ = ["Fault", "MemoryBookie", "MemoryCluster"]
+
+_log = logging.getLogger(__name__)
 
 _counter = itertools.count()
 
@@ -84,7 +88,8 @@ class MemoryBookie:
 
 
 class _Responder:
-    """Stands in for a server connection: handlers answer through ``respond``."""
+    """Stands in for a server connection (the handlers' ``Responder``): handlers answer
+    through ``respond``, adds through ``respond_add``."""
 
     peer = "memory"
 
@@ -103,6 +108,17 @@ class _Responder:
             response = dataclasses.replace(response, bodies=bodies)
         if not self._future.done() and not self._conn.dropped(self._future):
             self._future.set_result(response)
+
+    def respond_add(
+        self, status: StatusCode, ledger_id: int, entry_id: int, txn_id: int, size: int
+    ) -> None:
+        self.respond(AddResponse(status, ledger_id, entry_id, txn_id), size)
+
+    def log_client_error(self, message: str, *args: object) -> None:
+        _log.info(message, *args)
+
+    def log_internal_error(self, message: str, *args: object) -> None:
+        _log.error(message, *args, exc_info=True)
 
 
 def _flip_last_byte(body: bytes | bytearray | memoryview) -> bytes:
@@ -209,7 +225,7 @@ class _MemoryConnection:
         if handlers is None or self._bookie.down:
             future.set_exception(BookieUnavailableError(f"bookie {self._bookie.bookie_id} is down"))
             return
-        handlers.dispatch(_Responder(self, future, corrupt), request, 0)  # type: ignore[arg-type]
+        handlers.dispatch(_Responder(self, future, corrupt), request, 0)
 
     def fail_all(self) -> None:
         self._open = False

@@ -1,8 +1,15 @@
 """Operation, status and flag codes of the BookKeeper wire protocol (v2 binary and v3 protobuf).
 
 The protocol-neutral status is :class:`StatusCode` (the v3 numbering). v2 carries its own
-integer error codes; :data:`V2_TO_STATUS` and :data:`STATUS_TO_V2` translate between them.
-:func:`error_for_status` turns a non-OK status into the matching class of the exception tree.
+integer error codes, :class:`V2ErrorCode`, named as the statuses: :data:`V2_TO_STATUS` and
+:data:`STATUS_TO_V2` translate between them, both derived from the names.
+
+The status registry, read both ways: :data:`STATUS_ERRORS` gives each non-OK status its class
+in the exception tree (``bkeeper.common.errors``) and is the only table of the pairing.
+:func:`error_for_status` turns a status a bookie answered into an exception (client side);
+:func:`status_for_error` turns an exception raised while serving into the status to answer
+(server side): the status of the nearest class in its MRO that the registry names, EIO for
+anything else (so ``DiskFullError`` answers EREADONLY, a bug EIO).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from enum import IntEnum, IntFlag
 from bkeeper.common import errors
 
 __all__ = [
+    "STATUS_ERRORS",
     "STATUS_TO_V2",
     "V2_TO_STATUS",
     "AddFlag",
@@ -26,6 +34,7 @@ __all__ = [
     "V2OpCode",
     "WriteFlag",
     "error_for_status",
+    "status_for_error",
 ]
 
 
@@ -125,22 +134,11 @@ class GetBookieInfoField(IntFlag):
     FREE_DISK_SPACE = 0x2
 
 
-V2_TO_STATUS: dict[int, StatusCode] = {
-    V2ErrorCode.EOK: StatusCode.EOK,
-    V2ErrorCode.ENOLEDGER: StatusCode.ENOLEDGER,
-    V2ErrorCode.ENOENTRY: StatusCode.ENOENTRY,
-    V2ErrorCode.EBADREQ: StatusCode.EBADREQ,
-    V2ErrorCode.EIO: StatusCode.EIO,
-    V2ErrorCode.EUA: StatusCode.EUA,
-    V2ErrorCode.EBADVERSION: StatusCode.EBADVERSION,
-    V2ErrorCode.EFENCED: StatusCode.EFENCED,
-    V2ErrorCode.EREADONLY: StatusCode.EREADONLY,
-    V2ErrorCode.ETOOMANYREQUESTS: StatusCode.ETOOMANYREQUESTS,
-    V2ErrorCode.EUNKNOWNLEDGERSTATE: StatusCode.EUNKNOWNLEDGERSTATE,
-}
+V2_TO_STATUS: dict[int, StatusCode] = {code: StatusCode[code.name] for code in V2ErrorCode}
 STATUS_TO_V2: dict[StatusCode, int] = {status: int(v2) for v2, status in V2_TO_STATUS.items()}
 
-_STATUS_ERRORS: dict[StatusCode, type[errors.BookieError]] = {
+#: The status registry: every non-OK status and its exception class, one to one.
+STATUS_ERRORS: dict[StatusCode, type[errors.BookieError]] = {
     StatusCode.ENOLEDGER: errors.NoSuchLedgerError,
     StatusCode.ENOENTRY: errors.NoSuchEntryError,
     StatusCode.EBADREQ: errors.BadRequestError,
@@ -152,9 +150,22 @@ _STATUS_ERRORS: dict[StatusCode, type[errors.BookieError]] = {
     StatusCode.ETOOMANYREQUESTS: errors.TooManyRequestsError,
     StatusCode.EUNKNOWNLEDGERSTATE: errors.DataUnknownError,
 }
+_ERROR_STATUS: dict[type[BaseException], StatusCode] = {
+    cls: status for status, cls in STATUS_ERRORS.items()
+}
 
 
 def error_for_status(status: StatusCode, context: str) -> errors.BookieError:
     """The exception for a non-OK ``status``; ``context`` says which request it answered."""
-    cls = _STATUS_ERRORS.get(status, errors.BookieError)
+    cls = STATUS_ERRORS.get(status, errors.BookieError)
     return cls(f"{context}: {status.name}")
+
+
+def status_for_error(exc: BaseException) -> StatusCode:
+    """The status answering ``exc``: that of the nearest registered class in its MRO, else
+    EIO (an error the registry does not name is the bookie's own failure)."""
+    for cls in type(exc).__mro__:
+        status = _ERROR_STATUS.get(cls)
+        if status is not None:
+            return status
+    return StatusCode.EIO

@@ -53,6 +53,7 @@ from bkeeper.wire.messages import (
 __all__ = [
     "ADD_FRAME_PREFIX_BYTES",
     "CURRENT_VERSION",
+    "PeekedAdd",
     "ResponseStream",
     "add_request_frame",
     "add_response_frame",
@@ -177,14 +178,21 @@ def decode_auth_message(data: BytesLike) -> AuthMessage:
 
 
 # -- requests ---------------------------------------------------------------------------------
+#: Where the master key and the entry body start in an ADD request (after the header); the
+#: body opens with its ledger id and entry id.
+_ADD_KEY_AT = 4
+_ADD_BODY_AT = _ADD_KEY_AT + MASTER_KEY_BYTES
+_ADD_MIN_BYTES = _ADD_BODY_AT + 16
+
+
 def _decode_add(frame: memoryview, flags: int) -> AddRequest:
-    _need(frame, 4 + MASTER_KEY_BYTES + 16, "ADD request")
-    ledger_id, entry_id = _QQ.unpack_from(frame, 4 + MASTER_KEY_BYTES)
+    _need(frame, _ADD_MIN_BYTES, "ADD request")
+    ledger_id, entry_id = _QQ.unpack_from(frame, _ADD_BODY_AT)
     return AddRequest(
         ledger_id,
         entry_id,
-        bytes(frame[4 : 4 + MASTER_KEY_BYTES]),
-        frame[4 + MASTER_KEY_BYTES :],
+        bytes(frame[_ADD_KEY_AT:_ADD_BODY_AT]),
+        frame[_ADD_BODY_AT:],
         bool(flags & _RECOVERY),
         bool(flags & _HIGH),
     )
@@ -240,7 +248,7 @@ def _add_request_frame(r: AddRequest) -> bytes:
 
 
 #: Bytes before the entry body in an ADD request frame: length, header, master key.
-ADD_FRAME_PREFIX_BYTES = 4 + 4 + MASTER_KEY_BYTES
+ADD_FRAME_PREFIX_BYTES = 4 + _ADD_BODY_AT
 
 
 def add_request_frame(
@@ -255,24 +263,36 @@ def add_request_frame(
     return b"".join((prefix, master_key, *parts))
 
 
-def peek_add_request(frame: BytesLike) -> tuple[int, int, int] | None:
-    """``(flags, ledger id, entry id)`` when ``frame`` (without its length) is a well-formed
-    v2 ADD request, whose master key is ``frame[4:24]`` and entry body ``frame[24:]``; else
-    None, and :func:`decode_request` tells what it is (or what is wrong with it)."""
-    if len(frame) < 4 + MASTER_KEY_BYTES + 16:
+#: A v2 ADD request as :func:`peek_add_request` sees it: flags (:class:`V2Flag` bits), ledger
+#: id, entry id, master key and entry body, the last two views of the frame (not copies).
+PeekedAdd = tuple[int, int, int, memoryview, memoryview]
+
+
+def peek_add_request(frame: memoryview) -> PeekedAdd | None:
+    """The fields of ``frame`` (without its length) when it is a well-formed v2 ADD request,
+    without a request object: the bookie's fast lane. None otherwise, and
+    :func:`decode_request` tells what it is (or what is wrong with it)."""
+    if len(frame) < _ADD_MIN_BYTES:
         return None
     head = _I.unpack_from(frame)[0]
     if (head >> 16) & 0xFF != _OP_ADD or not 0 < (head >> 24) <= CURRENT_VERSION:
         return None
-    ledger_id, entry_id = _QQ.unpack_from(frame, 4 + MASTER_KEY_BYTES)
-    return head & 0xFFFF, ledger_id, entry_id
+    ledger_id, entry_id = _QQ.unpack_from(frame, _ADD_BODY_AT)
+    return (
+        head & 0xFFFF,
+        ledger_id,
+        entry_id,
+        frame[_ADD_KEY_AT:_ADD_BODY_AT],
+        frame[_ADD_BODY_AT:],
+    )
 
 
 _ADD_HEADER = (CURRENT_VERSION << 24) | (_OP_ADD << 16)
 
 
-def add_response_frame(status: StatusCode, ledger_id: int, entry_id: int) -> bytes:
-    """An ADD response frame (length prefix included)."""
+def add_response_frame(status: StatusCode, ledger_id: int, entry_id: int, txn_id: int = 0) -> bytes:
+    """An ADD response frame (length prefix included), without a response object. v2 has no
+    txn id: ``txn_id`` is ignored, for the signature of ``v3.add_response_frame``."""
     return _ADD_RESPONSE_FRAME.pack(24, _ADD_HEADER, STATUS_TO_V2[status], ledger_id, entry_id)
 
 

@@ -58,6 +58,7 @@ from bkeeper.wire.messages import (
 )
 
 __all__ = [
+    "add_response_frame",
     "decode_request",
     "decode_response",
     "encode_request",
@@ -441,6 +442,11 @@ def encode_response(response: Response) -> bytes:
 def encode_response_frame(response: Response) -> bytes:
     data = encode_response(response)
     return _LEN.pack(len(data)) + data
+
+
+def add_response_frame(status: StatusCode, ledger_id: int, entry_id: int, txn_id: int) -> bytes:
+    """An ADD response frame (length prefix included); as ``v2.add_response_frame``."""
+    return encode_response_frame(AddResponse(status, ledger_id, entry_id, txn_id))
 
 
 def _decode_body(r: Any, operation: int, status: StatusCode, txn: int) -> Response:

@@ -2,7 +2,7 @@
 storage or sockets.
 
 Feeds ``BookieConnection.data_received`` chunks of 1 KiB v2 ADD frames (a transport that
-drops what it is given; an ``add_v2`` that answers at once) in three shapes: one whole frame
+drops what it is given; an ``add`` that answers at once) in three shapes: one whole frame
 per chunk (one add at a time), one frame split over two chunks (an incomplete frame held
 between them: the partial-frame budget's bookkeeping runs twice), and 64 frames per chunk (a
 loaded connection); responses are flushed every 256 chunks. The figure is nanoseconds per
@@ -80,9 +80,9 @@ class _Transport:
         pass
 
 
-def _answer(conn: BookieConnection, frame: memoryview, flags: int, ledger: int, entry: int,
-            size: int) -> None:  # fmt: skip
-    conn.respond_add(StatusCode.EOK, ledger, entry, size)
+def _answer(conn: BookieConnection, flags: int, ledger: int, entry: int, key: memoryview,
+            body: memoryview, txn: int, size: int) -> None:  # fmt: skip
+    conn.respond_add(StatusCode.EOK, ledger, entry, txn, size)
 
 
 async def _measure(shape: ChunkShape, frames: int, rounds: int) -> ConnectionResult:
