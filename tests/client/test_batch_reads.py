@@ -18,13 +18,14 @@ import pytest
 
 from bkeeper.client.batch_read import plan_spans
 from bkeeper.client.config import ClientConfig
+from bkeeper.client.entry import Entry
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import BookieUnavailableError, ConfigError, NoSuchEntryError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.digest import DigestType, Entry
+from bkeeper.wire.digest import DigestType
 from bkeeper.wire.messages import BatchReadRequest, ReadRequest
 
 FAST = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, speculative_read_timeout_ms=50)

@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.distribution import write_set
+from bkeeper.client.entry import Entry
 from bkeeper.client.recovering import Ask, Phase, Question, RecoveryMachine, Reply, ReplyKind
 from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.testing.cluster import MemoryCluster
-from bkeeper.wire.digest import DigestType, Entry
+from bkeeper.wire.digest import DigestType
 from bkeeper.wire.messages import ReadRequest
 
 LEDGER = 7

@@ -11,7 +11,7 @@ from bkeeper.spark.arrow import arrow_schema, record_batch, sink_rows
 
 
 def make_entries(ledger_id: int, records: list[bytes]):
-    from bkeeper.wire.digest import Entry
+    from bkeeper.client.entry import Entry
 
     return [Entry(ledger_id, i, i - 1, 0, memoryview(data)) for i, data in enumerate(records)]
 

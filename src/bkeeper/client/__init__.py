@@ -7,7 +7,8 @@ pipelined connection per bookie (``bookie_client``, ``pool``). Never imports ``s
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
+from bkeeper.client.entry import Entry
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.write_handle import WriteHandle
 
-__all__ = ["BookKeeper", "ClientConfig", "ReadHandle", "WriteHandle"]
+__all__ = ["BookKeeper", "ClientConfig", "Entry", "ReadHandle", "WriteHandle"]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bkeeper.client.context import ClientContext
+from bkeeper.client.entry import Entry
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -42,7 +43,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
-from bkeeper.wire.digest import DigestManager, Entry
+from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import BatchReadRequest, BatchReadResponse
 
 __all__ = ["BatchReader", "Span", "discard", "plan_spans"]
@@ -107,7 +108,7 @@ class BatchReader:
         self,
         ctx: ClientContext,
         ledger_id: int,
-        digest: DigestManager,
+        digest: DigestManager[Entry],
         per_entry: ChunkReader,
     ) -> None:
         self._ctx = ctx

@@ -26,6 +26,7 @@ from typing import Any
 from bkeeper.client.batch_read import BatchReader, discard, plan_spans
 from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
+from bkeeper.client.entry import Entry
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -39,7 +40,7 @@ from bkeeper.common.errors import (
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
-from bkeeper.wire.digest import DigestManager, Entry
+from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import ReadLacRequest, ReadRequest
 
 __all__ = ["ReadHandle"]
@@ -59,7 +60,7 @@ class ReadHandle:
         self._config = ctx.config
         self.ledger_id = ledger_id
         self._versioned = metadata
-        self._digest = DigestManager(ledger_id, metadata.value.digest_type, password)
+        self._digest = DigestManager(ledger_id, metadata.value.digest_type, password, Entry)
         meta = metadata.value
         self._lac = meta.last_entry_id if meta.state is LedgerState.CLOSED else -1
         self._closed = False

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
+from bkeeper.client.entry import Entry
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -56,7 +57,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.codes import StatusCode
-from bkeeper.wire.digest import DigestManager, Entry
+from bkeeper.wire.digest import DigestManager
 
 __all__ = [
     "TRANSITIONS",
@@ -124,7 +125,7 @@ class Reply:
 _ABSENT = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
 
-def classify(question: Question, reply: Any, digest: DigestManager) -> Reply:
+def classify(question: Question, reply: Any, digest: DigestManager[Entry]) -> Reply:
     """What a bookie's ``reply`` (a response, or the exception its request ended with) says."""
     if isinstance(reply, BaseException):
         return Reply(ReplyKind.NONE, detail=str(reply) or type(reply).__name__)

@@ -19,6 +19,7 @@ import asyncio
 import logging
 
 from bkeeper.client.context import ClientContext
+from bkeeper.client.entry import Entry
 from bkeeper.client.recovering import Ask, Question, RecoveryMachine, Step, classify
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import UnauthorizedAccessError
@@ -45,7 +46,7 @@ class _Recovery:
         self.ctx = ctx
         self.ledger_id = ledger_id
         self.key = master_key(password)
-        self.digest = DigestManager(ledger_id, meta.digest_type, password)
+        self.digest = DigestManager(ledger_id, meta.digest_type, password, Entry)
         self.timeout_s = ctx.config.read_timeout_ms / 1000.0
         batch = ctx.config.recovery_batch_entries
         self.machine = RecoveryMachine(ledger_id, meta, batch)

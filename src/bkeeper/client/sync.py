@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 from bkeeper.client.bookkeeper import BookKeeper as AsyncBookKeeper
 from bkeeper.client.config import ClientConfig
+from bkeeper.client.entry import Entry
 from bkeeper.client.read_handle import ReadHandle as AsyncReadHandle
 from bkeeper.client.write_handle import WriteHandle as AsyncWriteHandle
 from bkeeper.common.errors import CallTimeoutError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
-from bkeeper.wire.digest import Entry
 
 __all__ = ["BookKeeper", "LoopThread", "ReadHandle", "WriteHandle"]
 

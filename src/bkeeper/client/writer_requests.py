@@ -11,7 +11,7 @@ from collections.abc import Callable
 from bkeeper.client.context import ClientContext
 from bkeeper.common.errors import BookieError
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.digest import DigestManager
+from bkeeper.wire.digest import DigestManager, VerifiedEntry
 from bkeeper.wire.messages import ForceLedgerRequest, WriteLacRequest
 
 __all__ = ["force_ledger", "write_lac_periodically"]
@@ -28,7 +28,7 @@ async def force_ledger(ctx: ClientContext, ledger_id: int, ensemble: tuple[str, 
 
 async def write_lac_periodically(
     ctx: ClientContext,
-    digest: DigestManager,
+    digest: DigestManager[VerifiedEntry],
     master_key: bytes,
     idle_lac: Callable[[], int | None],
     ensemble: Callable[[], tuple[str, ...]],

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bkeeper.client.entry import Entry
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.records import (
     FORMAT_VERSION,
@@ -28,7 +29,6 @@ from bkeeper.namedlog.records import (
     Position,
     decode_record,
 )
-from bkeeper.wire.digest import Entry
 
 __all__ = ["arrow_schema", "record_batch", "sink_rows", "spark_schema"]
 

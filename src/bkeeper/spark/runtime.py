@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from bkeeper.client import BookKeeper, ClientConfig
+from bkeeper.client.entry import Entry
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.sync import LoopThread
 from bkeeper.client.sync import ReadHandle as SyncReadHandle
@@ -38,7 +39,6 @@ from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.arrow import record_batch
 from bkeeper.spark.plan import EntrySpan, LogView
-from bkeeper.wire.digest import Entry
 
 __all__ = ["Runtime", "TaskLedgers", "runtime"]
 

@@ -29,7 +29,7 @@ import hmac
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 import crc32c as _crc32c
 
@@ -39,7 +39,8 @@ __all__ = [
     "ENTRY_HEADER",
     "DigestManager",
     "DigestType",
-    "Entry",
+    "EntryT",
+    "VerifiedEntry",
     "mac_key",
     "master_key",
 ]
@@ -104,9 +105,11 @@ def mac_key(password: bytes) -> bytes:
     return hashlib.sha1(b"mac" + password).digest()
 
 
-class Entry(NamedTuple):
-    """A verified entry: its header fields and payload (a view of the body). A named tuple,
-    not a dataclass: readers make one per entry, and a tuple is the cheapest to make."""
+class VerifiedEntry(NamedTuple):
+    """An entry body that passed its digest: its header fields and payload (a view of the
+    body). A named tuple, not a dataclass: readers make one per entry, and a tuple is the
+    cheapest to make. The client hands its users a subclass, :class:`bkeeper.client.Entry`
+    (``DigestManager(..., entry_type=Entry)`` builds those directly, at no extra cost)."""
 
     ledger_id: int
     entry_id: int
@@ -142,12 +145,41 @@ def _digest_function(digest_type: DigestType, password: bytes) -> Callable[[Buff
     return lambda head, body: b""
 
 
-class DigestManager:
-    """Builds and verifies the entry bodies of one ledger."""
+#: What a :class:`DigestManager` makes of a verified body.
+EntryT = TypeVar("EntryT", bound=VerifiedEntry)
 
-    __slots__ = ("_digest", "digest_length", "digest_type", "ledger_id")
 
-    def __init__(self, ledger_id: int, digest_type: DigestType, password: bytes) -> None:
+class DigestManager(Generic[EntryT]):
+    """Builds and verifies the entry bodies of one ledger; verified entries are made as
+    ``entry_type`` (:class:`VerifiedEntry` or a subclass of it)."""
+
+    __slots__ = ("_digest", "_entry", "digest_length", "digest_type", "ledger_id")
+
+    @overload
+    def __init__(
+        self: DigestManager[VerifiedEntry],
+        ledger_id: int,
+        digest_type: DigestType,
+        password: bytes,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        ledger_id: int,
+        digest_type: DigestType,
+        password: bytes,
+        entry_type: type[EntryT],
+    ) -> None: ...
+
+    def __init__(
+        self,
+        ledger_id: int,
+        digest_type: DigestType,
+        password: bytes,
+        entry_type: type[Any] = VerifiedEntry,
+    ) -> None:
+        self._entry: type[EntryT] = entry_type
         self.ledger_id = ledger_id
         self.digest_type = DigestType(digest_type)
         self.digest_length = self.digest_type.digest_bytes
@@ -166,7 +198,7 @@ class DigestManager:
         header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
         return header, self._digest(header, payload)
 
-    def verify_entry(self, body: Buffer, expected_entry_id: int | None = None) -> Entry:
+    def verify_entry(self, body: Buffer, expected_entry_id: int | None = None) -> EntryT:
         """Check ``body``; return its fields or raise :class:`DigestMismatchError`."""
         view = body if isinstance(body, memoryview) else memoryview(body)
         start = _HEADER_BYTES + self.digest_length
@@ -186,9 +218,9 @@ class DigestManager:
         payload = view[start:]
         if self._digest(view[:_HEADER_BYTES], payload) != view[_HEADER_BYTES:start]:
             raise DigestMismatchError(ledger_id, entry_id)
-        return Entry(ledger_id, entry_id, lac, length, payload)
+        return self._entry(ledger_id, entry_id, lac, length, payload)
 
-    def verify_entries(self, bodies: Sequence[Buffer], first_entry_id: int) -> list[Entry]:
+    def verify_entries(self, bodies: Sequence[Buffer], first_entry_id: int) -> list[EntryT]:
         """:meth:`verify_entry` for consecutive entries from ``first_entry_id`` (one batch
         answer). CRC digests are checked as integers, header and digest in one unpack, so
         the per-entry work is one unpack, two CRC calls and the checks; a body that fails
@@ -203,8 +235,9 @@ class DigestManager:
         start = layout.size
         unpack = layout.unpack_from
         ledger = self.ledger_id
-        entries: list[Entry] = []
+        entries: list[EntryT] = []
         append = entries.append
+        make = self._entry
         for expected, body in enumerate(bodies, first_entry_id):
             view = body if isinstance(body, memoryview) else memoryview(body)
             if len(view) >= start:
@@ -215,7 +248,7 @@ class DigestManager:
                     and entry_id == expected
                     and crc(payload, crc(view[:_HEADER_BYTES])) == digest
                 ):
-                    append(Entry(ledger_id, entry_id, lac, length, payload))
+                    append(make(ledger_id, entry_id, lac, length, payload))
                     continue
             append(self.verify_entry(view, expected))  # raises, naming the fault
         return entries
