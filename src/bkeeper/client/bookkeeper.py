@@ -20,6 +20,7 @@ from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.recovery import check_password, recover_ledger
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
+from bkeeper.common.validate import check_quorum
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import StoreConfig
@@ -133,11 +134,7 @@ class BookKeeper:
     ) -> WriteHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and return its writer."""
         ctx = self._context()
-        if not ensemble_size >= write_quorum >= ack_quorum >= 1:
-            raise ConfigError(
-                f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-                f"{ensemble_size}/{write_quorum}/{ack_quorum}"
-            )
+        check_quorum(ensemble_size, write_quorum, ack_quorum)
         digest_type = DigestType.parse(digest)
         ensemble = await ctx.new_ensemble(ensemble_size, write_quorum)
         meta = LedgerMetadata.new(

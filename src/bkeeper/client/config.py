@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.validate import check_non_negative_ints, check_positive_ints
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 
@@ -64,7 +65,8 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
             raise ConfigError(f"placement: {self.placement!r} is not 'random' or 'rackaware'")
-        for name in (
+        check_positive_ints(
+            self,
             "connect_timeout_ms",
             "add_timeout_ms",
             "read_timeout_ms",
@@ -81,14 +83,8 @@ class ClientConfig:
             "batch_read_bytes_max",
             "batch_reads_in_flight_max",
             "connection_requests_pending_max",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
-        for name in ("speculative_read_timeout_ms", "explicit_lac_interval_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name}: must be >= 0, got {value!r}")
+        )
+        check_non_negative_ints(self, "speculative_read_timeout_ms", "explicit_lac_interval_ms")
         # A full answer: 32 bytes of header, then a 4-byte length before every body.
         answer_bytes_max = 32 + 4 * self.batch_read_entries_max + self.batch_read_bytes_max
         if answer_bytes_max > MAX_FRAME_BYTES_DEFAULT:

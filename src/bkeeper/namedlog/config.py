@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bkeeper.common.errors import ConfigError
+from bkeeper.common.validate import check_non_negative_ints, check_positive_ints, check_quorum
 
 __all__ = ["EARLIEST", "LATEST", "LogConfig"]
 
@@ -40,16 +40,6 @@ class LogConfig:
     retention_bytes: int = 0
 
     def __post_init__(self) -> None:
-        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise ConfigError(
-                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-                f"{self.ensemble_size}/{self.write_quorum}/{self.ack_quorum}"
-            )
-        for name in ("roll_bytes", "tail_poll_ms", "metadata_retries_max"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
-        for name in ("roll_age_ms", "retention_age_ms", "retention_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name}: must be an integer >= 0, got {value!r}")
+        check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        check_positive_ints(self, "roll_bytes", "tail_poll_ms", "metadata_retries_max")
+        check_non_negative_ints(self, "roll_age_ms", "retention_age_ms", "retention_bytes")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.validate import check_port, check_positive_ints
 
 __all__ = ["BookieConfig"]
 
@@ -55,14 +56,14 @@ class BookieConfig:
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ConfigError("data_dir: a data directory is required")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port: {self.port} is not a TCP port (0..65535)")
+        check_port("port", self.port)
         if not isinstance(self.connections_max, int) or self.connections_max < 0:
             raise ConfigError(
                 "connections_max: must be a positive integer, or 0 for the file-descriptor "
                 f"limit, got {self.connections_max!r}"
             )
-        for name in (
+        check_positive_ints(
+            self,
             "max_frame_bytes",
             "connection_requests_in_flight_max",
             "connection_bytes_in_flight_max",
@@ -78,10 +79,7 @@ class BookieConfig:
             "disk_check_interval_ms",
             "checkpoint_interval_ms",
             "shutdown_drain_timeout_ms",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        )
         if self.partial_frames_bytes_max < self.max_frame_bytes:
             raise ConfigError(
                 f"partial_frames_bytes_max: {self.partial_frames_bytes_max} is below "
