@@ -211,7 +211,7 @@ class BookieClient(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self._stream is not None:
-                self._v2_received(self._stream.feed(data))
+                self._v2_received(*self._stream.feed(data))
             else:
                 self._decoder.receive_data(data)
                 for frame in self._decoder.frames():
@@ -221,23 +221,21 @@ class BookieClient(asyncio.Protocol):
             if self._transport is not None:
                 self._transport.abort()
 
-    def _v2_received(self, responses: list[Any]) -> None:
+    def _v2_received(self, adds: list[v2.AddAnswer], others: list[Response]) -> None:
         match_add = self._requests.match_v2_add
         listeners = self._listeners.on_add
-        for item in responses:
-            if type(item) is tuple:  # an ADD answer: (status, ledger id, entry id)
-                status, ledger_id, entry_id = item
-                value = match_add(ledger_id, entry_id)
-                if value is LISTENED:
-                    listener = listeners.get(ledger_id)
-                    if listener is not None:
-                        listener(status, entry_id)
-                elif value is not None:
-                    future = cast("asyncio.Future[Any]", value)
-                    if not future.done():
-                        future.set_result(AddResponse(status, ledger_id, entry_id))
-            else:
-                self._answer(item)
+        for status, ledger_id, entry_id in adds:
+            value = match_add(ledger_id, entry_id)
+            if value is LISTENED:
+                listener = listeners.get(ledger_id)
+                if listener is not None:
+                    listener(status, entry_id)
+            elif value is not None:
+                future = cast("asyncio.Future[Any]", value)
+                if not future.done():
+                    future.set_result(AddResponse(status, ledger_id, entry_id))
+        for response in others:
+            self._answer(response)
 
     def _answer(self, response: Response) -> None:
         value = self._requests.match(response)

@@ -54,6 +54,7 @@ __all__ = [
     "ADD_FRAME_PREFIX_BYTES",
     "CURRENT_VERSION",
     "PeekedAdd",
+    "AddAnswer",
     "ResponseStream",
     "add_request_frame",
     "add_response_frame",
@@ -466,13 +467,19 @@ def decode_response(frame: BytesLike) -> Response:
     return ErrorResponse(opcode, status, 0, ledger_id, entry_id)
 
 
+#: An ADD response as :class:`ResponseStream` returns it: ``(status, ledger id, entry id)``.
+AddAnswer = tuple[StatusCode, int, int]
+
+
 class ResponseStream:
     """Incremental decoder of the responses a bookie sends a v2 client, with a fast lane for
     ADD responses (the bulk of a writer's traffic).
 
-    :meth:`feed` returns, in arrival order, ``(status, ledger id, entry id)`` tuples for ADD
-    responses and decoded :class:`Response` objects for everything else. A frame length that
-    is not positive or exceeds ``max_frame_bytes``, or an undecodable response, raises
+    :meth:`feed` returns two lists, each in arrival order: :data:`AddAnswer` triples
+    ``(status, ledger id, entry id)`` for ADD responses (no object built per add), and decoded
+    :class:`Response` objects for everything else. Answers to different requests are
+    independent, so the two lists need no order between them. A frame length that is not
+    positive or exceeds ``max_frame_bytes``, or an undecodable response, raises
     :class:`ProtocolError`; the stream is unusable afterwards.
     """
 
@@ -482,12 +489,14 @@ class ResponseStream:
         self._buffer = bytearray()
         self._max = max_frame_bytes
 
-    def feed(self, data: BytesLike) -> list[Any]:
+    def feed(self, data: BytesLike) -> tuple[list[AddAnswer], list[Response]]:
         buffer = self._buffer
         buffer += data
         end = len(buffer)
         offset = 0
-        out: list[Any] = []
+        adds: list[AddAnswer] = []
+        out: list[Response] = []
+        add = adds.append
         unpack_add = _ADD_RESPONSE_FRAME.unpack_from
         unpack_length = _I.unpack_from
         limit = self._max
@@ -506,11 +515,11 @@ class ResponseStream:
             if size == 24:
                 _, head, rc, ledger_id, entry_id = unpack_add(buffer, offset)
                 if (head >> 16) & 0xFF == _OP_ADD and (head >> 24) <= CURRENT_VERSION:
-                    out.append((eok if rc == 0 else _status(rc), ledger_id, entry_id))
+                    add((eok if rc == 0 else _status(rc), ledger_id, entry_id))
                     offset = stop
                     continue
             out.append(decode_response(bytes(buffer[offset + 4 : stop])))
             offset = stop
         if offset:
             del buffer[:offset]
-        return out
+        return adds, out
