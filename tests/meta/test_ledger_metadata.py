@@ -13,8 +13,8 @@ from bkeeper.meta.metadata_format import (
     decode_ledger_metadata,
     decode_varint,
     encode_ledger_metadata,
-    encode_varint,
 )
+from bkeeper.wire.varint import encode_varint
 
 HEADER_V3 = b"BookieMetadataFormatVersion\t3\n"
 BOOKIES = ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")

@@ -40,7 +40,7 @@ class AddLane:
         master_key: bytes,
         adds: AddPipeline,
         tasks: TaskOwner,
-        on_add: Callable[[str, StatusCode, int], None],
+        on_add: Callable[[str, list[tuple[StatusCode, int]]], None],
         on_failed: Callable[[str], None],
     ) -> None:
         self._ctx = ctx
@@ -56,7 +56,7 @@ class AddLane:
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
         """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
-        conns = self.conns
+        conns, ledger_id, key = self.conns, self._ledger_id, self._master_key
         for position in positions:
             conn = conns[position]
             if conn is None or not conn.connected:
@@ -65,7 +65,7 @@ class AddLane:
                     self._connect_later(self._adds.ensemble[position], entry_id)
                     continue
             try:
-                conn.send_add(self._ledger_id, entry_id, self._master_key, data)
+                conn.send_add(ledger_id, entry_id, key, data)
             except BKeeperError:
                 self._on_failed(self._adds.ensemble[position])
 

@@ -34,16 +34,20 @@ from bkeeper.wire.messages import AddRequest, AddResponse, BytesLike, Request, R
 
 __all__ = ["AddListeners", "BookieClient", "encode_add"]
 
-AddListener = Callable[[StatusCode, int], None]
+#: Told the answers to a ledger's adds that arrived together: ``[(status, entry id), ...]`` in
+#: arrival order (one call per ledger per chunk read, not one per answer).
+AddListener = Callable[[list[tuple[StatusCode, int]]], None]
 LostListener = Callable[[BaseException], None]
 
 
-def encode_add(protocol: Protocol, master_key: bytes, parts: tuple[BytesLike, ...]) -> bytes:
-    """An entry (body ``parts``: header, digest, payload) as :meth:`BookieClient.send_add`
-    takes it, built once for every bookie of the write set: over v2 the ADD frame, over v3
-    the entry body."""
+def encode_add(
+    protocol: Protocol, master_key: bytes, parts: tuple[BytesLike, ...], body_bytes: int
+) -> bytes:
+    """An entry (body ``parts``: header, digest, payload; ``body_bytes`` in all) as
+    :meth:`BookieClient.send_add` takes it, built once for every bookie of the write set:
+    over v2 the ADD frame, over v3 the entry body."""
     if protocol is Protocol.V2:
-        return v2.add_request_frame(master_key, parts, sum(map(len, parts)))
+        return v2.add_request_frame(master_key, parts, body_bytes)
     return b"".join(parts)
 
 
@@ -67,7 +71,7 @@ class AddListeners:
     def answer(self, status: StatusCode, ledger_id: int, entry_id: int) -> None:
         listener = self.on_add.get(ledger_id)
         if listener is not None:
-            listener(status, entry_id)
+            listener([(status, entry_id)])
 
     def lost(self, error: BaseException) -> None:
         """Tell every listener the connection is gone, once, and forget them all."""
@@ -98,6 +102,9 @@ class BookieClient(asyncio.Protocol):
         self._flush_scheduled = False
         self._requests: Correlator[asyncio.Future[Any]] = Correlator(protocol, pending_max)
         self._error: BaseException | None = None
+        #: True from ``connection_made`` until the connection fails or closes (an attribute,
+        #: not a property: writers test it once per add per bookie)
+        self.connected = False
         #: False while the socket's write buffer is over its high-water mark
         self.writable = True
         self._write_ready = asyncio.Event()
@@ -138,10 +145,6 @@ class BookieClient(asyncio.Protocol):
     @property
     def pending(self) -> int:
         return self._requests.pending
-
-    @property
-    def connected(self) -> bool:
-        return self._transport is not None and self._error is None
 
     # -- sending -----------------------------------------------------------------------
     def send(self, request: Request) -> asyncio.Future[Any]:
@@ -199,6 +202,7 @@ class BookieClient(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the Transport interface without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        self.connected = self._error is None
 
     def pause_writing(self) -> None:
         self.writable = False
@@ -223,17 +227,26 @@ class BookieClient(asyncio.Protocol):
 
     def _v2_received(self, adds: list[v2.AddAnswer], others: list[Response]) -> None:
         match_add = self._requests.match_v2_add
-        listeners = self._listeners.on_add
+        batches: dict[int, list[tuple[StatusCode, int]]] = {}
+        # The last ledger's batch at hand: one writer per connection is the usual case.
+        batch_ledger: int = -1
+        batch: list[tuple[StatusCode, int]] = []
         for status, ledger_id, entry_id in adds:
             value = match_add(ledger_id, entry_id)
             if value is LISTENED:
-                listener = listeners.get(ledger_id)
-                if listener is not None:
-                    listener(status, entry_id)
+                if ledger_id != batch_ledger:
+                    batch = batches.setdefault(ledger_id, [])
+                    batch_ledger = ledger_id
+                batch.append((status, entry_id))
             elif value is not None:
                 future = cast("asyncio.Future[Any]", value)
                 if not future.done():
                     future.set_result(AddResponse(status, ledger_id, entry_id))
+        listeners = self._listeners.on_add
+        for ledger_id, answers in batches.items():
+            listener = listeners.get(ledger_id)
+            if listener is not None:
+                listener(answers)
         for response in others:
             self._answer(response)
 
@@ -247,10 +260,12 @@ class BookieClient(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(exc or ConnectionResetError("connection closed"))
         self._transport = None
+        self.connected = False
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
+        self.connected = False
         error = BookieUnavailableError(f"bookie {self.address}: {exc}")
         for future in self._requests.drain():
             if not future.done():

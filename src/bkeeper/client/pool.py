@@ -34,7 +34,7 @@ class Connection(TypingProtocol):
     def listen_adds(
         self,
         ledger_id: int,
-        on_add: Callable[[StatusCode, int], None],
+        on_add: Callable[[list[tuple[StatusCode, int]]], None],
         on_lost: Callable[[BaseException], None],
     ) -> None: ...
 

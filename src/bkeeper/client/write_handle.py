@@ -65,6 +65,8 @@ class WriteHandle:
         self._slots = Slots()
         self._closed = False
         self._loop = asyncio.get_running_loop()
+        self._protocol = config.protocol
+        self._monotonic = ctx.clock.monotonic
         self._tasks = TaskOwner(f"ledger {ledger_id} writer", error=LedgerClosedError)
         self._lane = AddLane(
             ctx, ledger_id, self._master_key, self._adds, self._tasks, self._on_add,
@@ -116,7 +118,7 @@ class WriteHandle:
         while adds.full:
             await self._slots.wait()
             self._check_open()
-        for conn in self._lane.conns:
+        for conn in self._lane.conns:  # inline, not a call: once per append
             if conn is not None and not conn.writable:
                 await self._lane.wait_writable()
                 self._check_open()
@@ -124,10 +126,11 @@ class WriteHandle:
         entry_id = adds.last_add_pushed + 1
         length = adds.length + len(data)
         header, digest = self._digest.entry_parts(entry_id, adds.last_add_confirmed, length, data)
-        wire = encode_add(self._config.protocol, self._master_key, (header, digest, data))
+        body_bytes = len(header) + len(digest) + len(data)
+        wire = encode_add(self._protocol, self._master_key, (header, digest, data), body_bytes)
         future: asyncio.Future[int] = self._loop.create_future()
-        now = self._ctx.clock.monotonic()
-        self._lane.send(entry_id, wire, adds.append(entry_id, length, wire, future, now))
+        positions = adds.append(entry_id, length, wire, future, self._monotonic())
+        self._lane.send(entry_id, wire, positions)
         return future
 
     async def force(self) -> int:
@@ -170,15 +173,20 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
     # -- the add lane: answers in, effects out ------------------------------------------
-    def _on_add(self, bookie: str, status: StatusCode, entry_id: int) -> None:
-        """The listener: ``bookie`` answered the add of ``entry_id`` (v2 or v3)."""
-        if status is StatusCode.EOK:
-            done = self._adds.ack(bookie, entry_id)
-            if done:
-                self._completed(done)
-            return
-        log.info("ledger %d: bookie %s failed add %d: %s", self.ledger_id, bookie, entry_id, status)
-        self._apply(self._adds.error_answer(bookie, status, entry_id))
+    def _on_add(self, bookie: str, answers: list[tuple[StatusCode, int]]) -> None:
+        """The listener: ``bookie`` answered these adds (``(status, entry id)``, v2 or v3, the
+        ones that arrived together)."""
+        ack, eok = self._adds.ack, StatusCode.EOK
+        for status, entry_id in answers:
+            if status is eok:
+                done = ack(bookie, entry_id)
+                if done:
+                    self._completed(done)
+                continue
+            log.info(
+                "ledger %d: bookie %s failed add %d: %s", self.ledger_id, bookie, entry_id, status
+            )
+            self._apply(self._adds.error_answer(bookie, status, entry_id))
 
     def _bookie_failed(self, bookie: str) -> None:
         self._apply(self._adds.bookie_failed(bookie))

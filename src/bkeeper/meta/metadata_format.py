@@ -24,6 +24,7 @@ from bkeeper.common.errors import BKeeperError, ConfigError, ProtocolError
 from bkeeper.common.ids import BookieId
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import NODE_DATA_BYTES_MAX
+from bkeeper.wire import varint as wire_varint
 from bkeeper.wire._pb.data_formats_pb2 import LedgerMetadataFormat
 from bkeeper.wire.digest import DigestType
 
@@ -32,14 +33,12 @@ __all__ = [
     "decode_ledger_metadata",
     "decode_varint",
     "encode_ledger_metadata",
-    "encode_varint",
     "from_proto",
     "to_proto",
 ]
 
 HEADER_KEY = b"BookieMetadataFormatVersion"
 _VERSION_DIGITS_MAX = 10
-_VARINT_BYTES_MAX = 10
 
 
 def encode_ledger_metadata(metadata: LedgerMetadata) -> bytes:
@@ -48,7 +47,7 @@ def encode_ledger_metadata(metadata: LedgerMetadata) -> bytes:
     header = HEADER_KEY + b"\t%d\n" % metadata.format_version
     if metadata.format_version == 3:
         body = message.SerializeToString()
-        return header + encode_varint(len(body)) + body
+        return header + wire_varint.encode_varint(len(body)) + body
     if metadata.format_version == 2:
         return header + text_format.MessageToString(message).encode()
     raise ConfigError(f"ledger metadata format {metadata.format_version} cannot be written")
@@ -126,30 +125,13 @@ def from_proto(message: LedgerMetadataFormat, format_version: int = 3) -> Ledger
         raise ProtocolError(f"ledger metadata breaks an invariant: {exc}") from exc
 
 
-def encode_varint(value: int) -> bytes:
-    """Protobuf's base-128 varint of a non-negative int."""
-    if value < 0:
-        raise ValueError(f"varint of negative {value}")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def decode_varint(data: bytes, offset: int) -> tuple[int, int]:
-    """The varint at ``offset`` and the offset after it; ``ProtocolError`` if malformed."""
-    value = shift = 0
-    for index in range(offset, min(len(data), offset + _VARINT_BYTES_MAX)):
-        byte = data[index]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            if value > NODE_DATA_BYTES_MAX:
-                raise ProtocolError(f"length {value} exceeds {NODE_DATA_BYTES_MAX}")
-            return value, index + 1
-        shift += 7
-    raise ProtocolError("truncated or overlong varint")
+    """The length varint at ``offset`` and the offset after it; ``ProtocolError`` if malformed
+    or larger than a node can hold."""
+    value, after = wire_varint.decode_varint(data, offset)
+    if value > NODE_DATA_BYTES_MAX:
+        raise ProtocolError(f"length {value} exceeds {NODE_DATA_BYTES_MAX}")
+    return value, after
 
 
 def _split_header(data: bytes) -> tuple[int, bytes]:

@@ -184,7 +184,7 @@ class _MemoryConnection:
     def listen_adds(
         self,
         ledger_id: int,
-        on_add: Callable[[StatusCode, int], None],
+        on_add: Callable[[list[tuple[StatusCode, int]]], None],
         on_lost: Callable[[BaseException], None],
     ) -> None:
         self._listeners.listen(ledger_id, on_add, on_lost)

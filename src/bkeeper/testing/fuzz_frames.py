@@ -42,6 +42,7 @@ from bkeeper.wire.messages import (
     UnknownRequest,
     WriteLacRequest,
 )
+from bkeeper.wire.varint import encode_varint
 
 __all__ = ["FUZZ_KEY", "FrameFactory", "Pool", "pb_bytes", "pb_varint"]
 
@@ -64,12 +65,12 @@ _SERVED_V2.add(int(V2OpCode.BATCH_READ_ENTRY))
 
 def pb_varint(number: int, value: int) -> bytes:
     """A protobuf varint field."""
-    return v3.encode_varint(number << 3) + v3.encode_varint(value)
+    return encode_varint(number << 3) + encode_varint(value)
 
 
 def pb_bytes(number: int, data: bytes) -> bytes:
     """A protobuf length-delimited field."""
-    return v3.encode_varint(number << 3 | 2) + v3.encode_varint(len(data)) + data
+    return encode_varint(number << 3 | 2) + encode_varint(len(data)) + data
 
 
 _pv, _pb = pb_varint, pb_bytes

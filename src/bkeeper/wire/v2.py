@@ -49,6 +49,7 @@ from bkeeper.wire.messages import (
     Response,
     UnknownRequest,
 )
+from bkeeper.wire.varint import decode_varint, encode_varint
 
 __all__ = [
     "ADD_FRAME_PREFIX_BYTES",
@@ -121,35 +122,17 @@ def _status(rc: int) -> StatusCode:
 
 
 # -- AuthMessage (two protobuf fields, encoded by hand) ---------------------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _read_varint(data: BytesLike, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ProtocolError("truncated or overlong varint in AuthMessage")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
 def encode_auth_message(message: AuthMessage) -> bytes:
     name = message.plugin_name.encode()
     return b"".join(
-        (b"\x0a", _varint(len(name)), name, b"\x12", _varint(len(message.payload)), message.payload)
+        (
+            b"\x0a",
+            encode_varint(len(name)),
+            name,
+            b"\x12",
+            encode_varint(len(message.payload)),
+            message.payload,
+        )
     )
 
 
@@ -157,12 +140,12 @@ def decode_auth_message(data: BytesLike) -> AuthMessage:
     fields: dict[int, bytes] = {}
     pos = 0
     while pos < len(data):
-        key, pos = _read_varint(data, pos)
+        key, pos = decode_varint(data, pos)
         number, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            _, pos = _read_varint(data, pos)
+            _, pos = decode_varint(data, pos)
         elif wire_type == 2:
-            size, pos = _read_varint(data, pos)
+            size, pos = decode_varint(data, pos)
             if pos + size > len(data):
                 raise ProtocolError("truncated field in AuthMessage")
             fields[number] = bytes(data[pos : pos + size])

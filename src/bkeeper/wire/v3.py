@@ -56,6 +56,7 @@ from bkeeper.wire.messages import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from bkeeper.wire.varint import encode_varint
 
 __all__ = [
     "add_response_frame",
@@ -65,7 +66,6 @@ __all__ = [
     "encode_request_frame",
     "encode_response",
     "encode_response_frame",
-    "encode_varint",
 ]
 
 _LEN = struct.Struct(">i")
@@ -134,17 +134,6 @@ def _raw_enum(message: Any, number: int) -> int | None:
 def _raw_operation(header: Any) -> int | None:
     """The operation number of a header whose enum value this codec does not know."""
     return _raw_enum(header, 2)
-
-
-def encode_varint(value: int) -> bytes:
-    """A protobuf base-128 varint (negative values as their 64-bit two's complement)."""
-    value &= _U64
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _raw_header(operation: int, txn_id: int) -> bytes:
