@@ -98,6 +98,32 @@ class Model:
         if done:
             self.completes(done)
 
+    def acks(self, data: st.DataObject) -> None:
+        """A batch of one bookie's answers, as the shell takes them: ``ack_all`` up to the
+        first error answer, then the rest one by one."""
+        bookie = self.pick_bookie(data)
+        answers = [
+            (data.draw(st.sampled_from([StatusCode.EOK] * 4 + [StatusCode.EIO])), entry_id)
+            for entry_id in data.draw(
+                st.lists(st.integers(-1, self.p.last_add_pushed + 1), max_size=6)
+            )
+        ]
+        for status, entry_id in answers:
+            if status is StatusCode.EOK:
+                self.acks_sent.setdefault(entry_id, set()).add(bookie)
+        done, stop = self.p.ack_all(bookie, answers)
+        assert all(status is StatusCode.EOK for status, _ in answers[:stop])
+        assert stop == len(answers) or answers[stop][0] is not StatusCode.EOK
+        if done:
+            self.completes(done)
+        for status, entry_id in answers[stop:]:
+            if status is StatusCode.EOK:
+                more = self.p.ack(bookie, entry_id)
+                if more:
+                    self.completes(more)
+            else:
+                self.apply(self.p.error_answer(bookie, status, entry_id))
+
     def error(self, data: st.DataObject) -> None:
         status = data.draw(
             st.sampled_from(
@@ -144,7 +170,10 @@ def test_random_interleavings_keep_the_invariants(
     events = data.draw(
         st.lists(
             st.sampled_from(
-                ["append", "append", "ack", "ack", "ack", "error", "lose", "tick", "change"]
+                [
+                    *("append", "append", "ack", "ack", "ack", "acks"),
+                    *("error", "lose", "tick", "change"),
+                ]
             ),
             max_size=120,
         )

@@ -50,3 +50,19 @@ def test_the_bound_is_enforced_for_requests_and_listened_adds() -> None:
     with pytest.raises(TooManyRequestsError):
         c.expect(ReadRequest(1, 1), "b")
     assert c.pending == 2
+
+
+def test_v2_add_answers_of_a_chunk_are_matched_at_once() -> None:
+    c: Correlator[str] = Correlator(Protocol.V2)
+    c.expect(AddRequest(1, 4, KEY, b""), "keyed add")
+    for ledger_id, entry_id in ((1, 5), (2, 0), (1, 6)):
+        c.expect_listened_add(ledger_id, entry_id)
+    assert c.pending == 4
+    eok, eio = StatusCode.EOK, StatusCode.EIO
+    answers = [(eok, 1, 5), (eok, 1, 4), (eio, 2, 0), (eok, 1, 6), (eok, 1, 7)]
+    listened, keyed = c.match_v2_adds(answers)
+    assert keyed == [("keyed add", eok, 1, 4)]
+    # the last answer has nothing waiting for it: dropped, as match_v2_add drops it
+    assert listened == {1: [(eok, 5), (eok, 6)], 2: [(eio, 0)]}
+    assert c.pending == 0
+    assert c.match_v2_adds([(eok, 1, 8)]) == ({}, [])

@@ -266,19 +266,39 @@ class AddPipeline:
 
     def ack(self, bookie: str, entry_id: int) -> list[PendingAdd] | None:
         """``bookie`` acknowledged ``entry_id``; the entries that completed, if any."""
-        pending = self._pending
-        if not pending:
-            return None
-        index = entry_id - pending[0].entry_id
-        if index < 0 or index >= len(pending):
-            return None  # completed already, or failed
-        if bookie not in self._ws_bookies[entry_id % self._ws_count]:
-            return None
-        acked = pending[index].acked
-        acked.add(bookie)
-        if index == 0 and len(acked) >= self._qa and self._phase is Phase.OPEN:
-            return self._take_completed()
-        return None
+        done, _ = self.ack_all(bookie, [(StatusCode.EOK, entry_id)])
+        return done or None
+
+    def ack_all(
+        self, bookie: str, answers: list[tuple[StatusCode, int]]
+    ) -> tuple[list[PendingAdd], int]:
+        """:meth:`ack` for ``bookie``'s answers in order, up to the first that is not EOK:
+        the entries that completed, and that answer's index (``len(answers)`` if none). The
+        shell gives the rest, from that index, to :meth:`error_answer` and :meth:`ack` one by
+        one. One call per batch of answers: the hot path of a writer."""
+        completed: list[PendingAdd] = []
+        pending, ws_bookies, ws_count, qa = (
+            self._pending,
+            self._ws_bookies,
+            self._ws_count,
+            self._qa,
+        )
+        eok = StatusCode.EOK
+        for index_in_batch, (status, entry_id) in enumerate(answers):
+            if status is not eok:
+                return completed, index_in_batch
+            if not pending:
+                continue
+            index = entry_id - pending[0].entry_id
+            if index < 0 or index >= len(pending):
+                continue  # completed already, or failed
+            if bookie not in ws_bookies[entry_id % ws_count]:
+                continue
+            acked = pending[index].acked
+            acked.add(bookie)
+            if index == 0 and len(acked) >= qa and self._phase is Phase.OPEN:
+                completed += self._take_completed()
+        return completed, len(answers)
 
     def error_answer(self, bookie: str, status: StatusCode, entry_id: int) -> Effects:
         """``bookie`` answered the add of ``entry_id`` with an error ``status``."""

@@ -28,11 +28,11 @@ from bkeeper.common.errors import BookieUnavailableError, ClientClosedError, Pro
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.correlate import LISTENED, PENDING_REQUESTS_MAX, Correlator, Listened
+from bkeeper.wire.correlate import PENDING_REQUESTS_MAX, Correlator, Listened
 from bkeeper.wire.framing import FrameDecoder
 from bkeeper.wire.messages import AddRequest, AddResponse, BytesLike, Request, Response
 
-__all__ = ["AddListeners", "BookieClient", "encode_add"]
+__all__ = ["WRITE_BUFFER_BYTES_MAX", "AddListeners", "BookieClient", "encode_add"]
 
 #: Told the answers to a ledger's adds that arrived together: ``[(status, entry id), ...]`` in
 #: arrival order (one call per ledger per chunk read, not one per answer).
@@ -82,6 +82,10 @@ class AddListeners:
             listener(error)
 
 
+#: Default bytes queued on a connection's socket before writers wait (``writable`` False).
+WRITE_BUFFER_BYTES_MAX = 8 * 1024 * 1024
+
+
 class BookieClient(asyncio.Protocol):
     """One TCP connection to a bookie. Create with :meth:`connect`."""
 
@@ -91,9 +95,11 @@ class BookieClient(asyncio.Protocol):
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT,
         pending_max: int = PENDING_REQUESTS_MAX,
+        write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
         address: str = "?",
     ) -> None:
         self.protocol = protocol
+        self._write_buffer_bytes_max = write_buffer_bytes_max
         self.address = address
         self._decoder = FrameDecoder(max_frame_bytes)
         self._loop = asyncio.get_running_loop()
@@ -202,6 +208,9 @@ class BookieClient(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the Transport interface without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        # Writers wait above this (``writable``); asyncio's default (64 KiB) is less than one
+        # loop iteration's worth of adds, which would stall a writer on every flush.
+        self._transport.set_write_buffer_limits(high=self._write_buffer_bytes_max)
         self.connected = self._error is None
 
     def pause_writing(self) -> None:
@@ -226,27 +235,15 @@ class BookieClient(asyncio.Protocol):
                 self._transport.abort()
 
     def _v2_received(self, adds: list[v2.AddAnswer], others: list[Response]) -> None:
-        match_add = self._requests.match_v2_add
-        batches: dict[int, list[tuple[StatusCode, int]]] = {}
-        # The last ledger's batch at hand: one writer per connection is the usual case.
-        batch_ledger: int = -1
-        batch: list[tuple[StatusCode, int]] = []
-        for status, ledger_id, entry_id in adds:
-            value = match_add(ledger_id, entry_id)
-            if value is LISTENED:
-                if ledger_id != batch_ledger:
-                    batch = batches.setdefault(ledger_id, [])
-                    batch_ledger = ledger_id
-                batch.append((status, entry_id))
-            elif value is not None:
-                future = cast("asyncio.Future[Any]", value)
-                if not future.done():
-                    future.set_result(AddResponse(status, ledger_id, entry_id))
+        listened, keyed = self._requests.match_v2_adds(adds)
         listeners = self._listeners.on_add
-        for ledger_id, answers in batches.items():
+        for ledger_id, answers in listened.items():
             listener = listeners.get(ledger_id)
             if listener is not None:
                 listener(answers)
+        for future, status, ledger_id, entry_id in keyed:
+            if not future.done():
+                future.set_result(AddResponse(status, ledger_id, entry_id))
         for response in others:
             self._answer(response)
 

@@ -72,6 +72,7 @@ class BookKeeper:
             self._resolve,
             self.config.connect_timeout_ms / 1000.0,
             self.config.connection_requests_pending_max,
+            self.config.connection_write_buffer_bytes_max,
         )
         pool = BookiePool(transport, self.config.protocol)
         ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)

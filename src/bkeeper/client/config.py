@@ -38,6 +38,8 @@ class ClientConfig:
     bookie (every ledger's adds and reads together); one more fails with
     ``TooManyRequestsError`` (writers are held back first by ``pending_adds_max`` and by the
     socket's write buffer).
+    ``connection_write_buffer_bytes_max``: bytes queued on one connection's socket before
+    writers wait for it to drain (below a quarter of it they go on).
     """
 
     protocol: Protocol = Protocol.V2
@@ -61,6 +63,7 @@ class ClientConfig:
     batch_read_bytes_max: int = 4 * 1024 * 1024
     batch_reads_in_flight_max: int = 4
     connection_requests_pending_max: int = PENDING_REQUESTS_MAX
+    connection_write_buffer_bytes_max: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -83,6 +86,7 @@ class ClientConfig:
             "batch_read_bytes_max",
             "batch_reads_in_flight_max",
             "connection_requests_pending_max",
+            "connection_write_buffer_bytes_max",
         )
         check_non_negative_ints(self, "speculative_read_timeout_ms", "explicit_lac_interval_ms")
         # A full answer: 32 bytes of header, then a 4-byte length before every body.

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-from bkeeper.client.bookie_client import BookieClient
+from bkeeper.client.bookie_client import WRITE_BUFFER_BYTES_MAX, BookieClient
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
@@ -65,15 +65,22 @@ class TcpTransport:
         resolve: Resolver,
         connect_timeout_s: float,
         requests_pending_max: int = PENDING_REQUESTS_MAX,
+        write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
     ) -> None:
         self._resolve = resolve
         self._timeout_s = connect_timeout_s
         self._pending_max = requests_pending_max
+        self._write_buffer_bytes_max = write_buffer_bytes_max
 
     async def connect(self, bookie_id: str, protocol: Protocol) -> Connection:
         host, port = await self._resolve(bookie_id)
         return await BookieClient.connect(
-            host, port, protocol, timeout_s=self._timeout_s, pending_max=self._pending_max
+            host,
+            port,
+            protocol,
+            timeout_s=self._timeout_s,
+            pending_max=self._pending_max,
+            write_buffer_bytes_max=self._write_buffer_bytes_max,
         )
 
 

@@ -115,7 +115,7 @@ class WriteHandle:
         with its entry id."""
         self._check_open()
         adds = self._adds
-        while adds.full:
+        while len(adds) >= adds.pending_max:
             await self._slots.wait()
             self._check_open()
         for conn in self._lane.conns:  # inline, not a call: once per append
@@ -176,12 +176,17 @@ class WriteHandle:
     def _on_add(self, bookie: str, answers: list[tuple[StatusCode, int]]) -> None:
         """The listener: ``bookie`` answered these adds (``(status, entry id)``, v2 or v3, the
         ones that arrived together)."""
+        done, stop = self._adds.ack_all(bookie, answers)
+        if done:
+            self._completed(done)
+        if stop == len(answers):
+            return
         ack, eok = self._adds.ack, StatusCode.EOK
-        for status, entry_id in answers:
+        for status, entry_id in answers[stop:]:
             if status is eok:
-                done = ack(bookie, entry_id)
-                if done:
-                    self._completed(done)
+                more = ack(bookie, entry_id)
+                if more:
+                    self._completed(more)
                 continue
             log.info(
                 "ledger %d: bookie %s failed add %d: %s", self.ledger_id, bookie, entry_id, status

@@ -26,7 +26,7 @@ import dataclasses
 from typing import Final, Generic, TypeVar
 
 from bkeeper.common.errors import ProtocolError, TooManyRequestsError
-from bkeeper.wire.codes import Protocol, V2OpCode
+from bkeeper.wire.codes import Protocol, StatusCode, V2OpCode
 from bkeeper.wire.messages import (
     AddRequest,
     AddResponse,
@@ -183,6 +183,34 @@ class Correlator(Generic[T]):
             self.pending -= 1
             return LISTENED
         return None
+
+    def match_v2_adds(
+        self, answers: list[tuple[StatusCode, int, int]]
+    ) -> tuple[dict[int, list[tuple[StatusCode, int]]], list[tuple[T, StatusCode, int, int]]]:
+        """:meth:`match_v2_add` for every ADD answer of a chunk read, in one call: the
+        listened ones as ``{ledger id: [(status, entry id), ...]}`` (arrival order within a
+        ledger), and the keyed ones as ``(value, status, ledger id, entry id)``."""
+        listened: dict[int, list[tuple[StatusCode, int]]] = {}
+        keyed: list[tuple[T, StatusCode, int, int]] = []
+        batch_ledger = -1
+        batch: list[tuple[StatusCode, int]] = []
+        unanswered = self._listened
+        for status, ledger_id, entry_id in answers:
+            if self._by_key:
+                value = self._pop_key((_ADD, ledger_id, entry_id))
+                if value is not None:
+                    keyed.append((value, status, ledger_id, entry_id))
+                    continue
+            if not unanswered:
+                continue  # an answer nobody waits for (a request given up on)
+            unanswered -= 1
+            if ledger_id != batch_ledger:  # one writer per connection is the usual case
+                batch = listened.setdefault(ledger_id, [])
+                batch_ledger = ledger_id
+            batch.append((status, entry_id))
+        self.pending -= self._listened - unanswered
+        self._listened = unanswered
+        return listened, keyed
 
     def _pop_key(self, key: V2Key) -> T | None:
         queue = self._by_key.get(key)
