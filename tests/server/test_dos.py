@@ -318,3 +318,19 @@ def test_v3_unknown_enum_values_get_ebadreq_and_keep_the_connection(bookie_proce
         assert still_open(sock)
     asyncio.run(round_trip("127.0.0.1", bookie.port, Protocol.V3, ledger_id=15))
     assert "Traceback" not in bookie.log()
+
+
+async def test_options_by_name_reach_the_bookie(bookie_process, tmp_path: Path) -> None:
+    """``--conf`` then ``-o`` (which wins) set any option by its name in a real bookie."""
+    conf = tmp_path / "bookie.conf"
+    conf.write_text("# a long idle timeout, overridden below\nconnection_idle_timeout_ms=600000\n")
+    bookie = bookie_process("--conf", str(conf), "-o", "connection_idle_timeout_ms=300")
+    idle = await BookieClient.connect("127.0.0.1", bookie.port)
+    try:
+        await idle.send(ReadRequest(12, 0))
+        deadline = time.monotonic() + WAIT_S
+        while idle.connected and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not idle.connected, "the -o idle timeout (300 ms) closed the idle connection"
+    finally:
+        await idle.aclose()

@@ -17,8 +17,10 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from bkeeper.autorecovery.integrity import check_bookie
+from bkeeper.cli._settings import build_configs, merged, read_settings
 from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.server import Bookie, BookieConfig
@@ -59,6 +61,21 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 
 @click.command()
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="Data directory.")
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set any storage or bookie option by its name (docs/storage.md lists them); "
+    "repeatable. Flags given here win over -o, -o over --conf.",
+)
+@click.option(
+    "--conf",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A file of KEY=VALUE lines (# comments), read before -o.",
+)
 @click.option(
     "--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535)
 )
@@ -133,6 +150,8 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 )
 def bookie(
     data_dir: str,
+    options: tuple[str, ...],
+    conf: str | None,
     port: int,
     host: str,
     bookie_id: str,
@@ -155,27 +174,40 @@ def bookie(
     On a full data disk the bookie is read-only (it starts so, too) and turns writable by
     itself once usage drops below the low-water mark."""
     _raise_nofile_limit()
-    config = BookieConfig(
-        data_dir=data_dir,
-        host=host,
-        port=port,
-        bookie_id=bookie_id,
-        metadata_uri=metadata_uri,
-        readonly=readonly,
-        checkpoint_interval_ms=checkpoint_interval_ms,
-        connections_max=connections_max,
-        connection_handshake_timeout_ms=connection_handshake_timeout_ms,
-        connection_idle_timeout_ms=connection_idle_timeout_ms,
-        partial_frames_bytes_max=partial_frames_bytes_max,
-    )
-    storage_config = StorageConfig(
-        data_dir=data_dir,
-        journal_max_group_wait_ms=journal_group_wait_ms,
-        journal_skip_corrupt_records=skip_corrupt_journal_records,
-        disk_usage_threshold=disk_usage_threshold,
-        disk_usage_lwm_threshold=disk_usage_lwm_threshold,
-        write_cache_bytes_max=write_cache_mb * MIB,
-    )
+    # What each flag sets, by the option's name; flags given on the command line win over
+    # -o and --conf, the others are only defaults.
+    flags: dict[str, tuple[str, object]] = {
+        "host": ("host", host),
+        "port": ("port", port),
+        "bookie_id": ("bookie_id", bookie_id),
+        "metadata_uri": ("metadata_uri", metadata_uri),
+        "readonly": ("readonly", readonly),
+        "checkpoint_interval_ms": ("checkpoint_interval_ms", checkpoint_interval_ms),
+        "connections_max": ("connections_max", connections_max),
+        "connection_handshake_timeout_ms": (
+            "connection_handshake_timeout_ms",
+            connection_handshake_timeout_ms,
+        ),
+        "connection_idle_timeout_ms": ("connection_idle_timeout_ms", connection_idle_timeout_ms),
+        "partial_frames_bytes_max": ("partial_frames_bytes_max", partial_frames_bytes_max),
+        "journal_group_wait_ms": ("journal_max_group_wait_ms", journal_group_wait_ms),
+        "skip_corrupt_journal_records": (
+            "journal_skip_corrupt_records",
+            skip_corrupt_journal_records,
+        ),
+        "disk_usage_threshold": ("disk_usage_threshold", disk_usage_threshold),
+        "disk_usage_lwm_threshold": ("disk_usage_lwm_threshold", disk_usage_lwm_threshold),
+        "write_cache_mb": ("write_cache_bytes_max", write_cache_mb * MIB),
+    }
+    context = click.get_current_context()
+    given = {
+        key: value
+        for flag, (key, value) in flags.items()
+        if context.get_parameter_source(flag) is not ParameterSource.DEFAULT
+    }
+    defaults = read_settings(None, (), {key: value for key, value in flags.values()})
+    settings = read_settings(conf, options, given)
+    config, storage_config = build_configs(data_dir, merged(defaults, settings))
     run_event_loop(_serve(config, storage_config, integrity_check))
 
 

@@ -11,9 +11,13 @@ from types import FrameType
 import click
 
 from bkeeper.cli._errors import CommandError
+from bkeeper.cli._settings import build_configs, read_settings
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["sandbox"]
+
+#: Options the sandbox sets itself, differently for each bookie.
+_PER_BOOKIE = frozenset({"host", "port", "bookie_id", "metadata_uri"})
 
 
 @click.command()
@@ -21,8 +25,36 @@ __all__ = ["sandbox"]
 @click.option("--data-dir", default="./bkeeper-data", show_default=True, type=click.Path())
 @click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--bookie-port", default=3181, show_default=True, type=click.IntRange(1, 65535))
-def sandbox(bookies: int, data_dir: str, zookeeper_port: int, bookie_port: int) -> None:
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A storage or bookie option for every bookie (as bkeeper bookie -o); repeatable.",
+)
+@click.option(
+    "--conf",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A file of KEY=VALUE lines for every bookie, read before -o.",
+)
+def sandbox(
+    bookies: int,
+    data_dir: str,
+    zookeeper_port: int,
+    bookie_port: int,
+    options: tuple[str, ...],
+    conf: str | None,
+) -> None:
     """Start a local cluster: ZooKeeper plus bookies, data kept under --data-dir."""
+    settings = read_settings(conf, options)
+    owned = sorted(set(settings.bookie) & _PER_BOOKIE)
+    if owned:
+        raise click.UsageError(
+            f"{', '.join(owned)}: set by the sandbox for each bookie, not by -o or --conf"
+        )
+    build_configs("-", settings)  # checked before anything starts, as each bookie checks them
     home = os.environ.get("ZOOKEEPER_HOME")
     config = SandboxConfig(
         data_dir=Path(data_dir).resolve(),
@@ -30,6 +62,7 @@ def sandbox(bookies: int, data_dir: str, zookeeper_port: int, bookie_port: int) 
         zookeeper_port=zookeeper_port,
         bookie_port_base=bookie_port,
         zookeeper_home=Path(home) if home else None,
+        bookie_args=tuple(settings.args()),
     )
     stop = threading.Event()
 

@@ -1,0 +1,157 @@
+"""Bookie settings by name: ``-o key=value`` and ``--conf FILE`` for ``bkeeper bookie`` and
+``bkeeper sandbox``.
+
+Every field of :class:`~bkeeper.storage.StorageConfig` and
+:class:`~bkeeper.server.BookieConfig` can be set by its own name (``journal_file_bytes_max``,
+``connection_idle_timeout_ms``; the list is in docs/storage.md), except ``data_dir``, which is
+``--data-dir``. A config file holds one ``key=value`` a line; blank lines and lines starting
+with ``#`` are skipped. Values are read by the field's type: integers (``64_000``, ``0x10``),
+numbers, ``true``/``false``, ``none`` where a field may be unset, text.
+
+Which wins: a flag given on the command line, then ``-o`` (the last of a key), then the
+config file, then the flags' defaults. Every mistake is one line naming where it is (the
+``-o`` or the file and line) and the key: an unknown key, a value of the wrong type, a line
+with no ``=``, a file that cannot be read. The configurations then check the values
+themselves (``ConfigError``), as for any other caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.server import BookieConfig
+from bkeeper.storage import StorageConfig
+
+__all__ = ["CONF_BYTES_MAX", "SETTABLE", "Settings", "build_configs", "merged", "read_settings"]
+
+#: A config file larger than this is refused (it is a list of options, not data).
+CONF_BYTES_MAX = 1024 * 1024
+
+_NOT_SETTABLE = frozenset({"data_dir", "extra"})
+
+
+def _settable(cls: type[Any]) -> dict[str, str]:
+    return {f.name: str(f.type) for f in dataclasses.fields(cls) if f.name not in _NOT_SETTABLE}
+
+
+#: Key -> (the configuration it belongs to, its type as written in the dataclass).
+SETTABLE: dict[str, tuple[type[Any], str]] = {
+    **{name: (StorageConfig, kind) for name, kind in _settable(StorageConfig).items()},
+    **{name: (BookieConfig, kind) for name, kind in _settable(BookieConfig).items()},
+}
+
+
+def _bad(message: str) -> click.UsageError:
+    """A mistake in the options: one line and exit status 2, as for any bad option."""
+    return click.UsageError(message, ctx=click.get_current_context(silent=True))
+
+
+def build_configs(data_dir: str, settings: Settings) -> tuple[BookieConfig, StorageConfig]:
+    """The bookie's and the storage's configurations; a value they refuse is a usage error."""
+    try:
+        bookie = BookieConfig(data_dir=data_dir, **settings.bookie)  # type: ignore[arg-type]
+        storage = StorageConfig(data_dir=data_dir, **settings.storage)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise _bad(str(exc)) from None
+    return bookie, storage
+
+
+_TRUE = frozenset({"true", "yes", "on", "1"})
+_FALSE = frozenset({"false", "no", "off", "0"})
+
+
+def _convert(kind: str, text: str) -> object:
+    """``text`` as a value of the type ``kind``; ValueError naming what it should be."""
+    optional = kind.endswith(" | None")
+    base = kind.removesuffix(" | None")
+    if optional and text.lower() == "none":
+        return None
+    if base == "bool":
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError(f"{text!r} is not true or false")
+    if base == "int":
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an integer") from None
+    if base == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Values by key, split by the configuration they belong to."""
+
+    storage: Mapping[str, object]
+    bookie: Mapping[str, object]
+
+    def args(self) -> list[str]:
+        """The same settings as ``-o key=value`` arguments (for bookies a sandbox starts)."""
+        values = {**self.storage, **self.bookie}
+        return [arg for key, value in values.items() for arg in ("-o", f"{key}={value}")]
+
+
+def _setting(where: str, line: str) -> tuple[str, object]:
+    key, equals, text = line.partition("=")
+    key, text = key.strip(), text.strip()
+    if not equals or not key:
+        raise _bad(f"{where}: {line.strip()!r} is not key=value")
+    if key not in SETTABLE:
+        raise _bad(
+            f"{where}: no bookie or storage option named {key!r} "
+            "(the names are the fields listed in docs/storage.md)"
+        )
+    try:
+        return key, _convert(SETTABLE[key][1], text)
+    except ValueError as exc:
+        raise _bad(f"{where}: {key}: {exc}") from None
+
+
+def _read_conf(path: str) -> list[tuple[str, object]]:
+    try:
+        size = Path(path).stat().st_size
+        if size > CONF_BYTES_MAX:
+            raise _bad(f"--conf {path}: {size} bytes, more than {CONF_BYTES_MAX}")
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad(f"--conf {path}: cannot read it: {exc}") from None
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            found.append(_setting(f"--conf {path} line {number}", line))
+    return found
+
+
+def merged(low: Settings, high: Settings) -> Settings:
+    """``high``'s values over ``low``'s."""
+    return Settings({**low.storage, **high.storage}, {**low.bookie, **high.bookie})
+
+
+def read_settings(
+    conf: str | None, options: Iterable[str], given: Mapping[str, object] | None = None
+) -> Settings:
+    """The settings of ``--conf conf`` then each ``-o`` of ``options`` (later ones win), then
+    ``given``: values of flags given on the command line, by key (they win over both)."""
+    values: dict[str, object] = {}
+    if conf is not None:
+        values.update(_read_conf(conf))
+    for option in options:
+        key, value = _setting(f"-o {option}", option)
+        values[key] = value
+    values.update(given or {})
+    storage = {k: v for k, v in values.items() if SETTABLE[k][0] is StorageConfig}
+    bookie = {k: v for k, v in values.items() if SETTABLE[k][0] is BookieConfig}
+    return Settings(storage, bookie)

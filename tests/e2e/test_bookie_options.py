@@ -1,0 +1,127 @@
+"""Bookie options by name: ``-o key=value`` and ``--conf FILE`` (cli._settings), and how
+``bkeeper bookie`` and ``bkeeper sandbox`` report a mistake in them."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from bkeeper.cli._settings import SETTABLE, build_configs, merged, read_settings
+from bkeeper.server import BookieConfig
+from bkeeper.storage import StorageConfig
+
+
+def test_every_field_of_both_configurations_is_settable_by_name() -> None:
+    names = {f.name for c in (StorageConfig, BookieConfig) for f in dataclasses.fields(c)}
+    assert set(SETTABLE) == names - {"data_dir", "extra"}
+
+
+def test_values_are_read_by_the_fields_type() -> None:
+    settings = read_settings(
+        None,
+        [
+            "journal_file_bytes_max=64_000",
+            "connections_max=0x10",
+            "disk_usage_threshold=0.5",
+            "journal_skip_corrupt_records=yes",
+            "write_cache_flush_bytes=none",
+            "host=0.0.0.0",
+        ],
+    )
+    assert dict(settings.storage) == {
+        "journal_file_bytes_max": 64_000,
+        "disk_usage_threshold": 0.5,
+        "journal_skip_corrupt_records": True,
+        "write_cache_flush_bytes": None,
+    }
+    assert dict(settings.bookie) == {"connections_max": 16, "host": "0.0.0.0"}
+
+
+def test_flags_given_win_over_o_which_wins_over_the_file(tmp_path: Path) -> None:
+    conf = tmp_path / "b.conf"
+    conf.write_text("# comment\n\n port = 4000\nreadonly=true\ncheckpoint_interval_ms=5\n")
+    settings = read_settings(
+        str(conf), ["port=4001", "checkpoint_interval_ms=6", "port=4002"], {"readonly": False}
+    )
+    assert dict(settings.bookie) == {"port": 4002, "readonly": False, "checkpoint_interval_ms": 6}
+    defaults = read_settings(None, (), {"port": 3181, "host": "127.0.0.1"})
+    bookie, storage = build_configs("/d", merged(defaults, settings))
+    assert (bookie.port, bookie.host, bookie.checkpoint_interval_ms) == (4002, "127.0.0.1", 6)
+    assert storage.data_dir == bookie.data_dir == "/d"
+    assert settings.args() == [
+        "-o", "port=4002", "-o", "readonly=False", "-o", "checkpoint_interval_ms=6",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("conf_text", "options", "message"),
+    [
+        (None, ["nope=1"], "-o nope=1: no bookie or storage option named 'nope'"),
+        (None, ["port"], "-o port: 'port' is not key=value"),
+        (None, ["port=x"], "-o port=x: port: 'x' is not an integer"),
+        (None, ["readonly=maybe"], "-o readonly=maybe: readonly: 'maybe' is not true or false"),
+        (None, ["data_dir=/x"], "-o data_dir=/x: no bookie or storage option named 'data_dir'"),
+        ("port=1\n\nbad line\n", [], "line 3: 'bad line' is not key=value"),
+    ],
+)
+def test_mistakes_name_where_they_are(
+    tmp_path: Path, conf_text: str | None, options: list[str], message: str
+) -> None:
+    conf = None
+    if conf_text is not None:
+        conf = str(tmp_path / "b.conf")
+        Path(conf).write_text(conf_text)
+    with pytest.raises(click.UsageError) as caught:
+        read_settings(conf, options)
+    assert message in caught.value.format_message()
+
+
+def test_a_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    with pytest.raises(click.UsageError, match=r"--conf .*missing.conf: cannot read it"):
+        read_settings(str(tmp_path / "missing.conf"), [])
+    binary = tmp_path / "binary.conf"
+    binary.write_bytes(b"\xff\xfe")
+    with pytest.raises(click.UsageError, match=r"binary\.conf: cannot read it"):
+        read_settings(str(binary), [])
+
+
+def test_a_value_the_configuration_refuses_is_a_usage_error() -> None:
+    settings = read_settings(None, ["journal_file_bytes_max=0"])
+    with pytest.raises(click.UsageError, match="journal_file_bytes_max: must be a positive"):
+        build_configs("/d", settings)
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["bookie", "--data-dir", "{d}", "-o", "nope=1"], "no bookie or storage option"),
+        (["bookie", "--data-dir", "{d}", "-o", "journal_file_bytes_max=0"], "must be a positive"),
+        (["sandbox", "--data-dir", "{d}", "-o", "port=5"], "port: set by the sandbox"),
+        (["sandbox", "--data-dir", "{d}", "-o", "checkpoint_interval_ms=-1"], "must be a positive"),
+    ],
+)
+def test_the_commands_say_it_in_one_line_and_exit_2(
+    tmp_path: Path, command: list[str], message: str
+) -> None:
+    args = [arg.replace("{d}", str(tmp_path / "data")) for arg in command]
+    done = subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert not (tmp_path / "data").exists(), "nothing started, nothing written"
+
+
+def test_docs_list_every_option_by_name() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "storage.md").read_text()
+    assert [name for name in SETTABLE if f"| `{name}` |" not in docs] == []
