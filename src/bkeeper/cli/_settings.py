@@ -18,9 +18,9 @@ themselves (``ConfigError``), as for any other caller.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -28,7 +28,17 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.server import BookieConfig
 from bkeeper.storage import StorageConfig
 
-__all__ = ["CONF_BYTES_MAX", "SETTABLE", "Settings", "build_configs", "merged", "read_settings"]
+__all__ = [
+    "CONF_BYTES_MAX",
+    "SETTABLE",
+    "Settings",
+    "build_configs",
+    "merged",
+    "read_settings",
+    "settings_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: A config file larger than this is refused (it is a list of options, not data).
 CONF_BYTES_MAX = 1024 * 1024
@@ -45,6 +55,31 @@ SETTABLE: dict[str, tuple[type[Any], str]] = {
     **{name: (StorageConfig, kind) for name, kind in _settable(StorageConfig).items()},
     **{name: (BookieConfig, kind) for name, kind in _settable(BookieConfig).items()},
 }
+
+
+def settings_options(whose: str) -> Callable[[F], F]:
+    """The ``-o KEY=VALUE`` and ``--conf FILE`` options of a command; ``whose``: "this
+    bookie" or "every bookie", for the help."""
+    option = click.option(
+        "-o",
+        "--option",
+        "options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=f"Set a storage or bookie option of {whose} by its name (docs/storage.md lists "
+        "them); repeatable. Flags given win over -o, -o over --conf.",
+    )
+    conf = click.option(
+        "--conf",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help=f"A file of KEY=VALUE lines (# comments) for {whose}, read before -o.",
+    )
+
+    def apply(command: F) -> F:
+        return option(conf(command))
+
+    return apply
 
 
 def _bad(message: str) -> click.UsageError:

@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 
 from bkeeper.autorecovery.integrity import check_bookie
-from bkeeper.cli._settings import build_configs, merged, read_settings
+from bkeeper.cli._settings import build_configs, merged, read_settings, settings_options
 from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.server import Bookie, BookieConfig
@@ -61,21 +61,7 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 
 @click.command()
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="Data directory.")
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Set any storage or bookie option by its name (docs/storage.md lists them); "
-    "repeatable. Flags given here win over -o, -o over --conf.",
-)
-@click.option(
-    "--conf",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="A file of KEY=VALUE lines (# comments), read before -o.",
-)
+@settings_options("this bookie")
 @click.option(
     "--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535)
 )

@@ -11,7 +11,7 @@ from types import FrameType
 import click
 
 from bkeeper.cli._errors import CommandError
-from bkeeper.cli._settings import build_configs, read_settings
+from bkeeper.cli._settings import build_configs, read_settings, settings_options
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["sandbox"]
@@ -25,20 +25,7 @@ _PER_BOOKIE = frozenset({"host", "port", "bookie_id", "metadata_uri"})
 @click.option("--data-dir", default="./bkeeper-data", show_default=True, type=click.Path())
 @click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--bookie-port", default=3181, show_default=True, type=click.IntRange(1, 65535))
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A storage or bookie option for every bookie (as bkeeper bookie -o); repeatable.",
-)
-@click.option(
-    "--conf",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="A file of KEY=VALUE lines for every bookie, read before -o.",
-)
+@settings_options("every bookie")
 def sandbox(
     bookies: int,
     data_dir: str,
