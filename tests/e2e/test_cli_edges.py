@@ -219,3 +219,12 @@ def test_an_unexpected_exception_is_one_line_and_verbose_shows_it(capsys) -> Non
     finally:
         cli.commands.pop("explode-for-test", None)
         assert isinstance(cli, click.Group)
+
+
+def test_an_error_without_a_message_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from bkeeper.cli.main import _fail
+
+    with pytest.raises(SystemExit) as caught:
+        _fail(TimeoutError(), False, str(TimeoutError()))
+    assert caught.value.code == 1
+    assert capsys.readouterr().err == "error: TimeoutError (--verbose shows where)\n"

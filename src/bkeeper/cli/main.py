@@ -78,5 +78,7 @@ def main(argv: list[str] | None = None) -> Any:
 def _fail(exc: BaseException, verbose: bool, message: str) -> None:
     if verbose:
         traceback.print_exception(exc)
+    if not message.strip():  # an exception without a message (TimeoutError()): name it
+        message = f"{type(exc).__name__} (--verbose shows where)"
     click.echo(f"error: {message}", err=True)
     sys.exit(1)

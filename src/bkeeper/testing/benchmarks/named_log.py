@@ -48,12 +48,14 @@ async def bench_log(
             all_sent = asyncio.Event()
 
             async def tail() -> None:
+                # Checked again at least every 0.2 s, not only when a record arrives: the
+                # last record may reach the reader before the writer's last ack is seen here.
                 seen = 0
-                async for _record in reader:
+                while not (all_sent.is_set() and seen >= expected[0]):
+                    if await reader.next(timeout_s=0.2) is None:
+                        continue
                     tail_latency.append(perf() - sent_at[seen])
                     seen += 1
-                    if all_sent.is_set() and seen >= expected[0]:
-                        return
 
             tailing = asyncio.create_task(tail())
 
