@@ -1,18 +1,13 @@
 """The writer of one ledger: the asyncio shell of :class:`~bkeeper.client.adding.AddPipeline`.
 
-The pipeline decides (ack counting per write set, in-order completion, timeouts, when to change
-the ensemble and what to re-send: its module doc has the rules); this shell encodes entries,
-sends them, feeds the bookies' answers and the time back, and performs the effects. One add
-lane for both protocols: the entry is encoded once (``bookie_client.encode_add``), queued with
-``Connection.send_add`` on every connection of its write set, and every answer, v2 or v3,
-comes back to :meth:`WriteHandle._on_add` through the connection's per-ledger listener.
+The pipeline decides (acks per write set, in-order completion, timeouts, ensemble changes and
+re-sends: its module doc has the rules); this shell encodes entries, sends them, feeds answers
+and the time back, and performs the effects. One add lane for both protocols: an entry is
+encoded once (``bookie_client.encode_add``), queued with ``Connection.send_add`` on its write
+set, and every answer comes back to :meth:`WriteHandle._on_add`, a batch per chunk read.
+``close`` waits for pending adds, then seals at the LAC (``segments.seal``).
 
-``close`` waits for pending adds, then seals the ledger at its LAC
-(:func:`~bkeeper.client.segments.seal`); ensemble changes write their segment with
-:func:`~bkeeper.client.segments.write_segment`.
-
-Limits: at most ``pending_adds_max`` adds in flight (``append`` waits for a slot), and
-``append`` waits while a connection's socket buffer is full (``Connection.wait_writable``);
+Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's buffer is full;
 ``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update.
 """
 
@@ -188,9 +183,7 @@ class WriteHandle:
                 if more:
                     self._completed(more)
                 continue
-            log.info(
-                "ledger %d: bookie %s failed add %d: %s", self.ledger_id, bookie, entry_id, status
-            )
+            log.info("ledger %d: %s failed add %d: %s", self.ledger_id, bookie, entry_id, status)
             self._apply(self._adds.error_answer(bookie, status, entry_id))
 
     def _bookie_failed(self, bookie: str) -> None:
