@@ -334,6 +334,20 @@ def list_ledgers(uri: str) -> set[int]:
     return run(go)
 
 
+def ledgers_in_logs(uri: str) -> set[int]:
+    """The ledgers that the cluster's named logs hold."""
+
+    async def go() -> set[int]:
+        async with BookKeeper(uri) as bk:
+            logs = NamedLogs(bk)
+            found: set[int] = set()
+            for name in await logs.names():
+                found |= {x.ledger_id for x in (await logs.log(name).metadata()).ledgers}
+            return found
+
+    return run(go)
+
+
 def test_a_failed_write_leaves_nothing_behind(spark, spark_cluster):
     uri = spark_cluster.uri
     append(uri, "atomic", [b"kept"])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.test_spark import append, list_ledgers, read_log, run
+from tests.spark.test_spark import append, ledgers_in_logs, list_ledgers, read_log, run
 
 pytestmark = pytest.mark.integration
 
@@ -89,15 +89,4 @@ def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, 
     assert len(copied) == len(payloads) and sorted(copied) == payloads, "no duplicate, no gap"
 
     # Every ledger left is in one of the two logs: the killed batch's were cleaned up.
-    async def in_logs() -> set[int]:
-        from bkeeper.client import BookKeeper
-        from bkeeper.namedlog import NamedLogs
-
-        async with BookKeeper(uri) as bk:
-            logs = NamedLogs(bk)
-            found: set[int] = set()
-            for name in await logs.names():
-                found |= {x.ledger_id for x in (await logs.log(name).metadata()).ledgers}
-            return found
-
-    assert list_ledgers(uri) == run(in_logs)
+    assert list_ledgers(uri) == ledgers_in_logs(uri)

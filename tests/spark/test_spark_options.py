@@ -15,7 +15,14 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs, Position
 from bkeeper.namedlog.pending import PendingLedgers
-from tests.spark.test_spark import append, list_ledgers, read_log, run, source
+from tests.spark.test_spark import (
+    append,
+    ledgers_in_logs,
+    list_ledgers,
+    read_log,
+    run,
+    source,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +44,7 @@ def log_ledgers(uri: str, log: str) -> list[int]:
 
 def orphans(uri: str) -> set[int]:
     """Ledgers of the cluster that no log holds."""
-
-    async def in_logs() -> set[int]:
-        async with BookKeeper(uri) as bk:
-            logs = NamedLogs(bk)
-            found: set[int] = set()
-            for name in await logs.names():
-                found |= {x.ledger_id for x in (await logs.log(name).metadata()).ledgers}
-            return found
-
-    return list_ledgers(uri) - run(in_logs)
+    return list_ledgers(uri) - ledgers_in_logs(uri)
 
 
 def pending(uri: str, job_id: str) -> dict[int, str]:

@@ -110,7 +110,7 @@ class WriteHandle:
         with its entry id."""
         self._check_open()
         adds = self._adds
-        while len(adds) >= adds.pending_max:
+        while len(adds) >= adds.pending_max:  # adds.full, inline: once per append
             await self._slots.wait()
             self._check_open()
         for conn in self._lane.conns:  # inline, not a call: once per append

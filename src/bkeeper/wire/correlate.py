@@ -173,16 +173,11 @@ class Correlator(Generic[T]):
         return self._pop_key(key)
 
     def match_v2_add(self, ledger_id: int, entry_id: int) -> T | Listened | None:
-        """:meth:`match` for a v2 ADD answer, without building a response object."""
-        if self._by_key:
-            value = self._pop_key((_ADD, ledger_id, entry_id))
-            if value is not None:
-                return value
-        if self._listened:
-            self._listened -= 1
-            self.pending -= 1
-            return LISTENED
-        return None
+        """:meth:`match` for one v2 ADD answer, without building a response object."""
+        listened, keyed = self.match_v2_adds([(StatusCode.EOK, ledger_id, entry_id)])
+        if keyed:
+            return keyed[0][0]
+        return LISTENED if listened else None
 
     def match_v2_adds(
         self, answers: list[tuple[StatusCode, int, int]]
