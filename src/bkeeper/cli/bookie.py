@@ -191,7 +191,7 @@ def bookie(
         for flag, (key, value) in flags.items()
         if context.get_parameter_source(flag) is not ParameterSource.DEFAULT
     }
-    defaults = read_settings(None, (), {key: value for key, value in flags.values()})
+    defaults = read_settings(None, (), dict(flags.values()))
     settings = read_settings(conf, options, given)
     config, storage_config = build_configs(data_dir, merged(defaults, settings))
     run_event_loop(_serve(config, storage_config, integrity_check))
