@@ -266,3 +266,24 @@ async def test_recovery_batch_sizes_find_the_same_end(batch: int):  # §3 row 2
         assert rh.metadata.last_entry_id == 39
         assert await read_all(rh) == [b"%d" % i for i in range(40)]
         pending.cancel()
+
+
+async def test_a_bookie_that_connects_late_still_gets_every_entry_of_its_write_set() -> None:
+    """Qw = 3, Qa = 2: entries the two fast bookies acknowledged while the third was still
+    connecting are written to the third too once it is up (not left with two replicas)."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        late = cluster.bookie(wh.ensemble[2])
+        late.connect_delay_s = 0.2
+        ids = await asyncio.gather(*[wh.append(b"e%d" % i) for i in range(20)])
+        assert ids == list(range(20))
+        for _ in range(500):  # until the late bookie got its 20 adds (5 s at most)
+            if late.requests >= 20:
+                break
+            await asyncio.sleep(0.01)
+        await wh.close()
+        assert late.storage is not None
+        for i in range(20):
+            body = bytes(late.storage.read_entry(wh.ledger_id, i))
+            assert body.endswith(b"e%d" % i), (i, body)

@@ -52,7 +52,8 @@ class AddLane:
         self._on_failed = on_failed
         #: the connection of each ensemble position, with this ledger's listeners on it
         self.conns: list[Connection | None] = [None] * len(adds.ensemble)
-        self._connecting: dict[str, list[int]] = {}  # bookie -> entries to send once up
+        # bookie -> (entry id, data, position) to send once its connection is up
+        self._connecting: dict[str, list[tuple[int, bytes, int]]] = {}
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
         """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
@@ -62,7 +63,7 @@ class AddLane:
             if conn is None or not conn.connected:
                 conn = self._attach(position)
                 if conn is None:
-                    self._connect_later(self._adds.ensemble[position], entry_id)
+                    self._connect_later(self._adds.ensemble[position], entry_id, data, position)
                     continue
             try:
                 conn.send_add(ledger_id, entry_id, key, data)
@@ -99,12 +100,17 @@ class AddLane:
             log.info("ledger %d: connection to %s lost: %s", self._ledger_id, bookie, error)
             self._on_failed(bookie)
 
-    def _connect_later(self, bookie: str, entry_id: int) -> None:
+    def _connect_later(self, bookie: str, entry_id: int, data: bytes, position: int) -> None:
         waiting = self._connecting.get(bookie)
         if waiting is None:
             self._connecting[bookie] = waiting = []
             self._tasks.spawn(self._connect_and_send(bookie), f"connect to {bookie}")
-        waiting.append(entry_id)
+        if len(waiting) >= self._adds.pending_max:
+            # Connecting for longer than a full pipeline takes to write: treat it as down
+            # (the ensemble change replaces it) rather than hold ever more entries for it.
+            self._on_failed(bookie)
+            return
+        waiting.append((entry_id, data, position))
 
     async def _connect_and_send(self, bookie: str) -> None:
         try:
@@ -114,7 +120,14 @@ class AddLane:
             self._connecting.pop(bookie, None)
             self._on_failed(bookie)
             return
-        for entry_id in self._connecting.pop(bookie, ()):
+        lac = self._adds.last_add_confirmed
+        for entry_id, data, position in self._connecting.pop(bookie, ()):
+            if entry_id <= lac:
+                # Completed on the others' acks meanwhile: this bookie must still get its
+                # replica (Qw copies, not Qa), unless an ensemble change has replaced it.
+                if self._adds.ensemble[position] == bookie:
+                    self.send(entry_id, data, (position,))
+                continue
             target = self._adds.resend_target(entry_id, bookie)
             if target is not None:
                 self.send(entry_id, target[0].data, (target[1],))

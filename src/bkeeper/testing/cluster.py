@@ -76,6 +76,8 @@ class MemoryBookie:
     storage: Storage | None = None
     handlers: RequestHandlers | None = None
     down: bool = False
+    #: seconds a new connection to this bookie takes to come up (a slow network or host)
+    connect_delay_s: float = 0.0
     faults: dict[type[Any] | None, Fault] = field(default_factory=dict)
     connections: list[_MemoryConnection] = field(default_factory=list)
     registration: BookieRegistration | None = None
@@ -245,6 +247,8 @@ class _MemoryTransport:
 
     async def connect(self, bookie_id: str, protocol: Protocol) -> _MemoryConnection:
         bookie = self._cluster.bookie(bookie_id)
+        if bookie.connect_delay_s:
+            await asyncio.sleep(bookie.connect_delay_s)
         if bookie.down or bookie.handlers is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is down")
         conn = _MemoryConnection(bookie, protocol)
