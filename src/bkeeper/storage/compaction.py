@@ -50,7 +50,7 @@ from bkeeper.storage.entry_log import (
 )
 from bkeeper.storage.filesystem import FileSystem, numbered_file_name, numbered_file_number
 from bkeeper.storage.flusher import Flusher, location_runs
-from bkeeper.storage.garbage import EntryLogUsage, GcResult, plan_collection
+from bkeeper.storage.garbage import EntryLogUsage, GcPlan, GcResult, plan_collection
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRecord, EntryLogRegistry, scan_entry_log
 
@@ -140,27 +140,43 @@ class Compactor:
             )
 
     def _collect(self, minor: bool, major: bool, stop: threading.Event, tally: _Tally) -> None:
-        config = self._config
-        disk_full = self._disk is not None and self._disk.state is not DiskState.WRITABLE
-        plan = plan_collection(
-            self.usage(),
-            exclude=frozenset({self._flusher.current_log_id}),
-            minor_threshold=config.minor_compaction_threshold if minor else None,
-            major_threshold=config.major_compaction_threshold if major else None,
-            disk_full=disk_full,
-        )
+        plan = self._plan(minor, major, exclude=frozenset())
+        current = self._flusher.current_log_id
+        if current in plan.remove or current in plan.compact:
+            # The log being written is garbage too (writes stopped after its ledgers were
+            # deleted): end it, so that it can go like the others.
+            self._flusher.roll_log()
+        plan = self._plan(minor, major, exclude=frozenset({self._flusher.current_log_id}))
         if not plan.remove and not plan.compact and not self._removable:
             return
         # The deletions that emptied these logs reach the index file first.
         self._flusher.checkpoint()
         for log_id in [*self._removable, *plan.remove]:
-            tally.freed += self._remove(log_id)
-            tally.removed += 1
+            if self._closed(log_id):
+                tally.freed += self._remove(log_id)
+                tally.removed += 1
         self._removable.clear()
         for log_id in plan.compact:
             if stop.is_set():
                 return
-            self._compact(log_id, stop, tally)
+            if self._closed(log_id):
+                self._compact(log_id, stop, tally)
+
+    def _closed(self, log_id: int) -> bool:
+        """Whether nothing will be appended to the log again: it is not the one being
+        written (a log that is not current now never becomes current: new logs take new
+        ids)."""
+        return log_id != self._flusher.current_log_id
+
+    def _plan(self, minor: bool, major: bool, exclude: frozenset[int]) -> GcPlan:
+        config = self._config
+        return plan_collection(
+            self.usage(),
+            exclude=exclude,
+            minor_threshold=config.minor_compaction_threshold if minor else None,
+            major_threshold=config.major_compaction_threshold if major else None,
+            disk_full=self._disk is not None and self._disk.state is not DiskState.WRITABLE,
+        )
 
     # -- one log ---------------------------------------------------------------------------
     def _compact(self, log_id: int, stop: threading.Event, tally: _Tally) -> None:

@@ -141,6 +141,12 @@ class Flusher:
         """The entry log being written (-1: none open); never collected."""
         return self._writer.current_log_id
 
+    def roll_log(self) -> None:
+        """End the current entry log (it gets its ledgers map); the next flush starts a new
+        one. Garbage collection does this when the log being written is itself garbage."""
+        with self._flush_lock:
+            self._writer.close()
+
     # -- flush -------------------------------------------------------------------------
     def flush(self) -> None:
         """Write everything in the write cache to entry logs (blocking)."""
