@@ -108,6 +108,8 @@ def test_listfilesondisc_lists_every_file_with_its_size(data_dir: Path) -> None:
     logs = run_json("listfilesondisc", "--data-dir", str(data_dir), "--entrylog")["files"]
     assert isinstance(logs, list) and len(logs) >= 2
     assert {f["kind"] for f in logs} == {"entrylog"}
+    # Logs that rolled end with their ledgers map; the last one was open when the process died.
+    assert [f["ledgers_map"] for f in logs] == [True] * (len(logs) - 1) + [False]
     table = run("listfilesondisc", "--data-dir", str(data_dir))
     assert table.exit_code == 0 and "0000000000000001.log" in table.stdout
     assert "current (named by the checkpoint)" in table.stdout
@@ -148,7 +150,8 @@ def test_localconsistencycheck_passes_then_names_a_damaged_entry_log(data_dir: P
     report = run_json("localconsistencycheck", "--data-dir", str(data_dir))
     assert report["consistent"] is True and report["entries"] == 650
     table = run("localconsistencycheck", "--data-dir", str(data_dir))
-    assert table.exit_code == 0 and ": consistent" in table.stdout
+    assert table.exit_code == 0
+    assert f"consistent: every location leads to its entry ({data_dir})" in table.stdout
 
     location = _index(data_dir)[(2, 120)]
     log = data_dir / "current" / "ledgers" / f"{location >> 32:016x}.log"
@@ -163,6 +166,48 @@ def test_localconsistencycheck_passes_then_names_a_damaged_entry_log(data_dir: P
     assert damaged.stderr.count("\n") == 1
     assert damaged.stderr.startswith("error: the index and the entry logs of ")
     assert f"ledger 2 entry 120 in {log} at offset {location & 0xFFFFFFFF}" in damaged.stderr
+
+
+def test_readlog_prints_records_and_the_ledgers_map(data_dir: Path) -> None:
+    index = _index(data_dir)
+    in_log = sorted((loc & 0xFFFFFFFF, lid, e) for (lid, e), loc in index.items() if loc >> 32 == 1)
+    read = run_json("readlog", "--data-dir", str(data_dir), "1", "--limit", "0")
+    shown = read["records_shown"]
+    assert isinstance(shown, list) and read["damage"] is None and read["map_differences"] == []
+    assert [(r["offset"], r["ledger"], r["entry"]) for r in shown] == in_log
+    assert all(r["checksum_ok"] for r in shown)
+    ledgers_map = read["ledgers_map"]
+    assert (
+        isinstance(ledgers_map, dict) and ledgers_map["ledgers"] == read["record_bytes_by_ledger"]
+    )
+
+    ledger_id, entry_id = in_log[3][1], in_log[3][2]
+    one = run_json(
+        "readlog", "--data-dir", str(data_dir), "1", "--ledger", str(ledger_id), "--entry",
+        str(entry_id), "--body",
+    )  # fmt: skip
+    (row,) = one["records_shown"]  # type: ignore[misc]
+    assert (row["ledger"], row["entry"]) == (ledger_id, entry_id)
+    assert bytes.fromhex(row["body_hex"]) == _body(ledger_id, entry_id)[32:]
+    table = run("readlog", "--data-dir", str(data_dir), "1", "--limit", "5")
+    assert table.exit_code == 0 and "ledgers map" in table.stdout
+    assert f"{len(in_log):,} records; {len(in_log) - 5:,} not shown (--limit)" in table.stdout
+
+
+def test_readlog_reports_a_damaged_record_and_fails(data_dir: Path) -> None:
+    location = _index(data_dir)[(1, 30)]
+    log = data_dir / "current" / "ledgers" / f"{location >> 32:016x}.log"
+    offset = location & 0xFFFFFFFF
+    with open(log, "r+b") as handle:
+        handle.seek(offset + 8 + 40)
+        handle.write(b"\x00\x00")
+    result = run("readlog", str(log), "--json")
+    assert result.exit_code == 1
+    damage = json.loads(result.stdout)["damage"]
+    assert (damage["offset"], damage["reason"]) == (offset, "entry record fails its checksum")
+    assert result.stderr == (
+        f"error: {log}: damaged record at offset {offset}: entry record fails its checksum\n"
+    )
 
 
 def test_readjournal_reports_damage_and_fails(data_dir: Path) -> None:
@@ -194,6 +239,8 @@ def test_a_missing_or_foreign_directory_is_one_line_and_exit_1(tmp_path: Path) -
         result = _cli(command, "--data-dir", missing)
         assert (result.returncode, result.stdout) == (1, "")
         assert result.stderr == f"error: {missing}: no such directory\n"
+    result = _cli("readlog", "--data-dir", missing, "1")
+    assert (result.returncode, result.stderr) == (1, f"error: {missing}: no such directory\n")
     result = _cli("readjournal", "--data-dir", str(tmp_path), "1")
     assert result.returncode == 1
     assert result.stderr == (

@@ -197,7 +197,7 @@ def test_a_record_failing_its_crc_is_named() -> None:
     assert problems(report) == [(2, 77, log_id, "bad record")]
     (problem,) = report.problems
     assert (problem.log_path, problem.offset) == (path, offset)
-    assert "fails its checksum" in problem.detail and path in problem.detail
+    assert problem.detail == "entry record fails its checksum"
     assert report.entries == 450
 
 
@@ -270,55 +270,51 @@ class HookedFs(MemoryFileSystem):
 
 
 def _two_runs(fs: FileSystem) -> None:
-    """Ledger 1 in the first run's entry log, ledger 2 in the second's (each run of the
-    engine starts a new log)."""
-    for ledger_id in (1, 2):
-        storage, acks = open_storage(fs)
-        _write(storage, ledger_id, range(20))
-        acks.wait_count(20)
+    """Ledger 1 in the first run's entry log; ledger 2 (20 entries) and ledger 5 (80) in the
+    second's (each run of the engine starts a new log)."""
+    for ledgers in ((1,), (2, 5)):
+        storage, acks = open_storage(fs, small_config(compaction_rate_bytes_per_s=0))
+        for ledger_id in ledgers:
+            _write(storage, ledger_id, range(20 if ledger_id != 5 else 80))
+        acks.wait_count(20 if ledgers == (1,) else 100)
         storage.close()
+
+
+def _collect_garbage(fs: FileSystem, deleted: tuple[int, ...]) -> None:
+    """The bookie deletes ``deleted`` and runs a major garbage collection."""
+    storage, _ = open_storage(fs, small_config(compaction_rate_bytes_per_s=0))
+    for ledger_id in deleted:
+        storage.delete_ledger(ledger_id)
+    storage.collect_garbage(minor=False, major=True)
+    storage.close()
 
 
 def test_a_log_compacted_away_during_the_check_is_followed_to_the_newer_checkpoint() -> None:
-    """Compaction copies ledger 2's entries to a new log, checkpoints, then removes the old
-    log, just as the check is about to read it: the entries are checked where the newer
-    index says they are, and nothing is reported."""
+    """Ledger 5 is deleted and compaction copies ledger 2's entries out of log 2 (a fifth
+    live), checkpoints and removes log 2, just as the check is about to read it: ledger 2's
+    entries are checked where the newer index says they are, ledger 5's are gone."""
     fs = HookedFs(entry_log_name(2))
     _two_runs(fs)
-    assert {loc >> 32 for (lid, _), loc in locations(fs).items() if lid == 2} == {2}
-
-    def compact() -> None:
-        storage, acks = open_storage(fs)
-        _write(storage, 2, range(20), recovery=True)
-        acks.wait_count(20)
-        storage.close()
-        fs.remove(f"{LEDGERS}/{entry_log_name(2)}")
-
-    fs.hook = compact
+    assert {loc >> 32 for (lid, _), loc in locations(fs).items() if lid in (2, 5)} == {2}
+    fs.hook = lambda: _collect_garbage(fs, (5,))
     report = check_consistency(fs, "/data")
     assert fs.hook is None  # it ran
+    assert not fs.exists(f"{LEDGERS}/{entry_log_name(2)}")
     assert {loc >> 32 for (lid, _), loc in locations(fs).items() if lid == 2} == {3}
     assert report.consistent, report.problems
-    assert (report.entries, report.rechecked) == (40, 20)
+    assert (report.entries, report.rechecked) == (120, 20)
     assert report.checkpoint is not None
     assert report.checkpoint == last_mark(fs, "/data")
 
 
-def test_a_log_removed_with_its_deleted_ledger_during_the_check_is_no_problem() -> None:
+def test_a_log_removed_with_its_deleted_ledgers_during_the_check_is_no_problem() -> None:
     fs = HookedFs(entry_log_name(2))
     _two_runs(fs)
-
-    def collect_garbage() -> None:
-        storage, _ = open_storage(fs)
-        storage.delete_ledger(2)
-        storage.checkpoint()
-        storage.close()
-        fs.remove(f"{LEDGERS}/{entry_log_name(2)}")
-
-    fs.hook = collect_garbage
+    fs.hook = lambda: _collect_garbage(fs, (2, 5))
     report = check_consistency(fs, "/data")
     assert fs.hook is None
-    assert report.consistent and report.rechecked == 0 and report.entries == 40
+    assert not fs.exists(f"{LEDGERS}/{entry_log_name(2)}")
+    assert report.consistent and report.rechecked == 0 and report.entries == 120
 
 
 def test_a_log_missing_at_an_unchanged_checkpoint_is_reported() -> None:
@@ -326,7 +322,7 @@ def test_a_log_missing_at_an_unchanged_checkpoint_is_reported() -> None:
     _two_runs(fs)
     fs.hook = lambda: fs.remove(f"{LEDGERS}/{entry_log_name(2)}")
     report = check_consistency(fs, "/data")
-    assert report.problems_total == 20
+    assert report.problems_total == 100
     assert {p.problem for p in report.problems} == {"missing log"}
 
 

@@ -10,19 +10,15 @@ is one line on stderr and exit status 1 (after the report, when there is one).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TypeVar
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from bkeeper.cli._disk import DATA_DIR_OPTION, JSON_OPTION, print_json, read, show
 from bkeeper.cli._errors import CommandError
-from bkeeper.common.errors import StorageError
+from bkeeper.cli.shell_disk_logs import readjournal, readlog
 from bkeeper.storage import OsFileSystem
 from bkeeper.storage.inspect import (
     CONSISTENCY_PROBLEMS_MAX,
@@ -33,67 +29,17 @@ from bkeeper.storage.inspect import (
     last_mark,
     list_files,
 )
-from bkeeper.storage.inspect_journal import (
-    JournalDamage,
-    JournalGroup,
-    JournalRecordView,
-    journal_path,
-    read_journal,
-)
 
 __all__ = ["commands"]
-
-_T = TypeVar("_T")
-
-#: Rows a table shows unless ``--limit`` says otherwise.
-_ROWS_DEFAULT = 1000
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
-
-
-@contextmanager
-def _failures() -> Iterator[None]:
-    """Storage and OS errors as the one line a command fails with."""
-    try:
-        yield
-    except (StorageError, OSError) as exc:
-        raise CommandError(str(exc)) from exc
-
-
-def _read(call: Callable[[], _T]) -> _T:
-    with _failures():
-        return call()
-
-
-def _print_json(value: object) -> None:
-    click.echo(json.dumps(value, indent=2))
-
-
-_DATA_DIR = click.option(
-    "--data-dir",
-    required=True,
-    help="The bookie's data directory (as given to 'bkeeper bookie --data-dir').",
-)
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-_LIMIT = click.option(
-    "--limit",
-    default=_ROWS_DEFAULT,
-    show_default=True,
-    type=click.IntRange(0),
-    help="Show at most this many rows (0: all); the rest are counted.",
-)
 
 
 # -- listfilesondisc -----------------------------------------------------------------------
 @click.command()
-@_DATA_DIR
+@DATA_DIR_OPTION
 @click.option("--journal", is_flag=True, help="Journal files.")
-@click.option("--entrylog", is_flag=True, help="Entry logs.")
+@click.option("--entrylog", is_flag=True, help="Entry logs (and compaction's files).")
 @click.option("--index", is_flag=True, help="Index generations and the checkpoint.")
-@_JSON
+@JSON_OPTION
 def listfilesondisc(
     data_dir: str, journal: bool, entrylog: bool, index: bool, as_json: bool
 ) -> None:
@@ -101,7 +47,7 @@ def listfilesondisc(
     sizes (all of them unless some kinds are asked for)."""
     every = not (journal or entrylog or index)
     fs = OsFileSystem()
-    files = _read(
+    files = read(
         lambda: list_files(
             fs,
             data_dir,
@@ -111,7 +57,7 @@ def listfilesondisc(
         )
     )
     if as_json:
-        _print_json({"data_dir": data_dir, "files": [f.as_dict() for f in files]})
+        print_json({"data_dir": data_dir, "files": [f.as_dict() for f in files]})
         return
     table = Table(title=f"files of the bookie in {data_dir}")
     for column in ("kind", "number", "name", "bytes", "note"):
@@ -126,10 +72,11 @@ def listfilesondisc(
     for file in files:
         totals[file.kind] += 1
         sizes[file.kind] += file.size_bytes
-    table.caption = "; ".join(
-        f"{totals[kind]} {kind} ({sizes[kind]:,} bytes)" for kind in sorted(totals)
+    show(
+        table,
+        note="; ".join(f"{totals[k]} {k} ({sizes[k]:,} bytes)" for k in sorted(totals))
+        or "no files",
     )
-    _console().print(table)
 
 
 def _note(file: DiskFile) -> str:
@@ -144,19 +91,19 @@ def _note(file: DiskFile) -> str:
 
 # -- lastmark ------------------------------------------------------------------------------
 @click.command()
-@_DATA_DIR
-@_JSON
+@DATA_DIR_OPTION
+@JSON_OPTION
 def lastmark(data_dir: str, as_json: bool) -> None:
     """The checkpoint: where journal replay starts (file id, offset), the index generation
     and its committed length, and whether the whole storage is in limbo."""
-    mark = _read(lambda: last_mark(OsFileSystem(), data_dir))
+    mark = read(lambda: last_mark(OsFileSystem(), data_dir))
     if as_json:
-        _print_json({"data_dir": data_dir, "checkpoint": None if mark is None else mark.as_dict()})
+        print_json({"data_dir": data_dir, "checkpoint": None if mark is None else mark.as_dict()})
         return
     if mark is None:
         click.echo(f"no checkpoint in {data_dir}: the bookie never finished opening")
         return
-    _console().print(_mark_table(mark, f"checkpoint of the bookie in {data_dir}"))
+    show(_mark_table(mark, f"checkpoint of the bookie in {data_dir}"))
 
 
 def _mark_table(mark: Mark, title: str) -> Table:
@@ -178,130 +125,9 @@ def _mark_table(mark: Mark, title: str) -> Table:
     return table
 
 
-# -- readjournal ---------------------------------------------------------------------------
-@click.command()
-@click.option(
-    "--data-dir",
-    default=None,
-    help="The bookie's data directory (needed when FILE is a journal file id).",
-)
-@click.argument("file")
-@click.option("--entries", is_flag=True, help="One row per record instead of per group.")
-@_LIMIT
-@_JSON
-def readjournal(data_dir: str | None, file: str, entries: bool, limit: int, as_json: bool) -> None:
-    """The groups (sequence number, offset, records) of one journal file, given by FILE as
-    its id or its path; with --entries its records (kind, ledger, entry, length). Damage is
-    reported where it is, and the command then fails."""
-    fs = OsFileSystem()
-    path, file_id = _read(lambda: journal_path(fs, data_dir, file))
-    size = _read(lambda: fs.size(path))
-    groups = records = 0
-    rows: list[JournalGroup | JournalRecordView] = []
-    damage: list[JournalDamage] = []
-    with _failures():
-        for item in read_journal(fs, path, file_id):
-            if isinstance(item, JournalDamage):
-                damage.append(item)
-                continue
-            groups += 1
-            records += len(item.records)
-            wanted = list(item.records) if entries else [item]
-            room = len(wanted) if limit == 0 else max(0, limit - len(rows))
-            rows.extend(wanted[:room])
-    shown = len(rows)
-    left_out = (records if entries else groups) - shown
-    if as_json:
-        _print_json(
-            {
-                "path": path,
-                "file_id": file_id,
-                "bytes": size,
-                "groups": groups,
-                "records": records,
-                "left_out": left_out,
-                "damage": [d.as_dict() for d in damage],
-                "records_shown" if entries else "groups_shown": [r.as_dict() for r in rows],
-            }
-        )
-    else:
-        _print_journal(path, file_id, size, groups, records, rows, damage, left_out)
-    if damage:
-        first = damage[0]
-        raise CommandError(
-            f"{path}: {len(damage)} damaged spot(s), the first at offset {first.offset}: "
-            f"{first.reason}" + (" (at the tail)" if first.at_tail else "")
-        )
-
-
-def _print_journal(
-    path: str,
-    file_id: int,
-    size: int,
-    groups: int,
-    records: int,
-    rows: list[JournalGroup | JournalRecordView],
-    damage: list[JournalDamage],
-    left_out: int,
-) -> None:
-    console = _console()
-    table = Table(title=f"journal file {file_id} ({size:,} bytes)")
-    group_rows = [r for r in rows if isinstance(r, JournalGroup)]
-    if group_rows or not rows:
-        for column in ("seq", "offset", "bytes", "records", "kinds"):
-            table.add_column(column, justify="left" if column == "kinds" else "right")
-        for group in group_rows:
-            kinds = Counter(r.kind for r in group.records)
-            table.add_row(
-                str(group.seq),
-                f"{group.offset:,}",
-                f"{group.size_bytes:,}",
-                _records(group),
-                ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())),
-            )
-    else:
-        for column in ("group", "offset", "kind", "ledger", "entry", "length"):
-            table.add_column(column, justify="left" if column == "kind" else "right")
-        for record in rows:
-            assert isinstance(record, JournalRecordView)
-            entry = "" if record.entry_id < 0 else str(record.entry_id)
-            table.add_row(
-                str(record.group_seq),
-                f"{record.offset:,}",
-                record.kind,
-                str(record.ledger_id),
-                entry,
-                f"{record.length:,}",
-            )
-    caption = f"{path}: {groups:,} groups, {records:,} records"
-    if left_out:
-        caption += f"; {left_out:,} rows not shown (--limit)"
-    table.caption = caption
-    console.print(table)
-    if damage:
-        console.print(_damage_table(damage))
-
-
-def _records(group: JournalGroup) -> str:
-    good = len(group.records)
-    return str(good) if good == group.count else f"{good} good of {group.count}"
-
-
-def _damage_table(damage: list[JournalDamage]) -> Table:
-    table = Table(title="damage")
-    for column in ("offset", "group at", "reason", "after it", "ledgers"):
-        table.add_column(column, justify="right" if column in ("offset", "group at") else "left")
-    for spot in damage:
-        after = "nothing valid (tail)" if spot.at_tail else f"next group at {spot.next_group:,}"
-        ledgers = "unknown" if spot.ledgers is None else ", ".join(map(str, spot.ledgers))
-        group = "-" if spot.group_offset < 0 else f"{spot.group_offset:,}"
-        table.add_row(f"{spot.offset:,}", group, spot.reason, after, ledgers)
-    return table
-
-
 # -- localconsistencycheck -----------------------------------------------------------------
 @click.command()
-@_DATA_DIR
+@DATA_DIR_OPTION
 @click.option(
     "--problems-max",
     default=CONSISTENCY_PROBLEMS_MAX,
@@ -309,14 +135,14 @@ def _damage_table(damage: list[JournalDamage]) -> Table:
     type=click.IntRange(0),
     help="Describe at most this many problems; the rest are counted.",
 )
-@_JSON
+@JSON_OPTION
 def localconsistencycheck(data_dir: str, problems_max: int, as_json: bool) -> None:
     """Check the index (as of the checkpoint) against the entry logs: every location must
     lead to a whole record with a good CRC that names its ledger and entry. Fails when any
     does not."""
-    report = _read(lambda: check_consistency(OsFileSystem(), data_dir, problems_max))
+    report = read(lambda: check_consistency(OsFileSystem(), data_dir, problems_max))
     if as_json:
-        _print_json({"data_dir": data_dir, **report.as_dict()})
+        print_json({"data_dir": data_dir, **report.as_dict()})
     else:
         _print_consistency(data_dir, report)
     if not report.consistent:
@@ -334,12 +160,10 @@ def localconsistencycheck(data_dir: str, problems_max: int, as_json: bool) -> No
 
 
 def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
-    console = _console()
     if report.checkpoint is None:
         click.echo(f"no checkpoint in {data_dir}: nothing is indexed yet")
         return
-    verdict = "consistent" if report.consistent else f"{report.problems_total:,} problem(s)"
-    summary = Table(title=f"index against entry logs in {data_dir}: {verdict}", show_header=False)
+    summary = Table(title="the index against the entry logs", show_header=False)
     summary.add_column("field")
     summary.add_column("value", justify="right")
     summary.add_row("index generation", str(report.checkpoint.index_generation))
@@ -349,8 +173,8 @@ def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
     if report.rechecked:
         summary.add_row("checked again at a newer checkpoint", f"{report.rechecked:,}")
     summary.add_row("problems", f"{report.problems_total:,}")
-    console.print(summary)
-    if not report.problems:
+    if report.consistent:
+        show(summary, note=f"consistent: every location leads to its entry ({data_dir})")
         return
     table = Table(title="problems")
     for column in ("ledger", "entry", "entry log", "offset", "problem", "detail"):
@@ -366,14 +190,17 @@ def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
             problem.problem,
             problem.detail,
         )
-    if report.problems_left_out:
-        table.caption = f"{report.problems_left_out:,} more not shown (--problems-max)"
-    console.print(table)
+    left_out = report.problems_left_out
+    note = f"{report.problems_total:,} problem(s) in {data_dir}"
+    if left_out:
+        note += f"; {left_out:,} more not shown (--problems-max)"
+    show(summary, table, note=note)
 
 
 commands: tuple[click.Command, ...] = (
     listfilesondisc,
     lastmark,
     readjournal,
+    readlog,
     localconsistencycheck,
 )

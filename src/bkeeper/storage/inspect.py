@@ -1,12 +1,12 @@
 """Looking at a bookie's files without opening its engine (read-only, pure over the port).
 
-What ``bkeeper shell listfilesondisc / lastmark / readjournal / readlog /
-localconsistencycheck`` show, in the manner of Apache BookKeeper's ``bookkeeper shell``
-commands of the same names. Every function here only reads (``list_dir``, ``size``,
-``open_read``, ``read_file``), so it may run against the data directory of a running bookie
-as well as a stopped one; the engine's own readers are used (the journal's group and record
-codec and :func:`~bkeeper.storage.journal_damage.scan_records`, the checkpoint codec,
-:func:`~bkeeper.storage.index_file.load_index`, the entry log reader), never a second parser.
+What ``bkeeper shell listfilesondisc / lastmark / localconsistencycheck`` show, in the manner
+of Apache BookKeeper's ``bookkeeper shell`` commands of the same names (``readjournal`` and
+``readlog``: :mod:`.inspect_journal`, :mod:`.inspect_entry_log`). Every function only reads
+(``exists``, ``list_dir``, ``size``, ``open_read``, ``read_file``), so it may run against the
+data directory of a running bookie as well as a stopped one. The engine's own readers are
+used (the checkpoint codec, :func:`~bkeeper.storage.index_file.load_index`, the entry log
+reader, :func:`~bkeeper.storage.ledgers_map.read_ledgers_map`), never a second parser.
 
 A running bookie changes its files while they are read. The rules that keep the answers
 true:
@@ -30,12 +30,14 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import CorruptRecordError, StorageError
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
+from bkeeper.storage.compaction import COMPACTING_SUFFIX
 from bkeeper.storage.entry_log import EntryLogReader, entry_log_id, entry_log_name
-from bkeeper.storage.filesystem import FileSystem
+from bkeeper.storage.filesystem import FileSystem, numbered_file_number
 from bkeeper.storage.flusher import StorageLayout
 from bkeeper.storage.index_file import index_file_generation, load_index
 from bkeeper.storage.journal_format import journal_file_id, journal_file_name
 from bkeeper.storage.ledger_state import StoredLedger
+from bkeeper.storage.ledgers_map import read_ledgers_map
 
 __all__ = [
     "CONSISTENCY_PROBLEMS_MAX",
@@ -79,8 +81,10 @@ def bookie_layout(fs: FileSystem, data_dir: str) -> StorageLayout:
 # -- the files -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DiskFile:
-    """One file of a bookie. ``kind``: journal, entrylog, index or checkpoint; ``number``:
-    the journal file id, entry log id or index generation (-1 for the checkpoint);
+    """One file of a bookie. ``kind``: journal, entrylog, compacting (an entry log being
+    written by compaction, or left by one that was interrupted), index or checkpoint;
+    ``number``: the journal file id, entry log id or index generation (-1 for the
+    checkpoint);
     ``current``: the index generation, or the journal file, the checkpoint names;
     ``ledgers_map``: whether an entry log ends with its ledgers map (None: not an entry
     log, or not known)."""
@@ -114,8 +118,9 @@ def list_files(
     entrylog: bool = True,
     index: bool = True,
 ) -> list[DiskFile]:
-    """The bookie's journal files, entry logs, index generations and checkpoint (with
-    ``index``), in that order and by number; see the module rules for a running bookie."""
+    """The bookie's journal files, entry logs (then compaction's ``.compacting`` files),
+    index generations and checkpoint (with ``index``), in that order and by number; see
+    the module rules for a running bookie."""
     layout = bookie_layout(fs, data_dir)
     root = read_checkpoint(fs, layout.checkpoint)
     files: list[DiskFile] = []
@@ -131,7 +136,11 @@ def list_files(
         for name in ledger_names:
             log_id = entry_log_id(name)
             if log_id is not None:
-                _add(fs, files, "entrylog", log_id, layout.ledgers, name, False)
+                _add(fs, files, "entrylog", log_id, layout.ledgers, name, False, with_map=True)
+        for name in ledger_names:
+            log_id = numbered_file_number(name, COMPACTING_SUFFIX)
+            if log_id is not None:
+                _add(fs, files, "compacting", log_id, layout.ledgers, name, False)
     if index:
         for name in ledger_names:
             generation = index_file_generation(name)
@@ -151,13 +160,16 @@ def _add(
     directory: str,
     name: str,
     current: bool,
+    *,
+    with_map: bool = False,
 ) -> None:
     path = os.path.join(directory, name)
     try:
         size = fs.size(path)
+        ledgers_map = read_ledgers_map(fs, path, number) is not None if with_map else None
     except FileNotFoundError:
         return  # removed since it was listed (module rules): it is no longer a file of the bookie
-    files.append(DiskFile(kind, number, path, size, current))
+    files.append(DiskFile(kind, number, path, size, current, ledgers_map))
 
 
 # -- the checkpoint ------------------------------------------------------------------------
@@ -376,8 +388,9 @@ class _Checker:
         except FileNotFoundError:
             self.missing.append((ledger_id, entry_id, location))
             return
-        except CorruptRecordError as exc:
-            self._problem(ledger_id, entry_id, location, "bad record", str(exc))
+        except CorruptRecordError as exc:  # the problem names the log and offset already
+            reason = str(exc).removeprefix(f"{exc.path} at offset {exc.offset}: ")
+            self._problem(ledger_id, entry_id, location, "bad record", reason)
             return
         self._check_body(ledger_id, entry_id, location, body)
 
