@@ -34,6 +34,7 @@ from bkeeper.storage.journal_format import (
     journal_file_id,
     journal_file_name,
 )
+from bkeeper.storage.journal_replay import find_group
 
 __all__ = [
     "JournalDamage",
@@ -44,10 +45,6 @@ __all__ = [
     "read_journal",
 ]
 
-#: Looking for the next valid group after damage reads the file this many bytes at a time.
-_SCAN_WINDOW_BYTES = 4 * 1024 * 1024
-#: The first five header bytes of every group record: payload length 16, kind GROUP.
-_GROUP_SIGNATURE = b"\x00\x00\x00\x10\x00"
 _LEDGER_ID_BYTES = 8
 
 
@@ -207,19 +204,7 @@ class _Walk:
             yield JournalDamage(position + offset, position, reason, following, ledgers)
 
     def _next_group(self, start: int, after_seq: int) -> int | None:
-        """The offset of the first valid group header at or after ``start`` with a sequence
-        number above ``after_seq``, or None."""
-        position = start
-        while position < self._size:
-            window = self._handle.read_at(position, _SCAN_WINDOW_BYTES + GROUP_HEADER_BYTES)
-            index = window.find(_GROUP_SIGNATURE)
-            while 0 <= index < _SCAN_WINDOW_BYTES:
-                header = decode_group_header(window, index)
-                if isinstance(header, GroupHeader) and header.seq > after_seq:
-                    return position + index
-                index = window.find(_GROUP_SIGNATURE, index + 1)
-            position += _SCAN_WINDOW_BYTES
-        return None
+        return find_group(self._handle, start, after_seq)
 
 
 def _view(group_seq: int, group_offset: int, record: JournalRecord) -> JournalRecordView:
