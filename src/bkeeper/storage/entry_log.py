@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 from collections.abc import Sequence
+from typing import Protocol
 
 from crc32c import crc32c
 
@@ -39,6 +40,7 @@ __all__ = [
     "ENTRY_LOG_HEADER_BYTES",
     "EntryLogReader",
     "EntryLogWriter",
+    "LogPaths",
     "entry_log_id",
     "entry_log_name",
     "location_of",
@@ -88,6 +90,44 @@ def location_of(log_id: int, offset: int) -> int:
     return (log_id << 32) | offset
 
 
+class LogPaths(Protocol):
+    """Where entry logs live (:class:`bkeeper.storage.dirs.LedgerDirs`: several directories)."""
+
+    def log_path(self, log_id: int) -> str:
+        """The path of an existing log."""
+
+    def new_log_path(self, log_id: int) -> str:
+        """The path of a new log: chooses its directory and records it."""
+
+    def keep_appending(self, log_id: int) -> bool:
+        """False when the log's directory takes no more entries (a new log goes elsewhere)."""
+
+    def forget(self, log_id: int) -> None:
+        """The log was removed."""
+
+
+class _OneDir:
+    """Every log in one directory."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def log_path(self, log_id: int) -> str:
+        return os.path.join(self._directory, entry_log_name(log_id))
+
+    new_log_path = log_path
+
+    def keep_appending(self, log_id: int) -> bool:
+        return True
+
+    def forget(self, log_id: int) -> None:
+        pass
+
+
+def _log_paths(where: str | LogPaths) -> LogPaths:
+    return _OneDir(where) if isinstance(where, str) else where
+
+
 class EntryLogWriter:
     """Appends batches of entries to the current entry log, rolling by size.
 
@@ -95,9 +135,11 @@ class EntryLogWriter:
     closed; :meth:`sync` syncs the current one.
     """
 
-    def __init__(self, fs: FileSystem, directory: str, log_id: int, log_bytes_max: int) -> None:
+    def __init__(
+        self, fs: FileSystem, directory: str | LogPaths, log_id: int, log_bytes_max: int
+    ) -> None:
         self._fs = fs
-        self._directory = directory
+        self._paths = _log_paths(directory)
         self._next_id = log_id
         self._log_bytes_max = log_bytes_max
         self._file: WritableFile | None = None
@@ -151,7 +193,8 @@ class EntryLogWriter:
             self._fs.truncate(file.path, self._synced_bytes)
             return
         self._fs.remove(file.path)
-        self._fs.fsync_dir(self._directory)
+        self._fs.fsync_dir(os.path.dirname(file.path))
+        self._paths.forget(self._log_id)
         self._next_id = self._log_id
 
     def close(self) -> None:
@@ -169,14 +212,24 @@ class EntryLogWriter:
     def _writable(self, next_body_bytes: int) -> WritableFile:
         file = self._file
         needed = _RECORD.size + next_body_bytes
-        if file is not None and (
-            file.size() + needed <= self._log_bytes_max or file.size() == ENTRY_LOG_HEADER_BYTES
+        if (
+            file is not None
+            and (
+                file.size() + needed <= self._log_bytes_max or file.size() == ENTRY_LOG_HEADER_BYTES
+            )
+            and self._paths.keep_appending(self._log_id)
         ):
             return file
         self.close()
         log_id = self._next_id
-        path = os.path.join(self._directory, entry_log_name(log_id))
-        file = create_durably(self._fs, self._directory, path, _HEADER.pack(MAGIC, VERSION, log_id))
+        path = self._paths.new_log_path(log_id)
+        try:
+            file = create_durably(
+                self._fs, os.path.dirname(path), path, _HEADER.pack(MAGIC, VERSION, log_id)
+            )
+        except BaseException:
+            self._paths.forget(log_id)
+            raise
         self._log_id = log_id
         self._next_id = log_id + 1
         self._file = file
@@ -187,9 +240,9 @@ class EntryLogWriter:
 class EntryLogReader:
     """Reads entries by location; keeps at most ``handles_max`` logs open (thread-safe)."""
 
-    def __init__(self, fs: FileSystem, directory: str, handles_max: int) -> None:
+    def __init__(self, fs: FileSystem, directory: str | LogPaths, handles_max: int) -> None:
         self._fs = fs
-        self._directory = directory
+        self._paths = _log_paths(directory)
         self._handles_max = handles_max
         self._handles: dict[int, ReadableFile] = {}
         self._lock = threading.Lock()
@@ -261,7 +314,7 @@ class EntryLogReader:
         return handle
 
     def _path(self, log_id: int) -> str:
-        return os.path.join(self._directory, entry_log_name(log_id))
+        return self._paths.log_path(log_id)
 
     def _corrupt(self, log_id: int, offset: int, reason: str) -> CorruptRecordError:
         return CorruptRecordError(self._path(log_id), offset, reason)
