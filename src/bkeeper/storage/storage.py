@@ -123,6 +123,7 @@ class Storage:
         # A ledger's records go to journal ledger_id % count (one list index per call).
         self._journals = journals.journals
         self._journal_count = len(journals.journals)
+        self._ledger_dirs = dirs  # where each entry log is
         self._reader = EntryLogReader(fs, dirs, config.entry_log_read_handles_max)
 
     @classmethod
