@@ -212,12 +212,10 @@ class EntryLogWriter:
     def _writable(self, next_body_bytes: int) -> WritableFile:
         file = self._file
         needed = _RECORD.size + next_body_bytes
-        if (
-            file is not None
-            and (
-                file.size() + needed <= self._log_bytes_max or file.size() == ENTRY_LOG_HEADER_BYTES
-            )
-            and self._paths.keep_appending(self._log_id)
+        if file is not None and not self._paths.keep_appending(self._log_id):
+            file = None  # its directory takes no more: a new log goes to another
+        if file is not None and (
+            file.size() + needed <= self._log_bytes_max or file.size() == ENTRY_LOG_HEADER_BYTES
         ):
             return file
         self.close()
