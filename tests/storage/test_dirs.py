@@ -409,3 +409,21 @@ def test_journal_and_ledger_files_are_where_the_layout_says() -> None:
     assert {os.path.splitext(n)[1] for n in names["/l2"]} == {".log"}
     assert "checkpoint" in names["/l1"] and any(n.startswith("index-") for n in names["/l1"])
     assert not fs.exists("/data/current/ledgers") or fs.list_dir("/data/current/ledgers") == []
+
+
+def test_a_journal_dir_added_again_does_not_replay_what_it_held_before() -> None:
+    """A journal dir dropped (nothing past its mark), then added again: its old file holds
+    ledger 1's adds, which the engine deleted meanwhile; they are not applied again."""
+    fs = MemoryFileSystem()
+    two = config_of(journal_dirs=("/j1", "/j2"))
+    storage, acks = open_storage(fs, two)
+    add(storage, acks, 1, range(20))  # ledger 1: journal /j2
+    storage.close()
+    assert journal_file_ids(fs, "/j2")  # the file its mark is in stays
+    storage, acks = open_storage(fs, config_of(journal_dirs=("/j1",)))
+    storage.delete_ledger(1, token="deleted")
+    acks.wait_for("deleted")
+    storage.close()
+    storage, _ = open_storage(fs, two)
+    assert not storage.ledger_exists(1)
+    storage.close()

@@ -7,19 +7,22 @@ mark in the checkpoint, read for all of them at one instant under the engine loc
 old files are deleted by itself once the checkpoint covers them.
 
 File ids across journals: at open every journal starts a new file with the same id, one
-more than any journal file id present or named by the checkpoint, and each then rolls on by
-itself. So every file of a run of the engine has a higher id than every file of the runs
-before, and replay (:func:`bkeeper.storage.journal_replay.replay_journal_dirs`) applies the
-files of all journals in id order: when the journal directories change between runs (a
-ledger's records move to another journal), all of a ledger's earlier records are still
-applied before its later ones, even if the checkpoint of the open that changed them was
-deferred (a full disk).
+more than any journal file id present (in the configured directories and in those the
+checkpoint names) or named by the checkpoint, and each then rolls on by itself. So every
+file of a run of the engine has a higher id than every file of the runs before, and replay
+(:func:`bkeeper.storage.journal_replay.replay_journal_dirs`) applies the files of all
+journals in id order: when the journal directories change between runs (a ledger's records
+move to another journal), all of a ledger's earlier records are still applied before its
+later ones, even if the checkpoint of the open that changed them was deferred (a full disk).
 
 Changed directories (against the last checkpoint, which keys each mark by its directory,
-:meth:`bkeeper.storage.dirs.StorageLayout.key`): a new journal directory is replayed from its
-start (it is normally empty). A directory the checkpoint names but ``journal_dirs`` no longer
-lists may be dropped only when it holds nothing past its mark; otherwise the open fails with
-one line naming it (its records would be lost).
+:meth:`bkeeper.storage.dirs.StorageLayout.key`): a journal directory the checkpoint does not
+name is replayed from its files with ids above every mark of the checkpoint, those written
+since (a directory added by an open whose checkpoint was deferred); older files there are
+from before it was dropped, and their records were checkpointed then. A directory the
+checkpoint names but ``journal_dirs`` no longer lists may be dropped only when it holds
+nothing past its mark; otherwise the open fails with one line naming it (its records would
+be lost).
 """
 
 from __future__ import annotations
@@ -141,10 +144,11 @@ def journal_starts(
     for key, mark in root.marks:
         if key not in configured:
             _check_dropped(fs, layout.path_of(key), mark)
+    since = JournalPosition(max(mark.file_id for _, mark in root.marks) + 1, FILE_HEADER_BYTES)
     starts = []
     for directory, key in zip(layout.journal_dirs, layout.journal_keys, strict=True):
         start = root.mark_of(key)
-        starts.append((directory, start if start is not None else _START))
+        starts.append((directory, start if start is not None else since))
     return starts
 
 
@@ -167,11 +171,18 @@ def _check_dropped(fs: FileSystem, directory: str, mark: JournalPosition) -> Non
             )
 
 
-def next_journal_file_id(fs: FileSystem, starts: Sequence[tuple[str, JournalPosition]]) -> int:
+def next_journal_file_id(
+    fs: FileSystem,
+    layout: StorageLayout,
+    root: CheckpointRecord | None,
+    starts: Sequence[tuple[str, JournalPosition]],
+) -> int:
     """The id every journal's first file of this run gets (see the module docstring)."""
-    highest = 0
-    for directory, mark in starts:
-        highest = max(highest, mark.file_id, *journal_file_ids(fs, directory))
+    dropped = [layout.path_of(key) for key, _ in root.marks] if root is not None else []
+    highest = max((mark.file_id for _, mark in starts), default=0)
+    for directory in dict.fromkeys([*(d for d, _ in starts), *dropped]):
+        if fs.exists(directory):
+            highest = max([highest, *journal_file_ids(fs, directory)])
     return highest + 1
 
 

@@ -127,7 +127,7 @@ def _recover(
 
     replay = replay_journal_dirs(fs, starts, config.journal_skip_corrupt_records, apply, known)
     _enter_limbo(engine, replay)
-    next_file_id = next_journal_file_id(fs, starts)
+    next_file_id = next_journal_file_id(fs, layout, root, starts)
     compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
         engine.ledgers
     )
