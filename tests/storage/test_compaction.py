@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from array import array
 
 import pytest
@@ -307,3 +308,27 @@ def test_torn_crashes_during_a_pass_lose_nothing(seed: int):
         reopened.collect_garbage(minor=True, major=True)
         check_kept(reopened)
         reopened.close()
+
+
+def test_an_idle_journal_rolls_at_a_checkpoint_so_the_next_one_frees_its_file():
+    fs = MemoryFileSystem()
+    acks = Acks()
+    cfg = config(journal_checkpoint_roll_bytes=4096, journal_file_bytes_max=1 << 20)
+    storage = Storage.open(cfg, fs, acks)
+    journal_dir = "/data/current/journal"
+    for entry_id in range(40):
+        storage.add_entry(3, entry_id, KEY, body(3, entry_id), token=entry_id)
+    acks.wait_count(40)
+    (first,) = fs.list_dir(journal_dir)
+    assert fs.size(f"{journal_dir}/{first}") > 4096
+    storage.checkpoint()  # the file is large: the idle journal starts a new one at once
+    deadline = time.monotonic() + 10
+    while len(fs.list_dir(journal_dir)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    storage.checkpoint()  # the mark is in the new file: the old one goes
+    (second,) = fs.list_dir(journal_dir)
+    assert second > first
+    storage.close()
+    reopened = Storage.open(cfg, fs.restart())
+    assert [reopened.read_entry(3, e) for e in range(40)] == [body(3, e) for e in range(40)]
+    reopened.close()

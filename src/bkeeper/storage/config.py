@@ -39,9 +39,11 @@ class StorageConfig:
     ``journal_queue_entries_max`` records and ``journal_queue_bytes_max`` bytes; beyond that
     adds fail with ``TooManyRequestsError``.
 
-    Journal files a checkpoint no longer needs are cut down ``journal_remove_step_bytes`` at
-    a time, ``journal_remove_pause_ms`` apart, before they are removed (a large file freed at
-    once stalls every fsync on the disk).
+    A checkpoint asks a journal whose current file holds ``journal_checkpoint_roll_bytes``
+    to start a new file, so that the next checkpoint can delete the old one even when no more
+    records come. Journal files a checkpoint no longer needs are cut down
+    ``journal_remove_step_bytes`` at a time, ``journal_remove_pause_ms`` apart, before they
+    are removed (a large file freed at once stalls every fsync on the disk).
 
     The write cache (entries not yet in an entry log) holds at most ``write_cache_bytes_max``;
     a background flush starts when ``write_cache_flush_bytes`` (at most half the cache; None:
@@ -87,6 +89,7 @@ class StorageConfig:
     journal_skip_corrupt_records: bool = False
     journal_remove_step_bytes: int = 32 * MIB
     journal_remove_pause_ms: int = 20
+    journal_checkpoint_roll_bytes: int = 64 * MIB
     write_cache_bytes_max: int = 64 * MIB
     write_cache_flush_bytes: int | None = None
     read_cache_bytes_max: int = 32 * MIB
@@ -122,6 +125,7 @@ class StorageConfig:
             "entry_log_read_handles_max",
             "index_compaction_bytes_min",
             "journal_remove_step_bytes",
+            "journal_checkpoint_roll_bytes",
         )
         flush = self.write_cache_flush_bytes
         if flush is not None and (

@@ -98,6 +98,13 @@ def cut_reason(
     return None
 
 
+class _Roll:
+    """What the journal thread takes instead of a group when it should roll while idle."""
+
+
+_ROLL = _Roll()
+
+
 class Journal:
     """Owns the journal files being written and the journal thread."""
 
@@ -130,6 +137,7 @@ class Journal:
         # Whether appends are refused (failed, closing or no room): one test on the hot path.
         self._refusing = False
         self._group_due = 0.0
+        self._roll_wanted = False
         #: groups written, by why they were cut then (see :func:`cut_reason`)
         self.groups_cut: collections.Counter[str] = collections.Counter()
         self._file_id = file_id
@@ -221,11 +229,28 @@ class Journal:
             self._file = None
 
     # -- journal thread ----------------------------------------------------------------
+    def request_roll(self) -> None:
+        """Start a new file at the next opportunity: at once when idle, else before the
+        next group. A checkpoint asks for this once the current file is large, so that the
+        next checkpoint can delete it (an idle journal would otherwise keep its last file,
+        up to ``journal_file_bytes_max``, for good)."""
+        with self._cond:
+            self._roll_wanted = True
+            self._cond.notify_all()
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes in the file being written (0: not created yet)."""
+        return self._file_bytes
+
     def _run(self) -> None:
         while True:
             group = self._take_group()
             if group is None:
                 return
+            if isinstance(group, _Roll):
+                self._roll_idle()
+                continue
             buf, tokens, count, refused = group
             error = refused if refused is not None else self._write_group(buf, count)
             if tokens:
@@ -236,7 +261,7 @@ class Journal:
 
     def _take_group(
         self,
-    ) -> tuple[bytearray, list[object], int, BaseException | None] | None:
+    ) -> tuple[bytearray, list[object], int, BaseException | None] | _Roll | None:
         """The next group, and the error to fail it with instead of writing it (failed, or
         no room); None when the thread must stop."""
         config = self._config
@@ -261,6 +286,9 @@ class Journal:
                     self._cond.wait(wait_s)
                 elif self._closing:
                     return None
+                elif self._roll_wanted:
+                    self._roll_wanted = False
+                    return _ROLL
                 else:
                     self._idle = True
                     self._cond.wait()
@@ -334,7 +362,9 @@ class Journal:
     def _writable_file(self, group_bytes: int) -> WritableFile:
         """The file the next group goes to: created on first use, reopened after a failed
         write, rolled when the group would take it past its size limit."""
-        if self._seq > 0 and self._file_bytes + group_bytes > self._config.journal_file_bytes_max:
+        too_big = self._file_bytes + group_bytes > self._config.journal_file_bytes_max
+        if self._seq > 0 and (too_big or self._roll_wanted):
+            self._roll_wanted = False
             if self._file is not None:
                 self._file.close()  # every group in it is durable
                 self._file = None
@@ -350,6 +380,26 @@ class Journal:
             self._file = self._create_file(path)
             self._file_bytes = FILE_HEADER_BYTES
         return self._file
+
+    def _roll_idle(self) -> None:
+        """Roll while no group is being written: the new file is created at once, so that
+        the durable position (the next checkpoint's mark) moves past the old one."""
+        if self._seq == 0 or self._failed is not None or self._no_room:
+            return  # nothing in the current file yet, or no writing now
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._file_id += 1
+        self._seq = 0
+        self._file_bytes = 0
+        path = os.path.join(self._directory, journal_file_name(self._file_id))
+        try:
+            self._file = self._create_file(path)
+        except Exception as exc:
+            log.warning("journal %s: new file not created now (the next group does): %s", path, exc)
+            return
+        self._file_bytes = FILE_HEADER_BYTES
+        self.durable_position = JournalPosition(self._file_id, FILE_HEADER_BYTES)
 
     def _create_file(self, path: str) -> WritableFile:
         """Create a journal file with its header, durably; on failure remove what was made."""

@@ -95,6 +95,13 @@ class JournalSet:
             for key, journal in zip(self._keys, self.journals, strict=True)
         )
 
+    def roll_large_files(self, bytes_min: int) -> None:
+        """Ask every journal whose current file holds at least ``bytes_min`` to start a new
+        one (see :meth:`Journal.request_roll`)."""
+        for journal in self.journals:
+            if journal.file_bytes >= bytes_min:
+                journal.request_roll()
+
     def start(self) -> None:
         for journal in self.journals:
             journal.start()

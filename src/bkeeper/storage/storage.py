@@ -505,8 +505,11 @@ class Storage:
 
     # -- lifecycle ---------------------------------------------------------------------
     def checkpoint(self) -> None:
-        """Flush the write cache, persist index and journal mark, drop old journals."""
+        """Flush the write cache, persist index and journal marks, drop old journals; then
+        ask journals whose file holds ``journal_checkpoint_roll_bytes`` to start a new one, so
+        that the next checkpoint can drop it even if no more records come."""
         self._flusher.checkpoint()
+        self._journal.roll_large_files(self.config.journal_checkpoint_roll_bytes)
 
     def close(self) -> None:
         """Make everything queued durable (callbacks fired), checkpoint, stop threads. On a
