@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import SystemClock
@@ -28,13 +29,13 @@ from bkeeper.server.gc_scan import (
 )
 from bkeeper.storage import Storage
 from bkeeper.testing.clock import FakeClock
-from bkeeper.testing.cluster import MemoryBookie, MemoryCluster
+from bkeeper.testing.cluster import MemoryCluster
 
 ENTRIES = 20
 
 
-def payload(ledger_id: int, entry: int) -> bytes:
-    return b"%d:%d:" % (ledger_id, entry) + bytes(random.randrange(256) for _ in range(64))
+def payload(ledger_id: int, entry: int, size: int = 64) -> bytes:
+    return b"%d:%d:" % (ledger_id, entry) + random.randbytes(size)
 
 
 async def scan(
@@ -52,11 +53,13 @@ def storages(cluster: MemoryCluster) -> list[Storage]:
     return [bookie.storage for bookie in cluster.bookies if bookie.storage is not None]
 
 
-async def write_ledger(bk: BookKeeper, entries: int = ENTRIES) -> tuple[int, list[bytes]]:
-    handle = await bk.create_ledger(3, 2, 2, password=b"pw")
+async def write_ledger(
+    bk: BookKeeper, entries: int = ENTRIES, size: int = 64, ensemble: int = 3
+) -> tuple[int, list[bytes]]:
+    handle = await bk.create_ledger(ensemble, min(ensemble, 2), min(ensemble, 2), password=b"pw")
     bodies = []
     for entry in range(entries):
-        body = payload(handle.ledger_id, entry)
+        body = payload(handle.ledger_id, entry, size)
         await handle.append(body)
         bodies.append(body)
     await handle.close()
@@ -94,52 +97,80 @@ class NetworkPaced:
         return await self._inner.read(ledger_id)
 
 
-async def test_creations_raced_against_back_to_back_passes_lose_nothing() -> None:
-    async with MemoryCluster(3) as cluster, gc_session(cluster) as metadata:
-        bk = await cluster.client()
-        written: dict[int, list[bytes]] = {}
-        deleted: set[int] = set()
-        done = asyncio.Event()
-        outcomes: list[ScanOutcome] = []
+@dataclass
+class Race:
+    """What :func:`race` saw: ledgers kept (with their entries), ledgers deleted by the
+    writers, and the ledgers each GC pass deleted."""
 
-        async def writer(index: int) -> None:
-            for round_ in range(12):
-                handle = await bk.create_ledger(3, 2, 2, password=b"pw")
-                bodies = []
-                for entry in range(ENTRIES):  # each add awaited: passes run in between
-                    body = payload(handle.ledger_id, entry)
-                    await handle.append(body)
-                    bodies.append(body)
-                await handle.close()
-                if (index + round_) % 3 == 0:
-                    await bk.delete_ledger(handle.ledger_id)
-                    deleted.add(handle.ledger_id)
-                else:
-                    written[handle.ledger_id] = bodies
+    written: dict[int, list[bytes]] = field(default_factory=dict)
+    deleted: set[int] = field(default_factory=set)
+    passes: list[tuple[int, ...]] = field(default_factory=list)
 
-        async def collector(bookie: MemoryBookie) -> None:
-            while not done.is_set():
-                outcome = await scan(bookie.storage, NetworkPaced(metadata.ledgers))
-                assert outcome.error == ""
-                assert not set(outcome.deleted) & set(written), "deleted a live ledger"
-                outcomes.append(outcome)
-                await asyncio.sleep(0)
 
-        collectors = [asyncio.create_task(collector(b)) for b in cluster.bookies]
+async def race(
+    cluster: MemoryCluster,
+    bk: BookKeeper,
+    one_pass: Callable[[int], Awaitable[tuple[int, ...]]],
+    entries: int = ENTRIES,
+    size: int = 64,
+) -> Race:
+    """Six writers each create 12 ledgers and add to them (every add awaited), deleting one
+    in three, while every bookie runs GC passes back to back (``one_pass(index)``: the
+    ledgers it deleted); then a last pass on each bookie. Checks that no pass deleted a
+    ledger that was kept, that every kept ledger reads back whole and that no bookie keeps
+    a deleted one."""
+    seen = Race()
+    done = asyncio.Event()
+
+    async def writer(index: int) -> None:
+        for round_ in range(12):
+            handle = await bk.create_ledger(3, 2, 2, password=b"pw")
+            bodies = []
+            for entry in range(entries):  # each add awaited: passes run in between
+                body = payload(handle.ledger_id, entry, size)
+                await handle.append(body)
+                bodies.append(body)
+            await handle.close()
+            if (index + round_) % 3 == 0:
+                await bk.delete_ledger(handle.ledger_id)
+                seen.deleted.add(handle.ledger_id)
+            else:
+                seen.written[handle.ledger_id] = bodies
+
+    async def collector(index: int) -> None:
+        while not done.is_set():
+            deleted = await one_pass(index)
+            assert not set(deleted) & set(seen.written), "deleted a live ledger"
+            seen.passes.append(deleted)
+            await asyncio.sleep(0)
+
+    collectors = [asyncio.create_task(collector(i)) for i in range(len(cluster.bookies))]
+    try:
         await asyncio.gather(*(writer(i) for i in range(6)))
+    finally:
         done.set()
         await asyncio.gather(*collectors)
+    assert len(seen.written) == 48 and len(seen.deleted) == 24
+    assert len(seen.passes) >= 30, f"only {len(seen.passes)} passes raced the writers"
+    assert any(seen.passes), "no pass deleted anything during the race"
+    for index, storage in enumerate(storages(cluster)):
+        await one_pass(index)
+        assert set(storage.ledger_ids()) <= set(seen.written)
+    for ledger_id, bodies in seen.written.items():
+        assert await read_back(bk, ledger_id) == bodies
+    return seen
 
-        assert len(written) == 48 and len(deleted) == 24
-        passes = len(outcomes)
-        assert passes >= 30, f"only {passes} passes raced the writers"
-        assert any(outcome.deleted for outcome in outcomes), "no pass deleted during the race"
-        for storage in storages(cluster):
-            await scan(storage, metadata.ledgers)
-            assert set(storage.ledger_ids()) <= set(written)
-            assert not set(storage.ledger_ids()) & deleted
-        for ledger_id, bodies in written.items():
-            assert await read_back(bk, ledger_id) == bodies
+
+async def test_creations_raced_against_back_to_back_scans_lose_nothing() -> None:
+    async with MemoryCluster(3) as cluster, gc_session(cluster) as metadata:
+        bk = await cluster.client()
+
+        async def one_pass(index: int) -> tuple[int, ...]:
+            outcome = await scan(storages(cluster)[index], NetworkPaced(metadata.ledgers))
+            assert outcome.error == ""
+            return outcome.deleted
+
+        await race(cluster, bk, one_pass)
 
 
 class LaggingMetadata:
