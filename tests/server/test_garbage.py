@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +29,10 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.ledgers import LedgerMetadataStore
 from bkeeper.meta.memory import MemoryNodeStore
 from bkeeper.server import Bookie, BookieConfig
-from bkeeper.server.garbage import GarbageCollector
+from bkeeper.server.garbage import GarbageCollector, GcReport
 from bkeeper.server.gc_scan import LedgerMetadataReader
 from bkeeper.storage import DiskState, MemoryFileSystem, Storage
+from bkeeper.storage.garbage import GcResult
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -121,8 +124,8 @@ async def test_run_now_forgets_exactly_the_deleted_ledgers_and_frees_their_logs(
         for index, (gc, report) in enumerate(zip(gcs, reports, strict=True)):
             assert (report.ledgers_deleted, report.metadata_reads, report.scan_error) == (4, 4, "")
             assert storage_of(cluster, index).ledger_ids() == kept
-            assert report.result.logs_removed >= 1 and report.result.bytes_freed > 0
-            assert not report.result.stopped and report.result.error == ""
+            assert report.logs_removed >= 1 and report.bytes_freed > 0
+            assert not report.stopped and report.error == ""
             status = gc.status()
             assert set(status) == STATUS_KEYS
             assert json.loads(json.dumps(status)) == status
@@ -133,8 +136,8 @@ async def test_run_now_forgets_exactly_the_deleted_ledgers_and_frees_their_logs(
                 "writable",
             )
             assert status["ledgers_deleted_total"] == 4
-            assert status["logs_removed_total"] == report.result.logs_removed
-            assert status["bytes_freed_total"] == report.result.bytes_freed
+            assert status["logs_removed_total"] == report.logs_removed
+            assert status["bytes_freed_total"] == report.bytes_freed
             assert status["entry_log_bytes"] < before[index]["entry_log_bytes"]
             assert status["gc_wait_ms"] == 600_000
             again = await gc.run_now()
@@ -154,13 +157,13 @@ async def test_ledger_creations_raced_against_whole_passes_lose_nothing() -> Non
             async def one_pass(index: int) -> tuple[int, ...]:
                 before = set(storage_of(cluster, index).ledger_ids())
                 report = await gcs[index].run_now(major=len(reports) % 2 == 0, minor=True)
-                assert report.scan_error == "" and report.result.error == ""
+                assert report.scan_error == "" and report.error == ""
                 reports.append(report)
                 # Only GC deletes ledgers from a bookie: those gone since are its.
                 return tuple(before - set(storage_of(cluster, index).ledger_ids()))
 
             seen = await race(cluster, bk, one_pass, size=500)
-        assert sum(r.result.logs_compacted for r in reports) >= 1  # copies raced the writers
+        assert sum(r.logs_compacted for r in reports) >= 1  # copies raced the writers
         assert sum(r.ledgers_deleted for r in reports) == 3 * len(seen.deleted)
 
 
@@ -184,6 +187,17 @@ class Gated:
         return await self._inner.read(ledger_id)
 
 
+def test_a_report_holds_every_field_of_the_storage_result() -> None:
+    names = {f.name for f in dataclasses.fields(GcReport)}
+    assert {f.name for f in dataclasses.fields(GcResult)} <= names
+    assert names - {f.name for f in dataclasses.fields(GcResult)} == {
+        "ledgers_deleted",
+        "metadata_reads",
+        "scan_error",
+        "started_wall_ms",
+    }
+
+
 async def test_a_run_now_during_a_pass_waits_for_the_next_pass() -> None:
     async with memory_cluster(1) as (cluster, metadata):
         bk = await cluster.client()
@@ -199,14 +213,14 @@ async def test_a_run_now_during_a_pass_waits_for_the_next_pass() -> None:
             await asyncio.sleep(0)  # both now wait (run_now registers before it awaits)
             gated.release.set()
             report = await first
-            assert (report.ledgers_deleted, report.result.major, report.result.minor) == (
+            assert (report.ledgers_deleted, report.major, report.minor) == (
                 1,
                 False,
                 False,
             )
             later = await second
             assert await third is later  # one pass for both callers, forcing what each asked
-            assert (later.ledgers_deleted, later.result.major) == (0, True)
+            assert (later.ledgers_deleted, later.major) == (0, True)
             assert later is not report and gc.status()["passes"] == 2
             assert storage_of(cluster, 0).ledger_ids() == []
 
@@ -237,7 +251,7 @@ async def test_a_metadata_outage_deletes_nothing_but_the_pass_still_collects(
         assert report.ledgers_deleted == 0 and report.metadata_reads == 0
         assert report.scan_error.startswith("listing the ledgers failed: ConnectionLossError")
         assert storage.ledger_ids() == [gone, kept]
-        assert report.result.logs_removed >= 1  # the earlier deletion's logs
+        assert report.logs_removed >= 1  # the earlier deletion's logs
         lines = [r.getMessage() for r in caplog.records if r.name == "bkeeper.server.garbage"]
         assert len(lines) == 1 and "\n" not in lines[0]
         assert lines[0].startswith("garbage collection: listing the ledgers failed: ")
@@ -274,8 +288,8 @@ async def test_compaction_follows_its_intervals_suspension_and_forcing() -> None
     ):
 
         async def kinds(**force: bool) -> tuple[bool, bool]:
-            result = (await gc.run_now(**force)).result
-            return result.minor, result.major
+            report = await gc.run_now(**force)
+            return report.minor, report.major
 
         assert await kinds() == (False, False)  # a fresh bookie waits one interval
         clock.advance(60)
@@ -359,7 +373,7 @@ async def test_a_failed_collection_fails_its_callers_and_the_next_pass_runs(
             ]
             assert (gc.failures, gc.passes, gc.status()["running"]) == (1, 0, False)
             report = await gc.run_now()
-            assert not report.result.stopped and (gc.failures, gc.passes) == (1, 1)
+            assert not report.stopped and (gc.failures, gc.passes) == (1, 1)
         finally:
             gc.request_stop()
             await loop
@@ -464,5 +478,42 @@ async def test_no_compaction_on_a_full_disk_when_it_is_not_allowed(
     assert bookie.check_disk() is True
     assert bookie.storage is not None and bookie.storage.disk_state is DiskState.FULL
     report = await gc.run_now(major=True, minor=True)
-    assert (report.result.major, report.result.minor) == (False, False)
+    assert (report.major, report.minor) == (False, False)
     assert report.ledgers_deleted == 1  # deleting ledgers and dead logs writes nothing
+
+
+async def test_closing_the_bookie_stops_a_compaction_under_way(start_bookie, connect) -> None:
+    """A compaction throttled to 1 KiB/s would take minutes; the bookie's shutdown ends it
+    between two records, the caller gets the report of a pass cut short, and the bookie
+    started again serves every entry of the ledger kept."""
+    fs = MemoryFileSystem()
+    storage = {**FULL_DISK_STORAGE, "compaction_rate_bytes_per_s": 1024}
+    bookie: Bookie = await start_bookie(fs=fs, storage=storage, gc_wait_ms=600_000)
+    client = await connect(bookie, Protocol.V2)
+    for batch in range(0, 300, 50):  # ledgers 1 and 2 interleaved: every log holds both
+        adds = [(ledger, e) for e in range(batch, batch + 50) for ledger in (1, 2)]
+        responses = await asyncio.gather(
+            *(client.request(AddRequest(i, e, KEY, body(i, e))) for i, e in adds)
+        )
+        assert {r.status for r in responses} == {StatusCode.EOK}
+    assert bookie.storage is not None and bookie.garbage_collector is not None
+    bookie.storage.delete_ledger(1)  # no metadata here: as if a scan had found it deleted
+    gc = bookie.garbage_collector
+    caller = asyncio.ensure_future(gc.run_now(major=True))
+    ledgers_dir = f"{bookie.config.data_dir}/current/ledgers"
+    async with asyncio.timeout(30):
+        while not any(name.endswith(".compacting") for name in fs.list_dir(ledgers_dir)):
+            await asyncio.sleep(0.01)  # until the copy of a log has begun
+        await bookie.aclose()
+        report = await caller
+    assert report.major and report.stopped
+    assert gc.status()["running"] is False
+    with pytest.raises(StorageError, match="is stopped"):
+        await gc.run_now()
+    data_dir = Path(bookie.config.data_dir)
+    again: Bookie = await start_bookie(data_dir, fs=fs, storage=storage, port=bookie.port)
+    client = await connect(again, Protocol.V2)
+    for entry in range(300):
+        read = await client.request(ReadRequest(2, entry))
+        assert read.status is StatusCode.EOK and bytes(read.body) == body(2, entry), entry
+    assert (await client.request(ReadRequest(1, 0))).status is StatusCode.ENOLEDGER

@@ -118,15 +118,27 @@ async def race(
     in three, while every bookie runs GC passes back to back (``one_pass(index)``: the
     ledgers it deleted); then a last pass on each bookie. Checks that no pass deleted a
     ledger that was kept, that every kept ledger reads back whole and that no bookie keeps
-    a deleted one."""
+    a deleted one.
+
+    However slow the passes, they overlap the writes: halfway through each ledger its
+    writer waits for 4 more passes to end (of 3 bookies, one then ran a whole pass while
+    the ledger was open, after the writer's previous deletion)."""
     seen = Race()
     done = asyncio.Event()
+    pass_ended = asyncio.Condition()
+
+    async def passes_end(count: int) -> None:
+        target = len(seen.passes) + count
+        async with pass_ended:
+            await pass_ended.wait_for(lambda: len(seen.passes) >= target)
 
     async def writer(index: int) -> None:
         for round_ in range(12):
             handle = await bk.create_ledger(3, 2, 2, password=b"pw")
             bodies = []
             for entry in range(entries):  # each add awaited: passes run in between
+                if entry == entries // 2:
+                    await passes_end(4)
                 body = payload(handle.ledger_id, entry, size)
                 await handle.append(body)
                 bodies.append(body)
@@ -142,16 +154,23 @@ async def race(
             deleted = await one_pass(index)
             assert not set(deleted) & set(seen.written), "deleted a live ledger"
             seen.passes.append(deleted)
+            async with pass_ended:
+                pass_ended.notify_all()
             await asyncio.sleep(0)
 
-    collectors = [asyncio.create_task(collector(i)) for i in range(len(cluster.bookies))]
-    try:
-        await asyncio.gather(*(writer(i) for i in range(6)))
-    finally:
-        done.set()
-        await asyncio.gather(*collectors)
+    async def writers() -> None:
+        try:
+            await asyncio.gather(*(writer(i) for i in range(6)))
+        finally:
+            done.set()
+
+    # A failed check in a collector cancels the writers (which may be waiting for passes).
+    async with asyncio.timeout(120), asyncio.TaskGroup() as group:
+        for index in range(len(cluster.bookies)):
+            group.create_task(collector(index))
+        group.create_task(writers())
     assert len(seen.written) == 48 and len(seen.deleted) == 24
-    assert len(seen.passes) >= 30, f"only {len(seen.passes)} passes raced the writers"
+    assert len(seen.passes) >= 4 * 12
     assert any(seen.passes), "no pass deleted anything during the race"
     for index, storage in enumerate(storages(cluster)):
         await one_pass(index)

@@ -80,21 +80,38 @@ class GcStorage(LocalLedgers, Protocol):
 
 @dataclass(frozen=True)
 class GcReport:
-    """One pass: ledgers deleted by the scan, metadata reads it made, why it ended early
-    (``scan_error``, empty when it did not), when the pass started (wall clock), and what
-    the storage's collection did."""
+    """One pass: ledgers deleted by the scan, metadata reads it made, why the scan ended
+    early (``scan_error``, empty when it did not), when the pass started (wall clock), then
+    every field of the storage's :class:`~bkeeper.storage.garbage.GcResult`."""
 
     ledgers_deleted: int
     metadata_reads: int
     scan_error: str
     started_wall_ms: int
-    result: GcResult
+    minor: bool
+    major: bool
+    logs_removed: int
+    logs_compacted: int
+    bytes_freed: int
+    bytes_copied: int
+    entries_copied: int
+    duration_s: float
+    stopped: bool
+    error: str
+
+    @classmethod
+    def of(cls, scan: ScanOutcome, started_wall_ms: int, result: GcResult) -> GcReport:
+        return cls(
+            ledgers_deleted=len(scan.deleted),
+            metadata_reads=scan.metadata_reads,
+            scan_error=scan.error,
+            started_wall_ms=started_wall_ms,
+            **dataclasses.asdict(result),
+        )
 
     def as_dict(self) -> dict[str, object]:
-        """JSON-able: the fields above and every field of the result, flat."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        del fields["result"]
-        return {**fields, **dataclasses.asdict(self.result)}
+        """JSON-able, every field."""
+        return dataclasses.asdict(self)
 
 
 class GarbageCollector:
@@ -262,7 +279,7 @@ class GarbageCollector:
         result = await asyncio.to_thread(self._collect_in_thread, plan)
         if not result.stopped:
             self._schedule.completed(plan, started)
-        return GcReport(len(scan.deleted), scan.metadata_reads, scan.error, started_wall_ms, result)
+        return GcReport.of(scan, started_wall_ms, result)
 
     def _collect_in_thread(self, plan: CompactionPlan) -> GcResult:
         return self._storage.collect_garbage(
@@ -280,23 +297,22 @@ class GarbageCollector:
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
     def _count(self, report: GcReport, pass_s: float) -> None:
-        result = report.result
         self.passes += 1
         self.last_pass = report
         self.ledgers_deleted_total += report.ledgers_deleted
-        self.logs_removed_total += result.logs_removed
-        self.logs_compacted_total += result.logs_compacted
-        self.bytes_freed_total += result.bytes_freed
-        did_something = report.ledgers_deleted or result.logs_removed or result.logs_compacted
+        self.logs_removed_total += report.logs_removed
+        self.logs_compacted_total += report.logs_compacted
+        self.bytes_freed_total += report.bytes_freed
+        did_something = report.ledgers_deleted or report.logs_removed or report.logs_compacted
         log.log(
             logging.INFO if did_something else logging.DEBUG,
             "garbage collection: %d ledgers deleted, %d entry logs removed, %d compacted "
             "(%s), %d bytes freed; the pass took %.3f s",
             report.ledgers_deleted,
-            result.logs_removed,
-            result.logs_compacted,
-            "major" if result.major else "minor" if result.minor else "no compaction",
-            result.bytes_freed,
+            report.logs_removed,
+            report.logs_compacted,
+            "major" if report.major else "minor" if report.minor else "no compaction",
+            report.bytes_freed,
             pass_s,
         )
 
