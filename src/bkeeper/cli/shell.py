@@ -18,6 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bkeeper.cli import shell_disk
 from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
@@ -45,6 +46,10 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
 @click.group()
 def shell() -> None:
     """Cluster administration."""
+
+
+for _command in shell_disk.commands:  # a bookie's files, read from its data directory
+    shell.add_command(_command)
 
 
 @shell.command()

@@ -29,13 +29,16 @@ Rules (see :mod:`bkeeper.storage.journal_format` for the format):
   records are applied and the outcome lists what was skipped. Skipped records may have been
   acknowledged, so their ledgers (the whole storage for a span) go into limbo.
 * A newest file holding only a torn header (a crash while it was created) is removed.
+* Several journals (:mod:`bkeeper.storage.journal_set`): each from its own mark, with the
+  rules above applied to each on its own ("the tail" is that journal's), their files taken in
+  id order across journals (equal ids in the order of the directories).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bkeeper.common.errors import CorruptRecordError
@@ -53,7 +56,13 @@ from bkeeper.storage.journal_format import (
     journal_file_name,
 )
 
-__all__ = ["ReplayOutcome", "journal_file_ids", "replay_journals"]
+__all__ = [
+    "ReplayOutcome",
+    "find_group",
+    "journal_file_ids",
+    "replay_journal_dirs",
+    "replay_journals",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +109,38 @@ def replay_journals(
     apply: Callable[[JournalRecord], None],
     known: Callable[[int], bool],
 ) -> ReplayOutcome:
-    """Apply every journal record from ``mark`` on, in order; see the module rules.
+    """Apply every journal record of ``directory`` from ``mark`` on, in order; see the
+    module rules.
 
     ``known(ledger_id)`` says whether the engine knows the ledger (after the records
     applied so far): the ledgers of damaged records are told with it."""
+    return replay_journal_dirs(fs, [(directory, mark)], skip_corrupt, apply, known)
+
+
+def replay_journal_dirs(
+    fs: FileSystem,
+    journals: Sequence[tuple[str, JournalPosition]],
+    skip_corrupt: bool,
+    apply: Callable[[JournalRecord], None],
+    known: Callable[[int], bool],
+) -> ReplayOutcome:
+    """Apply every record of several journals, each ``(directory, mark)`` from its mark on,
+    files in id order across the journals; see the module rules."""
     outcome = ReplayOutcome()
-    ids = [i for i in journal_file_ids(fs, directory) if i >= mark.file_id]
-    if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
-        path = os.path.join(directory, journal_file_name(mark.file_id))
-        raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
-    last_with_groups = _last_with_groups(fs, directory, ids)
-    for file_id in ids:
-        start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
-        newest = file_id >= last_with_groups
-        replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
+    plan: list[tuple[int, int, _FileReplay, int]] = []  # file id, journal, replayer, start
+    for number, (directory, mark) in enumerate(journals):
+        ids = [i for i in journal_file_ids(fs, directory) if i >= mark.file_id]
+        if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
+            path = os.path.join(directory, journal_file_name(mark.file_id))
+            raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
+        last_with_groups = _last_with_groups(fs, directory, ids)
+        for file_id in ids:
+            start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
+            newest = file_id >= last_with_groups
+            replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
+            plan.append((file_id, number, replayer, start))
+    plan.sort(key=lambda step: step[:2])
+    for _, _, replayer, start in plan:
         replayer.run(start, apply, outcome)
         outcome.files += 1
     return outcome
@@ -238,7 +265,7 @@ class _FileReplay:
 
     def _at_tail(self, handle: ReadableFile, damage: _Damage) -> bool:
         """Whether ``damage`` is in the newest file with no valid group after it."""
-        return self._newest and _find_group(handle, damage.search_from, damage.seq) is None
+        return self._newest and find_group(handle, damage.search_from, damage.seq) is None
 
     def _keep_suspect(
         self, outcome: ReplayOutcome, damage: _Damage, ledgers: set[int] | None
@@ -265,7 +292,7 @@ class _FileReplay:
         """Decide torn tail vs corruption; the position to go on from, or None to stop.
 
         ``ledgers`` are those the damaged records belong to when skipped (None: unknown)."""
-        following = _find_group(handle, damage.search_from, damage.seq)
+        following = find_group(handle, damage.search_from, damage.seq)
         if following is None and self._newest:
             log.warning("%s: cutting torn tail at %d (%s)", self._path, damage.group, damage.reason)
             self._fs.truncate(self._path, damage.group)
@@ -294,8 +321,9 @@ class _Damage:
     resume: int | None = None
 
 
-def _find_group(handle: ReadableFile, start: int, after_seq: int) -> int | None:
-    """The offset of the first valid group header at or after ``start`` with a higher seq."""
+def find_group(handle: ReadableFile, start: int, after_seq: int) -> int | None:
+    """The offset of the first valid group header at or after ``start`` with a sequence
+    number above ``after_seq``, or None (also used by ``bkeeper shell readjournal``)."""
     size = handle.size()
     position = start
     while position < size:
