@@ -272,6 +272,7 @@ async def test_two_ledger_disks_read_only_only_when_both_are_full(
     try:
         bookie.start(*dirs)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        await with_metadata(cluster_uri, bookie.bookie_id, 7, 8)
         raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
         assert await add_batch(raw, 7, range(BATCH)) == [StatusCode.EOK] * BATCH
 
