@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.server import Bookie
 from bkeeper.storage import DiskState, MemoryFileSystem
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -61,6 +62,13 @@ async def cluster(uri: str) -> AsyncIterator[ClusterMetadata]:
         yield metadata
 
 
+async def with_metadata(cluster: ClusterMetadata, bookie: Bookie, ledger_id: int) -> None:
+    """Give a ledger written here raw its metadata: without it, the bookie's garbage
+    collector (which runs at once on a full disk) would rightly delete it."""
+    meta = LedgerMetadata.new([bookie.bookie_id], 1, 1, DigestType.CRC32C, b"pw", ctime_ms=0)
+    await cluster.ledgers.create(meta, ledger_id=ledger_id)
+
+
 async def wait_registered(cluster: ClusterMetadata, bookie: Bookie, read_only: bool) -> None:
     async with asyncio.timeout(10), contextlib.aclosing(cluster.registry.watch()) as sets:
         async for bookies in sets:
@@ -71,6 +79,7 @@ async def wait_registered(cluster: ClusterMetadata, bookie: Bookie, read_only: b
 async def test_full_disk_is_read_only_then_writable_again(start_bookie, connect, cluster, uri):
     fs = MemoryFileSystem(capacity_bytes=4 * MIB)
     bookie = await start_bookie(fs=fs, storage=STORAGE, metadata_uri=uri)
+    await with_metadata(cluster, bookie, 1)
     client = await connect(bookie, Protocol.V2)
     await wait_registered(cluster, bookie, read_only=False)
     assert [await add(client, 1, e) for e in range(5)] == [StatusCode.EOK] * 5
@@ -103,6 +112,7 @@ async def test_starts_read_only_on_a_full_disk(
     fs = MemoryFileSystem(capacity_bytes=4 * MIB)
     data_dir = tmp_path / "full"
     bookie = await start_bookie(data_dir, fs=fs, storage=STORAGE, metadata_uri=uri)
+    await with_metadata(cluster, bookie, 2)
     client = await connect(bookie, Protocol.V2)
     assert [await add(client, 2, e) for e in range(5)] == [StatusCode.EOK] * 5
     await client.aclose()

@@ -24,6 +24,7 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.tmpfs import fill_disk, used_fraction
 from bkeeper.testing.zookeeper import ZooKeeperServer
@@ -114,6 +115,15 @@ async def wait_registered(uri: str, bookie_id: str, read_only: bool | None) -> N
                 return
 
 
+async def with_metadata(uri: str, bookie_id: str, *ledger_ids: int) -> None:
+    """Give ledgers written here raw their metadata: without it, the bookie's garbage
+    collector (which runs at once on a full disk) would rightly delete them."""
+    meta = LedgerMetadata.new([bookie_id], 1, 1, DigestType.CRC32C, b"pw", ctime_ms=0)
+    async with await ClusterMetadata.open(uri) as cluster:
+        for ledger_id in ledger_ids:
+            await cluster.ledgers.create(meta, ledger_id=ledger_id)
+
+
 async def add_batch(client: BookieClient, ledger: int, entries: range) -> list[StatusCode]:
     responses = await asyncio.gather(
         *(client.send(AddRequest(ledger, e, KEY, body(ledger, e))) for e in entries)
@@ -139,6 +149,7 @@ async def test_full_disk_is_read_only_at_once_and_writable_again_without_restart
     bookie.start()
     filler = small_tmpfs / "filler"
     await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+    await with_metadata(cluster_uri, bookie.bookie_id, 9)
     async with BookKeeper(cluster_uri) as client:
         before = await client.create_ledger(1, 1, 1, password=b"pw")
         written = [b"before %d " % i + bytes(500) for i in range(200)]
@@ -188,6 +199,7 @@ async def test_starts_read_only_on_a_full_disk_and_a_failed_start_leaves_nothing
 ) -> None:
     filler = small_tmpfs / "filler"
     bookie.start()
+    await with_metadata(cluster_uri, bookie.bookie_id, 7, 8)
     raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
     for start in range(0, 300, BATCH):
         assert await add_batch(raw, 7, range(start, start + BATCH)) == [StatusCode.EOK] * BATCH
@@ -260,6 +272,7 @@ async def test_two_ledger_disks_read_only_only_when_both_are_full(
     try:
         bookie.start(*dirs)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        await with_metadata(cluster_uri, bookie.bookie_id, 7, 8)
         raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
         assert await add_batch(raw, 7, range(BATCH)) == [StatusCode.EOK] * BATCH
 

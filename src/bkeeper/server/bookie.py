@@ -1,12 +1,14 @@
 """The bookie process: ordered start and shutdown around storage, listener and monitors.
 
 Start: cookie check (refuse on mismatch) -> storage open (journal replay, on a worker thread)
--> listener -> background tasks (checkpoints, disk monitor, registration). Shutdown
+-> listener -> background tasks (checkpoints, disk monitor, garbage collection,
+registration). Shutdown
 (``aclose``): stop accepting -> wait (bounded) for in-flight requests to drain -> close
 connections -> close storage (drains the journal, checkpoints). Every background task belongs
 to the bookie's :class:`~bkeeper.common.tasks.TaskOwner`; its loops (checkpoints, disk monitor,
-connection sweep, registration) end by themselves once a stop is asked for, and shutdown waits
-for them before closing the storage. A loop that fails stops the bookie: its error is logged
+connection sweep, garbage collection, registration) end by themselves once a stop is asked
+for (a garbage-collection pass under way ends early), and shutdown waits for them before
+closing the storage. A loop that fails stops the bookie: its error is logged
 when it ends, and ``aclose`` raises it once the shutdown is done. A start that fails after the
 storage opened closes it again. Time (the drain's deadline, the connection table's timeouts)
 comes from the ``Clock`` given.
@@ -17,6 +19,11 @@ engine writes, and every ``disk_check_interval_ms`` here). Entering it takes eff
 from whichever thread saw the disk fill (the next add gets EREADONLY); the log line,
 listeners and the registration under ``available/readonly`` follow on the event loop. The
 bookie turns writable, and registers so, once usage is below the low-water mark.
+
+Garbage collection (:mod:`bkeeper.server.garbage`): ``garbage_collector`` (set once the
+storage is open) runs a pass every ``gc_wait_ms``, on demand (``run_now``, the admin
+channel's), and as soon as the disk turns full; with no metadata store (no
+``metadata_uri``) it cannot tell deleted ledgers and only collects entry logs.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
+from bkeeper.server.garbage import GarbageCollector
 from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.registration import ClusterMembership
 from bkeeper.storage import DiskState, FileSystem, Storage, StorageConfig
@@ -82,6 +90,7 @@ class Bookie:
         self._stopping = asyncio.Event()
         self._readonly_listeners: list[Callable[[bool], None]] = []
         self._membership: ClusterMembership | None = None
+        self.garbage_collector: GarbageCollector | None = None
         self.port = config.port
 
     @property
@@ -164,10 +173,23 @@ class Bookie:
         self._run_loop(self._checkpoint_loop(), "checkpoints")
         self._run_loop(self._disk_monitor_loop(), "disk monitor")
         self._run_loop(self.connections.run(self._stopping), "connection sweep")
+        self._start_garbage_collector(self.storage)
         if self._membership is not None:
             self._mode_changed.clear()  # a switch during the registration sets it again
             if await self._register_unless_stopped():
                 self._run_loop(self._registration_loop(), "registration")
+
+    def _start_garbage_collector(self, storage: Storage) -> None:
+        metadata = None if self._membership is None else self._membership.cluster.ledgers
+        collector = self.garbage_collector = GarbageCollector(
+            self.config,
+            storage,
+            metadata,
+            allowed_on_full_disk=self.storage_config.gc_allowed_on_full_disk,
+            clock=self._clock,
+        )
+        self._run_loop(collector.run(), "garbage collection")
+        collector.on_disk_state(storage.disk_state)  # full already: collect at once
 
     def _run_loop(self, loop: Coroutine[Any, Any, None], name: str) -> None:
         """Run a background loop of the bookie; it ends by itself once a stop is asked for."""
@@ -256,6 +278,11 @@ class Bookie:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._apply_mode)
+            loop.call_soon_threadsafe(self._disk_state_changed, state)
+
+    def _disk_state_changed(self, state: DiskState) -> None:
+        if self.garbage_collector is not None:
+            self.garbage_collector.on_disk_state(state)
 
     def _apply_mode(self) -> None:
         storage = self.storage
@@ -298,6 +325,8 @@ class Bookie:
 
     def request_stop(self) -> None:
         self._stopping.set()
+        if self.garbage_collector is not None:
+            self.garbage_collector.request_stop()
 
     @property
     def stop_requested(self) -> bool:
@@ -306,7 +335,7 @@ class Bookie:
     async def aclose(self) -> None:
         """Drain in-flight requests, checkpoint and stop; safe to call twice. Raises the
         error of a background loop that failed (and so stopped the bookie), once stopped."""
-        self._stopping.set()
+        self.request_stop()
         self._mode_changed.set()  # ends the registration loop
         if self._membership is not None:
             try:

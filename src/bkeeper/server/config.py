@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
-from bkeeper.common.validate import check_port, check_positive_ints
+from bkeeper.common.validate import check_non_negative_ints, check_port, check_positive_ints
 
 __all__ = ["BookieConfig"]
 
@@ -27,6 +27,13 @@ class BookieConfig:
     incomplete frames across all connections stay under ``partial_frames_bytes_max``. Lines
     about misbehaving clients are logged at most ``client_error_log_lines_per_s`` a second
     (bursts of ``client_error_log_burst``); the rest are counted and the count logged.
+
+    Garbage collection (see ``bkeeper.server.garbage``): a pass every ``gc_wait_ms`` deletes
+    the local data of ledgers whose metadata is gone (confirming each with at most
+    ``gc_metadata_reads_per_s`` metadata reads a second) and removes entry logs that hold no
+    live ledger; it runs minor compaction when ``minor_compaction_interval_ms`` have passed
+    since the last one, and major compaction every ``major_compaction_interval_ms`` (0
+    disables that kind; the thresholds are in ``StorageConfig``).
     """
 
     data_dir: str
@@ -51,6 +58,10 @@ class BookieConfig:
     checkpoint_interval_ms: int = 10_000
     shutdown_drain_timeout_ms: int = 10_000
     readonly: bool = False
+    gc_wait_ms: int = 60_000
+    minor_compaction_interval_ms: int = 3_600_000
+    major_compaction_interval_ms: int = 86_400_000
+    gc_metadata_reads_per_s: int = 100
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +90,11 @@ class BookieConfig:
             "disk_check_interval_ms",
             "checkpoint_interval_ms",
             "shutdown_drain_timeout_ms",
+            "gc_wait_ms",
+            "gc_metadata_reads_per_s",
+        )
+        check_non_negative_ints(
+            self, "minor_compaction_interval_ms", "major_compaction_interval_ms"
         )
         if self.partial_frames_bytes_max < self.max_frame_bytes:
             raise ConfigError(
