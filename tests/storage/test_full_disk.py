@@ -20,7 +20,7 @@ from storage_helpers import (
     wait_until,
 )
 
-from bkeeper.common.errors import ConfigError, DiskFullError
+from bkeeper.common.errors import ConfigError, DiskFullError, NoSuchLedgerError
 from bkeeper.storage import DiskState, MemoryFileSystem, Storage, StorageConfig
 from bkeeper.storage.disk_space import next_state
 
@@ -245,3 +245,26 @@ def test_a_failed_open_removes_the_files_it_created() -> None:
     storage, _, _ = open_watched(after, config)
     assert [storage.read_entry(1, e) for e in range(100)] == [body(e) for e in range(100)]
     storage.close()
+
+
+def test_a_ledger_is_deleted_on_a_disk_with_no_room_and_the_next_checkpoint_persists_it() -> None:
+    fs = MemoryFileSystem(capacity_bytes=1 * MIB)
+    storage, acks, _ = open_watched(fs)
+    add_acked(storage, acks, range(5))
+    fill(fs, "/filler")
+    storage.add_entry(1, 5, KEY, body(5), token=5)  # fails for lack of space: NO_ROOM
+    acks.wait_count(6)
+    assert storage.disk_state is DiskState.NO_ROOM
+    with pytest.raises(DiskFullError):
+        storage.delete_ledger(1, token="wants-durability")
+    storage.delete_ledger(1)  # garbage collection's call: forgotten at once
+    with pytest.raises(NoSuchLedgerError):
+        storage.read_entry(1, 0)
+    fs.remove("/filler")
+    assert storage.check_disk() is DiskState.WRITABLE
+    storage.checkpoint()
+    after = fs.crash()
+    storage.abort()
+    restarted, _, _ = open_watched(after)
+    assert 1 not in restarted.ledger_ids()
+    restarted.close()

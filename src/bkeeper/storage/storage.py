@@ -270,10 +270,21 @@ class Storage:
             self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
 
     def delete_ledger(self, ledger_id: int, *, token: object | None = None) -> None:
-        """Forget the ledger at once (reads say no such ledger); durable via ``token``."""
+        """Forget the ledger at once (reads say no such ledger); durable via ``token``.
+
+        On a disk with no room the journal takes no record, yet deleting is how a full
+        bookie frees space: with no ``token`` the ledger is then forgotten in memory only and
+        the next checkpoint persists that (the index records deletions); a crash before it
+        brings the ledger back, and garbage collection deletes it again (its metadata is
+        gone). With a ``token`` the caller wants durability now: DiskFullError."""
         record = ledger_record(RecordKind.DELETE_LEDGER, ledger_id)
         with self._engine.lock:
-            self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
+            try:
+                self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
+            except DiskFullError:
+                if token is not None:
+                    raise
+                log.info("ledger %d deleted in memory (no room for its journal record)", ledger_id)
             self._engine.delete_locked(ledger_id)
 
     def _ledger_for_write_locked(self, ledger_id: int, master_key: bytes) -> StoredLedger:
