@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bkeeper.common.errors import DiskFullError
@@ -85,9 +85,11 @@ class Compactor:
         registry: EntryLogRegistry,
         reader: EntryLogReader,
         log_ids: LogIds,
+        checkpoint: Callable[[], None],
     ) -> None:
         """``dirs`` says where each log is, where a copy goes, and how full the ledger
-        directories are."""
+        directories are; ``checkpoint`` is the engine's (which also rolls large journal
+        files, so that a pass after mass deletions frees journal space too)."""
         self._fs = fs
         self._dirs = dirs
         self._config = config
@@ -96,6 +98,7 @@ class Compactor:
         self._registry = registry
         self._reader = reader
         self._log_ids = log_ids
+        self._checkpoint = checkpoint
         self._pass_lock = threading.Lock()
         #: Logs whose copy is committed and indexed but not yet checkpointed (a checkpoint
         #: failed for lack of space): removed after the next checkpoint that succeeds.
@@ -149,7 +152,7 @@ class Compactor:
         if not plan.remove and not plan.compact and not self._removable:
             return
         # The deletions that emptied these logs reach the index file first.
-        self._flusher.checkpoint()
+        self._checkpoint()
         for log_id in [*self._removable, *plan.remove]:
             if self._closed(log_id):
                 tally.freed += self._remove(log_id)
@@ -228,7 +231,7 @@ class Compactor:
             self._swap(copied)
             tally.entries += len(copied.new)
         try:
-            self._flusher.checkpoint()
+            self._checkpoint()
         except DiskFullError:
             self._removable.append(log_id)  # the next pass removes it after its checkpoint
             raise

@@ -135,7 +135,7 @@ class Storage:
         self._ledger_dirs = dirs  # where each entry log is
         self._reader = EntryLogReader(fs, dirs, config.entry_log_read_handles_max)
         self._compactor = Compactor(
-            fs, dirs, config, engine, flusher, registry, self._reader, log_ids
+            fs, dirs, config, engine, flusher, registry, self._reader, log_ids, self.checkpoint
         )
 
     @classmethod
