@@ -1,0 +1,143 @@
+"""A bookie that fills its disk with its own data and gets it back, with no restart.
+
+A real ``bkeeper bookie`` on a real 64 MiB tmpfs (journal and entry logs on it) takes adds
+over ten ledgers until it turns read-only: no failed add other than EREADONLY, every
+acknowledged entry still readable, registered under ``available/readonly``. Eight of the
+ledgers are then deleted from the metadata: the bookie's garbage collector (run at once on a
+full disk, and every period) deletes them, removes and compacts entry logs, and the journal's
+old files go with the checkpoints; the disk drops below the low-water mark and the bookie is
+writable again, registered so, and takes adds to the ledgers kept. Every acknowledged entry
+of those reads back; the deleted ones answer "no such ledger".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from bkeeper.client.bookie_client import BookieClient
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.testing.tmpfs import used_fraction
+from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.digest import DigestManager, DigestType
+from bkeeper.wire.messages import AddRequest, ReadRequest
+from tests.server.test_full_disk_process import (
+    KEY,
+    BookieProcess,
+    cluster_uri,
+    wait_registered,
+    with_metadata,
+)
+
+__all__ = ["cluster_uri"]
+
+pytestmark = pytest.mark.integration
+
+LEDGERS = tuple(range(101, 111))
+KEPT = LEDGERS[:2]
+PAYLOAD_BYTES = 16 * 1024
+SETTINGS = (
+    "gc_wait_ms=500",
+    "minor_compaction_interval_ms=500",
+    "major_compaction_interval_ms=500",
+    "compaction_rate_bytes_per_s=0",
+    "checkpoint_interval_ms=500",
+    "disk_check_interval_ms=200",
+    "entry_log_bytes_max=4194304",
+    "journal_file_bytes_max=4194304",
+    "journal_checkpoint_roll_bytes=1048576",
+    "write_cache_bytes_max=4194304",
+    "disk_high_priority_free_bytes_min=1048576",
+)
+
+
+def body(ledger: int, entry: int) -> bytes:
+    manager = DigestManager(ledger, DigestType.CRC32C, b"pw")
+    payload = bytes([(ledger + entry) % 251]) * PAYLOAD_BYTES
+    return manager.encode_entry(entry, entry - 1, PAYLOAD_BYTES * (entry + 1), payload)
+
+
+async def add_round(
+    client: BookieClient, ledgers: Iterable[int], entry: int
+) -> dict[int, StatusCode]:
+    ledgers = list(ledgers)
+    responses = await asyncio.gather(
+        *(client.send(AddRequest(ledger, entry, KEY, body(ledger, entry))) for ledger in ledgers)
+    )
+    return {ledger: r.status for ledger, r in zip(ledgers, responses, strict=True)}
+
+
+async def read_back(client: BookieClient, ledger: int, entries: int) -> None:
+    for start in range(0, entries, 50):
+        ids = range(start, min(start + 50, entries))
+        responses = await asyncio.gather(*(client.send(ReadRequest(ledger, e)) for e in ids))
+        for entry, response in zip(ids, responses, strict=True):
+            assert response.status is StatusCode.EOK, (ledger, entry, response.status)
+            assert bytes(response.body) == body(ledger, entry), (ledger, entry)
+
+
+async def test_a_bookie_fills_its_disk_goes_read_only_and_gc_makes_it_writable_again(
+    small_tmpfs: Path, tmp_path: Path, cluster_uri: str
+) -> None:
+    bookie = BookieProcess(small_tmpfs / "bookie", tmp_path / "bookie.log", cluster_uri)
+    options = [arg for setting in SETTINGS for arg in ("-o", setting)]
+    try:
+        bookie.start(*options)
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        await with_metadata(cluster_uri, bookie.bookie_id, *LEDGERS)
+        raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
+
+        # Fill: rounds of one entry per ledger until the bookie refuses every add for good
+        # (checkpoints free the journal's copy of what is in entry logs: a refusal may end).
+        acked = dict.fromkeys(LEDGERS, 0)
+        seen: set[StatusCode] = set()
+        refusals = 0
+        entry = 0
+        while refusals < 4 and entry < 10_000:
+            statuses = await add_round(raw, LEDGERS, entry)
+            seen.update(statuses.values())
+            for ledger, status in statuses.items():
+                if status is StatusCode.EOK:
+                    acked[ledger] = max(acked[ledger], entry + 1)
+            if set(statuses.values()) == {StatusCode.EOK}:
+                entry += 1
+                refusals = 0
+            elif StatusCode.EOK in statuses.values():
+                refusals = 0  # a round with refusals is tried again with the same ids
+            else:
+                refusals += 1
+                await asyncio.sleep(0.6)  # past a checkpoint
+        assert seen <= {StatusCode.EOK, StatusCode.EREADONLY}, seen  # never EIO
+        assert StatusCode.EREADONLY in seen
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
+        assert (await add_round(raw, KEPT, entry)) == dict.fromkeys(KEPT, StatusCode.EREADONLY)
+        assert used_fraction(small_tmpfs) >= 0.90
+        for ledger in LEDGERS:
+            await read_back(raw, ledger, acked[ledger])
+
+        # Delete all but two ledgers: the bookie frees the space itself.
+        async with await ClusterMetadata.open(cluster_uri) as cluster:
+            for ledger in LEDGERS:
+                if ledger not in KEPT:
+                    await cluster.ledgers.delete(ledger)
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        assert used_fraction(small_tmpfs) < 0.90
+
+        # Writable again: adds to the ledgers kept go on where they stopped.
+        for ledger in KEPT:
+            for extra in range(acked[ledger], acked[ledger] + 20):
+                assert await add_round(raw, [ledger], extra) == {ledger: StatusCode.EOK}
+            acked[ledger] += 20
+        for ledger in KEPT:
+            await read_back(raw, ledger, acked[ledger])
+        for ledger in LEDGERS:
+            if ledger not in KEPT:  # deleted by the pass that made the bookie writable
+                response = await raw.send(ReadRequest(ledger, 0))
+                assert response.status is StatusCode.ENOLEDGER, (ledger, response.status)
+        await raw.aclose()
+        assert bookie.stop() == 0
+    finally:
+        bookie.kill()
