@@ -10,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from click.testing import CliRunner, Result
@@ -19,7 +21,7 @@ from bkeeper.cli.shell import shell
 from bkeeper.common.errors import TooManyRequestsError
 from bkeeper.storage import OsFileSystem, Storage, StorageConfig
 from bkeeper.storage.checkpoint_file import read_checkpoint
-from bkeeper.storage.index_file import index_file_name, load_index
+from bkeeper.storage.index_file import index_file_generation, index_file_name, load_index
 
 KEY = b"k" * 20
 _HEAD = struct.Struct(">qqqq")
@@ -57,6 +59,11 @@ def data_dir(tmp_path: Path) -> Path:
     entry logs, then ledger 4 (50 entries) only in the journal, left by a process that
     died (so the journal is kept)."""
     path = tmp_path / "bookie"
+    _fill(_config(path))
+    return path
+
+
+def _fill(config: StorageConfig) -> None:
     durable = threading.Event()
 
     def on_durable(tokens: list[object], error: BaseException | None) -> None:
@@ -64,7 +71,7 @@ def data_dir(tmp_path: Path) -> Path:
         if "force" in tokens:
             durable.set()
 
-    storage = Storage.open(_config(path), on_durable=on_durable)
+    storage = Storage.open(config, on_durable=on_durable)
     for ledger_id in (1, 2, 3):
         _add(storage, ledger_id, range(200))
     storage.checkpoint()
@@ -73,7 +80,6 @@ def data_dir(tmp_path: Path) -> Path:
     assert durable.wait(30)
     storage.checkpoint()  # ledger 4 indexed too; the journal file holding it stays
     storage.abort()
-    return path
 
 
 def run(*args: str) -> Result:
@@ -245,7 +251,8 @@ def test_a_missing_or_foreign_directory_is_one_line_and_exit_1(tmp_path: Path) -
     assert result.returncode == 1
     assert result.stderr == (
         f"error: {tmp_path} is not a bookie data directory "
-        "(no current/journal and current/ledgers in it)\n"
+        "(no current/journal and current/ledgers in it; give --ledger-dir and --journal-dir "
+        "if the bookie was started with them)\n"
     )
 
 
@@ -279,3 +286,248 @@ def test_on_a_running_bookie_then_stopped(real_cluster) -> None:
     assert isinstance(mark, dict)
     journal = run("readjournal", "--data-dir", data, str(mark["journal_file_id"]))
     assert journal.exit_code == 0, journal.output
+
+
+# -- a bookie with two ledger dirs and two journal dirs --------------------------------------
+class Multi(NamedTuple):
+    """A data dir whose bookie has its first ledger and journal dirs in it (named by the
+    checkpoint relative to it) and its second ones on another disk (named absolute)."""
+
+    data_dir: Path
+    ledger_dirs: tuple[Path, Path]
+    journal_dirs: tuple[Path, Path]
+
+    def key(self, directory: Path) -> str:
+        inside = directory.is_relative_to(self.data_dir)
+        return str(directory.relative_to(self.data_dir)) if inside else str(directory)
+
+
+@pytest.fixture
+def multi(tmp_path: Path) -> Multi:
+    """As :func:`data_dir`, written by a storage with two ledger dirs and two journal dirs:
+    ledgers 2 and 4 in the first journal, 1 and 3 in the second."""
+    data = tmp_path / "bookie"
+    dirs = Multi(
+        data,
+        (data / "current" / "ledgers", tmp_path / "disk2" / "ledgers"),
+        (data / "current" / "journal", tmp_path / "disk2" / "journal"),
+    )
+    config = replace(
+        _config(data),
+        ledger_dirs=tuple(map(str, dirs.ledger_dirs)),
+        journal_dirs=tuple(map(str, dirs.journal_dirs)),
+    )
+    _fill(config)
+    return dirs
+
+
+def _numbered(directory: Path, suffix: str) -> list[int]:
+    return sorted(int(p.name[:16], 16) for p in directory.iterdir() if p.name.endswith(suffix))
+
+
+def _file(multi: Multi, kind: str, path: Path, number: int, current: bool) -> dict[str, object]:
+    return {
+        "kind": kind,
+        "dir": multi.key(path.parent),
+        "number": number,
+        "name": path.name,
+        "path": str(path),
+        "bytes": path.stat().st_size,
+        "current": current,
+    }
+
+
+def test_several_dirs_listfilesondisc_lists_every_dir(multi: Multi) -> None:
+    first_ledgers = multi.ledger_dirs[0]
+    root = read_checkpoint(OsFileSystem(), str(first_ledgers / "checkpoint"))
+    assert root is not None
+    expected: list[dict[str, object]] = []
+    for directory, (key, mark) in zip(multi.journal_dirs, root.marks, strict=True):
+        assert key == multi.key(directory)
+        for file_id in _numbered(directory, ".txn"):
+            path = directory / f"{file_id:016x}.txn"
+            expected.append(_file(multi, "journal", path, file_id, file_id == mark.file_id))
+    logs = sorted((i, d) for d in multi.ledger_dirs for i in _numbered(d, ".log"))
+    assert {d for _, d in logs} == set(multi.ledger_dirs)  # logs in both ledger dirs
+    for log_id, directory in logs:
+        log = _file(multi, "entrylog", directory / f"{log_id:016x}.log", log_id, False)
+        # rolled logs end with their ledgers map; the last was open when the process died
+        expected.append({**log, "ledgers_map": log_id != logs[-1][0]})
+    for name in sorted(os.listdir(first_ledgers)):
+        generation = index_file_generation(name)
+        if generation is not None:
+            current = generation == root.index_generation
+            expected.append(_file(multi, "index", first_ledgers / name, generation, current))
+    expected.append(_file(multi, "checkpoint", first_ledgers / "checkpoint", -1, True))
+    listed = run("listfilesondisc", "--data-dir", str(multi.data_dir), "--json")
+    assert (listed.exit_code, listed.stderr) == (0, "")
+    assert json.loads(listed.stdout) == {
+        "data_dir": str(multi.data_dir),
+        "ledger_dirs": list(map(str, multi.ledger_dirs)),
+        "journal_dirs": list(map(str, multi.journal_dirs)),
+        "files": expected,
+    }
+    table = run("listfilesondisc", "--data-dir", str(multi.data_dir))
+    assert table.exit_code == 0
+    assert "│ journal    │ current/journal " in table.stdout
+    assert "│ checkpoint │ current/ledgers " in table.stdout
+
+
+def test_several_dirs_lastmark_has_a_mark_per_journal(multi: Multi) -> None:
+    first_ledgers = multi.ledger_dirs[0]
+    root = read_checkpoint(OsFileSystem(), str(first_ledgers / "checkpoint"))
+    assert root is not None
+    journals = [
+        {
+            "dir": str(directory),
+            "key": multi.key(directory),
+            "file_id": mark.file_id,
+            "offset": mark.offset,
+            "file": str(directory / f"{mark.file_id:016x}.txn"),
+        }
+        for directory, (_, mark) in zip(multi.journal_dirs, root.marks, strict=True)
+    ]
+    assert run_json("lastmark", "--data-dir", str(multi.data_dir)) == {
+        "data_dir": str(multi.data_dir),
+        "checkpoint": {
+            "checkpoint": str(first_ledgers / "checkpoint"),
+            "journal_file_id": root.marks[0].position.file_id,
+            "journal_offset": root.marks[0].position.offset,
+            "journal_file": journals[0]["file"],
+            "journals": journals,
+            "index_generation": root.index_generation,
+            "index_bytes": root.index_bytes,
+            "index_file": str(first_ledgers / index_file_name(root.index_generation)),
+            "ledger_dirs": list(map(str, multi.ledger_dirs)),
+            "limbo": False,
+        },
+    }
+    table = run("lastmark", "--data-dir", str(multi.data_dir))
+    assert "│ journal mark (current/journal) " in table.stdout  # (the other's dir is long)
+    assert table.stdout.count("│ journal mark") == 2
+    for _, mark in root.marks:
+        value = f"file {mark.file_id} ({mark.file_id:016x}.txn) offset {mark.offset:,}"
+        assert value in table.stdout
+
+
+def test_several_dirs_readjournal_needs_a_journal_dir_for_an_id_in_both(multi: Multi) -> None:
+    first, second = multi.journal_dirs
+    file_id = max(set(_numbered(first, ".txn")) & set(_numbered(second, ".txn")))
+    ambiguous = run("readjournal", "--data-dir", str(multi.data_dir), str(file_id))
+    assert (ambiguous.exit_code, ambiguous.stdout) == (1, "")
+    assert ambiguous.stderr == (
+        f"error: journal file id {file_id} is ambiguous: in dirs {first} and {second}; "
+        "give --journal-dir or the file's path\n"
+    )
+    ledgers = {}
+    for directory in multi.journal_dirs:
+        read = run_json(
+            "readjournal", "--journal-dir", str(directory), str(file_id), "--entries", "--limit",
+            "0",
+        )  # fmt: skip
+        assert read["path"] == str(directory / f"{file_id:016x}.txn") and read["damage"] == []
+        records = read["records_shown"]
+        assert isinstance(records, list)
+        ledgers[directory] = {r["ledger"] for r in records if r["kind"] == "ADD_ENTRY"}
+    # a ledger's records go to the journal of its id modulo the number of journals (the
+    # journals did not roll: one file each, the checkpoint's marks inside it)
+    assert ledgers == {first: {2, 4}, second: {1, 3}}
+
+
+def test_several_dirs_readlog_finds_a_log_in_the_second_ledger_dir(multi: Multi) -> None:
+    second = multi.ledger_dirs[1]
+    log_id = _numbered(second, ".log")[0]
+    index = _index(multi.data_dir)
+    in_log = sorted(
+        (loc & 0xFFFFFFFF, lid, e) for (lid, e), loc in index.items() if loc >> 32 == log_id
+    )
+    read = run_json("readlog", "--data-dir", str(multi.data_dir), str(log_id), "--limit", "0")
+    path = second / f"{log_id:016x}.log"
+    assert (read["path"], read["log_id"], read["bytes"]) == (
+        str(path),
+        log_id,
+        path.stat().st_size,
+    )
+    shown = read["records_shown"]
+    assert isinstance(shown, list) and read["damage"] is None
+    assert [(r["offset"], r["ledger"], r["entry"]) for r in shown] == in_log
+    missing = run("readlog", "--data-dir", str(multi.data_dir), "999")
+    assert missing.stderr == (
+        f"error: no entry log {999:016x}.log in the ledger dirs {multi.ledger_dirs[0]} and "
+        f"{second}\n"
+    )
+
+
+def test_several_dirs_localconsistencycheck_names_a_damaged_log_in_the_second_dir(
+    multi: Multi,
+) -> None:
+    index = _index(multi.data_dir)
+    logs = {loc >> 32 for loc in index.values()}
+    root = run_json("lastmark", "--data-dir", str(multi.data_dir))["checkpoint"]
+    expected = {
+        "data_dir": str(multi.data_dir),
+        "consistent": True,
+        "checkpoint": root,
+        "ledger_dirs": list(map(str, multi.ledger_dirs)),
+        "ledgers": 4,
+        "entries": 650,
+        "entry_logs": len(logs),
+        "rechecked": 0,
+        "problems_total": 0,
+        "problems_left_out": 0,
+        "problems": [],
+    }
+    assert run_json("localconsistencycheck", "--data-dir", str(multi.data_dir)) == expected
+
+    second = multi.ledger_dirs[1]
+    (ledger_id, entry_id), location = min(
+        (key, loc) for key, loc in index.items() if (second / f"{loc >> 32:016x}.log").exists()
+    )
+    log = second / f"{location >> 32:016x}.log"
+    offset = location & 0xFFFFFFFF
+    with open(log, "r+b") as handle:
+        handle.seek(offset + 8 + 40)
+        handle.write(b"\xde\xad")
+    damaged = run("localconsistencycheck", "--data-dir", str(multi.data_dir), "--json")
+    assert damaged.exit_code == 1
+    problem = {
+        "ledger": ledger_id,
+        "entry": entry_id,
+        "log_id": location >> 32,
+        "log": str(log),
+        "offset": offset,
+        "problem": "bad record",
+        "detail": "entry record fails its checksum",
+    }
+    assert json.loads(damaged.stdout) == {
+        **expected,
+        "consistent": False,
+        "problems_total": 1,
+        "problems": [problem],
+    }
+    assert damaged.stderr == (
+        f"error: the index and the entry logs of {multi.data_dir} disagree: 1 problem(s); the "
+        f"first: ledger {ledger_id} entry {entry_id} in {log} at offset {offset}: bad record\n"
+    )
+
+
+def test_several_dirs_given_that_differ_from_the_checkpoint_s_are_noted(multi: Multi) -> None:
+    first, second = multi.journal_dirs
+    checkpoint = multi.ledger_dirs[0] / "checkpoint"
+    result = run(
+        "listfilesondisc", "--data-dir", str(multi.data_dir), "--journal-dir", str(first),
+        "--journal", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert result.stderr == (
+        f"note: the dirs given differ from those the checkpoint {checkpoint} names (journal "
+        f"dirs {first} and {second}, given {first}): showing the dirs given\n"
+    )
+    files = json.loads(result.stdout)["files"]
+    assert {f["dir"] for f in files} == {"current/journal"}
+    same = run(
+        "lastmark", "--data-dir", str(multi.data_dir),
+        *(arg for d in multi.ledger_dirs for arg in ("--ledger-dir", str(d))),
+        *(arg for d in multi.journal_dirs for arg in ("--journal-dir", str(d))),
+    )  # fmt: skip
+    assert (same.exit_code, same.stderr) == (0, "")

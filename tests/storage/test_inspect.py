@@ -4,6 +4,7 @@ filesystem and on real directories, against data written by a real Storage."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import threading
@@ -18,13 +19,17 @@ from bkeeper.common.errors import CorruptRecordError, StorageError, TooManyReque
 from bkeeper.storage import FileSystem, MemoryFileSystem, OsFileSystem, ReadableFile, Storage
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint, write_checkpoint
 from bkeeper.storage.entry_log import entry_log_name
+from bkeeper.storage.filesystem import write_file_atomic
 from bkeeper.storage.index_file import encode_index_header, index_file_name, load_index
 from bkeeper.storage.inspect import (
     ConsistencyReport,
+    JournalMarkView,
     check_consistency,
     last_mark,
     list_files,
 )
+from bkeeper.storage.inspect_dirs import bookie_dirs
+from bkeeper.storage.inspect_entry_log import entry_log_path
 from bkeeper.storage.inspect_journal import (
     JournalDamage,
     JournalGroup,
@@ -32,6 +37,7 @@ from bkeeper.storage.inspect_journal import (
     journal_path,
     read_journal,
 )
+from bkeeper.storage.journal_format import journal_file_name
 
 LEDGERS = "/data/current/ledgers"
 JOURNAL = "/data/current/journal"
@@ -159,7 +165,8 @@ def test_a_missing_or_foreign_directory_is_named() -> None:
     fs.makedirs("/other/current/journal")
     with pytest.raises(
         StorageError,
-        match=r"^/other is not a bookie data directory \(no current/ledgers in it\)$",
+        match=r"^/other is not a bookie data directory \(no current/ledgers in it; give "
+        r"--ledger-dir and --journal-dir if the bookie was started with them\)$",
     ):
         last_mark(fs, "/other")
 
@@ -520,3 +527,290 @@ def test_on_a_real_directory(tmp_path: Path) -> None:
     report = check_consistency(fs, data)
     assert problems(report) == [(3, 149, location >> 32, "bad record")]
     assert report.problems[0].log_path == log
+
+
+# -- several ledger dirs and journal dirs ----------------------------------------------------
+SECOND = "/disk2"
+MULTI_LEDGER_DIRS = (LEDGERS, f"{SECOND}/ledgers")
+MULTI_JOURNAL_DIRS = (JOURNAL, f"{SECOND}/journal")
+MULTI_DIRS = (*MULTI_JOURNAL_DIRS, *MULTI_LEDGER_DIRS)
+CHECKPOINT = f"{LEDGERS}/checkpoint"
+
+
+def build_multi(
+    fs: FileSystem,
+    ledger_dirs: tuple[str, ...] = MULTI_LEDGER_DIRS,
+    journal_dirs: tuple[str, ...] = MULTI_JOURNAL_DIRS,
+) -> None:
+    """:func:`build` by a storage with two ledger dirs and two journal dirs (the first of
+    each in the data dir, named by the checkpoint relative to it; the second outside)."""
+    config = small_config(ledger_dirs=ledger_dirs, journal_dirs=journal_dirs)
+    storage, acks = open_storage(fs, config)
+    for ledger_id in (1, 2, 3):
+        _write(storage, ledger_id, range(150))
+    acks.wait_count(450)
+    storage.close()
+
+
+def _in_dir(fs: FileSystem, directory: str, suffix: str) -> list[int]:
+    return sorted(int(n[:16], 16) for n in fs.list_dir(directory) if n.endswith(suffix))
+
+
+def test_list_files_of_several_dirs_names_each_file_s_dir() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    files = list_files(ReadOnlyFs(fs), "/data")  # type: ignore[arg-type]
+    assert {f.path: f.size_bytes for f in files} == listing(fs, MULTI_DIRS)
+    root = read_checkpoint(fs, CHECKPOINT)
+    assert root is not None
+    assert root.ledger_dirs == ("current/ledgers", f"{SECOND}/ledgers")
+    assert [m.key for m in root.marks] == ["current/journal", f"{SECOND}/journal"]
+    journals = [(f.directory, f.number, f.current) for f in files if f.kind == "journal"]
+    assert journals == [
+        (key, file_id, file_id == mark.file_id)
+        for (key, mark), directory in zip(root.marks, MULTI_JOURNAL_DIRS, strict=True)
+        for file_id in _in_dir(fs, directory, ".txn")
+    ]
+    assert {d for d, _, current in journals if current} == {m.key for m in root.marks}
+    logs = [(f.number, f.path) for f in files if f.kind == "entrylog"]
+    by_number = sorted(
+        (log_id, f"{d}/{entry_log_name(log_id)}")
+        for d in MULTI_LEDGER_DIRS
+        for log_id in _in_dir(fs, d, ".log")
+    )
+    assert logs == by_number
+    keys = {f.directory for f in files if f.kind == "entrylog"}
+    assert keys == {"current/ledgers", f"{SECOND}/ledgers"}  # logs in both
+    assert [(f.kind, f.directory, f.current) for f in files if f.kind != "journal"][-2:] == [
+        ("index", "current/ledgers", True),
+        ("checkpoint", "current/ledgers", True),
+    ]
+    assert files[0].as_dict() == {
+        "kind": "journal",
+        "dir": "current/journal",
+        "number": files[0].number,
+        "name": journal_file_name(files[0].number),
+        "path": f"{JOURNAL}/{journal_file_name(files[0].number)}",
+        "bytes": fs.size(f"{JOURNAL}/{journal_file_name(files[0].number)}"),
+        "current": True,
+    }
+
+
+def test_last_mark_names_every_journal_s_mark_and_the_ledger_dirs() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    mark = last_mark(ReadOnlyFs(fs), "/data")  # type: ignore[arg-type]
+    root = read_checkpoint(fs, CHECKPOINT)
+    assert mark is not None and root is not None
+    first_mark, second_mark = (m.position for m in root.marks)
+    assert mark.journals == (
+        JournalMarkView(
+            JOURNAL,
+            "current/journal",
+            first_mark.file_id,
+            first_mark.offset,
+            f"{JOURNAL}/{journal_file_name(first_mark.file_id)}",
+        ),
+        JournalMarkView(
+            f"{SECOND}/journal",
+            f"{SECOND}/journal",
+            second_mark.file_id,
+            second_mark.offset,
+            f"{SECOND}/journal/{journal_file_name(second_mark.file_id)}",
+        ),
+    )
+    assert mark.ledger_dirs == MULTI_LEDGER_DIRS
+    assert (mark.journal_file_id, mark.journal_offset) == tuple(first_mark)
+    assert mark.as_dict()["journals"] == [j.as_dict() for j in mark.journals]
+
+
+def test_a_damaged_log_in_the_second_ledger_dir_is_named() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    report = check_consistency(ReadOnlyFs(fs), "/data")  # type: ignore[arg-type]
+    assert report.consistent and report.entries == 450
+    assert report.ledger_dirs == MULTI_LEDGER_DIRS
+    in_second = {
+        key: loc
+        for key, loc in locations(fs).items()
+        if fs.exists(f"{SECOND}/ledgers/{entry_log_name(loc >> 32)}")
+    }
+    (ledger_id, entry_id), location = min(in_second.items())
+    log_id, offset = location >> 32, location & 0xFFFFFFFF
+    path = f"{SECOND}/ledgers/{entry_log_name(log_id)}"
+    fs.corrupt(path, offset + _RECORD.size + 40, b"\x00")
+    report = check_consistency(fs, "/data")
+    assert problems(report) == [(ledger_id, entry_id, log_id, "bad record")]
+    assert (report.problems[0].log_path, report.problems[0].offset) == (path, offset)
+
+    fs.remove(path)
+    report = check_consistency(fs, "/data", problems_max=1)
+    assert report.problems_total == sum(1 for loc in in_second.values() if loc >> 32 == log_id)
+    assert report.problems[0].problem == "missing log"
+    assert (
+        report.problems[0].detail
+        == f"no entry log {entry_log_name(log_id)} in any of the 2 ledger dirs"
+    )
+
+
+def test_dirs_given_override_the_checkpoint_s_and_a_difference_is_one_line() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    same = bookie_dirs(fs, "/data", MULTI_LEDGER_DIRS, MULTI_JOURNAL_DIRS)
+    assert (same.ledger_dirs, same.journal_dirs, same.disagreement) == (
+        MULTI_LEDGER_DIRS,
+        MULTI_JOURNAL_DIRS,
+        None,
+    )
+    assert bookie_dirs(fs, "/data").disagreement is None
+    given = bookie_dirs(fs, "/data", journal_dirs=(JOURNAL,))
+    assert (given.ledger_dirs, given.journal_dirs) == (MULTI_LEDGER_DIRS, (JOURNAL,))
+    assert given.disagreement == (
+        f"the dirs given differ from those the checkpoint {CHECKPOINT} names (journal dirs "
+        f"{JOURNAL} and {SECOND}/journal, given {JOURNAL}): showing the dirs given"
+    )
+    files = list_files(fs, given, entrylog=False, index=False)
+    assert {f.directory for f in files} == {"current/journal"}
+    both = bookie_dirs(fs, "/data", (LEDGERS,), (f"{SECOND}/journal", JOURNAL))
+    assert both.disagreement == (
+        f"the dirs given differ from those the checkpoint {CHECKPOINT} names (ledger dirs "
+        f"{LEDGERS} and {SECOND}/ledgers, given {LEDGERS}; journal dirs {JOURNAL} and "
+        f"{SECOND}/journal, given {SECOND}/journal and {JOURNAL}): showing the dirs given"
+    )
+    report = check_consistency(fs, both)  # the logs of the second ledger dir left out
+    assert report.ledger_dirs == (LEDGERS,)
+    assert {p.problem for p in report.problems} == {"missing log"}
+    with pytest.raises(StorageError, match=r"^ledger dir /nope \(given\): no such directory$"):
+        bookie_dirs(fs, "/data", (LEDGERS, "/nope"))
+
+
+def test_a_bookie_without_checkpoint_uses_the_dirs_given() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    fs.remove(CHECKPOINT)
+    files = list_files(fs, bookie_dirs(fs, "/data", MULTI_LEDGER_DIRS, MULTI_JOURNAL_DIRS))
+    assert {f.path for f in files} == set(listing(fs, MULTI_DIRS))
+    assert not any(f.current for f in files)
+    alone = list_files(fs, "/data")  # the default dirs only
+    assert {f.path for f in alone} == set(listing(fs))
+    assert last_mark(fs, "/data") is None
+
+
+def test_a_first_ledger_dir_outside_the_data_dir_must_be_given() -> None:
+    """The checkpoint is in the first ledger dir: given it, the rest is learnt (the journal
+    dirs); the data dir alone is not enough, and the error says what to give."""
+    fs = MemoryFileSystem()
+    fs.makedirs("/data")
+    ledger_dirs = ("/disk1/ledgers", f"{SECOND}/ledgers")
+    build_multi(fs, ledger_dirs, ("/disk1/journal", f"{SECOND}/journal"))
+    with pytest.raises(
+        StorageError,
+        match=r"^/data is not a bookie data directory \(no current/journal and current/ledgers "
+        r"in it; give --ledger-dir and --journal-dir if the bookie was started with them\)$",
+    ):
+        last_mark(fs, "/data")
+    dirs = bookie_dirs(fs, "/data", ledger_dirs)
+    assert dirs.journal_dirs == ("/disk1/journal", f"{SECOND}/journal")
+    assert dirs.disagreement is None
+    mark = last_mark(fs, dirs)
+    assert mark is not None and [j.key for j in mark.journals] == list(dirs.journal_dirs)
+    assert check_consistency(fs, dirs).entries == 450
+
+
+def test_a_dir_the_checkpoint_names_that_is_missing_is_named() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    root = read_checkpoint(fs, CHECKPOINT)
+    assert root is not None
+    gone = (root.marks[0], root.marks[1]._replace(key="/gone/journal"))
+    write_checkpoint(fs, CHECKPOINT, dataclasses.replace(root, marks=gone))
+    with pytest.raises(
+        StorageError,
+        match=rf"^journal dir /gone/journal \(named by the checkpoint {CHECKPOINT}\): no such "
+        "directory$",
+    ):
+        list_files(fs, "/data")
+    dirs = bookie_dirs(fs, "/data", journal_dirs=MULTI_JOURNAL_DIRS)  # an override
+    assert dirs.disagreement is not None and "/gone/journal" in dirs.disagreement
+
+
+def test_a_version_1_checkpoint_names_the_default_dirs() -> None:
+    """A data dir last checkpointed before several dirs were allowed."""
+    fs = MemoryFileSystem()
+    build(fs)
+    root = read_checkpoint(fs, CHECKPOINT)
+    assert root is not None
+    body = struct.pack(
+        ">4sIQQQQI", b"BKCP", 1, *root.mark, root.index_generation, root.index_bytes, 0
+    )
+    fs.remove(CHECKPOINT)
+    write_file_atomic(fs, CHECKPOINT, body + struct.pack(">I", crc32c(body)))
+    mark = last_mark(fs, "/data")
+    assert mark is not None
+    assert [(j.directory, j.key, j.file_id, j.offset) for j in mark.journals] == [
+        (JOURNAL, "current/journal", *root.mark)
+    ]
+    assert mark.ledger_dirs == (LEDGERS,)
+    current = {(f.kind, f.number) for f in list_files(fs, "/data") if f.current}
+    assert ("journal", root.mark.file_id) in current
+    assert check_consistency(fs, "/data").entries == 450
+
+
+def test_journal_path_finds_an_id_in_its_journal_dir_and_refuses_an_ambiguous_one() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    shared = sorted(
+        set(_in_dir(fs, JOURNAL, ".txn")) & set(_in_dir(fs, f"{SECOND}/journal", ".txn"))
+    )
+    assert shared  # every journal starts a run at the same id
+    file_id = shared[0]
+    with pytest.raises(StorageError) as raised:
+        journal_path(fs, "/data", str(file_id))
+    assert str(raised.value) == (
+        f"journal file id {file_id} is ambiguous: in dirs {JOURNAL} and {SECOND}/journal; "
+        "give --journal-dir or the file's path"
+    )
+    name = journal_file_name(file_id)
+    assert journal_path(fs, None, str(file_id), journal_dirs=(f"{SECOND}/journal",)) == (
+        f"{SECOND}/journal/{name}",
+        file_id,
+    )
+    assert journal_path(fs, "/data", f"{JOURNAL}/{name}") == (f"{JOURNAL}/{name}", file_id)
+    with pytest.raises(StorageError) as raised:
+        journal_path(fs, "/data", "999")
+    assert str(raised.value) == (
+        f"no journal file {journal_file_name(999)} in the journal dirs {JOURNAL} and "
+        f"{SECOND}/journal"
+    )
+
+
+def test_entry_log_path_finds_a_log_in_the_second_ledger_dir() -> None:
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    log_id = _in_dir(fs, f"{SECOND}/ledgers", ".log")[0]
+    path = f"{SECOND}/ledgers/{entry_log_name(log_id)}"
+    assert entry_log_path(fs, "/data", str(log_id)) == (path, log_id)
+    assert entry_log_path(fs, None, str(log_id), ledger_dirs=MULTI_LEDGER_DIRS) == (path, log_id)
+    with pytest.raises(StorageError) as raised:
+        entry_log_path(fs, "/data", "999")
+    assert str(raised.value) == (
+        f"no entry log {entry_log_name(999)} in the ledger dirs {LEDGERS} and {SECOND}/ledgers"
+    )
+    with pytest.raises(StorageError, match=r"^entry log id 1: give the bookie's --data-dir"):
+        entry_log_path(fs, None, "1")
+
+
+def test_an_entry_log_in_two_ledger_dirs_is_an_error_naming_both() -> None:
+    """As when the bookie opens: which copy the index means cannot be told."""
+    fs = MemoryFileSystem()
+    build_multi(fs)
+    log_id = _in_dir(fs, f"{SECOND}/ledgers", ".log")[0]
+    name = entry_log_name(log_id)
+    handle = fs.open_append(f"{LEDGERS}/{name}")
+    handle.write(fs.read_file(f"{SECOND}/ledgers/{name}"))
+    handle.close()
+    both = rf"^entry log {name} is in two ledger directories, {LEDGERS} and {SECOND}/ledgers$"
+    with pytest.raises(StorageError, match=both):
+        check_consistency(fs, "/data")
+    with pytest.raises(StorageError, match=both):
+        entry_log_path(fs, "/data", str(log_id))

@@ -6,6 +6,11 @@ only read, so they work on a stopped bookie and on a running one (see
 :mod:`bkeeper.storage.inspect` for what a running bookie may change under them). Tables by
 default, ``--json`` for scripts; a missing or foreign directory, or damage found in a file,
 is one line on stderr and exit status 1 (after the report, when there is one).
+
+A bookie's dirs (several ledger dirs and journal dirs) are learnt from its checkpoint, or
+given with ``--ledger-dir`` / ``--journal-dir`` as to ``bkeeper bookie``
+(:mod:`bkeeper.storage.inspect_dirs`); dirs given that differ from the checkpoint's are used,
+and a line on stderr says so.
 """
 
 from __future__ import annotations
@@ -16,7 +21,16 @@ from collections import Counter
 import click
 from rich.table import Table
 
-from bkeeper.cli._disk import DATA_DIR_OPTION, JSON_OPTION, print_json, read, show
+from bkeeper.cli._disk import (
+    DATA_DIR_OPTION,
+    JOURNAL_DIR_OPTION,
+    JSON_OPTION,
+    LEDGER_DIR_OPTION,
+    learn_dirs,
+    print_json,
+    read,
+    show,
+)
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_disk_logs import readjournal, readlog
 from bkeeper.storage import OsFileSystem
@@ -36,37 +50,53 @@ __all__ = ["commands"]
 # -- listfilesondisc -----------------------------------------------------------------------
 @click.command()
 @DATA_DIR_OPTION
+@LEDGER_DIR_OPTION
+@JOURNAL_DIR_OPTION
 @click.option("--journal", is_flag=True, help="Journal files.")
 @click.option("--entrylog", is_flag=True, help="Entry logs (and compaction's files).")
 @click.option("--index", is_flag=True, help="Index generations and the checkpoint.")
 @JSON_OPTION
 def listfilesondisc(
-    data_dir: str, journal: bool, entrylog: bool, index: bool, as_json: bool
+    data_dir: str,
+    ledger_dirs: tuple[str, ...],
+    journal_dirs: tuple[str, ...],
+    journal: bool,
+    entrylog: bool,
+    index: bool,
+    as_json: bool,
 ) -> None:
     """The bookie's journal files, entry logs, index generations and checkpoint, with their
-    sizes (all of them unless some kinds are asked for)."""
+    dirs and sizes (all of them unless some kinds are asked for)."""
     every = not (journal or entrylog or index)
     fs = OsFileSystem()
+    dirs = learn_dirs(fs, data_dir, ledger_dirs, journal_dirs)
     files = read(
         lambda: list_files(
             fs,
-            data_dir,
+            dirs,
             journal=every or journal,
             entrylog=every or entrylog,
             index=every or index,
         )
     )
     if as_json:
-        print_json({"data_dir": data_dir, "files": [f.as_dict() for f in files]})
+        print_json(
+            {
+                "data_dir": data_dir,
+                "ledger_dirs": list(dirs.ledger_dirs),
+                "journal_dirs": list(dirs.journal_dirs),
+                "files": [f.as_dict() for f in files],
+            }
+        )
         return
     table = Table(title=f"files of the bookie in {data_dir}")
-    for column in ("kind", "number", "name", "bytes", "note"):
+    for column in ("kind", "dir", "number", "name", "bytes", "note"):
         table.add_column(column, justify="right" if column in ("number", "bytes") else "left")
     for file in files:
         number = "" if file.number < 0 else str(file.number)
-        table.add_row(
-            file.kind, number, os.path.basename(file.path), f"{file.size_bytes:,}", _note(file)
-        )
+        name = os.path.basename(file.path)
+        size = f"{file.size_bytes:,}"
+        table.add_row(file.kind, file.directory, number, name, size, _note(file))
     totals: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
     for file in files:
@@ -92,16 +122,23 @@ def _note(file: DiskFile) -> str:
 # -- lastmark ------------------------------------------------------------------------------
 @click.command()
 @DATA_DIR_OPTION
+@LEDGER_DIR_OPTION
+@JOURNAL_DIR_OPTION
 @JSON_OPTION
-def lastmark(data_dir: str, as_json: bool) -> None:
-    """The checkpoint: where journal replay starts (file id, offset), the index generation
-    and its committed length, and whether the whole storage is in limbo."""
-    mark = read(lambda: last_mark(OsFileSystem(), data_dir))
+def lastmark(
+    data_dir: str, ledger_dirs: tuple[str, ...], journal_dirs: tuple[str, ...], as_json: bool
+) -> None:
+    """The checkpoint: where replay of each journal starts (its dir, file id, offset), the
+    index generation and its committed length, the ledger dirs, and whether the whole
+    storage is in limbo."""
+    fs = OsFileSystem()
+    dirs = learn_dirs(fs, data_dir, ledger_dirs, journal_dirs)
+    mark = read(lambda: last_mark(fs, dirs))
     if as_json:
         print_json({"data_dir": data_dir, "checkpoint": None if mark is None else mark.as_dict()})
         return
     if mark is None:
-        click.echo(f"no checkpoint in {data_dir}: the bookie never finished opening")
+        click.echo(f"no checkpoint in {dirs.layout.ledgers}: the bookie never finished opening")
         return
     show(_mark_table(mark, f"checkpoint of the bookie in {data_dir}"))
 
@@ -111,16 +148,17 @@ def _mark_table(mark: Mark, title: str) -> Table:
     table.add_column("field")
     table.add_column("value")
     table.add_row("checkpoint file", mark.path)
-    table.add_row(
-        "journal mark",
-        f"file {mark.journal_file_id} ({os.path.basename(mark.journal_path)}) "
-        f"offset {mark.journal_offset:,}",
-    )
+    for journal in mark.journals:
+        table.add_row(
+            f"journal mark ({journal.key})",
+            f"file {journal.file_id} ({os.path.basename(journal.path)}) offset {journal.offset:,}",
+        )
     table.add_row(
         "index",
         f"generation {mark.index_generation} ({os.path.basename(mark.index_path)}), "
         f"first {mark.index_bytes:,} bytes",
     )
+    table.add_row("ledger dirs", ", ".join(mark.ledger_dirs))
     table.add_row("limbo (whole storage)", "yes" if mark.limbo else "no")
     return table
 
@@ -128,6 +166,8 @@ def _mark_table(mark: Mark, title: str) -> Table:
 # -- localconsistencycheck -----------------------------------------------------------------
 @click.command()
 @DATA_DIR_OPTION
+@LEDGER_DIR_OPTION
+@JOURNAL_DIR_OPTION
 @click.option(
     "--problems-max",
     default=CONSISTENCY_PROBLEMS_MAX,
@@ -136,11 +176,19 @@ def _mark_table(mark: Mark, title: str) -> Table:
     help="Describe at most this many problems; the rest are counted.",
 )
 @JSON_OPTION
-def localconsistencycheck(data_dir: str, problems_max: int, as_json: bool) -> None:
-    """Check the index (as of the checkpoint) against the entry logs: every location must
-    lead to a whole record with a good CRC that names its ledger and entry. Fails when any
-    does not."""
-    report = read(lambda: check_consistency(OsFileSystem(), data_dir, problems_max))
+def localconsistencycheck(
+    data_dir: str,
+    ledger_dirs: tuple[str, ...],
+    journal_dirs: tuple[str, ...],
+    problems_max: int,
+    as_json: bool,
+) -> None:
+    """Check the index (as of the checkpoint) against the entry logs of every ledger dir:
+    every location must lead to a whole record with a good CRC that names its ledger and
+    entry. Fails when any does not."""
+    fs = OsFileSystem()
+    dirs = learn_dirs(fs, data_dir, ledger_dirs, journal_dirs)
+    report = read(lambda: check_consistency(fs, dirs, problems_max))
     if as_json:
         print_json({"data_dir": data_dir, **report.as_dict()})
     else:
@@ -167,6 +215,7 @@ def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
     summary.add_column("field")
     summary.add_column("value", justify="right")
     summary.add_row("index generation", str(report.checkpoint.index_generation))
+    summary.add_row("ledger dirs", ", ".join(report.ledger_dirs))
     summary.add_row("ledgers", f"{report.ledgers:,}")
     summary.add_row("entries checked", f"{report.entries:,}")
     summary.add_row("entry logs pointed into", f"{report.entry_logs:,}")
@@ -185,7 +234,7 @@ def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
         table.add_row(
             str(problem.ledger_id),
             str(problem.entry_id),
-            os.path.basename(problem.log_path),
+            problem.log_path,
             f"{problem.offset:,}",
             problem.problem,
             problem.detail,

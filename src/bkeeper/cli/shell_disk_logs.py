@@ -36,18 +36,46 @@ __all__ = ["readjournal", "readlog"]
 @click.option(
     "--data-dir",
     default=None,
-    help="The bookie's data directory (needed when FILE is a journal file id).",
+    help="The bookie's data directory (where to look when FILE is a journal file id).",
+)
+@click.option(
+    "--ledger-dir",
+    "ledger_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="The bookie's ledger dirs, as given to 'bkeeper bookie --ledger-dir' (repeatable): "
+    "the first holds the checkpoint, which names the journal dirs.",
+)
+@click.option(
+    "--journal-dir",
+    "journal_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Look for the journal file id FILE in this journal dir (repeatable) instead of "
+    "those the checkpoint names: each journal numbers its own files.",
 )
 @click.argument("file")
 @click.option("--entries", is_flag=True, help="One row per record instead of per group.")
 @LIMIT_OPTION
 @JSON_OPTION
-def readjournal(data_dir: str | None, file: str, entries: bool, limit: int, as_json: bool) -> None:
+def readjournal(
+    data_dir: str | None,
+    ledger_dirs: tuple[str, ...],
+    journal_dirs: tuple[str, ...],
+    file: str,
+    entries: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
     """The groups (sequence number, offset, records) of one journal file, given by FILE as
-    its id or its path; with --entries its records (kind, ledger, entry, length). Damage is
-    reported where it is, and the command then fails."""
+    its path or its id (in whichever journal dir holds it; an id in several, as every
+    journal of a bookie starts a run at the same id, needs --journal-dir); with --entries
+    its records (kind, ledger, entry, length). Damage is reported where it is, and the
+    command then fails."""
     fs = OsFileSystem()
-    path, file_id = read(lambda: journal_path(fs, data_dir, file))
+    path, file_id = read(
+        lambda: journal_path(fs, data_dir, file, ledger_dirs=ledger_dirs, journal_dirs=journal_dirs)
+    )
     size = read(lambda: fs.size(path))
     groups = records = 0
     rows: list[JournalGroup | JournalRecordView] = []
@@ -160,7 +188,15 @@ _ENTRY_HEADER_BYTES = 32
 @click.option(
     "--data-dir",
     default=None,
-    help="The bookie's data directory (needed when LOG is an entry log id).",
+    help="The bookie's data directory (where to look when LOG is an entry log id).",
+)
+@click.option(
+    "--ledger-dir",
+    "ledger_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Look for the entry log id LOG in this ledger dir (repeatable) instead of those "
+    "the checkpoint names, as given to 'bkeeper bookie --ledger-dir'.",
 )
 @click.argument("log_file", metavar="LOG")
 @click.option("--ledger", "ledger_id", type=int, default=None, help="Only this ledger's records.")
@@ -172,6 +208,7 @@ _ENTRY_HEADER_BYTES = 32
 @JSON_OPTION
 def readlog(
     data_dir: str | None,
+    ledger_dirs: tuple[str, ...],
     log_file: str,
     ledger_id: int | None,
     entry_id: int | None,
@@ -180,10 +217,11 @@ def readlog(
     as_json: bool,
 ) -> None:
     """The records of one entry log (offset, ledger, entry, length; each shown has passed its
-    CRC check) and its ledgers map, LOG given as its id or its path. Damage, and a map that
-    disagrees with the records, are reported and the command then fails."""
+    CRC check) and its ledgers map, LOG given as its path or its id (in whichever ledger dir
+    holds it). Damage, and a map that disagrees with the records, are reported and the
+    command then fails."""
     fs = OsFileSystem()
-    path, log_id = read(lambda: entry_log_path(fs, data_dir, log_file))
+    path, log_id = read(lambda: entry_log_path(fs, data_dir, log_file, ledger_dirs=ledger_dirs))
     log = read(lambda: entry_log_file(fs, path, log_id))
     scanned: Counter[int] = Counter()
     rows: list[EntryLogRecord] = []

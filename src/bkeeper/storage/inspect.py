@@ -7,6 +7,9 @@ of Apache BookKeeper's ``bookkeeper shell`` commands of the same names (``readjo
 data directory of a running bookie as well as a stopped one. The engine's own readers are
 used (the checkpoint codec, :func:`~bkeeper.storage.index_file.load_index`, the entry log
 reader, :func:`~bkeeper.storage.ledgers_map.read_ledgers_map`), never a second parser.
+The bookie's directories (several ledger and journal directories) are learnt from its
+checkpoint or given (:mod:`.inspect_dirs`); an entry log is found in whichever ledger
+directory holds it (:class:`~bkeeper.storage.dirs.LedgerDirs`).
 
 A running bookie changes its files while they are read. The rules that keep the answers
 true:
@@ -31,10 +34,11 @@ from dataclasses import dataclass
 from bkeeper.common.errors import CorruptRecordError, StorageError
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
 from bkeeper.storage.compaction import COMPACTING_SUFFIX
+from bkeeper.storage.dirs import LedgerDirs, StorageLayout
 from bkeeper.storage.entry_log import EntryLogReader, entry_log_id, entry_log_name
 from bkeeper.storage.filesystem import FileSystem, numbered_file_number
-from bkeeper.storage.flusher import StorageLayout
 from bkeeper.storage.index_file import index_file_generation, load_index
+from bkeeper.storage.inspect_dirs import BookieDirs, resolve_dirs
 from bkeeper.storage.journal_format import journal_file_id, journal_file_name
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import read_ledgers_map
@@ -44,8 +48,8 @@ __all__ = [
     "ConsistencyProblem",
     "ConsistencyReport",
     "DiskFile",
+    "JournalMarkView",
     "Mark",
-    "bookie_layout",
     "check_consistency",
     "last_mark",
     "list_files",
@@ -64,28 +68,15 @@ _ENTRY_HEAD_BYTES = 16
 _OFFSET_MASK = (1 << 32) - 1
 
 
-def bookie_layout(fs: FileSystem, data_dir: str) -> StorageLayout:
-    """The layout of the bookie data directory ``data_dir`` (the directory ``bkeeper bookie
-    --data-dir`` takes); ``StorageError`` naming it when it does not exist or holds no
-    bookie's files (``current/journal`` and ``current/ledgers``)."""
-    if not fs.exists(data_dir):
-        raise StorageError(f"{data_dir}: no such directory")
-    layout = StorageLayout(data_dir)
-    missing = [p for p in (layout.journal, layout.ledgers) if not fs.exists(p)]
-    if missing:
-        names = " and ".join(os.path.relpath(p, data_dir) for p in missing)
-        raise StorageError(f"{data_dir} is not a bookie data directory (no {names} in it)")
-    return layout
-
-
 # -- the files -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DiskFile:
     """One file of a bookie. ``kind``: journal, entrylog, compacting (an entry log being
     written by compaction, or left by one that was interrupted), index or checkpoint;
     ``number``: the journal file id, entry log id or index generation (-1 for the
-    checkpoint);
-    ``current``: the index generation, or the journal file, the checkpoint names;
+    checkpoint); ``directory``: its directory as the checkpoint names it (relative to the
+    data directory when inside it);
+    ``current``: the index generation, or a journal's file, the checkpoint names;
     ``ledgers_map``: whether an entry log ends with its ledgers map (None: not an entry
     log, or not known)."""
 
@@ -93,12 +84,14 @@ class DiskFile:
     number: int
     path: str
     size_bytes: int
+    directory: str
     current: bool = False
     ledgers_map: bool | None = None
 
     def as_dict(self) -> dict[str, object]:
         found: dict[str, object] = {
             "kind": self.kind,
+            "dir": self.directory,
             "number": self.number,
             "name": os.path.basename(self.path),
             "path": self.path,
@@ -112,49 +105,58 @@ class DiskFile:
 
 def list_files(
     fs: FileSystem,
-    data_dir: str,
+    where: str | BookieDirs,
     *,
     journal: bool = True,
     entrylog: bool = True,
     index: bool = True,
 ) -> list[DiskFile]:
-    """The bookie's journal files, entry logs (then compaction's ``.compacting`` files),
-    index generations and checkpoint (with ``index``), in that order and by number; see
-    the module rules for a running bookie."""
-    layout = bookie_layout(fs, data_dir)
+    """The bookie's journal files (by journal directory, then by number), entry logs (then
+    compaction's ``.compacting`` files) of every ledger directory by number, index
+    generations and checkpoint (with ``index``), in that order. ``where``: the bookie's
+    directories, or its data directory to learn them from its checkpoint
+    (:mod:`.inspect_dirs`). See the module rules for a running bookie."""
+    dirs = resolve_dirs(fs, where)
+    layout = dirs.layout
     root = read_checkpoint(fs, layout.checkpoint)
     files: list[DiskFile] = []
     if journal:
-        names = sorted(fs.list_dir(layout.journal))
-        for name in names:
-            file_id = journal_file_id(name)
-            if file_id is not None:
-                current = root is not None and root.mark.file_id == file_id
-                _add(fs, files, "journal", file_id, layout.journal, name, current)
-    ledger_names = sorted(fs.list_dir(layout.ledgers)) if entrylog or index else []
+        for directory in layout.journal_dirs:
+            mark = root.mark_of(layout.key(directory)) if root is not None else None
+            for name in sorted(fs.list_dir(directory)):
+                file_id = journal_file_id(name)
+                if file_id is not None:
+                    current = mark is not None and mark.file_id == file_id
+                    _add(fs, files, layout, "journal", file_id, directory, name, current)
     if entrylog:
-        for name in ledger_names:
-            log_id = entry_log_id(name)
-            if log_id is not None:
-                _add(fs, files, "entrylog", log_id, layout.ledgers, name, False, with_map=True)
-        for name in ledger_names:
-            log_id = numbered_file_number(name, COMPACTING_SUFFIX)
-            if log_id is not None:
-                _add(fs, files, "compacting", log_id, layout.ledgers, name, False)
+        for kind, number_of in (
+            ("entrylog", entry_log_id),
+            ("compacting", lambda name: numbered_file_number(name, COMPACTING_SUFFIX)),
+        ):
+            found = sorted(
+                (number, position, directory, name)
+                for position, directory in enumerate(layout.ledger_dirs)
+                for name in fs.list_dir(directory)
+                if (number := number_of(name)) is not None
+            )
+            for number, _, directory, name in found:
+                with_map = kind == "entrylog"
+                _add(fs, files, layout, kind, number, directory, name, False, with_map=with_map)
     if index:
-        for name in ledger_names:
+        for name in sorted(fs.list_dir(layout.ledgers)):
             generation = index_file_generation(name)
             if generation is not None:
                 current = root is not None and root.index_generation == generation
-                _add(fs, files, "index", generation, layout.ledgers, name, current)
+                _add(fs, files, layout, "index", generation, layout.ledgers, name, current)
         if root is not None:
-            _add(fs, files, "checkpoint", -1, layout.ledgers, "checkpoint", True)
+            _add(fs, files, layout, "checkpoint", -1, layout.ledgers, "checkpoint", True)
     return files
 
 
 def _add(
     fs: FileSystem,
     files: list[DiskFile],
+    layout: StorageLayout,
     kind: str,
     number: int,
     directory: str,
@@ -169,24 +171,59 @@ def _add(
         ledgers_map = read_ledgers_map(fs, path, number) is not None if with_map else None
     except FileNotFoundError:
         return  # removed since it was listed (module rules): it is no longer a file of the bookie
-    files.append(DiskFile(kind, number, path, size, current, ledgers_map))
+    key = layout.key(directory)
+    files.append(DiskFile(kind, number, path, size, key, current, ledgers_map))
 
 
 # -- the checkpoint ------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
+class JournalMarkView:
+    """Where replay of one journal starts: file ``file_id`` (at ``path``) of the journal
+    directory ``directory`` (``key``: how the checkpoint names it), offset ``offset``."""
+
+    directory: str
+    key: str
+    file_id: int
+    offset: int
+    path: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "dir": self.directory,
+            "key": self.key,
+            "file_id": self.file_id,
+            "offset": self.offset,
+            "file": self.path,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Mark:
-    """The checkpoint of a bookie, where it names its files: replay starts at journal file
-    ``journal_file_id``, offset ``journal_offset``; the index is the first ``index_bytes``
-    of generation ``index_generation``; ``limbo``: the whole engine is in limbo."""
+    """The checkpoint of a bookie, where it names its files: replay of each journal starts
+    at its mark (``journals``, in the checkpoint's order); the index is the first
+    ``index_bytes`` of generation ``index_generation``; ``ledger_dirs``: the ledger
+    directories it names; ``limbo``: the whole engine is in limbo."""
 
     path: str
-    journal_file_id: int
-    journal_offset: int
-    journal_path: str
+    journals: tuple[JournalMarkView, ...]
     index_generation: int
     index_bytes: int
     index_path: str
+    ledger_dirs: tuple[str, ...]
     limbo: bool
+
+    @property
+    def journal_file_id(self) -> int:
+        """The first journal's mark (the only one before several were allowed)."""
+        return self.journals[0].file_id
+
+    @property
+    def journal_offset(self) -> int:
+        return self.journals[0].offset
+
+    @property
+    def journal_path(self) -> str:
+        return self.journals[0].path
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -194,30 +231,37 @@ class Mark:
             "journal_file_id": self.journal_file_id,
             "journal_offset": self.journal_offset,
             "journal_file": self.journal_path,
+            "journals": [journal.as_dict() for journal in self.journals],
             "index_generation": self.index_generation,
             "index_bytes": self.index_bytes,
             "index_file": self.index_path,
+            "ledger_dirs": list(self.ledger_dirs),
             "limbo": self.limbo,
         }
 
 
-def last_mark(fs: FileSystem, data_dir: str) -> Mark | None:
+def last_mark(fs: FileSystem, where: str | BookieDirs) -> Mark | None:
     """The bookie's checkpoint, or None when it has none (it never finished opening);
-    ``CorruptRecordError`` naming the file when it is damaged."""
-    layout = bookie_layout(fs, data_dir)
+    ``CorruptRecordError`` naming the file when it is damaged. ``where``: as for
+    :func:`list_files`."""
+    layout = resolve_dirs(fs, where).layout
     root = read_checkpoint(fs, layout.checkpoint)
     return None if root is None else _mark(layout, root)
 
 
 def _mark(layout: StorageLayout, root: CheckpointRecord) -> Mark:
+    journals = []
+    for key, position in root.marks:
+        directory = layout.path_of(key)
+        path = os.path.join(directory, journal_file_name(position.file_id))
+        journals.append(JournalMarkView(directory, key, position.file_id, position.offset, path))
     return Mark(
         layout.checkpoint,
-        root.mark.file_id,
-        root.mark.offset,
-        os.path.join(layout.journal, journal_file_name(root.mark.file_id)),
+        tuple(journals),
         root.index_generation,
         root.index_bytes,
         layout.index(root.index_generation),
+        tuple(layout.path_of(key) for key in root.ledger_dirs),
         root.limbo,
     )
 
@@ -275,11 +319,13 @@ class ConsistencyProblem:
 @dataclass(frozen=True, slots=True)
 class ConsistencyReport:
     """What :func:`check_consistency` found: ``entries`` locations of ``ledgers`` ledgers
-    checked, pointing into ``entry_logs`` logs; ``problems_total`` problems, the first of
+    checked against the entry logs of ``ledger_dirs``, pointing into ``entry_logs`` logs;
+    ``problems_total`` problems, the first of
     which are in ``problems``; ``rechecked``: entries checked again at a newer checkpoint
     because their log was missing."""
 
     checkpoint: Mark | None
+    ledger_dirs: tuple[str, ...]
     ledgers: int
     entries: int
     entry_logs: int
@@ -299,6 +345,7 @@ class ConsistencyReport:
         return {
             "consistent": self.consistent,
             "checkpoint": None if self.checkpoint is None else self.checkpoint.as_dict(),
+            "ledger_dirs": list(self.ledger_dirs),
             "ledgers": self.ledgers,
             "entries": self.entries,
             "entry_logs": self.entry_logs,
@@ -310,14 +357,17 @@ class ConsistencyReport:
 
 
 def check_consistency(
-    fs: FileSystem, data_dir: str, problems_max: int = CONSISTENCY_PROBLEMS_MAX
+    fs: FileSystem, where: str | BookieDirs, problems_max: int = CONSISTENCY_PROBLEMS_MAX
 ) -> ConsistencyReport:
-    """Check every location of the index (as of the checkpoint) against the entry logs: the
-    log exists, the record at that offset is whole, its CRC matches and its body names that
-    ledger and entry. See the module rules for a running bookie."""
-    layout = bookie_layout(fs, data_dir)
+    """Check every location of the index (as of the checkpoint) against the entry logs of
+    every ledger directory: the log exists, the record at that offset is whole, its CRC
+    matches and its body names that ledger and entry. ``where``: as for
+    :func:`list_files`. See the module rules for a running bookie."""
+    layout = resolve_dirs(fs, where).layout
     root, ledgers = _load_index(fs, layout)
-    checker = _Checker(fs, layout.ledgers, problems_max)
+    # The engine's own map of which directory holds each log (an entry log in two of them
+    # is an error naming both, as when the bookie opens).
+    checker = _Checker(fs, LedgerDirs(fs, layout.ledger_dirs), problems_max)
     try:
         for ledger_id in sorted(ledgers):
             checker.check_ledger(ledger_id, ledgers[ledger_id])
@@ -340,6 +390,7 @@ def check_consistency(
         checker.close()
     return ConsistencyReport(
         None if root is None else _mark(layout, root),
+        layout.ledger_dirs,
         len(ledgers),
         checker.entries,
         len(checker.logs),
@@ -354,9 +405,9 @@ class _Checker:
     ``problems_max`` described, all counted); entries whose log is missing are put aside
     in ``missing`` (ledger, entry, location) for the caller to decide about."""
 
-    def __init__(self, fs: FileSystem, directory: str, problems_max: int) -> None:
-        self._directory = directory
-        self._reader = EntryLogReader(fs, directory, _CHECK_HANDLES_MAX)
+    def __init__(self, fs: FileSystem, dirs: LedgerDirs, problems_max: int) -> None:
+        self._dirs = dirs
+        self._reader = EntryLogReader(fs, dirs, _CHECK_HANDLES_MAX)
         self._problems_max = problems_max
         self.problems: list[ConsistencyProblem] = []
         self.problems_total = 0
@@ -406,9 +457,12 @@ class _Checker:
             self._problem(ledger_id, entry_id, location, "wrong entry", detail)
 
     def report_missing(self, missing: list[tuple[int, int, int]]) -> None:
+        count = len(self._dirs.dirs)
+        where = "" if count == 1 else f" in any of the {count} ledger dirs"
         for ledger_id, entry_id, location in missing:
             name = entry_log_name(location >> 32)
-            self._problem(ledger_id, entry_id, location, "missing log", f"no entry log {name}")
+            detail = f"no entry log {name}{where}"
+            self._problem(ledger_id, entry_id, location, "missing log", detail)
 
     def _problem(
         self, ledger_id: int, entry_id: int, location: int, problem: str, detail: str
@@ -416,7 +470,7 @@ class _Checker:
         self.problems_total += 1
         if len(self.problems) < self._problems_max:
             log_id, offset = location >> 32, location & _OFFSET_MASK
-            path = os.path.join(self._directory, entry_log_name(log_id))
+            path = self._dirs.log_path(log_id)
             self.problems.append(
                 ConsistencyProblem(ledger_id, entry_id, log_id, path, offset, problem, detail)
             )

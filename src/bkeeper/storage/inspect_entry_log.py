@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bkeeper.common.errors import CorruptRecordError, StorageError
+from bkeeper.storage.dirs import LedgerDirs
 from bkeeper.storage.entry_log import (
     ENTRY_LOG_HEADER_BYTES,
     MAGIC,
@@ -36,7 +37,7 @@ from bkeeper.storage.entry_log import (
     location_of,
 )
 from bkeeper.storage.filesystem import FileSystem
-from bkeeper.storage.inspect import bookie_layout
+from bkeeper.storage.inspect_dirs import bookie_dirs, given_dirs, joined
 from bkeeper.storage.ledgers_map import (
     EntryLogMeta,
     EntryLogRecord,
@@ -88,23 +89,36 @@ class EntryLogDamage:
         return {"offset": self.offset, "reason": self.reason, "unread_bytes": self.unread_bytes}
 
 
-def entry_log_path(fs: FileSystem, data_dir: str | None, which: str) -> tuple[str, int]:
-    """The path and id of an entry log given as a log id (decimal, in the ledgers directory
-    of ``data_dir``) or as a path (its name must be an entry log name)."""
-    if which.isdigit():
-        if data_dir is None:
-            raise StorageError(f"entry log id {which}: give the bookie's --data-dir")
-        log_id = int(which)
-        path = os.path.join(bookie_layout(fs, data_dir).ledgers, entry_log_name(log_id))
-    else:
+def entry_log_path(
+    fs: FileSystem, data_dir: str | None, which: str, *, ledger_dirs: Sequence[str] = ()
+) -> tuple[str, int]:
+    """The path and id of an entry log given as a path (its name must be an entry log
+    name) or as a log id (decimal), in whichever ledger directory holds it
+    (:meth:`LedgerDirs.log_path <bkeeper.storage.dirs.LedgerDirs.log_path>`): of
+    ``ledger_dirs``, else of the bookie of ``data_dir`` (:func:`.inspect_dirs.bookie_dirs`)."""
+    if not which.isdigit():
         path = which
         found = entry_log_id(os.path.basename(path))
         if found is None:
             raise StorageError(f"{path}: not an entry log name (16 hex digits, then .log)")
-        log_id = found
-    if not fs.exists(path):
+        if not fs.exists(path):
+            raise StorageError(f"{path}: no such entry log")
+        return path, found
+    log_id = int(which)
+    if ledger_dirs:
+        dirs = given_dirs(fs, "ledger", ledger_dirs)
+    elif data_dir is None:
+        raise StorageError(
+            f"entry log id {which}: give the bookie's --data-dir (or its --ledger-dir)"
+        )
+    else:
+        dirs = bookie_dirs(fs, data_dir).ledger_dirs
+    path = LedgerDirs(fs, dirs).log_path(log_id)
+    if fs.exists(path):
+        return path, log_id
+    if len(dirs) == 1:
         raise StorageError(f"{path}: no such entry log")
-    return path, log_id
+    raise StorageError(f"no entry log {entry_log_name(log_id)} in the ledger dirs {joined(dirs)}")
 
 
 def entry_log_file(fs: FileSystem, path: str, log_id: int) -> EntryLogFile:

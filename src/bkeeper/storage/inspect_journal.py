@@ -16,12 +16,12 @@ after it is corruption in the middle of the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bkeeper.common.errors import StorageError
 from bkeeper.storage.filesystem import FileSystem, ReadableFile
-from bkeeper.storage.inspect import bookie_layout
+from bkeeper.storage.inspect_dirs import bookie_dirs, given_dirs, joined
 from bkeeper.storage.journal_damage import scan_records
 from bkeeper.storage.journal_format import (
     FILE_HEADER_BYTES,
@@ -123,23 +123,49 @@ class JournalDamage:
 JournalItem = JournalGroup | JournalDamage
 
 
-def journal_path(fs: FileSystem, data_dir: str | None, which: str) -> tuple[str, int]:
-    """The path and file id of a journal file given as a file id (decimal, in the journal
-    directory of ``data_dir``) or as a path (its name must be a journal file name)."""
-    if which.isdigit():
-        if data_dir is None:
-            raise StorageError(f"journal file id {which}: give the bookie's --data-dir")
-        file_id = int(which)
-        path = os.path.join(bookie_layout(fs, data_dir).journal, journal_file_name(file_id))
-    else:
+def journal_path(
+    fs: FileSystem,
+    data_dir: str | None,
+    which: str,
+    *,
+    ledger_dirs: Sequence[str] = (),
+    journal_dirs: Sequence[str] = (),
+) -> tuple[str, int]:
+    """The path and file id of a journal file given as a path (its name must be a journal
+    file name) or as a file id (decimal), looked for in ``journal_dirs``, else in the
+    journal directories of the bookie of ``data_dir`` (:func:`.inspect_dirs.bookie_dirs`,
+    its checkpoint found in the first of ``ledger_dirs``). Each journal numbers its own
+    files, and every journal of a bookie starts each run at the same id: an id found in
+    several directories is ambiguous (``StorageError`` naming them)."""
+    if not which.isdigit():
         path = which
         found = journal_file_id(os.path.basename(path))
         if found is None:
             raise StorageError(f"{path}: not a journal file name (16 hex digits, then .txn)")
-        file_id = found
-    if not fs.exists(path):
-        raise StorageError(f"{path}: no such journal file")
-    return path, file_id
+        if not fs.exists(path):
+            raise StorageError(f"{path}: no such journal file")
+        return path, found
+    file_id = int(which)
+    if journal_dirs:
+        dirs = given_dirs(fs, "journal", journal_dirs)
+    elif data_dir is None:
+        raise StorageError(
+            f"journal file id {which}: give the bookie's --data-dir (or its --journal-dir)"
+        )
+    else:
+        dirs = bookie_dirs(fs, data_dir, ledger_dirs).journal_dirs
+    name = journal_file_name(file_id)
+    holding = [d for d in dirs if fs.exists(os.path.join(d, name))]
+    if len(holding) == 1:
+        return os.path.join(holding[0], name), file_id
+    if holding:
+        raise StorageError(
+            f"journal file id {file_id} is ambiguous: in dirs {joined(holding)}; "
+            "give --journal-dir or the file's path"
+        )
+    if len(dirs) == 1:
+        raise StorageError(f"{os.path.join(dirs[0], name)}: no such journal file")
+    raise StorageError(f"no journal file {name} in the journal dirs {joined(dirs)}")
 
 
 def read_journal(fs: FileSystem, path: str, file_id: int) -> Iterator[JournalItem]:
