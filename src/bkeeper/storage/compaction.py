@@ -47,7 +47,7 @@ from bkeeper.storage.entry_log import (
     LogIds,
     location_of,
 )
-from bkeeper.storage.filesystem import FileSystem, numbered_file_number
+from bkeeper.storage.filesystem import FileSystem, numbered_file_number, remove_gently
 from bkeeper.storage.flusher import Flusher, location_runs
 from bkeeper.storage.garbage import EntryLogUsage, GcPlan, GcResult, plan_collection
 from bkeeper.storage.ledger_state import StoredLedger
@@ -58,6 +58,9 @@ __all__ = ["COMPACTING_SUFFIX", "Compactor", "finish_interrupted"]
 log = logging.getLogger(__name__)
 
 COMPACTING_SUFFIX = ".compacting"
+#: The copy is fdatasynced every this many bytes: one large fdatasync at the end would hold
+#: up the journal's on the same disk (as a large flush would).
+_SYNC_BYTES = 4 * 1024 * 1024
 #: Live records are copied and their index entries swapped this many at a time.
 _CHUNK_ENTRIES = 1024
 
@@ -192,6 +195,7 @@ class Compactor:
         )
         copied = _Copied(array("q"), array("q"), array("Q"), array("Q"))
         partial: str | None = None  # the copy's path, once it exists
+        unsynced = 0
         throttle = _Throttle(self._config.compaction_rate_bytes_per_s, stop)
         try:
             for chunk in _chunks(
@@ -214,6 +218,10 @@ class Compactor:
                     copied.new.append(location)
                 size = sum(len(b) + 8 for b in bodies)
                 tally.copied += size
+                unsynced += size
+                if unsynced >= _SYNC_BYTES:
+                    writer.sync()  # small fdatasyncs: the journal's are not held up behind one
+                    unsynced = 0
                 throttle.spent(size)
             new_id = writer.current_log_id
             writer.close()
@@ -261,13 +269,17 @@ class Compactor:
         swap(self._engine, copied.ledger_ids, copied.entry_ids, copied.old, copied.new)
 
     def _remove(self, log_id: int) -> int:
+        """Remove a log nothing points into any more, gently (a large file freed at once
+        stalls every fsync on the disk); reads that raced the removal look up again."""
         path = self._dirs.log_path(log_id)
-        try:
-            size = self._fs.size(path)
-            self._reader.forget(log_id)
-            self._fs.remove(path)
-        except FileNotFoundError:
-            size = 0
+        self._reader.forget(log_id)
+        config = self._config
+        size = remove_gently(
+            self._fs,
+            path,
+            config.journal_remove_step_bytes,
+            config.journal_remove_pause_ms / 1000.0,
+        )
         self._fs.fsync_dir(os.path.dirname(path))
         self._dirs.forget(log_id)
         self._registry.remove(log_id)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from bkeeper.common.errors import StorageError
@@ -33,6 +35,7 @@ __all__ = [
     "create_durably",
     "numbered_file_name",
     "numbered_file_number",
+    "remove_gently",
     "write_file_atomic",
 ]
 
@@ -256,6 +259,32 @@ class OsFileSystem:
 
     def filesystem_id(self, path: str) -> str:
         return f"dev {os.stat(path).st_dev}"
+
+
+def remove_gently(
+    fs: FileSystem,
+    path: str,
+    step_bytes: int,
+    pause_s: float,
+    stopping: Callable[[], bool] = lambda: False,
+) -> int:
+    """Remove a large file by cutting it down ``step_bytes`` at a time with ``pause_s``
+    between steps (all at once while ``stopping()``), then removing it; returns its size (0
+    when it was gone already). Freeing hundreds of MiB at once is one large filesystem
+    transaction, and every fsync on the disk (this bookie's journal, other bookies' on a
+    shared disk) waits for it: measured, checkpoints of 540-670 ms on all three bookies of
+    a sandbox for a 512 MiB journal file, and compaction's removal of 1 GiB entry logs
+    stalled adds for over a second."""
+    try:
+        size = total = fs.size(path)
+        while size > step_bytes and not stopping():
+            size -= step_bytes
+            fs.truncate(path, size)
+            time.sleep(pause_s)
+        fs.remove(path)
+    except FileNotFoundError:
+        return 0
+    return total
 
 
 def numbered_file_name(number: int, suffix: str, prefix: str = "") -> str:

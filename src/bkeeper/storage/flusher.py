@@ -31,10 +31,8 @@ disk has room again and retries. A checkpoint that fails so raises ``DiskFullErr
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-import time
 from array import array
 from collections.abc import Callable
 
@@ -45,7 +43,7 @@ from bkeeper.storage.dirs import LedgerDirs, StorageLayout
 from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.engine import EngineState, PendingCheckpoint
 from bkeeper.storage.entry_log import EntryLogWriter, LogIds
-from bkeeper.storage.filesystem import FileSystem, WritableFile
+from bkeeper.storage.filesystem import FileSystem, WritableFile, remove_gently
 from bkeeper.storage.index_file import (
     INDEX_HEADER_BYTES,
     IndexDelta,
@@ -309,23 +307,13 @@ class Flusher:
         return journal_files_before(self._fs, self._layout, marks)
 
     def _remove_gently(self, paths: list[str]) -> None:
-        """Remove old journal files outside the flush lock, cutting large ones down by
-        ``journal_remove_step_bytes`` at a time with a pause between: freeing a whole
-        journal file at once is one large filesystem transaction, and every fsync on the
-        disk (this bookie's journal, and other bookies' on a shared disk) waits for it
-        (measured: checkpoints of 540-670 ms on all three bookies of a sandbox, adds
-        stalled for as long)."""
+        """Remove old journal files outside the flush lock, gently (see
+        :func:`~bkeeper.storage.filesystem.remove_gently`)."""
         step = self._config.journal_remove_step_bytes
         pause_s = self._config.journal_remove_pause_ms / 1000.0
         with self._journal_removal_lock:
             for path in paths:
-                with contextlib.suppress(FileNotFoundError):
-                    size = self._fs.size(path)
-                    while size > step and not self._stopping:
-                        size -= step
-                        self._fs.truncate(path, size)
-                        time.sleep(pause_s)
-                    self._fs.remove(path)
+                remove_gently(self._fs, path, step, pause_s, lambda: self._stopping)
 
     # -- thread ------------------------------------------------------------------------
     def _run(self) -> None:

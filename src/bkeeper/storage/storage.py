@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from bkeeper.common.clock import Clock
 from bkeeper.common.errors import (
     BadRequestError,
+    CorruptRecordError,
     DataUnknownError,
     DiskFullError,
     LedgerFencedError,
@@ -83,8 +84,8 @@ def _ignore(tokens: list[object], error: BaseException | None) -> None:
     pass
 
 
-#: A read whose entry log was removed by compaction after its lookup (the index then points
-#: at the copy) looks up again, at most this many times in all.
+#: A read whose entry log was cut down or removed by compaction after its lookup (the index
+#: then points at the copy) looks up again, at most this many times in all.
 _READ_ATTEMPTS = 3
 #: ``read_entries`` reads bodies from entry logs this many entries at a time.
 _READ_CHUNK_ENTRIES = 256
@@ -317,8 +318,9 @@ class Storage:
                 return found
             try:
                 return self._reader.read(found)
-            except FileNotFoundError:
-                if attempt + 1 == _READ_ATTEMPTS:
+            except (FileNotFoundError, CorruptRecordError):
+                again, _ = self._find(ledger_id, entry_id)
+                if again == found or attempt + 1 == _READ_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
 
@@ -335,7 +337,7 @@ class Storage:
         for attempt in range(_READ_ATTEMPTS):
             try:
                 return self._read_entries(ledger_id, start_entry_id, max_count, max_bytes)
-            except FileNotFoundError:
+            except (FileNotFoundError, CorruptRecordError):
                 if attempt + 1 == _READ_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
