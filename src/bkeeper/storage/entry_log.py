@@ -31,6 +31,7 @@ from crc32c import crc32c
 
 from bkeeper.common.errors import CorruptRecordError
 from bkeeper.storage.filesystem import (
+    BytesLike,
     FileSystem,
     ReadableFile,
     WritableFile,
@@ -229,6 +230,21 @@ class EntryLogWriter:
             file.write(buf)
             start = end
         return locations
+
+    def append_raw(self, records: BytesLike, sizes: dict[int, int]) -> int:
+        """Append whole records as they are (headers and checksums included, as copied
+        from another log) to the current log; ``sizes`` are their bytes per ledger. Returns
+        the offset they start at in :attr:`current_log_id`. The caller keeps each call within
+        a log's size limit (compaction copies at most what one log held)."""
+        file = self._writable(len(records) - _RECORD.size)
+        offset = file.size()
+        file.write(records)
+        self._unsynced = True
+        self.bytes_written += len(records)
+        pending = self._pending
+        for ledger_id, size in sizes.items():
+            pending[ledger_id] = pending.get(ledger_id, 0) + size
+        return offset
 
     def sync(self) -> None:
         """Make every appended entry durable."""

@@ -39,8 +39,10 @@ __all__ = [
     "EntryLogMeta",
     "EntryLogRecord",
     "EntryLogRegistry",
+    "ScannedChunk",
     "encode_ledgers_map",
     "read_entry_log_meta",
+    "scan_chunks",
     "scan_entry_log",
 ]
 
@@ -145,47 +147,81 @@ class EntryLogRecord:
     body: bytes | None  # with ``bodies=True`` only
 
 
+@dataclass(frozen=True, slots=True)
+class ScannedChunk:
+    """Whole records of an entry log read at once: ``data`` holds the file's bytes from
+    offset ``base``; ``records`` are (offset, length, ledger id, entry id) of each record in
+    it, in order (a record's bytes are ``data[offset - base : offset - base + 8 + length]``,
+    header included)."""
+
+    base: int
+    data: bytes
+    records: list[tuple[int, int, int, int]]
+
+
+def scan_chunks(fs: FileSystem, path: str, *, start: int = _HEADER_BYTES) -> Iterator[ScannedChunk]:
+    """The entry records of a log in order, about ``_SCAN_CHUNK_BYTES`` at a time, up to its
+    map, its end or its first damaged record (a torn tail: short header, short body or a
+    failed checksum), whichever is first."""
+    record_head, entry_head = _RECORD.unpack_from, _ENTRY_HEAD.unpack_from
+    with contextlib.closing(fs.open_read(path)) as handle:
+        size = handle.size()
+        base = start
+        carry = b""
+        while base < size:
+            data = carry + handle.read_at(base + len(carry), _SCAN_CHUNK_BYTES)
+            view = memoryview(data)
+            records: list[tuple[int, int, int, int]] = []
+            at = 0
+            stop = False
+            while at + _RECORD.size <= len(data):
+                length, crc = record_head(data, at)
+                end = at + _RECORD.size + length
+                if end > len(data):
+                    if base + end > size:
+                        stop = True  # torn: the body runs past the end of the file
+                    break
+                if length < 16 or crc32c(view[at + _RECORD.size : end]) != crc:
+                    stop = True
+                    break
+                ledger_id, entry_id = entry_head(data, at + _RECORD.size)
+                if ledger_id == MAP_LEDGER_ID:
+                    stop = True
+                    break
+                records.append((base + at, length, ledger_id, entry_id))
+                at = end
+            if records:
+                yield ScannedChunk(base, data, records)
+            if stop:
+                return
+            if not records and at == 0 and len(data) - at >= _RECORD.size:
+                # one record longer than a chunk: read all of it at once
+                length = record_head(data, 0)[0]
+                if base + _RECORD.size + length > size:
+                    return
+                carry = data + handle.read_at(base + len(data), _RECORD.size + length - len(data))
+                continue
+            if base + len(data) >= size and at == len(data):
+                return
+            if len(data) == len(carry) and at == 0:
+                return  # nothing more could be read
+            carry = data[at:]
+            base += at
+
+
 def scan_entry_log(
     fs: FileSystem, path: str, *, bodies: bool = False, start: int = _HEADER_BYTES
 ) -> Iterator[EntryLogRecord]:
-    """The entry records of a log in order, up to its map, its end or its first damaged
-    record (a torn tail: short header, short body or a failed checksum), whichever is
-    first. Reads ``_SCAN_CHUNK_BYTES`` at a time."""
-    with contextlib.closing(fs.open_read(path)) as handle:
-        size = handle.size()
-        offset = start
-        buf = b""
-        base = offset  # file offset of buf[0]
-        while True:
-            at = offset - base
-            if len(buf) - at < _RECORD.size + 16:
-                if offset >= size:
-                    return
-                buf = buf[at:] + handle.read_at(base + len(buf), _SCAN_CHUNK_BYTES)
-                base = offset
-                at = 0
-                if len(buf) < _RECORD.size:
-                    return
-            length, crc = _RECORD.unpack_from(buf, at)
-            end = at + _RECORD.size + length
-            if end > len(buf):
-                if offset + _RECORD.size + length > size:
-                    return  # torn: the body runs past the end of the file
-                more = handle.read_at(base + len(buf), max(end - len(buf), _SCAN_CHUNK_BYTES))
-                buf = buf[at:] + more
-                base = offset
-                at = 0
-                end = _RECORD.size + length
-                if end > len(buf):
-                    return
-            body = buf[at + _RECORD.size : end]
-            if length < 16 or crc32c(body) != crc:
-                return
-            ledger_id, entry_id = _ENTRY_HEAD.unpack_from(body)
-            if ledger_id == MAP_LEDGER_ID:
-                return
-            yield EntryLogRecord(offset, length, ledger_id, entry_id, body if bodies else None)
-            offset += _RECORD.size + length
+    """The entry records of a log in order, as :func:`scan_chunks` finds them, one by one
+    (with their bodies if ``bodies``)."""
+    for chunk in scan_chunks(fs, path, start=start):
+        data, base = chunk.data, chunk.base
+        for offset, length, ledger_id, entry_id in chunk.records:
+            body = None
+            if bodies:
+                at = offset - base + _RECORD.size
+                body = data[at : at + length]
+            yield EntryLogRecord(offset, length, ledger_id, entry_id, body)
 
 
 def read_entry_log_meta(fs: FileSystem, path: str, log_id: int) -> tuple[EntryLogMeta, bool]:

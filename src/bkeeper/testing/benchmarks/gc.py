@@ -58,6 +58,8 @@ class GcBenchOutcome:
     peak_bytes: int = 0
     deleted_ledgers: int = 0
     reclaimed_seconds: float | None = None
+    #: Wall-clock time (time.time()) of the last deletion: to line bookie logs up with.
+    deleted_wall_s: float = 0.0
     final_bytes: int = 0
     samples: list[tuple[float, int]] = field(default_factory=list)
     baseline: BenchResult | None = None
@@ -126,6 +128,7 @@ async def bench_gc(
             report("delete ledgers", i + 1, len(doomed))
         outcome.deleted_ledgers = len(doomed)
     deleted_at = time.perf_counter()
+    outcome.deleted_wall_s = time.time()
     writer = (
         asyncio.create_task(_rate_writer(metadata_uri, plan, plan.gc_wait_s * plan.periods_max))
         if plan.write_rate is not None
