@@ -10,11 +10,12 @@ A pass:
    (:mod:`bkeeper.server.gc_schedule`: minor and major at their intervals, forced ones, all
    of them at every pass on a full disk when ``StorageConfig.gc_allowed_on_full_disk``).
 
-When: every ``gc_wait_ms`` after the previous pass ended; at once on :meth:`run_now`; and
-promptly when the storage reports its disk FULL or NO_ROOM (when compaction is allowed on a
-full disk: it is how a full bookie frees space). One pass at a time: a :meth:`run_now` while
-a pass runs waits for the next pass, which starts as soon as that one ends and forces the
-kinds asked for (several callers share it). At most ``GC_WAITERS_MAX`` callers wait at once.
+When: every ``gc_wait_ms`` (+-25%, :data:`GC_WAIT_JITTER`) after the previous pass ended;
+at once on :meth:`run_now`; and promptly when the storage reports its disk FULL or NO_ROOM
+(when compaction is allowed on a full disk: it is how a full bookie frees space). One pass
+at a time: a :meth:`run_now` while a pass runs waits for the next pass, which starts as soon
+as that one ends and forces the kinds asked for (several callers share it). At most
+``GC_WAITERS_MAX`` callers wait at once.
 
 Errors: a scan that fails (the metadata store down) deletes nothing more, is logged in one
 line, is named in the pass's report (``scan_error``) and is tried again at the next pass;
@@ -33,6 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import random
 import threading
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,6 +55,11 @@ from bkeeper.storage import DiskState
 from bkeeper.storage.garbage import EntryLogUsage, GcResult
 
 __all__ = ["GC_WAITERS_MAX", "GarbageCollector", "GcReport", "GcStorage"]
+
+#: Each wait between passes is ``gc_wait_ms`` times a random factor within 1 +- this, so that
+#: bookies started together (a sandbox, a rolling restart) do not collect, and compact, at
+#: the same moment: on shared cores and disks their compactions would add up.
+GC_WAIT_JITTER = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +224,10 @@ class GarbageCollector:
         """Passes until :meth:`request_stop`; never raises for a failed pass."""
         try:
             while not self._stopping.is_set():
+                wait_s = self._config.gc_wait_ms / 1000.0
+                wait_s *= random.uniform(1 - GC_WAIT_JITTER, 1 + GC_WAIT_JITTER)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._config.gc_wait_ms / 1000.0)
+                    await asyncio.wait_for(self._wake.wait(), wait_s)
                 if self._stopping.is_set():
                     break
                 self._wake.clear()
