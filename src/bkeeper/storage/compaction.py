@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from array import array
@@ -61,6 +62,10 @@ COMPACTING_SUFFIX = ".compacting"
 #: The copy is fdatasynced every this many bytes: one large fdatasync at the end would hold
 #: up the journal's on the same disk (as a large flush would).
 _SYNC_BYTES = 4 * 1024 * 1024
+#: While a pass runs, Python switches threads at least this often (the default is 5 ms):
+#: the pass's thread works in Python between its reads and writes, and the server's event
+#: loop must not wait long for its turn.
+_SWITCH_INTERVAL_S = 0.0005
 #: Live records are copied and their index entries swapped this many at a time.
 _CHUNK_ENTRIES = 1024
 
@@ -126,11 +131,15 @@ class Compactor:
             started = time.monotonic()
             tally = _Tally()
             error = ""
+            switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL_S))
             try:
                 self._collect(minor, major, stop, tally)
             except DiskFullError as exc:
                 error = str(exc)
                 log.warning("garbage collection stopped: %s", exc)
+            finally:
+                sys.setswitchinterval(switch_interval)
             return GcResult(
                 minor=minor,
                 major=major,
