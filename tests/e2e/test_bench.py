@@ -114,6 +114,19 @@ def test_bench_storage_runs(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its data directory is removed
 
 
+def test_bench_gc_runs(tmp_path: Path) -> None:
+    result = _bench("gc", "--bytes", "4M", "--ledgers", "10", "--entry-size", "4096",
+                    "--bookies", "1", "--gc-wait-ms", "300", "--periods", "60", "--target-fraction", "0.8",
+                    "--data-dir", str(tmp_path / "sandbox"))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    [(header, rows)] = _tables(result.stdout)
+    assert header == ["measure", "value"]
+    values = dict(rows)
+    assert values["ledgers deleted"] == "9 of 10"
+    assert values["under 80% of the peak after"].endswith("GC periods")
+    assert _number(values["peak disk usage (all bookies)"].split()[0]) > 0
+
+
 def test_bench_connection_runs() -> None:
     result = _bench("connection", "--frames", "300", "--rounds", "2")
     assert result.returncode == 0, result.stderr
