@@ -3,11 +3,14 @@
 After every restart: every acknowledged entry reads back byte-identical, acknowledged fences,
 master keys and explicit LACs are there, acknowledged deletes stay deleted; whatever was not
 acknowledged may or may not be there, but if it is, it is exactly what was written. Some
-seeds also run checkpoints concurrently on another thread, as the server does.
+seeds also run checkpoints concurrently on another thread, as the server does; the workload
+also runs garbage-collection passes (ledger deletions free entry logs, compaction copies
+what is left), so crashes land inside compactions racing adds and deletions.
 
-Each seed runs with one of three directory layouts: the default (one journal, one ledger
-directory under the data directory); two journals and two ledger directories, each on a
-filesystem of its own (mounts of the in-memory disk, which crash together); and journals
+Each seed runs with one of four layouts: the default (one journal, one ledger directory
+under the data directory); two journals and two ledger directories, each on a filesystem of
+its own (mounts of the in-memory disk, which crash together); the default with an index
+small enough that checkpoints write full snapshots of it while adds go on; and journals
 added at every restart (a ledger's records move to another journal between runs).
 """
 
@@ -91,8 +94,10 @@ class Workload:
                 self.delete()
             elif roll < 0.92:
                 self.storage.force_ledger(self.live_ledger(), token=("force", self.rng.random()))
-            elif roll < 0.94:
+            elif roll < 0.935:
                 self.storage.checkpoint()
+            elif roll < 0.94:
+                self.storage.collect_garbage(minor=True, major=self.rng.random() < 0.5)
             else:
                 time.sleep(self.rng.choice([0, 0, 0.0005, 0.002]))
         except TooManyRequestsError:
@@ -195,6 +200,10 @@ LAYOUTS: dict[str, Layout] = {
     "2 journals, 2 ledger dirs": (
         lambda round_no: small_config(**TWO_BY_TWO),
         ("/l1", "/l2", "/j1", "/j2"),
+    ),
+    "index snapshots while running": (
+        lambda round_no: small_config(index_compaction_bytes_min=2048),
+        (),
     ),
     "journals added": (
         lambda round_no: small_config(

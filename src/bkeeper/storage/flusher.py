@@ -55,11 +55,13 @@ from bkeeper.storage.journal_set import journal_files_before
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
 
-__all__ = ["Flusher", "StorageLayout", "location_runs"]
+__all__ = ["Flusher", "StorageLayout", "live_index_bytes", "location_runs"]
 
 log = logging.getLogger(__name__)
 
 
+#: A new index generation is written and fdatasynced this many bytes at a time.
+_INDEX_SYNC_BYTES = 4 * 1024 * 1024
 #: Flushed entries are indexed under the lock this many at a time, so that the caller's
 #: thread never waits long for the lock.
 _APPLY_CHUNK_ENTRIES = 2048
@@ -210,24 +212,28 @@ class Flusher:
     def checkpoint(self, full: bool = False) -> tuple[JournalMark, ...]:
         """Flush, persist the index and the journal marks; see the module docstring.
 
-        ``full`` writes the whole index as a new generation (only while nothing else runs:
-        when the engine opens). Returns the marks persisted.
+        ``full`` writes the whole index as a new generation; so does any checkpoint once the
+        index file is over ``index_compaction_bytes_min`` and twice its live content (ledger
+        deletions and compaction leave it growing by deltas). Returns the marks persisted.
         """
+        engine = self._engine
         with self._flush_lock:
             if self._stopping:
                 raise StorageError("storage is closed: no checkpoint")
-            with self._engine.lock:
+            with engine.lock:
                 marks = self._journal_marks()
             self._flush_locked()
-            with self._engine.lock:
-                pending = self._engine.take_pending_locked()
-                delta = _delta(pending, self._engine.ledgers if full else None)
-                limbo = self._engine.limbo
+            with engine.lock:
+                pending = engine.take_pending_locked()
+                states = list(engine.ledgers.values())
+                limbo = engine.limbo
+            full = full or self._index_wants_snapshot(states)
             try:
+                delta = _snapshot(engine, states) if full else _delta(pending)
                 self._persist(delta, marks, limbo, full)
             except BaseException as exc:
-                with self._engine.lock:
-                    self._engine.restore_pending_locked(pending)
+                with engine.lock:
+                    engine.restore_pending_locked(pending)
                 home = self._layout.ledgers  # the index and the checkpoint file
                 if self._disk is not None and self._disk.explains(exc, home):
                     self._disk.report_no_space(home)
@@ -236,9 +242,15 @@ class Flusher:
                     ) from exc
                 raise
             self.checkpoints += 1
-            old_journals = self._delete_old_index_and_list_journals(marks)
-        self._remove_gently(old_journals)
+            old_files = self._old_index_and_journals(marks)
+        self._remove_gently(old_files)
         return marks
+
+    def _index_wants_snapshot(self, states: list[StoredLedger]) -> bool:
+        size = self._index_bytes
+        return size > self._config.index_compaction_bytes_min and size > 2 * live_index_bytes(
+            states
+        )
 
     def _persist(
         self, delta: IndexDelta, marks: tuple[JournalMark, ...], limbo: bool, full: bool
@@ -261,7 +273,10 @@ class Flusher:
             self._fs.remove(path)
         file = self._fs.open_append(path)
         try:
-            file.write(encode_index_header(generation) + data)
+            file.write(encode_index_header(generation))
+            for at in range(0, len(data), _INDEX_SYNC_BYTES):  # no one large fdatasync
+                file.write(data[at : at + _INDEX_SYNC_BYTES])
+                file.sync()
             file.sync()
             self._fs.fsync_dir(self._layout.ledgers)
         except BaseException:
@@ -297,17 +312,18 @@ class Flusher:
             self._fs.truncate(path, self._index_bytes)
         self._index_file = self._fs.open_append(path)
 
-    def _delete_old_index_and_list_journals(self, marks: tuple[JournalMark, ...]) -> list[str]:
-        """Remove the index generation the checkpoint replaced; the journal files wholly
-        before their journal's mark, which no replay reads any more."""
+    def _old_index_and_journals(self, marks: tuple[JournalMark, ...]) -> list[str]:
+        """The index generation the checkpoint replaced (if any) and the journal files
+        wholly before their journal's mark, which no replay reads any more: to be removed."""
+        old: list[str] = []
         if self._old_index is not None:
-            if self._fs.exists(self._old_index):
-                self._fs.remove(self._old_index)
+            old.append(self._old_index)
             self._old_index = None
-        return journal_files_before(self._fs, self._layout, marks)
+        return old + journal_files_before(self._fs, self._layout, marks)
 
     def _remove_gently(self, paths: list[str]) -> None:
-        """Remove old journal files outside the flush lock, gently (see
+        """Remove old journal files and the replaced index generation outside the flush
+        lock, gently (see
         :func:`~bkeeper.storage.filesystem.remove_gently`)."""
         step = self._config.journal_remove_step_bytes
         pause_s = self._config.journal_remove_pause_ms / 1000.0
@@ -377,19 +393,37 @@ def location_runs(
     return runs
 
 
-def _delta(pending: PendingCheckpoint, full: dict[int, StoredLedger] | None) -> IndexDelta:
-    if full is not None:
-        states = sorted(full.values(), key=lambda s: s.ledger_id)
-        runs = []
-        for state in states:
-            items = list(state.locations.items())
-            if items:
-                ids = array("q", (entry_id for entry_id, _ in items))
-                locations = array("Q", (location for _, location in items))
-                runs.append(LocationRun(state.ledger_id, ids, locations))
-        return IndexDelta((), tuple(s.snapshot() for s in states), tuple(runs))
+def _delta(pending: PendingCheckpoint) -> IndexDelta:
+    """The changes since the last checkpoint."""
     return IndexDelta(
         tuple(pending.deleted),
         tuple(s.snapshot() for s in pending.dirty),
         tuple(run for state, run in pending.runs if not state.deleted),
     )
+
+
+def _snapshot(engine: EngineState, states: list[StoredLedger]) -> IndexDelta:
+    """Every ledger of ``states`` as it is now, each copied under the lock on its own (so
+    the lock is never held for the whole index), read outside it. A change made meanwhile
+    may or may not be in it: it is in the changes the next checkpoint appends too, and
+    applying one twice is harmless."""
+    snapshots = []
+    runs = []
+    for state in sorted(states, key=lambda s: s.ledger_id):
+        with engine.lock:
+            if state.deleted:
+                continue
+            snapshot = state.snapshot()
+            locations = state.locations.copy()
+        snapshots.append(snapshot)
+        items = list(locations.items())
+        if items:
+            ids = array("q", (entry_id for entry_id, _ in items))
+            places = array("Q", (location for _, location in items))
+            runs.append(LocationRun(state.ledger_id, ids, places))
+    return IndexDelta((), tuple(snapshots), tuple(runs))
+
+
+def live_index_bytes(states: list[StoredLedger]) -> int:
+    """A rough size of a full index snapshot of ``states``."""
+    return sum(64 + 16 * len(s.locations) for s in states)

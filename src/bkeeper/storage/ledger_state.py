@@ -112,6 +112,17 @@ class LedgerLocations:
     def entry_ids(self) -> list[int]:
         return [entry_id for entry_id, _ in self.items()]
 
+    def copy(self) -> LedgerLocations:
+        """An independent copy, made with C-level copies of the array and the dict (a
+        checkpoint takes one under the engine lock, then reads it outside)."""
+        other = LedgerLocations()
+        other._base = self._base
+        other._dense = array("Q", self._dense)
+        other._dense_count = self._dense_count
+        other._sparse = dict(self._sparse)
+        other.max_entry_id = self.max_entry_id
+        return other
+
 
 @dataclass(frozen=True, slots=True)
 class LedgerSnapshot:

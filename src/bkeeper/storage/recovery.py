@@ -34,12 +34,11 @@ from bkeeper.storage.dirs import LedgerDirs, StorageLayout, check_ledger_dirs
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import LogIds
 from bkeeper.storage.filesystem import FileSystem
-from bkeeper.storage.flusher import Flusher
+from bkeeper.storage.flusher import Flusher, live_index_bytes
 from bkeeper.storage.index_file import index_file_generation, load_index
 from bkeeper.storage.journal_format import JournalRecord, RecordKind
 from bkeeper.storage.journal_replay import ReplayOutcome, replay_journal_dirs
 from bkeeper.storage.journal_set import journal_starts, next_journal_file_id
-from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry, read_entry_log_meta
 
 __all__ = ["Recovered", "apply_record", "recover", "remove_files_of_failed_open"]
@@ -142,8 +141,8 @@ def _recover(
     _enter_limbo(engine, replay)
     compacted_sources = finish_interrupted(fs, dirs, engine, registry)
     next_file_id = next_journal_file_id(fs, layout, root, starts)
-    compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
-        engine.ledgers
+    compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * live_index_bytes(
+        list(engine.ledgers.values())
     )
     return Recovered(
         engine,
@@ -227,8 +226,3 @@ def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> No
             other_index = index_file_generation(name) not in (None, generation)
             if name.endswith((".tmp", COMPACTING_SUFFIX)) or other_index:
                 fs.remove(os.path.join(directory, name))
-
-
-def _live_bytes(ledgers: dict[int, StoredLedger]) -> int:
-    """A rough size of a full index snapshot."""
-    return sum(64 + 16 * len(s.locations) for s in ledgers.values())
