@@ -19,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from bkeeper.cli._options import confirm_deletion, metadata_option
+from bkeeper.cli.shell_admin import ADMIN_COMMANDS
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
@@ -45,6 +46,10 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
 @click.group()
 def shell() -> None:
     """Cluster administration."""
+
+
+for _command in ADMIN_COMMANDS:  # gc, gcstatus, suspendcompaction, resumecompaction
+    shell.add_command(_command)
 
 
 @shell.command()

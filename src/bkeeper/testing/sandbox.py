@@ -3,7 +3,8 @@
 Layout under the data directory: ``zookeeper/`` and ``bookie-<i>/`` (kept across restarts,
 so a restarted sandbox finds its ledgers). Ports are fixed (ZooKeeper ``zookeeper_port``,
 bookie ``i`` at ``bookie_port_base + i``) so that bookie ids, and with them the cookies, stay
-the same from one start to the next. The cluster is formatted on first start. Bookies are
+the same from one start to the next; bookie ``i``'s admin HTTP server, if any, is at
+``http_port_base + i``. The cluster is formatted on first start. Bookies are
 child processes that die with the sandbox (parent-death signal); ``stop`` sends SIGTERM to
 each, then stops ZooKeeper, leaving no process behind.
 """
@@ -37,6 +38,7 @@ class SandboxConfig:
     bookies: int = 3
     zookeeper_port: int = 2181
     bookie_port_base: int = 3181
+    http_port_base: int | None = None
     root: str = "/ledgers"
     start_timeout_s: float = 30.0
     stop_timeout_s: float = 30.0
@@ -46,8 +48,10 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
             raise ConfigError(f"bookies: {self.bookies} is not between 1 and 64")
-        for name in ("zookeeper_port", "bookie_port_base"):
+        for name in ("zookeeper_port", "bookie_port_base", "http_port_base"):
             port = getattr(self, name)
+            if port is None and name == "http_port_base":
+                continue
             if not 0 < port < 65536 - self.bookies:
                 raise ConfigError(f"{name}: {port} is not a usable TCP port")
 
@@ -81,10 +85,19 @@ class Sandbox:
     def bookie_address(self, index: int) -> tuple[str, int]:
         return "127.0.0.1", self.config.bookie_port_base + index
 
+    def admin_address(self, index: int) -> tuple[str, int] | None:
+        """Where bookie ``index`` serves its admin HTTP API; None without ``http_port_base``."""
+        base = self.config.http_port_base
+        return None if base is None else ("127.0.0.1", base + index)
+
     def ports_in_use(self) -> list[tuple[str, int]]:
         """``(what, port)`` for each port of this sandbox that another process holds now."""
         wanted = [("ZooKeeper", self.config.zookeeper_port)]
         wanted += [(f"bookie {i}", self.bookie_address(i)[1]) for i in range(self.config.bookies)]
+        for i in range(self.config.bookies):
+            admin = self.admin_address(i)
+            if admin is not None:
+                wanted.append((f"bookie {i} admin", admin[1]))
         return [(what, port) for what, port in wanted if not port_free("127.0.0.1", port)]
 
     def start(self) -> None:
@@ -124,9 +137,11 @@ class Sandbox:
         data_dir = self.config.data_dir / f"bookie-{index}"
         log_path = self._bookie_log(index)
         self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
+        admin = self.admin_address(index)
+        http = [] if admin is None else ["--http-port", str(admin[1])]
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
-            "--data-dir", str(data_dir), "--host", host, "--port", str(port),
+            "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self.config.bookie_args,
         ]  # fmt: skip
         log_file = open(log_path, "ab")  # noqa: SIM115
