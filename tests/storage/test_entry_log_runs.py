@@ -7,7 +7,7 @@ import pytest
 
 from bkeeper.common.errors import CorruptRecordError
 from bkeeper.storage import MemoryFileSystem
-from bkeeper.storage.entry_log import EntryLogReader, EntryLogWriter
+from bkeeper.storage.entry_log import EntryLogReader, EntryLogWriter, LogIds
 
 
 def write_logs(fs: MemoryFileSystem) -> tuple[list[int], list[bytes]]:
@@ -17,7 +17,7 @@ def write_logs(fs: MemoryFileSystem) -> tuple[list[int], list[bytes]]:
     bodies[11] = b"y" * 3_000_000  # longer than a run
     locations: list[int] = []
     for log_id, part in ((1, bodies[:250]), (2, bodies[250:])):
-        writer = EntryLogWriter(fs, "/d", log_id, 1 << 30)
+        writer = EntryLogWriter(fs, "/d", LogIds(log_id), 1 << 30)
         locations += writer.append(part)
         writer.sync()
         writer.close()

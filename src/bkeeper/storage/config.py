@@ -54,6 +54,14 @@ class StorageConfig:
     the bookie turns read-only; below ``disk_usage_lwm_threshold`` it is writable again. A
     read-only bookie still takes recovery and high-priority adds while more than
     ``disk_high_priority_free_bytes_min`` bytes are free.
+
+    Garbage collection (see :mod:`bkeeper.storage.compaction`): a minor compaction copies
+    out the live entries of entry logs whose live ratio is below
+    ``minor_compaction_threshold``, a major one those below ``major_compaction_threshold``
+    (a threshold <= 0 disables its kind); copying runs at most
+    ``compaction_rate_bytes_per_s`` (0: unthrottled). With ``gc_allowed_on_full_disk`` the
+    bookie collects garbage at once when its disk fills (compaction is how a full bookie frees
+    space), least live bytes first.
     """
 
     data_dir: str
@@ -75,6 +83,10 @@ class StorageConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm_threshold: float = 0.90
     disk_high_priority_free_bytes_min: int = 100 * MIB
+    minor_compaction_threshold: float = 0.2
+    major_compaction_threshold: float = 0.8
+    compaction_rate_bytes_per_s: int = 64 * MIB
+    gc_allowed_on_full_disk: bool = True
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -111,7 +123,12 @@ class StorageConfig:
                 f"got {self.entry_log_bytes_max}"
             )
         self._check_disk_thresholds()
-        check_non_negative_ints(self, "disk_high_priority_free_bytes_min")
+        check_non_negative_ints(
+            self, "disk_high_priority_free_bytes_min", "compaction_rate_bytes_per_s"
+        )
+        self._check_compaction_thresholds()
+        if not isinstance(self.gc_allowed_on_full_disk, bool):
+            raise ConfigError("gc_allowed_on_full_disk: must be a bool")
         check_int_in_range("journal_remove_pause_ms", self.journal_remove_pause_ms, 0, 1000)
         if not isinstance(self.journal_skip_corrupt_records, bool):
             raise ConfigError("journal_skip_corrupt_records: must be a bool")
@@ -125,6 +142,22 @@ class StorageConfig:
             raise ConfigError(
                 "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
                 f"0 < lwm <= threshold <= 1, got {lwm!r} and {threshold!r}"
+            )
+
+    def _check_compaction_thresholds(self) -> None:
+        minor, major = self.minor_compaction_threshold, self.major_compaction_threshold
+        for name, value in (
+            ("minor_compaction_threshold", minor),
+            ("major_compaction_threshold", major),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value > 1.0:
+                raise ConfigError(
+                    f"{name}: must be a fraction at most 1 (<= 0 disables), got {value!r}"
+                )
+        if minor > 0 and major > 0 and minor > major:
+            raise ConfigError(
+                "minor_compaction_threshold must not exceed major_compaction_threshold, "
+                f"got {minor!r} and {major!r}"
             )
 
     @property

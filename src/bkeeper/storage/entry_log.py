@@ -12,12 +12,15 @@ Invariants: a log is only appended to, by one writer (the flusher); each run of 
 starts a new log, created by the first flush that has entries to write, so a torn tail from a
 crash is never appended to; after a failed write or fdatasync (a full disk) the log is cut
 back to what was synced and the next flush starts a new one; the location index only ever
-points at records that were fdatasynced before the index was persisted. Space of deleted
-ledgers is reclaimed by garbage collection, later (not here).
+points at records that were fdatasynced before the index was persisted. A log that rolls or
+is closed ends with its ledgers map (:mod:`bkeeper.storage.ledgers_map`), which garbage
+collection and compaction (:mod:`bkeeper.storage.compaction`) use to reclaim the space of
+deleted ledgers.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -34,11 +37,13 @@ from bkeeper.storage.filesystem import (
     numbered_file_name,
     numbered_file_number,
 )
+from bkeeper.storage.ledgers_map import EntryLogMeta, EntryLogRegistry, encode_ledgers_map
 
 __all__ = [
     "ENTRY_LOG_HEADER_BYTES",
     "EntryLogReader",
     "EntryLogWriter",
+    "LogIds",
     "entry_log_id",
     "entry_log_name",
     "location_of",
@@ -50,6 +55,8 @@ SUFFIX = ".log"
 _HEADER = struct.Struct(">4sIQ")
 ENTRY_LOG_HEADER_BYTES = _HEADER.size
 _RECORD = struct.Struct(">II")
+_LEDGER_ID = struct.Struct(">q")
+log = logging.getLogger(__name__)
 _OFFSET_MASK = (1 << 32) - 1
 #: A read fetches the record header and this many body bytes at once (one pread for most
 #: entries); longer bodies take a second pread.
@@ -88,33 +95,78 @@ def location_of(log_id: int, offset: int) -> int:
     return (log_id << 32) | offset
 
 
+class LogIds:
+    """Hands out entry log ids, increasing, to the flusher and to compaction (thread-safe)."""
+
+    def __init__(self, next_id: int) -> None:
+        self._next = next_id
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            log_id = self._next
+            self._next += 1
+            return log_id
+
+
 class EntryLogWriter:
     """Appends batches of entries to the current entry log, rolling by size.
 
-    Used by one thread at a time (the flush lock). Rolled logs are synced before they are
-    closed; :meth:`sync` syncs the current one.
+    Used by one thread at a time (the flush lock, or the one compaction). Rolled logs are
+    synced, then given their ledgers map, before they are closed; :meth:`sync` syncs the
+    current one. Record bytes per ledger reach ``registry`` once they are synced.
+    ``suffix`` names the files (compaction writes ``.compacting`` files and renames them).
     """
 
-    def __init__(self, fs: FileSystem, directory: str, log_id: int, log_bytes_max: int) -> None:
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        log_ids: LogIds,
+        log_bytes_max: int,
+        registry: EntryLogRegistry | None = None,
+        *,
+        suffix: str = SUFFIX,
+        sources: tuple[int, ...] = (),
+    ) -> None:
+        """A writer given ``sources`` (compaction's) fails when it cannot write the map:
+        the map is what lets a restart finish the compaction."""
         self._fs = fs
         self._directory = directory
-        self._next_id = log_id
+        self._log_ids = log_ids
         self._log_bytes_max = log_bytes_max
+        self._registry = registry
+        self._suffix = suffix
+        self._sources = sources
         self._file: WritableFile | None = None
         self._log_id = -1
         self._unsynced = False
         self._synced_bytes = 0
+        self._meta = EntryLogMeta(-1)
+        self._pending: dict[int, int] = {}  # ledger id -> record bytes appended, not synced
         #: Bytes appended so far (all logs), for the disk space accounting.
         self.bytes_written = 0
+
+    @property
+    def meta(self) -> EntryLogMeta:
+        """The ledgers map of the current (or last closed) log, as synced so far."""
+        return self._meta
+
+    @property
+    def current_log_id(self) -> int:
+        """The id of the log being written (-1 when none is open)."""
+        return self._log_id if self._file is not None else -1
 
     def append(self, bodies: Sequence[bytes]) -> list[int]:
         """Append ``bodies`` (one write per log touched); their locations, in order."""
         locations: list[int] = []
         start = 0
+        unpack = _LEDGER_ID.unpack_from
         while start < len(bodies):
             file = self._writable(len(bodies[start]))
             offset = file.size()
             buf = bytearray()
+            pending = self._pending
             end = start
             while end < len(bodies):
                 body = bodies[end]
@@ -124,6 +176,8 @@ class EntryLogWriter:
                 locations.append(location_of(self._log_id, offset + len(buf)))
                 buf += _RECORD.pack(len(body), crc32c(body))
                 buf += body
+                ledger_id = unpack(body)[0]
+                pending[ledger_id] = pending.get(ledger_id, 0) + _RECORD.size + len(body)
                 end += 1
             self._unsynced = True
             self.bytes_written += len(buf)
@@ -137,13 +191,18 @@ class EntryLogWriter:
             self._file.sync()
             self._unsynced = False
             self._synced_bytes = self._file.size()
+            self._meta.add(self._pending)
+            if self._registry is not None:
+                self._registry.add(self._log_id, self._pending)
+            self._pending = {}
 
     def discard_unsynced(self) -> None:
         """After a failed append or sync: cut the current log back to what was synced,
         durably (nothing points past it), and leave it: the next append starts a new log.
-        A log holding no synced record is removed instead, and its id used again."""
+        A log holding no synced record is removed instead."""
         file, self._file = self._file, None
         self._unsynced = False
+        self._pending = {}
         if file is None:
             return
         file.close()
@@ -152,13 +211,30 @@ class EntryLogWriter:
             return
         self._fs.remove(file.path)
         self._fs.fsync_dir(self._directory)
-        self._next_id = self._log_id
+        if self._registry is not None:
+            self._registry.remove(self._log_id)
 
     def close(self) -> None:
+        """Sync, end the log with its ledgers map and close it."""
         if self._file is not None:
             self.sync()
+            self._write_map(self._file)
             self._file.close()
             self._file = None
+
+    def _write_map(self, file: WritableFile) -> None:
+        """Append the ledgers map. It only spares a scan at the next open: when it cannot be
+        written (a full disk), the log is cut back to its entries and keeps no map."""
+        try:
+            file.write(encode_ledgers_map(self._meta, self._synced_bytes))
+            file.sync()
+        except OSError as exc:
+            if self._sources:
+                raise
+            log.warning(
+                "entry log %s keeps no ledgers map (the next start scans it): %s", file.path, exc
+            )
+            self._fs.truncate(file.path, self._synced_bytes)
 
     def abandon(self) -> None:
         """Drop the file handle without syncing (process death)."""
@@ -174,13 +250,13 @@ class EntryLogWriter:
         ):
             return file
         self.close()
-        log_id = self._next_id
-        path = os.path.join(self._directory, entry_log_name(log_id))
+        log_id = self._log_ids.take()
+        path = os.path.join(self._directory, numbered_file_name(log_id, self._suffix))
         file = create_durably(self._fs, self._directory, path, _HEADER.pack(MAGIC, VERSION, log_id))
         self._log_id = log_id
-        self._next_id = log_id + 1
         self._file = file
         self._synced_bytes = ENTRY_LOG_HEADER_BYTES
+        self._meta = EntryLogMeta(log_id, sources=self._sources)
         return file
 
 

@@ -44,7 +44,7 @@ from bkeeper.storage.checkpoint_file import CheckpointRecord, write_checkpoint
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.engine import EngineState, PendingCheckpoint
-from bkeeper.storage.entry_log import EntryLogWriter
+from bkeeper.storage.entry_log import EntryLogWriter, LogIds
 from bkeeper.storage.filesystem import FileSystem, WritableFile
 from bkeeper.storage.index_file import (
     INDEX_HEADER_BYTES,
@@ -58,8 +58,9 @@ from bkeeper.storage.journal import JournalPosition
 from bkeeper.storage.journal_format import journal_file_name
 from bkeeper.storage.journal_replay import journal_file_ids
 from bkeeper.storage.ledger_state import StoredLedger
+from bkeeper.storage.ledgers_map import EntryLogRegistry
 
-__all__ = ["Flusher", "StorageLayout"]
+__all__ = ["Flusher", "StorageLayout", "location_runs"]
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,19 @@ class Flusher:
         layout: StorageLayout,
         config: StorageConfig,
         engine: EngineState,
-        entry_log_id: int,
+        log_ids: LogIds,
         index: tuple[int, int],
         disk: DiskSpace | None = None,
+        registry: EntryLogRegistry | None = None,
     ) -> None:
         self._fs = fs
         self._disk = disk
         self._layout = layout
         self._config = config
         self._engine = engine
-        self._writer = EntryLogWriter(fs, layout.ledgers, entry_log_id, config.entry_log_bytes_max)
+        self._writer = EntryLogWriter(
+            fs, layout.ledgers, log_ids, config.entry_log_bytes_max, registry
+        )
         self._flush_lock = threading.Lock()
         self._journal_removal_lock = threading.Lock()
         self._index_generation, self._index_bytes = index
@@ -131,6 +135,17 @@ class Flusher:
         self._journal_position = journal_position
         self._on_failure = on_failure
         self._thread.start()
+
+    @property
+    def current_log_id(self) -> int:
+        """The entry log being written (-1: none open); never collected."""
+        return self._writer.current_log_id
+
+    def roll_log(self) -> None:
+        """End the current entry log (it gets its ledgers map); the next flush starts a new
+        one. Garbage collection does this when the log being written is itself garbage."""
+        with self._flush_lock:
+            self._writer.close()
 
     # -- flush -------------------------------------------------------------------------
     def flush(self) -> None:
@@ -205,7 +220,7 @@ class Flusher:
                     if not state.deleted:
                         state.locations.set(entry_id, location)
                         engine.read_cache.put(state.ledger_id, entry_id, body)
-        runs = _location_runs(keys, locations)
+        runs = location_runs(keys, locations)
         with engine.lock:
             engine.pending.runs.extend(runs)
             engine.write_cache.finish_flush()
@@ -375,7 +390,7 @@ class Flusher:
             self._index_file = None
 
 
-def _location_runs(
+def location_runs(
     keys: list[tuple[StoredLedger, int]], locations: list[int]
 ) -> list[tuple[StoredLedger, LocationRun]]:
     runs: list[tuple[StoredLedger, LocationRun]] = []

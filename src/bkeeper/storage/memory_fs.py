@@ -171,6 +171,11 @@ class MemoryFileSystem:
             self.disk.countdown = after_operations
             self.disk.torn = torn
 
+    def cancel_crash(self) -> None:
+        """Forget a crash scheduled with :meth:`schedule_crash` that has not happened."""
+        with self.disk.lock:
+            self.disk.countdown = None
+
     @property
     def crashed(self) -> bool:
         """Whether the process using this filesystem object has crashed."""

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import DiskFullError
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
+from bkeeper.storage.compaction import COMPACTING_SUFFIX, finish_interrupted
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskSpace
 from bkeeper.storage.engine import EngineState
-from bkeeper.storage.entry_log import entry_log_id
+from bkeeper.storage.entry_log import LogIds, entry_log_id, entry_log_name
 from bkeeper.storage.filesystem import FileSystem
 from bkeeper.storage.flusher import Flusher, StorageLayout
 from bkeeper.storage.index_file import index_file_generation, load_index
@@ -37,6 +38,7 @@ from bkeeper.storage.journal import JournalPosition
 from bkeeper.storage.journal_format import FILE_HEADER_BYTES, JournalRecord, RecordKind
 from bkeeper.storage.journal_replay import ReplayOutcome, journal_file_ids, replay_journals
 from bkeeper.storage.ledger_state import StoredLedger
+from bkeeper.storage.ledgers_map import EntryLogRegistry, read_entry_log_meta
 
 __all__ = ["Recovered", "apply_record", "recover", "remove_files_of_failed_open"]
 
@@ -56,6 +58,10 @@ class Recovered:
     compact_index: bool
     root: CheckpointRecord | None
     files_before: frozenset[str]
+    registry: EntryLogRegistry
+    log_ids: LogIds
+    #: Source logs of compactions finished by this open: removed once its checkpoint is done.
+    compacted_sources: list[int]
 
 
 def recover(
@@ -98,8 +104,15 @@ def _recover(
         limbo,
         flush_bytes=config.flush_bytes,
     )
-    logs = [i for i in map(entry_log_id, fs.list_dir(layout.ledgers)) if i is not None]
-    flusher = Flusher(fs, layout, config, engine, max(logs, default=0) + 1, index, disk)
+    logs = sorted(i for i in map(entry_log_id, fs.list_dir(layout.ledgers)) if i is not None)
+    registry = EntryLogRegistry()
+    for log_id in logs:
+        meta, _ = read_entry_log_meta(
+            fs, os.path.join(layout.ledgers, entry_log_name(log_id)), log_id
+        )
+        registry.put(meta)
+    log_ids = LogIds(max(logs, default=0) + 1)
+    flusher = Flusher(fs, layout, config, engine, log_ids, index, disk, registry)
     if root is not None:
         flusher.open_index()
     flush_blocked: list[DiskFullError] = []
@@ -128,12 +141,24 @@ def _recover(
         fs, layout.journal, mark, config.journal_skip_corrupt_records, apply, known
     )
     _enter_limbo(engine, replay)
+    compacted_sources = finish_interrupted(fs, layout.ledgers, engine, registry)
     journal_ids = journal_file_ids(fs, layout.journal)
     next_file_id = max([*journal_ids, mark.file_id]) + 1
     compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
         engine.ledgers
     )
-    return Recovered(engine, flusher, next_file_id, replay, compact, root, files_before)
+    return Recovered(
+        engine,
+        flusher,
+        next_file_id,
+        replay,
+        compact,
+        root,
+        files_before,
+        registry,
+        log_ids,
+        compacted_sources,
+    )
 
 
 def remove_files_of_failed_open(
@@ -202,7 +227,7 @@ def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> No
     for directory in (layout.journal, layout.ledgers):
         for name in fs.list_dir(directory):
             other_index = index_file_generation(name) not in (None, generation)
-            if name.endswith(".tmp") or other_index:
+            if name.endswith((".tmp", COMPACTING_SUFFIX)) or other_index:
                 fs.remove(os.path.join(directory, name))
 
 

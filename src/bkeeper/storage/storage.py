@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,17 +49,20 @@ from bkeeper.common.errors import (
     TooManyRequestsError,
     UnauthorizedAccessError,
 )
+from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.engine import EngineState
-from bkeeper.storage.entry_log import EntryLogReader
+from bkeeper.storage.entry_log import EntryLogReader, LogIds
 from bkeeper.storage.filesystem import BytesLike, FileSystem, OsFileSystem
 from bkeeper.storage.flusher import Flusher, StorageLayout
 from bkeeper.storage.framing import frame_header
+from bkeeper.storage.garbage import EntryLogUsage, GcResult
 from bkeeper.storage.journal import DurableCallback, Journal
 from bkeeper.storage.journal_format import RecordKind, ledger_record
 from bkeeper.storage.journal_replay import ReplayOutcome
 from bkeeper.storage.ledger_state import StoredLedger
+from bkeeper.storage.ledgers_map import EntryLogRegistry
 from bkeeper.storage.recovery import recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
@@ -75,6 +79,9 @@ def _ignore(tokens: list[object], error: BaseException | None) -> None:
     pass
 
 
+#: A read whose entry log was removed by compaction after its lookup (the index then points
+#: at the copy) looks up again, at most this many times in all.
+_READ_ATTEMPTS = 3
 #: ``read_entries`` reads bodies from entry logs this many entries at a time.
 _READ_CHUNK_ENTRIES = 256
 
@@ -106,6 +113,8 @@ class Storage:
         journal: Journal,
         replay: ReplayOutcome,
         disk: DiskSpace,
+        registry: EntryLogRegistry,
+        log_ids: LogIds,
     ) -> None:
         """Use :meth:`open`."""
         self.config = config
@@ -115,8 +124,10 @@ class Storage:
         self._engine = engine
         self._flusher = flusher
         self._journal = journal
-        self._reader = EntryLogReader(
-            fs, StorageLayout(config.data_dir).ledgers, config.entry_log_read_handles_max
+        ledgers_dir = StorageLayout(config.data_dir).ledgers
+        self._reader = EntryLogReader(fs, ledgers_dir, config.entry_log_read_handles_max)
+        self._compactor = Compactor(
+            fs, ledgers_dir, config, engine, flusher, registry, self._reader, log_ids, disk
         )
 
     @classmethod
@@ -155,11 +166,22 @@ class Storage:
             clock,
         )
         journal.start()
-        storage = cls(config, fs, engine, flusher, journal, recovered.replay, disk)
+        storage = cls(
+            config,
+            fs,
+            engine,
+            flusher,
+            journal,
+            recovered.replay,
+            disk,
+            recovered.registry,
+            recovered.log_ids,
+        )
         try:
             flusher.start(lambda: journal.durable_position, journal.fail)
             try:
                 flusher.checkpoint(full=recovered.compact_index)
+                storage._compactor.remove_logs(recovered.compacted_sources)
             except DiskFullError as exc:
                 log.warning("checkpoint at open deferred, the journal is kept: %s", exc)
                 engine.flush_wanted.set()  # the flusher writes the replayed entries once it can
@@ -265,8 +287,16 @@ class Storage:
 
         Raises NoSuchLedgerError / NoSuchEntryError, or DataUnknownError in limbo.
         """
-        found, entry_id = self._find(ledger_id, entry_id)
-        return found if isinstance(found, bytes) else self._reader.read(found)
+        for attempt in range(_READ_ATTEMPTS):
+            found, _ = self._find(ledger_id, entry_id)
+            if isinstance(found, bytes):
+                return found
+            try:
+                return self._reader.read(found)
+            except FileNotFoundError:
+                if attempt + 1 == _READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     def read_entry_nowait(self, ledger_id: int, entry_id: int) -> bytes | None:
         """As :meth:`read_entry` from memory only: None when the body is on disk."""
@@ -274,6 +304,19 @@ class Storage:
         return found if isinstance(found, bytes) else None
 
     def read_entries(
+        self, ledger_id: int, start_entry_id: int, max_count: int, max_bytes: int
+    ) -> list[bytes]:
+        """Consecutive entries from ``start_entry_id``: see :meth:`_read_entries`; a read that
+        raced compaction removing the log it looked in looks again."""
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                return self._read_entries(ledger_id, start_entry_id, max_count, max_bytes)
+            except FileNotFoundError:
+                if attempt + 1 == _READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _read_entries(
         self, ledger_id: int, start_entry_id: int, max_count: int, max_bytes: int
     ) -> list[bytes]:
         """Consecutive entries from ``start_entry_id``: at least one, then up to
@@ -430,6 +473,22 @@ class Storage:
             if state is None:
                 raise NoSuchLedgerError(f"no ledger {ledger_id}")
             self._engine.set_limbo_locked(state, False)
+
+    # -- garbage collection ---------------------------------------------------------------
+    def collect_garbage(
+        self, *, minor: bool, major: bool, stop: threading.Event | None = None
+    ) -> GcResult:
+        """One garbage-collection pass (blocking; one at a time): checkpoint, remove entry
+        logs holding no live ledger, then compact logs whose live ratio is below
+        ``minor_compaction_threshold`` (if ``minor``) or ``major_compaction_threshold`` (if
+        ``major``), throttled by ``compaction_rate_bytes_per_s``; on a full disk the logs
+        with the fewest live bytes go first. ``stop`` ends it early (between records).
+        See :mod:`bkeeper.storage.compaction`."""
+        return self._compactor.collect(minor=minor, major=major, stop=stop)
+
+    def entry_log_usage(self) -> list[EntryLogUsage]:
+        """Every entry log's record bytes and live bytes, by log id."""
+        return self._compactor.usage()
 
     # -- lifecycle ---------------------------------------------------------------------
     def checkpoint(self) -> None:

@@ -1,0 +1,392 @@
+"""Garbage collection and compaction of entry logs (the shell around :mod:`.garbage`).
+
+A pass (:meth:`Compactor.collect`, blocking, one at a time) plans from the ledgers maps
+(:mod:`bkeeper.storage.ledgers_map`), then:
+
+* **removes** each log with no live bytes, after a checkpoint has persisted the deletions of
+  its ledgers (so the index on disk points into it no more);
+* **compacts** each log L below the threshold, in steps that keep every acknowledged entry
+  readable whenever the process dies:
+
+  1. copy L's live records (those the in-memory index points at) to ``<C>.compacting``, a
+     new log whose ledgers map names L as its source; fdatasync it (map included);
+  2. rename it to ``<C>.log`` and fsync the directory: the copy is committed;
+  3. point the index at C for every entry it still points at in L (compare and set under
+     the engine lock, entry by entry, so a newer add or a deletion meanwhile wins);
+  4. checkpoint: the index on disk points at C;
+  5. remove L and fsync the directory.
+
+  A crash before 2 leaves a ``.compacting`` file, removed as debris at the next open; after
+  2, the next open finds C naming L while L still exists and finishes 3-5 itself
+  (:func:`finish_interrupted`). Reads that looked a location up in L just before L went
+  retry the lookup (the engine does that on ``FileNotFoundError``).
+
+Copies are throttled to ``compaction_rate_bytes_per_s`` (0: as fast as the disk allows).
+On a full disk a copy that does not fit is abandoned (its ``.compacting`` file removed) and
+the pass ends, having removed what it could first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from bkeeper.common.errors import DiskFullError
+from bkeeper.storage.config import StorageConfig
+from bkeeper.storage.disk_space import DiskSpace, DiskState
+from bkeeper.storage.engine import EngineState
+from bkeeper.storage.entry_log import (
+    SUFFIX,
+    EntryLogReader,
+    EntryLogWriter,
+    LogIds,
+    entry_log_name,
+    location_of,
+)
+from bkeeper.storage.filesystem import FileSystem, numbered_file_name, numbered_file_number
+from bkeeper.storage.flusher import Flusher, location_runs
+from bkeeper.storage.garbage import EntryLogUsage, GcPlan, GcResult, plan_collection
+from bkeeper.storage.ledger_state import StoredLedger
+from bkeeper.storage.ledgers_map import EntryLogRecord, EntryLogRegistry, scan_entry_log
+
+__all__ = ["COMPACTING_SUFFIX", "Compactor", "finish_interrupted"]
+
+log = logging.getLogger(__name__)
+
+COMPACTING_SUFFIX = ".compacting"
+#: Live records are copied and their index entries swapped this many at a time.
+_CHUNK_ENTRIES = 1024
+
+
+@dataclass
+class _Copied:
+    """Where the live records of one log went: parallel arrays."""
+
+    ledger_ids: array[int]
+    entry_ids: array[int]
+    old: array[int]
+    new: array[int]
+
+
+class Compactor:
+    """Runs garbage-collection passes over the engine's entry logs."""
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        config: StorageConfig,
+        engine: EngineState,
+        flusher: Flusher,
+        registry: EntryLogRegistry,
+        reader: EntryLogReader,
+        log_ids: LogIds,
+        disk: DiskSpace | None,
+    ) -> None:
+        self._fs = fs
+        self._dir = directory
+        self._config = config
+        self._engine = engine
+        self._flusher = flusher
+        self._registry = registry
+        self._reader = reader
+        self._log_ids = log_ids
+        self._disk = disk
+        self._pass_lock = threading.Lock()
+        #: Logs whose copy is committed and indexed but not yet checkpointed (a checkpoint
+        #: failed for lack of space): removed after the next checkpoint that succeeds.
+        self._removable: list[int] = []
+
+    def remove_logs(self, log_ids: list[int]) -> None:
+        """Remove logs the index on disk no longer points into (after a checkpoint)."""
+        for log_id in log_ids:
+            self._remove(log_id)
+
+    def usage(self) -> list[EntryLogUsage]:
+        engine = self._engine
+        metas = self._registry.snapshot()
+        with engine.lock:
+            ledgers = engine.ledgers
+            return [EntryLogUsage(m.log_id, m.total_bytes, m.live_bytes(ledgers)) for m in metas]
+
+    def collect(self, *, minor: bool, major: bool, stop: threading.Event | None = None) -> GcResult:
+        """One pass: see the module docstring."""
+        stop = stop if stop is not None else threading.Event()
+        with self._pass_lock:
+            started = time.monotonic()
+            tally = _Tally()
+            error = ""
+            try:
+                self._collect(minor, major, stop, tally)
+            except DiskFullError as exc:
+                error = str(exc)
+                log.warning("garbage collection stopped: %s", exc)
+            return GcResult(
+                minor=minor,
+                major=major,
+                logs_removed=tally.removed,
+                logs_compacted=tally.compacted,
+                bytes_freed=tally.freed - tally.copied,
+                bytes_copied=tally.copied,
+                entries_copied=tally.entries,
+                duration_s=time.monotonic() - started,
+                stopped=stop.is_set() or bool(error),
+                error=error,
+            )
+
+    def _collect(self, minor: bool, major: bool, stop: threading.Event, tally: _Tally) -> None:
+        plan = self._plan(minor, major, exclude=frozenset())
+        current = self._flusher.current_log_id
+        if current in plan.remove or current in plan.compact:
+            # The log being written is garbage too (writes stopped after its ledgers were
+            # deleted): end it, so that it can go like the others.
+            self._flusher.roll_log()
+        plan = self._plan(minor, major, exclude=frozenset({self._flusher.current_log_id}))
+        if not plan.remove and not plan.compact and not self._removable:
+            return
+        # The deletions that emptied these logs reach the index file first.
+        self._flusher.checkpoint()
+        for log_id in [*self._removable, *plan.remove]:
+            if self._closed(log_id):
+                tally.freed += self._remove(log_id)
+                tally.removed += 1
+        self._removable.clear()
+        for log_id in plan.compact:
+            if stop.is_set():
+                return
+            if self._closed(log_id):
+                self._compact(log_id, stop, tally)
+
+    def _closed(self, log_id: int) -> bool:
+        """Whether nothing will be appended to the log again: it is not the one being
+        written (a log that is not current now never becomes current: new logs take new
+        ids)."""
+        return log_id != self._flusher.current_log_id
+
+    def _plan(self, minor: bool, major: bool, exclude: frozenset[int]) -> GcPlan:
+        config = self._config
+        return plan_collection(
+            self.usage(),
+            exclude=exclude,
+            minor_threshold=config.minor_compaction_threshold if minor else None,
+            major_threshold=config.major_compaction_threshold if major else None,
+            disk_full=self._disk is not None and self._disk.state is not DiskState.WRITABLE,
+        )
+
+    # -- one log ---------------------------------------------------------------------------
+    def _compact(self, log_id: int, stop: threading.Event, tally: _Tally) -> None:
+        writer = EntryLogWriter(
+            self._fs,
+            self._dir,
+            self._log_ids,
+            self._config.entry_log_bytes_max,
+            suffix=COMPACTING_SUFFIX,
+            sources=(log_id,),
+        )
+        copied = _Copied(array("q"), array("q"), array("Q"), array("Q"))
+        throttle = _Throttle(self._config.compaction_rate_bytes_per_s, stop)
+        try:
+            for chunk in _chunks(scan_entry_log(self._fs, self._path(log_id), bodies=True)):
+                if stop.is_set():
+                    writer.abandon()
+                    self._remove_partial()
+                    return
+                live = self._live(log_id, chunk)
+                if not live:
+                    continue
+                bodies = [record.body for record in live if record.body is not None]
+                new = writer.append(bodies)
+                for record, location in zip(live, new, strict=True):
+                    copied.ledger_ids.append(record.ledger_id)
+                    copied.entry_ids.append(record.entry_id)
+                    copied.old.append(location_of(log_id, record.offset))
+                    copied.new.append(location)
+                size = sum(len(b) + 8 for b in bodies)
+                tally.copied += size
+                throttle.spent(size)
+            new_id = writer.current_log_id
+            writer.close()
+        except OSError as exc:
+            writer.abandon()
+            self._remove_partial()
+            if self._disk is not None and self._disk.explains(exc):
+                self._disk.report_no_space()
+                raise DiskFullError(f"no space left to compact entry log {log_id}: {exc}") from exc
+            raise
+        if new_id >= 0:
+            self._commit(writer, new_id)
+            self._swap(copied)
+            tally.entries += len(copied.new)
+        try:
+            self._flusher.checkpoint()
+        except DiskFullError:
+            self._removable.append(log_id)  # the next pass removes it after its checkpoint
+            raise
+        tally.freed += self._remove(log_id)
+        tally.compacted += 1
+
+    def _live(self, log_id: int, chunk: list[EntryLogRecord]) -> list[EntryLogRecord]:
+        engine = self._engine
+        with engine.lock:
+            ledgers = engine.ledgers
+            live = []
+            for record in chunk:
+                state = ledgers.get(record.ledger_id)
+                if state is not None and state.locations.get(record.entry_id) == location_of(
+                    log_id, record.offset
+                ):
+                    live.append(record)
+            return live
+
+    def _commit(self, writer: EntryLogWriter, new_id: int) -> None:
+        source = os.path.join(self._dir, numbered_file_name(new_id, COMPACTING_SUFFIX))
+        self._fs.rename(source, self._path(new_id))
+        self._fs.fsync_dir(self._dir)
+        self._registry.put(writer.meta)
+
+    def _swap(self, copied: _Copied) -> None:
+        swap(self._engine, copied.ledger_ids, copied.entry_ids, copied.old, copied.new)
+
+    def _remove(self, log_id: int) -> int:
+        path = self._path(log_id)
+        try:
+            size = self._fs.size(path)
+            self._reader.forget(log_id)
+            self._fs.remove(path)
+        except FileNotFoundError:
+            size = 0
+        self._fs.fsync_dir(self._dir)
+        self._registry.remove(log_id)
+        return size
+
+    def _remove_partial(self) -> None:
+        """Remove the copy being written (one pass at a time: the only such file)."""
+        for name in self._fs.list_dir(self._dir):
+            if name.endswith(COMPACTING_SUFFIX):
+                self._fs.remove(os.path.join(self._dir, name))
+        self._fs.fsync_dir(self._dir)
+
+    def _path(self, log_id: int) -> str:
+        return os.path.join(self._dir, entry_log_name(log_id))
+
+
+def swap(
+    engine: EngineState,
+    ledger_ids: array[int],
+    entry_ids: array[int],
+    old: array[int],
+    new: array[int],
+) -> int:
+    """Point the index at ``new`` for each entry it still points at ``old`` (compare and
+    set, under the lock a chunk at a time); the changes join the next checkpoint. Returns
+    how many moved."""
+    moved = 0
+    for start in range(0, len(new), _CHUNK_ENTRIES):
+        keys: list[tuple[StoredLedger, int]] = []
+        locations: list[int] = []
+        with engine.lock:
+            ledgers = engine.ledgers
+            for i in range(start, min(start + _CHUNK_ENTRIES, len(new))):
+                state = ledgers.get(ledger_ids[i])
+                if state is None or state.locations.get(entry_ids[i]) != old[i]:
+                    continue
+                state.locations.set(entry_ids[i], new[i])
+                keys.append((state, entry_ids[i]))
+                locations.append(new[i])
+            engine.pending.runs.extend(location_runs(keys, locations))
+        moved += len(keys)
+    return moved
+
+
+def finish_interrupted(
+    fs: FileSystem, directory: str, engine: EngineState, registry: EntryLogRegistry
+) -> list[int]:
+    """At open, after replay: for each committed compaction log whose source logs still
+    exist, point the index at its copies (step 3). Returns the source logs to remove once
+    the checkpoint that ends the open has persisted that (steps 4-5)."""
+    present = set(_log_ids(fs, directory))
+    sources: list[int] = []
+    for meta in registry.snapshot():
+        left = [s for s in meta.sources if s in present]
+        if not left:
+            continue
+        ids_l, ids_e, old, new = array("q"), array("q"), array("Q"), array("Q")
+        by_key = _locations_in(engine, left)
+        for record in scan_entry_log(fs, os.path.join(directory, entry_log_name(meta.log_id))):
+            previous = by_key.get((record.ledger_id, record.entry_id))
+            if previous is None:
+                continue
+            ids_l.append(record.ledger_id)
+            ids_e.append(record.entry_id)
+            old.append(previous)
+            new.append(location_of(meta.log_id, record.offset))
+        moved = swap(engine, ids_l, ids_e, old, new)
+        log.info(
+            "finishing the compaction of entry logs %s into %s: %d entries moved",
+            left,
+            meta.log_id,
+            moved,
+        )
+        sources.extend(left)
+    return sources
+
+
+def _locations_in(engine: EngineState, log_ids: list[int]) -> dict[tuple[int, int], int]:
+    wanted = set(log_ids)
+    found: dict[tuple[int, int], int] = {}
+    with engine.lock:
+        for state in engine.ledgers.values():
+            for entry_id, location in state.locations.items():
+                if location >> 32 in wanted:
+                    found[(state.ledger_id, entry_id)] = location
+    return found
+
+
+def _log_ids(fs: FileSystem, directory: str) -> Iterator[int]:
+    for name in fs.list_dir(directory):
+        number = numbered_file_number(name, SUFFIX)
+        if number is not None:
+            yield number
+
+
+def _chunks(records: Iterator[EntryLogRecord]) -> Iterator[list[EntryLogRecord]]:
+    chunk: list[EntryLogRecord] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= _CHUNK_ENTRIES:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.removed = 0
+        self.compacted = 0
+        self.freed = 0
+        self.copied = 0
+        self.entries = 0
+
+
+class _Throttle:
+    """Keeps copying under ``rate`` bytes a second (0: no limit); waits on ``stop``."""
+
+    def __init__(self, rate: int, stop: threading.Event) -> None:
+        self._rate = rate
+        self._stop = stop
+        self._started = time.monotonic()
+        self._spent = 0
+
+    def spent(self, size: int) -> None:
+        if not self._rate:
+            return
+        self._spent += size
+        ahead = self._spent / self._rate - (time.monotonic() - self._started)
+        if ahead > 0:
+            self._stop.wait(ahead)
