@@ -14,7 +14,9 @@ from typing import IO
 
 import pytest
 
+from bkeeper.common.errors import ConfigError
 from bkeeper.testing.benchmarks import free_port, free_port_range
+from bkeeper.testing.sandbox import SandboxConfig
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
@@ -103,3 +105,14 @@ def test_sandbox_starts_stops_clean_and_keeps_data(tmp_path: Path) -> None:
     finally:
         stop(proc)
     assert processes_mentioning(str(data_dir)) == []
+
+
+def test_overlapping_ports_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigError) as caught:
+        SandboxConfig(Path("/x"), zookeeper_port=2181, bookie_port_base=8079, http_port_base=8080)
+    assert str(caught.value) == (
+        "the sandbox's ports overlap: ZooKeeper 2181, bookies 8079-8081, admin 8080-8082"
+    )
+    with pytest.raises(ConfigError, match=r"ZooKeeper 3182, bookies 3181-3183$"):
+        SandboxConfig(Path("/x"), zookeeper_port=3182)
+    SandboxConfig(Path("/x"), bookie_port_base=8077, http_port_base=8080)  # adjacent: fine

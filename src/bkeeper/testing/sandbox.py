@@ -54,6 +54,18 @@ class SandboxConfig:
                 continue
             if not 0 < port < 65536 - self.bookies:
                 raise ConfigError(f"{name}: {port} is not a usable TCP port")
+        last = self.bookies - 1
+        ranges = {"ZooKeeper": (self.zookeeper_port, self.zookeeper_port)}
+        ranges["bookies"] = (self.bookie_port_base, self.bookie_port_base + last)
+        if self.http_port_base is not None:
+            ranges["admin"] = (self.http_port_base, self.http_port_base + last)
+        ports = [port for low, high in ranges.values() for port in range(low, high + 1)]
+        if len(set(ports)) != len(ports):
+            shown = ", ".join(
+                f"{what} {low}" if low == high else f"{what} {low}-{high}"
+                for what, (low, high) in ranges.items()
+            )
+            raise ConfigError(f"the sandbox's ports overlap: {shown}")
 
 
 def _set_parent_death_signal() -> None:
