@@ -18,8 +18,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bkeeper.cli import shell_admin, shell_disk
 from bkeeper.cli._options import confirm_deletion, metadata_option
-from bkeeper.cli.shell_admin import ADMIN_COMMANDS
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
@@ -48,7 +48,8 @@ def shell() -> None:
     """Cluster administration."""
 
 
-for _command in ADMIN_COMMANDS:  # gc, gcstatus, suspendcompaction, resumecompaction
+# A bookie's files, read from its data directory; its garbage collection, over its admin API.
+for _command in (*shell_disk.commands, *shell_admin.commands):
     shell.add_command(_command)
 
 

@@ -26,7 +26,7 @@ from bkeeper.common.errors import NoNodeError
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
 from bkeeper.meta.cluster import ClusterMetadata
 
-__all__ = ["ADMIN_COMMANDS", "AdminClient", "admin_url"]
+__all__ = ["AdminClient", "admin_url", "commands"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -259,4 +259,4 @@ def resumecompaction(
 
 
 #: Added to the ``shell`` group by :mod:`bkeeper.cli.shell`.
-ADMIN_COMMANDS = (gc, gcstatus, suspendcompaction, resumecompaction)
+commands: tuple[click.Command, ...] = (gc, gcstatus, suspendcompaction, resumecompaction)

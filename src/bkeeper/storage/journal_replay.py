@@ -53,7 +53,7 @@ from bkeeper.storage.journal_format import (
     journal_file_name,
 )
 
-__all__ = ["ReplayOutcome", "journal_file_ids", "replay_journals"]
+__all__ = ["ReplayOutcome", "find_group", "journal_file_ids", "replay_journals"]
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class _FileReplay:
 
     def _at_tail(self, handle: ReadableFile, damage: _Damage) -> bool:
         """Whether ``damage`` is in the newest file with no valid group after it."""
-        return self._newest and _find_group(handle, damage.search_from, damage.seq) is None
+        return self._newest and find_group(handle, damage.search_from, damage.seq) is None
 
     def _keep_suspect(
         self, outcome: ReplayOutcome, damage: _Damage, ledgers: set[int] | None
@@ -265,7 +265,7 @@ class _FileReplay:
         """Decide torn tail vs corruption; the position to go on from, or None to stop.
 
         ``ledgers`` are those the damaged records belong to when skipped (None: unknown)."""
-        following = _find_group(handle, damage.search_from, damage.seq)
+        following = find_group(handle, damage.search_from, damage.seq)
         if following is None and self._newest:
             log.warning("%s: cutting torn tail at %d (%s)", self._path, damage.group, damage.reason)
             self._fs.truncate(self._path, damage.group)
@@ -294,8 +294,9 @@ class _Damage:
     resume: int | None = None
 
 
-def _find_group(handle: ReadableFile, start: int, after_seq: int) -> int | None:
-    """The offset of the first valid group header at or after ``start`` with a higher seq."""
+def find_group(handle: ReadableFile, start: int, after_seq: int) -> int | None:
+    """The offset of the first valid group header at or after ``start`` with a sequence
+    number above ``after_seq``, or None (also used by ``bkeeper shell readjournal``)."""
     size = handle.size()
     position = start
     while position < size:

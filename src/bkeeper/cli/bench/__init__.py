@@ -6,7 +6,8 @@ The workloads live in ``bkeeper.testing.benchmarks`` (and the Spark read in
 - ``client``: ``codec``, ``bookie``, ``write``, ``read``, ``log``;
 - ``engine``: ``storage``, ``connection``, ``index``;
 - ``spark``: ``spark``, ``cpu-split``;
-- ``fuzz``: ``fuzz``.
+- ``fuzz``: ``fuzz``;
+- ``gc``: ``gc`` (space given back after deletions).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import click
 from bkeeper.cli.bench.client import bookie_bench, codec, log_bench, read_bench, write_bench
 from bkeeper.cli.bench.engine import connection_bench, index_bench, storage_bench
 from bkeeper.cli.bench.fuzz import fuzz_bench
+from bkeeper.cli.bench.gc import gc_bench
 from bkeeper.cli.bench.spark import cpu_split_bench, spark_bench
 
 __all__ = ["bench"]
@@ -38,5 +40,6 @@ for _command in (
     connection_bench,
     index_bench,
     cpu_split_bench,
+    gc_bench,
 ):
     bench.add_command(_command)

@@ -1,0 +1,281 @@
+"""``bkeeper shell listfilesondisc / lastmark / readjournal / localconsistencycheck`` on data
+directories written by a real Storage, and on a running bookie process."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from bkeeper.cli.shell import shell
+from bkeeper.common.errors import TooManyRequestsError
+from bkeeper.storage import OsFileSystem, Storage, StorageConfig
+from bkeeper.storage.checkpoint_file import read_checkpoint
+from bkeeper.storage.index_file import index_file_name, load_index
+
+KEY = b"k" * 20
+_HEAD = struct.Struct(">qqqq")
+
+
+def _body(ledger_id: int, entry_id: int) -> bytes:
+    payload = f"entry {ledger_id}/{entry_id} ".encode() * 4
+    return _HEAD.pack(ledger_id, entry_id, entry_id - 1, len(payload)) + payload
+
+
+def _config(data_dir: Path) -> StorageConfig:
+    return StorageConfig(
+        data_dir=str(data_dir),
+        journal_max_group_wait_ms=0.0,
+        write_cache_bytes_max=64 * 1024,
+        entry_log_bytes_max=32 * 1024,
+    )
+
+
+def _add(storage: Storage, ledger_id: int, entries: range) -> None:
+    for entry_id in entries:
+        for _ in range(100):
+            try:
+                storage.add_entry(ledger_id, entry_id, KEY, _body(ledger_id, entry_id))
+                break
+            except TooManyRequestsError:  # the write cache is full: flush it
+                storage.checkpoint()
+        else:
+            raise AssertionError("the write cache stayed full")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A bookie data directory: ledgers 1 to 3 (200 entries each) checkpointed into several
+    entry logs, then ledger 4 (50 entries) only in the journal, left by a process that
+    died (so the journal is kept)."""
+    path = tmp_path / "bookie"
+    durable = threading.Event()
+
+    def on_durable(tokens: list[object], error: BaseException | None) -> None:
+        assert error is None, error
+        if "force" in tokens:
+            durable.set()
+
+    storage = Storage.open(_config(path), on_durable=on_durable)
+    for ledger_id in (1, 2, 3):
+        _add(storage, ledger_id, range(200))
+    storage.checkpoint()
+    _add(storage, 4, range(50))
+    storage.force_ledger(4, token="force")
+    assert durable.wait(30)
+    storage.checkpoint()  # ledger 4 indexed too; the journal file holding it stays
+    storage.abort()
+    return path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(shell, list(args), catch_exceptions=False)
+
+
+def run_json(*args: str) -> dict[str, object]:
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    parsed: dict[str, object] = json.loads(result.stdout)
+    return parsed
+
+
+def _index(data_dir: Path) -> dict[tuple[int, int], int]:
+    ledgers = data_dir / "current" / "ledgers"
+    fs = OsFileSystem()
+    root = read_checkpoint(fs, str(ledgers / "checkpoint"))
+    assert root is not None
+    index = load_index(fs, str(ledgers / index_file_name(root.index_generation)), root.index_bytes)
+    return {(lid, e): loc for lid, s in index.items() for e, loc in s.locations.items()}
+
+
+def test_listfilesondisc_lists_every_file_with_its_size(data_dir: Path) -> None:
+    listed = run_json("listfilesondisc", "--data-dir", str(data_dir))
+    files = listed["files"]
+    assert isinstance(files, list)
+    assert {f["path"]: f["bytes"] for f in files} == {
+        str(p): p.stat().st_size for p in data_dir.rglob("*") if p.is_file()
+    }
+    kinds = {f["kind"] for f in files}
+    assert kinds == {"journal", "entrylog", "index", "checkpoint"}
+    logs = run_json("listfilesondisc", "--data-dir", str(data_dir), "--entrylog")["files"]
+    assert isinstance(logs, list) and len(logs) >= 2
+    assert {f["kind"] for f in logs} == {"entrylog"}
+    # Logs that rolled end with their ledgers map; the last one was open when the process died.
+    assert [f["ledgers_map"] for f in logs] == [True] * (len(logs) - 1) + [False]
+    table = run("listfilesondisc", "--data-dir", str(data_dir))
+    assert table.exit_code == 0 and "0000000000000001.log" in table.stdout
+    assert "current (named by the checkpoint)" in table.stdout
+
+
+def test_lastmark_prints_the_checkpoint(data_dir: Path) -> None:
+    root = read_checkpoint(OsFileSystem(), str(data_dir / "current" / "ledgers" / "checkpoint"))
+    assert root is not None
+    mark = run_json("lastmark", "--data-dir", str(data_dir))["checkpoint"]
+    assert isinstance(mark, dict)
+    assert (mark["journal_file_id"], mark["journal_offset"]) == tuple(root.mark)
+    assert (mark["index_generation"], mark["index_bytes"], mark["limbo"]) == (
+        root.index_generation,
+        root.index_bytes,
+        False,
+    )
+    table = run("lastmark", "--data-dir", str(data_dir))
+    assert f"offset {root.mark.offset:,}" in table.stdout
+
+
+def test_readjournal_prints_groups_and_records(data_dir: Path) -> None:
+    journal = data_dir / "current" / "journal"
+    (name,) = [n for n in os.listdir(journal) if os.path.getsize(journal / n) > 16]
+    file_id = str(int(name[:16], 16))
+    read = run_json(
+        "readjournal", "--data-dir", str(data_dir), file_id, "--entries", "--limit", "0"
+    )
+    records = read["records_shown"]
+    assert isinstance(records, list) and read["damage"] == [] and read["left_out"] == 0
+    adds = [(r["ledger"], r["entry"]) for r in records if r["kind"] == "ADD_ENTRY"]
+    assert (4, 0) in adds and (4, 49) in adds
+    assert any(r["kind"] == "FORCE_LEDGER" and r["ledger"] == 4 for r in records)
+    by_path = run_json("readjournal", str(journal / name), "--limit", "2")
+    assert by_path["groups"] == read["groups"] and len(by_path["groups_shown"]) == 2  # type: ignore[arg-type]
+
+
+def test_localconsistencycheck_passes_then_names_a_damaged_entry_log(data_dir: Path) -> None:
+    report = run_json("localconsistencycheck", "--data-dir", str(data_dir))
+    assert report["consistent"] is True and report["entries"] == 650
+    table = run("localconsistencycheck", "--data-dir", str(data_dir))
+    assert table.exit_code == 0
+    assert f"consistent: every location leads to its entry ({data_dir})" in table.stdout
+
+    location = _index(data_dir)[(2, 120)]
+    log = data_dir / "current" / "ledgers" / f"{location >> 32:016x}.log"
+    with open(log, "r+b") as handle:
+        handle.seek((location & 0xFFFFFFFF) + 8 + 40)
+        handle.write(b"\xde\xad")
+    damaged = run("localconsistencycheck", "--data-dir", str(data_dir), "--json")
+    assert damaged.exit_code == 1
+    parsed = json.loads(damaged.stdout)
+    assert parsed["consistent"] is False and parsed["problems_total"] == 1
+    assert parsed["problems"][0]["log"] == str(log)
+    assert damaged.stderr.count("\n") == 1
+    assert damaged.stderr.startswith("error: the index and the entry logs of ")
+    assert f"ledger 2 entry 120 in {log} at offset {location & 0xFFFFFFFF}" in damaged.stderr
+
+
+def test_readlog_prints_records_and_the_ledgers_map(data_dir: Path) -> None:
+    index = _index(data_dir)
+    in_log = sorted((loc & 0xFFFFFFFF, lid, e) for (lid, e), loc in index.items() if loc >> 32 == 1)
+    read = run_json("readlog", "--data-dir", str(data_dir), "1", "--limit", "0")
+    shown = read["records_shown"]
+    assert isinstance(shown, list) and read["damage"] is None and read["map_differences"] == []
+    assert [(r["offset"], r["ledger"], r["entry"]) for r in shown] == in_log
+    assert all(r["checksum_ok"] for r in shown)
+    ledgers_map = read["ledgers_map"]
+    assert (
+        isinstance(ledgers_map, dict) and ledgers_map["ledgers"] == read["record_bytes_by_ledger"]
+    )
+
+    ledger_id, entry_id = in_log[3][1], in_log[3][2]
+    one = run_json(
+        "readlog", "--data-dir", str(data_dir), "1", "--ledger", str(ledger_id), "--entry",
+        str(entry_id), "--body",
+    )  # fmt: skip
+    (row,) = one["records_shown"]  # type: ignore[misc]
+    assert (row["ledger"], row["entry"]) == (ledger_id, entry_id)
+    assert bytes.fromhex(row["body_hex"]) == _body(ledger_id, entry_id)[32:]
+    table = run("readlog", "--data-dir", str(data_dir), "1", "--limit", "5")
+    assert table.exit_code == 0 and "ledgers map" in table.stdout
+    assert f"{len(in_log):,} records; {len(in_log) - 5:,} not shown (--limit)" in table.stdout
+
+
+def test_readlog_reports_a_damaged_record_and_fails(data_dir: Path) -> None:
+    location = _index(data_dir)[(1, 30)]
+    log = data_dir / "current" / "ledgers" / f"{location >> 32:016x}.log"
+    offset = location & 0xFFFFFFFF
+    with open(log, "r+b") as handle:
+        handle.seek(offset + 8 + 40)
+        handle.write(b"\x00\x00")
+    result = run("readlog", str(log), "--json")
+    assert result.exit_code == 1
+    damage = json.loads(result.stdout)["damage"]
+    assert (damage["offset"], damage["reason"]) == (offset, "entry record fails its checksum")
+    assert result.stderr == (
+        f"error: {log}: damaged record at offset {offset}: entry record fails its checksum\n"
+    )
+
+
+def test_readjournal_reports_damage_and_fails(data_dir: Path) -> None:
+    journal = data_dir / "current" / "journal"
+    (name,) = [n for n in os.listdir(journal) if os.path.getsize(journal / n) > 16]
+    with open(journal / name, "r+b") as handle:
+        handle.seek(200)
+        handle.write(b"\xff\xff")
+    result = run("readjournal", str(journal / name))
+    assert result.exit_code == 1
+    assert "damage" in result.stdout and "checksum mismatch" in result.stdout
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: {journal / name}: 1 damaged spot(s), the first at")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", "shell", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_missing_or_foreign_directory_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nothing")
+    for command in ("listfilesondisc", "lastmark", "localconsistencycheck"):
+        result = _cli(command, "--data-dir", missing)
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr == f"error: {missing}: no such directory\n"
+    result = _cli("readlog", "--data-dir", missing, "1")
+    assert (result.returncode, result.stderr) == (1, f"error: {missing}: no such directory\n")
+    result = _cli("readjournal", "--data-dir", str(tmp_path), "1")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {tmp_path} is not a bookie data directory "
+        "(no current/journal and current/ledgers in it)\n"
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("real_cluster", [(3, ("-o", "checkpoint_interval_ms=100"))], indirect=True)
+def test_on_a_running_bookie_then_stopped(real_cluster) -> None:
+    """The commands read a running bookie's files (its checkpoint moves meanwhile), then the
+    same bookie stopped."""
+    written = subprocess.run(
+        [sys.executable, "-m", "bkeeper", "shell", "simpletest", "--entries", "300", "--keep",
+         "--metadata", real_cluster.uri],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    data = str(real_cluster.data_dir / "bookie-0")
+    deadline = time.monotonic() + 60
+    while True:  # until a checkpoint has indexed the 300 entries
+        report = run_json("localconsistencycheck", "--data-dir", data)
+        assert report["consistent"] is True, report
+        if report["entries"] == 300:
+            break
+        assert time.monotonic() < deadline, report
+        time.sleep(0.05)
+    assert run("listfilesondisc", "--data-dir", data).exit_code == 0
+    assert run_json("lastmark", "--data-dir", data)["checkpoint"] is not None
+
+    assert real_cluster.stop(0) == 0
+    report = run_json("localconsistencycheck", "--data-dir", data)
+    assert (report["consistent"], report["entries"], report["ledgers"]) == (True, 300, 1)
+    mark = run_json("lastmark", "--data-dir", data)["checkpoint"]
+    assert isinstance(mark, dict)
+    journal = run("readjournal", "--data-dir", data, str(mark["journal_file_id"]))
+    assert journal.exit_code == 0, journal.output
