@@ -105,8 +105,18 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 64 MiB tmpfs mounted for the test, unmounted after it. Where it cannot be mounted
     the test is skipped with the reason, except in CI (``CI`` or
     ``BKEEPER_REQUIRE_INTEGRATION`` set), where that is a failure."""
+    yield from _small_tmpfs(tmp_path / "tmpfs")
+
+
+@pytest.fixture
+def second_small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """Another 64 MiB tmpfs, as :func:`small_tmpfs` (a second disk)."""
+    yield from _small_tmpfs(tmp_path / "tmpfs2")
+
+
+def _small_tmpfs(where: Path) -> Iterator[Path]:
     try:
-        mount = mounted_tmpfs(tmp_path / "tmpfs", SMALL_TMPFS_BYTES)
+        mount = mounted_tmpfs(where, SMALL_TMPFS_BYTES)
         path = mount.__enter__()
     except ConfigError as exc:
         if os.environ.get("CI") or os.environ.get("BKEEPER_REQUIRE_INTEGRATION"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from bkeeper.cli._settings import SETTABLE, build_configs, merged, read_settings
 from bkeeper.server import BookieConfig
 from bkeeper.storage import StorageConfig
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 
 def test_every_field_of_both_configurations_is_settable_by_name() -> None:
@@ -31,6 +33,8 @@ def test_values_are_read_by_the_fields_type() -> None:
             "journal_skip_corrupt_records=yes",
             "write_cache_flush_bytes=none",
             "host=0.0.0.0",
+            "ledger_dirs=/mnt/a, /mnt/b,",
+            "journal_dirs=",
         ],
     )
     assert dict(settings.storage) == {
@@ -38,6 +42,8 @@ def test_values_are_read_by_the_fields_type() -> None:
         "disk_usage_threshold": 0.5,
         "journal_skip_corrupt_records": True,
         "write_cache_flush_bytes": None,
+        "ledger_dirs": ("/mnt/a", "/mnt/b"),
+        "journal_dirs": (),
     }
     assert dict(settings.bookie) == {"connections_max": 16, "host": "0.0.0.0"}
 
@@ -51,18 +57,25 @@ def test_the_admin_server_options_by_name() -> None:
 
 def test_flags_given_win_over_o_which_wins_over_the_file(tmp_path: Path) -> None:
     conf = tmp_path / "b.conf"
-    conf.write_text("# comment\n\n port = 4000\nreadonly=true\ncheckpoint_interval_ms=5\n")
+    conf.write_text(
+        "# comment\n\n port = 4000\nreadonly=true\ncheckpoint_interval_ms=5\njournal_dirs=/j1,/j2\n"
+    )
     settings = read_settings(
-        str(conf), ["port=4001", "checkpoint_interval_ms=6", "port=4002"], {"readonly": False}
+        str(conf),
+        ["port=4001", "checkpoint_interval_ms=6", "port=4002"],
+        {"readonly": False, "ledger_dirs": ("/l1",)},
     )
     assert dict(settings.bookie) == {"port": 4002, "readonly": False, "checkpoint_interval_ms": 6}
     defaults = read_settings(None, (), {"port": 3181, "host": "127.0.0.1"})
     bookie, storage = build_configs("/d", merged(defaults, settings))
     assert (bookie.port, bookie.host, bookie.checkpoint_interval_ms) == (4002, "127.0.0.1", 6)
     assert storage.data_dir == bookie.data_dir == "/d"
+    assert (storage.ledger_dirs, storage.journal_dirs) == (("/l1",), ("/j1", "/j2"))
     assert settings.args() == [
+        "-o", "journal_dirs=/j1,/j2", "-o", "ledger_dirs=/l1",
         "-o", "port=4002", "-o", "readonly=False", "-o", "checkpoint_interval_ms=6",
     ]  # fmt: skip
+    assert read_settings(None, settings.args()[1::2]) == settings  # read back as written
 
 
 @pytest.mark.parametrize(
@@ -108,6 +121,11 @@ def test_a_value_the_configuration_refuses_is_a_usage_error() -> None:
     [
         (["bookie", "--data-dir", "{d}", "-o", "nope=1"], "no bookie or storage option"),
         (["bookie", "--data-dir", "{d}", "-o", "journal_file_bytes_max=0"], "must be a positive"),
+        (
+            ["bookie", "--data-dir", "{d}", "--ledger-dir", "{d}/l", "--journal-dir", "{d}/l"],
+            "journal_dirs: '{d}/l' is given twice (also in ledger_dirs)",
+        ),
+        (["sandbox", "--data-dir", "{d}", "-o", "ledger_dirs=/a,/a/"], "'/a/' is given twice"),
         (["sandbox", "--data-dir", "{d}", "-o", "port=5"], "port: set by the sandbox"),
         (["sandbox", "--data-dir", "{d}", "-o", "http_port=5"], "http_port: set by the sandbox"),
         (["bookie", "--data-dir", "{d}", "-o", "http_port=70000"], "http_port: 70000 is not a"),
@@ -118,6 +136,7 @@ def test_the_commands_say_it_in_one_line_and_exit_2(
     tmp_path: Path, command: list[str], message: str
 ) -> None:
     args = [arg.replace("{d}", str(tmp_path / "data")) for arg in command]
+    message = message.replace("{d}", str(tmp_path / "data"))
     done = subprocess.run(
         [sys.executable, "-m", "bkeeper", *args],
         check=False,
@@ -134,3 +153,19 @@ def test_the_commands_say_it_in_one_line_and_exit_2(
 def test_docs_list_every_option_by_name() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "storage.md").read_text()
     assert [name for name in SETTABLE if f"| `{name}` |" not in docs] == []
+
+
+def test_the_sandbox_gives_each_bookie_its_own_subdirectory_of_every_dir(tmp_path: Path) -> None:
+    config = SandboxConfig(
+        data_dir=tmp_path,
+        ledger_dirs=(Path("/mnt/a"), Path("/mnt/b")),
+        journal_dirs=(Path("/mnt/j"),),
+    )
+    command = Sandbox(config).bookie_command(1)
+    flags = [pair for pair in itertools.pairwise(command) if pair[0].endswith("-dir")]
+    assert flags == [
+        ("--data-dir", str(tmp_path / "bookie-1")),
+        ("--ledger-dir", "/mnt/a/bookie-1"),
+        ("--ledger-dir", "/mnt/b/bookie-1"),
+        ("--journal-dir", "/mnt/j/bookie-1"),
+    ]

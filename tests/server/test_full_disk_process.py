@@ -234,3 +234,80 @@ async def test_starts_read_only_on_a_full_disk_and_a_failed_start_leaves_nothing
     await read_back(raw, 8, range(4000))
     await raw.aclose()
     assert bookie.stop() == 0
+
+
+async def wait_logged(path: Path, text: str, after: int = 0, timeout_s: float = 30.0) -> None:
+    """Wait until the bookie's log holds ``text`` after byte ``after``."""
+    async with asyncio.timeout(timeout_s):
+        while text not in path.read_text(errors="replace")[after:]:
+            await asyncio.sleep(0.02)
+
+
+def logs_in(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in directory.glob("*.log")}
+
+
+async def test_two_ledger_disks_read_only_only_when_both_are_full(
+    small_tmpfs: Path, second_small_tmpfs: Path, tmp_path: Path, cluster_uri: str
+) -> None:
+    """Two ledger dirs on two real 64 MiB disks (the journal on the test's own disk): one
+    full disk only leaves the rotation; both full make the bookie read-only (EREADONLY, never
+    EIO, reads served), one freed makes it writable again, without a restart; with
+    ``readonly_on_any_dir_full`` one full disk is enough."""
+    home, other = small_tmpfs / "ledgers", second_small_tmpfs / "ledgers"
+    bookie = BookieProcess(tmp_path / "bookie", tmp_path / "bookie.log", cluster_uri)
+    dirs = ("--ledger-dir", str(home), "--ledger-dir", str(other))
+    try:
+        bookie.start(*dirs)
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
+        assert await add_batch(raw, 7, range(BATCH)) == [StatusCode.EOK] * BATCH
+
+        # The second disk past its threshold: out of rotation, the bookie stays writable.
+        log_offset = bookie.log_path.stat().st_size
+        fill_disk(second_small_tmpfs / "filler", 0.96)
+        await wait_logged(bookie.log_path, f"disk of {other}: ", log_offset)
+        before = logs_in(other)
+        added = BATCH
+        while added < 4000:  # 4 MB: several flushes, all to the first disk
+            statuses = await add_batch(raw, 7, range(added, added + BATCH))
+            assert statuses == [StatusCode.EOK] * BATCH
+            added += BATCH
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        assert logs_in(home) and logs_in(other) == before
+
+        # The first disk crosses its threshold too: read-only, reads served.
+        fill_disk(small_tmpfs / "filler", 0.93)
+        statuses = []
+        while statuses.count(StatusCode.EREADONLY) < BATCH and len(statuses) < 30_000:
+            statuses += await add_batch(raw, 8, range(len(statuses), len(statuses) + BATCH))
+        assert set(statuses) == {StatusCode.EOK, StatusCode.EREADONLY}  # never EIO
+        first_refused = statuses.index(StatusCode.EREADONLY)
+        assert StatusCode.EOK not in statuses[first_refused:]
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
+        await read_back(raw, 7, range(added))
+        await read_back(raw, 8, range(first_refused))
+
+        # The second disk freed: writable again without a restart; new logs go there.
+        (second_small_tmpfs / "filler").unlink()
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        more = first_refused + 3000
+        for start in range(first_refused, more, BATCH):
+            statuses = await add_batch(raw, 8, range(start, start + BATCH))
+            assert statuses == [StatusCode.EOK] * BATCH
+        await raw.aclose()
+        assert bookie.stop() == 0
+        assert set(logs_in(other)) > set(before)
+
+        # With readonly_on_any_dir_full, the one full disk makes it start read-only.
+        bookie.start(*dirs, "-o", "readonly_on_any_dir_full=true")
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
+        (small_tmpfs / "filler").unlink()
+        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+        raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
+        await read_back(raw, 7, range(added))
+        await read_back(raw, 8, range(more))
+        await raw.aclose()
+        assert bookie.stop() == 0
+    finally:
+        bookie.kill()

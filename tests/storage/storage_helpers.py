@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import struct
 import threading
 import time
@@ -89,14 +90,16 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0
 
 
 def fill(fs: FileSystem, path: str, fraction: float | None = None) -> None:
-    """Append to ``path`` until ``fraction`` of the disk is in use, or (None) it is full."""
+    """Append to ``path`` until ``fraction`` of its filesystem is in use, or (None) it is
+    full."""
     handle = fs.open_append(path)
-    total, free = fs.disk_usage("/")
+    directory = os.path.dirname(path)
+    total, free = fs.disk_usage(directory)
     target_free = 0 if fraction is None else int(total * (1.0 - fraction))
     try:
         while free > target_free:
             handle.write(b"\0" * min(64 * 1024, free - target_free))
-            total, free = fs.disk_usage("/")
+            total, free = fs.disk_usage(directory)
     except OSError as exc:
         assert exc.errno == errno.ENOSPC, exc
     finally:

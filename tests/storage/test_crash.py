@@ -4,6 +4,11 @@ After every restart: every acknowledged entry reads back byte-identical, acknowl
 master keys and explicit LACs are there, acknowledged deletes stay deleted; whatever was not
 acknowledged may or may not be there, but if it is, it is exactly what was written. Some
 seeds also run checkpoints concurrently on another thread, as the server does.
+
+Each seed runs with one of three directory layouts: the default (one journal, one ledger
+directory under the data directory); two journals and two ledger directories, each on a
+filesystem of its own (mounts of the in-memory disk, which crash together); and journals
+added at every restart (a ledger's records move to another journal between runs).
 """
 
 from __future__ import annotations
@@ -12,14 +17,14 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from storage_helpers import OTHER_KEY, entry_body, lac_body, small_config
 
 from bkeeper.common.errors import BKeeperError, TooManyRequestsError, UnauthorizedAccessError
-from bkeeper.storage import MemoryFileSystem, Storage
+from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
 
 SEEDS = 200
 ROUNDS = 3
@@ -182,7 +187,28 @@ def checkpoint_loop(
         time.sleep(0.001)
 
 
-def run_round(seed: int, round_no: int, fs: MemoryFileSystem, model: Model) -> MemoryFileSystem:
+#: Directory layouts: the configuration of each round (restart), and the mounts of the disk.
+Layout = tuple[Callable[[int], StorageConfig], tuple[str, ...]]
+TWO_BY_TWO = {"ledger_dirs": ("/l1", "/l2"), "journal_dirs": ("/j1", "/j2")}
+LAYOUTS: dict[str, Layout] = {
+    "one dir": (lambda round_no: small_config(), ()),
+    "2 journals, 2 ledger dirs": (
+        lambda round_no: small_config(**TWO_BY_TWO),
+        ("/l1", "/l2", "/j1", "/j2"),
+    ),
+    "journals added": (
+        lambda round_no: small_config(
+            ledger_dirs=("/l1", "/l2"),
+            journal_dirs=tuple(f"/j{i}" for i in range(round_no + 1)),
+        ),
+        (),
+    ),
+}
+
+
+def run_round(
+    seed: int, round_no: int, fs: MemoryFileSystem, model: Model, config: StorageConfig
+) -> MemoryFileSystem:
     """Open (verifying what survived), run a random workload, crash; the next disk view.
 
     The crash is either scheduled at a random filesystem operation (so it may land inside
@@ -193,7 +219,7 @@ def run_round(seed: int, round_no: int, fs: MemoryFileSystem, model: Model) -> M
     if rng.random() < 0.6:  # sometimes early, to crash inside open (replay, checkpoint)
         fs.schedule_crash(rng.randint(1, rng.choice([40, 400])), torn)
     try:
-        storage = Storage.open(small_config(), fs, model.on_durable)
+        storage = Storage.open(config, fs, model.on_durable)
     except (OSError, BKeeperError):
         assert fs.crashed
         return fs.restart()
@@ -240,11 +266,15 @@ def run_workload(rng: random.Random, model: Model, storage: Storage, fs: MemoryF
             raise
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_acknowledged_state_survives_crashes(seed: int) -> None:
+def test_acknowledged_state_survives_crashes(seed: int, layout: str) -> None:
+    config_of, mounts = LAYOUTS[layout]
     fs, model = MemoryFileSystem(), Model()
+    for mount in mounts:
+        fs.mount(mount)
     for round_no in range(ROUNDS):
-        fs = run_round(seed, round_no, fs, model)
-    storage = Storage.open(small_config(), fs, model.on_durable)
+        fs = run_round(seed, round_no, fs, model, config_of(round_no))
+    storage = Storage.open(config_of(ROUNDS), fs, model.on_durable)
     verify(storage, model)
     storage.close()

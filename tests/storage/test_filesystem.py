@@ -129,6 +129,50 @@ def test_a_full_disk_fails_writes_with_enospc_and_truncate_frees_space(
     assert fs.read_file(more) == b"y" * kept + b"z" * 65536
 
 
+@pytest.fixture(params=["os", "memory"])
+def two_filesystems(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[FileSystem, str, str]:
+    """A directory on a large filesystem and one on a 64 MiB one."""
+    if request.param == "os":
+        small = request.getfixturevalue("small_tmpfs")
+        return OsFileSystem(), str(tmp_path / "d"), str(small / "d")
+    fs = MemoryFileSystem()
+    fs.mount("/small", 64 * 1024 * 1024)
+    return fs, "/d", "/small/d"
+
+
+def test_filesystem_id_is_one_per_filesystem(two_filesystems: tuple[FileSystem, str, str]) -> None:
+    fs, big, small = two_filesystems
+    for d in (big, small):
+        fs.makedirs(os.path.join(d, "a"))
+        fs.makedirs(os.path.join(d, "b"))
+    big_id = fs.filesystem_id(os.path.join(big, "a"))
+    assert fs.filesystem_id(os.path.join(big, "b")) == fs.filesystem_id(big) == big_id
+    small_id = fs.filesystem_id(os.path.join(small, "a"))
+    assert fs.filesystem_id(os.path.join(small, "b")) == small_id != big_id
+    assert fs.disk_usage(small)[0] == 64 * 1024 * 1024 != fs.disk_usage(big)[0]
+    with pytest.raises(FileNotFoundError):
+        fs.filesystem_id(os.path.join(big, "missing"))
+
+
+def test_a_memory_mount_fills_up_on_its_own_and_survives_a_crash() -> None:
+    fs = MemoryFileSystem(capacity_bytes=1024 * 1024)
+    fs.mount("/m", 4096)
+    f = fs.open_append("/m/a")
+    with pytest.raises(OSError) as full:
+        f.write(b"x" * 5000)
+    assert full.value.errno == errno.ENOSPC and f.size() == 4096
+    f.sync()
+    _new_file(fs, "/b", b"y" * 5000)  # the root disk has room
+    assert fs.disk_usage("/m/a") == (4096, 0)
+    assert fs.disk_usage("/") == (1024 * 1024, 1024 * 1024 - 5000)
+    fs.fsync_dir("/m")
+    fs.fsync_dir("/")
+    fs = fs.crash()
+    assert fs.disk_usage("/m") == (4096, 0) and fs.filesystem_id("/m") == "/m"
+    with pytest.raises(ValueError, match="cannot mount over files"):
+        fs.mount("/m")
+
+
 # -- the crash model -----------------------------------------------------------------------
 
 

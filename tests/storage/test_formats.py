@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import random
+import struct
 from array import array
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 from storage_helpers import entry_body
 
 from bkeeper.common.errors import CorruptRecordError
 from bkeeper.storage import JournalPosition, MemoryFileSystem
-from bkeeper.storage.checkpoint_file import CheckpointRecord
+from bkeeper.storage.checkpoint_file import CheckpointRecord, JournalMark
 from bkeeper.storage.framing import FrameStatus, decode_frame, encode_frame
 from bkeeper.storage.index_file import (
     IndexDelta,
@@ -134,13 +136,33 @@ def test_index_delta_round_trip() -> None:
 
 
 def test_checkpoint_record_round_trip_and_damage() -> None:
-    record = CheckpointRecord(JournalPosition(3, 4096), 2, 777, True)
+    marks = (
+        JournalMark("current/journal", JournalPosition(3, 4096)),
+        JournalMark("/mnt/j2/journal", JournalPosition(5, 16)),
+    )
+    record = CheckpointRecord(marks, 2, 777, True, ("current/ledgers", "/mnt/l2"))
     data = record.encode()
     assert CheckpointRecord.decode(data, "cp") == record
-    damaged = bytearray(data)
-    damaged[10] ^= 1
+    assert record.mark_of("/mnt/j2/journal") == JournalPosition(5, 16)
+    assert record.mark_of("/elsewhere") is None
+    for at in range(len(data)):
+        damaged = bytearray(data)
+        damaged[at] ^= 1
+        with pytest.raises(CorruptRecordError, match="cp at offset 0"):
+            CheckpointRecord.decode(bytes(damaged), "cp")
     with pytest.raises(CorruptRecordError, match="cp at offset 0"):
-        CheckpointRecord.decode(bytes(damaged), "cp")
+        CheckpointRecord.decode(data[:-5] + crc32c(data[:-5]).to_bytes(4, "big"), "cp")
+
+
+def test_a_version_1_checkpoint_still_opens() -> None:
+    """The 48-byte checkpoint written before several directories were allowed: one journal
+    mark (of current/journal), one ledger directory (current/ledgers)."""
+    body = struct.pack(">4sIQQQQI", b"BKCP", 1, 3, 4096, 2, 777, 1)
+    record = CheckpointRecord.decode(body + crc32c(body).to_bytes(4, "big"), "cp")
+    assert record == CheckpointRecord(
+        (JournalMark("current/journal", JournalPosition(3, 4096)),), 2, 777, True
+    )
+    assert record.ledger_dirs == ("current/ledgers",) and record.mark == JournalPosition(3, 4096)
 
 
 def test_locations_dense_then_sparse() -> None:

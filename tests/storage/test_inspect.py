@@ -343,7 +343,9 @@ def test_an_index_generation_replaced_while_loading_is_followed() -> None:
         handle.sync()
         handle.close()
         write_checkpoint(
-            fs, f"{LEDGERS}/checkpoint", CheckpointRecord(root.mark, generation, len(data), False)
+            fs,
+            f"{LEDGERS}/checkpoint",
+            CheckpointRecord(root.marks, generation, len(data), False, root.ledger_dirs),
         )
         fs.remove(old)
 

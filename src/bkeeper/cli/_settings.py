@@ -6,7 +6,8 @@ Every field of :class:`~bkeeper.storage.StorageConfig` and
 ``connection_idle_timeout_ms``; the list is in docs/storage.md), except ``data_dir``, which is
 ``--data-dir``. A config file holds one ``key=value`` a line; blank lines and lines starting
 with ``#`` are skipped. Values are read by the field's type: integers (``64_000``, ``0x10``),
-numbers, ``true``/``false``, ``none`` where a field may be unset, text.
+numbers, ``true``/``false``, ``none`` where a field may be unset, text, and lists of paths
+separated by commas (``ledger_dirs=/mnt/a,/mnt/b``; empty: the default).
 
 Which wins: a flag given on the command line, then ``-o`` (the last of a key), then the
 config file, then the flags' defaults. Every mistake is one line naming where it is (the
@@ -97,6 +98,8 @@ def build_configs(data_dir: str, settings: Settings) -> tuple[BookieConfig, Stor
     return bookie, storage
 
 
+#: The type of a list field, as the dataclass writes it.
+_PATHS = "tuple[str, ...]"
 _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 
@@ -123,7 +126,14 @@ def _convert(kind: str, text: str) -> object:
             return float(text)
         except ValueError:
             raise ValueError(f"{text!r} is not a number") from None
+    if base == _PATHS:
+        return tuple(path.strip() for path in text.split(",") if path.strip())
     return text
+
+
+def _text(value: object) -> str:
+    """A value as ``-o`` reads it back."""
+    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +146,7 @@ class Settings:
     def args(self) -> list[str]:
         """The same settings as ``-o key=value`` arguments (for bookies a sandbox starts)."""
         values = {**self.storage, **self.bookie}
-        return [arg for key, value in values.items() for arg in ("-o", f"{key}={value}")]
+        return [arg for key, value in values.items() for arg in ("-o", f"{key}={_text(value)}")]
 
 
 def _setting(where: str, line: str) -> tuple[str, object]:

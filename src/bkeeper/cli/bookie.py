@@ -61,6 +61,20 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 
 @click.command()
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="Data directory.")
+@click.option(
+    "--ledger-dir",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A directory for entry logs (repeatable; the first also holds the index and "
+    "checkpoint). Default: DATA_DIR/current/ledgers.",
+)
+@click.option(
+    "--journal-dir",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A directory for a journal of its own (repeatable: one journal per directory). "
+    "Default: DATA_DIR/current/journal.",
+)
 @settings_options("this bookie")
 @click.option(
     "--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535)
@@ -143,6 +157,8 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
 )
 def bookie(
     data_dir: str,
+    ledger_dir: tuple[str, ...],
+    journal_dir: tuple[str, ...],
     options: tuple[str, ...],
     conf: str | None,
     port: int,
@@ -165,12 +181,15 @@ def bookie(
 ) -> None:
     """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0.
 
-    On a full data disk the bookie is read-only (it starts so, too) and turns writable by
-    itself once usage drops below the low-water mark."""
+    When every ledger directory is full (or any, with -o readonly_on_any_dir_full=true), or
+    a journal directory is, the bookie is read-only (it starts so, too), and it turns
+    writable by itself once usage drops below the low-water mark."""
     _raise_nofile_limit()
     # What each flag sets, by the option's name; flags given on the command line win over
     # -o and --conf, the others are only defaults.
     flags: dict[str, tuple[str, object]] = {
+        "ledger_dir": ("ledger_dirs", ledger_dir),
+        "journal_dir": ("journal_dirs", journal_dir),
         "host": ("host", host),
         "port": ("port", port),
         "http_port": ("http_port", http_port),

@@ -11,13 +11,15 @@ from types import FrameType
 import click
 
 from bkeeper.cli._errors import CommandError
-from bkeeper.cli._settings import build_configs, read_settings, settings_options
+from bkeeper.cli._settings import Settings, build_configs, read_settings, settings_options
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["sandbox"]
 
 #: Options the sandbox sets itself, differently for each bookie.
 _PER_BOOKIE = frozenset({"host", "port", "bookie_id", "metadata_uri", "http_port", "http_host"})
+#: Directory options: each bookie gets a subdirectory ``bookie-<n>`` of every directory given.
+_DIRS = ("ledger_dirs", "journal_dirs")
 
 
 @click.command()
@@ -50,6 +52,9 @@ def sandbox(
             f"{', '.join(owned)}: set by the sandbox for each bookie, not by -o or --conf"
         )
     build_configs("-", settings)  # checked before anything starts, as each bookie checks them
+    dirs = {key: _paths(settings.storage.get(key, ())) for key in _DIRS}
+    shared = {k: v for k, v in settings.storage.items() if k not in _DIRS}
+    settings = Settings(shared, settings.bookie)
     home = os.environ.get("ZOOKEEPER_HOME")
     config = SandboxConfig(
         data_dir=Path(data_dir).resolve(),
@@ -59,6 +64,8 @@ def sandbox(
         http_port_base=http_port,
         zookeeper_home=Path(home) if home else None,
         bookie_args=tuple(settings.args()),
+        ledger_dirs=dirs["ledger_dirs"],
+        journal_dirs=dirs["journal_dirs"],
     )
     stop = threading.Event()
 
@@ -89,3 +96,8 @@ def sandbox(
             pass
         click.echo("stopping ...", err=True)
     click.echo("sandbox stopped", err=True)
+
+
+def _paths(value: object) -> tuple[Path, ...]:
+    assert isinstance(value, tuple)  # a list of paths, as the settings read it
+    return tuple(Path(d).resolve() for d in value)

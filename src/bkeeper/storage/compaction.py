@@ -38,17 +38,16 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import DiskFullError
 from bkeeper.storage.config import StorageConfig
-from bkeeper.storage.disk_space import DiskSpace, DiskState
+from bkeeper.storage.dirs import LedgerDirs
+from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import (
-    SUFFIX,
     EntryLogReader,
     EntryLogWriter,
     LogIds,
-    entry_log_name,
     location_of,
 )
-from bkeeper.storage.filesystem import FileSystem, numbered_file_name, numbered_file_number
+from bkeeper.storage.filesystem import FileSystem, numbered_file_number
 from bkeeper.storage.flusher import Flusher, location_runs
 from bkeeper.storage.garbage import EntryLogUsage, GcPlan, GcResult, plan_collection
 from bkeeper.storage.ledger_state import StoredLedger
@@ -79,24 +78,24 @@ class Compactor:
     def __init__(
         self,
         fs: FileSystem,
-        directory: str,
+        dirs: LedgerDirs,
         config: StorageConfig,
         engine: EngineState,
         flusher: Flusher,
         registry: EntryLogRegistry,
         reader: EntryLogReader,
         log_ids: LogIds,
-        disk: DiskSpace | None,
     ) -> None:
+        """``dirs`` says where each log is, where a copy goes, and how full the ledger
+        directories are."""
         self._fs = fs
-        self._dir = directory
+        self._dirs = dirs
         self._config = config
         self._engine = engine
         self._flusher = flusher
         self._registry = registry
         self._reader = reader
         self._log_ids = log_ids
-        self._disk = disk
         self._pass_lock = threading.Lock()
         #: Logs whose copy is committed and indexed but not yet checkpointed (a checkpoint
         #: failed for lack of space): removed after the next checkpoint that succeeds.
@@ -175,32 +174,36 @@ class Compactor:
             exclude=exclude,
             minor_threshold=config.minor_compaction_threshold if minor else None,
             major_threshold=config.major_compaction_threshold if major else None,
-            disk_full=self._disk is not None and self._disk.state is not DiskState.WRITABLE,
+            disk_full=self._dirs.state is not DiskState.WRITABLE,
         )
 
     # -- one log ---------------------------------------------------------------------------
     def _compact(self, log_id: int, stop: threading.Event, tally: _Tally) -> None:
         writer = EntryLogWriter(
             self._fs,
-            self._dir,
+            self._dirs,
             self._log_ids,
             self._config.entry_log_bytes_max,
             suffix=COMPACTING_SUFFIX,
             sources=(log_id,),
         )
         copied = _Copied(array("q"), array("q"), array("Q"), array("Q"))
+        partial: str | None = None  # the copy's path, once it exists
         throttle = _Throttle(self._config.compaction_rate_bytes_per_s, stop)
         try:
-            for chunk in _chunks(scan_entry_log(self._fs, self._path(log_id), bodies=True)):
+            for chunk in _chunks(
+                scan_entry_log(self._fs, self._dirs.log_path(log_id), bodies=True)
+            ):
                 if stop.is_set():
                     writer.abandon()
-                    self._remove_partial()
+                    self._remove_partial(partial)
                     return
                 live = self._live(log_id, chunk)
                 if not live:
                     continue
                 bodies = [record.body for record in live if record.body is not None]
                 new = writer.append(bodies)
+                partial = writer.current_path
                 for record, location in zip(live, new, strict=True):
                     copied.ledger_ids.append(record.ledger_id)
                     copied.entry_ids.append(record.entry_id)
@@ -213,13 +216,15 @@ class Compactor:
             writer.close()
         except OSError as exc:
             writer.abandon()
-            self._remove_partial()
-            if self._disk is not None and self._disk.explains(exc):
-                self._disk.report_no_space()
+            self._remove_partial(partial)
+            directory = os.path.dirname(partial) if partial is not None else None
+            if self._dirs.explains(exc, directory):
+                self._dirs.report_no_space(directory)
                 raise DiskFullError(f"no space left to compact entry log {log_id}: {exc}") from exc
             raise
         if new_id >= 0:
-            self._commit(writer, new_id)
+            assert partial is not None
+            self._commit(writer, partial, new_id)
             self._swap(copied)
             tally.entries += len(copied.new)
         try:
@@ -243,36 +248,38 @@ class Compactor:
                     live.append(record)
             return live
 
-    def _commit(self, writer: EntryLogWriter, new_id: int) -> None:
-        source = os.path.join(self._dir, numbered_file_name(new_id, COMPACTING_SUFFIX))
-        self._fs.rename(source, self._path(new_id))
-        self._fs.fsync_dir(self._dir)
+    def _commit(self, writer: EntryLogWriter, partial: str, new_id: int) -> None:
+        target = self._dirs.log_path(new_id)
+        self._fs.rename(partial, target)
+        self._fs.fsync_dir(os.path.dirname(target))
         self._registry.put(writer.meta)
 
     def _swap(self, copied: _Copied) -> None:
         swap(self._engine, copied.ledger_ids, copied.entry_ids, copied.old, copied.new)
 
     def _remove(self, log_id: int) -> int:
-        path = self._path(log_id)
+        path = self._dirs.log_path(log_id)
         try:
             size = self._fs.size(path)
             self._reader.forget(log_id)
             self._fs.remove(path)
         except FileNotFoundError:
             size = 0
-        self._fs.fsync_dir(self._dir)
+        self._fs.fsync_dir(os.path.dirname(path))
+        self._dirs.forget(log_id)
         self._registry.remove(log_id)
         return size
 
-    def _remove_partial(self) -> None:
-        """Remove the copy being written (one pass at a time: the only such file)."""
-        for name in self._fs.list_dir(self._dir):
-            if name.endswith(COMPACTING_SUFFIX):
-                self._fs.remove(os.path.join(self._dir, name))
-        self._fs.fsync_dir(self._dir)
-
-    def _path(self, log_id: int) -> str:
-        return os.path.join(self._dir, entry_log_name(log_id))
+    def _remove_partial(self, path: str | None) -> None:
+        """Remove an abandoned copy (and its record in the dirs)."""
+        if path is None:
+            return
+        log_id = numbered_file_number(os.path.basename(path), COMPACTING_SUFFIX)
+        if self._fs.exists(path):
+            self._fs.remove(path)
+            self._fs.fsync_dir(os.path.dirname(path))
+        if log_id is not None:
+            self._dirs.forget(log_id)
 
 
 def swap(
@@ -304,12 +311,12 @@ def swap(
 
 
 def finish_interrupted(
-    fs: FileSystem, directory: str, engine: EngineState, registry: EntryLogRegistry
+    fs: FileSystem, dirs: LedgerDirs, engine: EngineState, registry: EntryLogRegistry
 ) -> list[int]:
     """At open, after replay: for each committed compaction log whose source logs still
     exist, point the index at its copies (step 3). Returns the source logs to remove once
     the checkpoint that ends the open has persisted that (steps 4-5)."""
-    present = set(_log_ids(fs, directory))
+    present = set(dirs.log_ids())
     sources: list[int] = []
     for meta in registry.snapshot():
         left = [s for s in meta.sources if s in present]
@@ -317,7 +324,7 @@ def finish_interrupted(
             continue
         ids_l, ids_e, old, new = array("q"), array("q"), array("Q"), array("Q")
         by_key = _locations_in(engine, left)
-        for record in scan_entry_log(fs, os.path.join(directory, entry_log_name(meta.log_id))):
+        for record in scan_entry_log(fs, dirs.log_path(meta.log_id)):
             previous = by_key.get((record.ledger_id, record.entry_id))
             if previous is None:
                 continue
@@ -345,13 +352,6 @@ def _locations_in(engine: EngineState, log_ids: list[int]) -> dict[tuple[int, in
                 if location >> 32 in wanted:
                     found[(state.ledger_id, entry_id)] = location
     return found
-
-
-def _log_ids(fs: FileSystem, directory: str) -> Iterator[int]:
-    for name in fs.list_dir(directory):
-        number = numbered_file_number(name, SUFFIX)
-        if number is not None:
-            yield number
 
 
 def _chunks(records: Iterator[EntryLogRecord]) -> Iterator[list[EntryLogRecord]]:

@@ -6,6 +6,7 @@ offending field.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError
@@ -53,7 +54,19 @@ class StorageConfig:
     fraction of the data directory's filesystem in use) the engine reports the disk full and
     the bookie turns read-only; below ``disk_usage_lwm_threshold`` it is writable again. A
     read-only bookie still takes recovery and high-priority adds while more than
-    ``disk_high_priority_free_bytes_min`` bytes are free.
+    ``disk_high_priority_free_bytes_min`` bytes are free. A warning is logged when a
+    filesystem's usage crosses ``disk_usage_warn_threshold``.
+
+    Directories (see :mod:`bkeeper.storage.dirs`): entry logs go to ``ledger_dirs`` (empty:
+    ``<data_dir>/current/ledgers``), each new log to the writable one with the most free
+    space; the index file and the checkpoint live in the first. There is one journal, with its
+    own thread and group commit, per entry of ``journal_dirs`` (empty:
+    ``<data_dir>/current/journal``); a ledger's records always go to the journal of its id
+    modulo their number. Every directory's filesystem is watched (directories on one
+    filesystem share one check): a full ledger directory takes no new log until its usage is
+    below the low-water mark; the engine reports itself full (the bookie turns read-only) when
+    every ledger directory is full, or any with ``readonly_on_any_dir_full``, or when a
+    journal directory is full.
 
     Garbage collection (see :mod:`bkeeper.storage.compaction`): a minor compaction copies
     out the live entries of entry logs whose live ratio is below
@@ -83,6 +96,10 @@ class StorageConfig:
     disk_usage_threshold: float = 0.95
     disk_usage_lwm_threshold: float = 0.90
     disk_high_priority_free_bytes_min: int = 100 * MIB
+    disk_usage_warn_threshold: float = 0.90
+    ledger_dirs: tuple[str, ...] = ()
+    journal_dirs: tuple[str, ...] = ()
+    readonly_on_any_dir_full: bool = False
     minor_compaction_threshold: float = 0.2
     major_compaction_threshold: float = 0.8
     compaction_rate_bytes_per_s: int = 64 * MIB
@@ -130,12 +147,20 @@ class StorageConfig:
         if not isinstance(self.gc_allowed_on_full_disk, bool):
             raise ConfigError("gc_allowed_on_full_disk: must be a bool")
         check_int_in_range("journal_remove_pause_ms", self.journal_remove_pause_ms, 0, 1000)
-        if not isinstance(self.journal_skip_corrupt_records, bool):
-            raise ConfigError("journal_skip_corrupt_records: must be a bool")
+        for name in ("journal_skip_corrupt_records", "readonly_on_any_dir_full"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: must be a bool")
+        self._check_dirs()
 
     def _check_disk_thresholds(self) -> None:
         threshold, lwm = self.disk_usage_threshold, self.disk_usage_lwm_threshold
-        for name, value in (("disk_usage_threshold", threshold), ("disk_usage_lwm_threshold", lwm)):
+        warn = self.disk_usage_warn_threshold
+        for name in (
+            "disk_usage_threshold",
+            "disk_usage_lwm_threshold",
+            "disk_usage_warn_threshold",
+        ):
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{name}: must be a fraction, got {value!r}")
         if not 0.0 < lwm <= threshold <= 1.0:
@@ -143,6 +168,40 @@ class StorageConfig:
                 "disk_usage_lwm_threshold and disk_usage_threshold must satisfy "
                 f"0 < lwm <= threshold <= 1, got {lwm!r} and {threshold!r}"
             )
+        if not 0.0 < warn <= threshold:
+            raise ConfigError(
+                "disk_usage_warn_threshold must satisfy 0 < warn <= disk_usage_threshold, "
+                f"got {warn!r} and {threshold!r}"
+            )
+
+    def _check_dirs(self) -> None:
+        seen: dict[str, str] = {}
+        for name in ("ledger_dirs", "journal_dirs"):
+            dirs = getattr(self, name)
+            if not isinstance(dirs, tuple) or not all(isinstance(d, str) and d for d in dirs):
+                raise ConfigError(f"{name}: must be a tuple of directory paths, got {dirs!r}")
+        for name, dirs in (
+            ("ledger_dirs", self.ledger_dir_paths),
+            ("journal_dirs", self.journal_dir_paths),
+        ):
+            for path in dirs:
+                key = os.path.normpath(os.path.abspath(path))
+                if key in seen:
+                    raise ConfigError(
+                        f"{name}: {path!r} is given twice (also in {seen[key]}): every ledger "
+                        "and journal directory must be distinct"
+                    )
+                seen[key] = name
+
+    @property
+    def ledger_dir_paths(self) -> tuple[str, ...]:
+        """The ledger directories in use: ``ledger_dirs``, or the one under ``data_dir``."""
+        return self.ledger_dirs or (os.path.join(self.data_dir, "current", "ledgers"),)
+
+    @property
+    def journal_dir_paths(self) -> tuple[str, ...]:
+        """The journal directories in use: ``journal_dirs``, or the one under ``data_dir``."""
+        return self.journal_dirs or (os.path.join(self.data_dir, "current", "journal"),)
 
     def _check_compaction_thresholds(self) -> None:
         minor, major = self.minor_compaction_threshold, self.major_compaction_threshold

@@ -1,4 +1,8 @@
-"""The data disk's free space, watched cheaply, and the engine's disk state.
+"""One filesystem's free space, watched cheaply, and the state it puts its writers in.
+
+The engine watches every filesystem holding one of its directories with one
+:class:`DiskSpace` each (:mod:`bkeeper.storage.disk_set` derives the engine's state from
+them); a journal and the entry-log writer see the state of the filesystem they write to.
 
 The state machine (:func:`next_state` is the whole table; ``u`` is the fraction of the
 filesystem in use and ``f`` its free bytes at the latest check)::
@@ -24,7 +28,9 @@ report the bytes they write (one call per journal group or flush, never per entr
 disk is checked again once they add up to a quarter of the headroom left at the last check
 (the bytes until the next boundary: the threshold while writable, the high-priority reserve
 while full), so our own writes never carry usage far past a boundary unchecked; the bookie
-also checks every ``disk_check_interval_ms`` for space taken or freed by others.
+also checks every ``disk_check_interval_ms`` for space taken or freed by others. A check that
+finds usage at ``disk_usage_warn_threshold`` or more logs a warning, once until usage is
+below it again.
 
 Listeners are called with the current state after every change, one call at a time, from the
 thread that saw the change (journal, flusher or the caller's); they must not call back into
@@ -99,10 +105,19 @@ class DiskSpace:
     """
 
     def __init__(
-        self, fs: FileSystem, path: str, config: StorageConfig, clock: Clock | None = None
+        self,
+        fs: FileSystem,
+        path: str,
+        config: StorageConfig,
+        clock: Clock | None = None,
+        label: str | None = None,
     ) -> None:
+        """Watch the filesystem holding ``path``; ``label`` names it in log lines (default:
+        ``data disk <path>``)."""
         self._fs = fs
         self._path = path
+        self.label = label if label is not None else f"data disk {path}"
+        self._warned = False
         self._config = config
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
@@ -119,6 +134,15 @@ class DiskSpace:
         self.room_for_high_priority = True
         self.checks = 0
 
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def free_bytes_estimate(self) -> int:
+        """Free bytes at the last check less what the engine wrote since."""
+        return self.free_bytes - self._written_bytes
+
     def add_listener(self, listener: Callable[[DiskState], None]) -> None:
         """Call ``listener(state)`` after every change of state (see the module docstring)."""
         self._listeners.append(listener)
@@ -133,7 +157,7 @@ class DiskSpace:
             try:
                 self.check()
             except OSError as exc:
-                log.warning("could not check the free space of %s: %s", self._path, exc)
+                log.warning("could not check the free space of %s: %s", self.label, exc)
 
     def check(self) -> DiskState:
         """Read the free space now (statvfs) and update the state; returns it."""
@@ -160,10 +184,20 @@ class DiskSpace:
             self._recheck_bytes = min(RECHECK_BYTES_MAX, max(RECHECK_BYTES_MIN, slice_bytes))
             self._written_bytes = 0
             self.checks += 1
+            warn = used >= config.disk_usage_warn_threshold and not self._warned
+            self._warned = used >= config.disk_usage_warn_threshold
+        if warn:
+            log.warning(
+                "%s: %.1f%% in use, past disk_usage_warn_threshold (%.2f); it is full at %.2f",
+                self.label,
+                100.0 * used,
+                config.disk_usage_warn_threshold,
+                config.disk_usage_threshold,
+            )
         if new is not old:
             log.warning(
-                "data disk %s: %.1f%% in use, %d bytes free: %s -> %s",
-                self._path,
+                "%s: %.1f%% in use, %d bytes free: %s -> %s",
+                self.label,
                 100.0 * used,
                 free,
                 old.value,
@@ -193,8 +227,8 @@ class DiskSpace:
             self._recheck_bytes = RECHECK_BYTES_MIN
         if old is not DiskState.NO_ROOM:
             log.warning(
-                "data disk %s: a write failed for lack of space (%d bytes free): no room",
-                self._path,
+                "%s: a write failed for lack of space (%d bytes free): no room",
+                self.label,
                 self.free_bytes,
             )
             self._notify()

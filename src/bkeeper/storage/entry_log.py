@@ -25,6 +25,7 @@ import os
 import struct
 import threading
 from collections.abc import Sequence
+from typing import Protocol
 
 from crc32c import crc32c
 
@@ -44,6 +45,7 @@ __all__ = [
     "EntryLogReader",
     "EntryLogWriter",
     "LogIds",
+    "LogPaths",
     "entry_log_id",
     "entry_log_name",
     "location_of",
@@ -109,6 +111,44 @@ class LogIds:
             return log_id
 
 
+class LogPaths(Protocol):
+    """Where entry logs live (:class:`bkeeper.storage.dirs.LedgerDirs`: several directories)."""
+
+    def log_path(self, log_id: int) -> str:
+        """The path of an existing log."""
+
+    def new_log_path(self, log_id: int) -> str:
+        """The path of a new log: chooses its directory and records it."""
+
+    def keep_appending(self, log_id: int) -> bool:
+        """False when the log's directory takes no more entries (a new log goes elsewhere)."""
+
+    def forget(self, log_id: int) -> None:
+        """The log was removed."""
+
+
+class _OneDir:
+    """Every log in one directory."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def log_path(self, log_id: int) -> str:
+        return os.path.join(self._directory, entry_log_name(log_id))
+
+    new_log_path = log_path
+
+    def keep_appending(self, log_id: int) -> bool:
+        return True
+
+    def forget(self, log_id: int) -> None:
+        pass
+
+
+def _log_paths(where: str | LogPaths) -> LogPaths:
+    return _OneDir(where) if isinstance(where, str) else where
+
+
 class EntryLogWriter:
     """Appends batches of entries to the current entry log, rolling by size.
 
@@ -121,7 +161,7 @@ class EntryLogWriter:
     def __init__(
         self,
         fs: FileSystem,
-        directory: str,
+        directory: str | LogPaths,
         log_ids: LogIds,
         log_bytes_max: int,
         registry: EntryLogRegistry | None = None,
@@ -132,7 +172,7 @@ class EntryLogWriter:
         """A writer given ``sources`` (compaction's) fails when it cannot write the map:
         the map is what lets a restart finish the compaction."""
         self._fs = fs
-        self._directory = directory
+        self._paths = _log_paths(directory)
         self._log_ids = log_ids
         self._log_bytes_max = log_bytes_max
         self._registry = registry
@@ -151,6 +191,11 @@ class EntryLogWriter:
     def meta(self) -> EntryLogMeta:
         """The ledgers map of the current (or last closed) log, as synced so far."""
         return self._meta
+
+    @property
+    def current_path(self) -> str | None:
+        """The path of the log being written (None when none is open)."""
+        return self._file.path if self._file is not None else None
 
     @property
     def current_log_id(self) -> int:
@@ -210,7 +255,8 @@ class EntryLogWriter:
             self._fs.truncate(file.path, self._synced_bytes)
             return
         self._fs.remove(file.path)
-        self._fs.fsync_dir(self._directory)
+        self._fs.fsync_dir(os.path.dirname(file.path))
+        self._paths.forget(self._log_id)
         if self._registry is not None:
             self._registry.remove(self._log_id)
 
@@ -245,14 +291,24 @@ class EntryLogWriter:
     def _writable(self, next_body_bytes: int) -> WritableFile:
         file = self._file
         needed = _RECORD.size + next_body_bytes
+        if file is not None and not self._paths.keep_appending(self._log_id):
+            file = None  # its directory takes no more: a new log goes to another
         if file is not None and (
             file.size() + needed <= self._log_bytes_max or file.size() == ENTRY_LOG_HEADER_BYTES
         ):
             return file
         self.close()
         log_id = self._log_ids.take()
-        path = os.path.join(self._directory, numbered_file_name(log_id, self._suffix))
-        file = create_durably(self._fs, self._directory, path, _HEADER.pack(MAGIC, VERSION, log_id))
+        path = self._paths.new_log_path(log_id)
+        if self._suffix != SUFFIX:
+            path = path[: -len(SUFFIX)] + self._suffix
+        try:
+            file = create_durably(
+                self._fs, os.path.dirname(path), path, _HEADER.pack(MAGIC, VERSION, log_id)
+            )
+        except BaseException:
+            self._paths.forget(log_id)
+            raise
         self._log_id = log_id
         self._file = file
         self._synced_bytes = ENTRY_LOG_HEADER_BYTES
@@ -263,9 +319,9 @@ class EntryLogWriter:
 class EntryLogReader:
     """Reads entries by location; keeps at most ``handles_max`` logs open (thread-safe)."""
 
-    def __init__(self, fs: FileSystem, directory: str, handles_max: int) -> None:
+    def __init__(self, fs: FileSystem, directory: str | LogPaths, handles_max: int) -> None:
         self._fs = fs
-        self._directory = directory
+        self._paths = _log_paths(directory)
         self._handles_max = handles_max
         self._handles: dict[int, ReadableFile] = {}
         self._lock = threading.Lock()
@@ -337,7 +393,7 @@ class EntryLogReader:
         return handle
 
     def _path(self, log_id: int) -> str:
-        return os.path.join(self._directory, entry_log_name(log_id))
+        return self._paths.log_path(log_id)
 
     def _corrupt(self, log_id: int, offset: int, reason: str) -> CorruptRecordError:
         return CorruptRecordError(self._path(log_id), offset, reason)

@@ -102,6 +102,10 @@ class FileSystem(Protocol):
     def disk_usage(self, path: str) -> tuple[int, int]:
         """``(total, free)`` bytes of the filesystem holding ``path``."""
 
+    def filesystem_id(self, path: str) -> str:
+        """The same text for every existing path on one filesystem, another for each other
+        filesystem (its device)."""
+
 
 def write_file_atomic(fs: FileSystem, path: str, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically and durably: temp file, sync, rename, fsync dir.
@@ -249,6 +253,9 @@ class OsFileSystem:
     def disk_usage(self, path: str) -> tuple[int, int]:
         usage = shutil.disk_usage(path)
         return usage.total, usage.free
+
+    def filesystem_id(self, path: str) -> str:
+        return f"dev {os.stat(path).st_dev}"
 
 
 def numbered_file_name(number: int, suffix: str, prefix: str = "") -> str:

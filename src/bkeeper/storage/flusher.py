@@ -9,8 +9,8 @@ cache holds ``write_cache_flush_bytes``; one flush runs at a time (``_flush_lock
 A *checkpoint* (blocking, on the caller's thread) makes a restart cheap and lets old journal
 files go:
 
-1. read the journal mark M: every record before M was queued before now, so its effect is in
-   the write cache or already flushed;
+1. read the journal marks M (one per journal, at one instant): every record before M was
+   queued before now, so its effect is in the write cache or already flushed;
 2. flush (so every entry before M is in a synced entry log);
 3. take the changes collected since the previous checkpoint (deleted ledgers, ledgers whose
    persisted fields changed, location runs) and append them to the index file, fdatasync;
@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from array import array
 from collections.abc import Callable
 
 from bkeeper.common.errors import DiskFullError, StorageError
-from bkeeper.storage.checkpoint_file import CheckpointRecord, write_checkpoint
+from bkeeper.storage.checkpoint_file import CheckpointRecord, JournalMark, write_checkpoint
 from bkeeper.storage.config import StorageConfig
-from bkeeper.storage.disk_space import DiskSpace, DiskState
+from bkeeper.storage.dirs import LedgerDirs, StorageLayout
+from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.engine import EngineState, PendingCheckpoint
 from bkeeper.storage.entry_log import EntryLogWriter, LogIds
 from bkeeper.storage.filesystem import FileSystem, WritableFile
@@ -52,11 +52,8 @@ from bkeeper.storage.index_file import (
     LocationRun,
     encode_delta,
     encode_index_header,
-    index_file_name,
 )
-from bkeeper.storage.journal import JournalPosition
-from bkeeper.storage.journal_format import journal_file_name
-from bkeeper.storage.journal_replay import journal_file_ids
+from bkeeper.storage.journal_set import journal_files_before
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
 
@@ -70,19 +67,6 @@ log = logging.getLogger(__name__)
 _APPLY_CHUNK_ENTRIES = 2048
 
 
-class StorageLayout:
-    """Where the engine's files live under ``data_dir``."""
-
-    def __init__(self, data_dir: str) -> None:
-        self.current = os.path.join(data_dir, "current")
-        self.journal = os.path.join(self.current, "journal")
-        self.ledgers = os.path.join(self.current, "ledgers")
-        self.checkpoint = os.path.join(self.ledgers, "checkpoint")
-
-    def index(self, generation: int) -> str:
-        return os.path.join(self.ledgers, index_file_name(generation))
-
-
 class Flusher:
     """Owns the entry log writer, the index file, the flusher thread and checkpoints."""
 
@@ -94,7 +78,7 @@ class Flusher:
         engine: EngineState,
         log_ids: LogIds,
         index: tuple[int, int],
-        disk: DiskSpace | None = None,
+        disk: LedgerDirs | None = None,
         registry: EntryLogRegistry | None = None,
     ) -> None:
         self._fs = fs
@@ -102,14 +86,13 @@ class Flusher:
         self._layout = layout
         self._config = config
         self._engine = engine
-        self._writer = EntryLogWriter(
-            fs, layout.ledgers, log_ids, config.entry_log_bytes_max, registry
-        )
+        where = disk if disk is not None else layout.ledgers
+        self._writer = EntryLogWriter(fs, where, log_ids, config.entry_log_bytes_max, registry)
         self._flush_lock = threading.Lock()
         self._journal_removal_lock = threading.Lock()
         self._index_generation, self._index_bytes = index
         self._index_file: WritableFile | None = None
-        self._journal_position: Callable[[], JournalPosition] = lambda: JournalPosition(0, 0)
+        self._journal_marks: Callable[[], tuple[JournalMark, ...]] = tuple
         self._on_failure: Callable[[BaseException], None] = lambda exc: None
         self._stopping = False
         self._old_index: str | None = None
@@ -129,10 +112,10 @@ class Flusher:
 
     def start(
         self,
-        journal_position: Callable[[], JournalPosition],
+        journal_marks: Callable[[], tuple[JournalMark, ...]],
         on_failure: Callable[[BaseException], None],
     ) -> None:
-        self._journal_position = journal_position
+        self._journal_marks = journal_marks
         self._on_failure = on_failure
         self._thread.start()
 
@@ -226,45 +209,50 @@ class Flusher:
             engine.write_cache.finish_flush()
 
     # -- checkpoint --------------------------------------------------------------------
-    def checkpoint(self, full: bool = False) -> JournalPosition:
-        """Flush, persist the index and the journal mark; see the module docstring.
+    def checkpoint(self, full: bool = False) -> tuple[JournalMark, ...]:
+        """Flush, persist the index and the journal marks; see the module docstring.
 
         ``full`` writes the whole index as a new generation (only while nothing else runs:
-        when the engine opens). Returns the mark persisted.
+        when the engine opens). Returns the marks persisted.
         """
         with self._flush_lock:
             if self._stopping:
                 raise StorageError("storage is closed: no checkpoint")
             with self._engine.lock:
-                mark = self._journal_position()
+                marks = self._journal_marks()
             self._flush_locked()
             with self._engine.lock:
                 pending = self._engine.take_pending_locked()
                 delta = _delta(pending, self._engine.ledgers if full else None)
                 limbo = self._engine.limbo
             try:
-                self._persist(delta, mark, limbo, full)
+                self._persist(delta, marks, limbo, full)
             except BaseException as exc:
                 with self._engine.lock:
                     self._engine.restore_pending_locked(pending)
-                if self._disk is not None and self._disk.explains(exc):
-                    self._disk.report_no_space()
+                home = self._layout.ledgers  # the index and the checkpoint file
+                if self._disk is not None and self._disk.explains(exc, home):
+                    self._disk.report_no_space(home)
                     raise DiskFullError(
                         f"no space left on the data disk for the checkpoint ({exc})"
                     ) from exc
                 raise
             self.checkpoints += 1
-            old_journals = self._delete_old_index_and_list_journals(mark.file_id)
+            old_journals = self._delete_old_index_and_list_journals(marks)
         self._remove_gently(old_journals)
-        return mark
+        return marks
 
-    def _persist(self, delta: IndexDelta, mark: JournalPosition, limbo: bool, full: bool) -> None:
+    def _persist(
+        self, delta: IndexDelta, marks: tuple[JournalMark, ...], limbo: bool, full: bool
+    ) -> None:
         data = encode_delta(delta)
         if full or self._index_file is None:
             self._start_index_generation(data)
         elif data:
             self._append_index(data)
-        record = CheckpointRecord(mark, self._index_generation, self._index_bytes, limbo)
+        layout = self._layout
+        generation, size = self._index_generation, self._index_bytes
+        record = CheckpointRecord(marks, generation, size, limbo, layout.ledger_keys)
         write_checkpoint(self._fs, self._layout.checkpoint, record)
 
     def _start_index_generation(self, data: bytes) -> None:
@@ -311,18 +299,14 @@ class Flusher:
             self._fs.truncate(path, self._index_bytes)
         self._index_file = self._fs.open_append(path)
 
-    def _delete_old_index_and_list_journals(self, file_id: int) -> list[str]:
+    def _delete_old_index_and_list_journals(self, marks: tuple[JournalMark, ...]) -> list[str]:
         """Remove the index generation the checkpoint replaced; the journal files wholly
-        before ``file_id``, which no replay reads any more."""
+        before their journal's mark, which no replay reads any more."""
         if self._old_index is not None:
             if self._fs.exists(self._old_index):
                 self._fs.remove(self._old_index)
             self._old_index = None
-        return [
-            os.path.join(self._layout.journal, journal_file_name(old))
-            for old in journal_file_ids(self._fs, self._layout.journal)
-            if old < file_id
-        ]
+        return journal_files_before(self._fs, self._layout, marks)
 
     def _remove_gently(self, paths: list[str]) -> None:
         """Remove old journal files outside the flush lock, cutting large ones down by

@@ -29,13 +29,16 @@ Rules (see :mod:`bkeeper.storage.journal_format` for the format):
   records are applied and the outcome lists what was skipped. Skipped records may have been
   acknowledged, so their ledgers (the whole storage for a span) go into limbo.
 * A newest file holding only a torn header (a crash while it was created) is removed.
+* Several journals (:mod:`bkeeper.storage.journal_set`): each from its own mark, with the
+  rules above applied to each on its own ("the tail" is that journal's), their files taken in
+  id order across journals (equal ids in the order of the directories).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bkeeper.common.errors import CorruptRecordError
@@ -53,7 +56,13 @@ from bkeeper.storage.journal_format import (
     journal_file_name,
 )
 
-__all__ = ["ReplayOutcome", "find_group", "journal_file_ids", "replay_journals"]
+__all__ = [
+    "ReplayOutcome",
+    "find_group",
+    "journal_file_ids",
+    "replay_journal_dirs",
+    "replay_journals",
+]
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +109,38 @@ def replay_journals(
     apply: Callable[[JournalRecord], None],
     known: Callable[[int], bool],
 ) -> ReplayOutcome:
-    """Apply every journal record from ``mark`` on, in order; see the module rules.
+    """Apply every journal record of ``directory`` from ``mark`` on, in order; see the
+    module rules.
 
     ``known(ledger_id)`` says whether the engine knows the ledger (after the records
     applied so far): the ledgers of damaged records are told with it."""
+    return replay_journal_dirs(fs, [(directory, mark)], skip_corrupt, apply, known)
+
+
+def replay_journal_dirs(
+    fs: FileSystem,
+    journals: Sequence[tuple[str, JournalPosition]],
+    skip_corrupt: bool,
+    apply: Callable[[JournalRecord], None],
+    known: Callable[[int], bool],
+) -> ReplayOutcome:
+    """Apply every record of several journals, each ``(directory, mark)`` from its mark on,
+    files in id order across the journals; see the module rules."""
     outcome = ReplayOutcome()
-    ids = [i for i in journal_file_ids(fs, directory) if i >= mark.file_id]
-    if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
-        path = os.path.join(directory, journal_file_name(mark.file_id))
-        raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
-    last_with_groups = _last_with_groups(fs, directory, ids)
-    for file_id in ids:
-        start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
-        newest = file_id >= last_with_groups
-        replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
+    plan: list[tuple[int, int, _FileReplay, int]] = []  # file id, journal, replayer, start
+    for number, (directory, mark) in enumerate(journals):
+        ids = [i for i in journal_file_ids(fs, directory) if i >= mark.file_id]
+        if mark.offset > FILE_HEADER_BYTES and (not ids or ids[0] != mark.file_id):
+            path = os.path.join(directory, journal_file_name(mark.file_id))
+            raise CorruptRecordError(path, mark.offset, "journal file named by the mark is missing")
+        last_with_groups = _last_with_groups(fs, directory, ids)
+        for file_id in ids:
+            start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
+            newest = file_id >= last_with_groups
+            replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
+            plan.append((file_id, number, replayer, start))
+    plan.sort(key=lambda step: step[:2])
+    for _, _, replayer, start in plan:
         replayer.run(start, apply, outcome)
         outcome.files += 1
     return outcome

@@ -21,6 +21,9 @@ A disk made with ``capacity_bytes`` fills up like a real one: the live bytes of 
 the live listing count against it; a write that does not fit appends what fits and raises
 ``OSError(ENOSPC)`` (as a short write followed by a failed one does); creating, truncating,
 renaming and removing files need no room. :meth:`disk_usage` reports the capacity.
+:meth:`mount` makes a directory a filesystem of its own with its own capacity (several
+disks of one machine: they crash together); files count against the mount they are under,
+and :meth:`filesystem_id` tells mounts apart.
 
 :meth:`corrupt` overwrites bytes in place, durably, to simulate media corruption;
 :meth:`fail_syncs` makes file syncs fail, as a dying disk does. All methods are thread-safe
@@ -55,7 +58,8 @@ class _Disk:
 
     def __init__(self, capacity_bytes: int | None = None) -> None:
         self.lock = threading.RLock()
-        self.capacity_bytes = capacity_bytes
+        #: Mount point -> its capacity (None: MEMORY_DISK_BYTES, never full).
+        self.mounts: dict[str, int | None] = {"/": capacity_bytes}
         self.generation = 0
         self.live: dict[str, _Inode] = {}
         self.durable: dict[str, _Inode] = {}
@@ -77,14 +81,26 @@ class _Disk:
             del inode.data[inode.synced + keep :]
             inode.synced = len(inode.data)
 
-    def used_bytes(self) -> int:
-        return sum(len(inode.data) for inode in set(self.live.values()))
+    def mount_of(self, path: str) -> str:
+        """The mount point ``path`` is under (the longest that contains it)."""
+        while path not in self.mounts:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return "/"
+            path = parent
+        return path
 
-    def room_bytes(self) -> int | None:
-        """Bytes that still fit (None: no capacity set)."""
-        if self.capacity_bytes is None:
+    def used_bytes(self, mount: str) -> int:
+        inodes = {inode for name, inode in self.live.items() if self.mount_of(name) == mount}
+        return sum(len(inode.data) for inode in inodes)
+
+    def room_bytes(self, path: str) -> int | None:
+        """Bytes that still fit on the mount holding ``path`` (None: no capacity set)."""
+        mount = self.mount_of(path)
+        capacity = self.mounts[mount]
+        if capacity is None:
             return None
-        return max(0, self.capacity_bytes - self.used_bytes())
+        return max(0, capacity - self.used_bytes(mount))
 
     def tick(self) -> None:
         """Count one mutating operation; crash when a scheduled crash is due."""
@@ -115,7 +131,7 @@ class _Handle:
     def write(self, data: BytesLike) -> None:
         with self._fs.disk.lock:
             self._check()
-            room = self._fs.disk.room_bytes()
+            room = self._fs.disk.room_bytes(self._path)
             if room is not None and room < len(data):
                 self._inode.data += memoryview(data)[:room]
                 raise OSError(errno.ENOSPC, "No space left on device", self._path)
@@ -288,9 +304,29 @@ class MemoryFileSystem:
     def disk_usage(self, path: str) -> tuple[int, int]:
         with self.disk.lock:
             self._check()
-            capacity = self.disk.capacity_bytes
+            mount = self.disk.mount_of(_norm(path))
+            capacity = self.disk.mounts[mount]
             total = capacity if capacity is not None else MEMORY_DISK_BYTES
-            return total, max(0, total - self.disk.used_bytes())
+            return total, max(0, total - self.disk.used_bytes(mount))
+
+    def filesystem_id(self, path: str) -> str:
+        with self.disk.lock:
+            self._check()
+            path = _norm(path)
+            if path not in self.disk.dirs and path not in self.disk.live:
+                raise FileNotFoundError(path)
+            return self.disk.mount_of(path)
+
+    def mount(self, path: str, capacity_bytes: int | None = None) -> None:
+        """Make ``path`` (created if missing; holding no file yet) a filesystem of its own of
+        ``capacity_bytes`` (None: never full); it survives crashes, as a disk does."""
+        path = _norm(path)
+        with self.disk.lock:
+            self._check()
+            if any(name.startswith(path + "/") for name in self.disk.live):
+                raise ValueError(f"{path}: cannot mount over files")
+            self.makedirs(path)
+            self.disk.mounts[path] = capacity_bytes
 
     # -- helpers -----------------------------------------------------------------------
     def _check(self) -> None:

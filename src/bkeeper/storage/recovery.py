@@ -1,8 +1,10 @@
 """Opening the engine: load the last checkpoint, then replay the journal on top of it.
 
 Order: make the directories; remove debris (``*.tmp``, index files of other generations);
-read the checkpoint file (none: a fresh engine); load the index it names, cutting debris
-after its committed length; replay the journal from its mark (see
+read the checkpoint file (none: a fresh engine); check that no directory holding data was
+dropped from the configuration (:mod:`bkeeper.storage.dirs`,
+:mod:`bkeeper.storage.journal_set`); load the index it names, cutting debris after its
+committed length; replay every journal from its mark (see
 :mod:`bkeeper.storage.journal_replay`), applying each record with the same transitions as
 the live calls (:mod:`bkeeper.storage.engine`) and flushing whenever the write cache wants a
 flush. The ledgers whose records replay found damaged (skipped, or kept as suspect tail data)
@@ -28,15 +30,15 @@ from bkeeper.common.errors import DiskFullError
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
 from bkeeper.storage.compaction import COMPACTING_SUFFIX, finish_interrupted
 from bkeeper.storage.config import StorageConfig
-from bkeeper.storage.disk_space import DiskSpace
+from bkeeper.storage.dirs import LedgerDirs, StorageLayout, check_ledger_dirs
 from bkeeper.storage.engine import EngineState
-from bkeeper.storage.entry_log import LogIds, entry_log_id, entry_log_name
+from bkeeper.storage.entry_log import LogIds
 from bkeeper.storage.filesystem import FileSystem
-from bkeeper.storage.flusher import Flusher, StorageLayout
+from bkeeper.storage.flusher import Flusher
 from bkeeper.storage.index_file import index_file_generation, load_index
-from bkeeper.storage.journal import JournalPosition
-from bkeeper.storage.journal_format import FILE_HEADER_BYTES, JournalRecord, RecordKind
-from bkeeper.storage.journal_replay import ReplayOutcome, journal_file_ids, replay_journals
+from bkeeper.storage.journal_format import JournalRecord, RecordKind
+from bkeeper.storage.journal_replay import ReplayOutcome, replay_journal_dirs
+from bkeeper.storage.journal_set import journal_starts, next_journal_file_id
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry, read_entry_log_meta
 
@@ -65,13 +67,13 @@ class Recovered:
 
 
 def recover(
-    fs: FileSystem, config: StorageConfig, layout: StorageLayout, disk: DiskSpace | None = None
+    fs: FileSystem, config: StorageConfig, layout: StorageLayout, disk: LedgerDirs | None = None
 ) -> Recovered:
-    fs.makedirs(layout.journal)
-    fs.makedirs(layout.ledgers)
+    layout.makedirs(fs)
     if disk is not None:
         disk.check()
     root = read_checkpoint(fs, layout.checkpoint)
+    check_ledger_dirs(fs, layout, root)
     generation = root.index_generation if root is not None else 0
     _remove_debris(fs, layout, generation)
     files_before = _files(fs, layout)
@@ -86,17 +88,17 @@ def _recover(
     fs: FileSystem,
     config: StorageConfig,
     layout: StorageLayout,
-    disk: DiskSpace | None,
+    disk: LedgerDirs | None,
     root: CheckpointRecord | None,
     files_before: frozenset[str],
 ) -> Recovered:
     generation = root.index_generation if root is not None else 0
+    starts = journal_starts(fs, layout, root)
     if root is not None:
         ledgers = load_index(fs, layout.index(generation), root.index_bytes)
-        mark, limbo, index = root.mark, root.limbo, (generation, root.index_bytes)
+        limbo, index = root.limbo, (generation, root.index_bytes)
     else:
         ledgers, limbo, index = {}, False, (0, 0)
-        mark = JournalPosition(0, FILE_HEADER_BYTES)
     engine = EngineState(
         ledgers,
         config.write_cache_bytes_max,
@@ -104,12 +106,11 @@ def _recover(
         limbo,
         flush_bytes=config.flush_bytes,
     )
-    logs = sorted(i for i in map(entry_log_id, fs.list_dir(layout.ledgers)) if i is not None)
+    dirs = disk if disk is not None else LedgerDirs(fs, layout.ledger_dirs)
+    logs = dirs.log_ids()
     registry = EntryLogRegistry()
     for log_id in logs:
-        meta, _ = read_entry_log_meta(
-            fs, os.path.join(layout.ledgers, entry_log_name(log_id)), log_id
-        )
+        meta, _ = read_entry_log_meta(fs, dirs.log_path(log_id), log_id)
         registry.put(meta)
     log_ids = LogIds(max(logs, default=0) + 1)
     flusher = Flusher(fs, layout, config, engine, log_ids, index, disk, registry)
@@ -137,13 +138,10 @@ def _recover(
     def known(ledger_id: int) -> bool:
         return ledger_id in engine.ledgers
 
-    replay = replay_journals(
-        fs, layout.journal, mark, config.journal_skip_corrupt_records, apply, known
-    )
+    replay = replay_journal_dirs(fs, starts, config.journal_skip_corrupt_records, apply, known)
     _enter_limbo(engine, replay)
-    compacted_sources = finish_interrupted(fs, layout.ledgers, engine, registry)
-    journal_ids = journal_file_ids(fs, layout.journal)
-    next_file_id = max([*journal_ids, mark.file_id]) + 1
+    compacted_sources = finish_interrupted(fs, dirs, engine, registry)
+    next_file_id = next_journal_file_id(fs, layout, root, starts)
     compact = index[1] > config.index_compaction_bytes_min and index[1] > 2 * _live_bytes(
         engine.ledgers
     )
@@ -168,7 +166,7 @@ def remove_files_of_failed_open(
     (then the checkpoint file names them)."""
     if read_checkpoint(fs, layout.checkpoint) != root:
         return
-    for directory in (layout.journal, layout.ledgers):
+    for directory in layout.all_dirs:
         created = [n for n in fs.list_dir(directory) if os.path.join(directory, n) not in before]
         for name in created:
             log.info("removing %s, created by the failed open", name)
@@ -180,7 +178,7 @@ def remove_files_of_failed_open(
 def _files(fs: FileSystem, layout: StorageLayout) -> frozenset[str]:
     return frozenset(
         os.path.join(directory, name)
-        for directory in (layout.journal, layout.ledgers)
+        for directory in layout.all_dirs
         for name in fs.list_dir(directory)
     )
 
@@ -224,7 +222,7 @@ def _enter_limbo(engine: EngineState, replay: ReplayOutcome) -> None:
 
 
 def _remove_debris(fs: FileSystem, layout: StorageLayout, generation: int) -> None:
-    for directory in (layout.journal, layout.ledgers):
+    for directory in layout.all_dirs:
         for name in fs.list_dir(directory):
             other_index = index_file_generation(name) not in (None, generation)
             if name.endswith((".tmp", COMPACTING_SUFFIX)) or other_index:

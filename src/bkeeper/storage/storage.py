@@ -11,9 +11,10 @@ Writes never block: they validate, update memory and queue a journal record; the
 Reads answer from memory (write cache, read cache) or, for older entries, with a positional
 read of an entry log: :meth:`read_entry_nowait` says None instead of touching the disk.
 
-Disk space (:mod:`bkeeper.storage.disk_space`): the engine keeps a current view of the data
-disk's free space (re-checked as it writes, and by :meth:`check_disk`, which its owner calls
-periodically) and reports its :class:`DiskState` to ``on_disk_state``. On a full disk it
+Disk space (:mod:`bkeeper.storage.disk_space`, :mod:`bkeeper.storage.disk_set`): the engine
+keeps a current view of the free space of every filesystem holding one of its directories
+(re-checked as it writes, and by :meth:`check_disk`, which its owner calls periodically) and
+reports its :class:`DiskState` to ``on_disk_state``. On a full disk it
 opens without creating files, keeps serving reads, refuses writes with ``DiskFullError`` only
 while a write has actually failed for lack of space, and writes again once space is freed.
 
@@ -51,16 +52,19 @@ from bkeeper.common.errors import (
 )
 from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
-from bkeeper.storage.disk_space import DiskSpace, DiskState
+from bkeeper.storage.dirs import LedgerDirs, StorageLayout
+from bkeeper.storage.disk_set import DiskSet
+from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import EntryLogReader, LogIds
 from bkeeper.storage.filesystem import BytesLike, FileSystem, OsFileSystem
-from bkeeper.storage.flusher import Flusher, StorageLayout
+from bkeeper.storage.flusher import Flusher
 from bkeeper.storage.framing import frame_header
 from bkeeper.storage.garbage import EntryLogUsage, GcResult
-from bkeeper.storage.journal import DurableCallback, Journal
+from bkeeper.storage.journal import DurableCallback
 from bkeeper.storage.journal_format import RecordKind, ledger_record
 from bkeeper.storage.journal_replay import ReplayOutcome
+from bkeeper.storage.journal_set import JournalSet
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
 from bkeeper.storage.recovery import recover, remove_files_of_failed_open
@@ -110,9 +114,10 @@ class Storage:
         fs: FileSystem,
         engine: EngineState,
         flusher: Flusher,
-        journal: Journal,
+        journals: JournalSet,
         replay: ReplayOutcome,
-        disk: DiskSpace,
+        disks: DiskSet,
+        dirs: LedgerDirs,
         registry: EntryLogRegistry,
         log_ids: LogIds,
     ) -> None:
@@ -120,14 +125,17 @@ class Storage:
         self.config = config
         self.replay_outcome = replay
         self._fs = fs
-        self._disk = disk
+        self._disk = disks
         self._engine = engine
         self._flusher = flusher
-        self._journal = journal
-        ledgers_dir = StorageLayout(config.data_dir).ledgers
-        self._reader = EntryLogReader(fs, ledgers_dir, config.entry_log_read_handles_max)
+        self._journal = journals
+        # A ledger's records go to journal ledger_id % count (one list index per call).
+        self._journals = journals.journals
+        self._journal_count = len(journals.journals)
+        self._ledger_dirs = dirs  # where each entry log is
+        self._reader = EntryLogReader(fs, dirs, config.entry_log_read_handles_max)
         self._compactor = Compactor(
-            fs, ledgers_dir, config, engine, flusher, registry, self._reader, log_ids, disk
+            fs, dirs, config, engine, flusher, registry, self._reader, log_ids
         )
 
     @classmethod
@@ -149,36 +157,39 @@ class Storage:
         open fails, the files it created are removed.
         """
         fs = fs if fs is not None else OsFileSystem()
-        layout = StorageLayout(config.data_dir)
-        disk = DiskSpace(fs, config.data_dir, config)
+        layout = StorageLayout.of(config)
+        layout.makedirs(fs)
+        disks = DiskSet(fs, layout.journal_dirs, layout.ledger_dirs, config, clock)
         if on_disk_state is not None:
-            disk.add_listener(on_disk_state)
-        recovered = recover(fs, config, layout, disk)
+            disks.add_listener(on_disk_state)
+        dirs = LedgerDirs(fs, layout.ledger_dirs, disks)
+        recovered = recover(fs, config, layout, dirs)
         engine, flusher = recovered.engine, recovered.flusher
-        journal = Journal(
+        journals = JournalSet(
             fs,
-            layout.journal,
+            layout,
             config,
             engine.lock,
             on_durable or _ignore,
             recovered.next_journal_file_id,
-            disk,
+            disks,
             clock,
         )
-        journal.start()
+        journals.start()
         storage = cls(
             config,
             fs,
             engine,
             flusher,
-            journal,
+            journals,
             recovered.replay,
-            disk,
+            disks,
+            dirs,
             recovered.registry,
             recovered.log_ids,
         )
         try:
-            flusher.start(lambda: journal.durable_position, journal.fail)
+            flusher.start(journals.marks_locked, journals.fail)
             try:
                 flusher.checkpoint(full=recovered.compact_index)
                 storage._compactor.remove_logs(recovered.compacted_sources)
@@ -218,6 +229,7 @@ class Storage:
         if body_ledger_id != ledger_id or body_entry_id != entry_id:
             raise BadRequestError(f"ledger {ledger_id} entry {entry_id}: body names another")
         header = frame_header(_ADD, body)
+        journal = self._journals[ledger_id % self._journal_count]
         engine = self._engine
         with engine.lock:
             state = engine.ledgers.get(ledger_id)
@@ -227,7 +239,7 @@ class Storage:
                 raise LedgerFencedError(f"ledger {ledger_id} is fenced")
             if not engine.write_cache.has_room(len(body)):
                 raise TooManyRequestsError("write cache is full")
-            self._journal.append_locked(header, body, token)
+            journal.append_locked(header, body, token)
             engine.add_locked(state, entry_id, lac, body)
 
     def fence(self, ledger_id: int, master_key: bytes, *, token: object | None = None) -> None:
@@ -235,7 +247,7 @@ class Storage:
         record = ledger_record(RecordKind.FENCE, ledger_id)
         with self._engine.lock:
             state = self._ledger_for_write_locked(ledger_id, master_key)
-            self._journal.append_locked(record, b"", token)
+            self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
             self._engine.fence_locked(state)
 
     def set_explicit_lac(
@@ -248,20 +260,20 @@ class Storage:
         record = ledger_record(RecordKind.EXPLICIT_LAC, ledger_id, lac_body)
         with self._engine.lock:
             state = self._ledger_for_write_locked(ledger_id, master_key)
-            self._journal.append_locked(record, b"", token)
+            self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
             self._engine.set_explicit_lac_locked(state, lac_body)
 
     def force_ledger(self, ledger_id: int, *, token: object | None = None) -> None:
-        """``token`` is reported once everything queued before it is durable."""
+        """``token`` is reported once everything of the ledger queued before it is durable."""
         record = ledger_record(RecordKind.FORCE_LEDGER, ledger_id)
         with self._engine.lock:
-            self._journal.append_locked(record, b"", token)
+            self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
 
     def delete_ledger(self, ledger_id: int, *, token: object | None = None) -> None:
         """Forget the ledger at once (reads say no such ledger); durable via ``token``."""
         record = ledger_record(RecordKind.DELETE_LEDGER, ledger_id)
         with self._engine.lock:
-            self._journal.append_locked(record, b"", token)
+            self._journal.for_ledger(ledger_id).append_locked(record, b"", token)
             self._engine.delete_locked(ledger_id)
 
     def _ledger_for_write_locked(self, ledger_id: int, master_key: bytes) -> StoredLedger:
@@ -274,7 +286,8 @@ class Storage:
         if ledger_id < 0:
             raise BadRequestError(f"bad ledger id {ledger_id}")
         key = bytes(master_key)
-        self._journal.append_locked(ledger_record(RecordKind.MASTER_KEY, ledger_id, key), b"", None)
+        record = ledger_record(RecordKind.MASTER_KEY, ledger_id, key)
+        self._journal.for_ledger(ledger_id).append_locked(record, b"", None)
         if state is None:
             return engine.create_locked(ledger_id, key)
         state.master_key = key  # the key was lost with a skipped journal record: adopt
@@ -458,7 +471,7 @@ class Storage:
         record = ledger_record(RecordKind.FENCE, ledger_id)
         with self._engine.lock:
             state = self._ledger_for_write_locked(ledger_id, master_key)
-            self._journal.append_locked(record, b"", None)
+            self._journal.for_ledger(ledger_id).append_locked(record, b"", None)
             self._engine.set_limbo_locked(state, True)
 
     def clear_limbo(self, ledger_id: int | None = None) -> None:
@@ -516,12 +529,14 @@ class Storage:
         self._reader.close()
 
     def disk_usage(self) -> tuple[int, int]:
-        """``(total, free)`` bytes of the filesystem holding ``data_dir``."""
-        return self._fs.disk_usage(self.config.data_dir)
+        """``(total, free)`` bytes of the ledger directories' filesystems (each counted
+        once)."""
+        return self._disk.usage()
 
     def check_disk(self) -> DiskState:
-        """Check the data disk's free space now (its owner calls this periodically, to see
-        space taken or freed by others); returns the disk state."""
+        """Check the free space of every filesystem holding a directory of the engine now
+        (its owner calls this periodically, to see space taken or freed by others); returns
+        the disk state."""
         return self._disk.check()
 
     @property

@@ -44,6 +44,10 @@ class SandboxConfig:
     stop_timeout_s: float = 30.0
     zookeeper_home: Path | None = None
     bookie_args: tuple[str, ...] = field(default=())
+    #: Bookie n keeps its entry logs (journals) in ``<dir>/bookie-<n>`` of each of these
+    #: (none: under its data directory).
+    ledger_dirs: tuple[Path, ...] = ()
+    journal_dirs: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
@@ -144,11 +148,10 @@ class Sandbox:
     def _bookie_log(self, index: int) -> Path:
         return self.config.data_dir / f"bookie-{index}.log"
 
-    def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
+    def bookie_command(self, index: int) -> list[str]:
+        """The command line of bookie ``index``."""
         host, port = self.bookie_address(index)
         data_dir = self.config.data_dir / f"bookie-{index}"
-        log_path = self._bookie_log(index)
-        self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
         admin = self.admin_address(index)
         http = [] if admin is None else ["--http-port", str(admin[1])]
         cmd = [
@@ -156,6 +159,18 @@ class Sandbox:
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self.config.bookie_args,
         ]  # fmt: skip
+        for flag, dirs in (
+            ("--ledger-dir", self.config.ledger_dirs),
+            ("--journal-dir", self.config.journal_dirs),
+        ):
+            for directory in dirs:
+                cmd += [flag, str(directory / f"bookie-{index}")]
+        return cmd
+
+    def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
+        cmd = self.bookie_command(index)
+        log_path = self._bookie_log(index)
+        self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
         log_file = open(log_path, "ab")  # noqa: SIM115
         try:
             return subprocess.Popen(
