@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bkeeper.cli.shell_admin import _rows
 from bkeeper.common.ids import BookieId
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
@@ -55,6 +56,12 @@ def closed_port() -> int:
     return port
 
 
+#: What a pass reports, at least (docs/admin.md).
+REPORT_KEYS = (
+    "ledgers_deleted", "metadata_reads", "minor", "major", "logs_removed", "logs_compacted",
+    "bytes_freed", "bytes_copied", "entries_copied", "duration_s", "stopped",
+)  # fmt: skip
+
 Register = Callable[[str, BookieServiceInfo], Awaitable[None]]
 
 
@@ -94,8 +101,8 @@ async def test_gcstatus_json_and_gc_on_a_real_bookie(real_cluster) -> None:
     gc = await run(uri, "shell", "gc", "--bookie", bookie, "--major", "--minor", "--json")
     assert gc.returncode == 0, gc.stderr
     report = json.loads(gc.stdout)
-    assert (report["major"], report["minor"], report["stopped"]) == (True, True, False)
-    assert report["ledgers_deleted"] == 1
+    assert set(REPORT_KEYS) <= set(report), report
+    assert (report["major"], report["stopped"], report["ledgers_deleted"]) == (True, False, 1)
 
     table = await run(uri, "shell", "gc", "--bookie", bookie)
     assert table.returncode == 0, table.stderr
@@ -172,3 +179,23 @@ def test_an_admin_port_in_use_is_one_line_naming_it_and_the_option(
             "server): the port is in use by another process"
         ), how
         assert not (tmp_path / "b").exists()
+
+
+def test_the_table_shows_sizes_times_and_nested_values() -> None:
+    rows = _rows(
+        {
+            "bytes_freed": 3 * 2**20,
+            "started_wall_ms": 86_400_000,
+            "duration_s": 0.25,
+            "last_pass": {"logs_removed": 2, "error": ""},
+            "previous": None,
+        }
+    )
+    assert rows == [
+        ("bytes_freed", "3,145,728 (3.0 MiB)"),
+        ("duration_s", "0.250"),
+        ("last_pass.error", ""),
+        ("last_pass.logs_removed", "2"),
+        ("previous", "-"),
+        ("started_wall_ms", "86400000 (1970-01-02 00:00:00 UTC)"),
+    ]

@@ -11,6 +11,7 @@ answer other than 200, is one line on stderr and exit status 1.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Mapping
@@ -163,6 +164,9 @@ def _rows(values: Mapping[str, object], prefix: str = "") -> list[tuple[str, str
             rows += _rows(value, f"{name}.")
         elif key.endswith("bytes") or "bytes_" in key:
             rows.append((name, _size(value)))
+        elif key.endswith("_wall_ms") and isinstance(value, int) and value > 0:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value / 1000))
+            rows.append((name, f"{value} ({when})"))
         elif isinstance(value, float):
             rows.append((name, f"{value:,.3f}"))
         else:
