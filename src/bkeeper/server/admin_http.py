@@ -11,7 +11,9 @@ it is answered 503 and closed); the request line and headers at most ``head_byte
 bytes and ``headers_max`` lines (431), the body at most ``body_bytes_max`` (413); a request
 not complete ``request_timeout_ms`` after the connection opened is answered 408 and closed;
 an answer the client has not taken ``response_timeout_ms`` after it was written is dropped
-with the connection. Every refusal is a JSON body ``{"error": ..., "status": ...}`` naming
+with the connection. A request runs to its end even if its client leaves (a GC pass is not
+cut short by a closed terminal), so requests under way are bounded too: at most
+``connections_max`` (503 past it). Every refusal is a JSON body ``{"error": ..., "status": ...}`` naming
 the problem (unknown path 404, a method the path does not serve 405 with ``Allow``), logged
 in one rate-limited line. A handler that fails answers 500 with its error (and logs its
 traceback); the bookie stays up whatever a client sends.
