@@ -48,6 +48,13 @@ def test_values_are_read_by_the_fields_type() -> None:
     assert dict(settings.bookie) == {"connections_max": 16, "host": "0.0.0.0"}
 
 
+def test_the_admin_server_options_by_name() -> None:
+    bookie, _ = build_configs("/d", read_settings(None, ["http_port=0x1F90", "http_host=::"]))
+    assert (bookie.http_port, bookie.http_host) == (8080, "::")
+    assert dict(read_settings(None, ["http_port=none"]).bookie) == {"http_port": None}
+    assert build_configs("/d", read_settings(None, []))[0].http_port is None
+
+
 def test_flags_given_win_over_o_which_wins_over_the_file(tmp_path: Path) -> None:
     conf = tmp_path / "b.conf"
     conf.write_text(
@@ -120,6 +127,8 @@ def test_a_value_the_configuration_refuses_is_a_usage_error() -> None:
         ),
         (["sandbox", "--data-dir", "{d}", "-o", "ledger_dirs=/a,/a/"], "'/a/' is given twice"),
         (["sandbox", "--data-dir", "{d}", "-o", "port=5"], "port: set by the sandbox"),
+        (["sandbox", "--data-dir", "{d}", "-o", "http_port=5"], "http_port: set by the sandbox"),
+        (["bookie", "--data-dir", "{d}", "-o", "http_port=70000"], "http_port: 70000 is not a"),
         (["sandbox", "--data-dir", "{d}", "-o", "checkpoint_interval_ms=-1"], "must be a positive"),
     ],
 )

@@ -3,16 +3,20 @@ on SIGTERM, its data kept across restarts."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
+from bkeeper.common.errors import ConfigError
 from bkeeper.testing.benchmarks import free_port, free_port_range
+from bkeeper.testing.sandbox import SandboxConfig
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
@@ -32,21 +36,31 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def start(data_dir: Path, zk_port: int, bookie_port: int) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "bkeeper", "sandbox", "--bookies", "3",
-            "--data-dir", str(data_dir), "--zookeeper-port", str(zk_port),
-            "--bookie-port", str(bookie_port),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )  # fmt: skip
+def start(
+    data_dir: Path, zk_port: int, bookie_port: int, http_port: int
+) -> tuple[subprocess.Popen[str], str]:
+    """Start a sandbox; once ready, what it printed on stderr is in ``<data_dir>.err``."""
+    with open(f"{data_dir}.err", "w") as err:
+        proc = _popen(data_dir, zk_port, bookie_port, http_port, err)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # blocks until the sandbox is ready (or dies)
     assert line.startswith("metadata URI: "), f"sandbox did not start: {line!r}"
     return proc, line.removeprefix("metadata URI: ").strip()
+
+
+def _popen(
+    data_dir: Path, zk_port: int, bookie_port: int, http_port: int, err: IO[str]
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "bkeeper", "sandbox", "--bookies", "3",
+            "--data-dir", str(data_dir), "--zookeeper-port", str(zk_port),
+            "--bookie-port", str(bookie_port), "--http-port", str(http_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )  # fmt: skip
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -56,12 +70,22 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 def test_sandbox_starts_stops_clean_and_keeps_data(tmp_path: Path) -> None:
     data_dir = tmp_path / "sandbox-data"
-    zk_port, bookie_port = free_port(), free_port_range(3)
-    proc, uri = start(data_dir, zk_port, bookie_port)
+    zk_port, bookie_port, http_port = free_port(), free_port_range(3), free_port_range(3)
+    proc, uri = start(data_dir, zk_port, bookie_port, http_port)
     try:
         listing = bkeeper(uri, "shell", "listbookies")
         assert listing.returncode == 0
         assert sum(f"127.0.0.1:{bookie_port + i}" in listing.stdout for i in range(3)) == 3
+        for i in range(3):  # each bookie's admin server, found from its registration
+            bookie = f"127.0.0.1:{bookie_port + i}"
+            status = bkeeper(uri, "shell", "gcstatus", "--bookie", bookie, "--json")
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["running"] in (True, False)
+        printed = Path(f"{data_dir}.err").read_text().splitlines()
+        assert [line for line in printed if line.startswith("bookie ")] == [
+            f"bookie {i}: 127.0.0.1:{bookie_port + i} (admin http://127.0.0.1:{http_port + i})"
+            for i in range(3)
+        ]
         wrote = bkeeper(uri, "shell", "simpletest", "--entries", "50", "--keep")
         assert wrote.returncode == 0, wrote.stderr
     finally:
@@ -71,7 +95,7 @@ def test_sandbox_starts_stops_clean_and_keeps_data(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert processes_mentioning(str(data_dir)) == [], "processes left behind"
 
-    proc, uri = start(data_dir, zk_port, bookie_port)  # same data dir: same cluster
+    proc, uri = start(data_dir, zk_port, bookie_port, http_port)  # same data dir: same cluster
     try:
         listing = bkeeper(uri, "shell", "listledgers", "--meta")
         rows = [line.split("│")[1:-1] for line in listing.stdout.splitlines() if "│" in line]
@@ -81,3 +105,14 @@ def test_sandbox_starts_stops_clean_and_keeps_data(tmp_path: Path) -> None:
     finally:
         stop(proc)
     assert processes_mentioning(str(data_dir)) == []
+
+
+def test_overlapping_ports_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigError) as caught:
+        SandboxConfig(Path("/x"), zookeeper_port=2181, bookie_port_base=8079, http_port_base=8080)
+    assert str(caught.value) == (
+        "the sandbox's ports overlap: ZooKeeper 2181, bookies 8079-8081, admin 8080-8082"
+    )
+    with pytest.raises(ConfigError, match=r"ZooKeeper 3182, bookies 3181-3183$"):
+        SandboxConfig(Path("/x"), zookeeper_port=3182)
+    SandboxConfig(Path("/x"), bookie_port_base=8077, http_port_base=8080)  # adjacent: fine

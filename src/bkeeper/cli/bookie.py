@@ -80,6 +80,13 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     "--port", default=DEFAULT_BOOKIE_PORT, show_default=True, type=click.IntRange(0, 65535)
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--http-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Serve the admin HTTP API (GC, state; docs/admin.md) on this port (0: any free "
+    "port; default: none). Its address: -o http_host=... (default: --host).",
+)
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
 @click.option("--readonly", is_flag=True, help="Stay read-only (adds refused, reads served).")
@@ -156,6 +163,7 @@ def bookie(
     conf: str | None,
     port: int,
     host: str,
+    http_port: int | None,
     bookie_id: str,
     metadata_uri: str,
     readonly: bool,
@@ -184,6 +192,7 @@ def bookie(
         "journal_dir": ("journal_dirs", journal_dir),
         "host": ("host", host),
         "port": ("port", port),
+        "http_port": ("http_port", http_port),
         "bookie_id": ("bookie_id", bookie_id),
         "metadata_uri": ("metadata_uri", metadata_uri),
         "readonly": ("readonly", readonly),
@@ -228,7 +237,10 @@ async def _serve(config: BookieConfig, storage_config: StorageConfig, integrity:
     if server.stop_requested:
         click.echo(f"bookie {server.bookie_id} stopping: asked to during start", err=True)
     else:
-        click.echo(f"bookie {server.bookie_id} ready on {config.host}:{server.port}", err=True)
+        admin = f" (admin {server.admin_url})" if server.admin_url else ""
+        click.echo(
+            f"bookie {server.bookie_id} ready on {config.host}:{server.port}{admin}", err=True
+        )
     try:
         async with asyncio.TaskGroup() as tasks:
             check = None

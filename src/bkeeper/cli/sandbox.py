@@ -17,7 +17,7 @@ from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 __all__ = ["sandbox"]
 
 #: Options the sandbox sets itself, differently for each bookie.
-_PER_BOOKIE = frozenset({"host", "port", "bookie_id", "metadata_uri"})
+_PER_BOOKIE = frozenset({"host", "port", "bookie_id", "metadata_uri", "http_port", "http_host"})
 #: Directory options: each bookie gets a subdirectory ``bookie-<n>`` of every directory given.
 _DIRS = ("ledger_dirs", "journal_dirs")
 
@@ -27,12 +27,20 @@ _DIRS = ("ledger_dirs", "journal_dirs")
 @click.option("--data-dir", default="./bkeeper-data", show_default=True, type=click.Path())
 @click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--bookie-port", default=3181, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--http-port",
+    default=8080,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Admin HTTP port of bookie 0 (bookie i: this + i; docs/admin.md).",
+)
 @settings_options("every bookie")
 def sandbox(
     bookies: int,
     data_dir: str,
     zookeeper_port: int,
     bookie_port: int,
+    http_port: int,
     options: tuple[str, ...],
     conf: str | None,
 ) -> None:
@@ -53,6 +61,7 @@ def sandbox(
         bookies=bookies,
         zookeeper_port=zookeeper_port,
         bookie_port_base=bookie_port,
+        http_port_base=http_port,
         zookeeper_home=Path(home) if home else None,
         bookie_args=tuple(settings.args()),
         ledger_dirs=dirs["ledger_dirs"],
@@ -72,13 +81,15 @@ def sandbox(
         noun, verb = ("port", "is") if len(busy) == 1 else ("ports", "are")
         raise CommandError(
             f"{noun} {taken} {verb} in use by another process; choose free ports with "
-            "--zookeeper-port and --bookie-port"
+            "--zookeeper-port, --bookie-port and --http-port"
         )
     click.echo(f"starting ZooKeeper and {bookies} bookies under {config.data_dir} ...", err=True)
     with box:
         for index in range(bookies):
             host, port = box.bookie_address(index)
-            click.echo(f"bookie {index}: {host}:{port}", err=True)
+            admin = box.admin_address(index)
+            on = "" if admin is None else f" (admin http://{admin[0]}:{admin[1]})"
+            click.echo(f"bookie {index}: {host}:{port}{on}", err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
         while not stop.wait(0.5):

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from bkeeper.cli import shell_disk
+from bkeeper.cli import shell_admin, shell_disk
 from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
@@ -48,7 +48,8 @@ def shell() -> None:
     """Cluster administration."""
 
 
-for _command in shell_disk.commands:  # a bookie's files, read from its data directory
+# A bookie's files, read from its data directory; its garbage collection, over its admin API.
+for _command in (*shell_disk.commands, *shell_admin.commands):
     shell.add_command(_command)
 
 

@@ -12,6 +12,7 @@ translated at the boundary with ``raise ... from``.
     BKeeperError                      retriable = False unless noted
     ├── ConfigError                   an option or configuration value is invalid
     ├── ProtocolError                 bytes on the wire do not form a valid message
+    ├── AdminRequestError             an admin HTTP request was refused (carries its status)
     ├── DigestMismatchError           an entry body fails its digest (names ledger and entry)
     ├── StorageError                  the storage engine failed
     │   ├── CorruptRecordError        a journal/entry-log record is corrupt (names file, offset)
@@ -57,6 +58,7 @@ translated at the boundary with ``raise ... from``.
 from __future__ import annotations
 
 __all__ = [
+    "AdminRequestError",
     "BKeeperError",
     "BadRequestError",
     "BadVersionError",
@@ -114,6 +116,16 @@ class ConfigError(BKeeperError, ValueError):
 
 class ProtocolError(BKeeperError):
     """Bytes received from a peer do not form a valid frame or message."""
+
+
+class AdminRequestError(BKeeperError):
+    """The bookie's admin HTTP server refuses a request; ``status`` is the HTTP status it
+    answers (400 bad input, 404 no such path, 405 method not served there, 408 too slow,
+    413 body too large, 431 head too large, 503 not available now, ...)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class DigestMismatchError(BKeeperError):

@@ -17,12 +17,13 @@ from google.protobuf.message import DecodeError
 from bkeeper.common.errors import ProtocolError
 from bkeeper.wire._pb.data_formats_pb2 import BookieServiceInfoFormat
 
-__all__ = ["BOOKIE_RPC", "BookieServiceInfo", "Endpoint"]
+__all__ = ["BOOKIE_RPC", "HTTP_ENDPOINT_ID", "BookieServiceInfo", "Endpoint"]
 
 #: Endpoint id and protocol of the bookie's client port, as BookKeeper names them.
 BOOKIE_RPC = "bookie-rpc"
 _BOOKIE_ENDPOINT_ID = "bookie"
-_HTTP_ENDPOINT_ID = "httpserver"
+#: Endpoint id of the bookie's admin HTTP server, as BookKeeper names it.
+HTTP_ENDPOINT_ID = "httpserver"
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,14 @@ class BookieServiceInfo:
         port: int,
         *,
         http_port: int | None = None,
+        http_host: str | None = None,
         properties: Mapping[str, str] | None = None,
     ) -> BookieServiceInfo:
-        """The usual info: the bookie port as ``bookie-rpc``, and the HTTP admin port if any."""
+        """The usual info: the bookie port as ``bookie-rpc``, and the HTTP admin port if any
+        (at ``http_host``, by default ``host``)."""
         endpoints = [Endpoint(_BOOKIE_ENDPOINT_ID, host, port, BOOKIE_RPC)]
         if http_port is not None:
-            endpoints.append(Endpoint(_HTTP_ENDPOINT_ID, host, http_port, "http"))
+            endpoints.append(Endpoint(HTTP_ENDPOINT_ID, http_host or host, http_port, "http"))
         return cls(tuple(endpoints), properties or {})
 
     @classmethod

@@ -1,17 +1,19 @@
 """The bookie process: ordered start and shutdown around storage, listener and monitors.
 
-Start: cookie check (refuse on mismatch) -> storage open (journal replay, on a worker thread)
--> listener -> background tasks (checkpoints, disk monitor, garbage collection,
-registration). Shutdown
-(``aclose``): stop accepting -> wait (bounded) for in-flight requests to drain -> close
-connections -> close storage (drains the journal, checkpoints). Every background task belongs
-to the bookie's :class:`~bkeeper.common.tasks.TaskOwner`; its loops (checkpoints, disk monitor,
-connection sweep, garbage collection, registration) end by themselves once a stop is asked
-for (a garbage-collection pass under way ends early), and shutdown waits for them before
-closing the storage. A loop that fails stops the bookie: its error is logged
-when it ends, and ``aclose`` raises it once the shutdown is done. A start that fails after the
-storage opened closes it again. Time (the drain's deadline, the connection table's timeouts)
-comes from the ``Clock`` given.
+Start: bind the listener and the admin HTTP server (if ``http_port`` is set; a port in use
+is refused before anything else is touched) -> cookie check (refuse on mismatch) -> storage
+open (journal replay, on a worker thread) -> serve (listener and admin) -> background tasks
+(checkpoints, disk monitor, garbage collection, registration, which publishes the admin
+endpoint). Shutdown (``aclose``): close the admin server -> stop accepting -> wait (bounded)
+for in-flight requests to drain -> close connections -> close storage (drains the journal,
+checkpoints). Every background task belongs to the bookie's
+:class:`~bkeeper.common.tasks.TaskOwner`; its loops (checkpoints, disk monitor, connection
+sweep, garbage collection, registration) end by themselves once a stop is asked for (a
+garbage-collection pass under way ends early), and shutdown waits for them before closing the
+storage. A loop that fails stops the bookie: its error is logged when it ends, and ``aclose``
+raises it once the shutdown is done. A start that fails after the storage opened closes it
+again. Time (the drain's deadline, the connection table's timeouts) comes from the ``Clock``
+given.
 
 Read-only mode: forced by ``BookieConfig.readonly``, or while the storage engine reports its
 data disk FULL or NO_ROOM (:mod:`bkeeper.storage.disk_space`: thresholds checked as the
@@ -37,8 +39,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import ConfigError
+from bkeeper.common.errors import ConfigError, StorageError
 from bkeeper.common.tasks import TaskOwner
+from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
+from bkeeper.server.admin_routes import BookieStatus, bookie_routes
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
@@ -56,6 +60,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_JITTER = 0.25
 #: A failed switch of the registration's mode is tried again after this long.
 REGISTRATION_RETRY_S = 1.0
+#: Listening on these addresses means every interface: the registration names ``host``.
+_ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 
 
 class Bookie:
@@ -91,7 +97,14 @@ class Bookie:
         self._readonly_listeners: list[Callable[[bool], None]] = []
         self._membership: ClusterMembership | None = None
         self.garbage_collector: GarbageCollector | None = None
+        self._registered = False
+        self._serving = False
         self.port = config.port
+        self._admin: AdminHttpServer | None = None
+        if config.http_port is not None:
+            admin_config = AdminHttpConfig(config.effective_http_host, config.http_port)
+            self._admin = AdminHttpServer(admin_config, bookie_routes(self))
+        self.http_port = config.http_port
 
     @property
     def bookie_id(self) -> str:
@@ -132,6 +145,8 @@ class Bookie:
         if sockets:
             self.port = sockets[0].getsockname()[1]
         try:
+            if self._admin is not None:
+                self.http_port = await self._admin.bind()
             if config.metadata_uri:
                 self._membership = await ClusterMembership.open(config.metadata_uri, self.bookie_id)
                 self._instance_id = self._membership.instance_id
@@ -147,6 +162,8 @@ class Bookie:
             )
         except BaseException:
             self._server.close()
+            if self._admin is not None:
+                await self._admin.aclose()
             if self._membership is not None:
                 await self._membership.aclose()
             raise
@@ -156,13 +173,25 @@ class Bookie:
             await self.aclose()
             raise
         log.info(
-            "bookie %s listening on %s:%d (%s, at most %d connections)",
+            "bookie %s listening on %s:%d (%s, at most %d connections)%s",
             self.bookie_id,
             config.host,
             self.port,
             "read-only" if self.state.readonly else "writable",
             self.connections.connections_max,
+            f"; admin on {self.admin_url}" if self.admin_url else "",
         )
+
+    @property
+    def admin_url(self) -> str | None:
+        """``http://host:port`` of the admin HTTP server, once bound; None without one."""
+        if self._admin is None or self.http_port is None:
+            return None
+        return f"http://{self._advertised_http_host()}:{self.http_port}"
+
+    def _advertised_http_host(self) -> str:
+        host = self.config.effective_http_host
+        return self.config.host if host in _ANY_ADDRESS else host
 
     async def _serve(self, handlers_box: list[RequestHandlers]) -> None:
         assert self.storage is not None and self._server is not None
@@ -170,6 +199,9 @@ class Bookie:
         handlers_box.append(self._handlers)
         self._apply_mode()  # settle the mode before serving and registering
         await self._server.start_serving()
+        if self._admin is not None:
+            await self._admin.start()
+        self._serving = True
         self._run_loop(self._checkpoint_loop(), "checkpoints")
         self._run_loop(self._disk_monitor_loop(), "disk monitor")
         self._run_loop(self.connections.run(self._stopping), "connection sweep")
@@ -210,8 +242,9 @@ class Bookie:
         ``stale_registration_wait_ms`` for a dead predecessor's node to go, and a SIGTERM
         meanwhile must stop the bookie then, not once the wait is over (or has failed)."""
         assert self._membership is not None
+        http = None if self.http_port is None else (self._advertised_http_host(), self.http_port)
         register = self._tasks.spawn(
-            self._membership.register(self.config.host, self.port, self._mode_readonly),
+            self._membership.register(self.config.host, self.port, self._mode_readonly, http),
             "registering",
         )
         stopping = self._tasks.spawn(self._stopping.wait(), "stop while registering")
@@ -224,6 +257,7 @@ class Bookie:
             stopping.cancel()
         if register.done():
             register.result()  # its error, if it failed
+            self._registered = True
             return True
         register.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -319,6 +353,35 @@ class Bookie:
                 continue
             log.info("%s registered as %s", self.bookie_id, "read-only" if readonly else "writable")
 
+    # -- what the admin endpoints read (server.admin_routes.AdminBookie) ------------------
+    def status(self) -> BookieStatus:
+        storage = self.storage
+        running = self._serving and storage is not None
+        stopping = self._stopping.is_set()
+        readonly = self.state.readonly
+        reason = ""
+        if stopping:
+            reason = "the bookie is shutting down"
+        elif not running:
+            reason = "the bookie is starting"
+        elif self._membership is not None and not self._registered:
+            reason = "the bookie is not registered yet"
+        return BookieStatus(
+            running=running,
+            read_only=readonly,
+            shutting_down=stopping,
+            available_for_high_priority_writes=running
+            and (not readonly or (storage is not None and storage.room_for_high_priority)),
+            ready=not reason,
+            not_ready_reason=reason,
+        )
+
+    def disk_usage(self) -> tuple[int, int]:
+        """``(total, free)`` bytes of the data disk."""
+        if self.storage is None:
+            raise StorageError(f"bookie {self.bookie_id} has no storage open")
+        return self.storage.disk_usage()
+
     # -- stop --------------------------------------------------------------------------
     async def wait_stopped(self) -> None:
         await self._stopping.wait()
@@ -337,6 +400,8 @@ class Bookie:
         error of a background loop that failed (and so stopped the bookie), once stopped."""
         self.request_stop()
         self._mode_changed.set()  # ends the registration loop
+        if self._admin is not None:
+            await self._admin.aclose()
         if self._membership is not None:
             try:
                 await self._membership.unregister()

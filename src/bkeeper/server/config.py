@@ -20,6 +20,10 @@ class BookieConfig:
     also checks the disk every ``disk_check_interval_ms`` for space taken or freed by others.
     ``readonly`` keeps the bookie read-only whatever the disk says.
 
+    Admin HTTP server (:mod:`bkeeper.server.admin_http`): on ``http_port`` (0: any free
+    port; ``None``: none) at ``http_host`` (empty: ``host``); the bookie publishes it in its
+    registration as the endpoint ``httpserver``.
+
     Bookie-wide connection limits (see ``bkeeper.server.connections``): ``connections_max``
     open connections (0: derived from the file-descriptor limit); a connection with no
     complete first frame after ``connection_handshake_timeout_ms``, or with nothing received
@@ -41,6 +45,8 @@ class BookieConfig:
     port: int = DEFAULT_BOOKIE_PORT
     bookie_id: str = ""
     metadata_uri: str = ""
+    http_port: int | None = None
+    http_host: str = ""
     max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     connection_requests_in_flight_max: int = 10_000
     connection_bytes_in_flight_max: int = 64 * 1024 * 1024
@@ -68,6 +74,10 @@ class BookieConfig:
         if not self.data_dir:
             raise ConfigError("data_dir: a data directory is required")
         check_port("port", self.port)
+        if self.http_port is not None:
+            check_port("http_port", self.http_port)
+            if self.http_port == self.port != 0 and self.effective_http_host == self.host:
+                raise ConfigError(f"http_port: {self.http_port} is the bookie's port too")
         if not isinstance(self.connections_max, int) or self.connections_max < 0:
             raise ConfigError(
                 "connections_max: must be a positive integer, or 0 for the file-descriptor "
@@ -101,6 +111,11 @@ class BookieConfig:
                 f"partial_frames_bytes_max: {self.partial_frames_bytes_max} is below "
                 f"max_frame_bytes ({self.max_frame_bytes}): one frame could never arrive"
             )
+
+    @property
+    def effective_http_host(self) -> str:
+        """The address the admin HTTP server listens on: ``http_host``, or ``host``."""
+        return self.http_host or self.host
 
     @property
     def effective_bookie_id(self) -> str:

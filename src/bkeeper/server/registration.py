@@ -56,8 +56,13 @@ class ClusterMembership:
             return
         stored.value.verify(local, f"the metadata store ({self.bookie_id})")
 
-    async def register(self, host: str, port: int, read_only: bool) -> None:
-        info = BookieServiceInfo.for_bookie(host, port)
+    async def register(
+        self, host: str, port: int, read_only: bool, http: tuple[str, int] | None = None
+    ) -> None:
+        """Register as writable or read-only, publishing the bookie port and the admin HTTP
+        server's ``(host, port)`` (endpoint ``httpserver``) if it has one."""
+        http_host, http_port = (None, None) if http is None else http
+        info = BookieServiceInfo.for_bookie(host, port, http_port=http_port, http_host=http_host)
         self._registration = BookieRegistration(
             self.cluster.registry, self.cluster.store, BookieId(self.bookie_id), info, read_only
         )

@@ -3,7 +3,8 @@
 Layout under the data directory: ``zookeeper/`` and ``bookie-<i>/`` (kept across restarts,
 so a restarted sandbox finds its ledgers). Ports are fixed (ZooKeeper ``zookeeper_port``,
 bookie ``i`` at ``bookie_port_base + i``) so that bookie ids, and with them the cookies, stay
-the same from one start to the next. The cluster is formatted on first start. Bookies are
+the same from one start to the next; bookie ``i``'s admin HTTP server, if any, is at
+``http_port_base + i``. The cluster is formatted on first start. Bookies are
 child processes that die with the sandbox (parent-death signal); ``stop`` sends SIGTERM to
 each, then stops ZooKeeper, leaving no process behind.
 """
@@ -37,6 +38,7 @@ class SandboxConfig:
     bookies: int = 3
     zookeeper_port: int = 2181
     bookie_port_base: int = 3181
+    http_port_base: int | None = None
     root: str = "/ledgers"
     start_timeout_s: float = 30.0
     stop_timeout_s: float = 30.0
@@ -50,10 +52,24 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
             raise ConfigError(f"bookies: {self.bookies} is not between 1 and 64")
-        for name in ("zookeeper_port", "bookie_port_base"):
+        for name in ("zookeeper_port", "bookie_port_base", "http_port_base"):
             port = getattr(self, name)
+            if port is None and name == "http_port_base":
+                continue
             if not 0 < port < 65536 - self.bookies:
                 raise ConfigError(f"{name}: {port} is not a usable TCP port")
+        last = self.bookies - 1
+        ranges = {"ZooKeeper": (self.zookeeper_port, self.zookeeper_port)}
+        ranges["bookies"] = (self.bookie_port_base, self.bookie_port_base + last)
+        if self.http_port_base is not None:
+            ranges["admin"] = (self.http_port_base, self.http_port_base + last)
+        ports = [port for low, high in ranges.values() for port in range(low, high + 1)]
+        if len(set(ports)) != len(ports):
+            shown = ", ".join(
+                f"{what} {low}" if low == high else f"{what} {low}-{high}"
+                for what, (low, high) in ranges.items()
+            )
+            raise ConfigError(f"the sandbox's ports overlap: {shown}")
 
 
 def _set_parent_death_signal() -> None:
@@ -85,10 +101,19 @@ class Sandbox:
     def bookie_address(self, index: int) -> tuple[str, int]:
         return "127.0.0.1", self.config.bookie_port_base + index
 
+    def admin_address(self, index: int) -> tuple[str, int] | None:
+        """Where bookie ``index`` serves its admin HTTP API; None without ``http_port_base``."""
+        base = self.config.http_port_base
+        return None if base is None else ("127.0.0.1", base + index)
+
     def ports_in_use(self) -> list[tuple[str, int]]:
         """``(what, port)`` for each port of this sandbox that another process holds now."""
         wanted = [("ZooKeeper", self.config.zookeeper_port)]
         wanted += [(f"bookie {i}", self.bookie_address(i)[1]) for i in range(self.config.bookies)]
+        for i in range(self.config.bookies):
+            admin = self.admin_address(i)
+            if admin is not None:
+                wanted.append((f"bookie {i} admin", admin[1]))
         return [(what, port) for what, port in wanted if not port_free("127.0.0.1", port)]
 
     def start(self) -> None:
@@ -127,9 +152,11 @@ class Sandbox:
         """The command line of bookie ``index``."""
         host, port = self.bookie_address(index)
         data_dir = self.config.data_dir / f"bookie-{index}"
+        admin = self.admin_address(index)
+        http = [] if admin is None else ["--http-port", str(admin[1])]
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
-            "--data-dir", str(data_dir), "--host", host, "--port", str(port),
+            "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self.config.bookie_args,
         ]  # fmt: skip
         for flag, dirs in (
