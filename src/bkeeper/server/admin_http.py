@@ -15,8 +15,9 @@ with the connection. A request runs to its end even if its client leaves (a GC p
 cut short by a closed terminal), so requests under way are bounded too: at most
 ``connections_max`` (503 past it). Every refusal is a JSON body
 ``{"error": ..., "status": ...}`` naming the problem (unknown path 404, a method the path
-does not serve 405 with ``Allow``), logged in one rate-limited line. A handler that fails answers 500 with its error (and logs its
-traceback); the bookie stays up whatever a client sends.
+does not serve 405 with ``Allow``), logged in one rate-limited line. A handler that fails
+answers 500 with its error (and logs its traceback); the bookie stays up whatever a client
+sends.
 """
 
 from __future__ import annotations
