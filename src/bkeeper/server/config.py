@@ -34,8 +34,9 @@ class BookieConfig:
 
     Garbage collection (see ``bkeeper.server.garbage``): a pass every ``gc_wait_ms`` deletes
     the local data of ledgers whose metadata is gone (confirming each with at most
-    ``gc_metadata_reads_per_s`` metadata reads a second) and removes entry logs that hold no
-    live ledger; it runs minor compaction when ``minor_compaction_interval_ms`` have passed
+    ``gc_metadata_reads_per_s`` metadata reads a second: ZooKeeper serves a read from memory
+    on any server, and at 100 a second the 900 deletions of ``bench gc`` took a pass of 9 s)
+    and removes entry logs that hold no live ledger; it runs minor compaction when ``minor_compaction_interval_ms`` have passed
     since the last one, and major compaction every ``major_compaction_interval_ms`` (0
     disables that kind; the thresholds are in ``StorageConfig``).
     """
@@ -67,7 +68,7 @@ class BookieConfig:
     gc_wait_ms: int = 60_000
     minor_compaction_interval_ms: int = 3_600_000
     major_compaction_interval_ms: int = 86_400_000
-    gc_metadata_reads_per_s: int = 100
+    gc_metadata_reads_per_s: int = 1000
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -173,9 +173,12 @@ class Compactor:
         self._removable.clear()
         for log_id in plan.compact:
             if stop.is_set():
-                return
+                break
             if self._closed(log_id):
                 self._compact(log_id, stop, tally)
+        # The first checkpoint had large journal files start new ones: this one drops them,
+        # so that what the deletions freed in the journals goes now, not a checkpoint later.
+        self._checkpoint()
 
     def _closed(self, log_id: int) -> bool:
         """Whether nothing will be appended to the log again: it is not the one being
