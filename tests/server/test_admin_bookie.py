@@ -159,3 +159,35 @@ def test_the_admin_host_defaults_to_the_bookie_host() -> None:
     assert config.effective_http_host == "0.0.0.0"
     # Same port, other address: allowed.
     BookieConfig(data_dir="/d", port=4000, http_port=4000, host="10.0.0.1", http_host="10.0.0.2")
+
+
+#: The keys of the GC status the spec promises (docs/admin.md).
+STATUS_KEYS = {
+    "running", "suspended_major", "suspended_minor", "passes", "last_pass",
+    "ledgers_deleted_total", "logs_removed_total", "logs_compacted_total", "bytes_freed_total",
+    "entry_logs", "entry_log_bytes", "live_bytes", "gc_wait_ms", "disk_state",
+}  # fmt: skip
+
+
+async def test_the_gc_endpoints_drive_the_bookies_garbage_collector(start_bookie) -> None:
+    bookie = await start_bookie(http_port=0, gc_wait_ms=3_600_000)
+    gc = "/api/v1/bookie/gc"
+    status = (await call(bookie.http_port, "GET", gc)).json()
+    assert set(status) >= STATUS_KEYS and status["passes"] == 0
+    assert status["gc_wait_ms"] == 3_600_000
+    report = await call(bookie.http_port, "PUT", gc, {"forceMajor": True})
+    assert report.status == 200
+    assert (report.json()["major"], report.json()["stopped"]) == (True, False)
+    after = (await call(bookie.http_port, "GET", gc)).json()
+    assert (after["passes"], after["last_pass"]) == (1, report.json())
+    details = (await call(bookie.http_port, "GET", "/api/v1/bookie/gc_details")).json()
+    assert len(details) == 1 and details[0]["passes"] == 1
+
+    suspend = await call(
+        bookie.http_port, "PUT", f"{gc}/suspend_compaction", {"suspendMinor": True}
+    )
+    assert suspend.json() == {"isMajorGcSuspended": False, "isMinorGcSuspended": True}
+    assert bookie.garbage_collector is not None
+    assert bookie.garbage_collector.status()["suspended_minor"] is True
+    resume = await call(bookie.http_port, "PUT", f"{gc}/resume_compaction", {"resumeMinor": True})
+    assert resume.json() == {"isMajorGcSuspended": False, "isMinorGcSuspended": False}

@@ -199,13 +199,13 @@ class Bookie:
         handlers_box.append(self._handlers)
         self._apply_mode()  # settle the mode before serving and registering
         await self._server.start_serving()
-        if self._admin is not None:
-            await self._admin.start()
         self._serving = True
         self._run_loop(self._checkpoint_loop(), "checkpoints")
         self._run_loop(self._disk_monitor_loop(), "disk monitor")
         self._run_loop(self.connections.run(self._stopping), "connection sweep")
         self._start_garbage_collector(self.storage)
+        if self._admin is not None:  # once what it reports on (the GC too) is there
+            await self._admin.start()
         if self._membership is not None:
             self._mode_changed.clear()  # a switch during the registration sets it again
             if await self._register_unless_stopped():
