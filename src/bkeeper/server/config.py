@@ -36,9 +36,10 @@ class BookieConfig:
     the local data of ledgers whose metadata is gone (confirming each with at most
     ``gc_metadata_reads_per_s`` metadata reads a second: ZooKeeper serves a read from memory
     on any server, and at 100 a second the 900 deletions of ``bench gc`` took a pass of 9 s)
-    and removes entry logs that hold no live ledger; it runs minor compaction when ``minor_compaction_interval_ms`` have passed
-    since the last one, and major compaction every ``major_compaction_interval_ms`` (0
-    disables that kind; the thresholds are in ``StorageConfig``).
+    and removes entry logs that hold no live ledger; it runs minor compaction when
+    ``minor_compaction_interval_ms`` have passed since the last one, and major compaction
+    every ``major_compaction_interval_ms`` (0 disables that kind; the thresholds are in
+    ``StorageConfig``).
     """
 
     data_dir: str

@@ -51,7 +51,7 @@ def _size(text: str) -> int:
     type=click.Choice(["minor", "major"]),
     default="minor",
     show_default=True,
-    help="The kind that runs every GC period (the other is off).",
+    help="The kind that runs at every GC pass (the other is off).",
 )
 @click.option(
     "--compaction-rate",
@@ -86,12 +86,13 @@ def gc_bench(
     from bkeeper.cli.bookie import run_event_loop
 
     rate = 0 if compaction_rate.strip() == "0" else _size(compaction_rate)
-    wait = gc_wait_ms
-    off = 0
+    # Every pass compacts: passes come every gc_wait_ms +-25%, so an interval of a whole
+    # gc_wait_ms would leave out the passes that come early.
+    every_pass = gc_wait_ms // 2
     bookie_args = (
-        "-o", f"gc_wait_ms={wait}",
-        "-o", f"minor_compaction_interval_ms={wait if compaction == 'minor' else off}",
-        "-o", f"major_compaction_interval_ms={wait if compaction == 'major' else off}",
+        "-o", f"gc_wait_ms={gc_wait_ms}",
+        "-o", f"minor_compaction_interval_ms={every_pass if compaction == 'minor' else 0}",
+        "-o", f"major_compaction_interval_ms={every_pass if compaction == 'major' else 0}",
         "-o", f"compaction_rate_bytes_per_s={rate}",
     )  # fmt: skip
     plan = GcBenchPlan(
