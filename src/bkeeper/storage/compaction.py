@@ -66,6 +66,8 @@ _SYNC_BYTES = 4 * 1024 * 1024
 #: the pass's thread works in Python between its reads and writes, and the server's event
 #: loop must not wait long for its turn.
 _SWITCH_INTERVAL_S = 0.0005
+#: How much a pass's thread lowers its CPU priority (a nice increment).
+_NICE_INCREMENT = 10
 #: Index entries are swapped to the copy this many at a time under the engine lock (which
 #: every add takes): about 1 ms of holding it.
 _CHUNK_ENTRIES = 256
@@ -135,7 +137,7 @@ class Compactor:
             switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL_S))
             try:
-                self._collect(minor, major, stop, tally)
+                _on_a_lower_priority_thread(lambda: self._collect(minor, major, stop, tally))
             except DiskFullError as exc:
                 error = str(exc)
                 log.warning("garbage collection stopped: %s", exc)
@@ -416,6 +418,31 @@ def _locations_in(engine: EngineState, log_ids: list[int]) -> dict[tuple[int, in
                 if location >> 32 in wanted:
                     found[(state.ledger_id, entry_id)] = location
     return found
+
+
+def _on_a_lower_priority_thread(work: Callable[[], None]) -> None:
+    """Run ``work`` on a thread of its own whose CPU priority is lowered by
+    :data:`_NICE_INCREMENT` (where the OS allows it: Linux sets it per thread), and wait for
+    it: on a busy machine the pass's copying then yields the CPU to request handling, this
+    process's and other bookies'. A thread of its own, because a lowered priority cannot be
+    raised again without privileges."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE_INCREMENT)
+        except (OSError, AttributeError) as exc:  # not Linux, or not allowed: full priority
+            log.debug("compaction runs at normal priority: %s", exc)
+        try:
+            work()
+        except BaseException as exc:  # handed to the waiting caller below
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="bkeeper-compaction", daemon=True)
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
 
 
 class _Tally:
