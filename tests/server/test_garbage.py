@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,10 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest, ReadRequest
 
+from .test_full_disk import cluster, fill, uri
 from .test_gc_scan import NetworkPaced, race, read_back, write_ledger
+
+__all__ = ["cluster", "uri"]  # fixtures
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -392,26 +394,6 @@ FULL_DISK_STORAGE = {
 def body(ledger: int, entry: int) -> bytes:
     manager = DigestManager(ledger, DigestType.CRC32C, b"pw")
     return manager.encode_entry(entry, entry - 1, 1000 * (entry + 1), b"x" * 1000)
-
-
-def fill(fs: MemoryFileSystem, fraction: float) -> None:
-    """Grow ``/filler`` until ``fraction`` of the disk is in use."""
-    total, free = fs.disk_usage("/")
-    handle = fs.open_append("/filler")
-    handle.write(b"\0" * (free - int(total * (1.0 - fraction))))
-    handle.close()
-
-
-@pytest.fixture
-def uri() -> str:
-    return f"memory://{uuid.uuid4().hex[:8]}/ledgers"
-
-
-@pytest.fixture
-async def cluster(uri: str) -> AsyncIterator[ClusterMetadata]:
-    async with await ClusterMetadata.open(uri) as metadata:
-        await metadata.format()
-        yield metadata
 
 
 async def write_directly(
