@@ -49,8 +49,9 @@ from bkeeper.storage.entry_log import (
     location_of,
 )
 from bkeeper.storage.filesystem import FileSystem, numbered_file_number, remove_gently
-from bkeeper.storage.flusher import Flusher, location_runs
+from bkeeper.storage.flusher import Flusher
 from bkeeper.storage.garbage import EntryLogUsage, GcPlan, GcResult, plan_collection
+from bkeeper.storage.index_file import LocationRun
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry, ScannedChunk, scan_chunks, scan_entry_log
 
@@ -357,22 +358,34 @@ def swap(
 ) -> int:
     """Point the index at ``new`` for each entry it still points at ``old`` (compare and
     set, under the lock a chunk at a time); the changes join the next checkpoint. Returns
-    how many moved."""
+    how many moved. Entries come grouped by ledger (as a log holds them): the ledger is
+    looked up once per group, and each group's changes make one location run."""
     moved = 0
     for start in range(0, len(new), _CHUNK_ENTRIES):
-        keys: list[tuple[StoredLedger, int]] = []
-        locations: list[int] = []
+        runs: list[tuple[StoredLedger, LocationRun]] = []
         with engine.lock:
             ledgers = engine.ledgers
+            current = -1
+            state: StoredLedger | None = None
             for i in range(start, min(start + _CHUNK_ENTRIES, len(new))):
-                state = ledgers.get(ledger_ids[i])
-                if state is None or state.locations.get(entry_ids[i]) != old[i]:
+                ledger_id = ledger_ids[i]
+                if ledger_id != current:
+                    current = ledger_id
+                    state = ledgers.get(ledger_id)
+                    if state is not None:
+                        get, put = state.locations.get, state.locations.set
+                        run = LocationRun(ledger_id, array("q"), array("Q"))
+                        runs.append((state, run))
+                if state is None:
                     continue
-                state.locations.set(entry_ids[i], new[i])
-                keys.append((state, entry_ids[i]))
-                locations.append(new[i])
-            engine.pending.runs.extend(location_runs(keys, locations))
-        moved += len(keys)
+                entry_id = entry_ids[i]
+                if get(entry_id) != old[i]:
+                    continue
+                put(entry_id, new[i])
+                run.entry_ids.append(entry_id)
+                run.locations.append(new[i])
+            engine.pending.runs.extend(item for item in runs if item[1].entry_ids)
+        moved += sum(len(run.entry_ids) for _, run in runs)
     return moved
 
 
