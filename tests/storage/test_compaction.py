@@ -12,14 +12,13 @@ import os
 import random
 import threading
 import time
-from array import array
 
 import pytest
 from storage_helpers import KEY, Acks, entry_body, small_config
 
 from bkeeper.common.errors import NoSuchLedgerError
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
-from bkeeper.storage.compaction import COMPACTING_SUFFIX, swap
+from bkeeper.storage.compaction import COMPACTING_SUFFIX, Moves, swap
 from bkeeper.storage.entry_log import entry_log_id
 from bkeeper.storage.garbage import EntryLogUsage, plan_collection
 from bkeeper.storage.ledgers_map import read_entry_log_meta, read_ledgers_map, scan_entry_log
@@ -195,13 +194,10 @@ def test_an_entry_written_again_during_compaction_keeps_its_newer_location():
     state = engine.ledgers[5]
     old = state.locations.get(3)
     state.locations.set(3, old + 1)  # as a newer flush of entry 3 would
-    moved = swap(
-        engine,
-        array("q", [5, 5]),
-        array("q", [3, 4]),
-        array("Q", [old, state.locations.get(4)]),
-        array("Q", [(99 << 32) | 16, (99 << 32) | 32]),
-    )
+    moves = Moves()
+    moves.add(5, 3, old, (99 << 32) | 16)
+    moves.add(5, 4, state.locations.get(4), (99 << 32) | 32)
+    moved = swap(engine, moves)
     assert moved == 1
     assert state.locations.get(3) == old + 1
     assert state.locations.get(4) == (99 << 32) | 32

@@ -35,7 +35,6 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from bkeeper.common.errors import DiskFullError
 from bkeeper.storage.config import StorageConfig
@@ -55,7 +54,7 @@ from bkeeper.storage.index_file import LocationRun
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry, ScannedChunk, scan_chunks, scan_entry_log
 
-__all__ = ["COMPACTING_SUFFIX", "Compactor", "finish_interrupted"]
+__all__ = ["COMPACTING_SUFFIX", "Compactor", "Moves", "finish_interrupted", "swap"]
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +73,23 @@ _NICE_INCREMENT = 10
 _CHUNK_ENTRIES = 256
 
 
-@dataclass
-class _Copied:
-    """Where the live records of one log went: parallel arrays."""
+class Moves:
+    """Entries to move in the index, from ``old`` to ``new`` locations: parallel arrays."""
 
-    ledger_ids: array[int]
-    entry_ids: array[int]
-    old: array[int]
-    new: array[int]
+    def __init__(self) -> None:
+        self.ledger_ids: array[int] = array("q")
+        self.entry_ids: array[int] = array("q")
+        self.old: array[int] = array("Q")
+        self.new: array[int] = array("Q")
+
+    def add(self, ledger_id: int, entry_id: int, old: int, new: int) -> None:
+        self.ledger_ids.append(ledger_id)
+        self.entry_ids.append(entry_id)
+        self.old.append(old)
+        self.new.append(new)
+
+    def __len__(self) -> int:
+        return len(self.new)
 
 
 class Compactor:
@@ -210,7 +218,7 @@ class Compactor:
             sources=(log_id,),
         )
         started = time.monotonic()
-        copied = _Copied(array("q"), array("q"), array("Q"), array("Q"))
+        copied = Moves()
         copied_bytes = 0
         partial: str | None = None  # the copy's path, once it exists
         unsynced = 0
@@ -245,8 +253,8 @@ class Compactor:
         if new_id >= 0:
             assert partial is not None
             self._commit(writer, partial, new_id)
-            self._swap(copied)
-            tally.entries += len(copied.new)
+            swap(self._engine, copied)
+            tally.entries += len(copied)
         swapped_at = time.monotonic()
         try:
             self._checkpoint()
@@ -262,7 +270,7 @@ class Compactor:
             "copy %.3f s, index %.3f s, checkpoint %.3f s, removal %.3f s",
             log_id,
             new_id if new_id >= 0 else "nothing",
-            len(copied.new),
+            len(copied),
             copied_bytes,
             freed,
             copied_at - started,
@@ -272,7 +280,7 @@ class Compactor:
         )
 
     def _copy_live(
-        self, log_id: int, chunk: ScannedChunk, writer: EntryLogWriter, copied: _Copied
+        self, log_id: int, chunk: ScannedChunk, writer: EntryLogWriter, copied: Moves
     ) -> int:
         """Copy the records of ``chunk`` the index points at, each run of adjacent ones as
         one slice of bytes (no re-encoding); note where each went. Returns the bytes copied."""
@@ -303,10 +311,7 @@ class Compactor:
             new_offset = writer.append_raw(view[run_start - base : run_end - base], sizes)
             shift = location_of(writer.current_log_id, new_offset) - run_start
             for offset, _, ledger_id, entry_id in live[at:end]:
-                copied.ledger_ids.append(ledger_id)
-                copied.entry_ids.append(entry_id)
-                copied.old.append(base_location + offset)
-                copied.new.append(shift + offset)
+                copied.add(ledger_id, entry_id, base_location + offset, shift + offset)
             copied_bytes += run_end - run_start
             at = end
         return copied_bytes
@@ -316,9 +321,6 @@ class Compactor:
         self._fs.rename(partial, target)
         self._fs.fsync_dir(os.path.dirname(target))
         self._registry.put(writer.meta)
-
-    def _swap(self, copied: _Copied) -> None:
-        swap(self._engine, copied.ledger_ids, copied.entry_ids, copied.old, copied.new)
 
     def _remove(self, log_id: int) -> int:
         """Remove a log nothing points into any more, gently (a large file freed at once
@@ -349,17 +351,12 @@ class Compactor:
             self._dirs.forget(log_id)
 
 
-def swap(
-    engine: EngineState,
-    ledger_ids: array[int],
-    entry_ids: array[int],
-    old: array[int],
-    new: array[int],
-) -> int:
+def swap(engine: EngineState, moves: Moves) -> int:
     """Point the index at ``new`` for each entry it still points at ``old`` (compare and
     set, under the lock a chunk at a time); the changes join the next checkpoint. Returns
     how many moved. Entries come grouped by ledger (as a log holds them): the ledger is
     looked up once per group, and each group's changes make one location run."""
+    ledger_ids, entry_ids, old, new = moves.ledger_ids, moves.entry_ids, moves.old, moves.new
     moved = 0
     for start in range(0, len(new), _CHUNK_ENTRIES):
         runs: list[tuple[StoredLedger, LocationRun]] = []
@@ -401,17 +398,14 @@ def finish_interrupted(
         left = [s for s in meta.sources if s in present]
         if not left:
             continue
-        ids_l, ids_e, old, new = array("q"), array("q"), array("Q"), array("Q")
+        moves = Moves()
         by_key = _locations_in(engine, left)
         for record in scan_entry_log(fs, dirs.log_path(meta.log_id)):
             previous = by_key.get((record.ledger_id, record.entry_id))
-            if previous is None:
-                continue
-            ids_l.append(record.ledger_id)
-            ids_e.append(record.entry_id)
-            old.append(previous)
-            new.append(location_of(meta.log_id, record.offset))
-        moved = swap(engine, ids_l, ids_e, old, new)
+            if previous is not None:
+                location = location_of(meta.log_id, record.offset)
+                moves.add(record.ledger_id, record.entry_id, previous, location)
+        moved = swap(engine, moves)
         log.info(
             "finishing the compaction of entry logs %s into %s: %d entries moved",
             left,

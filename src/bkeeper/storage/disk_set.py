@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 from bkeeper.common.clock import Clock
 from bkeeper.storage.config import StorageConfig
-from bkeeper.storage.disk_space import DiskSpace, DiskState
+from bkeeper.storage.disk_space import DiskSpace, DiskState, StateListeners
 from bkeeper.storage.filesystem import FileSystem
 
 __all__ = ["DiskSet", "engine_disk_state"]
@@ -83,8 +83,7 @@ class DiskSet:
         self.journal_spaces = tuple(self._by_dir[path] for path in journal_dirs)
         self.ledger_spaces = tuple(self._by_dir[path] for path in ledger_dirs)
         self._lock = threading.Lock()
-        self._notify_lock = threading.Lock()
-        self._listeners: list[Callable[[DiskState], None]] = []
+        self._listeners = StateListeners(lambda: self.state)
         self.state = DiskState.WRITABLE
         for space in self.spaces:
             space.add_listener(self._on_change)
@@ -95,7 +94,7 @@ class DiskSet:
 
     def add_listener(self, listener: Callable[[DiskState], None]) -> None:
         """Call ``listener(state)`` after every change of the engine's state."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def check(self) -> DiskState:
         """Check every filesystem now (one statvfs each); the engine's state."""
@@ -136,13 +135,4 @@ class DiskSet:
         if new is not old:
             if len(self.spaces) > 1:
                 log.warning("storage disk state: %s -> %s", old.value, new.value)
-            self._notify()
-
-    def _notify(self) -> None:
-        with self._notify_lock:
-            state = self.state
-            for listener in self._listeners:
-                try:
-                    listener(state)
-                except Exception:  # a listener must not break the writer that saw the change
-                    log.exception("disk state listener failed")
+            self._listeners.notify()

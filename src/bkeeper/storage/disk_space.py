@@ -49,7 +49,7 @@ from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.storage.config import MIB, StorageConfig
 from bkeeper.storage.filesystem import FileSystem
 
-__all__ = ["DiskSpace", "DiskState", "next_state"]
+__all__ = ["DiskSpace", "DiskState", "StateListeners", "next_state"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,29 @@ def is_out_of_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _NO_SPACE_ERRNOS
 
 
+class StateListeners:
+    """Callbacks told of disk state changes, one notification at a time, each with the state
+    of the moment; a listener that fails is logged, not raised to the writer that saw the
+    change."""
+
+    def __init__(self, current: Callable[[], DiskState]) -> None:
+        self._current = current
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[DiskState], None]] = []
+
+    def add(self, listener: Callable[[DiskState], None]) -> None:
+        self._listeners.append(listener)
+
+    def notify(self) -> None:
+        with self._lock:
+            state = self._current()
+            for listener in self._listeners:
+                try:
+                    listener(state)
+                except Exception:  # a listener must not break the writer that saw the change
+                    log.exception("disk state listener failed")
+
+
 class DiskSpace:
     """The free space of the filesystem holding ``path`` and the state it puts the engine in.
 
@@ -121,8 +144,7 @@ class DiskSpace:
         self._config = config
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
-        self._notify_lock = threading.Lock()
-        self._listeners: list[Callable[[DiskState], None]] = []
+        self._listeners = StateListeners(lambda: self.state)
         self._written_bytes = 0
         self._recheck_bytes = RECHECK_BYTES_MIN
         self._failed_free_bytes = 0
@@ -145,7 +167,7 @@ class DiskSpace:
 
     def add_listener(self, listener: Callable[[DiskState], None]) -> None:
         """Call ``listener(state)`` after every change of state (see the module docstring)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def note_written(self, size: int) -> None:
         """Count bytes just written; check the disk once they reach the recheck slice. (The
@@ -203,7 +225,7 @@ class DiskSpace:
                 old.value,
                 new.value,
             )
-            self._notify()
+            self._listeners.notify()
         return new
 
     def explains(self, exc: BaseException) -> bool:
@@ -231,13 +253,4 @@ class DiskSpace:
                 self.label,
                 self.free_bytes,
             )
-            self._notify()
-
-    def _notify(self) -> None:
-        with self._notify_lock:
-            state = self.state
-            for listener in self._listeners:
-                try:
-                    listener(state)
-                except Exception:  # a listener must not break the writer that saw the change
-                    log.exception("disk state listener failed")
+            self._listeners.notify()
