@@ -16,9 +16,9 @@ import time
 import pytest
 from storage_helpers import KEY, Acks, entry_body, small_config
 
-from bkeeper.common.errors import NoSuchLedgerError
+from bkeeper.common.errors import ConfigError, NoSuchLedgerError
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
-from bkeeper.storage.compaction import COMPACTING_SUFFIX, Moves, swap
+from bkeeper.storage.compaction import COMPACTING_SUFFIX, Moves, _Throttle, swap
 from bkeeper.storage.entry_log import entry_log_id
 from bkeeper.storage.garbage import EntryLogUsage, plan_collection
 from bkeeper.storage.ledgers_map import read_entry_log_meta, read_ledgers_map, scan_entry_log
@@ -202,6 +202,57 @@ def test_an_entry_written_again_during_compaction_keeps_its_newer_location():
     assert state.locations.get(3) == old + 1
     assert state.locations.get(4) == (99 << 32) | 32
     storage.abort()
+
+
+def test_a_thread_waiting_for_the_engine_lock_gets_turns_while_the_index_is_swapped():
+    # A Python lock is not fair: a swap that took the lock again at once after each chunk
+    # kept a waiting thread (the event loop's adds) out for most of the swap.
+    fs = MemoryFileSystem()
+    fill(fs)
+    storage = Storage.open(config(), fs)
+    engine = storage._engine
+    moves = Moves()
+    chunks = 400
+    for entry_id in range(ENTRIES, ENTRIES + 256 * chunks):  # not in the index: no change
+        moves.add(5, entry_id, 1, 2)
+    turns = 0
+    swapping = threading.Thread(target=swap, args=(engine, moves))
+    with engine.lock:  # the swap starts with this thread already waiting
+        swapping.start()
+        time.sleep(0.01)
+    while swapping.is_alive():
+        with engine.lock:
+            turns += 1
+    swapping.join()
+    # With turns between chunks the waiter gets millions of them (it loops); without, it
+    # got 25 to 69 in the whole swap.
+    assert turns >= chunks
+    storage.abort()
+
+
+class _Waits(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        return False
+
+
+@pytest.mark.parametrize(("share", "pause"), [(0.5, 0.004), (0.25, 0.012), (1.0, None)])
+def test_a_pass_pauses_in_proportion_to_the_work_of_each_chunk(share, pause):
+    stop = _Waits()
+    throttle = _Throttle(0, share, stop)
+    throttle.spent(1 << 20, 0.004)
+    assert stop.waits == ([] if pause is None else [pytest.approx(pause)])
+
+
+@pytest.mark.parametrize("share", [0, -0.5, 1.5, "half", True])
+def test_a_time_share_outside_0_to_1_is_refused(share):
+    with pytest.raises(ConfigError, match="compaction_time_share: a fraction in"):
+        config(compaction_time_share=share)
 
 
 def test_crash_at_every_step_of_a_pass_loses_nothing():

@@ -74,9 +74,12 @@ class StorageConfig:
     out the live entries of entry logs whose live ratio is below
     ``minor_compaction_threshold``, a major one those below ``major_compaction_threshold``
     (a threshold <= 0 disables its kind); copying runs at most
-    ``compaction_rate_bytes_per_s`` (0: unthrottled). With ``gc_allowed_on_full_disk`` the
-    bookie collects garbage at once when its disk fills (compaction is how a full bookie frees
-    space), least live bytes first.
+    ``compaction_rate_bytes_per_s`` (0: unthrottled), and a pass works at most
+    ``compaction_time_share`` of the time (after each chunk it read, copied and synced it
+    pauses ``1 / share - 1`` times as long as the chunk took; 1.0: no pause), so that the
+    event loop and the journal's fdatasyncs on the same disk do not wait behind it. With
+    ``gc_allowed_on_full_disk`` the bookie collects garbage at once when its disk fills
+    (compaction is how a full bookie frees space), least live bytes first.
     """
 
     data_dir: str
@@ -106,6 +109,7 @@ class StorageConfig:
     minor_compaction_threshold: float = 0.2
     major_compaction_threshold: float = 0.8
     compaction_rate_bytes_per_s: int = 64 * MIB
+    compaction_time_share: float = 0.5
     gc_allowed_on_full_disk: bool = True
 
     def __post_init__(self) -> None:
@@ -148,6 +152,9 @@ class StorageConfig:
             self, "disk_high_priority_free_bytes_min", "compaction_rate_bytes_per_s"
         )
         self._check_compaction_thresholds()
+        share = self.compaction_time_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ConfigError(f"compaction_time_share: a fraction in (0, 1], got {share!r}")
         if not isinstance(self.gc_allowed_on_full_disk, bool):
             raise ConfigError("gc_allowed_on_full_disk: must be a bool")
         check_int_in_range("journal_remove_pause_ms", self.journal_remove_pause_ms, 0, 1000)

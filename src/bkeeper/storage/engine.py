@@ -16,6 +16,12 @@ built:
   (no writer may add to it until it is repaired); only a repair takes it out;
 * ``delete``: the ledger, its cached entries and its locations are forgotten.
 
+A Python lock is not fair: a thread that releases ``lock`` and takes it again at once keeps
+it from a thread already waiting (measured: a loop of 0.2 ms critical sections made a waiter
+wait 10 ms at the median and 78 ms at worst). Background threads that take the lock over
+and over (the flusher applying locations, compaction swapping the index) call
+:func:`let_waiters_in` between critical sections, so the event loop's adds get their turn.
+
 Between checkpoints the engine collects what the next checkpoint must persist: ledgers
 whose persisted fields changed (``dirty``), ledgers deleted, and location runs flushed.
 """
@@ -23,13 +29,20 @@ whose persisted fields changed (``dirty``), ledgers deleted, and location runs f
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from bkeeper.storage.caches import ReadCache, WriteCache
 from bkeeper.storage.index_file import LocationRun
 from bkeeper.storage.ledger_state import StoredLedger
 
-__all__ = ["EngineState", "PendingCheckpoint"]
+__all__ = ["EngineState", "PendingCheckpoint", "let_waiters_in"]
+
+
+def let_waiters_in() -> None:
+    """Between two critical sections of a loop (lock not held): give threads waiting for
+    the engine lock the turn (releases the GIL and yields the CPU)."""
+    time.sleep(0)
 
 
 @dataclass

@@ -41,7 +41,7 @@ from bkeeper.storage.checkpoint_file import CheckpointRecord, JournalMark, write
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs, StorageLayout
 from bkeeper.storage.disk_space import DiskState
-from bkeeper.storage.engine import EngineState, PendingCheckpoint
+from bkeeper.storage.engine import EngineState, PendingCheckpoint, let_waiters_in
 from bkeeper.storage.entry_log import EntryLogWriter, LogIds
 from bkeeper.storage.filesystem import FileSystem, WritableFile, remove_gently
 from bkeeper.storage.index_file import (
@@ -203,6 +203,7 @@ class Flusher:
                     if not state.deleted:
                         state.locations.set(entry_id, location)
                         engine.read_cache.put(state.ledger_id, entry_id, body)
+            let_waiters_in()
         runs = location_runs(keys, locations)
         with engine.lock:
             engine.pending.runs.extend(runs)

@@ -68,6 +68,14 @@ def _size(text: str) -> int:
     help="Also write 1 KiB entries at this rate before and while space is collected.",
 )
 @click.option("--data-dir", default=None, help="Where the sandbox keeps its data (a temp dir).")
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any other storage option of the bookies (repeatable), as for `bkeeper bookie -o`.",
+)
 def gc_bench(
     total: str,
     ledgers: int,
@@ -81,6 +89,7 @@ def gc_bench(
     bookies: int,
     write_rate: float | None,
     data_dir: str | None,
+    options: tuple[str, ...],
 ) -> None:
     """Write, delete most ledgers, and time the bookies' disk usage going back down."""
     from bkeeper.cli.bookie import run_event_loop
@@ -94,6 +103,7 @@ def gc_bench(
         "-o", f"minor_compaction_interval_ms={every_pass if compaction == 'minor' else 0}",
         "-o", f"major_compaction_interval_ms={every_pass if compaction == 'major' else 0}",
         "-o", f"compaction_rate_bytes_per_s={rate}",
+        *(arg for option in options for arg in ("-o", option)),
     )  # fmt: skip
     plan = GcBenchPlan(
         total_bytes=_size(total),
