@@ -123,7 +123,7 @@ async def test_a_lost_bookie_is_replaced_in_every_ledger_without_anyone_asking()
 async def test_a_participant_id_java_cannot_read_is_refused(bad: str) -> None:
     async with MemoryCluster(1) as cluster:
         bk = await cluster.client()
-        with pytest.raises(ConfigError, match="^id: "):
+        with pytest.raises(ConfigError, match=r"^id: "):
             AutoRecovery(bk, bad, CONFIG)
 
 

@@ -137,10 +137,12 @@ async def recover(
     *,
     ledger_id: int | None = None,
     dry_run: bool = False,
+    fence_open: bool = True,
     on_progress: Progress = _ignore,
 ) -> list[ReplicationOutcome]:
     """Re-replicate, now, every ledger's entries on ``bookies`` (or only ``ledger_id``'s) to
-    other bookies, as Java's ``recover``; with ``dry_run`` only plan it. One outcome per
+    other bookies, as Java's ``recover``; with ``dry_run`` only plan it; an open ledger whose
+    last segment needs one is fenced and sealed first unless not ``fence_open``. One outcome per
     ledger, by id; a ledger that could not be repaired has ``done`` False and a reason."""
     if not bookies:
         raise ConfigError("bookies: name at least one bookie to recover")
@@ -165,7 +167,9 @@ async def recover(
     async def one(target: LedgerId, lost: tuple[str, ...]) -> ReplicationOutcome:
         nonlocal done
         async with limit:
-            outcome = await replicate_ledger(bk, target, lost, config, dry_run=dry_run)
+            outcome = await replicate_ledger(
+                bk, target, lost, config, dry_run=dry_run, fence_open=fence_open
+            )
         done += 1
         on_progress(done, len(targets))
         return outcome

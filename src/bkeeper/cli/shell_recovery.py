@@ -23,6 +23,7 @@ from rich.table import Table
 
 from bkeeper.autorecovery import admin
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.worker import ReplicationOutcome
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.client import BookKeeper
@@ -86,10 +87,14 @@ async def _urm_call(metadata_uri: str, what: str, *args: Any) -> Any:
 @click.argument("bookies", nargs=-1, required=True, metavar="BOOKIE...")
 @click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Only this ledger.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be copied where.")
+@click.option(
+    "--skip-open", is_flag=True,
+    help="Leave open ledgers whose last segment needs a BOOKIE (default: fence and seal them).",
+)  # fmt: skip
 @_json_option
 def recover(
     metadata_uri: str, bookies: tuple[str, ...], ledger_id: int | None, dry_run: bool,
-    as_json: bool,
+    skip_open: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Re-replicate now every ledger's entries on the BOOKIEs (lost or leaving) to others."""
     lost = sorted({b for arg in bookies for b in arg.split(",") if b})
@@ -99,13 +104,16 @@ def recover(
             with _progress(f"{'planning' if dry_run else 'recovering'} ledgers") as progress:
                 return await admin.recover(
                     bk, lost, AutoRecoveryConfig(), ledger_id=ledger_id, dry_run=dry_run,
-                    on_progress=progress,
+                    fence_open=not skip_open, on_progress=progress,
                 )  # fmt: skip
 
     outcomes = _run(run())
-    failed = [o for o in outcomes if not o.done]
+    # Open ledgers left alone on purpose (a dry run, --skip-open) are no failure.
+    failed = [
+        o for o in outcomes if not o.done and not (o.awaits_fencing and (dry_run or skip_open))
+    ]
     if as_json:
-        _echo_json([dataclasses.asdict(o) for o in outcomes])
+        _echo_json([_outcome_json(o) for o in outcomes])
     else:
         table = Table(title=f"{'plan to recover' if dry_run else 'recovered'} {', '.join(lost)}")
         for column in ("ledger", "outcome", "replaced", "entries", "bytes", "reason"):
@@ -115,17 +123,39 @@ def recover(
                 f"from {first}: " + ", ".join(f"{old} -> {new}" for old, new in pairs.items())
                 for first, pairs in sorted(o.replaced.items())
             )
-            state = "planned" if dry_run and o.done else "done" if o.done else "failed"
             table.add_row(
-                str(o.ledger_id), state, moves or "-", f"{o.entries_copied:,}",
+                str(o.ledger_id), _state(o, dry_run), moves or "-", f"{o.entries_copied:,}",
                 f"{o.bytes_copied:,}", o.reason or "",
             )  # fmt: skip
         _console().print(table)
         if not outcomes:
             click.echo(f"no ledger holds entries on {', '.join(lost)}", err=True)
     if failed:
-        ids = ", ".join(str(o.ledger_id) for o in failed[:10])
-        raise CommandError(f"{len(failed)} of {len(outcomes)} ledgers not recovered ({ids}...)")
+        first = failed[0]
+        raise CommandError(
+            f"{len(failed)} of {len(outcomes)} ledgers not recovered "
+            f"(ledger {first.ledger_id}: {first.reason or 'no reason given'}); run it again"
+        )
+
+
+def _state(outcome: ReplicationOutcome, dry_run: bool) -> str:
+    if dry_run:
+        return "planned (fences it first)" if outcome.awaits_fencing else "planned"
+    if outcome.awaits_fencing:
+        return "skipped (open)"
+    return "done" if outcome.done else "failed"
+
+
+def _outcome_json(outcome: ReplicationOutcome) -> dict[str, object]:
+    return {
+        "ledger_id": outcome.ledger_id,
+        "done": outcome.done,
+        "reason": outcome.reason,
+        "replaced": {str(first): pairs for first, pairs in sorted(outcome.replaced.items())},
+        "entries_copied": outcome.entries_copied,
+        "bytes_copied": outcome.bytes_copied,
+        "awaits_fencing": outcome.awaits_fencing,
+    }
 
 
 @click.command()
