@@ -113,6 +113,25 @@ async def test_bad_autorecovery_options_are_one_line(real_cluster) -> None:
         assert expected in one_error_line(result, code=2), (args, result.stderr)
 
 
+def test_bookie_autorecovery_usage_mistakes(tmp_path: Path) -> None:
+    def bookie(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "b"), *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    alone = bookie("--autorecovery")
+    assert "--autorecovery needs --metadata" in one_error_line(alone, code=2)
+    stray = bookie("-o", "ledgers_in_parallel=2", "--metadata", "zk://127.0.0.1:1/x")
+    assert "ledgers_in_parallel: auto-recovery options, for a bookie started with " \
+        "--autorecovery" in one_error_line(stray, code=2)  # fmt: skip
+    bad = bookie("--autorecovery", "-o", "open_ledger_grace_period_ms=-1")
+    assert "open_ledger_grace_period_ms: must be an integer >= 0, got -1" in one_error_line(
+        bad, code=2
+    )
+    assert not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize("real_cluster", [1], indirect=True)
 async def test_delay_flag_and_listings(real_cluster) -> None:
     uri = real_cluster.uri
