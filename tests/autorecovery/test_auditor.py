@@ -380,3 +380,26 @@ async def test_a_check_never_run_runs_at_start(recorded: bool) -> None:
         config = dataclasses.replace(CONFIG, check_all_ledgers_interval_s=100.0)
         async with running(Auditor(bk, urm, config, clock=clock)) as auditor:
             assert "ledgers" in auditor.reports
+
+
+async def test_unreadable_nodes_do_not_stop_the_auditor() -> None:
+    """A delay node that is not a number means the config's delay until it is rewritten
+    (which audits at once); an unreadable ctime node means "never ran"."""
+    async with cluster_of(3) as (cluster, bk):
+        ledgers = await write_ledgers(bk, 2)
+        urm, clock = bk.cluster.underreplication, FakeClock()
+        base = f"{bk.cluster.root}/underreplication"
+        await bk.cluster.store.create(f"{base}/lostBookieRecoveryDelay", b"soon")
+        await bk.cluster.store.create(f"{base}/checkallledgersctime", b"\xff\xff")
+        config = dataclasses.replace(
+            CONFIG, lost_bookie_recovery_delay_s=3600, check_all_ledgers_interval_s=100.0
+        )
+        async with running(Auditor(bk, urm, config, clock=clock)) as auditor:
+            assert auditor.delay_s == 3600
+            assert auditor.reports["ledgers"].ledgers_audited == len(ledgers)
+            lost = cluster.bookies[0].bookie_id
+            await cluster.stop_bookie(cluster.bookies[0])
+            await until(lambda: lost in auditor.pending, "the loss seen")
+            await bk.cluster.store.set(f"{base}/lostBookieRecoveryDelay", b"3600")
+            await until(lambda: auditor.pending == {}, "the audit")
+            assert set((await markers(urm)).values()) == {(lost,)}

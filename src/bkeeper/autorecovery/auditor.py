@@ -116,7 +116,7 @@ class Auditor:
         self._live_known = asyncio.Event()
         self._next_bookie_check = math.inf
         self._next_check_all = math.inf
-        self._hold_until = -math.inf  # while disabled: no bookie check before this
+        self._hold_until = -math.inf  # disabled or a failed pass: no bookie check before
         #: the available bookies last seen (writable and read-only)
         self.live: frozenset[str] = frozenset()
         #: passes of :meth:`run`'s loop completed (tests wait on it)
@@ -192,18 +192,24 @@ class Auditor:
                 self._wake.set()
 
     async def _follow_delay(self) -> None:
+        def unreadable(exc: ProtocolError) -> None:
+            default_s = self._config.lost_bookie_recovery_delay_s
+            log.warning("%s: using %d s until it is rewritten", exc, default_s)
+
         first = True
-        async with contextlib.aclosing(self._urm.watch_lost_bookie_recovery_delay()) as values:
+        watch = self._urm.watch_lost_bookie_recovery_delay(on_unreadable=unreadable)
+        async with contextlib.aclosing(watch) as values:
             async for value in values:
-                self._delay_s = (
-                    self._config.lost_bookie_recovery_delay_s if value is None else value
-                )
-                if not first:
-                    log.info("lostBookieRecoveryDelay written (%d s): auditing now", self._delay_s)
-                    self._triggered = True
+                self._set_delay(value, triggered=not first)
                 first = False
-                self._delay_known.set()
-                self._wake.set()
+
+    def _set_delay(self, value: int | None, *, triggered: bool) -> None:
+        self._delay_s = self._config.lost_bookie_recovery_delay_s if value is None else value
+        if triggered:
+            log.info("lostBookieRecoveryDelay written (%d s): auditing now", self._delay_s)
+            self._triggered = True
+        self._delay_known.set()
+        self._wake.set()
 
     async def _loop(self) -> None:
         await self._delay_known.wait()
@@ -212,9 +218,16 @@ class Auditor:
         self._next_bookie_check = now  # once at start, whatever the interval
         interval = self._config.check_all_ledgers_interval_s
         if interval > 0:
-            last_ms = await self._urm.check_ctime_ms(CHECK_ALL_LEDGERS)
-            since_s = 0.0 if last_ms is None else (self._clock.wall_ms() - last_ms) / 1000
-            self._next_check_all = now + (interval - since_s if last_ms is not None else 0.0)
+            try:
+                last_ms = await self._urm.check_ctime_ms(CHECK_ALL_LEDGERS)
+            except ProtocolError as exc:
+                log.warning("%s: taken as never run", exc)
+                last_ms = None
+            if last_ms is None:  # never ran: now (as BookKeeper)
+                self._next_check_all = now
+            else:  # a clock behind the recorded time counts as "just ran"
+                since_s = max(0.0, (self._clock.wall_ms() - last_ms) / 1000)
+                self._next_check_all = now + max(0.0, interval - since_s)
         while True:
             self._wake.clear()
             try:
@@ -223,7 +236,8 @@ class Auditor:
                 retry_s = self._config.audit_retry_delay_s
                 log.warning("audit pass failed, again in %.1f s: %s", retry_s, exc)
                 retry_at = self._clock.monotonic() + retry_s
-                self._next_bookie_check = min(self._next_bookie_check, retry_at)
+                self._hold_until = retry_at  # what was due stays due, tried again then
+                self._next_check_all = max(self._next_check_all, retry_at)
             self.passes += 1
             now = self._clock.monotonic()
             wait_s = self._next_due() - now
@@ -324,17 +338,20 @@ class Auditor:
             handle = await self._bk.open_ledger(ledger_id, meta.password, recovery=False)
         except LedgerNotFoundError:
             return  # deleted meanwhile
-        last: int | None = None
-        if meta.state is not LedgerState.CLOSED:
-            try:
-                last = await handle.read_last_add_confirmed()
-            except BKeeperError as exc:
-                log.info("ledger %d: LAC unknown (%s), last segment not checked", ledger_id, exc)
-        checks = [
-            c for c in fragment_checks(ledger_id, meta, last_entry_id=last) if c.bookie in live
-        ]
-        tally.fragments += len(checks)
-        results = await asyncio.gather(*(self._probe(handle, c, probes) for c in checks))
+        try:
+            last: int | None = None
+            if meta.state is not LedgerState.CLOSED:
+                try:
+                    last = await handle.read_last_add_confirmed()
+                except BKeeperError as exc:
+                    log.info("ledger %d: LAC unknown (%s), last segment unchecked", ledger_id, exc)
+            checks = [
+                c for c in fragment_checks(ledger_id, meta, last_entry_id=last) if c.bookie in live
+            ]
+            tally.fragments += len(checks)
+            results = await asyncio.gather(*(self._probe(handle, c, probes) for c in checks))
+        finally:
+            await handle.close()
         missing = sorted(
             {
                 c.bookie
