@@ -177,6 +177,8 @@ def test_fragment_checks_of_open_ledgers() -> None:
         FragmentCheck(4, C, 5, (5, 6)),
     ]
     assert fragment_checks(5, _meta({0: (A, B, C)}, 3)) == []
+    # a LAC behind the last segment's start: the complete segments are still probed
+    assert fragment_checks(4, open_ledger, last_entry_id=2) == fragment_checks(4, open_ledger)
     # a closed ledger ignores the hint: its last entry is known
     assert fragment_checks(6, _meta({0: (A,)}, 1, last=0), last_entry_id=50) == [
         FragmentCheck(6, A, 0, (0,))

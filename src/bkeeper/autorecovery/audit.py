@@ -103,10 +103,9 @@ def fragment_checks(
     """
     if meta.state is LedgerState.CLOSED:
         last = meta.last_entry_id
-    elif last_entry_id is not None:
-        last = last_entry_id
-    else:
-        last = max(meta.segments) - 1
+    else:  # segments before the last are complete whatever the LAC says
+        floor = max(meta.segments) - 1
+        last = floor if last_entry_id is None else max(last_entry_id, floor)
     checks = []
     for first, ensemble in meta.segments.items():
         for bookie in ensemble:
