@@ -403,3 +403,17 @@ async def test_unreadable_nodes_do_not_stop_the_auditor() -> None:
             await bk.cluster.store.set(f"{base}/lostBookieRecoveryDelay", b"3600")
             await until(lambda: auditor.pending == {}, "the audit")
             assert set((await markers(urm)).values()) == {(lost,)}
+
+
+async def test_check_all_ledgers_probes_an_open_ledger_up_to_its_lac() -> None:
+    async with cluster_of(3) as (cluster, bk):
+        writer = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        for entry_id in range(5):
+            await writer.append(b"entry-%d" % entry_id)
+        holder = cluster.bookies[1]
+        assert holder.storage is not None
+        holder.storage.delete_ledger(writer.ledger_id)
+        report = await Auditor(bk, bk.cluster.underreplication, CONFIG).check_all_ledgers()
+        assert report.marked == {writer.ledger_id: (holder.bookie_id,)}
+        assert report.fragments_checked == 3
+        await writer.append(b"still writing")  # the auditor reads, it never fences
