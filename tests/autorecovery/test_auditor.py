@@ -17,6 +17,7 @@ from bkeeper.autorecovery.auditor import Auditor, lead_audits
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import ClientClosedError
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -417,3 +418,11 @@ async def test_check_all_ledgers_probes_an_open_ledger_up_to_its_lac() -> None:
         assert report.marked == {writer.ledger_id: (holder.bookie_id,)}
         assert report.fragments_checked == 3
         await writer.append(b"still writing")  # the auditor reads, it never fences
+
+
+async def test_run_raises_what_stopped_it() -> None:
+    async with cluster_of(3) as (_cluster, bk):
+        auditor = Auditor(bk, bk.cluster.underreplication, CONFIG, clock=FakeClock())
+        await bk.close()
+        with pytest.raises(ClientClosedError):  # itself, not in an exception group
+            await asyncio.wait_for(auditor.run(), WAIT_S)

@@ -140,10 +140,13 @@ class Auditor:
 
     async def run(self) -> None:
         """Audit until cancelled (call it only while this process leads the election)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._follow_bookies(), name="auditor: bookies")
-            group.create_task(self._follow_delay(), name="auditor: delay")
-            group.create_task(self._loop(), name="auditor: checks")
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._follow_bookies(), name="auditor: bookies")
+                group.create_task(self._follow_delay(), name="auditor: delay")
+                group.create_task(self._loop(), name="auditor: checks")
+        except BaseExceptionGroup as failed:  # the first failure stopped the others: raise it
+            raise failed.exceptions[0] from None
 
     async def audit_now(self) -> AuditReport:
         """Mark every ledger with entries on a bookie that is not available, at once."""
