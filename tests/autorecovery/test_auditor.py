@@ -18,6 +18,8 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ClientClosedError
+from bkeeper.meta import DigestType
+from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -426,3 +428,30 @@ async def test_run_raises_what_stopped_it() -> None:
         await bk.close()
         with pytest.raises(ClientClosedError):  # itself, not in an exception group
             await asyncio.wait_for(auditor.run(), WAIT_S)
+
+
+async def test_placement_check_reports_segments_on_too_few_racks() -> None:
+    async with cluster_of(4) as (cluster, bk):
+        names = [b.bookie_id for b in cluster.bookies]
+        racks = {names[0]: "/r1", names[1]: "/r1", names[2]: "/r2", names[3]: "/r3"}
+        ledger_ids = []
+        for ensemble in ((names[0], names[1], names[2]), (names[0], names[2], names[3])):
+            meta = LedgerMetadata.new(ensemble, 3, 2, DigestType.CRC32C, PASSWORD)
+            ledger_id, _ = await bk.cluster.ledgers.create(meta)
+            ledger_ids.append(ledger_id)
+        urm, clock = bk.cluster.underreplication, FakeClock()
+        aware = await cluster.client(ClientConfig(placement="rackaware", racks=racks))
+        config = dataclasses.replace(CONFIG, placement_check_interval_s=3600.0)
+        async with running(Auditor(aware, urm, config, clock=clock)) as auditor:
+            report = auditor.reports["placement"]
+            assert report.not_adhering == {ledger_ids[0]: (0,)}
+            assert (report.ledgers_audited, report.marked) == (2, {})
+            assert await urm.check_ctime_ms("placementpolicycheck") == clock.wall_ms()
+            clock.advance(3599)
+            await one_pass(auditor)
+            assert auditor.reports["placement"] is report  # not due yet
+            clock.advance(1)
+            auditor.poke()
+            await until(lambda: auditor.reports["placement"] is not report, "the next check")
+        # random placement: one rack, everything adheres
+        assert (await Auditor(bk, urm, CONFIG).placement_check()).not_adhering == {}
