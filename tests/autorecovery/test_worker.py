@@ -24,6 +24,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.underreplication import UnderReplicationManager
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import Fault, MemoryCluster
+from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import AddRequest
 
 PASSWORD = b"secret"
@@ -401,3 +402,19 @@ async def test_disabled_worker_stays_idle() -> None:
             await urm.enable()
             await wait_for(worker, lambda s: s.replicated == 1)
         await assert_replicated(cluster, bk, lid, 10, {lost})
+
+
+async def test_target_refusing_recovery_adds_fails_the_attempt_and_changes_nothing() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 30)
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        for bookie_id in {b.bookie_id for b in cluster.bookies} - members_of(meta):
+            index = cluster.bookies.index(cluster.bookie(bookie_id))
+            cluster.fault(index, AddRequest, error=StatusCode.EREADONLY)
+        outcome = await replicate_ledger(bk, lid, [lost], CONFIG)
+        assert not outcome.done and not outcome.awaits_fencing
+        assert "EREADONLY" in outcome.reason and outcome.replaced == {}
+        assert await bk.ledger_metadata(lid) == meta
