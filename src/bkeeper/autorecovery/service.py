@@ -124,7 +124,7 @@ class AutoRecovery:
 
     @property
     def auditor(self) -> Auditor | None:
-        """The running auditor (None unless :attr:`is_auditor`)."""
+        """The running auditor (None unless :attr:`is_auditor`, or between restarts)."""
         return self._auditor if self.is_auditor else None
 
     @property
@@ -145,7 +145,10 @@ class AutoRecovery:
             ),
             "worker",
         )
-        self._tasks.spawn(self._lead(), "auditor election")
+        self._tasks.spawn(
+            keep_running(f"autorecovery {self.bookie_id}: the election", self._lead),
+            "auditor election",
+        )
         log.info("autorecovery %s started", self.bookie_id)
 
     async def wait_auditor(self, timeout_s: float | None = None) -> None:
@@ -184,23 +187,31 @@ class AutoRecovery:
             term = await self._election.wait_leadership()
             log.info("autorecovery %s is the auditor (term %d)", self.bookie_id, term)
             await self._initialize_delay()
-            auditor = Auditor(self._bk, self._urm, self.config, clock=self._clock)
-            task = self._tasks.spawn(
-                keep_running(
-                    f"autorecovery {self.bookie_id}: the auditor", auditor.run, clock=self._clock
-                ),
-                "auditor",
-            )
-            self._auditor = auditor
-            self._auditing.set()
-            try:
-                await self._election.wait_leadership_lost()
-            finally:
-                self._auditing.clear()
-                self._auditor = None
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await self._audit_while_leading()
             log.info("autorecovery %s is no longer the auditor (term %d)", self.bookie_id, term)
+
+    async def _audit_while_leading(self) -> None:
+        """Run an auditor until leadership is lost; a failed one is replaced by a new one."""
+        self._auditor = self._new_auditor()
+        unused = [self._auditor]  # the first run uses it; a restart gets a new one
+
+        def audit() -> Awaitable[None]:
+            self._auditor = unused.pop() if unused else self._new_auditor()
+            return self._auditor.run()
+
+        name = f"autorecovery {self.bookie_id}: the auditor"
+        task = self._tasks.spawn(keep_running(name, audit, clock=self._clock), "auditor")
+        self._auditing.set()
+        try:
+            await self._election.wait_leadership_lost()
+        finally:
+            self._auditing.clear()
+            self._auditor = None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _new_auditor(self) -> Auditor:
+        return Auditor(self._bk, self._urm, self.config, clock=self._clock)
 
     async def _initialize_delay(self) -> None:
         """Create the cluster's ``lostBookieRecoveryDelay`` node with this participant's
