@@ -68,11 +68,15 @@ class StoreConfig:
     ``session_timeout_ms`` is ZooKeeper's negotiated session timeout (Apache BookKeeper's
     ``zkTimeout``, 10 s); the server clamps it to [2, 20] ticks. ``watch_events_max`` bounds
     one watch's buffered events, ``watches_max`` the open watches of one store (more raise
-    ``MetadataError``).
+    ``MetadataError``). A request with no answer within ``request_timeout_ms`` fails with
+    ``ConnectionLossError`` (its outcome unknown, as ZooKeeper's connection loss): while no
+    server answers, a ZooKeeper client queues requests until it reconnects, and a process
+    shutting down with its ZooKeeper gone would wait for ever.
     """
 
     session_timeout_ms: int = 10_000
     connect_timeout_ms: int = 10_000
+    request_timeout_ms: int = 10_000
     reconnect_delay_ms_max: int = 1_000
     watch_events_max: int = 1024
     watches_max: int = 10_000
@@ -83,6 +87,7 @@ class StoreConfig:
             self,
             "session_timeout_ms",
             "connect_timeout_ms",
+            "request_timeout_ms",
             "reconnect_delay_ms_max",
             "watch_events_max",
             "watches_max",

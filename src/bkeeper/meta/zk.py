@@ -246,15 +246,27 @@ class ZkNodeStore:
             session_sub.close()
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one kazoo ``*_async`` call and await its result on this loop."""
+        """Run one kazoo ``*_async`` call and await its result on this loop. While the
+        connection is down, and when no answer comes within ``request_timeout_ms``:
+        ``ConnectionLossError`` (see :class:`~bkeeper.meta.store.StoreConfig`)."""
         if self._closing:
             raise MetadataClosedError(f"ZooKeeper store {self._hosts} is closed")
+        if self._state is SessionState.SUSPENDED:
+            # As the in-memory store does: callers retry once the session is back (kazoo
+            # would queue the request until it reconnects, maybe never).
+            raise ConnectionLossError(f"ZooKeeper {self._hosts}: disconnected (reconnecting)")
         future: asyncio.Future[Any] = self._loop.create_future()
+        timeout_s = self._config.request_timeout_ms / 1000
         try:
             method(*args, **kwargs).rawlink(functools.partial(self._settle_threadsafe, future))
-            return await future
+            async with asyncio.timeout(timeout_s):
+                return await future
         except (kz.KazooException, KazooTimeoutError) as exc:
             raise translate(exc) from exc
+        except TimeoutError as exc:
+            raise ConnectionLossError(
+                f"ZooKeeper {self._hosts}: no answer within {timeout_s:g} s (request_timeout_ms)"
+            ) from exc
 
     def _settle_threadsafe(self, future: asyncio.Future[Any], result: Any) -> None:
         # RuntimeError: the loop is closed, nobody awaits the result any more.

@@ -1,0 +1,98 @@
+"""ZooKeeper gone for good: requests fail instead of waiting for a reconnection that never
+comes, and a bookie (with auto-recovery in it) still stops on SIGTERM.
+
+Before: kazoo queues a request made while it reconnects, so every request of a shutdown hung
+(a bookie whose ZooKeeper had died was still running a minute after SIGTERM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkeeper.common.errors import ConnectionLossError
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.store import SessionState, StoreConfig
+from bkeeper.meta.zk import ZkNodeStore
+from bkeeper.testing.bookie_process import wait_ready
+from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this test's own, to be stopped by it (the session's is shared)."""
+    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path / "zk", port=0))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_requests_fail_while_no_server_answers(own_zookeeper: ZooKeeperServer) -> None:
+    store = await ZkNodeStore.connect(own_zookeeper.connect_string, StoreConfig())
+    try:
+        assert "zookeeper" in await store.children("/")
+        session = store.session_events()
+        own_zookeeper.stop()
+        while (await asyncio.wait_for(session.get(), 30)).state is not SessionState.SUSPENDED:
+            pass
+        with pytest.raises(ConnectionLossError, match="disconnected"):
+            await asyncio.wait_for(store.children("/"), 30)  # before: waited for ever
+        session.close()
+    finally:
+        await asyncio.wait_for(store.aclose(), 30)
+
+
+async def test_a_request_without_answer_fails_after_request_timeout_ms(
+    own_zookeeper: ZooKeeperServer,
+) -> None:
+    store = await ZkNodeStore.connect(
+        own_zookeeper.connect_string, StoreConfig(request_timeout_ms=300)
+    )
+    try:
+        pid = own_zookeeper.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # the server holds the connection but answers nothing
+        try:
+            with pytest.raises(ConnectionLossError, match="request_timeout_ms"):
+                await asyncio.wait_for(store.children("/"), 30)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        await asyncio.wait_for(store.aclose(), 30)
+
+
+async def test_a_bookie_stops_on_sigterm_after_its_zookeeper_died(
+    own_zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    uri = own_zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
+    async with await ClusterMetadata.open(uri) as cluster:
+        await cluster.format()
+    log_path = tmp_path / "bookie.log"
+    command = [
+        sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "bookie"),
+        "--port", "0", "--metadata", uri, "--autorecovery",
+    ]  # fmt: skip
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=log)
+    try:
+        wait_ready(proc, log_path, 0)
+        own_zookeeper.stop()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)  # before: still running a minute later
+        assert code == 0, log_path.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
