@@ -8,7 +8,13 @@ Under ``<root>/underreplication``:
   ``UnderreplicatedLedgerFormat {replica: <bookie that lost it>... ctime: <ms>}``;
 * ``locks/urL<%010d>``: ephemeral, a replication worker is on that ledger (``LockDataFormat``);
 * ``disable``: present while autorecovery is disabled;
-* ``auditorelection/V_<seq>``: the auditor election (``AuditorVoteFormat``).
+* ``auditorelection/V_<seq>``: the auditor election (``AuditorVoteFormat``);
+* ``lostBookieRecoveryDelay``: seconds the auditor waits after a bookie is lost, as decimal
+  text (``b"30"``, Java's ``Integer.toString``); any write of it (``triggeraudit`` rewrites the
+  same value) makes the auditor audit at once;
+* ``checkallledgersctime``, ``placementpolicycheckctime``, ``replicascheckctime``: when each
+  periodic check last ran (ms), as *binary* protobuf (``CheckAllLedgersFormat`` etc.; Java
+  writes these with ``toByteArray``, unlike the text formats above).
 
 Invariants: marking merges replica lists under compare-and-set (at most ``mark_attempts_max``
 tries); a worker deletes a marker only at the version it saw when it took the lock, so a
@@ -23,31 +29,52 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from google.protobuf import text_format
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
+    ConfigError,
+    ConnectionLossError,
+    MetadataClosedError,
     MetadataError,
     MetadataVersionError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     ProtocolError,
+    SessionExpiredError,
 )
 from bkeeper.common.ids import LedgerId
 from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_lock_path
-from bkeeper.meta.store import ANY_VERSION, NodeStore, join_path, parent_path
+from bkeeper.meta.store import ANY_VERSION, NodeStore, WatchKind, join_path, parent_path
 from bkeeper.wire._pb import data_formats_pb2 as pb
 
-__all__ = ["UR_LAYOUT_TYPE", "UnderReplicationConfig", "UnderReplicationManager",
-           "UnderreplicatedLedger", "auditor_election"]  # fmt: skip
+__all__ = ["CHECKS", "LOST_BOOKIE_RECOVERY_DELAY", "UR_LAYOUT_TYPE", "UnderReplicationConfig",
+           "UnderReplicationManager", "UnderreplicatedLedger", "auditor_election"]  # fmt: skip
 
 UR_LAYOUT_TYPE = "BASIC"
 UR_LAYOUT_VERSION = 1
 
 _HEX_LEVELS = 4
+
+LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
+
+#: Java's Integer.MAX_VALUE: the delay node holds a Java int.
+_DELAY_S_MAX = (1 << 31) - 1
+
+
+#: Periodic check name -> (its ctime node, its message type, the message's only field).
+CHECKS: dict[str, tuple[str, type[Message], str]] = {
+    "checkallledgers": ("checkallledgersctime", pb.CheckAllLedgersFormat, "checkAllLedgersCTime"),
+    "placementpolicycheck": (
+        "placementpolicycheckctime",
+        pb.PlacementPolicyCheckFormat,
+        "placementPolicyCheckCTime",
+    ),
+    "replicascheck": ("replicascheckctime", pb.ReplicasCheckFormat, "replicasCheckCTime"),
+}
 
 _M = TypeVar("_M", bound=Message)
 
@@ -193,6 +220,127 @@ class UnderReplicationManager:
     async def is_enabled(self) -> bool:
         return await self._store.exists(join_path(self._base, "disable")) is None
 
+    async def lost_bookie_recovery_delay_s(self) -> int | None:
+        """The delay stored in the cluster; None if the node is absent (use the default)."""
+        try:
+            data, _version = await self._store.get(self._delay_path)
+        except NoNodeError:
+            return None
+        return _parse_delay(data)
+
+    async def set_lost_bookie_recovery_delay_s(self, seconds: int) -> None:
+        """Store the delay (creating the node if needed); every write triggers an audit."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise ConfigError(f"lost_bookie_recovery_delay_s: must be an integer, got {seconds!r}")
+        if not 0 <= seconds <= _DELAY_S_MAX:
+            raise ConfigError(
+                f"lost_bookie_recovery_delay_s: must be in 0..{_DELAY_S_MAX}, got {seconds}"
+            )
+        await self._put(self._delay_path, str(seconds).encode())
+
+    async def watch_lost_bookie_recovery_delay(self) -> AsyncIterator[int | None]:
+        """The current delay, then the delay after each write of its node (a rewrite of the
+        same value included: that is how ``triggeraudit`` asks for an audit) and after its
+        deletion (None). Writes between two reads collapse into one item. Ends when the
+        store closes; use ``contextlib.aclosing`` to stop early.
+        """
+        watch = await self._store.watch(self._delay_path, WatchKind.DATA, persistent=True)
+        seen: int | None = -2  # node version last yielded; -1: absent; -2: nothing yet
+        try:
+            while True:
+                try:
+                    try:
+                        data, version = await self._store.get(self._delay_path)
+                        value: int | None = _parse_delay(data)
+                    except NoNodeError:
+                        version, value = -1, None
+                    if version != seen:
+                        seen = version
+                        yield value
+                except (ConnectionLossError, SessionExpiredError):
+                    pass  # a RESET follows once the store reconnects
+                await watch.get()
+        except MetadataClosedError:
+            return
+        finally:
+            watch.close()
+
+    async def current_auditor(self) -> str | None:
+        """The bookie id in the vote that leads the auditor election; None if nobody runs."""
+        directory = join_path(self._base, "auditorelection")
+        try:
+            names = await self._store.children(directory)
+        except NoNodeError:
+            return None
+        votes = sorted((n for n in names if n.startswith("V_")), key=lambda n: n[-10:])
+        for name in votes:
+            try:
+                data, _version = await self._store.get(join_path(directory, name))
+            except NoNodeError:
+                continue  # it left between listing and reading
+            return _parse_text(data, pb.AuditorVoteFormat()).bookieId
+        return None
+
+    async def locked(self) -> list[tuple[LedgerId, str]]:
+        """The ledgers a replication worker holds, ascending, with the holder's id."""
+        directory = join_path(self._base, "locks")
+        try:
+            names = await self._store.children(directory)
+        except NoNodeError:
+            return []
+        held: list[tuple[LedgerId, str]] = []
+        for name in names:
+            if not (name.startswith("urL") and name[3:].isdigit()):
+                continue
+            try:
+                data, _version = await self._store.get(join_path(directory, name))
+            except NoNodeError:
+                continue  # released between listing and reading
+            holder = _parse_text(data, pb.LockDataFormat()).bookieId
+            held.append((LedgerId(int(name[3:])), holder))
+        return sorted(held)
+
+    async def check_ctime_ms(self, check: str) -> int | None:
+        """When ``check`` (a key of :data:`CHECKS`) last ran, in ms; None if never."""
+        node, kind, field = _check(check)
+        try:
+            data, _version = await self._store.get(join_path(self._base, node))
+        except NoNodeError:
+            return None
+        message = kind()
+        try:
+            message.ParseFromString(data)
+        except DecodeError as exc:
+            raise ProtocolError(f"{node} is unreadable: {exc}") from exc
+        return int(getattr(message, field)) if message.HasField(field) else None
+
+    async def set_check_ctime_ms(self, check: str, ms: int) -> None:
+        """Record that ``check`` ran at ``ms`` (binary protobuf, as Java writes it)."""
+        node, kind, field = _check(check)
+        message = kind()
+        setattr(message, field, ms)
+        await self._put(join_path(self._base, node), message.SerializeToString())
+
+    @property
+    def _delay_path(self) -> str:
+        return join_path(self._base, LOST_BOOKIE_RECOVERY_DELAY)
+
+    async def _put(self, path: str, data: bytes) -> None:
+        """Set ``path`` to ``data``, creating it if absent (racing creators: one creates, the
+        other sets)."""
+        for _attempt in range(2):
+            try:
+                await self._store.set(path, data)
+                return
+            except NoNodeError:
+                pass
+            try:
+                await self._store.create(path, data, make_parents=True)
+                return
+            except NodeExistsError:
+                continue
+        raise MetadataError(f"{path}: created and deleted concurrently, not written")
+
     async def _merge(self, ledger_id: int, replicas: list[str]) -> None:
         entry = await self.get(ledger_id)
         if entry is None:
@@ -240,6 +388,21 @@ def _parse_text(data: bytes, message: _M) -> _M:
         return text_format.Parse(data.decode(), message)
     except (UnicodeDecodeError, text_format.ParseError) as exc:
         raise ProtocolError(f"under-replication node is unreadable: {exc}") from exc
+
+
+def _parse_delay(data: bytes) -> int:
+    try:
+        return int(data.decode().strip())
+    except (UnicodeDecodeError, ValueError) as exc:
+        name = LOST_BOOKIE_RECOVERY_DELAY
+        raise ProtocolError(f"{name} holds {data[:40]!r}, not whole seconds") from exc
+
+
+def _check(check: str) -> tuple[str, type[Message], str]:
+    try:
+        return CHECKS[check]
+    except KeyError:
+        raise ConfigError(f"check: must be one of {', '.join(CHECKS)}, got {check!r}") from None
 
 
 def _is_hex(name: str) -> bool:
