@@ -1,10 +1,13 @@
-"""Java BookKeeper's shell reads the auto-recovery state bkeeper writes: the under-replicated
-ledgers (``listunderreplicated`` and its filters), who the auditor is (``whoisauditor``) and
-the cluster-wide disable flag, all in BookKeeper's ZooKeeper layout."""
+"""Java BookKeeper's shell and bkeeper see the same auto-recovery state, in BookKeeper's
+ZooKeeper layout: the under-replicated ledgers (``listunderreplicated`` and its filters), the
+ledgers being worked on (``queryautorecoverystatus``), who the auditor is (``whoisauditor``),
+the lost bookie recovery delay (``lostbookierecoverydelay``, ``triggeraudit``) and the
+cluster-wide disable flag (``autorecovery``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,8 +158,12 @@ async def test_whoisauditor_names_our_elected_auditor(
 ) -> None:
     uri, metadata = cluster
 
-    def whoisauditor() -> str | None:
-        return _auditor(javabk.shell(uri, tmp_path, "whoisauditor"))
+    urm = metadata.underreplication
+
+    async def whoisauditor() -> str | None:
+        java = _auditor(await asyncio.to_thread(javabk.shell, uri, tmp_path, "whoisauditor"))
+        assert await urm.current_auditor() == java
+        return java
 
     first_id, second_id = "127.0.0.1:3185", "127.0.0.1:3186"
     async with await ClusterMetadata.open(uri) as other:
@@ -165,13 +172,13 @@ async def test_whoisauditor_names_our_elected_auditor(
         await first.start()
         await first.wait_leadership(30)
         await second.start()
-        assert await asyncio.to_thread(whoisauditor) == first_id
+        assert await whoisauditor() == first_id
         assert not second.is_leader
         await first.aclose()  # the leader leaves: the next candidate leads
         await second.wait_leadership(30)
-        assert await asyncio.to_thread(whoisauditor) == second_id
+        assert await whoisauditor() == second_id
         await second.aclose()
-    assert await asyncio.to_thread(whoisauditor) is None
+    assert await whoisauditor() is None
 
 
 async def test_disable_flag_is_shared_with_java(
@@ -194,3 +201,70 @@ async def test_disable_flag_is_shared_with_java(
     run = await asyncio.to_thread(javabk.shell, uri, tmp_path, "autorecovery", "-enable")
     assert run.returncode == 0, run.output
     assert "WARN  Autorecovery already enabled. Doing nothing" in run.output
+
+
+async def test_queryautorecoverystatus_lists_our_locks(
+    javabk: JavaBookKeeper, cluster: tuple[str, ClusterMetadata], tmp_path: Path
+) -> None:
+    uri, metadata = cluster
+    urm = metadata.underreplication
+
+    async def java_locked() -> list[tuple[int, str]]:
+        run = await asyncio.to_thread(javabk.shell, uri, tmp_path, "queryautorecoverystatus")
+        assert run.returncode == 0, run.output
+        lines = run.after("CurrentRecoverLedgerInfo:")
+        if lines == ["\t No Ledger is being recovered."]:
+            return []
+        held = []
+        for line in lines:
+            ledger, holder = line.strip().split("\t")
+            held.append((int(ledger.removeprefix("LedgerId:")), holder.removeprefix("BookieId:")))
+        return sorted(held)
+
+    for ledger_id in (3, 4, 70_000):
+        await urm.mark_underreplicated(ledger_id, [A])
+    assert await java_locked() == [] == await urm.locked()
+    async with await ClusterMetadata.open(uri) as other:
+        assert await urm.try_lock(3, WORKER)
+        assert await other.underreplication.try_lock(70_000, "127.0.0.1:3191")
+        expected = [(3, WORKER), (70_000, "127.0.0.1:3191")]
+        assert await urm.locked() == expected
+        assert await java_locked() == expected
+    # The other worker's session ended: its ephemeral lock went with it.
+    assert await java_locked() == [(3, WORKER)] == await urm.locked()
+
+
+async def test_lost_bookie_recovery_delay_is_shared_with_java(
+    javabk: JavaBookKeeper, cluster: tuple[str, ClusterMetadata], tmp_path: Path
+) -> None:
+    uri, metadata = cluster
+    urm = metadata.underreplication
+
+    def shell(*args: str) -> ShellRun:
+        run = javabk.shell(uri, tmp_path, *args)
+        assert run.returncode == 0, run.output
+        return run
+
+    await urm.set_lost_bookie_recovery_delay_s(7)
+    run = await asyncio.to_thread(shell, "lostbookierecoverydelay", "-get")
+    assert "LostBookieRecoveryDelay value in ZK: 7" in run.messages, run.output
+    run = await asyncio.to_thread(shell, "lostbookierecoverydelay", "-set", "12")
+    assert "Successfully set LostBookieRecoveryDelay value in ZK: 12" in run.messages
+    assert await urm.lost_bookie_recovery_delay_s() == 12
+
+    # ``triggeraudit`` rewrites the delay node (same value) while an auditor is elected:
+    # our watch sees that write, which is what makes our auditor audit at once.
+    election = auditor_election(metadata.store, metadata.root, "127.0.0.1:3185")
+    await election.start()
+    await election.wait_leadership(30)
+    try:
+        async with contextlib.aclosing(urm.watch_lost_bookie_recovery_delay()) as delays:
+            assert await anext(delays) == 12
+            run = await asyncio.to_thread(shell, "triggeraudit")
+            assert "Resetting LostBookieRecoveryDelay value: 12, to kickstart audit task" in (
+                run.messages
+            ), run.output
+            async with asyncio.timeout(30):
+                assert await anext(delays) == 12
+    finally:
+        await election.aclose()
