@@ -81,11 +81,15 @@ def test_flags_given_win_over_o_which_wins_over_the_file(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("conf_text", "options", "message"),
     [
-        (None, ["nope=1"], "-o nope=1: no bookie or storage option named 'nope'"),
+        (None, ["nope=1"], "-o nope=1: no bookie, storage or autorecovery option named 'nope'"),
         (None, ["port"], "-o port: 'port' is not key=value"),
         (None, ["port=x"], "-o port=x: port: 'x' is not an integer"),
         (None, ["readonly=maybe"], "-o readonly=maybe: readonly: 'maybe' is not true or false"),
-        (None, ["data_dir=/x"], "-o data_dir=/x: no bookie or storage option named 'data_dir'"),
+        (
+            None,
+            ["data_dir=/x"],
+            "-o data_dir=/x: no bookie, storage or autorecovery option named 'data_dir'",
+        ),
         ("port=1\n\nbad line\n", [], "line 3: 'bad line' is not key=value"),
     ],
 )
@@ -119,7 +123,10 @@ def test_a_value_the_configuration_refuses_is_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("command", "message"),
     [
-        (["bookie", "--data-dir", "{d}", "-o", "nope=1"], "no bookie or storage option"),
+        (
+            ["bookie", "--data-dir", "{d}", "-o", "nope=1"],
+            "no bookie, storage or autorecovery option",
+        ),
         (["bookie", "--data-dir", "{d}", "-o", "journal_file_bytes_max=0"], "must be a positive"),
         (
             ["bookie", "--data-dir", "{d}", "--ledger-dir", "{d}/l", "--journal-dir", "{d}/l"],

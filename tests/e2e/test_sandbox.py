@@ -88,6 +88,10 @@ def test_sandbox_starts_stops_clean_and_keeps_data(tmp_path: Path) -> None:
         ]
         wrote = bkeeper(uri, "shell", "simpletest", "--entries", "50", "--keep")
         assert wrote.returncode == 0, wrote.stderr
+        # Auto-recovery runs in every bookie by default: one of them is the auditor.
+        assert "auto-recovery: in every bookie (one is elected auditor)" in printed
+        auditor = wait_auditor(uri)
+        assert auditor in {f"127.0.0.1:{bookie_port + i}" for i in range(3)}
     finally:
         stop(proc)
     deadline = time.monotonic() + 10
@@ -105,6 +109,40 @@ def test_sandbox_starts_stops_clean_and_keeps_data(tmp_path: Path) -> None:
     finally:
         stop(proc)
     assert processes_mentioning(str(data_dir)) == []
+
+
+def wait_auditor(uri: str, timeout_s: float = 60.0) -> str:
+    """The auditor ``shell whoisauditor`` names, once there is one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        who = bkeeper(uri, "shell", "whoisauditor")
+        if who.returncode == 0 or time.monotonic() > deadline:
+            assert who.returncode == 0, who.stderr
+            return who.stdout.strip()
+        time.sleep(0.2)
+
+
+def test_autorecovery_options_need_autorecovery(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bkeeper", "sandbox", "--no-autorecovery", "--data-dir",
+         str(tmp_path / "never"), "-o", "ledgers_in_parallel=2"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "error: ledgers_in_parallel: auto-recovery options, but --no-autorecovery "
+        "(see 'bkeeper sandbox --help')"
+    ]
+    bad = subprocess.run(
+        [sys.executable, "-m", "bkeeper", "sandbox", "--data-dir", str(tmp_path / "never"),
+         "-o", "ledgers_in_parallel=0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.splitlines()[0].startswith(
+        "error: ledgers_in_parallel: must be a positive integer, got 0"
+    )
+    assert not (tmp_path / "never").exists()
 
 
 def test_overlapping_ports_are_refused_naming_them() -> None:

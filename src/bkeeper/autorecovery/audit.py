@@ -51,6 +51,7 @@ class AuditReport:
     ``marked``: ledger id -> the bookies it was marked missing (sorted). ``failed``: ledger id
     -> why it could not be audited (its metadata unreadable, a probe that could not tell); it
     is audited again on the next run. ``lost``: the bookies the audit counted as lost.
+    ``deferred``: auto-recovery is disabled, nothing was done.
     """
 
     ledgers_audited: int = 0
@@ -58,6 +59,7 @@ class AuditReport:
     marked: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     failed: Mapping[int, str] = field(default_factory=dict)
     lost: tuple[str, ...] = ()
+    deferred: bool = False
 
 
 def bookies_holding_entries(meta: LedgerMetadata, *, empty_segments: bool = False) -> set[str]:

@@ -36,6 +36,7 @@ class AutoRecoveryConfig:
     placement_check_interval_s: float = 0.0  # 0: off
     audit_metadata_reads_in_flight_max: int = 32  # ledger metadata reads during an audit
     check_reads_in_flight_max: int = 64  # probe reads of check-all-ledgers
+    audit_retry_delay_s: float = 10.0  # a failed audit pass (metadata unreachable) waits this
     # --- worker (H2) ---
     ledgers_in_parallel: int = 8  # ledgers one worker repairs at once
     entries_in_flight_max: int = 256  # recovery adds outstanding per ledger
@@ -52,6 +53,7 @@ class AutoRecoveryConfig:
             "bookie_check_interval_s",
             "check_all_ledgers_interval_s",
             "placement_check_interval_s",
+            "audit_retry_delay_s",
         ):
             check_number_in_range(name, getattr(self, name), 0.0, _INTERVAL_S_MAX)
         check_positive_ints(

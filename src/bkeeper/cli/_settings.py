@@ -1,9 +1,11 @@
 """Bookie settings by name: ``-o key=value`` and ``--conf FILE`` for ``bkeeper bookie`` and
 ``bkeeper sandbox``.
 
-Every field of :class:`~bkeeper.storage.StorageConfig` and
-:class:`~bkeeper.server.BookieConfig` can be set by its own name (``journal_file_bytes_max``,
-``connection_idle_timeout_ms``; the list is in docs/storage.md), except ``data_dir``, which is
+Every field of :class:`~bkeeper.storage.StorageConfig`,
+:class:`~bkeeper.server.BookieConfig` and (for ``--autorecovery``)
+:class:`~bkeeper.autorecovery.config.AutoRecoveryConfig` can be set by its own name
+(``journal_file_bytes_max``, ``connection_idle_timeout_ms``; the lists are in docs/storage.md
+and docs/autorecovery.md), except ``data_dir``, which is
 ``--data-dir``. A config file holds one ``key=value`` a line; blank lines and lines starting
 with ``#`` are skipped. Values are read by the field's type: integers (``64_000``, ``0x10``),
 numbers, ``true``/``false``, ``none`` where a field may be unset, text, and lists of paths
@@ -25,6 +27,7 @@ from typing import Any, TypeVar
 
 import click
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.server import BookieConfig
 from bkeeper.storage import StorageConfig
@@ -33,7 +36,9 @@ __all__ = [
     "CONF_BYTES_MAX",
     "SETTABLE",
     "Settings",
+    "build_autorecovery_config",
     "build_configs",
+    "convert_value",
     "merged",
     "read_settings",
     "settings_options",
@@ -55,6 +60,7 @@ def _settable(cls: type[Any]) -> dict[str, str]:
 SETTABLE: dict[str, tuple[type[Any], str]] = {
     **{name: (StorageConfig, kind) for name, kind in _settable(StorageConfig).items()},
     **{name: (BookieConfig, kind) for name, kind in _settable(BookieConfig).items()},
+    **{name: (AutoRecoveryConfig, kind) for name, kind in _settable(AutoRecoveryConfig).items()},
 }
 
 
@@ -98,13 +104,21 @@ def build_configs(data_dir: str, settings: Settings) -> tuple[BookieConfig, Stor
     return bookie, storage
 
 
+def build_autorecovery_config(settings: Settings) -> AutoRecoveryConfig:
+    """The configuration of auto-recovery run inside a bookie (``--autorecovery``)."""
+    try:
+        return AutoRecoveryConfig(**settings.autorecovery)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise _bad(str(exc)) from None
+
+
 #: The type of a list field, as the dataclass writes it.
 _PATHS = "tuple[str, ...]"
 _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 
 
-def _convert(kind: str, text: str) -> object:
+def convert_value(kind: str, text: str) -> object:
     """``text`` as a value of the type ``kind``; ValueError naming what it should be."""
     optional = kind.endswith(" | None")
     base = kind.removesuffix(" | None")
@@ -142,10 +156,11 @@ class Settings:
 
     storage: Mapping[str, object]
     bookie: Mapping[str, object]
+    autorecovery: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def args(self) -> list[str]:
         """The same settings as ``-o key=value`` arguments (for bookies a sandbox starts)."""
-        values = {**self.storage, **self.bookie}
+        values = {**self.storage, **self.bookie, **self.autorecovery}
         return [arg for key, value in values.items() for arg in ("-o", f"{key}={_text(value)}")]
 
 
@@ -156,11 +171,11 @@ def _setting(where: str, line: str) -> tuple[str, object]:
         raise _bad(f"{where}: {line.strip()!r} is not key=value")
     if key not in SETTABLE:
         raise _bad(
-            f"{where}: no bookie or storage option named {key!r} "
-            "(the names are the fields listed in docs/storage.md)"
+            f"{where}: no bookie, storage or autorecovery option named {key!r} "
+            "(the names are the fields listed in docs/storage.md and docs/autorecovery.md)"
         )
     try:
-        return key, _convert(SETTABLE[key][1], text)
+        return key, convert_value(SETTABLE[key][1], text)
     except ValueError as exc:
         raise _bad(f"{where}: {key}: {exc}") from None
 
@@ -182,7 +197,11 @@ def _read_conf(path: str) -> list[tuple[str, object]]:
 
 def merged(low: Settings, high: Settings) -> Settings:
     """``high``'s values over ``low``'s."""
-    return Settings({**low.storage, **high.storage}, {**low.bookie, **high.bookie})
+    return Settings(
+        {**low.storage, **high.storage},
+        {**low.bookie, **high.bookie},
+        {**low.autorecovery, **high.autorecovery},
+    )
 
 
 def read_settings(
@@ -199,4 +218,5 @@ def read_settings(
     values.update(given or {})
     storage = {k: v for k, v in values.items() if SETTABLE[k][0] is StorageConfig}
     bookie = {k: v for k, v in values.items() if SETTABLE[k][0] is BookieConfig}
-    return Settings(storage, bookie)
+    autorecovery = {k: v for k, v in values.items() if SETTABLE[k][0] is AutoRecoveryConfig}
+    return Settings(storage, bookie, autorecovery)

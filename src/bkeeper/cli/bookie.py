@@ -19,8 +19,16 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.integrity import check_bookie
-from bkeeper.cli._settings import build_configs, merged, read_settings, settings_options
+from bkeeper.cli._settings import (
+    build_autorecovery_config,
+    build_configs,
+    merged,
+    read_settings,
+    settings_options,
+)
+from bkeeper.cli.autorecovery import run_in_bookie
 from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.server import Bookie, BookieConfig
@@ -127,6 +135,13 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     help="Repair ledgers in limbo after start (needs --metadata).",
 )
 @click.option(
+    "--autorecovery",
+    is_flag=True,
+    help="Also run auto-recovery (auditor candidate and replication worker) in this "
+    "process, with the bookie id as its id (needs --metadata; -o sets its options, "
+    "docs/autorecovery.md).",
+)
+@click.option(
     "--connections-max",
     default=0,
     show_default=True,
@@ -174,6 +189,7 @@ def bookie(
     checkpoint_interval_ms: int,
     write_cache_mb: int,
     integrity_check: bool,
+    autorecovery: bool,
     connections_max: int,
     connection_handshake_timeout_ms: int,
     connection_idle_timeout_ms: int,
@@ -221,11 +237,25 @@ def bookie(
     }
     defaults = read_settings(None, (), dict(flags.values()))
     settings = read_settings(conf, options, given)
-    config, storage_config = build_configs(data_dir, merged(defaults, settings))
-    run_event_loop(_serve(config, storage_config, integrity_check))
+    all_settings = merged(defaults, settings)
+    config, storage_config = build_configs(data_dir, all_settings)
+    recovery = build_autorecovery_config(all_settings) if autorecovery else None
+    if recovery is None and all_settings.autorecovery:
+        raise click.UsageError(
+            f"{', '.join(sorted(all_settings.autorecovery))}: auto-recovery options, "
+            "for a bookie started with --autorecovery"
+        )
+    if recovery is not None and not config.metadata_uri:
+        raise click.UsageError("--autorecovery needs --metadata (the cluster to watch)")
+    run_event_loop(_serve(config, storage_config, integrity_check, recovery))
 
 
-async def _serve(config: BookieConfig, storage_config: StorageConfig, integrity: bool) -> None:
+async def _serve(
+    config: BookieConfig,
+    storage_config: StorageConfig,
+    integrity: bool,
+    recovery: AutoRecoveryConfig | None = None,
+) -> None:
     server = Bookie(config, storage_config)
     loop = asyncio.get_running_loop()
     # Before start, which may wait (a stale registration, a long journal replay): a SIGTERM
@@ -246,9 +276,15 @@ async def _serve(config: BookieConfig, storage_config: StorageConfig, integrity:
             check = None
             if integrity and _needs_integrity_check(server):
                 check = tasks.create_task(_check_integrity(server, config.metadata_uri))
+            recovering = None
+            if recovery is not None and not server.stop_requested:
+                recovering = tasks.create_task(
+                    run_in_bookie(config.metadata_uri, server.bookie_id, recovery)
+                )
             await server.wait_stopped()
-            if check is not None:
-                check.cancel()
+            for task in (check, recovering):
+                if task is not None:
+                    task.cancel()
     finally:
         await server.aclose()
 

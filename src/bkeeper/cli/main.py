@@ -38,8 +38,19 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register_commands() -> None:
-    from bkeeper.cli import bench, bookie, dice, log, meta, sandbox, shell, zookeeper
+    from bkeeper.cli import (
+        autorecovery,
+        bench,
+        bookie,
+        dice,
+        log,
+        meta,
+        sandbox,
+        shell,
+        zookeeper,
+    )
 
+    cli.add_command(autorecovery.autorecovery)
     cli.add_command(bench.bench)
     cli.add_command(bookie.bookie)
     cli.add_command(dice.dice)

@@ -11,7 +11,13 @@ from types import FrameType
 import click
 
 from bkeeper.cli._errors import CommandError
-from bkeeper.cli._settings import Settings, build_configs, read_settings, settings_options
+from bkeeper.cli._settings import (
+    Settings,
+    build_autorecovery_config,
+    build_configs,
+    read_settings,
+    settings_options,
+)
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["sandbox"]
@@ -34,6 +40,13 @@ _DIRS = ("ledger_dirs", "journal_dirs")
     type=click.IntRange(1, 65535),
     help="Admin HTTP port of bookie 0 (bookie i: this + i; docs/admin.md).",
 )
+@click.option(
+    "--autorecovery/--no-autorecovery",
+    default=True,
+    show_default=True,
+    help="Run auto-recovery inside every bookie (one of them is elected auditor); "
+    "-o sets its options (docs/autorecovery.md).",
+)
 @settings_options("every bookie")
 def sandbox(
     bookies: int,
@@ -41,6 +54,7 @@ def sandbox(
     zookeeper_port: int,
     bookie_port: int,
     http_port: int,
+    autorecovery: bool,
     options: tuple[str, ...],
     conf: str | None,
 ) -> None:
@@ -52,9 +66,16 @@ def sandbox(
             f"{', '.join(owned)}: set by the sandbox for each bookie, not by -o or --conf"
         )
     build_configs("-", settings)  # checked before anything starts, as each bookie checks them
+    if autorecovery:
+        build_autorecovery_config(settings)
+    elif settings.autorecovery:
+        raise click.UsageError(
+            f"{', '.join(sorted(settings.autorecovery))}: auto-recovery options, "
+            "but --no-autorecovery"
+        )
     dirs = {key: _paths(settings.storage.get(key, ())) for key in _DIRS}
     shared = {k: v for k, v in settings.storage.items() if k not in _DIRS}
-    settings = Settings(shared, settings.bookie)
+    settings = Settings(shared, settings.bookie, settings.autorecovery)
     home = os.environ.get("ZOOKEEPER_HOME")
     config = SandboxConfig(
         data_dir=Path(data_dir).resolve(),
@@ -66,6 +87,7 @@ def sandbox(
         bookie_args=tuple(settings.args()),
         ledger_dirs=dirs["ledger_dirs"],
         journal_dirs=dirs["journal_dirs"],
+        autorecovery=autorecovery,
     )
     stop = threading.Event()
 
@@ -90,6 +112,8 @@ def sandbox(
             admin = box.admin_address(index)
             on = "" if admin is None else f" (admin http://{admin[0]}:{admin[1]})"
             click.echo(f"bookie {index}: {host}:{port}{on}", err=True)
+        if autorecovery:
+            click.echo("auto-recovery: in every bookie (one is elected auditor)", err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
         while not stop.wait(0.5):

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from bkeeper.cli import shell_admin, shell_disk
+from bkeeper.cli import shell_admin, shell_disk, shell_recovery
 from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.bookkeeper import BookKeeper
@@ -48,8 +48,9 @@ def shell() -> None:
     """Cluster administration."""
 
 
-# A bookie's files, read from its data directory; its garbage collection, over its admin API.
-for _command in (*shell_disk.commands, *shell_admin.commands):
+# A bookie's files, read from its data directory; its garbage collection, over its admin API;
+# auto-recovery (recover, decommissionbookie, listunderreplicated, whoisauditor, ...).
+for _command in (*shell_disk.commands, *shell_admin.commands, *shell_recovery.commands):
     shell.add_command(_command)
 
 

@@ -96,6 +96,12 @@ class BookKeeper:
             raise ClientClosedError("the client is not started")
         return self._cluster
 
+    @property
+    def pool(self) -> BookiePool:
+        """The client's connections to bookies, for tools that send requests of their own
+        (auto-recovery's recovery adds); ``ClientClosedError`` once closed."""
+        return self._context().pool
+
     def _context(self) -> ClientContext:
         if self._ctx is None or self._ctx.closed:
             raise ClientClosedError("the client is closed")

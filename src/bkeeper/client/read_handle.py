@@ -147,6 +147,14 @@ class ReadHandle:
     async def read_entry(self, entry_id: int) -> Entry:
         return await self._read_one(entry_id)
 
+    async def read_entry_from(self, bookie: str, entry_id: int) -> Entry:
+        """``entry_id`` as ``bookie`` holds it, verified, asking no other replica (the
+        auditor's probe of one replica). The bookie's answer as an error otherwise:
+        ``NoSuchEntryError``/``NoSuchLedgerError`` (it lacks it), ``DataUnknownError``,
+        ``DigestMismatchError`` (a bad copy), ``BookieUnavailableError``."""
+        self._check_open()
+        return await self._ask(bookie, entry_id, ReadRequest(self.ledger_id, entry_id))
+
     async def _read_chunks(self, first: int, last: int) -> AsyncGenerator[list[Entry], None]:
         """The per-entry path: ``read_ahead_entries_max`` reads in flight; each list holds
         the entries ready in order (at most ``batch_read_entries_max``)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 
 from bkeeper.common.clock import Clock, SystemClock
@@ -110,7 +110,7 @@ class BookieRegistry:
             return BookieServiceInfo.decode(data, bookie_id)
         raise NoNodeError(f"bookie {bookie_id} is not registered")
 
-    async def watch(self) -> AsyncIterator[BookieSet]:
+    async def watch(self) -> AsyncGenerator[BookieSet, None]:
         """The current :class:`BookieSet`, then each different one; ends when the store closes.
 
         Use ``contextlib.aclosing`` to stop watching early.

@@ -24,7 +24,7 @@ ledger marked again meanwhile stays queued; empty hex directories are pruned.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -238,7 +238,7 @@ class UnderReplicationManager:
             )
         await self._put(self._delay_path, str(seconds).encode())
 
-    async def watch_lost_bookie_recovery_delay(self) -> AsyncIterator[int | None]:
+    async def watch_lost_bookie_recovery_delay(self) -> AsyncGenerator[int | None, None]:
         """The current delay, then the delay after each write of its node (a rewrite of the
         same value included: that is how ``triggeraudit`` asks for an audit) and after its
         deletion (None). Writes between two reads collapse into one item. Ends when the

@@ -1,7 +1,8 @@
 """A local cluster in one command: ZooKeeper plus N bookie processes (``bkeeper sandbox``).
 
 Layout under the data directory: ``zookeeper/`` and ``bookie-<i>/`` (kept across restarts,
-so a restarted sandbox finds its ledgers). Ports are fixed (ZooKeeper ``zookeeper_port``,
+so a restarted sandbox finds its ledgers). Every bookie runs auto-recovery unless
+``autorecovery`` is off. Ports are fixed (ZooKeeper ``zookeeper_port``,
 bookie ``i`` at ``bookie_port_base + i``) so that bookie ids, and with them the cookies, stay
 the same from one start to the next; bookie ``i``'s admin HTTP server, if any, is at
 ``http_port_base + i``. The cluster is formatted on first start. Bookies are
@@ -48,6 +49,9 @@ class SandboxConfig:
     #: (none: under its data directory).
     ledger_dirs: tuple[Path, ...] = ()
     journal_dirs: tuple[Path, ...] = ()
+    #: Every bookie runs auto-recovery (``bookie --autorecovery``): one of them is elected
+    #: auditor, each runs a replication worker.
+    autorecovery: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
@@ -159,6 +163,8 @@ class Sandbox:
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self.config.bookie_args,
         ]  # fmt: skip
+        if self.config.autorecovery:
+            cmd.append("--autorecovery")
         for flag, dirs in (
             ("--ledger-dir", self.config.ledger_dirs),
             ("--journal-dir", self.config.journal_dirs),

@@ -1,0 +1,305 @@
+"""Operator operations on auto-recovery, as Apache BookKeeper's ``BookKeeperAdmin`` and shell
+offer them (``bkeeper shell recover``, ``decommissionbookie``, ``listunderreplicated``, ...).
+
+Each takes a started :class:`~bkeeper.client.BookKeeper` (or its cluster's
+:class:`~bkeeper.meta.underreplication.UnderReplicationManager`) and returns data; the CLI
+prints it. Which ledgers need a bookie is the audit's own definition
+(:func:`bkeeper.autorecovery.audit.ledgers_to_mark`): a closed ledger needs a bookie only for
+segments where it holds entries, an open one for any segment it is in (Java's
+``areEntriesOfLedgerStoredInTheBookie``), so ``decommissionbookie`` ends when the workers
+are done, even with segments that never held an entry on it.
+
+Limits: ledger metadata reads in flight during a scan (``scan_reads_in_flight_max``),
+ledgers repaired at once by ``recover`` (``AutoRecoveryConfig.ledgers_in_parallel``), the
+time ``decommission`` waits (``timeout_s``) and how often it looks (``poll_interval_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from bkeeper.autorecovery.audit import ledgers_to_mark
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.worker import ReplicationOutcome, replicate_ledger
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.errors import (
+    BKeeperError,
+    CallTimeoutError,
+    ConfigError,
+    LedgerNotFoundError,
+    NoNodeError,
+)
+from bkeeper.common.ids import LedgerId
+from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.meta.underreplication import UnderReplicationManager
+
+__all__ = [
+    "SCAN_READS_IN_FLIGHT_MAX",
+    "AutoRecoveryStatus",
+    "DecommissionReport",
+    "Progress",
+    "UnderReplicatedRow",
+    "auto_recovery_status",
+    "decommission",
+    "ledgers_needing",
+    "needs",
+    "recover",
+    "trigger_audit",
+    "under_replicated",
+]
+
+#: Ledger metadata reads in flight while scanning every ledger.
+SCAN_READS_IN_FLIGHT_MAX = 32
+
+#: ``(done, total)``: called as work advances, for a progress bar.
+Progress = Callable[[int, int], None]
+
+
+def _ignore(done: int, total: int) -> None:
+    return None
+
+
+def needs(ledger_id: int, meta: LedgerMetadata, bookies: Collection[str]) -> tuple[str, ...]:
+    """Which of ``bookies`` ledger ``ledger_id`` needs (the audit's definition)."""
+    members = {str(b) for ensemble in meta.segments.values() for b in ensemble}
+    live = members - set(bookies)
+    return ledgers_to_mark([(ledger_id, meta)], live).get(ledger_id, ())
+
+
+async def _metadata(
+    bk: BookKeeper, ledger_ids: Iterable[int]
+) -> AsyncIterator[tuple[int, LedgerMetadata]]:
+    """``(id, metadata)`` of each ledger still there, at most ``SCAN_READS_IN_FLIGHT_MAX``
+    reads in flight (a ledger deleted meanwhile is skipped)."""
+    limit = asyncio.Semaphore(SCAN_READS_IN_FLIGHT_MAX)
+
+    async def read(ledger_id: int) -> tuple[int, LedgerMetadata] | None:
+        async with limit:
+            try:
+                return ledger_id, await bk.ledger_metadata(ledger_id)
+            except LedgerNotFoundError:
+                return None
+
+    pending: list[asyncio.Task[tuple[int, LedgerMetadata] | None]] = []
+    try:
+        for ledger_id in ledger_ids:
+            pending.append(asyncio.ensure_future(read(ledger_id)))
+            if len(pending) >= SCAN_READS_IN_FLIGHT_MAX:
+                found = await pending.pop(0)
+                if found is not None:
+                    yield found
+        for task in pending:
+            found = await task
+            if found is not None:
+                yield found
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def ledgers_needing(
+    bk: BookKeeper, bookies: Collection[str], ledger_ids: Iterable[int] | None = None
+) -> dict[LedgerId, tuple[str, ...]]:
+    """Ledger -> which of ``bookies`` it needs, over every ledger (or ``ledger_ids``)."""
+    if ledger_ids is None:
+        ledger_ids = [ledger_id async for ledger_id in bk.list_ledgers()]
+    found: dict[LedgerId, tuple[str, ...]] = {}
+    async for ledger_id, meta in _metadata(bk, ledger_ids):
+        wanted = needs(ledger_id, meta, bookies)
+        if wanted:
+            found[LedgerId(ledger_id)] = wanted
+    return found
+
+
+async def _check_known(bk: BookKeeper, bookies: Collection[str], referenced: set[str]) -> None:
+    """``ConfigError`` naming the first bookie that is neither registered, nor has a cookie,
+    nor is in any ledger: a typo, most likely."""
+    cluster = bk.cluster
+    registered = await cluster.registry.bookies()
+    known = {*registered.writable, *registered.read_only, *referenced}
+    known.update(await cluster.cookies.bookie_ids())
+    for bookie in bookies:
+        if bookie not in known:
+            raise ConfigError(
+                f"unknown bookie {bookie}: not registered, no cookie, in no ledger "
+                "(bkeeper shell listbookies --all lists the registered ones)"
+            )
+
+
+async def recover(
+    bk: BookKeeper,
+    bookies: Collection[str],
+    config: AutoRecoveryConfig,
+    *,
+    ledger_id: int | None = None,
+    dry_run: bool = False,
+    fence_open: bool = True,
+    on_progress: Progress = _ignore,
+) -> list[ReplicationOutcome]:
+    """Re-replicate, now, every ledger's entries on ``bookies`` (or only ``ledger_id``'s) to
+    other bookies, as Java's ``recover``; with ``dry_run`` only plan it; an open ledger whose
+    last segment needs one is fenced and sealed first unless not ``fence_open``. One outcome per
+    ledger, by id; a ledger that could not be repaired has ``done`` False and a reason."""
+    if not bookies:
+        raise ConfigError("bookies: name at least one bookie to recover")
+    if ledger_id is None:
+        targets = await ledgers_needing(bk, bookies)
+    else:
+        try:
+            meta = await bk.ledger_metadata(ledger_id)
+        except LedgerNotFoundError:
+            raise ConfigError(f"ledger: no ledger {ledger_id}") from None
+        wanted = needs(ledger_id, meta, bookies)
+        targets = {LedgerId(ledger_id): wanted} if wanted else {}
+        if not wanted:
+            raise ConfigError(
+                f"ledger {ledger_id} holds no entries on {', '.join(sorted(bookies))}"
+            )
+    await _check_known(bk, bookies, {b for found in targets.values() for b in found})
+    limit = asyncio.Semaphore(config.ledgers_in_parallel)
+    done = 0
+    on_progress(0, len(targets))
+
+    async def one(target: LedgerId, lost: tuple[str, ...]) -> ReplicationOutcome:
+        nonlocal done
+        async with limit:
+            outcome = await replicate_ledger(
+                bk, target, lost, config, dry_run=dry_run, fence_open=fence_open
+            )
+        done += 1
+        on_progress(done, len(targets))
+        return outcome
+
+    async with asyncio.TaskGroup() as tasks:
+        running = [tasks.create_task(one(t, lost)) for t, lost in sorted(targets.items())]
+    return [task.result() for task in running]
+
+
+@dataclass(frozen=True)
+class DecommissionReport:
+    bookie_id: str
+    ledgers: int  # ledgers that needed it when the audit was triggered
+    cookie_deleted: bool
+
+
+async def decommission(
+    bk: BookKeeper,
+    bookie_id: str,
+    *,
+    timeout_s: float,
+    poll_interval_s: float = 1.0,
+    on_progress: Progress = _ignore,
+) -> DecommissionReport:
+    """Java's ``decommissionbookie``: the bookie must be stopped; trigger an audit, wait
+    until no ledger needs it (the auto-recovery workers re-replicate its ledgers), then
+    delete its cookie. ``CallTimeoutError`` after ``timeout_s``; ``BKeeperError`` when the
+    bookie still runs, no auditor is elected, or auto-recovery is disabled."""
+    cluster = bk.cluster
+    urm = cluster.underreplication
+    registered = await cluster.registry.bookies()
+    if bookie_id in registered.writable or bookie_id in registered.read_only:
+        mode = "writable" if bookie_id in registered.writable else "read-only"
+        raise BKeeperError(
+            f"bookie {bookie_id} is still registered ({mode}): stop it before decommissioning"
+        )
+    remaining = await ledgers_needing(bk, [bookie_id])
+    await _check_known(bk, [bookie_id], set().union(*remaining.values()))
+    total = len(remaining)
+    on_progress(0, total)
+    if remaining:
+        await trigger_audit(urm)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while remaining:
+        if loop.time() >= deadline:
+            raise CallTimeoutError(
+                f"bookie {bookie_id}: {len(remaining)} of {total} ledgers still need it after "
+                f"{timeout_s:g} s (bkeeper shell listunderreplicated --missing {bookie_id})"
+            )
+        await asyncio.sleep(poll_interval_s)
+        remaining = await ledgers_needing(bk, [bookie_id], list(remaining))
+        on_progress(total - len(remaining), total)
+    deleted = False
+    with contextlib.suppress(NoNodeError):
+        await cluster.cookies.delete(bookie_id)
+        deleted = True
+    return DecommissionReport(bookie_id, total, deleted)
+
+
+@dataclass(frozen=True)
+class UnderReplicatedRow:
+    ledger_id: int
+    missing_replicas: tuple[str, ...]
+    ctime_ms: int | None
+    worker: str | None  # the lock holder, when a worker is on it
+
+
+async def under_replicated(
+    urm: UnderReplicationManager, missing: str | None = None
+) -> list[UnderReplicatedRow]:
+    """The queued ledgers (those missing ``missing`` only), with their lock holders."""
+    holders = dict(await urm.locked())
+    rows = []
+    async for entry in urm.ledgers():
+        if missing is None or missing in entry.missing_replicas:
+            rows.append(
+                UnderReplicatedRow(
+                    entry.ledger_id,
+                    entry.missing_replicas,
+                    entry.ctime_ms,
+                    holders.get(entry.ledger_id),
+                )
+            )
+    return rows
+
+
+async def _require_auditor(urm: UnderReplicationManager) -> str:
+    if not await urm.is_enabled():
+        raise BKeeperError(
+            "auto-recovery is disabled: `bkeeper shell autorecovery --enable` turns it on"
+        )
+    auditor = await urm.current_auditor()
+    if auditor is None:
+        raise BKeeperError(
+            "no auditor is elected: start `bkeeper autorecovery` or a bookie with --autorecovery"
+        )
+    return auditor
+
+
+async def trigger_audit(urm: UnderReplicationManager) -> str:
+    """Java's ``triggeraudit``: write the delay node again (its current value, 0 when it is
+    not set yet), which makes the auditor audit now; the auditor's id."""
+    auditor = await _require_auditor(urm)
+    delay_s = await urm.lost_bookie_recovery_delay_s()
+    await urm.set_lost_bookie_recovery_delay_s(
+        delay_s if delay_s is not None else AutoRecoveryConfig().lost_bookie_recovery_delay_s
+    )
+    return auditor
+
+
+@dataclass(frozen=True)
+class AutoRecoveryStatus:
+    enabled: bool
+    auditor: str | None
+    lost_bookie_recovery_delay_s: int | None
+    locked: tuple[tuple[int, str], ...]  # (ledger, worker) being re-replicated now
+    under_replicated: int
+
+
+async def auto_recovery_status(urm: UnderReplicationManager) -> AutoRecoveryStatus:
+    """Java's ``queryautorecoverystatus`` and a little more: flag, auditor, delay, locks."""
+    locked = tuple(sorted((int(ledger), holder) for ledger, holder in await urm.locked()))
+    queued = 0
+    async for _entry in urm.ledgers():
+        queued += 1
+    return AutoRecoveryStatus(
+        await urm.is_enabled(),
+        await urm.current_auditor(),
+        await urm.lost_bookie_recovery_delay_s(),
+        locked,
+        queued,
+    )

@@ -1,0 +1,426 @@
+"""The auditor: the elected auto-recovery process that finds under-replicated ledgers.
+
+While leading (see :func:`lead_audits`), :meth:`Auditor.run` follows three things at once:
+
+* the available bookies (writable and read-only, ``bk.cluster.registry.watch()``): a bookie
+  that leaves is *lost since* then (:class:`~bkeeper.autorecovery.audit.LossTracker`); one
+  back before the delay is forgotten;
+* the cluster's ``lostBookieRecoveryDelay`` node (seconds; absent: the config's default): a
+  lost bookie is due once lost for that long; any write of the node (``triggeraudit``) audits
+  every lost bookie at once;
+* time: the bookie check (every ``bookie_check_interval_s``, and once at start) and
+  check-all-ledgers (every ``check_all_ledgers_interval_s``, next due from the cluster's
+  ``checkallledgersctime``, so a new auditor does not repeat a check that just ran).
+
+A *bookie check* (:meth:`Auditor.audit_now` marks every lost bookie, the periodic one only
+those due) reads every ledger's metadata (``audit_metadata_reads_in_flight_max`` at once) and
+marks each ledger holding entries on a due bookie (``mark_underreplicated(ledger, bookies)``,
+the pure decision is :func:`~bkeeper.autorecovery.audit.ledgers_to_mark`). A bookie absent
+that the auditor never saw (it died before this auditor started) is lost from when the check
+finds it, so a new auditor waits out the delay too. *Check-all-ledgers* probes the first and
+last entry each live replica should hold in each segment (``check_reads_in_flight_max`` at
+once; :func:`~bkeeper.autorecovery.audit.fragment_checks`) and marks the ledger with the
+replicas that answered "no such entry/ledger" or a bad copy; "unknown" (limbo: the bookie
+repairs itself) and unreachable replicas are reported, not marked.
+
+As Apache BookKeeper's auditor, nothing is marked while the cluster's ``disable`` flag is
+set: due bookies stay pending and are marked once it is cleared (looked at again every
+``idle_poll_interval_ms``). A pass that fails (metadata unreachable) is logged and tried
+again after ``audit_retry_delay_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bkeeper.autorecovery.audit import (
+    AuditReport,
+    FragmentCheck,
+    LossTracker,
+    bookies_holding_entries,
+    fragment_checks,
+)
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.read_handle import ReadHandle
+from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.errors import (
+    BKeeperError,
+    DataUnknownError,
+    DigestMismatchError,
+    LedgerNotFoundError,
+    MetadataError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ProtocolError,
+)
+from bkeeper.meta.election import LeaderElection
+from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkeeper.meta.underreplication import UnderReplicationManager
+
+__all__ = ["Auditor", "lead_audits"]
+
+log = logging.getLogger(__name__)
+
+CHECK_ALL_LEDGERS = "checkallledgers"
+
+_Verdict = Literal["ok", "missing", "unknown"]
+
+
+@dataclass
+class _Tally:
+    """What a pass gathers before it becomes an :class:`AuditReport`."""
+
+    ledgers: int = 0
+    fragments: int = 0
+    marked: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+
+    def report(self) -> AuditReport:
+        return AuditReport(
+            self.ledgers,
+            self.fragments,
+            dict(sorted(self.marked.items())),
+            dict(sorted(self.failed.items())),
+            tuple(sorted(self.lost)),
+        )
+
+
+class Auditor:
+    """The auditor's work while leading; see the module docstring."""
+
+    def __init__(
+        self,
+        bk: BookKeeper,
+        urm: UnderReplicationManager,
+        config: AutoRecoveryConfig,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._bk = bk
+        self._urm = urm
+        self._config = config
+        self._clock: Clock = clock or SystemClock()
+        self._tracker = LossTracker()
+        self._delay_s: int = config.lost_bookie_recovery_delay_s
+        self._triggered = False
+        self._wake = asyncio.Event()
+        self._delay_known = asyncio.Event()
+        self._live_known = asyncio.Event()
+        self._next_bookie_check = math.inf
+        self._next_check_all = math.inf
+        self._hold_until = -math.inf  # while disabled: no bookie check before this
+        #: the available bookies last seen (writable and read-only)
+        self.live: frozenset[str] = frozenset()
+        #: passes of :meth:`run`'s loop completed (tests wait on it)
+        self.passes = 0
+        #: the last report of each kind of check ("bookies", "ledgers")
+        self.reports: dict[str, AuditReport] = {}
+
+    @property
+    def delay_s(self) -> int:
+        """The lost-bookie delay in force (the cluster's node, else the config's default)."""
+        return self._delay_s
+
+    @property
+    def pending(self) -> dict[str, float]:
+        """Lost bookies not marked yet -> since when (the clock's monotonic seconds)."""
+        return dict(self._tracker.lost_since)
+
+    def poke(self) -> None:
+        """Look at the time again now (after the clock moved, in tests)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Audit until cancelled (call it only while this process leads the election)."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow_bookies(), name="auditor: bookies")
+            group.create_task(self._follow_delay(), name="auditor: delay")
+            group.create_task(self._loop(), name="auditor: checks")
+
+    async def audit_now(self) -> AuditReport:
+        """Mark every ledger with entries on a bookie that is not available, at once."""
+        return await self._bookie_check(force=True)
+
+    async def check_all_ledgers(self) -> AuditReport:
+        """Probe the first and last entry of each replica's part of each segment; mark the
+        ledgers whose replicas lack them. Records the check's ctime in the cluster."""
+        if not await self._urm.is_enabled():
+            log.info("auto-recovery is disabled: check of all ledgers deferred")
+            return AuditReport(deferred=True)
+        bookies = await self._bk.cluster.registry.bookies()
+        live = bookies.writable | bookies.read_only
+        tally = _Tally()
+        probes = asyncio.Semaphore(self._config.check_reads_in_flight_max)
+
+        async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
+            await self._check_ledger(ledger_id, meta, live, probes, tally)
+
+        await self._each_ledger(visit)
+        await self._urm.set_check_ctime_ms(CHECK_ALL_LEDGERS, self._clock.wall_ms())
+        report = tally.report()
+        self.reports["ledgers"] = report
+        log.info(
+            "checked %d ledgers (%d fragments): %d marked, %d could not be checked",
+            report.ledgers_audited,
+            report.fragments_checked,
+            len(report.marked),
+            len(report.failed),
+        )
+        return report
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def _follow_bookies(self) -> None:
+        async with contextlib.aclosing(self._bk.cluster.registry.watch()) as sets:
+            async for bookie_set in sets:
+                live = frozenset(bookie_set.writable | bookie_set.read_only)
+                self._tracker.update(live, self._clock.monotonic())
+                gone = self.live - live
+                if gone:
+                    log.info(
+                        "bookies lost: %s (delay %d s)", ", ".join(sorted(gone)), self._delay_s
+                    )
+                self.live = live
+                self._live_known.set()
+                self._wake.set()
+
+    async def _follow_delay(self) -> None:
+        first = True
+        async with contextlib.aclosing(self._urm.watch_lost_bookie_recovery_delay()) as values:
+            async for value in values:
+                self._delay_s = (
+                    self._config.lost_bookie_recovery_delay_s if value is None else value
+                )
+                if not first:
+                    log.info("lostBookieRecoveryDelay written (%d s): auditing now", self._delay_s)
+                    self._triggered = True
+                first = False
+                self._delay_known.set()
+                self._wake.set()
+
+    async def _loop(self) -> None:
+        await self._delay_known.wait()
+        await self._live_known.wait()
+        now = self._clock.monotonic()
+        self._next_bookie_check = now  # once at start, whatever the interval
+        interval = self._config.check_all_ledgers_interval_s
+        if interval > 0:
+            last_ms = await self._urm.check_ctime_ms(CHECK_ALL_LEDGERS)
+            since_s = 0.0 if last_ms is None else (self._clock.wall_ms() - last_ms) / 1000
+            self._next_check_all = now + (interval - since_s if last_ms is not None else 0.0)
+        while True:
+            self._wake.clear()
+            try:
+                await self._pass()
+            except (MetadataError, ProtocolError) as exc:
+                retry_s = self._config.audit_retry_delay_s
+                log.warning("audit pass failed, again in %.1f s: %s", retry_s, exc)
+                retry_at = self._clock.monotonic() + retry_s
+                self._next_bookie_check = min(self._next_bookie_check, retry_at)
+            self.passes += 1
+            now = self._clock.monotonic()
+            wait_s = self._next_due() - now
+            if wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._wake.wait(), None if math.isinf(wait_s) else wait_s
+                    )
+
+    def _next_due(self) -> float:
+        due = self._tracker.next_due(self._delay_s)
+        bookies = min(
+            self._next_bookie_check,
+            math.inf if due is None else due,
+            -math.inf if self._triggered else math.inf,
+        )
+        return min(max(bookies, self._hold_until), self._next_check_all)
+
+    async def _pass(self) -> None:
+        now = self._clock.monotonic()
+        if now >= self._hold_until:
+            if self._triggered:
+                self._triggered = False
+                await self._run_bookie_check(True, now)
+            elif now >= self._next_bookie_check or self._tracker.due(now, self._delay_s):
+                await self._run_bookie_check(False, now)
+        if now >= self._next_check_all:
+            report = await self.check_all_ledgers()
+            if report.deferred:
+                self._next_check_all = now + self._config.idle_poll_interval_ms / 1000
+            else:
+                self._next_check_all = now + self._config.check_all_ledgers_interval_s
+
+    async def _run_bookie_check(self, force: bool, now: float) -> None:
+        periodic = now >= self._next_bookie_check
+        report = await self._bookie_check(force=force)
+        if report.deferred:  # disabled: lost bookies stay pending, looked at again later
+            self._triggered = self._triggered or force
+            self._hold_until = now + self._config.idle_poll_interval_ms / 1000
+            return
+        if periodic or force:
+            interval = self._config.bookie_check_interval_s
+            self._next_bookie_check = now + interval if interval > 0 else math.inf
+
+    # -- bookie check -----------------------------------------------------------------------
+    async def _bookie_check(self, *, force: bool) -> AuditReport:
+        if not await self._urm.is_enabled():
+            log.info("auto-recovery is disabled: bookie check deferred")
+            return AuditReport(deferred=True)
+        bookies = await self._bk.cluster.registry.bookies()
+        live = frozenset(bookies.writable | bookies.read_only)
+        now = self._clock.monotonic()
+        self._tracker.update(live, now)
+        tracked = set(self._tracker.lost_since)
+        due = tracked if force else set(self._tracker.due(now, self._delay_s))
+        # a bookie found absent without having been seen leave: lost from now on
+        due_when_found = force or self._delay_s == 0
+        tally = _Tally()
+
+        async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
+            tally.ledgers += 1
+            lost = bookies_holding_entries(meta) - live
+            tally.lost |= lost
+            found = lost - tracked
+            for bookie in found:
+                self._tracker.lost_since.setdefault(bookie, now)
+            mark = sorted(b for b in lost if b in due or (b in found and due_when_found))
+            if mark:
+                await self._urm.mark_underreplicated(ledger_id, mark)
+                tally.marked[ledger_id] = tuple(mark)
+
+        await self._each_ledger(visit, tally)
+        handled = due | (tally.lost - tracked if due_when_found else set())
+        self._tracker.handled(handled)
+        report = tally.report()
+        self.reports["bookies"] = report
+        if report.marked or report.lost:
+            log.info(
+                "bookie check of %d ledgers: lost %s; %d ledgers marked",
+                report.ledgers_audited,
+                ", ".join(report.lost) or "none",
+                len(report.marked),
+            )
+        return report
+
+    # -- check all ledgers ------------------------------------------------------------------
+    async def _check_ledger(
+        self,
+        ledger_id: int,
+        meta: LedgerMetadata,
+        live: frozenset[str],
+        probes: asyncio.Semaphore,
+        tally: _Tally,
+    ) -> None:
+        tally.ledgers += 1
+        tally.lost |= {b for ensemble in meta.segments.values() for b in ensemble} - live
+        try:
+            handle = await self._bk.open_ledger(ledger_id, meta.password, recovery=False)
+        except LedgerNotFoundError:
+            return  # deleted meanwhile
+        last: int | None = None
+        if meta.state is not LedgerState.CLOSED:
+            try:
+                last = await handle.read_last_add_confirmed()
+            except BKeeperError as exc:
+                log.info("ledger %d: LAC unknown (%s), last segment not checked", ledger_id, exc)
+        checks = [
+            c for c in fragment_checks(ledger_id, meta, last_entry_id=last) if c.bookie in live
+        ]
+        tally.fragments += len(checks)
+        results = await asyncio.gather(*(self._probe(handle, c, probes) for c in checks))
+        missing = sorted(
+            {
+                c.bookie
+                for c, (verdict, _) in zip(checks, results, strict=True)
+                if verdict == "missing"
+            }
+        )
+        unknown = [why for verdict, why in results if verdict == "unknown"]
+        if unknown:
+            tally.failed[ledger_id] = unknown[0]
+        if missing:
+            await self._urm.mark_underreplicated(ledger_id, missing)
+            tally.marked[ledger_id] = tuple(missing)
+
+    async def _probe(
+        self, handle: ReadHandle, check: FragmentCheck, probes: asyncio.Semaphore
+    ) -> tuple[_Verdict, str]:
+        """Whether the replica has its entries ("ok"), lacks one or holds a bad copy
+        ("missing"), or cannot tell ("unknown", with why)."""
+        for entry_id in check.entry_ids:
+            async with probes:
+                try:
+                    await handle.read_entry_from(check.bookie, entry_id)
+                except (NoSuchEntryError, NoSuchLedgerError, DigestMismatchError) as exc:
+                    where = f"ledger {check.ledger_id} entry {entry_id} on {check.bookie}"
+                    log.info("%s: missing or bad: %s", where, exc)
+                    return "missing", str(exc)
+                except DataUnknownError as exc:
+                    return "unknown", f"{check.bookie} does not know (limbo): {exc}"
+                except BKeeperError as exc:
+                    return "unknown", f"{check.bookie} could not be probed: {exc}"
+        return "ok", ""
+
+    # -- metadata scan ----------------------------------------------------------------------
+    async def _each_ledger(
+        self,
+        visit: Callable[[int, LedgerMetadata], Awaitable[None]],
+        tally: _Tally | None = None,
+    ) -> None:
+        """``visit`` each ledger's metadata, ``audit_metadata_reads_in_flight_max`` at once.
+        Unreadable metadata is recorded in ``tally.failed``; a ledger deleted meanwhile is
+        passed over; a metadata store failure ends the scan (raised)."""
+        workers = self._config.audit_metadata_reads_in_flight_max
+        queue: asyncio.Queue[int | None] = asyncio.Queue(maxsize=workers)
+
+        async def produce() -> None:
+            async for ledger_id in self._bk.list_ledgers():
+                await queue.put(ledger_id)
+            for _ in range(workers):
+                await queue.put(None)
+
+        async def consume() -> None:
+            while (ledger_id := await queue.get()) is not None:
+                try:
+                    meta = await self._bk.ledger_metadata(ledger_id)
+                except LedgerNotFoundError:
+                    continue
+                except ProtocolError as exc:
+                    if tally is not None:
+                        tally.failed[ledger_id] = f"metadata unreadable: {exc}"
+                    continue
+                await visit(ledger_id, meta)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(produce())
+                for _ in range(workers):
+                    group.create_task(consume())
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+
+
+async def lead_audits(election: LeaderElection, auditor: Callable[[], Auditor]) -> None:
+    """Run a new ``auditor()`` each time ``election`` (started) makes this process the
+    leader, until it loses leadership; until cancelled."""
+    while True:
+        await election.wait_leadership()
+        task = asyncio.create_task(auditor().run(), name="auditor")
+        lost = asyncio.create_task(election.wait_leadership_lost())
+        try:
+            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            task.cancel()
+            lost.cancel()
+            results = await asyncio.gather(task, lost, return_exceptions=True)
+        failure = results[0]
+        if isinstance(failure, BaseException) and not isinstance(failure, asyncio.CancelledError):
+            raise failure
+        log.info("auditor stopped: leadership lost")

@@ -1,0 +1,185 @@
+"""The repair plan of one ledger that lost bookies (pure: metadata and bookie sets in, plan out).
+
+For every segment with a lost bookie in its ensemble, :func:`plan_repair` picks a replacement
+and lists the entries the lost bookie held there (:mod:`bkeeper.autorecovery.expected`): the
+entries the replacement must receive before the metadata may name it.
+
+Rules:
+
+* Targets are writable bookies only (read-only bookies stay sources, never targets), never a
+  lost bookie, never a member of the segment's ensemble (the ensemble as already changed by
+  this plan: two lost bookies of one segment get two different targets); chosen by
+  :func:`bkeeper.client.placement.replace_bookie` (random, or rack-aware with ``racks``).
+* Entries: a closed ledger's segments hold entries up to its last entry; an open (or
+  in-recovery) ledger's last segment is still being written and is not planned: a lost bookie
+  there needs the ledger fenced and sealed first (:func:`last_segment_lost`), after which it is
+  planned as closed. Its earlier segments hold every entry up to the next segment's first.
+* A segment with no entries (past the end) needs no copy, only the metadata change: it is
+  planned when a target is available and skipped otherwise (nothing there can be lost).
+  A segment with entries and no possible target raises :class:`NotEnoughBookiesError`.
+
+:func:`apply_plan` is the compare-and-set's decision: it applies each replacement to the
+metadata as it is now, only where the lost bookie still holds that position.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from bkeeper.autorecovery.expected import Stripe, stripes_of
+from bkeeper.client.placement import replace_bookie
+from bkeeper.common.errors import NotEnoughBookiesError
+from bkeeper.common.ids import BookieId
+from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+
+__all__ = [
+    "Fragment",
+    "RepairPlan",
+    "apply_plan",
+    "last_segment_lost",
+    "lost_bookies",
+    "plan_repair",
+]
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """What replacing ``lost`` at ``position`` of the segment starting at ``segment`` takes:
+    copying ``entry_ids`` (ascending; empty for a segment without entries) to ``target``."""
+
+    segment: int
+    position: int
+    lost: str
+    target: str
+    entry_ids: Sequence[int] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """The fragments of one ledger to repair, and the ensembles they lead to."""
+
+    ledger_id: int
+    fragments: tuple[Fragment, ...]
+    #: segment first entry -> its ensemble once every fragment of the segment is applied
+    ensembles: Mapping[int, tuple[str, ...]]
+    #: a lost bookie sits in the last segment of a ledger not closed: fence and seal first
+    needs_fencing: bool = False
+
+    @property
+    def replaced(self) -> dict[int, dict[str, str]]:
+        """Segment first entry -> {lost bookie: its replacement}."""
+        replaced: dict[int, dict[str, str]] = {}
+        for fragment in self.fragments:
+            replaced.setdefault(fragment.segment, {})[fragment.lost] = fragment.target
+        return replaced
+
+    @property
+    def entries(self) -> int:
+        """Entries to copy in all."""
+        return sum(len(fragment.entry_ids) for fragment in self.fragments)
+
+
+def lost_bookies(meta: LedgerMetadata, available: Collection[str]) -> tuple[str, ...]:
+    """The members of ``meta``'s ensembles not in ``available`` (writable and read-only
+    bookies), sorted."""
+    members = {str(bookie) for ensemble in meta.segments.values() for bookie in ensemble}
+    return tuple(sorted(members - set(available)))
+
+
+def last_segment_lost(meta: LedgerMetadata, lost: Collection[str]) -> bool:
+    """True when ``meta`` is not closed and a ``lost`` bookie is in its last segment."""
+    if meta.state is LedgerState.CLOSED:
+        return False
+    return any(str(bookie) in lost for bookie in meta.last_ensemble)
+
+
+def plan_repair(
+    ledger_id: int,
+    meta: LedgerMetadata,
+    lost: Collection[str],
+    writable: Collection[str],
+    *,
+    racks: Mapping[str, str] | None = None,
+    rng: random.Random | None = None,
+) -> RepairPlan:
+    """The plan replacing every ``lost`` bookie of ``meta``'s segments (module doc);
+    :class:`NotEnoughBookiesError` when a segment holding entries has no possible target."""
+    rng = rng or random.Random()
+    lost_set = {str(bookie) for bookie in lost}
+    candidates = [str(bookie) for bookie in writable if str(bookie) not in lost_set]
+    starts = list(meta.segments)
+    closed = meta.state is LedgerState.CLOSED
+    last_entry = meta.last_entry_id if closed else starts[-1] - 1
+    planned = starts if closed else starts[:-1]
+    stripes = _stripes_by_segment(meta, lost_set, last_entry)
+    fragments: list[Fragment] = []
+    ensembles: dict[int, tuple[str, ...]] = {}
+    for segment in planned:
+        ensemble = [str(bookie) for bookie in meta.segments[segment]]
+        changed = False
+        for position, bookie in enumerate(ensemble):
+            if bookie not in lost_set:
+                continue
+            stripe = stripes.get((segment, bookie))
+            entry_ids = _entry_ids(stripe) if stripe is not None else ()
+            try:
+                target = replace_bookie(
+                    ensemble, position, candidates, meta.write_quorum, racks=racks, rng=rng
+                )
+            except NotEnoughBookiesError as exc:
+                if not entry_ids:
+                    continue  # no entries there: nothing to lose by leaving it
+                raise NotEnoughBookiesError(
+                    f"ledger {ledger_id}, segment at entry {segment}: {exc}"
+                ) from None
+            fragments.append(Fragment(segment, position, bookie, target, entry_ids))
+            ensemble[position] = target
+            changed = True
+        if changed:
+            ensembles[segment] = tuple(ensemble)
+    return RepairPlan(
+        ledger_id, tuple(fragments), ensembles, needs_fencing=last_segment_lost(meta, lost_set)
+    )
+
+
+def apply_plan(
+    meta: LedgerMetadata, fragments: Sequence[Fragment]
+) -> tuple[LedgerMetadata, list[Fragment], list[Fragment]]:
+    """``meta`` with each fragment's replacement made where its lost bookie still holds its
+    position; also the fragments applied and those that could not be (their target joined
+    that ensemble meanwhile). A fragment whose position now holds another bookie is neither:
+    someone else replaced it, and it needs nothing more."""
+    segments = {first: [str(b) for b in ensemble] for first, ensemble in meta.segments.items()}
+    applied: list[Fragment] = []
+    refused: list[Fragment] = []
+    for fragment in fragments:
+        ensemble = segments.get(fragment.segment)
+        if ensemble is None or ensemble[fragment.position] != fragment.lost:
+            continue
+        if fragment.target in ensemble:
+            refused.append(fragment)
+            continue
+        ensemble[fragment.position] = fragment.target
+        applied.append(fragment)
+    if not applied:
+        return meta, applied, refused
+    new_segments = {first: tuple(map(BookieId, ensemble)) for first, ensemble in segments.items()}
+    return replace(meta, segments=new_segments), applied, refused
+
+
+def _stripes_by_segment(
+    meta: LedgerMetadata, lost: Collection[str], last_entry: int
+) -> dict[tuple[int, str], Stripe]:
+    stripes: dict[tuple[int, str], Stripe] = {}
+    for bookie in lost:
+        for stripe in stripes_of(meta, bookie, last_entry):
+            stripes[stripe.first, bookie] = stripe
+    return stripes
+
+
+def _entry_ids(stripe: Stripe) -> Sequence[int]:
+    if stripe.write_quorum >= stripe.ensemble_size:
+        return range(stripe.first, stripe.last + 1)  # every entry: no list to build
+    return tuple(stripe.entry_ids())

@@ -1,0 +1,201 @@
+"""``AutoRecovery``: one auto-recovery participant, as Apache BookKeeper's AutoRecoveryMain.
+
+It runs, on one client and one metadata session:
+
+* a candidate in the auditor election (``<root>/underreplication/auditorelection/V_<seq>``,
+  vote ``AuditorVoteFormat {bookieId: <id>}``), and, while it leads, the
+  :class:`~bkeeper.autorecovery.auditor.Auditor`: started when leadership comes, cancelled
+  when it goes (session expired or lost), started afresh at the next term;
+* a :class:`~bkeeper.autorecovery.worker.ReplicationWorker`, always, taking marked ledgers
+  under locks held as ``<id>``.
+
+``<id>`` is the participant's name in the vote and in every lock it holds: a bookie running
+auto-recovery inside itself uses its bookie id (as BookKeeper does); a process of its own
+uses what ``bkeeper autorecovery --id`` says (default ``<hostname>:autorecovery-<pid>``,
+characters Java's ``BookieId`` accepts, so Java's ``whoisauditor`` prints it).
+
+Invariants: at most one auditor runs per participant, and only while its election says it
+leads; a failing auditor or worker is logged and restarted after a delay that doubles up to
+``RESTART_DELAY_S_MAX`` (it never ends the participant, nor spins); :meth:`aclose` cancels
+both, leaves the election (the next candidate leads) and releases nothing else: locks are
+ephemeral and end with the session of the client the caller owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import socket
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+from bkeeper.autorecovery.auditor import Auditor
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.errors import ConfigError
+from bkeeper.common.tasks import TaskOwner
+from bkeeper.meta.election import LeaderElection
+from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
+
+__all__ = ["RESTART_DELAY_S", "RESTART_DELAY_S_MAX", "AutoRecovery", "default_participant_id"]
+
+log = logging.getLogger(__name__)
+
+#: First pause before a failed auditor or worker is started again; it doubles up to the max.
+RESTART_DELAY_S = 0.5
+RESTART_DELAY_S_MAX = 30.0
+
+#: What Java's ``BookieId`` accepts (``whoisauditor`` parses the vote as one).
+_ID_PATTERN = re.compile(r"[a-zA-Z0-9:._-]+")
+#: Longest participant id accepted (it is a znode's data, and a lock holder).
+PARTICIPANT_ID_CHARS_MAX = 255
+
+
+def default_participant_id() -> str:
+    """``<hostname>:autorecovery-<pid>``: the id of an auto-recovery process with no bookie."""
+    host = re.sub(r"[^a-zA-Z0-9._-]", "-", socket.gethostname()) or "localhost"
+    return f"{host}:autorecovery-{os.getpid()}"
+
+
+def check_participant_id(participant_id: str) -> None:
+    """``ConfigError`` unless ``participant_id`` is a valid BookKeeper bookie id."""
+    if not participant_id or len(participant_id) > PARTICIPANT_ID_CHARS_MAX:
+        raise ConfigError(
+            f"id: must be 1..{PARTICIPANT_ID_CHARS_MAX} characters, got {participant_id!r}"
+        )
+    if not _ID_PATTERN.fullmatch(participant_id):
+        raise ConfigError(
+            f"id: {participant_id!r} has characters other than letters, digits and ':._-'"
+        )
+
+
+class AutoRecovery:
+    """``async with AutoRecovery(bk, "host:3181", AutoRecoveryConfig()) as recovery: ...``
+
+    ``bk`` is a started client the caller owns (and closes after this); its metadata
+    session carries the vote and the worker's locks.
+    """
+
+    def __init__(
+        self,
+        bk: BookKeeper,
+        bookie_id: str,
+        config: AutoRecoveryConfig,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        check_participant_id(bookie_id)
+        self.bookie_id = bookie_id
+        self.config = config
+        self._bk = bk
+        self._clock = clock or SystemClock()
+        cluster = bk.cluster
+        self._urm: UnderReplicationManager = cluster.underreplication
+        self._election: LeaderElection = auditor_election(cluster.store, cluster.root, bookie_id)
+        self._worker = ReplicationWorker(bk, self._urm, bookie_id, config, clock=self._clock)
+        self._tasks = TaskOwner(f"autorecovery {bookie_id}")
+        self._auditor: Auditor | None = None
+        self._auditing = asyncio.Event()
+        self._started = False
+
+    @property
+    def is_auditor(self) -> bool:
+        """True while this participant leads the election and its auditor runs."""
+        return self._election.is_leader and self._auditing.is_set()
+
+    @property
+    def auditor(self) -> Auditor | None:
+        """The running auditor (None unless :attr:`is_auditor`)."""
+        return self._auditor if self.is_auditor else None
+
+    @property
+    def worker_status(self) -> WorkerStatus:
+        return self._worker.status
+
+    async def start(self) -> None:
+        """Lay out the under-replication nodes if missing, join the election, start the
+        worker (returns at once; the auditor starts when leadership comes)."""
+        if self._started:
+            return
+        self._started = True
+        await self._urm.ensure_layout()
+        await self._election.start()
+        self._tasks.spawn(self._keep_running("worker", self._worker.run), "worker")
+        self._tasks.spawn(self._lead(), "auditor election")
+        log.info("autorecovery %s started", self.bookie_id)
+
+    async def wait_auditor(self, timeout_s: float | None = None) -> None:
+        """Wait until this participant is the auditor (``TimeoutError`` after ``timeout_s``)."""
+        async with asyncio.timeout(timeout_s):
+            await self._election.wait_leadership()
+            await self._auditing.wait()
+
+    async def aclose(self) -> None:
+        """Stop the auditor and the worker, leave the election."""
+        await self._tasks.aclose()
+        await self._election.aclose()
+        self._auditing.clear()
+        self._auditor = None
+        log.info("autorecovery %s stopped", self.bookie_id)
+
+    async def __aenter__(self) -> AutoRecovery:
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _lead(self) -> None:
+        """Each term: run an auditor until leadership is lost, then wait for the next."""
+        while True:
+            term = await self._election.wait_leadership()
+            log.info("autorecovery %s is the auditor (term %d)", self.bookie_id, term)
+            auditor = Auditor(self._bk, self._urm, self.config, clock=self._clock)
+            task = self._tasks.spawn(self._keep_running("auditor", auditor.run), "auditor")
+            self._auditor = auditor
+            self._auditing.set()
+            try:
+                await self._election.wait_leadership_lost()
+            finally:
+                self._auditing.clear()
+                self._auditor = None
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            log.info("autorecovery %s is no longer the auditor (term %d)", self.bookie_id, term)
+
+    async def _keep_running(self, what: str, run: Callable[[], Awaitable[None]]) -> None:
+        """``run()`` until cancelled: a failure is logged and ``run`` starts again after a
+        pause that doubles (from ``RESTART_DELAY_S`` to ``RESTART_DELAY_S_MAX``); a run that
+        returns by itself is restarted the same way (it is meant to run until cancelled)."""
+        delay_s = RESTART_DELAY_S
+        while True:
+            started = self._clock.monotonic()
+            try:
+                await run()
+                log.warning("autorecovery %s: the %s returned; restarting", self.bookie_id, what)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "autorecovery %s: the %s failed; starting it again in %.1f s",
+                    self.bookie_id,
+                    what,
+                    delay_s,
+                )
+            if self._clock.monotonic() - started > RESTART_DELAY_S_MAX:
+                delay_s = RESTART_DELAY_S  # it ran for a while: not a crash loop
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, RESTART_DELAY_S_MAX)

@@ -1,0 +1,133 @@
+"""``bkeeper autorecovery``: an auto-recovery process of its own (Java's ``bookkeeper
+autorecovery``), until SIGTERM or Ctrl-C; and what ``bkeeper bookie --autorecovery`` runs.
+
+The process is a candidate in the auditor election and runs a replication worker
+(:class:`bkeeper.autorecovery.service.AutoRecovery`). ``-o key=value`` sets a field of
+:class:`~bkeeper.autorecovery.config.AutoRecoveryConfig` by name (docs/autorecovery.md lists
+them); a bad one is one line naming it. Once running it prints
+``autorecovery <id> ready (metadata <uri>)`` on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+from collections.abc import Iterable
+
+import click
+
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.service import (
+    RESTART_DELAY_S,
+    RESTART_DELAY_S_MAX,
+    AutoRecovery,
+    check_participant_id,
+    default_participant_id,
+)
+from bkeeper.cli._options import metadata_option
+from bkeeper.cli._settings import convert_value
+from bkeeper.client import BookKeeper
+from bkeeper.common.errors import ConfigError
+
+__all__ = ["AUTORECOVERY_FIELDS", "autorecovery", "autorecovery_config", "run_in_bookie"]
+
+log = logging.getLogger(__name__)
+
+#: Field name -> its type as the dataclass writes it.
+AUTORECOVERY_FIELDS: dict[str, str] = {
+    f.name: str(f.type) for f in dataclasses.fields(AutoRecoveryConfig)
+}
+
+
+def _bad(message: str) -> click.UsageError:
+    return click.UsageError(message, ctx=click.get_current_context(silent=True))
+
+
+def autorecovery_config(options: Iterable[str]) -> AutoRecoveryConfig:
+    """The configuration ``-o key=value`` options give (later ones win); a usage error
+    naming the option and the field for an unknown key, a bad value or a refused one."""
+    values: dict[str, object] = {}
+    for option in options:
+        key, equals, text = option.partition("=")
+        key, text = key.strip(), text.strip()
+        if not equals or not key:
+            raise _bad(f"-o {option}: {option!r} is not key=value")
+        if key not in AUTORECOVERY_FIELDS:
+            raise _bad(
+                f"-o {option}: no autorecovery option named {key!r} "
+                "(the names are the fields listed in docs/autorecovery.md)"
+            )
+        try:
+            values[key] = convert_value(AUTORECOVERY_FIELDS[key], text)
+        except ValueError as exc:
+            raise _bad(f"-o {option}: {key}: {exc}") from None
+    try:
+        return AutoRecoveryConfig(**values)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise _bad(str(exc)) from None
+
+
+@click.command()
+@metadata_option
+@click.option(
+    "--id",
+    "participant_id",
+    default=None,
+    metavar="ID",
+    help="Its name in the auditor election and on the locks it holds "
+    "(default: <hostname>:autorecovery-<pid>).",
+)
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set an auto-recovery option by its name (docs/autorecovery.md); repeatable.",
+)
+def autorecovery(metadata_uri: str, participant_id: str | None, options: tuple[str, ...]) -> None:
+    """Run auto-recovery (auditor candidate and replication worker) until SIGTERM."""
+    from bkeeper.cli.bookie import run_event_loop
+
+    config = autorecovery_config(options)
+    participant = participant_id or default_participant_id()
+    try:
+        check_participant_id(participant)
+    except ConfigError as exc:
+        raise _bad(str(exc)) from None
+    run_event_loop(_run(metadata_uri, participant, config))
+
+
+async def _run(metadata_uri: str, participant: str, config: AutoRecoveryConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, participant, config):
+        click.echo(f"autorecovery {participant} ready (metadata {metadata_uri})", err=True)
+        await stop.wait()
+        click.echo(f"autorecovery {participant} stopping", err=True)
+    click.echo(f"autorecovery {participant} stopped", err=True)
+
+
+async def run_in_bookie(metadata_uri: str, bookie_id: str, config: AutoRecoveryConfig) -> None:
+    """Auto-recovery inside a bookie, as ``bookie_id``, until cancelled. A failure (the
+    metadata store unreachable at start, say) is logged and it starts again after a pause
+    that doubles up to ``RESTART_DELAY_S_MAX``: the bookie serves on regardless."""
+    delay_s = RESTART_DELAY_S
+    while True:
+        try:
+            async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, bookie_id, config):
+                log.info("autorecovery %s running in the bookie", bookie_id)
+                delay_s = RESTART_DELAY_S
+                await asyncio.Event().wait()  # until cancelled with the bookie
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("autorecovery %s failed; starting it again in %.1f s", bookie_id, delay_s)
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, RESTART_DELAY_S_MAX)

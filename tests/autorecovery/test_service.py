@@ -1,0 +1,135 @@
+"""``AutoRecovery`` in an in-memory cluster: one auditor among the participants, leadership
+moving when the auditor closes or its session expires, and a lost bookie's ledgers repaired
+without anyone asking."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.service import AutoRecovery, default_participant_id
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.errors import ConfigError
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.testing.cluster import MemoryCluster
+
+PASSWORD = b"pw"
+WAIT_S = 30.0
+#: Polls fast so the scenarios do not wait on the defaults' idle pauses.
+CONFIG = AutoRecoveryConfig(idle_poll_interval_ms=20, failed_ledger_retry_delay_ms=50)
+
+
+async def wait_for(condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Wait until ``condition()`` holds (looked at every 20 ms), at most ``WAIT_S``."""
+    async with asyncio.timeout(WAIT_S):
+        while not await condition():
+            await asyncio.sleep(0.02)
+
+
+async def auditor_of(bk: BookKeeper) -> str | None:
+    return await bk.cluster.underreplication.current_auditor()
+
+
+async def test_one_auditor_and_it_moves_when_the_auditor_closes() -> None:
+    async with MemoryCluster(3) as cluster:
+        bk1, bk2 = await cluster.client(), await cluster.client()
+        first = AutoRecovery(bk1, "recovery-1:0", CONFIG)
+        await first.start()
+        await first.wait_auditor(WAIT_S)
+        async with AutoRecovery(bk2, "recovery-2:0", CONFIG) as second:
+            try:
+                await wait_for(lambda: _votes(bk2, 2), "the second's vote")
+                assert first.is_auditor
+                assert first.auditor is not None
+                assert not second.is_auditor
+                assert second.auditor is None
+                assert await auditor_of(bk2) == "recovery-1:0"
+            finally:
+                await first.aclose()
+            assert not first.is_auditor
+            await second.wait_auditor(WAIT_S)
+            assert second.is_auditor
+            assert await auditor_of(bk1) == "recovery-2:0"
+
+
+async def test_the_auditor_moves_when_its_session_expires_and_it_stands_again() -> None:
+    async with MemoryCluster(3) as cluster:
+        bk1, bk2 = await cluster.client(), await cluster.client()
+        async with AutoRecovery(bk1, "recovery-1:0", CONFIG) as first:
+            await first.wait_auditor(WAIT_S)
+            async with AutoRecovery(bk2, "recovery-2:0", CONFIG) as second:
+                store = bk1.cluster.store
+                await store.expire_session()  # type: ignore[attr-defined]
+                await second.wait_auditor(WAIT_S)
+                # The first learns of the expiry by its own session's events, perhaps after
+                # the second took over (as with ZooKeeper); then its auditor stops.
+                await wait_for(_now(lambda: not first.is_auditor), "the first steps down")
+                assert first.auditor is None
+                assert await auditor_of(bk2) == "recovery-2:0"
+                # The first stands again as a plain candidate, behind the second.
+                await wait_for(lambda: _votes(bk2, 2), "the first's new vote")
+                assert not first.is_auditor
+            await first.wait_auditor(WAIT_S)
+            assert await auditor_of(bk1) == "recovery-1:0"
+
+
+def _now(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def condition() -> bool:
+        return check()
+
+    return condition
+
+
+async def _votes(bk: BookKeeper, count: int) -> bool:
+    directory = f"{bk.cluster.root}/underreplication/auditorelection"
+    return len(await bk.cluster.store.children(directory)) == count
+
+
+async def test_a_lost_bookie_is_replaced_in_every_ledger_without_anyone_asking() -> None:
+    async with MemoryCluster(4) as cluster:
+        writer, runner = await cluster.client(), await cluster.client()
+        ledgers = []
+        for _ in range(4):
+            handle = await writer.create_ledger(3, 2, 2, password=PASSWORD)
+            for entry_id in range(20):
+                await handle.append(b"entry-%d" % entry_id)
+            await handle.close()
+            ledgers.append(handle.ledger_id)
+        lost = cluster.bookies[0].bookie_id
+        async with AutoRecovery(runner, "recovery-1:0", CONFIG) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+            await cluster.stop_bookie(cluster.bookies[0])
+
+            async def repaired() -> bool:
+                for ledger_id in ledgers:
+                    meta = await writer.ledger_metadata(ledger_id)
+                    if any(lost in map(str, ens) for ens in meta.segments.values()):
+                        return False
+                return [e async for e in writer.cluster.underreplication.ledgers()] == []
+
+            await wait_for(repaired, "every ledger repaired")
+        for ledger_id in ledgers:
+            meta = await writer.ledger_metadata(ledger_id)
+            assert meta.state is LedgerState.CLOSED
+            reader = await writer.open_ledger(ledger_id, PASSWORD, recovery=False)
+            got = [entry.data async for entry in reader.read(0, 19)]
+            assert got == [b"entry-%d" % i for i in range(20)]
+
+
+@pytest.mark.parametrize("bad", ["", "has space:1", "slash/no", "x" * 256])
+async def test_a_participant_id_java_cannot_read_is_refused(bad: str) -> None:
+    async with MemoryCluster(1) as cluster:
+        bk = await cluster.client()
+        with pytest.raises(ConfigError, match=r"^id: "):
+            AutoRecovery(bk, bad, CONFIG)
+
+
+def test_the_default_id_is_host_and_pid() -> None:
+    participant = default_participant_id()
+    host, _, rest = participant.rpartition(":")
+    assert host
+    assert rest.startswith("autorecovery-")
+    assert rest.removeprefix("autorecovery-").isdigit()
