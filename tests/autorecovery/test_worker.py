@@ -1,0 +1,397 @@
+"""The replication worker repairs marked ledgers (in-memory cluster: real handlers, storage and
+metadata driver; a fake clock decides grace periods and retry delays)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.expected import expected_entries
+from bkeeper.autorecovery.worker import (
+    ReplicationWorker,
+    WorkerStatus,
+    replicate_ledger,
+)
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import LedgerFencedError, LedgerNotFoundError
+from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkeeper.meta.underreplication import UnderReplicationManager
+from bkeeper.testing.clock import FakeClock
+from bkeeper.testing.cluster import Fault, MemoryCluster
+from bkeeper.wire.messages import AddRequest
+
+PASSWORD = b"secret"
+CLIENT = ClientConfig(add_timeout_ms=60_000, read_timeout_ms=2_000)
+CONFIG = AutoRecoveryConfig(
+    idle_poll_interval_ms=2,
+    failed_ledger_retry_delay_ms=10_000,
+    open_ledger_grace_period_ms=30_000,
+    entries_in_flight_max=16,
+)
+WAIT_S = 30.0  # generous: a bound on a hang, never a timing assertion
+
+
+def payload(ledger_id: int, entry_id: int) -> bytes:
+    return b"%d/%05d:" % (ledger_id, entry_id) + bytes([entry_id % 251]) * (100 + entry_id % 37)
+
+
+async def write_ledger(
+    bk: BookKeeper, sizes: tuple[int, int, int], entries: int, *, close: bool = True
+) -> int:
+    wh = await bk.create_ledger(*sizes, password=PASSWORD)
+    await asyncio.gather(*[await wh.append_async(payload(wh.ledger_id, e)) for e in range(entries)])
+    if close:
+        await wh.close()
+    return wh.ledger_id
+
+
+async def assert_replicated(
+    cluster: MemoryCluster, bk: BookKeeper, ledger_id: int, entries: int, gone: set[str]
+) -> LedgerMetadata:
+    """Every entry of the ledger is stored by every bookie of its write set in the current
+    metadata, none of them ``gone``, and reads back byte-identical."""
+    meta = await bk.ledger_metadata(ledger_id)
+    assert meta.is_closed and meta.last_entry_id == entries - 1
+    members = {str(b) for ensemble in meta.segments.values() for b in ensemble}
+    assert not members & gone
+    for bookie_id in members:
+        storage = cluster.bookie(bookie_id).storage
+        assert storage is not None
+        held = list(expected_entries(meta, bookie_id, meta.last_entry_id))
+        stored = set(storage.list_entries(ledger_id))
+        assert not [e for e in held if e not in stored], bookie_id
+        for entry_id in held:
+            assert storage.read_entry(ledger_id, entry_id).endswith(payload(ledger_id, entry_id))
+    rh = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
+    got = [bytes(e.payload) async for e in rh.read(0, entries - 1)]
+    assert got == [payload(ledger_id, e) for e in range(entries)]
+    return meta
+
+
+def members_of(meta: LedgerMetadata) -> set[str]:
+    return {str(b) for ensemble in meta.segments.values() for b in ensemble}
+
+
+@contextlib.asynccontextmanager
+async def running(worker: ReplicationWorker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_for(worker: ReplicationWorker, check: Callable[[WorkerStatus], bool]) -> None:
+    await asyncio.wait_for(worker.wait_for(check), WAIT_S)
+
+
+async def new_urm(bk: BookKeeper, clock: FakeClock) -> UnderReplicationManager:
+    urm = UnderReplicationManager(bk.cluster.store, bk.cluster.root, clock=clock)
+    await urm.ensure_layout()
+    return urm
+
+
+def hang_adds(cluster: MemoryCluster, bookie_ids: set[str]) -> dict[str, Fault]:
+    """Adds to these bookies are stored but never answered."""
+    return {
+        b: cluster.fault(cluster.bookies.index(cluster.bookie(b)), AddRequest, drop=True)
+        for b in bookie_ids
+    }
+
+
+async def test_worker_repairs_full_and_striped_ledgers() -> None:
+    async with MemoryCluster(6) as cluster:
+        bk = await cluster.client(CLIENT)
+        ledgers = [await write_ledger(bk, (3, 3, 2), 120) for _ in range(4)]
+        ledgers += [await write_ledger(bk, (5, 3, 2), 130) for _ in range(3)]
+        # one more with two segments: the first ensemble loses a bookie while it is written
+        wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        for e in range(40):
+            await wh.append(payload(wh.ledger_id, e))
+        lost = str((await bk.ledger_metadata(wh.ledger_id)).segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        for e in range(40, 90):
+            await wh.append(payload(wh.ledger_id, e))
+        await wh.close()
+        two_segments = wh.ledger_id
+        assert len((await bk.ledger_metadata(two_segments)).segments) == 2
+        ledgers.append(two_segments)
+        counts = {lid: 120 for lid in ledgers[:4]} | {lid: 130 for lid in ledgers[4:7]}
+        counts[two_segments] = 90
+
+        worker_bk = await cluster.client(CLIENT)
+        clock = FakeClock()
+        urm = await new_urm(worker_bk, clock)
+        on_lost = []
+        for lid in ledgers:
+            if lost in members_of(await bk.ledger_metadata(lid)):
+                await urm.mark_underreplicated(lid, [lost])
+                on_lost.append(lid)
+        assert two_segments in on_lost and len(on_lost) >= 3
+        worker = ReplicationWorker(worker_bk, urm, "worker-1", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == len(on_lost))
+        assert [e async for e in urm.ledgers()] == []
+        assert await urm.locked() == []
+        for lid in ledgers:
+            meta = await assert_replicated(cluster, bk, lid, counts[lid], {lost})
+            assert meta.state is LedgerState.CLOSED
+        # only the lost bookie's positions changed, in its segments only
+        status = worker.status
+        assert status.failures == 0 and status.in_progress == () and status.waiting == ()
+        assert status.entries_copied > 0 and status.bytes_copied > status.entries_copied * 100
+
+
+async def test_replicate_ledger_dry_run_and_unmarked_lost_bookies() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 50)
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][1])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        plan_only = await replicate_ledger(bk, lid, None, CONFIG, dry_run=True)
+        assert plan_only.done and plan_only.entries_copied == 0
+        assert plan_only.plan is not None and plan_only.plan.entries == 50
+        assert list(plan_only.replaced) == [0] and list(plan_only.replaced[0]) == [lost]
+        assert await bk.ledger_metadata(lid) == meta  # nothing written
+        outcome = await replicate_ledger(bk, lid, None, CONFIG, rng=random.Random(5))
+        assert outcome.done, outcome.reason
+        assert outcome.entries_copied == 50 and outcome.bytes_copied > 50 * 100
+        new = await assert_replicated(cluster, bk, lid, 50, {lost})
+        assert new.segments[0][1] == outcome.replaced[0][lost]
+        assert [new.segments[0][0], new.segments[0][2]] == [
+            meta.segments[0][0],
+            meta.segments[0][2],
+        ]
+        # nothing left to do: done without copying
+        again = await replicate_ledger(bk, lid, None, CONFIG)
+        assert again.done and again.entries_copied == 0 and again.replaced == {}
+
+
+async def test_target_lost_during_repair_another_is_chosen_next_round() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 60)
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        free = {b.bookie_id for b in cluster.bookies} - members_of(meta)
+        faults = hang_adds(cluster, free)
+        clock = FakeClock()
+        urm = await new_urm(bk, clock)
+        await urm.mark_underreplicated(lid, [lost])
+        worker = ReplicationWorker(await cluster.client(CLIENT), urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.in_progress == (lid,))
+            while not any(f.applied for f in faults.values()):
+                await asyncio.sleep(0.001)  # the copy reaches the target: a condition, polled
+            (target,) = [b for b, f in faults.items() if f.applied]
+            for b in free:
+                cluster.heal(cluster.bookies.index(cluster.bookie(b)))
+            await cluster.stop_bookie(cluster.bookie(target))  # the target dies mid-copy
+            status = await asyncio.wait_for(worker.wait_for(lambda s: s.failures == 1), WAIT_S)
+            assert status.waiting == (lid,) and status.replicated == 0
+            assert target in status.last_failure
+            # no answer came: the sink sent exactly its in-flight limit, then waited
+            assert faults[target].applied == CONFIG.entries_in_flight_max
+            entry = await urm.get(lid)
+            assert entry is not None and entry.missing_replicas == (lost,)
+            assert await bk.ledger_metadata(lid) == meta  # not changed
+            clock.advance(CONFIG.failed_ledger_retry_delay_ms / 1000.0)
+            await wait_for(worker, lambda s: s.replicated == 1)
+        (other,) = free - {target}
+        new = await assert_replicated(cluster, bk, lid, 60, {lost, target})
+        assert other in members_of(new)
+
+
+async def test_worker_killed_holding_a_lock_gives_the_ledger_to_another() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 40)
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][2])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        free = {b.bookie_id for b in cluster.bookies} - members_of(meta)
+        faults = hang_adds(cluster, free)
+        clock = FakeClock()
+        bk_a = await cluster.client(CLIENT)
+        urm_a = await new_urm(bk_a, clock)
+        await urm_a.mark_underreplicated(lid, [lost])
+        worker_a = ReplicationWorker(bk_a, urm_a, "worker-a", CONFIG, clock=clock)
+        task_a = asyncio.create_task(worker_a.run())
+        await wait_for(worker_a, lambda s: s.in_progress == (lid,))
+        while not any(f.applied for f in faults.values()):
+            await asyncio.sleep(0.001)
+        urm_b = await new_urm(await cluster.client(CLIENT), clock)
+        assert await urm_b.locked() == [(lid, "worker-a")]
+        assert not await urm_b.try_lock(lid, "worker-b")
+        # worker a dies: its session ends first (a killed process), then its tasks
+        await bk_a.cluster.store.aclose()
+        task_a.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task_a
+        assert await urm_b.locked() == []
+        for b in free:
+            cluster.heal(cluster.bookies.index(cluster.bookie(b)))
+        worker_bk = await cluster.client(CLIENT)
+        urm_b = await new_urm(worker_bk, clock)
+        worker_b = ReplicationWorker(worker_bk, urm_b, "worker-b", CONFIG, clock=clock)
+        async with running(worker_b):
+            await wait_for(worker_b, lambda s: s.replicated == 1)
+        assert await urm_b.get(lid) is None
+        await assert_replicated(cluster, bk, lid, 40, {lost})
+
+
+async def test_ledger_deleted_while_being_repaired_is_unmarked() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 40)
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        free = {b.bookie_id for b in cluster.bookies} - members_of(meta)
+        faults = hang_adds(cluster, free)
+        clock = FakeClock()
+        worker_bk = await cluster.client(CLIENT)
+        urm = await new_urm(worker_bk, clock)
+        await urm.mark_underreplicated(lid, [lost])
+        worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.in_progress == (lid,))
+            while not any(f.applied for f in faults.values()):
+                await asyncio.sleep(0.001)
+            await bk.delete_ledger(lid)
+            (target,) = [b for b, f in faults.items() if f.applied]
+            await cluster.stop_bookie(cluster.bookie(target))  # the copy fails now
+            status = await asyncio.wait_for(worker.wait_for(lambda s: s.replicated == 1), WAIT_S)
+        assert status.failures == 0 and status.waiting == ()
+        assert await urm.get(lid) is None
+        with pytest.raises(LedgerNotFoundError):
+            await bk.ledger_metadata(lid)
+
+
+async def test_ledger_deleted_before_it_is_taken_is_unmarked() -> None:
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 10)
+        await bk.delete_ledger(lid)
+        clock = FakeClock()
+        urm = await new_urm(bk, clock)
+        await urm.mark_underreplicated(lid, ["bookie-0:3181"])
+        outcome = await replicate_ledger(bk, lid, ["bookie-0:3181"], CONFIG)
+        assert outcome.done and outcome.reason == "the ledger was deleted"
+        worker = ReplicationWorker(await cluster.client(CLIENT), urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == 1)
+        assert await urm.get(lid) is None
+
+
+async def test_open_ledger_is_fenced_only_after_the_grace_period() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        lid = wh.ledger_id
+        for e in range(30):
+            await wh.append(payload(lid, e))
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][1])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        clock = FakeClock()
+        worker_bk = await cluster.client(CLIENT)
+        urm = await new_urm(worker_bk, clock)
+        await urm.mark_underreplicated(lid, [lost])
+        worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            status = await asyncio.wait_for(
+                worker.wait_for(lambda s: s.waiting == (lid,) and not s.in_progress), WAIT_S
+            )
+            assert status.failures == 0 and status.replicated == 0
+            # the writer is left alone: the ledger is open, no bookie fenced it
+            assert (await bk.ledger_metadata(lid)).state is LedgerState.OPEN
+            for bookie_id in members_of(meta) - {lost}:
+                storage = cluster.bookie(bookie_id).storage
+                assert storage is not None and not storage.is_fenced(lid)
+            assert await urm.get(lid) is not None and await urm.locked() == []
+            clock.advance(CONFIG.open_ledger_grace_period_ms / 1000.0 - 1.0)
+            await asyncio.wait_for(worker.wait_for(lambda s: s.waiting == (lid,)), WAIT_S)
+            assert (await bk.ledger_metadata(lid)).state is LedgerState.OPEN
+            clock.advance(1.0)
+            await wait_for(worker, lambda s: s.replicated == 1)
+        await assert_replicated(cluster, bk, lid, 30, {lost})
+        with pytest.raises(LedgerFencedError):
+            await wh.append(payload(lid, 30))
+
+
+async def test_open_ledger_earlier_segments_are_repaired_without_fencing() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        lid = wh.ledger_id
+        for e in range(20):
+            await wh.append(payload(lid, e))
+        lost = str((await bk.ledger_metadata(lid)).segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        for e in range(20, 30):
+            await wh.append(payload(lid, e))  # the writer replaces the lost bookie
+        assert len((await bk.ledger_metadata(lid)).segments) == 2
+        outcome = await replicate_ledger(bk, lid, [lost], CONFIG, fence_open=False)
+        assert outcome.done and list(outcome.replaced) == [0], outcome.reason
+        meta = await bk.ledger_metadata(lid)
+        assert meta.state is LedgerState.OPEN and lost not in members_of(meta)
+        for e in range(30, 35):
+            await wh.append(payload(lid, e))  # the writer goes on
+        await wh.close()
+        await assert_replicated(cluster, bk, lid, 35, {lost})
+
+
+async def test_not_enough_bookies_keeps_the_ledger_marked_and_retries() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        spare = cluster.bookies[3:]
+        for bookie in spare:
+            await cluster.stop_bookie(bookie)
+        lid = await write_ledger(bk, (3, 3, 2), 25)  # on bookies 0, 1, 2
+        lost = "bookie-0:3181"
+        await cluster.stop_bookie(cluster.bookie(lost))
+        clock = FakeClock()
+        worker_bk = await cluster.client(CLIENT)
+        urm = await new_urm(worker_bk, clock)
+        await urm.mark_underreplicated(lid, [lost])
+        worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            status = await asyncio.wait_for(worker.wait_for(lambda s: s.failures == 1), WAIT_S)
+            assert "no bookie can replace" in status.last_failure
+            assert status.waiting == (lid,)
+            assert await urm.get(lid) is not None and await urm.locked() == []
+            await cluster.start_bookie(spare[0])
+            clock.advance(CONFIG.failed_ledger_retry_delay_ms / 1000.0)
+            await wait_for(worker, lambda s: s.replicated == 1)
+        meta = await assert_replicated(cluster, bk, lid, 25, {lost})
+        assert spare[0].bookie_id in members_of(meta)
+
+
+async def test_disabled_worker_stays_idle() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 10)
+        lost = str((await bk.ledger_metadata(lid)).segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        clock = FakeClock()
+        urm = await new_urm(bk, clock)
+        await urm.disable()
+        await urm.mark_underreplicated(lid, [lost])
+        worker = ReplicationWorker(await cluster.client(CLIENT), urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: not s.enabled)
+            assert await urm.locked() == [] and await urm.get(lid) is not None
+            await urm.enable()
+            await wait_for(worker, lambda s: s.replicated == 1)
+        await assert_replicated(cluster, bk, lid, 10, {lost})
