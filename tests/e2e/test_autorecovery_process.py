@@ -126,10 +126,9 @@ async def test_killed_bookies_are_rebuilt_one_after_another(sandbox: Sandbox) ->
         second = next(i for i in reversed(range(BOOKIES)) if i != first)
         dead: set[str] = set()
         for victim in (first, second):
-            assert any(
-                _naming(await bk.ledger_metadata(ledger), {_bookie_id(sandbox, victim)})
-                for ledger in ledgers
-            ), "the victim held none of the ledgers: nothing to prove"
+            metas = [await bk.ledger_metadata(ledger) for ledger in ledgers]
+            held = [m for m in metas if _naming(m, {_bookie_id(sandbox, victim)})]
+            assert held, "the victim held none of the ledgers: nothing to prove"
             sandbox.kill_bookie(victim)
             dead.add(_bookie_id(sandbox, victim))
             await _wait_repaired(bk, ledgers, dead)

@@ -86,6 +86,7 @@ class JavaBookKeeper:
         command = [
             self.java, *_JAVA_OPTIONS,
             f"-Dlog4j.configurationFile={self.home / 'conf' / 'log4j2.cli.xml'}",
+            f"-Dbookkeeper.cli.log.dir={conf_dir}",
             "-cp", f"{self.home / 'jars'}/*:{self.home / 'lib'}/*",
             _SHELL, "-conf", str(conf), *args,
         ]  # fmt: skip
