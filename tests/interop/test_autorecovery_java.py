@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
+from tests.e2e.helpers import bkeeper
 from tests.interop.javabk import JavaBookKeeper, ShellRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
@@ -67,6 +69,16 @@ def _count(run: ShellRun) -> int:
     return int(counts[0].rpartition(":")[2])
 
 
+async def _our_cli(uri: str, *args: str) -> dict[int, Listed]:
+    """What ``bkeeper shell listunderreplicated --json ARGS`` prints."""
+    done = await asyncio.to_thread(bkeeper, uri, "shell", "listunderreplicated", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    return {
+        row["ledger_id"]: Listed(row["ctime_ms"], row["missing_replicas"], row["worker"])
+        for row in json.loads(done.stdout)
+    }
+
+
 async def _ours(urm: UnderReplicationManager) -> dict[int, Listed]:
     return {
         entry.ledger_id: Listed(entry.ctime_ms, list(entry.missing_replicas))
@@ -109,6 +121,7 @@ async def test_listunderreplicated_agrees_with_ours(
         for ledger, entry in ours.items()
     }
     assert listed == expected, everything.output
+    assert await _our_cli(uri) == expected
     assert _count(everything) == len(MARKS)
 
     with_a = {ledger for ledger, entry in ours.items() if A in entry.replicas}
@@ -117,6 +130,7 @@ async def test_listunderreplicated_agrees_with_ours(
         ledger: Listed(expected[ledger].ctime_ms, expected[ledger].replicas) for ledger in with_a
     }
     assert _count(missing_a) == len(with_a)
+    assert await _our_cli(uri, "--missing", A) == {ledger: expected[ledger] for ledger in with_a}
 
     without_b = {ledger for ledger, entry in ours.items() if B not in entry.replicas}
     assert set(_listed(excluding_b)) == without_b == {1, 70_000, 4_294_967_297}
@@ -163,6 +177,11 @@ async def test_whoisauditor_names_our_elected_auditor(
     async def whoisauditor() -> str | None:
         java = _auditor(await asyncio.to_thread(javabk.shell, uri, tmp_path, "whoisauditor"))
         assert await urm.current_auditor() == java
+        cli = await asyncio.to_thread(bkeeper, uri, "shell", "whoisauditor")
+        if java is None:
+            assert cli.returncode != 0 and "no auditor is elected" in cli.stderr, cli
+        else:
+            assert (cli.returncode, cli.stdout) == (0, f"{java}\n"), cli
         return java
 
     first_id, second_id = "127.0.0.1:3185", "127.0.0.1:3186"
@@ -230,6 +249,9 @@ async def test_queryautorecoverystatus_lists_our_locks(
         expected = [(3, WORKER), (70_000, "127.0.0.1:3191")]
         assert await urm.locked() == expected
         assert await java_locked() == expected
+        cli = await asyncio.to_thread(bkeeper, uri, "shell", "queryautorecoverystatus", "--json")
+        assert cli.returncode == 0, cli.stderr
+        assert [tuple(held) for held in json.loads(cli.stdout)["locked"]] == expected
     # The other worker's session ended: its ephemeral lock went with it.
     assert await java_locked() == [(3, WORKER)] == await urm.locked()
 
@@ -251,6 +273,13 @@ async def test_lost_bookie_recovery_delay_is_shared_with_java(
     run = await asyncio.to_thread(shell, "lostbookierecoverydelay", "-set", "12")
     assert "Successfully set LostBookieRecoveryDelay value in ZK: 12" in run.messages
     assert await urm.lost_bookie_recovery_delay_s() == 12
+    cli = await asyncio.to_thread(bkeeper, uri, "shell", "lostbookierecoverydelay")
+    assert (cli.returncode, cli.stdout) == (0, "lostBookieRecoveryDelay: 12 s\n"), cli
+    cli = await asyncio.to_thread(bkeeper, uri, "shell", "lostbookierecoverydelay", "--set", "3")
+    assert cli.returncode == 0, cli.stderr
+    run = await asyncio.to_thread(shell, "lostbookierecoverydelay", "-get")
+    assert "LostBookieRecoveryDelay value in ZK: 3" in run.messages, run.output
+    run = await asyncio.to_thread(shell, "lostbookierecoverydelay", "-set", "12")
 
     # ``triggeraudit`` rewrites the delay node (same value) while an auditor is elected:
     # our watch sees that write, which is what makes our auditor audit at once.
