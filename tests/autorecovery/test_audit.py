@@ -11,6 +11,7 @@ from bkeeper.autorecovery.audit import (
     bookies_holding_entries,
     fragment_checks,
     ledgers_to_mark,
+    placement_violations,
 )
 from bkeeper.autorecovery.expected import expected_entries
 from bkeeper.meta import DigestType
@@ -177,6 +178,8 @@ def test_fragment_checks_of_open_ledgers() -> None:
         FragmentCheck(4, C, 5, (5, 6)),
     ]
     assert fragment_checks(5, _meta({0: (A, B, C)}, 3)) == []
+    # a LAC behind the last segment's start: the complete segments are still probed
+    assert fragment_checks(4, open_ledger, last_entry_id=2) == fragment_checks(4, open_ledger)
     # a closed ledger ignores the hint: its last entry is known
     assert fragment_checks(6, _meta({0: (A,)}, 1, last=0), last_entry_id=50) == [
         FragmentCheck(6, A, 0, (0,))
@@ -218,3 +221,22 @@ def test_loss_tracker_never_seen_is_not_tracked() -> None:
     tracker.update(set(), now=0.0)
     tracker.update({D}, now=1.0)
     assert tracker.due(100.0, 0.0) == []
+
+
+def test_placement_violations_per_write_set() -> None:
+    racks = {A: "r1", B: "r1", C: "r2", D: "r2", E: "r3"}
+    # E3/Qw2: write sets {0,1}, {1,2}, {2,0}; A and B share r1
+    bad = _meta({0: (A, B, C), 5: (A, C, E)}, 2, last=9)
+    assert placement_violations(bad, racks, racks_available=3) == (0,)
+    # with one rack up, nothing better was possible
+    assert placement_violations(bad, racks, racks_available=1) == ()
+    # E3/Qw3: one write set, the whole ensemble; two racks among three bookies
+    whole = _meta({0: (A, C, E), 3: (A, B, C)}, 3, last=9)
+    assert placement_violations(whole, racks, racks_available=3) == (3,)
+    assert placement_violations(whole, racks, racks_available=2) == ()
+    # E4/Qw2 striped: sets {A,C} {C,B} {B,D} {D,A}: all on two racks
+    striped = _meta({0: (A, C, B, D)}, 2, last=9)
+    assert placement_violations(striped, racks, racks_available=3) == ()
+    # bookies without a rack are on the default rack together
+    assert placement_violations(_meta({0: (F, "x:1")}, 2, last=0), racks, 3) == (0,)
+    assert placement_violations(_meta({0: (F, "x:1")}, 2, last=0), {}, 1) == ()

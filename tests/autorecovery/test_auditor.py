@@ -17,6 +17,9 @@ from bkeeper.autorecovery.auditor import Auditor, lead_audits
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import ClientClosedError
+from bkeeper.meta import DigestType
+from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -380,3 +383,75 @@ async def test_a_check_never_run_runs_at_start(recorded: bool) -> None:
         config = dataclasses.replace(CONFIG, check_all_ledgers_interval_s=100.0)
         async with running(Auditor(bk, urm, config, clock=clock)) as auditor:
             assert "ledgers" in auditor.reports
+
+
+async def test_unreadable_nodes_do_not_stop_the_auditor() -> None:
+    """A delay node that is not a number means the config's delay until it is rewritten
+    (which audits at once); an unreadable ctime node means "never ran"."""
+    async with cluster_of(3) as (cluster, bk):
+        ledgers = await write_ledgers(bk, 2)
+        urm, clock = bk.cluster.underreplication, FakeClock()
+        base = f"{bk.cluster.root}/underreplication"
+        await bk.cluster.store.create(f"{base}/lostBookieRecoveryDelay", b"soon")
+        await bk.cluster.store.create(f"{base}/checkallledgersctime", b"\xff\xff")
+        config = dataclasses.replace(
+            CONFIG, lost_bookie_recovery_delay_s=3600, check_all_ledgers_interval_s=100.0
+        )
+        async with running(Auditor(bk, urm, config, clock=clock)) as auditor:
+            assert auditor.delay_s == 3600
+            assert auditor.reports["ledgers"].ledgers_audited == len(ledgers)
+            lost = cluster.bookies[0].bookie_id
+            await cluster.stop_bookie(cluster.bookies[0])
+            await until(lambda: lost in auditor.pending, "the loss seen")
+            await bk.cluster.store.set(f"{base}/lostBookieRecoveryDelay", b"3600")
+            await until(lambda: auditor.pending == {}, "the audit")
+            assert set((await markers(urm)).values()) == {(lost,)}
+
+
+async def test_check_all_ledgers_probes_an_open_ledger_up_to_its_lac() -> None:
+    async with cluster_of(3) as (cluster, bk):
+        writer = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        for entry_id in range(5):
+            await writer.append(b"entry-%d" % entry_id)
+        holder = cluster.bookies[1]
+        assert holder.storage is not None
+        holder.storage.delete_ledger(writer.ledger_id)
+        report = await Auditor(bk, bk.cluster.underreplication, CONFIG).check_all_ledgers()
+        assert report.marked == {writer.ledger_id: (holder.bookie_id,)}
+        assert report.fragments_checked == 3
+        await writer.append(b"still writing")  # the auditor reads, it never fences
+
+
+async def test_run_raises_what_stopped_it() -> None:
+    async with cluster_of(3) as (_cluster, bk):
+        auditor = Auditor(bk, bk.cluster.underreplication, CONFIG, clock=FakeClock())
+        await bk.close()
+        with pytest.raises(ClientClosedError):  # itself, not in an exception group
+            await asyncio.wait_for(auditor.run(), WAIT_S)
+
+
+async def test_placement_check_reports_segments_on_too_few_racks() -> None:
+    async with cluster_of(4) as (cluster, bk):
+        names = [b.bookie_id for b in cluster.bookies]
+        racks = {names[0]: "/r1", names[1]: "/r1", names[2]: "/r2", names[3]: "/r3"}
+        ledger_ids = []
+        for ensemble in ((names[0], names[1], names[2]), (names[0], names[2], names[3])):
+            meta = LedgerMetadata.new(ensemble, 3, 2, DigestType.CRC32C, PASSWORD)
+            ledger_id, _ = await bk.cluster.ledgers.create(meta)
+            ledger_ids.append(ledger_id)
+        urm, clock = bk.cluster.underreplication, FakeClock()
+        aware = await cluster.client(ClientConfig(placement="rackaware", racks=racks))
+        config = dataclasses.replace(CONFIG, placement_check_interval_s=3600.0)
+        async with running(Auditor(aware, urm, config, clock=clock)) as auditor:
+            report = auditor.reports["placement"]
+            assert report.not_adhering == {ledger_ids[0]: (0,)}
+            assert (report.ledgers_audited, report.marked) == (2, {})
+            assert await urm.check_ctime_ms("placementpolicycheck") == clock.wall_ms()
+            clock.advance(3599)
+            await one_pass(auditor)
+            assert auditor.reports["placement"] is report  # not due yet
+            clock.advance(1)
+            auditor.poke()
+            await until(lambda: auditor.reports["placement"] is not report, "the next check")
+        # random placement: one rack, everything adheres
+        assert (await Auditor(bk, urm, CONFIG).placement_check()).not_adhering == {}

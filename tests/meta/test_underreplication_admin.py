@@ -128,3 +128,23 @@ async def test_check_ctimes_in_javas_binary_format(open_cluster: OpenCluster) ->
         assert await one.underreplication.check_ctime_ms(check) == ms + 10
     with pytest.raises(ConfigError, match="check: must be one of checkallledgers"):
         await one.underreplication.check_ctime_ms("auditall")
+
+
+async def test_watch_delay_past_an_unreadable_value(open_cluster: OpenCluster) -> None:
+    metadata = await open_cluster()
+    node = _node(metadata, "lostBookieRecoveryDelay")
+    await metadata.store.create(node, b"soon")
+    seen: list[str] = []
+    values = metadata.underreplication.watch_lost_bookie_recovery_delay(
+        on_unreadable=lambda exc: seen.append(str(exc))
+    )
+    async with contextlib.aclosing(values):
+        assert await asyncio.wait_for(anext(values), WAIT_S) is None
+        assert seen == ["lostBookieRecoveryDelay holds b'soon', not whole seconds"]
+        await metadata.store.set(node, b"12")
+        assert await asyncio.wait_for(anext(values), WAIT_S) == 12
+    strict = metadata.underreplication.watch_lost_bookie_recovery_delay()
+    await metadata.store.set(node, b"later")
+    async with contextlib.aclosing(strict):
+        with pytest.raises(ProtocolError, match="not whole seconds"):
+            await asyncio.wait_for(anext(strict), WAIT_S)

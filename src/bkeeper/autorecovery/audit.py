@@ -8,6 +8,8 @@
 * :func:`fragment_checks`: the probe reads of check-all-ledgers: for each bookie of each
   segment, the first and the last entry that bookie should hold there (BookKeeper's
   LedgerChecker reads the same two).
+* :func:`placement_violations`: the segments whose write sets span fewer racks than they
+  could (the placement check);
 * :class:`LossTracker`: which bookies are lost since when, and which are due for marking once
   the lost-bookie delay has passed; a bookie back before that is forgotten.
 
@@ -21,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bkeeper.autorecovery.expected import Stripe, stripes_of
+from bkeeper.client.placement import DEFAULT_RACK
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "bookies_holding_entries",
     "fragment_checks",
     "ledgers_to_mark",
+    "placement_violations",
 ]
 
 
@@ -51,7 +55,8 @@ class AuditReport:
     ``marked``: ledger id -> the bookies it was marked missing (sorted). ``failed``: ledger id
     -> why it could not be audited (its metadata unreadable, a probe that could not tell); it
     is audited again on the next run. ``lost``: the bookies the audit counted as lost.
-    ``deferred``: auto-recovery is disabled, nothing was done.
+    ``deferred``: auto-recovery is disabled, nothing was done. ``not_adhering`` (placement
+    check): ledger id -> first entries of its segments that do not adhere to the placement.
     """
 
     ledgers_audited: int = 0
@@ -60,6 +65,7 @@ class AuditReport:
     failed: Mapping[int, str] = field(default_factory=dict)
     lost: tuple[str, ...] = ()
     deferred: bool = False
+    not_adhering: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def bookies_holding_entries(meta: LedgerMetadata, *, empty_segments: bool = False) -> set[str]:
@@ -103,10 +109,9 @@ def fragment_checks(
     """
     if meta.state is LedgerState.CLOSED:
         last = meta.last_entry_id
-    elif last_entry_id is not None:
-        last = last_entry_id
-    else:
-        last = max(meta.segments) - 1
+    else:  # segments before the last are complete whatever the LAC says
+        floor = max(meta.segments) - 1
+        last = floor if last_entry_id is None else max(last_entry_id, floor)
     checks = []
     for first, ensemble in meta.segments.items():
         for bookie in ensemble:
@@ -117,6 +122,24 @@ def fragment_checks(
                 if probes:
                     checks.append(FragmentCheck(ledger_id, str(bookie), first, probes))
     return checks
+
+
+def placement_violations(
+    meta: LedgerMetadata, racks: Mapping[str, str], racks_available: int
+) -> tuple[int, ...]:
+    """First entries of the segments with a write set on fewer distinct racks than
+    ``min(write quorum, racks_available)`` (bookies missing from ``racks`` are on
+    ``DEFAULT_RACK``), in entry order."""
+    need = min(meta.write_quorum, racks_available)
+    size, quorum = meta.ensemble_size, meta.write_quorum
+    bad = []
+    for first, ensemble in meta.segments.items():
+        for start in range(size if quorum < size else 1):
+            members = (ensemble[(start + k) % size] for k in range(quorum))
+            if len({racks.get(b, DEFAULT_RACK) for b in members}) < need:
+                bad.append(first)
+                break
+    return tuple(bad)
 
 
 def _first_held(stripe: Stripe) -> int | None:

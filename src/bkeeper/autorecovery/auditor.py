@@ -10,7 +10,8 @@ While leading (see :func:`lead_audits`), :meth:`Auditor.run` follows three thing
   every lost bookie at once;
 * time: the bookie check (every ``bookie_check_interval_s``, and once at start) and
   check-all-ledgers (every ``check_all_ledgers_interval_s``, next due from the cluster's
-  ``checkallledgersctime``, so a new auditor does not repeat a check that just ran).
+  ``checkallledgersctime``, so a new auditor does not repeat a check that just ran), and the
+  placement check (every ``placement_check_interval_s``, 0: off; its own ctime node).
 
 A *bookie check* (:meth:`Auditor.audit_now` marks every lost bookie, the periodic one only
 those due) reads every ledger's metadata (``audit_metadata_reads_in_flight_max`` at once) and
@@ -45,9 +46,11 @@ from bkeeper.autorecovery.audit import (
     LossTracker,
     bookies_holding_entries,
     fragment_checks,
+    placement_violations,
 )
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.placement import DEFAULT_RACK
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
@@ -69,6 +72,7 @@ __all__ = ["Auditor", "lead_audits"]
 log = logging.getLogger(__name__)
 
 CHECK_ALL_LEDGERS = "checkallledgers"
+PLACEMENT_CHECK = "placementpolicycheck"
 
 _Verdict = Literal["ok", "missing", "unknown"]
 
@@ -82,6 +86,7 @@ class _Tally:
     marked: dict[int, tuple[str, ...]] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
+    not_adhering: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def report(self) -> AuditReport:
         return AuditReport(
@@ -90,6 +95,7 @@ class _Tally:
             dict(sorted(self.marked.items())),
             dict(sorted(self.failed.items())),
             tuple(sorted(self.lost)),
+            not_adhering=dict(sorted(self.not_adhering.items())),
         )
 
 
@@ -115,8 +121,9 @@ class Auditor:
         self._delay_known = asyncio.Event()
         self._live_known = asyncio.Event()
         self._next_bookie_check = math.inf
-        self._next_check_all = math.inf
-        self._hold_until = -math.inf  # while disabled: no bookie check before this
+        #: periodic check (a ctime node's name) -> when it is due next (monotonic seconds)
+        self._next_check: dict[str, float] = {}
+        self._hold_until = -math.inf  # disabled or a failed pass: no bookie check before
         #: the available bookies last seen (writable and read-only)
         self.live: frozenset[str] = frozenset()
         #: passes of :meth:`run`'s loop completed (tests wait on it)
@@ -140,10 +147,13 @@ class Auditor:
 
     async def run(self) -> None:
         """Audit until cancelled (call it only while this process leads the election)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._follow_bookies(), name="auditor: bookies")
-            group.create_task(self._follow_delay(), name="auditor: delay")
-            group.create_task(self._loop(), name="auditor: checks")
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._follow_bookies(), name="auditor: bookies")
+                group.create_task(self._follow_delay(), name="auditor: delay")
+                group.create_task(self._loop(), name="auditor: checks")
+        except BaseExceptionGroup as failed:  # the first failure stopped the others: raise it
+            raise failed.exceptions[0] from None
 
     async def audit_now(self) -> AuditReport:
         """Mark every ledger with entries on a bookie that is not available, at once."""
@@ -176,6 +186,37 @@ class Auditor:
         )
         return report
 
+    async def placement_check(self) -> AuditReport:
+        """Find the segments whose write sets span fewer racks than the live bookies allow
+        (the client's ``racks`` with ``placement="rackaware"``; otherwise every bookie is on
+        one rack and all adhere). Reported in ``not_adhering``, not marked (as BookKeeper
+        without ``repairedPlacementPolicyNotAdheringBookieEnabled``). Records its ctime."""
+        client = self._bk.config
+        racks = dict(client.racks) if client.placement == "rackaware" else {}
+        bookies = await self._bk.cluster.registry.bookies()
+        live = bookies.writable | bookies.read_only
+        racks_available = len({racks.get(b, DEFAULT_RACK) for b in live})
+        tally = _Tally()
+
+        async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
+            tally.ledgers += 1
+            bad = placement_violations(meta, racks, racks_available)
+            if bad:
+                tally.not_adhering[ledger_id] = bad
+
+        await self._each_ledger(visit, tally)
+        await self._urm.set_check_ctime_ms(PLACEMENT_CHECK, self._clock.wall_ms())
+        report = tally.report()
+        self.reports["placement"] = report
+        if report.not_adhering:
+            log.warning(
+                "placement check: %d of %d ledgers have segments not adhering to the "
+                "rack-aware placement",
+                len(report.not_adhering),
+                report.ledgers_audited,
+            )
+        return report
+
     # -- the loop ---------------------------------------------------------------------------
     async def _follow_bookies(self) -> None:
         async with contextlib.aclosing(self._bk.cluster.registry.watch()) as sets:
@@ -192,29 +233,43 @@ class Auditor:
                 self._wake.set()
 
     async def _follow_delay(self) -> None:
+        def unreadable(exc: ProtocolError) -> None:
+            default_s = self._config.lost_bookie_recovery_delay_s
+            log.warning("%s: using %d s until it is rewritten", exc, default_s)
+
         first = True
-        async with contextlib.aclosing(self._urm.watch_lost_bookie_recovery_delay()) as values:
+        watch = self._urm.watch_lost_bookie_recovery_delay(on_unreadable=unreadable)
+        async with contextlib.aclosing(watch) as values:
             async for value in values:
-                self._delay_s = (
-                    self._config.lost_bookie_recovery_delay_s if value is None else value
-                )
-                if not first:
-                    log.info("lostBookieRecoveryDelay written (%d s): auditing now", self._delay_s)
-                    self._triggered = True
+                self._set_delay(value, triggered=not first)
                 first = False
-                self._delay_known.set()
-                self._wake.set()
+
+    def _set_delay(self, value: int | None, *, triggered: bool) -> None:
+        self._delay_s = self._config.lost_bookie_recovery_delay_s if value is None else value
+        if triggered:
+            log.info("lostBookieRecoveryDelay written (%d s): auditing now", self._delay_s)
+            self._triggered = True
+        self._delay_known.set()
+        self._wake.set()
 
     async def _loop(self) -> None:
         await self._delay_known.wait()
         await self._live_known.wait()
         now = self._clock.monotonic()
         self._next_bookie_check = now  # once at start, whatever the interval
-        interval = self._config.check_all_ledgers_interval_s
-        if interval > 0:
-            last_ms = await self._urm.check_ctime_ms(CHECK_ALL_LEDGERS)
-            since_s = 0.0 if last_ms is None else (self._clock.wall_ms() - last_ms) / 1000
-            self._next_check_all = now + (interval - since_s if last_ms is not None else 0.0)
+        for check, interval in self._periodic().items():
+            if interval <= 0:
+                continue
+            try:
+                last_ms = await self._urm.check_ctime_ms(check)
+            except ProtocolError as exc:
+                log.warning("%s: taken as never run", exc)
+                last_ms = None
+            if last_ms is None:  # never ran: now (as BookKeeper)
+                self._next_check[check] = now
+            else:  # a clock behind the recorded time counts as "just ran"
+                since_s = max(0.0, (self._clock.wall_ms() - last_ms) / 1000)
+                self._next_check[check] = now + max(0.0, interval - since_s)
         while True:
             self._wake.clear()
             try:
@@ -223,7 +278,9 @@ class Auditor:
                 retry_s = self._config.audit_retry_delay_s
                 log.warning("audit pass failed, again in %.1f s: %s", retry_s, exc)
                 retry_at = self._clock.monotonic() + retry_s
-                self._next_bookie_check = min(self._next_bookie_check, retry_at)
+                self._hold_until = retry_at  # what was due stays due, tried again then
+                for check, due in self._next_check.items():
+                    self._next_check[check] = max(due, retry_at)
             self.passes += 1
             now = self._clock.monotonic()
             wait_s = self._next_due() - now
@@ -240,7 +297,7 @@ class Auditor:
             math.inf if due is None else due,
             -math.inf if self._triggered else math.inf,
         )
-        return min(max(bookies, self._hold_until), self._next_check_all)
+        return min(max(bookies, self._hold_until), *self._next_check.values(), math.inf)
 
     async def _pass(self) -> None:
         now = self._clock.monotonic()
@@ -250,12 +307,21 @@ class Auditor:
                 await self._run_bookie_check(True, now)
             elif now >= self._next_bookie_check or self._tracker.due(now, self._delay_s):
                 await self._run_bookie_check(False, now)
-        if now >= self._next_check_all:
-            report = await self.check_all_ledgers()
+        for check, interval in self._periodic().items():
+            if now < self._next_check.get(check, math.inf):
+                continue
+            run = self.check_all_ledgers if check == CHECK_ALL_LEDGERS else self.placement_check
+            report = await run()
             if report.deferred:
-                self._next_check_all = now + self._config.idle_poll_interval_ms / 1000
+                self._next_check[check] = now + self._config.idle_poll_interval_ms / 1000
             else:
-                self._next_check_all = now + self._config.check_all_ledgers_interval_s
+                self._next_check[check] = now + interval
+
+    def _periodic(self) -> dict[str, float]:
+        return {
+            CHECK_ALL_LEDGERS: self._config.check_all_ledgers_interval_s,
+            PLACEMENT_CHECK: self._config.placement_check_interval_s,
+        }
 
     async def _run_bookie_check(self, force: bool, now: float) -> None:
         periodic = now >= self._next_bookie_check
@@ -324,17 +390,20 @@ class Auditor:
             handle = await self._bk.open_ledger(ledger_id, meta.password, recovery=False)
         except LedgerNotFoundError:
             return  # deleted meanwhile
-        last: int | None = None
-        if meta.state is not LedgerState.CLOSED:
-            try:
-                last = await handle.read_last_add_confirmed()
-            except BKeeperError as exc:
-                log.info("ledger %d: LAC unknown (%s), last segment not checked", ledger_id, exc)
-        checks = [
-            c for c in fragment_checks(ledger_id, meta, last_entry_id=last) if c.bookie in live
-        ]
-        tally.fragments += len(checks)
-        results = await asyncio.gather(*(self._probe(handle, c, probes) for c in checks))
+        try:
+            last: int | None = None
+            if meta.state is not LedgerState.CLOSED:
+                try:
+                    last = await handle.read_last_add_confirmed()
+                except BKeeperError as exc:
+                    log.info("ledger %d: LAC unknown (%s), last segment unchecked", ledger_id, exc)
+            checks = [
+                c for c in fragment_checks(ledger_id, meta, last_entry_id=last) if c.bookie in live
+            ]
+            tally.fragments += len(checks)
+            results = await asyncio.gather(*(self._probe(handle, c, probes) for c in checks))
+        finally:
+            await handle.close()
         missing = sorted(
             {
                 c.bookie

@@ -24,7 +24,7 @@ ledger marked again meanwhile stays queued; empty hex directories are pruned.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -238,11 +238,15 @@ class UnderReplicationManager:
             )
         await self._put(self._delay_path, str(seconds).encode())
 
-    async def watch_lost_bookie_recovery_delay(self) -> AsyncGenerator[int | None, None]:
+    async def watch_lost_bookie_recovery_delay(
+        self, *, on_unreadable: Callable[[ProtocolError], None] | None = None
+    ) -> AsyncGenerator[int | None, None]:
         """The current delay, then the delay after each write of its node (a rewrite of the
         same value included: that is how ``triggeraudit`` asks for an audit) and after its
         deletion (None). Writes between two reads collapse into one item. Ends when the
-        store closes; use ``contextlib.aclosing`` to stop early.
+        store closes; use ``contextlib.aclosing`` to stop early. A value that is not a number
+        raises ``ProtocolError``, or with ``on_unreadable`` is reported to it and yielded as
+        None (the watch goes on).
         """
         watch = await self._store.watch(self._delay_path, WatchKind.DATA, persistent=True)
         seen: int | None = -2  # node version last yielded; -1: absent; -2: nothing yet
@@ -252,6 +256,11 @@ class UnderReplicationManager:
                     try:
                         data, version = await self._store.get(self._delay_path)
                         value: int | None = _parse_delay(data)
+                    except ProtocolError as exc:
+                        if on_unreadable is None:
+                            raise
+                        on_unreadable(exc)
+                        value = None
                     except NoNodeError:
                         version, value = -1, None
                     if version != seen:
