@@ -24,6 +24,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.underreplication import UnderReplicationManager
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import Fault, MemoryCluster
+from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import AddRequest
 
 PASSWORD = b"secret"
@@ -112,11 +113,17 @@ async def test_worker_repairs_full_and_striped_ledgers() -> None:
         bk = await cluster.client(CLIENT)
         ledgers = [await write_ledger(bk, (3, 3, 2), 120) for _ in range(4)]
         ledgers += [await write_ledger(bk, (5, 3, 2), 130) for _ in range(3)]
-        # one more with two segments: the first ensemble loses a bookie while it is written
+        # the lost bookie: one of the first full ledger's that the first striped one has too
+        full = members_of(await bk.ledger_metadata(ledgers[0]))
+        striped = members_of(await bk.ledger_metadata(ledgers[4]))
+        lost = sorted(full & striped)[0]
+        # one more with two segments: its first ensemble loses that bookie while it is written
         wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        while lost not in members_of(await bk.ledger_metadata(wh.ledger_id)):
+            await wh.close()  # placement is random: try again (half the ensembles have it)
+            wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
         for e in range(40):
             await wh.append(payload(wh.ledger_id, e))
-        lost = str((await bk.ledger_metadata(wh.ledger_id)).segments[0][0])
         await cluster.stop_bookie(cluster.bookie(lost))
         for e in range(40, 90):
             await wh.append(payload(wh.ledger_id, e))
@@ -135,7 +142,7 @@ async def test_worker_repairs_full_and_striped_ledgers() -> None:
             if lost in members_of(await bk.ledger_metadata(lid)):
                 await urm.mark_underreplicated(lid, [lost])
                 on_lost.append(lid)
-        assert two_segments in on_lost and len(on_lost) >= 3
+        assert {ledgers[0], ledgers[4], two_segments} <= set(on_lost)
         worker = ReplicationWorker(worker_bk, urm, "worker-1", CONFIG, clock=clock)
         async with running(worker):
             await wait_for(worker, lambda s: s.replicated == len(on_lost))
@@ -395,3 +402,19 @@ async def test_disabled_worker_stays_idle() -> None:
             await urm.enable()
             await wait_for(worker, lambda s: s.replicated == 1)
         await assert_replicated(cluster, bk, lid, 10, {lost})
+
+
+async def test_target_refusing_recovery_adds_fails_the_attempt_and_changes_nothing() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 30)
+        meta = await bk.ledger_metadata(lid)
+        lost = str(meta.segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        for bookie_id in {b.bookie_id for b in cluster.bookies} - members_of(meta):
+            index = cluster.bookies.index(cluster.bookie(bookie_id))
+            cluster.fault(index, AddRequest, error=StatusCode.EREADONLY)
+        outcome = await replicate_ledger(bk, lid, [lost], CONFIG)
+        assert not outcome.done and not outcome.awaits_fencing
+        assert "EREADONLY" in outcome.reason and outcome.replaced == {}
+        assert await bk.ledger_metadata(lid) == meta

@@ -5,6 +5,11 @@ published (``BookieServiceInfo``), falling back to reading the id as ``host:port
 a :class:`~bkeeper.client.bookie_client.BookieClient`. ``bkeeper.testing`` plugs in an
 in-memory transport. One connection per (bookie, protocol); a dropped connection is replaced
 on next use.
+
+Connecting is one attempt at a time per (bookie, protocol); callers that waited while an
+attempt failed share its failure instead of each trying again in turn (a bookie that is down
+costs one attempt per wave of requests, not one per request: readers of a ledger with a dead
+replica ask it for every entry it holds). A caller arriving after the failure tries again.
 """
 
 from __future__ import annotations
@@ -92,6 +97,8 @@ class BookiePool:
         self.default_protocol = default_protocol
         self._connections: dict[tuple[str, Protocol], Connection] = {}
         self._locks: dict[tuple[str, Protocol], asyncio.Lock] = {}
+        #: per (bookie, protocol): connection attempts that failed so far, and the last error
+        self._failures: dict[tuple[str, Protocol], tuple[int, BookieUnavailableError]] = {}
         self._closed = False
 
     def connection_nowait(
@@ -110,16 +117,23 @@ class BookiePool:
         if conn is not None and conn.connected:
             return conn
         lock = self._locks.setdefault(key, asyncio.Lock())
+        failed_before, _ = self._failures.get(key, (0, None))
         async with lock:
             conn = self._connections.get(key)
             if conn is not None and conn.connected:
                 return conn
+            failed, error = self._failures.get(key, (0, None))
+            if error is not None and failed > failed_before:
+                raise BookieUnavailableError(str(error))  # an attempt failed while we waited
             try:
                 conn = await self._transport.connect(*key)
-            except BookieUnavailableError:
+            except BookieUnavailableError as exc:
+                self._failures[key] = (failed + 1, exc)
                 raise
             except (OSError, TimeoutError) as exc:
-                raise BookieUnavailableError(f"bookie {bookie_id}: {exc}") from exc
+                error = BookieUnavailableError(f"bookie {bookie_id}: {exc}")
+                self._failures[key] = (failed + 1, error)
+                raise error from exc
             self._connections[key] = conn
             return conn
 
