@@ -119,6 +119,25 @@ async def test_a_lost_bookie_is_replaced_in_every_ledger_without_anyone_asking()
             assert got == [b"entry-%d" % i for i in range(20)]
 
 
+async def test_the_auditor_sets_the_delay_node_only_when_absent() -> None:
+    async with MemoryCluster(1) as cluster:
+        bk = await cluster.client()
+        urm = bk.cluster.underreplication
+        config = AutoRecoveryConfig(lost_bookie_recovery_delay_s=7)
+        async with AutoRecovery(bk, "recovery-1:0", config) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+            await wait_for(lambda: _delay_is(bk, 7), "the delay node")
+        await urm.set_lost_bookie_recovery_delay_s(3)  # an operator's value wins
+        async with AutoRecovery(bk, "recovery-1:0", config) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+            await recovery.auditor.audit_now()  # type: ignore[union-attr]
+            assert await urm.lost_bookie_recovery_delay_s() == 3
+
+
+async def _delay_is(bk: BookKeeper, seconds: int) -> bool:
+    return await bk.cluster.underreplication.lost_bookie_recovery_delay_s() == seconds
+
+
 @pytest.mark.parametrize("bad", ["", "has space:1", "slash/no", "x" * 256])
 async def test_a_participant_id_java_cannot_read_is_refused(bad: str) -> None:
     async with MemoryCluster(1) as cluster:

@@ -86,11 +86,16 @@ async def test_autorecovery_process_is_the_auditor_until_it_stops(
     proc, log_path = await asyncio.to_thread(start_autorecovery, "--id", "tester:1")
     who = await run(uri, "shell", "whoisauditor")
     assert (who.returncode, who.stdout) == (0, "tester:1\n"), who.stderr
-    status = await run(uri, "shell", "queryautorecoverystatus", "--json")
-    assert json.loads(status.stdout) == {
-        "enabled": True, "auditor": "tester:1", "lost_bookie_recovery_delay_s": None,
+    expected = {
+        "enabled": True, "auditor": "tester:1", "lost_bookie_recovery_delay_s": 0,
         "locked": [], "under_replicated": 0,
     }  # fmt: skip
+
+    async def status_is_expected() -> bool:  # the auditor creates the delay node as it starts
+        status = await run(uri, "shell", "queryautorecoverystatus", "--json")
+        return bool(json.loads(status.stdout) == expected)
+
+    await until(status_is_expected, "the auditor's status")
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert "autorecovery tester:1 stopped" in log_path.read_text()
@@ -254,3 +259,28 @@ async def test_bookies_with_autorecovery_repair_a_killed_bookie_then_decommissio
     retired = await run(uri, "shell", "decommissionbookie", lost, "--json")
     assert retired.returncode == 0, retired.stderr
     assert json.loads(retired.stdout) == {"bookie_id": lost, "ledgers": 0, "cookie_deleted": True}
+
+
+@pytest.mark.parametrize("real_cluster", [AUTO], indirect=True)
+async def test_decommission_triggers_the_audit_the_delay_holds_back(real_cluster) -> None:
+    uri = real_cluster.uri
+    assert (await run(uri, "shell", "lostbookierecoverydelay", "--set", "3600")).returncode == 0
+    ledgers = await _write_ledgers(uri, 3, 10)
+    first = await _bookies_of(uri, ledgers[:1])
+    victim = next(i for i in range(4) if real_cluster.bookie_id(i) in first)
+    lost = real_cluster.bookie_id(victim)
+    needing = [lid for lid in ledgers if lost in await _bookies_of(uri, [lid])]
+    await asyncio.to_thread(real_cluster.stop, victim, signal.SIGKILL)
+    await until(lambda: _unregistered(uri, lost), "the bookie's registration gone")
+    # The delay holds the marking back; decommission triggers the audit that skips it.
+    listed = json.loads((await run(uri, "shell", "listunderreplicated", "--json")).stdout)
+    assert listed == []
+    retired = await run(uri, "shell", "decommissionbookie", lost, "--json")
+    assert retired.returncode == 0, retired.stderr
+    assert json.loads(retired.stdout) == {
+        "bookie_id": lost, "ledgers": len(needing), "cookie_deleted": True,
+    }  # fmt: skip
+    assert lost not in await _bookies_of(uri, ledgers)
+    await _read_all(uri, ledgers, 10)
+    again = await run(uri, "shell", "decommissionbookie", lost)
+    assert one_error_line(again).startswith(f"error: unknown bookie {lost}: not registered")

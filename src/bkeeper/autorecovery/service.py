@@ -6,6 +6,8 @@ It runs, on one client and one metadata session:
   vote ``AuditorVoteFormat {bookieId: <id>}``), and, while it leads, the
   :class:`~bkeeper.autorecovery.auditor.Auditor`: started when leadership comes, cancelled
   when it goes (session expired or lost), started afresh at the next term;
+* at the start of each term, the cluster's ``lostBookieRecoveryDelay`` node, created with
+  this participant's ``lost_bookie_recovery_delay_s`` if absent (as Java's auditor does);
 * a :class:`~bkeeper.autorecovery.worker.ReplicationWorker`, always, taking marked ledgers
   under locks held as ``<id>``.
 
@@ -36,10 +38,16 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import ConfigError
+from bkeeper.common.errors import ConfigError, MetadataError, NodeExistsError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.election import LeaderElection
-from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
+from bkeeper.meta.layout import UNDERREPLICATION
+from bkeeper.meta.store import join_path
+from bkeeper.meta.underreplication import (
+    LOST_BOOKIE_RECOVERY_DELAY,
+    UnderReplicationManager,
+    auditor_election,
+)
 
 __all__ = ["RESTART_DELAY_S", "RESTART_DELAY_S_MAX", "AutoRecovery", "default_participant_id"]
 
@@ -163,6 +171,7 @@ class AutoRecovery:
         while True:
             term = await self._election.wait_leadership()
             log.info("autorecovery %s is the auditor (term %d)", self.bookie_id, term)
+            await self._initialize_delay()
             auditor = Auditor(self._bk, self._urm, self.config, clock=self._clock)
             task = self._tasks.spawn(self._keep_running("auditor", auditor.run), "auditor")
             self._auditor = auditor
@@ -175,6 +184,20 @@ class AutoRecovery:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             log.info("autorecovery %s is no longer the auditor (term %d)", self.bookie_id, term)
+
+    async def _initialize_delay(self) -> None:
+        """Create the cluster's ``lostBookieRecoveryDelay`` node with this participant's
+        default when it is absent (Java's auditor does so at start), so that ``triggeraudit``
+        rewrites the delay in force rather than inventing one. A node already there (an
+        operator's value) is left alone; failing to create it is logged, not fatal."""
+        path = join_path(self._bk.cluster.root, UNDERREPLICATION, LOST_BOOKIE_RECOVERY_DELAY)
+        value = str(self.config.lost_bookie_recovery_delay_s).encode()
+        try:
+            await self._bk.cluster.store.create(path, value, make_parents=True)
+        except NodeExistsError:
+            pass
+        except MetadataError as exc:
+            log.warning("autorecovery %s: could not create %s: %s", self.bookie_id, path, exc)
 
     async def _keep_running(self, what: str, run: Callable[[], Awaitable[None]]) -> None:
         """``run()`` until cancelled: a failure is logged and ``run`` starts again after a

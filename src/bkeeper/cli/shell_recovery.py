@@ -116,16 +116,18 @@ def recover(
         _echo_json([_outcome_json(o) for o in outcomes])
     else:
         table = Table(title=f"{'plan to recover' if dry_run else 'recovered'} {', '.join(lost)}")
-        for column in ("ledger", "outcome", "replaced", "entries", "bytes", "reason"):
-            table.add_column(column, justify="right" if column in ("entries", "bytes") else "left")
+        copied = ("entries to copy", "bytes") if dry_run else ("entries copied", "bytes copied")
+        for column in ("ledger", "outcome", "replaced", *copied, "reason"):
+            table.add_column(column, justify="right" if column in copied else "left")
         for o in outcomes:
             moves = "; ".join(
                 f"from {first}: " + ", ".join(f"{old} -> {new}" for old, new in pairs.items())
                 for first, pairs in sorted(o.replaced.items())
             )
+            entries = o.plan.entries if dry_run and o.plan is not None else o.entries_copied
             table.add_row(
-                str(o.ledger_id), _state(o, dry_run), moves or "-", f"{o.entries_copied:,}",
-                f"{o.bytes_copied:,}", o.reason or "",
+                str(o.ledger_id), _state(o, dry_run), moves or "-", f"{entries:,}",
+                "-" if dry_run else f"{o.bytes_copied:,}", o.reason or "",
             )  # fmt: skip
         _console().print(table)
         if not outcomes:
@@ -155,6 +157,7 @@ def _outcome_json(outcome: ReplicationOutcome) -> dict[str, object]:
         "entries_copied": outcome.entries_copied,
         "bytes_copied": outcome.bytes_copied,
         "awaits_fencing": outcome.awaits_fencing,
+        "entries_planned": None if outcome.plan is None else outcome.plan.entries,
     }
 
 
@@ -200,6 +203,9 @@ def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -
     if as_json:
         _echo_json([dataclasses.asdict(row) for row in rows])
         return
+    if not rows:
+        click.echo("no under-replicated ledgers", err=True)
+        return
     table = Table(title=f"under-replicated ledgers at {metadata_uri}")
     for column in ("ledger", "missing replicas", "marked", "worker"):
         table.add_column(column)
@@ -209,8 +215,6 @@ def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -
             row.worker or "-",
         )  # fmt: skip
     _console().print(table)
-    if not rows:
-        click.echo("no under-replicated ledgers", err=True)
 
 
 @click.command()
@@ -287,6 +291,9 @@ def queryautorecoverystatus(metadata_uri: str, as_json: bool) -> None:
         f"lostBookieRecoveryDelay {'not set' if delay is None else f'{delay} s'}; "
         f"{status.under_replicated} under-replicated ledgers"
     )
+    if not status.locked:
+        click.echo("no ledger is being re-replicated now")
+        return
     table = Table(title="ledgers being re-replicated")
     table.add_column("ledger", justify="right")
     table.add_column("worker")
