@@ -20,6 +20,7 @@ from bkeeper.autorecovery.worker import (
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LedgerFencedError, LedgerNotFoundError
+from bkeeper.meta.layout import ur_ledger_path
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.underreplication import UnderReplicationManager
 from bkeeper.testing.clock import FakeClock
@@ -301,7 +302,10 @@ async def test_ledger_deleted_before_it_is_taken_is_unmarked() -> None:
         assert await urm.get(lid) is None
 
 
-async def test_open_ledger_is_fenced_only_after_the_grace_period() -> None:
+@pytest.mark.parametrize("marked_with_ctime", [True, False])
+async def test_open_ledger_is_fenced_only_after_the_grace_period(marked_with_ctime: bool) -> None:
+    """A mark without its ctime (older writers of the format): the grace period counts
+    from when the worker first saw it."""
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
         wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
@@ -314,7 +318,14 @@ async def test_open_ledger_is_fenced_only_after_the_grace_period() -> None:
         clock = FakeClock()
         worker_bk = await cluster.client(CLIENT)
         urm = await new_urm(worker_bk, clock)
-        await urm.mark_underreplicated(lid, [lost])
+        if marked_with_ctime:
+            await urm.mark_underreplicated(lid, [lost])
+        else:
+            path = ur_ledger_path(worker_bk.cluster.root, lid)
+            await worker_bk.cluster.store.create(
+                path, b'replica: "%s"' % lost.encode(), make_parents=True
+            )
+            clock.advance(3600.0)  # marked long ago, for all the worker can tell
         worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
         async with running(worker):
             status = await asyncio.wait_for(

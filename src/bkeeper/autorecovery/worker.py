@@ -174,9 +174,9 @@ class _LedgerRepair:
         if lost is None:
             lost = lost_bookies(meta, bookies.writable | bookies.read_only)
         lost = frozenset(lost)
-        handle: ReadHandle | None = None
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
-            handle = await bk.open_ledger(ledger_id, meta.password, recovery=True)
+            fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
+            await fenced.close()
             log.info("ledger %d fenced and sealed for re-replication", ledger_id)
             versioned = await bk.cluster.ledgers.read(ledger_id)
             meta = versioned.value
@@ -190,8 +190,7 @@ class _LedgerRepair:
             reason = "an open ledger's last segment lost a bookie: waiting to fence it"
             return self.outcome(False, reason, awaits_fencing=True)
         if any(fragment.entry_ids for fragment in plan.fragments):
-            if handle is None:
-                handle = await bk.open_ledger(ledger_id, meta.password, recovery=False)
+            handle = await bk.open_ledger(ledger_id, meta.password, recovery=False)
             try:
                 for fragment in plan.fragments:
                     await self.copy(handle, meta, fragment)
