@@ -5,15 +5,17 @@ without anyone asking."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.autorecovery.service import AutoRecovery, default_participant_id
+from bkeeper.autorecovery.service import AutoRecovery, default_participant_id, keep_running
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import ConfigError
 from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
 
 PASSWORD = b"pw"
@@ -152,3 +154,48 @@ def test_the_default_id_is_host_and_pid() -> None:
     assert host
     assert rest.startswith("autorecovery-")
     assert rest.removeprefix("autorecovery-").isdigit()
+
+
+async def test_keep_running_restarts_with_a_doubling_pause_reset_after_a_long_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    runs = 0
+    fifth = asyncio.Event()
+
+    async def run() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 3:
+            clock.advance(1.0)  # a long run before it failed: not a crash loop
+        if runs <= 3:
+            raise RuntimeError(f"failure {runs}")
+        if runs == 4:
+            return  # returning is restarted too
+        fifth.set()
+        await asyncio.Event().wait()
+
+    caplog.set_level(logging.WARNING, logger="bkeeper.autorecovery.service")
+    task = asyncio.create_task(
+        keep_running("thing", run, clock=clock, delay_s=0.001, delay_s_max=0.004)
+    )
+    try:
+        async with asyncio.timeout(WAIT_S):
+            await fifth.wait()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled() and runs == 5
+    restarts = [r.getMessage() for r in caplog.records if "starting it again" in r.getMessage()]
+    assert restarts == [
+        "thing failed; starting it again in 0.001 s",
+        "thing failed; starting it again in 0.002 s",
+        "thing failed; starting it again in 0.001 s",
+        "thing returned; starting it again in 0.002 s",
+    ]
+    failures = [r for r in caplog.records if r.getMessage() == "thing failed"]
+    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == [
+        "failure 1",
+        "failure 2",
+        "failure 3",
+    ]

@@ -116,6 +116,10 @@ async def test_bad_autorecovery_options_are_one_line(real_cluster) -> None:
     for args, expected in cases.items():
         result = await run(uri, "autorecovery", *args)
         assert expected in one_error_line(result, code=2), (args, result.stderr)
+    nowhere = uri.replace("/ledgers", "/nowhere/ledgers")
+    for args in (("autorecovery",), ("shell", "whoisauditor"), ("shell", "recover", "a:1")):
+        result = await run(nowhere, *args)
+        assert one_error_line(result).startswith(f"error: no cluster at {nowhere}"), args
 
 
 def test_bookie_autorecovery_usage_mistakes(tmp_path: Path) -> None:

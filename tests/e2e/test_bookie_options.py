@@ -12,14 +12,16 @@ from pathlib import Path
 import click
 import pytest
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.cli._settings import SETTABLE, build_configs, merged, read_settings
 from bkeeper.server import BookieConfig
 from bkeeper.storage import StorageConfig
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 
-def test_every_field_of_both_configurations_is_settable_by_name() -> None:
-    names = {f.name for c in (StorageConfig, BookieConfig) for f in dataclasses.fields(c)}
+def test_every_field_of_the_configurations_is_settable_by_name() -> None:
+    configs = (StorageConfig, BookieConfig, AutoRecoveryConfig)
+    names = {f.name for c in configs for f in dataclasses.fields(c)}
     assert set(SETTABLE) == names - {"data_dir", "extra"}
 
 
@@ -158,8 +160,15 @@ def test_the_commands_say_it_in_one_line_and_exit_2(
 
 
 def test_docs_list_every_option_by_name() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "storage.md").read_text()
-    assert [name for name in SETTABLE if f"| `{name}` |" not in docs] == []
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for page, configs in (
+        ("storage.md", (StorageConfig, BookieConfig)),
+        ("autorecovery.md", (AutoRecoveryConfig,)),
+    ):
+        text = (docs / page).read_text()
+        names = [name for name, (config, _kind) in SETTABLE.items() if config in configs]
+        assert names, page
+        assert [name for name in names if f"| `{name}` |" not in text] == [], page
 
 
 def test_the_sandbox_gives_each_bookie_its_own_subdirectory_of_every_dir(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ segments where it holds entries, an open one for any segment it is in (Java's
 ``areEntriesOfLedgerStoredInTheBookie``), so ``decommissionbookie`` ends when the workers
 are done, even with segments that never held an entry on it.
 
-Limits: ledger metadata reads in flight during a scan (``scan_reads_in_flight_max``),
-ledgers repaired at once by ``recover`` (``AutoRecoveryConfig.ledgers_in_parallel``), the
+Limits: ledger metadata reads in flight during a scan (``SCAN_READS_IN_FLIGHT_MAX``),
+ledgers repaired at once by ``recover`` (``AutoRecoveryConfig.ledgers_in_parallel``, all of
+them within one ``rate_bytes_per_s``), the
 time ``decommission`` waits (``timeout_s``) and how often it looks (``poll_interval_s``).
 """
 
@@ -23,8 +24,10 @@ from dataclasses import dataclass
 
 from bkeeper.autorecovery.audit import ledgers_to_mark
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.worker import ReplicationOutcome, replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import (
     BKeeperError,
     CallTimeoutError,
@@ -74,14 +77,12 @@ async def _metadata(
 ) -> AsyncIterator[tuple[int, LedgerMetadata]]:
     """``(id, metadata)`` of each ledger still there, at most ``SCAN_READS_IN_FLIGHT_MAX``
     reads in flight (a ledger deleted meanwhile is skipped)."""
-    limit = asyncio.Semaphore(SCAN_READS_IN_FLIGHT_MAX)
 
     async def read(ledger_id: int) -> tuple[int, LedgerMetadata] | None:
-        async with limit:
-            try:
-                return ledger_id, await bk.ledger_metadata(ledger_id)
-            except LedgerNotFoundError:
-                return None
+        try:
+            return ledger_id, await bk.ledger_metadata(ledger_id)
+        except LedgerNotFoundError:
+            return None
 
     pending: list[asyncio.Task[tuple[int, LedgerMetadata] | None]] = []
     try:
@@ -160,23 +161,24 @@ async def recover(
                 f"ledger {ledger_id} holds no entries on {', '.join(sorted(bookies))}"
             )
     await _check_known(bk, bookies, {b for found in targets.values() for b in found})
-    limit = asyncio.Semaphore(config.ledgers_in_parallel)
-    done = 0
-    on_progress(0, len(targets))
+    total = len(targets)
+    on_progress(0, total)
+    todo = iter(sorted(targets.items()))  # shared: each ledger is taken by one repairer
+    outcomes: dict[int, ReplicationOutcome] = {}
+    throttle = Throttle(config.rate_bytes_per_s, SystemClock())  # one rate for the whole call
 
-    async def one(target: LedgerId, lost: tuple[str, ...]) -> ReplicationOutcome:
-        nonlocal done
-        async with limit:
-            outcome = await replicate_ledger(
-                bk, target, lost, config, dry_run=dry_run, fence_open=fence_open
-            )
-        done += 1
-        on_progress(done, len(targets))
-        return outcome
+    async def repairer() -> None:
+        for target, lost in todo:
+            outcomes[target] = await replicate_ledger(
+                bk, target, lost, config, dry_run=dry_run, fence_open=fence_open,
+                throttle=throttle,
+            )  # fmt: skip
+            on_progress(len(outcomes), total)
 
     async with asyncio.TaskGroup() as tasks:
-        running = [tasks.create_task(one(t, lost)) for t, lost in sorted(targets.items())]
-    return [task.result() for task in running]
+        for _ in range(min(config.ledgers_in_parallel, total)):
+            tasks.create_task(repairer())
+    return [outcomes[target] for target in sorted(targets)]
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,14 @@ from bkeeper.meta.underreplication import (
     auditor_election,
 )
 
-__all__ = ["RESTART_DELAY_S", "RESTART_DELAY_S_MAX", "AutoRecovery", "default_participant_id"]
+__all__ = [
+    "RESTART_DELAY_S",
+    "RESTART_DELAY_S_MAX",
+    "AutoRecovery",
+    "check_participant_id",
+    "default_participant_id",
+    "keep_running",
+]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +124,7 @@ class AutoRecovery:
 
     @property
     def auditor(self) -> Auditor | None:
-        """The running auditor (None unless :attr:`is_auditor`)."""
+        """The running auditor (None unless :attr:`is_auditor`, or between restarts)."""
         return self._auditor if self.is_auditor else None
 
     @property
@@ -132,8 +139,16 @@ class AutoRecovery:
         self._started = True
         await self._urm.ensure_layout()
         await self._election.start()
-        self._tasks.spawn(self._keep_running("worker", self._worker.run), "worker")
-        self._tasks.spawn(self._lead(), "auditor election")
+        self._tasks.spawn(
+            keep_running(
+                f"autorecovery {self.bookie_id}: the worker", self._worker.run, clock=self._clock
+            ),
+            "worker",
+        )
+        self._tasks.spawn(
+            keep_running(f"autorecovery {self.bookie_id}: the election", self._lead),
+            "auditor election",
+        )
         log.info("autorecovery %s started", self.bookie_id)
 
     async def wait_auditor(self, timeout_s: float | None = None) -> None:
@@ -172,18 +187,31 @@ class AutoRecovery:
             term = await self._election.wait_leadership()
             log.info("autorecovery %s is the auditor (term %d)", self.bookie_id, term)
             await self._initialize_delay()
-            auditor = Auditor(self._bk, self._urm, self.config, clock=self._clock)
-            task = self._tasks.spawn(self._keep_running("auditor", auditor.run), "auditor")
-            self._auditor = auditor
-            self._auditing.set()
-            try:
-                await self._election.wait_leadership_lost()
-            finally:
-                self._auditing.clear()
-                self._auditor = None
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await self._audit_while_leading()
             log.info("autorecovery %s is no longer the auditor (term %d)", self.bookie_id, term)
+
+    async def _audit_while_leading(self) -> None:
+        """Run an auditor until leadership is lost; a failed one is replaced by a new one."""
+        self._auditor = self._new_auditor()
+        unused = [self._auditor]  # the first run uses it; a restart gets a new one
+
+        def audit() -> Awaitable[None]:
+            self._auditor = unused.pop() if unused else self._new_auditor()
+            return self._auditor.run()
+
+        name = f"autorecovery {self.bookie_id}: the auditor"
+        task = self._tasks.spawn(keep_running(name, audit, clock=self._clock), "auditor")
+        self._auditing.set()
+        try:
+            await self._election.wait_leadership_lost()
+        finally:
+            self._auditing.clear()
+            self._auditor = None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _new_auditor(self) -> Auditor:
+        return Auditor(self._bk, self._urm, self.config, clock=self._clock)
 
     async def _initialize_delay(self) -> None:
         """Create the cluster's ``lostBookieRecoveryDelay`` node with this participant's
@@ -199,26 +227,32 @@ class AutoRecovery:
         except MetadataError as exc:
             log.warning("autorecovery %s: could not create %s: %s", self.bookie_id, path, exc)
 
-    async def _keep_running(self, what: str, run: Callable[[], Awaitable[None]]) -> None:
-        """``run()`` until cancelled: a failure is logged and ``run`` starts again after a
-        pause that doubles (from ``RESTART_DELAY_S`` to ``RESTART_DELAY_S_MAX``); a run that
-        returns by itself is restarted the same way (it is meant to run until cancelled)."""
-        delay_s = RESTART_DELAY_S
-        while True:
-            started = self._clock.monotonic()
-            try:
-                await run()
-                log.warning("autorecovery %s: the %s returned; restarting", self.bookie_id, what)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception(
-                    "autorecovery %s: the %s failed; starting it again in %.1f s",
-                    self.bookie_id,
-                    what,
-                    delay_s,
-                )
-            if self._clock.monotonic() - started > RESTART_DELAY_S_MAX:
-                delay_s = RESTART_DELAY_S  # it ran for a while: not a crash loop
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, RESTART_DELAY_S_MAX)
+
+async def keep_running(
+    name: str,
+    run: Callable[[], Awaitable[None]],
+    *,
+    clock: Clock | None = None,
+    delay_s: float = RESTART_DELAY_S,
+    delay_s_max: float = RESTART_DELAY_S_MAX,
+) -> None:
+    """``run()`` until cancelled. A failure is logged with its traceback and ``run`` starts
+    again after a pause that doubles from ``delay_s`` up to ``delay_s_max``; a run that returns
+    by itself (it is meant to run until cancelled) is restarted the same way. A run that
+    lasted longer than ``delay_s_max`` was no crash loop: the pause starts again from
+    ``delay_s``."""
+    clock = clock or SystemClock()
+    pause_s = delay_s
+    while True:
+        started = clock.monotonic()
+        try:
+            await run()
+            outcome = "returned"
+        except Exception:
+            log.exception("%s failed", name)
+            outcome = "failed"
+        if clock.monotonic() - started > delay_s_max:
+            pause_s = delay_s
+        log.warning("%s %s; starting it again in %.3g s", name, outcome, pause_s)
+        await asyncio.sleep(pause_s)
+        pause_s = min(pause_s * 2, delay_s_max)

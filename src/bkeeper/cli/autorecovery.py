@@ -21,11 +21,10 @@ import click
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.service import (
-    RESTART_DELAY_S,
-    RESTART_DELAY_S_MAX,
     AutoRecovery,
     check_participant_id,
     default_participant_id,
+    keep_running,
 )
 from bkeeper.cli._options import metadata_option
 from bkeeper.cli._settings import convert_value
@@ -117,17 +116,11 @@ async def _run(metadata_uri: str, participant: str, config: AutoRecoveryConfig) 
 async def run_in_bookie(metadata_uri: str, bookie_id: str, config: AutoRecoveryConfig) -> None:
     """Auto-recovery inside a bookie, as ``bookie_id``, until cancelled. A failure (the
     metadata store unreachable at start, say) is logged and it starts again after a pause
-    that doubles up to ``RESTART_DELAY_S_MAX``: the bookie serves on regardless."""
-    delay_s = RESTART_DELAY_S
-    while True:
-        try:
-            async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, bookie_id, config):
-                log.info("autorecovery %s running in the bookie", bookie_id)
-                delay_s = RESTART_DELAY_S
-                await asyncio.Event().wait()  # until cancelled with the bookie
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("autorecovery %s failed; starting it again in %.1f s", bookie_id, delay_s)
-        await asyncio.sleep(delay_s)
-        delay_s = min(delay_s * 2, RESTART_DELAY_S_MAX)
+    that doubles up to 30 s (``keep_running``): the bookie serves on regardless."""
+
+    async def run() -> None:
+        async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, bookie_id, config):
+            log.info("autorecovery %s running in the bookie", bookie_id)
+            await asyncio.Event().wait()  # until cancelled with the bookie
+
+    await keep_running(f"autorecovery {bookie_id} in the bookie", run)

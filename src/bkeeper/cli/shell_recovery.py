@@ -60,13 +60,15 @@ def _when(ms: int | None) -> str:
 
 @contextmanager
 def _progress(description: str) -> Iterator[admin.Progress]:
+    console = Console(stderr=True)
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
+        disable=not console.is_terminal,  # no bar (nor blank line) into a pipe or a file
     )
     with bar:
         task = bar.add_task(description, total=None)
@@ -134,9 +136,11 @@ def recover(
             click.echo(f"no ledger holds entries on {', '.join(lost)}", err=True)
     if failed:
         first = failed[0]
+        reason = first.reason or "no reason given"
+        if not reason.startswith(f"ledger {first.ledger_id}"):
+            reason = f"ledger {first.ledger_id}: {reason}"
         raise CommandError(
-            f"{len(failed)} of {len(outcomes)} ledgers not recovered "
-            f"(ledger {first.ledger_id}: {first.reason or 'no reason given'}); run it again"
+            f"{len(failed)} of {len(outcomes)} ledgers not recovered ({reason}); run it again"
         )
 
 

@@ -393,7 +393,8 @@ def swap(engine: EngineState, moves: Moves) -> int:
                 run.locations.append(new[i])
             engine.pending.runs.extend(item for item in runs if item[1].entry_ids)
         moved += sum(len(run.entry_ids) for _, run in runs)
-        let_waiters_in()
+        if start + _CHUNK_ENTRIES < len(new):
+            let_waiters_in()  # between chunks: the lock is not fair
     return moved
 
 

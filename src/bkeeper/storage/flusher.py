@@ -203,7 +203,8 @@ class Flusher:
                     if not state.deleted:
                         state.locations.set(entry_id, location)
                         engine.read_cache.put(state.ledger_id, entry_id, body)
-            let_waiters_in()
+            if end < len(keys):
+                let_waiters_in()  # between chunks: the lock is not fair
         runs = location_runs(keys, locations)
         with engine.lock:
             engine.pending.runs.extend(runs)
