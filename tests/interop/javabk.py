@@ -47,7 +47,7 @@ def _candidates() -> list[Path]:
         if text.startswith("gitdir:"):
             main = Path(text.partition(":")[2].strip()).resolve().parents[2]
             found.append(main.parent / "shared" / "javabk")
-    return found
+    return list(dict.fromkeys(found))
 
 
 def find_javabk() -> tuple[JavaBookKeeper | None, str]:
