@@ -170,3 +170,38 @@ def test_bench_bad_options_are_one_error_line(args: tuple[str, ...], message: st
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith(message), line
+
+
+def test_bench_recovery_runs() -> None:
+    """A sandbox of 5, 12 small ledgers, a kill, the repair, a second kill, the read-back."""
+    run = _bench("recovery", "--ledgers", "12", "--ledger-size", "32K", "--entry-size", "4K",
+                 "--write-rate", "200", "--baseline-seconds", "0.5", "--second-kill",
+                 "--timeout", "120")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    (header, measures), (results_header, results) = _tables(run.stdout)
+    assert header == ["measure", "value", "target"]
+    rows = {row[0]: row[1:] for row in measures}
+    assert list(rows) == [
+        "killed (kill -9)",
+        "ledgers on it",
+        "gone from the registry after",
+        "lost bookie recovery delay",
+        "fully replicated, after the delay",
+        "ledgers re-replicated per minute",
+        "MB/s re-replicated",
+        "append p99 during the repair (200/s)",
+        "then killed",
+        "entries read back identical",
+    ]
+    assert rows["lost bookie recovery delay"][0] == "0 s"
+    assert rows["fully replicated, after the delay"][0].endswith(" s")
+    assert _number(rows["ledgers re-replicated per minute"][0]) > 0
+    assert rows["entries read back identical"] == ["96 of 96", "all: met"]
+    assert results_header == [*RESULT_COLUMNS, "ops/s", *LATENCY_COLUMNS]
+    assert [row[0] for row in results] == [
+        "fill: 12 ledgers of 8 x 4,096 B, E3/Qw3/Qa2",
+        "writes before the kill",
+        "writes during the repair",
+        "read back 12 ledgers after the second kill, compared",
+    ]
+    assert results[3][1] == "96"

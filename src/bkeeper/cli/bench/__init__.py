@@ -7,7 +7,8 @@ The workloads live in ``bkeeper.testing.benchmarks`` (and the Spark read in
 - ``engine``: ``storage``, ``connection``, ``index``;
 - ``spark``: ``spark``, ``cpu-split``;
 - ``fuzz``: ``fuzz``;
-- ``gc``: ``gc`` (space given back after deletions).
+- ``gc``: ``gc`` (space given back after deletions);
+- ``recovery``: ``recovery`` (auto-recovery rebuilding a killed bookie's replicas).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from bkeeper.cli.bench.client import bookie_bench, codec, log_bench, read_bench,
 from bkeeper.cli.bench.engine import connection_bench, index_bench, storage_bench
 from bkeeper.cli.bench.fuzz import fuzz_bench
 from bkeeper.cli.bench.gc import gc_bench
+from bkeeper.cli.bench.recovery import recovery_bench
 from bkeeper.cli.bench.spark import cpu_split_bench, spark_bench
 
 __all__ = ["bench"]
@@ -41,5 +43,6 @@ for _command in (
     index_bench,
     cpu_split_bench,
     gc_bench,
+    recovery_bench,
 ):
     bench.add_command(_command)

@@ -25,6 +25,7 @@ __all__ = [
     "cluster",
     "console",
     "parse_address",
+    "parse_size",
     "print_results",
     "progress",
     "protocol_of",
@@ -109,6 +110,23 @@ def parse_address(address: str, option: str) -> tuple[str, int]:
     if not host or not port_text.isdigit():
         raise click.BadParameter(f"{address!r} is not host:port", param_hint=option)
     return host, int(port_text)
+
+
+_SIZE_UNITS = {"": 1, "K": 1024, "M": MIB, "G": 1024 * MIB}
+
+
+def parse_size(text: str) -> int:
+    """``2G``, ``512M``, ``64K``, ``1048576``: bytes (a usage error if it is not one)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in ("K", "M", "G") else ""
+    number = value[: len(value) - len(unit)]
+    try:
+        size = int(float(number) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size (like 2G, 512M)") from None
+    if size <= 0:
+        raise click.BadParameter(f"{text!r} is not a positive size")
+    return size
 
 
 @contextlib.contextmanager

@@ -9,28 +9,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from bkeeper.cli.bench._common import MIB, console, print_results, progress
+from bkeeper.cli.bench._common import MIB, console, parse_size, print_results, progress
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.benchmarks.gc import GcBenchPlan, bench_gc
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["gc_bench"]
-
-_SIZE_UNITS = {"": 1, "K": 1024, "M": MIB, "G": 1024 * MIB}
-
-
-def _size(text: str) -> int:
-    """``2G``, ``512M``, ``1048576``: bytes."""
-    value = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = value[-1:] if value[-1:] in ("K", "M", "G") else ""
-    number = value[: len(value) - len(unit)]
-    try:
-        size = int(float(number) * _SIZE_UNITS[unit])
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a size (like 2G, 512M)") from None
-    if size <= 0:
-        raise click.BadParameter(f"{text!r} is not a positive size")
-    return size
 
 
 @click.command("gc")
@@ -94,7 +78,7 @@ def gc_bench(
     """Write, delete most ledgers, and time the bookies' disk usage going back down."""
     from bkeeper.cli.bookie import run_event_loop
 
-    rate = 0 if compaction_rate.strip() == "0" else _size(compaction_rate)
+    rate = 0 if compaction_rate.strip() == "0" else parse_size(compaction_rate)
     # Every pass compacts: passes come every gc_wait_ms +-25%, so an interval of a whole
     # gc_wait_ms would leave out the passes that come early.
     every_pass = gc_wait_ms // 2
@@ -106,7 +90,7 @@ def gc_bench(
         *(arg for option in options for arg in ("-o", option)),
     )  # fmt: skip
     plan = GcBenchPlan(
-        total_bytes=_size(total),
+        total_bytes=parse_size(total),
         ledgers=ledgers,
         entry_bytes=entry_size,
         delete_fraction=delete_fraction,

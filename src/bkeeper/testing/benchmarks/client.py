@@ -27,9 +27,10 @@ async def bench_client_writes(
     rate: float | None = None,
     protocol: Protocol = Protocol.V2,
     count: int | None = None,
+    stop: asyncio.Event | None = None,
 ) -> tuple[BenchResult, int]:
     """Append to one ledger through the client for ``duration_s`` (or until ``count``
-    entries); returns the result and the ledger id."""
+    entries, or until ``stop`` is set); returns the result and the ledger id."""
     from bkeeper.client import BookKeeper, ClientConfig
 
     config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, 1))
@@ -47,6 +48,8 @@ async def bench_client_writes(
         sent = 0
         last: asyncio.Future[int] | None = None
         while perf() < deadline and (count is None or sent < count):
+            if stop is not None and stop.is_set():
+                break
             if rate is not None:
                 due = int((perf() - start) * rate) - sent
                 if due <= 0:
