@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.validate import check_non_negative_ints, check_positive_ints
-from bkeeper.testing.benchmarks.client import bench_client_writes
 from bkeeper.testing.benchmarks.results import BenchResult
+from bkeeper.testing.benchmarks.writer_process import WriterProcess, WriterSpec
 
 if TYPE_CHECKING:  # the client loads when a benchmark runs, not when the CLI starts
     from bkeeper.client import BookKeeper
@@ -169,29 +169,37 @@ async def bench_recovery(
         outcome.affected_ledgers = len(affected)
         outcome.affected_bytes = len(affected) * plan.entries_per_ledger * plan.entry_bytes
         if plan.write_rate > 0 and plan.baseline_s > 0:
-            outcome.baseline = await _writer(cluster.metadata_uri, plan, plan.baseline_s, None)
+            baseline = await _start_writer(cluster.metadata_uri, plan, plan.baseline_s)
+            baseline.go()
+            try:
+                outcome.baseline = await baseline.result()
+            finally:
+                baseline.close()
             outcome.baseline.name = "writes before the kill"
-        killed_at = time.perf_counter()
-        cluster.kill(victim)
-        await _wait_gone(bk, outcome.victim, plan.timeout_s)
-        outcome.gone_after_s = time.perf_counter() - killed_at
-        await asyncio.sleep(plan.delay_s)  # the delay the auditor waits too
-        stop = asyncio.Event()
-        writer = (
-            asyncio.create_task(_writer(cluster.metadata_uri, plan, plan.timeout_s, stop))
+        writer = (  # up before the kill, writing once the repair may start
+            await _start_writer(cluster.metadata_uri, plan, plan.timeout_s)
             if plan.write_rate > 0
             else None
         )
         try:
+            killed_at = time.perf_counter()
+            cluster.kill(victim)
+            await _wait_gone(bk, outcome.victim, plan.timeout_s)
+            outcome.gone_after_s = time.perf_counter() - killed_at
+            await asyncio.sleep(plan.delay_s)  # the delay the auditor waits too
+            if writer is not None:
+                writer.go()
             repair_start = time.perf_counter()
             left, queued = await _wait_repaired(bk, affected, outcome.victim, plan, report)
             if not left and not queued:
                 outcome.repair_s = time.perf_counter() - repair_start
             outcome.left_unrepaired, outcome.left_queued = len(left), queued
         finally:
-            stop.set()
             if writer is not None:
-                outcome.during = await writer
+                try:
+                    outcome.during = await writer.stop()
+                finally:
+                    writer.close()
                 outcome.during.name = "writes during the repair"
         if plan.second_kill and outcome.repair_s is not None:
             second = _pick(cluster.bookie_ids, outcome.auditor, False, (victim,))
@@ -315,21 +323,24 @@ async def _wait_repaired(
         await asyncio.sleep(plan.poll_interval_s)
 
 
-async def _writer(
-    metadata_uri: str, plan: RecoveryBenchPlan, seconds: float, stop: asyncio.Event | None
-) -> BenchResult:
-    result, _ledger_id = await bench_client_writes(
-        metadata_uri,
-        ensemble=plan.ensemble,
-        write_quorum=plan.write_quorum,
-        ack_quorum=plan.ack_quorum,
-        entry_bytes=plan.write_entry_bytes,
-        duration_s=seconds,
-        in_flight=10_000,
-        rate=plan.write_rate,
-        stop=stop,
+async def _start_writer(
+    metadata_uri: str, plan: RecoveryBenchPlan, seconds: float
+) -> WriterProcess:
+    """The open-loop writer, in a process of its own (as an application's), started: in
+    this process its latency would also count the benchmark's metadata polling."""
+    writer = WriterProcess(
+        WriterSpec(
+            metadata_uri,
+            ensemble=plan.ensemble,
+            write_quorum=plan.write_quorum,
+            ack_quorum=plan.ack_quorum,
+            entry_bytes=plan.write_entry_bytes,
+            rate=plan.write_rate,
+            duration_s=seconds,
+        )
     )
-    return result
+    await writer.start()
+    return writer
 
 
 async def _verify(
