@@ -13,8 +13,7 @@ import contextlib
 import logging
 import resource
 import signal
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import click
 from click.core import ParameterSource
@@ -31,6 +30,7 @@ from bkeeper.cli._settings import (
 from bkeeper.cli.autorecovery import run_in_bookie
 from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
+from bkeeper.common.loop import run_event_loop
 from bkeeper.server import Bookie, BookieConfig
 from bkeeper.storage import StorageConfig
 
@@ -55,16 +55,6 @@ def _raise_nofile_limit() -> None:
         # stays, and the connection limit is derived from it, which is all that matters.
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on uvloop when it is installed, else on asyncio's loop."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(main)
-    result: T = uvloop.run(main)
-    return result
 
 
 @click.command()

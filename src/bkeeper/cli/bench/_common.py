@@ -6,12 +6,20 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from bkeeper.testing.benchmarks import BenchResult, free_port, free_port_range
@@ -97,6 +105,28 @@ def progress() -> Progress:
         console=Console(stderr=True),
         transient=True,
         auto_refresh=False,
+    )
+
+
+def phase_bars(bar: Progress) -> Callable[[str, int, int], None]:
+    """An ``on_progress(phase, done, whole)`` callback that draws one bar per phase on
+    ``bar`` (see :func:`progress`)."""
+    tasks: dict[str, TaskID] = {}
+
+    def on_progress(phase: str, done: int, whole: int) -> None:
+        task = tasks.get(phase)
+        if task is None:
+            task = tasks[phase] = bar.add_task(phase, total=whole)
+        bar.update(task, completed=done, refresh=True)
+
+    return on_progress
+
+
+def bookie_options(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The repeatable ``-o/--option KEY=VALUE`` of the commands that start bookies or
+    auto-recovery (into their parameter ``options``)."""
+    return click.option(
+        "-o", "--option", "options", multiple=True, metavar="KEY=VALUE", help=help_text
     )
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from bkeeper.cli.bench._common import MIB, console, parse_size, print_results, progress
+from bkeeper.cli.bench._common import (
+    MIB,
+    bookie_options,
+    console,
+    parse_size,
+    phase_bars,
+    print_results,
+    progress,
+)
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.benchmarks.gc import GcBenchPlan, bench_gc
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
@@ -52,14 +60,7 @@ __all__ = ["gc_bench"]
     help="Also write 1 KiB entries at this rate before and while space is collected.",
 )
 @click.option("--data-dir", default=None, help="Where the sandbox keeps its data (a temp dir).")
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Any other storage option of the bookies (repeatable), as for `bkeeper bookie -o`.",
-)
+@bookie_options("Any other storage option of the bookies (repeatable), as for `bkeeper bookie -o`.")
 def gc_bench(
     total: str,
     ledgers: int,
@@ -113,14 +114,7 @@ def gc_bench(
         )
         dirs = [root / f"bookie-{i}" for i in range(bookies)]
         with Sandbox(config) as box, progress() as bar:
-            tasks: dict[str, object] = {}
-
-            def on_progress(phase: str, done: int, whole: int) -> None:
-                task = tasks.get(phase)
-                if task is None:
-                    task = tasks[phase] = bar.add_task(phase, total=whole)
-                bar.update(task, completed=done, refresh=True)  # type: ignore[arg-type]
-
+            on_progress = phase_bars(bar)
             outcome = run_event_loop(bench_gc(box.metadata_uri, dirs, plan, on_progress))
     table = Table(title="bkeeper bench gc")
     for column in ("measure", "value"):

@@ -9,7 +9,15 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from bkeeper.cli.bench._common import MIB, console, parse_size, print_results, progress
+from bkeeper.cli.bench._common import (
+    MIB,
+    bookie_options,
+    console,
+    parse_size,
+    phase_bars,
+    print_results,
+    progress,
+)
 from bkeeper.common.errors import ConfigError
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.benchmarks.recovery import (
@@ -61,13 +69,8 @@ MISMATCHES_SHOWN = 10
     "--timeout", default=600.0, show_default=True, type=click.FloatRange(1), help="Seconds."
 )
 @click.option("--data-dir", default=None, help="Where the sandbox keeps its data (a temp dir).")
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A bookie option (storage or auto-recovery; repeatable), as for `bkeeper bookie -o`.",
+@bookie_options(
+    "A bookie option (storage or auto-recovery; repeatable), as for `bkeeper bookie -o`."
 )
 def recovery_bench(
     ledgers: int,
@@ -110,14 +113,7 @@ def recovery_bench(
             bookie_args=tuple(arg for option in options for arg in ("-o", option)),
         )
         with Sandbox(config) as box, progress() as bar:
-            tasks: dict[str, object] = {}
-
-            def on_progress(phase: str, done: int, whole: int) -> None:
-                task = tasks.get(phase)
-                if task is None:
-                    task = tasks[phase] = bar.add_task(phase, total=whole)
-                bar.update(task, completed=done, refresh=True)  # type: ignore[arg-type]
-
+            on_progress = phase_bars(bar)
             ids = tuple(":".join(map(str, box.bookie_address(i))) for i in range(bookies))
             cluster = RecoveryCluster(box.metadata_uri, ids, box.kill_bookie)
             outcome = run_event_loop(bench_recovery(cluster, plan, on_progress))

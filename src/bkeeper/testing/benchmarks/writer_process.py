@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from bkeeper.common.errors import BKeeperError
+from bkeeper.common.loop import run_event_loop
 from bkeeper.testing.benchmarks.results import BenchResult
 
 __all__ = ["WriterSpec", "WriterProcess"]
@@ -98,21 +98,11 @@ class WriterProcess:
 
 def _child(conn: Connection, spec: WriterSpec, go_flag: Any, stop_flag: Any) -> None:
     try:
-        result: Any = _run(_write(conn, spec, go_flag, stop_flag))
+        result: Any = run_event_loop(_write(conn, spec, go_flag, stop_flag))
     except BaseException as exc:  # reported to the parent, which raises it
         result = f"{type(exc).__name__}: {exc}"
     conn.send(result)
     conn.close()
-
-
-def _run(main: Coroutine[Any, Any, BenchResult]) -> BenchResult:
-    """On uvloop where installed (as the bookie and the CLI's clients), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(main)
-    result: BenchResult = uvloop.run(main)
-    return result
 
 
 async def _write(conn: Connection, spec: WriterSpec, go_flag: Any, stop_flag: Any) -> BenchResult:
