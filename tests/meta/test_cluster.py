@@ -200,6 +200,7 @@ async def test_under_replication_queue(open_cluster: OpenCluster) -> None:
     )
     assert b'replica: "b1:3181"' in data  # protobuf text, as BookKeeper writes it
     assert [e.ledger_id async for e in queue.ledgers()] == [5, 1 << 40]
+    assert [ledger_id async for ledger_id in queue.ledger_ids()] == [5, 1 << 40]
 
     locked = await worker.underreplication.lock_next("worker-1")
     assert locked is not None and locked.ledger_id == 5
@@ -211,6 +212,7 @@ async def test_under_replication_queue(open_cluster: OpenCluster) -> None:
     await worker.underreplication.mark_replicated(5)
     assert await queue.get(5) is None
     assert [e.ledger_id async for e in queue.ledgers()] == [1 << 40]
+    assert [ledger_id async for ledger_id in queue.ledger_ids()] == [1 << 40]
     ledgers_dir = join_path(auditor.root, "underreplication", "ledgers")
     assert await auditor.store.children(ledgers_dir) == ["0000"]  # 0000/0000/0000/0005 pruned
 

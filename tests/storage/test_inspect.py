@@ -759,18 +759,21 @@ def test_a_version_1_checkpoint_names_the_default_dirs() -> None:
 def test_journal_path_finds_an_id_in_its_journal_dir_and_refuses_an_ambiguous_one() -> None:
     fs = MemoryFileSystem()
     build_multi(fs)
-    shared = sorted(
-        set(_in_dir(fs, JOURNAL, ".txn")) & set(_in_dir(fs, f"{SECOND}/journal", ".txn"))
-    )
-    assert shared  # every journal starts a run at the same id
-    file_id = shared[0]
+    # Each journal numbers its files on its own, so the same id may be in both dirs; which
+    # ids are left depends on when checkpoints came (a roll, then removal): make one shared.
+    file_id = _in_dir(fs, JOURNAL, ".txn")[0]
+    name = journal_file_name(file_id)
+    if file_id not in _in_dir(fs, f"{SECOND}/journal", ".txn"):
+        copy = fs.open_append(f"{SECOND}/journal/{name}")
+        copy.write(fs.read_file(f"{JOURNAL}/{name}"))
+        copy.sync()
+        copy.close()
     with pytest.raises(StorageError) as raised:
         journal_path(fs, "/data", str(file_id))
     assert str(raised.value) == (
         f"journal file id {file_id} is ambiguous: in dirs {JOURNAL} and {SECOND}/journal; "
         "give --journal-dir or the file's path"
     )
-    name = journal_file_name(file_id)
     assert journal_path(fs, None, str(file_id), journal_dirs=(f"{SECOND}/journal",)) == (
         f"{SECOND}/journal/{name}",
         file_id,

@@ -161,6 +161,11 @@ class UnderReplicationManager:
         ctime = message.ctime if message.HasField("ctime") else None
         return UnderreplicatedLedger(LedgerId(ledger_id), tuple(message.replica), ctime, version)
 
+    async def ledger_ids(self) -> AsyncIterator[LedgerId]:
+        """The ids of the queued ledgers (listings only: no mark is read)."""
+        async for ledger_id in self._walk(join_path(self._base, "ledgers"), 0):
+            yield ledger_id
+
     async def ledgers(self) -> AsyncIterator[UnderreplicatedLedger]:
         """Every queued ledger, ascending by id."""
         async for ledger_id in self._walk(join_path(self._base, "ledgers"), 0):
