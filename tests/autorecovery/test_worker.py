@@ -22,7 +22,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LedgerFencedError, LedgerNotFoundError
 from bkeeper.meta.layout import ur_ledger_path
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
-from bkeeper.meta.underreplication import UnderReplicationManager
+from bkeeper.meta.underreplication import UnderreplicatedLedger, UnderReplicationManager
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import Fault, MemoryCluster
 from bkeeper.wire.codes import StatusCode
@@ -429,3 +429,50 @@ async def test_target_refusing_recovery_adds_fails_the_attempt_and_changes_nothi
         assert not outcome.done and not outcome.awaits_fencing
         assert "EREADONLY" in outcome.reason and outcome.replaced == {}
         assert await bk.ledger_metadata(lid) == meta
+
+
+class _SlowLocks(UnderReplicationManager):
+    """Taking a lock takes a while (as over a busy metadata store); counts the lanes taking
+    locks at once and every ledger handed out."""
+
+    def __init__(self, bk: BookKeeper, clock: FakeClock) -> None:
+        super().__init__(bk.cluster.store, bk.cluster.root, clock=clock)
+        self.taking = 0
+        self.taking_max = 0
+        self.taken: list[int] = []
+
+    async def lock(self, ledger_id: int, holder: str) -> UnderreplicatedLedger | None:
+        self.taking += 1
+        self.taking_max = max(self.taking_max, self.taking)
+        try:
+            await asyncio.sleep(0.01)
+            entry = await super().lock(ledger_id, holder)
+        finally:
+            self.taking -= 1
+        if entry is not None:
+            self.taken.append(ledger_id)
+        return entry
+
+
+async def test_lanes_take_ledgers_at_once_and_never_the_same_one_twice() -> None:
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(CLIENT)
+        ledgers = [await write_ledger(bk, (3, 3, 2), 5) for _ in range(12)]
+        lost = str((await bk.ledger_metadata(ledgers[0])).segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        clock = FakeClock()
+        urm = _SlowLocks(bk, clock)
+        await urm.ensure_layout()
+        on_lost = [lid for lid in ledgers if lost in members_of(await bk.ledger_metadata(lid))]
+        for lid in on_lost:
+            await urm.mark_underreplicated(lid, [lost])
+        config = AutoRecoveryConfig(
+            idle_poll_interval_ms=2, ledgers_in_parallel=4, entries_in_flight_max=16
+        )
+        worker = ReplicationWorker(await cluster.client(CLIENT), urm, "w", config, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == len(on_lost))
+        # every lane took its own ledgers (one taker for all would never take two at once)
+        assert urm.taking_max > 1
+        assert sorted(urm.taken) == sorted(on_lost)
+        assert [e async for e in urm.ledgers()] == [] and await urm.locked() == []

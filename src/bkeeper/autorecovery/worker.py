@@ -27,9 +27,10 @@ idle. An open ledger waiting for its writer is left (lock released, mark kept) u
 ``open_ledger_grace_period_ms`` after it was marked; a failed ledger until
 ``failed_ledger_retry_delay_ms`` later. Which ledgers wait is remembered in memory, at most
 :data:`DEFERRED_LEDGERS_MAX` (past that the oldest is forgotten: it is only tried sooner).
-The worker takes ledgers by scanning the queue (at most :data:`CANDIDATES_MAX` ids per scan)
-and trying each lock, skipping those it works on or defers: the lock node is ephemeral, owned
-by the worker's metadata session, so a worker that dies gives its ledgers back.
+The worker takes ledgers by scanning the queue (listings only, at most :data:`CANDIDATES_MAX`
+ids per scan, leaving out the locked ones) and trying each lock in random order, skipping
+those it works on or defers: the lock node is ephemeral, owned by the worker's metadata
+session, so a worker that dies gives its ledgers back.
 """
 
 from __future__ import annotations
@@ -311,6 +312,8 @@ class ReplicationWorker:
         self._candidates: collections.deque[int] = collections.deque()
         self._counters = _Counters()
         self._changed = asyncio.Condition()
+        self._scanning = asyncio.Lock()
+        self._idle_until = 0.0  # event loop time: no lane looks for work before then
 
     @property
     def status(self) -> WorkerStatus:
@@ -333,54 +336,73 @@ class ReplicationWorker:
             return self.status
 
     async def run(self) -> None:
-        """Until cancelled: take marked ledgers, repair them, remove their marks."""
-        slots = asyncio.Semaphore(self._config.ledgers_in_parallel)
+        """Until cancelled: take marked ledgers, repair them, remove their marks; in
+        ``ledgers_in_parallel`` lanes, each taking its next ledger as it finishes one (taking
+        costs metadata round trips: one taker for all lanes would be their bottleneck)."""
         async with asyncio.TaskGroup() as group:
-            while True:
-                await slots.acquire()
-                try:
-                    entry = await self._next_ledger()
-                except BaseException:
-                    slots.release()
-                    raise
-                self._in_progress.add(entry.ledger_id)
-                group.create_task(self._repair(entry, slots), name=f"re-replicate {entry}")
+            for lane in range(self._config.ledgers_in_parallel):
+                group.create_task(self._lane(), name=f"replication lane {lane}")
+
+    async def _lane(self) -> None:
+        while True:
+            entry = await self._next_ledger()  # in progress once taken
+            await self._repair(entry)
 
     # -- taking ledgers ------------------------------------------------------------------
     async def _next_ledger(self) -> UnderreplicatedLedger:
+        idle_s = self._config.idle_poll_interval_ms / 1000.0
+        loop = asyncio.get_running_loop()  # the time asyncio.sleep counts in
         while True:
-            try:
-                enabled = await self._urm.is_enabled()
-                await self._set_enabled(enabled)
-                entry = await self._lock_candidate() if enabled else None
-            except BKeeperError as exc:
-                log.warning("replication worker %s: cannot take a ledger: %s", self._holder, exc)
-                entry = None
-            if entry is not None:
-                return entry
-            await asyncio.sleep(self._config.idle_poll_interval_ms / 1000.0)
+            # A lane that found nothing (or failed) idles every lane: they look again together,
+            # after the interval, instead of each asking the metadata store on its own.
+            if loop.time() >= self._idle_until:
+                try:
+                    enabled = await self._urm.is_enabled()
+                    await self._set_enabled(enabled)
+                    entry = await self._lock_candidate() if enabled else None
+                except BKeeperError as exc:
+                    log.warning("replication worker %s: cannot take: %s", self._holder, exc)
+                    entry = None
+                if entry is not None:
+                    return entry
+                self._idle_until = loop.time() + idle_s
+            await asyncio.sleep(max(0.0, self._idle_until - loop.time()))
 
     async def _lock_candidate(self) -> UnderreplicatedLedger | None:
         if not self._candidates:
-            await self._scan()
+            async with self._scanning:  # one lane scans; the others wait for its candidates
+                if not self._candidates:
+                    await self._scan()
         while self._candidates:
             ledger_id = self._candidates.popleft()
             if self._skipped(ledger_id):
                 continue
-            if not await self._urm.try_lock(ledger_id, self._holder):
-                continue
-            entry = await self._urm.get(ledger_id)
+            # In progress from now on: no other lane may take it while its lock is being taken
+            # (the lock is ours, so taking it again would succeed).
+            self._in_progress.add(ledger_id)
+            entry = None
+            try:
+                entry = await self._urm.lock(ledger_id, self._holder)
+            finally:
+                if entry is None:
+                    self._in_progress.discard(ledger_id)
             if entry is not None:
                 return entry
-            await self._urm.release(ledger_id)
         return None
 
     async def _scan(self) -> None:
-        async for entry in self._urm.ledgers():
-            if not self._skipped(entry.ledger_id):
-                self._candidates.append(entry.ledger_id)
-                if len(self._candidates) >= CANDIDATES_MAX:
-                    return
+        """Queue candidates: the marked ledgers nobody holds, from listings only (a mark is
+        read once its lock is taken), in random order so that workers scanning together do
+        not all race for the same ledger first."""
+        locked = await self._urm.locked_ids()
+        found: list[int] = []
+        async for ledger_id in self._urm.ledger_ids():
+            if ledger_id not in locked and not self._skipped(ledger_id):
+                found.append(ledger_id)
+                if len(found) >= CANDIDATES_MAX:
+                    break
+        (self._rng if self._rng is not None else random.Random()).shuffle(found)
+        self._candidates.extend(found)
 
     def _skipped(self, ledger_id: int) -> bool:
         if ledger_id in self._in_progress:
@@ -394,7 +416,7 @@ class ReplicationWorker:
         return False
 
     # -- repairing -----------------------------------------------------------------------
-    async def _repair(self, entry: UnderreplicatedLedger, slots: asyncio.Semaphore) -> None:
+    async def _repair(self, entry: UnderreplicatedLedger) -> None:
         ledger_id = entry.ledger_id
         try:
             await self._notify()
@@ -406,7 +428,6 @@ class ReplicationWorker:
             raise
         finally:
             self._in_progress.discard(ledger_id)
-            slots.release()
         await self._notify()
 
     async def _replicate(self, entry: UnderreplicatedLedger) -> tuple[ReplicationOutcome, int]:

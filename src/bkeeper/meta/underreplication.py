@@ -175,6 +175,11 @@ class UnderReplicationManager:
 
     async def try_lock(self, ledger_id: int, holder: str) -> bool:
         """Take the replication lock of a queued ledger; False if locked or not queued."""
+        return await self.lock(ledger_id, holder) is not None
+
+    async def lock(self, ledger_id: int, holder: str) -> UnderreplicatedLedger | None:
+        """Take the replication lock of a queued ledger and return its queue entry (read
+        under the lock); None if another holds the lock or the ledger is not queued."""
         path = ur_lock_path(self._root, ledger_id)
         data = _text(pb.LockDataFormat(bookieId=holder))
         try:
@@ -182,13 +187,13 @@ class UnderReplicationManager:
         except NodeExistsError:
             stat = await self._store.exists(path)
             if stat is None or stat.ephemeral_owner != self._store.session_id:
-                return False
+                return None
         entry = await self.get(ledger_id)
         if entry is None:
             await self.release(ledger_id)
-            return False
+            return None
         self._locked_versions[ledger_id] = entry.version
-        return True
+        return entry
 
     async def lock_next(self, holder: str) -> UnderreplicatedLedger | None:
         """Lock the first queued ledger nobody works on; None if there is none."""
@@ -294,6 +299,14 @@ class UnderReplicationManager:
                 continue  # it left between listing and reading
             return _parse_text(data, pb.AuditorVoteFormat()).bookieId
         return None
+
+    async def locked_ids(self) -> set[LedgerId]:
+        """The ledgers a replication worker holds (one listing: no lock is read)."""
+        try:
+            names = await self._store.children(join_path(self._base, "locks"))
+        except NoNodeError:
+            return set()
+        return {LedgerId(int(n[3:])) for n in names if n.startswith("urL") and n[3:].isdigit()}
 
     async def locked(self) -> list[tuple[LedgerId, str]]:
         """The ledgers a replication worker holds, ascending, with the holder's id."""

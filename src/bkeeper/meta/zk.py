@@ -106,6 +106,10 @@ class _Slot:
     subs: dict[Subscription[WatchEvent], bool] = field(default_factory=dict)
     generation: int = 0
     armed: bool = False
+    #: The generation of the last watch seen firing: a watch can fire before the answer of
+    #: the call that set it is processed here (both come from kazoo's thread), and must
+    #: then not count as armed.
+    fired: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -280,23 +284,23 @@ class ZkNodeStore:
 
     async def _arm(self, key: _WatchKey, slot: _Slot) -> None:
         self._generation += 1
-        slot.generation = self._generation
-        callback = functools.partial(self._on_watch_threadsafe, key, slot.generation)
+        generation = slot.generation = self._generation
+        callback = functools.partial(self._on_watch_threadsafe, key, generation)
         kind, path = key
         for _attempt in range(ARM_ATTEMPTS_MAX):
             if kind is WatchKind.DATA:
                 await self._call(self._client.exists_async, path, watch=callback)
-                slot.armed = True
+                slot.armed = slot.fired != generation  # fired already: a re-arm is on its way
                 return
             try:
                 await self._call(self._client.get_children_async, path, watch=callback)
-                slot.armed = True
+                slot.armed = slot.fired != generation
                 return
             except NoNodeError:
                 pass
             # No node: watch for its creation instead. If it appeared meanwhile, try again.
             if await self._call(self._client.exists_async, path, watch=callback) is None:
-                slot.armed = True
+                slot.armed = slot.fired != generation
                 return
         raise MetadataError(f"{path}: could not arm a children watch in {ARM_ATTEMPTS_MAX} tries")
 
@@ -312,6 +316,7 @@ class ZkNodeStore:
         if key[0] is WatchKind.CHILDREN and event_type is EventType.CHANGED:
             return  # the creation watch of a children slot saw a data change: not ours
         slot.armed = False
+        slot.fired = generation
         watch_event = WatchEvent(event_type, key[1])
         if any(slot.subs.values()) and not self._closing:
             self._tasks.spawn(self._rearm_then_deliver(key, slot, watch_event), "re-arm watch")
