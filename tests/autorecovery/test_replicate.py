@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -15,7 +16,7 @@ from bkeeper.autorecovery.replicate import (
     lost_bookies,
     plan_repair,
 )
-from bkeeper.common.errors import NotEnoughBookiesError
+from bkeeper.common.errors import ConfigError, NotEnoughBookiesError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.testing.clock import FakeClock
 from bkeeper.wire.digest import DigestType
@@ -174,3 +175,22 @@ def test_throttle_spreads_bytes_over_time() -> None:
     clock.advance(10.0)
     assert throttle.delay_s(500_000) == pytest.approx(0.5 - THROTTLE_BURST_S)  # no credit saved
     assert Throttle(0, clock).delay_s(10**9) == 0.0
+
+
+async def test_throttle_window_holds_bytes_in_flight_under_its_max() -> None:
+    throttle = Throttle(0, FakeClock(), bytes_in_flight_max=100)
+    await throttle.admit(60, 30)
+    second = asyncio.ensure_future(throttle.admit(60, 30))
+    await asyncio.sleep(0)
+    assert not second.done() and throttle.bytes_in_flight == 60  # 120 would pass the max
+    throttle.release(60)
+    await asyncio.wait_for(second, 30)
+    assert throttle.bytes_in_flight == 60
+    throttle.release(60)
+    await throttle.admit(500, 30)  # bigger than the max: goes alone
+    with pytest.raises(TimeoutError):
+        await throttle.admit(1, 0.01)  # no answer comes: the sender gives up
+    throttle.release(500)
+    await Throttle(0, FakeClock()).admit(10**9, 0.01)  # 0: no window
+    with pytest.raises(ConfigError, match="bytes_in_flight_max"):
+        Throttle(0, FakeClock(), bytes_in_flight_max=-1)

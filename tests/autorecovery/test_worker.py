@@ -208,6 +208,7 @@ async def test_target_lost_during_repair_another_is_chosen_next_round() -> None:
             status = await asyncio.wait_for(worker.wait_for(lambda s: s.failures == 1), WAIT_S)
             assert status.waiting == (lid,) and status.replicated == 0
             assert target in status.last_failure
+            assert status.bytes_in_flight == 0  # the failed copy holds none of the window
             # no answer came: the sink sent exactly its in-flight limit, then waited
             assert faults[target].applied == CONFIG.entries_in_flight_max
             entry = await urm.get(lid)
@@ -476,3 +477,23 @@ async def test_lanes_take_ledgers_at_once_and_never_the_same_one_twice() -> None
         assert urm.taking_max > 1
         assert sorted(urm.taken) == sorted(on_lost)
         assert [e async for e in urm.ledgers()] == [] and await urm.locked() == []
+
+
+async def test_a_marked_bookie_that_came_back_is_not_replaced() -> None:
+    """Marked while it restarted (delay 0): once it is registered again the mark goes,
+    nothing is copied and the ensemble stays (before: its replicas were copied elsewhere, or
+    with no spare bookie the ledger stayed marked for ever)."""
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 10)
+        before = await bk.ledger_metadata(lid)
+        back = str(before.segments[0][0])
+        clock = FakeClock()
+        urm = await new_urm(bk, clock)
+        await urm.mark_underreplicated(lid, [back])  # it is registered: it came back
+        worker = ReplicationWorker(await cluster.client(CLIENT), urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == 1)
+        assert await urm.get(lid) is None
+        assert (await bk.ledger_metadata(lid)).segments == before.segments
+        assert worker.status.entries_copied == 0

@@ -165,7 +165,9 @@ async def recover(
     on_progress(0, total)
     todo = iter(sorted(targets.items()))  # shared: each ledger is taken by one repairer
     outcomes: dict[int, ReplicationOutcome] = {}
-    throttle = Throttle(config.rate_bytes_per_s, SystemClock())  # one rate for the whole call
+    throttle = Throttle(  # one rate and window for the whole call
+        config.rate_bytes_per_s, SystemClock(), config.bytes_in_flight_max
+    )
 
     async def repairer() -> None:
         for target, lost in todo:

@@ -41,6 +41,7 @@ class AutoRecoveryConfig:
     ledgers_in_parallel: int = 8  # ledgers one worker repairs at once
     entries_in_flight_max: int = 256  # recovery adds outstanding per ledger
     rate_bytes_per_s: int = 0  # re-replication throttle, 0: none
+    bytes_in_flight_max: int = 2 * 1024 * 1024  # recovery adds unanswered per worker, 0: none
     open_ledger_grace_period_ms: int = 30_000  # BookKeeper's openLedgerRereplicationGracePeriod
     failed_ledger_retry_delay_ms: int = 10_000  # a ledger that failed waits this before retry
     idle_poll_interval_ms: int = 1_000  # queue empty / disabled: look again after
@@ -67,6 +68,7 @@ class AutoRecoveryConfig:
         check_non_negative_ints(
             self,
             "rate_bytes_per_s",
+            "bytes_in_flight_max",
             "open_ledger_grace_period_ms",
             "failed_ledger_retry_delay_ms",
         )

@@ -9,13 +9,18 @@ most ``in_flight_max`` adds await an answer (the sink waits for room before send
 connection lost, or no answer at all for ``answer_timeout_s``) fails the sink: the next call
 and ``drain`` raise it. An add is answered EOK only once the target made it durable.
 
-:class:`Throttle` spreads bytes over time at ``rate_bytes_per_s`` (0: no limit); one throttle
-is shared by every ledger a worker copies, so the rate is the worker's.
+:class:`Throttle` spreads bytes over time at ``rate_bytes_per_s`` (0: no limit) and keeps at
+most ``bytes_in_flight_max`` bytes of recovery adds unanswered (0: no limit; an entry bigger
+than that goes alone); one throttle is shared by every ledger a worker copies, so both limits
+are the worker's. The window is what keeps repair from flooding the targets: their journals
+commit the recovery adds with the applications' adds, so megabytes queued ahead of an
+application's add are milliseconds added to its latency.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from bkeeper.client.pool import BookiePool, Connection
@@ -32,14 +37,36 @@ THROTTLE_BURST_S = 0.05
 
 
 class Throttle:
-    """Bytes at ``rate_bytes_per_s`` at most (averaged over :data:`THROTTLE_BURST_S`)."""
+    """Bytes at ``rate_bytes_per_s`` at most (averaged over :data:`THROTTLE_BURST_S`), and at
+    most ``bytes_in_flight_max`` of them unanswered (see the module doc)."""
 
-    def __init__(self, rate_bytes_per_s: int, clock: Clock) -> None:
+    def __init__(self, rate_bytes_per_s: int, clock: Clock, bytes_in_flight_max: int = 0) -> None:
         if rate_bytes_per_s < 0:
             raise ConfigError(f"rate_bytes_per_s: must be an integer >= 0, got {rate_bytes_per_s}")
+        if bytes_in_flight_max < 0:
+            raise ConfigError(
+                f"bytes_in_flight_max: must be an integer >= 0, got {bytes_in_flight_max}"
+            )
         self.rate_bytes_per_s = rate_bytes_per_s
+        self.bytes_in_flight_max = bytes_in_flight_max
+        self.bytes_in_flight = 0
+        self._room = asyncio.Event()
         self._clock = clock
         self._free_at = 0.0  # monotonic time at which everything sent so far is "paid"
+
+    async def admit(self, size: int, timeout_s: float) -> None:
+        """Wait until ``size`` more bytes fit in the window, then count them in flight;
+        ``TimeoutError`` if no room came within ``timeout_s`` of the last answer."""
+        cap = self.bytes_in_flight_max
+        while cap and self.bytes_in_flight and self.bytes_in_flight + size > cap:
+            self._room.clear()
+            await asyncio.wait_for(self._room.wait(), timeout_s)
+        self.bytes_in_flight += size
+
+    def release(self, size: int) -> None:
+        """``size`` bytes admitted are answered (or given up)."""
+        self.bytes_in_flight -= size
+        self._room.set()
 
     def delay_s(self, size: int) -> float:
         """Account for ``size`` bytes sent now; how long the sender should wait after."""
@@ -79,6 +106,8 @@ class RecoveryAddSink:
         self._timeout_s = answer_timeout_s
         self._throttle = throttle
         self._in_flight = 0
+        self._held = 0  # bytes of this sink's adds counted in the throttle's window
+        self._abandoned = False
         self._room = asyncio.Event()
         self._error: BaseException | None = None
         self.entries_sent = 0
@@ -92,8 +121,10 @@ class RecoveryAddSink:
             if self._in_flight >= self._in_flight_max:
                 await self._wait_below(self._in_flight_max)
                 self._check()
+            if self._throttle is not None:
+                await self._admit(len(body))
             request = AddRequest(ledger_id, entry_id, key, body, recovery=True, high_priority=True)
-            conn.send(request).add_done_callback(self._answered)
+            conn.send(request).add_done_callback(functools.partial(self._answered, len(body)))
             self._in_flight += 1
             size += len(body)
         self.entries_sent += len(batch)
@@ -106,15 +137,41 @@ class RecoveryAddSink:
         await self._wait_below(1)
         self._check()
 
+    def abandon(self) -> None:
+        """Stop counting this sink's unanswered adds in the throttle's window (call it when
+        done with the sink, failed or not: an add never answered must not hold the window
+        of the worker's other ledgers)."""
+        if not self._abandoned:
+            self._abandoned = True
+            if self._throttle is not None and self._held:
+                self._throttle.release(self._held)
+            self._held = 0
+
+    async def _admit(self, size: int) -> None:
+        assert self._throttle is not None
+        try:
+            await self._throttle.admit(size, self._timeout_s)
+        except TimeoutError:
+            raise BookieUnavailableError(
+                f"target bookie {self.target}: no room for recovery adds of ledger "
+                f"{self._ledger_id}: {self._throttle.bytes_in_flight} bytes unanswered for "
+                f"{self._timeout_s:g} s"
+            ) from None
+        self._held += size
+        self._check()
+
     async def _connection(self) -> Connection:
         try:
             return await self._pool.connection(self.target)
         except BKeeperError as exc:
             raise BookieUnavailableError(f"target bookie {self.target}: {exc}") from exc
 
-    def _answered(self, future: asyncio.Future[Any]) -> None:
+    def _answered(self, size: int, future: asyncio.Future[Any]) -> None:
         self._in_flight -= 1
         self._room.set()
+        if self._throttle is not None and not self._abandoned:
+            self._held -= size
+            self._throttle.release(size)
         if self._error is not None:
             return
         if future.cancelled():

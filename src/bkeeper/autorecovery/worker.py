@@ -108,13 +108,16 @@ async def replicate_ledger(
     dry_run: bool = False,
     throttle: Throttle | None = None,
     rng: random.Random | None = None,
+    unless_back: bool = False,
 ) -> ReplicationOutcome:
     """Repair ``ledger_id`` (module doc). ``lost`` None: every ensemble member not registered
     (writable or read-only) is lost. ``dry_run``: plan only (``plan`` and ``replaced`` say
-    what would be done). ``throttle``: shared with other copies (else one of this call's)."""
+    what would be done). ``throttle``: shared with other copies (else one of this call's).
+    ``unless_back``: a bookie of ``lost`` registered again (it came back, with its data:
+    its cookie let it start) is not lost any more: nothing of it is copied."""
     repair = _LedgerRepair(bk, ledger_id, config, throttle, rng)
     try:
-        return await repair.run(lost, fence_open, dry_run)
+        return await repair.run(lost, fence_open, dry_run, unless_back)
     except LedgerNotFoundError:
         return repair.outcome(True, "the ledger was deleted")
     except BKeeperError as exc:
@@ -144,7 +147,9 @@ class _LedgerRepair:
         self.bk = bk
         self.ledger_id = ledger_id
         self.config = config
-        self.throttle = throttle or Throttle(config.rate_bytes_per_s, SystemClock())
+        self.throttle = throttle or Throttle(
+            config.rate_bytes_per_s, SystemClock(), config.bytes_in_flight_max
+        )
         self.rng = rng
         self.plan: RepairPlan | None = None
         self.replaced: dict[int, dict[str, str]] = {}
@@ -166,7 +171,7 @@ class _LedgerRepair:
         )
 
     async def run(
-        self, lost: Collection[str] | None, fence_open: bool, dry_run: bool
+        self, lost: Collection[str] | None, fence_open: bool, dry_run: bool, unless_back: bool
     ) -> ReplicationOutcome:
         bk, ledger_id = self.bk, self.ledger_id
         versioned = await bk.cluster.ledgers.read(ledger_id)
@@ -175,6 +180,8 @@ class _LedgerRepair:
         if lost is None:
             lost = lost_bookies(meta, bookies.writable | bookies.read_only)
         lost = frozenset(lost)
+        if unless_back:
+            lost -= bookies.writable | bookies.read_only
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
             fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
             await fenced.close()
@@ -217,6 +224,7 @@ class _LedgerRepair:
             )
             await sink.drain()
         finally:
+            sink.abandon()
             self.entries_copied += sink.entries_sent
             self.bytes_copied += sink.bytes_sent
         log.debug(
@@ -274,6 +282,7 @@ class WorkerStatus:
     entries_copied: int
     bytes_copied: int
     last_failure: str = ""
+    bytes_in_flight: int = 0  # recovery adds sent, not answered yet (the throttle's window)
 
 
 @dataclass
@@ -306,7 +315,7 @@ class ReplicationWorker:
         self._config = config
         self._clock: Clock = clock or SystemClock()
         self._rng = rng
-        self._throttle = Throttle(config.rate_bytes_per_s, self._clock)
+        self._throttle = Throttle(config.rate_bytes_per_s, self._clock, config.bytes_in_flight_max)
         self._in_progress: set[int] = set()
         self._deferred: dict[int, float] = {}  # ledger -> monotonic time to try it again
         self._candidates: collections.deque[int] = collections.deque()
@@ -327,6 +336,7 @@ class ReplicationWorker:
             c.entries_copied,
             c.bytes_copied,
             c.last_failure,
+            self._throttle.bytes_in_flight,
         )
 
     async def wait_for(self, predicate: Callable[[WorkerStatus], bool]) -> WorkerStatus:
@@ -447,6 +457,7 @@ class ReplicationWorker:
                 fence_open=grace_left_ms <= 0,
                 throttle=self._throttle,
                 rng=self._rng,
+                unless_back=True,  # marked while restarting, say: nothing to do once back
             )
         except Exception as exc:  # a bug: reported, and the ledger stays marked for a retry
             log.exception("ledger %d: re-replication failed unexpectedly", ledger_id)
