@@ -6,16 +6,19 @@ bookieformat, ledger ID and readledger --bookie; and each one's answer to bad in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from bkeeper.client import BookKeeper
+from bkeeper.meta.cluster import ClusterMetadata
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
@@ -249,7 +252,7 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
     assert len(whole.splitlines()) == 30
 
 
-def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path) -> None:
+async def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path) -> None:
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     root = uri[uri.index("/", len("zk://")) :]
     assert fails(bkeeper(uri, "shell", "whatisinstanceid")).startswith(
@@ -305,6 +308,24 @@ def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path) -> No
     finally:
         bookie.terminate()
         assert bookie.wait(60) == 0
+    recovery = subprocess.Popen(
+        [sys.executable, "-m", "bkeeper", "autorecovery", "--id", "ar-1", "--metadata", uri],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with await ClusterMetadata.open(uri) as cluster:
+            deadline = time.monotonic() + 60
+            while await cluster.underreplication.current_auditor() != "ar-1":
+                assert time.monotonic() < deadline, "ar-1 was never elected"
+                await asyncio.sleep(0.1)
+        assert fails(bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--force")) == (
+            "error: auto-recovery runs (ar-1 is the auditor): stop every 'bkeeper autorecovery' "
+            "process before deleting the cluster"
+        )
+    finally:
+        recovery.terminate()
+        assert recovery.wait(60) == 0
 
     nuked = ok(
         bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--instance-id", instance_id)
