@@ -61,8 +61,9 @@ def _console() -> Console:
 
 
 @contextmanager
-def progress(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)``."""
+def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
+    """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)`` (total
+    None: not known yet)."""
     console = Console(stderr=True)
     bar = Progress(
         TextColumn("{task.description}"),
@@ -76,7 +77,7 @@ def progress(description: str) -> Iterator[Callable[[int, int], None]]:
     with bar:
         task = bar.add_task(description, total=None)
 
-        def advance(done: int, total: int) -> None:
+        def advance(done: int, total: int | None) -> None:
             bar.update(task, completed=done, total=total)
 
         yield advance
