@@ -197,6 +197,12 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
         )
     ).startswith(f"error: bookie elsewhere:1 holds no entry of ledger {ledger_id} in 0..29 ")
 
+    assert as_json(bkeeper(uri, "shell", "listledgers", "--meta", "--json")) == [
+        {"ledger": ledger_id, "state": "CLOSED", "ensemble_size": 3, "write_quorum": 2,
+         "ack_quorum": 2, "last_entry": 29, "digest": "CRC32C",
+         "length": sum(len(b"entry-%d" % i) for i in range(30))}
+    ]  # fmt: skip
+
     # The bookie's index, read from its data directory once it stopped (SIGTERM checkpoints).
     assert real_cluster.stop(index) == 0
     data_dir = str(real_cluster.data_dir / f"bookie-{index}")
@@ -367,7 +373,17 @@ def test_updatecookie_gives_a_stopped_bookie_a_new_id(real_cluster) -> None:
     )
     real_cluster.start(1, "--bookie-id", "renamed")
     listing = as_json(bkeeper(uri, "shell", "listbookies", "--json"))
-    assert "renamed" in [row["bookie_id"] for row in listing]
+    others = [real_cluster.bookie_id(0), real_cluster.bookie_id(2)]
+    assert sorted(row["bookie_id"] for row in listing) == sorted([*others, "renamed"])
+    assert real_cluster.stop(1) == 0
+    deleted = ok(
+        bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir, "--delete", "--force")
+    )
+    assert deleted.strip() == f"deleted the cookie of renamed from {data_dir} and {uri}"
+    assert not os.path.exists(os.path.join(data_dir, "current", "VERSION"))
+    assert fails(bkeeper(uri, "shell", "cookie_get", "renamed")).endswith(
+        "has no cookie in the metadata store"
+    )
     usage = bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir)
     assert (
         usage.returncode == 2 and "give one of --bookie-id ID, --list and --delete" in usage.stderr
