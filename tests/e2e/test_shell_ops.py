@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client import BookKeeper
+from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
 from tests.e2e.helpers import bkeeper
 
@@ -139,6 +141,28 @@ def test_cluster_listings_sanity_and_cookies(real_cluster) -> None:
     )
     summary = as_json(bkeeper(uri, "shell", "clusterinfo", "--json"))
     assert (summary["totalBookiesCount"], summary["unavailableBookiesCount"]) == (2, 0)
+
+
+@pytest.mark.parametrize("real_cluster", [1], indirect=True)
+async def test_bookieinfo_names_the_bookies_that_do_not_answer(real_cluster) -> None:
+    uri = real_cluster.uri
+    with socket.socket() as silent, socket.socket() as closed:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections complete (the backlog) and are never answered
+        closed.bind(("127.0.0.1", 0))  # bound but not listening: connections are refused
+        async with await ClusterMetadata.open(uri) as cluster:
+            registry = cluster.registry
+            for_bookie = BookieServiceInfo.for_bookie
+            async with (
+                await registry.register("silent:1", for_bookie(*silent.getsockname())),
+                await registry.register("gone:1", for_bookie(*closed.getsockname())),
+            ):
+                result = bkeeper(uri, "shell", "bookieinfo", "--json", "--timeout", "1")
+    rows = {row["bookie_id"]: row for row in json.loads(result.stdout)}
+    assert rows["silent:1"]["error"] == "no answer in 1 s"
+    assert rows["gone:1"]["error"].startswith("unreachable: ")
+    assert rows[real_cluster.bookie_id(0)]["error"] is None
+    assert fails(result) == "error: 2 of 3 bookies did not answer: gone:1, silent:1"
 
 
 async def _ledger_on(uri: str, ensemble: int, quorum: int, entries: int) -> tuple[int, tuple]:
