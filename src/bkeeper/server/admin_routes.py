@@ -28,11 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from bkeeper.common.errors import AdminRequestError
-from bkeeper.server.admin_http import Routes
-from bkeeper.server.http_codec import HttpRequest, HttpResponse, json_response
+from aiohttp import web
 
-__all__ = ["AdminBookie", "BookieStatus", "GcControl", "GcReportView", "bookie_routes"]
+from bkeeper.common.errors import AdminRequestError
+from bkeeper.server.admin_http import NO_TIME_LIMIT, AdminHttpServer
+from bkeeper.server.admin_request import json_object, json_response, text_response
+
+__all__ = ["AdminBookie", "BookieStatus", "GcControl", "GcReportView", "add_bookie_routes"]
 
 PREFIX = "/api/v1/bookie"
 
@@ -82,27 +84,26 @@ class AdminBookie(Protocol):
         ...
 
 
-def bookie_routes(bookie: AdminBookie, routes: Routes | None = None) -> Routes:
-    """The bookie's endpoints, added to ``routes`` (a new table if none)."""
-    routes = Routes() if routes is None else routes
+def add_bookie_routes(bookie: AdminBookie, server: AdminHttpServer) -> None:
+    """Add the bookie's endpoints to ``server``."""
     endpoints = _Endpoints(bookie)
-    routes.add("GET", "/heartbeat", endpoints.heartbeat)
-    routes.add("GET", f"{PREFIX}/state", endpoints.state)
-    routes.add("GET", f"{PREFIX}/is_ready", endpoints.is_ready)
-    routes.add("GET", f"{PREFIX}/info", endpoints.info)
-    routes.add("GET", f"{PREFIX}/gc", endpoints.gc_status)
-    routes.add("PUT", f"{PREFIX}/gc", endpoints.gc_run)
-    routes.add("GET", f"{PREFIX}/gc_details", endpoints.gc_details)
-    routes.add("GET", f"{PREFIX}/gc/suspend_compaction", endpoints.suspended)
-    routes.add("PUT", f"{PREFIX}/gc/suspend_compaction", endpoints.suspend)
-    routes.add("GET", f"{PREFIX}/gc/resume_compaction", endpoints.suspended)
-    routes.add("PUT", f"{PREFIX}/gc/resume_compaction", endpoints.resume)
-    return routes
+    add = server.add_route
+    add("GET", "/heartbeat", endpoints.heartbeat)
+    add("GET", f"{PREFIX}/state", endpoints.state)
+    add("GET", f"{PREFIX}/is_ready", endpoints.is_ready)
+    add("GET", f"{PREFIX}/info", endpoints.info)
+    add("GET", f"{PREFIX}/gc", endpoints.gc_status)
+    add("PUT", f"{PREFIX}/gc", endpoints.gc_run, timeout_ms=NO_TIME_LIMIT)
+    add("GET", f"{PREFIX}/gc_details", endpoints.gc_details)
+    add("GET", f"{PREFIX}/gc/suspend_compaction", endpoints.suspended)
+    add("PUT", f"{PREFIX}/gc/suspend_compaction", endpoints.suspend)
+    add("GET", f"{PREFIX}/gc/resume_compaction", endpoints.suspended)
+    add("PUT", f"{PREFIX}/gc/resume_compaction", endpoints.resume)
 
 
-def _flags(request: HttpRequest, *names: str) -> dict[str, bool]:
+async def _flags(request: web.Request, *names: str) -> dict[str, bool]:
     """The body's boolean fields ``names`` (absent: false); 400 for any other field or value."""
-    body = request.json_object()
+    body = await json_object(request)
     unknown = sorted(set(body) - set(names))
     if unknown:
         raise AdminRequestError(
@@ -126,10 +127,10 @@ class _Endpoints:
             )
         return gc
 
-    async def heartbeat(self, request: HttpRequest) -> HttpResponse:
-        return HttpResponse(200, b"OK\n", "text/plain; charset=utf-8")
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        return text_response("OK\n")
 
-    async def state(self, request: HttpRequest) -> HttpResponse:
+    async def state(self, request: web.Request) -> web.Response:
         status = self._bookie.status()
         return json_response(
             {
@@ -140,30 +141,30 @@ class _Endpoints:
             }
         )
 
-    async def is_ready(self, request: HttpRequest) -> HttpResponse:
+    async def is_ready(self, request: web.Request) -> web.Response:
         status = self._bookie.status()
         if status.ready:
             return json_response({"ready": True})
         reason = status.not_ready_reason or "not ready"
         return json_response({"ready": False, "error": reason, "status": 503}, 503)
 
-    async def info(self, request: HttpRequest) -> HttpResponse:
+    async def info(self, request: web.Request) -> web.Response:
         total, free = self._bookie.disk_usage()
         return json_response({"freeSpace": free, "totalSpace": total})
 
-    async def gc_status(self, request: HttpRequest) -> HttpResponse:
+    async def gc_status(self, request: web.Request) -> web.Response:
         return json_response(dict(self._gc().status()))
 
-    async def gc_run(self, request: HttpRequest) -> HttpResponse:
-        flags = _flags(request, "forceMajor", "forceMinor")
+    async def gc_run(self, request: web.Request) -> web.Response:
+        flags = await _flags(request, "forceMajor", "forceMinor")
         gc = self._gc()
         report = await gc.run_now(major=flags["forceMajor"], minor=flags["forceMinor"])
         return json_response(dict(report.as_dict()))
 
-    async def gc_details(self, request: HttpRequest) -> HttpResponse:
+    async def gc_details(self, request: web.Request) -> web.Response:
         return json_response([dict(self._gc().status())])
 
-    async def suspended(self, request: HttpRequest) -> HttpResponse:
+    async def suspended(self, request: web.Request) -> web.Response:
         status = self._gc().status()
         return json_response(
             {
@@ -172,15 +173,15 @@ class _Endpoints:
             }
         )
 
-    async def suspend(self, request: HttpRequest) -> HttpResponse:
-        flags = _flags(request, "suspendMajor", "suspendMinor")
+    async def suspend(self, request: web.Request) -> web.Response:
+        flags = await _flags(request, "suspendMajor", "suspendMinor")
         if not any(flags.values()):
             raise AdminRequestError(400, "nothing to suspend: set suspendMajor or suspendMinor")
         self._gc().suspend(major=flags["suspendMajor"], minor=flags["suspendMinor"])
         return await self.suspended(request)
 
-    async def resume(self, request: HttpRequest) -> HttpResponse:
-        flags = _flags(request, "resumeMajor", "resumeMinor")
+    async def resume(self, request: web.Request) -> web.Response:
+        flags = await _flags(request, "resumeMajor", "resumeMinor")
         if not any(flags.values()):
             raise AdminRequestError(400, "nothing to resume: set resumeMajor or resumeMinor")
         self._gc().resume(major=flags["resumeMajor"], minor=flags["resumeMinor"])

@@ -42,7 +42,7 @@ from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError, StorageError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
-from bkeeper.server.admin_routes import BookieStatus, bookie_routes
+from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
@@ -102,9 +102,20 @@ class Bookie:
         self.port = config.port
         self._admin: AdminHttpServer | None = None
         if config.http_port is not None:
-            admin_config = AdminHttpConfig(config.effective_http_host, config.http_port)
-            self._admin = AdminHttpServer(admin_config, bookie_routes(self))
+            admin_config = AdminHttpConfig(
+                config.effective_http_host,
+                config.http_port,
+                writes_enabled=config.http_admin_writes,
+            )
+            self._admin = AdminHttpServer(admin_config)
+            add_bookie_routes(self, self._admin)
         self.http_port = config.http_port
+
+    @property
+    def admin_server(self) -> AdminHttpServer | None:
+        """The admin HTTP server (None without ``http_port``): more routes are added to it
+        (``add_route``) before :meth:`start`."""
+        return self._admin
 
     @property
     def bookie_id(self) -> str:
