@@ -3,8 +3,17 @@
 ::
 
     GET  /heartbeat                              "OK" (text): the process answers
+    GET  /api/v1/config/server_config            the configuration, by option name
+    PUT  /api/v1/config/server_config            409: frozen (set it and restart)
     GET  /api/v1/bookie/state                    running, readOnly, shuttingDown,
                                                  availableForHighPriorityWrites
+    GET  /api/v1/bookie/state/readonly           readOnly
+    PUT  /api/v1/bookie/state/readonly           body {"readOnly": bool}: switch; 409 saying
+                                                 why when it cannot turn writable
+    GET  /api/v1/bookie/last_log_mark            {journal dir: {logFileId, logFileOffset}}:
+                                                 where the last checkpoint left each journal
+    GET  /api/v1/bookie/list_disk_file           ?file_type=journal|entrylog|index (default
+                                                 all): {"journal files": [file...], ...}
     GET  /api/v1/bookie/is_ready                 200 {"ready": true}, or 503 saying why not
     GET  /api/v1/bookie/info                     freeSpace, totalSpace (bytes)
     GET  /api/v1/bookie/gc                       the garbage collector's status
@@ -24,6 +33,7 @@ bookie through :class:`AdminBookie`, so they are tested with a small fake.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,11 +42,17 @@ from aiohttp import web
 
 from bkeeper.common.errors import AdminRequestError
 from bkeeper.server.admin_http import NO_TIME_LIMIT, AdminHttpServer
-from bkeeper.server.admin_request import json_object, json_response, text_response
+from bkeeper.server.admin_request import json_object, json_response, query_str, text_response
+from bkeeper.storage import FileSystem
+from bkeeper.storage.inspect import last_mark, list_files
+from bkeeper.storage.inspect_dirs import BookieDirs
 
 __all__ = ["AdminBookie", "BookieStatus", "GcControl", "GcReportView", "add_bookie_routes"]
 
 PREFIX = "/api/v1/bookie"
+CONFIG = "/api/v1/config/server_config"
+#: ``list_disk_file``'s ``file_type`` values, and the answer's key for each.
+FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index": "index files"}
 
 
 class GcReportView(Protocol):
@@ -69,7 +85,7 @@ class BookieStatus:
 
 
 class AdminBookie(Protocol):
-    """What the admin endpoints need from the bookie."""
+    """What the admin endpoints need from the bookie (:class:`~bkeeper.server.Bookie`)."""
 
     @property
     def bookie_id(self) -> str: ...
@@ -83,13 +99,27 @@ class AdminBookie(Protocol):
         """``(total, free)`` bytes of the data disk."""
         ...
 
+    def config_values(self) -> Mapping[str, object]: ...
+
+    def set_read_only(self, read_only: bool) -> str:
+        """ "" once as asked, else why not."""
+        ...
+
+    def disk_files(self) -> tuple[FileSystem, BookieDirs]: ...
+
 
 def add_bookie_routes(bookie: AdminBookie, server: AdminHttpServer) -> None:
     """Add the bookie's endpoints to ``server``."""
     endpoints = _Endpoints(bookie)
     add = server.add_route
     add("GET", "/heartbeat", endpoints.heartbeat)
+    add("GET", CONFIG, endpoints.server_config)
+    add("PUT", CONFIG, endpoints.server_config_frozen)
     add("GET", f"{PREFIX}/state", endpoints.state)
+    add("GET", f"{PREFIX}/state/readonly", endpoints.read_only)
+    add("PUT", f"{PREFIX}/state/readonly", endpoints.set_read_only)
+    add("GET", f"{PREFIX}/last_log_mark", endpoints.last_log_mark)
+    add("GET", f"{PREFIX}/list_disk_file", endpoints.list_disk_file)
     add("GET", f"{PREFIX}/is_ready", endpoints.is_ready)
     add("GET", f"{PREFIX}/info", endpoints.info)
     add("GET", f"{PREFIX}/gc", endpoints.gc_status)
@@ -129,6 +159,71 @@ class _Endpoints:
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         return text_response("OK\n")
+
+    async def server_config(self, request: web.Request) -> web.Response:
+        return json_response(dict(self._bookie.config_values()))
+
+    async def server_config_frozen(self, request: web.Request) -> web.Response:
+        raise AdminRequestError(
+            409,
+            "the configuration of a running bookie is frozen: change it in its settings "
+            "(--conf, -o) and restart it",
+        )
+
+    async def read_only(self, request: web.Request) -> web.Response:
+        return json_response({"readOnly": self._bookie.status().read_only})
+
+    async def set_read_only(self, request: web.Request) -> web.Response:
+        body = await json_object(request)
+        unknown = sorted(set(body) - {"readOnly"})
+        if unknown:
+            raise AdminRequestError(
+                400, f"unknown field {unknown[0]!r} in the body; expected readOnly"
+            )
+        value = body.get("readOnly")
+        if not isinstance(value, bool):
+            raise AdminRequestError(400, f"readOnly: must be true or false, got {value!r}")
+        why_not = self._bookie.set_read_only(value)
+        if why_not:
+            raise AdminRequestError(
+                409, f"bookie {self._bookie.bookie_id} stays read-only: {why_not}"
+            )
+        return json_response({"readOnly": self._bookie.status().read_only})
+
+    async def last_log_mark(self, request: web.Request) -> web.Response:
+        fs, dirs = self._bookie.disk_files()
+        mark = await asyncio.to_thread(last_mark, fs, dirs)
+        if mark is None:
+            raise AdminRequestError(503, f"bookie {self._bookie.bookie_id} has no checkpoint yet")
+        return json_response(
+            {
+                journal.directory: {"logFileId": journal.file_id, "logFileOffset": journal.offset}
+                for journal in mark.journals
+            }
+        )
+
+    async def list_disk_file(self, request: web.Request) -> web.Response:
+        kind = query_str(request, "file_type", "")
+        if kind and kind not in FILE_TYPES:
+            raise AdminRequestError(
+                400, f"file_type: must be one of {', '.join(FILE_TYPES)}, got {kind[:40]!r}"
+            )
+        kinds = [kind] if kind else list(FILE_TYPES)
+        fs, dirs = self._bookie.disk_files()
+        files = await asyncio.to_thread(
+            list_files,
+            fs,
+            dirs,
+            journal="journal" in kinds,
+            entrylog="entrylog" in kinds,
+            index="index" in kinds,
+        )
+        answer: dict[str, list[dict[str, object]]] = {FILE_TYPES[k]: [] for k in kinds}
+        for found in files:
+            key = "entrylog" if found.kind == "compacting" else found.kind
+            key = "index" if key == "checkpoint" else key
+            answer[FILE_TYPES[key]].append(found.as_dict())
+        return json_response(answer)
 
     async def state(self, request: web.Request) -> web.Response:
         status = self._bookie.status()
