@@ -14,11 +14,11 @@ bookie (``bkeeper bookie``, :mod:`bkeeper.cli.bookie`) adds them::
 from __future__ import annotations
 
 from bkeeper.admin.cluster_routes import add_cluster_routes
-from bkeeper.admin.context import ClusterAdmin
+from bkeeper.admin.context import AdminLimits, ClusterAdmin
 from bkeeper.admin.recovery_routes import add_recovery_routes
 from bkeeper.server.admin_http import AdminHttpServer
 
-__all__ = ["ClusterAdmin", "add_admin_routes"]
+__all__ = ["AdminLimits", "ClusterAdmin", "add_admin_routes"]
 
 
 def add_admin_routes(server: AdminHttpServer, admin: ClusterAdmin) -> None:

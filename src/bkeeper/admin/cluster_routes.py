@@ -11,12 +11,13 @@
     GET    /api/v1/bookie/sanity             write entries to a new ledger on this bookie
                                              alone, read them back, delete it
     GET    /api/v1/ledger/list               ?print_metadata=bool, page=N (from 1):
-                                             {ledgerId: metadata or null}, LIST_PAGE_LEDGERS a page
+                                             {ledgerId: metadata or null}, ledgers_page_max a page
     GET    /api/v1/ledger/metadata           ?ledger_id=: {ledgerId: metadata}
     GET    /api/v1/ledger/read               ?ledger_id=, start_entry_id=, end_entry_id=:
-                                             {entryId: text}, READ_ENTRIES_MAX at most
+                                             {entryId: text}, read_entries_max at most
     DELETE /api/v1/ledger/delete             ?ledger_id=: delete the ledger
 
+The limits (``ledgers_page_max``, ...) are :class:`~bkeeper.admin.context.AdminLimits`.
 A ledger's metadata is :func:`metadata_json` (BookKeeper's field names, without the password).
 """
 
@@ -41,18 +42,10 @@ from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
 __all__ = [
     "BOOKIE_INFO_CONCURRENCY",
     "BOOKIE_INFO_TIMEOUT_S",
-    "LIST_PAGE_LEDGERS",
-    "READ_BYTES_MAX",
-    "READ_ENTRIES_MAX",
     "add_cluster_routes",
     "metadata_json",
 ]
 
-#: Ledgers on one page of ``ledger/list``.
-LIST_PAGE_LEDGERS = 1000
-#: Entries one ``ledger/read`` answers at most, and their bytes at most.
-READ_ENTRIES_MAX = 1000
-READ_BYTES_MAX = 4 * 1024 * 1024
 #: ``list_bookie_info``: bookies asked at once, and how long each may take.
 BOOKIE_INFO_CONCURRENCY = 16
 BOOKIE_INFO_TIMEOUT_S = 10.0
@@ -182,8 +175,9 @@ class _Endpoints:
     # -- ledgers ---------------------------------------------------------------------------
     async def list_ledgers(self, request: web.Request) -> web.Response:
         with_metadata = query_bool(request, "print_metadata", False)
-        page = query_int(request, "page", 1, minimum=1, maximum=_ID_MAX // LIST_PAGE_LEDGERS)
-        skip = (page - 1) * LIST_PAGE_LEDGERS
+        page_max = self._admin.limits.ledgers_page_max
+        page = query_int(request, "page", 1, minimum=1, maximum=_ID_MAX // page_max)
+        skip = (page - 1) * page_max
         bk = await self._admin.client()
         ids: list[int] = []
         async with answer_errors("listing the ledgers"):
@@ -192,7 +186,7 @@ class _Endpoints:
                     skip -= 1
                     continue
                 ids.append(ledger_id)
-                if len(ids) == LIST_PAGE_LEDGERS:
+                if len(ids) == page_max:
                     break
             answer: dict[str, Any] = {str(ledger_id): None for ledger_id in ids}
             if with_metadata:
@@ -213,14 +207,16 @@ class _Endpoints:
     async def read(self, request: web.Request) -> web.Response:
         ledger_id = _ledger_id(request)
         start = query_int(request, "start_entry_id", 0, minimum=0, maximum=_ID_MAX)
+        entries_max = self._admin.limits.read_entries_max
+        bytes_max = self._admin.limits.read_bytes_max
         end = query_int(request, "end_entry_id", -1, minimum=-1, maximum=_ID_MAX)  # -1: LAC
         if end != -1 and end < start:
             raise AdminRequestError(400, f"end_entry_id: {end} is before start_entry_id ({start})")
-        if end != -1 and end - start + 1 > READ_ENTRIES_MAX:
+        if end != -1 and end - start + 1 > entries_max:
             raise AdminRequestError(
                 400,
                 f"end_entry_id: {end - start + 1} entries asked for, at most "
-                f"{READ_ENTRIES_MAX} a request (READ_ENTRIES_MAX)",
+                f"{entries_max} a request (read_entries_max)",
             )
         bk = await self._admin.client()
         answer: dict[str, str] = {}
@@ -232,7 +228,7 @@ class _Endpoints:
                 if not handle.is_closed:
                     last = await handle.read_last_add_confirmed()
                 if end == -1:
-                    end = min(last, start + READ_ENTRIES_MAX - 1)
+                    end = min(last, start + entries_max - 1)
                 if end > last:
                     raise AdminRequestError(
                         400,
@@ -243,11 +239,11 @@ class _Endpoints:
                 if start <= end:
                     async for entry in handle.read(start, end):
                         size += len(entry.data)
-                        if size > READ_BYTES_MAX:
+                        if size > bytes_max:
                             raise AdminRequestError(
                                 413,
                                 f"entries {start}..{end} of ledger {ledger_id} hold more than "
-                                f"{READ_BYTES_MAX} bytes (READ_BYTES_MAX): ask for fewer",
+                                f"{bytes_max} bytes (read_bytes_max): ask for fewer",
                             )
                         answer[str(entry.entry_id)] = entry.data.decode("utf-8", "replace")
             finally:

@@ -31,8 +31,9 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     NoNodeError,
 )
+from bkeeper.common.validate import check_positive_ints
 
-__all__ = ["ClusterAdmin", "Job", "answer_errors"]
+__all__ = ["AdminLimits", "ClusterAdmin", "Job", "answer_errors"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,26 @@ async def answer_errors(what: str) -> AsyncIterator[None]:
         raise AdminRequestError(503, f"{what}: {type(exc).__name__}: {exc}") from exc
     except BKeeperError as exc:
         raise AdminRequestError(409, f"{what}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class AdminLimits:
+    """How much one answer holds at most: ledgers on a page of ``ledger/list``, entries and
+    their bytes in one ``ledger/read``, ledgers in ``list_under_replicated_ledger``."""
+
+    ledgers_page_max: int = 1000
+    read_entries_max: int = 1000
+    read_bytes_max: int = 4 * 1024 * 1024
+    under_replicated_listed_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        check_positive_ints(
+            self,
+            "ledgers_page_max",
+            "read_entries_max",
+            "read_bytes_max",
+            "under_replicated_listed_max",
+        )
 
 
 @dataclass
@@ -88,13 +109,20 @@ class Job:
 
 class ClusterAdmin:
     """The cluster the endpoints act on: ``metadata_uri``; ``local_bookie``: the id of the
-    bookie whose admin server this is (for ``sanity``), asked when needed."""
+    bookie whose admin server this is (for ``sanity``), asked when needed; ``limits``: how
+    much an answer holds."""
 
-    def __init__(self, metadata_uri: str, local_bookie: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        metadata_uri: str,
+        local_bookie: Callable[[], str],
+        limits: AdminLimits | None = None,
+    ) -> None:
         if not metadata_uri:
             raise ConfigError("metadata_uri: the cluster endpoints need the cluster's URI")
         self.metadata_uri = metadata_uri
         self.local_bookie = local_bookie
+        self.limits = AdminLimits() if limits is None else limits
         self._client: BookKeeper | None = None
         self._opening = asyncio.Lock()
         self.jobs: dict[str, Job] = {}  # the last job of each kind

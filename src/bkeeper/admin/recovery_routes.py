@@ -6,7 +6,7 @@
     PUT  /api/v1/autorecovery/status?enabled=true|false      switch it; answers as GET
     GET  /api/v1/autorecovery/list_under_replicated_ledger   ?missingreplica=ID,
          excludingmissingreplica=ID, printmissingreplica=bool: [ledgerId...], or with
-         printmissingreplica {ledgerId: [bookieId...]}; UNDER_REPLICATED_LISTED_MAX at most
+         printmissingreplica {ledgerId: [bookieId...]}; under_replicated_listed_max at most
     GET  /api/v1/autorecovery/who_is_auditor                {"Auditor": id}; 404 when none
     PUT  /api/v1/autorecovery/trigger_audit                 make the auditor audit now
     GET  /api/v1/autorecovery/lost_bookie_recovery_delay    {"delay_seconds": n or null}
@@ -38,10 +38,8 @@ from bkeeper.common.errors import AdminRequestError, NoNodeError
 from bkeeper.server.admin_http import AdminHttpServer
 from bkeeper.server.admin_request import json_object, json_response, query_bool, query_str
 
-__all__ = ["DECOMMISSION_TIMEOUT_S", "UNDER_REPLICATED_LISTED_MAX", "add_recovery_routes"]
+__all__ = ["DECOMMISSION_TIMEOUT_S", "add_recovery_routes"]
 
-#: Under-replicated ledgers one answer lists at most.
-UNDER_REPLICATED_LISTED_MAX = 10_000
 #: How long a decommission waits for the workers at most.
 DECOMMISSION_TIMEOUT_S = 24 * 3600.0
 #: The largest lost-bookie recovery delay taken (a day).
@@ -118,7 +116,7 @@ class _Endpoints:
         async with answer_errors("listing under-replicated ledgers"):
             rows = await under_replicated(bk.cluster.underreplication, missing)
         rows = [r for r in rows if excluding is None or excluding not in r.missing_replicas]
-        rows = rows[:UNDER_REPLICATED_LISTED_MAX]
+        rows = rows[: self._admin.limits.under_replicated_listed_max]
         if with_replicas:
             return json_response({str(r.ledger_id): list(r.missing_replicas) for r in rows})
         return json_response([r.ledger_id for r in rows])
