@@ -85,7 +85,7 @@ def _raise_nofile_limit() -> None:
     type=click.IntRange(0, 65535),
     help="Serve the admin HTTP API (state, GC, ledgers, auto-recovery; docs/admin.md) on "
     "this port (0: any free port; default: none). Its address: -o http_host=... (default: "
-    "--host).",
+    "127.0.0.1, whatever --host is).",
 )
 @click.option(
     "--http-admin-writes",
