@@ -241,6 +241,24 @@ async def test_ledger_list_metadata_read_and_delete(cluster, http, urls) -> None
     assert str(ledger_id) not in await get(http, f"{url}/list")
 
 
+async def test_reading_an_open_ledger_stops_at_its_lac_and_leaves_the_writer_be(
+    cluster, http, urls
+) -> None:
+    async with BookKeeper(cluster.uri) as bk:
+        writer = await bk.create_ledger(3, 2, 2, password=b"pw")
+        for i in range(3):
+            await writer.append(b"open-%d" % i)  # one at a time: entry 2 carries LAC 1
+        url = f"{urls[1]}/api/v1/ledger/read?ledger_id={writer.ledger_id}"
+        assert await get(http, url) == {"0": "open-0", "1": "open-1"}
+        status, past = await call(http, "GET", f"{url}&end_entry_id=2")
+        assert status == 400 and past["error"].startswith(
+            "end_entry_id: 2 is past the last entry confirmed (1)"
+        ), past
+        assert await writer.append(b"open-3") == 3  # not fenced by the reads
+        await writer.close()
+    assert await get(http, url) == {str(i): f"open-{i}" for i in range(4)}
+
+
 # -- auto-recovery ------------------------------------------------------------------------------
 async def test_autorecovery_flag_auditor_delay_audit(cluster, http, urls) -> None:
     url = f"{urls[2]}/api/v1/autorecovery"
