@@ -27,6 +27,7 @@ from bkeeper.cli import (
     shell_sanity,
 )
 from bkeeper.cli._options import confirm_deletion, metadata_option
+from bkeeper.cli.shell_ledger import printable
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError
 
@@ -70,17 +71,6 @@ for _command in (
 # -- ledgers ---------------------------------------------------------------------------------
 def _client(metadata_uri: str) -> BookKeeper:
     return BookKeeper(metadata_uri)
-
-
-def _printable(data: bytes, as_hex: bool) -> str:
-    if not as_hex:
-        try:
-            text = data.decode()
-            if text.isprintable():
-                return text
-        except UnicodeDecodeError:
-            pass
-    return "0x" + data.hex()
 
 
 def _progress() -> Progress:
@@ -191,7 +181,7 @@ def ledgermetadata(metadata_uri: str, ledger_id: int) -> None:
             for first, ensemble in meta.segments.items():
                 rows.append((f"segment from entry {first}", ", ".join(ensemble)))
             for key, raw in sorted(meta.custom_metadata.items()):
-                rows.append((f"custom {key}", _printable(raw, False)))
+                rows.append((f"custom {key}", printable(raw, False)))
             for field_name, text in rows:
                 table.add_row(field_name, text)
             _console().print(table)

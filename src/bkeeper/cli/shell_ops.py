@@ -55,11 +55,6 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return run_event_loop(coro)
 
 
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
-
-
 @contextmanager
 def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
     """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)`` (total
