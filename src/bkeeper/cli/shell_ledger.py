@@ -34,6 +34,7 @@ from bkeeper.cli.shell_ops import progress
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.replica import entries_on, read_replica
 from bkeeper.common.errors import LedgerNotFoundError
+from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.storage import OsFileSystem
 from bkeeper.storage.inspect_ledger import ledger_index
 
@@ -173,7 +174,7 @@ def readledger(
                     advance(done, stop - first + 1)
 
     async def _read_one_bookie(
-        bk: BookKeeper, meta: Any, bookie: str, start: int, stop: int
+        bk: BookKeeper, meta: LedgerMetadata, bookie: str, start: int, stop: int
     ) -> None:
         wanted = entries_on(meta, bookie, start, stop)
         if not wanted:
