@@ -310,18 +310,14 @@ def _format_dirs(
     data_dir: str, ledger_dirs: tuple[str, ...], journal_dirs: tuple[str, ...]
 ) -> tuple[str, ...]:
     """``<data_dir>/current`` (cookie, default dirs) and every other ledger and journal
-    directory of the bookie (from its checkpoint, or given)."""
+    directory of the bookie (from its checkpoint, or given). A directory that cannot be
+    learnt is a ``CommandError`` (saying to give them), never a partial format: a bookie
+    started with ``--ledger-dir`` keeps its checkpoint there, not under ``data_dir``."""
     current = os.path.join(data_dir, "current")
-    try:
-        layout = learn_dirs(OsFileSystem(), data_dir, ledger_dirs, journal_dirs).layout
-        others = (*layout.ledger_dirs, *layout.journal_dirs)
-    except CommandError:
-        if not os.path.isdir(current):
-            raise
-        others = tuple(d for d in (*ledger_dirs, *journal_dirs) if os.path.isdir(d))
+    layout = learn_dirs(OsFileSystem(), data_dir, ledger_dirs, journal_dirs).layout
     inside = os.path.abspath(current) + os.sep
     dirs = [current] if os.path.isdir(current) else []
-    for path in others:
+    for path in (*layout.ledger_dirs, *layout.journal_dirs):
         if not (os.path.abspath(path) + os.sep).startswith(inside) and path not in dirs:
             dirs.append(path)
     return tuple(dirs)

@@ -68,8 +68,10 @@ def read_local_cookie(data_dir: str) -> Cookie | None:
 
 
 def write_local_cookie(data_dir: str, cookie: Cookie) -> None:
-    """Replace the cookie of ``data_dir`` (atomically, synced) with ``cookie``."""
-    _write_atomic(cookie_path(data_dir), cookie.encode())
+    """Write (or replace, atomically, synced) the cookie of ``data_dir``."""
+    path = cookie_path(data_dir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _write_atomic(path, cookie.encode())
 
 
 def _write_atomic(path: str, data: bytes) -> None:
