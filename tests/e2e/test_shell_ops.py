@@ -227,6 +227,11 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
          "length": sum(len(b"entry-%d" % i) for i in range(30))}
     ]  # fmt: skip
 
+    shown = as_json(bkeeper(uri, "shell", "ledgermetadata", str(ledger_id), "--json"))
+    assert shown["segments"] == [{"first_entry": 0, "ensemble": list(ensemble)}]
+    assert (shown["ledger"], shown["state"], shown["last_entry"]) == (ledger_id, "CLOSED", 29)
+    assert (shown["custom_metadata"], shown["format_version"]) == ({}, 3)
+
     # The bookie's index, read from its data directory once it stopped (SIGTERM checkpoints).
     assert real_cluster.stop(index) == 0
     data_dir = str(real_cluster.data_dir / f"bookie-{index}")

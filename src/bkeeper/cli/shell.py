@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -27,7 +28,7 @@ from bkeeper.cli import (
     shell_sanity,
 )
 from bkeeper.cli._options import confirm_deletion, metadata_option
-from bkeeper.cli.shell_ledger import printable
+from bkeeper.cli.shell_ledger import metadata_json, printable
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError
 
@@ -154,12 +155,16 @@ def simpletest(
 @shell.command()
 @_METADATA
 @click.argument("ledger_id", type=click.IntRange(0))
-def ledgermetadata(metadata_uri: str, ledger_id: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def ledgermetadata(metadata_uri: str, ledger_id: int, as_json: bool) -> None:
     """Print one ledger's metadata: state, quorums, digest, end, segments and custom metadata."""
 
     async def run() -> None:
         async with _client(metadata_uri) as bk:
             meta = await bk.ledger_metadata(ledger_id)
+            if as_json:
+                click.echo(json.dumps(metadata_json(ledger_id, meta), indent=2))
+                return
             table = Table(title=f"ledger {ledger_id}", show_header=False)
             table.add_column("field")
             table.add_column("value")

@@ -38,7 +38,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.storage import OsFileSystem
 from bkeeper.storage.inspect_ledger import ledger_index
 
-__all__ = ["commands", "printable"]
+__all__ = ["commands", "metadata_json", "printable"]
 
 T = TypeVar("T")
 
@@ -64,6 +64,29 @@ def printable(data: bytes, as_hex: bool) -> str:
         except UnicodeDecodeError:
             pass
     return "0x" + data.hex()
+
+
+def metadata_json(ledger_id: int, meta: LedgerMetadata) -> dict[str, object]:
+    """A ledger's metadata for ``--json`` (the password left out)."""
+    return {
+        "ledger": ledger_id,
+        "state": meta.state.name,
+        "ensemble_size": meta.ensemble_size,
+        "write_quorum": meta.write_quorum,
+        "ack_quorum": meta.ack_quorum,
+        "digest": meta.digest_type.name,
+        "last_entry": meta.last_entry_id,
+        "length": meta.length,
+        "ctime_ms": meta.ctime_ms,
+        "format_version": meta.format_version,
+        "segments": [
+            {"first_entry": first, "ensemble": list(ensemble)}
+            for first, ensemble in meta.segments.items()
+        ],
+        "custom_metadata": {
+            key: printable(raw, False) for key, raw in sorted(meta.custom_metadata.items())
+        },
+    }
 
 
 # -- listledgers ---------------------------------------------------------------------------
