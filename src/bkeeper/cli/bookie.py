@@ -18,6 +18,7 @@ from typing import TypeVar
 import click
 from click.core import ParameterSource
 
+from bkeeper.admin import ClusterAdmin, add_admin_routes
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.integrity import check_bookie
 from bkeeper.cli._settings import (
@@ -82,8 +83,15 @@ def _raise_nofile_limit() -> None:
     "--http-port",
     default=None,
     type=click.IntRange(0, 65535),
-    help="Serve the admin HTTP API (GC, state; docs/admin.md) on this port (0: any free "
-    "port; default: none). Its address: -o http_host=... (default: --host).",
+    help="Serve the admin HTTP API (state, GC, ledgers, auto-recovery; docs/admin.md) on "
+    "this port (0: any free port; default: none). Its address: -o http_host=... (default: "
+    "127.0.0.1, whatever --host is).",
+)
+@click.option(
+    "--http-admin-writes",
+    is_flag=True,
+    help="Let the admin HTTP API change things (PUT, POST, DELETE: run GC, delete a "
+    "ledger, go read-only, ...); without it they are refused with 403.",
 )
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
@@ -169,6 +177,7 @@ def bookie(
     port: int,
     host: str,
     http_port: int | None,
+    http_admin_writes: bool,
     bookie_id: str,
     metadata_uri: str,
     readonly: bool,
@@ -199,6 +208,7 @@ def bookie(
         "host": ("host", host),
         "port": ("port", port),
         "http_port": ("http_port", http_port),
+        "http_admin_writes": ("http_admin_writes", http_admin_writes),
         "bookie_id": ("bookie_id", bookie_id),
         "metadata_uri": ("metadata_uri", metadata_uri),
         "readonly": ("readonly", readonly),
@@ -247,6 +257,11 @@ async def _serve(
     recovery: AutoRecoveryConfig | None = None,
 ) -> None:
     server = Bookie(config, storage_config)
+    cluster_admin = None
+    if server.admin_server is not None and config.metadata_uri:
+        # The cluster's endpoints (bookies, ledgers, auto-recovery), before the server starts.
+        cluster_admin = ClusterAdmin(config.metadata_uri, lambda: server.bookie_id)
+        add_admin_routes(server.admin_server, cluster_admin)
     loop = asyncio.get_running_loop()
     # Before start, which may wait (a stale registration, a long journal replay): a SIGTERM
     # meanwhile must stop the bookie cleanly once it is up, not kill it mid-start.
@@ -276,7 +291,11 @@ async def _serve(
                 if task is not None:
                     task.cancel()
     finally:
-        await server.aclose()
+        try:
+            await server.aclose()
+        finally:
+            if cluster_admin is not None:
+                await cluster_admin.aclose()
 
 
 def _needs_integrity_check(server: Bookie) -> bool:
