@@ -356,3 +356,40 @@ async def test_without_http_admin_writes_every_change_is_403(real_cluster) -> No
         assert (await get(http, f"{url}/api/v1/bookie/state"))["readOnly"] is False
         assert str(ledger_id) in await get(http, f"{url}/api/v1/ledger/list")
         assert await get(http, f"{url}/api/v1/autorecovery/status") == {"enabled": True}
+
+
+@pytest.mark.parametrize("real_cluster", [(4, ARGS)], indirect=True)
+async def test_decommission_a_stopped_bookie(real_cluster) -> None:
+    uri = real_cluster.uri
+    ledger_id = await write_ledger(uri, 10, ensemble=2, quorum=2)
+    async with await ClusterMetadata.open(uri) as metadata:
+        ensemble = sorted((await metadata.ledgers.read(ledger_id)).value.segments[0])
+    gone = ensemble[0]
+    index = real_cluster.index_of(gone)
+    survivor = next(i for i in range(4) if real_cluster.bookie_id(i) not in ensemble)
+    url = await admin_url(uri, real_cluster.bookie_id(survivor))
+    assert real_cluster.stop(index) == 0
+    timeout = aiohttp.ClientTimeout(total=WAIT_S)
+    async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
+
+        async def unregistered() -> bool:
+            listed = await get(http, f"{url}/api/v1/bookie/list_bookies")
+            return gone not in listed
+
+        await until(unregistered, f"{gone} gone from the registry")
+        path = f"{url}/api/v1/autorecovery/decommission"
+        status, started = await call(http, "PUT", path, {"bookie_src": gone})
+        assert status == 202 and started["bookies"] == [gone], started
+
+        async def finished() -> dict[str, Any] | None:
+            job = await get(http, path)
+            return job if job["state"] != "running" else None
+
+        job = await until(finished, "the decommission to end")
+        assert job["state"] == "done", job
+        assert job["result"]["cookieDeleted"] is True and job["result"]["ledgers"] >= 1
+        info = await get(http, f"{url}/api/v1/bookie/cluster_info")
+        assert gone not in info["unavailableBookies"] and info["totalBookiesCount"] == 3
+    async with await ClusterMetadata.open(uri) as metadata:
+        after = (await metadata.ledgers.read(ledger_id)).value
+    assert gone not in after.segments[max(after.segments)]

@@ -8,8 +8,8 @@ cluster answers the admin API), and opened again after a failed open.
 
 Errors: :func:`answer_errors` turns what the cluster says into one status and a message: no
 such ledger 404, a bad argument 400, a refusal of the cluster's state (auto-recovery
-disabled, no auditor, a bookie still running) 409, a timeout 504, anything else from the
-cluster 503.
+disabled, no auditor, a bookie still running) 409, a timeout 504, a bookie or the
+metadata store not answering 503.
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ from bkeeper.common.errors import (
     BKeeperError,
     BookieError,
     ConfigError,
+    ConnectionLossError,
     LedgerNotFoundError,
+    MetadataClosedError,
     NoNodeError,
+    SessionExpiredError,
 )
 from bkeeper.common.validate import check_positive_ints
 
@@ -51,7 +54,7 @@ async def answer_errors(what: str) -> AsyncIterator[None]:
         raise AdminRequestError(400, f"{what}: {exc}") from exc
     except TimeoutError as exc:
         raise AdminRequestError(504, f"{what}: {exc or 'timed out'}") from exc
-    except BookieError as exc:
+    except (BookieError, ConnectionLossError, SessionExpiredError, MetadataClosedError) as exc:
         raise AdminRequestError(503, f"{what}: {type(exc).__name__}: {exc}") from exc
     except BKeeperError as exc:
         raise AdminRequestError(409, f"{what}: {exc}") from exc
