@@ -5,6 +5,7 @@ size), named logs, the under-replication queue, the auditor, and the bounds."""
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import aiohttp
@@ -144,6 +145,18 @@ async def check_down_and_read_only(
     real_cluster: RealCluster,
     ids: list[str],
 ) -> None:
+    stopped = real_cluster.index_of(ids[0])
+    real_cluster.signal(stopped, signal.SIGSTOP)  # registered, but its admin HTTP is silent
+    try:
+        await board.monitor.refresh_bookies()
+    finally:
+        real_cluster.signal(stopped, signal.SIGCONT)
+    overview = await get(session, url + "api/overview")
+    silent = overview["bookies"][0]
+    assert (silent["bookie_id"], silent["state"]) == (ids[0], "writable")
+    assert silent["http_error"] == f"{silent['http_url']}: no answer in time"
+    assert silent["free_bytes"] is None and silent["metrics_error"] is None
+
     index = real_cluster.index_of(ids[2])
     assert real_cluster.stop(index) == 0
     await board.monitor.refresh_bookies()
