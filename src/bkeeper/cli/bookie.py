@@ -82,8 +82,15 @@ def _raise_nofile_limit() -> None:
     "--http-port",
     default=None,
     type=click.IntRange(0, 65535),
-    help="Serve the admin HTTP API (GC, state; docs/admin.md) on this port (0: any free "
-    "port; default: none). Its address: -o http_host=... (default: --host).",
+    help="Serve the admin HTTP API (state, GC, ledgers, auto-recovery; docs/admin.md) on "
+    "this port (0: any free port; default: none). Its address: -o http_host=... (default: "
+    "--host).",
+)
+@click.option(
+    "--http-admin-writes",
+    is_flag=True,
+    help="Let the admin HTTP API change things (PUT, POST, DELETE: run GC, delete a "
+    "ledger, go read-only, ...); without it they are refused with 403.",
 )
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
@@ -176,6 +183,7 @@ def bookie(
     port: int,
     host: str,
     http_port: int | None,
+    http_admin_writes: bool,
     bookie_id: str,
     metadata_uri: str,
     readonly: bool,
@@ -207,6 +215,7 @@ def bookie(
         "host": ("host", host),
         "port": ("port", port),
         "http_port": ("http_port", http_port),
+        "http_admin_writes": ("http_admin_writes", http_admin_writes),
         "bookie_id": ("bookie_id", bookie_id),
         "metadata_uri": ("metadata_uri", metadata_uri),
         "readonly": ("readonly", readonly),

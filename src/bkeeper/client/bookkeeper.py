@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 
 from bkeeper.client.config import ClientConfig
@@ -144,12 +144,24 @@ class BookKeeper:
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
         ledger_id: int | None = None,
+        bookies: Sequence[str] | None = None,
     ) -> WriteHandle:
-        """Create a ledger on ``ensemble_size`` writable bookies and return its writer."""
+        """Create a ledger on ``ensemble_size`` writable bookies and return its writer.
+
+        ``bookies``: the ensemble to start with, in order, instead of one chosen among the
+        writable bookies (``ensemble_size`` of them, all different); a bookie that fails an
+        add is still replaced as usual (ensemble change)."""
         ctx = self._context()
         check_quorum(ensemble_size, write_quorum, ack_quorum)
         digest_type = DigestType.parse(digest)
-        ensemble = await ctx.new_ensemble(ensemble_size, write_quorum)
+        if bookies is None:
+            ensemble = await ctx.new_ensemble(ensemble_size, write_quorum)
+        elif len(bookies) != ensemble_size or len(set(bookies)) != len(bookies):
+            raise ConfigError(
+                f"bookies: {list(bookies)} is not {ensemble_size} different bookies (ensemble_size)"
+            )
+        else:
+            ensemble = tuple(bookies)
         meta = LedgerMetadata.new(
             ensemble,
             write_quorum,

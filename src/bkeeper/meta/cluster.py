@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bkeeper.common.clock import Clock, SystemClock
@@ -160,11 +161,14 @@ async def format_cluster(store: NodeStore, root: str = "/ledgers", *, force: boo
     return instance_id
 
 
-async def delete_tree(store: NodeStore, path: str) -> int:
+async def delete_tree(
+    store: NodeStore, path: str, on_progress: Callable[[int, int], None] | None = None
+) -> int:
     """Delete ``path`` and everything below it; the number of nodes deleted.
 
     ``MetadataError`` past :data:`TREE_NODES_MAX` nodes. Nodes created concurrently below a
-    directory make its delete fail with ``NotEmptyError``.
+    directory make its delete fail with ``NotEmptyError``. ``on_progress(done, total)`` is
+    told after each delete, once every node is listed.
     """
     pending, order = [path], []
     while pending:
@@ -176,7 +180,9 @@ async def delete_tree(store: NodeStore, path: str) -> int:
             pending.extend(join_path(node, name) for name in await store.children(node))
         except NoNodeError:
             continue
-    for node in reversed(order):
+    for done, node in enumerate(reversed(order), 1):
         with contextlib.suppress(NoNodeError):
             await store.delete(node)
+        if on_progress is not None:
+            on_progress(done, len(order))
     return len(order)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import random
@@ -48,16 +49,19 @@ from bkeeper.common.errors import ConfigError, StorageError
 from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
-from bkeeper.server.admin_routes import BookieStatus, bookie_routes
+from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.garbage import GarbageCollector
 from bkeeper.server.handlers import BookieState, RequestHandlers
+from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
 from bkeeper.server.request_metrics import RequestMetrics
-from bkeeper.storage import DiskState, FileSystem, Storage, StorageConfig
+from bkeeper.storage import DiskState, FileSystem, OsFileSystem, Storage, StorageConfig
+from bkeeper.storage.dirs import StorageLayout
+from bkeeper.storage.inspect_dirs import BookieDirs
 
 __all__ = ["Bookie"]
 
@@ -91,6 +95,7 @@ class Bookie:
         self._instance_id = instance_id
         self.state = BookieState(readonly=config.readonly)
         self._mode_readonly = config.readonly  # the mode announced (log, listeners, registry)
+        self._admin_readonly = False  # asked for through the admin API (set_read_only)
         self._mode_changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.storage: Storage | None = None
@@ -109,8 +114,13 @@ class Bookie:
         self.port = config.port
         self._admin: AdminHttpServer | None = None
         if config.http_port is not None:
-            admin_config = AdminHttpConfig(config.effective_http_host, config.http_port)
-            self._admin = AdminHttpServer(admin_config, bookie_routes(self))
+            admin_config = AdminHttpConfig(
+                config.effective_http_host,
+                config.http_port,
+                writes_enabled=config.http_admin_writes,
+            )
+            self._admin = AdminHttpServer(admin_config)
+            add_bookie_routes(self, self._admin)
         self.http_port = config.http_port
         self.metrics: MetricSet | None = None
         self._metric_sets: list[MetricSet] = []
@@ -118,6 +128,9 @@ class Bookie:
             self.metrics = MetricSet()
             self._metric_sets.append(self.metrics)
             self._register_bookie_gauges(self.metrics)
+            if self._admin is not None:
+                registry = bookie_registry(self.metric_sets)
+                self._admin.add_route("GET", METRICS_PATH, metrics_handler(registry))
 
     def _register_bookie_gauges(self, metrics: MetricSet) -> None:
         connections = self.connections
@@ -146,6 +159,12 @@ class Bookie:
         when this bookie keeps no metrics."""
         if self.metrics is not None:
             self._metric_sets.append(metrics)
+
+    @property
+    def admin_server(self) -> AdminHttpServer | None:
+        """The admin HTTP server (None without ``http_port``): more routes are added to it
+        (``add_route``) before :meth:`start`."""
+        return self._admin
 
     @property
     def bookie_id(self) -> str:
@@ -373,7 +392,11 @@ class Bookie:
         storage = self.storage
         if storage is None:
             return
-        readonly = self.config.readonly or storage.disk_state is not DiskState.WRITABLE
+        readonly = (
+            self.config.readonly
+            or self._admin_readonly
+            or storage.disk_state is not DiskState.WRITABLE
+        )
         self.state.readonly = readonly
         if readonly == self._mode_readonly:
             return
@@ -432,6 +455,30 @@ class Bookie:
         if self.storage is None:
             raise StorageError(f"bookie {self.bookie_id} has no storage open")
         return self.storage.disk_usage()
+
+    def config_values(self) -> dict[str, object]:
+        """The bookie's and its storage's configuration, by option name."""
+        values = {**dataclasses.asdict(self.storage_config), **dataclasses.asdict(self.config)}
+        values.pop("extra", None)
+        return values
+
+    def set_read_only(self, read_only: bool) -> str:
+        """Make the bookie read-only, or writable again (as the admin API asks); "" when it
+        now is as asked, else why not (writable: its configuration or its disk)."""
+        self._admin_readonly = read_only
+        self._apply_mode()
+        if self.state.readonly == read_only:
+            return ""
+        if self.config.readonly:
+            return "the bookie is configured read-only (readonly)"
+        if self.storage is None:
+            return "the bookie has no storage open"
+        return f"its data disk is {self.storage.disk_state.name} (disk_usage_threshold)"
+
+    def disk_files(self) -> tuple[FileSystem, BookieDirs]:
+        """The file system and directories of the bookie, to look at its files."""
+        fs = self._fs if self._fs is not None else OsFileSystem()
+        return fs, BookieDirs(StorageLayout.of(self.storage_config), None)
 
     # -- stop --------------------------------------------------------------------------
     async def wait_stopped(self) -> None:

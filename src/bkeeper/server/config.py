@@ -22,7 +22,8 @@ class BookieConfig:
 
     Admin HTTP server (:mod:`bkeeper.server.admin_http`): on ``http_port`` (0: any free
     port; ``None``: none) at ``http_host`` (empty: ``host``); the bookie publishes it in its
-    registration as the endpoint ``httpserver``.
+    registration as the endpoint ``httpserver``. Requests that change something (PUT, POST,
+    DELETE) are refused with 403 unless ``http_admin_writes``.
 
     Metrics (:mod:`bkeeper.server.metrics`): kept while ``metrics_enabled`` (the default) and
     served as ``/metrics`` on the admin HTTP server; off, the bookie keeps none (no counting
@@ -53,6 +54,7 @@ class BookieConfig:
     metadata_uri: str = ""
     http_port: int | None = None
     http_host: str = ""
+    http_admin_writes: bool = False
     max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     connection_requests_in_flight_max: int = 10_000
     connection_bytes_in_flight_max: int = 64 * 1024 * 1024

@@ -13,7 +13,13 @@ import os
 from bkeeper.meta.cookie import Cookie
 from bkeeper.server.config import BookieConfig
 
-__all__ = ["check_or_stamp_cookie", "cookie_for", "cookie_path"]
+__all__ = [
+    "check_or_stamp_cookie",
+    "cookie_for",
+    "cookie_path",
+    "read_local_cookie",
+    "write_local_cookie",
+]
 
 
 def cookie_path(data_dir: str) -> str:
@@ -49,6 +55,21 @@ def check_or_stamp_cookie(
     os.makedirs(os.path.dirname(path), exist_ok=True)
     _write_atomic(path, expected.encode())
     return expected
+
+
+def read_local_cookie(data_dir: str) -> Cookie | None:
+    """The cookie stamped in ``data_dir``, or None when it has none (never started);
+    ``ProtocolError`` when it is unreadable."""
+    try:
+        with open(cookie_path(data_dir), "rb") as f:
+            return Cookie.decode(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def write_local_cookie(data_dir: str, cookie: Cookie) -> None:
+    """Replace the cookie of ``data_dir`` (atomically, synced) with ``cookie``."""
+    _write_atomic(cookie_path(data_dir), cookie.encode())
 
 
 def _write_atomic(path: str, data: bytes) -> None:

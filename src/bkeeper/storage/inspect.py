@@ -53,6 +53,8 @@ __all__ = [
     "check_consistency",
     "last_mark",
     "list_files",
+    "load_checkpointed_index",
+    "mark_of",
 ]
 
 #: How many problems :func:`check_consistency` describes by default; the rest are counted.
@@ -246,10 +248,11 @@ def last_mark(fs: FileSystem, where: str | BookieDirs) -> Mark | None:
     :func:`list_files`."""
     layout = resolve_dirs(fs, where).layout
     root = read_checkpoint(fs, layout.checkpoint)
-    return None if root is None else _mark(layout, root)
+    return None if root is None else mark_of(layout, root)
 
 
-def _mark(layout: StorageLayout, root: CheckpointRecord) -> Mark:
+def mark_of(layout: StorageLayout, root: CheckpointRecord) -> Mark:
+    """The checkpoint ``root`` of the bookie laid out as ``layout``, where it names its files."""
     journals = []
     for key, position in root.marks:
         directory = layout.path_of(key)
@@ -266,11 +269,11 @@ def _mark(layout: StorageLayout, root: CheckpointRecord) -> Mark:
     )
 
 
-def _load_index(
+def load_checkpointed_index(
     fs: FileSystem, layout: StorageLayout
 ) -> tuple[CheckpointRecord | None, dict[int, StoredLedger]]:
-    """The checkpoint and the index as of it (module rules: a generation replaced meanwhile
-    is followed to the newer checkpoint)."""
+    """The checkpoint and the index as of it, or (None, {}) before the first checkpoint
+    (module rules: a generation replaced meanwhile is followed to the newer checkpoint)."""
     for attempt in range(_INDEX_LOAD_ATTEMPTS):
         root = read_checkpoint(fs, layout.checkpoint)
         if root is None:
@@ -364,7 +367,7 @@ def check_consistency(
     matches and its body names that ledger and entry. ``where``: as for
     :func:`list_files`. See the module rules for a running bookie."""
     layout = resolve_dirs(fs, where).layout
-    root, ledgers = _load_index(fs, layout)
+    root, ledgers = load_checkpointed_index(fs, layout)
     # The engine's own map of which directory holds each log (an entry log in two of them
     # is an error naming both, as when the bookie opens).
     checker = _Checker(fs, LedgerDirs(fs, layout.ledger_dirs), problems_max)
@@ -374,7 +377,7 @@ def check_consistency(
         missing, checker.missing = checker.missing, []
         rechecked = 0
         if missing:
-            newer_root, newer = _load_index(fs, layout)
+            newer_root, newer = load_checkpointed_index(fs, layout)
             if newer_root == root:
                 checker.report_missing(missing)
             else:
@@ -389,7 +392,7 @@ def check_consistency(
     finally:
         checker.close()
     return ConsistencyReport(
-        None if root is None else _mark(layout, root),
+        None if root is None else mark_of(layout, root),
         layout.ledger_dirs,
         len(ledgers),
         checker.entries,

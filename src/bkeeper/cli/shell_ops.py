@@ -1,0 +1,506 @@
+"""``bkeeper shell listbookies|bookieinfo|clusterinfo|whatisinstanceid|endpointinfo|
+bookiesanity|initnewcluster|nukeexistingcluster``: the cluster as a whole, in the manner of
+Apache BookKeeper's ``bookkeeper shell`` commands of the same names (docs/operations.md).
+
+Thin: parse, call the metadata store or the client, print a table (``--json`` for scripts).
+Commands that wait show progress on stderr (only on a terminal). A mistake (an unknown
+bookie, a root that is not the URI's) or a refusal (nuking a cluster whose bookies still run)
+is one ``error:`` line on stderr and exit status 1; a bad option is exit status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bkeeper.cli._disk import JSON_OPTION, print_json, show
+from bkeeper.cli._errors import CommandError
+from bkeeper.cli._options import metadata_option
+from bkeeper.client.bookie_client import BookieClient
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.errors import BKeeperError, ClusterExistsError, NoNodeError
+from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID, BookieServiceInfo
+from bkeeper.meta.cluster import ClusterMetadata, delete_tree
+from bkeeper.meta.summary import cluster_summary
+from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
+from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
+
+__all__ = ["BOOKIE_INFO_TIMEOUT_S", "SANITY_TIMEOUT_S", "commands", "progress", "registered"]
+
+T = TypeVar("T")
+
+#: How long ``bookieinfo`` waits for each bookie's answer.
+BOOKIE_INFO_TIMEOUT_S = 10.0
+#: How long ``bookiesanity`` waits for its writes and reads by default.
+SANITY_TIMEOUT_S = 30.0
+#: Bookies ``bookieinfo`` asks at once.
+_BOOKIE_INFO_CONCURRENCY = 16
+
+_bookie_option = click.option(
+    "--bookie",
+    "bookie_id",
+    required=True,
+    metavar="ID",
+    help="The bookie's id (host:port unless it has a --bookie-id), as listbookies shows it.",
+)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    from bkeeper.cli.bookie import run_event_loop
+
+    return run_event_loop(coro)
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+@contextmanager
+def progress(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)``."""
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+    with bar:
+        task = bar.add_task(description, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance
+
+
+async def registered(cluster: ClusterMetadata, bookie_id: str, where: str) -> BookieServiceInfo:
+    """What ``bookie_id`` registered; ``CommandError`` naming the bookie when it is not."""
+    try:
+        return await cluster.registry.service_info(bookie_id)
+    except NoNodeError:
+        raise CommandError(
+            f"bookie {bookie_id} is not registered at {where} "
+            "(bkeeper shell listbookies --all shows those that are)"
+        ) from None
+
+
+def _address(info: BookieServiceInfo, bookie_id: str) -> str:
+    endpoint = info.endpoint()
+    return f"{endpoint.host}:{endpoint.port}" if endpoint else bookie_id
+
+
+def _http(info: BookieServiceInfo) -> str | None:
+    endpoint = info.endpoint(HTTP_ENDPOINT_ID)
+    return None if endpoint is None else f"http://{endpoint.host}:{endpoint.port}"
+
+
+# -- listbookies ---------------------------------------------------------------------------
+@click.command()
+@metadata_option
+@click.option("--rw", "writable", is_flag=True, help="Writable bookies (the default).")
+@click.option("--ro", "--readonly", "readonly", is_flag=True, help="Read-only bookies.")
+@click.option("--all", "show_all", is_flag=True, help="Writable and read-only bookies.")
+@JSON_OPTION
+def listbookies(
+    metadata_uri: str, writable: bool, readonly: bool, show_all: bool, as_json: bool
+) -> None:
+    """List the registered bookies: id, mode, address and admin HTTP address."""
+    if show_all + writable + readonly > 1:
+        raise click.UsageError("give at most one of --rw, --ro and --all")
+
+    async def run() -> list[dict[str, object]]:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
+            bookies = await cluster.registry.bookies()
+            rows: list[tuple[str, str]] = []
+            if not readonly:
+                rows += [(b, "writable") for b in sorted(bookies.writable)]
+            if readonly or show_all:
+                rows += [(b, "read-only") for b in sorted(bookies.read_only)]
+            out: list[dict[str, object]] = []
+            for bookie_id, mode in rows:
+                try:
+                    info = await cluster.registry.service_info(bookie_id)
+                except NoNodeError:
+                    continue  # it left between the listing and this read
+                out.append(
+                    {"bookie_id": bookie_id, "mode": mode,
+                     "address": _address(info, bookie_id), "http": _http(info)}
+                )  # fmt: skip
+            return out
+
+    rows = _run(run())
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"bookies at {metadata_uri}")
+    for column in ("bookie id", "mode", "address", "admin http"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["bookie_id"]), str(row["mode"]), str(row["address"]),
+                      str(row["http"] or "-"))  # fmt: skip
+    show(table)
+    if not rows:
+        click.echo("no bookies registered", err=True)
+
+
+# -- bookieinfo ----------------------------------------------------------------------------
+async def _info_of(host: str, port: int) -> GetBookieInfoResponse:
+    client = await BookieClient.connect(host, port, Protocol.V3, timeout_s=BOOKIE_INFO_TIMEOUT_S)
+    try:
+        mask = GetBookieInfoField.TOTAL_DISK_CAPACITY | GetBookieInfoField.FREE_DISK_SPACE
+        response: GetBookieInfoResponse = await asyncio.wait_for(
+            client.request(GetBookieInfoRequest(int(mask))), BOOKIE_INFO_TIMEOUT_S
+        )
+        return response
+    finally:
+        await client.aclose()
+
+
+async def _bookie_info(cluster: ClusterMetadata, bookie_id: str, mode: str) -> dict[str, object]:
+    row: dict[str, object] = {
+        "bookie_id": bookie_id, "mode": mode,
+        "free_bytes": None, "total_bytes": None, "error": None,
+    }  # fmt: skip
+    try:
+        endpoint = (await cluster.registry.service_info(bookie_id)).endpoint()
+    except NoNodeError:
+        row["error"] = "no longer registered"
+        return row
+    if endpoint is None:
+        row["error"] = "registered no bookie endpoint"
+        return row
+    try:
+        info = await _info_of(endpoint.host, endpoint.port)
+    except TimeoutError:
+        row["error"] = f"no answer in {BOOKIE_INFO_TIMEOUT_S:g} s"
+        return row
+    except (BKeeperError, OSError) as exc:
+        row["error"] = f"unreachable: {exc}"
+        return row
+    if info.status is not StatusCode.EOK:
+        row["error"] = f"answered {info.status.name}"
+        return row
+    row["free_bytes"], row["total_bytes"] = info.free_disk_space, info.total_disk_capacity
+    return row
+
+
+def _gib(value: object) -> str:
+    return "-" if not isinstance(value, int) else f"{value / 2**30:,.1f} GiB"
+
+
+@click.command()
+@metadata_option
+@JSON_OPTION
+def bookieinfo(metadata_uri: str, as_json: bool) -> None:
+    """Free and total disk space of every registered bookie (GET_BOOKIE_INFO); exit status 1
+    when a bookie does not answer."""
+
+    async def run() -> list[dict[str, object]]:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
+            bookies = await cluster.registry.bookies()
+            every = [(b, "writable") for b in sorted(bookies.writable)]
+            every += [(b, "read-only") for b in sorted(bookies.read_only)]
+            limit = asyncio.Semaphore(_BOOKIE_INFO_CONCURRENCY)
+
+            async def one(bookie_id: str, mode: str) -> dict[str, object]:
+                async with limit:
+                    return await _bookie_info(cluster, bookie_id, mode)
+
+            return list(await asyncio.gather(*(one(b, m) for b, m in every)))
+
+    rows = _run(run())
+    if as_json:
+        print_json(rows)
+    else:
+        table = Table(title=f"bookie info at {metadata_uri}")
+        for column in ("bookie id", "mode", "free", "total", "used"):
+            table.add_column(column, justify="left" if column in ("bookie id", "mode") else "right")
+        for row in rows:
+            free, total = row["free_bytes"], row["total_bytes"]
+            if row["error"] is not None:
+                table.add_row(str(row["bookie_id"]), str(row["mode"]), str(row["error"]), "", "")
+                continue
+            used = "-"
+            if isinstance(free, int) and isinstance(total, int) and total:
+                used = f"{100 * (1 - free / total):.1f}%"
+            table.add_row(str(row["bookie_id"]), str(row["mode"]), _gib(free), _gib(total), used)
+        show(table)
+    failed = [str(row["bookie_id"]) for row in rows if row["error"] is not None]
+    if failed:
+        raise CommandError(
+            f"{len(failed)} of {len(rows)} bookies did not answer: {', '.join(failed)}"
+        )
+    if not rows:
+        click.echo("no bookies registered", err=True)
+
+
+# -- clusterinfo, whatisinstanceid, endpointinfo -------------------------------------------
+@click.command()
+@metadata_option
+@JSON_OPTION
+def clusterinfo(metadata_uri: str, as_json: bool) -> None:
+    """The cluster at a glance: bookies writable, read-only and unavailable (a cookie but no
+    registration), the auditor, re-replication on or off, under-replicated ledgers."""
+
+    async def run() -> Any:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
+            return await cluster_summary(cluster)
+
+    summary = _run(run())
+    if as_json:
+        print_json(summary.as_json())
+        return
+    table = Table(title=f"cluster at {metadata_uri}", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    under = f"{summary.under_replicated:,}" + (
+        " or more" if summary.under_replicated_capped else ""
+    )
+    delay = summary.lost_bookie_recovery_delay_s
+    rows = [
+        ("instance id", summary.instance_id),
+        ("bookies", f"{summary.total} known: {len(summary.writable)} writable, "
+                    f"{len(summary.read_only)} read-only, {len(summary.unavailable)} unavailable"),
+        ("writable", ", ".join(summary.writable) or "-"),
+        ("read-only", ", ".join(summary.read_only) or "-"),
+        ("unavailable", ", ".join(summary.unavailable) or "-"),
+        ("auditor", summary.auditor or "none elected"),
+        ("re-replication", "enabled" if summary.replication_enabled else "disabled"),
+        ("under-replicated ledgers", under),
+        ("lost bookie recovery delay", "default" if delay is None else f"{delay} s"),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value)
+    show(table)
+
+
+@click.command()
+@metadata_option
+def whatisinstanceid(metadata_uri: str) -> None:
+    """Print the cluster's instance id (the INSTANCEID node, in every bookie's cookie)."""
+
+    async def run() -> str | None:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
+            return await cluster.instance_id()
+
+    instance_id = _run(run())
+    if instance_id is None:  # deleted since require_cluster looked
+        raise CommandError(f"no cluster at {metadata_uri}")
+    click.echo(instance_id)
+
+
+@click.command()
+@metadata_option
+@_bookie_option
+@JSON_OPTION
+def endpointinfo(metadata_uri: str, bookie_id: str, as_json: bool) -> None:
+    """The endpoints (bookie protocol, admin HTTP) and properties a bookie registered."""
+
+    async def run() -> BookieServiceInfo:
+        async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
+            return await registered(cluster, bookie_id, metadata_uri)
+
+    info = _run(run())
+    if as_json:
+        print_json({
+            "bookieId": bookie_id,
+            "endpoints": [
+                {"id": e.id, "host": e.host, "port": e.port, "protocol": e.protocol,
+                 "auth": list(e.auth), "extensions": list(e.extensions)}
+                for e in info.endpoints
+            ],
+            "properties": dict(sorted(info.properties.items())),
+        })  # fmt: skip
+        return
+    table = Table(title=f"endpoints of {bookie_id}")
+    for column in ("id", "protocol", "host", "port", "auth", "extensions"):
+        table.add_column(column, justify="right" if column == "port" else "left")
+    for e in info.endpoints:
+        table.add_row(e.id, e.protocol, e.host, str(e.port), ", ".join(e.auth) or "-",
+                      ", ".join(e.extensions) or "-")  # fmt: skip
+    tables = [table]
+    if info.properties:
+        props = Table(title="properties")
+        props.add_column("name")
+        props.add_column("value")
+        for name, value in sorted(info.properties.items()):
+            props.add_row(name, value)
+        tables.append(props)
+    show(*tables)
+
+
+# -- bookiesanity ------------------------------------------------------------------------------
+def _sanity_entry(entry_id: int) -> bytes:
+    return b"bookiesanity-%08d" % entry_id
+
+
+async def _sanity(bk: BookKeeper, bookie_id: str, entries: int, where: str) -> int:
+    """Write ``entries`` to a new ledger on ``bookie_id`` alone, read them back, delete it;
+    its id. ``CommandError`` saying what failed (the ledger deleted all the same)."""
+    bookies = await bk.cluster.registry.bookies()
+    if bookie_id in bookies.read_only:
+        raise CommandError(f"bookie {bookie_id} is read-only: it refuses adds")
+    if bookie_id not in bookies.writable:
+        await registered(bk.cluster, bookie_id, where)  # raises: not registered
+    password = b"bookiesanity"
+    handle = await bk.create_ledger(1, 1, 1, password=password, bookies=[bookie_id])
+    ledger_id = handle.ledger_id
+    try:
+        with progress(f"writing to {bookie_id}") as advance:
+            futures = [await handle.append_async(_sanity_entry(i)) for i in range(entries)]
+            for done, future in enumerate(futures, 1):
+                await future
+                advance(done, entries)
+        await handle.close()
+        # A failed add moves the ledger to another bookie (ensemble change) and succeeds
+        # there: only a ledger still wholly on this bookie proves it sane.
+        meta = await bk.ledger_metadata(ledger_id)
+        moved = sorted({b for ensemble in meta.segments.values() for b in ensemble} - {bookie_id})
+        if moved:
+            raise CommandError(
+                f"bookie {bookie_id} failed adds to ledger {ledger_id}: they went to "
+                f"{', '.join(moved)} instead"
+            )
+        reader = await bk.open_ledger(ledger_id, password, recovery=False)
+        count = 0
+        async for entry in reader.read(0, entries - 1):
+            if entry.data != _sanity_entry(entry.entry_id):
+                raise CommandError(
+                    f"bookie {bookie_id}: entry {entry.entry_id} of ledger {ledger_id} "
+                    "reads back different"
+                )
+            count += 1
+        if count != entries:
+            raise CommandError(f"bookie {bookie_id}: read {count} of {entries} entries back")
+    except BaseException as failure:
+        try:
+            await bk.delete_ledger(ledger_id, fence=False)
+        except BKeeperError as exc:  # the first failure is the news; say what is left
+            raise CommandError(
+                f"{str(failure) or type(failure).__name__}; and ledger {ledger_id} is left "
+                f"behind: {exc}"
+            ) from failure
+        raise
+    await bk.delete_ledger(ledger_id, fence=False)
+    return ledger_id
+
+
+@click.command()
+@metadata_option
+@_bookie_option
+@click.option("--entries", default=10, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--timeout", "timeout_s", default=SANITY_TIMEOUT_S, show_default=True,
+    type=click.FloatRange(min=0, min_open=True), help="Seconds for the whole test.",
+)  # fmt: skip
+def bookiesanity(metadata_uri: str, bookie_id: str, entries: int, timeout_s: float) -> None:
+    """Check a bookie works: write ENTRIES entries to a new ledger on it alone (ensemble of
+    one), read them back, delete the ledger."""
+
+    async def run() -> int:
+        async with BookKeeper(metadata_uri) as bk:
+            try:
+                return await asyncio.wait_for(
+                    _sanity(bk, bookie_id, entries, metadata_uri), timeout_s
+                )
+            except TimeoutError:
+                raise CommandError(
+                    f"bookie {bookie_id}: {entries} entries not written and read back in "
+                    f"{timeout_s:g} s"
+                ) from None
+
+    started = time.perf_counter()
+    ledger_id = _run(run())
+    click.echo(
+        f"bookie {bookie_id} is sane: {entries} entries written to ledger {ledger_id} and "
+        f"read back in {time.perf_counter() - started:.2f} s (ledger deleted)"
+    )
+
+
+# -- initnewcluster, nukeexistingcluster ---------------------------------------------------
+@click.command()
+@metadata_option
+def initnewcluster(metadata_uri: str) -> None:
+    """Create the metadata of a new cluster (LAYOUT, INSTANCEID, available/, cookies/,
+    under-replication); refused when the root holds a cluster already."""
+
+    async def run() -> str:
+        async with await ClusterMetadata.open(metadata_uri) as cluster:
+            try:
+                return await cluster.format()
+            except ClusterExistsError:
+                existing = await cluster.instance_id()
+                raise CommandError(
+                    f"{metadata_uri} holds a cluster already (instance id {existing}); "
+                    "bkeeper shell nukeexistingcluster deletes one"
+                ) from None
+
+    instance_id = _run(run())
+    click.echo(f"created a cluster at {metadata_uri}: instance id {instance_id}")
+
+
+@click.command()
+@metadata_option
+@click.option(
+    "--root", "root", required=True, metavar="PATH",
+    help="The cluster's root, as in the metadata URI (a check against a wrong URI).",
+)  # fmt: skip
+@click.option("--instance-id", metavar="ID", help="The cluster's instance id (whatisinstanceid).")
+@click.option("--force", is_flag=True, help="Delete without checking the instance id.")
+def nukeexistingcluster(metadata_uri: str, root: str, instance_id: str | None, force: bool) -> None:
+    """Delete all the metadata of a cluster: every ledger, cookie and the layout. Refused
+    while bookies are registered. Bookie data left on disk needs bookieformat."""
+    if (instance_id is None) == (not force):
+        raise click.UsageError("give either --instance-id ID or --force")
+
+    async def run() -> int:
+        async with await ClusterMetadata.open(metadata_uri) as cluster:
+            if root.rstrip("/") != cluster.root:
+                raise CommandError(
+                    f"--root {root} is not the root of {metadata_uri} ({cluster.root})"
+                )
+            existing = await cluster.instance_id()
+            if existing is None and await cluster.store.exists(cluster.root) is None:
+                raise CommandError(f"no cluster at {metadata_uri}: nothing to delete")
+            if instance_id is not None and instance_id != existing:
+                raise CommandError(
+                    f"--instance-id {instance_id} is not the instance id of the cluster at "
+                    f"{metadata_uri} ({existing or 'none'})"
+                )
+            bookies = await cluster.registry.bookies()
+            running = sorted(bookies.writable | bookies.read_only)
+            if running:
+                raise CommandError(
+                    f"{len(running)} bookies are registered ({', '.join(running)}): "
+                    "stop every bookie before deleting the cluster"
+                )
+            with progress(f"deleting {cluster.root}") as advance:
+                return await delete_tree(cluster.store, cluster.root, advance)
+
+    nodes = _run(run())
+    click.echo(f"deleted the cluster at {metadata_uri}: {nodes} nodes")
+
+
+commands = (
+    listbookies,
+    bookieinfo,
+    clusterinfo,
+    whatisinstanceid,
+    endpointinfo,
+    bookiesanity,
+    initnewcluster,
+    nukeexistingcluster,
+)
