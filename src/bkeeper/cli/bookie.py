@@ -287,7 +287,7 @@ async def _serve(
             recovering = None
             if recovery is not None and not server.stop_requested:
                 recovering = tasks.create_task(
-                    run_in_bookie(config.metadata_uri, server.bookie_id, recovery)
+                    run_in_bookie(config.metadata_uri, server.bookie_id, recovery, server)
                 )
             await server.wait_stopped()
             for task in (check, recovering):

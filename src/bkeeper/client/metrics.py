@@ -10,13 +10,9 @@ each over the client's own ``CollectorRegistry``.
 
 from __future__ import annotations
 
-from typing import Any
-
-from prometheus_client import start_http_server
-
 from bkeeper.common.clock import Clock
 from bkeeper.common.metrics import Counter, Histogram, MetricSet
-from bkeeper.common.metrics_export import exposition_text, new_registry
+from bkeeper.common.metrics_export import MetricsHttpServer, exposition_text, new_registry
 
 __all__ = ["CLIENT_OPS", "ClientMetrics"]
 
@@ -57,7 +53,7 @@ class ClientMetrics:
             "bkeeper_client_read_entries_total", "Entries received by batch reads."
         )
         self.registry = new_registry(lambda: [self.metric_set])
-        self._server: Any = None
+        self._server: MetricsHttpServer | None = None
 
     def adds_completed(self, count: int, oldest_sent_at: float) -> None:
         add = self.add
@@ -71,14 +67,11 @@ class ClientMetrics:
     def start_server(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve ``/metrics`` on ``host:port`` (0: any free port) from a thread of
         prometheus-client's; the port it listens on."""
-        if self._server is not None:
-            return int(self._server.server_port)
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self._server = server
-        return int(server.server_port)
+        if self._server is None:
+            self._server = MetricsHttpServer(self.registry, host, port)
+        return self._server.port
 
     def stop_server(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()

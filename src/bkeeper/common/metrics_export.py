@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -25,6 +25,7 @@ from bkeeper.common.metrics import Family, HistogramSnapshot, MetricSet
 
 __all__ = [
     "CONTENT_TYPE",
+    "MetricsHttpServer",
     "MetricSetCollector",
     "exposition_text",
     "new_registry",
@@ -93,3 +94,19 @@ def new_registry(sets: Callable[[], Iterable[MetricSet]]) -> CollectorRegistry:
 def exposition_text(registry: CollectorRegistry) -> bytes:
     """The registry in Prometheus text format 0.0.4."""
     return generate_latest(registry)
+
+
+class MetricsHttpServer:
+    """prometheus-client's small HTTP server (a thread of its own) serving ``/metrics`` of
+    one registry, for a process with no admin HTTP server (a client, ``bkeeper
+    autorecovery``): ``MetricsHttpServer(registry, host, port)`` (port 0: any free port),
+    :attr:`port`, :meth:`close`."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.port = int(self._server.server_port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -160,6 +160,11 @@ class Bookie:
         if self.metrics is not None:
             self._metric_sets.append(metrics)
 
+    def remove_metric_set(self, metrics: MetricSet) -> None:
+        """Stop serving a set :meth:`add_metric_set` added (its component stopped)."""
+        if metrics in self._metric_sets:
+            self._metric_sets.remove(metrics)
+
     @property
     def admin_server(self) -> AdminHttpServer | None:
         """The admin HTTP server (None without ``http_port``): more routes are added to it
