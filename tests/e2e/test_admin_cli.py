@@ -23,8 +23,8 @@ from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
 
-#: One bookie with an admin server; no periodic pass during a test (only those it asks for).
-ADMIN = (1, ("--http-port", "0", "-o", "gc_wait_ms=3600000"))
+#: One bookie with an admin server taking writes; no periodic pass during a test (only those it asks for).
+ADMIN = (1, ("--http-port", "0", "--http-admin-writes", "-o", "gc_wait_ms=3600000"))
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

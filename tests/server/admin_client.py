@@ -56,7 +56,7 @@ async def exchange(port: int, raw: bytes, *, half_close: bool = False) -> Answer
 
 
 def request_bytes(method: str, path: str, body: bytes | None = None, **headers: str) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: bookie"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: bookie", "Connection: close"]
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
     lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]

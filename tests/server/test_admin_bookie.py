@@ -170,7 +170,7 @@ STATUS_KEYS = {
 
 
 async def test_the_gc_endpoints_drive_the_bookies_garbage_collector(start_bookie) -> None:
-    bookie = await start_bookie(http_port=0, gc_wait_ms=3_600_000)
+    bookie = await start_bookie(http_port=0, gc_wait_ms=3_600_000, http_admin_writes=True)
     gc = "/api/v1/bookie/gc"
     status = (await call(bookie.http_port, "GET", gc)).json()
     assert set(status) >= STATUS_KEYS and status["passes"] == 0
@@ -191,3 +191,12 @@ async def test_the_gc_endpoints_drive_the_bookies_garbage_collector(start_bookie
     assert bookie.garbage_collector.status()["suspended_minor"] is True
     resume = await call(bookie.http_port, "PUT", f"{gc}/resume_compaction", {"resumeMinor": True})
     assert resume.json() == {"isMajorGcSuspended": False, "isMinorGcSuspended": False}
+
+
+async def test_without_http_admin_writes_the_bookie_refuses_a_gc_pass(start_bookie) -> None:
+    bookie = await start_bookie(http_port=0, gc_wait_ms=3_600_000)
+    refused = await call(bookie.http_port, "PUT", "/api/v1/bookie/gc", {"forceMajor": True})
+    assert refused.status == 403
+    assert "unless started with http_admin_writes (--http-admin-writes)" in refused.error
+    assert bookie.garbage_collector is not None
+    assert bookie.garbage_collector.status()["passes"] == 0

@@ -1,70 +1,81 @@
-"""The bookie's admin HTTP server: a route table served over HTTP/1.1 on asyncio.
+"""The bookie's admin HTTP server, on aiohttp: a route table, limits, JSON errors.
 
-What it serves is a :class:`Routes` table, ``(method, path) -> handler``, each handler an
-``async`` function from :class:`~bkeeper.server.http_codec.HttpRequest` to
-:class:`~bkeeper.server.http_codec.HttpResponse`; the bookie's endpoints are in
-:mod:`bkeeper.server.admin_routes`, and more are added with :meth:`Routes.add`. One request
-per connection (``Connection: close``).
+Routes are added with :meth:`AdminHttpServer.add_route` (``method, path, handler``, each
+handler an ``async`` function from :class:`aiohttp.web.Request` to
+:class:`aiohttp.web.StreamResponse`) before :meth:`~AdminHttpServer.start`; the bookie's own
+endpoints are in :mod:`bkeeper.server.admin_routes`, the cluster's in :mod:`bkeeper.admin`,
+``/metrics`` in :mod:`bkeeper.server.metrics`. Helpers for handlers (JSON answers, query and
+body fields checked with a 400 naming the field) are in :mod:`bkeeper.server.admin_request`.
+
+Mutating requests (PUT, POST, DELETE) on a path that serves them are refused with 403 unless
+the server was started with ``writes_enabled`` (the bookie's ``http_admin_writes``,
+``--http-admin-writes``); the answer names the option.
 
 Limits (:class:`AdminHttpConfig`): at most ``connections_max`` connections at once (one past
-it is answered 503 and closed); the request line and headers at most ``head_bytes_max``
-bytes and ``headers_max`` lines (431), the body at most ``body_bytes_max`` (413); a request
-not complete ``request_timeout_ms`` after the connection opened is answered 408 and closed;
-an answer the client has not taken ``response_timeout_ms`` after it was written is dropped
-with the connection. A request runs to its end even if its client leaves (a GC pass is not
-cut short by a closed terminal), so requests under way are bounded too: at most
-``connections_max`` (503 past it). Every refusal is a JSON body
-``{"error": ..., "status": ...}`` naming the problem (unknown path 404, a method the path
-does not serve 405 with ``Allow``), logged in one rate-limited line. A handler that fails
-answers 500 with its error (and logs its traceback); the bookie stays up whatever a client
-sends.
+it is answered 503 and closed); request line and header fields at most ``head_bytes_max``
+bytes and ``headers_max`` headers (aiohttp answers 400); a body at most ``body_bytes_max``
+(413, from its ``Content-Length`` before any of it is read); a connection without a whole
+request head ``request_timeout_ms`` after it opened is closed, a body not whole by then is
+answered 408; a handler not done ``handler_timeout_ms`` after the request came is answered
+503 (a route may take no limit: a GC pass runs to its end, even if its client leaves).
+Every refusal is a JSON body ``{"error": ..., "status": ...}`` naming the problem (unknown
+path 404, a method the path does not serve 405 with ``Allow``), logged in one rate-limited
+line. A handler that fails answers 500 with its error (and logs its traceback); the bookie
+stays up whatever a client sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import cast
 
-from bkeeper.common.errors import AdminRequestError, BKeeperError, ConfigError
-from bkeeper.common.tasks import TaskOwner
+from aiohttp import web
+
+from bkeeper.common.errors import AdminRequestError, ConfigError
 from bkeeper.common.validate import check_port, check_positive_ints
-from bkeeper.server.http_codec import (
-    HttpRequest,
-    HttpResponse,
-    RequestReader,
-    encode_response,
-    error_response,
-)
+from bkeeper.server.admin_request import error_response
 from bkeeper.server.ratelimit import RateLimitedLog
 
-__all__ = ["AdminHttpConfig", "AdminHttpServer", "Handler", "Routes"]
+__all__ = ["MUTATING_METHODS", "AdminHttpConfig", "AdminHttpServer", "Handler"]
 
 log = logging.getLogger(__name__)
 
 #: One route's work: the request in, the answer out.
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: Methods that change something: refused (403) unless writes are enabled.
+MUTATING_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
+#: The option that enables them, as the 403 names it.
+WRITES_OPTION = "http_admin_writes (--http-admin-writes)"
 #: Lines about refused requests: at most this many a second, in bursts of this many.
 REFUSED_LOG_LINES_PER_S = 5
 REFUSED_LOG_BURST = 20
+#: On close, requests under way get this long to finish before they are cancelled.
+SHUTDOWN_WAIT_S = 1.0
+#: A route registered with this time limit has none.
+NO_TIME_LIMIT: None = None
 
 
 @dataclass(frozen=True)
 class AdminHttpConfig:
-    """Where the admin server listens (port 0: any free port) and its limits."""
+    """Where the admin server listens (port 0: any free port), whether it takes mutating
+    requests, and its limits."""
 
     host: str
     port: int
+    writes_enabled: bool = False
     connections_max: int = 64
     head_bytes_max: int = 16 * 1024
     headers_max: int = 64
     body_bytes_max: int = 64 * 1024
     request_timeout_ms: int = 10_000
-    response_timeout_ms: int = 10_000
+    handler_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         check_port("http_port", self.port)
@@ -75,59 +86,63 @@ class AdminHttpConfig:
             "headers_max",
             "body_bytes_max",
             "request_timeout_ms",
-            "response_timeout_ms",
+            "handler_timeout_ms",
         )
 
 
-class Routes:
-    """The route table: handlers by path, then by method."""
-
-    def __init__(self) -> None:
-        self._table: dict[str, dict[str, Handler]] = {}
-
-    def add(self, method: str, path: str, handler: Handler) -> None:
-        methods = self._table.setdefault(path, {})
-        if method in methods:
-            raise ValueError(f"{method} {path}: a route is there already")
-        methods[method] = handler
-
-    def paths(self) -> list[str]:
-        return sorted(self._table)
-
-    def methods(self, path: str) -> list[str]:
-        return sorted(self._table.get(path, {}))
-
-    def resolve(self, method: str, path: str) -> Handler:
-        """The handler of ``method path``; 404 for a path not served, 405 for a method not
-        served there."""
-        methods = self._table.get(path)
-        if methods is None:
-            raise AdminRequestError(404, f"no such path: {path}")
-        handler = methods.get(method)
-        if handler is None:
-            raise AdminRequestError(
-                405, f"{method} is not served on {path}; use {', '.join(sorted(methods))}"
-            )
-        return handler
+@dataclass(frozen=True)
+class _Route:
+    handler: Handler
+    timeout_s: float | None
 
 
 class AdminHttpServer:
-    """``await bind()`` (the port is then known), ``await start()``, ``await aclose()``."""
+    """``add_route(...)``, ``await bind()`` (the port is then known), ``await start()``,
+    ``await aclose()``."""
 
-    def __init__(self, config: AdminHttpConfig, routes: Routes) -> None:
+    def __init__(self, config: AdminHttpConfig) -> None:
         self.config = config
-        self.routes = routes
         self.port = config.port
-        self._server: asyncio.Server | None = None
-        self._connections: set[_AdminConnection] = set()
-        self._tasks = TaskOwner("admin http", tasks_max=config.connections_max)
+        self._routes: dict[tuple[str, str], _Route] = {}
+        self._listener: asyncio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._web: web.Server | None = None
         self.refused = RateLimitedLog(
             log, REFUSED_LOG_LINES_PER_S, REFUSED_LOG_BURST, what="lines about admin requests"
         )
 
+    def add_route(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        timeout_ms: int | None = 0,
+    ) -> None:
+        """Serve ``method path`` with ``handler``; before :meth:`start`. ``timeout_ms``: the
+        handler's time limit (0, the default: ``handler_timeout_ms``; ``None``: none)."""
+        if self._runner is not None:
+            raise RuntimeError(f"{method} {path}: routes are added before the server starts")
+        key = (method.upper(), path)
+        if key in self._routes:
+            raise ValueError(f"{method} {path}: a route is there already")
+        if timeout_ms is None:
+            timeout_s: float | None = None
+        elif isinstance(timeout_ms, int) and timeout_ms >= 0:
+            timeout_s = (timeout_ms or self.config.handler_timeout_ms) / 1000
+        else:
+            raise ValueError(f"timeout_ms: a number of ms >= 0 or None, got {timeout_ms!r}")
+        self._routes[key] = _Route(handler, timeout_s)
+
+    def paths(self) -> list[str]:
+        return sorted({path for _, path in self._routes})
+
+    def methods(self, path: str) -> list[str]:
+        return sorted(method for method, p in self._routes if p == path)
+
     @property
     def connections(self) -> int:
-        return len(self._connections)
+        return 0 if self._web is None else len(self._web.connections)
 
     async def bind(self) -> int:
         """Listen (not serving yet); the port. ``ConfigError`` naming the address and the
@@ -135,8 +150,8 @@ class AdminHttpServer:
         config = self.config
         where = f"{config.host}:{config.port} (http_port, the admin HTTP server)"
         try:
-            self._server = await asyncio.get_running_loop().create_server(
-                lambda: _AdminConnection(self),
+            self._listener = await asyncio.get_running_loop().create_server(
+                self._new_connection,
                 config.host,
                 config.port,
                 reuse_address=True,
@@ -148,164 +163,210 @@ class AdminHttpServer:
                     f"cannot listen on {where}: the port is in use by another process"
                 ) from exc
             raise ConfigError(f"cannot listen on {where}: {exc}") from exc
-        sockets = self._server.sockets
+        sockets = self._listener.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
         return self.port
 
     async def start(self) -> None:
-        if self._server is None:
+        """Serve the routes added (binding first if :meth:`bind` was not called)."""
+        if self._listener is None:
             await self.bind()
-        assert self._server is not None
-        await self._server.start_serving()
+        assert self._listener is not None
+        config = self.config
+        app = web.Application(
+            middlewares=[self._guard], client_max_size=config.body_bytes_max, handler_args=None
+        )
+        for (method, path), route in self._routes.items():
+            app.router.add_route(method, path, _time_limited(method, path, route))
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_WAIT_S,
+            keepalive_timeout=config.request_timeout_ms / 1000,
+            max_line_size=config.head_bytes_max,
+            max_field_size=config.head_bytes_max,
+            max_headers=config.headers_max,
+            logger=_ProtocolLog(self.refused),
+        )
+        await runner.setup()
+        self._runner, self._web = runner, runner.server
+        await self._listener.start_serving()
 
     async def aclose(self) -> None:
-        """Stop listening, drop every connection and cancel the requests under way."""
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self._connections):
-            conn.abort()
-        await self._tasks.aclose()
-        if self._server is not None:
-            server, self._server = self._server, None
-            await server.wait_closed()
+        """Stop listening, close every connection; requests under way get
+        ``SHUTDOWN_WAIT_S`` to finish, then are cancelled."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        runner = self._runner
+        if runner is not None:
+            await runner.cleanup()
+            self._web = None
+        if listener is not None:
+            await listener.wait_closed()
 
-    # -- used by the connections ---------------------------------------------------------
-    def admit(self, conn: _AdminConnection) -> bool:
-        if len(self._connections) >= self.config.connections_max:
-            return False
-        self._connections.add(conn)
-        return True
+    # -- connections -------------------------------------------------------------------
+    def _new_connection(self) -> asyncio.BaseProtocol:
+        server = self._web
+        limit = self.config.connections_max
+        if server is None:  # closed meanwhile
+            return _Refusal(self, 503, "the admin server is closing")
+        if len(server.connections) >= limit:
+            return _Refusal(self, 503, f"{limit} admin connections open already (connections_max)")
+        return server()
 
-    def forget(self, conn: _AdminConnection) -> None:
-        self._connections.discard(conn)
-
-    def serve(self, conn: _AdminConnection, request: HttpRequest) -> None:
-        self._tasks.spawn(self._answer(conn, request), f"{request.method} {request.path}")
-
-    async def _answer(self, conn: _AdminConnection, request: HttpRequest) -> None:
+    # -- every request ------------------------------------------------------------------
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            handler = self.routes.resolve(request.method, request.path)
-            response = await handler(request)
+            return await self._answer(request, handler)
         except AdminRequestError as exc:
-            response = self.refusal(conn.peer, exc, request)
+            return self._refusal(request, exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return self._refusal(request, AdminRequestError(exc.status, exc.text or exc.reason))
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
             log.exception("admin %s %s failed", request.method, request.path)
-            response = error_response(500, f"{type(exc).__name__}: {exc}")
-        conn.respond(response)
+            return error_response(500, f"{type(exc).__name__}: {exc}")
 
-    def refusal(
-        self, peer: str, error: AdminRequestError, request: HttpRequest | None = None
-    ) -> HttpResponse:
+    async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        method, path = request.method, request.path
+        missing = request.match_info.http_exception
+        if isinstance(missing, web.HTTPMethodNotAllowed):
+            allowed = ", ".join(sorted(missing.allowed_methods))
+            raise _MethodNotAllowedError(
+                f"{method} is not served on {path}; use {allowed}", allowed
+            )
+        if missing is not None:
+            raise AdminRequestError(404, f"no such path: {path}")
+        if method in MUTATING_METHODS and not self.config.writes_enabled:
+            raise AdminRequestError(
+                403,
+                f"{method} {path} changes the bookie or the cluster: the admin server takes "
+                f"no such request unless started with {WRITES_OPTION}",
+            )
+        await self._read_body(request)
+        return await handler(request)
+
+    async def _read_body(self, request: web.Request) -> None:
+        """Take the whole body now (handlers then read it from memory), within the limits."""
+        limit = self.config.body_bytes_max
+        length = request.content_length
+        if length is not None and length > limit:
+            raise AdminRequestError(
+                413, f"a body of {length} bytes, more than {limit} (body_bytes_max)"
+            )
+        if not request.body_exists:
+            return
+        timeout_ms = self.config.request_timeout_ms
+        scope = asyncio.timeout(timeout_ms / 1000)
+        try:
+            async with scope:
+                await request.read()
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise AdminRequestError(
+                408, f"the body was not complete within {timeout_ms} ms (request_timeout_ms)"
+            ) from None
+        except web.HTTPRequestEntityTooLarge:
+            raise AdminRequestError(
+                413, f"a body of more than {limit} bytes (body_bytes_max)"
+            ) from None
+
+    def _refusal(self, request: web.Request, error: AdminRequestError) -> web.Response:
         """The answer to a refused request, logged (rate-limited)."""
-        what = f"{request.method} {request.path}" if request is not None else "a request"
+        peer = request.remote or "?"
         self.refused.info(
-            "admin http: %s from %s refused (%d): %s", what, peer, error.status, error
+            "admin http: %s %s from %s refused (%d): %s",
+            request.method,
+            request.path,
+            peer,
+            error.status,
+            error,
         )
-        headers: tuple[tuple[str, str], ...] = ()
-        if error.status == 405 and request is not None:
-            headers = (("Allow", ", ".join(self.routes.methods(request.path))),)
         response = error_response(error.status, str(error))
-        return HttpResponse(response.status, response.body, response.content_type, headers)
+        if isinstance(error, _MethodNotAllowedError):
+            response.headers["Allow"] = error.allowed
+        return response
 
 
-class _AdminConnection(asyncio.Protocol):
-    """One client: read one request within the time and size limits, answer it, close."""
+class _ProtocolLog:
+    """What aiohttp logs about requests it could not parse (a traceback each, at ERROR):
+    one rate-limited line naming the problem instead; the client was answered 400."""
 
-    def __init__(self, server: AdminHttpServer) -> None:
-        config = server.config
+    def __init__(self, lines: RateLimitedLog) -> None:
+        self._lines = lines
+
+    def exception(self, message: str, *args: object, exc_info: object = None, **_: object) -> None:
+        problem = " ".join(str(exc_info).split()) if isinstance(exc_info, BaseException) else ""
+        self._lines.warning("admin http: " + message + ": %s", *args, problem or "?")
+
+    def debug(self, message: str, *args: object, **_: object) -> None:
+        log.debug("admin http: " + message, *args)
+
+    def warning(self, message: str, *args: object, **_: object) -> None:
+        self._lines.warning("admin http: " + message, *args)
+
+
+def _time_limited(method: str, path: str, route: _Route) -> Handler:
+    """``route``'s handler within its time limit (503 past it)."""
+    handler, timeout_s = route.handler, route.timeout_s
+    if timeout_s is None:
+        return handler
+    limit_ms = round(timeout_s * 1000)
+
+    async def limited(request: web.Request) -> web.StreamResponse:
+        scope = asyncio.timeout(timeout_s)
+        try:
+            async with scope:
+                return await handler(request)
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the handler's own
+            raise AdminRequestError(
+                503, f"{method} {path} did not finish within {limit_ms} ms (handler_timeout_ms)"
+            ) from None
+
+    return limited
+
+
+class _MethodNotAllowedError(AdminRequestError):
+    """405, with the methods the path serves (the ``Allow`` header)."""
+
+    def __init__(self, message: str, allowed: str) -> None:
+        super().__init__(405, message)
+        self.allowed = allowed
+
+
+class _Refusal(asyncio.Protocol):
+    """A connection refused before aiohttp sees it: one JSON answer, then closed."""
+
+    def __init__(self, server: AdminHttpServer, status: int, message: str) -> None:
         self._server = server
-        self._reader = RequestReader(
-            head_bytes_max=config.head_bytes_max,
-            body_bytes_max=config.body_bytes_max,
-            headers_max=config.headers_max,
-        )
-        self._transport: asyncio.Transport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._done = False  # a request was read (or refused): nothing more is read
-        self.peer = "?"
+        self._status = status
+        self._message = message
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        config = self._server.config
-        if not self._server.admit(self):
-            self._done = True
-            self.respond(
-                self._server.refusal(
-                    self.peer,
-                    AdminRequestError(
-                        503,
-                        f"{config.connections_max} admin connections open already "
-                        "(connections_max)",
-                    ),
-                )
-            )
-            return
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(config.request_timeout_ms / 1000, self._too_slow)
-
-    def data_received(self, data: bytes) -> None:
-        if self._done:
-            return
-        self._reader.receive_data(data)
-        try:
-            request = self._reader.next_request()
-        except AdminRequestError as exc:
-            self._finish_reading()
-            self.respond(self._server.refusal(self.peer, exc))
-            return
-        if request is not None:
-            self._finish_reading()
-            try:
-                self._server.serve(self, request)
-            except BKeeperError:  # connections_max requests still under way, or closed
-                running = self._server.config.connections_max
-                error = AdminRequestError(503, f"{running} admin requests are under way already")
-                self.respond(self._server.refusal(self.peer, error, request))
-
-    def eof_received(self) -> bool | None:
-        if self._done:
-            return True  # the client closed its side after its request: the answer may follow
-        self._finish_reading()  # it gave up before its request was whole
-        self.abort()
-        return None
-
-    def _finish_reading(self) -> None:
-        self._done = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _too_slow(self) -> None:
-        self._timer = None
-        if self._done:
-            return
-        self._done = True
-        timeout = self._server.config.request_timeout_ms
-        error = AdminRequestError(
-            408, f"the request was not complete within {timeout} ms (request_timeout_ms)"
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._server.refused.info(
+            "admin http: a connection from %s refused (%d): %s",
+            where,
+            self._status,
+            self._message,
         )
-        self.respond(self._server.refusal(self.peer, error))
-
-    def respond(self, response: HttpResponse) -> None:
-        """Write the answer and close; a client that does not take it in time is dropped."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        transport.write(encode_response(response))
-        transport.close()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._server.config.response_timeout_ms / 1000, self.abort)
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._done = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._server.forget(self)
+        body = json.dumps({"error": self._message, "status": self._status}).encode() + b"\n"
+        head = (
+            f"HTTP/1.1 {self._status} {HTTPStatus(self._status).phrase}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer = cast(asyncio.WriteTransport, transport)  # uvloop's is not a subclass
+        writer.write(head.encode("ascii") + body)
+        writer.close()

@@ -22,6 +22,11 @@ from whichever thread saw the disk fill (the next add gets EREADONLY); the log l
 listeners and the registration under ``available/readonly`` follow on the event loop. The
 bookie turns writable, and registers so, once usage is below the low-water mark.
 
+Metrics (``metrics_enabled``, :mod:`bkeeper.server.metrics`): the bookie's
+:class:`~bkeeper.common.metrics.MetricSet` (its storage's, requests', connections' and GC's
+series), and any set another component of the process adds (:meth:`Bookie.add_metric_set`:
+an auditor's), are what its ``/metrics`` serves.
+
 Garbage collection (:mod:`bkeeper.server.garbage`): ``garbage_collector`` (set once the
 storage is open) runs a pass every ``gc_wait_ms``, on demand (``run_now``, the admin
 channel's), and as soon as the disk turns full; with no metadata store (no
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import random
@@ -40,17 +46,22 @@ from typing import Any
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError, StorageError
+from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
-from bkeeper.server.admin_routes import BookieStatus, bookie_routes
+from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.garbage import GarbageCollector
 from bkeeper.server.handlers import BookieState, RequestHandlers
+from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
-from bkeeper.storage import DiskState, FileSystem, Storage, StorageConfig
+from bkeeper.server.request_metrics import RequestMetrics
+from bkeeper.storage import DiskState, FileSystem, OsFileSystem, Storage, StorageConfig
+from bkeeper.storage.dirs import StorageLayout
+from bkeeper.storage.inspect_dirs import BookieDirs
 
 __all__ = ["Bookie"]
 
@@ -84,6 +95,7 @@ class Bookie:
         self._instance_id = instance_id
         self.state = BookieState(readonly=config.readonly)
         self._mode_readonly = config.readonly  # the mode announced (log, listeners, registry)
+        self._admin_readonly = False  # asked for through the admin API (set_read_only)
         self._mode_changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.storage: Storage | None = None
@@ -102,9 +114,62 @@ class Bookie:
         self.port = config.port
         self._admin: AdminHttpServer | None = None
         if config.http_port is not None:
-            admin_config = AdminHttpConfig(config.effective_http_host, config.http_port)
-            self._admin = AdminHttpServer(admin_config, bookie_routes(self))
+            admin_config = AdminHttpConfig(
+                config.effective_http_host,
+                config.http_port,
+                writes_enabled=config.http_admin_writes,
+            )
+            self._admin = AdminHttpServer(admin_config)
+            add_bookie_routes(self, self._admin)
         self.http_port = config.http_port
+        self.metrics: MetricSet | None = None
+        self._metric_sets: list[MetricSet] = []
+        if config.metrics_enabled:
+            self.metrics = MetricSet()
+            self._metric_sets.append(self.metrics)
+            self._register_bookie_gauges(self.metrics)
+            if self._admin is not None:
+                registry = bookie_registry(self.metric_sets)
+                self._admin.add_route("GET", METRICS_PATH, metrics_handler(registry))
+
+    def _register_bookie_gauges(self, metrics: MetricSet) -> None:
+        connections = self.connections
+        metrics.gauge(
+            "bkeeper_bookie_connections",
+            "Client connections open.",
+            read=lambda: len(connections),
+        )
+        metrics.gauge(
+            "bkeeper_bookie_in_flight_requests",
+            "Requests received and not yet answered.",
+            read=lambda: sum(c.requests_in_flight for c in connections.connections),
+        )
+        metrics.gauge(
+            "bkeeper_bookie_read_only",
+            "1 while the bookie is read-only, 0 while writable.",
+            read=lambda: 1.0 if self.state.readonly else 0.0,
+        )
+
+    def metric_sets(self) -> list[MetricSet]:
+        """The metric sets ``/metrics`` serves (none with ``metrics_enabled`` off)."""
+        return list(self._metric_sets)
+
+    def add_metric_set(self, metrics: MetricSet) -> None:
+        """Serve another component's metrics (one running in this process) too; ignored
+        when this bookie keeps no metrics."""
+        if self.metrics is not None:
+            self._metric_sets.append(metrics)
+
+    def remove_metric_set(self, metrics: MetricSet) -> None:
+        """Stop serving a set :meth:`add_metric_set` added (its component stopped)."""
+        if metrics in self._metric_sets:
+            self._metric_sets.remove(metrics)
+
+    @property
+    def admin_server(self) -> AdminHttpServer | None:
+        """The admin HTTP server (None without ``http_port``): more routes are added to it
+        (``add_route``) before :meth:`start`."""
+        return self._admin
 
     @property
     def bookie_id(self) -> str:
@@ -158,7 +223,13 @@ class Bookie:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
 
             self.storage = await asyncio.to_thread(
-                Storage.open, self.storage_config, self._fs, on_durable, self._on_disk_state
+                Storage.open,
+                self.storage_config,
+                self._fs,
+                on_durable,
+                self._on_disk_state,
+                self._clock,
+                self.metrics,
             )
         except BaseException:
             self._server.close()
@@ -195,7 +266,10 @@ class Bookie:
 
     async def _serve(self, handlers_box: list[RequestHandlers]) -> None:
         assert self.storage is not None and self._server is not None
-        self._handlers = RequestHandlers(self.config, self.storage, self.state)
+        request_metrics = (
+            None if self.metrics is None else RequestMetrics(self.metrics, self._clock)
+        )
+        self._handlers = RequestHandlers(self.config, self.storage, self.state, request_metrics)
         handlers_box.append(self._handlers)
         self._apply_mode()  # settle the mode before serving and registering
         await self._server.start_serving()
@@ -219,6 +293,7 @@ class Bookie:
             metadata,
             allowed_on_full_disk=self.storage_config.gc_allowed_on_full_disk,
             clock=self._clock,
+            metrics=self.metrics,
         )
         self._run_loop(collector.run(), "garbage collection")
         collector.on_disk_state(storage.disk_state)  # full already: collect at once
@@ -322,7 +397,11 @@ class Bookie:
         storage = self.storage
         if storage is None:
             return
-        readonly = self.config.readonly or storage.disk_state is not DiskState.WRITABLE
+        readonly = (
+            self.config.readonly
+            or self._admin_readonly
+            or storage.disk_state is not DiskState.WRITABLE
+        )
         self.state.readonly = readonly
         if readonly == self._mode_readonly:
             return
@@ -381,6 +460,30 @@ class Bookie:
         if self.storage is None:
             raise StorageError(f"bookie {self.bookie_id} has no storage open")
         return self.storage.disk_usage()
+
+    def config_values(self) -> dict[str, object]:
+        """The bookie's and its storage's configuration, by option name."""
+        values = {**dataclasses.asdict(self.storage_config), **dataclasses.asdict(self.config)}
+        values.pop("extra", None)
+        return values
+
+    def set_read_only(self, read_only: bool) -> str:
+        """Make the bookie read-only, or writable again (as the admin API asks); "" when it
+        now is as asked, else why not (writable: its configuration or its disk)."""
+        self._admin_readonly = read_only
+        self._apply_mode()
+        if self.state.readonly == read_only:
+            return ""
+        if self.config.readonly:
+            return "the bookie is configured read-only (readonly)"
+        if self.storage is None:
+            return "the bookie has no storage open"
+        return f"its data disk is {self.storage.disk_state.name} (disk_usage_threshold)"
+
+    def disk_files(self) -> tuple[FileSystem, BookieDirs]:
+        """The file system and directories of the bookie, to look at its files."""
+        fs = self._fs if self._fs is not None else OsFileSystem()
+        return fs, BookieDirs(StorageLayout.of(self.storage_config), None)
 
     # -- stop --------------------------------------------------------------------------
     async def wait_stopped(self) -> None:

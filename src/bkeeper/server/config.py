@@ -22,7 +22,12 @@ class BookieConfig:
 
     Admin HTTP server (:mod:`bkeeper.server.admin_http`): on ``http_port`` (0: any free
     port; ``None``: none) at ``http_host`` (empty: ``host``); the bookie publishes it in its
-    registration as the endpoint ``httpserver``.
+    registration as the endpoint ``httpserver``. Requests that change something (PUT, POST,
+    DELETE) are refused with 403 unless ``http_admin_writes``.
+
+    Metrics (:mod:`bkeeper.server.metrics`): kept while ``metrics_enabled`` (the default) and
+    served as ``/metrics`` on the admin HTTP server; off, the bookie keeps none (no counting
+    at all) and ``/metrics`` answers 404.
 
     Bookie-wide connection limits (see ``bkeeper.server.connections``): ``connections_max``
     open connections (0: derived from the file-descriptor limit); a connection with no
@@ -49,6 +54,7 @@ class BookieConfig:
     metadata_uri: str = ""
     http_port: int | None = None
     http_host: str = ""
+    http_admin_writes: bool = False
     max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     connection_requests_in_flight_max: int = 10_000
     connection_bytes_in_flight_max: int = 64 * 1024 * 1024
@@ -66,6 +72,7 @@ class BookieConfig:
     checkpoint_interval_ms: int = 10_000
     shutdown_drain_timeout_ms: int = 10_000
     readonly: bool = False
+    metrics_enabled: bool = True
     gc_wait_ms: int = 60_000
     minor_compaction_interval_ms: int = 3_600_000
     major_compaction_interval_ms: int = 86_400_000
