@@ -16,6 +16,7 @@ from bkeeper.common.errors import ClusterNotFoundError
 from bkeeper.dashboard import ClusterMonitor, Dashboard, DashboardConfig
 from bkeeper.meta.underreplication import auditor_election
 from bkeeper.namedlog import NamedLogs
+from bkeeper.testing.clock import FakeClock
 from tests.client.conftest import RealCluster
 
 pytestmark = pytest.mark.integration
@@ -93,7 +94,7 @@ async def check_api(
         assert bookie["reported_read_only"] is False
         assert bookie["total_bytes"] == statvfs.f_blocks * statvfs.f_frsize
         assert 0 < bookie["free_bytes"] <= bookie["total_bytes"]
-        assert bookie["metrics_error"] == "no metrics (the bookie serves no /metrics)"
+        assert bookie["metrics_error"] is None
     assert overview["errors"] == {}
 
     recovery = overview["recovery"]
@@ -133,8 +134,11 @@ async def check_api(
     assert log["error"] is None
 
     series = await get(session, url + "api/series")
-    assert series["metrics_available"] is False
-    assert series["bookies"] == {}
+    assert series["metrics_available"] is True
+    assert series["bookies"] == {  # one scrape each so far: no interval yet
+        bookie: {"time_ms": [], "adds_per_s": [], "reads_per_s": [], "add_p99_ms": []}
+        for bookie in ids
+    }
     assert series["under_replicated"]["count"] == [1]
 
 
@@ -167,12 +171,51 @@ async def check_down_and_read_only(
         (ids[1], "writable", None),
         (ids[2], "down", "not registered: the bookie is down"),
     ]
-    real_cluster.start(index, *HTTP, "--readonly")
+    real_cluster.start(index, *HTTP, "--readonly", "--no-metrics")
     await board.monitor.refresh_bookies()
     overview = await get(session, url + "api/overview")
     [restarted] = [b for b in overview["bookies"] if b["bookie_id"] == ids[2]]
     assert (restarted["state"], restarted["reported_read_only"]) == ("read-only", True)
     assert restarted["http_error"] is None
+    assert restarted["metrics_error"] == "no metrics (the bookie serves no /metrics)"
+
+
+@pytest.mark.parametrize("real_cluster", [(3, HTTP)], indirect=True)
+async def test_rates_and_add_latency_come_from_each_bookies_metrics(
+    real_cluster: RealCluster,
+) -> None:
+    clock = FakeClock()
+    monitor = ClusterMonitor(config(real_cluster.uri), clock)
+    await monitor.start()  # the first scrape of each bookie
+    try:
+        async with BookKeeper(real_cluster.uri) as bk:
+            handle = await bk.create_ledger(3, 3, 3)  # every add on every bookie
+            for _ in range(40):
+                await handle.append(b"z" * 50)
+            await handle.close()
+            reader = await bk.open_ledger(handle.ledger_id)
+            for entry_id in range(10):  # one entry per read: one bookie answers each
+                [entry] = [e async for e in reader.read(entry_id, entry_id)]
+                assert entry.entry_id == entry_id
+        clock.advance(4.0)
+        await monitor.refresh_bookies()
+    finally:
+        await monitor.aclose()
+    ids = sorted(real_cluster.bookie_id(i) for i in range(3))
+    rows = {b["bookie_id"]: b for b in monitor.bookies}
+    assert sorted(rows) == ids
+    for bookie in ids:
+        assert rows[bookie]["adds_per_s"] == 40 / 4.0
+        p99_ms = rows[bookie]["add_p99_ms"]
+        assert p99_ms is not None and 0 < p99_ms <= 10_000
+    assert sum(rows[b]["reads_per_s"] for b in ids) * 4.0 == 10
+    series = monitor.series()
+    assert series["metrics_available"] is True
+    for bookie in ids:
+        points = series["bookies"][bookie]
+        assert points["time_ms"] == [clock.wall_ms()]
+        assert points["adds_per_s"] == [10.0]
+        assert points["add_p99_ms"] == [rows[bookie]["add_p99_ms"]]
 
 
 @pytest.mark.parametrize("real_cluster", [(3, HTTP)], indirect=True)

@@ -1,7 +1,8 @@
 """The dashboard in a real browser: ``bkeeper sandbox`` with its defaults (so its dashboard
 too), a ledger written, and headless Chromium loading the page; the test reads what the page
-shows once its script ran: every bookie, the ledger, the auditor, and charts drawn by
-plotly.js. Chromium comes from Debian's ``chromium`` package (scripts/test.sh installs it);
+shows once its script ran: every bookie, the ledger, the auditor, and the charts plotly.js
+drew (disk, the under-replicated queue, and adds/s, reads/s and add p99 from the bookies'
+``/metrics``). Chromium comes from Debian's ``chromium`` package (scripts/test.sh installs it);
 without it the test is skipped, which under CI is a failure (tests/conftest.py)."""
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def test_the_sandbox_dashboard_in_chromium(tmp_path: Path) -> None:
         assert wrote.returncode == 0, wrote.stderr
         auditor = wait_for(url, lambda o: o["recovery"].get("auditor"))
         wait_for(url, lambda o: len(get_json(url + "api/ledgers").get("ledgers", [])) == 1)
+        wait_for(url, lambda o: adds_seen(get_json(url + "api/series")) == 3)
 
         shown = browse(url, tmp_path / "profile", "--dump-dom")
         assert shown.returncode == 0, shown.stderr[-2000:]
@@ -156,13 +158,27 @@ def test_the_sandbox_dashboard_in_chromium(tmp_path: Path) -> None:
         assert "bars" in page.classes["chart-disk"]
         assert page.text["chart-disk"].count("127.0.0.1:") == 3  # the bookies on its axis
         assert "disk per bookie" in page.text["chart-disk"]
-        for chart in ("chart-adds", "chart-reads", "chart-p99"):
-            assert "no metrics" in page.text[chart]
+        # ... and the bookies' adds/s, reads/s and add p99 from their /metrics, one line each
+        for chart, title in (("chart-adds", "adds/s"), ("chart-reads", "read requests/s"),
+                             ("chart-p99", "add latency p99")):  # fmt: skip
+            assert {"js-plotly-plot", "main-svg", "js-line"} <= page.classes[chart], chart
+            assert title in page.text[chart]
+            for bookie in bookies:
+                assert bookie in page.text[chart]  # its legend
+            assert "no metrics" not in page.text[chart]
         assert page.text["errors"] == ""
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     assert processes_mentioning(f"127.0.0.1:{zk_port}/") == [], "the dashboard was left behind"
+
+
+def adds_seen(series: Any) -> int:
+    """Bookies with at least two points, adds in one of them."""
+    return sum(
+        len(points["time_ms"]) >= 2 and max(points["adds_per_s"]) > 0
+        for points in series["bookies"].values()
+    )
 
 
 def wait_for(url: str, condition: Any, timeout_s: float = 90.0) -> Any:

@@ -162,7 +162,7 @@ function drawSeries(s) {
   const bookies = Object.entries(s.bookies);
   const charts = [
     ["chart-adds", "adds/s", "adds_per_s", "requests/s"],
-    ["chart-reads", "reads/s", "reads_per_s", "requests/s"],
+    ["chart-reads", "read requests/s", "reads_per_s", "requests/s"],
     ["chart-p99", "add latency p99", "add_p99_ms", "ms"],
   ];
   for (const [id, title, key, unit] of charts) {
