@@ -1,4 +1,5 @@
-"""``bkeeper sandbox``: ZooKeeper and N bookies on this machine, until Ctrl-C or SIGTERM."""
+"""``bkeeper sandbox``: ZooKeeper, N bookies and the dashboard on this machine, until Ctrl-C or
+SIGTERM."""
 
 from __future__ import annotations
 
