@@ -96,6 +96,7 @@ async def check_api(
         assert 0 < bookie["free_bytes"] <= bookie["total_bytes"]
         assert bookie["metrics_error"] is None
     assert overview["errors"] == {}
+    assert overview["bookies_more"] == 0
 
     recovery = overview["recovery"]
     assert recovery["auditor"] == "auditor-1:3181"
@@ -240,6 +241,7 @@ async def test_lists_are_bounded_and_say_how_many_more(real_cluster: RealCluster
             logs_shown_max=2,
             under_replicated_shown_max=1,
             under_replicated_scanned_max=3,
+            bookies_max=2,
         )
     )
     await monitor.start()
@@ -256,6 +258,9 @@ async def test_lists_are_bounded_and_say_how_many_more(real_cluster: RealCluster
         )
         assert [row["ledger_id"] for row in recovery["rows"]] == [made[0]]
         assert recovery["auditor"] is None
+        ids = sorted(real_cluster.bookie_id(i) for i in range(3))
+        assert [b["bookie_id"] for b in monitor.bookies] == ids[:2]
+        assert monitor.overview()["bookies_more"] == 1
     finally:
         await monitor.aclose()
 

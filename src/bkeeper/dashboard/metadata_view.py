@@ -117,11 +117,13 @@ class RecoveryView:
     being_replicated: tuple[tuple[int, str], ...]  # (ledger, worker)
 
 
-async def list_bookies(cluster: ClusterMetadata, bookies_max: int) -> list[BookieEntry]:
-    """Registered bookies (ascending), then the ones known only by their cookie."""
+async def list_bookies(cluster: ClusterMetadata, bookies_max: int) -> tuple[list[BookieEntry], int]:
+    """Registered bookies (ascending), then the ones known only by their cookie (down): at
+    most ``bookies_max``, and how many more there are."""
     registered = await cluster.registry.bookies()
     states = {b: WRITABLE for b in registered.writable}
     states.update({b: READ_ONLY for b in registered.read_only})
+    down = sorted(set(await cluster.cookies.bookie_ids()) - set(states))
     entries: list[BookieEntry] = []
     for bookie_id in sorted(states)[:bookies_max]:
         try:
@@ -132,10 +134,8 @@ async def list_bookies(cluster: ClusterMetadata, bookies_max: int) -> list[Booki
         http = info.endpoint(HTTP_ENDPOINT_ID)
         url = None if http is None else f"http://{http.host}:{http.port}"
         entries.append(BookieEntry(bookie_id, states[bookie_id], url))
-    room = bookies_max - len(entries)
-    down = sorted(set(await cluster.cookies.bookie_ids()) - set(states))
-    entries += [BookieEntry(b, DOWN, None) for b in down[: max(room, 0)]]
-    return entries
+    entries += [BookieEntry(b, DOWN, None) for b in down[: max(bookies_max - len(entries), 0)]]
+    return entries, len(states) + len(down) - len(entries)
 
 
 async def _bounded(

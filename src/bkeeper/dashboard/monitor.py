@@ -55,6 +55,7 @@ class ClusterMonitor:
         )
         self.instance_id: str | None = None
         self.bookies: list[dict[str, Any]] = []
+        self.bookies_more = 0  # past bookies_max
         self.ledgers: dict[str, Any] = dict(_PENDING)
         self.logs: dict[str, Any] = dict(_PENDING)
         self.recovery: dict[str, Any] = dict(_PENDING)
@@ -120,7 +121,7 @@ class ClusterMonitor:
     # -- bookies -------------------------------------------------------------------------
     async def refresh_bookies(self) -> None:
         assert self._cluster is not None and self._session is not None
-        entries = await list_bookies(self._cluster, self.config.bookies_max)
+        entries, more = await list_bookies(self._cluster, self.config.bookies_max)
         timeout_s = self.config.bookie_request_timeout_ms / 1000
         session, bytes_max = self._session, self.config.metrics_bytes_max
         probes = await asyncio.gather(
@@ -135,6 +136,7 @@ class ClusterMonitor:
         rows = [self._bookie_row(e, p, now_s, now_ms) for e, p in zip(entries, probes, strict=True)]
         self.history.keep_only(e.bookie_id for e in entries)
         self.bookies = rows
+        self.bookies_more = more
         self.updated_ms["bookies"] = now_ms
 
     def _bookie_row(
@@ -184,6 +186,7 @@ class ClusterMonitor:
         return {
             "cluster": {"metadata_uri": self.config.metadata_uri, "instance_id": self.instance_id},
             "bookies": self.bookies,
+            "bookies_more": self.bookies_more,
             "recovery": self.recovery,
             "errors": self.errors,
             "updated_ms": self.updated_ms,

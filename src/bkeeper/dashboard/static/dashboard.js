@@ -81,7 +81,8 @@ function renderOverview(o) {
     ]);
   }));
   document.getElementById("bookie-counts").textContent =
-    counts.writable + " writable, " + counts["read-only"] + " read-only, " + counts.down + " down";
+    counts.writable + " writable, " + counts["read-only"] + " read-only, " + counts.down + " down" +
+    (o.bookies_more ? " (" + o.bookies_more + " more not listed)" : "");
   const errors = Object.entries(o.errors).map(([what, e]) =>
     el("div", "refreshing " + what + " failed at " + when(e.time_ms) + ": " + e.error));
   document.getElementById("errors").replaceChildren(...errors);
