@@ -10,10 +10,14 @@ import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from bkeeper.common.errors import ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.testing.benchmarks import free_port
+from bkeeper.testing.sandbox import SandboxConfig
 from bkeeper.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
@@ -85,3 +89,36 @@ def test_a_taken_port_is_one_error_line_naming_it(cluster_uri: str, taken_port: 
     assert lines[0].startswith(
         f"error: dashboard: cannot listen on 127.0.0.1:{taken_port} (--port): "
     ), err
+
+
+def test_the_sandbox_without_its_dashboard(tmp_path: Path, taken_port: int) -> None:
+    """--no-dashboard: no dashboard started, and its port (taken here) is not asked for."""
+    err_path = tmp_path / "sandbox.err"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "bkeeper", "sandbox", "--bookies", "1",
+                "--data-dir", str(tmp_path / "sb"), "--zookeeper-port", str(free_port()),
+                "--bookie-port", str(free_port()), "--http-port", str(free_port()),
+                "--no-dashboard", "--dashboard-port", str(taken_port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("metadata URI: "), err_path.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    printed = err_path.read_text()
+    assert "sandbox ready" in printed
+    assert "dashboard" not in printed
+    assert not (tmp_path / "sb" / "dashboard.log").exists()
+
+
+def test_the_sandbox_dashboard_port_may_not_overlap_the_others(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^the sandbox's ports overlap: .*dashboard 8081$"):
+        SandboxConfig(tmp_path, bookies=3, http_port_base=8080, dashboard_port=8081)
