@@ -160,7 +160,8 @@ async def check_down_and_read_only(
     silent = overview["bookies"][0]
     assert (silent["bookie_id"], silent["state"]) == (ids[0], "writable")
     assert silent["http_error"] == f"{silent['http_url']}: no answer in time"
-    assert silent["free_bytes"] is None and silent["metrics_error"] is None
+    assert silent["metrics_error"] == f"{silent['http_url']}/metrics: no answer in time"
+    assert (silent["free_bytes"], silent["adds_per_s"]) == (None, None)
 
     index = real_cluster.index_of(ids[2])
     assert real_cluster.stop(index) == 0

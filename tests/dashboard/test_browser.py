@@ -185,8 +185,11 @@ def wait_for(url: str, condition: Any, timeout_s: float = 90.0) -> Any:
     """Poll the dashboard's overview until ``condition(overview)`` is truthy; its value."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = condition(get_json(url + "api/overview"))
+        overview = get_json(url + "api/overview")
+        value = condition(overview)
         if value:
             return value
-        assert time.monotonic() < deadline, "the dashboard never showed it"
+        if time.monotonic() > deadline:
+            series = get_json(url + "api/series")
+            raise AssertionError(f"the dashboard never showed it: {overview} {series}")
         time.sleep(0.5)

@@ -25,7 +25,7 @@ class DashboardConfig:
     #: Points kept per bookie and per series (at 2 s: 10 minutes).
     history_points_max: int = 300
     #: One request to a bookie's admin HTTP server (probe or scrape) at most this long.
-    bookie_request_timeout_ms: int = 2_000
+    bookie_request_timeout_ms: int = 5_000
     #: Largest ``/metrics`` answer read from a bookie.
     metrics_bytes_max: int = 4 * 1024 * 1024
     #: Bookies shown (registered ones first, then those only known by their cookie).

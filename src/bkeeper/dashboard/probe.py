@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import aiohttp
 
 from bkeeper.common.errors import ProtocolError
 
 __all__ = ["BookieProbe", "probe_bookie"]
+
+T = TypeVar("T")
 
 STATE_PATH = "/api/v1/bookie/state"
 INFO_PATH = "/api/v1/bookie/info"
@@ -73,35 +77,43 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+async def _metrics(
+    session: aiohttp.ClientSession, url: str, timeout_s: float, bytes_max: int
+) -> str:
+    status, body = await _get(session, url, timeout_s, bytes_max)
+    if status == 404:
+        raise ProtocolError("no metrics (the bookie serves no /metrics)")
+    if status != 200:
+        raise ProtocolError(f"GET {url}: HTTP {status}")
+    return body.decode("utf-8", errors="replace")
+
+
+async def _attempt(url: str, request: Awaitable[T]) -> tuple[T | None, str | None]:
+    """The request's value, or the line saying why there is none."""
+    try:
+        return await request, None
+    except (aiohttp.ClientError, TimeoutError, ProtocolError) as exc:
+        return None, _describe(url, exc)
+
+
 async def probe_bookie(
     session: aiohttp.ClientSession, base_url: str, timeout_s: float, metrics_bytes_max: int
 ) -> BookieProbe:
-    """State and disk from the bookie's admin server at ``base_url``, and its metrics."""
+    """State and disk from the bookie's admin server at ``base_url``, and its metrics: the
+    three requests at once, each failing on its own."""
     small = 64 * 1024
-    try:
-        state, info = await asyncio.gather(
-            _get_json(session, base_url + STATE_PATH, timeout_s, small),
-            _get_json(session, base_url + INFO_PATH, timeout_s, small),
-        )
-    except (aiohttp.ClientError, TimeoutError, ProtocolError) as exc:
-        return BookieProbe(http_error=_describe(base_url, exc))
-    read_only = state.get("readOnly")
-    metrics_text = metrics_error = None
-    url = base_url + METRICS_PATH
-    try:
-        status, body = await _get(session, url, timeout_s, metrics_bytes_max)
-        if status == 200:
-            metrics_text = body.decode("utf-8", errors="replace")
-        elif status == 404:
-            metrics_error = "no metrics (the bookie serves no /metrics)"
-        else:
-            metrics_error = f"GET {url}: HTTP {status}"
-    except (aiohttp.ClientError, TimeoutError, ProtocolError) as exc:
-        metrics_error = _describe(url, exc)
+    metrics_url = base_url + METRICS_PATH
+    (state, state_error), (info, info_error), (text, metrics_error) = await asyncio.gather(
+        _attempt(base_url, _get_json(session, base_url + STATE_PATH, timeout_s, small)),
+        _attempt(base_url, _get_json(session, base_url + INFO_PATH, timeout_s, small)),
+        _attempt(metrics_url, _metrics(session, metrics_url, timeout_s, metrics_bytes_max)),
+    )
+    read_only = None if state is None else state.get("readOnly")
     return BookieProbe(
+        http_error=state_error or info_error,
         read_only=read_only if isinstance(read_only, bool) else None,
-        free_bytes=_int_or_none(info.get("freeSpace")),
-        total_bytes=_int_or_none(info.get("totalSpace")),
-        metrics_text=metrics_text,
+        free_bytes=None if info is None else _int_or_none(info.get("freeSpace")),
+        total_bytes=None if info is None else _int_or_none(info.get("totalSpace")),
+        metrics_text=text,
         metrics_error=metrics_error,
     )
