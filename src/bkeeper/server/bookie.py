@@ -59,7 +59,14 @@ from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
 from bkeeper.server.request_metrics import RequestMetrics
-from bkeeper.storage import DiskState, FileSystem, OsFileSystem, Storage, StorageConfig
+from bkeeper.storage import (
+    DiskState,
+    FileSystem,
+    GroupTokens,
+    OsFileSystem,
+    Storage,
+    StorageConfig,
+)
 from bkeeper.storage.dirs import StorageLayout
 from bkeeper.storage.inspect_dirs import BookieDirs
 
@@ -219,7 +226,7 @@ class Bookie:
             if self._membership is not None:
                 await self._membership.check_cookie(local_cookie)
 
-            def on_durable(tokens: list[object], error: BaseException | None) -> None:
+            def on_durable(tokens: GroupTokens, error: BaseException | None) -> None:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
 
             self.storage = await asyncio.to_thread(

@@ -66,8 +66,6 @@ __all__ = ["DurableCallback", "GroupTokens", "Journal", "JournalPosition", "cut_
 
 log = logging.getLogger(__name__)
 
-DurableCallback = Callable[[list[object], BaseException | None], None]
-
 
 class GroupTokens(list[object]):
     """The tokens of one group, in queue order, and when the group started gathering
@@ -78,6 +76,9 @@ class GroupTokens(list[object]):
     def __init__(self) -> None:
         super().__init__()
         self.started_at = 0.0
+
+
+DurableCallback = Callable[[GroupTokens, BaseException | None], None]
 
 
 class JournalPosition(NamedTuple):
@@ -287,7 +288,7 @@ class Journal:
 
     def _take_group(
         self,
-    ) -> tuple[bytearray, list[object], int, BaseException | None] | _Roll | None:
+    ) -> tuple[bytearray, GroupTokens, int, BaseException | None] | _Roll | None:
         """The next group, and the error to fail it with instead of writing it (failed, or
         no room); None when the thread must stop."""
         config = self._config
