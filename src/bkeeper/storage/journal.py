@@ -69,13 +69,12 @@ log = logging.getLogger(__name__)
 
 class GroupTokens(list[object]):
     """The tokens of one group, in queue order, and when the group started gathering
-    (``clock.monotonic()``: its oldest record was queued at or after that)."""
+    (``clock.monotonic()``: its oldest record was queued at or after that; set when the
+    group is cut, before ``on_durable`` sees it). No ``__init__`` of its own: one is made
+    per group, at the cost of a list."""
 
     __slots__ = ("started_at",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.started_at = 0.0
+    started_at: float
 
 
 DurableCallback = Callable[[GroupTokens, BaseException | None], None]
