@@ -222,6 +222,7 @@ class Bookie:
             if config.metadata_uri:
                 self._membership = await ClusterMembership.open(config.metadata_uri, self.bookie_id)
                 self._instance_id = self._membership.instance_id
+                await self._membership.refuse_if_data_lost(config.data_dir)
             local_cookie = check_or_stamp_cookie(config, self._instance_id, self.bookie_id)
             if self._membership is not None:
                 await self._membership.check_cookie(local_cookie)
