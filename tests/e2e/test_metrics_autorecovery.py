@@ -18,7 +18,10 @@ METRICS_URL = re.compile(r"metrics (http://\S+/metrics)\)")
 
 
 @pytest.mark.parametrize("real_cluster", [1], indirect=True)
-async def test_the_auditor_process_serves_the_queue_it_counts(real_cluster, start_autorecovery):
+async def test_the_auditor_process_serves_the_queue_it_counts(
+    real_cluster,
+    start_autorecovery,  # noqa: F811 (the fixture imported above)
+):
     async with BookKeeper(real_cluster.uri) as bk:
         urm = bk.cluster.underreplication
         await urm.ensure_layout()

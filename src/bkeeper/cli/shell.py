@@ -24,6 +24,7 @@ from bkeeper.cli import (
     shell_ledger,
     shell_ops,
     shell_recovery,
+    shell_sanity,
 )
 from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.client.bookkeeper import BookKeeper
@@ -61,6 +62,7 @@ for _command in (
     *shell_ops.commands,
     *shell_ledger.commands,
     *shell_cookie.commands,
+    *shell_sanity.commands,
 ):
     shell.add_command(_command)
 

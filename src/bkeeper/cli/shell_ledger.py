@@ -73,10 +73,10 @@ def printable(data: bytes, as_hex: bool) -> str:
 def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
     """A table of the ledger ids (with --meta: state, quorums, last entry, length)."""
 
-    async def run() -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = []
-        async with BookKeeper(metadata_uri) as bk:
+    async def collect(bk: BookKeeper, rows: list[dict[str, object]]) -> None:
+        with progress("listing ledgers") as advance:
             async for ledger_id in bk.list_ledgers():
+                advance(len(rows), None)
                 if not with_meta:
                     rows.append({"ledger": ledger_id})
                     continue
@@ -90,6 +90,11 @@ def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
                     "ack_quorum": meta.ack_quorum, "last_entry": meta.last_entry_id,
                     "length": meta.length, "digest": meta.digest_type.name,
                 })  # fmt: skip
+
+    async def run() -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = []
+        async with BookKeeper(metadata_uri) as bk:
+            await collect(bk, rows)
         return rows
 
     rows = _run(run())

@@ -1,5 +1,5 @@
 """``bkeeper shell listbookies|bookieinfo|clusterinfo|whatisinstanceid|endpointinfo|
-bookiesanity|initnewcluster|nukeexistingcluster``: the cluster as a whole, in the manner of
+initnewcluster|nukeexistingcluster``: the cluster as a whole, in the manner of
 Apache BookKeeper's ``bookkeeper shell`` commands of the same names (docs/operations.md).
 
 Thin: parse, call the metadata store or the client, print a table (``--json`` for scripts).
@@ -11,7 +11,6 @@ is one ``error:`` line on stderr and exit status 1; a bad option is exit status 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -25,7 +24,6 @@ from bkeeper.cli._disk import JSON_OPTION, print_json, show
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.client.bookie_client import BookieClient
-from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, ClusterExistsError, NoNodeError
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID, BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata, delete_tree
@@ -33,14 +31,12 @@ from bkeeper.meta.summary import cluster_summary
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
 from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
 
-__all__ = ["BOOKIE_INFO_TIMEOUT_S", "SANITY_TIMEOUT_S", "commands", "progress", "registered"]
+__all__ = ["BOOKIE_INFO_TIMEOUT_S", "commands", "progress", "registered"]
 
 T = TypeVar("T")
 
 #: How long ``bookieinfo`` waits for each bookie's answer.
 BOOKIE_INFO_TIMEOUT_S = 10.0
-#: How long ``bookiesanity`` waits for its writes and reads by default.
-SANITY_TIMEOUT_S = 30.0
 #: Bookies ``bookieinfo`` asks at once.
 _BOOKIE_INFO_CONCURRENCY = 16
 
@@ -65,8 +61,9 @@ def _console() -> Console:
 
 
 @contextmanager
-def progress(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)``."""
+def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
+    """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)`` (total
+    None: not known yet)."""
     console = Console(stderr=True)
     bar = Progress(
         TextColumn("{task.description}"),
@@ -80,7 +77,7 @@ def progress(description: str) -> Iterator[Callable[[int, int], None]]:
     with bar:
         task = bar.add_task(description, total=None)
 
-        def advance(done: int, total: int) -> None:
+        def advance(done: int, total: int | None) -> None:
             bar.update(task, completed=done, total=total)
 
         yield advance
@@ -342,94 +339,6 @@ def endpointinfo(metadata_uri: str, bookie_id: str, as_json: bool) -> None:
     show(*tables)
 
 
-# -- bookiesanity ------------------------------------------------------------------------------
-def _sanity_entry(entry_id: int) -> bytes:
-    return b"bookiesanity-%08d" % entry_id
-
-
-async def _sanity(bk: BookKeeper, bookie_id: str, entries: int, where: str) -> int:
-    """Write ``entries`` to a new ledger on ``bookie_id`` alone, read them back, delete it;
-    its id. ``CommandError`` saying what failed (the ledger deleted all the same)."""
-    bookies = await bk.cluster.registry.bookies()
-    if bookie_id in bookies.read_only:
-        raise CommandError(f"bookie {bookie_id} is read-only: it refuses adds")
-    if bookie_id not in bookies.writable:
-        await registered(bk.cluster, bookie_id, where)  # raises: not registered
-    password = b"bookiesanity"
-    handle = await bk.create_ledger(1, 1, 1, password=password, bookies=[bookie_id])
-    ledger_id = handle.ledger_id
-    try:
-        with progress(f"writing to {bookie_id}") as advance:
-            futures = [await handle.append_async(_sanity_entry(i)) for i in range(entries)]
-            for done, future in enumerate(futures, 1):
-                await future
-                advance(done, entries)
-        await handle.close()
-        # A failed add moves the ledger to another bookie (ensemble change) and succeeds
-        # there: only a ledger still wholly on this bookie proves it sane.
-        meta = await bk.ledger_metadata(ledger_id)
-        moved = sorted({b for ensemble in meta.segments.values() for b in ensemble} - {bookie_id})
-        if moved:
-            raise CommandError(
-                f"bookie {bookie_id} failed adds to ledger {ledger_id}: they went to "
-                f"{', '.join(moved)} instead"
-            )
-        reader = await bk.open_ledger(ledger_id, password, recovery=False)
-        count = 0
-        async for entry in reader.read(0, entries - 1):
-            if entry.data != _sanity_entry(entry.entry_id):
-                raise CommandError(
-                    f"bookie {bookie_id}: entry {entry.entry_id} of ledger {ledger_id} "
-                    "reads back different"
-                )
-            count += 1
-        if count != entries:
-            raise CommandError(f"bookie {bookie_id}: read {count} of {entries} entries back")
-    except BaseException as failure:
-        try:
-            await bk.delete_ledger(ledger_id, fence=False)
-        except BKeeperError as exc:  # the first failure is the news; say what is left
-            raise CommandError(
-                f"{str(failure) or type(failure).__name__}; and ledger {ledger_id} is left "
-                f"behind: {exc}"
-            ) from failure
-        raise
-    await bk.delete_ledger(ledger_id, fence=False)
-    return ledger_id
-
-
-@click.command()
-@metadata_option
-@_bookie_option
-@click.option("--entries", default=10, show_default=True, type=click.IntRange(1, 100_000))
-@click.option(
-    "--timeout", "timeout_s", default=SANITY_TIMEOUT_S, show_default=True,
-    type=click.FloatRange(min=0, min_open=True), help="Seconds for the whole test.",
-)  # fmt: skip
-def bookiesanity(metadata_uri: str, bookie_id: str, entries: int, timeout_s: float) -> None:
-    """Check a bookie works: write ENTRIES entries to a new ledger on it alone (ensemble of
-    one), read them back, delete the ledger."""
-
-    async def run() -> int:
-        async with BookKeeper(metadata_uri) as bk:
-            try:
-                return await asyncio.wait_for(
-                    _sanity(bk, bookie_id, entries, metadata_uri), timeout_s
-                )
-            except TimeoutError:
-                raise CommandError(
-                    f"bookie {bookie_id}: {entries} entries not written and read back in "
-                    f"{timeout_s:g} s"
-                ) from None
-
-    started = time.perf_counter()
-    ledger_id = _run(run())
-    click.echo(
-        f"bookie {bookie_id} is sane: {entries} entries written to ledger {ledger_id} and "
-        f"read back in {time.perf_counter() - started:.2f} s (ledger deleted)"
-    )
-
-
 # -- initnewcluster, nukeexistingcluster ---------------------------------------------------
 @click.command()
 @metadata_option
@@ -462,7 +371,8 @@ def initnewcluster(metadata_uri: str) -> None:
 @click.option("--force", is_flag=True, help="Delete without checking the instance id.")
 def nukeexistingcluster(metadata_uri: str, root: str, instance_id: str | None, force: bool) -> None:
     """Delete all the metadata of a cluster: every ledger, cookie and the layout. Refused
-    while bookies are registered. Bookie data left on disk needs bookieformat."""
+    while bookies are registered or auto-recovery runs. Bookie data left on disk needs
+    bookieformat."""
     if (instance_id is None) == (not force):
         raise click.UsageError("give either --instance-id ID or --force")
 
@@ -487,6 +397,12 @@ def nukeexistingcluster(metadata_uri: str, root: str, instance_id: str | None, f
                     f"{len(running)} bookies are registered ({', '.join(running)}): "
                     "stop every bookie before deleting the cluster"
                 )
+            auditor = await cluster.underreplication.current_auditor()
+            if auditor is not None:
+                raise CommandError(
+                    f"auto-recovery runs ({auditor} is the auditor): stop every "
+                    "'bkeeper autorecovery' process before deleting the cluster"
+                )
             with progress(f"deleting {cluster.root}") as advance:
                 return await delete_tree(cluster.store, cluster.root, advance)
 
@@ -500,7 +416,6 @@ commands = (
     clusterinfo,
     whatisinstanceid,
     endpointinfo,
-    bookiesanity,
     initnewcluster,
     nukeexistingcluster,
 )

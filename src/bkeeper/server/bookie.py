@@ -59,7 +59,14 @@ from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
 from bkeeper.server.request_metrics import RequestMetrics
-from bkeeper.storage import DiskState, FileSystem, OsFileSystem, Storage, StorageConfig
+from bkeeper.storage import (
+    DiskState,
+    FileSystem,
+    GroupTokens,
+    OsFileSystem,
+    Storage,
+    StorageConfig,
+)
 from bkeeper.storage.dirs import StorageLayout
 from bkeeper.storage.inspect_dirs import BookieDirs
 
@@ -215,11 +222,12 @@ class Bookie:
             if config.metadata_uri:
                 self._membership = await ClusterMembership.open(config.metadata_uri, self.bookie_id)
                 self._instance_id = self._membership.instance_id
+                await self._membership.refuse_if_data_lost(config.data_dir)
             local_cookie = check_or_stamp_cookie(config, self._instance_id, self.bookie_id)
             if self._membership is not None:
                 await self._membership.check_cookie(local_cookie)
 
-            def on_durable(tokens: list[object], error: BaseException | None) -> None:
+            def on_durable(tokens: GroupTokens, error: BaseException | None) -> None:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
 
             self.storage = await asyncio.to_thread(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from bkeeper.common import errors
 from bkeeper.server.request_metrics import RequestMetrics, TimedResponder
 from bkeeper.server.responder import AddAnswer, Durable, Responder, WhenDurable
-from bkeeper.storage import Storage
+from bkeeper.storage import GroupTokens, Storage
 from bkeeper.wire import entryset
 from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag, status_for_error
 from bkeeper.wire.messages import (
@@ -147,11 +147,11 @@ class RequestHandlers:
             conn.log_internal_error("handler for %s failed", type(request).__name__)
             conn.respond(_error_response(request, StatusCode.EIO), size)
 
-    def on_durable_threadsafe(self, tokens: list[object], error: BaseException | None) -> None:
+    def on_durable_threadsafe(self, tokens: GroupTokens, error: BaseException | None) -> None:
         """Storage callback, called on the journal thread: hop to the loop once per group."""
         self._loop.call_soon_threadsafe(self.on_durable, tokens, error)
 
-    def on_durable(self, tokens: list[object], error: BaseException | None) -> None:
+    def on_durable(self, tokens: GroupTokens, error: BaseException | None) -> None:
         """Answer every write of a journal group (each token is a :class:`Durable`)."""
         if error is not None and not isinstance(error, errors.DiskFullError):
             log.error("journal write failed: %s", error)  # (no room: the journal said so)
@@ -163,9 +163,8 @@ class RequestHandlers:
         metrics = self._metrics
         if metrics is not None:
             adds = len(tokens) - self._other_writes_answered
-            started_at = getattr(tokens, "started_at", None)
-            if adds and started_at is not None:
-                metrics.adds_answered(adds, started_at, failed=error is not None)
+            if adds:
+                metrics.adds_answered(adds, tokens.started_at, failed=error is not None)
         if self.state.lac_waiters:  # adds may have moved a waited-on ledger's LAC
             touched = {t.ledger_id for t in tokens if type(t) is AddAnswer}
             for ledger_id in touched:

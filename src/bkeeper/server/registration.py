@@ -3,7 +3,11 @@
 At start (before serving): open the metadata store, read the cluster's instance id (refuse
 when the cluster is not formatted), check the bookie's cookie in ``<root>/cookies/<bookieId>``
 against the local one (write it when absent; refuse with a message naming the difference
-when it differs). After the listener serves: register as writable or read-only under
+when it differs). A bookie with no local cookie whose id has one stored lost its data
+(formatted, a new disk): it is refused before it stamps a new cookie, as Apache BookKeeper
+refuses it, because serving empty it would answer "no such entry" for entries it
+acknowledged; deleting the stored cookie (``bkeeper shell cookie_delete``) lets it join as a
+new bookie. After the listener serves: register as writable or read-only under
 ``<root>/available``, switching when the mode changes, and again after a session expiry
 (``BookieRegistration`` does that). At stop: unregister first, so clients stop choosing the
 bookie before it drains.
@@ -13,12 +17,13 @@ from __future__ import annotations
 
 import logging
 
-from bkeeper.common.errors import ClusterNotFoundError, NoNodeError
+from bkeeper.common.errors import ClusterNotFoundError, CookieMismatchError, NoNodeError
 from bkeeper.common.ids import BookieId
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.cookie import Cookie
 from bkeeper.meta.registry import BookieRegistration
+from bkeeper.server.cookie_check import read_local_cookie
 
 __all__ = ["ClusterMembership"]
 
@@ -45,6 +50,22 @@ class ClusterMembership:
             await cluster.aclose()
             raise
         return cls(cluster, bookie_id, instance_id)
+
+    async def refuse_if_data_lost(self, data_dir: str) -> None:
+        """``CookieMismatchError`` when ``data_dir`` has no cookie but the metadata store
+        holds one for this bookie id (module doc). Call it before the cookie is stamped."""
+        if read_local_cookie(data_dir) is not None:
+            return
+        try:
+            await self.cluster.cookies.read(self.bookie_id)
+        except NoNodeError:
+            return
+        raise CookieMismatchError(
+            f"bookie {self.bookie_id} has a cookie in the metadata store but none in "
+            f"{data_dir}: its data is gone (formatted or lost), and it would answer 'no such "
+            "entry' for entries it acknowledged; start it on its old data, or delete its "
+            "cookie (bkeeper shell cookie_delete) to join as a new, empty bookie"
+        )
 
     async def check_cookie(self, local: Cookie) -> None:
         """Compare the cookie stored in the metadata with ``local``; write it when absent."""

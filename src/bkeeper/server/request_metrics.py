@@ -60,7 +60,9 @@ class OpMetrics:
 
     def __init__(self, metrics: MetricSet, op: str) -> None:
         self.requests = metrics.counter(
-            "bkeeper_bookie_requests_total", "Requests received, by operation.", op=op
+            "bkeeper_bookie_requests_total",
+            "Requests, by operation (adds counted when answered, the others on arrival).",
+            op=op,
         )
         self.errors = metrics.counter(
             "bkeeper_bookie_request_errors_total",

@@ -66,18 +66,18 @@ __all__ = ["DurableCallback", "GroupTokens", "Journal", "JournalPosition", "cut_
 
 log = logging.getLogger(__name__)
 
-DurableCallback = Callable[[list[object], BaseException | None], None]
-
 
 class GroupTokens(list[object]):
     """The tokens of one group, in queue order, and when the group started gathering
-    (``clock.monotonic()``: its oldest record was queued at or after that)."""
+    (``clock.monotonic()``: its oldest record was queued at or after that; set when the
+    group is cut, before ``on_durable`` sees it). No ``__init__`` of its own: one is made
+    per group, at the cost of a list."""
 
     __slots__ = ("started_at",)
+    started_at: float
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.started_at = 0.0
+
+DurableCallback = Callable[[GroupTokens, BaseException | None], None]
 
 
 class JournalPosition(NamedTuple):
@@ -287,7 +287,7 @@ class Journal:
 
     def _take_group(
         self,
-    ) -> tuple[bytearray, list[object], int, BaseException | None] | _Roll | None:
+    ) -> tuple[bytearray, GroupTokens, int, BaseException | None] | _Roll | None:
         """The next group, and the error to fail it with instead of writing it (failed, or
         no room); None when the thread must stop."""
         config = self._config
