@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client import BookKeeper
+from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
 from tests.e2e.helpers import bkeeper
 
@@ -141,6 +143,28 @@ def test_cluster_listings_sanity_and_cookies(real_cluster) -> None:
     assert (summary["totalBookiesCount"], summary["unavailableBookiesCount"]) == (2, 0)
 
 
+@pytest.mark.parametrize("real_cluster", [1], indirect=True)
+async def test_bookieinfo_names_the_bookies_that_do_not_answer(real_cluster) -> None:
+    uri = real_cluster.uri
+    with socket.socket() as silent, socket.socket() as closed:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections complete (the backlog) and are never answered
+        closed.bind(("127.0.0.1", 0))  # bound but not listening: connections are refused
+        async with await ClusterMetadata.open(uri) as cluster:
+            registry = cluster.registry
+            for_bookie = BookieServiceInfo.for_bookie
+            async with (
+                await registry.register("silent:1", for_bookie(*silent.getsockname())),
+                await registry.register("gone:1", for_bookie(*closed.getsockname())),
+            ):
+                result = bkeeper(uri, "shell", "bookieinfo", "--json", "--timeout", "1")
+    rows = {row["bookie_id"]: row for row in json.loads(result.stdout)}
+    assert rows["silent:1"]["error"] == "no answer in 1 s"
+    assert rows["gone:1"]["error"].startswith("unreachable: ")
+    assert rows[real_cluster.bookie_id(0)]["error"] is None
+    assert fails(result) == "error: 2 of 3 bookies did not answer: gone:1, silent:1"
+
+
 async def _ledger_on(uri: str, ensemble: int, quorum: int, entries: int) -> tuple[int, tuple]:
     async with BookKeeper(uri) as bk:
         handle = await bk.create_ledger(ensemble, quorum, quorum, password=b"pw")
@@ -196,6 +220,12 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
             "elsewhere:1",
         )
     ).startswith(f"error: bookie elsewhere:1 holds no entry of ledger {ledger_id} in 0..29 ")
+
+    assert as_json(bkeeper(uri, "shell", "listledgers", "--meta", "--json")) == [
+        {"ledger": ledger_id, "state": "CLOSED", "ensemble_size": 3, "write_quorum": 2,
+         "ack_quorum": 2, "last_entry": 29, "digest": "CRC32C",
+         "length": sum(len(b"entry-%d" % i) for i in range(30))}
+    ]  # fmt: skip
 
     # The bookie's index, read from its data directory once it stopped (SIGTERM checkpoints).
     assert real_cluster.stop(index) == 0
@@ -367,7 +397,17 @@ def test_updatecookie_gives_a_stopped_bookie_a_new_id(real_cluster) -> None:
     )
     real_cluster.start(1, "--bookie-id", "renamed")
     listing = as_json(bkeeper(uri, "shell", "listbookies", "--json"))
-    assert "renamed" in [row["bookie_id"] for row in listing]
+    others = [real_cluster.bookie_id(0), real_cluster.bookie_id(2)]
+    assert sorted(row["bookie_id"] for row in listing) == sorted([*others, "renamed"])
+    assert real_cluster.stop(1) == 0
+    deleted = ok(
+        bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir, "--delete", "--force")
+    )
+    assert deleted.strip() == f"deleted the cookie of renamed from {data_dir} and {uri}"
+    assert not os.path.exists(os.path.join(data_dir, "current", "VERSION"))
+    assert fails(bkeeper(uri, "shell", "cookie_get", "renamed")).endswith(
+        "has no cookie in the metadata store"
+    )
     usage = bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir)
     assert (
         usage.returncode == 2 and "give one of --bookie-id ID, --list and --delete" in usage.stderr

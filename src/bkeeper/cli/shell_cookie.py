@@ -251,8 +251,9 @@ async def _change_id(metadata_uri: str, data_dir: str, local: Cookie, new_id: st
             )
         await _refuse_if_registered(cluster, local.bookie_id, "changing its id")
         await _refuse_if_registered(cluster, new_id, f"giving its id to {local.bookie_id}")
-        new = Cookie(new_id, local.journal_dirs, local.ledger_dirs, local.instance_id,
-                     local.index_dirs)  # fmt: skip
+        # A bookie that never ran with this cluster is stamped with its instance id now.
+        new = Cookie(new_id, local.journal_dirs, local.ledger_dirs,
+                     local.instance_id or instance_id or "", local.index_dirs)  # fmt: skip
         try:
             await cluster.cookies.write(new_id, new)
         except NodeExistsError:

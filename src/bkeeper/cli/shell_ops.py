@@ -35,7 +35,7 @@ __all__ = ["BOOKIE_INFO_TIMEOUT_S", "commands", "progress", "registered"]
 
 T = TypeVar("T")
 
-#: How long ``bookieinfo`` waits for each bookie's answer.
+#: How long ``bookieinfo`` waits for each bookie's answer by default.
 BOOKIE_INFO_TIMEOUT_S = 10.0
 #: Bookies ``bookieinfo`` asks at once.
 _BOOKIE_INFO_CONCURRENCY = 16
@@ -154,19 +154,21 @@ def listbookies(
 
 
 # -- bookieinfo ----------------------------------------------------------------------------
-async def _info_of(host: str, port: int) -> GetBookieInfoResponse:
-    client = await BookieClient.connect(host, port, Protocol.V3, timeout_s=BOOKIE_INFO_TIMEOUT_S)
+async def _info_of(host: str, port: int, timeout_s: float) -> GetBookieInfoResponse:
+    client = await BookieClient.connect(host, port, Protocol.V3, timeout_s=timeout_s)
     try:
         mask = GetBookieInfoField.TOTAL_DISK_CAPACITY | GetBookieInfoField.FREE_DISK_SPACE
         response: GetBookieInfoResponse = await asyncio.wait_for(
-            client.request(GetBookieInfoRequest(int(mask))), BOOKIE_INFO_TIMEOUT_S
+            client.request(GetBookieInfoRequest(int(mask))), timeout_s
         )
         return response
     finally:
         await client.aclose()
 
 
-async def _bookie_info(cluster: ClusterMetadata, bookie_id: str, mode: str) -> dict[str, object]:
+async def _bookie_info(
+    cluster: ClusterMetadata, bookie_id: str, mode: str, timeout_s: float
+) -> dict[str, object]:
     row: dict[str, object] = {
         "bookie_id": bookie_id, "mode": mode,
         "free_bytes": None, "total_bytes": None, "error": None,
@@ -180,9 +182,9 @@ async def _bookie_info(cluster: ClusterMetadata, bookie_id: str, mode: str) -> d
         row["error"] = "registered no bookie endpoint"
         return row
     try:
-        info = await _info_of(endpoint.host, endpoint.port)
+        info = await _info_of(endpoint.host, endpoint.port, timeout_s)
     except TimeoutError:
-        row["error"] = f"no answer in {BOOKIE_INFO_TIMEOUT_S:g} s"
+        row["error"] = f"no answer in {timeout_s:g} s"
         return row
     except (BKeeperError, OSError) as exc:
         row["error"] = f"unreachable: {exc}"
@@ -201,7 +203,11 @@ def _gib(value: object) -> str:
 @click.command()
 @metadata_option
 @JSON_OPTION
-def bookieinfo(metadata_uri: str, as_json: bool) -> None:
+@click.option(
+    "--timeout", "timeout_s", default=BOOKIE_INFO_TIMEOUT_S, show_default=True,
+    type=click.FloatRange(min=0, min_open=True), help="Seconds to wait for each bookie.",
+)  # fmt: skip
+def bookieinfo(metadata_uri: str, as_json: bool, timeout_s: float) -> None:
     """Free and total disk space of every registered bookie (GET_BOOKIE_INFO); exit status 1
     when a bookie does not answer."""
 
@@ -214,7 +220,7 @@ def bookieinfo(metadata_uri: str, as_json: bool) -> None:
 
             async def one(bookie_id: str, mode: str) -> dict[str, object]:
                 async with limit:
-                    return await _bookie_info(cluster, bookie_id, mode)
+                    return await _bookie_info(cluster, bookie_id, mode, timeout_s)
 
             return list(await asyncio.gather(*(one(b, m) for b, m in every)))
 
