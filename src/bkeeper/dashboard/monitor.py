@@ -205,8 +205,7 @@ class ClusterMonitor:
         }
         return {
             "metrics_available": any(
-                b["metrics_error"] is None and b["http_error"] is None and b["http_url"] is not None
-                for b in self.bookies
+                b["http_url"] is not None and b["metrics_error"] is None for b in self.bookies
             ),
             "points_max": self.config.history_points_max,
             "bookies": bookies,
