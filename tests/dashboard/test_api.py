@@ -270,3 +270,21 @@ async def test_a_uri_without_a_cluster_is_refused_naming_it(zookeeper: Any) -> N
     uri = zookeeper.uri("/nothing-here/ledgers")
     with pytest.raises(ClusterNotFoundError, match=r"^no cluster at .*nothing-here"):
         await Dashboard(config(uri)).start()
+
+
+@pytest.mark.parametrize("real_cluster", [(1, (*HTTP, "--no-metrics"))], indirect=True)
+async def test_bookies_without_metrics_are_said_to_have_none(real_cluster: RealCluster) -> None:
+    clock = FakeClock()
+    monitor = ClusterMonitor(config(real_cluster.uri), clock)
+    await monitor.start()
+    try:
+        clock.advance(2.0)
+        await monitor.refresh_bookies()
+        [bookie] = monitor.bookies
+        assert bookie["http_error"] is None and bookie["total_bytes"] is not None
+        assert bookie["metrics_error"] == "no metrics (the bookie serves no /metrics)"
+        assert bookie["adds_per_s"] is None
+        series = monitor.series()
+        assert (series["metrics_available"], series["bookies"]) == (False, {})
+    finally:
+        await monitor.aclose()
