@@ -24,6 +24,8 @@ pytestmark = pytest.mark.integration
 #: Refreshed by the test itself: the background loops would not run during it.
 NEVER_MS = 3_600_000
 HTTP = ("--http-port", "0")
+#: A stopped bookie's silence is reported after this long.
+SILENT_AFTER_MS = 10_000
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> Any:
@@ -34,6 +36,8 @@ async def get(session: aiohttp.ClientSession, url: str) -> Any:
 
 
 def config(uri: str, **options: Any) -> DashboardConfig:
+    """Refreshed by the test only; bookies given all the time a loaded machine may need."""
+    options = {"bookie_request_timeout_ms": 30_000, **options}
     return DashboardConfig(
         uri, port=0, scrape_interval_ms=NEVER_MS, metadata_interval_ms=NEVER_MS, **options
     )
@@ -61,7 +65,7 @@ async def test_the_api_shows_bookies_ledgers_logs_and_recovery(real_cluster: Rea
         assert await urm.try_lock(closed.ledger_id, "worker-7:3181")
         async with auditor_election(bk.cluster.store, bk.cluster.root, "auditor-1:3181") as vote:
             await vote.wait_leadership(30)
-            board = Dashboard(config(uri))
+            board = Dashboard(config(uri, bookie_request_timeout_ms=SILENT_AFTER_MS))
             url = await board.start()
             try:
                 async with aiohttp.ClientSession() as session:
