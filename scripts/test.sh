@@ -6,6 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[test]'
+# The dashboard's browser test (tests/dashboard/test_browser.py) drives headless Chromium.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
+    echo "== installing chromium (apt-get)"
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium
+fi
 echo "== ruff"; ruff check src tests examples; ruff format --check src tests examples
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports

@@ -53,6 +53,7 @@ def test_sandbox_on_a_taken_zookeeper_port_names_it(taken_port: int, tmp_path: P
     result = run(
         "sandbox", "--data-dir", str(tmp_path / "sb"), "--zookeeper-port", str(taken_port),
         "--bookie-port", str(free_port_range(3)), "--http-port", str(free_port_range(3)),
+        "--dashboard-port", str(free_port()),
     )  # fmt: skip
     assert result.returncode == 1
     assert one_error_line(result).startswith(f"error: port {taken_port} (ZooKeeper) is in use")
@@ -64,7 +65,7 @@ def test_sandbox_on_a_taken_bookie_port_names_it(taken_port: int, tmp_path: Path
     result = run(
         "sandbox", "--bookies", "1", "--data-dir", str(tmp_path / "sb"),
         "--zookeeper-port", str(free_port()), "--bookie-port", str(taken_port),
-        "--http-port", str(free_port()),
+        "--http-port", str(free_port()), "--dashboard-port", str(free_port()),
     )  # fmt: skip
     assert result.returncode == 1
     assert one_error_line(result).startswith(f"error: port {taken_port} (bookie 0) is in use")
@@ -74,12 +75,12 @@ def test_sandbox_on_a_taken_admin_port_names_it(taken_port: int, tmp_path: Path)
     result = run(
         "sandbox", "--bookies", "1", "--data-dir", str(tmp_path / "sb"),
         "--zookeeper-port", str(free_port()), "--bookie-port", str(free_port()),
-        "--http-port", str(taken_port),
+        "--http-port", str(taken_port), "--dashboard-port", str(free_port()),
     )  # fmt: skip
     assert result.returncode == 1
     assert one_error_line(result) == (
         f"error: port {taken_port} (bookie 0 admin) is in use by another process; choose "
-        "free ports with --zookeeper-port, --bookie-port and --http-port"
+        "free ports with --zookeeper-port, --bookie-port, --http-port and --dashboard-port"
     )
     assert not (tmp_path / "sb").exists()
 

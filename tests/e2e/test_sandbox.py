@@ -56,6 +56,7 @@ def _popen(
             sys.executable, "-m", "bkeeper", "sandbox", "--bookies", "3",
             "--data-dir", str(data_dir), "--zookeeper-port", str(zk_port),
             "--bookie-port", str(bookie_port), "--http-port", str(http_port),
+            "--dashboard-port", str(free_port()),
         ],
         stdout=subprocess.PIPE,
         stderr=err,

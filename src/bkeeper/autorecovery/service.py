@@ -16,6 +16,9 @@ auto-recovery inside itself uses its bookie id (as BookKeeper does); a process o
 uses what ``bkeeper autorecovery --id`` says (default ``<hostname>:autorecovery-<pid>``,
 characters Java's ``BookieId`` accepts, so Java's ``whoisauditor`` prints it).
 
+Metrics (:mod:`bkeeper.autorecovery.metrics`): ``metrics.metric_set``, for the process to
+serve; while leading, the participant counts the under-replication queue every few seconds.
+
 Invariants: at most one auditor runs per participant, and only while its election says it
 leads; a failing auditor or worker is logged and restarted after a delay that doubles up to
 ``RESTART_DELAY_S_MAX`` (it never ends the participant, nor spins); :meth:`aclose` cancels
@@ -35,6 +38,7 @@ from types import TracebackType
 
 from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.metrics import UNDER_REPLICATED_COUNT_INTERVAL_S, AutoRecoveryMetrics
 from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, SystemClock
@@ -116,6 +120,7 @@ class AutoRecovery:
         self._auditor: Auditor | None = None
         self._auditing = asyncio.Event()
         self._started = False
+        self.metrics = AutoRecoveryMetrics(lambda: self._worker.status, lambda: self.is_auditor)
 
     @property
     def is_auditor(self) -> bool:
@@ -201,6 +206,10 @@ class AutoRecovery:
 
         name = f"autorecovery {self.bookie_id}: the auditor"
         task = self._tasks.spawn(keep_running(name, audit, clock=self._clock), "auditor")
+        counting = self._tasks.spawn(
+            keep_running(f"{name}'s count", self._count_under_replicated, clock=self._clock),
+            "under-replicated count",
+        )
         self._auditing.set()
         try:
             await self._election.wait_leadership_lost()
@@ -208,7 +217,17 @@ class AutoRecovery:
             self._auditing.clear()
             self._auditor = None
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            counting.cancel()
+            await asyncio.gather(task, counting, return_exceptions=True)
+
+    async def _count_under_replicated(self) -> None:
+        """While leading: the under-replicated gauge, from a listing of the queue."""
+        while True:
+            count = 0
+            async for _ledger_id in self._urm.ledger_ids():
+                count += 1
+            self.metrics.under_replicated = count
+            await asyncio.sleep(UNDER_REPLICATED_COUNT_INTERVAL_S)
 
     def _new_auditor(self) -> Auditor:
         return Auditor(self._bk, self._urm, self.config, clock=self._clock)

@@ -5,7 +5,9 @@ The process is a candidate in the auditor election and runs a replication worker
 (:class:`bkeeper.autorecovery.service.AutoRecovery`). ``-o key=value`` sets a field of
 :class:`~bkeeper.autorecovery.config.AutoRecoveryConfig` by name (docs/autorecovery.md lists
 them); a bad one is one line naming it. Once running it prints
-``autorecovery <id> ready (metadata <uri>)`` on stderr.
+``autorecovery <id> ready (metadata <uri>)`` on stderr. With ``--metrics-port`` it serves its
+metrics (docs/operations.md "## Metrics") as ``http://127.0.0.1:<port>/metrics``; a bookie
+running auto-recovery inside itself serves them on its own ``/metrics``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from bkeeper.cli._options import metadata_option
 from bkeeper.cli._settings import convert_value
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.metrics_export import MetricsHttpServer, new_registry
+from bkeeper.server import Bookie
 
 __all__ = ["AUTORECOVERY_FIELDS", "autorecovery", "autorecovery_config", "run_in_bookie"]
 
@@ -87,7 +91,18 @@ def autorecovery_config(options: Iterable[str]) -> AutoRecoveryConfig:
     metavar="KEY=VALUE",
     help="Set an auto-recovery option by its name (docs/autorecovery.md); repeatable.",
 )
-def autorecovery(metadata_uri: str, participant_id: str | None, options: tuple[str, ...]) -> None:
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port).",
+)
+def autorecovery(
+    metadata_uri: str,
+    participant_id: str | None,
+    options: tuple[str, ...],
+    metrics_port: int | None,
+) -> None:
     """Run auto-recovery (auditor candidate and replication worker) until SIGTERM."""
     from bkeeper.cli.bookie import run_event_loop
 
@@ -97,30 +112,56 @@ def autorecovery(metadata_uri: str, participant_id: str | None, options: tuple[s
         check_participant_id(participant)
     except ConfigError as exc:
         raise _bad(str(exc)) from None
-    run_event_loop(_run(metadata_uri, participant, config))
+    run_event_loop(_run(metadata_uri, participant, config, metrics_port))
 
 
-async def _run(metadata_uri: str, participant: str, config: AutoRecoveryConfig) -> None:
+async def _run(
+    metadata_uri: str, participant: str, config: AutoRecoveryConfig, metrics_port: int | None
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, participant, config):
-        click.echo(f"autorecovery {participant} ready (metadata {metadata_uri})", err=True)
-        await stop.wait()
+    async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, participant, config) as recovery:
+        server = None
+        if metrics_port is not None:
+            registry = new_registry(lambda: [recovery.metrics.metric_set])
+            try:
+                server = MetricsHttpServer(registry, "127.0.0.1", metrics_port)
+            except OSError as exc:
+                raise ConfigError(
+                    f"--metrics-port: cannot listen on 127.0.0.1:{metrics_port}: {exc}"
+                ) from exc
+        metrics = "" if server is None else f", metrics http://127.0.0.1:{server.port}/metrics"
+        click.echo(f"autorecovery {participant} ready (metadata {metadata_uri}{metrics})", err=True)
+        try:
+            await stop.wait()
+        finally:
+            if server is not None:
+                server.close()
         click.echo(f"autorecovery {participant} stopping", err=True)
     click.echo(f"autorecovery {participant} stopped", err=True)
 
 
-async def run_in_bookie(metadata_uri: str, bookie_id: str, config: AutoRecoveryConfig) -> None:
+async def run_in_bookie(
+    metadata_uri: str, bookie_id: str, config: AutoRecoveryConfig, bookie: Bookie | None = None
+) -> None:
     """Auto-recovery inside a bookie, as ``bookie_id``, until cancelled. A failure (the
     metadata store unreachable at start, say) is logged and it starts again after a pause
-    that doubles up to 30 s (``keep_running``): the bookie serves on regardless."""
+    that doubles up to 30 s (``keep_running``): the bookie serves on regardless. Its metrics
+    are served on the ``bookie``'s ``/metrics`` while it runs."""
 
     async def run() -> None:
-        async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, bookie_id, config):
+        async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, bookie_id, config) as ar:
             log.info("autorecovery %s running in the bookie", bookie_id)
-            await asyncio.Event().wait()  # until cancelled with the bookie
+            metric_set = ar.metrics.metric_set
+            if bookie is not None:
+                bookie.add_metric_set(metric_set)
+            try:
+                await asyncio.Event().wait()  # until cancelled with the bookie
+            finally:
+                if bookie is not None:
+                    bookie.remove_metric_set(metric_set)
 
     await keep_running(f"autorecovery {bookie_id} in the bookie", run)

@@ -96,6 +96,13 @@ def _raise_nofile_limit() -> None:
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
 @click.option("--readonly", is_flag=True, help="Stay read-only (adds refused, reads served).")
+@click.option(
+    "--metrics/--no-metrics",
+    "metrics_enabled",
+    default=True,
+    show_default=True,
+    help="Keep Prometheus metrics, served as /metrics with --http-port (docs/operations.md).",
+)
 @click.option("--journal-group-wait-ms", default=1.0, show_default=True, type=float)
 @click.option("--skip-corrupt-journal-records", is_flag=True, help="Skip corrupt journal records.")
 @click.option(
@@ -181,6 +188,7 @@ def bookie(
     bookie_id: str,
     metadata_uri: str,
     readonly: bool,
+    metrics_enabled: bool,
     journal_group_wait_ms: float,
     skip_corrupt_journal_records: bool,
     disk_usage_threshold: float,
@@ -212,6 +220,7 @@ def bookie(
         "bookie_id": ("bookie_id", bookie_id),
         "metadata_uri": ("metadata_uri", metadata_uri),
         "readonly": ("readonly", readonly),
+        "metrics_enabled": ("metrics_enabled", metrics_enabled),
         "checkpoint_interval_ms": ("checkpoint_interval_ms", checkpoint_interval_ms),
         "connections_max": ("connections_max", connections_max),
         "connection_handshake_timeout_ms": (
@@ -284,7 +293,7 @@ async def _serve(
             recovering = None
             if recovery is not None and not server.stop_requested:
                 recovering = tasks.create_task(
-                    run_in_bookie(config.metadata_uri, server.bookie_id, recovery)
+                    run_in_bookie(config.metadata_uri, server.bookie_id, recovery, server)
                 )
             await server.wait_stopped()
             for task in (check, recovering):

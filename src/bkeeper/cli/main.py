@@ -42,6 +42,7 @@ def _register_commands() -> None:
         autorecovery,
         bench,
         bookie,
+        dashboard,
         dice,
         log,
         meta,
@@ -53,6 +54,7 @@ def _register_commands() -> None:
     cli.add_command(autorecovery.autorecovery)
     cli.add_command(bench.bench)
     cli.add_command(bookie.bookie)
+    cli.add_command(dashboard.dashboard)
     cli.add_command(dice.dice)
     cli.add_command(log.log)
     cli.add_command(meta.meta)

@@ -1,4 +1,5 @@
-"""``bkeeper sandbox``: ZooKeeper and N bookies on this machine, until Ctrl-C or SIGTERM."""
+"""``bkeeper sandbox``: ZooKeeper, N bookies and the dashboard on this machine, until Ctrl-C or
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ _DIRS = ("ledger_dirs", "journal_dirs")
     help="Admin HTTP port of bookie 0 (bookie i: this + i; docs/admin.md).",
 )
 @click.option(
+    "--dashboard-port",
+    default=8090,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Port of the web dashboard (docs/operations.md, Dashboard).",
+)
+@click.option(
+    "--dashboard/--no-dashboard",
+    default=True,
+    show_default=True,
+    help="Run `bkeeper dashboard` on the sandbox (http://127.0.0.1:DASHBOARD_PORT/).",
+)
+@click.option(
     "--autorecovery/--no-autorecovery",
     default=True,
     show_default=True,
@@ -54,6 +68,8 @@ def sandbox(
     zookeeper_port: int,
     bookie_port: int,
     http_port: int,
+    dashboard_port: int,
+    dashboard: bool,
     autorecovery: bool,
     options: tuple[str, ...],
     conf: str | None,
@@ -88,6 +104,7 @@ def sandbox(
         ledger_dirs=dirs["ledger_dirs"],
         journal_dirs=dirs["journal_dirs"],
         autorecovery=autorecovery,
+        dashboard_port=dashboard_port if dashboard else None,
     )
     stop = threading.Event()
 
@@ -103,7 +120,7 @@ def sandbox(
         noun, verb = ("port", "is") if len(busy) == 1 else ("ports", "are")
         raise CommandError(
             f"{noun} {taken} {verb} in use by another process; choose free ports with "
-            "--zookeeper-port, --bookie-port and --http-port"
+            "--zookeeper-port, --bookie-port, --http-port and --dashboard-port"
         )
     click.echo(f"starting ZooKeeper and {bookies} bookies under {config.data_dir} ...", err=True)
     with box:
@@ -114,6 +131,8 @@ def sandbox(
             click.echo(f"bookie {index}: {host}:{port}{on}", err=True)
         if autorecovery:
             click.echo("auto-recovery: in every bookie (one is elected auditor)", err=True)
+        if box.dashboard_url is not None:
+            click.echo(f"dashboard: {box.dashboard_url}", err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
         while not stop.wait(0.5):

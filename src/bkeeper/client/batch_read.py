@@ -203,12 +203,25 @@ class BatchReader:
         )
         timeout_ms = self._config.read_timeout_ms
         what = f"ledger {self._ledger_id} entries {first}..{last} on {bookie}"
+        metrics = self._ctx.metrics
+        sent_at = 0.0 if metrics is None else metrics.clock.monotonic()
         try:
             response: BatchReadResponse = await asyncio.wait_for(
                 self._ctx.pool.send(bookie, request, Protocol.V2), timeout_ms / 1000.0
             )
         except TimeoutError:
+            if metrics is not None:
+                metrics.batch_read.requests.value += 1
+                metrics.batch_read.errors.value += 1
             raise BookieUnavailableError(f"{what}: no answer in {timeout_ms} ms") from None
+        if metrics is not None:
+            op = metrics.batch_read
+            op.requests.value += 1
+            op.latency.observe(metrics.clock.monotonic() - sent_at)
+            if response.status is not StatusCode.EOK:
+                op.errors.value += 1
+            else:
+                metrics.read_entries.value += len(response.bodies[:count])
         if response.status is not StatusCode.EOK:
             raise error_for_status(response.status, what)
         bodies = response.bodies[:count]

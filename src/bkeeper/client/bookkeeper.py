@@ -15,10 +15,12 @@ from types import TracebackType
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.context import ClientContext
 from bkeeper.client.metadata import MetadataRetry, ReconnectingLedgers
+from bkeeper.client.metrics import ClientMetrics
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.recovery import check_password, recover_ledger
 from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
 from bkeeper.common.validate import check_quorum
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
@@ -55,6 +57,8 @@ class BookKeeper:
         self._ctx: ClientContext | None = None
         self._writable: frozenset[str] = frozenset()
         self._retry = MetadataRetry(self.config.metadata_reconnect_timeout_ms)
+        #: The client's metrics, with ``ClientConfig.metrics`` (else None).
+        self.metrics = ClientMetrics(SystemClock()) if self.config.metrics else None
 
     async def start(self) -> BookKeeper:
         """Open the metadata session; ``ClusterNotFoundError`` if the URI's root holds no
@@ -76,7 +80,9 @@ class BookKeeper:
         )
         pool = BookiePool(transport, self.config.protocol)
         ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)
-        self._ctx = ClientContext(self.config, pool, ledgers, self._writable_bookies)
+        self._ctx = ClientContext(
+            self.config, pool, ledgers, self._writable_bookies, metrics=self.metrics
+        )
         return self
 
     async def __aenter__(self) -> BookKeeper:
@@ -204,8 +210,24 @@ class BookKeeper:
         async for ledger_id in self._context().ledgers.ledger_ids():
             yield int(ledger_id)
 
+    def metrics_text(self) -> bytes:
+        """The client's metrics in Prometheus text format 0.0.4 (``ClientConfig.metrics``)."""
+        return self._client_metrics().text()
+
+    def start_metrics_server(self, port: int = 0, host: str = "127.0.0.1") -> int:
+        """Serve the metrics as ``http://host:port/metrics`` until :meth:`close` (port 0:
+        any free port); returns the port."""
+        return self._client_metrics().start_server(port, host)
+
+    def _client_metrics(self) -> ClientMetrics:
+        if self.metrics is None:
+            raise ConfigError("metrics: this client keeps none (ClientConfig(metrics=True))")
+        return self.metrics
+
     async def close(self) -> None:
         """Close connections and the metadata session; later calls raise ClientClosedError."""
+        if self.metrics is not None:
+            self.metrics.stop_server()
         if self._ctx is not None:
             self._ctx.closed = True
             for handle in list(self._ctx.handles):

@@ -38,6 +38,7 @@ class ClientConfig:
     bookie (every ledger's adds and reads together); one more fails with
     ``TooManyRequestsError`` (writers are held back first by ``pending_adds_max`` and by the
     socket's write buffer).
+    ``metrics``: keep client metrics (:mod:`bkeeper.client.metrics`; off by default).
     ``connection_write_buffer_bytes_max``: bytes queued on one connection's socket before
     writers wait for it to drain (below a quarter of it they go on).
     """
@@ -64,6 +65,7 @@ class ClientConfig:
     batch_reads_in_flight_max: int = 4
     connection_requests_pending_max: int = PENDING_REQUESTS_MAX
     connection_write_buffer_bytes_max: int = 8 * 1024 * 1024
+    metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):

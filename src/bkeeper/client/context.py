@@ -10,6 +10,7 @@ from typing import Any
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.metadata import ReconnectingLedgers
+from bkeeper.client.metrics import ClientMetrics
 from bkeeper.client.placement import choose_ensemble, replace_bookie
 from bkeeper.client.pool import BookiePool
 from bkeeper.common.clock import Clock, SystemClock
@@ -27,6 +28,7 @@ class ClientContext:
     rng: random.Random = field(default_factory=random.Random)
     closed: bool = False
     handles: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    metrics: ClientMetrics | None = None
 
     def _racks(self) -> dict[str, str] | None:
         return dict(self.config.racks) if self.config.placement == "rackaware" else None

@@ -194,6 +194,9 @@ class WriteHandle:
             future = add.future
             if not future.done():
                 future.set_result(add.entry_id)
+        metrics = self._ctx.metrics
+        if metrics is not None and done:
+            metrics.adds_completed(len(done), done[0].sent_at)
         if self._slots.waiters:
             self._slots.release(self._adds.pending_max - len(self._adds))
 
@@ -201,6 +204,10 @@ class WriteHandle:
         if effects is NOTHING:
             return
         if effects.error is not None:
+            if self._ctx.metrics is not None:
+                failed = len(effects.fail)
+                self._ctx.metrics.add.requests.value += failed
+                self._ctx.metrics.add.errors.value += failed
             for add in effects.fail:
                 if not add.future.done():
                     add.future.set_exception(effects.error)

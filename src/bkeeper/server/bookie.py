@@ -22,6 +22,11 @@ from whichever thread saw the disk fill (the next add gets EREADONLY); the log l
 listeners and the registration under ``available/readonly`` follow on the event loop. The
 bookie turns writable, and registers so, once usage is below the low-water mark.
 
+Metrics (``metrics_enabled``, :mod:`bkeeper.server.metrics`): the bookie's
+:class:`~bkeeper.common.metrics.MetricSet` (its storage's, requests', connections' and GC's
+series), and any set another component of the process adds (:meth:`Bookie.add_metric_set`:
+an auditor's), are what its ``/metrics`` serves.
+
 Garbage collection (:mod:`bkeeper.server.garbage`): ``garbage_collector`` (set once the
 storage is open) runs a pass every ``gc_wait_ms``, on demand (``run_now``, the admin
 channel's), and as soon as the disk turns full; with no metadata store (no
@@ -41,6 +46,7 @@ from typing import Any
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError, StorageError
+from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
 from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
@@ -50,8 +56,17 @@ from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.garbage import GarbageCollector
 from bkeeper.server.handlers import BookieState, RequestHandlers
+from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
-from bkeeper.storage import DiskState, FileSystem, OsFileSystem, Storage, StorageConfig
+from bkeeper.server.request_metrics import RequestMetrics
+from bkeeper.storage import (
+    DiskState,
+    FileSystem,
+    GroupTokens,
+    OsFileSystem,
+    Storage,
+    StorageConfig,
+)
 from bkeeper.storage.dirs import StorageLayout
 from bkeeper.storage.inspect_dirs import BookieDirs
 
@@ -114,6 +129,48 @@ class Bookie:
             self._admin = AdminHttpServer(admin_config)
             add_bookie_routes(self, self._admin)
         self.http_port = config.http_port
+        self.metrics: MetricSet | None = None
+        self._metric_sets: list[MetricSet] = []
+        if config.metrics_enabled:
+            self.metrics = MetricSet()
+            self._metric_sets.append(self.metrics)
+            self._register_bookie_gauges(self.metrics)
+            if self._admin is not None:
+                registry = bookie_registry(self.metric_sets)
+                self._admin.add_route("GET", METRICS_PATH, metrics_handler(registry))
+
+    def _register_bookie_gauges(self, metrics: MetricSet) -> None:
+        connections = self.connections
+        metrics.gauge(
+            "bkeeper_bookie_connections",
+            "Client connections open.",
+            read=lambda: len(connections),
+        )
+        metrics.gauge(
+            "bkeeper_bookie_in_flight_requests",
+            "Requests received and not yet answered.",
+            read=lambda: sum(c.requests_in_flight for c in connections.connections),
+        )
+        metrics.gauge(
+            "bkeeper_bookie_read_only",
+            "1 while the bookie is read-only, 0 while writable.",
+            read=lambda: 1.0 if self.state.readonly else 0.0,
+        )
+
+    def metric_sets(self) -> list[MetricSet]:
+        """The metric sets ``/metrics`` serves (none with ``metrics_enabled`` off)."""
+        return list(self._metric_sets)
+
+    def add_metric_set(self, metrics: MetricSet) -> None:
+        """Serve another component's metrics (one running in this process) too; ignored
+        when this bookie keeps no metrics."""
+        if self.metrics is not None:
+            self._metric_sets.append(metrics)
+
+    def remove_metric_set(self, metrics: MetricSet) -> None:
+        """Stop serving a set :meth:`add_metric_set` added (its component stopped)."""
+        if metrics in self._metric_sets:
+            self._metric_sets.remove(metrics)
 
     @property
     def admin_server(self) -> AdminHttpServer | None:
@@ -170,11 +227,17 @@ class Bookie:
             if self._membership is not None:
                 await self._membership.check_cookie(local_cookie)
 
-            def on_durable(tokens: list[object], error: BaseException | None) -> None:
+            def on_durable(tokens: GroupTokens, error: BaseException | None) -> None:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
 
             self.storage = await asyncio.to_thread(
-                Storage.open, self.storage_config, self._fs, on_durable, self._on_disk_state
+                Storage.open,
+                self.storage_config,
+                self._fs,
+                on_durable,
+                self._on_disk_state,
+                self._clock,
+                self.metrics,
             )
         except BaseException:
             self._server.close()
@@ -211,7 +274,10 @@ class Bookie:
 
     async def _serve(self, handlers_box: list[RequestHandlers]) -> None:
         assert self.storage is not None and self._server is not None
-        self._handlers = RequestHandlers(self.config, self.storage, self.state)
+        request_metrics = (
+            None if self.metrics is None else RequestMetrics(self.metrics, self._clock)
+        )
+        self._handlers = RequestHandlers(self.config, self.storage, self.state, request_metrics)
         handlers_box.append(self._handlers)
         self._apply_mode()  # settle the mode before serving and registering
         await self._server.start_serving()
@@ -235,6 +301,7 @@ class Bookie:
             metadata,
             allowed_on_full_disk=self.storage_config.gc_allowed_on_full_disk,
             clock=self._clock,
+            metrics=self.metrics,
         )
         self._run_loop(collector.run(), "garbage collection")
         collector.on_disk_state(storage.disk_state)  # full already: collect at once

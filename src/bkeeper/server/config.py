@@ -29,6 +29,10 @@ class BookieConfig:
     it in its registration as the endpoint ``httpserver``. Requests that change something
     (PUT, POST, DELETE) are refused with 403 unless ``http_admin_writes``.
 
+    Metrics (:mod:`bkeeper.server.metrics`): kept while ``metrics_enabled`` (the default) and
+    served as ``/metrics`` on the admin HTTP server; off, the bookie keeps none (no counting
+    at all) and ``/metrics`` answers 404.
+
     Bookie-wide connection limits (see ``bkeeper.server.connections``): ``connections_max``
     open connections (0: derived from the file-descriptor limit); a connection with no
     complete first frame after ``connection_handshake_timeout_ms``, or with nothing received
@@ -72,6 +76,7 @@ class BookieConfig:
     checkpoint_interval_ms: int = 10_000
     shutdown_drain_timeout_ms: int = 10_000
     readonly: bool = False
+    metrics_enabled: bool = True
     gc_wait_ms: int = 60_000
     minor_compaction_interval_ms: int = 3_600_000
     major_compaction_interval_ms: int = 86_400_000

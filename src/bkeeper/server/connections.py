@@ -92,6 +92,7 @@ class Member(Protocol):
     last_seen: float
     accepted_at: float
     partial_bytes: int
+    requests_in_flight: int
 
     @property
     def handshaken(self) -> bool:

@@ -23,6 +23,9 @@ the collection still runs (it frees what earlier scans deleted). A collection th
 logged; the callers waiting for that pass get its error; the next pass tries again. No GC
 failure stops the bookie.
 
+Metrics (``metrics``, optional): each pass that ran is counted by the kind of compaction it
+ran (``major``, ``minor``, or ``gc`` for none), with its duration and the bytes it freed.
+
 Stop (:meth:`request_stop`, on the bookie's shutdown): the scan ends between two reads, the
 storage's collection sees its stop event and returns early (``GcResult.stopped``), and
 :meth:`run` returns; callers still waiting get ``StorageError``.
@@ -41,6 +44,7 @@ from typing import Protocol
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BKeeperError, StorageError, TooManyRequestsError
+from bkeeper.common.metrics import MetricSet
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.gc_scan import (
     LedgerMetadataReader,
@@ -132,8 +136,10 @@ class GarbageCollector:
         *,
         allowed_on_full_disk: bool = True,
         clock: Clock | None = None,
+        metrics: MetricSet | None = None,
     ) -> None:
         self._config = config
+        self._metrics = None if metrics is None else _GcMetrics(metrics)
         self._storage = storage
         self._metadata = metadata
         self._allowed_on_full_disk = allowed_on_full_disk
@@ -306,6 +312,8 @@ class GarbageCollector:
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
     def _count(self, report: GcReport, pass_s: float) -> None:
+        if self._metrics is not None:
+            self._metrics.count(report, pass_s)
         self.passes += 1
         self.last_pass = report
         self.ledgers_deleted_total += report.ledgers_deleted
@@ -327,6 +335,31 @@ class GarbageCollector:
 
     def _suspended(self) -> tuple[bool, bool]:
         return self._schedule.suspended_major, self._schedule.suspended_minor
+
+
+class _GcMetrics:
+    def __init__(self, metrics: MetricSet) -> None:
+        self.runs = {
+            kind: metrics.counter(
+                "bkeeper_gc_runs_total",
+                "Garbage-collection passes, by the compaction they ran (major, minor; gc: none).",
+                kind=kind,
+            )
+            for kind in ("major", "minor", "gc")
+        }
+        self.reclaimed = metrics.counter(
+            "bkeeper_gc_reclaimed_bytes_total",
+            "Disk bytes freed by garbage collection and compaction.",
+        )
+        self.duration = metrics.histogram(
+            "bkeeper_gc_duration_seconds", "Time of each garbage-collection pass."
+        )
+
+    def count(self, report: GcReport, pass_s: float) -> None:
+        kind = "major" if report.major else "minor" if report.minor else "gc"
+        self.runs[kind].value += 1
+        self.reclaimed.value += report.bytes_freed
+        self.duration.observe(pass_s)
 
 
 def _fail(waiters: list[asyncio.Future[GcReport]], error: BaseException) -> None:

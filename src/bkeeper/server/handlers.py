@@ -13,6 +13,10 @@ read-only bookie and not a recovery/high-priority add (or one, but the disk has 
 for it) -> EREADONLY; a write that failed or was refused for lack of disk space -> EREADONLY;
 any other failed write -> EIO; unknown ledger -> ENOLEDGER; missing entry -> ENOENTRY;
 "cannot tell" -> EUNKNOWNLEDGERSTATE; anything the bookie does not serve -> EBADREQ.
+
+Metrics (``metrics``, optional; :mod:`bkeeper.server.request_metrics`): adds are counted once
+per journal group in :meth:`RequestHandlers.on_durable` (and each refusal as it happens);
+every other request is answered through a ``TimedResponder`` that counts it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
+from bkeeper.server.request_metrics import RequestMetrics, TimedResponder
 from bkeeper.server.responder import AddAnswer, Durable, Responder, WhenDurable
-from bkeeper.storage import Storage
+from bkeeper.storage import GroupTokens, Storage
 from bkeeper.wire import entryset
 from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag, status_for_error
 from bkeeper.wire.messages import (
@@ -96,8 +101,18 @@ class BookieState:
 class RequestHandlers:
     """Dispatches decoded requests to per-type handlers."""
 
-    def __init__(self, config: BookieConfig, storage: Storage, state: BookieState) -> None:
+    def __init__(
+        self,
+        config: BookieConfig,
+        storage: Storage,
+        state: BookieState,
+        metrics: RequestMetrics | None = None,
+    ) -> None:
         self._config = config
+        self._metrics = metrics
+        #: Writes other than adds answered in the durable group being answered (counted by
+        #: their tokens' callbacks, with metrics only): the group's other tokens are adds.
+        self._other_writes_answered = 0
         self._storage = storage
         self.state = state
         self._loop = asyncio.get_running_loop()
@@ -117,6 +132,9 @@ class RequestHandlers:
 
     # -- dispatch ----------------------------------------------------------------------
     def dispatch(self, conn: Responder, request: Request, size: int) -> None:
+        metrics = self._metrics
+        if metrics is not None and type(request) is not AddRequest:
+            conn = TimedResponder(conn, metrics, metrics.op_of(request))
         if size < 0:
             conn.respond(_error_response(request, StatusCode.ETOOMANYREQUESTS), size)
             return
@@ -129,18 +147,24 @@ class RequestHandlers:
             conn.log_internal_error("handler for %s failed", type(request).__name__)
             conn.respond(_error_response(request, StatusCode.EIO), size)
 
-    def on_durable_threadsafe(self, tokens: list[object], error: BaseException | None) -> None:
+    def on_durable_threadsafe(self, tokens: GroupTokens, error: BaseException | None) -> None:
         """Storage callback, called on the journal thread: hop to the loop once per group."""
         self._loop.call_soon_threadsafe(self.on_durable, tokens, error)
 
-    def on_durable(self, tokens: list[object], error: BaseException | None) -> None:
+    def on_durable(self, tokens: GroupTokens, error: BaseException | None) -> None:
         """Answer every write of a journal group (each token is a :class:`Durable`)."""
         if error is not None and not isinstance(error, errors.DiskFullError):
             log.error("journal write failed: %s", error)  # (no room: the journal said so)
         status = StatusCode.EOK if error is None else status_of(error)
+        self._other_writes_answered = 0
         for token in cast(list[Durable], tokens):
             token.durable(status, error)
         self.state.adds += len(tokens)
+        metrics = self._metrics
+        if metrics is not None:
+            adds = len(tokens) - self._other_writes_answered
+            if adds:
+                metrics.adds_answered(adds, tokens.started_at, failed=error is not None)
         if self.state.lac_waiters:  # adds may have moved a waited-on ledger's LAC
             touched = {t.ledger_id for t in tokens if type(t) is AddAnswer}
             for ledger_id in touched:
@@ -180,9 +204,13 @@ class RequestHandlers:
             )
         except errors.BKeeperError as exc:
             conn.respond_add(status_of(exc), ledger_id, entry_id, txn_id, size)
+            if self._metrics is not None:
+                self._metrics.add_refused()
         except Exception:
             conn.log_internal_error("add of ledger %d entry %d failed", ledger_id, entry_id)
             conn.respond_add(StatusCode.EIO, ledger_id, entry_id, txn_id, size)
+            if self._metrics is not None:
+                self._metrics.add_refused()
 
     def _add_request(self, conn: Responder, request: AddRequest, size: int) -> None:
         flags = (_RECOVERY if request.recovery else 0) | (
@@ -205,8 +233,9 @@ class RequestHandlers:
             conn.respond(WriteLacResponse(status, request.ledger_id, request.txn_id), size)
             self._wake_lac_waiters(request.ledger_id)
 
+        token = self._when_durable(done)
         self._storage.set_explicit_lac(
-            request.ledger_id, request.master_key, bytes(request.body), token=WhenDurable(done)
+            request.ledger_id, request.master_key, bytes(request.body), token=token
         )
 
     def force_ledger(self, conn: Responder, request: ForceLedgerRequest, size: int) -> None:
@@ -214,7 +243,18 @@ class RequestHandlers:
             status = StatusCode.EOK if error is None else status_of(error)
             conn.respond(ForceLedgerResponse(status, request.ledger_id, request.txn_id), size)
 
-        self._storage.force_ledger(request.ledger_id, token=WhenDurable(done))
+        self._storage.force_ledger(request.ledger_id, token=self._when_durable(done))
+
+    def _when_durable(self, done: Callable[[BaseException | None], None]) -> WhenDurable:
+        """The token of a write other than an add (counted as answered, with metrics)."""
+        if self._metrics is None:
+            return WhenDurable(done)
+
+        def counted(error: BaseException | None) -> None:
+            self._other_writes_answered += 1
+            done(error)
+
+        return WhenDurable(counted)
 
     # -- reads -------------------------------------------------------------------------
     def read(self, conn: Responder, request: ReadRequest, size: int) -> None:
@@ -236,7 +276,7 @@ class RequestHandlers:
             else:
                 conn.respond(self._read_response(request), size)
 
-        self._storage.fence(request.ledger_id, request.master_key, token=WhenDurable(done))
+        self._storage.fence(request.ledger_id, request.master_key, token=self._when_durable(done))
 
     def _read_response(self, request: ReadRequest) -> ReadResponse:
         storage = self._storage
@@ -342,7 +382,8 @@ class RequestHandlers:
                 except errors.BKeeperError as exc:
                     conn.respond(_error_response(request, status_of(exc)), size)
 
-            self._storage.fence(request.ledger_id, request.master_key, token=WhenDurable(fenced))
+            token = self._when_durable(fenced)
+            self._storage.fence(request.ledger_id, request.master_key, token=token)
         else:
             answer()
 

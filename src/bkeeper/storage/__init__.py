@@ -12,7 +12,7 @@ Imports ``bkeeper.common`` only.
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.filesystem import FileSystem, OsFileSystem, ReadableFile, WritableFile
-from bkeeper.storage.journal import DurableCallback, JournalPosition
+from bkeeper.storage.journal import DurableCallback, GroupTokens, JournalPosition
 from bkeeper.storage.journal_replay import ReplayOutcome
 from bkeeper.storage.memory_fs import MemoryFileSystem
 from bkeeper.storage.storage import Storage, StorageStats
@@ -21,6 +21,7 @@ __all__ = [
     "DiskState",
     "DurableCallback",
     "FileSystem",
+    "GroupTokens",
     "JournalPosition",
     "MemoryFileSystem",
     "OsFileSystem",

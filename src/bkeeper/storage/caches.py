@@ -26,7 +26,15 @@ FlushBatch = dict[int, tuple[StoredLedger, dict[int, bytes]]]
 class WriteCache:
     """Entries added but not yet written to an entry log."""
 
-    __slots__ = ("active", "active_bytes", "bytes_max", "flush_bytes", "flushing", "flushing_bytes")
+    __slots__ = (
+        "active",
+        "active_bytes",
+        "bytes_max",
+        "flush_bytes",
+        "flushing",
+        "flushing_bytes",
+        "taken_bytes",
+    )
 
     def __init__(self, bytes_max: int, flush_bytes: int | None = None) -> None:
         self.bytes_max = bytes_max
@@ -35,6 +43,9 @@ class WriteCache:
         self.active_bytes = 0
         self.flushing: FlushBatch = {}
         self.flushing_bytes = 0
+        #: Bytes that left the active map (swapped out to flush, or dropped): with
+        #: ``active_bytes``, every byte ever added (a metric), kept per flush, not per add.
+        self.taken_bytes = 0
 
     def has_room(self, size: int) -> bool:
         return self.active_bytes + self.flushing_bytes + size <= self.bytes_max
@@ -63,6 +74,7 @@ class WriteCache:
         assert not self.flushing, "a flush is already in progress"
         self.flushing = {lid: (ledgers[lid], entries) for lid, entries in self.active.items()}
         self.flushing_bytes = self.active_bytes
+        self.taken_bytes += self.active_bytes
         self.active = {}
         self.active_bytes = 0
         return self.flushing
@@ -74,7 +86,9 @@ class WriteCache:
     def drop_ledger(self, ledger_id: int) -> None:
         entries = self.active.pop(ledger_id, None)
         if entries is not None:
-            self.active_bytes -= sum(len(body) for body in entries.values())
+            dropped = sum(len(body) for body in entries.values())
+            self.active_bytes -= dropped
+            self.taken_bytes += dropped
         # The flusher works from its own copy of the batch; the deleted state tells it not to
         # index these entries. Their bytes are released when the flush finishes.
         self.flushing.pop(ledger_id, None)

@@ -88,6 +88,10 @@ class DiskSet:
         for space in self.spaces:
             space.add_listener(self._on_change)
 
+    def dirs_of(self, space: DiskSpace) -> list[str]:
+        """The directories on the filesystem ``space`` watches."""
+        return [path for path, watch in self._by_dir.items() if watch is space]
+
     def space_of(self, path: str) -> DiskSpace:
         """The watch of the filesystem holding one of the directories."""
         return self._by_dir[path]

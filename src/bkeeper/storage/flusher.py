@@ -54,6 +54,7 @@ from bkeeper.storage.index_file import (
 from bkeeper.storage.journal_set import journal_files_before
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
+from bkeeper.storage.metrics import FlushMetrics
 
 __all__ = ["Flusher", "StorageLayout", "live_index_bytes", "location_runs"]
 
@@ -100,6 +101,8 @@ class Flusher:
         self._room = threading.Event()  # set while the disk has room (or when stopping)
         self._room.set()
         self.checkpoints = 0
+        #: Set by the storage's owner when it keeps metrics (flush time and bytes, per flush).
+        self.metrics: FlushMetrics | None = None
         if disk is not None:
             disk.add_listener(self._on_disk_state)
             self._on_disk_state(disk.state)
@@ -137,6 +140,16 @@ class Flusher:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
+        metrics = self.metrics
+        if metrics is None:
+            self._flush_batches_locked()
+            return
+        started, written = metrics.clock.monotonic(), self._writer.bytes_written
+        self._flush_batches_locked()
+        metrics.flush_latency.observe(metrics.clock.monotonic() - started)
+        metrics.flush_bytes.value += self._writer.bytes_written - written
+
+    def _flush_batches_locked(self) -> None:
         engine = self._engine
         with engine.lock:
             left = bool(engine.write_cache.flushing) or engine.write_cache.flushing_bytes > 0

@@ -27,6 +27,12 @@ replay never sees a torn group followed by good ones) and reopened. While the di
 room, groups already queued fail the same way without a write, and :meth:`append_locked`
 raises ``DiskFullError``; once space is freed the journal writes again.
 
+Metrics (``metrics``, a :class:`~bkeeper.storage.metrics.JournalMetrics`, optional): per
+group, never per record: entries and bytes, the fdatasync's time, and how long the group's
+oldest record waited (from the previous cut, or from the idle thread's wake-up, to the cut).
+The tokens handed to ``on_durable`` are a :class:`GroupTokens` list whose ``started_at`` is
+that start (``clock.monotonic()``), so that the owner can time its requests per group too.
+
 Failure: any other failed write or fdatasync (or a failure to cut the file back) fails the
 group with the error; the journal never writes again (a later good group after a torn one
 would look like corruption in the middle on replay), fails every later group the same way
@@ -54,12 +60,24 @@ from bkeeper.storage.journal_format import (
     encode_group_header,
     journal_file_name,
 )
+from bkeeper.storage.metrics import JournalMetrics
 
-__all__ = ["DurableCallback", "Journal", "JournalPosition", "cut_reason"]
+__all__ = ["DurableCallback", "GroupTokens", "Journal", "JournalPosition", "cut_reason"]
 
 log = logging.getLogger(__name__)
 
-DurableCallback = Callable[[list[object], BaseException | None], None]
+
+class GroupTokens(list[object]):
+    """The tokens of one group, in queue order, and when the group started gathering
+    (``clock.monotonic()``: its oldest record was queued at or after that; set when the
+    group is cut, before ``on_durable`` sees it). No ``__init__`` of its own: one is made
+    per group, at the cost of a list."""
+
+    __slots__ = ("started_at",)
+    started_at: float
+
+
+DurableCallback = Callable[[GroupTokens, BaseException | None], None]
 
 
 class JournalPosition(NamedTuple):
@@ -118,8 +136,10 @@ class Journal:
         file_id: int,
         disk: DiskSpace | None = None,
         clock: Clock | None = None,
+        metrics: JournalMetrics | None = None,
     ) -> None:
         self._fs = fs
+        self._metrics = metrics
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._disk = disk
         self._directory = directory
@@ -127,7 +147,8 @@ class Journal:
         self._cond = threading.Condition(lock)
         self._on_durable = on_durable
         self._buf = bytearray(GROUP_HEADER_BYTES)
-        self._tokens: list[object] = []
+        self._tokens = GroupTokens()
+        self._group_started_at = self._clock.monotonic()
         self._records = 0
         self._idle = False
         self._closing = False
@@ -239,6 +260,11 @@ class Journal:
             self._cond.notify_all()
 
     @property
+    def queued_records(self) -> int:
+        """Records queued and not yet taken into a group (read without the lock: a gauge)."""
+        return self._records
+
+    @property
     def file_bytes(self) -> int:
         """Bytes in the file being written (0: not created yet)."""
         return self._file_bytes
@@ -261,7 +287,7 @@ class Journal:
 
     def _take_group(
         self,
-    ) -> tuple[bytearray, list[object], int, BaseException | None] | _Roll | None:
+    ) -> tuple[bytearray, GroupTokens, int, BaseException | None] | _Roll | None:
         """The next group, and the error to fail it with instead of writing it (failed, or
         no room); None when the thread must stop."""
         config = self._config
@@ -294,15 +320,24 @@ class Journal:
                     self._cond.wait()
                     self._idle = False
                     woke_idle = True
+                    self._group_started_at = self._clock.monotonic()
             refused: BaseException | None = self._failed
             if refused is None and self._no_room:
                 refused = DiskFullError("no space left on the data disk: the group is not written")
-            group = (self._buf, self._tokens, self._records, refused)
+            buf, tokens, records = self._buf, self._tokens, self._records
             self._buf = bytearray(GROUP_HEADER_BYTES)
-            self._tokens = []
+            self._tokens = GroupTokens()
             self._records = 0
-        self._group_due = self._clock.monotonic() + config.journal_max_group_wait_s
-        return group
+        now = self._clock.monotonic()
+        tokens.started_at = started_at = self._group_started_at
+        self._group_started_at = now  # the next group gathers from now on
+        self._group_due = now + config.journal_max_group_wait_s
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.group_entries.observe(records)
+            metrics.group_bytes.observe(len(buf))
+            metrics.queue_wait.observe(now - started_at)
+        return buf, tokens, records, refused
 
     def _write_group(self, buf: bytearray, count: int) -> BaseException | None:
         try:
@@ -311,7 +346,12 @@ class Journal:
                 self._seq, len(buf) - GROUP_HEADER_BYTES, count
             )
             file.write(buf)
-            file.sync()
+            if self._metrics is None:
+                file.sync()
+            else:
+                synced_from = self._clock.monotonic()
+                file.sync()
+                self._metrics.fsync_latency.observe(self._clock.monotonic() - synced_from)
         except Exception as exc:  # any failure here leaves the file in an unknown state
             return self._write_failed(exc, count)
         self._seq += 1

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 from bkeeper.common.clock import Clock
 from bkeeper.common.errors import StorageError
+from bkeeper.common.metrics import MetricSet
 from bkeeper.storage.checkpoint_file import CheckpointRecord, JournalMark
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import StorageLayout
@@ -42,6 +43,7 @@ from bkeeper.storage.filesystem import FileSystem
 from bkeeper.storage.journal import DurableCallback, Journal, JournalPosition
 from bkeeper.storage.journal_format import FILE_HEADER_BYTES, journal_file_name
 from bkeeper.storage.journal_replay import journal_file_ids
+from bkeeper.storage.metrics import JournalMetrics
 
 __all__ = [
     "JournalSet",
@@ -66,6 +68,7 @@ class JournalSet:
         file_id: int,
         disks: DiskSet | None = None,
         clock: Clock | None = None,
+        metrics: MetricSet | None = None,
     ) -> None:
         self._keys = layout.journal_keys
         self.journals: tuple[Journal, ...] = tuple(
@@ -78,6 +81,7 @@ class JournalSet:
                 file_id,
                 disks.space_of(directory) if disks is not None else None,
                 clock,
+                None if metrics is None else JournalMetrics(metrics),
             )
             for directory in layout.journal_dirs
         )
@@ -133,6 +137,10 @@ class JournalSet:
         for journal in self.journals:
             total.update(journal.groups_cut)
         return total
+
+    @property
+    def queued_records(self) -> int:
+        return sum(journal.queued_records for journal in self.journals)
 
     @property
     def file_id(self) -> int:

@@ -279,3 +279,8 @@ class EntryLogRegistry:
     def __len__(self) -> int:
         with self._lock:
             return len(self._metas)
+
+    def totals(self) -> tuple[int, int]:
+        """``(logs, bytes of entries in them)``, without copying the maps."""
+        with self._lock:
+            return len(self._metas), sum(m.total_bytes for m in self._metas.values())

@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bkeeper.common.clock import Clock
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     BadRequestError,
     CorruptRecordError,
@@ -51,6 +51,7 @@ from bkeeper.common.errors import (
     TooManyRequestsError,
     UnauthorizedAccessError,
 )
+from bkeeper.common.metrics import MetricSet
 from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs, StorageLayout
@@ -68,6 +69,7 @@ from bkeeper.storage.journal_replay import ReplayOutcome
 from bkeeper.storage.journal_set import JournalSet
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
+from bkeeper.storage.metrics import FlushMetrics, StorageReadings, register_gauges
 from bkeeper.storage.recovery import recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
@@ -135,6 +137,7 @@ class Storage:
         self._journal_count = len(journals.journals)
         self._ledger_dirs = dirs  # where each entry log is
         self._reader = EntryLogReader(fs, dirs, config.entry_log_read_handles_max)
+        self._registry = registry
         self._compactor = Compactor(
             fs, dirs, config, engine, flusher, registry, self._reader, log_ids, self.checkpoint
         )
@@ -147,6 +150,7 @@ class Storage:
         on_durable: DurableCallback | None = None,
         on_disk_state: Callable[[DiskState], None] | None = None,
         clock: Clock | None = None,
+        metrics: MetricSet | None = None,
     ) -> Storage:
         """Load the last checkpoint, replay the journal, checkpoint, start the threads.
 
@@ -154,6 +158,8 @@ class Storage:
         group with the tokens of that group in order (``error`` None on success).
         ``on_disk_state(state)`` is called from any thread when the disk state changes
         (read :attr:`disk_state` once ``open`` returns for the state to start with).
+        ``metrics``: the owner's metric set, to register the engine's metrics in
+        (:mod:`bkeeper.storage.metrics`); None keeps none.
         On a full disk the checkpoint at open is deferred (the journal is kept); if the
         open fails, the files it created are removed.
         """
@@ -175,6 +181,7 @@ class Storage:
             recovered.next_journal_file_id,
             disks,
             clock,
+            metrics,
         )
         journals.start()
         storage = cls(
@@ -189,6 +196,9 @@ class Storage:
             recovered.registry,
             recovered.log_ids,
         )
+        if metrics is not None:
+            flusher.metrics = FlushMetrics(metrics, clock if clock is not None else SystemClock())
+            register_gauges(metrics, storage.readings)
         try:
             flusher.start(journals.marks_locked, journals.fail)
             try:
@@ -564,6 +574,34 @@ class Storage:
     def room_for_high_priority(self) -> bool:
         """Whether recovery and high-priority adds may still be taken on a full disk."""
         return self._disk.room_for_high_priority
+
+    def readings(self) -> StorageReadings:
+        """What the metrics read when collected: one short hold of the lock, one statvfs
+        per filesystem (each directory is reported, with its filesystem's figures)."""
+        engine = self._engine
+        with engine.lock:
+            cache = engine.write_cache
+            ledgers = engine.ledgers
+            write_cache_bytes = cache.active_bytes + cache.flushing_bytes
+            added_bytes = cache.taken_bytes + cache.active_bytes
+            queued = self._journal.queued_records
+            index_entries = sum(len(state.locations) for state in ledgers.values())
+            ledger_count = len(ledgers)
+        logs, log_bytes = self._registry.totals()
+        disks: list[tuple[str, int, int]] = []
+        for space in self._disk.spaces:
+            total, free = self._fs.disk_usage(space.path)
+            disks.extend((path, total, free) for path in self._disk.dirs_of(space))
+        return StorageReadings(
+            write_cache_bytes=write_cache_bytes,
+            added_bytes=added_bytes,
+            journal_queue_records=queued,
+            ledgers=ledger_count,
+            index_entries=index_entries,
+            entry_logs=logs,
+            entry_log_bytes=log_bytes,
+            disks=tuple(disks),
+        )
 
     def stats(self) -> StorageStats:
         engine = self._engine

@@ -35,7 +35,7 @@ from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.registry import BookieRegistration
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.handlers import BookieState, RequestHandlers, _error_response
-from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
+from bkeeper.storage import GroupTokens, MemoryFileSystem, Storage, StorageConfig
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import (
@@ -308,7 +308,7 @@ class MemoryCluster:
         config = BookieConfig(data_dir=data_dir, bookie_id=bookie.bookie_id, **self.bookie_options)
         handlers_box: list[RequestHandlers] = []
 
-        def on_durable(tokens: list[object], error: BaseException | None) -> None:
+        def on_durable(tokens: GroupTokens, error: BaseException | None) -> None:
             handlers_box[0].on_durable_threadsafe(tokens, error)
 
         bookie.storage = await asyncio.to_thread(

@@ -5,9 +5,12 @@ so a restarted sandbox finds its ledgers). Every bookie runs auto-recovery unles
 ``autorecovery`` is off. Ports are fixed (ZooKeeper ``zookeeper_port``,
 bookie ``i`` at ``bookie_port_base + i``) so that bookie ids, and with them the cookies, stay
 the same from one start to the next; bookie ``i``'s admin HTTP server, if any, is at
-``http_port_base + i``. The cluster is formatted on first start. Bookies are
-child processes that die with the sandbox (parent-death signal); ``stop`` sends SIGTERM to
-each, then stops ZooKeeper, leaving no process behind.
+``http_port_base + i``. With ``dashboard_port``, ``bkeeper dashboard`` runs too (a child
+process like the bookies, log ``dashboard.log``), started once every bookie is ready; its
+page is :attr:`Sandbox.dashboard_url`. The cluster is formatted on first start. Bookies and
+the dashboard are child processes that die with the sandbox (parent-death signal); ``stop``
+sends SIGTERM to the dashboard and each bookie, then stops ZooKeeper, leaving no process
+behind.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,13 +56,15 @@ class SandboxConfig:
     #: Every bookie runs auto-recovery (``bookie --autorecovery``): one of them is elected
     #: auditor, each runs a replication worker.
     autorecovery: bool = True
+    #: Where ``bkeeper dashboard`` serves (on 127.0.0.1); None: no dashboard.
+    dashboard_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
             raise ConfigError(f"bookies: {self.bookies} is not between 1 and 64")
-        for name in ("zookeeper_port", "bookie_port_base", "http_port_base"):
+        for name in ("zookeeper_port", "bookie_port_base", "http_port_base", "dashboard_port"):
             port = getattr(self, name)
-            if port is None and name == "http_port_base":
+            if port is None and name in ("http_port_base", "dashboard_port"):
                 continue
             if not 0 < port < 65536 - self.bookies:
                 raise ConfigError(f"{name}: {port} is not a usable TCP port")
@@ -67,6 +73,8 @@ class SandboxConfig:
         ranges["bookies"] = (self.bookie_port_base, self.bookie_port_base + last)
         if self.http_port_base is not None:
             ranges["admin"] = (self.http_port_base, self.http_port_base + last)
+        if self.dashboard_port is not None:
+            ranges["dashboard"] = (self.dashboard_port, self.dashboard_port)
         ports = [port for low, high in ranges.values() for port in range(low, high + 1)]
         if len(set(ports)) != len(ports):
             shown = ", ".join(
@@ -74,6 +82,24 @@ class SandboxConfig:
                 for what, (low, high) in ranges.items()
             )
             raise ConfigError(f"the sandbox's ports overlap: {shown}")
+
+
+#: What ``bkeeper dashboard`` prints once it serves.
+_DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
+
+
+def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``cmd`` as a child that dies with this process, its output appended to ``log_path``."""
+    log_file = open(log_path, "ab")  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_set_parent_death_signal,  # noqa: PLW1509
+        )
+    finally:
+        log_file.close()
 
 
 def _set_parent_death_signal() -> None:
@@ -96,6 +122,9 @@ class Sandbox:
             )
         )
         self.bookies: list[subprocess.Popen[bytes]] = []
+        self.dashboard: subprocess.Popen[bytes] | None = None
+        #: The dashboard's page, once it serves.
+        self.dashboard_url: str | None = None
         self._log_offsets: dict[int, int] = {}
 
     @property
@@ -118,6 +147,8 @@ class Sandbox:
             admin = self.admin_address(i)
             if admin is not None:
                 wanted.append((f"bookie {i} admin", admin[1]))
+        if self.config.dashboard_port is not None:
+            wanted.append(("dashboard", self.config.dashboard_port))
         return [(what, port) for what, port in wanted if not port_free("127.0.0.1", port)]
 
     def start(self) -> None:
@@ -138,6 +169,8 @@ class Sandbox:
                 self.bookies.append(self._spawn_bookie(index))
             for index, proc in enumerate(self.bookies):
                 self._wait_bookie(index, proc)
+            if self.config.dashboard_port is not None:
+                self._start_dashboard(self.config.dashboard_port)
             if self.zookeeper.wait_nowait() is not None:
                 raise BKeeperError(f"ZooKeeper exited; see {self.zookeeper.log_path}")
         except BaseException:
@@ -174,19 +207,39 @@ class Sandbox:
         return cmd
 
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
-        cmd = self.bookie_command(index)
         log_path = self._bookie_log(index)
         self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
-        log_file = open(log_path, "ab")  # noqa: SIM115
-        try:
-            return subprocess.Popen(
-                cmd,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_set_parent_death_signal,  # noqa: PLW1509
-            )
-        finally:
-            log_file.close()
+        return _spawn(self.bookie_command(index), log_path)
+
+    def dashboard_command(self, port: int) -> list[str]:
+        """The command line of the sandbox's dashboard."""
+        return [
+            sys.executable, "-m", "bkeeper", "dashboard", "--metadata", self.metadata_uri,
+            "--host", "127.0.0.1", "--port", str(port),
+        ]  # fmt: skip
+
+    def _start_dashboard(self, port: int) -> None:
+        """Start the dashboard and wait for its "dashboard ready on <url>" line."""
+        log_path = self.config.data_dir / "dashboard.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        self.dashboard = proc = _spawn(self.dashboard_command(port), log_path)
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            with log_path.open("rb") as file:
+                file.seek(offset)
+                output = file.read()
+            found = _DASHBOARD_READY.search(output)
+            if found:
+                self.dashboard_url = found.group(1).decode()
+                return
+            if proc.poll() is not None:
+                tail = output.decode(errors="replace").strip().splitlines()[-1:]
+                raise BKeeperError(
+                    f"the dashboard exited with code {proc.returncode}: "
+                    f"{tail[0] if tail else 'no output'} (log: {log_path})"
+                )
+            time.sleep(0.05)
+        raise BKeeperError(f"the dashboard was not ready on port {port} in time ({log_path})")
 
     def _wait_bookie(self, index: int, proc: subprocess.Popen[bytes]) -> None:
         """Wait for the bookie's own "ready" line (printed once it listens and registered)."""
@@ -210,18 +263,22 @@ class Sandbox:
         raise BKeeperError(f"bookie {index} was not ready on {host}:{port} in time ({log_path})")
 
     def stop(self) -> None:
-        """SIGTERM every bookie (they drain and checkpoint), then stop ZooKeeper."""
-        for proc in self.bookies:
+        """SIGTERM the dashboard and every bookie (they drain and checkpoint), then stop
+        ZooKeeper."""
+        procs = ([] if self.dashboard is None else [self.dashboard]) + self.bookies
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.config.stop_timeout_s
-        for proc in self.bookies:
+        for proc in procs:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         self.bookies.clear()
+        self.dashboard = None
+        self.dashboard_url = None
         self.zookeeper.stop()
 
     def kill_bookie(self, index: int, sig: int = signal.SIGKILL) -> None:

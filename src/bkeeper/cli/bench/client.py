@@ -55,6 +55,12 @@ def codec(count: int, entry_size: int, digest: str) -> None:
 @click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
 @click.option("--in-flight", default=2000, show_default=True, type=click.IntRange(1))
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop adds/s.")
+@click.option(
+    "--bookie-arg",
+    "bookie_args",
+    multiple=True,
+    help="An argument for the bookie started here (repeatable), e.g. --bookie-arg=--no-metrics.",
+)
 def bookie_bench(
     address: str,
     data_dir: str | None,
@@ -63,6 +69,7 @@ def bookie_bench(
     duration: float,
     in_flight: int,
     rate: float | None,
+    bookie_args: tuple[str, ...],
 ) -> None:
     """Acknowledged (fsynced) adds/s, MB/s and latency against one bookie."""
     from bkeeper.cli.bookie import run_event_loop
@@ -82,9 +89,11 @@ def bookie_bench(
         print_results([result], "adds")
 
     if address:
+        if bookie_args:
+            raise click.UsageError("--bookie-arg: only for the bookie started here (no --address)")
         run_event_loop(run(*parse_address(address, "--address")))
     else:
-        with local_bookie(data_dir) as (host, port):
+        with local_bookie(data_dir, extra_args=bookie_args) as (host, port):
             run_event_loop(run(host, port))
 
 

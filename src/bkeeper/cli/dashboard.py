@@ -1,0 +1,90 @@
+"""``bkeeper dashboard``: the web dashboard of a cluster, until SIGTERM or Ctrl-C.
+
+Prints ``dashboard ready on <url>`` on stderr once it serves (``bkeeper sandbox`` waits for
+that line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import click
+
+from bkeeper.cli._options import metadata_option
+from bkeeper.common.loop import run_event_loop
+from bkeeper.dashboard import Dashboard, DashboardConfig
+
+__all__ = ["READY_PREFIX", "dashboard"]
+
+#: What the command prints once it serves, followed by the page's URL.
+READY_PREFIX = "dashboard ready on "
+
+_DEFAULTS = DashboardConfig(metadata_uri="-")
+
+
+@click.command()
+@metadata_option
+@click.option("--host", default=_DEFAULTS.host, show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=_DEFAULTS.port,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (0: any free port).",
+)
+@click.option(
+    "--scrape-interval-ms",
+    default=_DEFAULTS.scrape_interval_ms,
+    show_default=True,
+    type=click.IntRange(100),
+    help="How often bookies are probed and their /metrics scraped.",
+)
+@click.option(
+    "--metadata-interval-ms",
+    default=_DEFAULTS.metadata_interval_ms,
+    show_default=True,
+    type=click.IntRange(100),
+    help="How often ledgers, named logs and the under-replication queue are read.",
+)
+@click.option(
+    "--history-points",
+    default=_DEFAULTS.history_points_max,
+    show_default=True,
+    type=click.IntRange(2, 100_000),
+    help="Points kept per bookie for the charts.",
+)
+def dashboard(
+    metadata_uri: str,
+    host: str,
+    port: int,
+    scrape_interval_ms: int,
+    metadata_interval_ms: int,
+    history_points: int,
+) -> None:
+    """Serve a web page showing the cluster: bookies, throughput, ledgers, recovery."""
+    config = DashboardConfig(
+        metadata_uri=metadata_uri,
+        host=host,
+        port=port,
+        scrape_interval_ms=scrape_interval_ms,
+        metadata_interval_ms=metadata_interval_ms,
+        history_points_max=history_points,
+    )
+    run_event_loop(_serve(config))
+
+
+async def _serve(config: DashboardConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    board = Dashboard(config)
+    url = await board.start()
+    click.echo(f"{READY_PREFIX}{url}", err=True)
+    try:
+        await stop.wait()
+    finally:
+        await board.aclose()

@@ -1,0 +1,75 @@
+"""Auto-recovery's metrics: the queue as the auditor counts it, and the worker's repairs."""
+
+from __future__ import annotations
+
+from bkeeper.autorecovery.service import AutoRecovery
+from bkeeper.common.metrics_export import exposition_text, new_registry
+from bkeeper.testing.cluster import MemoryCluster
+from tests.autorecovery.test_service import CONFIG, PASSWORD, WAIT_S, wait_for
+from tests.common.test_metrics import samples
+
+
+def scrape(recovery: AutoRecovery) -> dict:
+    return samples(exposition_text(new_registry(lambda: [recovery.metrics.metric_set])))
+
+
+async def _ledgers(writer, count: int) -> list[int]:
+    ledgers = []
+    for _ in range(count):
+        handle = await writer.create_ledger(3, 2, 2, password=PASSWORD)
+        for entry_id in range(20):
+            await handle.append(b"entry-%d" % entry_id)
+        await handle.close()
+        ledgers.append(handle.ledger_id)
+    return ledgers
+
+
+async def test_the_auditor_counts_the_queue():
+    async with MemoryCluster(3) as cluster:
+        writer, runner, other = [await cluster.client() for _ in range(3)]
+        ledgers = await _ledgers(writer, 4)
+        urm = writer.cluster.underreplication
+        await urm.ensure_layout()
+        await urm.disable()  # nobody repairs them: they stay queued
+        for ledger_id in ledgers[:3]:
+            await urm.mark_underreplicated(ledger_id, ["gone-bookie:3181"])
+        async with AutoRecovery(runner, "recovery-1:0", CONFIG) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+
+            async def counted() -> bool:
+                return scrape(recovery)[("bkeeper_autorecovery_under_replicated_ledgers", ())] == 3
+
+            await wait_for(counted, "the queue counted")
+            assert scrape(recovery)[("bkeeper_autorecovery_auditor", ())] == 1
+            async with AutoRecovery(other, "recovery-2:0", CONFIG) as follower:
+                got = scrape(follower)
+                assert got[("bkeeper_autorecovery_auditor", ())] == 0
+                assert got[("bkeeper_autorecovery_under_replicated_ledgers", ())] == 0
+
+
+async def test_repairs_are_counted():
+    async with MemoryCluster(4) as cluster:
+        writer, runner = await cluster.client(), await cluster.client()
+        ledgers = await _ledgers(writer, 4)
+        first = await writer.ledger_metadata(ledgers[0])
+        lost = str(next(iter(first.segments.values()))[0])  # at least one ledger holds it
+        holding = []
+        for ledger_id in ledgers:
+            meta = await writer.ledger_metadata(ledger_id)
+            if any(lost in map(str, ensemble) for ensemble in meta.segments.values()):
+                holding.append(ledger_id)
+        async with AutoRecovery(runner, "recovery-1:0", CONFIG) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+            await cluster.stop_bookie(cluster.bookie(lost))
+
+            async def repaired() -> bool:
+                return recovery.worker_status.replicated == len(holding) and not [
+                    e async for e in writer.cluster.underreplication.ledgers()
+                ]
+
+            await wait_for(repaired, "every ledger repaired")
+            got = scrape(recovery)
+            assert got[("bkeeper_autorecovery_rereplicated_ledgers_total", ())] == len(holding)
+            copied = got[("bkeeper_autorecovery_rereplicated_bytes_total", ())]
+            assert copied == recovery.worker_status.bytes_copied
+            assert holding and copied > 0
