@@ -3,6 +3,7 @@ on SIGTERM, its data kept across restarts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,8 +16,9 @@ from typing import IO
 import pytest
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.benchmarks import free_port, free_port_range
-from bkeeper.testing.sandbox import SandboxConfig
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
@@ -155,3 +157,38 @@ def test_overlapping_ports_are_refused_naming_them() -> None:
     with pytest.raises(ConfigError, match=r"ZooKeeper 3182, bookies 3181-3183$"):
         SandboxConfig(Path("/x"), zookeeper_port=3182)
     SandboxConfig(Path("/x"), bookie_port_base=8077, http_port_base=8080)  # adjacent: fine
+
+
+def _nice(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2 :].split()[16])  # field 19: nice
+
+
+def test_autorecovery_in_processes_of_its_own_at_a_nice_value(tmp_path: Path) -> None:
+    config = SandboxConfig(
+        data_dir=tmp_path / "sb",
+        bookies=3,
+        zookeeper_port=free_port(),
+        bookie_port_base=free_port_range(3),
+        autorecovery_nice=10,
+    )
+    with Sandbox(config) as box:
+        assert len(box.autorecoveries) == 3
+        assert all("--autorecovery" not in box.bookie_command(i) for i in range(3))
+        base = os.nice(0)
+        assert [_nice(p.pid) for p in box.autorecoveries] == [min(base + 10, 19)] * 3
+        assert [_nice(p.pid) for p in box.bookies] == [base] * 3
+
+        async def auditor() -> str | None:
+            async with await ClusterMetadata.open(box.metadata_uri) as cluster:
+                while (found := await cluster.underreplication.current_auditor()) is None:
+                    await asyncio.sleep(0.05)
+                return found
+
+        ids = {":".join(map(str, box.bookie_address(i))) for i in range(3)}
+        assert asyncio.run(asyncio.wait_for(auditor(), 60)) in ids  # named as its bookie
+        box.kill_bookie(2)  # its host died: both go
+        assert box.bookies[2].wait(30) == -signal.SIGKILL
+        assert box.autorecoveries[2].wait(30) == -signal.SIGKILL
+    with pytest.raises(ConfigError, match="autorecovery_nice"):
+        SandboxConfig(tmp_path, autorecovery_nice=20)

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
+import itertools
 import logging
 import os
 import re
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
@@ -56,12 +60,19 @@ class SandboxConfig:
     #: Every bookie runs auto-recovery (``bookie --autorecovery``): one of them is elected
     #: auditor, each runs a replication worker.
     autorecovery: bool = True
+    #: None: auto-recovery runs inside each bookie. A number: it runs in a process of its own
+    #: beside each bookie (``bkeeper autorecovery --id <bookie id>``, as Java's
+    #: ``bookkeeper autorecovery`` daemon), at this ``nice`` value (0..19): repair then takes
+    #: the CPU the bookies leave. ``kill_bookie`` kills the bookie's as well (its host died).
+    autorecovery_nice: int | None = None
     #: Where ``bkeeper dashboard`` serves (on 127.0.0.1); None: no dashboard.
     dashboard_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
             raise ConfigError(f"bookies: {self.bookies} is not between 1 and 64")
+        if self.autorecovery_nice is not None and not 0 <= self.autorecovery_nice <= 19:
+            raise ConfigError(f"autorecovery_nice: {self.autorecovery_nice} is not in 0..19")
         for name in ("zookeeper_port", "bookie_port_base", "http_port_base", "dashboard_port"):
             port = getattr(self, name)
             if port is None and name in ("http_port_base", "dashboard_port"):
@@ -88,25 +99,28 @@ class SandboxConfig:
 _DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
 
 
-def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """``cmd`` as a child that dies with this process, its output appended to ``log_path``."""
+def _spawn(cmd: list[str], log_path: Path, nice: int = 0) -> subprocess.Popen[bytes]:
+    """``cmd`` as a child that dies with this process, its output appended to ``log_path``,
+    at ``nice`` (added to this process's)."""
     log_file = open(log_path, "ab")  # noqa: SIM115
     try:
         return subprocess.Popen(
             cmd,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_set_parent_death_signal,  # noqa: PLW1509
+            preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
         )
     finally:
         log_file.close()
 
 
-def _set_parent_death_signal() -> None:
+def _prepare_child(nice: int) -> None:
     with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if nice:
+        os.nice(nice)
 
 
 class Sandbox:
@@ -123,6 +137,8 @@ class Sandbox:
         )
         self.bookies: list[subprocess.Popen[bytes]] = []
         self.dashboard: subprocess.Popen[bytes] | None = None
+        #: The auto-recovery process beside each bookie (``autorecovery_nice`` set).
+        self.autorecoveries: list[subprocess.Popen[bytes]] = []
         #: The dashboard's page, once it serves.
         self.dashboard_url: str | None = None
         self._log_offsets: dict[int, int] = {}
@@ -169,6 +185,9 @@ class Sandbox:
                 self.bookies.append(self._spawn_bookie(index))
             for index, proc in enumerate(self.bookies):
                 self._wait_bookie(index, proc)
+            if self.config.autorecovery and self.config.autorecovery_nice is not None:
+                for index in range(self.config.bookies):
+                    self._start_autorecovery(index, self.config.autorecovery_nice)
             if self.config.dashboard_port is not None:
                 self._start_dashboard(self.config.dashboard_port)
             if self.zookeeper.wait_nowait() is not None:
@@ -196,7 +215,7 @@ class Sandbox:
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self.config.bookie_args,
         ]  # fmt: skip
-        if self.config.autorecovery:
+        if self.config.autorecovery and self.config.autorecovery_nice is None:
             cmd.append("--autorecovery")
         for flag, dirs in (
             ("--ledger-dir", self.config.ledger_dirs),
@@ -210,6 +229,44 @@ class Sandbox:
         log_path = self._bookie_log(index)
         self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
         return _spawn(self.bookie_command(index), log_path)
+
+    def autorecovery_command(self, index: int) -> list[str]:
+        """The command line of the auto-recovery process beside bookie ``index`` (its
+        participant id is the bookie's: ``whoisauditor`` names the bookie)."""
+        host, port = self.bookie_address(index)
+        fields = {f.name for f in dataclasses.fields(AutoRecoveryConfig)}
+        args = self.config.bookie_args
+        options = [  # the bookies' ``-o`` options that are auto-recovery's
+            arg
+            for flag, arg in itertools.pairwise(args)
+            if flag == "-o" and arg.partition("=")[0].strip() in fields
+        ]
+        return [
+            sys.executable, "-m", "bkeeper", "autorecovery", "--metadata", self.metadata_uri,
+            "--id", f"{host}:{port}", *(arg for option in options for arg in ("-o", option)),
+        ]  # fmt: skip
+
+    def _start_autorecovery(self, index: int, nice: int) -> None:
+        """Start it and wait for its "ready" line."""
+        log_path = self.config.data_dir / f"autorecovery-{index}.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        proc = _spawn(self.autorecovery_command(index), log_path, nice)
+        self.autorecoveries.append(proc)
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while time.monotonic() < deadline:
+            with log_path.open("rb") as file:
+                file.seek(offset)
+                output = file.read()
+            if b" ready (metadata " in output:
+                return
+            if proc.poll() is not None:
+                tail = output.decode(errors="replace").strip().splitlines()[-1:]
+                raise BKeeperError(
+                    f"auto-recovery {index} exited with code {proc.returncode}: "
+                    f"{tail[0] if tail else 'no output'} (log: {log_path})"
+                )
+            time.sleep(0.05)
+        raise BKeeperError(f"auto-recovery {index} was not ready in time ({log_path})")
 
     def dashboard_command(self, port: int) -> list[str]:
         """The command line of the sandbox's dashboard."""
@@ -265,7 +322,8 @@ class Sandbox:
     def stop(self) -> None:
         """SIGTERM the dashboard and every bookie (they drain and checkpoint), then stop
         ZooKeeper."""
-        procs = ([] if self.dashboard is None else [self.dashboard]) + self.bookies
+        procs = ([] if self.dashboard is None else [self.dashboard]) + self.autorecoveries
+        procs += self.bookies
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -277,11 +335,15 @@ class Sandbox:
                 proc.kill()
                 proc.wait()
         self.bookies.clear()
+        self.autorecoveries.clear()
         self.dashboard = None
         self.dashboard_url = None
         self.zookeeper.stop()
 
     def kill_bookie(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Signal bookie ``index`` and the auto-recovery process beside it, if any."""
+        if index < len(self.autorecoveries):
+            os.kill(self.autorecoveries[index].pid, sig)
         os.kill(self.bookies[index].pid, sig)
 
     def __enter__(self) -> Sandbox:

@@ -69,6 +69,13 @@ MISMATCHES_SHOWN = 10
     "--timeout", default=600.0, show_default=True, type=click.FloatRange(1), help="Seconds."
 )
 @click.option("--data-dir", default=None, help="Where the sandbox keeps its data (a temp dir).")
+@click.option(
+    "--autorecovery-nice",
+    default=None,
+    type=click.IntRange(0, 19),
+    help="Run auto-recovery in a process of its own beside each bookie, at this nice value "
+    "(default: inside the bookies). Killing a bookie kills its auto-recovery too.",
+)
 @bookie_options(
     "A bookie option (storage or auto-recovery; repeatable), as for `bkeeper bookie -o`."
 )
@@ -84,6 +91,7 @@ def recovery_bench(
     second_kill: bool,
     timeout: float,
     data_dir: str | None,
+    autorecovery_nice: int | None,
     options: tuple[str, ...],
 ) -> None:
     """Fill a sandbox, kill -9 a bookie, time auto-recovery rebuilding its replicas."""
@@ -111,6 +119,7 @@ def recovery_bench(
             zookeeper_port=free_port(),
             bookie_port_base=free_port_range(bookies),
             bookie_args=tuple(arg for option in options for arg in ("-o", option)),
+            autorecovery_nice=autorecovery_nice,
         )
         with Sandbox(config) as box, progress() as bar:
             on_progress = phase_bars(bar)
