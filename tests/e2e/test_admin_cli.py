@@ -199,3 +199,20 @@ def test_the_table_shows_sizes_times_and_nested_values() -> None:
         ("previous", "-"),
         ("started_wall_ms", "86400000 (1970-01-02 00:00:00 UTC)"),
     ]
+
+
+@pytest.mark.parametrize("real_cluster", [(1, ("--http-port", "0"))], indirect=True)
+async def test_gc_on_a_bookie_without_admin_writes_is_one_line_naming_the_option(
+    real_cluster,
+) -> None:
+    uri, bookie = real_cluster.uri, real_cluster.bookie_id(0)
+    status = await run(uri, "shell", "gcstatus", "--bookie", bookie, "--json")
+    assert status.returncode == 0, status.stderr  # reads are served
+    refused = await run(uri, "shell", "gc", "--bookie", bookie)
+    line = one_error_line(refused)
+    assert line.startswith(f"error: bookie {bookie} (PUT http://"), line
+    assert line.endswith(
+        "/api/v1/bookie/gc) answered 403: PUT /api/v1/bookie/gc changes the bookie or the "
+        "cluster: the admin server takes no such request unless started with "
+        "http_admin_writes (--http-admin-writes)"
+    ), line

@@ -153,8 +153,9 @@ def test_http_port_is_validated(fields: dict[str, object], message: str) -> None
         BookieConfig(data_dir="/d", **fields)  # type: ignore[arg-type]
 
 
-def test_the_admin_host_defaults_to_the_bookie_host() -> None:
-    assert BookieConfig(data_dir="/d", host="10.0.0.1").effective_http_host == "10.0.0.1"
+def test_the_admin_host_defaults_to_loopback_whatever_the_bookie_host() -> None:
+    assert BookieConfig(data_dir="/d", host="10.0.0.1").effective_http_host == "127.0.0.1"
+    assert BookieConfig(data_dir="/d", host="0.0.0.0").effective_http_host == "127.0.0.1"
     config = BookieConfig(data_dir="/d", host="10.0.0.1", http_host="0.0.0.0", http_port=4000)
     assert config.effective_http_host == "0.0.0.0"
     # Same port, other address: allowed.

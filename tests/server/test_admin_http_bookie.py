@@ -98,3 +98,17 @@ async def test_last_log_mark_and_the_files_on_disk(start_bookie, tmp_path: Path)
         400,
         "file_type: must be one of journal, entrylog, index, got 'txn'",
     )
+
+
+async def test_what_bkeeper_has_no_use_for_is_501_saying_why(start_bookie) -> None:
+    bookie: Bookie = await start_bookie(http_port=0, http_admin_writes=True)
+    expand = await call(bookie.http_port, "PUT", "/api/v1/bookie/expand_storage", {})
+    assert (expand.status, expand.error) == (
+        501,
+        "not supported: a bookie takes its directories at start; add the directory to "
+        "ledger_dirs (--ledger-dir) and restart it",
+    )
+    for method in ("GET", "PUT"):
+        compact = await call(bookie.http_port, method, "/api/v1/bookie/entry_location_compact")
+        assert compact.status == 501
+        assert compact.error.startswith("not supported: entry locations are in bkeeper's own")

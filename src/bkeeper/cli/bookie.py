@@ -18,6 +18,7 @@ from typing import TypeVar
 import click
 from click.core import ParameterSource
 
+from bkeeper.admin import ClusterAdmin, add_admin_routes
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.integrity import check_bookie
 from bkeeper.cli._settings import (
@@ -84,7 +85,7 @@ def _raise_nofile_limit() -> None:
     type=click.IntRange(0, 65535),
     help="Serve the admin HTTP API (state, GC, ledgers, auto-recovery; docs/admin.md) on "
     "this port (0: any free port; default: none). Its address: -o http_host=... (default: "
-    "--host).",
+    "127.0.0.1, whatever --host is).",
 )
 @click.option(
     "--http-admin-writes",
@@ -265,6 +266,11 @@ async def _serve(
     recovery: AutoRecoveryConfig | None = None,
 ) -> None:
     server = Bookie(config, storage_config)
+    cluster_admin = None
+    if server.admin_server is not None and config.metadata_uri:
+        # The cluster's endpoints (bookies, ledgers, auto-recovery), before the server starts.
+        cluster_admin = ClusterAdmin(config.metadata_uri, lambda: server.bookie_id)
+        add_admin_routes(server.admin_server, cluster_admin)
     loop = asyncio.get_running_loop()
     # Before start, which may wait (a stale registration, a long journal replay): a SIGTERM
     # meanwhile must stop the bookie cleanly once it is up, not kill it mid-start.
@@ -294,7 +300,11 @@ async def _serve(
                 if task is not None:
                     task.cancel()
     finally:
-        await server.aclose()
+        try:
+            await server.aclose()
+        finally:
+            if cluster_admin is not None:
+                await cluster_admin.aclose()
 
 
 def _needs_integrity_check(server: Bookie) -> bool:

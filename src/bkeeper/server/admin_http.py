@@ -36,6 +36,7 @@ from http import HTTPStatus
 from typing import cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from bkeeper.common.errors import AdminRequestError, ConfigError
 from bkeeper.common.validate import check_port, check_positive_ints
@@ -174,9 +175,7 @@ class AdminHttpServer:
             await self.bind()
         assert self._listener is not None
         config = self.config
-        app = web.Application(
-            middlewares=[self._guard], client_max_size=config.body_bytes_max, handler_args=None
-        )
+        app = web.Application(middlewares=[self._guard], client_max_size=config.body_bytes_max)
         for (method, path), route in self._routes.items():
             app.router.add_route(method, path, _time_limited(method, path, route))
         runner = web.AppRunner(
@@ -297,21 +296,22 @@ class AdminHttpServer:
 
 
 class _ProtocolLog:
-    """What aiohttp logs about requests it could not parse (a traceback each, at ERROR):
-    one rate-limited line naming the problem instead; the client was answered 400."""
+    """What aiohttp logs about a request it could not parse (a traceback each, at ERROR):
+    one rate-limited line naming the problem instead, the client having been answered 400.
+    Anything else it logs (a failure of its own) keeps its traceback."""
 
     def __init__(self, lines: RateLimitedLog) -> None:
         self._lines = lines
 
     def exception(self, message: str, *args: object, exc_info: object = None, **_: object) -> None:
-        problem = " ".join(str(exc_info).split()) if isinstance(exc_info, BaseException) else ""
-        self._lines.warning("admin http: " + message + ": %s", *args, problem or "?")
+        if isinstance(exc_info, HttpProcessingError):
+            problem = " ".join(str(exc_info).split())
+            self._lines.warning("admin http: " + message + " refused: %s", *args, problem)
+            return
+        log.error("admin http: " + message, *args, exc_info=exc_info)  # type: ignore[arg-type]
 
-    def debug(self, message: str, *args: object, **_: object) -> None:
+    def debug(self, message: str, *args: object, **kwargs: object) -> None:
         log.debug("admin http: " + message, *args)
-
-    def warning(self, message: str, *args: object, **_: object) -> None:
-        self._lines.warning("admin http: " + message, *args)
 
 
 def _time_limited(method: str, path: str, route: _Route) -> Handler:

@@ -12,6 +12,8 @@
                                                  why when it cannot turn writable
     GET  /api/v1/bookie/last_log_mark            {journal dir: {logFileId, logFileOffset}}:
                                                  where the last checkpoint left each journal
+    PUT  /api/v1/bookie/expand_storage           501: directories are set at start
+    GET  /api/v1/bookie/entry_location_compact   501 (GET and PUT): no RocksDB to compact
     GET  /api/v1/bookie/list_disk_file           ?file_type=journal|entrylog|index (default
                                                  all): {"journal files": [file...], ...}
     GET  /api/v1/bookie/is_ready                 200 {"ready": true}, or 503 saying why not
@@ -119,6 +121,9 @@ def add_bookie_routes(bookie: AdminBookie, server: AdminHttpServer) -> None:
     add("GET", f"{PREFIX}/state/readonly", endpoints.read_only)
     add("PUT", f"{PREFIX}/state/readonly", endpoints.set_read_only)
     add("GET", f"{PREFIX}/last_log_mark", endpoints.last_log_mark)
+    add("PUT", f"{PREFIX}/expand_storage", endpoints.expand_storage)
+    add("GET", f"{PREFIX}/entry_location_compact", endpoints.entry_location_compact)
+    add("PUT", f"{PREFIX}/entry_location_compact", endpoints.entry_location_compact)
     add("GET", f"{PREFIX}/list_disk_file", endpoints.list_disk_file)
     add("GET", f"{PREFIX}/is_ready", endpoints.is_ready)
     add("GET", f"{PREFIX}/info", endpoints.info)
@@ -189,6 +194,20 @@ class _Endpoints:
                 409, f"bookie {self._bookie.bookie_id} stays read-only: {why_not}"
             )
         return json_response({"readOnly": self._bookie.status().read_only})
+
+    async def expand_storage(self, request: web.Request) -> web.Response:
+        raise AdminRequestError(
+            501,
+            "not supported: a bookie takes its directories at start; add the directory to "
+            "ledger_dirs (--ledger-dir) and restart it",
+        )
+
+    async def entry_location_compact(self, request: web.Request) -> web.Response:
+        raise AdminRequestError(
+            501,
+            "not supported: entry locations are in bkeeper's own index (docs/storage.md), "
+            "not in RocksDB; there is nothing to compact",
+        )
 
     async def last_log_mark(self, request: web.Request) -> web.Response:
         fs, dirs = self._bookie.disk_files()

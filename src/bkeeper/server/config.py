@@ -8,7 +8,10 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
 from bkeeper.common.validate import check_non_negative_ints, check_port, check_positive_ints
 
-__all__ = ["BookieConfig"]
+__all__ = ["ADMIN_HTTP_HOST_DEFAULT", "BookieConfig"]
+
+#: Where the admin HTTP server listens unless ``http_host`` says otherwise.
+ADMIN_HTTP_HOST_DEFAULT = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -21,9 +24,10 @@ class BookieConfig:
     ``readonly`` keeps the bookie read-only whatever the disk says.
 
     Admin HTTP server (:mod:`bkeeper.server.admin_http`): on ``http_port`` (0: any free
-    port; ``None``: none) at ``http_host`` (empty: ``host``); the bookie publishes it in its
-    registration as the endpoint ``httpserver``. Requests that change something (PUT, POST,
-    DELETE) are refused with 403 unless ``http_admin_writes``.
+    port; ``None``: none) at ``http_host`` (empty: loopback, ``127.0.0.1``, whatever ``host``
+    is: the admin API is reached from elsewhere only when asked for); the bookie publishes
+    it in its registration as the endpoint ``httpserver``. Requests that change something
+    (PUT, POST, DELETE) are refused with 403 unless ``http_admin_writes``.
 
     Metrics (:mod:`bkeeper.server.metrics`): kept while ``metrics_enabled`` (the default) and
     served as ``/metrics`` on the admin HTTP server; off, the bookie keeps none (no counting
@@ -123,8 +127,8 @@ class BookieConfig:
 
     @property
     def effective_http_host(self) -> str:
-        """The address the admin HTTP server listens on: ``http_host``, or ``host``."""
-        return self.http_host or self.host
+        """The address the admin HTTP server listens on: ``http_host``, or loopback."""
+        return self.http_host or ADMIN_HTTP_HOST_DEFAULT
 
     @property
     def effective_bookie_id(self) -> str:
