@@ -47,3 +47,26 @@ async def test_the_auditor_process_serves_the_queue_it_counts(
 
         await until(counted, "the auditor's count of the queue")
         await urm.enable()
+
+
+ADMIN_URL = re.compile(r"\(admin (http://[^)\s]+)\)")
+
+
+@pytest.mark.parametrize(
+    "real_cluster", [(1, ("--http-port", "0", "--autorecovery"))], indirect=True
+)
+async def test_a_bookie_running_autorecovery_serves_its_metrics_too(real_cluster):
+    log_text = (real_cluster.data_dir / "bookie-0.log").read_text()
+    found = ADMIN_URL.search(log_text)
+    assert found, log_text
+
+    async def both() -> bool:
+        status, _, text = await asyncio.to_thread(get, found.group(1) + "/metrics")
+        assert status == 200
+        got = samples(text)
+        return (
+            got.get(("bkeeper_autorecovery_auditor", ())) == 1
+            and got[("bkeeper_bookie_read_only", ())] == 0
+        )
+
+    await until(both, "the bookie's /metrics with its auto-recovery's")

@@ -581,12 +581,11 @@ class Storage:
         engine = self._engine
         with engine.lock:
             cache = engine.write_cache
-            ledgers = engine.ledgers
             write_cache_bytes = cache.active_bytes + cache.flushing_bytes
             added_bytes = cache.taken_bytes + cache.active_bytes
             queued = self._journal.queued_records
-            index_entries = sum(len(state.locations) for state in ledgers.values())
-            ledger_count = len(ledgers)
+            states = list(engine.ledgers.values())  # counted outside the lock: adds go on
+        index_entries = sum(len(state.locations) for state in states)
         logs, log_bytes = self._registry.totals()
         disks: list[tuple[str, int, int]] = []
         for space in self._disk.spaces:
@@ -596,7 +595,7 @@ class Storage:
             write_cache_bytes=write_cache_bytes,
             added_bytes=added_bytes,
             journal_queue_records=queued,
-            ledgers=ledger_count,
+            ledgers=len(states),
             index_entries=index_entries,
             entry_logs=logs,
             entry_log_bytes=log_bytes,
