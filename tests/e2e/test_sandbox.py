@@ -171,8 +171,12 @@ def test_autorecovery_in_processes_of_its_own_at_a_nice_value(tmp_path: Path) ->
         zookeeper_port=free_port(),
         bookie_port_base=free_port_range(3),
         autorecovery_nice=10,
+        bookie_args=("-o", "ledgers_in_parallel=3", "-o", "gc_allowed_on_full_disk=false"),
     )
     with Sandbox(config) as box:
+        # each option goes where it is known: auto-recovery's to its processes
+        assert box.autorecovery_command(0)[-2:] == ["-o", "ledgers_in_parallel=3"]
+        assert box.bookie_command(0)[-2:] == ["-o", "gc_allowed_on_full_disk=false"]
         assert len(box.autorecoveries) == 3
         assert all("--autorecovery" not in box.bookie_command(i) for i in range(3))
         base = os.nice(0)

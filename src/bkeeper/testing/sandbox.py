@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import os
 import re
@@ -213,7 +212,7 @@ class Sandbox:
         cmd = [
             sys.executable, "-m", "bkeeper", "bookie",
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
-            "--metadata", self.metadata_uri, *self.config.bookie_args,
+            "--metadata", self.metadata_uri, *self._split_args()[0],
         ]  # fmt: skip
         if self.config.autorecovery and self.config.autorecovery_nice is None:
             cmd.append("--autorecovery")
@@ -234,17 +233,32 @@ class Sandbox:
         """The command line of the auto-recovery process beside bookie ``index`` (its
         participant id is the bookie's: ``whoisauditor`` names the bookie)."""
         host, port = self.bookie_address(index)
-        fields = {f.name for f in dataclasses.fields(AutoRecoveryConfig)}
-        args = self.config.bookie_args
-        options = [  # the bookies' ``-o`` options that are auto-recovery's
-            arg
-            for flag, arg in itertools.pairwise(args)
-            if flag == "-o" and arg.partition("=")[0].strip() in fields
-        ]
         return [
             sys.executable, "-m", "bkeeper", "autorecovery", "--metadata", self.metadata_uri,
-            "--id", f"{host}:{port}", *(arg for option in options for arg in ("-o", option)),
+            "--id", f"{host}:{port}", *self._split_args()[1],
         ]  # fmt: skip
+
+    def _split_args(self) -> tuple[list[str], list[str]]:
+        """``bookie_args`` as (the bookies', the auto-recovery processes'): with
+        ``autorecovery_nice`` the ``-o`` options naming an auto-recovery field go to the
+        processes of their own; otherwise every argument is the bookies'."""
+        args = list(self.config.bookie_args)
+        if self.config.autorecovery_nice is None:
+            return args, []
+        fields = {f.name for f in dataclasses.fields(AutoRecoveryConfig)}
+        bookie: list[str] = []
+        recovery: list[str] = []
+        position = 0
+        while position < len(args):
+            arg = args[position]
+            value = args[position + 1] if position + 1 < len(args) else None
+            if arg == "-o" and value is not None and value.partition("=")[0].strip() in fields:
+                recovery += [arg, value]
+                position += 2
+            else:
+                bookie.append(arg)
+                position += 1
+        return bookie, recovery
 
     def _start_autorecovery(self, index: int, nice: int) -> None:
         """Start it and wait for its "ready" line."""
