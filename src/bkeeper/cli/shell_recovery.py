@@ -12,13 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bkeeper.autorecovery import admin
@@ -26,6 +24,7 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.worker import ReplicationOutcome
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli.shell_ops import progress as progress_bar
 from bkeeper.client import BookKeeper
 from bkeeper.meta.cluster import ClusterMetadata
 
@@ -58,27 +57,6 @@ def _when(ms: int | None) -> str:
     return "-" if ms is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
-@contextmanager
-def _progress(description: str) -> Iterator[admin.Progress]:
-    console = Console(stderr=True)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,  # no bar (nor blank line) into a pipe or a file
-    )
-    with bar:
-        task = bar.add_task(description, total=None)
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield advance
-
-
 async def _urm_call(metadata_uri: str, what: str, *args: Any) -> Any:
     async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
         return await getattr(cluster.underreplication, what)(*args)
@@ -103,7 +81,7 @@ def recover(
 
     async def run() -> list[Any]:
         async with BookKeeper(metadata_uri) as bk:
-            with _progress(f"{'planning' if dry_run else 'recovering'} ledgers") as progress:
+            with progress_bar(f"{'planning' if dry_run else 'recovering'} ledgers") as progress:
                 return await admin.recover(
                     bk, lost, AutoRecoveryConfig(), ledger_id=ledger_id, dry_run=dry_run,
                     fence_open=not skip_open, on_progress=progress,
@@ -179,7 +157,7 @@ def decommissionbookie(metadata_uri: str, bookie: str, timeout_s: float, as_json
 
     async def run() -> admin.DecommissionReport:
         async with BookKeeper(metadata_uri) as bk:
-            with _progress(f"ledgers moved off {bookie}") as progress:
+            with progress_bar(f"ledgers moved off {bookie}") as progress:
                 return await admin.decommission(
                     bk, bookie, timeout_s=timeout_s, on_progress=progress
                 )

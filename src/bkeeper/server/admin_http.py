@@ -59,6 +59,10 @@ REFUSED_LOG_LINES_PER_S = 5
 REFUSED_LOG_BURST = 20
 #: On close, requests under way get this long to finish before they are cancelled.
 SHUTDOWN_WAIT_S = 1.0
+#: After answering a request whose body it did not read (413, 408), the server reads what
+#: the client still sends for at most this long (so that it can read the answer), then closes
+#: (aiohttp's default: 10 s of a connection held for nothing).
+LINGER_S = 1.0
 #: A route registered with this time limit has none.
 NO_TIME_LIMIT: None = None
 
@@ -188,6 +192,7 @@ class AdminHttpServer:
             max_field_size=config.head_bytes_max,
             max_headers=config.headers_max,
             logger=_ProtocolLog(self.refused),
+            lingering_time=LINGER_S,
         )
         await runner.setup()
         self._runner, self._web = runner, runner.server
@@ -292,6 +297,10 @@ class AdminHttpServer:
         response = error_response(error.status, str(error))
         if isinstance(error, _MethodNotAllowedError):
             response.headers["Allow"] = error.allowed
+        if error.status in (408, 413):
+            # The body was not read (whole): the connection cannot carry another request.
+            # Closing it answers the client at once instead of after request_timeout_ms.
+            response.force_close()
         return response
 
 

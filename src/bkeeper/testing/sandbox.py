@@ -266,21 +266,37 @@ class Sandbox:
         offset = log_path.stat().st_size if log_path.exists() else 0
         proc = _spawn(self.autorecovery_command(index), log_path, nice)
         self.autorecoveries.append(proc)
+        self._wait_line(proc, log_path, offset, re.compile(rb" ready \(metadata "),
+                        f"auto-recovery {index}", "")  # fmt: skip
+
+    def _wait_line(
+        self,
+        proc: subprocess.Popen[bytes],
+        log_path: Path,
+        offset: int,
+        pattern: re.Pattern[bytes],
+        what: str,
+        where: str,
+    ) -> re.Match[bytes]:
+        """Wait until ``proc`` writes ``pattern`` into ``log_path`` (past ``offset``): its
+        match. ``BKeeperError`` with its last line if it exits first, or after
+        ``start_timeout_s``."""
         deadline = time.monotonic() + self.config.start_timeout_s
         while time.monotonic() < deadline:
             with log_path.open("rb") as file:
                 file.seek(offset)
                 output = file.read()
-            if b" ready (metadata " in output:
-                return
+            found = pattern.search(output)
+            if found:
+                return found
             if proc.poll() is not None:
                 tail = output.decode(errors="replace").strip().splitlines()[-1:]
                 raise BKeeperError(
-                    f"auto-recovery {index} exited with code {proc.returncode}: "
+                    f"{what} exited with code {proc.returncode}: "
                     f"{tail[0] if tail else 'no output'} (log: {log_path})"
                 )
             time.sleep(0.05)
-        raise BKeeperError(f"auto-recovery {index} was not ready in time ({log_path})")
+        raise BKeeperError(f"{what} was not ready{where} in time ({log_path})")
 
     def dashboard_command(self, port: int) -> list[str]:
         """The command line of the sandbox's dashboard."""
@@ -294,44 +310,18 @@ class Sandbox:
         log_path = self.config.data_dir / "dashboard.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
         self.dashboard = proc = _spawn(self.dashboard_command(port), log_path)
-        deadline = time.monotonic() + self.config.start_timeout_s
-        while time.monotonic() < deadline:
-            with log_path.open("rb") as file:
-                file.seek(offset)
-                output = file.read()
-            found = _DASHBOARD_READY.search(output)
-            if found:
-                self.dashboard_url = found.group(1).decode()
-                return
-            if proc.poll() is not None:
-                tail = output.decode(errors="replace").strip().splitlines()[-1:]
-                raise BKeeperError(
-                    f"the dashboard exited with code {proc.returncode}: "
-                    f"{tail[0] if tail else 'no output'} (log: {log_path})"
-                )
-            time.sleep(0.05)
-        raise BKeeperError(f"the dashboard was not ready on port {port} in time ({log_path})")
+        found = self._wait_line(
+            proc, log_path, offset, _DASHBOARD_READY, "the dashboard", f" on port {port}"
+        )
+        self.dashboard_url = found.group(1).decode()
 
     def _wait_bookie(self, index: int, proc: subprocess.Popen[bytes]) -> None:
         """Wait for the bookie's own "ready" line (printed once it listens and registered)."""
         host, port = self.bookie_address(index)
-        log_path = self._bookie_log(index)
-        ready = f"ready on {host}:{port}".encode()
-        deadline = time.monotonic() + self.config.start_timeout_s
-        while time.monotonic() < deadline:
-            with log_path.open("rb") as file:
-                file.seek(self._log_offsets.get(index, 0))
-                output = file.read()
-            if ready in output:
-                return
-            if proc.poll() is not None:
-                tail = output.decode(errors="replace").strip().splitlines()[-1:]
-                raise BKeeperError(
-                    f"bookie {index} exited with code {proc.returncode}: "
-                    f"{tail[0] if tail else 'no output'} (log: {log_path})"
-                )
-            time.sleep(0.05)
-        raise BKeeperError(f"bookie {index} was not ready on {host}:{port} in time ({log_path})")
+        ready = re.compile(re.escape(f"ready on {host}:{port}".encode()))
+        offset = self._log_offsets.get(index, 0)
+        self._wait_line(proc, self._bookie_log(index), offset, ready, f"bookie {index}",
+                        f" on {host}:{port}")  # fmt: skip
 
     def stop(self) -> None:
         """SIGTERM the dashboard and every bookie (they drain and checkpoint), then stop
