@@ -159,7 +159,11 @@ def verify_ledger(storage: Storage, model: Model, ledger_id: int, acked: set[obj
     present = storage.list_entries(ledger_id)
     for entry_id in range(model.next_entry.get(ledger_id, 0)):
         if ("add", ledger_id, entry_id) in acked:
-            assert entry_id in present, f"acknowledged entry {ledger_id}/{entry_id} lost"
+            assert entry_id in present, (
+                f"acknowledged entry {ledger_id}/{entry_id} lost (its ledger's delete issued: "
+                f"{ledger_id in model.delete_issued}; fence issued: "
+                f"{ledger_id in model.fence_issued})"
+            )
     for entry_id in present:
         assert storage.read_entry(ledger_id, entry_id) == model.bodies[ledger_id, entry_id]
     if present:
