@@ -157,15 +157,22 @@ def verify(storage: Storage, model: Model) -> None:
 
 def verify_ledger(storage: Storage, model: Model, ledger_id: int, acked: set[object]) -> None:
     present = storage.list_entries(ledger_id)
+    # A delete that was issued but not made durable before the crash may bring the ledger back
+    # with only the entries the journal replays (Storage.delete_ledger forgets it at once, and a
+    # checkpoint or garbage collection may act on that first): documented there; the bookie's
+    # GC deletes it again, its metadata being gone. Its entries that are there must still be
+    # right. (A stricter storage would keep such a deletion out of checkpoints and GC until its
+    # journal record is durable: see the closing note of 2026-11-24.)
+    for entry_id in present:
+        assert storage.read_entry(ledger_id, entry_id) == model.bodies[ledger_id, entry_id]
+    if ledger_id in model.delete_issued:
+        return  # came back, maybe partly (its key, fence and LAC records too): see above
     for entry_id in range(model.next_entry.get(ledger_id, 0)):
         if ("add", ledger_id, entry_id) in acked:
             assert entry_id in present, (
-                f"acknowledged entry {ledger_id}/{entry_id} lost (its ledger's delete issued: "
-                f"{ledger_id in model.delete_issued}; fence issued: "
+                f"acknowledged entry {ledger_id}/{entry_id} lost (fence issued: "
                 f"{ledger_id in model.fence_issued})"
             )
-    for entry_id in present:
-        assert storage.read_entry(ledger_id, entry_id) == model.bodies[ledger_id, entry_id]
     if present:
         assert storage.read_entry(ledger_id, -1) == model.bodies[ledger_id, present[-1]]
         acked_lacs = [
