@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bkeeper.testing.benchmarks import free_port, free_port_range
-from tests.e2e.helpers import bkeeper
+from tests.e2e.helpers import bkeeper, processes_mentioning
 
 pytestmark = pytest.mark.integration
 
@@ -93,20 +93,6 @@ VOID = {"br", "hr", "img", "input", "link", "meta", "path", "rect", "line", "cir
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.load(response)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 def test_the_sandbox_dashboard_in_chromium(tmp_path: Path) -> None:

@@ -19,23 +19,9 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
-from tests.e2e.helpers import bkeeper
+from tests.e2e.helpers import bkeeper, processes_mentioning
 
 pytestmark = pytest.mark.integration
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 def start(
