@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from bkeeper.autorecovery.audit import AuditReport
+from bkeeper.autorecovery.audit import AuditReport, ReplicaShortfall
 from bkeeper.autorecovery.auditor import Auditor, lead_audits
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.worker import replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ClientClosedError
@@ -23,7 +24,8 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
-from bkeeper.wire.messages import ReadRequest
+from bkeeper.wire.digest import master_key
+from bkeeper.wire.messages import GetListOfEntriesRequest, ReadRequest
 
 PASSWORD = b"pw"
 CLIENT = ClientConfig(read_timeout_ms=2_000)
@@ -455,3 +457,60 @@ async def test_placement_check_reports_segments_on_too_few_racks() -> None:
             await until(lambda: auditor.reports["placement"] is not report, "the next check")
         # random placement: one rack, everything adheres
         assert (await Auditor(bk, urm, CONFIG).placement_check()).not_adhering == {}
+
+
+async def test_replicas_check_finds_an_entry_lost_in_the_middle_and_the_worker_repairs_it() -> None:
+    """A replica that lost one entry in the middle of a fragment: the probes of
+    check-all-ledgers (first and last entry) see nothing; the replicas check (each replica's
+    list of entries) marks the ledger with that replica; the worker replaces it."""
+    async with cluster_of() as (cluster, bk):
+        ledgers = await write_ledgers(bk, 2)
+        victim = ledgers[0]
+        meta = await bk.ledger_metadata(victim)
+        holder = cluster.bookie(meta.segments[0][2])
+        storage = holder.storage
+        assert storage is not None
+        bodies = [storage.read_entry(victim, e) for e in range(5)]
+        storage.delete_ledger(victim)
+        for entry_id, body in enumerate(bodies):
+            if entry_id != 2:
+                storage.add_entry(victim, entry_id, master_key(PASSWORD), body)
+        urm, clock = bk.cluster.underreplication, FakeClock()
+        auditor = Auditor(bk, urm, CONFIG, clock=clock)
+        assert (await auditor.check_all_ledgers()).marked == {}
+        assert await urm.check_ctime_ms("replicascheck") is None
+        report = await auditor.replicas_check()
+        assert report.marked == {victim: (holder.bookie_id,)}
+        assert report.shortfalls == {victim: ReplicaShortfall({holder.bookie_id: 1}, 1, 0, 0)}
+        assert (report.ledgers_audited, report.fragments_checked, report.failed) == (2, 6, {})
+        assert await markers(urm) == {victim: (holder.bookie_id,)}
+        assert await urm.check_ctime_ms("replicascheck") == clock.wall_ms()
+        outcome = await replicate_ledger(bk, victim, [holder.bookie_id], CONFIG, unless_back=True)
+        assert outcome.done and outcome.entries_copied == 5
+        after = await bk.ledger_metadata(victim)
+        assert holder.bookie_id not in after.segments[0]
+        assert (await auditor.replicas_check()).marked == {}
+
+
+async def test_replicas_check_runs_on_its_interval_and_reports_what_it_cannot_tell() -> None:
+    async with cluster_of(3) as (cluster, bk):
+        ledgers = await write_ledgers(bk, 1)
+        cluster.fault(1, GetListOfEntriesRequest, drop=True)  # registered, never answers
+        impatient = await cluster.client(ClientConfig(read_timeout_ms=100))
+        config = dataclasses.replace(CONFIG, replicas_check_interval_s=3600.0)
+        urm, clock = bk.cluster.underreplication, FakeClock()
+        async with running(Auditor(impatient, urm, config, clock=clock)) as auditor:
+            await until(lambda: "replicas" in auditor.reports, "a replicas check")
+            report = auditor.reports["replicas"]
+            assert report.marked == {}
+            assert report.failed == {
+                ledgers[0]: f"{cluster.bookies[1].bookie_id} could not list its entries"
+            }
+            first_ctime = await urm.check_ctime_ms("replicascheck")
+            assert first_ctime == clock.wall_ms()
+            clock.advance(3599.0)
+            await one_pass(auditor)
+            assert await urm.check_ctime_ms("replicascheck") == first_ctime
+            clock.advance(2.0)
+            await one_pass(auditor)
+            assert await urm.check_ctime_ms("replicascheck") == clock.wall_ms()

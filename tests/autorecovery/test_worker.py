@@ -497,3 +497,27 @@ async def test_a_marked_bookie_that_came_back_is_not_replaced() -> None:
         assert await urm.get(lid) is None
         assert (await bk.ledger_metadata(lid)).segments == before.segments
         assert worker.status.entries_copied == 0
+
+
+async def test_a_registered_bookie_that_lost_its_entries_is_replaced() -> None:
+    """A live bookie that lacks entries it should hold (check-all-ledgers or the replicas
+    check marked it) is not "back with its data": its part is copied to another bookie and
+    the ledger is whole again (before: the mark was dropped and nothing copied)."""
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 10)
+        before = await bk.ledger_metadata(lid)
+        emptied = str(before.segments[0][1])
+        storage = cluster.bookie(emptied).storage
+        assert storage is not None
+        storage.delete_ledger(lid)
+        clock = FakeClock()
+        urm = await new_urm(bk, clock)
+        await urm.mark_underreplicated(lid, [emptied])
+        worker = ReplicationWorker(await cluster.client(CLIENT), urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == 1)
+        assert await urm.get(lid) is None
+        after = await assert_replicated(cluster, bk, lid, 10, gone={emptied})
+        assert worker.status.entries_copied == 10
+        assert len(members_of(after) - members_of(before)) == 1

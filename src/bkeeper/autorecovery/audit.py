@@ -10,6 +10,10 @@
   LedgerChecker reads the same two).
 * :func:`placement_violations`: the segments whose write sets span fewer racks than they
   could (the placement check);
+* :func:`replica_shortfall`: given the entry ids some replicas say they store
+  (GET_LIST_OF_ENTRIES_OF_LEDGER), which of them lack entries their write sets give them,
+  and how many entries are left with fewer copies than the write and the ack quorum (the
+  replicas check);
 * :class:`LossTracker`: which bookies are lost since when, and which are due for marking once
   the lost-bookie delay has passed; a bookie back before that is forgotten.
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from bkeeper.autorecovery.expected import Stripe, stripes_of
+from bkeeper.autorecovery.expected import Stripe, missing_entries, stripes_of
 from bkeeper.client.placement import DEFAULT_RACK
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -34,6 +38,9 @@ __all__ = [
     "fragment_checks",
     "ledgers_to_mark",
     "placement_violations",
+    "replica_shortfall",
+    "ReplicaShortfall",
+    "checked_up_to",
 ]
 
 
@@ -57,6 +64,8 @@ class AuditReport:
     is audited again on the next run. ``lost``: the bookies the audit counted as lost.
     ``deferred``: auto-recovery is disabled, nothing was done. ``not_adhering`` (placement
     check): ledger id -> first entries of its segments that do not adhere to the placement.
+    ``shortfalls`` (replicas check): ledger id -> what its replicas lack, for the ledgers
+    whose replicas lack anything.
     """
 
     ledgers_audited: int = 0
@@ -66,6 +75,57 @@ class AuditReport:
     lost: tuple[str, ...] = ()
     deferred: bool = False
     not_adhering: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    shortfalls: Mapping[int, ReplicaShortfall] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplicaShortfall:
+    """What the replicas of one ledger that answered lack (:func:`replica_shortfall`).
+
+    ``lacking``: bookie -> how many entries it should store and does not (only bookies that
+    lack some). ``below_write_quorum``, ``below_ack_quorum``, ``no_copy``: entries left with
+    fewer copies than the write quorum, than the ack quorum, and with none, counting a
+    replica that did not answer as holding its entries (so these are certain, never
+    guesses).
+    """
+
+    lacking: Mapping[str, int]
+    below_write_quorum: int
+    below_ack_quorum: int
+    no_copy: int
+
+    def __bool__(self) -> bool:
+        return bool(self.lacking)
+
+
+def checked_up_to(meta: LedgerMetadata) -> int:
+    """The last entry whose replicas can be judged from the metadata alone: a closed
+    ledger's last entry; for a ledger not closed, the end of its segments before the last
+    (complete: a segment ends where the next one starts), -1 when it has one segment."""
+    if meta.state is LedgerState.CLOSED:
+        return meta.last_entry_id
+    return max(meta.segments) - 1
+
+
+def replica_shortfall(
+    meta: LedgerMetadata, last_entry_id: int, held: Mapping[str, Collection[int]]
+) -> ReplicaShortfall:
+    """What the replicas in ``held`` (bookie -> the entry ids it says it stores) lack of
+    entries ``0..last_entry_id``; bookies absent from ``held`` did not answer."""
+    lacks: dict[int, int] = {}
+    lacking: dict[str, int] = {}
+    for bookie, present in held.items():
+        missing = missing_entries(meta, bookie, last_entry_id, present)
+        if missing:
+            lacking[bookie] = len(missing)
+        for entry_id in missing:
+            lacks[entry_id] = lacks.get(entry_id, 0) + 1
+    below_ack = no_copy = 0
+    for count in lacks.values():
+        copies = meta.write_quorum - count
+        below_ack += copies < meta.ack_quorum
+        no_copy += copies <= 0
+    return ReplicaShortfall(dict(sorted(lacking.items())), len(lacks), below_ack, no_copy)
 
 
 def bookies_holding_entries(meta: LedgerMetadata, *, empty_segments: bool = False) -> set[str]:

@@ -10,8 +10,9 @@ While leading (see :func:`lead_audits`), :meth:`Auditor.run` follows three thing
   every lost bookie at once;
 * time: the bookie check (every ``bookie_check_interval_s``, and once at start) and
   check-all-ledgers (every ``check_all_ledgers_interval_s``, next due from the cluster's
-  ``checkallledgersctime``, so a new auditor does not repeat a check that just ran), and the
-  placement check (every ``placement_check_interval_s``, 0: off; its own ctime node).
+  ``checkallledgersctime``, so a new auditor does not repeat a check that just ran), the
+  placement check (every ``placement_check_interval_s``, 0: off; its own ctime node) and the
+  replicas check (every ``replicas_check_interval_s``, 0: off; ``replicascheckctime``).
 
 A *bookie check* (:meth:`Auditor.audit_now` marks every lost bookie, the periodic one only
 those due) reads every ledger's metadata (``audit_metadata_reads_in_flight_max`` at once) and
@@ -22,7 +23,11 @@ finds it, so a new auditor waits out the delay too. *Check-all-ledgers* probes t
 last entry each live replica should hold in each segment (``check_reads_in_flight_max`` at
 once; :func:`~bkeeper.autorecovery.audit.fragment_checks`) and marks the ledger with the
 replicas that answered "no such entry/ledger" or a bad copy; "unknown" (limbo: the bookie
-repairs itself) and unreachable replicas are reported, not marked.
+repairs itself) and unreachable replicas are reported, not marked. The *replicas check* asks
+every live replica for its list of entries (:mod:`bkeeper.autorecovery.replicas`) and marks
+the ledger with the replicas that lack any entry they should store (an entry lost in the
+middle of a fragment, which the probes of the first and last cannot see); its report says,
+per ledger, how many entries are left below the write quorum, the ack quorum, or with no copy.
 
 As Apache BookKeeper's auditor, nothing is marked while the cluster's ``disable`` flag is
 set: due bookies stay pending and are marked once it is cleared (looked at again every
@@ -38,33 +43,26 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from bkeeper.autorecovery.audit import (
     AuditReport,
-    FragmentCheck,
     LossTracker,
+    ReplicaShortfall,
     bookies_holding_entries,
-    fragment_checks,
     placement_violations,
 )
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.replicas import list_ledger, probe_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.placement import DEFAULT_RACK
-from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
-    BKeeperError,
-    DataUnknownError,
-    DigestMismatchError,
     LedgerNotFoundError,
     MetadataError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
     ProtocolError,
 )
 from bkeeper.meta.election import LeaderElection
-from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager
 
 __all__ = ["Auditor", "lead_audits"]
@@ -73,8 +71,7 @@ log = logging.getLogger(__name__)
 
 CHECK_ALL_LEDGERS = "checkallledgers"
 PLACEMENT_CHECK = "placementpolicycheck"
-
-_Verdict = Literal["ok", "missing", "unknown"]
+REPLICAS_CHECK = "replicascheck"
 
 
 @dataclass
@@ -87,6 +84,7 @@ class _Tally:
     failed: dict[int, str] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
     not_adhering: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    shortfalls: dict[int, ReplicaShortfall] = field(default_factory=dict)
 
     def report(self) -> AuditReport:
         return AuditReport(
@@ -96,6 +94,7 @@ class _Tally:
             dict(sorted(self.failed.items())),
             tuple(sorted(self.lost)),
             not_adhering=dict(sorted(self.not_adhering.items())),
+            shortfalls=dict(sorted(self.shortfalls.items())),
         )
 
 
@@ -128,8 +127,13 @@ class Auditor:
         self.live: frozenset[str] = frozenset()
         #: passes of :meth:`run`'s loop completed (tests wait on it)
         self.passes = 0
-        #: the last report of each kind of check ("bookies", "ledgers")
+        #: the last report of each kind of check ("bookies", "ledgers", "replicas")
         self.reports: dict[str, AuditReport] = {}
+        self._checks: dict[str, Callable[[], Awaitable[AuditReport]]] = {
+            CHECK_ALL_LEDGERS: self.check_all_ledgers,
+            PLACEMENT_CHECK: self.placement_check,
+            REPLICAS_CHECK: self.replicas_check,
+        }
 
     @property
     def delay_s(self) -> int:
@@ -310,8 +314,7 @@ class Auditor:
         for check, interval in self._periodic().items():
             if now < self._next_check.get(check, math.inf):
                 continue
-            run = self.check_all_ledgers if check == CHECK_ALL_LEDGERS else self.placement_check
-            report = await run()
+            report = await self._checks[check]()
             if report.deferred:
                 self._next_check[check] = now + self._config.idle_poll_interval_ms / 1000
             else:
@@ -321,6 +324,7 @@ class Auditor:
         return {
             CHECK_ALL_LEDGERS: self._config.check_all_ledgers_interval_s,
             PLACEMENT_CHECK: self._config.placement_check_interval_s,
+            REPLICAS_CHECK: self._config.replicas_check_interval_s,
         }
 
     async def _run_bookie_check(self, force: bool, now: float) -> None:
@@ -387,23 +391,10 @@ class Auditor:
         tally.ledgers += 1
         tally.lost |= {b for ensemble in meta.segments.values() for b in ensemble} - live
         try:
-            handle = await self._bk.open_ledger(ledger_id, meta.password, recovery=False)
+            checks, results = await probe_ledger(self._bk, ledger_id, meta, live, probes)
         except LedgerNotFoundError:
             return  # deleted meanwhile
-        try:
-            last: int | None = None
-            if meta.state is not LedgerState.CLOSED:
-                try:
-                    last = await handle.read_last_add_confirmed()
-                except BKeeperError as exc:
-                    log.info("ledger %d: LAC unknown (%s), last segment unchecked", ledger_id, exc)
-            checks = [
-                c for c in fragment_checks(ledger_id, meta, last_entry_id=last) if c.bookie in live
-            ]
-            tally.fragments += len(checks)
-            results = await asyncio.gather(*(self._probe(handle, c, probes) for c in checks))
-        finally:
-            await handle.close()
+        tally.fragments += len(checks)
         missing = sorted(
             {
                 c.bookie
@@ -418,24 +409,41 @@ class Auditor:
             await self._urm.mark_underreplicated(ledger_id, missing)
             tally.marked[ledger_id] = tuple(missing)
 
-    async def _probe(
-        self, handle: ReadHandle, check: FragmentCheck, probes: asyncio.Semaphore
-    ) -> tuple[_Verdict, str]:
-        """Whether the replica has its entries ("ok"), lacks one or holds a bad copy
-        ("missing"), or cannot tell ("unknown", with why)."""
-        for entry_id in check.entry_ids:
-            async with probes:
-                try:
-                    await handle.read_entry_from(check.bookie, entry_id)
-                except (NoSuchEntryError, NoSuchLedgerError, DigestMismatchError) as exc:
-                    where = f"ledger {check.ledger_id} entry {entry_id} on {check.bookie}"
-                    log.info("%s: missing or bad: %s", where, exc)
-                    return "missing", str(exc)
-                except DataUnknownError as exc:
-                    return "unknown", f"{check.bookie} does not know (limbo): {exc}"
-                except BKeeperError as exc:
-                    return "unknown", f"{check.bookie} could not be probed: {exc}"
-        return "ok", ""
+    # -- replicas check ---------------------------------------------------------------------
+    async def replicas_check(self) -> AuditReport:
+        """Ask each live replica of each ledger for its list of entries; mark the ledgers
+        whose replicas lack entries they should store (with those replicas). Records the
+        check's ctime in the cluster."""
+        if not await self._urm.is_enabled():
+            log.info("auto-recovery is disabled: replicas check deferred")
+            return AuditReport(deferred=True)
+        bookies = await self._bk.cluster.registry.bookies()
+        live = bookies.writable | bookies.read_only
+        tally = _Tally()
+        lists = asyncio.Semaphore(self._config.check_reads_in_flight_max)
+
+        async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
+            tally.ledgers += 1
+            tally.lost |= {b for ensemble in meta.segments.values() for b in ensemble} - live
+            shortfall, unknown, asked = await list_ledger(self._bk, ledger_id, meta, live, lists)
+            tally.fragments += asked
+            if unknown:
+                tally.failed[ledger_id] = next(iter(unknown.values()))
+            if shortfall:
+                tally.shortfalls[ledger_id] = shortfall
+                await self._urm.mark_underreplicated(ledger_id, list(shortfall.lacking))
+                tally.marked[ledger_id] = tuple(shortfall.lacking)
+
+        await self._each_ledger(visit)
+        await self._urm.set_check_ctime_ms(REPLICAS_CHECK, self._clock.wall_ms())
+        report = tally.report()
+        self.reports["replicas"] = report
+        log.info(
+            "replicas check of %d ledgers (%d replicas listed): %d marked, %d could not be checked",
+            *(report.ledgers_audited, report.fragments_checked, len(report.marked)),
+            len(report.failed),
+        )
+        return report
 
     # -- metadata scan ----------------------------------------------------------------------
     async def _each_ledger(

@@ -34,6 +34,7 @@ class AutoRecoveryConfig:
     bookie_check_interval_s: float = 86_400.0  # audit all ledgers against live bookies; 0: off
     check_all_ledgers_interval_s: float = 604_800.0  # probe first/last entries; 0: off
     placement_check_interval_s: float = 0.0  # 0: off
+    replicas_check_interval_s: float = 0.0  # list every replica's entries; 0: off (as Java)
     audit_metadata_reads_in_flight_max: int = 32  # ledger metadata reads during an audit
     check_reads_in_flight_max: int = 64  # probe reads of check-all-ledgers
     audit_retry_delay_s: float = 10.0  # a failed audit pass (metadata unreachable) waits this
@@ -54,6 +55,7 @@ class AutoRecoveryConfig:
             "bookie_check_interval_s",
             "check_all_ledgers_interval_s",
             "placement_check_interval_s",
+            "replicas_check_interval_s",
             "audit_retry_delay_s",
         ):
             check_number_in_range(name, getattr(self, name), 0.0, _INTERVAL_S_MAX)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.entry_copy import copy_entries
 from bkeeper.autorecovery.recovery_adds import RecoveryAddSink, Throttle
+from bkeeper.autorecovery.replicas import lacking_bookies
 from bkeeper.autorecovery.replicate import (
     Fragment,
     RepairPlan,
@@ -113,8 +114,10 @@ async def replicate_ledger(
     """Repair ``ledger_id`` (module doc). ``lost`` None: every ensemble member not registered
     (writable or read-only) is lost. ``dry_run``: plan only (``plan`` and ``replaced`` say
     what would be done). ``throttle``: shared with other copies (else one of this call's).
-    ``unless_back``: a bookie of ``lost`` registered again (it came back, with its data:
-    its cookie let it start) is not lost any more: nothing of it is copied."""
+    ``unless_back``: a bookie of ``lost`` registered again is asked for its list of
+    entries: when it stores every entry it should (it came back with its data: its cookie
+    let it start) it is not lost any more and nothing of it is copied; when it lacks some
+    (check-all-ledgers or the replicas check marked it) it is replaced as a lost one."""
     repair = _LedgerRepair(bk, ledger_id, config, throttle, rng)
     try:
         return await repair.run(lost, fence_open, dry_run, unless_back)
@@ -180,8 +183,9 @@ class _LedgerRepair:
         if lost is None:
             lost = lost_bookies(meta, bookies.writable | bookies.read_only)
         lost = frozenset(lost)
-        if unless_back:
-            lost -= bookies.writable | bookies.read_only
+        if unless_back:  # back with its data, or registered but lacking entries?
+            back = lost & (bookies.writable | bookies.read_only)
+            lost = (lost - back) | await lacking_bookies(bk, ledger_id, meta, back)
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
             fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
             await fenced.close()

@@ -21,11 +21,23 @@ from bkeeper.client.entry import Entry
 from bkeeper.client.pool import BookiePool
 from bkeeper.common.errors import BKeeperError, BookieUnavailableError, ProtocolError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
-from bkeeper.wire.codes import StatusCode, error_for_status
+from bkeeper.wire import entryset
+from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
 from bkeeper.wire.digest import DigestManager
-from bkeeper.wire.messages import ReadRequest, ReadResponse
+from bkeeper.wire.messages import (
+    GetListOfEntriesRequest,
+    GetListOfEntriesResponse,
+    ReadRequest,
+    ReadResponse,
+)
 
-__all__ = ["REPLICA_READS_IN_FLIGHT_MAX", "ReplicaEntry", "entries_on", "read_replica"]
+__all__ = [
+    "REPLICA_READS_IN_FLIGHT_MAX",
+    "ReplicaEntry",
+    "entries_on",
+    "list_entries_on",
+    "read_replica",
+]
 
 #: Reads :func:`read_replica` keeps in flight at most by default.
 REPLICA_READS_IN_FLIGHT_MAX = 64
@@ -91,3 +103,27 @@ async def read_replica(
     for start in range(0, len(entry_ids), window):
         for result in await asyncio.gather(*(one(e) for e in entry_ids[start : start + window])):
             yield result
+
+
+async def list_entries_on(
+    pool: BookiePool, bookie: str, ledger_id: int, *, timeout_s: float
+) -> list[int]:
+    """The ids of the entries ``bookie`` stores for ``ledger_id``, ascending (v3
+    GET_LIST_OF_ENTRIES_OF_LEDGER); empty when it has no such ledger. A bookie that does not
+    answer in ``timeout_s`` raises :class:`BookieUnavailableError`; one unsure of what it holds
+    (limbo) raises :class:`~bkeeper.common.errors.DataUnknownError`; another failing status,
+    the error it names."""
+    context = f"ledger {ledger_id} on {bookie}"
+    try:
+        response: GetListOfEntriesResponse = await asyncio.wait_for(
+            pool.send(bookie, GetListOfEntriesRequest(ledger_id), Protocol.V3), timeout_s
+        )
+    except TimeoutError:
+        raise BookieUnavailableError(f"{context}: no list of entries in {timeout_s:g} s") from None
+    if response.status is StatusCode.ENOLEDGER:
+        return []
+    if response.status is not StatusCode.EOK:
+        raise error_for_status(response.status, context)
+    if response.availability is None:
+        raise ProtocolError(f"{context}: list of entries OK without its entry set")
+    return entryset.decode_entry_ids(response.availability)
