@@ -287,3 +287,31 @@ async def test_a_bookie_that_connects_late_still_gets_every_entry_of_its_write_s
         for i in range(20):
             body = bytes(late.storage.read_entry(wh.ledger_id, i))
             assert body.endswith(b"e%d" % i), (i, body)
+
+
+async def test_a_small_pipeline_does_not_give_up_on_a_bookie_that_connects_late() -> None:
+    """``pending_adds_max`` bounds adds not yet acknowledged; entries the two fast bookies
+    acknowledged while the third was still connecting are no longer pending. Before: more
+    than ``pending_adds_max`` of them waiting for the connection counted the third bookie as
+    failed, silently, and with no spare bookie the writer failed (the Spark sink's flake:
+    "1 failed to answer this writer" with client.pending_adds_max=16). Entry ids follow the
+    appends' call order (before: woken appends that found no room queued again behind later
+    ones)."""
+    async with MemoryCluster(3) as cluster:
+        config = ClientConfig(add_timeout_ms=5_000, read_timeout_ms=300, pending_adds_max=4)
+        bk = await cluster.client(config)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        late = cluster.bookie(wh.ensemble[2])
+        late.connect_delay_s = 0.2
+        ids = await asyncio.gather(*[wh.append(b"e%d" % i) for i in range(40)])
+        assert ids == list(range(40))
+        for _ in range(500):  # until the late bookie got its 40 adds (5 s at most)
+            if late.requests >= 40:
+                break
+            await asyncio.sleep(0.01)
+        await wh.close()
+        assert wh.metadata.segments == {0: wh.ensemble}
+        assert late.storage is not None
+        for i in range(40):
+            body = bytes(late.storage.read_entry(wh.ledger_id, i))
+            assert body.endswith(b"e%d" % i), (i, body)

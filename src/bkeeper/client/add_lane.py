@@ -5,7 +5,9 @@ the ledger's listeners on it, and queues adds on them (``Connection.send_add``, 
 Every answer goes to the writer's ``on_add(bookie, status, entry id)``; a lost connection, a
 bookie that cannot be reached or a send that fails to ``on_failed(bookie)``. A position with no
 live connection gets one connect task per bookie (owned by the writer's :class:`TaskOwner`),
-and the entries waiting for it are sent once it is up, if the pipeline still wants them there.
+and the entries waiting for it (at most :data:`CONNECTING_ENTRIES_MAX` entries and
+:data:`CONNECTING_BYTES_MAX` bytes) are sent once it is up, if the pipeline still wants them
+there.
 
 :class:`Slots` is where appends wait for room in the pipeline (``pending_adds_max``).
 """
@@ -25,9 +27,14 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.wire.codes import StatusCode
 
-__all__ = ["AddLane", "Slots"]
+__all__ = ["CONNECTING_BYTES_MAX", "CONNECTING_ENTRIES_MAX", "AddLane", "Slots"]
 
 log = logging.getLogger(__name__)
+
+#: Entries, and their bytes, one writer holds for a bookie it is still connecting to; past
+#: either the bookie counts as failed (the connect itself is bounded by the connect timeout).
+CONNECTING_ENTRIES_MAX = 100_000
+CONNECTING_BYTES_MAX = 64 * 1024 * 1024
 
 
 class AddLane:
@@ -54,6 +61,7 @@ class AddLane:
         self.conns: list[Connection | None] = [None] * len(adds.ensemble)
         # bookie -> (entry id, data, position) to send once its connection is up
         self._connecting: dict[str, list[tuple[int, bytes, int]]] = {}
+        self._connecting_bytes: dict[str, int] = {}  # bookie -> bytes of its waiting entries
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
         """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
@@ -105,11 +113,20 @@ class AddLane:
         if waiting is None:
             self._connecting[bookie] = waiting = []
             self._tasks.spawn(self._connect_and_send(bookie), f"connect to {bookie}")
-        if len(waiting) >= self._adds.pending_max:
-            # Connecting for longer than a full pipeline takes to write: treat it as down
-            # (the ensemble change replaces it) rather than hold ever more entries for it.
+        held = self._connecting_bytes.get(bookie, 0) + len(data)
+        if len(waiting) >= CONNECTING_ENTRIES_MAX or held > CONNECTING_BYTES_MAX:
+            # Connecting for longer than it takes to write that much: treat it as down (the
+            # ensemble change replaces it) rather than hold ever more entries for it. Not
+            # ``pending_adds_max``: entries the others acknowledged meanwhile are not pending,
+            # and a small pipeline would give up on a bookie that is merely slow to accept.
+            log.warning(
+                "ledger %d: bookie %s still connecting with %d entries (%d bytes) waiting: "
+                "counted as failed",
+                *(self._ledger_id, bookie, len(waiting), held - len(data)),
+            )
             self._on_failed(bookie)
             return
+        self._connecting_bytes[bookie] = held
         waiting.append((entry_id, data, position))
 
     async def _connect_and_send(self, bookie: str) -> None:
@@ -118,9 +135,11 @@ class AddLane:
         except BKeeperError as exc:
             log.warning("ledger %d: bookie %s unreachable: %s", self._ledger_id, bookie, exc)
             self._connecting.pop(bookie, None)
+            self._connecting_bytes.pop(bookie, None)
             self._on_failed(bookie)
             return
         lac = self._adds.last_add_confirmed
+        self._connecting_bytes.pop(bookie, None)
         for entry_id, data, position in self._connecting.pop(bookie, ()):
             if entry_id <= lac:
                 # Completed on the others' acks meanwhile: this bookie must still get its
@@ -134,10 +153,23 @@ class AddLane:
 
 
 class Slots:
-    """Appends waiting for room in the pipeline, woken first come first served."""
+    """Appends waiting for room in the pipeline, served first come first served.
+
+    ``woken`` counts waiters woken that have not run yet: the room is promised to them, so
+    :meth:`release` wakes only for room beyond it (two releases before the woken run would
+    otherwise wake more than fit, and those sent back to wait would queue behind later
+    appends: entry ids out of call order), and a new append waits behind them
+    (:attr:`busy`) rather than take their room.
+    """
 
     def __init__(self) -> None:
         self.waiters: deque[asyncio.Future[None]] = deque()
+        self.woken = 0
+
+    @property
+    def busy(self) -> bool:
+        """Appends are waiting, or woken and about to take their room."""
+        return bool(self.waiters) or self.woken > 0
 
     async def wait(self) -> None:
         """Wait until :meth:`release` or :meth:`release_all` wakes this caller; the caller
@@ -146,17 +178,25 @@ class Slots:
         self.waiters.append(waiter)
         try:
             await waiter
-        finally:
-            if not waiter.done():
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # woken, then cancelled
+                self.woken -= 1
+                self.release(1)  # its room goes to the next in line
+            else:
                 waiter.cancel()
+            raise
+        self.woken -= 1
 
     def release(self, free: int) -> None:
-        """Wake up to ``free`` waiters."""
+        """Room for ``free`` more appends: wake as many waiters as it has beyond what the
+        woken ones will take."""
+        free -= self.woken
         waiters = self.waiters
         while waiters and free > 0:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self.woken += 1
                 free -= 1
 
     def release_all(self) -> None:
@@ -164,3 +204,4 @@ class Slots:
             waiter = self.waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self.woken += 1

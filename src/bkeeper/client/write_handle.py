@@ -109,10 +109,13 @@ class WriteHandle:
         """Wait for a pipeline slot and writable sockets, send ``data``; the future completes
         with its entry id."""
         self._check_open()
-        adds = self._adds
-        while len(adds) >= adds.pending_max:  # adds.full, inline: once per append
-            await self._slots.wait()
-            self._check_open()
+        adds, slots = self._adds, self._slots
+        if len(adds) >= adds.pending_max or slots.waiters or slots.woken:  # inline: per append
+            while True:  # in line behind earlier appends (entry ids in call order)
+                await slots.wait()
+                self._check_open()
+                if len(adds) < adds.pending_max:
+                    break
         for conn in self._lane.conns:  # inline, not a call: once per append
             if conn is not None and not conn.writable:
                 await self._lane.wait_writable()
