@@ -15,7 +15,7 @@ import pytest
 from bkeeper.autorecovery.audit import AuditReport, ReplicaShortfall
 from bkeeper.autorecovery.auditor import Auditor, lead_audits
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.autorecovery.worker import replicate_ledger
+from bkeeper.autorecovery.repair import replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ClientClosedError

@@ -12,11 +12,8 @@ import pytest
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.expected import expected_entries
-from bkeeper.autorecovery.worker import (
-    ReplicationWorker,
-    WorkerStatus,
-    replicate_ledger,
-)
+from bkeeper.autorecovery.repair import replicate_ledger
+from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LedgerFencedError, LedgerNotFoundError

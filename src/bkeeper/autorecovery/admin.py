@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from bkeeper.autorecovery.audit import ledgers_to_mark
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.recovery_adds import Throttle
-from bkeeper.autorecovery.worker import ReplicationOutcome, replicate_ledger
+from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import (

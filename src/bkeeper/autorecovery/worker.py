@@ -1,29 +1,12 @@
-"""Re-replication: copy what lost bookies held to new ones, then name them in the metadata.
-
-:func:`replicate_ledger` repairs one ledger:
-
-1. read its metadata and the registered bookies; the lost bookies are those given (the
-   under-replication mark's), or else every ensemble member not registered;
-2. an open ledger with a lost bookie in its last segment is fenced and sealed first
-   (``open_ledger(recovery=True)``, with the password stored in its metadata) when
-   ``fence_open``; otherwise nothing is done and the outcome says it ``awaits_fencing``;
-3. plan (:func:`bkeeper.autorecovery.replicate.plan_repair`): per segment and lost bookie, a
-   target and the entries it must receive;
-4. copy each fragment: :func:`~bkeeper.autorecovery.entry_copy.copy_entries` reads from the
-   surviving replicas, a :class:`~bkeeper.autorecovery.recovery_adds.RecoveryAddSink` pipelines
-   recovery adds to the target (``entries_in_flight_max`` unanswered at most, throttled by
-   ``rate_bytes_per_s``) and waits until the target made every one durable;
-5. compare-and-set the metadata (:func:`~bkeeper.autorecovery.replicate.apply_plan` on the
-   current version, at most ``metadata_retries_max`` rounds): a position is changed only if
-   the lost bookie still holds it.
-
-Expected failures (too few bookies, a source or target failing, metadata races lost) give an
-outcome with ``done`` False and the reason; a ledger deleted meanwhile is done.
+"""The replication worker: takes marked ledgers, repairs each with
+:func:`~bkeeper.autorecovery.repair.replicate_ledger`, removes the marks.
 
 :class:`ReplicationWorker` runs the queue: it locks a marked ledger
 (:class:`~bkeeper.meta.underreplication.UnderReplicationManager`), repairs it, and removes the
 mark; ``ledgers_in_parallel`` at once. While the cluster's auto-recovery is disabled it stays
-idle. An open ledger waiting for its writer is left (lock released, mark kept) until
+idle (the flag is read at most once per ``idle_poll_interval_ms``, not per ledger; the
+registered bookies are followed by a watch, not listed per ledger: fewer metadata round trips
+per ledger, which the ZooKeeper server shares the machine's CPU for). An open ledger waiting for its writer is left (lock released, mark kept) until
 ``open_ledger_grace_period_ms`` after it was marked; a failed ledger until
 ``failed_ledger_retry_delay_ms`` later. Which ledgers wait is remembered in memory, at most
 :data:`DEFERRED_LEDGERS_MAX` (past that the oldest is forgotten: it is only tried sooner).
@@ -40,238 +23,26 @@ import collections
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.autorecovery.entry_copy import copy_entries
-from bkeeper.autorecovery.recovery_adds import RecoveryAddSink, Throttle
-from bkeeper.autorecovery.replicas import lacking_bookies
-from bkeeper.autorecovery.replicate import (
-    Fragment,
-    RepairPlan,
-    apply_plan,
-    last_segment_lost,
-    lost_bookies,
-    plan_repair,
-)
+from bkeeper.autorecovery.recovery_adds import Throttle
+from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.client.read_handle import ReadHandle
-from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
-from bkeeper.meta.ledger_metadata import LedgerMetadata
-from bkeeper.meta.store import Versioned
+from bkeeper.common.errors import BKeeperError
+from bkeeper.meta.registry import BookieSet
 from bkeeper.meta.underreplication import UnderreplicatedLedger, UnderReplicationManager
-from bkeeper.wire.digest import master_key
 
-__all__ = [
-    "CANDIDATES_MAX",
-    "COPY_RANGES_IN_FLIGHT_MAX",
-    "DEFERRED_LEDGERS_MAX",
-    "ReplicationOutcome",
-    "ReplicationWorker",
-    "WorkerStatus",
-    "replicate_ledger",
-]
+__all__ = ["CANDIDATES_MAX", "DEFERRED_LEDGERS_MAX", "ReplicationWorker", "WorkerStatus"]
 
 log = logging.getLogger(__name__)
 
-#: Runs of consecutive entries one fragment copy reads at once (striped ledgers have many).
-COPY_RANGES_IN_FLIGHT_MAX = 16
 #: Ledgers a worker remembers as waiting (failed, or an open ledger in its grace period).
 DEFERRED_LEDGERS_MAX = 100_000
 #: Queued ledger ids one scan of the queue collects.
 CANDIDATES_MAX = 10_000
-
-
-@dataclass(frozen=True)
-class ReplicationOutcome:
-    ledger_id: int
-    replaced: dict[int, dict[str, str]]  # segment first entry -> {old bookie: new bookie}
-    entries_copied: int
-    bytes_copied: int
-    done: bool  # False: must be retried later (reason in ``reason``)
-    reason: str = ""
-    #: an open ledger's last segment lost a bookie and ``fence_open`` was False
-    awaits_fencing: bool = False
-    #: the plan (made also by a dry run); None when the ledger could not be planned
-    plan: RepairPlan | None = None
-
-
-async def replicate_ledger(
-    bk: BookKeeper,
-    ledger_id: int,
-    lost: Collection[str] | None,
-    config: AutoRecoveryConfig,
-    *,
-    fence_open: bool = True,
-    dry_run: bool = False,
-    throttle: Throttle | None = None,
-    rng: random.Random | None = None,
-    unless_back: bool = False,
-) -> ReplicationOutcome:
-    """Repair ``ledger_id`` (module doc). ``lost`` None: every ensemble member not registered
-    (writable or read-only) is lost. ``dry_run``: plan only (``plan`` and ``replaced`` say
-    what would be done). ``throttle``: shared with other copies (else one of this call's).
-    ``unless_back``: a bookie of ``lost`` registered again is asked for its list of
-    entries: when it stores every entry it should (it came back with its data: its cookie
-    let it start) it is not lost any more and nothing of it is copied; when it lacks some
-    (check-all-ledgers or the replicas check marked it) it is replaced as a lost one."""
-    repair = _LedgerRepair(bk, ledger_id, config, throttle, rng)
-    try:
-        return await repair.run(lost, fence_open, dry_run, unless_back)
-    except LedgerNotFoundError:
-        return repair.outcome(True, "the ledger was deleted")
-    except BKeeperError as exc:
-        if not await _exists(bk, ledger_id):
-            return repair.outcome(True, "the ledger was deleted")
-        return repair.outcome(False, str(exc) or type(exc).__name__)
-
-
-async def _exists(bk: BookKeeper, ledger_id: int) -> bool:
-    try:
-        return await bk.cluster.ledgers.exists(ledger_id)
-    except BKeeperError:
-        return True  # cannot tell: keep it queued
-
-
-class _LedgerRepair:
-    """One call of :func:`replicate_ledger`: its steps and what they achieved."""
-
-    def __init__(
-        self,
-        bk: BookKeeper,
-        ledger_id: int,
-        config: AutoRecoveryConfig,
-        throttle: Throttle | None,
-        rng: random.Random | None,
-    ) -> None:
-        self.bk = bk
-        self.ledger_id = ledger_id
-        self.config = config
-        self.throttle = throttle or Throttle(
-            config.rate_bytes_per_s, SystemClock(), config.bytes_in_flight_max
-        )
-        self.rng = rng
-        self.plan: RepairPlan | None = None
-        self.replaced: dict[int, dict[str, str]] = {}
-        self.entries_copied = 0
-        self.bytes_copied = 0
-
-    def outcome(
-        self, done: bool, reason: str = "", awaits_fencing: bool = False
-    ) -> ReplicationOutcome:
-        return ReplicationOutcome(
-            self.ledger_id,
-            self.replaced,
-            self.entries_copied,
-            self.bytes_copied,
-            done,
-            reason,
-            awaits_fencing,
-            self.plan,
-        )
-
-    async def run(
-        self, lost: Collection[str] | None, fence_open: bool, dry_run: bool, unless_back: bool
-    ) -> ReplicationOutcome:
-        bk, ledger_id = self.bk, self.ledger_id
-        versioned = await bk.cluster.ledgers.read(ledger_id)
-        meta = versioned.value
-        bookies = await bk.cluster.registry.bookies()
-        if lost is None:
-            lost = lost_bookies(meta, bookies.writable | bookies.read_only)
-        lost = frozenset(lost)
-        if unless_back:  # back with its data, or registered but lacking entries?
-            back = lost & (bookies.writable | bookies.read_only)
-            lost = (lost - back) | await lacking_bookies(bk, ledger_id, meta, back)
-        if last_segment_lost(meta, lost) and fence_open and not dry_run:
-            fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
-            await fenced.close()
-            log.info("ledger %d fenced and sealed for re-replication", ledger_id)
-            versioned = await bk.cluster.ledgers.read(ledger_id)
-            meta = versioned.value
-        racks = dict(bk.config.racks) if bk.config.placement == "rackaware" else None
-        plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
-        self.plan = plan
-        if dry_run:
-            self.replaced = plan.replaced
-            return self.outcome(not plan.needs_fencing, awaits_fencing=plan.needs_fencing)
-        if plan.needs_fencing:
-            reason = "an open ledger's last segment lost a bookie: waiting to fence it"
-            return self.outcome(False, reason, awaits_fencing=True)
-        if any(fragment.entry_ids for fragment in plan.fragments):
-            handle = await bk.open_ledger(ledger_id, meta.password, recovery=False)
-            try:
-                for fragment in plan.fragments:
-                    await self.copy(handle, meta, fragment)
-            finally:
-                await handle.close()
-        return await self.update_metadata(versioned, plan)
-
-    async def copy(self, handle: ReadHandle, meta: LedgerMetadata, fragment: Fragment) -> None:
-        if not fragment.entry_ids:
-            return
-        sink = RecoveryAddSink(
-            self.bk.pool,
-            fragment.target,
-            self.ledger_id,
-            master_key(meta.password),
-            in_flight_max=self.config.entries_in_flight_max,
-            answer_timeout_s=self.bk.config.add_timeout_ms / 1000.0,
-            throttle=self.throttle,
-        )
-        try:
-            await copy_entries(
-                handle, meta.password, fragment.entry_ids, sink, COPY_RANGES_IN_FLIGHT_MAX
-            )
-            await sink.drain()
-        finally:
-            sink.abandon()
-            self.entries_copied += sink.entries_sent
-            self.bytes_copied += sink.bytes_sent
-        log.debug(
-            "ledger %d segment %d: %d entries of %s copied to %s",
-            self.ledger_id,
-            fragment.segment,
-            len(fragment.entry_ids),
-            fragment.lost,
-            fragment.target,
-        )
-
-    async def update_metadata(
-        self, versioned: Versioned[LedgerMetadata], plan: RepairPlan
-    ) -> ReplicationOutcome:
-        ledgers = self.bk.cluster.ledgers
-        ledger_id = self.ledger_id
-
-        async def read() -> Versioned[LedgerMetadata]:
-            return await ledgers.read(ledger_id)
-
-        async def attempt(
-            held: Versioned[LedgerMetadata],
-        ) -> tuple[list[Fragment], list[Fragment]]:
-            meta, applied, refused = apply_plan(held.value, plan.fragments)
-            if applied:
-                await ledgers.write(ledger_id, meta, held.version)
-            return applied, refused
-
-        applied, refused = await cas_update(
-            read,
-            attempt,
-            what=f"ledger {ledger_id}: re-replication",
-            attempts_max=self.bk.config.metadata_retries_max,
-            current=versioned,
-        )
-        for fragment in applied:
-            self.replaced.setdefault(fragment.segment, {})[fragment.lost] = fragment.target
-        if refused:
-            names = ", ".join(f"{f.target} (segment {f.segment})" for f in refused)
-            return self.outcome(False, f"targets joined their ensembles meanwhile: {names}")
-        if applied:
-            log.info("ledger %d re-replicated: %s", ledger_id, self.replaced)
-        return self.outcome(True)
 
 
 @dataclass(frozen=True)
@@ -327,6 +98,9 @@ class ReplicationWorker:
         self._changed = asyncio.Condition()
         self._scanning = asyncio.Lock()
         self._idle_until = 0.0  # event loop time: no lane looks for work before then
+        self._enabled_until = 0.0  # event loop time: the disable flag is read again then
+        #: the registered bookies as followed by a watch (None: not known, each repair reads)
+        self._bookies: BookieSet | None = None
 
     @property
     def status(self) -> WorkerStatus:
@@ -354,8 +128,21 @@ class ReplicationWorker:
         ``ledgers_in_parallel`` lanes, each taking its next ledger as it finishes one (taking
         costs metadata round trips: one taker for all lanes would be their bottleneck)."""
         async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow_bookies(), name="replication: bookies")
             for lane in range(self._config.ledgers_in_parallel):
                 group.create_task(self._lane(), name=f"replication lane {lane}")
+
+    async def _follow_bookies(self) -> None:
+        """Keep :attr:`_bookies` current from the registry's watch (one watch instead of two
+        listings per ledger repaired); if the watch fails, each repair reads them again."""
+        try:
+            async with contextlib.aclosing(self._bk.cluster.registry.watch()) as changes:
+                async for bookies in changes:
+                    self._bookies = bookies
+        except BKeeperError as exc:
+            log.warning("replication worker %s: registry watch ended: %s", self._holder, exc)
+        finally:
+            self._bookies = None
 
     async def _lane(self) -> None:
         while True:
@@ -371,8 +158,10 @@ class ReplicationWorker:
             # after the interval, instead of each asking the metadata store on its own.
             if loop.time() >= self._idle_until:
                 try:
-                    enabled = await self._urm.is_enabled()
-                    await self._set_enabled(enabled)
+                    if loop.time() >= self._enabled_until:  # once per interval, not per take
+                        await self._set_enabled(await self._urm.is_enabled())
+                        self._enabled_until = loop.time() + idle_s
+                    enabled = self._counters.enabled
                     entry = await self._lock_candidate() if enabled else None
                 except BKeeperError as exc:
                     log.warning("replication worker %s: cannot take: %s", self._holder, exc)
@@ -462,6 +251,7 @@ class ReplicationWorker:
                 throttle=self._throttle,
                 rng=self._rng,
                 unless_back=True,  # marked while restarting, say: nothing to do once back
+                bookies=self._bookies,
             )
         except Exception as exc:  # a bug: reported, and the ledger stays marked for a retry
             log.exception("ledger %d: re-replication failed unexpectedly", ledger_id)

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from bkeeper.autorecovery import admin
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.autorecovery.worker import ReplicationOutcome
+from bkeeper.autorecovery.repair import ReplicationOutcome
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.cli.shell_ops import progress as progress_bar

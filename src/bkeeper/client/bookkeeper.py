@@ -25,7 +25,7 @@ from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
 from bkeeper.common.validate import check_quorum
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
-from bkeeper.meta.store import StoreConfig
+from bkeeper.meta.store import StoreConfig, Versioned
 from bkeeper.wire.digest import DigestType
 
 __all__ = ["BookKeeper"]
@@ -176,14 +176,20 @@ class BookKeeper:
         return WriteHandle(ctx, new_id, versioned, password)
 
     async def open_ledger(
-        self, ledger_id: int, password: bytes = b"", *, recovery: bool = True
+        self,
+        ledger_id: int,
+        password: bytes = b"",
+        *,
+        recovery: bool = True,
+        metadata: Versioned[LedgerMetadata] | None = None,
     ) -> ReadHandle:
-        """Open for reading; with ``recovery`` (the default) fence the writer and seal it."""
+        """Open for reading; with ``recovery`` (the default) fence the writer and seal it.
+        Without recovery, ``metadata`` just read by the caller saves reading it again."""
         ctx = self._context()
         if recovery:
             versioned = await recover_ledger(ctx, ledger_id, password)
         else:
-            versioned = await ctx.ledgers.read(ledger_id)
+            versioned = metadata if metadata is not None else await ctx.ledgers.read(ledger_id)
             check_password(ledger_id, versioned.value, password)
         handle = ReadHandle(ctx, ledger_id, versioned, password)
         return handle
