@@ -6,7 +6,8 @@
 mark; ``ledgers_in_parallel`` at once. While the cluster's auto-recovery is disabled it stays
 idle (the flag is read at most once per ``idle_poll_interval_ms``, not per ledger; the
 registered bookies are followed by a watch, not listed per ledger: fewer metadata round trips
-per ledger, which the ZooKeeper server shares the machine's CPU for). An open ledger waiting for its writer is left (lock released, mark kept) until
+per ledger, which the ZooKeeper server shares the machine's CPU for). An open ledger
+waiting for its writer is left (lock released, mark kept) until
 ``open_ledger_grace_period_ms`` after it was marked; a failed ledger until
 ``failed_ledger_retry_delay_ms`` later. Which ledgers wait is remembered in memory, at most
 :data:`DEFERRED_LEDGERS_MAX` (past that the oldest is forgotten: it is only tried sooner).
