@@ -62,6 +62,7 @@ class AddLane:
         # bookie -> (entry id, data, position) to send once its connection is up
         self._connecting: dict[str, list[tuple[int, bytes, int]]] = {}
         self._connecting_bytes: dict[str, int] = {}  # bookie -> bytes of its waiting entries
+        self._connects: dict[str, asyncio.Task[None]] = {}  # bookie -> its connect task
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
         """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
@@ -83,6 +84,16 @@ class AddLane:
         for conn in self.conns:
             if conn is not None and not conn.writable:
                 await conn.wait_writable()
+
+    async def settle(self) -> None:
+        """Wait for the connects in progress (each bounded by the connect timeout), so that
+        the entries waiting for them are sent: a writer closing sends every entry to its
+        whole write set, not only to the ack quorum that acknowledged it."""
+        while self._connects:
+            bookie, task = next(iter(self._connects.items()))
+            await asyncio.gather(task, return_exceptions=True)
+            if self._connects.get(bookie) is task:
+                del self._connects[bookie]
 
     def detach(self, positions: Iterable[int] | None = None) -> None:
         """Take this ledger's listeners off the connections of ``positions`` (all: None)."""
@@ -112,7 +123,9 @@ class AddLane:
         waiting = self._connecting.get(bookie)
         if waiting is None:
             self._connecting[bookie] = waiting = []
-            self._tasks.spawn(self._connect_and_send(bookie), f"connect to {bookie}")
+            self._connects[bookie] = self._tasks.spawn(
+                self._connect_and_send(bookie), f"connect to {bookie}"
+            )
         held = self._connecting_bytes.get(bookie, 0) + len(data)
         if len(waiting) >= CONNECTING_ENTRIES_MAX or held > CONNECTING_BYTES_MAX:
             # Connecting for longer than it takes to write that much: treat it as down (the
@@ -130,6 +143,13 @@ class AddLane:
         waiting.append((entry_id, data, position))
 
     async def _connect_and_send(self, bookie: str) -> None:
+        try:
+            await self._connect_and_send_now(bookie)
+        finally:
+            if self._connects.get(bookie) is asyncio.current_task():
+                del self._connects[bookie]
+
+    async def _connect_and_send_now(self, bookie: str) -> None:
         try:
             await self._ctx.pool.connection(bookie)
         except BKeeperError as exc:

@@ -145,6 +145,7 @@ class WriteHandle:
         pending = [add.future for add in self._adds.pending]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        await self._lane.settle()  # entries waiting for a bookie still connecting go out
         self._lane.detach()
         await self._tasks.aclose()
         if isinstance(self._adds.error, LedgerFencedError):
