@@ -74,6 +74,6 @@ async def test_a_leader_paused_before_open_writer_cannot_fence_the_next_one():
         for stop in stops:
             stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
-        assert first.values == [(v, e, "following") for v, e, _ in second.values][
-            : len(first.values)
-        ]
+        assert (
+            first.values == [(v, e, "following") for v, e, _ in second.values][: len(first.values)]
+        )
