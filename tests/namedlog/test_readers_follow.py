@@ -149,3 +149,26 @@ async def test_a_long_poll_goes_to_the_new_bookies_when_the_ensemble_changes_und
 async def _until(condition) -> None:
     while not condition():
         await asyncio.sleep(0.01)
+
+
+async def test_watches_are_bounded_per_client_and_end_with_the_handle_or_the_client():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(CLIENT)
+        writer = await bk.create_ledger(3, 2, 2)
+        await writer.append(b"a")
+        reader_bk = await cluster.client(
+            ClientConfig(long_poll_timeout_ms=50, metadata_watches_max=1)
+        )
+        first = await reader_bk.open_ledger(writer.ledger_id, recovery=False)
+        second = await reader_bk.open_ledger(writer.ledger_id, recovery=False)
+        await first.wait_last_add_confirmed(5, 50)
+        await second.wait_last_add_confirmed(5, 50)
+        assert first.view.watching
+        assert not second.view.watching, "metadata_watches_max=1"
+        await first.close()
+        assert not first.view.watching
+        await second.wait_last_add_confirmed(5, 50)
+        assert second.view.watching
+        await reader_bk.close()
+        assert not second.view.watching
+        await writer.close()

@@ -23,7 +23,8 @@ recently committed is forgotten first).
 example a leader election node's sequence number): a writer asking with an older term is
 refused (``WriterTermError``) before it fences anything. Metadata written before terms
 existed has none and reads as ``None``; the format number stays 1 (a reader that does not
-know ``term`` ignores it).
+know ``term`` ignores it, but a bkeeper from before terms that rewrites the list drops it:
+do not mix such writers with termed ones on one log).
 """
 
 from __future__ import annotations
