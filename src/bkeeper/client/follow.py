@@ -19,7 +19,7 @@ fails):
 * **refresh**: :meth:`LedgerView.refresh` re-reads the metadata when a bookie's answer says
   the view may be old (no replica of an entry up to the LAC has it, or none answers): the
   handle asks again with the new view when the metadata moved on, and reports the error
-  otherwise.
+  otherwise (also when the metadata cannot be read: that is logged).
 
 Only a strictly newer version replaces the view (the node's version only grows: ledger ids
 are never reused), so what a view holds never goes back in time.
@@ -32,7 +32,7 @@ import contextlib
 import logging
 
 from bkeeper.client.context import ClientContext
-from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
+from bkeeper.common.errors import BKeeperError, LedgerNotFoundError, MetadataError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 
@@ -80,6 +80,9 @@ class LedgerView:
         try:
             fresh = await self._ctx.ledgers.read(self.ledger_id)
         except LedgerNotFoundError:
+            return False
+        except MetadataError as exc:  # the caller reports what made it ask
+            log.warning("ledger %d: could not read its metadata again: %s", self.ledger_id, exc)
             return False
         moved = self.apply(fresh)
         if moved:
