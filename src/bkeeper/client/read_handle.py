@@ -343,7 +343,8 @@ class ReadHandle:
         the watch of the ledger's metadata (:meth:`LedgerView.follow`), and when the metadata
         moves on meanwhile (an ensemble change) the poll goes again to the new last segment's
         bookies for the time left; a ledger sealed meanwhile answers its last entry. When
-        every bookie failed, the metadata is read again and, if it moved on, polled again.
+        every bookie failed, the metadata is read again and, if it moved on, polled again;
+        else the poll waits for the metadata to move until its time is up.
         """
         self._check_open()
         self._view.follow()
@@ -362,10 +363,18 @@ class ReadHandle:
                 return self.last_add_confirmed
             if outcome is _Poll.FAILED:
                 refreshes += 1
-                if clock.monotonic() >= deadline or refreshes > self._config.metadata_retries_max:
+                if refreshes > self._config.metadata_retries_max:
                     return self._lac
                 if not await self._view.refresh():
-                    return self._lac
+                    # No bookie answered and the metadata is as it was: wait for it to move
+                    # (the watch) until the time is up, rather than return at once.
+                    remaining = deadline - clock.monotonic()
+                    if remaining <= 0:
+                        return self._lac
+                    try:
+                        await asyncio.wait_for(changed.wait(), remaining)
+                    except TimeoutError:
+                        return self._lac
             elif outcome is _Poll.TIMED_OUT:
                 return self._lac
             # _Poll.MOVED_ON, or refreshed: poll the new last segment's bookies.
