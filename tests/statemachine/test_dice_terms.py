@@ -11,6 +11,7 @@ import random
 from bkeeper.client.config import ClientConfig
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.statemachine import Dice, DiceConfig
+from bkeeper.statemachine.dice import election_path
 from bkeeper.testing.cluster import MemoryCluster
 
 CLIENT = ClientConfig(
@@ -54,7 +55,13 @@ async def test_a_leader_paused_before_open_writer_cannot_fence_the_next_one():
         await asyncio.wait_for(paused.wait(), 20)  # checked its leadership, about to open
         second = process(1)
         tasks.append(asyncio.create_task(second.run(stops[1])))
-        await asyncio.sleep(0.2)  # the second queues behind the first
+        store = logs[1].bk.cluster.store
+        directory = election_path(logs[1].bk.cluster.root, "dice")
+        for _ in range(2000):  # the second queues behind the first
+            if len(await store.children(directory)) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(await store.children(directory)) == 2
         await logs[0].bk.cluster.store.expire_session()  # the pause outlives the session
         await wait_for(lambda: second.leading and len(second.values) >= 3)
         ledger = (await logs[1].log("dice").metadata()).ledgers[-1].ledger_id
