@@ -7,17 +7,28 @@ import contextlib
 import os
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 
 import click
 
 from bkeeper.cli._options import metadata_option
 from bkeeper.client import BookKeeper, ClientConfig
+from bkeeper.common.errors import ConnectionLossError, SessionExpiredError
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
-from bkeeper.meta.store import StoreConfig
+from bkeeper.meta.store import NodeStore, StoreConfig
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.statemachine import Dice, DiceConfig
 
-__all__ = ["dice"]
+__all__ = ["STOP_BEFORE_OPEN_WRITER_ENV", "dice"]
+
+#: Test hook: when set to 1, the process stops itself (SIGSTOP) the first time it is between
+#: its leadership check and ``open_writer``, so that a test can let its session expire there
+#: and resume it (SIGCONT) once another process leads. Resumed, it goes on to ``open_writer``
+#: as soon as the metadata store answers again (a new session once the old one expired): the
+#: case where an ex-leader's calls succeed.
+STOP_HOOK_STORE_TRIES_MAX = 600
+STOP_HOOK_PAUSE_S = 0.05
+STOP_BEFORE_OPEN_WRITER_ENV = "BKEEPER_TEST_DICE_STOP_BEFORE_OPEN_WRITER"
 
 
 @click.command()
@@ -46,6 +57,28 @@ def dice(metadata_uri: str, log_name: str, period: float, session_timeout_ms: in
     run_event_loop(_run(metadata_uri, log_name, period, session_timeout_ms, candidate))
 
 
+def _stop_once_hook(store: NodeStore) -> Callable[[], Awaitable[None]] | None:
+    """The ``STOP_BEFORE_OPEN_WRITER_ENV`` test hook, when asked for."""
+    if os.environ.get(STOP_BEFORE_OPEN_WRITER_ENV) != "1":
+        return None
+    stops_left = 1
+
+    async def stop_once() -> None:
+        nonlocal stops_left
+        if stops_left:
+            stops_left -= 1
+            click.echo("dice: stopping before open_writer (test hook)", err=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            for _ in range(STOP_HOOK_STORE_TRIES_MAX):
+                try:
+                    await store.exists("/")
+                    return
+                except (ConnectionLossError, SessionExpiredError):
+                    await asyncio.sleep(STOP_HOOK_PAUSE_S)
+
+    return stop_once
+
+
 async def _run(uri: str, log_name: str, period: float, session_ms: int, candidate: str) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,6 +96,7 @@ async def _run(uri: str, log_name: str, period: float, session_ms: int, candidat
                 cluster.store,
                 DiceConfig(log_name=log_name, period_s=period, candidate=candidate),
                 out=click.echo,
+                before_open_writer=_stop_once_hook(cluster.store),
             )
             await app.run(stop)
     finally:

@@ -238,6 +238,8 @@ class BookKeeper:
             self._ctx.closed = True
             for handle in list(self._ctx.handles):
                 await handle.abort(ClientClosedError("the client is closed"))
+            for view in list(self._ctx.followers):
+                view.stop()
             await self._ctx.pool.aclose()
         if self._cluster is not None and self._owns_cluster:
             cluster, self._cluster = self._cluster, None

@@ -41,6 +41,10 @@ class ClientConfig:
     ``metrics``: keep client metrics (:mod:`bkeeper.client.metrics`; off by default).
     ``connection_write_buffer_bytes_max``: bytes queued on one connection's socket before
     writers wait for it to drain (below a quarter of it they go on).
+    ``metadata_watches_max``: read handles of this client that watch their ledger's metadata
+    at once (a handle starts watching at its first long poll, see
+    :mod:`bkeeper.client.follow`); the others re-read it only when a bookie's answer says
+    their view is old.
     """
 
     protocol: Protocol = Protocol.V2
@@ -66,6 +70,7 @@ class ClientConfig:
     connection_requests_pending_max: int = PENDING_REQUESTS_MAX
     connection_write_buffer_bytes_max: int = 8 * 1024 * 1024
     metrics: bool = False
+    metadata_watches_max: int = 1_000
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -89,6 +94,7 @@ class ClientConfig:
             "batch_reads_in_flight_max",
             "connection_requests_pending_max",
             "connection_write_buffer_bytes_max",
+            "metadata_watches_max",
         )
         check_non_negative_ints(self, "speculative_read_timeout_ms", "explicit_lac_interval_ms")
         # A full answer: 32 bytes of header, then a 4-byte length before every body.

@@ -28,6 +28,8 @@ class ClientContext:
     rng: random.Random = field(default_factory=random.Random)
     closed: bool = False
     handles: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
+    #: Read handles' metadata views that watch their ledger now (``metadata_watches_max``).
+    followers: set[Any] = field(default_factory=set)
     metrics: ClientMetrics | None = None
 
     def _racks(self) -> dict[str, str] | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from bkeeper.common.clock import Clock, SystemClock
@@ -124,6 +124,11 @@ class ReconnectingLedgers:
                 # The attempt the lost connection interrupted had deleted it.
 
         await self._retry(f"deleting ledger {ledger_id}'s metadata", delete)
+
+    def watch(self, ledger_id: int) -> AsyncGenerator[Versioned[LedgerMetadata] | None, None]:
+        """The ledger's metadata, then each new version (None while it does not exist);
+        see :meth:`LedgerMetadataStore.watch` (it rides out lost connections by itself)."""
+        return self._ledgers.watch(ledger_id)
 
     async def ledger_ids(self) -> AsyncIterator[int]:
         """Every ledger id, ascending; a listing cut by a lost connection goes on after the

@@ -13,6 +13,14 @@ bookies answered to cover every write set (Qw - Qa + 1 each).
 Ranges (``read``, ``read_unconfirmed``, ``read_batches``) go through
 :mod:`bkeeper.client.batch_read`: v2 BATCH_READ requests where every bookie of a segment holds
 every entry (E == Qw), the per-entry path above elsewhere and as the batch path's fallback.
+
+The metadata a handle reads by is a :class:`~bkeeper.client.follow.LedgerView`: the long poll
+starts a watch of it (a reader that stays open sees the writer's ensemble changes and the
+seal as they are written, and its long poll goes again to the new last segment's bookies),
+and a read or LAC discovery that no replica answers, or that every replica answers without
+the entry, re-reads the metadata and, when it moved on (an ensemble change, a bookie replaced
+by auto-recovery), asks again from the first entry not read yet, at most
+``metadata_retries_max`` times per call.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import enum
+import logging
+import weakref
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -27,6 +38,7 @@ from bkeeper.client.batch_read import BatchReader, discard, plan_spans
 from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.client.entry import Entry
+from bkeeper.client.follow import LedgerView
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -45,6 +57,12 @@ from bkeeper.wire.messages import ReadLacRequest, ReadRequest
 
 __all__ = ["ReadHandle"]
 
+log = logging.getLogger(__name__)
+
+#: What a replica answers when the reader's view of the ledger may be old (the entry is on
+#: other bookies now): worth re-reading the metadata before reporting it.
+_STALE_VIEW_ERRORS = (NoSuchEntryError, NoSuchLedgerError, BookieUnavailableError)
+
 
 class ReadHandle:
     """Reads one ledger. Made by ``BookKeeper.open_ledger``."""
@@ -59,15 +77,26 @@ class ReadHandle:
         self._ctx = ctx
         self._config = ctx.config
         self.ledger_id = ledger_id
-        self._versioned = metadata
+        self._view = LedgerView(ctx, ledger_id, metadata)
+        weakref.finalize(self, self._view.stop)
         self._digest = DigestManager(ledger_id, metadata.value.digest_type, password, Entry)
         meta = metadata.value
         self._lac = meta.last_entry_id if meta.state is LedgerState.CLOSED else -1
         self._closed = False
 
     @property
+    def _versioned(self) -> Versioned[LedgerMetadata]:
+        return self._view.versioned
+
+    @property
     def metadata(self) -> LedgerMetadata:
+        """The ledger's metadata as this handle knows it now (see the module docstring)."""
         return self._versioned.value
+
+    @property
+    def view(self) -> LedgerView:
+        """The handle's view of the metadata (whether it watches, how often it moved on)."""
+        return self._view
 
     @property
     def is_closed(self) -> bool:
@@ -76,6 +105,9 @@ class ReadHandle:
     @property
     def last_add_confirmed(self) -> int:
         """The highest LAC this handle has learnt (the last entry of a closed ledger)."""
+        meta = self._versioned.value
+        if meta.state is LedgerState.CLOSED and meta.last_entry_id > self._lac:
+            self._lac = meta.last_entry_id  # sealed since the handle was opened
         return self._lac
 
     @property
@@ -84,6 +116,7 @@ class ReadHandle:
 
     async def close(self) -> None:
         self._closed = True
+        self._view.stop()
 
     # -- entries -------------------------------------------------------------------------
     async def read(self, first: int = 0, last: int | None = None) -> AsyncGenerator[Entry, None]:
@@ -128,9 +161,10 @@ class ReadHandle:
     async def _batches(
         self, first: int, last: int | None, unconfirmed: bool
     ) -> AsyncGenerator[list[Entry], None]:
+        lac = self.last_add_confirmed
         if last is None:
-            last = self._lac
-        if last > self._lac and not unconfirmed:
+            last = lac
+        if last > lac and not unconfirmed:
             raise NoSuchEntryError(
                 f"ledger {self.ledger_id}: entry {last} is beyond the LAC {self._lac}; "
                 "use read_unconfirmed"
@@ -139,13 +173,40 @@ class ReadHandle:
         if first < 0 or first > last + 1:
             raise NoSuchEntryError(f"ledger {self.ledger_id}: bad range {first}..{last}")
         reader = BatchReader(self._ctx, self.ledger_id, self._digest, self._read_chunks)
-        for span in plan_spans(self._versioned.value, first, last, self._config.protocol):
-            async with contextlib.aclosing(reader.read(span)) as batches:
-                async for batch in batches:
-                    yield batch
+        next_id, refreshes = first, 0
+        while True:
+            try:
+                for span in plan_spans(self._versioned.value, next_id, last, self._config.protocol):
+                    async with contextlib.aclosing(reader.read(span)) as batches:
+                        async for batch in batches:
+                            next_id = batch[-1].entry_id + 1
+                            yield batch
+                return
+            except _STALE_VIEW_ERRORS as exc:
+                refreshes += 1
+                if not await self._moved_on(refreshes, exc):
+                    raise
 
     async def read_entry(self, entry_id: int) -> Entry:
-        return await self._read_one(entry_id)
+        refreshes = 0
+        while True:
+            try:
+                return await self._read_one(entry_id)
+            except _STALE_VIEW_ERRORS as exc:
+                refreshes += 1
+                if not await self._moved_on(refreshes, exc):
+                    raise
+
+    async def _moved_on(self, refreshes: int, error: BaseException) -> bool:
+        """After ``error`` (no replica had what was asked): did the metadata move on (an
+        ensemble change, a bookie replaced), so that asking again may succeed?"""
+        if refreshes > self._config.metadata_retries_max:
+            return False
+        self._check_open()
+        if not await self._view.refresh():
+            return False
+        log.info("ledger %d: asking again with its new metadata after: %s", self.ledger_id, error)
+        return True
 
     async def read_entry_from(self, bookie: str, entry_id: int) -> Entry:
         """``entry_id`` as ``bookie`` holds it, verified, asking no other replica (the
@@ -237,9 +298,19 @@ class ReadHandle:
     # -- LAC -----------------------------------------------------------------------------
     async def read_last_add_confirmed(self) -> int:
         """Learn the LAC from the bookies of the last ensemble (no fencing)."""
+        refreshes = 0
+        while True:
+            try:
+                return await self._read_last_add_confirmed()
+            except BookieUnavailableError as exc:
+                refreshes += 1
+                if not await self._moved_on(refreshes, exc):
+                    raise
+
+    async def _read_last_add_confirmed(self) -> int:
         self._check_open()
         if self.is_closed:
-            return self._lac
+            return self.last_add_confirmed
         meta = self._versioned.value
         ensemble = list(meta.last_ensemble)
         results = await self._ask_all(ensemble, lambda b: ReadRequest(self.ledger_id, -1))
@@ -266,39 +337,87 @@ class ReadHandle:
         return self._lac
 
     async def wait_last_add_confirmed(self, previous: int, timeout_ms: int | None = None) -> int:
-        """Long poll: return once the LAC passes ``previous`` or the timeout ends."""
+        """Long poll: return once the LAC passes ``previous`` or the timeout ends.
+
+        The poll goes to the bookies of the last segment as the handle knows it; it starts
+        the watch of the ledger's metadata (:meth:`LedgerView.follow`), and when the metadata
+        moves on meanwhile (an ensemble change) the poll goes again to the new last segment's
+        bookies for the time left; a ledger sealed meanwhile answers its last entry. When
+        every bookie failed, the metadata is read again and, if it moved on, polled again;
+        else the poll waits for the metadata to move until its time is up.
+        """
         self._check_open()
-        if self._lac > previous or self.is_closed:
+        self._view.follow()
+        if self.last_add_confirmed > previous or self.is_closed:
             return self._lac
         timeout = timeout_ms if timeout_ms is not None else self._config.long_poll_timeout_ms
+        clock = self._ctx.clock
+        deadline = clock.monotonic() + timeout / 1000.0
+        refreshes = 0
+        while True:
+            changed = self._view.change_event()
+            outcome = await self._poll_once(previous, deadline, changed)
+            if outcome is _Poll.ANSWERED or self.last_add_confirmed > previous:
+                return self._lac
+            if self.is_closed:
+                return self.last_add_confirmed
+            if outcome is _Poll.FAILED:
+                refreshes += 1
+                if refreshes > self._config.metadata_retries_max:
+                    return self._lac
+                if not await self._view.refresh():
+                    # No bookie answered and the metadata is as it was: wait for it to move
+                    # (the watch) until the time is up, rather than return at once.
+                    remaining = deadline - clock.monotonic()
+                    if remaining <= 0:
+                        return self._lac
+                    try:
+                        await asyncio.wait_for(changed.wait(), remaining)
+                    except TimeoutError:
+                        return self._lac
+            elif outcome is _Poll.TIMED_OUT:
+                return self._lac
+            # _Poll.MOVED_ON, or refreshed: poll the new last segment's bookies.
+
+    async def _poll_once(self, previous: int, deadline: float, changed: asyncio.Event) -> _Poll:
+        """One long poll of the last segment's bookies, until ``deadline`` (the bookies are
+        given that long, and one second more to answer) or until ``changed`` is set."""
+        clock = self._ctx.clock
+        remaining_ms = max(1, int((deadline - clock.monotonic()) * 1000))
         request = ReadRequest(
-            self.ledger_id, previous + 1, previous_lac=previous, timeout_ms=timeout
+            self.ledger_id, previous + 1, previous_lac=previous, timeout_ms=remaining_ms
         )
         tasks = [
             asyncio.ensure_future(self._ctx.pool.send(b, request, Protocol.V3))
             for b in self._versioned.value.last_ensemble
         ]
+        moved = asyncio.ensure_future(changed.wait())
         try:
-            pending = set(tasks)
-            clock = self._ctx.clock
-            deadline = clock.monotonic() + timeout / 1000.0 + 1.0
-            while pending:
-                remaining = deadline - clock.monotonic()
+            pending: set[asyncio.Future[Any]] = {*tasks, moved}
+            answered = False
+            while pending - {moved}:  # a bookie has not answered yet
+                remaining = deadline + 1.0 - clock.monotonic()
                 if remaining <= 0:
-                    break
+                    return _Poll.TIMED_OUT
                 done, pending = await asyncio.wait(
                     pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
                 )
+                if moved in done:
+                    return _Poll.MOVED_ON
                 for task in done:
-                    if task.exception() is None and task.result().status is StatusCode.EOK:
-                        lac = task.result().max_lac
+                    if task.exception() is not None:
+                        continue
+                    answered = True
+                    response = task.result()
+                    if response.status is StatusCode.EOK:
+                        lac = response.max_lac
                         if lac is not None and lac > previous:
                             self._lac = max(self._lac, lac)
-                            return self._lac
+                            return _Poll.ANSWERED
+            return _Poll.TIMED_OUT if answered else _Poll.FAILED
         finally:
-            for task in tasks:
+            for task in (*tasks, moved):
                 task.cancel()
-        return self._lac
 
     async def read_explicit_last_add_confirmed(self) -> int:
         """The LAC from the bookies' explicit LAC (WRITE_LAC) and last entries (v3)."""
@@ -336,6 +455,15 @@ class ReadHandle:
             raise ClientClosedError("the client is closed")
         if self._closed:
             raise ClientClosedError(f"handle of ledger {self.ledger_id} is closed")
+
+
+class _Poll(enum.Enum):
+    """How one long poll of a segment's bookies ended."""
+
+    ANSWERED = "a bookie's LAC passed the one asked about"
+    TIMED_OUT = "bookies answered, none with a newer LAC, or the time ran out"
+    FAILED = "no bookie answered"
+    MOVED_ON = "the metadata changed meanwhile"
 
 
 def _succeeded(task: asyncio.Task[Entry]) -> bool:

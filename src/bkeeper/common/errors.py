@@ -39,6 +39,7 @@ translated at the boundary with ``raise ... from``.
     │   ├── LogNotFoundError          no log of that name
     │   ├── LogExistsError            a log of that name exists already
     │   ├── LogFencedError            another writer took the log over
+    │   │   └── WriterTermError       a writer of an older leadership term was refused
     │   └── LogTruncatedError         the position asked for was truncated away
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
@@ -101,6 +102,7 @@ __all__ = [
     "StorageError",
     "TooManyRequestsError",
     "UnauthorizedAccessError",
+    "WriterTermError",
 ]
 
 
@@ -246,6 +248,11 @@ class LogExistsError(LogError):
 
 class LogFencedError(LogError):
     """Another writer opened the log: this writer can append no more."""
+
+
+class WriterTermError(LogFencedError):
+    """A log's writer was asked for with a leadership term older than the one the log
+    records: a newer leader holds the log, so this one is refused before it fences anything."""
 
 
 class LogTruncatedError(LogError):

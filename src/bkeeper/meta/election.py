@@ -68,6 +68,19 @@ class LeaderElection:
         """How many times this candidate has become leader."""
         return self._term
 
+    @property
+    def sequence(self) -> int | None:
+        """The sequence number of this candidate's node while it leads, else None.
+
+        The store numbers the nodes of one directory in creation order, and a leader is the
+        live node with the lowest number, so each leader's number is higher than every
+        earlier leader's: a leadership term that orders leaders across candidates (a named
+        log's writer term, say)."""
+        node = self._lock.node
+        if node is None or not self.is_leader:
+            return None
+        return int(node[-10:])
+
     async def start(self) -> None:
         """Join the election (returns at once; leadership comes later)."""
         if self._session is None:

@@ -14,7 +14,7 @@ holding :mod:`bkeeper.meta.metadata_format` bytes. Invariants:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from bkeeper.common.errors import (
     ConnectionLossError,
@@ -101,7 +101,7 @@ class LedgerMetadataStore:
                 async for ledger_id in self._walk([name], long_form=width == _LONG_TOP_WIDTH):
                     yield ledger_id
 
-    async def watch(self, ledger_id: int) -> AsyncIterator[Versioned[LedgerMetadata] | None]:
+    async def watch(self, ledger_id: int) -> AsyncGenerator[Versioned[LedgerMetadata] | None, None]:
         """The current metadata, then each new version; ``None`` while it does not exist.
 
         Ends when the store closes. Use ``contextlib.aclosing`` to stop watching early.

@@ -11,6 +11,15 @@ fenced (its next append fails with :class:`LogFencedError`; nothing it wrote aft
 fencing is visible, as recovery seals the ledger at its acknowledged end). The writer rolls
 to a new ledger when the current one reaches ``roll_bytes`` or ``roll_age_ms``.
 
+Terms: a writer opened with a leadership ``term`` (an elected leader's: see
+:mod:`bkeeper.statemachine.dice`) first records the term in the log's metadata by
+compare-and-set, and only then fences the previous writer. A term older than the one
+recorded is refused (:class:`WriterTermError`) before anything is fenced, so a leader that
+was paused between its leadership check and ``open_writer`` cannot, when it resumes, fence
+the leader that took over; a writer whose term was overtaken is fenced at its next roll
+even before the newer leader's ledger is listed. Writers opened without a term are not
+ordered by it (and leave the recorded term as it is).
+
 Reader (:meth:`NamedLog.open_reader`, :mod:`bkeeper.namedlog.reader`): reads sealed ledgers
 in order, then tails the open one without fencing. Where a log starts and ends, the record at
 a time and the runs of confirmed entries are the walk's (:mod:`bkeeper.namedlog.walk`, one
@@ -34,6 +43,7 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogError,
     MetadataVersionError,
+    WriterTermError,
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LogConfig
@@ -124,12 +134,20 @@ class NamedLog:
     async def _read(self) -> Snapshot:
         return await self.logs.store.read(self.name)
 
-    async def open_writer(self) -> LogWriter:
-        """Become the log's only writer, fencing any earlier one."""
+    async def open_writer(self, *, term: int | None = None) -> LogWriter:
+        """Become the log's only writer, fencing any earlier one.
+
+        ``term``: this writer's leadership term (higher is newer). The log records it before
+        the earlier writer is fenced; a term older than the recorded one raises
+        :class:`WriterTermError` and fences nothing (see the module docstring)."""
         logs = self.logs
+        if term is not None and (isinstance(term, bool) or not isinstance(term, int) or term < 0):
+            raise ConfigError(f"term: must be a non-negative integer, got {term!r}")
 
         async def attempt(snapshot: Snapshot) -> LogWriter:
             meta, version = snapshot
+            if term is not None:
+                meta, version = await self._claim(meta, version, term)
             await self.seal_unsealed(meta)
             handle = await create_ledger(logs.bk, logs.config)
             try:
@@ -140,7 +158,7 @@ class NamedLog:
                 await discard_ledger(logs.bk, handle)
                 raise MetadataVersionError(f"log {self.name!r}: the list moved on") from exc
             log.debug("log %s: writer on ledger %d", self.name, handle.ledger_id)
-            return LogWriter(self, handle, new_meta, version)
+            return LogWriter(self, handle, new_meta, version, term)
 
         return await cas_update(
             self._read,
@@ -148,6 +166,22 @@ class NamedLog:
             what=f"log {self.name!r}: could not open a writer",
             attempts_max=logs.config.metadata_retries_max,
         )
+
+    async def _claim(self, meta: LogMetadata, version: int, term: int) -> Snapshot:
+        """Record ``term`` in the log's metadata (compare-and-set on ``version``), unless
+        it is there already; ``WriterTermError`` when the log holds a newer term."""
+        held = meta.writer_term
+        if held is not None and term < held:
+            raise WriterTermError(
+                f"log {self.name!r}: writer term {term} is older than the log's term {held}: "
+                "a newer leader holds the log"
+            )
+        if held == term:
+            return meta, version
+        claimed = meta.with_term(term)
+        version = await self.logs.store.write(self.name, claimed, version)
+        log.debug("log %s: term %d recorded", self.name, term)
+        return claimed, version
 
     async def seal_unsealed(self, meta: LogMetadata) -> None:
         """Recover (fence and seal) the ledgers at the end of the list that are not CLOSED:

@@ -8,7 +8,8 @@ inside) the BookKeeper ledger tree so that BookKeeper tools never see it: for a 
     {"format": 1, "ctime_ms": 1700000000000,
      "ledgers": [{"id": 12, "ctime_ms": 1700000000000}, ...],
      "truncated_before": [12, 0],
-     "commits": {"<writer id>": {"batch": 7, "time_ms": 1700000000000}}}
+     "commits": {"<writer id>": {"batch": 7, "time_ms": 1700000000000}},
+     "term": 42}
 
 ``ledgers`` is in log order with strictly increasing ids. ``truncated_before`` is the
 position given to the last ``truncate`` (records before it are gone or going). ``commits``
@@ -16,6 +17,14 @@ position given to the last ``truncate`` (records before it are gone or going). `
 whose ledgers were appended, written in the same compare-and-set as those ledgers, so that a
 replayed batch is recognised; at most ``COMMITS_MAX`` writers are remembered (the least
 recently committed is forgotten first).
+
+``term`` (optional) is the leadership term of the newest writer that opened the log with one
+(:meth:`NamedLog.open_writer <bkeeper.namedlog.logs.NamedLog.open_writer>`'s ``term``, for
+example a leader election node's sequence number): a writer asking with an older term is
+refused (``WriterTermError``) before it fences anything. Metadata written before terms
+existed has none and reads as ``None``; the format number stays 1 (a reader that does not
+know ``term`` ignores it, but a bkeeper from before terms that rewrites the list drops it:
+do not mix such writers with termed ones on one log).
 """
 
 from __future__ import annotations
@@ -98,6 +107,12 @@ class LogMetadata:
     ledgers: tuple[LogLedger, ...] = ()
     truncated_before: Position | None = None
     commits: tuple[WriterCommit, ...] = ()
+    #: The leadership term of the newest writer that opened the log with one (None: never).
+    writer_term: int | None = None
+
+    def with_term(self, term: int) -> LogMetadata:
+        """The metadata recording ``term`` as the log's writer term."""
+        return replace(self, writer_term=term)
 
     def with_ledger(self, ledger_id: int, ctime_ms: int) -> LogMetadata:
         if self.ledgers and ledger_id <= self.ledgers[-1].ledger_id:
@@ -157,6 +172,8 @@ class LogMetadata:
             doc["commits"] = {
                 c.writer_id: {"batch": c.batch_id, "time_ms": c.time_ms} for c in self.commits
             }
+        if self.writer_term is not None:
+            doc["term"] = self.writer_term
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -172,7 +189,9 @@ class LogMetadata:
                 WriterCommit(str(writer), int(c["batch"]), int(c["time_ms"]))
                 for writer, c in doc.get("commits", {}).items()
             )
-            meta = cls(int(doc["ctime_ms"]), ledgers, truncated, commits)
+            term = doc.get("term")
+            writer_term = int(term) if term is not None else None
+            meta = cls(int(doc["ctime_ms"]), ledgers, truncated, commits, writer_term)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ProtocolError(f"metadata of log {name!r} is unreadable: {exc}") from exc
         ids = [x.ledger_id for x in ledgers]

@@ -197,28 +197,32 @@ class LogReader:
                 position = Position(ledger_id + 1, 0)
                 continue
             # The ledger is open: tail it until it is sealed, rolled away from or deleted.
-            lac = await handle.read_last_add_confirmed()
-            while not self._closed:
-                if position.entry_id <= lac:
-                    async for batch in self._read(handle, position.entry_id, lac):
-                        position = Position(ledger_id, batch[-1].position.entry_id + 1)
-                        yield batch
-                rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
-                wait_ms = min(config.tail_poll_ms, 50) if rolled else config.tail_poll_ms
-                new_lac = await handle.wait_last_add_confirmed(lac, wait_ms)
-                if new_lac > lac:
-                    lac = new_lac
-                    continue
-                # Quiet: did the writer roll, or a new writer seal this ledger?
-                meta = await self._meta()
-                if meta.index_of(ledger_id) != len(meta.ledgers) - 1:
-                    break
-                try:
-                    state = (await self._logs.bk.ledger_metadata(ledger_id)).state
-                except LedgerNotFoundError:
-                    break
-                if state is LedgerState.CLOSED:
-                    break
+            # (The handle follows the ledger's metadata meanwhile: see bkeeper.client.follow.)
+            try:
+                lac = await handle.read_last_add_confirmed()
+                while not self._closed:
+                    if position.entry_id <= lac:
+                        async for batch in self._read(handle, position.entry_id, lac):
+                            position = Position(ledger_id, batch[-1].position.entry_id + 1)
+                            yield batch
+                    rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
+                    wait_ms = min(config.tail_poll_ms, 50) if rolled else config.tail_poll_ms
+                    new_lac = await handle.wait_last_add_confirmed(lac, wait_ms)
+                    if new_lac > lac:
+                        lac = new_lac
+                        continue
+                    # Quiet: did the writer roll, or a new writer seal this ledger?
+                    meta = await self._meta()
+                    if meta.index_of(ledger_id) != len(meta.ledgers) - 1:
+                        break
+                    try:
+                        state = (await self._logs.bk.ledger_metadata(ledger_id)).state
+                    except LedgerNotFoundError:
+                        break
+                    if state is LedgerState.CLOSED:
+                        break
+            finally:
+                await handle.close()  # ends its metadata watch
 
     async def _read(
         self, handle: ReadHandle, first: int, last: int | None = None

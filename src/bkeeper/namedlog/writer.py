@@ -69,7 +69,12 @@ class LogWriter:
     """The only writer of a named log (until another one opens). Made by ``open_writer``."""
 
     def __init__(
-        self, named: NamedLog, handle: WriteHandle, meta: LogMetadata, version: int
+        self,
+        named: NamedLog,
+        handle: WriteHandle,
+        meta: LogMetadata,
+        version: int,
+        term: int | None = None,
     ) -> None:
         self._log = named
         self._logs = named.logs
@@ -77,6 +82,8 @@ class LogWriter:
         self._handle = handle
         self._meta = meta
         self._version = version
+        #: The leadership term this writer was opened with (None: none).
+        self.term = term
         self._clock = named.logs.clock
         self._opened_at = self._clock.monotonic()
         self._roll_lock = asyncio.Lock()
@@ -230,6 +237,10 @@ class LogWriter:
                 meta, version = snapshot
                 if not meta.ledgers or meta.ledgers[-1].ledger_id != old.ledger_id:
                     raise self._fenced(RuntimeError("the ledger list moved on"))
+                if self._overtaken(meta):
+                    raise self._fenced(
+                        RuntimeError(f"term {meta.writer_term} overtook term {self.term}")
+                    )
                 new_meta = meta.with_ledger(new.ledger_id, self._clock.wall_ms())
                 return new_meta, await store.write(name, new_meta, version)
 
@@ -253,6 +264,12 @@ class LogWriter:
                 await self._apply_retention()
             except BKeeperError as exc:  # retention is best effort; the next roll retries
                 log.warning("log %s: retention: %s", self._log.name, exc)
+
+    def _overtaken(self, meta: LogMetadata) -> bool:
+        """Whether a writer of a newer term has claimed the log."""
+        return (
+            self.term is not None and meta.writer_term is not None and meta.writer_term > self.term
+        )
 
     async def _apply_retention(self) -> None:
         """Truncate sealed ledgers past the retention age or size (see ``LogConfig``)."""

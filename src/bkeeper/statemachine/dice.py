@@ -9,6 +9,13 @@ values it has not seen yet ("catchup") before rolling. A leader that loses its s
 (paused past the session timeout) loses leadership; when it runs again its appends fail
 because its ledger was fenced, and it goes back to following.
 
+Leadership terms: a process that finds itself leader takes its election node's sequence
+number as its term (:attr:`LeaderElection.sequence`, higher for every later leader) and opens
+the writer with it. The log records the term before the previous writer is fenced, and refuses
+an older term before it fences anything (:class:`WriterTermError`): a process paused between
+its leadership check and ``open_writer`` that resumes after another took over cannot fence
+the new leader; it resigns and follows again.
+
 So every process prints, in order, a prefix of the one sequence of values in the log, and
 no value rolled by a leader after it was fenced. Each line reads
 ``Value = N, epoch = L, leading|following|catchup``, where the epoch is the ledger the value
@@ -21,10 +28,16 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bkeeper.common.errors import BKeeperError, ConfigError, LogExistsError, LogFencedError
+from bkeeper.common.errors import (
+    BKeeperError,
+    ConfigError,
+    LogExistsError,
+    LogFencedError,
+    WriterTermError,
+)
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.namedlog import (
@@ -71,16 +84,25 @@ class Dice:
         config: DiceConfig | None = None,
         out: Callable[[str], None] = print,
         rng: random.Random | None = None,
+        *,
+        before_open_writer: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``before_open_writer``: awaited between the leadership check and
+        ``open_writer`` (a test hook: a pause placed exactly there)."""
         self._logs = logs
         self._store = store
         self._config = config or DiceConfig()
         self._out = out
         self._rng = rng or random.Random()
+        self._before_open_writer = before_open_writer
         self._printed: Position | None = None
         self.values: list[tuple[int, int, str]] = []  # (value, epoch, role) as printed
         #: True while this process holds the log's writer and rolls.
         self.leading = False
+        #: Times this process's writer was fenced while it led (another writer took over).
+        self.fenced = 0
+        #: Times its writer was refused because a newer leader holds the log.
+        self.refused = 0
 
     def _print(self, value: int, position: Position, role: str) -> None:
         if self._printed is not None and position <= self._printed:
@@ -115,7 +137,12 @@ class Dice:
                     if not await self._confirmed(election):
                         await asyncio.sleep(0.05)
                         continue
-                    fenced = await self._lead(named, reader, election, stop)
+                    term = election.sequence
+                    if term is None:  # lost it since the check
+                        continue
+                    if self._before_open_writer is not None:
+                        await self._before_open_writer()
+                    fenced = await self._lead(named, reader, election, stop, term)
                 except BKeeperError as exc:  # the store or bookies failed: try again shortly
                     log.warning("dice: %s", exc)
                     await asyncio.sleep(min(self._config.period_s, 1.0))
@@ -150,11 +177,21 @@ class Dice:
                 self._show(record, "following")
 
     async def _lead(
-        self, named: NamedLog, reader: LogReader, election: LeaderElection, stop: asyncio.Event
+        self,
+        named: NamedLog,
+        reader: LogReader,
+        election: LeaderElection,
+        stop: asyncio.Event,
+        term: int,
     ) -> bool:
-        """Lead until leadership ends; True when another writer fenced this one."""
+        """Lead until leadership ends; True when another writer fenced this one, or a newer
+        leader holds the log (the process then queues again)."""
         try:
-            writer = await named.open_writer()
+            writer = await named.open_writer(term=term)
+        except WriterTermError as exc:
+            self.refused += 1
+            log.warning("not taking over the log: %s", exc)
+            return True
         except BKeeperError as exc:
             log.warning("could not take over the log: %s", exc)
             await asyncio.sleep(self._config.period_s)
@@ -175,7 +212,8 @@ class Dice:
                         writer.append(b"%d" % value), self._config.append_timeout_s
                     )
                 except LogFencedError:
-                    log.info("fenced: another process leads now")
+                    self.fenced += 1
+                    log.warning("fenced: another process leads now")
                     return True
                 except (BKeeperError, TimeoutError) as exc:
                     log.warning("roll failed: %s", exc)
