@@ -48,6 +48,7 @@ def _register_commands() -> None:
         meta,
         sandbox,
         shell,
+        verify,
         zookeeper,
     )
 
@@ -60,6 +61,7 @@ def _register_commands() -> None:
     cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)
     cli.add_command(shell.shell)
+    cli.add_command(verify.verify)
     cli.add_command(zookeeper.zookeeper)
 
 

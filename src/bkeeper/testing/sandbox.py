@@ -260,14 +260,19 @@ class Sandbox:
                 position += 1
         return bookie, recovery
 
-    def _start_autorecovery(self, index: int, nice: int) -> None:
-        """Start it and wait for its "ready" line."""
+    def _start_autorecovery(self, index: int, nice: int) -> subprocess.Popen[bytes]:
+        """Start it and wait for its "ready" line (it is stopped with the sandbox even if
+        it never gets there)."""
         log_path = self.config.data_dir / f"autorecovery-{index}.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
         proc = _spawn(self.autorecovery_command(index), log_path, nice)
-        self.autorecoveries.append(proc)
+        if index < len(self.autorecoveries):
+            self.autorecoveries[index] = proc
+        else:
+            self.autorecoveries.append(proc)
         self._wait_line(proc, log_path, offset, re.compile(rb" ready \(metadata "),
                         f"auto-recovery {index}", "")  # fmt: skip
+        return proc
 
     def _wait_line(
         self,
@@ -349,6 +354,23 @@ class Sandbox:
         if index < len(self.autorecoveries):
             os.kill(self.autorecoveries[index].pid, sig)
         os.kill(self.bookies[index].pid, sig)
+
+    def restart_bookie(self, index: int) -> None:
+        """Start bookie ``index`` again (after :meth:`kill_bookie`), with its data, and wait
+        until it is ready; its auto-recovery process too, if it has one."""
+        old = self.bookies[index]
+        if old.poll() is None:
+            raise BKeeperError(f"bookie {index} is still running (pid {old.pid})")
+        proc = self._spawn_bookie(index)
+        self.bookies[index] = proc
+        self._wait_bookie(index, proc)
+        nice = self.config.autorecovery_nice
+        beside = self.autorecoveries[index] if index < len(self.autorecoveries) else None
+        if nice is not None and beside is not None and beside.poll() is not None:
+            self._start_autorecovery(index, nice)
+
+    def bookie_data_dir(self, index: int) -> Path:
+        return self.config.data_dir / f"bookie-{index}"
 
     def __enter__(self) -> Sandbox:
         self.start()

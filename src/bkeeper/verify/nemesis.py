@@ -1,0 +1,130 @@
+"""Faults on a real cluster's processes and disks (:class:`Nemesis`), healed on schedule.
+
+* ``kill``: SIGKILL the bookie; heal: start it again with its data.
+* ``pause``: SIGSTOP the bookie (past the ZooKeeper session timeout when held long); heal:
+  SIGCONT.
+* ``zk``: SIGKILL ZooKeeper; heal: start it again with its data.
+* ``corrupt``: SIGKILL the bookie and flip one payload bit of recent entries in the last
+  group of its newest journal; heal: start it again (its integrity check finds the damage).
+* ``disk-full``: fill the bookie's own filesystem (a tmpfs per bookie); heal: remove the
+  filler.
+
+Blocking steps (waiting for a process to be ready) run in a thread. A step that fails raises
+:class:`~bkeeper.common.errors.BKeeperError`: the run reports it as a violation (a bookie
+that cannot start again after a crash is one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from bkeeper.common.errors import BKeeperError
+from bkeeper.testing.journal_faults import apply_patches, journal_patches, newest_journal_file
+from bkeeper.testing.sandbox import Sandbox
+from bkeeper.testing.tmpfs import fill_disk
+from bkeeper.verify.schedule import Fault
+
+__all__ = ["FILLER_NAME", "Nemesis"]
+
+log = logging.getLogger(__name__)
+
+#: The file that fills a bookie's filesystem (``disk-full``), removed on heal.
+FILLER_NAME = "verify-filler"
+
+#: Seconds a killed process has to exit.
+_EXIT_TIMEOUT_S = 10.0
+
+
+class Nemesis:
+    """Injects and heals :class:`~bkeeper.verify.schedule.Fault` s on ``sandbox``.
+
+    ``disks``: bookie index -> its own filesystem (for ``disk-full``); ``recent_ledgers``:
+    ledgers the workload wrote last (``corrupt`` flips entries of one of them)."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        recent_ledgers: Callable[[], list[int]],
+        disks: dict[int, Path] | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.recent_ledgers = recent_ledgers
+        self.disks = disks or {}
+
+    async def inject(self, fault: Fault) -> str:
+        kind, target = fault.kind, fault.target
+        if kind == "zk":
+            await asyncio.to_thread(self._kill_zookeeper)
+            return "ZooKeeper killed"
+        assert target is not None
+        if kind == "kill":
+            await asyncio.to_thread(self._kill_bookie, target)
+            return f"bookie {target} killed"
+        if kind == "pause":
+            self.sandbox.kill_bookie(target, signal.SIGSTOP)
+            return f"bookie {target} stopped (SIGSTOP)"
+        if kind == "corrupt":
+            await asyncio.to_thread(self._kill_bookie, target)
+            return await asyncio.to_thread(self._corrupt, target)
+        if kind == "disk-full":
+            disk = self.disks.get(target)
+            if disk is None:
+                raise BKeeperError(f"bookie {target} has no filesystem of its own to fill")
+            await asyncio.to_thread(fill_disk, disk / FILLER_NAME, None)
+            return f"bookie {target}'s filesystem filled"
+        raise BKeeperError(f"unknown fault {kind!r}")
+
+    async def heal(self, fault: Fault) -> str:
+        kind, target = fault.kind, fault.target
+        if kind == "zk":
+            await asyncio.to_thread(self.sandbox.zookeeper.start)
+            return "ZooKeeper started again"
+        assert target is not None
+        if kind in ("kill", "corrupt"):
+            await asyncio.to_thread(self.sandbox.restart_bookie, target)
+            return f"bookie {target} started again"
+        if kind == "pause":
+            self.sandbox.kill_bookie(target, signal.SIGCONT)
+            return f"bookie {target} continued (SIGCONT)"
+        if kind == "disk-full":
+            (self.disks[target] / FILLER_NAME).unlink(missing_ok=True)
+            return f"bookie {target}'s filler removed"
+        raise BKeeperError(f"unknown fault {kind!r}")
+
+    def _kill_bookie(self, index: int) -> None:
+        self.sandbox.kill_bookie(index, signal.SIGKILL)
+        try:
+            self.sandbox.bookies[index].wait(_EXIT_TIMEOUT_S)
+        except Exception as exc:
+            raise BKeeperError(f"bookie {index} did not exit after SIGKILL: {exc}") from exc
+
+    def _kill_zookeeper(self) -> None:
+        server = self.sandbox.zookeeper
+        pid = server.pid
+        if pid is None:
+            raise BKeeperError("ZooKeeper is not running")
+        os.kill(pid, signal.SIGKILL)
+        server.wait()
+        server.stop()  # reaps it and forgets the process
+
+    def _corrupt(self, index: int) -> str:
+        journal_dir = self.sandbox.bookie_data_dir(index) / "current" / "journal"
+        try:
+            path = newest_journal_file(journal_dir)
+        except FileNotFoundError:
+            return f"bookie {index} killed (no journal to corrupt)"
+        data = Path(path).read_bytes()
+        for ledger_id in reversed(self.recent_ledgers()):
+            try:
+                patches = journal_patches(data, ledger_id, None)
+            except ValueError:
+                continue
+            apply_patches(path, patches)
+            ids = ", ".join(map(str, patches.entry_ids[:5]))
+            return f"bookie {index} killed, ledger {ledger_id} entries {ids} flipped in its journal"
+        return f"bookie {index} killed (its last journal group holds no recent entry)"

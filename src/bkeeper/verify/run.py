@@ -1,0 +1,285 @@
+"""One verification run, start to verdict, on a cluster of its own.
+
+1. ZooKeeper and ``bookies`` bookie processes (auto-recovery in each) on free ports, each
+   bookie's data on a tmpfs of its own when ``disk-full`` is asked for (mounting needs root:
+   without it that nemesis is skipped, and the run says so);
+2. the workload runs for ``duration_s`` while the nemesis injects and heals the schedule's
+   faults (:func:`~bkeeper.verify.schedule.make_schedule`, from the seed);
+3. every fault healed, every created ledger is read whole with recovery
+   (:func:`~bkeeper.verify.workload.read_final`) and the history checked
+   (:func:`~bkeeper.verify.check.check_ledgers`);
+4. auto-recovery's replicas check is run once (each live replica's list of entries) and the
+   workers are given ``settle_s`` to repair what it marks; a ledger whose replicas still lack
+   entries then is a violation (faults must not leave a ledger under-replicated for good).
+
+The history (JSON lines), the schedule, the log and a command that repeats the run are
+written to ``out_dir/seed-<seed>/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import shlex
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bkeeper.autorecovery.auditor import Auditor
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.replicas import list_ledger
+from bkeeper.client import BookKeeper
+from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+from bkeeper.testing.tmpfs import mounted_tmpfs
+from bkeeper.testing.zookeeper import port_free
+from bkeeper.verify.check import Verdict, check_ledgers
+from bkeeper.verify.history import History
+from bkeeper.verify.nemesis import Nemesis
+from bkeeper.verify.schedule import Fault, make_schedule
+from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final
+
+__all__ = ["RunResult", "VerifyConfig", "run_once"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of each bookie's own tmpfs (``disk-full``).
+BOOKIE_DISK_BYTES = 256 * 1024 * 1024
+#: Attempts at finding free ports for a run's cluster.
+PORT_ATTEMPTS_MAX = 20
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    workload: str = "ledger"
+    nemeses: tuple[str, ...] = ()
+    duration_s: float = 30.0
+    bookies: int = 5
+    settle_s: float = 120.0
+    out_dir: Path = Path("verify-out")
+    workload_config: WorkloadConfig = field(default_factory=WorkloadConfig)
+
+    def __post_init__(self) -> None:
+        if self.workload != "ledger":
+            raise ConfigError(f"workload: {self.workload!r} is not one of ledger")
+        if not 5 <= self.bookies <= 16:
+            raise ConfigError(f"bookies: {self.bookies} is not between 5 and 16")
+        if not 1.0 <= self.duration_s <= 86_400.0:
+            raise ConfigError(f"duration: {self.duration_s} s is not between 1 and 86400")
+
+
+@dataclass
+class RunResult:
+    seed: int
+    faults: list[tuple[Fault, str]]
+    skipped: dict[str, str]
+    verdict: Verdict
+    operations: int
+    appends_ok: int
+    appends_unknown: int
+    history_path: Path
+    repro: str
+    seconds: float
+
+
+def repro_command(config: VerifyConfig, seed: int) -> str:
+    return shlex.join(
+        [
+            "bkeeper", "verify", "--workload", config.workload,
+            "--nemesis", ",".join(config.nemeses) or "none",
+            "--duration", f"{config.duration_s:g}", "--seed", str(seed),
+            "--bookies", str(config.bookies),
+        ]
+    )  # fmt: skip
+
+
+def run_once(config: VerifyConfig, seed: int) -> RunResult:
+    """One run (module doc); raises only for what stops the harness itself (ports, Java)."""
+    started = time.monotonic()
+    out = config.out_dir / f"seed-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    nemeses = list(config.nemeses)
+    skipped: dict[str, str] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="bkeeper-verify-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        data_dir = Path(tmp)
+        disks: dict[int, Path] = {}
+        if "disk-full" in nemeses:
+            try:
+                for index in range(config.bookies):
+                    disk = data_dir / f"bookie-{index}"
+                    disks[index] = stack.enter_context(mounted_tmpfs(disk, BOOKIE_DISK_BYTES))
+            except ConfigError as exc:
+                skipped["disk-full"] = str(exc)
+                nemeses.remove("disk-full")
+                disks.clear()
+        schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
+        (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
+        sandbox = Sandbox(_sandbox_config(data_dir, config.bookies, seed))
+        history = History()
+        sandbox.start()
+        try:
+            workload = LedgerWorkload(sandbox.metadata_uri, history, seed, config.workload_config)
+            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks)
+            faults, verdict = asyncio.run(
+                _drive(config, sandbox, schedule, workload, nemesis, history)
+            )
+        finally:
+            sandbox.stop()
+    history_path = out / "history.jsonl"
+    history.write(history_path)
+    repro = repro_command(config, seed)
+    (out / "repro.txt").write_text(repro + "\n")
+    return RunResult(
+        seed,
+        faults,
+        skipped,
+        verdict,
+        len(history),
+        history.count("append", "ok"),
+        history.count("append", "info"),
+        history_path,
+        repro,
+        time.monotonic() - started,
+    )
+
+
+@contextlib.contextmanager
+def _logs_to(path: Path) -> Iterator[None]:
+    """During a run, the log goes to ``path`` (faults make clients warn a lot: expected);
+    what the console's handlers show is only errors."""
+    root = logging.getLogger()
+    quieted = [(h, h.level) for h in root.handlers]
+    for handler, _level in quieted:
+        handler.setLevel(max(handler.level, logging.ERROR))
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setLevel(logging.INFO)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(to_file)
+    try:
+        yield
+    finally:
+        root.removeHandler(to_file)
+        to_file.close()
+        for handler, level in quieted:
+            handler.setLevel(level)
+
+
+def _sandbox_config(data_dir: Path, bookies: int, seed: int) -> SandboxConfig:
+    rng = random.Random(seed ^ 0x5EED)
+    for _ in range(PORT_ATTEMPTS_MAX):
+        base = rng.randrange(20_000, 30_000)
+        ports = [base, *range(base + 1, base + 1 + bookies)]
+        if all(port_free("127.0.0.1", p) for p in ports):
+            return SandboxConfig(
+                data_dir=data_dir,
+                bookies=bookies,
+                zookeeper_port=base,
+                bookie_port_base=base + 1,
+                bookie_args=("-o", "lost_bookie_recovery_delay_s=2"),
+            )
+    raise ConfigError(
+        f"no free ports for a cluster of {bookies} bookies after {PORT_ATTEMPTS_MAX} tries"
+    )
+
+
+async def _drive(
+    config: VerifyConfig,
+    sandbox: Sandbox,
+    schedule: tuple[Fault, ...],
+    workload: LedgerWorkload,
+    nemesis: Nemesis,
+    history: History,
+) -> tuple[list[tuple[Fault, str]], Verdict]:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    start = loop.time()
+    task = asyncio.create_task(workload.run(stop))
+    done: list[tuple[Fault, str]] = []
+    harness: list[str] = []
+    try:
+        for fault in schedule:
+            await _until(start + fault.at_s, task)
+            what = await _step(history, nemesis.inject, fault, "inject", harness)
+            await _until(start + fault.heal_s, task)
+            healed = await _step(history, nemesis.heal, fault, "heal", harness)
+            done.append((fault, f"{what}; {healed}"))
+        await _until(start + config.duration_s, task)
+    finally:
+        stop.set()
+        await task  # the workload's own failure (a harness bug) is raised here
+    final = await read_final(sandbox.metadata_uri, list(workload.created))
+    verdict = check_ledgers(history, final)
+    for line in harness:
+        verdict.violate(line)
+    readable = [ledger_id for ledger_id, found in final.items() if not found.error]
+    await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict)
+    return done, verdict
+
+
+async def _step(
+    history: History,
+    step: object,
+    fault: Fault,
+    what: str,
+    harness: list[str],
+) -> str:
+    assert callable(step)
+    target = -1 if fault.target is None else fault.target
+    history.add("nemesis", "invoke", f"{what} {fault.kind}", entry=target)
+    try:
+        done: str = await step(fault)
+    except (BKeeperError, OSError) as exc:
+        history.add("nemesis", "fail", f"{what} {fault.kind}", entry=target, error=str(exc))
+        harness.append(f"{fault.describe()}: {what} failed: {exc}")
+        return f"{what} failed: {exc}"
+    history.add("nemesis", "ok", f"{what} {fault.kind}", entry=target, value=done)
+    return done
+
+
+async def _until(when: float, task: asyncio.Task[None]) -> None:
+    delay = when - asyncio.get_running_loop().time()
+    if delay > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), delay)
+    if task.done():
+        task.result()  # a workload that ended early: its error, raised
+
+
+async def _check_replication(
+    uri: str, ledger_ids: list[int], settle_s: float, verdict: Verdict
+) -> None:
+    async with await BookKeeper(uri).start() as bk:
+        urm = bk.cluster.underreplication
+        await urm.ensure_layout()
+        auditor = Auditor(bk, urm, AutoRecoveryConfig())
+        await auditor.replicas_check()
+        deadline = asyncio.get_running_loop().time() + settle_s
+        while asyncio.get_running_loop().time() < deadline:
+            if not [x async for x in urm.ledger_ids()]:
+                break
+            await asyncio.sleep(1.0)
+        marked = sorted([x async for x in urm.ledger_ids()])
+        if marked:
+            verdict.violate(
+                f"{len(marked)} ledgers still marked under-replicated {settle_s:g} s after "
+                f"the faults stopped: {marked[:10]}"
+            )
+        live = (await bk.cluster.registry.bookies()).writable
+        lists = asyncio.Semaphore(32)
+        for ledger_id in ledger_ids:
+            meta = await bk.ledger_metadata(ledger_id)
+            shortfall, unknown, _asked = await list_ledger(bk, ledger_id, meta, live, lists)
+            if shortfall:
+                verdict.violate(
+                    f"ledger {ledger_id}: replicas lack entries after repair: "
+                    f"{dict(shortfall.lacking)}"
+                )
+            if unknown:
+                verdict.violate(f"ledger {ledger_id}: replicas could not list entries: {unknown}")

@@ -1,0 +1,87 @@
+"""The faults of one run, derived from its seed alone (pure: the same seed, the same faults).
+
+A schedule is a sequence of faults that do not overlap: each starts ``gap`` seconds after the
+previous one healed (``gap`` drawn in ``GAP_S``), holds for a time drawn from its kind's range
+and is then healed, so that at most one fault is active at once and a run ends healthy. Each
+fault picks a kind among the nemeses asked for and a target among the bookies (none for
+``zk``). Holds are chosen to cross the interesting thresholds: a pause longer than the
+ZooKeeper session timeout sometimes, a kill long enough for the auditor to see it go.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bkeeper.common.errors import ConfigError
+
+__all__ = ["GAP_S", "HOLD_S", "NEMESES", "Fault", "make_schedule", "parse_nemeses"]
+
+#: Every nemesis, by name.
+NEMESES = ("kill", "pause", "partition", "disk-full", "corrupt", "zk")
+
+#: Seconds each kind of fault lasts (low, high), drawn uniformly.
+HOLD_S: dict[str, tuple[float, float]] = {
+    "kill": (0.5, 4.0),  # down, then restarted with its data
+    "pause": (1.0, 14.0),  # SIGSTOP..SIGCONT: past the ZooKeeper session timeout (10 s) sometimes
+    "partition": (1.0, 8.0),  # the bookie's port unreachable both ways
+    "disk-full": (2.0, 6.0),  # its ledger/journal filesystem full
+    "corrupt": (0.5, 2.0),  # stopped while bits of its journal are flipped, then restarted
+    "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
+}
+
+#: Seconds between a fault's heal and the next fault (low, high).
+GAP_S = (0.5, 3.0)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """``kind`` starts ``at_s`` seconds into the run on bookie ``target`` (None: not a bookie
+    fault) and is healed ``hold_s`` seconds later."""
+
+    at_s: float
+    kind: str
+    target: int | None
+    hold_s: float
+
+    @property
+    def heal_s(self) -> float:
+        return self.at_s + self.hold_s
+
+    def describe(self) -> str:
+        where = "" if self.target is None else f" bookie {self.target}"
+        return f"{self.at_s:7.2f}s {self.kind}{where} for {self.hold_s:.2f}s"
+
+
+def parse_nemeses(text: str) -> tuple[str, ...]:
+    """``kill,pause,...`` -> the names, checked ("all": every one); ``ConfigError`` naming an
+    unknown one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return NEMESES
+    if not names:
+        raise ConfigError(f"nemesis: none given (choose from {', '.join(NEMESES)})")
+    for name in names:
+        if name not in NEMESES:
+            raise ConfigError(f"nemesis: {name!r} is not one of {', '.join(NEMESES)}, all")
+    return tuple(dict.fromkeys(names))
+
+
+def make_schedule(
+    seed: int, nemeses: Sequence[str], duration_s: float, bookies: int
+) -> tuple[Fault, ...]:
+    """The faults of a run of ``duration_s`` seconds (the last one healed by then)."""
+    if not nemeses:
+        return ()
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    now = rng.uniform(*GAP_S)
+    while True:
+        kind = rng.choice(list(nemeses))
+        hold = round(rng.uniform(*HOLD_S[kind]), 3)
+        target = None if kind == "zk" else rng.randrange(bookies)
+        if now + hold > duration_s:
+            return tuple(faults)
+        faults.append(Fault(round(now, 3), kind, target, hold))
+        now += hold + rng.uniform(*GAP_S)

@@ -1,0 +1,268 @@
+"""The ledger workload: writers, a fencer and readers on one cluster, every operation recorded.
+
+* ``writers`` tasks each create a ledger (E3/Qw3/Qa2), append a random number of entries
+  (``entries_per_ledger``) with ``in_flight`` unanswered at most, close it, and start again;
+  an append or close that fails ends that ledger (left open: the final read recovers it).
+  Each append's ``invoke`` is recorded when it is sent (with its entry id and the digest of
+  its payload), its ``ok`` or ``info`` when it completes.
+* a fencer, every ``fence_every_s``, opens one ledger a writer is still appending to with
+  recovery (a new leader taking over): the writer is fenced out; the ledger's sealed end is
+  recorded.
+* ``readers`` tasks open ledgers without recovery and read entries up to the LAC they see,
+  recording each entry's digest.
+
+Everything but the final read is bounded by ``op_timeout_s``; a timeout is recorded as
+``info`` (it may have happened). :func:`read_final` reads every created ledger at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import random
+from dataclasses import dataclass
+
+from bkeeper.client import BookKeeper
+from bkeeper.client.config import ClientConfig
+from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.verify.check import FinalLedger
+from bkeeper.verify.history import History
+
+__all__ = ["PASSWORD", "WorkloadConfig", "LedgerWorkload", "digest", "read_final"]
+
+PASSWORD = b"bkeeper-verify"
+
+#: Entries one reader reads per ledger it opens, at most.
+READ_ENTRIES_MAX = 64
+
+
+def digest(payload: bytes | memoryview) -> str:
+    return hashlib.blake2b(payload, digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    writers: int = 4
+    readers: int = 2
+    in_flight: int = 16
+    entries_per_ledger: tuple[int, int] = (20, 400)
+    entry_bytes: int = 200
+    fence_every_s: tuple[float, float] = (1.0, 4.0)
+    op_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("writers", "in_flight", "entry_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be at least 1, got {getattr(self, name)}")
+        if self.readers < 0:
+            raise ConfigError(f"readers: must be 0 or more, got {self.readers}")
+
+
+class LedgerWorkload:
+    """The workload of one run (module doc); :meth:`run` until ``stop`` is set."""
+
+    def __init__(self, uri: str, history: History, seed: int, config: WorkloadConfig) -> None:
+        self.uri = uri
+        self.history = history
+        self.seed = seed
+        self.config = config
+        self.created: list[int] = []
+        self._open: dict[int, WriteHandle] = {}
+        client = ClientConfig(
+            pending_adds_max=config.in_flight,
+            add_timeout_ms=5_000,
+            read_timeout_ms=5_000,
+        )
+        self._client_config = client
+
+    async def run(self, stop: asyncio.Event) -> None:
+        timeout = self.config.op_timeout_s
+        async with (
+            (
+                await asyncio.wait_for(BookKeeper(self.uri, self._client_config).start(), timeout)
+            ) as writers_bk,
+            (
+                await asyncio.wait_for(BookKeeper(self.uri, self._client_config).start(), timeout)
+            ) as others_bk,
+            asyncio.TaskGroup() as group,
+        ):
+            for w in range(self.config.writers):
+                group.create_task(self._writer(writers_bk, w, stop))
+            group.create_task(self._fencer(others_bk, stop))
+            for r in range(self.config.readers):
+                group.create_task(self._reader(others_bk, r, stop))
+
+    # -- writers -------------------------------------------------------------------------
+    async def _writer(self, bk: BookKeeper, w: int, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed * 1_000 + w)
+        name = f"writer-{w}"
+        while not stop.is_set():
+            self.history.add(name, "invoke", "create")
+            try:
+                wh = await asyncio.wait_for(
+                    bk.create_ledger(3, 3, 2, password=PASSWORD), self.config.op_timeout_s
+                )
+            except (BKeeperError, TimeoutError) as exc:
+                self.history.add(name, "info", "create", error=_why(exc))
+                await _pause(stop, 0.2)
+                continue
+            self.history.add(name, "ok", "create", ledger=wh.ledger_id)
+            self.created.append(wh.ledger_id)
+            self._open[wh.ledger_id] = wh
+            try:
+                await self._fill(wh, name, rng, stop)
+            finally:
+                self._open.pop(wh.ledger_id, None)
+
+    async def _fill(
+        self, wh: WriteHandle, name: str, rng: random.Random, stop: asyncio.Event
+    ) -> None:
+        ledger_id, timeout = wh.ledger_id, self.config.op_timeout_s
+        completions: list[asyncio.Future[int]] = []
+        target = rng.randint(*self.config.entries_per_ledger)
+        for entry_id in range(target):
+            if stop.is_set():
+                break
+            payload = b"%s:%d:%d:" % (name.encode(), ledger_id, entry_id) + rng.randbytes(
+                self.config.entry_bytes
+            )
+            value = digest(payload)
+            try:
+                future = await asyncio.wait_for(wh.append_async(payload), timeout)
+            except (BKeeperError, TimeoutError) as exc:  # not sent: this ledger is done
+                self.history.add(name, "fail", "append", ledger=ledger_id, error=_why(exc))
+                break
+            self.history.add(name, "invoke", "append", ledger=ledger_id, entry=entry_id,
+                             value=value)  # fmt: skip
+            future.add_done_callback(
+                functools.partial(self._appended, name, ledger_id, entry_id, value)
+            )
+            completions.append(future)
+        if completions:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait(completions, timeout=timeout)
+        self.history.add(name, "invoke", "close", ledger=ledger_id)
+        try:
+            await asyncio.wait_for(wh.close(), timeout)
+        except (BKeeperError, TimeoutError) as exc:
+            self.history.add(name, "info", "close", ledger=ledger_id, error=_why(exc))
+            return
+        self.history.add(name, "ok", "close", ledger=ledger_id, entry=wh.metadata.last_entry_id)
+
+    def _appended(
+        self, name: str, ledger_id: int, entry_id: int, value: str, future: asyncio.Future[int]
+    ) -> None:
+        if future.cancelled():
+            self.history.add(name, "info", "append", ledger=ledger_id, entry=entry_id,
+                             error="cancelled")  # fmt: skip
+            return
+        error = future.exception()
+        if error is None and future.result() == entry_id:
+            self.history.add(name, "ok", "append", ledger=ledger_id, entry=entry_id, value=value)
+        elif error is None:  # the client numbered it otherwise: the checker would be wrong
+            self.history.add(name, "info", "append", ledger=ledger_id, entry=entry_id,
+                             error=f"acknowledged as entry {future.result()}")  # fmt: skip
+        else:
+            self.history.add(name, "info", "append", ledger=ledger_id, entry=entry_id,
+                             error=_why(error))  # fmt: skip
+
+    # -- fencer --------------------------------------------------------------------------
+    async def _fencer(self, bk: BookKeeper, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed * 1_000 + 999)
+        while not stop.is_set():
+            await _pause(stop, rng.uniform(*self.config.fence_every_s))
+            if stop.is_set() or not self._open:
+                continue
+            ledger_id = rng.choice(sorted(self._open))
+            self.history.add("fencer", "invoke", "fence", ledger=ledger_id)
+            try:
+                rh = await asyncio.wait_for(
+                    bk.open_ledger(ledger_id, PASSWORD, recovery=True), self.config.op_timeout_s
+                )
+            except (BKeeperError, TimeoutError) as exc:
+                self.history.add("fencer", "info", "fence", ledger=ledger_id, error=_why(exc))
+                continue
+            self.history.add("fencer", "ok", "fence", ledger=ledger_id,
+                             entry=rh.metadata.last_entry_id)  # fmt: skip
+            await rh.close()
+
+    # -- readers -------------------------------------------------------------------------
+    async def _reader(self, bk: BookKeeper, r: int, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed * 1_000 + 500 + r)
+        name = f"reader-{r}"
+        while not stop.is_set():
+            await _pause(stop, rng.uniform(0.05, 0.5))
+            if stop.is_set() or not self.created:
+                continue
+            ledger_id = rng.choice(self.created[-20:])
+            try:
+                await asyncio.wait_for(
+                    self._read_some(bk, name, ledger_id, rng), self.config.op_timeout_s
+                )
+            except (BKeeperError, TimeoutError) as exc:
+                self.history.add(name, "info", "read", ledger=ledger_id, error=_why(exc))
+
+    async def _read_some(
+        self, bk: BookKeeper, name: str, ledger_id: int, rng: random.Random
+    ) -> None:
+        rh = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
+        try:
+            last = rh.metadata.last_entry_id if rh.metadata.is_closed else None
+            if last is None:
+                last = await rh.read_last_add_confirmed()
+            if last < 0:
+                return
+            first = rng.randint(0, last)
+            async for entry in rh.read(first, min(last, first + READ_ENTRIES_MAX - 1)):
+                self.history.add(name, "ok", "read", ledger=ledger_id, entry=entry.entry_id,
+                                 value=digest(entry.payload))  # fmt: skip
+        finally:
+            await rh.close()
+
+
+async def read_final(
+    uri: str, ledger_ids: list[int], *, attempts: int = 10, timeout_s: float = 60.0
+) -> dict[int, FinalLedger]:
+    """Every ledger opened with recovery and read whole; a ledger that fails is tried again
+    (``attempts`` times, a second apart: the cluster may still be settling)."""
+    final: dict[int, FinalLedger] = {}
+    config = ClientConfig(read_timeout_ms=5_000, add_timeout_ms=5_000)
+    async with await asyncio.wait_for(BookKeeper(uri, config).start(), timeout_s) as bk:
+        for ledger_id in ledger_ids:
+            error = ""
+            for attempt in range(attempts):
+                try:
+                    final[ledger_id] = await asyncio.wait_for(_read_whole(bk, ledger_id), timeout_s)
+                    break
+                except (BKeeperError, TimeoutError) as exc:
+                    error = _why(exc)
+                    if attempt + 1 < attempts:
+                        await asyncio.sleep(1.0)
+            else:
+                final[ledger_id] = FinalLedger(error=error)
+    return final
+
+
+async def _read_whole(bk: BookKeeper, ledger_id: int) -> FinalLedger:
+    rh = await bk.open_ledger(ledger_id, PASSWORD, recovery=True)
+    try:
+        last = rh.metadata.last_entry_id
+        digests = {}
+        if last >= 0:
+            async for entry in rh.read(0, last):
+                digests[entry.entry_id] = digest(entry.payload)
+        return FinalLedger(last, digests)
+    finally:
+        await rh.close()
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

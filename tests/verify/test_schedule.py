@@ -1,0 +1,45 @@
+"""The schedule is a pure function of the seed: same seed, same faults; faults never overlap
+and each holds within its kind's range."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.verify.schedule import GAP_S, HOLD_S, NEMESES, make_schedule, parse_nemeses
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
+    one = make_schedule(7, NEMESES, 300.0, 5)
+    assert one == make_schedule(7, NEMESES, 300.0, 5)
+    assert one != make_schedule(8, NEMESES, 300.0, 5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_faults_do_not_overlap_and_end_within_the_run(seed: int) -> None:
+    faults = make_schedule(seed, NEMESES, 120.0, 5)
+    assert faults
+    previous_heal = 0.0
+    for fault in faults:
+        low, high = HOLD_S[fault.kind]
+        assert low <= fault.hold_s <= high
+        assert fault.at_s - previous_heal >= GAP_S[0] - 1e-6
+        assert fault.heal_s <= 120.0
+        assert (fault.target is None) == (fault.kind == "zk")
+        assert fault.target is None or 0 <= fault.target < 5
+        previous_heal = fault.heal_s
+
+
+def test_only_the_nemeses_asked_for() -> None:
+    faults = make_schedule(3, ("kill", "zk"), 200.0, 5)
+    assert {f.kind for f in faults} == {"kill", "zk"}
+    assert make_schedule(3, (), 200.0, 5) == ()
+
+
+def test_parse_nemeses() -> None:
+    assert parse_nemeses("kill, pause,kill") == ("kill", "pause")
+    assert parse_nemeses("all") == NEMESES
+    with pytest.raises(ConfigError, match="'kil' is not one of kill"):
+        parse_nemeses("kil")
+    with pytest.raises(ConfigError, match="none given"):
+        parse_nemeses(" , ")
