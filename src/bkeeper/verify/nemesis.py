@@ -8,6 +8,8 @@
   group of its newest journal; heal: start it again (its integrity check finds the damage).
 * ``disk-full``: fill the bookie's own filesystem (a tmpfs per bookie); heal: remove the
   filler.
+* ``partition``: take the bookie's link to the others down (each bookie in a network
+  namespace of its own: :mod:`bkeeper.verify.netns`); heal: bring it up.
 
 Blocking steps (waiting for a process to be ready) run in a thread. A step that fails raises
 :class:`~bkeeper.common.errors.BKeeperError`: the run reports it as a violation (a bookie
@@ -27,6 +29,7 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.testing.journal_faults import apply_patches, journal_patches, newest_journal_file
 from bkeeper.testing.sandbox import Sandbox
 from bkeeper.testing.tmpfs import fill_disk
+from bkeeper.verify.netns import Network
 from bkeeper.verify.schedule import Fault
 
 __all__ = ["FILLER_NAME", "Nemesis"]
@@ -51,10 +54,12 @@ class Nemesis:
         sandbox: Sandbox,
         recent_ledgers: Callable[[], list[int]],
         disks: dict[int, Path] | None = None,
+        network: Network | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.recent_ledgers = recent_ledgers
         self.disks = disks or {}
+        self.network = network
 
     async def inject(self, fault: Fault) -> str:
         kind, target = fault.kind, fault.target
@@ -77,6 +82,9 @@ class Nemesis:
                 raise BKeeperError(f"bookie {target} has no filesystem of its own to fill")
             await asyncio.to_thread(fill_disk, disk / FILLER_NAME, None)
             return f"bookie {target}'s filesystem filled"
+        if kind == "partition":
+            await asyncio.to_thread(self._network().isolate, target)
+            return f"bookie {target} cut off from every other process"
         raise BKeeperError(f"unknown fault {kind!r}")
 
     async def heal(self, fault: Fault) -> str:
@@ -94,7 +102,15 @@ class Nemesis:
         if kind == "disk-full":
             (self.disks[target] / FILLER_NAME).unlink(missing_ok=True)
             return f"bookie {target}'s filler removed"
+        if kind == "partition":
+            await asyncio.to_thread(self._network().heal, target)
+            return f"bookie {target} connected again"
         raise BKeeperError(f"unknown fault {kind!r}")
+
+    def _network(self) -> Network:
+        if self.network is None:
+            raise BKeeperError("the bookies are not in network namespaces: no partition")
+        return self.network
 
     def _kill_bookie(self, index: int) -> None:
         self.sandbox.kill_bookie(index, signal.SIGKILL)

@@ -1,8 +1,9 @@
 """One verification run, start to verdict, on a cluster of its own.
 
 1. ZooKeeper and ``bookies`` bookie processes (auto-recovery in each) on free ports, each
-   bookie's data on a tmpfs of its own when ``disk-full`` is asked for (mounting needs root:
-   without it that nemesis is skipped, and the run says so);
+   bookie's data on a tmpfs of its own when ``disk-full`` is asked for, each bookie in a
+   network namespace of its own when ``partition`` is (both need root: without it that
+   nemesis is skipped, and the run says so);
 2. the workload runs for ``duration_s`` while the nemesis injects and heals the schedule's
    faults (:func:`~bkeeper.verify.schedule.make_schedule`, from the seed);
 3. every fault healed, every created ledger is read whole with recovery
@@ -32,7 +33,6 @@ from pathlib import Path
 from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.replicas import list_ledger
-from bkeeper.client import BookKeeper
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
@@ -40,8 +40,9 @@ from bkeeper.testing.zookeeper import port_free
 from bkeeper.verify.check import Verdict, check_ledgers
 from bkeeper.verify.history import History
 from bkeeper.verify.nemesis import Nemesis
+from bkeeper.verify.netns import NetnsSandbox, Network
 from bkeeper.verify.schedule import Fault, make_schedule
-from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final
+from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
 __all__ = ["RunResult", "VerifyConfig", "run_once"]
 
@@ -105,6 +106,7 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
     nemeses = list(config.nemeses)
     skipped: dict[str, str] = {}
     with (
+        _logs_to(out / "verify.log"),
         tempfile.TemporaryDirectory(prefix="bkeeper-verify-") as tmp,
         contextlib.ExitStack() as stack,
     ):
@@ -119,14 +121,27 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                 skipped["disk-full"] = str(exc)
                 nemeses.remove("disk-full")
                 disks.clear()
+        network: Network | None = None
+        if "partition" in nemeses:
+            network = Network(config.bookies)
+            try:
+                network.setup()
+                stack.callback(network.teardown)
+            except ConfigError as exc:
+                skipped["partition"] = str(exc)
+                nemeses.remove("partition")
+                network = None
         schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
         (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
-        sandbox = Sandbox(_sandbox_config(data_dir, config.bookies, seed))
+        sandbox_config = _sandbox_config(data_dir, config.bookies, seed)
+        sandbox = (
+            Sandbox(sandbox_config) if network is None else NetnsSandbox(sandbox_config, network)
+        )
         history = History()
         sandbox.start()
         try:
             workload = LedgerWorkload(sandbox.metadata_uri, history, seed, config.workload_config)
-            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks)
+            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network)
             faults, verdict = asyncio.run(
                 _drive(config, sandbox, schedule, workload, nemesis, history)
             )
@@ -255,7 +270,7 @@ async def _until(when: float, task: asyncio.Task[None]) -> None:
 async def _check_replication(
     uri: str, ledger_ids: list[int], settle_s: float, verdict: Verdict
 ) -> None:
-    async with await BookKeeper(uri).start() as bk:
+    async with await start_client(uri) as bk:
         urm = bk.cluster.underreplication
         await urm.ensure_layout()
         auditor = Auditor(bk, urm, AutoRecoveryConfig())

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import logging
 import random
 from dataclasses import dataclass
 
@@ -31,9 +32,21 @@ from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.verify.check import FinalLedger
 from bkeeper.verify.history import History
 
-__all__ = ["PASSWORD", "WorkloadConfig", "LedgerWorkload", "digest", "read_final"]
+__all__ = [
+    "PASSWORD",
+    "LedgerWorkload",
+    "WorkloadConfig",
+    "digest",
+    "read_final",
+    "start_client",
+]
+
+log = logging.getLogger(__name__)
 
 PASSWORD = b"bkeeper-verify"
+
+#: Tries at starting a client (connecting to ZooKeeper) before the run fails.
+CLIENT_START_ATTEMPTS = 6
 
 #: Entries one reader reads per ledger it opens, at most.
 READ_ENTRIES_MAX = 64
@@ -79,14 +92,9 @@ class LedgerWorkload:
         self._client_config = client
 
     async def run(self, stop: asyncio.Event) -> None:
-        timeout = self.config.op_timeout_s
         async with (
-            (
-                await asyncio.wait_for(BookKeeper(self.uri, self._client_config).start(), timeout)
-            ) as writers_bk,
-            (
-                await asyncio.wait_for(BookKeeper(self.uri, self._client_config).start(), timeout)
-            ) as others_bk,
+            await start_client(self.uri, self._client_config) as writers_bk,
+            await start_client(self.uri, self._client_config) as others_bk,
             asyncio.TaskGroup() as group,
         ):
             for w in range(self.config.writers):
@@ -230,7 +238,7 @@ async def read_final(
     (``attempts`` times, a second apart: the cluster may still be settling)."""
     final: dict[int, FinalLedger] = {}
     config = ClientConfig(read_timeout_ms=5_000, add_timeout_ms=5_000)
-    async with await asyncio.wait_for(BookKeeper(uri, config).start(), timeout_s) as bk:
+    async with await start_client(uri, config) as bk:
         for ledger_id in ledger_ids:
             error = ""
             for attempt in range(attempts):
@@ -244,6 +252,18 @@ async def read_final(
             else:
                 final[ledger_id] = FinalLedger(error=error)
     return final
+
+
+async def start_client(uri: str, config: ClientConfig | None = None) -> BookKeeper:
+    """A started client; a cluster still settling (ZooKeeper just restarted, the machine
+    loaded) gets ``CLIENT_START_ATTEMPTS`` tries, a second apart."""
+    for attempt in range(CLIENT_START_ATTEMPTS - 1):
+        try:
+            return await BookKeeper(uri, config).start()
+        except BKeeperError as exc:
+            log.warning("client start failed (attempt %d): %s", attempt + 1, exc)
+            await asyncio.sleep(1.0)
+    return await BookKeeper(uri, config).start()
 
 
 async def _read_whole(bk: BookKeeper, ledger_id: int) -> FinalLedger:

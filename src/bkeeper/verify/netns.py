@@ -1,0 +1,135 @@
+"""Network partitions for ``bkeeper verify``: each bookie in a Linux network namespace of its
+own, joined to the others and to the host by a bridge.
+
+:class:`Network` makes a bridge in the host's namespace (``10.231.<n>.1/24``) and, per
+bookie, a namespace holding one end of a veth pair (``10.231.<n>.<10+i>``) whose other end is
+enslaved to the bridge. ZooKeeper listens on the bridge's address, so the clients (in the
+host's namespace) and the bookies (in theirs) all reach it and each other at layer 2, with no
+forwarding. Isolating bookie ``i`` takes its host-side link down: it can reach nothing and
+nothing reaches it (ZooKeeper included) until the link comes up again.
+
+Needs root (``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN``) and ``ip`` with bridge and veth support;
+:meth:`Network.setup` raises ``ConfigError`` saying what failed, and the run skips the
+``partition`` nemesis with that reason. :meth:`Network.teardown` removes everything it made.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
+
+__all__ = ["NetnsSandbox", "Network"]
+
+log = logging.getLogger(__name__)
+
+
+def _ip(*args: str) -> None:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        reason = result.stderr.strip() or f"exit code {result.returncode}"
+        raise ConfigError(f"ip {' '.join(args)}: {reason}")
+
+
+class Network:
+    """A bridge and one namespace per bookie (module doc)."""
+
+    def __init__(self, bookies: int, tag: str | None = None) -> None:
+        self.bookies = bookies
+        tag = tag or str(os.getpid() % 100_000)
+        self.tag = tag
+        self.subnet = 10 + int(tag) % 240
+        self.bridge = f"bkv{tag}b"
+        self._made: list[tuple[str, str]] = []  # ("ns"|"link", name), in creation order
+
+    @property
+    def bridge_ip(self) -> str:
+        return f"10.231.{self.subnet}.1"
+
+    def bookie_ip(self, index: int) -> str:
+        return f"10.231.{self.subnet}.{10 + index}"
+
+    def namespace(self, index: int) -> str:
+        return f"bkv{self.tag}n{index}"
+
+    def host_link(self, index: int) -> str:
+        return f"bkv{self.tag}h{index}"
+
+    def setup(self) -> None:
+        if shutil.which("ip") is None:
+            raise ConfigError("network partitions need the `ip` command (iproute2)")
+        try:
+            _ip("link", "add", self.bridge, "type", "bridge")
+            self._made.append(("link", self.bridge))
+            _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            for index in range(self.bookies):
+                ns, host = self.namespace(index), self.host_link(index)
+                inner = f"bkv{self.tag}i{index}"
+                _ip("netns", "add", ns)
+                self._made.append(("ns", ns))
+                _ip("link", "add", host, "type", "veth", "peer", "name", inner)
+                self._made.append(("link", host))
+                _ip("link", "set", inner, "netns", ns)
+                _ip("link", "set", host, "master", self.bridge)
+                _ip("link", "set", host, "up")
+                _ip("-n", ns, "addr", "add", f"{self.bookie_ip(index)}/24", "dev", inner)
+                _ip("-n", ns, "link", "set", inner, "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+        except ConfigError:
+            self.teardown()
+            raise
+
+    def isolate(self, index: int) -> None:
+        _ip("link", "set", self.host_link(index), "down")
+
+    def heal(self, index: int) -> None:
+        _ip("link", "set", self.host_link(index), "up")
+
+    def teardown(self) -> None:
+        """Remove what :meth:`setup` made (each step tried; the first failure raised)."""
+        failed: ConfigError | None = None
+        for kind, name in reversed(self._made):
+            try:
+                if kind == "ns":
+                    _ip("netns", "del", name)
+                else:
+                    _ip("link", "del", name)
+            except ConfigError as exc:
+                if "Cannot find device" not in str(exc):  # a veth goes with its namespace
+                    failed = failed or exc
+        self._made.clear()
+        if failed is not None:
+            raise failed
+
+
+class NetnsSandbox(Sandbox):
+    """A :class:`~bkeeper.testing.sandbox.Sandbox` whose bookies run in ``network``'s
+    namespaces and whose ZooKeeper listens on its bridge."""
+
+    def __init__(self, config: SandboxConfig, network: Network) -> None:
+        super().__init__(config)
+        self.network = network
+        self.zookeeper = ZooKeeperServer(
+            ZooKeeperConfig(
+                data_dir=config.data_dir / "zookeeper",
+                port=config.zookeeper_port,
+                host=network.bridge_ip,
+                zookeeper_home=config.zookeeper_home,
+            )
+        )
+
+    def bookie_address(self, index: int) -> tuple[str, int]:
+        return self.network.bookie_ip(index), self.config.bookie_port_base + index
+
+    def bookie_command(self, index: int) -> list[str]:
+        namespace = self.network.namespace(index)
+        return ["ip", "netns", "exec", namespace, *super().bookie_command(index)]
+
+    def ports_in_use(self) -> list[tuple[str, int]]:
+        return []  # bookies listen in namespaces of their own; ZooKeeper checks its port
