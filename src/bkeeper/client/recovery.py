@@ -23,7 +23,7 @@ from bkeeper.client.entry import Entry
 from bkeeper.client.recovering import Ask, Question, RecoveryMachine, Step, classify
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import UnauthorizedAccessError
-from bkeeper.common.tasks import TASKS_MAX, TaskOwner
+from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.digest import DigestManager, master_key
@@ -66,9 +66,7 @@ class _Recovery:
     def perform(self, step: Step) -> None:
         current = asyncio.current_task()
         for question in step.settled:
-            for task in self.requests.pop(question, ()):
-                if task is not current:
-                    task.cancel()
+            abandon(t for t in self.requests.pop(question, ()) if t is not current)
         if step.error is not None:
             if not self.outcome.done():
                 self.outcome.set_exception(step.error)
