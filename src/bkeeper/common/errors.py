@@ -39,8 +39,11 @@ translated at the boundary with ``raise ... from``.
     │   ├── LogNotFoundError          no log of that name
     │   ├── LogExistsError            a log of that name exists already
     │   ├── LogFencedError            another writer took the log over
-    │   │   └── WriterTermError       a writer of an older leadership term was refused
-    │   └── LogTruncatedError         the position asked for was truncated away
+    │   │   ├── WriterTermError       a writer of an older leadership term was refused
+    │   │   └── SubscriptionFencedError  another consumer took the subscription over
+    │   ├── LogTruncatedError         the position asked for was truncated away
+    │   ├── SubscriptionNotFoundError no subscription of that name on the log
+    │   └── SubscriptionBusyError     an exclusive subscription has an active consumer
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
         ├── NoSuchLedgerError         ENOLEDGER
@@ -87,6 +90,9 @@ __all__ = [
     "LogFencedError",
     "LogNotFoundError",
     "LogTruncatedError",
+    "SubscriptionBusyError",
+    "SubscriptionFencedError",
+    "SubscriptionNotFoundError",
     "MetadataClosedError",
     "MetadataError",
     "MetadataVersionError",
@@ -255,8 +261,21 @@ class WriterTermError(LogFencedError):
     records: a newer leader holds the log, so this one is refused before it fences anything."""
 
 
+class SubscriptionFencedError(LogFencedError):
+    """Another consumer took this consumer's exclusive subscription over: its acks are
+    refused from then on."""
+
+
 class LogTruncatedError(LogError):
     """The position asked for lies before the log's truncation point."""
+
+
+class SubscriptionNotFoundError(LogError):
+    """The log has no subscription of that name."""
+
+
+class SubscriptionBusyError(LogError):
+    """An exclusive subscription has an active consumer, and this one would not wait."""
 
 
 class BookieError(BKeeperError):

@@ -25,6 +25,9 @@ in order, then tails the open one without fencing. Where a log starts and ends, 
 a time and the runs of confirmed entries are the walk's (:mod:`bkeeper.namedlog.walk`, one
 :class:`LogWalk` per :class:`NamedLogs`).
 
+Subscriptions (:meth:`NamedLog.subscribe`, :mod:`bkeeper.namedlog.consumer`): durable
+consumers that resume after what they acknowledged; deleting a log deletes them.
+
 Limits: ``metadata_retries_max`` lost CAS per step.
 """
 
@@ -43,10 +46,12 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogError,
     MetadataVersionError,
+    SubscriptionNotFoundError,
     WriterTermError,
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LogConfig
+from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer, SubscriptionStore, subscribe
 from bkeeper.namedlog.metadata import (
     LogLedger,
     LogMetadata,
@@ -57,6 +62,7 @@ from bkeeper.namedlog.metadata import (
 )
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.subscription import SubscriptionState
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
@@ -106,6 +112,9 @@ class NamedLogs:
         async def attempt(snapshot: Snapshot) -> LogMetadata:
             meta, version = snapshot
             await named.seal_unsealed(meta)
+            for subscription in await named._subscriptions().names(name):
+                with contextlib.suppress(SubscriptionNotFoundError):
+                    await named.unsubscribe(subscription)
             await self.store.delete(name, version)
             return meta
 
@@ -204,6 +213,35 @@ class NamedLog:
         reader = LogReader(self, start)
         await reader.seek()
         return reader
+
+    async def subscribe(
+        self,
+        name: str,
+        start: str | Position | int = EARLIEST,
+        *,
+        consumer_id: str | None = None,
+        wait_s: float | None = 0.0,
+        skip_truncated: bool = False,
+        ack_flush_ms: int = ACK_FLUSH_MS,
+    ) -> Consumer:
+        """The consumer of subscription ``name``, created at ``start`` (as for
+        :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.consumer`.
+        ``wait_s``: how long to stand by while another consumer holds it (None: for ever)."""
+        return await subscribe(
+            self, name, start, consumer_id=consumer_id, wait_s=wait_s,
+            skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms,
+        )  # fmt: skip
+
+    async def subscriptions(self) -> dict[str, SubscriptionState]:
+        """Every subscription of the log and its state."""
+        return await self._subscriptions().states(self.name)
+
+    async def unsubscribe(self, name: str) -> None:
+        """Delete subscription ``name`` (its consumer, if any, has its next flush refused)."""
+        await self._subscriptions().delete(self.name, name)
+
+    def _subscriptions(self) -> SubscriptionStore:
+        return SubscriptionStore(self.logs.bk.cluster.store, self.logs.store)
 
     async def last_position(self) -> Position | None:
         """The position of the log's last record now (None when it has none). Records past

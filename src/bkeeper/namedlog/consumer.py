@@ -1,0 +1,444 @@
+"""Durable subscriptions on named logs: consumers that resume where the subscription left off.
+
+:meth:`NamedLog.subscribe <bkeeper.namedlog.logs.NamedLog.subscribe>` returns a
+:class:`Consumer` of a subscription (created at ``start`` the first time). The subscription's
+state (:class:`~bkeeper.namedlog.subscription.SubscriptionState`) lives in the metadata store
+under the log's node; a consumer reads from after its mark, passing over records acked out of
+order, so a consumer that restarts (or crashes) gets again every record it had not
+acknowledged, and none it had.
+
+**Exclusive.** One consumer at a time: taking the subscription creates its ephemeral ``owner``
+node (held by the consumer's metadata session) and raises its ``epoch`` by compare-and-set. A
+second consumer is refused (``SubscriptionBusyError``) or, with ``wait_s``, stands by until the
+owner node goes (the owner closed, or its session expired) and then takes over. Acks are
+written with the consumer's epoch: once another took over, they are refused
+(``SubscriptionFencedError``), so a consumer that was paused past its session cannot move the
+subscription of the one that replaced it.
+
+**Acks.** :meth:`Consumer.ack` (cumulative: this record and every one before it) and
+:meth:`Consumer.ack_individual` cost no I/O: they are gathered and written, merged into the
+stored state by compare-and-set, at most every ``ack_flush_ms`` (and by :meth:`Consumer.flush`
+and :meth:`Consumer.close`). An ack is durable once the flush after it returned; a consumer
+that crashes loses the acks of its last ``ack_flush_ms`` at most, and those records are
+delivered again (at-least-once). Call ``flush()`` where that matters.
+
+**Truncation.** Records the subscription has not consumed may be gone (a retention cap, an
+explicit truncate): a consumer then raises ``LogTruncatedError`` naming the gap, never skips
+it silently, unless it was subscribed with ``skip_truncated=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from bkeeper.common.errors import (
+    ConfigError,
+    LogTruncatedError,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SubscriptionBusyError,
+    SubscriptionFencedError,
+    SubscriptionNotFoundError,
+)
+from bkeeper.meta.store import NodeStore, WatchKind, join_path
+from bkeeper.namedlog.config import EARLIEST
+from bkeeper.namedlog.metadata import LogStore
+from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.records import Position, Record
+from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+
+__all__ = ["ACK_FLUSH_MS", "Consumer", "SubscriptionStore", "subscribe"]
+
+log = logging.getLogger(__name__)
+
+#: How often a consumer writes the acks it gathered, at most (ms).
+ACK_FLUSH_MS = 200
+#: Compare-and-set rounds one flush tries before it gives up (another writer of the same
+#: subscription's node: a consumer taking over, an unsubscribe).
+FLUSH_ATTEMPTS_MAX = 20
+
+
+class SubscriptionStore:
+    """The subscriptions' nodes: ``<log node>/subscriptions/<name>`` and its ``owner``."""
+
+    def __init__(self, store: NodeStore, logs: LogStore) -> None:
+        self._store = store
+        self._logs = logs
+
+    def directory(self, log_name: str) -> str:
+        return join_path(self._logs.path(log_name), "subscriptions")
+
+    def path(self, log_name: str, name: str) -> str:
+        return join_path(self.directory(log_name), check_subscription_name(name))
+
+    def owner_path(self, log_name: str, name: str) -> str:
+        return join_path(self.path(log_name, name), "owner")
+
+    async def create(self, log_name: str, name: str, state: SubscriptionState) -> bool:
+        """Create it; False when it exists already (its state is kept)."""
+        try:
+            await self._store.create(self.path(log_name, name), state.encode(), make_parents=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    async def read(self, log_name: str, name: str) -> tuple[SubscriptionState, int]:
+        try:
+            data, version = await self._store.get(self.path(log_name, name))
+        except NoNodeError:
+            raise SubscriptionNotFoundError(
+                f"log {log_name!r} has no subscription {name!r}"
+            ) from None
+        return SubscriptionState.decode(data, f"subscription {name!r}"), version
+
+    async def write(self, log_name: str, name: str, state: SubscriptionState, version: int) -> int:
+        try:
+            return await self._store.set(self.path(log_name, name), state.encode(), version)
+        except NoNodeError:
+            raise SubscriptionNotFoundError(
+                f"log {log_name!r} has no subscription {name!r} (unsubscribed?)"
+            ) from None
+
+    async def delete(self, log_name: str, name: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            await self._store.delete(self.owner_path(log_name, name))
+        try:
+            await self._store.delete(self.path(log_name, name))
+        except NoNodeError:
+            raise SubscriptionNotFoundError(
+                f"log {log_name!r} has no subscription {name!r}"
+            ) from None
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            await self._store.delete(self.directory(log_name))
+
+    async def names(self, log_name: str) -> list[str]:
+        try:
+            return sorted(await self._store.children(self.directory(log_name)))
+        except NoNodeError:
+            return []
+
+    async def states(self, log_name: str) -> dict[str, SubscriptionState]:
+        found = {}
+        for name in await self.names(log_name):
+            with contextlib.suppress(SubscriptionNotFoundError):
+                found[name] = (await self.read(log_name, name))[0]
+        return found
+
+    async def owner(self, log_name: str, name: str) -> str | None:
+        """The id of the consumer holding the subscription now, if any."""
+        try:
+            data, _ = await self._store.get(self.owner_path(log_name, name))
+        except NoNodeError:
+            return None
+        return data.decode("utf-8", "replace")
+
+    async def release(self, log_name: str, name: str) -> None:
+        """Delete the owner node if this session holds it (never another consumer's)."""
+        path = self.owner_path(log_name, name)
+        stat = await self._store.exists(path)
+        if stat is not None and stat.ephemeral_owner == self._store.session_id:
+            with contextlib.suppress(NoNodeError):
+                await self._store.delete(path, stat.version)
+
+    async def take(self, log_name: str, name: str, consumer_id: str, wait_s: float | None) -> None:
+        """Create the owner node; wait up to ``wait_s`` (None: for ever) for another's to go."""
+        path = self.owner_path(log_name, name)
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_s is None else loop.time() + wait_s
+        while True:
+            watch = await self._store.watch(path, WatchKind.DATA)
+            try:
+                try:
+                    await self._store.create(path, consumer_id.encode(), ephemeral=True)
+                    return
+                except NoNodeError:
+                    raise SubscriptionNotFoundError(
+                        f"log {log_name!r} has no subscription {name!r}"
+                    ) from None
+                except NodeExistsError:
+                    holder = await self.owner(log_name, name)
+                    left = None if deadline is None else deadline - loop.time()
+                    if left is not None and left <= 0:
+                        raise SubscriptionBusyError(
+                            f"subscription {name!r} of log {log_name!r} is held by consumer "
+                            f"{holder!r}"
+                        ) from None
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(_next_event(watch), left)
+            finally:
+                watch.close()
+
+
+async def _next_event(watch: object) -> None:
+    async for _event in watch:  # type: ignore[attr-defined]
+        return
+
+
+def default_consumer_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{id(object()):x}"
+
+
+async def subscribe(
+    named: NamedLog,
+    name: str,
+    start: str | Position | int = EARLIEST,
+    *,
+    consumer_id: str | None = None,
+    wait_s: float | None = 0.0,
+    skip_truncated: bool = False,
+    ack_flush_ms: int = ACK_FLUSH_MS,
+) -> Consumer:
+    """The consumer of subscription ``name`` (see the module docstring)."""
+    check_subscription_name(name)
+    if ack_flush_ms < 1:
+        raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
+    logs = named.logs
+    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    consumer_id = consumer_id or default_consumer_id()
+    try:
+        await subs.read(named.name, name)
+    except SubscriptionNotFoundError:
+        probe = await named.open_reader(start)  # resolves earliest, latest or a time
+        try:
+            first = await probe.seek()
+        finally:
+            await probe.close()
+        created = await subs.create(
+            named.name, name, SubscriptionState(logs.clock.wall_ms(), first)
+        )
+        if created:
+            log.info("log %s: subscription %s created at %s", named.name, name, first)
+    await subs.take(named.name, name, consumer_id, wait_s)
+    try:
+        state, version = await subs.read(named.name, name)
+        state = state.taken_over(consumer_id)
+        version = await subs.write(named.name, name, state, version)
+        consumer = Consumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
+                            skip_truncated)  # fmt: skip
+        await consumer.open()
+    except BaseException:
+        await subs.release(named.name, name)
+        raise
+    return consumer
+
+
+class Consumer:
+    """Reads a subscription's records and acknowledges them (see the module docstring)."""
+
+    def __init__(
+        self,
+        named: NamedLog,
+        subs: SubscriptionStore,
+        name: str,
+        consumer_id: str,
+        state: SubscriptionState,
+        version: int,
+        ack_flush_ms: int,
+        skip_truncated: bool,
+    ) -> None:
+        self.named = named
+        self.name = name
+        self.consumer_id = consumer_id
+        self._subs = subs
+        self._state = state
+        self._version = version
+        self._epoch = state.epoch
+        self._flush_s = ack_flush_ms / 1000.0
+        self._skip_truncated = skip_truncated
+        self._reader: LogReader | None = None
+        self._acked_runs: dict[int, list[tuple[int, int]]] = _runs_by_ledger(state)
+        self._cumulative: Position | None = None
+        self._individual: list[Position] = []
+        self._dirty = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()
+        self._closed = False
+        self._fenced: SubscriptionFencedError | None = None
+
+    @property
+    def state(self) -> SubscriptionState:
+        """The subscription as this consumer last wrote or read it."""
+        return self._state
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    async def open(self) -> None:
+        start = self._state.resume_from
+        meta = await self.named.metadata()
+        gone = meta.truncated_before
+        if gone is not None and start < gone and meta.ledgers:
+            if not self._skip_truncated:
+                raise LogTruncatedError(
+                    f"subscription {self.name!r} of log {self.named.name!r}: records from "
+                    f"{start} up to {gone} are gone (truncated) before it consumed them"
+                )
+            log.warning("subscription %s: records from %s up to %s skipped (truncated)",
+                        self.name, start, gone)  # fmt: skip
+        self._reader = await self.named.open_reader(start)
+        self._flusher = asyncio.ensure_future(self._flush_periodically())
+
+    # -- reading -------------------------------------------------------------------------
+    async def receive(self, timeout_s: float | None = None) -> Record | None:
+        """The next record not acknowledged yet, or None if none comes within
+        ``timeout_s``."""
+        reader = self._check_reading()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            skipped = reader.skipped_ledgers
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            record = await reader.next(left)
+            if reader.skipped_ledgers != skipped and not self._skip_truncated:
+                raise LogTruncatedError(
+                    f"subscription {self.name!r} of log {self.named.name!r}: ledgers were "
+                    "truncated away before it consumed their records"
+                )
+            if record is None:
+                return None
+            if not self._acked_out_of_order(record.position):
+                return record
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Record:
+        record = await self.receive()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    def _acked_out_of_order(self, position: Position) -> bool:
+        runs = self._acked_runs.get(position.ledger_id)
+        if not runs:
+            return False
+        index = bisect.bisect_right(runs, (position.entry_id, 1 << 62)) - 1
+        return index >= 0 and runs[index][0] <= position.entry_id <= runs[index][1]
+
+    def _check_reading(self) -> LogReader:
+        if self._fenced is not None:
+            raise self._fenced
+        if self._closed or self._reader is None:
+            raise ConfigError(f"consumer of subscription {self.name!r} is closed")
+        return self._reader
+
+    # -- acknowledging ---------------------------------------------------------------------
+    def ack(self, position: Position) -> None:
+        """Acknowledge ``position`` and every record before it (written by the next flush)."""
+        self._check_reading()
+        if self._cumulative is None or position > self._cumulative:
+            self._cumulative = position
+            self._dirty.set()
+
+    def ack_individual(self, position: Position) -> None:
+        """Acknowledge ``position`` alone (written by the next flush)."""
+        self._check_reading()
+        self._individual.append(position)
+        self._dirty.set()
+
+    async def flush(self) -> None:
+        """Write the acks gathered so far; durable when this returns.
+        ``SubscriptionFencedError`` once another consumer took the subscription over."""
+        async with self._flush_lock:
+            if self._fenced is not None:
+                raise self._fenced
+            cumulative, individual = self._cumulative, self._individual
+            if cumulative is None and not individual:
+                return
+            self._cumulative, self._individual = None, []
+            self._dirty.clear()
+            try:
+                await self._write(cumulative, individual)
+            except BaseException:
+                if self._fenced is None:  # kept for the next flush
+                    self._cumulative = _later(self._cumulative, cumulative)
+                    self._individual = individual + self._individual
+                raise
+
+    async def _write(self, cumulative: Position | None, individual: list[Position]) -> None:
+        state, version = self._state, self._version
+        for _attempt in range(FLUSH_ATTEMPTS_MAX):
+            if state.epoch != self._epoch:
+                self._fenced = SubscriptionFencedError(
+                    f"subscription {self.name!r} of log {self.named.name!r} was taken over by "
+                    f"consumer {state.owner!r} (epoch {state.epoch}; this consumer's "
+                    f"{self._epoch}): its acks are refused"
+                )
+                raise self._fenced
+            new = state.with_acks(cumulative, individual)
+            try:
+                self._version = await self._subs.write(self.named.name, self.name, new, version)
+            except MetadataVersionError:  # written meanwhile: merge into what is there now
+                state, version = await self._subs.read(self.named.name, self.name)
+                continue
+            self._state = new
+            return
+        raise SubscriptionBusyError(
+            f"subscription {self.name!r}: acks not written after {FLUSH_ATTEMPTS_MAX} "
+            "compare-and-set attempts"
+        )
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self._flush_s)
+            try:
+                await self.flush()
+            except SubscriptionFencedError as exc:
+                log.warning("%s", exc)
+                return
+            except Exception as exc:
+                log.warning("subscription %s: acks not written yet: %s", self.name, exc)
+
+    # -- the end -----------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Write the gathered acks, stop reading and give the subscription up."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._fenced is None:
+                await self.flush()
+        finally:
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
+            if self._reader is not None:
+                await self._reader.close()
+            await self._subs.release(self.named.name, self.name)
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _later(a: Position | None, b: Position | None) -> Position | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+def _runs_by_ledger(state: SubscriptionState) -> dict[int, list[tuple[int, int]]]:
+    runs: dict[int, list[tuple[int, int]]] = {}
+    for ledger, first, last in state.acked:
+        runs.setdefault(ledger, []).append((first, last))
+    for spans in runs.values():
+        spans.sort()
+    return runs

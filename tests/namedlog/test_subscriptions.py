@@ -1,0 +1,209 @@
+"""Durable subscriptions (issue 21) on the in-memory cluster: the pure state, consumers that
+resume after what they acknowledged, redelivery after a crash, exclusive consumers fenced,
+out-of-order acks, retention by consumption, truncation never skipped silently."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import (
+    ConfigError,
+    LogError,
+    LogTruncatedError,
+    ProtocolError,
+    SubscriptionBusyError,
+    SubscriptionFencedError,
+    SubscriptionNotFoundError,
+)
+from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
+from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
+from bkeeper.testing.cluster import MemoryCluster
+
+FAST = ClientConfig(
+    add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200, explicit_lac_interval_ms=20
+)
+SMALL = LogConfig(roll_bytes=400, tail_poll_ms=100)
+P = Position
+
+
+# -- the state (pure) ------------------------------------------------------------------------
+def test_cumulative_and_individual_acks_merge_into_the_mark_and_runs() -> None:
+    state = SubscriptionState(1, P(5, 0))
+    assert state.resume_from == P(5, 0)
+    state = state.with_acks(None, [P(5, 2), P(5, 3), P(6, 0)])
+    assert (state.mark, state.acked) == (None, ((5, 2, 3), (6, 0, 0)))
+    assert state.is_acked(P(5, 3)) and not state.is_acked(P(5, 1))
+    state = state.with_acks(None, [P(5, 0)])  # from the very start: a mark
+    assert (state.mark, state.acked) == (P(5, 0), ((5, 2, 3), (6, 0, 0)))
+    state = state.with_acks(None, [P(5, 1)])  # closes the gap: the run joins the mark
+    assert (state.mark, state.acked) == (P(5, 3), ((6, 0, 0),))
+    assert state.resume_from == P(5, 4)
+    state = state.with_acks(P(6, 5), [])
+    assert (state.mark, state.acked) == (P(6, 5), ())
+    assert state.with_acks(P(5, 9), []).mark == P(6, 5), "the mark never goes back"
+
+
+def test_the_state_round_trips_and_bad_json_is_refused() -> None:
+    state = SubscriptionState(7, P(1, 2), P(3, 4), ((3, 6, 9),), epoch=2, owner="c1")
+    assert SubscriptionState.decode(state.encode()) == state
+    with pytest.raises(ProtocolError, match="subscription is unreadable"):
+        SubscriptionState.decode(b'{"format":1}')
+    with pytest.raises(ProtocolError, match="malformed"):
+        SubscriptionState.decode(b'{"format":1,"ctime_ms":1,"start":[1,0],"acked":[[1,5,2]]}')
+    with pytest.raises(ConfigError, match="subscription name 'a/b'"):
+        check_subscription_name("a/b")
+
+
+def test_too_many_runs_out_of_order_are_refused() -> None:
+    state = SubscriptionState(1, P(1, 0))
+    with pytest.raises(LogError, match="acknowledge cumulatively"):
+        state.with_acks(None, [P(1, e) for e in range(2, 40_000, 2)])
+
+
+# -- consumers -------------------------------------------------------------------------------
+async def filled(cluster: MemoryCluster, records: int, config: LogConfig = SMALL):
+    logs = NamedLogs(await cluster.client(FAST), config)
+    named = await logs.create("events")
+    writer = await named.open_writer()
+    positions = [await writer.append(b"r%03d" % i) for i in range(records)]
+    return logs, named, writer, positions
+
+
+async def take(consumer, count: int) -> list:
+    records = []
+    for _ in range(count):
+        record = await consumer.receive(10.0)
+        assert record is not None, f"only {len(records)} of {count} records"
+        records.append(record)
+    return records
+
+
+async def test_a_consumer_resumes_after_what_it_acknowledged() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, positions = await filled(cluster, 10)
+        consumer = await named.subscribe("s")
+        got = await take(consumer, 4)
+        assert [r.payload for r in got] == [b"r000", b"r001", b"r002", b"r003"]
+        consumer.ack(got[2].position)
+        await consumer.close()
+        again = await named.subscribe("s")
+        assert (await again.receive(10.0)).payload == b"r003"
+        assert (await named.subscriptions())["s"].mark == positions[2]
+        await again.close()
+
+
+async def test_a_consumer_killed_between_read_and_ack_gets_its_records_again() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, _ = await filled(cluster, 6)
+        other = NamedLogs(await cluster.client(FAST), SMALL).log("events")
+        dying = await other.subscribe("s", ack_flush_ms=60_000)
+        got = await take(dying, 3)
+        dying.ack(got[0].position)
+        await dying.flush()  # r000 acknowledged, durably
+        dying.ack(got[2].position)  # gathered, never flushed: lost with the process
+        await other.logs.bk.cluster.store.expire_session()  # the process is gone
+        successor = await named.subscribe("s", wait_s=10.0)
+        assert [r.payload for r in await take(successor, 5)] == [
+            b"r001", b"r002", b"r003", b"r004", b"r005",
+        ]  # fmt: skip
+        await successor.close()
+
+
+async def test_two_consumers_race_for_an_exclusive_subscription() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, _ = await filled(cluster, 4)
+        first_logs = NamedLogs(await cluster.client(FAST), SMALL)
+        first = await first_logs.log("events").subscribe("s", consumer_id="first")
+        with pytest.raises(SubscriptionBusyError, match="held by consumer 'first'"):
+            await named.subscribe("s", consumer_id="second")
+        standby = asyncio.ensure_future(named.subscribe("s", consumer_id="second", wait_s=None))
+        await asyncio.sleep(0.1)
+        assert not standby.done(), "the standby waits while the first holds it"
+        got = await take(first, 2)
+        await first_logs.bk.cluster.store.expire_session()  # paused past its session
+        second = await asyncio.wait_for(standby, 10.0)
+        assert second.epoch == first.epoch + 1
+        first.ack(got[1].position)
+        with pytest.raises(SubscriptionFencedError, match="taken over by consumer 'second'"):
+            await first.flush()
+        assert (await named.subscriptions())["s"].mark is None, "the loser's ack was refused"
+        assert [r.payload for r in await take(second, 4)] == [b"r000", b"r001", b"r002", b"r003"]
+        await second.close()
+
+
+async def test_records_acknowledged_out_of_order_are_not_delivered_again() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, _ = await filled(cluster, 6)
+        consumer = await named.subscribe("s")
+        got = await take(consumer, 5)
+        for index in (0, 1, 3):
+            consumer.ack_individual(got[index].position)
+        await consumer.close()
+        state = (await named.subscriptions())["s"]
+        assert state.mark == got[1].position
+        assert state.acked == ((got[3].position.ledger_id, got[3].position.entry_id,
+                                got[3].position.entry_id),)  # fmt: skip
+        again = await named.subscribe("s")
+        assert [r.payload for r in await take(again, 3)] == [b"r002", b"r004", b"r005"]
+        await again.close()
+
+
+async def test_a_subscription_created_mid_log_starts_there() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, writer, _ = await filled(cluster, 3)
+        consumer = await named.subscribe("late", LATEST)
+        await writer.append(b"after")
+        assert (await consumer.receive(10.0)).payload == b"after"
+        await consumer.close()
+
+
+async def test_retention_never_deletes_what_a_subscription_has_not_consumed() -> None:
+    config = LogConfig(roll_bytes=200, tail_poll_ms=100, retention_consumed=True)
+    async with MemoryCluster(3) as cluster:
+        logs, named, writer, _ = await filled(cluster, 0, config)
+        slow = await named.subscribe("slow")
+        fast = await named.subscribe("fast")
+        positions = [await writer.append(b"x%03d" % i + b"." * 60) for i in range(40)]
+        assert len((await named.metadata()).ledgers) > 4
+        fast_records = await take(fast, 40)
+        fast.ack(fast_records[-1].position)
+        await fast.flush()
+        await writer.append(b"roll" + b"." * 200)  # rolls: retention runs
+        await writer.append(b"roll" + b"." * 200)
+        first = (await named.metadata()).ledgers[0].ledger_id
+        assert first <= positions[0].ledger_id, "slow has consumed nothing: all kept"
+        slow_records = await take(slow, 20)
+        slow.ack(slow_records[-1].position)
+        await slow.flush()
+        await writer.append(b"roll" + b"." * 200)
+        await writer.append(b"roll" + b"." * 200)
+        kept = (await named.metadata()).ledgers[0].ledger_id
+        assert kept == slow_records[-1].position.ledger_id, "consumed ledgers deleted"
+        assert [r.payload[:4] for r in await take(slow, 20)] == [
+            b"x%03d" % i for i in range(20, 40)
+        ]
+        await slow.close()
+        await fast.close()
+        await logs.delete("events")
+        assert await named._subscriptions().names("events") == []
+
+
+async def test_a_subscription_behind_a_truncation_is_told_never_skipped() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, writer, positions = await filled(cluster, 0)
+        consumer = await named.subscribe("s")
+        await consumer.close()
+        positions = [await writer.append(b"y%03d" % i + b"." * 60) for i in range(20)]
+        await named.truncate(positions[-1])
+        with pytest.raises(LogTruncatedError, match="are gone"):
+            await named.subscribe("s")
+        skipping = await named.subscribe("s", skip_truncated=True)
+        record = await skipping.receive(10.0)
+        assert record is not None and record.position.ledger_id == positions[-1].ledger_id
+        await skipping.close()
+        await named.unsubscribe("s")
+        with pytest.raises(SubscriptionNotFoundError):
+            await named.unsubscribe("s")
