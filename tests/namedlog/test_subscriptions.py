@@ -12,6 +12,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import (
     ConfigError,
     LogError,
+    LogNotFoundError,
     LogTruncatedError,
     ProtocolError,
     SubscriptionBusyError,
@@ -207,3 +208,24 @@ async def test_a_subscription_behind_a_truncation_is_told_never_skipped() -> Non
         await named.unsubscribe("s")
         with pytest.raises(SubscriptionNotFoundError):
             await named.unsubscribe("s")
+
+
+async def test_acks_past_what_was_delivered_are_refused() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, positions = await filled(cluster, 4)
+        consumer = await named.subscribe("s")
+        with pytest.raises(ConfigError, match="past the last record delivered"):
+            consumer.ack(positions[0])
+        got = await take(consumer, 2)
+        consumer.ack(got[1].position)
+        with pytest.raises(ConfigError, match="past the last record delivered"):
+            consumer.ack_individual(positions[3])
+        with pytest.raises(ConfigError, match="past the last record of log 'events'"):
+            await consumer.ack_up_to(Position(positions[3].ledger_id + 5, 0))
+        await consumer.ack_up_to(positions[3])
+        assert (await named.subscriptions())["s"].mark == positions[3]
+        await consumer.close()
+        with pytest.raises(SubscriptionNotFoundError):
+            await named.subscribe("typo", create=False)
+        with pytest.raises(LogNotFoundError):
+            await NamedLogs(named.logs.bk).log("nolog").subscribe("s")

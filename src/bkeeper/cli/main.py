@@ -45,6 +45,7 @@ def _register_commands() -> None:
         dashboard,
         dice,
         log,
+        log_subscriptions,
         meta,
         sandbox,
         shell,
@@ -57,6 +58,8 @@ def _register_commands() -> None:
     cli.add_command(bookie.bookie)
     cli.add_command(dashboard.dashboard)
     cli.add_command(dice.dice)
+    for command in log_subscriptions.COMMANDS:
+        log.log.add_command(command)
     cli.add_command(log.log)
     cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import socket
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import (
@@ -58,7 +59,7 @@ from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_
 if TYPE_CHECKING:
     from bkeeper.namedlog.logs import NamedLog
 
-__all__ = ["ACK_FLUSH_MS", "Consumer", "SubscriptionStore", "subscribe"]
+__all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "SubscriptionStore", "backlog", "subscribe"]
 
 log = logging.getLogger(__name__)
 
@@ -198,17 +199,22 @@ async def subscribe(
     wait_s: float | None = 0.0,
     skip_truncated: bool = False,
     ack_flush_ms: int = ACK_FLUSH_MS,
+    create: bool = True,
 ) -> Consumer:
-    """The consumer of subscription ``name`` (see the module docstring)."""
+    """The consumer of subscription ``name`` (see the module docstring); with ``create``
+    False a subscription that does not exist is ``SubscriptionNotFoundError``."""
     check_subscription_name(name)
     if ack_flush_ms < 1:
         raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
     logs = named.logs
     subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
     consumer_id = consumer_id or default_consumer_id()
+    await named.metadata()  # LogNotFoundError first, for a log that does not exist
     try:
         await subs.read(named.name, name)
     except SubscriptionNotFoundError:
+        if not create:
+            raise
         probe = await named.open_reader(start)  # resolves earliest, latest or a time
         try:
             first = await probe.seek()
@@ -218,7 +224,7 @@ async def subscribe(
             named.name, name, SubscriptionState(logs.clock.wall_ms(), first)
         )
         if created:
-            log.info("log %s: subscription %s created at %s", named.name, name, first)
+            log.debug("log %s: subscription %s created at %s", named.name, name, first)
     await subs.take(named.name, name, consumer_id, wait_s)
     try:
         state, version = await subs.read(named.name, name)
@@ -265,6 +271,8 @@ class Consumer:
         self._flush_lock = asyncio.Lock()
         self._closed = False
         self._fenced: SubscriptionFencedError | None = None
+        #: The last record returned by :meth:`receive` (acks may not go past it).
+        self.delivered: Position | None = None
 
     @property
     def state(self) -> SubscriptionState:
@@ -309,6 +317,7 @@ class Consumer:
             if record is None:
                 return None
             if not self._acked_out_of_order(record.position):
+                self.delivered = record.position
                 return record
 
     def __aiter__(self) -> Consumer:
@@ -336,17 +345,45 @@ class Consumer:
 
     # -- acknowledging ---------------------------------------------------------------------
     def ack(self, position: Position) -> None:
-        """Acknowledge ``position`` and every record before it (written by the next flush)."""
+        """Acknowledge ``position`` and every record before it (written by the next flush);
+        ``ConfigError`` for a position past the last record delivered."""
         self._check_reading()
+        self._check_delivered(position)
         if self._cumulative is None or position > self._cumulative:
             self._cumulative = position
             self._dirty.set()
 
     def ack_individual(self, position: Position) -> None:
-        """Acknowledge ``position`` alone (written by the next flush)."""
+        """Acknowledge ``position`` alone (written by the next flush); ``ConfigError`` for a
+        position past the last record delivered."""
         self._check_reading()
+        self._check_delivered(position)
         self._individual.append(position)
         self._dirty.set()
+
+    async def ack_up_to(self, position: Position, *, individual: bool = False) -> None:
+        """As an operator: acknowledge records not delivered to this consumer, up to
+        ``position`` (or that one alone), then flush. ``ConfigError`` when ``position`` is
+        past the log's last record (it would skip records not written yet)."""
+        self._check_reading()
+        last = await self.named.last_position()
+        if last is None or position > last:
+            raise ConfigError(
+                f"position {position} is past the last record of log {self.named.name!r} "
+                f"({last if last is not None else 'none yet'})"
+            )
+        if individual:
+            self._individual.append(position)
+        elif self._cumulative is None or position > self._cumulative:
+            self._cumulative = position
+        await self.flush()
+
+    def _check_delivered(self, position: Position) -> None:
+        if self.delivered is None or position > self.delivered:
+            raise ConfigError(
+                f"ack of {position}: past the last record delivered to this consumer "
+                f"({self.delivered if self.delivered is not None else 'none yet'})"
+            )
 
     async def flush(self) -> None:
         """Write the acks gathered so far; durable when this returns.
@@ -425,6 +462,45 @@ class Consumer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a subscription has not consumed yet: records (those acked out of order
+    included) and their payload bytes as the ledgers count them, up to the log's end now."""
+
+    entries: int
+    bytes: int
+
+
+async def backlog(named: NamedLog, state: SubscriptionState) -> Backlog:
+    """The backlog of ``state`` in ``named`` now (a ledger read per partly consumed or open
+    ledger; sealed ones are counted from their metadata)."""
+    meta = await named.metadata()
+    walk = named.logs.walk
+    start = state.resume_from
+    entries = size = 0
+    for ledger in meta.ledgers:
+        if ledger.ledger_id < start.ledger_id:
+            continue
+        end = await walk.ledger_end(ledger.ledger_id)
+        first = start.entry_id if ledger.ledger_id == start.ledger_id else 0
+        if end is None or end.last < first:
+            continue
+        entries += end.last - first + 1
+        handle = await walk.open(ledger.ledger_id)
+        if handle is None:
+            continue
+        try:
+            if end.sealed:
+                upto = handle.metadata.length
+            else:
+                upto = (await handle.read_entry(end.last)).length
+            before = (await handle.read_entry(first - 1)).length if first > 0 else 0
+        finally:
+            await handle.close()
+        size += upto - before
+    return Backlog(entries, size)
 
 
 def _later(a: Position | None, b: Position | None) -> Position | None:

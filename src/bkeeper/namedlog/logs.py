@@ -223,13 +223,15 @@ class NamedLog:
         wait_s: float | None = 0.0,
         skip_truncated: bool = False,
         ack_flush_ms: int = ACK_FLUSH_MS,
+        create: bool = True,
     ) -> Consumer:
         """The consumer of subscription ``name``, created at ``start`` (as for
         :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.consumer`.
-        ``wait_s``: how long to stand by while another consumer holds it (None: for ever)."""
+        ``wait_s``: how long to stand by while another consumer holds it (None: for ever);
+        ``create`` False: a subscription that does not exist is an error."""
         return await subscribe(
             self, name, start, consumer_id=consumer_id, wait_s=wait_s,
-            skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms,
+            skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms, create=create,
         )  # fmt: skip
 
     async def subscriptions(self) -> dict[str, SubscriptionState]:
