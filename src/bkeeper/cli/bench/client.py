@@ -212,7 +212,8 @@ def read_bench(
 def log_bench(
     metadata_uri: str, entry_size: int, duration: float, in_flight: int, rate: float
 ) -> None:
-    """Named-log append rate and tail latency (append to visible at a tailing reader)."""
+    """Named-log append rate and tail latency (append to visible at a tailing reader); then
+    the log read back by a reader, and by a subscription acknowledging every record."""
     from bkeeper.cli.bookie import run_event_loop
 
     with cluster(metadata_uri, 3) as uri:
