@@ -197,6 +197,7 @@ def _sandbox_config(data_dir: Path, bookies: int, seed: int) -> SandboxConfig:
                 bookies=bookies,
                 zookeeper_port=base,
                 bookie_port_base=base + 1,
+                start_timeout_s=90.0,  # a bookie restarted after kill -9 waits out its session
                 bookie_args=("-o", "lost_bookie_recovery_delay_s=2"),
             )
     raise ConfigError(
