@@ -261,7 +261,9 @@ async def _next_set(changes: AsyncIterator[BookieSet]) -> BookieSet:
     return await asyncio.wait_for(anext(changes), WAIT_S)
 
 
-async def test_a_restarted_bookie_waits_longer_than_zookeeper_takes_to_expire_its_old_session() -> None:
+async def test_a_restarted_bookie_waits_longer_than_zookeeper_takes_to_expire_its_old_session() -> (
+    None
+):
     """ZooKeeper expires a session up to a tick (2 s) after its timeout, and one that restarted
     starts every timeout again: a bookie restarted right after kill -9 that waited only the
     session timeout (10 s) for its old registration exited "held by another live session"

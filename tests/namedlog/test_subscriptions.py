@@ -20,13 +20,14 @@ from bkeeper.common.errors import (
     SubscriptionNotFoundError,
 )
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
-from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
+from bkeeper.namedlog.subscription import Claim, SubscriptionState, check_subscription_name
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200, explicit_lac_interval_ms=20
 )
 SMALL = LogConfig(roll_bytes=400, tail_poll_ms=100)
+TINY = LogConfig(roll_bytes=40, tail_poll_ms=100)
 P = Position
 
 
@@ -229,3 +230,75 @@ async def test_acks_past_what_was_delivered_are_refused() -> None:
             await named.subscribe("typo", create=False)
         with pytest.raises(LogNotFoundError):
             await NamedLogs(named.logs.bk).log("nolog").subscribe("s")
+
+
+# -- across ledgers, and shared subscriptions --------------------------------------------------
+def test_the_mark_moves_from_a_sealed_ledgers_last_record_to_the_next_ledger() -> None:
+    state = SubscriptionState(1, P(5, 0), mark=P(5, 9))
+    moved = state.with_acks(None, [P(7, 0), P(7, 1)], {5: (9, 7)})
+    assert (moved.mark, moved.acked) == (P(7, 1), ())
+    stuck = state.with_acks(None, [P(7, 0)], {5: (10, 7)})  # 5 holds more than the mark
+    assert (stuck.mark, stuck.acked) == (P(5, 9), ((7, 0, 0),))
+
+
+def test_claims_round_trip_and_are_dropped_once_acknowledged() -> None:
+    state = SubscriptionState(1, P(5, 0), mode="shared")
+    claim = Claim("a", 5, 0, 9, 1_000)
+    state = state.with_claim(claim)
+    assert state.dispatch_from == P(5, 10) and state.claims == (claim,)
+    assert SubscriptionState.decode(state.encode()) == state
+    taken = state.with_claim_taken(claim, Claim("b", 5, 0, 9, 2_000))
+    assert taken.claims[0].consumer == "b"
+    done = taken.with_acks(None, [P(5, e) for e in range(10)])
+    assert (done.mark, done.claims) == (P(5, 9), ())
+
+
+async def test_shared_consumers_each_get_distinct_records_and_all_are_consumed() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, positions = await filled(cluster, 30, TINY)
+        assert len({p.ledger_id for p in positions}) >= 3, "records in several ledgers"
+        a = await named.subscribe("work", mode="shared", consumer_id="a", claim_records=4)
+        b = (
+            await NamedLogs(await cluster.client(FAST), SMALL)
+            .log("events")
+            .subscribe("work", mode="shared", consumer_id="b", claim_records=4)
+        )
+        seen: dict[str, list] = {"a": [], "b": []}
+
+        async def work(consumer, name: str) -> None:
+            while (record := await consumer.receive(1.0)) is not None:
+                seen[name].append(record.position)
+                await asyncio.sleep(0.02)  # the work each record takes
+                consumer.ack_individual(record.position)
+
+        await asyncio.gather(work(a, "a"), work(b, "b"))
+        await a.close()
+        await b.close()
+        assert seen["a"] and seen["b"], seen
+        assert sorted(seen["a"] + seen["b"]) == positions, "each record once"
+        state = (await named.subscriptions())["work"]
+        assert (state.mark, state.acked, state.claims) == (positions[-1], (), ())
+        with pytest.raises(ConfigError, match="is shared, not exclusive"):
+            await named.subscribe("work")
+        with pytest.raises(ConfigError, match="acknowledge each record"):
+            a.ack(positions[0])
+
+
+async def test_a_shared_claim_not_acknowledged_in_time_goes_to_another_consumer() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, positions = await filled(cluster, 6)
+        slow = await named.subscribe("work", mode="shared", consumer_id="slow",
+                                     ack_timeout_ms=300, claim_records=3)  # fmt: skip
+        got = [await slow.receive(5.0) for _ in range(3)]
+        assert [r.position for r in got] == positions[:3]
+        slow.ack_individual(got[0].position)
+        await slow.flush()
+        other = await named.subscribe("work", mode="shared", consumer_id="other",
+                                      ack_timeout_ms=300, claim_records=3)  # fmt: skip
+        later = [await other.receive(5.0) for _ in range(5)]
+        assert [r.position for r in later] == [*positions[3:6], *positions[1:3]]
+        for record in later:
+            other.ack_individual(record.position)
+        await other.close()
+        await slow.close()
+        assert (await named.subscriptions())["work"].mark == positions[-1]

@@ -14,7 +14,9 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli.log import _FROM, _METADATA, _run, _show, _start
 from bkeeper.common.errors import LogError, SubscriptionNotFoundError
 from bkeeper.namedlog import NamedLogs, Position
-from bkeeper.namedlog.consumer import Consumer, SubscriptionStore, backlog
+from bkeeper.namedlog.consumer import Consumer, backlog
+from bkeeper.namedlog.subscription import Mode
+from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 __all__ = ["COMMANDS"]
 
@@ -22,10 +24,18 @@ _SUBSCRIPTION = click.argument("subscription")
 
 
 async def _existing(logs: NamedLogs, name: str, subscription: str, wait_s: float) -> Consumer:
+    named = logs.log(name)
+    state = (await named.subscriptions()).get(subscription)
+    if state is None:
+        await named.metadata()  # no log at all: say that
+        raise CommandError(
+            f"log {name!r} has no subscription {subscription!r} "
+            f"(create it with: bkeeper log subscribe {name} {subscription})"
+        )
     try:
-        return await logs.log(name).subscribe(subscription, wait_s=wait_s, create=False)
+        return await named.subscribe(subscription, wait_s=wait_s, create=False, mode=state.mode)
     except SubscriptionNotFoundError as exc:
-        raise CommandError(f"{exc} (create it with: bkeeper log subscribe {name} NAME)") from exc
+        raise CommandError(str(exc)) from exc
 
 
 @click.command()
@@ -33,13 +43,15 @@ async def _existing(logs: NamedLogs, name: str, subscription: str, wait_s: float
 @click.argument("name")
 @_SUBSCRIPTION
 @_FROM
-def subscribe(metadata_uri: str, name: str, subscription: str, start: str) -> None:
+@click.option("--shared", is_flag=True, help="Several consumers at once, each record to one.")
+def subscribe(metadata_uri: str, name: str, subscription: str, start: str, shared: bool) -> None:
     """Create SUBSCRIPTION on log NAME, consuming from --from (a subscription that exists
     already keeps its position)."""
     first = _start(start)
 
     async def body(logs: NamedLogs) -> None:
-        consumer = await logs.log(name).subscribe(subscription, first)
+        mode: Mode = "shared" if shared else "exclusive"
+        consumer = await logs.log(name).subscribe(subscription, first, mode=mode)
         state = consumer.state
         await consumer.close()
         click.echo(f"subscription {subscription} of log {name}: next record at {state.resume_from}")
@@ -91,7 +103,9 @@ def consume(
                     break
                 click.echo(_show(record))
                 count += 1
-                if ack:
+                if ack and consumer.state.mode == "shared":
+                    consumer.ack_individual(record.position)
+                elif ack:
                     consumer.ack(record.position)
         finally:
             await consumer.close()
@@ -138,6 +152,7 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
             behind = await backlog(named, state)
             rows.append({
                 "name": sub,
+                "mode": state.mode,
                 "next": str(state.resume_from),
                 "mark": None if state.mark is None else str(state.mark),
                 "acked_out_of_order": sum(r[2] - r[1] + 1 for r in state.acked),
@@ -149,12 +164,13 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
             click.echo(json.dumps(rows, indent=2))
             return
         table = Table(title=f"subscriptions of log {name}")
-        for column in ("name", "next", "acked out of order", "consumer", "epoch",
+        for column in ("name", "mode", "next", "acked out of order", "consumer", "epoch",
                        "backlog records", "backlog bytes"):  # fmt: skip
             table.add_column(column)
         for row in rows:
             table.add_row(
-                str(row["name"]), str(row["next"]), str(row["acked_out_of_order"]),
+                str(row["name"]), str(row["mode"]), str(row["next"]),
+                str(row["acked_out_of_order"]),
                 str(row["consumer"] or "-"), str(row["epoch"]),
                 str(row["backlog_entries"]), str(row["backlog_bytes"]),
             )  # fmt: skip

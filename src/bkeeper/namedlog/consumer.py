@@ -33,8 +33,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
-import os
-import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,24 +41,18 @@ from bkeeper.common.errors import (
     ConfigError,
     LogTruncatedError,
     MetadataVersionError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
     SubscriptionBusyError,
     SubscriptionFencedError,
-    SubscriptionNotFoundError,
 )
-from bkeeper.meta.store import NodeStore, WatchKind, join_path
-from bkeeper.namedlog.config import EARLIEST
-from bkeeper.namedlog.metadata import LogStore
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record
-from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
+from bkeeper.namedlog.subscription import SubscriptionState
+from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 if TYPE_CHECKING:
     from bkeeper.namedlog.logs import NamedLog
 
-__all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "SubscriptionStore", "backlog", "subscribe"]
+__all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "ledger_ends"]
 
 log = logging.getLogger(__name__)
 
@@ -68,175 +61,6 @@ ACK_FLUSH_MS = 200
 #: Compare-and-set rounds one flush tries before it gives up (another writer of the same
 #: subscription's node: a consumer taking over, an unsubscribe).
 FLUSH_ATTEMPTS_MAX = 20
-
-
-class SubscriptionStore:
-    """The subscriptions' nodes: ``<log node>/subscriptions/<name>`` and its ``owner``."""
-
-    def __init__(self, store: NodeStore, logs: LogStore) -> None:
-        self._store = store
-        self._logs = logs
-
-    def directory(self, log_name: str) -> str:
-        return join_path(self._logs.path(log_name), "subscriptions")
-
-    def path(self, log_name: str, name: str) -> str:
-        return join_path(self.directory(log_name), check_subscription_name(name))
-
-    def owner_path(self, log_name: str, name: str) -> str:
-        return join_path(self.path(log_name, name), "owner")
-
-    async def create(self, log_name: str, name: str, state: SubscriptionState) -> bool:
-        """Create it; False when it exists already (its state is kept)."""
-        try:
-            await self._store.create(self.path(log_name, name), state.encode(), make_parents=True)
-        except NodeExistsError:
-            return False
-        return True
-
-    async def read(self, log_name: str, name: str) -> tuple[SubscriptionState, int]:
-        try:
-            data, version = await self._store.get(self.path(log_name, name))
-        except NoNodeError:
-            raise SubscriptionNotFoundError(
-                f"log {log_name!r} has no subscription {name!r}"
-            ) from None
-        return SubscriptionState.decode(data, f"subscription {name!r}"), version
-
-    async def write(self, log_name: str, name: str, state: SubscriptionState, version: int) -> int:
-        try:
-            return await self._store.set(self.path(log_name, name), state.encode(), version)
-        except NoNodeError:
-            raise SubscriptionNotFoundError(
-                f"log {log_name!r} has no subscription {name!r} (unsubscribed?)"
-            ) from None
-
-    async def delete(self, log_name: str, name: str) -> None:
-        with contextlib.suppress(NoNodeError):
-            await self._store.delete(self.owner_path(log_name, name))
-        try:
-            await self._store.delete(self.path(log_name, name))
-        except NoNodeError:
-            raise SubscriptionNotFoundError(
-                f"log {log_name!r} has no subscription {name!r}"
-            ) from None
-        with contextlib.suppress(NoNodeError, NotEmptyError):
-            await self._store.delete(self.directory(log_name))
-
-    async def names(self, log_name: str) -> list[str]:
-        try:
-            return sorted(await self._store.children(self.directory(log_name)))
-        except NoNodeError:
-            return []
-
-    async def states(self, log_name: str) -> dict[str, SubscriptionState]:
-        found = {}
-        for name in await self.names(log_name):
-            with contextlib.suppress(SubscriptionNotFoundError):
-                found[name] = (await self.read(log_name, name))[0]
-        return found
-
-    async def owner(self, log_name: str, name: str) -> str | None:
-        """The id of the consumer holding the subscription now, if any."""
-        try:
-            data, _ = await self._store.get(self.owner_path(log_name, name))
-        except NoNodeError:
-            return None
-        return data.decode("utf-8", "replace")
-
-    async def release(self, log_name: str, name: str) -> None:
-        """Delete the owner node if this session holds it (never another consumer's)."""
-        path = self.owner_path(log_name, name)
-        stat = await self._store.exists(path)
-        if stat is not None and stat.ephemeral_owner == self._store.session_id:
-            with contextlib.suppress(NoNodeError):
-                await self._store.delete(path, stat.version)
-
-    async def take(self, log_name: str, name: str, consumer_id: str, wait_s: float | None) -> None:
-        """Create the owner node; wait up to ``wait_s`` (None: for ever) for another's to go."""
-        path = self.owner_path(log_name, name)
-        loop = asyncio.get_running_loop()
-        deadline = None if wait_s is None else loop.time() + wait_s
-        while True:
-            watch = await self._store.watch(path, WatchKind.DATA)
-            try:
-                try:
-                    await self._store.create(path, consumer_id.encode(), ephemeral=True)
-                    return
-                except NoNodeError:
-                    raise SubscriptionNotFoundError(
-                        f"log {log_name!r} has no subscription {name!r}"
-                    ) from None
-                except NodeExistsError:
-                    holder = await self.owner(log_name, name)
-                    left = None if deadline is None else deadline - loop.time()
-                    if left is not None and left <= 0:
-                        raise SubscriptionBusyError(
-                            f"subscription {name!r} of log {log_name!r} is held by consumer "
-                            f"{holder!r}"
-                        ) from None
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(_next_event(watch), left)
-            finally:
-                watch.close()
-
-
-async def _next_event(watch: object) -> None:
-    async for _event in watch:  # type: ignore[attr-defined]
-        return
-
-
-def default_consumer_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{id(object()):x}"
-
-
-async def subscribe(
-    named: NamedLog,
-    name: str,
-    start: str | Position | int = EARLIEST,
-    *,
-    consumer_id: str | None = None,
-    wait_s: float | None = 0.0,
-    skip_truncated: bool = False,
-    ack_flush_ms: int = ACK_FLUSH_MS,
-    create: bool = True,
-) -> Consumer:
-    """The consumer of subscription ``name`` (see the module docstring); with ``create``
-    False a subscription that does not exist is ``SubscriptionNotFoundError``."""
-    check_subscription_name(name)
-    if ack_flush_ms < 1:
-        raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
-    logs = named.logs
-    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
-    consumer_id = consumer_id or default_consumer_id()
-    await named.metadata()  # LogNotFoundError first, for a log that does not exist
-    try:
-        await subs.read(named.name, name)
-    except SubscriptionNotFoundError:
-        if not create:
-            raise
-        probe = await named.open_reader(start)  # resolves earliest, latest or a time
-        try:
-            first = await probe.seek()
-        finally:
-            await probe.close()
-        created = await subs.create(
-            named.name, name, SubscriptionState(logs.clock.wall_ms(), first)
-        )
-        if created:
-            log.debug("log %s: subscription %s created at %s", named.name, name, first)
-    await subs.take(named.name, name, consumer_id, wait_s)
-    try:
-        state, version = await subs.read(named.name, name)
-        state = state.taken_over(consumer_id)
-        version = await subs.write(named.name, name, state, version)
-        consumer = Consumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
-                            skip_truncated)  # fmt: skip
-        await consumer.open()
-    except BaseException:
-        await subs.release(named.name, name)
-        raise
-    return consumer
 
 
 class Consumer:
@@ -271,6 +95,8 @@ class Consumer:
         self._flush_lock = asyncio.Lock()
         self._closed = False
         self._fenced: SubscriptionFencedError | None = None
+        #: Exclusive: acks carry this consumer's epoch (shared consumers are not fenced).
+        self._fencing = state.mode == "exclusive"
         #: The last record returned by :meth:`receive` (acks may not go past it).
         self.delivered: Position | None = None
 
@@ -407,14 +233,19 @@ class Consumer:
     async def _write(self, cumulative: Position | None, individual: list[Position]) -> None:
         state, version = self._state, self._version
         for _attempt in range(FLUSH_ATTEMPTS_MAX):
-            if state.epoch != self._epoch:
+            after: dict[int, tuple[int, int]] = {}
+            if individual or state.acked:  # runs may join the mark across a ledger's end
+                mark = max(cumulative or state.start, state.mark or state.start)
+                ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
+                after = await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+            if self._fencing and state.epoch != self._epoch:
                 self._fenced = SubscriptionFencedError(
                     f"subscription {self.name!r} of log {self.named.name!r} was taken over by "
                     f"consumer {state.owner!r} (epoch {state.epoch}; this consumer's "
                     f"{self._epoch}): its acks are refused"
                 )
                 raise self._fenced
-            new = state.with_acks(cumulative, individual)
+            new = state.with_acks(cumulative, individual, after)
             try:
                 self._version = await self._subs.write(self.named.name, self.name, new, version)
             except MetadataVersionError:  # written meanwhile: merge into what is there now
@@ -501,6 +332,23 @@ async def backlog(named: NamedLog, state: SubscriptionState) -> Backlog:
             await handle.close()
         size += upto - before
     return Backlog(entries, size)
+
+
+async def ledger_ends(named: NamedLog, ledger_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """For each sealed ledger of ``ledger_ids`` in the log with a ledger after it: (its last
+    entry id, that next ledger's id)."""
+    meta = await named.metadata()
+    ids = [x.ledger_id for x in meta.ledgers]
+    index = {ledger_id: i for i, ledger_id in enumerate(ids)}
+    ends: dict[int, tuple[int, int]] = {}
+    for ledger_id in set(ledger_ids):
+        i = index.get(ledger_id)
+        if i is None or i + 1 >= len(ids):
+            continue
+        end = await named.logs.walk.ledger_end(ledger_id)
+        if end is not None and end.sealed:
+            ends[ledger_id] = (end.last, ids[i + 1])
+    return ends
 
 
 def _later(a: Position | None, b: Position | None) -> Position | None:

@@ -51,7 +51,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LogConfig
-from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer, SubscriptionStore, subscribe
+from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.metadata import (
     LogLedger,
     LogMetadata,
@@ -62,7 +62,10 @@ from bkeeper.namedlog.metadata import (
 )
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position
-from bkeeper.namedlog.subscription import SubscriptionState
+from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
+from bkeeper.namedlog.subscribing import subscribe
+from bkeeper.namedlog.subscription import Mode, SubscriptionState
+from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
@@ -224,14 +227,19 @@ class NamedLog:
         skip_truncated: bool = False,
         ack_flush_ms: int = ACK_FLUSH_MS,
         create: bool = True,
+        mode: Mode = "exclusive",
+        ack_timeout_ms: int = ACK_TIMEOUT_MS,
+        claim_records: int = CLAIM_RECORDS,
     ) -> Consumer:
         """The consumer of subscription ``name``, created at ``start`` (as for
         :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.consumer`.
         ``wait_s``: how long to stand by while another consumer holds it (None: for ever);
-        ``create`` False: a subscription that does not exist is an error."""
+        ``create`` False: a subscription that does not exist is an error; ``mode`` "shared":
+        several consumers at once (:mod:`bkeeper.namedlog.shared`)."""
         return await subscribe(
             self, name, start, consumer_id=consumer_id, wait_s=wait_s,
             skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms, create=create,
+            mode=mode, ack_timeout_ms=ack_timeout_ms, claim_records=claim_records,
         )  # fmt: skip
 
     async def subscriptions(self) -> dict[str, SubscriptionState]:
