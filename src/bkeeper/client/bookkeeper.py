@@ -172,6 +172,7 @@ class BookKeeper:
             password,
             ctime_ms=ctx.clock.wall_ms(),
             custom_metadata=custom_metadata,
+            store_password=self.config.store_password_in_metadata,
         )
         new_id, versioned = await ctx.ledgers.create(meta, ledger_id)
         log.debug("created ledger %d on %s", new_id, ensemble)
