@@ -86,7 +86,7 @@ def bookie_security_options(command: F) -> F:
             "--auth-token-secret-file",
             default="",
             help="Turn on authentication with the token plugin: the file (mode 600) holds "
-            "the secret that signs tokens ('bkeeper shell token-create' makes tokens).",
+            "the secret that signs tokens ('bkeeper security make-token' makes tokens).",
         ),
         click.option(
             "--auth-allowed-subject",

@@ -64,6 +64,7 @@ def _register_commands() -> None:
         log,
         meta,
         sandbox,
+        security,
         shell,
         zookeeper,
     )
@@ -76,6 +77,7 @@ def _register_commands() -> None:
     cli.add_command(log.log)
     cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)
+    cli.add_command(security.security)
     cli.add_command(shell.shell)
     cli.add_command(zookeeper.zookeeper)
 

@@ -11,6 +11,12 @@ page is :attr:`Sandbox.dashboard_url`. The cluster is formatted on first start. 
 the dashboard are child processes that die with the sandbox (parent-death signal); ``stop``
 sends SIGTERM to the dashboard and each bookie, then stops ZooKeeper, leaving no process
 behind.
+
+With ``secure`` (``bkeeper sandbox --secure``) the credentials of
+:mod:`bkeeper.testing.sandbox_security` are made under ``security/``: the metadata URI carries
+the ZooKeeper digest file (every node gets an ACL for that identity alone), bookies require TLS
+and token authentication, and every child process gets :attr:`Sandbox.client_env` so that its
+clients (auto-recovery, the dashboard) use TLS and the token.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from types import TracebackType
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.uri import DIGEST_FILE_OPTION
+from bkeeper.testing.sandbox_security import SandboxSecurity
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
 
 __all__ = ["Sandbox", "SandboxConfig"]
@@ -66,6 +74,8 @@ class SandboxConfig:
     autorecovery_nice: int | None = None
     #: Where ``bkeeper dashboard`` serves (on 127.0.0.1); None: no dashboard.
     dashboard_port: int | None = None
+    #: TLS (required), token authentication and ZooKeeper ACLs (module doc).
+    secure: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
@@ -98,13 +108,16 @@ class SandboxConfig:
 _DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
 
 
-def _spawn(cmd: list[str], log_path: Path, nice: int = 0) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: list[str], log_path: Path, nice: int = 0, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """``cmd`` as a child that dies with this process, its output appended to ``log_path``,
-    at ``nice`` (added to this process's)."""
+    at ``nice`` (added to this process's), with ``env`` added to this process's environment."""
     log_file = open(log_path, "ab")  # noqa: SIM115
     try:
         return subprocess.Popen(
             cmd,
+            env=None if not env else {**os.environ, **env},
             stdout=log_file,
             stderr=subprocess.STDOUT,
             preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
@@ -141,10 +154,22 @@ class Sandbox:
         #: The dashboard's page, once it serves.
         self.dashboard_url: str | None = None
         self._log_offsets: dict[int, int] = {}
+        self.security: SandboxSecurity | None = None
+        if config.secure:
+            self.security = SandboxSecurity.prepare(config.data_dir / "security")
 
     @property
     def metadata_uri(self) -> str:
-        return self.zookeeper.uri(self.config.root)
+        uri = self.zookeeper.uri(self.config.root)
+        if self.security is not None:
+            uri += f"?{DIGEST_FILE_OPTION}={self.security.digest_file}"
+        return uri
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a ``bkeeper`` command's environment needs to be a client of this sandbox
+        (empty unless ``secure``)."""
+        return {} if self.security is None else self.security.client_env()
 
     def bookie_address(self, index: int) -> tuple[str, int]:
         return "127.0.0.1", self.config.bookie_port_base + index
@@ -214,6 +239,8 @@ class Sandbox:
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self._split_args()[0],
         ]  # fmt: skip
+        if self.security is not None:
+            cmd += self.security.bookie_args()
         if self.config.autorecovery and self.config.autorecovery_nice is None:
             cmd.append("--autorecovery")
         for flag, dirs in (
@@ -227,7 +254,7 @@ class Sandbox:
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
         log_path = self._bookie_log(index)
         self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
-        return _spawn(self.bookie_command(index), log_path)
+        return _spawn(self.bookie_command(index), log_path, env=self.client_env)
 
     def autorecovery_command(self, index: int) -> list[str]:
         """The command line of the auto-recovery process beside bookie ``index`` (its
@@ -264,7 +291,7 @@ class Sandbox:
         """Start it and wait for its "ready" line."""
         log_path = self.config.data_dir / f"autorecovery-{index}.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
-        proc = _spawn(self.autorecovery_command(index), log_path, nice)
+        proc = _spawn(self.autorecovery_command(index), log_path, nice, self.client_env)
         self.autorecoveries.append(proc)
         self._wait_line(proc, log_path, offset, re.compile(rb" ready \(metadata "),
                         f"auto-recovery {index}", "")  # fmt: skip
@@ -309,7 +336,7 @@ class Sandbox:
         """Start the dashboard and wait for its "dashboard ready on <url>" line."""
         log_path = self.config.data_dir / "dashboard.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
-        self.dashboard = proc = _spawn(self.dashboard_command(port), log_path)
+        self.dashboard = proc = _spawn(self.dashboard_command(port), log_path, env=self.client_env)
         found = self._wait_line(
             proc, log_path, offset, _DASHBOARD_READY, "the dashboard", f" on port {port}"
         )
