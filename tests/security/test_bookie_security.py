@@ -317,3 +317,41 @@ async def test_request_pipelined_after_start_tls_closes_the_connection(
     writer.close()
     assert "request received after START_TLS before the TLS handshake" in tls_bookie.log()
     _ = (v2, Any)
+
+
+# -- the admin HTTP API ----------------------------------------------------------------------
+async def test_admin_http_writes_need_a_token_when_auth_is_on(
+    bookie_factory: Start, pki: Pki
+) -> None:
+    import re
+    import urllib.error
+    import urllib.request
+
+    bookie = bookie_factory(
+        "--auth-token-secret-file", pki.secret_file, "--http-port", "0", "--http-admin-writes"
+    )
+    found = re.search(r"\(admin (http://\S+)\)", bookie.log())
+    assert found is not None, bookie.log()
+    url = f"{found.group(1)}/api/v1/bookie/state/readonly"
+
+    def put(headers: dict[str, str]) -> tuple[int, str]:
+        request = urllib.request.Request(
+            url, data=b'{"readOnly": false}', method="PUT", headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    status, body = await asyncio.to_thread(put, {})
+    assert status == 401 and "needs an authenticated identity" in body
+    forged = token(secret=b"f" * 40)
+    status, body = await asyncio.to_thread(put, {"Authorization": f"Bearer {forged}"})
+    assert status == 403 and "credentials refused: bad token signature" in body
+    status, _ = await asyncio.to_thread(put, {"Authorization": f"Bearer {token()}"})
+    assert status == 200
+    with urllib.request.urlopen(url, timeout=30) as answer:  # reads need none
+        assert answer.status == 200
+    assert "by 'writer'" in bookie.log()
+    assert forged not in bookie.log()

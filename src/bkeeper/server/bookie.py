@@ -129,6 +129,7 @@ class Bookie:
                 config.effective_http_host,
                 config.http_port,
                 writes_enabled=config.http_admin_writes,
+                authenticate=None if self.security is None else self.security.authenticate,
             )
             self._admin = AdminHttpServer(admin_config)
             add_bookie_routes(self, self._admin)

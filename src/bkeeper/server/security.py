@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,22 @@ class BookieSecurity:
             tls_handshake_timeout_s=10.0 if tls is None else tls.handshake_timeout_ms / 1000.0,
             auth=auth,
         )
+
+    @property
+    def authenticate(self) -> Callable[[bytes], str] | None:
+        """Credentials -> identity through the auth plugin (one message; the admin HTTP
+        API's bearer tokens); None without authentication."""
+        auth = self.auth
+        if auth is None:
+            return None
+
+        def check(credentials: bytes) -> str:
+            step = auth.new_session("admin http").process(credentials)
+            if step.identity is None:
+                raise AuthenticationError("the credentials need more than one message")
+            return step.identity
+
+        return check
 
 
 class ConnectionSecurity:
