@@ -15,8 +15,9 @@ behind.
 With ``secure`` (``bkeeper sandbox --secure``) the credentials of
 :mod:`bkeeper.testing.sandbox_security` are made under ``security/``: the metadata URI carries
 the ZooKeeper digest file (every node gets an ACL for that identity alone), bookies require TLS
-and token authentication, and every child process gets :attr:`Sandbox.client_env` so that its
-clients (auto-recovery, the dashboard) use TLS and the token.
+and token authentication, and every child process gets the ``bkeeper`` group's client options
+(:meth:`SandboxSecurity.client_args`) so that its clients (auto-recovery, the dashboard) use
+TLS and the token; :attr:`Sandbox.client_env` is the same as environment variables, for users.
 """
 
 from __future__ import annotations
@@ -108,16 +109,13 @@ class SandboxConfig:
 _DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
 
 
-def _spawn(
-    cmd: list[str], log_path: Path, nice: int = 0, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
+def _spawn(cmd: list[str], log_path: Path, nice: int = 0) -> subprocess.Popen[bytes]:
     """``cmd`` as a child that dies with this process, its output appended to ``log_path``,
-    at ``nice`` (added to this process's), with ``env`` added to this process's environment."""
+    at ``nice`` (added to this process's)."""
     log_file = open(log_path, "ab")  # noqa: SIM115
     try:
         return subprocess.Popen(
             cmd,
-            env=None if not env else {**os.environ, **env},
             stdout=log_file,
             stderr=subprocess.STDOUT,
             preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
@@ -164,6 +162,9 @@ class Sandbox:
         if self.security is not None:
             uri += f"?{DIGEST_FILE_OPTION}={self.security.digest_file}"
         return uri
+
+    def _client_args(self) -> list[str]:
+        return [] if self.security is None else self.security.client_args()
 
     @property
     def client_env(self) -> dict[str, str]:
@@ -235,7 +236,7 @@ class Sandbox:
         admin = self.admin_address(index)
         http = [] if admin is None else ["--http-port", str(admin[1])]
         cmd = [
-            sys.executable, "-m", "bkeeper", "bookie",
+            sys.executable, "-m", "bkeeper", *self._client_args(), "bookie",
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self._split_args()[0],
         ]  # fmt: skip
@@ -254,14 +255,15 @@ class Sandbox:
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
         log_path = self._bookie_log(index)
         self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
-        return _spawn(self.bookie_command(index), log_path, env=self.client_env)
+        return _spawn(self.bookie_command(index), log_path)
 
     def autorecovery_command(self, index: int) -> list[str]:
         """The command line of the auto-recovery process beside bookie ``index`` (its
         participant id is the bookie's: ``whoisauditor`` names the bookie)."""
         host, port = self.bookie_address(index)
         return [
-            sys.executable, "-m", "bkeeper", "autorecovery", "--metadata", self.metadata_uri,
+            sys.executable, "-m", "bkeeper", *self._client_args(), "autorecovery",
+            "--metadata", self.metadata_uri,
             "--id", f"{host}:{port}", *self._split_args()[1],
         ]  # fmt: skip
 
@@ -291,7 +293,7 @@ class Sandbox:
         """Start it and wait for its "ready" line."""
         log_path = self.config.data_dir / f"autorecovery-{index}.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
-        proc = _spawn(self.autorecovery_command(index), log_path, nice, self.client_env)
+        proc = _spawn(self.autorecovery_command(index), log_path, nice)
         self.autorecoveries.append(proc)
         self._wait_line(proc, log_path, offset, re.compile(rb" ready \(metadata "),
                         f"auto-recovery {index}", "")  # fmt: skip
@@ -328,7 +330,8 @@ class Sandbox:
     def dashboard_command(self, port: int) -> list[str]:
         """The command line of the sandbox's dashboard."""
         return [
-            sys.executable, "-m", "bkeeper", "dashboard", "--metadata", self.metadata_uri,
+            sys.executable, "-m", "bkeeper", *self._client_args(), "dashboard",
+            "--metadata", self.metadata_uri,
             "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
 
@@ -336,7 +339,7 @@ class Sandbox:
         """Start the dashboard and wait for its "dashboard ready on <url>" line."""
         log_path = self.config.data_dir / "dashboard.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
-        self.dashboard = proc = _spawn(self.dashboard_command(port), log_path, env=self.client_env)
+        self.dashboard = proc = _spawn(self.dashboard_command(port), log_path)
         found = self._wait_line(
             proc, log_path, offset, _DASHBOARD_READY, "the dashboard", f" on port {port}"
         )

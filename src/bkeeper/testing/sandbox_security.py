@@ -75,6 +75,10 @@ class SandboxSecurity:
             "--auth-token-secret-file", str(self.token_secret_file),
         ]  # fmt: skip
 
+    def client_args(self) -> list[str]:
+        """The ``bkeeper`` group options that make a command a client of the sandbox."""
+        return ["--client-tls-ca", self.ca.cert, "--auth-token-file", str(self.token_file)]
+
     def client_env(self) -> dict[str, str]:
         """The environment that makes a ``bkeeper`` command a client of the sandbox."""
         return {"BKEEPER_TLS_CA": self.ca.cert, "BKEEPER_AUTH_TOKEN_FILE": str(self.token_file)}
