@@ -4,7 +4,10 @@ every unauthenticated, unencrypted or wrong-credential path refused."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -368,3 +371,34 @@ async def test_admin_http_writes_need_a_token_when_auth_is_on(
         assert answer.status == 200
     assert "by 'writer'" in bookie.log()
     assert forged not in bookie.log()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
+         "error: tls.cert_file/key_file: cannot load '/nonexistent.pem' / '/nonexistent.key': "
+         "No such file or directory"),
+        (["--tls-required"], "error: tls.cert_file: a PEM certificate chain is required"),
+        (["--auth-token-secret-file", "OPEN"],
+         "error: --auth-token-secret-file OPEN: readable by others (mode 644); chmod 600 it"),
+        (["--auth-allowed-subject", "x"],
+         "error: --auth-allowed-subject: needs --auth-token-secret-file"),
+    ],
+)  # fmt: skip
+def test_bad_security_options_stop_the_bookie_with_one_line(
+    tmp_path: Path, args: list[str], line: str
+) -> None:
+    open_file = tmp_path / "open.secret"
+    open_file.write_bytes(b"x" * 40)
+    open_file.chmod(0o644)
+    args = [str(open_file) if a == "OPEN" else a for a in args]
+    done = subprocess.run(
+        [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "d"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [line.replace("OPEN", str(open_file))]
