@@ -8,7 +8,8 @@ it is done. The bookie marks the connection authenticated, with an identity, whe
 accepts; until then it answers every request but START_TLS and AUTH with EUA.
 
 Interfaces (a plugin implements one side or both; :data:`SERVER_PLUGINS` and
-:data:`CLIENT_PLUGINS` map names to factories, and ``register_*`` adds one):
+:data:`CLIENT_PLUGINS` map plugin names to factories taking the side's config: a new plugin is
+one entry in each, and its name in ``ServerAuthConfig.plugin`` / ``ClientAuthConfig.plugin``):
 
 - server: :class:`ServerAuthProvider` (one per bookie) makes a :class:`ServerAuthSession`
   per connection; ``session.process(payload)`` returns an :class:`AuthStep` (the reply, and
