@@ -1,0 +1,211 @@
+"""Java BookKeeper's client against bkeeper bookies (a cluster formatted by bkeeper): what
+either client writes the other reads, with the v2 and the v3 protocol and every digest type;
+a writer of one implementation fenced by a reader of the other, both agreeing on the
+recovered end; and Java's shell (``listbookies``, ``listledgers -m``, ``ledgermetadata``,
+``deleteledger``) on the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import LedgerFencedError, LedgerNotFoundError
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.testing.zookeeper import ZooKeeperServer
+from bkeeper.wire.codes import Protocol
+from bkeeper.wire.digest import DigestType
+from tests.client.conftest import RealCluster, _started
+from tests.interop.javabk import (
+    JavaBookKeeper,
+    JavaClient,
+    JavaError,
+    ShellRun,
+    entries_sha256,
+    java_rendering,
+    listed_bookies,
+    listed_metadata,
+    payload,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
+
+PROTOCOLS = ["v2", "v3"]
+#: Java's names of the digest types, and ours.
+DIGESTS = {"CRC32": "crc32", "CRC32C": "crc32c", "MAC": "hmac", "DUMMY": "dummy"}
+PASSWORD = "interop-secret"
+ENTRIES = 40
+SIZE = 700
+#: BKException.Code.LedgerFencedException
+JAVA_FENCED = -101
+
+
+@pytest.fixture(scope="module")
+async def bookies(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[RealCluster]:
+    """Three bkeeper bookie processes in a cluster bkeeper formatted."""
+    async with _started(zookeeper, tmp_path_factory.mktemp("bkeeper-bookies"), 3) as real:
+        yield real
+
+
+@pytest.fixture(scope="module")
+def java(java_client: JavaClient, bookies: RealCluster) -> Iterator[JavaClient]:
+    """Java's client with a connection per protocol, named ``v2`` and ``v3``."""
+    for protocol in PROTOCOLS:
+        java_client.ask("client", protocol, protocol, bookies.uri)
+    yield java_client
+
+
+@pytest.fixture(scope="module")
+async def ours(bookies: RealCluster) -> AsyncIterator[dict[str, BookKeeper]]:
+    clients = {
+        name: await BookKeeper(bookies.uri, ClientConfig(protocol=Protocol[name.upper()])).start()
+        for name in PROTOCOLS
+    }
+    yield clients
+    for client in clients.values():
+        await client.close()
+
+
+async def ask(java: JavaClient, *words: object) -> str:
+    return await asyncio.to_thread(java.ask, *words)
+
+
+async def java_read(
+    java: JavaClient, protocol: str, ledger_id: int, digest: str, recover: bool
+) -> dict[str, str]:
+    return await asyncio.to_thread(java.read, protocol, ledger_id, digest, PASSWORD, recover)
+
+
+async def read_all(bk: BookKeeper, ledger_id: int, recovery: bool = True) -> list[bytes]:
+    handle = await bk.open_ledger(ledger_id, PASSWORD.encode(), recovery=recovery)
+    try:
+        return [entry.data async for entry in handle.read()]
+    finally:
+        await handle.close()
+
+
+def written(ledger_id: int, count: int = ENTRIES) -> list[bytes]:
+    return [payload(ledger_id, entry, SIZE) for entry in range(count)]
+
+
+@pytest.mark.parametrize("digest", DIGESTS)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_java_writes_bkeeper_reads(
+    java: JavaClient, ours: dict[str, BookKeeper], protocol: str, digest: str
+) -> None:
+    ledger_id = int(await ask(java, "create", protocol, digest, PASSWORD, 3, 2, 2))
+    assert await ask(java, "append", ledger_id, 0, ENTRIES, SIZE) == str(ENTRIES - 1)
+    assert await ask(java, "close", ledger_id) == str(ENTRIES - 1)
+    bk = ours[protocol]
+    meta = await bk.ledger_metadata(ledger_id)
+    assert (meta.state, meta.last_entry_id, meta.length) == (
+        LedgerState.CLOSED, ENTRIES - 1, ENTRIES * SIZE,
+    )  # fmt: skip
+    assert meta.digest_type is DigestType.parse(DIGESTS[digest])
+    assert (meta.ensemble_size, meta.write_quorum, meta.ack_quorum) == (3, 2, 2)
+    assert await read_all(bk, ledger_id) == written(ledger_id)
+
+
+@pytest.mark.parametrize("digest", DIGESTS)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_bkeeper_writes_java_reads(
+    java: JavaClient, ours: dict[str, BookKeeper], protocol: str, digest: str
+) -> None:
+    bk = ours[protocol]
+    writer = await bk.create_ledger(3, 2, 2, digest=DIGESTS[digest], password=PASSWORD.encode())
+    for entry in range(ENTRIES):
+        assert await writer.append(payload(writer.ledger_id, entry, SIZE)) == entry
+    await writer.close()
+    read = await java_read(java, protocol, writer.ledger_id, digest, recover=False)
+    assert read == {
+        "lac": str(ENTRIES - 1), "closed": "true", "sha256": entries_sha256(written(writer.ledger_id)),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_java_writer_fenced_by_bkeeper_reader(
+    java: JavaClient, ours: dict[str, BookKeeper], protocol: str
+) -> None:
+    ledger_id = int(await ask(java, "create", protocol, "CRC32C", PASSWORD, 3, 3, 2))
+    assert await ask(java, "append", ledger_id, 0, ENTRIES, SIZE) == str(ENTRIES - 1)
+    # bkeeper's recovery open fences the bookies and seals the ledger at the last entry
+    # written to an ack quorum: every entry Java had acknowledged.
+    assert await read_all(ours[protocol], ledger_id) == written(ledger_id)
+    with pytest.raises(JavaError) as fenced:
+        await ask(java, "append", ledger_id, ENTRIES, 1, SIZE)
+    assert (fenced.value.kind, fenced.value.code) == ("BKLedgerFencedException", JAVA_FENCED)
+    read = await java_read(java, protocol, ledger_id, "CRC32C", recover=True)
+    assert read == {
+        "lac": str(ENTRIES - 1), "closed": "true", "sha256": entries_sha256(written(ledger_id)),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_bkeeper_writer_fenced_by_java_reader(
+    java: JavaClient, ours: dict[str, BookKeeper], protocol: str
+) -> None:
+    bk = ours[protocol]
+    writer = await bk.create_ledger(3, 3, 2, digest="crc32", password=PASSWORD.encode())
+    for entry in range(ENTRIES):
+        await writer.append(payload(writer.ledger_id, entry, SIZE))
+    read = await java_read(java, protocol, writer.ledger_id, "CRC32", recover=True)
+    assert read == {
+        "lac": str(ENTRIES - 1), "closed": "true", "sha256": entries_sha256(written(writer.ledger_id)),
+    }  # fmt: skip
+    with pytest.raises(LedgerFencedError):
+        await writer.append(b"after the fence")
+    meta = await bk.ledger_metadata(writer.ledger_id)
+    assert (meta.state, meta.last_entry_id) == (LedgerState.CLOSED, ENTRIES - 1)
+    assert await read_all(bk, writer.ledger_id, recovery=False) == written(writer.ledger_id)
+
+
+async def test_java_shell_on_a_bkeeper_cluster(
+    javabk: JavaBookKeeper, java: JavaClient, ours: dict[str, BookKeeper],
+    bookies: RealCluster, tmp_path: Path,
+) -> None:  # fmt: skip
+    bk = ours["v3"]
+    writer = await bk.create_ledger(3, 2, 2, digest="crc32c", password=PASSWORD.encode())
+    for entry in range(5):
+        await writer.append(payload(writer.ledger_id, entry, SIZE))
+    await writer.close()
+    java_ledger = int(await ask(java, "create", "v3", "CRC32", PASSWORD, 3, 3, 3))
+    await ask(java, "append", java_ledger, 0, 3, SIZE)
+    await ask(java, "close", java_ledger)
+
+    def shell(*args: str) -> ShellRun:
+        run = javabk.shell(bookies.uri, tmp_path, *args)
+        assert run.returncode == 0, run.output
+        return run
+
+    async def ours_rendered() -> dict[int, str]:
+        return {
+            ledger: java_rendering(await bk.ledger_metadata(ledger))
+            async for ledger in bk.list_ledgers()
+        }
+
+    listed = await asyncio.to_thread(shell, "listbookies", "-rw")
+    assert listed_bookies(listed, "ReadWrite Bookies :") == {bookies.bookie_id(i) for i in range(3)}
+    everything = await asyncio.to_thread(shell, "listledgers", "-m")
+    expected = await ours_rendered()
+    assert {writer.ledger_id, java_ledger} <= set(expected)
+    assert listed_metadata(everything) == expected
+    one = await asyncio.to_thread(shell, "ledgermetadata", "-ledgerid", str(writer.ledger_id))
+    assert listed_metadata(one) == {writer.ledger_id: expected[writer.ledger_id]}
+
+    # Deleted by the other implementation: gone for both.
+    deleted = await asyncio.to_thread(
+        shell, "deleteledger", "-ledgerid", str(writer.ledger_id), "-force"
+    )
+    assert deleted.returncode == 0
+    await bk.delete_ledger(java_ledger)
+    with pytest.raises(LedgerNotFoundError):
+        await bk.ledger_metadata(writer.ledger_id)
+    expected = await ours_rendered()
+    assert not {writer.ledger_id, java_ledger} & set(expected)
+    assert listed_metadata(await asyncio.to_thread(shell, "listledgers", "-m")) == expected
