@@ -125,7 +125,7 @@ class JavaBookKeeper:
         conf = conf_dir / "bk_client.conf"
         conf.write_text(f"metadataServiceUri={metadata_uri}\n")
         command = [
-            *self.command(_TOOL_OPTIONS, "log4j2.cli.xml"),
+            *self.command(_TOOL_OPTIONS, "log4j2.cli.xml", conf_dir),
             f"-Dbookkeeper.cli.log.dir={conf_dir}",
             _SHELL, "-conf", str(conf), *args,
         ]  # fmt: skip
@@ -143,11 +143,14 @@ class JavaBookKeeper:
     def classpath(self) -> str:
         return f"{self.home / 'jars'}/*:{self.home / 'lib'}/*"
 
-    def command(self, heap: Iterable[str], log_config: str) -> list[str]:
-        """``java`` with the options every JVM of the build needs, up to the main class."""
+    def command(self, heap: Iterable[str], log_config: str, work_dir: Path) -> list[str]:
+        """``java`` with the options every JVM of the build needs, up to the main class.
+        Its temp dir is ``work_dir``, where BookKeeper and Netty unpack their native
+        libraries (a JVM killed with SIGKILL would leave them in the system's)."""
         return [
             self.java, *_JAVA_OPTIONS, *heap,
             f"-Dlog4j.configurationFile={self.home / 'conf' / log_config}",
+            f"-Djava.io.tmpdir={work_dir}",
             "-cp", self.classpath,
         ]  # fmt: skip
 
@@ -173,7 +176,9 @@ class JavaBookKeeper:
         conf = data_dir / "bk_server.conf"
         conf.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
         log_path = data_dir / "bookie.log"
-        command = [*self.command(_BOOKIE_OPTIONS, "log4j2.xml"), _BOOKIE, "--conf", str(conf)]
+        command = [
+            *self.command(_BOOKIE_OPTIONS, "log4j2.xml", data_dir), _BOOKIE, "--conf", str(conf),
+        ]  # fmt: skip
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -183,7 +188,7 @@ class JavaBookKeeper:
 
     def client(self, work_dir: Path) -> JavaClient:
         """Java's client behind ``java/InteropClient.java``, ready for commands."""
-        command = [*self.command(_TOOL_OPTIONS, "log4j2.cli.xml"), str(_AGENT)]
+        command = [*self.command(_TOOL_OPTIONS, "log4j2.cli.xml", work_dir), str(_AGENT)]
         return JavaClient(command, work_dir)
 
 
