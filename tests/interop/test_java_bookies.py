@@ -15,11 +15,9 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LedgerFencedError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.zookeeper import ZooKeeperServer
-from bkeeper.wire.codes import Protocol
 from tests.e2e.helpers import bkeeper
 from tests.interop.conftest import start_java_bookies, wait_registered
 from tests.interop.javabk import (
@@ -28,21 +26,26 @@ from tests.interop.javabk import (
     JavaClient,
     JavaError,
     ShellRun,
-    entries_sha256,
     java_rendering,
     listed_bookies,
     listed_metadata,
     payload,
 )
+from tests.interop.ledgers import (
+    DIGESTS,
+    ENTRIES,
+    JAVA_FENCED,
+    PASSWORD,
+    PROTOCOLS,
+    SIZE,
+    ask,
+    closed_read,
+    our_clients,
+    read_all,
+    written,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
-
-PROTOCOLS = ["v2", "v3"]
-DIGESTS = {"CRC32": "crc32", "CRC32C": "crc32c", "MAC": "hmac", "DUMMY": "dummy"}
-PASSWORD = "interop-secret"
-ENTRIES = 40
-SIZE = 700
-JAVA_FENCED = -101
 
 
 class JavaCluster:
@@ -85,31 +88,8 @@ def java(java_client: JavaClient, java_cluster: JavaCluster) -> Iterator[JavaCli
 
 @pytest.fixture(scope="module")
 async def ours(java_cluster: JavaCluster) -> AsyncIterator[dict[str, BookKeeper]]:
-    clients = {
-        name: await BookKeeper(
-            java_cluster.uri, ClientConfig(protocol=Protocol[name.upper()])
-        ).start()
-        for name in PROTOCOLS
-    }
-    yield clients
-    for client in clients.values():
-        await client.close()
-
-
-async def ask(java: JavaClient, *words: object) -> str:
-    return await asyncio.to_thread(java.ask, *words)
-
-
-async def read_all(bk: BookKeeper, ledger_id: int, recovery: bool = True) -> list[bytes]:
-    handle = await bk.open_ledger(ledger_id, PASSWORD.encode(), recovery=recovery)
-    try:
-        return [entry.data async for entry in handle.read()]
-    finally:
-        await handle.close()
-
-
-def written(ledger_id: int, count: int = ENTRIES) -> list[bytes]:
-    return [payload(ledger_id, entry, SIZE) for entry in range(count)]
+    async with our_clients(java_cluster.uri) as clients:
+        yield clients
 
 
 @pytest.mark.parametrize("digest", DIGESTS)
@@ -126,10 +106,7 @@ async def test_bkeeper_writes_through_java_bookies(
     await writer.close()
     assert await read_all(bk, writer.ledger_id) == written(writer.ledger_id)
     read = await asyncio.to_thread(java.read, protocol, writer.ledger_id, digest, PASSWORD, False)
-    assert read == {
-        "lac": str(ENTRIES - 1), "closed": "true",
-        "sha256": entries_sha256(written(writer.ledger_id)),
-    }  # fmt: skip
+    assert read == closed_read(writer.ledger_id)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -159,10 +136,7 @@ async def test_fencing_across_implementations_on_java_bookies(
     for entry in range(ENTRIES):
         await writer.append(payload(writer.ledger_id, entry, SIZE))
     read = await asyncio.to_thread(java.read, protocol, writer.ledger_id, "CRC32C", PASSWORD, True)
-    assert read == {
-        "lac": str(ENTRIES - 1), "closed": "true",
-        "sha256": entries_sha256(written(writer.ledger_id)),
-    }  # fmt: skip
+    assert read == closed_read(writer.ledger_id)
     with pytest.raises(LedgerFencedError):
         await writer.append(b"after the fence")
     # Both agree on where each ledger ends.

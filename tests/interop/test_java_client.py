@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LedgerFencedError, LedgerNotFoundError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.zookeeper import ZooKeeperServer
-from bkeeper.wire.codes import Protocol
 from bkeeper.wire.digest import DigestType
 from tests.client.conftest import RealCluster, _started
 from tests.interop.javabk import (
@@ -25,28 +23,32 @@ from tests.interop.javabk import (
     JavaClient,
     JavaError,
     ShellRun,
-    entries_sha256,
     java_rendering,
     listed_bookies,
     listed_metadata,
     payload,
 )
+from tests.interop.ledgers import (
+    DIGESTS,
+    ENTRIES,
+    JAVA_FENCED,
+    PASSWORD,
+    PROTOCOLS,
+    SIZE,
+    ask,
+    closed_read,
+    java_read,
+    our_clients,
+    read_all,
+    written,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
-
-PROTOCOLS = ["v2", "v3"]
-#: Java's names of the digest types, and ours.
-DIGESTS = {"CRC32": "crc32", "CRC32C": "crc32c", "MAC": "hmac", "DUMMY": "dummy"}
-PASSWORD = "interop-secret"
-ENTRIES = 40
-SIZE = 700
-#: BKException.Code.LedgerFencedException
-JAVA_FENCED = -101
 
 
 @pytest.fixture(scope="module")
 async def bookies(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    javabk: JavaBookKeeper, zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[RealCluster]:
     """Three bkeeper bookie processes in a cluster bkeeper formatted."""
     async with _started(zookeeper, tmp_path_factory.mktemp("bkeeper-bookies"), 3) as real:
@@ -63,35 +65,8 @@ def java(java_client: JavaClient, bookies: RealCluster) -> Iterator[JavaClient]:
 
 @pytest.fixture(scope="module")
 async def ours(bookies: RealCluster) -> AsyncIterator[dict[str, BookKeeper]]:
-    clients = {
-        name: await BookKeeper(bookies.uri, ClientConfig(protocol=Protocol[name.upper()])).start()
-        for name in PROTOCOLS
-    }
-    yield clients
-    for client in clients.values():
-        await client.close()
-
-
-async def ask(java: JavaClient, *words: object) -> str:
-    return await asyncio.to_thread(java.ask, *words)
-
-
-async def java_read(
-    java: JavaClient, protocol: str, ledger_id: int, digest: str, recover: bool
-) -> dict[str, str]:
-    return await asyncio.to_thread(java.read, protocol, ledger_id, digest, PASSWORD, recover)
-
-
-async def read_all(bk: BookKeeper, ledger_id: int, recovery: bool = True) -> list[bytes]:
-    handle = await bk.open_ledger(ledger_id, PASSWORD.encode(), recovery=recovery)
-    try:
-        return [entry.data async for entry in handle.read()]
-    finally:
-        await handle.close()
-
-
-def written(ledger_id: int, count: int = ENTRIES) -> list[bytes]:
-    return [payload(ledger_id, entry, SIZE) for entry in range(count)]
+    async with our_clients(bookies.uri) as clients:
+        yield clients
 
 
 @pytest.mark.parametrize("digest", DIGESTS)
@@ -123,9 +98,7 @@ async def test_bkeeper_writes_java_reads(
         assert await writer.append(payload(writer.ledger_id, entry, SIZE)) == entry
     await writer.close()
     read = await java_read(java, protocol, writer.ledger_id, digest, recover=False)
-    assert read == {
-        "lac": str(ENTRIES - 1), "closed": "true", "sha256": entries_sha256(written(writer.ledger_id)),
-    }  # fmt: skip
+    assert read == closed_read(writer.ledger_id)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -141,9 +114,7 @@ async def test_java_writer_fenced_by_bkeeper_reader(
         await ask(java, "append", ledger_id, ENTRIES, 1, SIZE)
     assert (fenced.value.kind, fenced.value.code) == ("BKLedgerFencedException", JAVA_FENCED)
     read = await java_read(java, protocol, ledger_id, "CRC32C", recover=True)
-    assert read == {
-        "lac": str(ENTRIES - 1), "closed": "true", "sha256": entries_sha256(written(ledger_id)),
-    }  # fmt: skip
+    assert read == closed_read(ledger_id)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -155,9 +126,7 @@ async def test_bkeeper_writer_fenced_by_java_reader(
     for entry in range(ENTRIES):
         await writer.append(payload(writer.ledger_id, entry, SIZE))
     read = await java_read(java, protocol, writer.ledger_id, "CRC32", recover=True)
-    assert read == {
-        "lac": str(ENTRIES - 1), "closed": "true", "sha256": entries_sha256(written(writer.ledger_id)),
-    }  # fmt: skip
+    assert read == closed_read(writer.ledger_id)
     with pytest.raises(LedgerFencedError):
         await writer.append(b"after the fence")
     meta = await bk.ledger_metadata(writer.ledger_id)
