@@ -154,12 +154,15 @@ class JavaBookKeeper:
             "-cp", self.classpath,
         ]  # fmt: skip
 
-    def bookie(self, metadata_uri: str, data_dir: Path, **settings: str) -> JavaBookie:
-        """A Java bookie process for the cluster at ``metadata_uri``, on a free port, its
+    def bookie(
+        self, metadata_uri: str, data_dir: Path, port: int = 0, **settings: str
+    ) -> JavaBookie:
+        """A Java bookie process for the cluster at ``metadata_uri``, on ``port`` (0: a port
+        free a moment ago), its
         data and log under ``data_dir`` (``settings``: more ``bk_server.conf`` lines). It is
         started, not yet registered: see :meth:`JavaBookie.bookie_id`."""
         data_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = port or free_port()
         lines = {
             "bookiePort": str(port),
             "listeningInterface": "lo",

@@ -7,8 +7,11 @@
 // "@@ ERR <exception class> <code> <message>" (the "@@ " tells it from the log lines Java's
 // logger prints on stdout too). Commands:
 //
-//   client NAME v2|v3 URI [tls CA_PEM [CERT_PEM KEY_PEM]]
-//                                          a BookKeeper client (ClientConfiguration)
+//   client NAME v2|v3 URI [tls PROVIDER VERIFY CA_PEM [CERT_PEM KEY_PEM]]
+//                                          a BookKeeper client (ClientConfiguration); with
+//                                          tls: START_TLS on every connection, PROVIDER
+//                                          OpenSSL or JDK, VERIFY true|false (hostname
+//                                          verification), a client certificate if given
 //   create CLIENT DIGEST PASSWORD E QW QA  a new ledger, its writer kept: OK <ledger id>
 //   append LEDGER FIRST COUNT SIZE         COUNT entries (FIRST.. expected ids, pipelined):
 //                                          OK <last entry id>
@@ -110,13 +113,14 @@ public class InteropClient {
         conf.setZkTimeout(10_000);
         if (w.length > 4 && w[4].equals("tls")) {
             conf.setTLSProviderFactoryClass("org.apache.bookkeeper.tls.TLSContextFactory");
-            conf.setTLSProvider(System.getProperty("interop.tls.provider", "OpenSSL"));
+            conf.setTLSProvider(w[5]);
+            conf.setHostnameVerificationEnabled(Boolean.parseBoolean(w[6]));
             conf.setTLSTrustStoreType("PEM");
-            conf.setTLSTrustStore(w[5]);
-            if (w.length > 7) {
+            conf.setTLSTrustStore(w[7]);
+            if (w.length > 9) {
                 conf.setTLSKeyStoreType("PEM");
-                conf.setTLSCertificatePath(w[6]);
-                conf.setTLSKeyStore(w[7]);
+                conf.setTLSCertificatePath(w[8]);
+                conf.setTLSKeyStore(w[9]);
             }
         }
         clients.put(w[1], new BookKeeper(conf));
