@@ -182,6 +182,12 @@ class _LedgerRepair:
         lost = frozenset(lost)
         if unless_back:
             lost -= bookies.writable | bookies.read_only
+        if lost and not meta.has_password:
+            return self.outcome(
+                False,
+                f"ledger {ledger_id}: no password in its metadata (created with "
+                "store_password_in_metadata off): cannot re-replicate it",
+            )
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
             fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
             await fenced.close()

@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def check_password(ledger_id: int, meta: LedgerMetadata, password: bytes) -> None:
-    if meta.password != password:
+    """``UnauthorizedAccessError`` unless ``password`` is the one the metadata holds (a
+    ledger whose metadata holds none is checked by the bookies alone: EUA on a wrong key)."""
+    if meta.has_password and meta.password != password:
         raise UnauthorizedAccessError(f"ledger {ledger_id}: wrong password")
 
 

@@ -29,6 +29,7 @@ translated at the boundary with ``raise ... from``.
     │   ├── ConnectionLossError       connection to the store lost mid-call (retriable)
     │   ├── SessionExpiredError       the store session expired; its ephemerals are gone
     │   ├── MetadataClosedError       the store was closed
+    │   ├── MetadataAuthError         the store refused this identity (ZooKeeper ACL/auth)
     │   └── LeadershipLostError       a lock or leadership ended with its session
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
@@ -42,11 +43,13 @@ translated at the boundary with ``raise ... from``.
     │   └── LogTruncatedError         the position asked for was truncated away
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
+        │   └── TlsError              the TLS handshake with the bookie failed (not retriable)
         ├── NoSuchLedgerError         ENOLEDGER
         ├── NoSuchEntryError          ENOENTRY
         ├── BadRequestError           EBADREQ
         ├── BookieIOError             EIO (retriable)
         ├── UnauthorizedAccessError   EUA (wrong master key / password)
+        │   └── AuthenticationError   EUA: no authenticated identity (or credentials refused)
         ├── BadVersionError           EBADVERSION
         ├── LedgerFencedError         EFENCED
         ├── ReadOnlyBookieError       EREADONLY (retriable)
@@ -59,6 +62,7 @@ from __future__ import annotations
 
 __all__ = [
     "AdminRequestError",
+    "AuthenticationError",
     "BKeeperError",
     "BadRequestError",
     "BadVersionError",
@@ -86,6 +90,7 @@ __all__ = [
     "LogFencedError",
     "LogNotFoundError",
     "LogTruncatedError",
+    "MetadataAuthError",
     "MetadataClosedError",
     "MetadataError",
     "MetadataVersionError",
@@ -98,6 +103,7 @@ __all__ = [
     "ProtocolError",
     "ReadOnlyBookieError",
     "SessionExpiredError",
+    "TlsError",
     "StorageError",
     "TooManyRequestsError",
     "UnauthorizedAccessError",
@@ -207,6 +213,11 @@ class MetadataClosedError(MetadataError):
     """The metadata store, or a recipe built on it, was closed before or during the call."""
 
 
+class MetadataAuthError(MetadataError):
+    """The metadata store refused this identity: ZooKeeper's NoAuth (the node's ACL does not
+    admit it) or AuthFailed (the digest credentials were rejected)."""
+
+
 class LeadershipLostError(MetadataError):
     """A lock or a leadership ended because its session expired or it was released."""
 
@@ -262,6 +273,13 @@ class BookieUnavailableError(BookieError):
     retriable = True
 
 
+class TlsError(BookieUnavailableError):
+    """TLS could not be set up with the bookie (START_TLS refused, or the handshake failed:
+    certificate, hostname or protocol). Trying again does not help."""
+
+    retriable = False
+
+
 class NoSuchLedgerError(BookieError):
     """The bookie has no such ledger (ENOLEDGER)."""
 
@@ -282,6 +300,12 @@ class BookieIOError(BookieError):
 
 class UnauthorizedAccessError(BookieError):
     """Wrong master key or password (EUA)."""
+
+
+class AuthenticationError(UnauthorizedAccessError):
+    """No authenticated identity: a request before a successful AUTH exchange on a bookie
+    with authentication on, credentials refused by either side, or a plain request to a
+    TLS-only bookie (all answered EUA)."""
 
 
 class BadVersionError(BookieError):

@@ -108,6 +108,12 @@ def bookie_bench(
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Start the sandbox with --secure (TLS required, token auth, ZooKeeper ACLs) and "
+    "write through TLS (without --metadata only).",
+)
 @KEEP
 def write_bench(
     metadata_uri: str,
@@ -120,9 +126,12 @@ def write_bench(
     rate: float | None,
     protocol: str,
     also_read: bool,
+    tls: bool,
     keep: bool,
 ) -> None:
     """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
+    if tls and metadata_uri:
+        raise click.UsageError("--tls starts a secure sandbox: not with --metadata")
     from bkeeper.cli.bookie import run_event_loop
 
     proto = protocol_of(protocol)
@@ -148,7 +157,7 @@ def write_bench(
                 await delete_ledger(uri, ledger_id)
         return results
 
-    with cluster(metadata_uri, ensemble) as uri:
+    with cluster(metadata_uri, ensemble, secure=tls) as uri:
         print_results(run_event_loop(run(uri)), "entries")
 
 
