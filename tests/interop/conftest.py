@@ -45,6 +45,15 @@ async def cluster(zookeeper: ZooKeeperServer) -> AsyncIterator[tuple[str, Cluste
 
 
 @pytest.fixture(scope="module")
+def java_tls(javabk: JavaBookKeeper) -> JavaBookKeeper:
+    """Java BookKeeper with what its TLS needs; skipped (saying why) without it."""
+    missing = javabk.tls_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    return javabk
+
+
+@pytest.fixture(scope="module")
 def java_client(
     javabk: JavaBookKeeper, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JavaClient]:
@@ -57,25 +66,37 @@ def java_client(
 
 
 async def wait_registered(uri: str, bookie_ids: set[str], java: list[JavaBookie]) -> None:
-    """Until every one of ``bookie_ids`` is registered writable; a Java bookie that exited
-    meanwhile is named with its last log line."""
+    """Until every one of ``bookie_ids`` is registered writable. The Java bookies are
+    checked every second meanwhile: one that exited, or whose main thread died, fails the
+    wait at once, naming why."""
     async with await ClusterMetadata.open(uri) as metadata:
         registered: frozenset[str] = frozenset()
+
+        async def all_registered() -> None:
+            nonlocal registered
+            async with contextlib.aclosing(metadata.registry.watch()) as sets:
+                async for bookies in sets:
+                    registered = bookies.writable
+                    if bookie_ids <= registered:
+                        return
+            raise AssertionError("the registry's watch ended before the bookies registered")
+
+        watching = asyncio.create_task(all_registered())
+        deadline = asyncio.get_running_loop().time() + BOOKIE_START_TIMEOUT_S
         try:
-            async with asyncio.timeout(BOOKIE_START_TIMEOUT_S):
-                async with contextlib.aclosing(metadata.registry.watch()) as sets:
-                    async for bookies in sets:
-                        registered = bookies.writable
-                        if bookie_ids <= registered:
-                            return
-        except TimeoutError:
-            for bookie in java:
-                bookie.check_running()
-            missing = sorted(bookie_ids - registered)
-            raise AssertionError(
-                f"bookies {missing} not registered within {BOOKIE_START_TIMEOUT_S:g} s"
-            ) from None
-        raise AssertionError("the registry's watch ended before the bookies registered")
+            while not watching.done():
+                await asyncio.wait({watching}, timeout=1.0)
+                for bookie in java:
+                    bookie.check_running()
+                if asyncio.get_running_loop().time() > deadline:
+                    missing = sorted(bookie_ids - registered)
+                    raise AssertionError(
+                        f"bookies {missing} not registered within {BOOKIE_START_TIMEOUT_S:g} s"
+                    )
+            watching.result()
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
 
 
 def start_java_bookies(

@@ -43,6 +43,9 @@ OPTIONAL_PEER_MISSING = "optional test peer missing:"
 
 #: Overrides where the Java build is looked for.
 JAVABK_ENV = "BKEEPER_JAVABK"
+#: Overrides where BouncyCastle's provider jar is looked for.
+BOUNCYCASTLE_ENV = "BKEEPER_BCPROV"
+_BOUNCYCASTLE_CANDIDATES = (Path("/usr/share/java/bcprov.jar"),)
 
 _JAVA_OPTIONS = (
     "--add-opens", "java.base/java.io=ALL-UNNAMED",
@@ -89,6 +92,18 @@ def _candidates() -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def find_bouncycastle() -> Path | None:
+    """BouncyCastle's provider jar (``$BKEEPER_BCPROV``, else Debian's ``libbcprov-java``):
+    Java BookKeeper's ``TLSContextFactory`` fails to load without it (``ClassNotFoundException:
+    org.bouncycastle.jce.provider.BouncyCastleProvider``), and the build in ../shared/javabk
+    does not ship it."""
+    override = os.environ.get(BOUNCYCASTLE_ENV)
+    for path in ([Path(override)] if override else []) + list(_BOUNCYCASTLE_CANDIDATES):
+        if path.is_file():
+            return path
+    return None
+
+
 def find_javabk() -> tuple[JavaBookKeeper | None, str]:
     """The Java build and a ``java`` to run it, or None and why not."""
     java = shutil.which("java")
@@ -96,7 +111,7 @@ def find_javabk() -> tuple[JavaBookKeeper | None, str]:
         return None, "no `java` on PATH"
     for home in _candidates():
         if (home / "jars").is_dir() and any((home / "jars").glob("bookkeeper-server-*.jar")):
-            return JavaBookKeeper(home, java), ""
+            return JavaBookKeeper(home, java, find_bouncycastle()), ""
     where = ", ".join(str(path) for path in _candidates())
     return None, (
         f"{OPTIONAL_PEER_MISSING} Java BookKeeper not found (looked in {where}; set ${JAVABK_ENV})"
@@ -119,6 +134,8 @@ class ShellRun:
 class JavaBookKeeper:
     home: Path
     java: str
+    #: BouncyCastle's provider jar, which Java BookKeeper's TLS needs (None: not found).
+    bouncycastle: Path | None = None
 
     def shell(self, metadata_uri: str, conf_dir: Path, *args: str) -> ShellRun:
         """``BookieShell -conf C ARGS`` on the cluster at ``metadata_uri``."""
@@ -141,7 +158,19 @@ class JavaBookKeeper:
 
     @property
     def classpath(self) -> str:
-        return f"{self.home / 'jars'}/*:{self.home / 'lib'}/*"
+        extra = f":{self.bouncycastle}" if self.bouncycastle else ""
+        return f"{self.home / 'jars'}/*:{self.home / 'lib'}/*{extra}"
+
+    def tls_missing(self) -> str | None:
+        """Why Java BookKeeper's TLS cannot run here, or None."""
+        if self.bouncycastle is not None:
+            return None
+        where = ", ".join(str(path) for path in _BOUNCYCASTLE_CANDIDATES)
+        return (
+            f"{OPTIONAL_PEER_MISSING} BouncyCastle's provider jar, which Java BookKeeper's "
+            f"TLSContextFactory loads, not found (looked in ${BOUNCYCASTLE_ENV}, {where}; "
+            "Debian: apt-get install libbcprov-java)"
+        )
 
     def command(self, heap: Iterable[str], log_config: str, work_dir: Path) -> list[str]:
         """``java`` with the options every JVM of the build needs, up to the main class.
@@ -151,6 +180,7 @@ class JavaBookKeeper:
             self.java, *_JAVA_OPTIONS, *heap,
             f"-Dlog4j.configurationFile={self.home / 'conf' / log_config}",
             f"-Djava.io.tmpdir={work_dir}",
+            f"-Dbookkeeper.log.dir={work_dir}",  # log4j2.xml's log files (made even if unused)
             "-cp", self.classpath,
         ]  # fmt: skip
 
@@ -215,8 +245,17 @@ class JavaBookie:
         return f"127.0.0.1:{self.port}"
 
     def check_running(self) -> None:
-        """Raises naming the bookie's last log line if it exited."""
-        if self.proc.poll() is not None:
+        """Raises naming the bookie's last log line if it exited, or if its main thread died
+        (the JVM may stay up, held by other threads, never serving)."""
+        if self.proc.poll() is None:
+            text = self.log_path.read_text(errors="replace")
+            if (died := text.find('Exception in thread "main"')) >= 0:
+                cause = [line for line in text[died:].splitlines() if line.startswith("Caused by")]
+                raise AssertionError(
+                    f"Java bookie {self.bookie_id}: its main thread died: "
+                    f"{cause[-1] if cause else text[died:].splitlines()[0]} (log: {self.log_path})"
+                )
+        else:
             lines = self.log_path.read_text(errors="replace").strip().splitlines()
             last = lines[-1] if lines else "no output"
             raise AssertionError(

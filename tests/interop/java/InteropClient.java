@@ -118,6 +118,8 @@ public class InteropClient {
             conf.setTLSTrustStoreType("PEM");
             conf.setTLSTrustStore(w[7]);
             if (w.length > 9) {
+                // Java's client sends its certificate only with tlsClientAuthentication=true.
+                conf.setTLSClientAuthentication(true);
                 conf.setTLSKeyStoreType("PEM");
                 conf.setTLSCertificatePath(w[8]);
                 conf.setTLSKeyStore(w[9]);
