@@ -13,6 +13,14 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
     $sudo_cmd apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium
 fi
+# Java BookKeeper's TLS (tests/interop/test_tls_java.py) loads BouncyCastle's provider, which
+# ../shared/javabk does not ship; without it those tests are skipped, saying so.
+if [ ! -f /usr/share/java/bcprov.jar ] && command -v apt-get >/dev/null; then
+    echo "== installing libbcprov-java (apt-get)"
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends libbcprov-java
+fi
 echo "== ruff"; ruff check src tests examples; ruff format --check src tests examples
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports
