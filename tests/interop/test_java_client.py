@@ -7,6 +7,7 @@ recovered end; and Java's shell (``listbookies``, ``listledgers -m``, ``ledgerme
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -44,6 +45,8 @@ from tests.interop.ledgers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
+
+_SIMPLETEST = re.compile(r"^(\d+) entries written to ledger (\d+)\. Last entry Id (\d+)$")
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +169,29 @@ async def test_java_shell_on_a_bkeeper_cluster(
     assert listed_metadata(everything) == expected
     one = await asyncio.to_thread(shell, "ledgermetadata", "-ledgerid", str(writer.ledger_id))
     assert listed_metadata(one) == {writer.ledger_id: expected[writer.ledger_id]}
+
+    # Java's readledger: a header per entry (its "EntrySize" is the ledger's length up to
+    # and including the entry: the length bkeeper's writer put in the entry's header),
+    # then the body.
+    read = await asyncio.to_thread(shell, "readledger", "-ledgerid", str(writer.ledger_id), "-msg")
+    headers = [line for line in read.messages if line.startswith("---------")]
+    assert headers == [
+        f"--------- Lid={writer.ledger_id}, Eid={entry}, EntrySize={(entry + 1) * SIZE} ---------"
+        for entry in range(5)
+    ], read.output
+    for entry in range(5):
+        assert payload(writer.ledger_id, entry, SIZE).decode() in read.output
+    # Java's simpletest writes through our bookies, taking the next ledger id after both
+    # clients' ledgers (one id generator), then deletes its ledger: gone for bkeeper too.
+    simple = await asyncio.to_thread(
+        shell, "simpletest", "-ensemble", "3", "-writeQuorum", "3", "-ackQuorum", "2",
+        "-numEntries", "100",
+    )  # fmt: skip
+    done = [m for m in map(_SIMPLETEST.match, simple.messages) if m]
+    assert [(int(m[1]), int(m[3])) for m in done] == [(100, 99)], simple.output
+    simple_ledger = int(done[0][2])
+    assert simple_ledger > max(writer.ledger_id, java_ledger)
+    assert simple_ledger not in [ledger async for ledger in bk.list_ledgers()]
 
     # Deleted by the other implementation: gone for both.
     deleted = await asyncio.to_thread(
