@@ -6,6 +6,12 @@ Every answer goes to the writer's ``on_add(bookie, status, entry id)``; a lost c
 bookie that cannot be reached or a send that fails to ``on_failed(bookie)``. A position with no
 live connection gets one connect task per bookie (owned by the writer's :class:`TaskOwner`),
 and the entries waiting for it are sent once it is up, if the pipeline still wants them there.
+At most ``connection_write_buffer_bytes_max`` bytes of entries wait for one connection (what a
+connected bookie's socket may hold before writers wait for it); past that the bookie is
+treated as failed. The connect attempt itself is bounded by ``connect_timeout_ms``. (A count
+of ``pending_adds_max`` entries was the bound before: with Qa < Qw the others' acks keep the
+pipeline moving, and a connection slower to set up than that many entries take to write, a
+TLS handshake and AUTH exchange on a busy machine, had its bookie replaced for nothing.)
 
 :class:`Slots` is where appends wait for room in the pipeline (``pending_adds_max``).
 """
@@ -54,6 +60,8 @@ class AddLane:
         self.conns: list[Connection | None] = [None] * len(adds.ensemble)
         # bookie -> (entry id, data, position) to send once its connection is up
         self._connecting: dict[str, list[tuple[int, bytes, int]]] = {}
+        self._connecting_bytes: dict[str, int] = {}
+        self._connecting_bytes_max = ctx.config.connection_write_buffer_bytes_max
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
         """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
@@ -104,12 +112,15 @@ class AddLane:
         waiting = self._connecting.get(bookie)
         if waiting is None:
             self._connecting[bookie] = waiting = []
+            self._connecting_bytes[bookie] = 0
             self._tasks.spawn(self._connect_and_send(bookie), f"connect to {bookie}")
-        if len(waiting) >= self._adds.pending_max:
-            # Connecting for longer than a full pipeline takes to write: treat it as down
-            # (the ensemble change replaces it) rather than hold ever more entries for it.
+        held = self._connecting_bytes[bookie] + len(data)
+        if held > self._connecting_bytes_max and waiting:
+            # More waiting for it than its socket could hold: treat it as down (the ensemble
+            # change replaces it) rather than hold ever more entries for it.
             self._on_failed(bookie)
             return
+        self._connecting_bytes[bookie] = held
         waiting.append((entry_id, data, position))
 
     async def _connect_and_send(self, bookie: str) -> None:
@@ -118,8 +129,10 @@ class AddLane:
         except BKeeperError as exc:
             log.warning("ledger %d: bookie %s unreachable: %s", self._ledger_id, bookie, exc)
             self._connecting.pop(bookie, None)
+            self._connecting_bytes.pop(bookie, None)
             self._on_failed(bookie)
             return
+        self._connecting_bytes.pop(bookie, None)
         lac = self._adds.last_add_confirmed
         for entry_id, data, position in self._connecting.pop(bookie, ()):
             if entry_id <= lac:

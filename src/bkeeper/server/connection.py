@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common.errors import ProtocolError
+from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
@@ -33,7 +34,6 @@ from bkeeper.wire.messages import Request, Response
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
     from bkeeper.server.connections import ConnectionTable
-    from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 
 __all__ = ["BookieConnection"]
 
@@ -70,8 +70,6 @@ class BookieConnection(asyncio.Protocol):
         self._add = add
         self.security: ConnectionSecurity | None = None
         if security is not None:
-            from bkeeper.server.security import ConnectionSecurity
-
             self.security = ConnectionSecurity(security, self)
             self._handlers_dispatch = dispatch
             self._handlers_add = add

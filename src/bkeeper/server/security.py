@@ -222,6 +222,10 @@ class ConnectionSecurity:
         except (OSError, ssl.SSLError, TimeoutError, EOFError) as exc:
             conn.abort(f"TLS handshake failed: {describe_tls_error(exc)}")
             return
+        except Exception as exc:  # a bookie bug: say so (rate-limited), keep serving others
+            conn.log_internal_error("TLS upgrade of %s failed", conn.peer)
+            conn.abort(f"TLS upgrade failed: {exc!r}")
+            return
         self.upgrading = False
         self.tls_active = True
         log.debug("connection %s: TLS on (%s)", conn.peer, conn.tls_version)

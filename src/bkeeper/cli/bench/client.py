@@ -3,6 +3,9 @@ from encoding a frame to appending to a named log."""
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+
 import click
 
 from bkeeper.cli.bench._common import (
@@ -13,6 +16,8 @@ from bkeeper.cli.bench._common import (
     print_results,
     protocol_of,
 )
+from bkeeper.client.handshake import ClientSecurity
+from bkeeper.common.tls import TlsClientConfig
 from bkeeper.testing.benchmarks import (
     BenchResult,
     bench_bookie_adds,
@@ -23,6 +28,7 @@ from bkeeper.testing.benchmarks import (
     delete_ledger,
     local_bookie,
 )
+from bkeeper.testing.certs import make_ca, make_cert
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.digest import DigestType
 
@@ -61,6 +67,11 @@ def codec(count: int, entry_size: int, digest: str) -> None:
     multiple=True,
     help="An argument for the bookie started here (repeatable), e.g. --bookie-arg=--no-metrics.",
 )
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="TLS between the client and the bookie started here (certificates made for the run).",
+)
 def bookie_bench(
     address: str,
     data_dir: str | None,
@@ -70,13 +81,14 @@ def bookie_bench(
     in_flight: int,
     rate: float | None,
     bookie_args: tuple[str, ...],
+    tls: bool,
 ) -> None:
     """Acknowledged (fsynced) adds/s, MB/s and latency against one bookie."""
     from bkeeper.cli.bookie import run_event_loop
 
     proto = protocol_of(protocol)
 
-    async def run(host: str, port: int) -> None:
+    async def run(host: str, port: int, security: ClientSecurity | None = None) -> None:
         result = await bench_bookie_adds(
             host,
             port,
@@ -85,16 +97,27 @@ def bookie_bench(
             duration_s=duration,
             in_flight=in_flight,
             rate=rate,
+            security=security,
         )
         print_results([result], "adds")
 
     if address:
-        if bookie_args:
-            raise click.UsageError("--bookie-arg: only for the bookie started here (no --address)")
+        if bookie_args or tls:
+            raise click.UsageError(
+                "--bookie-arg, --tls: only for the bookie started here (no --address)"
+            )
         run_event_loop(run(*parse_address(address, "--address")))
-    else:
-        with local_bookie(data_dir, extra_args=bookie_args) as (host, port):
-            run_event_loop(run(host, port))
+        return
+    with contextlib.ExitStack() as stack:
+        security = None
+        if tls:
+            where = stack.enter_context(tempfile.TemporaryDirectory(prefix="bkeeper-bench-tls-"))
+            ca = make_ca(where, "ca")
+            cert = make_cert(where, ca, "bookie")
+            bookie_args = (*bookie_args, "--tls-cert", cert.cert, "--tls-key", cert.key)
+            security = ClientSecurity(ssl_context=TlsClientConfig(ca_file=ca.cert).context())
+        host, port = stack.enter_context(local_bookie(data_dir, extra_args=bookie_args))
+        run_event_loop(run(host, port, security))
 
 
 @click.command("write")
