@@ -143,7 +143,6 @@ class JavaBookKeeper:
         conf.write_text(f"metadataServiceUri={metadata_uri}\n")
         command = [
             *self.command(_TOOL_OPTIONS, "log4j2.cli.xml", conf_dir),
-            f"-Dbookkeeper.cli.log.dir={conf_dir}",
             _SHELL, "-conf", str(conf), *args,
         ]  # fmt: skip
         done = subprocess.run(
@@ -180,7 +179,9 @@ class JavaBookKeeper:
             self.java, *_JAVA_OPTIONS, *heap,
             f"-Dlog4j.configurationFile={self.home / 'conf' / log_config}",
             f"-Djava.io.tmpdir={work_dir}",
-            f"-Dbookkeeper.log.dir={work_dir}",  # log4j2.xml's log files (made even if unused)
+            # Where log4j2.xml and log4j2.cli.xml make their log files (even if unused).
+            f"-Dbookkeeper.log.dir={work_dir}",
+            f"-Dbookkeeper.cli.log.dir={work_dir}",
             "-cp", self.classpath,
         ]  # fmt: skip
 
