@@ -197,3 +197,23 @@ async def test_bkeeper_shell_on_a_java_cluster(
     assert entries == "".join(
         f"{entry}\t{payload(ledger_id, entry, 20).decode()}\n" for entry in range(3)
     )
+
+
+async def test_bkeeper_long_polls_java_bookies(
+    java: JavaClient, ours: dict[str, BookKeeper]
+) -> None:
+    """bkeeper's tailing read (v3 long poll) against Java bookies, following a Java writer."""
+    ledger_id = int(await ask(java, "create", "v3", "CRC32C", PASSWORD, 3, 3, 2))
+    for entry in range(10):  # one at a time: each entry carries the LAC before it
+        await ask(java, "append", ledger_id, entry, 1, SIZE)
+    handle = await ours["v3"].open_ledger(ledger_id, PASSWORD.encode(), recovery=False)
+    try:
+        assert await handle.read_last_add_confirmed() == 8  # piggybacked on entry 9
+        assert await handle.wait_last_add_confirmed(8, timeout_ms=500) == 8  # timed out
+        waiting = asyncio.ensure_future(handle.wait_last_add_confirmed(8, timeout_ms=60_000))
+        await ask(java, "append", ledger_id, 10, 1, SIZE)
+        assert await waiting == 9
+        assert (await handle.read_entry(9)).data == payload(ledger_id, 9, SIZE)
+    finally:
+        await handle.close()
+    await ask(java, "close", ledger_id)

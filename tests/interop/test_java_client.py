@@ -7,6 +7,7 @@ recovered end; and Java's shell (``listbookies``, ``listledgers -m``, ``ledgerme
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -204,3 +205,25 @@ async def test_java_shell_on_a_bkeeper_cluster(
     expected = await ours_rendered()
     assert not {writer.ledger_id, java_ledger} & set(expected)
     assert listed_metadata(await asyncio.to_thread(shell, "listledgers", "-m")) == expected
+
+
+async def test_java_long_polls_bkeeper_bookies(
+    java: JavaClient, ours: dict[str, BookKeeper]
+) -> None:
+    """Java's tailing read (v3 READ with a previous LAC and a timeout: long poll) against
+    bkeeper bookies, following a bkeeper writer."""
+    writer = await ours["v3"].create_ledger(3, 3, 2, digest="crc32c", password=PASSWORD.encode())
+    for entry in range(10):
+        await writer.append(payload(writer.ledger_id, entry, SIZE))
+    # The bookies know LAC 8 (piggybacked on entry 9). Entry 9 is not confirmed yet: the
+    # poll ends at its timeout with what the bookies know.
+    timed_out = await ask(java, "poll", "v3", writer.ledger_id, "CRC32C", PASSWORD, 9, 500)
+    assert timed_out == "lac=8 entry=none"
+    # Entry 10 confirms entry 9: the poll answers with it.
+    polling = asyncio.ensure_future(
+        ask(java, "poll", "v3", writer.ledger_id, "CRC32C", PASSWORD, 9, 60_000)
+    )
+    await writer.append(payload(writer.ledger_id, 10, SIZE))
+    expected = hashlib.sha256(payload(writer.ledger_id, 9, SIZE)).hexdigest()
+    assert await polling == f"lac=9 entry={expected}"
+    await writer.close()

@@ -19,6 +19,10 @@
 //   read CLIENT LEDGER DIGEST PASSWORD recover|norecover
 //                                          open, read every entry, close:
 //                                          OK lac=<n> closed=<bool> sha256=<hex>
+//   poll CLIENT LEDGER DIGEST PASSWORD ENTRY TIMEOUT_MS
+//                                          open without recovery, long-poll the bookies for
+//                                          ENTRY (readLastAddConfirmedAndEntry):
+//                                          OK lac=<n> entry=<sha256 of its bytes, or none>
 //   delete CLIENT LEDGER                   delete the ledger
 //   quit
 //
@@ -96,6 +100,9 @@ public class InteropClient {
             case "read":
                 return read(clients.get(w[1]), Long.parseLong(w[2]), digest(w[3]),
                         w[4].getBytes(StandardCharsets.UTF_8), w[5].equals("recover"));
+            case "poll":
+                return poll(clients.get(w[1]), Long.parseLong(w[2]), digest(w[3]),
+                        w[4].getBytes(StandardCharsets.UTF_8), Long.parseLong(w[5]), Long.parseLong(w[6]));
             case "delete":
                 clients.get(w[1]).deleteLedger(Long.parseLong(w[2]));
                 return w[2];
@@ -187,6 +194,26 @@ public class InteropClient {
                 hex.append(String.format("%02x", b));
             }
             return "lac=" + lac + " closed=" + closed + " sha256=" + hex;
+        } finally {
+            lh.close();
+        }
+    }
+
+    private static String poll(BookKeeper bk, long ledgerId, BookKeeper.DigestType digest, byte[] password,
+                               long entryId, long timeoutMs) throws Exception {
+        LedgerHandle lh = bk.openLedgerNoRecovery(ledgerId, digest, password);
+        try (org.apache.bookkeeper.client.api.LastConfirmedAndEntry found =
+                     lh.readLastAddConfirmedAndEntry(entryId, timeoutMs, false)) {
+            String entry = "none";
+            if (found.hasEntry()) {
+                MessageDigest sha = MessageDigest.getInstance("SHA-256");
+                StringBuilder hex = new StringBuilder();
+                for (byte b : sha.digest(found.getEntry().getEntryBytes())) {
+                    hex.append(String.format("%02x", b));
+                }
+                entry = hex.toString();
+            }
+            return "lac=" + found.getLastAddConfirmed() + " entry=" + entry;
         } finally {
             lh.close();
         }
