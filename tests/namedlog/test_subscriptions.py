@@ -11,6 +11,7 @@ import pytest
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import (
     ConfigError,
+    LedgerNotFoundError,
     LogError,
     LogNotFoundError,
     LogTruncatedError,
@@ -302,3 +303,45 @@ async def test_a_shared_claim_not_acknowledged_in_time_goes_to_another_consumer(
         await other.close()
         await slow.close()
         assert (await named.subscriptions())["work"].mark == positions[-1]
+
+
+# -- acks in a cursor ledger -----------------------------------------------------------------
+async def test_acks_in_a_cursor_ledger_survive_and_the_old_consumer_is_fenced() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, positions = await filled(cluster, 8)
+        store = named._subscriptions()
+        first_logs = NamedLogs(await cluster.client(FAST), SMALL)
+        first = await first_logs.log("events").subscribe(
+            "s", ack_store="ledger", ack_flush_ms=60_000
+        )
+        node, _ = await store.read("events", "s")
+        assert node.cursor is not None
+        cursor = node.cursor
+        got = await take(first, 3)
+        first.ack(got[2].position)
+        await first.flush()
+        node_after, _ = await store.read("events", "s")
+        assert node_after.mark is None, "the flush went to the cursor ledger, not the node"
+        for _ in range(500):  # the listing reads the cursor's last confirmed entry
+            if (await named.subscriptions())["s"].mark == positions[2]:
+                break
+            await asyncio.sleep(0.01)
+        assert (await named.subscriptions())["s"].mark == positions[2]
+        await first_logs.bk.cluster.store.expire_session()  # gone without closing
+        second = await named.subscribe("s", ack_store="ledger", wait_s=10.0)
+        assert (await second.receive(10.0)).payload == b"r003"
+        got = await take(first, 1)  # the old consumer still reads...
+        first.ack(got[0].position)
+        with pytest.raises(SubscriptionFencedError, match="fenced this consumer's cursor ledger"):
+            await first.flush()  # ...but its acks are refused
+        second.ack(positions[3])
+        await second.close()
+        node, _ = await store.read("events", "s")
+        assert (node.cursor, node.mark) == (None, positions[3]), "the state back in the node"
+        with pytest.raises(LedgerNotFoundError):
+            await named.logs.bk.ledger_metadata(cursor)
+        third = await named.subscribe("s")  # and a metadata-acking consumer carries on
+        assert (await third.receive(10.0)).payload == b"r004"
+        await third.close()
+        with pytest.raises(ConfigError, match="exclusive subscriptions only"):
+            await named.subscribe("w", mode="shared", ack_store="ledger")

@@ -34,16 +34,18 @@ import bisect
 import contextlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import (
     ConfigError,
+    LedgerFencedError,
     LogTruncatedError,
     MetadataVersionError,
     SubscriptionBusyError,
     SubscriptionFencedError,
 )
+from bkeeper.namedlog.cursor_ledger import CursorLedger
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record
 from bkeeper.namedlog.subscription import SubscriptionState
@@ -76,8 +78,11 @@ class Consumer:
         version: int,
         ack_flush_ms: int,
         skip_truncated: bool,
+        *,
+        cursor: CursorLedger | None = None,
     ) -> None:
         self.named = named
+        self._cursor = cursor
         self.name = name
         self.consumer_id = consumer_id
         self._subs = subs
@@ -231,6 +236,9 @@ class Consumer:
                 raise
 
     async def _write(self, cumulative: Position | None, individual: list[Position]) -> None:
+        if self._cursor is not None:
+            await self._append_to_cursor(cumulative, individual)
+            return
         state, version = self._state, self._version
         for _attempt in range(FLUSH_ATTEMPTS_MAX):
             after: dict[int, tuple[int, int]] = {}
@@ -257,6 +265,28 @@ class Consumer:
             f"subscription {self.name!r}: acks not written after {FLUSH_ATTEMPTS_MAX} "
             "compare-and-set attempts"
         )
+
+    async def _append_to_cursor(
+        self, cumulative: Position | None, individual: list[Position]
+    ) -> None:
+        assert self._cursor is not None
+        state = self._state
+        after: dict[int, tuple[int, int]] = {}
+        if individual or state.acked:
+            mark = max(cumulative or state.start, state.mark or state.start)
+            ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
+            after = await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+        new = state.with_acks(cumulative, individual, after)
+        try:
+            await self._cursor.append(new)
+        except LedgerFencedError:
+            self._fenced = SubscriptionFencedError(
+                f"subscription {self.name!r} of log {self.named.name!r} was taken over by "
+                "another consumer (it fenced this consumer's cursor ledger): its acks are "
+                "refused"
+            )
+            raise self._fenced from None
+        self._state = new
 
     async def _flush_periodically(self) -> None:
         while True:
@@ -286,7 +316,25 @@ class Consumer:
                     await self._flusher
             if self._reader is not None:
                 await self._reader.close()
+            if self._cursor is not None and self._fenced is None:
+                await self._retire_cursor()
             await self._subs.release(self.named.name, self.name)
+
+    async def _retire_cursor(self) -> None:
+        """Put the state back in the subscription's node and delete the cursor ledger (if
+        another consumer took over meanwhile, it has the state: leave both to it)."""
+        assert self._cursor is not None
+        for _attempt in range(FLUSH_ATTEMPTS_MAX):
+            state, version = await self._subs.read(self.named.name, self.name)
+            if state.epoch != self._epoch or state.cursor != self._cursor.ledger_id:
+                return
+            back = replace(state.with_progress_of(self._state), cursor=None)
+            try:
+                await self._subs.write(self.named.name, self.name, back, version)
+            except MetadataVersionError:
+                continue
+            await self._cursor.delete()
+            return
 
     async def __aenter__(self) -> Consumer:
         return self

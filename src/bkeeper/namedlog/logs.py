@@ -52,6 +52,7 @@ from bkeeper.common.errors import (
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LogConfig
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
+from bkeeper.namedlog.cursor_ledger import drop_cursor, peek
 from bkeeper.namedlog.metadata import (
     LogLedger,
     LogMetadata,
@@ -64,7 +65,7 @@ from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
 from bkeeper.namedlog.subscribing import subscribe
-from bkeeper.namedlog.subscription import Mode, SubscriptionState
+from bkeeper.namedlog.subscription import AckStore, Mode, SubscriptionState
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
@@ -230,25 +231,39 @@ class NamedLog:
         mode: Mode = "exclusive",
         ack_timeout_ms: int = ACK_TIMEOUT_MS,
         claim_records: int = CLAIM_RECORDS,
+        ack_store: AckStore = "metadata",
     ) -> Consumer:
         """The consumer of subscription ``name``, created at ``start`` (as for
         :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.consumer`.
         ``wait_s``: how long to stand by while another consumer holds it (None: for ever);
         ``create`` False: a subscription that does not exist is an error; ``mode`` "shared":
-        several consumers at once (:mod:`bkeeper.namedlog.shared`)."""
+        several consumers at once (:mod:`bkeeper.namedlog.shared`); ``ack_store`` "ledger":
+        flushes go to a cursor ledger (:mod:`bkeeper.namedlog.cursor_ledger`)."""
         return await subscribe(
             self, name, start, consumer_id=consumer_id, wait_s=wait_s,
             skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms, create=create,
             mode=mode, ack_timeout_ms=ack_timeout_ms, claim_records=claim_records,
+            ack_store=ack_store,
         )  # fmt: skip
 
     async def subscriptions(self) -> dict[str, SubscriptionState]:
-        """Every subscription of the log and its state."""
-        return await self._subscriptions().states(self.name)
+        """Every subscription of the log and its state (a cursor ledger's newest confirmed
+        state where a consumer keeps its acks in one)."""
+        states = await self._subscriptions().states(self.name)
+        for name, state in states.items():
+            if state.cursor is not None:
+                newer = await peek(self.logs.bk, state.cursor, self.logs.config)
+                if newer is not None:
+                    states[name] = state.with_progress_of(newer)
+        return states
 
     async def unsubscribe(self, name: str) -> None:
         """Delete subscription ``name`` (its consumer, if any, has its next flush refused)."""
-        await self._subscriptions().delete(self.name, name)
+        store = self._subscriptions()
+        state, _version = await store.read(self.name, name)
+        await store.delete(self.name, name)
+        if state.cursor is not None:
+            await drop_cursor(self.logs.bk, state.cursor)
 
     def _subscriptions(self) -> SubscriptionStore:
         return SubscriptionStore(self.logs.bk.cluster.store, self.logs.store)

@@ -7,14 +7,21 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import ConfigError, SubscriptionNotFoundError
 from bkeeper.namedlog.config import EARLIEST
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
+from bkeeper.namedlog.cursor_ledger import CursorLedger, drop_cursor, load
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
-from bkeeper.namedlog.subscription import Mode, SubscriptionState, check_subscription_name
+from bkeeper.namedlog.subscription import (
+    AckStore,
+    Mode,
+    SubscriptionState,
+    check_subscription_name,
+)
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 if TYPE_CHECKING:
@@ -42,14 +49,23 @@ async def subscribe(
     mode: Mode = "exclusive",
     ack_timeout_ms: int = ACK_TIMEOUT_MS,
     claim_records: int = CLAIM_RECORDS,
+    ack_store: AckStore = "metadata",
 ) -> Consumer:
     """The consumer of subscription ``name`` (see :mod:`bkeeper.namedlog.consumer`); with
     ``create`` False a subscription that does not exist is ``SubscriptionNotFoundError``.
     ``mode`` is fixed when the subscription is created: subscribing to it in the other mode
-    is a ``ConfigError``. ``ack_timeout_ms`` and ``claim_records``: shared mode only."""
+    is a ``ConfigError``. ``ack_timeout_ms`` and ``claim_records``: shared mode only.
+    ``ack_store``: where this (exclusive) consumer's flushes go: the subscription's node
+    (``"metadata"``) or a cursor ledger of its own (``"ledger"``,
+    :mod:`bkeeper.namedlog.cursor_ledger`)."""
     check_subscription_name(name)
     if mode not in ("exclusive", "shared"):
         raise ConfigError(f"mode {mode!r}: exclusive or shared")
+    if ack_store not in ("metadata", "ledger"):
+        raise ConfigError(f"ack_store {ack_store!r}: metadata or ledger")
+    if ack_store == "ledger" and mode == "shared":
+        raise ConfigError("ack_store ledger: exclusive subscriptions only (shared consumers "
+                          "coordinate through the subscription's node)")  # fmt: skip
     if ack_flush_ms < 1:
         raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
     logs = named.logs
@@ -81,14 +97,27 @@ async def subscribe(
         await shared.open()
         return shared
     await subs.take(named.name, name, consumer_id, wait_s)
+    cursor: CursorLedger | None = None
     try:
         state, version = await subs.read(named.name, name)
-        state = state.taken_over(consumer_id)
+        previous = state.cursor
+        if previous is not None:  # the last consumer's acks: fence its ledger, take them
+            newer = await load(logs.bk, previous, logs.config)
+            if newer is not None:
+                state = state.with_progress_of(newer)
+        state = replace(state.taken_over(consumer_id), cursor=None)
+        if ack_store == "ledger":
+            cursor = await CursorLedger.create(logs.bk, logs.config, state)
+            state = replace(state, cursor=cursor.ledger_id)
         version = await subs.write(named.name, name, state, version)
+        if previous is not None:
+            await drop_cursor(logs.bk, previous)
         consumer = Consumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
-                            skip_truncated)  # fmt: skip
+                            skip_truncated, cursor=cursor)  # fmt: skip
         await consumer.open()
     except BaseException:
+        if cursor is not None:
+            await cursor.delete()
         await subs.release(named.name, name)
         raise
     return consumer

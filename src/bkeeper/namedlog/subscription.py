@@ -39,6 +39,7 @@ from bkeeper.namedlog.records import Position
 __all__ = [
     "ACKED_RUNS_MAX",
     "CLAIMS_MAX",
+    "AckStore",
     "Claim",
     "Mode",
     "SubscriptionState",
@@ -56,6 +57,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 AckedRun = tuple[int, int, int]  # (ledger id, first entry id, last entry id)
 Mode = Literal["exclusive", "shared"]
+AckStore = Literal["metadata", "ledger"]
 #: Sealed ledger id -> (its last entry id, the id of the ledger after it in the log).
 LedgerAfter = Mapping[int, tuple[int, int]]
 
@@ -100,6 +102,13 @@ class SubscriptionState:
     mode: Mode = "exclusive"
     dispatched: Position | None = None
     claims: tuple[Claim, ...] = ()
+    #: The cursor ledger holding the newer state (:mod:`bkeeper.namedlog.cursor_ledger`).
+    cursor: int | None = None
+
+    def with_progress_of(self, newer: SubscriptionState) -> SubscriptionState:
+        """This state (epoch, owner, mode) with ``newer``'s acks (a cursor ledger's)."""
+        return replace(self, mark=newer.mark, acked=newer.acked, dispatched=newer.dispatched,
+                       claims=newer.claims)  # fmt: skip
 
     @property
     def resume_from(self) -> Position:
@@ -195,6 +204,8 @@ class SubscriptionState:
             doc["mode"] = self.mode
         if self.dispatched is not None:
             doc["dispatched"] = list(self.dispatched)
+        if self.cursor is not None:
+            doc["cursor"] = self.cursor
         if self.claims:
             doc["claims"] = [
                 {"consumer": c.consumer, "ledger": c.ledger, "first": c.first, "last": c.last,
@@ -230,6 +241,7 @@ class SubscriptionState:
                 mode,
                 Position(int(dispatched[0]), int(dispatched[1])) if dispatched else None,
                 claims,
+                int(doc["cursor"]) if doc.get("cursor") is not None else None,
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ProtocolError(f"{what} is unreadable: {exc}") from exc
