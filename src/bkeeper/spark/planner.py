@@ -38,31 +38,41 @@ async def log_names(view: LogView, options: SourceOptions) -> list[str]:
 async def start_positions(
     view: LogView, options: SourceOptions, names: list[str]
 ) -> dict[str, Position]:
-    """Where each log starts: ``startingTimestamp`` if set, else ``startingPosition``."""
-    unknown = sorted(set(options.starting) - set(names))
-    if unknown:
-        raise ConfigError(f"option startingPosition names logs this read does not cover: {unknown}")
+    """Where each log starts: ``startingTimestamp`` if set (for every log or for this one),
+    else ``startingPosition``."""
+    _covered(options.starting, names, "startingPosition")
+    _covered(options.starting_timestamps, names, "startingTimestamp")
     positions = {}
     for name in names:
-        if options.starting_timestamp_ms is not None:
-            positions[name] = await view.at_time(name, options.starting_timestamp_ms)
+        timestamp = options.starting_timestamps.get(name, options.starting_timestamp_ms)
+        if timestamp is not None:
+            positions[name] = await view.at_time(name, timestamp)
         else:
             spec = options.starting.get(name, options.starting_default)
             positions[name] = await view.resolve(name, spec)
     return positions
 
 
+def _covered(named: Mapping[str, object], names: list[str], option: str) -> None:
+    unknown = sorted(set(named) - set(names))
+    if unknown:
+        raise ConfigError(f"option {option} names logs this read does not cover: {unknown}")
+
+
 async def batch_spans(view: LogView, options: SourceOptions) -> list[EntrySpan]:
     """Every span a batch read covers, log by log."""
     names = await log_names(view, options)
-    unknown = sorted(set(options.ending) - set(names))
-    if unknown:
-        raise ConfigError(f"option endingPosition names logs this read does not cover: {unknown}")
+    _covered(options.ending, names, "endingPosition")
+    _covered(options.ending_timestamps, names, "endingTimestamp")
     starts = await start_positions(view, options, names)
     found: list[EntrySpan] = []
     for name in names:
         spec = options.ending.get(name, LATEST)
-        end = None if spec == LATEST else await view.resolve(name, spec)
+        end_ms = options.ending_timestamps.get(name, options.ending_timestamp_ms)
+        if end_ms is not None:  # before the first record appended at or after it
+            end: Position | None = await view.at_time(name, end_ms)
+        else:
+            end = None if spec == LATEST else await view.resolve(name, spec)
         spans, _ = await view.spans(
             name, starts[name], end, fail_on_data_loss=options.fail_on_data_loss
         )

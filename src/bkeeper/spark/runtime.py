@@ -158,8 +158,9 @@ class Runtime:
             return None
 
     # -- writing -------------------------------------------------------------------------
-    def ensure_log(self, name: str, create: bool) -> None:
-        """Create the log ``name`` if missing; with ``create`` false, fail if it is."""
+    def ensure_log(self, name: str, create: bool, refusal: str | None = None) -> None:
+        """Create the log ``name`` if missing; with ``create`` false, fail if it is (saying
+        ``refusal`` when given: why it is not created)."""
 
         async def run() -> None:
             if create:
@@ -169,10 +170,8 @@ class Runtime:
             try:
                 await self.logs.log(name).metadata()
             except LogNotFoundError:
-                raise LogNotFoundError(
-                    f"no log named {name!r}, and createLog=false: create the log first or "
-                    "leave the option out"
-                ) from None
+                why = refusal or "createLog=false: create the log first or leave the option out"
+                raise LogNotFoundError(f"no log named {name!r}, and {why}") from None
 
         self.call(run())
 

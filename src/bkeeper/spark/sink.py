@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -75,9 +76,15 @@ def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any
                 f"cannot write column {field_.name} of type {field_.dataType.simpleString()}: "
                 f"use {' or '.join(wanted)}"
             )
+    if parsed.create_log is None:
+        restarted = streaming and _restarted(options)
+        parsed = replace(parsed, create_log=not restarted)
+        refusal = RESTARTED if restarted else None
+    else:
+        refusal = None
     rt = _runtime(parsed)
     if parsed.log is not None:
-        rt.ensure_log(parsed.log, parsed.create_log)
+        rt.ensure_log(parsed.log, bool(parsed.create_log), refusal)
     if streaming:
         if parsed.writer_id is None:
             raise ConfigError(
@@ -87,6 +94,33 @@ def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any
         # Spark makes this writer again in the process that commits: nothing is done here.
         return StreamWriter(parsed, parsed.writer_id)
     return BatchWriter(parsed, f"batch:{uuid.uuid4()}")
+
+
+#: Why a missing log is not created by default (see :func:`_restarted`).
+RESTARTED = (
+    "this stream restarts from its checkpoint, and a restarted stream creates no log by "
+    "default (a typo in the log name would silently start a new one): check the name, or "
+    "set createLog=true"
+)
+
+
+def _restarted(options: Mapping[str, str]) -> bool:
+    """Whether the streaming query restarts from a checkpoint that has committed batches
+    (its ``commits/`` directory holds one). Only a local checkpoint directory can be
+    checked; any other location counts as a new query."""
+    location = next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)
+    if not location:
+        return False
+    path = str(location)
+    if path.startswith("file:"):
+        path = "/" + path[len("file:") :].lstrip("/")
+    elif "://" in path:
+        return False
+    commits = Path(path) / "commits"
+    try:
+        return any(child.name.isdigit() for child in commits.iterdir())
+    except OSError:
+        return False
 
 
 def _runtime(options: SinkOptions) -> Runtime:
@@ -125,7 +159,7 @@ def _commit(
             by_log.setdefault(name, []).extend(ids)
     for name in sorted(by_log):  # every log first: a missing one fails before any changes
         if name != options.log:
-            rt.ensure_log(name, options.create_log)
+            rt.ensure_log(name, options.create_log is not False)
     for name, ids in sorted(by_log.items()):
         ids.sort()  # ledger ids grow in the order ledgers were made; a log's must grow
         if not rt.append_ledgers(name, ids, writer_id, batch_id):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -109,8 +109,13 @@ class BKeeperDataSource(DataSource):
 
     @plainly
     def schema(self) -> str:
-        include = str(self.options.get("includeProperties", "false")).lower() == "true"
-        return spark_schema(include)
+        """Called at ``load()`` of every read (unless the user gave a schema), before Spark
+        says whether it is a batch or a stream: the options are checked here, so a bad one
+        fails ``load()`` with its line first, and so is the cluster (a wrong metadata root is
+        "no cluster at ...", never data loss)."""
+        options = source_options(self.options, streaming=None)
+        _runtime(options)  # ClusterNotFoundError names a root that holds no cluster
+        return spark_schema(options.include_properties)
 
     @plainly
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -120,10 +125,15 @@ class BKeeperDataSource(DataSource):
             return PushdownBatchReader(options)
         return LogBatchReader(options)
 
-    @plainly
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        options = source_options(self.options, streaming=True)
-        _check_schema(schema, options)
+        """Never raises: PySpark's streaming runner buries an error raised here under an
+        ``UnboundLocalError`` of its own (pyspark 4.3), so what only a stream refuses
+        (``endingPosition``) is raised by the reader's first call instead."""
+        try:
+            options = source_options(self.options, streaming=True)
+            _check_schema(schema, options)
+        except ConfigError as error:
+            return RefusedStreamReader(error)
         return StreamReader(options)
 
     @plainly
@@ -268,6 +278,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("bkeeper stream: processed up to %s", end)
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A stream whose options were refused: its first call raises the refusal."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+    @plainly
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._refuse()
 
 
 def _exact(offset: dict[str, Any]) -> dict[str, Position]:
