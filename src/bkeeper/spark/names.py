@@ -56,8 +56,8 @@ WRITE_OPTIONS = (
     "writerId",
 )
 #: Options Spark itself sets or passes on: ``load(path)``/``save(path)`` and a streaming
-#: query's checkpoint.
-SPARK_OPTIONS = ("path", "checkpointLocation")
+#: query's checkpoint and name.
+SPARK_OPTIONS = ("path", "checkpointLocation", "queryName")
 #: ``client.<ClientConfig field>``: client settings (checked by the options' parsers).
 CLIENT_PREFIX = "client."
 

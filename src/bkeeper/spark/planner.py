@@ -11,13 +11,22 @@ at its earliest record, as Kafka's source does for new partitions.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError, LogNotFoundError
 from bkeeper.namedlog import LATEST, Position
 from bkeeper.spark.options import LOGS_MAX, SourceOptions
 from bkeeper.spark.plan import EntrySpan, LogView, limit_spans
 
-__all__ = ["advance", "batch_spans", "log_names", "start_positions"]
+__all__ = [
+    "Move",
+    "advance",
+    "batch_spans",
+    "log_names",
+    "move",
+    "spans_between",
+    "start_positions",
+]
 
 
 async def log_names(view: LogView, options: SourceOptions) -> list[str]:
@@ -80,6 +89,17 @@ async def batch_spans(view: LogView, options: SourceOptions) -> list[EntrySpan]:
     return found
 
 
+@dataclass(frozen=True)
+class Move:
+    """One trigger's move: the end offsets, the heads, the entries covered and their spans
+    (those of the micro-batch from the start to ``ends``, in log order)."""
+
+    ends: dict[str, Position]
+    heads: dict[str, Position]
+    covered: int
+    spans: list[EntrySpan]
+
+
 async def advance(
     view: LogView,
     options: SourceOptions,
@@ -88,9 +108,28 @@ async def advance(
     targets: Mapping[str, Position] | None = None,
     max_entries: int | None = None,
 ) -> tuple[dict[str, Position], dict[str, Position], int]:
-    """One trigger's move: (end offsets, heads, entries covered). ``targets`` (frozen for
-    AvailableNow) bound each log; ``max_entries`` bounds the entries of all logs."""
-    names = list(targets) if targets is not None else await log_names(view, options)
+    """One trigger's move: (end offsets, heads, entries covered); see :func:`move`."""
+    found = await move(view, options, start, targets=targets, max_entries=max_entries)
+    return found.ends, found.heads, found.covered
+
+
+async def move(
+    view: LogView,
+    options: SourceOptions,
+    start: Mapping[str, Position],
+    *,
+    targets: Mapping[str, Position] | None = None,
+    max_entries: int | None = None,
+) -> Move:
+    """One trigger's move. ``targets`` (frozen for AvailableNow) bound each log;
+    ``max_entries`` bounds the entries of all logs. Named logs are not looked up apart from
+    their walk (one metadata read per log and trigger); a missing one fails the walk."""
+    if targets is not None:
+        names = list(targets)
+    elif options.log_pattern is None:
+        names = list(dict.fromkeys(options.logs))
+    else:
+        names = await log_names(view, options)
     spans: dict[str, list[EntrySpan]] = {}
     heads: dict[str, Position] = {}
     for name in names:
@@ -109,14 +148,17 @@ async def advance(
     chosen = spans if max_entries is None else limit_spans(spans, max_entries)
     ends = dict(start)
     covered = 0
-    for name, items in chosen.items():
+    batch: list[EntrySpan] = []
+    for name, items in sorted(chosen.items()):
         count = sum(s.count for s in items)
         covered += count
+        batch.extend(items)
         if count == sum(s.count for s in spans[name]):  # a prefix as long as the whole
             ends[name] = heads[name]
-        else:
+        elif items:
             ends[name] = Position(items[-1].ledger_id, items[-1].last + 1)
-    return ends, heads, covered
+        # else: the limit left this log nothing this time (more busy logs than entries)
+    return Move(ends, heads, covered, batch)
 
 
 async def spans_between(

@@ -51,7 +51,14 @@ from bkeeper.spark.options import (
     source_options,
 )
 from bkeeper.spark.plan import Bounds, EntrySpan, partition_spans
-from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between, start_positions
+from bkeeper.spark.planner import (
+    advance,
+    batch_spans,
+    log_names,
+    move,
+    spans_between,
+    start_positions,
+)
 from bkeeper.spark.runtime import Runtime, runtime
 from bkeeper.spark.sink import BatchWriter, StreamWriter, sink_for
 
@@ -208,6 +215,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._clock: Clock = clock or SystemClock()
         self._targets: dict[str, Position] | None = None
         self._heads: dict[str, Position] | None = None
+        #: The last batch ``latestOffset`` planned: (start, end, its spans), so that
+        #: ``partitions`` for that batch does not walk the logs again.
+        self._planned: tuple[dict[str, Any], dict[str, Any], list[EntrySpan]] | None = None
         self._last_batch_s = self._clock.monotonic()
 
     def _rt(self) -> Runtime:
@@ -240,19 +250,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             max_entries = limit.max_rows
         rt = self._rt()
-        ends, heads, covered = rt.call(
-            advance(
-                rt.view, self.options, positions, targets=self._targets, max_entries=max_entries
-            )
+        found = rt.call(
+            move(rt.view, self.options, positions, targets=self._targets, max_entries=max_entries)
         )
-        self._heads = heads
+        self._heads = found.heads
+        covered = found.covered
         if isinstance(limit, ReadMinRows) and covered < limit.min_rows:
             return start
         if covered and self._should_wait(covered):
             return start
         if covered:
             self._last_batch_s = self._clock.monotonic()
-        return offset_from_positions(ends)
+        end = offset_from_positions(found.ends)
+        self._planned = (offset_from_positions(positions), end, found.spans)
+        return end
 
     def _should_wait(self, covered: int) -> bool:
         """``minEntriesPerTrigger``: too few entries, and ``maxTriggerDelay`` not yet up
@@ -268,8 +279,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @plainly
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadPartition]:
-        rt = self._rt()
-        spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
+        planned = self._planned
+        if planned is not None and planned[0] == start and planned[1] == end:
+            spans = planned[2]  # the batch latestOffset just planned (the usual case)
+        else:  # a batch from the checkpoint's offset log, after a restart
+            rt = self._rt()
+            spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
         groups = partition_spans(spans, self.options.max_entries_per_split)
         return [ReadPartition(g) for g in groups]
 
