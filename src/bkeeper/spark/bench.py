@@ -136,8 +136,12 @@ class SparkLatencyRun:
     batches: int
     #: Median ``durationMs`` of each phase over the batches that read records.
     phases_ms: dict[str, float]
-    #: From ``start()`` of the restarted query to its first batch's end.
+    #: From ``start()`` of the restarted query to its first batch's end, in the same
+    #: session (warm Python workers and clients)...
     restart_first_batch_s: float
+    #: ...and in a new JVM (cold Python workers: a driver restarted after a crash; the JVM's
+    #: own start is not counted).
+    cold_restart_first_batch_s: float
 
 
 def bench_spark_latency(
@@ -150,7 +154,7 @@ def bench_spark_latency(
     import threading
     import uuid
 
-    from bkeeper.spark.session import local_session
+    from bkeeper.spark.session import local_session, stop_jvm
 
     suffix = uuid.uuid4().hex[:8]
     src, dst = f"latency-src-{suffix}", f"latency-dst-{suffix}"
@@ -176,15 +180,26 @@ def bench_spark_latency(
             phase: statistics.median(p["durationMs"].get(phase, 0) for p in progress)
             for phase in PHASES
         }
-        asyncio.run(_produce(uri, src, rate, 0.2))
-        started = time.monotonic()
-        query = _copy(spark, uri, src, dst, checkpoint, trigger_ms)
-        _wait_for_progress(query, 1, with_rows=True)
-        restart_s = time.monotonic() - started
-        query.stop()
-        return SparkLatencyRun(seen, appended, len(progress), phases, restart_s)
+        restart_s = _restart(spark, uri, src, dst, checkpoint, trigger_ms, rate)
+        stop_jvm()
+        spark = local_session(master, "bkeeper-bench-latency")
+        cold_s = _restart(spark, uri, src, dst, checkpoint, trigger_ms, rate)
+        return SparkLatencyRun(seen, appended, len(progress), phases, restart_s, cold_s)
     finally:
         spark.stop()
+
+
+def _restart(
+    spark: Any, uri: str, src: str, dst: str, checkpoint: str, trigger_ms: int, rate: int
+) -> float:
+    """Append a little, restart the copy from its checkpoint: seconds to its first batch."""
+    asyncio.run(_produce(uri, src, rate, 0.2))
+    started = time.monotonic()
+    query = _copy(spark, uri, src, dst, checkpoint, trigger_ms)
+    _wait_for_progress(query, 1, with_rows=True)
+    seconds = time.monotonic() - started
+    query.stop()
+    return seconds
 
 
 def _copy(spark: Any, uri: str, src: str, dst: str, checkpoint: str, trigger_ms: int) -> Any:

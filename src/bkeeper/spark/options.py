@@ -33,6 +33,7 @@ __all__ = [
     "positions_from_offset",
     "sink_options",
     "source_options",
+    "spark_schema",
 ]
 
 MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
@@ -99,6 +100,12 @@ class SinkOptions:
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(**dict(self.client))
+
+
+def spark_schema(include_properties: bool) -> str:
+    """The read schema as Spark DDL (``bkeeper.spark.arrow`` has its Arrow form)."""
+    ddl = "log string, ledger bigint, entry bigint, timestamp timestamp, key binary, payload binary"
+    return ddl + (", properties map<string,binary>" if include_properties else "")
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

@@ -16,9 +16,7 @@ import logging
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.entry import Entry
@@ -37,8 +35,10 @@ from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
 from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.namedlog.writer import create_ledger
-from bkeeper.spark.arrow import record_batch
 from bkeeper.spark.plan import EntrySpan, LogView
+
+if TYPE_CHECKING:  # imported by read tasks only (see bkeeper.spark.source's docstring)
+    import pyarrow as pa
 
 __all__ = ["Runtime", "TaskLedgers", "runtime"]
 
@@ -125,6 +125,8 @@ class Runtime:
         fail_on_data_loss: bool,
     ) -> Iterator[pa.RecordBatch]:
         """The records of ``span`` as Arrow batches of at most ``rows_per_batch`` rows."""
+        from bkeeper.spark.arrow import record_batch
+
         handle = self.call(self._open(span, fail_on_data_loss))
         if handle is None:
             return

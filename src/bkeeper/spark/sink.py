@@ -24,9 +24,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -34,9 +33,11 @@ from pyspark.sql.datasource import (
 )
 
 from bkeeper.common.errors import ConfigError
-from bkeeper.spark.arrow import sink_rows
 from bkeeper.spark.options import SinkOptions, sink_options
 from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
+
+if TYPE_CHECKING:  # imported by write tasks only (see bkeeper.spark.source's docstring)
+    import pyarrow as pa
 
 __all__ = ["BatchWriter", "LedgersMessage", "StreamWriter", "sink_for"]
 
@@ -130,6 +131,8 @@ def _runtime(options: SinkOptions) -> Runtime:
 def _write_task(
     options: SinkOptions, job_id: str, batches: Iterator[pa.RecordBatch], *, one_off: bool
 ) -> LedgersMessage:
+    from bkeeper.spark.arrow import sink_rows
+
     task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id)
     try:
         for batch in batches:

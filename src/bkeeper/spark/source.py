@@ -5,6 +5,11 @@ Spark pickles the data source, the readers and the partitions and runs them in o
 processes, so these objects hold only validated options and plans; clients live in
 :mod:`bkeeper.spark.runtime`, one per process. Reads are partitioned by entry ranges
 (:mod:`bkeeper.spark.plan`), read straight from the bookies and returned as Arrow batches.
+
+Spark starts a Python process for each planning step of a query (creating the source, the
+stream runner, the sink, each commit) and unpickles this module's classes in each, so
+importing it must stay cheap: pyarrow and numpy (most of the import time, and not needed to
+plan or commit) are imported only by the code that reads or writes records.
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -42,13 +46,13 @@ from pyspark.sql.types import StructType
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
-from bkeeper.spark.arrow import spark_schema
 from bkeeper.spark.errors import plainly
 from bkeeper.spark.options import (
     SourceOptions,
     offset_from_positions,
     positions_from_offset,
     source_options,
+    spark_schema,
 )
 from bkeeper.spark.plan import Bounds, EntrySpan, partition_spans
 from bkeeper.spark.planner import (
@@ -61,6 +65,9 @@ from bkeeper.spark.planner import (
 )
 from bkeeper.spark.runtime import Runtime, runtime
 from bkeeper.spark.sink import BatchWriter, StreamWriter, sink_for
+
+if TYPE_CHECKING:  # pyarrow is imported where records are read (see the module docstring)
+    import pyarrow as pa
 
 __all__ = ["BKeeperDataSource", "ReadPartition", "register"]
 

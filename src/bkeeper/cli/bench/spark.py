@@ -128,18 +128,21 @@ def _latency(metadata_uri: str, master: str, rate: int, seconds: float, trigger_
 
     table = Table(title=f"stream {master}, trigger {trigger_ms} ms, {rate} records/s")
     for column in ("records", "seen", "batches", "p50 ms", "p90 ms", "p99 ms", "max ms",
-                   "restart: first batch s"):  # fmt: skip
+                   "restart s", "cold restart s"):  # fmt: skip
         table.add_column(column, justify="right")
     table.add_row(str(run.appended), str(len(seen)), str(run.batches), f"{at(0.5):.0f}",
                   f"{at(0.9):.0f}", f"{at(0.99):.0f}", f"{seen[-1]:.0f}",
-                  f"{run.restart_first_batch_s:.2f}")  # fmt: skip
+                  f"{run.restart_first_batch_s:.2f}",
+                  f"{run.cold_restart_first_batch_s:.2f}")  # fmt: skip
     console().print(table)
     phases = Table(title="median ms per micro-batch (Spark's durationMs)")
     for phase in PHASES:
         phases.add_column(phase, justify="right")
     phases.add_row(*(f"{run.phases_ms[p]:.0f}" for p in PHASES))
     console().print(phases)
-    click.echo(f"mean latency {statistics.fmean(seen):.0f} ms")
+    click.echo(f"mean latency {statistics.fmean(seen):.0f} ms; restart: from start() of the "
+               "query restarted from its checkpoint to its first batch, in the same session "
+               "and in a new JVM (cold Python workers)")  # fmt: skip
 
 
 @click.command("cpu-split")
