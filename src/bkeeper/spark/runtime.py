@@ -10,7 +10,6 @@ to it. Nothing here is pickled: data source objects hold only options and plans.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import gc
 import logging
@@ -107,10 +106,6 @@ class Runtime:
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
         return self._loop.call(coro, timeout_s)
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Start ``coro`` on the client's loop and return at once."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop.loop)
 
     def close(self) -> None:
         if not self.alive:
@@ -233,16 +228,6 @@ class TaskLedgers:
     records: int = 0
     _open: dict[str, WriteHandle] = field(default_factory=dict)
     _pending: list[asyncio.Future[int]] = field(default_factory=list)
-    #: First ledgers being made ahead of the task's rows (see :meth:`prepare`).
-    _prepared: dict[str, concurrent.futures.Future[WriteHandle]] = field(default_factory=dict)
-
-    def prepare(self, name: str) -> None:
-        """Start making the first ledger of log ``name`` now, while the task waits for its
-        first rows (a streaming write's rows come from a read task through the JVM, tens of
-        ms; making a ledger is a few ZooKeeper round trips). A task that gets no row for the
-        log deletes it when it seals."""
-        if name not in self.ledgers and name not in self._prepared:
-            self._prepared[name] = self.runtime.submit(self._make_ledger(name))
 
     def write(
         self, rows: Iterator[tuple[str, bytes, bytes | None, Mapping[str, bytes] | None]]
@@ -274,32 +259,12 @@ class TaskLedgers:
         if old is not None:
             await self._drain()
             await old.close()
-        prepared = self._prepared.pop(name, None)
-        if prepared is not None:
-            handle = await asyncio.wrap_future(prepared)
-        else:
-            handle = await self._make_ledger(name)
-        self._open[name] = handle
-        return handle
-
-    async def _make_ledger(self, name: str) -> WriteHandle:
         handle = await create_ledger(self.runtime.bk, self.runtime.logs.config)
         self.ledgers.setdefault(name, []).append(handle.ledger_id)
+        self._open[name] = handle
         # Registered before any record goes in, so a job that dies leaves nothing unknown.
         await self.runtime.pending(self.job_id).add(name, handle.ledger_id)
         return handle
-
-    async def _unused_prepared(self) -> None:
-        """Delete the ledgers made ahead for logs that got no row."""
-        prepared, self._prepared = self._prepared, {}
-        for name, future in prepared.items():
-            handle = await asyncio.wrap_future(future)
-            await handle.close()
-            await self.runtime.bk.delete_ledger(handle.ledger_id)
-            await self.runtime.pending(self.job_id).remove([handle.ledger_id])
-            self.ledgers[name].remove(handle.ledger_id)
-            if not self.ledgers[name]:
-                del self.ledgers[name]
 
     def seal(self) -> dict[str, list[int]]:
         """Seal every ledger; the ledger ids per log."""
@@ -309,7 +274,6 @@ class TaskLedgers:
             for handle in self._open.values():
                 await handle.close()
             self._open.clear()
-            await self._unused_prepared()
 
         self.runtime.call(run())
         return self.ledgers
@@ -318,11 +282,6 @@ class TaskLedgers:
         """Delete every ledger this task made (after a failure)."""
 
         async def run() -> None:
-            for future in self._prepared.values():  # made ahead: in self.ledgers once made
-                with contextlib.suppress(BKeeperError):
-                    made = await asyncio.wrap_future(future)
-                    await made.close()
-            self._prepared.clear()
             for handle in self._open.values():
                 with contextlib.suppress(BKeeperError):
                     await handle.close()

@@ -134,8 +134,6 @@ def _write_task(
     from bkeeper.spark.arrow import sink_rows
 
     task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id)
-    if not one_off and options.log is not None:
-        task.prepare(options.log)  # a stream's task: its rows are on their way
     try:
         for batch in batches:
             task.write(sink_rows(batch, options.log))
