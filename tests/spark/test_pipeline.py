@@ -317,3 +317,49 @@ def stream_reader(spark, uri, log, **options):
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader
+
+
+# -- issue 21: a stream reading from a subscription ----------------------------------------
+
+
+def subscription_mark(uri: str, log_name: str, name: str):
+    from bkeeper.client import BookKeeper
+    from bkeeper.namedlog import NamedLogs
+    from tests.spark.test_spark import run
+
+    async def go():
+        async with BookKeeper(uri) as bk:
+            return (await NamedLogs(bk).log(log_name).subscriptions())[name].mark
+
+    return run(go)
+
+
+def test_a_stream_starts_at_its_subscription_and_commits_each_batch_to_it(
+    spark, spark_cluster, tmp_path
+):
+    """``subscription``: the stream starts where the subscription stands (not at
+    startingPosition once it exists), and each committed micro-batch moves its mark, so that
+    retention by consumption can trim what the job processed; a new query (a new checkpoint)
+    on the same subscription reads only what the last one did not."""
+    uri = spark_cluster.uri
+    first = append(uri, "subbed", [b"s%d" % i for i in range(6)])
+
+    def copy(query_name: str, checkpoint: str) -> list[bytes]:
+        query = (
+            stream_reader(spark, uri, "subbed", subscription="spark-job",
+                          startingPosition="earliest").load()
+            .writeStream.format("memory").queryName(query_name)
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination(120)
+        return sorted(
+            bytes(r.payload) for r in spark.sql(f"select payload from {query_name}").collect()
+        )
+
+    assert copy("subbed_one", str(tmp_path / "ck1")) == [b"s%d" % i for i in range(6)]
+    assert subscription_mark(uri, "subbed", "spark-job") == first[-1]
+    later = append(uri, "subbed", [b"t%d" % i for i in range(3)])
+    assert copy("subbed_two", str(tmp_path / "ck2")) == [b"t0", b"t1", b"t2"]
+    assert subscription_mark(uri, "subbed", "spark-job") == later[-1]
+    error = failure(source_reader(spark, uri, "subbed", subscription="spark-job").load().collect)
+    assert "option subscription is for streaming reads only" in first_line(error)

@@ -10,7 +10,11 @@ import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from bkeeper.common.errors import ConfigError, SubscriptionNotFoundError
+from bkeeper.common.errors import (
+    ConfigError,
+    MetadataVersionError,
+    SubscriptionNotFoundError,
+)
 from bkeeper.namedlog.config import EARLIEST
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.cursor_ledger import CursorLedger, drop_cursor, load
@@ -27,7 +31,7 @@ from bkeeper.namedlog.subscription_store import SubscriptionStore
 if TYPE_CHECKING:
     from bkeeper.namedlog.logs import NamedLog
 
-__all__ = ["default_consumer_id", "subscribe"]
+__all__ = ["commit_before", "default_consumer_id", "ensure_subscription", "subscribe"]
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +125,61 @@ async def subscribe(
         await subs.release(named.name, name)
         raise
     return consumer
+
+
+async def ensure_subscription(
+    named: NamedLog, name: str, start: str | Position | int = EARLIEST
+) -> SubscriptionState:
+    """Subscription ``name`` (exclusive), created at ``start`` if it does not exist, for a
+    consumer that keeps its own progress (a Spark query's checkpoint) and only reports it
+    with :func:`commit_before`."""
+    check_subscription_name(name)
+    logs = named.logs
+    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    try:
+        return (await subs.read(named.name, name))[0]
+    except SubscriptionNotFoundError:
+        probe = await named.open_reader(start)
+        try:
+            first = await probe.seek()
+        finally:
+            await probe.close()
+        await subs.create(named.name, name, SubscriptionState(logs.clock.wall_ms(), first))
+        return (await subs.read(named.name, name))[0]
+
+
+async def commit_before(named: NamedLog, name: str, position: Position) -> SubscriptionState:
+    """Record every record of the log before ``position`` consumed in subscription ``name``
+    (compare-and-set; the mark never goes back). For consumers that keep their own progress:
+    no ownership is taken, and a consumer holding the subscription keeps it."""
+    logs = named.logs
+    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    last = await _last_before(named, position)
+    for _attempt in range(logs.config.metadata_retries_max):
+        state, version = await subs.read(named.name, name)
+        if last is None:
+            return state
+        new = state.with_acks(last, [])
+        if new == state:
+            return state
+        try:
+            await subs.write(named.name, name, new, version)
+        except MetadataVersionError:
+            continue
+        return new
+    raise MetadataVersionError(
+        f"subscription {name!r} of log {named.name!r}: commit lost "
+        f"{logs.config.metadata_retries_max} compare-and-sets in a row"
+    )
+
+
+async def _last_before(named: NamedLog, position: Position) -> Position | None:
+    """The position of the last record before ``position`` (None: there is none)."""
+    if position.entry_id > 0:
+        return Position(position.ledger_id, position.entry_id - 1)
+    ledgers = [x.ledger_id for x in (await named.metadata()).ledgers]
+    for ledger_id in reversed([x for x in ledgers if x < position.ledger_id]):
+        end = await named.logs.walk.ledger_end(ledger_id)
+        if end is not None and end.last >= 0:
+            return Position(ledger_id, end.last)
+    return None

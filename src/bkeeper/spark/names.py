@@ -41,6 +41,7 @@ READ_OPTIONS = (
     "filterPushdown",
     "includeProperties",
     "password",
+    "subscription",
 )
 #: Options of a write, batch or streaming (docs/spark.md).
 WRITE_OPTIONS = (

@@ -22,6 +22,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
 from bkeeper.namedlog.metadata import check_log_name
+from bkeeper.namedlog.subscription import check_subscription_name
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 
 __all__ = [
@@ -75,6 +76,9 @@ class SourceOptions:
     include_properties: bool = False
     password: bytes = b""
     client: tuple[tuple[str, Any], ...] = ()
+    #: A subscription of each log the stream reads: it starts from the subscription's
+    #: position, and each committed micro-batch is recorded there (retention by consumption).
+    subscription: str | None = None
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(**dict(self.client))
@@ -337,8 +341,12 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
     per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
     min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
     delay_ms = _duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
+    subscription = _get(options, "subscription")
+    if subscription is not None:
+        check_subscription_name(subscription)
     if streaming is False:
-        for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay"):
+        for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay",
+                     "subscription"):  # fmt: skip
             if _get(options, name) is not None:
                 raise ConfigError(f"option {name} is for streaming reads only")
     if per_trigger and min_per_trigger and min_per_trigger > per_trigger:
@@ -368,6 +376,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
         include_properties=_bool(options, "includeProperties", False),
         password=password.encode(),
         client=_client(options),
+        subscription=subscription,
     )
 
 

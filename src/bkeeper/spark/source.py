@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
+from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
 from bkeeper.spark.errors import plainly
 from bkeeper.spark.options import (
     SourceOptions,
@@ -226,6 +227,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: ``partitions`` for that batch does not walk the logs again.
         self._planned: tuple[dict[str, Any], dict[str, Any], list[EntrySpan]] | None = None
         self._last_batch_s = self._clock.monotonic()
+        #: The offset last recorded in the subscription (``subscription`` option).
+        self._committed: dict[str, Any] | None = None
 
     def _rt(self) -> Runtime:
         return _runtime(self.options)
@@ -236,7 +239,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         async def run() -> dict[str, Position]:
             names = await log_names(rt.view, self.options)
-            return await start_positions(rt.view, self.options, names)
+            positions = await start_positions(rt.view, self.options, names)
+            subscription = self.options.subscription
+            if subscription is not None:  # where the subscription stands, if it exists
+                for name in names:
+                    named = rt.logs.log(name)
+                    state = await ensure_subscription(named, subscription, positions[name])
+                    positions[name] = state.resume_from
+            return positions
 
         return offset_from_positions(rt.call(run()))
 
@@ -252,6 +262,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @plainly
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        if self._planned is not None and self._planned[1] == start:
+            self._commit_to_subscription(start)  # the batch that ended there is complete
         positions = _exact(start)
         max_entries = None
         if isinstance(limit, ReadMaxRows):
@@ -298,8 +310,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
+    @plainly
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("bkeeper stream: processed up to %s", end)
+        self._commit_to_subscription(end)
+
+    def _commit_to_subscription(self, done: dict[str, Any]) -> None:
+        """Record in the subscription every record before ``done`` consumed. Spark calls
+        ``commit`` for a batch only when it constructs the next one (so a query stopping
+        after its last batch never commits it): ``latestOffset``'s ``start``, the end of a
+        batch Spark has completed, is recorded too."""
+        subscription = self.options.subscription
+        if subscription is None or not done or done == self._committed:
+            return
+        rt = self._rt()
+
+        async def run() -> None:
+            for name, position in _exact(done).items():
+                named = rt.logs.log(name)
+                await ensure_subscription(named, subscription, position)  # a log new since
+                await commit_before(named, subscription, position)
+
+        rt.call(run())
+        self._committed = done
 
 
 class RefusedStreamReader(DataSourceStreamReader):
