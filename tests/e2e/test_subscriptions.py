@@ -53,3 +53,14 @@ def test_a_consumer_killed_with_kill_9_loses_and_skips_nothing(real_cluster) -> 
     table = bkeeper(uri, "log", "subscriptions", "jobs", "--json")
     assert table.returncode == 0, table.stderr
     assert '"backlog_entries": 0' in table.stdout
+
+
+def test_log_list_shows_each_subscriptions_backlog(real_cluster) -> None:
+    uri = real_cluster.uri
+    assert bkeeper(uri, "log", "create", "audit").returncode == 0
+    assert bkeeper(uri, "log", "append", "audit", "a", "b", "c").returncode == 0
+    assert bkeeper(uri, "log", "subscribe", "audit", "reporting").returncode == 0
+    assert bkeeper(uri, "log", "consume", "audit", "reporting", "--max", "1").returncode == 0
+    listing = bkeeper(uri, "log", "list")
+    assert listing.returncode == 0, listing.stderr
+    assert "reporting: 2 records" in listing.stdout, listing.stdout

@@ -24,6 +24,7 @@ from bkeeper.cli._stdin import read_lines
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import BKeeperError
 from bkeeper.namedlog import EARLIEST, LATEST, NamedLog, NamedLogs, Position, Record
+from bkeeper.namedlog.consumer import backlog
 
 __all__ = ["log"]
 
@@ -105,17 +106,24 @@ def list_logs(metadata_uri: str) -> None:
 
     async def body(logs: NamedLogs) -> None:
         table = Table(title=f"logs at {metadata_uri}")
-        for column in ("name", "ledgers", "first ledger", "last ledger", "created"):
+        for column in ("name", "ledgers", "first ledger", "last ledger", "created",
+                       "subscriptions: backlog"):  # fmt: skip
             table.add_column(column)
         for name in await logs.names():
-            meta = await logs.log(name).metadata()
+            named = logs.log(name)
+            meta = await named.metadata()
             created = datetime.datetime.fromtimestamp(meta.ctime_ms / 1000, datetime.UTC)
+            behind = []
+            for sub, state in (await named.subscriptions()).items():
+                left = await backlog(named, state)
+                behind.append(f"{sub}: {left.entries} records, {left.bytes} B")
             table.add_row(
                 name,
                 str(len(meta.ledgers)),
                 str(meta.ledgers[0].ledger_id) if meta.ledgers else "-",
                 str(meta.ledgers[-1].ledger_id) if meta.ledgers else "-",
                 created.isoformat(timespec="seconds"),
+                "\n".join(behind) or "-",
             )
         console = Console()
         (console if console.is_terminal else Console(width=160)).print(table)
