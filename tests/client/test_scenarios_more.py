@@ -568,7 +568,8 @@ async def test_recovery_of_a_ledger_with_exactly_one_entry():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
         assert await bounded(wh.append(b"only")) == 0
-        rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
+        patient = ClientConfig(read_timeout_ms=5_000)  # under load 300 ms was a flake
+        rh = await bounded((await cluster.client(patient)).open_ledger(wh.ledger_id, b"pw"))
         assert (rh.metadata.last_entry_id, rh.length) == (0, 4)
         assert await read_all(rh) == [b"only"]
         with pytest.raises(LedgerFencedError):
@@ -585,7 +586,8 @@ async def test_recovery_of_one_entry_with_an_unacknowledged_second():  # rows 2,
         await asyncio.sleep(0.02)
         for index in range(3):
             cluster.heal(index)
-        rh = await bounded((await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw"))
+        patient = ClientConfig(read_timeout_ms=5_000)  # under load 300 ms was a flake
+        rh = await bounded((await cluster.client(patient)).open_ledger(wh.ledger_id, b"pw"))
         assert (rh.metadata.last_entry_id, rh.length) == (0, 4)
         assert await read_all(rh) == [b"only"]
         with pytest.raises(BKeeperError):

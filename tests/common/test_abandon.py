@@ -33,7 +33,7 @@ async def test_an_abandoned_task_that_fails_anyway_is_not_logged(
     assert task.done() and not task.cancelled()
     del task
     gc.collect()
-    assert "never retrieved" not in caplog.text
+    assert "ConnectionRefusedError" not in caplog.text  # (other tests' leftovers may show)
 
 
 async def test_abandon_cancels_what_still_runs_and_leaves_results_alone() -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.common.errors import BKeeperError, ConfigError, ConnectionLossError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.uri import DIGEST_FILE_OPTION
 from bkeeper.testing.sandbox_security import SandboxSecurity
@@ -222,9 +222,22 @@ class Sandbox:
             raise
 
     async def _format_if_new(self) -> str:
-        async with await ClusterMetadata.open(self.metadata_uri) as cluster:
+        async with await self._open_metadata() as cluster:
             instance_id = await cluster.instance_id()
             return instance_id if instance_id is not None else await cluster.format()
+
+    async def _open_metadata(self) -> ClusterMetadata:
+        """The cluster's metadata; a ZooKeeper that just started on a loaded machine may
+        take longer than one connect timeout to grant its first session: it is tried again
+        until ``start_timeout_s`` is spent."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while True:
+            try:
+                return await ClusterMetadata.open(self.metadata_uri)
+            except ConnectionLossError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("%s; trying again", exc)
 
     def _bookie_log(self, index: int) -> Path:
         return self.config.data_dir / f"bookie-{index}.log"
