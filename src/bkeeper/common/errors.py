@@ -41,6 +41,9 @@ translated at the boundary with ``raise ... from``.
     │   ├── LogFencedError            another writer took the log over
     │   │   └── WriterTermError       a writer of an older leadership term was refused
     │   └── LogTruncatedError         the position asked for was truncated away
+    ├── StateMachineError             a replicated state machine could not serve a call
+    │   └── NotLeaderError            this member does not lead now (names the leader it
+    │                                 knows of; retriable)
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
         ├── NoSuchLedgerError         ENOLEDGER
@@ -93,12 +96,14 @@ __all__ = [
     "NoNodeError",
     "NodeExistsError",
     "NotEmptyError",
+    "NotLeaderError",
     "NoSuchEntryError",
     "NotEnoughBookiesError",
     "NoSuchLedgerError",
     "ProtocolError",
     "ReadOnlyBookieError",
     "SessionExpiredError",
+    "StateMachineError",
     "StorageError",
     "TooManyRequestsError",
     "UnauthorizedAccessError",
@@ -257,6 +262,20 @@ class WriterTermError(LogFencedError):
 
 class LogTruncatedError(LogError):
     """The position asked for lies before the log's truncation point."""
+
+
+class StateMachineError(BKeeperError):
+    """A replicated state machine could not serve a call."""
+
+
+class NotLeaderError(StateMachineError):
+    """This member does not lead (now); ``leader`` names the leader it knows of, if any."""
+
+    retriable = True
+
+    def __init__(self, message: str, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
 
 
 class BookieError(BKeeperError):
