@@ -219,8 +219,8 @@ async def test_histories_across_leader_changes_are_linearizable(members):
         leader = members.leader()
         assert leader is not None
         count = len(history)
-        await members.servers[leader].rsm._election._store.expire_session()  # type: ignore[union-attr]
-        await wait_for(lambda l=leader: members.leader() not in (None, l))
+        await members.servers[leader]._store.expire_session()
+        await wait_for(lambda old=leader: members.leader() not in (None, old))
         await wait_for(lambda c=count: len(history) >= c + 40)
     stop.set()
     await asyncio.gather(*workers)
