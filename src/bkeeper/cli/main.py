@@ -44,6 +44,7 @@ def _register_commands() -> None:
         bookie,
         dashboard,
         dice,
+        kv,
         log,
         meta,
         sandbox,
@@ -57,6 +58,7 @@ def _register_commands() -> None:
     cli.add_command(bookie.bookie)
     cli.add_command(dashboard.dashboard)
     cli.add_command(dice.dice)
+    cli.add_command(kv.kv)
     cli.add_command(log.log)
     cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)

@@ -17,7 +17,8 @@ HTTP API (JSON bodies; keys are URL path segments, percent-encoded as needed):
 - ``POST /v1/txn`` ``{"ops": [...], "request_id"?}`` → ``{"applied", "results"}`` (see
   :mod:`bkeeper.kv.state`).
 - ``GET /v1/range?prefix=P&limit=N[&stale=1]`` → ``{"items": [{"key","value","version"}]}``.
-- ``GET /v1/status`` → ``{"member", "url", "role", "leading", "leader", "applied", "keys"}``.
+- ``GET /v1/status`` → ``{"member", "url", "role", "leading", "leader", "applied", "keys",
+  "snapshots_written", "snapshots_restored"}``.
 
 A member that does not lead answers a write (or a linearizable read) with 307 and
 ``{"error": "not the leader", "leader": URL | null}`` (``Location`` set when the leader is
@@ -282,5 +283,7 @@ class KvServer:
                 "leader": await self._leader_url(),
                 "applied": None if rsm.applied is None else str(rsm.applied),
                 "keys": len(self.state),
+                "snapshots_written": rsm.snapshots_written,
+                "snapshots_restored": rsm.snapshots_restored,
             }
         )
