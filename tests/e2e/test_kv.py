@@ -223,7 +223,7 @@ async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
             assert seen == truth, f"member {member.index} diverged"
         restarted = await status(leader.url)
         assert restarted is not None and restarted["keys"] == len(truth)
-        assert restarted["snapshots_restored"] == 1, "the restarted member began at a snapshot"
+        assert restarted["snapshots_restored"] >= 1, "the restarted member began at a snapshot"
     finally:
         for member in members:
             member.stop()

@@ -163,8 +163,7 @@ async def test_snapshots_truncate_the_log_and_a_restarted_member_restores(member
         assert meta.ledgers[0].ledger_id <= info.position.ledger_id
         # A new member starts from the snapshot and tails the rest.
         newcomer = await members.start()
-        assert newcomer.rsm.snapshots_restored == 0 or newcomer.rsm.applied is not None
-        await wait_for(lambda: newcomer.rsm.snapshots_restored == 1)
+        await wait_for(lambda: newcomer.rsm.snapshots_restored >= 1)
         await wait_for(lambda: newcomer.state.get("k19") == leader.state.get("k19"))
         assert dict(((k, v) for k, v, _ in newcomer.state.items())) == dict(
             ((k, v) for k, v, _ in leader.state.items())

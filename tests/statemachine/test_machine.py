@@ -134,7 +134,7 @@ async def test_a_late_member_restores_the_snapshot_and_the_log_is_truncated():
         assert first is not None and first.payload != b"c000", "the log's head was truncated"
         b, journal_b, stop_b, task_b, _ = await member(cluster, "b", config)
         await wait_for(lambda: journal_b.commands == journal_a.commands)
-        assert b.snapshots_restored == 1
+        assert b.snapshots_restored >= 1
         assert len(journal_b.positions) < 100, "b applied the tail only"
         snapshot = io.BytesIO()
         a._machine.write_snapshot(snapshot)

@@ -24,8 +24,11 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
   records it with the position it covers, then truncates the log before it. A member that
   starts, or whose reader was passed by truncation, restores the latest snapshot and tails on.
 
+Group commit: commands submitted while the previous record is being sent go into one record
+(property ``bkeeper.rsm = batch``, :func:`encode_batch`), up to ``BATCH_COMMANDS_MAX`` commands
+and ``BATCH_BYTES_MAX`` bytes; a lone command is a record of its own, as it was submitted.
 Records the framework writes itself (barriers) carry the property ``bkeeper.rsm = noop`` and
-are never given to ``apply``. Limits: ``in_flight_max`` commands appended and not yet applied;
+are never given to ``apply``. Limits: ``in_flight_max`` commands submitted and not yet applied;
 ``append_timeout_s`` per command.
 """
 
@@ -36,6 +39,7 @@ import collections
 import contextlib
 import io
 import logging
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, Protocol
@@ -70,6 +74,12 @@ log = logging.getLogger(__name__)
 Role = Literal["following", "catchup", "leading"]
 #: The properties of a framework record (a read barrier), never applied.
 NOOP_PROPERTIES = {"bkeeper.rsm": b"noop"}
+#: The properties of a record carrying several commands (see :func:`encode_batch`).
+BATCH_PROPERTIES = {"bkeeper.rsm": b"batch"}
+#: Commands (and their bytes) one record carries at most (group commit).
+BATCH_COMMANDS_MAX = 1_000
+BATCH_BYTES_MAX = 1024 * 1024
+_ITEM_HEAD = struct.Struct(">BI")
 
 
 def election_path(ledgers_root: str, log_name: str) -> str:
@@ -122,13 +132,44 @@ class RsmConfig:
 
 
 @dataclass
-class _Pending:
-    """A command appended and not applied yet."""
+class _Command:
+    """A command submitted and not applied yet (``noop``: a read barrier)."""
 
-    appended: asyncio.Future[Position]
     command: bytes
     noop: bool
     result: asyncio.Future[Any]
+
+
+@dataclass
+class _Pending:
+    """One record appended and not applied yet: the commands it carries."""
+
+    appended: asyncio.Future[Position]
+    commands: list[_Command]
+
+
+def encode_batch(items: list[tuple[bool, bytes]]) -> bytes:
+    """Several commands in one record: per command, a noop flag byte, its length, its bytes."""
+    out = bytearray()
+    for noop, command in items:
+        out += _ITEM_HEAD.pack(1 if noop else 0, len(command))
+        out += command
+    return bytes(out)
+
+
+def decode_batch(payload: bytes) -> list[tuple[bool, bytes]]:
+    """The commands of a batch record (see :func:`encode_batch`)."""
+    items, at, view = [], 0, memoryview(payload)
+    while at < len(view):
+        if at + _ITEM_HEAD.size > len(view):
+            raise StateMachineError(f"batch record: a truncated item head at byte {at}")
+        flag, size = _ITEM_HEAD.unpack_from(view, at)
+        at += _ITEM_HEAD.size
+        if at + size > len(view):
+            raise StateMachineError(f"batch record: item at byte {at} runs past the end")
+        items.append((flag == 1, bytes(view[at : at + size])))
+        at += size
+    return items
 
 
 class ReplicatedStateMachine:
@@ -172,7 +213,8 @@ class ReplicatedStateMachine:
         self._failure_fenced = False
         self._in_flight: collections.deque[_Pending] = collections.deque()
         self._slots = asyncio.Semaphore(config.in_flight_max)
-        self._append_lock = asyncio.Lock()
+        self._queue: collections.deque[_Command] = collections.deque()
+        self._flusher: asyncio.Future[None] | None = None
         self._barrier: asyncio.Future[None] | None = None
         self._snapshotting: asyncio.Future[Position | None] | None = None
         self._election: LeaderElection | None = None
@@ -232,6 +274,10 @@ class ReplicatedStateMachine:
                     await election.start()
         finally:
             self._step_down(NotLeaderError(f"{config.log_name}: the member is stopping"))
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._flusher
             if self._snapshotting is not None:
                 self._snapshotting.cancel()
                 with contextlib.suppress(BaseException):
@@ -274,26 +320,54 @@ class ReplicatedStateMachine:
         raise StateMachineError(f"{self._config.log_name}: snapshots kept being replaced")
 
     async def _next_record(self, named: NamedLog, timeout_s: float) -> Record | None:
+        """The next record to apply, or None. When truncation passed this member's reader
+        (the reader skipped deleted ledgers, or it moved to another ledger while the log's
+        truncation point lies past what was applied), restore the latest snapshot (it covers
+        what was skipped) and read on after it."""
         reader = self._reader
         assert reader is not None
         skipped = reader.skipped_ledgers
         record = await reader.next(timeout_s)
-        if reader.skipped_ledgers != skipped:
-            # Truncation passed this reader: what it skipped is in a snapshot.
-            await reader.close()
-            self._reader = None
-            await self._restore()
-            self._reader = await self._open_reader(named)
-            return None
-        return record
+        passed = reader.skipped_ledgers != skipped
+        applied = self.applied
+        if (
+            record is not None
+            and not passed
+            and applied is not None
+            and record.position.ledger_id != applied.ledger_id  # a ledger switch: check
+        ):
+            mark = (await named.metadata()).truncated_before
+            passed = mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
+        if not passed:
+            return record
+        await reader.close()
+        self._reader = None
+        if not await self._restore():
+            raise StateMachineError(
+                f"{self._config.log_name}: the log was truncated past position {applied} "
+                "and no later snapshot is recorded"
+            )
+        self._reader = await self._open_reader(named)
+        return None
 
     def _apply_record(self, record: Record) -> None:
         if self.applied is not None and record.position <= self.applied:
             return  # applied already (a leader reading back its own commands)
-        if record.properties.get("bkeeper.rsm") == NOOP_PROPERTIES["bkeeper.rsm"]:
-            self.applied = record.position
-            return
-        self._apply(record.payload, record.position)
+        kind = record.properties.get("bkeeper.rsm")
+        if kind == NOOP_PROPERTIES["bkeeper.rsm"]:
+            commands = []
+        elif kind == BATCH_PROPERTIES["bkeeper.rsm"]:
+            commands = [command for noop, command in decode_batch(record.payload) if not noop]
+        else:
+            commands = [record.payload]
+        for command in commands:
+            try:
+                self._apply(command, record.position)
+            except Exception as exc:  # the command's result (its caller got it from the leader)
+                log.warning(
+                    "%s: command at %s raised: %r", self._config.log_name, record.position, exc
+                )
+        self.applied = record.position
 
     def _apply(self, command: bytes, position: Position) -> Any:
         self.applied = position
@@ -363,9 +437,9 @@ class ReplicatedStateMachine:
         self._leading.clear()
         self._writer = None
         while self._in_flight:
-            pending = self._in_flight.popleft()
-            if not pending.result.done():
-                pending.result.set_exception(error)
+            _fail_commands(self._in_flight.popleft().commands, error)
+        _fail_commands(list(self._queue), error)
+        self._queue.clear()
 
     # -- commands ---------------------------------------------------------------------
     async def submit(self, command: bytes) -> Any:
@@ -390,23 +464,13 @@ class ReplicatedStateMachine:
             raise NotLeaderError(f"{self._config.log_name}: this member does not lead")
         loop = asyncio.get_running_loop()
         async with self._slots:
-            async with self._append_lock:
-                writer = self._writer
-                if writer is None or not self.leading:
-                    raise NotLeaderError(f"{self._config.log_name}: this member does not lead")
-                try:
-                    appended = await writer.append_async(
-                        command, properties=NOOP_PROPERTIES if noop else None
-                    )
-                except BKeeperError as exc:
-                    self._fail(exc)
-                    raise NotLeaderError(f"{self._config.log_name}: append failed: {exc}") from exc
-                pending = _Pending(appended, command, noop, loop.create_future())
-                self._in_flight.append(pending)
-                appended.add_done_callback(lambda _f: self._drain())
+            item = _Command(command, noop, loop.create_future())
+            self._queue.append(item)
+            if self._flusher is None:
+                self._flusher = asyncio.ensure_future(self._flush())
             try:
                 return await asyncio.wait_for(
-                    asyncio.shield(pending.result), self._config.append_timeout_s
+                    asyncio.shield(item.result), self._config.append_timeout_s
                 )
             except TimeoutError:
                 self._fail(TimeoutError("append timed out"))
@@ -415,6 +479,48 @@ class ReplicatedStateMachine:
                     f"{self._config.append_timeout_s}s; the leader steps down"
                 ) from None
 
+    def _take_batch(self) -> list[_Command]:
+        """The queued commands one record takes (group commit: what queued meanwhile)."""
+        items = [self._queue.popleft()]
+        size = len(items[0].command)
+        while self._queue and len(items) < BATCH_COMMANDS_MAX:
+            size += len(self._queue[0].command) + _ITEM_HEAD.size
+            if size > BATCH_BYTES_MAX:
+                break
+            items.append(self._queue.popleft())
+        return items
+
+    async def _flush(self) -> None:
+        """Append the queued commands, as many to a record as queued while the previous
+        append was being sent; in order."""
+        name = self._config.log_name
+        try:
+            while self._queue:
+                items = self._take_batch()
+                writer = self._writer
+                if writer is None or not self.leading:
+                    _fail_commands(items, NotLeaderError(f"{name}: this member does not lead"))
+                    continue
+                if len(items) == 1:
+                    payload = items[0].command
+                    properties = NOOP_PROPERTIES if items[0].noop else None
+                else:
+                    payload = encode_batch([(i.noop, i.command) for i in items])
+                    properties = BATCH_PROPERTIES
+                try:
+                    appended = await writer.append_async(payload, properties=properties)
+                except BKeeperError as exc:
+                    _fail_commands(items, NotLeaderError(f"{name}: append failed: {exc}"))
+                    self._fail(exc)
+                    continue
+                if self._writer is not writer:  # stepped down while sending
+                    _fail_commands(items, NotLeaderError(f"{name}: leadership ended"))
+                    continue
+                self._in_flight.append(_Pending(appended, items))
+                appended.add_done_callback(lambda _f: self._drain())
+        finally:
+            self._flusher = None
+
     def _fail(self, exc: BaseException) -> None:
         """The writer failed: step down (``run`` follows again)."""
         self._failure_fenced = self._failure_fenced or isinstance(exc, LogFencedError)
@@ -422,29 +528,29 @@ class ReplicatedStateMachine:
         self._failure.set()
 
     def _drain(self) -> None:
-        """Apply acknowledged commands in log order (the head first)."""
+        """Apply acknowledged records in log order (the head first)."""
         while self._in_flight and self._in_flight[0].appended.done():
             pending = self._in_flight.popleft()
             error = pending.appended.exception()
             if error is not None:
-                pending.result.set_exception(
-                    NotLeaderError(f"{self._config.log_name}: append failed: {error}")
-                )
+                name = self._config.log_name
+                _fail_commands(pending.commands, NotLeaderError(f"{name}: append failed: {error}"))
                 self._fail(error)
                 return
             position = pending.appended.result()
-            if pending.noop:
-                self.applied = position
-                result: Any = None
-            else:
-                try:
-                    result = self._apply(pending.command, position)
-                except Exception as exc:  # the machine's own error is the command's result
-                    if not pending.result.done():
-                        pending.result.set_exception(exc)
-                    continue
-            if not pending.result.done():
-                pending.result.set_result(result)
+            for item in pending.commands:
+                if item.noop:
+                    result: Any = None
+                else:
+                    try:
+                        result = self._apply(item.command, position)
+                    except Exception as exc:  # the machine's own error is the command's result
+                        if not item.result.done():
+                            item.result.set_exception(exc)
+                        continue
+                if not item.result.done():
+                    item.result.set_result(result)
+            self.applied = position
         self._maybe_snapshot()
 
     # -- snapshots --------------------------------------------------------------------
@@ -480,3 +586,9 @@ class ReplicatedStateMachine:
             return None
         finally:
             self._snapshotting = None
+
+
+def _fail_commands(commands: list[_Command], error: BaseException) -> None:
+    for item in commands:
+        if not item.result.done():
+            item.result.set_exception(error)
