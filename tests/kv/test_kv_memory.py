@@ -226,3 +226,22 @@ async def test_histories_across_leader_changes_are_linearizable(members):
     assert len(history) > 100
     result = check(kv_model(), history)
     assert result.ok, result.failed[:20]
+
+
+async def test_concurrent_writes_are_coalesced_into_batches(members):
+    await members.start()
+    await wait_for(lambda: members.leader() == 0)
+    rsm = members.servers[0].rsm
+    async with KvClient(members.urls) as kv:
+        await kv.put("warm", "up")
+        before = rsm.applied_count
+        versions = await asyncio.gather(*(kv.put(f"c{i % 50}", str(i)) for i in range(200)))
+        commands = rsm.applied_count - before
+        assert sorted(versions) == sorted([1, 2, 3, 4] * 50), "every put applied once"
+        assert 1 <= commands < 50, f"{commands} commands for 200 puts"
+        deleted = await asyncio.gather(*(kv.delete(f"c{i}") for i in range(60)))
+        assert deleted == [True] * 50 + [False] * 10
+    async with KvClient(members.urls, coalesce_writes=False) as kv:
+        before = rsm.applied_count
+        await asyncio.gather(*(kv.put(f"d{i}", "x") for i in range(20)))
+        assert rsm.applied_count - before == 20, "one command per put without coalescing"

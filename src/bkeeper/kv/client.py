@@ -12,13 +12,21 @@ leader died is applied once (:mod:`bkeeper.kv.state`).
 An error after ``timeout_s`` (:class:`~bkeeper.common.errors.StateMachineError`) leaves a
 write's outcome unknown: it may have been applied.
 
+Write coalescing (``coalesce_writes``, on by default): puts and deletes that are in flight at
+the same time (no request id of the caller's) go to the store together, as one atomic batch
+(``/v1/txn``) with one request id. That is linearizable: the batch takes effect at one instant
+inside every one of its operations' call-to-return intervals. CAS is never coalesced (a CAS
+that does not apply would cancel its batch).
+
 Limits: ``timeout_s`` per call; ``attempt_timeout_s`` per HTTP request; ``pause_s`` between
-rounds of attempts.
+rounds of attempts; ``CONNECTIONS_MAX`` HTTP connections; ``COALESCE_OPS_MAX`` operations per
+coalesced batch and ``COALESCE_BATCHES_MAX`` batches in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -35,6 +43,12 @@ from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.statemachine import election_path
 
 __all__ = ["BlockingKvClient", "KvClient", "KvItem", "members_from_store"]
+
+#: HTTP connections one client keeps open at most (to all members together).
+CONNECTIONS_MAX = 256
+#: Operations one coalesced batch carries, and coalesced batches in flight, at most.
+COALESCE_OPS_MAX = 1_000
+COALESCE_BATCHES_MAX = 8
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ class KvClient:
         attempt_timeout_s: float = 15.0,
         pause_s: float = 0.1,
         client_id: str | None = None,
+        coalesce_writes: bool = True,
     ) -> None:
         if not urls and discover is None:
             raise ConfigError("urls: give member URLs or a discover function")
@@ -92,6 +107,11 @@ class KvClient:
         self._sequence = itertools.count(1)
         self._leader: str | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._coalesce = coalesce_writes
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._batch_slots = asyncio.Semaphore(COALESCE_BATCHES_MAX)
+        self._flusher: asyncio.Task[None] | None = None
+        self._batches: set[asyncio.Task[None]] = set()
         #: Attempts that went to another member (redirects, failures), for tests and stats.
         self.retries = 0
 
@@ -102,6 +122,11 @@ class KvClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        for task in [*self._batches, *([self._flusher] if self._flusher else [])]:
+            task.cancel()
+        for task in [*self._batches, *([self._flusher] if self._flusher else [])]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -115,10 +140,15 @@ class KvClient:
         return KvItem(key, doc["value"], doc["version"])
 
     async def put(self, key: str, value: str, *, request_id: str | None = None) -> int:
+        if self._coalesce and request_id is None:
+            op = {"op": "put", "key": key, "value": value}
+            return int((await self._coalesced(op))["version"])
         body = {"value": value, "request_id": request_id or self.new_request_id()}
         return int((await self._call("PUT", f"/v1/kv/{_key(key)}", body=body))["version"])
 
     async def delete(self, key: str, *, request_id: str | None = None) -> bool:
+        if self._coalesce and request_id is None:
+            return bool((await self._coalesced({"op": "delete", "key": key}))["existed"])
         query = {"request_id": request_id or self.new_request_id()}
         return bool((await self._call("DELETE", f"/v1/kv/{_key(key)}", query=query))["existed"])
 
@@ -151,10 +181,51 @@ class KvClient:
         async with session.get(url.rstrip("/") + "/v1/status") as response:
             return await response.json()
 
+    # -- write coalescing ---------------------------------------------------------------
+    async def _coalesced(self, op: dict[str, Any]) -> Any:
+        """The result of ``op``, sent in a batch with the writes in flight beside it."""
+        if not op["key"]:
+            raise ConfigError("key: must not be empty")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((op, future))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                await self._batch_slots.acquire()
+                batch = self._queue[:COALESCE_OPS_MAX]
+                del self._queue[:COALESCE_OPS_MAX]
+                task = asyncio.create_task(self._send_batch(batch))
+                self._batches.add(task)
+                task.add_done_callback(self._batches.discard)
+        finally:
+            self._flusher = None
+
+    async def _send_batch(self, batch: list[tuple[dict[str, Any], asyncio.Future[Any]]]) -> None:
+        try:
+            doc = await self.txn([op for op, _ in batch])
+        except BaseException as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        finally:
+            self._batch_slots.release()
+        for (_, future), result in zip(batch, doc["results"], strict=True):
+            if not future.done():
+                future.set_result(result)
+
     # -- leader finding and retries -----------------------------------------------------
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS_MAX)
+            )
         return self._session
 
     def _candidates(self) -> list[str]:

@@ -137,27 +137,11 @@ async def _run(
             samples.append(perf() - start)
         click.echo(f"stale get (a follower):    {_ms(samples)}  ({serial} gets)")
 
-        done = 0
-        latencies: array[float] = array("d")
-        deadline = perf() + duration_s
-
-        async def pump(worker: int) -> None:
-            nonlocal done
-            n = 0
-            while perf() < deadline:
-                start = perf()
-                await kv.put(f"p{worker}-{n % 100}", "v" * 100)
-                latencies.append(perf() - start)
-                n += 1
-                done += 1
-
-        began = perf()
-        await asyncio.gather(*(pump(w) for w in range(in_flight)))
-        elapsed = perf() - began
-        click.echo(
-            f"puts, {in_flight} in flight:    {done / elapsed:,.0f} puts/s over {elapsed:.1f} s "
-            f"({_ms(latencies)})"
-        )
+        for coalesce in (True, False):
+            async with KvClient([leader.url], coalesce_writes=coalesce) as writer:
+                rate, latencies = await _pump(writer, in_flight, duration_s)
+            how = "coalesced into batches" if coalesce else "one HTTP request per put"
+            click.echo(f"puts, {in_flight} in flight, {how}: {rate:,.0f} puts/s ({_ms(latencies)})")
 
         if restart_keys:
             loaded = 0
@@ -203,6 +187,28 @@ async def _run(
         f"kill -9 of the leader: a put through a new leader after {perf() - start:.2f} s "
         f"(session timeout {SESSION_MS / 1000:.1f} s)"
     )
+
+
+async def _pump(kv: KvClient, in_flight: int, duration_s: float) -> tuple[float, array[float]]:
+    """Puts from ``in_flight`` concurrent callers for ``duration_s``: puts/s and latencies."""
+    perf = time.perf_counter
+    done = 0
+    latencies: array[float] = array("d")
+    deadline = perf() + duration_s
+
+    async def caller(worker: int) -> None:
+        nonlocal done
+        n = 0
+        while perf() < deadline:
+            start = perf()
+            await kv.put(f"p{worker}-{n % 100}", "v" * 100)
+            latencies.append(perf() - start)
+            n += 1
+            done += 1
+
+    began = perf()
+    await asyncio.gather(*(caller(w) for w in range(in_flight)))
+    return done / (perf() - began), latencies
 
 
 @click.command("kv")
