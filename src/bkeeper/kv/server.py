@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 #: Items one range answer holds at most.
 RANGE_LIMIT_MAX = 10_000
+#: Connections waiting to be accepted (aiohttp's default, 128, drops SYNs when hundreds of
+#: clients connect at once, and each drop costs the client a retransmission of 1 s or more).
+LISTEN_BACKLOG = 1024
 
 
 def log_name(store_name: str) -> str:
@@ -107,7 +110,9 @@ class KvServer:
         )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self._config.host, self._config.http_port)
+        site = web.TCPSite(
+            runner, self._config.host, self._config.http_port, backlog=LISTEN_BACKLOG
+        )
         try:
             await site.start()
         except OSError as exc:

@@ -16,15 +16,16 @@ request ids is kept (in the state, so in snapshots too); a command whose id was 
 already returns that result and changes nothing. Values are strings (UTF-8 text or whatever
 the client encodes in them).
 
-Snapshot format: JSON ``{"format": 1, "keys": [[key, value, version], ...],
-"requests": [[id, result], ...]}``.
+Snapshot format (2): JSON lines; the first ``{"format": 2, "keys": N, "requests": M}``, then
+lines of up to ``SNAPSHOT_CHUNK`` ``[key, value, version]`` rows until N keys, then lines of
+``[request id, result]`` pairs until M.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from bkeeper.common.errors import ConfigError
@@ -36,7 +37,9 @@ __all__ = ["REQUESTS_KEPT_MAX", "KvState", "encode_command", "validate_ops"]
 REQUESTS_KEPT_MAX = 100_000
 #: Operations in one batch.
 BATCH_OPS_MAX = 1_000
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
+#: Rows per line of a snapshot (a thread writing one lets the event loop run between lines).
+SNAPSHOT_CHUNK = 10_000
 
 
 def validate_ops(ops: Any) -> list[dict[str, Any]]:
@@ -130,16 +133,44 @@ class KvState:
         return {"applied": applied, "results": results}
 
     def write_snapshot(self, out: BinaryIO) -> None:
-        doc = {
-            "format": SNAPSHOT_FORMAT,
-            "keys": [[k, v, ver] for k, (v, ver) in self._data.items()],
-            "requests": list(self._requests.items()),
-        }
-        out.write(json.dumps(doc, separators=(",", ":")).encode())
+        self.snapshot_writer()(out)
+
+    def snapshot_writer(self) -> Callable[[BinaryIO], None]:
+        """Capture the state now (shallow copies: values are immutable); the function
+        returned writes it, in chunks, and may run in another thread."""
+        keys = list(self._data.items())
+        requests = list(self._requests.items())
+
+        def write(out: BinaryIO) -> None:
+            head = {"format": SNAPSHOT_FORMAT, "keys": len(keys), "requests": len(requests)}
+            out.write(json.dumps(head).encode() + b"\n")
+            for at in range(0, len(keys), SNAPSHOT_CHUNK):
+                rows = [[k, v, ver] for k, (v, ver) in keys[at : at + SNAPSHOT_CHUNK]]
+                out.write(json.dumps(rows, separators=(",", ":")).encode() + b"\n")
+            for at in range(0, len(requests), SNAPSHOT_CHUNK):
+                chunk = requests[at : at + SNAPSHOT_CHUNK]
+                out.write(json.dumps(chunk, separators=(",", ":")).encode() + b"\n")
+
+        return write
 
     def restore_snapshot(self, source: BinaryIO) -> None:
-        doc = json.loads(source.read())
-        if doc.get("format") != SNAPSHOT_FORMAT:
-            raise ConfigError(f"kv snapshot: format {doc.get('format')!r} is not supported")
-        self._data = {k: (v, ver) for k, v, ver in doc["keys"]}
-        self._requests = collections.OrderedDict((rid, res) for rid, res in doc["requests"])
+        lines = iter(source)
+        try:
+            head = json.loads(next(lines))
+        except (StopIteration, ValueError) as exc:
+            raise ConfigError(f"kv snapshot: no valid header: {exc}") from exc
+        if not isinstance(head, dict) or head.get("format") != SNAPSHOT_FORMAT:
+            raise ConfigError(f"kv snapshot: format {head!r} is not supported")
+        data: dict[str, tuple[str, int]] = {}
+        requests: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        for line in lines:
+            if len(data) < head["keys"]:
+                data.update((k, (v, ver)) for k, v, ver in json.loads(line))
+            else:
+                requests.update((rid, res) for rid, res in json.loads(line))
+        if len(data) != head["keys"] or len(requests) != head["requests"]:
+            raise ConfigError(
+                f"kv snapshot: holds {len(data)} keys and {len(requests)} request ids, "
+                f"its header says {head['keys']} and {head['requests']}"
+            )
+        self._data, self._requests = data, requests

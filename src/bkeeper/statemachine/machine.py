@@ -89,7 +89,12 @@ def election_path(ledgers_root: str, log_name: str) -> str:
 
 class StateMachine(Protocol):
     """What a user implements. ``apply`` must be deterministic: every member applies the same
-    commands in the same order and must reach the same state."""
+    commands in the same order and must reach the same state.
+
+    A machine whose state is large may also offer ``snapshot_writer() -> Callable[[BinaryIO],
+    None]``: called at the position to snapshot, it captures the state cheaply (a shallow
+    copy) and returns a function that writes it; the framework runs that function in a
+    thread, so the event loop (appends, the store's session) is not held up meanwhile."""
 
     def apply(self, command: bytes, position: Position) -> Any:
         """Apply one command (at ``position`` in the log); its result."""
@@ -570,8 +575,12 @@ class ReplicatedStateMachine:
             if self.applied is None:
                 return None
             out = io.BytesIO()
-            self._machine.write_snapshot(out)  # synchronous: the state at self.applied
             position = self.applied
+            capture = getattr(self._machine, "snapshot_writer", None)
+            if capture is not None:  # the state captured now, written off the event loop
+                await asyncio.to_thread(capture(), out)
+            else:
+                self._machine.write_snapshot(out)  # synchronous: the state at self.applied
             self._since_snapshot = (0, 0)
             info = await self.snapshots.write(out.getvalue(), position)
             if info is None:

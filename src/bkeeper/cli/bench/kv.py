@@ -161,12 +161,16 @@ async def _run(
         assert victim.proc is not None
         victim.proc.kill()
         victim.proc.wait()
-        start = perf()
-        await asyncio.to_thread(victim.start)
         async with aiohttp.ClientSession() as session:
-            while True:
+            target = await _status(session, leader.url)
+            start = perf()
+            await asyncio.to_thread(victim.start)
+            while True:  # caught up: the leader's state, at the leader's position
                 doc = await _status(session, victim.url)
-                if doc is not None and doc["keys"] >= restart_keys:
+                if doc is not None and (doc["applied"], doc["keys"]) == (
+                    target["applied"],
+                    target["keys"],
+                ):
                     break
                 await asyncio.sleep(0.05)
         click.echo(
