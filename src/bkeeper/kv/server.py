@@ -278,7 +278,9 @@ class KvServer:
         return _json({"items": items})
 
     async def _status(self, request: web.Request) -> web.Response:
-        rsm = self._machine()
+        rsm = self.rsm
+        if rsm is None:
+            return _json({"error": "the member is starting"}, 503)
         return _json(
             {
                 "member": self._config.member_id,
