@@ -6,10 +6,12 @@ is killed (kill -9) and restarted, and a bookie is killed; the history must be l
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -231,3 +233,53 @@ async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
     assert len(history) >= 500
     result = check(kv_model(), history)
     assert result.ok, (result.verdict, result.failed[:30])
+
+
+def raw_get(url: str, path: str) -> socket.socket:
+    """Send GET ``path`` to ``url`` over a plain socket (the request is in the server's
+    kernel buffer when this returns, even if the server process is stopped)."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    return sock
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict]:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+async def test_a_resumed_ex_leader_never_answers_a_read_from_its_stale_state(
+    real_cluster, tmp_path: Path
+) -> None:
+    """The leader is stopped past its session timeout; another member takes over and a new
+    value is written; a linearizable read sent to the stopped ex-leader (it sits in the
+    socket) is answered when it resumes: with a redirect or the new value, never the old."""
+    members = [Member(real_cluster.uri, tmp_path / f"member-{i}.out", i) for i in range(2)]
+    try:
+        for member in members:
+            await asyncio.to_thread(member.start)
+        old = await leader_of(members)
+        async with KvClient([old.url]) as kv:
+            assert await kv.put("k", "old") == 1
+        assert old.proc is not None
+        os.kill(old.proc.pid, signal.SIGSTOP)
+        new = await leader_of(members, other_than=old)
+        async with KvClient([new.url]) as kv:
+            assert await kv.put("k", "new") == 2
+        linearizable = await asyncio.to_thread(raw_get, old.url, "/v1/kv/k")
+        stale = await asyncio.to_thread(raw_get, old.url, "/v1/kv/k?stale=1")
+        os.kill(old.proc.pid, signal.SIGCONT)
+        status, doc = await asyncio.to_thread(read_response, linearizable)
+        assert (status, doc.get("value")) in ((307, None), (200, "new")), (status, doc)
+        if status == 307:
+            assert doc["leader"] in (new.url, None)
+        status, doc = await asyncio.to_thread(read_response, stale)
+        assert status == 200 and doc["value"] in ("old", "new")  # stale reads may lag
+    finally:
+        for member in members:
+            member.stop()
