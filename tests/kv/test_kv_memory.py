@@ -12,7 +12,7 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError, StateMachineError
-from bkeeper.kv import KvClient, KvServer, KvServerConfig, log_name
+from bkeeper.kv import BlockingKvClient, KvClient, KvServer, KvServerConfig, log_name
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.testing.linearizability import Operation, check, kv_model
@@ -245,3 +245,27 @@ async def test_concurrent_writes_are_coalesced_into_batches(members):
         before = rsm.applied_count
         await asyncio.gather(*(kv.put(f"d{i}", "x") for i in range(20)))
         assert rsm.applied_count - before == 20, "one command per put without coalescing"
+
+
+async def test_the_blocking_client(members):
+    for _ in range(2):
+        await members.start()
+    await wait_for(lambda: members.leader() is not None)
+    urls = members.urls
+
+    def calls() -> list:
+        with BlockingKvClient(urls) as kv:
+            return [
+                kv.put("b/1", "one"),
+                kv.cas("b/1", 1, "uno"),
+                kv.get("b/1"),
+                kv.txn([{"op": "put", "key": "b/2", "value": "two"}]),
+                [(i.key, i.value) for i in kv.range("b/")],
+                kv.delete("b/2"),
+            ]
+
+    put, cas, item, txn, listed, deleted = await asyncio.to_thread(calls)
+    assert (put, cas, (item.value, item.version)) == (1, (True, 2), ("uno", 2))
+    assert txn == {"applied": True, "results": [{"version": 1}]}
+    assert listed == [("b/1", "uno"), ("b/2", "two")]
+    assert deleted is True
