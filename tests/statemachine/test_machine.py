@@ -142,3 +142,29 @@ async def test_a_late_member_restores_the_snapshot_and_the_log_is_truncated():
         for stop in (stop_a, stop_b):
             stop.set()
         await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
+
+
+async def test_an_ex_leader_whose_log_was_truncated_meanwhile_follows_on():
+    """A leader snapshots and truncates the log it wrote; when it loses leadership it follows
+    the next leader from what it applied (not from where its reader stopped, long truncated)."""
+    async with MemoryCluster(3) as cluster:
+        config = LogConfig(tail_poll_ms=50, roll_bytes=300)
+        a, journal_a, stop_a, task_a, logs_a = await member(
+            cluster, "a", config, snapshot_every_commands=10
+        )
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", config)
+        for i in range(100):
+            await a.submit(b"c%03d" % i)
+        await wait_for(lambda: a.snapshots_written >= 5)
+        await wait_for(lambda: journal_b.commands[-1:] == [b"c099"])
+        await logs_a.bk.cluster.store.expire_session()
+        await b.wait_leading(20)
+        for i in range(100, 110):
+            await b.submit(b"c%03d" % i)
+        await wait_for(lambda: journal_a.commands[-1:] == [b"c109"])
+        assert journal_a.commands == [b"c%03d" % i for i in range(110)]
+        assert not task_a.done(), "the ex-leader's member is still running"
+        for stop in (stop_a, stop_b):
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)

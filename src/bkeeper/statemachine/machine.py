@@ -224,6 +224,7 @@ class ReplicatedStateMachine:
         self._snapshotting: asyncio.Future[Position | None] | None = None
         self._election: LeaderElection | None = None
         self._reader: LogReader | None = None
+        self._reader_behind = False
 
     @property
     def leading(self) -> bool:
@@ -329,6 +330,14 @@ class ReplicatedStateMachine:
         (the reader skipped deleted ledgers, or it moved to another ledger while the log's
         truncation point lies past what was applied), restore the latest snapshot (it covers
         what was skipped) and read on after it."""
+        if self._reader_behind:
+            # This member led: its reader stopped where catch-up ended, and the log up to
+            # what it applied may be truncated since. Read on after what it applied.
+            self._reader_behind = False
+            if self._reader is not None:
+                await self._reader.close()
+            self._reader = None
+            self._reader = await self._open_reader(named)
         reader = self._reader
         assert reader is not None
         skipped = reader.skipped_ledgers
@@ -348,10 +357,15 @@ class ReplicatedStateMachine:
         await reader.close()
         self._reader = None
         if not await self._restore():
-            raise StateMachineError(
-                f"{self._config.log_name}: the log was truncated past position {applied} "
-                "and no later snapshot is recorded"
-            )
+            mark = (await named.metadata()).truncated_before
+            if applied is None or (
+                mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
+            ):
+                raise StateMachineError(
+                    f"{self._config.log_name}: the log was truncated past position {applied} "
+                    "and no later snapshot is recorded"
+                )
+            # Only ledgers already applied were skipped: read on after what was applied.
         self._reader = await self._open_reader(named)
         return None
 
@@ -417,6 +431,7 @@ class ReplicatedStateMachine:
             self._failure_fenced = False
             self._writer = writer
             self.role = "leading"
+            self._reader_behind = True
             self._leading.set()
             lost = asyncio.ensure_future(election.wait_leadership_lost())
             stopped = asyncio.ensure_future(stop.wait())
