@@ -168,3 +168,19 @@ async def test_an_ex_leader_whose_log_was_truncated_meanwhile_follows_on():
         for stop in (stop_a, stop_b):
             stop.set()
         await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
+
+
+async def test_retention_keeps_ledgers_before_the_snapshot():
+    async with MemoryCluster(3) as cluster:
+        config = LogConfig(tail_poll_ms=50, roll_bytes=200)
+        a, _, stop_a, task_a, logs = await member(cluster, "a", config, retain_ledgers=2)
+        await a.wait_leading(20)
+        for i in range(60):
+            await a.submit(b"c%03d" % i)
+        covered = await a.snapshot()
+        assert covered is not None
+        ledgers = [x.ledger_id for x in (await logs.log("journal").metadata()).ledgers]
+        before = [x for x in ledgers if x < covered.ledger_id]
+        assert len(before) == 2, (ledgers, covered)
+        stop_a.set()
+        await asyncio.wait_for(task_a, 20)

@@ -112,7 +112,9 @@ class StateMachine(Protocol):
 @dataclass(frozen=True)
 class RsmConfig:
     """``candidate``: this member's election data (what others see as the leader's).
-    ``snapshot_every_commands`` / ``snapshot_every_bytes``: 0 disables either trigger."""
+    ``snapshot_every_commands`` / ``snapshot_every_bytes``: 0 disables either trigger.
+    ``retain_ledgers``: after a snapshot, truncation keeps this many of the log's ledgers
+    that lie wholly before it (0: it drops them all)."""
 
     log_name: str
     candidate: bytes
@@ -122,6 +124,7 @@ class RsmConfig:
     in_flight_max: int = 10_000
     snapshot_every_commands: int = 0
     snapshot_every_bytes: int = 0
+    retain_ledgers: int = 0
 
     def __post_init__(self) -> None:
         if not self.candidate:
@@ -131,7 +134,7 @@ class RsmConfig:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)!r}")
         if self.in_flight_max < 1:
             raise ConfigError(f"in_flight_max: must be at least 1, got {self.in_flight_max}")
-        for name in ("snapshot_every_commands", "snapshot_every_bytes"):
+        for name in ("snapshot_every_commands", "snapshot_every_bytes", "retain_ledgers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: must be 0 or more, got {getattr(self, name)}")
 
@@ -583,6 +586,18 @@ class ReplicatedStateMachine:
         if due and self.leading and self._snapshotting is None and self.applied is not None:
             self._snapshotting = asyncio.ensure_future(self.snapshot())
 
+    async def _truncation_point(self, named: NamedLog, covered: Position) -> Position:
+        """Where to truncate after a snapshot covering ``covered``: right after it, or at
+        the start of the ``retain_ledgers``-th ledger before its ledger."""
+        retain = self._config.retain_ledgers
+        if not retain:
+            return Position(covered.ledger_id, covered.entry_id + 1)
+        ids = [ledger.ledger_id for ledger in (await named.metadata()).ledgers]
+        index = next((i for i, x in enumerate(ids) if x >= covered.ledger_id), len(ids))
+        if index < retain:
+            return Position(ids[0], 0) if ids else Position(0, 0)
+        return Position(ids[index - retain], 0)
+
     async def snapshot(self) -> Position | None:
         """Write a snapshot of the state now and truncate the log before it; the position
         it covers (None when a newer one is recorded already or nothing is applied)."""
@@ -602,7 +617,7 @@ class ReplicatedStateMachine:
                 return None
             self.snapshots_written += 1
             named = self._logs.log(self._config.log_name)
-            dropped = await named.truncate(Position(position.ledger_id, position.entry_id + 1))
+            dropped = await named.truncate(await self._truncation_point(named, position))
             log.info("%s: snapshot at %s, %d ledgers truncated", named.name, position, dropped)
             return position
         except BKeeperError as exc:
