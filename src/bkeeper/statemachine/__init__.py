@@ -1,15 +1,17 @@
 """Replicated state machines on named logs: leader election, terms, catch-up, apply after
 acknowledgement, followers that tail, snapshots in ledgers and log truncation.
 
-:mod:`bkeeper.statemachine.machine` is the framework (:class:`StateMachine`,
-:class:`ReplicatedStateMachine`), :mod:`bkeeper.statemachine.snapshots` keeps snapshots, and
-:mod:`bkeeper.statemachine.dice` is the BookKeeper tutorial's replicated Dice on it.
+:mod:`~bkeeper.statemachine.protocol` holds what a state machine is made of
+(:class:`StateMachine`, :class:`RsmConfig`, the record formats);
+:mod:`~bkeeper.statemachine.machine` runs one (:class:`ReplicatedStateMachine`);
+:mod:`~bkeeper.statemachine.snapshots` keeps snapshots; :mod:`~bkeeper.statemachine.dice` is
+the BookKeeper tutorial's replicated Dice on it.
 """
 
 from bkeeper.statemachine.dice import Dice, DiceConfig
-from bkeeper.statemachine.machine import (
+from bkeeper.statemachine.machine import ReplicatedStateMachine
+from bkeeper.statemachine.protocol import (
     NOOP_PROPERTIES,
-    ReplicatedStateMachine,
     Role,
     RsmConfig,
     StateMachine,

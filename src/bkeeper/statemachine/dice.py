@@ -39,7 +39,8 @@ from typing import BinaryIO
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.meta.store import NodeStore
 from bkeeper.namedlog import NamedLogs, Position
-from bkeeper.statemachine.machine import ReplicatedStateMachine, RsmConfig, election_path
+from bkeeper.statemachine.machine import ReplicatedStateMachine
+from bkeeper.statemachine.protocol import RsmConfig, election_path
 
 __all__ = ["Dice", "DiceConfig", "election_path"]
 
