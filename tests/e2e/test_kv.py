@@ -204,6 +204,8 @@ async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
         stop.set()
         await asyncio.gather(*workers)
 
+        for member in members:  # none of them stopped on an error
+            assert member.proc is not None and member.proc.poll() is None, member.out.read_text()
         # Every member converges to the leader's state.
         final = await leader_of(members)
         async with KvClient([final.url]) as kv:

@@ -245,16 +245,16 @@ class ReplicatedStateMachine:
         (the reader skipped deleted ledgers, or it moved to another ledger while the log's
         truncation point lies past what was applied), restore the latest snapshot (it covers
         what was skipped) and read on after it."""
-        if self._reader_behind:
-            # This member led: its reader stopped where catch-up ended, and the log up to
-            # what it applied may be truncated since. Read on after what it applied.
+        if self._reader_behind or self._reader is None:
+            # This member led (its reader stopped where catch-up ended, and the log up to
+            # what it applied may be truncated since), or opening a reader failed last time:
+            # read on after what it applied.
             self._reader_behind = False
             if self._reader is not None:
                 await self._reader.close()
-            self._reader = None
+                self._reader = None
             self._reader = await self._open_reader(named)
         reader = self._reader
-        assert reader is not None
         skipped = reader.skipped_ledgers
         record = await reader.next(timeout_s)
         passed = reader.skipped_ledgers != skipped
