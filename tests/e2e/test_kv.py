@@ -125,6 +125,15 @@ async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
         assert (cas.returncode, cas.stdout.strip()) == (1, "not applied: version is 1")
         listed = await asyncio.to_thread(run_cli, real_cluster.uri, "list", "gr")
         assert listed.stdout == "greeting\thello\n"
+        follower = next(m for m in members if m is not leader)
+        listed = await asyncio.to_thread(
+            run_cli, real_cluster.uri, "list", "--url", follower.url, "--json"
+        )  # a follower's URL only: the client is redirected to the leader
+        assert json.loads(listed.stdout) == [{"key": "greeting", "value": "hello", "version": 1}]
+        stale = await asyncio.to_thread(
+            run_cli, real_cluster.uri, "get", "--url", follower.url, "--stale", "greeting"
+        )
+        assert stale.stdout in ("hello\n", ""), stale.stderr  # a follower may lag
         gone = await asyncio.to_thread(run_cli, real_cluster.uri, "delete", "greeting")
         assert gone.stdout.strip() == "deleted"
         missing = await asyncio.to_thread(run_cli, real_cluster.uri, "get", "greeting")
