@@ -269,3 +269,15 @@ async def test_the_blocking_client(members):
     assert txn == {"applied": True, "results": [{"version": 1}]}
     assert listed == [("b/1", "uno"), ("b/2", "two")]
     assert deleted is True
+
+
+async def test_coalesced_writes_of_large_values_are_split_by_size(members):
+    await members.start()
+    await wait_for(lambda: members.leader() == 0)
+    async with KvClient(members.urls) as kv:
+        big = "x" * 20_000
+        versions = await asyncio.gather(*(kv.put(f"big{i}", big) for i in range(100)))
+        assert versions == [1] * 100  # 2 MB of writes in flight at once
+        with pytest.raises(ConfigError, match="size limit"):
+            await kv.put("huge", "y" * 5_000_000)
+        assert (await kv.get("big99")).value == big

@@ -19,8 +19,8 @@ inside every one of its operations' call-to-return intervals. CAS is never coale
 that does not apply would cancel its batch).
 
 Limits: ``timeout_s`` per call; ``attempt_timeout_s`` per HTTP request; ``pause_s`` between
-rounds of attempts; ``CONNECTIONS_MAX`` HTTP connections; ``COALESCE_OPS_MAX`` operations per
-coalesced batch and ``COALESCE_BATCHES_MAX`` batches in flight.
+rounds of attempts; ``CONNECTIONS_MAX`` HTTP connections; ``COALESCE_OPS_MAX`` operations and
+``COALESCE_BYTES_MAX`` bytes per coalesced batch, ``COALESCE_BATCHES_MAX`` batches in flight.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ CONNECTIONS_MAX = 1024
 #: Operations one coalesced batch carries, and coalesced batches in flight, at most.
 COALESCE_OPS_MAX = 1_000
 COALESCE_BATCHES_MAX = 8
+#: Bytes (keys and values) one coalesced batch carries at most (a larger lone write goes
+#: alone); well under the server's request limit (``bkeeper.kv.server.BODY_BYTES_MAX``).
+COALESCE_BYTES_MAX = 512 * 1024
+OP_OVERHEAD_BYTES = 40
 
 
 @dataclass(frozen=True)
@@ -198,8 +202,14 @@ class KvClient:
         try:
             while self._queue:
                 await self._batch_slots.acquire()
-                batch = self._queue[:COALESCE_OPS_MAX]
-                del self._queue[:COALESCE_OPS_MAX]
+                count, size = 0, 0
+                for op, _ in self._queue[:COALESCE_OPS_MAX]:
+                    size += len(op["key"]) + len(op.get("value", "")) + OP_OVERHEAD_BYTES
+                    if count and size > COALESCE_BYTES_MAX:
+                        break
+                    count += 1
+                batch = self._queue[:count]
+                del self._queue[:count]
                 task = asyncio.create_task(self._send_batch(batch))
                 self._batches.add(task)
                 task.add_done_callback(self._batches.discard)
@@ -291,6 +301,10 @@ class KvClient:
                         )
                         self.retries += 1
                         break
+                    if status == 413:
+                        raise ConfigError(
+                            f"kv {method} {path}: the request is over the server's size limit"
+                        )
                     if status == 400:
                         raise ConfigError(_error_of(doc))
                     if status in (200, 404):

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 #: Items one range answer holds at most.
 RANGE_LIMIT_MAX = 10_000
+#: The largest request body (a write's JSON); larger ones are answered 413.
+BODY_BYTES_MAX = 4 * 1024 * 1024
 #: Connections waiting to be accepted (aiohttp's default, 128, drops SYNs when hundreds of
 #: clients connect at once, and each drop costs the client a retransmission of 1 s or more).
 LISTEN_BACKLOG = 1024
@@ -96,7 +98,7 @@ class KvServer:
 
     async def start(self) -> str:
         """Bind the HTTP server; its URL."""
-        app = web.Application()
+        app = web.Application(client_max_size=BODY_BYTES_MAX)
         app.add_routes(
             [
                 web.get("/v1/kv/{key:.+}", self._get),
