@@ -518,3 +518,21 @@ async def test_a_registered_bookie_that_lost_its_entries_is_replaced() -> None:
         after = await assert_replicated(cluster, bk, lid, 10, gone={emptied})
         assert worker.status.entries_copied == 10
         assert len(members_of(after) - members_of(before)) == 1
+
+
+async def test_a_lagging_registry_view_is_read_again_before_giving_up() -> None:
+    """The worker's registry watch may not have seen a bookie that just joined: a plan that
+    finds no target with the followed set reads the registry once more (before: the ledger
+    failed and waited the retry delay, 10 s)."""
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(CLIENT)
+        spare = cluster.bookies[3]
+        await cluster.stop_bookie(spare)
+        lid = await write_ledger(bk, (3, 3, 2), 10)
+        lost = str((await bk.ledger_metadata(lid)).segments[0][0])
+        await cluster.stop_bookie(cluster.bookie(lost))
+        stale = await bk.cluster.registry.bookies()  # the view before the spare came back
+        await cluster.start_bookie(spare)
+        outcome = await replicate_ledger(bk, lid, [lost], CONFIG, bookies=stale)
+        assert outcome.done, outcome.reason
+        assert outcome.replaced == {0: {lost: spare.bookie_id}}

@@ -64,3 +64,20 @@ def test_bad_options_are_one_line_naming_the_problem(args: list[str], message: s
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_log_workload_with_kill_zookeeper_and_partition(
+    tmp_path: Path, zookeeper_home: Path | None
+) -> None:
+    """Two writers fencing each other on a named log, a tailing reader and a subscription's
+    consumer, while a bookie is killed, ZooKeeper twice and a bookie partitioned (seed 7)."""
+    if os.geteuid() != 0:
+        pytest.skip("partition makes network namespaces: root")
+    out = tmp_path / "out"
+    result = verify("--workload", "log", "--duration", "12", "--seed", "7",
+                    "--nemesis", "kill,partition,zk", "--settle", "120", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no violation in 1 run(s)" in result.stdout
+    ops = [json.loads(line) for line in (out / "seed-7" / "history.jsonl").read_text().splitlines()]
+    kinds = {op["f"] for op in ops if op["type"] == "ok"}
+    assert {"append", "tail", "consume", "ack", "inject partition", "heal zk"} <= kinds

@@ -29,7 +29,7 @@ from bkeeper.meta import (
     auditor_election,
 )
 from bkeeper.meta.layout import HIERARCHICAL_LAYOUT, SHORT_LEDGER_ID_LIMIT
-from bkeeper.meta.store import join_path
+from bkeeper.meta.store import StoreConfig, join_path
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -259,3 +259,17 @@ async def test_auditor_election(open_cluster: OpenCluster) -> None:
 
 async def _next_set(changes: AsyncIterator[BookieSet]) -> BookieSet:
     return await asyncio.wait_for(anext(changes), WAIT_S)
+
+
+async def test_a_restarted_bookie_waits_longer_than_zookeeper_takes_to_expire_its_old_session() -> (
+    None
+):
+    """ZooKeeper expires a session up to a tick (2 s) after its timeout, and one that restarted
+    starts every timeout again: a bookie restarted right after kill -9 that waited only the
+    session timeout (10 s) for its old registration exited "held by another live session"
+    (``bkeeper verify`` seed 1004: kill after a ZooKeeper restart)."""
+    tick_ms = 2_000
+    assert (
+        RegistryConfig().stale_registration_wait_ms
+        >= StoreConfig().session_timeout_ms + 5 * tick_ms
+    )

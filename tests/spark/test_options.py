@@ -95,3 +95,59 @@ def test_trigger_size_options():
             {**BASE, "log": "a", "minEntriesPerTrigger": "50", "maxEntriesPerTrigger": "10"},
             streaming=True,
         )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"maxentriespersplitt": "5"}, "unknown option maxEntriesPerSplitt: did you mean maxEntriesPerSplit?"),
+        ({"maxOffsetsPerTrigger": "5"}, "unknown option maxOffsetsPerTrigger (Kafka's name): bkeeper's is maxEntriesPerTrigger"),
+        ({"subscribe": "a"}, "unknown option subscribe (Kafka's name): bkeeper's is log"),
+        ({"rollbytes": "5"}, "option rollBytes is for writes, not reads"),
+        ({"colour": "blue"}, "unknown option colour; the options are listed in docs/spark.md"),
+    ],
+)  # fmt: skip
+def test_unknown_read_option_names(options, message):
+    for streaming in (True, False, None):
+        with pytest.raises(ConfigError) as caught:
+            source_options({**BASE, "log": "a", **options}, streaming=streaming)
+        assert str(caught.value) == message
+
+
+def test_unknown_write_option_names_and_spark_own_options():
+    with pytest.raises(ConfigError) as caught:
+        sink_options({**BASE, "log": "a", "startingPosition": "earliest"})
+    assert str(caught.value) == "option startingPosition is for reads, not writes"
+    with pytest.raises(ConfigError) as caught:
+        sink_options({**BASE, "log": "a", "ensembelsize": "3"})
+    assert str(caught.value) == "unknown option ensembelSize: did you mean ensembleSize?"
+    spark_own = {"path": "p", "checkpointlocation": "/ck", "queryname": "q"}
+    assert sink_options({**BASE, "log": "a", **spark_own}).log == "a"
+    assert source_options({**BASE, "log": "a", **spark_own}, streaming=True).logs == ("a",)
+
+
+def test_timestamps_one_or_per_log_and_mode_checks():
+    one = source_options({**BASE, "log": "a,b", "startingTimestamp": "5"}, streaming=False)
+    assert (one.starting_timestamp_ms, one.starting_timestamps) == (5, {})
+    per_log = source_options(
+        {**BASE, "log": "a,b", "startingTimestamp": '{"a": 7}', "endingTimestamp": '{"b": 9}'},
+        streaming=False,
+    )
+    assert per_log.starting_timestamps == {"a": 7} and per_log.ending_timestamps == {"b": 9}
+    with pytest.raises(ConfigError, match=r"names logs this read does not cover: \['c'\]"):
+        source_options({**BASE, "log": "a", "startingTimestamp": '{"c": 7}'}, streaming=None)
+    with pytest.raises(ConfigError, match="log 'a' maps to -1, not milliseconds"):
+        source_options({**BASE, "log": "a", "startingTimestamp": '{"a": -1}'}, streaming=None)
+    with pytest.raises(ConfigError, match="option endingTimestamp is for batch reads only"):
+        source_options({**BASE, "log": "a", "endingTimestamp": "5"}, streaming=True)
+    # Unknown mode (load()): what only one kind of read refuses passes, the rest does not.
+    source_options({**BASE, "log": "a", "endingTimestamp": "5"}, streaming=None)
+    source_options({**BASE, "log": "a", "maxEntriesPerTrigger": "5"}, streaming=None)
+    with pytest.raises(ConfigError) as caught:
+        source_options({**BASE, "log": "a", "startingPosition": "beginning"}, streaming=None)
+    assert str(caught.value) == (
+        "option startingPosition: 'beginning' is not earliest, latest or a JSON object of log "
+        'name to position such as {"a": {"ledger": 12, "entry": 0}}'
+    )
+    assert sink_options({**BASE, "log": "a"}).create_log is None
+    assert sink_options({**BASE, "log": "a", "createLog": "true"}).create_log is True

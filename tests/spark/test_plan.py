@@ -12,7 +12,7 @@ from bkeeper.common.errors import ConfigError, LogFencedError, LogTruncatedError
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.spark.options import source_options
 from bkeeper.spark.plan import EntrySpan, LogView, limit_spans, partition_spans, split_spans
-from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between
+from bkeeper.spark.planner import advance, batch_spans, log_names, move, spans_between
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
@@ -300,3 +300,24 @@ async def test_latest_means_what_it_means_for_a_log_reader():
         assert spans == [] and head == after_last, "nothing past the LAC is planned"
         await reader.close()
         await writer.close()
+
+
+async def test_a_move_plans_the_batch_it_ends_and_a_tight_limit_skips_logs():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        a = await _log_with_rolls(logs, "a", 30)
+        b = await _log_with_rolls(logs, "b", 10)
+        view = LogView(logs)
+        stream = source_options(
+            {"metadata": "memory://x/ledgers", "log": "a,b", "startingPosition": "earliest"},
+            streaming=True,
+        )
+        start = {"a": Position(a[0].ledger_id, 0), "b": Position(b[0].ledger_id, 0)}
+        found = await move(view, stream, start, max_entries=25)
+        assert found.spans == await spans_between(view, stream, start, found.ends)
+        assert found.covered == 25 == sum(s.count for s in found.spans)
+        # Fewer entries than busy logs: one log gets nothing this time and keeps its start
+        # (before, the move failed with an IndexError).
+        one = await move(view, stream, start, max_entries=1)
+        assert one.covered == 1
+        assert one.ends["b"] == start["b"] and one.ends["a"] == Position(a[0].ledger_id, 1)

@@ -47,7 +47,7 @@ from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import SystemClock
-from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
+from bkeeper.common.errors import BKeeperError, LedgerNotFoundError, NotEnoughBookiesError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.registry import BookieSet
 from bkeeper.meta.store import Versioned
@@ -162,6 +162,7 @@ class _LedgerRepair:
         bk, ledger_id = self.bk, self.ledger_id
         versioned = await bk.cluster.ledgers.read(ledger_id)
         meta = versioned.value
+        followed = bookies is not None
         if bookies is None:
             bookies = await bk.cluster.registry.bookies()
         if lost is None:
@@ -170,6 +171,12 @@ class _LedgerRepair:
         if unless_back:  # back with its data, or registered but lacking entries?
             back = lost & (bookies.writable | bookies.read_only)
             lost = (lost - back) | await lacking_bookies(bk, ledger_id, meta, back)
+        if lost and not meta.has_password:
+            return self.outcome(
+                False,
+                f"ledger {ledger_id}: no password in its metadata (created with "
+                "store_password_in_metadata off): cannot re-replicate it",
+            )
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
             fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
             await fenced.close()
@@ -177,7 +184,14 @@ class _LedgerRepair:
             versioned = await bk.cluster.ledgers.read(ledger_id)
             meta = versioned.value
         racks = dict(bk.config.racks) if bk.config.placement == "rackaware" else None
-        plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
+        try:
+            plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
+        except NotEnoughBookiesError:
+            if not followed:
+                raise
+            # The caller's registry watch may lag a bookie that just joined: look once more.
+            bookies = await bk.cluster.registry.bookies()
+            plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
         self.plan = plan
         if dry_run:
             self.replaced = plan.replaced

@@ -49,7 +49,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: A config file larger than this is refused (it is a list of options, not data).
 CONF_BYTES_MAX = 1024 * 1024
 
-_NOT_SETTABLE = frozenset({"data_dir", "extra"})
+#: ``tls`` and ``auth`` have options of their own (``bkeeper.cli._security``).
+_NOT_SETTABLE = frozenset({"data_dir", "extra", "tls", "auth"})
 
 
 def _settable(cls: type[Any]) -> dict[str, str]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import resource
 import signal
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -21,6 +22,7 @@ from click.core import ParameterSource
 from bkeeper.admin import ClusterAdmin, add_admin_routes
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.integrity import check_bookie
+from bkeeper.cli._security import bookie_security_options, build_bookie_security
 from bkeeper.cli._settings import (
     build_autorecovery_config,
     build_configs,
@@ -175,6 +177,7 @@ def _raise_nofile_limit() -> None:
     type=click.IntRange(1),
     help="Bytes of incomplete frames buffered across all connections at most.",
 )
+@bookie_security_options
 def bookie(
     data_dir: str,
     ledger_dir: tuple[str, ...],
@@ -201,6 +204,7 @@ def bookie(
     connection_handshake_timeout_ms: int,
     connection_idle_timeout_ms: int,
     partial_frames_bytes_max: int,
+    **security: Any,
 ) -> None:
     """Run one bookie. SIGTERM drains in-flight requests, checkpoints and exits 0.
 
@@ -248,6 +252,8 @@ def bookie(
     settings = read_settings(conf, options, given)
     all_settings = merged(defaults, settings)
     config, storage_config = build_configs(data_dir, all_settings)
+    tls, auth = build_bookie_security(security)
+    config = dataclasses.replace(config, tls=tls, auth=auth)
     recovery = build_autorecovery_config(all_settings) if autorecovery else None
     if recovery is None and all_settings.autorecovery:
         raise click.UsageError(

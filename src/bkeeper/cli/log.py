@@ -1,14 +1,17 @@
-"""``bkeeper log ...``: create, list, append to, read, tail, truncate and delete named logs."""
+"""``bkeeper log ...``: create, list, append to, read, tail, truncate and delete named logs,
+and the lag of a Spark stream reading them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import datetime
+import json
 import sys
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import click
@@ -299,3 +302,39 @@ def delete(metadata_uri: str, name: str, force: bool) -> None:
         click.echo(f"deleted log {name} ({deleted} {_ledgers(deleted)})")
 
     _run(body, metadata_uri)
+
+
+@log.command()
+@_METADATA
+@click.option(
+    "--checkpoint",
+    "checkpoint",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The checkpointLocation of a Spark streaming query that reads named logs.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
+    """How far a Spark stream that is not running is behind: entries and bytes from where its
+    last committed batch left each log up to the log's head now."""
+    from bkeeper.spark.lag import LagReport, checkpoint_offsets, measure
+    from bkeeper.spark.plan import LogView
+
+    batch, positions = checkpoint_offsets(checkpoint)
+
+    async def body(logs: NamedLogs) -> LagReport:
+        return LagReport(batch, await measure(LogView(logs), positions))
+
+    report = _run(body, metadata_uri)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+        return
+    table = Table(title=f"lag of {checkpoint} (last committed batch {batch})")
+    for column in ("log", "position", "head", "entries behind", "bytes behind"):
+        table.add_column(column)
+    for name, one in sorted(report.logs.items()):
+        table.add_row(name, str(one.position), str(one.head), str(one.entries_behind),
+                      str(one.bytes_behind))  # fmt: skip
+    console = Console()
+    (console if console.is_terminal else Console(width=160)).print(table)
+    click.echo(report.summary())

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from bkeeper import __version__
+from bkeeper.cli._security import apply_client_security, client_security_options
 from bkeeper.common.errors import BKeeperError
 
 __all__ = ["cli", "main"]
@@ -23,9 +24,25 @@ __all__ = ["cli", "main"]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug logging.")
 @click.version_option(__version__, prog_name="bkeeper")
+@client_security_options
 @click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli(
+    ctx: click.Context,
+    verbose: bool,
+    client_tls_ca: str,
+    client_tls_cert: str,
+    client_tls_key: str,
+    client_tls_no_hostname_check: bool,
+    auth_token_file: str,
+) -> None:
     """bkeeper: Apache BookKeeper rebuilt in Python."""
+    apply_client_security(
+        client_tls_ca,
+        client_tls_cert,
+        client_tls_key,
+        client_tls_no_hostname_check,
+        auth_token_file,
+    )
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
     logging.basicConfig(
@@ -46,8 +63,10 @@ def _register_commands() -> None:
         dice,
         kv,
         log,
+        log_subscriptions,
         meta,
         sandbox,
+        security,
         shell,
         verify,
         zookeeper,
@@ -59,9 +78,12 @@ def _register_commands() -> None:
     cli.add_command(dashboard.dashboard)
     cli.add_command(dice.dice)
     cli.add_command(kv.kv)
+    for command in log_subscriptions.COMMANDS:
+        log.log.add_command(command)
     cli.add_command(log.log)
     cli.add_command(meta.meta)
     cli.add_command(sandbox.sandbox)
+    cli.add_command(security.security)
     cli.add_command(shell.shell)
     cli.add_command(verify.verify)
     cli.add_command(zookeeper.zookeeper)

@@ -61,6 +61,13 @@ _DIRS = ("ledger_dirs", "journal_dirs")
     help="Run auto-recovery inside every bookie (one of them is elected auditor); "
     "-o sets its options (docs/autorecovery.md).",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="TLS (required), token authentication and ZooKeeper ACLs, with credentials made "
+    "under DATA_DIR/security; prints the environment that makes bkeeper commands its "
+    "clients (docs/security.md).",
+)
 @settings_options("every bookie")
 def sandbox(
     bookies: int,
@@ -71,6 +78,7 @@ def sandbox(
     dashboard_port: int,
     dashboard: bool,
     autorecovery: bool,
+    secure: bool,
     options: tuple[str, ...],
     conf: str | None,
 ) -> None:
@@ -105,6 +113,7 @@ def sandbox(
         journal_dirs=dirs["journal_dirs"],
         autorecovery=autorecovery,
         dashboard_port=dashboard_port if dashboard else None,
+        secure=secure,
     )
     stop = threading.Event()
 
@@ -134,6 +143,11 @@ def sandbox(
         if box.dashboard_url is not None:
             click.echo(f"dashboard: {box.dashboard_url}", err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
+        if box.client_env:
+            click.echo("secure: TLS required, token authentication, ZooKeeper ACLs", err=True)
+            click.echo("clients need (paste into your shell):", err=True)
+            for key, value in box.client_env.items():
+                click.echo(f"export {key}={value}")
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
         while not stop.wait(0.5):
             pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Coroutine
@@ -126,8 +127,12 @@ def simpletest(
                     futures.append(await handle.append_async(body(i)))
                     if i % 100 == 99:
                         progress.update(task, completed=sum(f.done() for f in futures))
-                for future in futures:
-                    await future
+                # All awaited (a failed ledger fails every pending append with one error:
+                # the first is raised, none is left unretrieved).
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
                 progress.update(task, completed=entries)
             await handle.close()
             written_s = time.perf_counter() - started

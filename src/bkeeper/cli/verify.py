@@ -13,7 +13,7 @@ from rich.table import Table
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_ops import progress
 from bkeeper.common.errors import ConfigError
-from bkeeper.verify.run import RunResult, VerifyConfig, run_once
+from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
 from bkeeper.verify.schedule import NEMESES, parse_nemeses
 
 __all__ = ["verify"]
@@ -27,8 +27,9 @@ RUNS_MAX = 1_000_000
     "--workload",
     default="ledger",
     show_default=True,
-    type=click.Choice(["ledger"]),
-    help="What the clients do (ledger: writers, a fencer and readers on ledgers).",
+    type=click.Choice(list(WORKLOADS)),
+    help="What the clients do (ledger: writers, a fencer and readers on ledgers; log: two "
+    "writers fencing each other on a named log, a tailing reader, a subscription's consumer).",
 )
 @click.option(
     "--nemesis",

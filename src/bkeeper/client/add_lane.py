@@ -5,9 +5,14 @@ the ledger's listeners on it, and queues adds on them (``Connection.send_add``, 
 Every answer goes to the writer's ``on_add(bookie, status, entry id)``; a lost connection, a
 bookie that cannot be reached or a send that fails to ``on_failed(bookie)``. A position with no
 live connection gets one connect task per bookie (owned by the writer's :class:`TaskOwner`),
-and the entries waiting for it (at most :data:`CONNECTING_ENTRIES_MAX` entries and
-:data:`CONNECTING_BYTES_MAX` bytes) are sent once it is up, if the pipeline still wants them
-there.
+and the entries waiting for it are sent once it is up, if the pipeline still wants them there.
+At most :data:`CONNECTING_ENTRIES_MAX` entries and ``connection_write_buffer_bytes_max`` bytes
+(what a connected bookie's socket may hold before writers wait for it) wait for one connection;
+past that the bookie is treated as failed. The connect attempt itself is bounded by
+``connect_timeout_ms``. (``pending_adds_max`` entries was the bound before: with Qa < Qw the
+others' acks keep the pipeline moving, and a connection slower to set up than that many entries
+take to write, a TLS handshake and AUTH exchange on a busy machine, had its bookie replaced
+for nothing.) A writer that closes waits for the connects in progress (:meth:`AddLane.settle`).
 
 :class:`Slots` is where appends wait for room in the pipeline (``pending_adds_max``).
 """
@@ -27,14 +32,13 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.wire.codes import StatusCode
 
-__all__ = ["CONNECTING_BYTES_MAX", "CONNECTING_ENTRIES_MAX", "AddLane", "Slots"]
+__all__ = ["CONNECTING_ENTRIES_MAX", "AddLane", "Slots"]
 
 log = logging.getLogger(__name__)
 
-#: Entries, and their bytes, one writer holds for a bookie it is still connecting to; past
-#: either the bookie counts as failed (the connect itself is bounded by the connect timeout).
+#: Entries one writer holds for a bookie it is still connecting to (their bytes are bounded by
+#: ``connection_write_buffer_bytes_max``); past either the bookie counts as failed.
 CONNECTING_ENTRIES_MAX = 100_000
-CONNECTING_BYTES_MAX = 64 * 1024 * 1024
 
 
 class AddLane:
@@ -62,6 +66,7 @@ class AddLane:
         # bookie -> (entry id, data, position) to send once its connection is up
         self._connecting: dict[str, list[tuple[int, bytes, int]]] = {}
         self._connecting_bytes: dict[str, int] = {}  # bookie -> bytes of its waiting entries
+        self._connecting_bytes_max = ctx.config.connection_write_buffer_bytes_max
         self._connects: dict[str, asyncio.Task[None]] = {}  # bookie -> its connect task
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
@@ -127,7 +132,9 @@ class AddLane:
                 self._connect_and_send(bookie), f"connect to {bookie}"
             )
         held = self._connecting_bytes.get(bookie, 0) + len(data)
-        if len(waiting) >= CONNECTING_ENTRIES_MAX or held > CONNECTING_BYTES_MAX:
+        if waiting and (
+            len(waiting) >= CONNECTING_ENTRIES_MAX or held > self._connecting_bytes_max
+        ):
             # Connecting for longer than it takes to write that much: treat it as down (the
             # ensemble change replaces it) rather than hold ever more entries for it. Not
             # ``pending_adds_max``: entries the others acknowledged meanwhile are not pending,

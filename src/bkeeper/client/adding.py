@@ -308,7 +308,12 @@ class AddPipeline:
         if status is StatusCode.EFENCED:
             return self.fail(LedgerFencedError(f"ledger {self.ledger_id} is fenced"))
         if status is StatusCode.EUA:
-            return self.fail(UnauthorizedAccessError(f"ledger {self.ledger_id}: wrong password"))
+            return self.fail(
+                UnauthorizedAccessError(
+                    f"ledger {self.ledger_id}: bookie {bookie} answered EUA (wrong password, "
+                    "or this client is not authenticated to it)"
+                )
+            )
         return self.bookie_failed(bookie)
 
     def bookie_failed(self, bookie: str) -> Effects:

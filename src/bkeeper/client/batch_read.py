@@ -28,9 +28,8 @@ import bisect
 import collections
 import contextlib
 import itertools
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from bkeeper.client.context import ClientContext
 from bkeeper.client.entry import Entry
@@ -41,12 +40,13 @@ from bkeeper.common.errors import (
     NoSuchLedgerError,
     ProtocolError,
 )
+from bkeeper.common.tasks import abandon
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
 from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import BatchReadRequest, BatchReadResponse
 
-__all__ = ["BatchReader", "Span", "discard", "plan_spans"]
+__all__ = ["BatchReader", "Span", "plan_spans"]
 
 #: A per-entry reader of ``first..last`` yielding lists of entries in order.
 ChunkReader = Callable[[int, int], AsyncGenerator[list[Entry], None]]
@@ -79,15 +79,6 @@ def plan_spans(meta: LedgerMetadata, first: int, last: int, protocol: Protocol) 
         spans.append(Span(position, end, ensemble, batchable))
         position = end + 1
     return spans
-
-
-def discard(tasks: Iterable[asyncio.Task[Any]]) -> None:
-    """Cancel tasks still running; take the error of those that failed (unlogged)."""
-    for task in tasks:
-        if not task.done():
-            task.cancel()
-        elif not task.cancelled():
-            task.exception()
 
 
 class _BatchReadFailedError(Exception):
@@ -151,7 +142,7 @@ class BatchReader:
                     self._send_again(window, span.bookies, stop, head.last)
                 yield entries
         finally:
-            discard(request.task for request in window)
+            abandon(request.task for request in window)
 
     def _entries_per_request(self) -> int:
         count = self._config.batch_read_entries_max

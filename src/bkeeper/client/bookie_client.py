@@ -24,6 +24,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, cast
 
+from bkeeper.client.handshake import ClientSecurity, open_secure
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError, ProtocolError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire import v2, v3
@@ -133,10 +134,24 @@ class BookieClient(asyncio.Protocol):
         protocol: Protocol = Protocol.V3,
         *,
         timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
         **kwargs: Any,
     ) -> BookieClient:
+        """Connect; with ``security`` (TLS and/or auth) run START_TLS and AUTH first
+        (``bkeeper.client.handshake``: ``TlsError``, ``AuthenticationError``)."""
         loop = asyncio.get_running_loop()
         address = f"{host}:{port}"
+        if security is not None and security.enabled:
+            secure = await open_secure(
+                host,
+                port,
+                protocol,
+                security,
+                lambda: cls(protocol, address=address, **kwargs),
+                timeout_s,
+                kwargs.get("max_frame_bytes", MAX_FRAME_BYTES_DEFAULT),
+            )
+            return cast(BookieClient, secure)
         try:
             _, client = await asyncio.wait_for(
                 loop.create_connection(

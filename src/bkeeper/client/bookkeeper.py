@@ -14,6 +14,7 @@ from types import TracebackType
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.context import ClientContext
+from bkeeper.client.handshake import client_security
 from bkeeper.client.metadata import MetadataRetry, ReconnectingLedgers
 from bkeeper.client.metrics import ClientMetrics
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
@@ -77,6 +78,7 @@ class BookKeeper:
             self.config.connect_timeout_ms / 1000.0,
             self.config.connection_requests_pending_max,
             self.config.connection_write_buffer_bytes_max,
+            client_security(self.config),
         )
         pool = BookiePool(transport, self.config.protocol)
         ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)
@@ -170,6 +172,7 @@ class BookKeeper:
             password,
             ctime_ms=ctx.clock.wall_ms(),
             custom_metadata=custom_metadata,
+            store_password=self.config.store_password_in_metadata,
         )
         new_id, versioned = await ctx.ledgers.create(meta, ledger_id)
         log.debug("created ledger %d on %s", new_id, ensemble)

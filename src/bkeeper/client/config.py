@@ -5,13 +5,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bkeeper.common.auth import ClientAuthConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.tls import TlsClientConfig
 from bkeeper.common.validate import check_non_negative_ints, check_positive_ints
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 
-__all__ = ["ClientConfig"]
+__all__ = ["ClientConfig", "set_process_security"]
+
+
+@dataclass
+class _ProcessSecurity:
+    tls: TlsClientConfig | None = None
+    auth: ClientAuthConfig | None = field(default=None, repr=False)
+
+
+#: The ``tls`` and ``auth`` a ClientConfig gets when not given (set by the command line).
+_PROCESS_SECURITY = _ProcessSecurity()
+
+
+def set_process_security(tls: TlsClientConfig | None, auth: ClientAuthConfig | None) -> None:
+    """Make ``tls`` and ``auth`` the defaults of every :class:`ClientConfig` made from now on
+    in this process. The ``bkeeper`` command sets them from its client security options, so
+    that every tool it runs (shell, bench, log, auto-recovery, ...) reaches a secured
+    cluster; library users pass them in their ``ClientConfig`` instead."""
+    _PROCESS_SECURITY.tls = tls
+    _PROCESS_SECURITY.auth = auth
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,12 @@ class ClientConfig:
     at once (a handle starts watching at its first long poll, see
     :mod:`bkeeper.client.follow`); the others re-read it only when a bookie's answer says
     their view is old.
+    ``tls``: every connection to a bookie starts with START_TLS and a TLS handshake
+    (``bkeeper.common.tls``); ``auth``: the AUTH exchange's plugin and credentials
+    (``bkeeper.common.auth``; None: the disabled plugin, no AUTH sent).
+    ``store_password_in_metadata``: new ledgers' metadata carries their password (as Apache
+    BookKeeper's does, for auto-recovery); off, it carries none, and only holders of the
+    password can recover or re-replicate the ledger (docs/security.md).
     """
 
     protocol: Protocol = Protocol.V2
@@ -71,6 +98,9 @@ class ClientConfig:
     connection_write_buffer_bytes_max: int = 8 * 1024 * 1024
     metrics: bool = False
     metadata_watches_max: int = 1_000
+    tls: TlsClientConfig | None = field(default_factory=lambda: _PROCESS_SECURITY.tls)
+    auth: ClientAuthConfig | None = field(default_factory=lambda: _PROCESS_SECURITY.auth)
+    store_password_in_metadata: bool = True
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):

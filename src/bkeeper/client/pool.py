@@ -20,6 +20,7 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from bkeeper.client.bookie_client import WRITE_BUFFER_BYTES_MAX, BookieClient
+from bkeeper.client.handshake import ClientSecurity
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
@@ -63,7 +64,8 @@ Resolver = Callable[[str], Awaitable[tuple[str, int]]]
 
 
 class TcpTransport:
-    """Connects over TCP to the address ``resolve(bookie_id)`` returns."""
+    """Connects over TCP to the address ``resolve(bookie_id)`` returns, with START_TLS and
+    AUTH first when ``security`` asks for them (``bkeeper.client.handshake``)."""
 
     def __init__(
         self,
@@ -71,7 +73,9 @@ class TcpTransport:
         connect_timeout_s: float,
         requests_pending_max: int = PENDING_REQUESTS_MAX,
         write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
+        security: ClientSecurity | None = None,
     ) -> None:
+        self._security = security
         self._resolve = resolve
         self._timeout_s = connect_timeout_s
         self._pending_max = requests_pending_max
@@ -86,6 +90,7 @@ class TcpTransport:
             timeout_s=self._timeout_s,
             pending_max=self._pending_max,
             write_buffer_bytes_max=self._write_buffer_bytes_max,
+            security=self._security,
         )
 
 

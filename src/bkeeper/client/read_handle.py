@@ -34,7 +34,7 @@ import weakref
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from bkeeper.client.batch_read import BatchReader, discard, plan_spans
+from bkeeper.client.batch_read import BatchReader, plan_spans
 from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.client.entry import Entry
@@ -49,6 +49,7 @@ from bkeeper.common.errors import (
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
+from bkeeper.common.tasks import abandon
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
@@ -234,7 +235,7 @@ class ReadHandle:
                     chunk.append(window.popleft().result())
                 yield chunk
         finally:
-            discard(window)
+            abandon(window)
 
     async def _read_one(self, entry_id: int) -> Entry:
         self._check_open()
@@ -278,8 +279,7 @@ class ReadHandle:
                         return task.result()
                     errors.append(task.exception())  # type: ignore[arg-type]
         finally:
-            for task in attempts:
-                task.cancel()
+            abandon(attempts)
 
     async def _ask(self, bookie: str, entry_id: int, request: ReadRequest) -> Entry:
         try:
@@ -416,8 +416,7 @@ class ReadHandle:
                             return _Poll.ANSWERED
             return _Poll.TIMED_OUT if answered else _Poll.FAILED
         finally:
-            for task in (*tasks, moved):
-                task.cancel()
+            abandon((*tasks, moved))
 
     async def read_explicit_last_add_confirmed(self) -> int:
         """The LAC from the bookies' explicit LAC (WRITE_LAC) and last entries (v3)."""

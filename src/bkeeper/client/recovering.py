@@ -222,7 +222,10 @@ class RecoveryMachine:
     def _fence(self, question: Question, tally: _Tally) -> Step:
         meta = self._meta
         if any(r is not None and r.kind is ReplyKind.UNAUTHORIZED for r in tally.replies):
-            raise UnauthorizedAccessError(f"ledger {self.ledger_id}: wrong password")
+            raise UnauthorizedAccessError(
+                f"ledger {self.ledger_id}: a bookie answered EUA to fencing (wrong password, "
+                "or this client is not authenticated to it)"
+            )
         answered = [p for p, r in enumerate(tally.replies) if r and r.kind is not ReplyKind.NONE]
         covered = covers_every_write_set(
             answered, meta.ensemble_size, meta.write_quorum, meta.ack_quorum

@@ -23,7 +23,7 @@ from bkeeper.client.entry import Entry
 from bkeeper.client.recovering import Ask, Question, RecoveryMachine, Step, classify
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import UnauthorizedAccessError
-from bkeeper.common.tasks import TASKS_MAX, TaskOwner
+from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.digest import DigestManager, master_key
@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def check_password(ledger_id: int, meta: LedgerMetadata, password: bytes) -> None:
-    if meta.password != password:
+    """``UnauthorizedAccessError`` unless ``password`` is the one the metadata holds (a
+    ledger whose metadata holds none is checked by the bookies alone: EUA on a wrong key)."""
+    if meta.has_password and meta.password != password:
         raise UnauthorizedAccessError(f"ledger {ledger_id}: wrong password")
 
 
@@ -66,9 +68,7 @@ class _Recovery:
     def perform(self, step: Step) -> None:
         current = asyncio.current_task()
         for question in step.settled:
-            for task in self.requests.pop(question, ()):
-                if task is not current:
-                    task.cancel()
+            abandon(t for t in self.requests.pop(question, ()) if t is not current)
         if step.error is not None:
             if not self.outcome.done():
                 self.outcome.set_exception(step.error)

@@ -29,6 +29,7 @@ translated at the boundary with ``raise ... from``.
     │   ├── ConnectionLossError       connection to the store lost mid-call (retriable)
     │   ├── SessionExpiredError       the store session expired; its ephemerals are gone
     │   ├── MetadataClosedError       the store was closed
+    │   ├── MetadataAuthError         the store refused this identity (ZooKeeper ACL/auth)
     │   └── LeadershipLostError       a lock or leadership ended with its session
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
@@ -39,18 +40,23 @@ translated at the boundary with ``raise ... from``.
     │   ├── LogNotFoundError          no log of that name
     │   ├── LogExistsError            a log of that name exists already
     │   ├── LogFencedError            another writer took the log over
-    │   │   └── WriterTermError       a writer of an older leadership term was refused
-    │   └── LogTruncatedError         the position asked for was truncated away
+    │   │   ├── WriterTermError       a writer of an older leadership term was refused
+    │   │   └── SubscriptionFencedError  another consumer took the subscription over
+    │   ├── LogTruncatedError         the position asked for was truncated away
+    │   ├── SubscriptionNotFoundError no subscription of that name on the log
+    │   └── SubscriptionBusyError     an exclusive subscription has an active consumer
     ├── StateMachineError             a replicated state machine could not serve a call
     │   └── NotLeaderError            this member does not lead now (names the leader it
     │                                 knows of; retriable)
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
+        │   └── TlsError              the TLS handshake with the bookie failed (not retriable)
         ├── NoSuchLedgerError         ENOLEDGER
         ├── NoSuchEntryError          ENOENTRY
         ├── BadRequestError           EBADREQ
         ├── BookieIOError             EIO (retriable)
         ├── UnauthorizedAccessError   EUA (wrong master key / password)
+        │   └── AuthenticationError   EUA: no authenticated identity (or credentials refused)
         ├── BadVersionError           EBADVERSION
         ├── LedgerFencedError         EFENCED
         ├── ReadOnlyBookieError       EREADONLY (retriable)
@@ -63,6 +69,7 @@ from __future__ import annotations
 
 __all__ = [
     "AdminRequestError",
+    "AuthenticationError",
     "BKeeperError",
     "BadRequestError",
     "BadVersionError",
@@ -90,6 +97,10 @@ __all__ = [
     "LogFencedError",
     "LogNotFoundError",
     "LogTruncatedError",
+    "MetadataAuthError",
+    "SubscriptionBusyError",
+    "SubscriptionFencedError",
+    "SubscriptionNotFoundError",
     "MetadataClosedError",
     "MetadataError",
     "MetadataVersionError",
@@ -104,6 +115,7 @@ __all__ = [
     "ReadOnlyBookieError",
     "SessionExpiredError",
     "StateMachineError",
+    "TlsError",
     "StorageError",
     "TooManyRequestsError",
     "UnauthorizedAccessError",
@@ -214,6 +226,11 @@ class MetadataClosedError(MetadataError):
     """The metadata store, or a recipe built on it, was closed before or during the call."""
 
 
+class MetadataAuthError(MetadataError):
+    """The metadata store refused this identity: ZooKeeper's NoAuth (the node's ACL does not
+    admit it) or AuthFailed (the digest credentials were rejected)."""
+
+
 class LeadershipLostError(MetadataError):
     """A lock or a leadership ended because its session expired or it was released."""
 
@@ -260,6 +277,11 @@ class WriterTermError(LogFencedError):
     records: a newer leader holds the log, so this one is refused before it fences anything."""
 
 
+class SubscriptionFencedError(LogFencedError):
+    """Another consumer took this consumer's exclusive subscription over: its acks are
+    refused from then on."""
+
+
 class LogTruncatedError(LogError):
     """The position asked for lies before the log's truncation point."""
 
@@ -278,6 +300,14 @@ class NotLeaderError(StateMachineError):
         self.leader = leader
 
 
+class SubscriptionNotFoundError(LogError):
+    """The log has no subscription of that name."""
+
+
+class SubscriptionBusyError(LogError):
+    """An exclusive subscription has an active consumer, and this one would not wait."""
+
+
 class BookieError(BKeeperError):
     """A bookie answered a request with an error status."""
 
@@ -286,6 +316,13 @@ class BookieUnavailableError(BookieError):
     """The bookie could not be reached, or the connection was lost mid-request."""
 
     retriable = True
+
+
+class TlsError(BookieUnavailableError):
+    """TLS could not be set up with the bookie (START_TLS refused, or the handshake failed:
+    certificate, hostname or protocol). Trying again does not help."""
+
+    retriable = False
 
 
 class NoSuchLedgerError(BookieError):
@@ -308,6 +345,12 @@ class BookieIOError(BookieError):
 
 class UnauthorizedAccessError(BookieError):
     """Wrong master key or password (EUA)."""
+
+
+class AuthenticationError(UnauthorizedAccessError):
+    """No authenticated identity: a request before a successful AUTH exchange on a bookie
+    with authentication on, credentials refused by either side, or a plain request to a
+    TLS-only bookie (all answered EUA)."""
 
 
 class BadVersionError(BookieError):

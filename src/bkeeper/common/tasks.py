@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["TASKS_MAX", "TaskOwner"]
+__all__ = ["TASKS_MAX", "TaskOwner", "abandon"]
 
 _log = logging.getLogger(__name__)
 
@@ -93,3 +93,21 @@ class TaskOwner:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             _log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+def abandon(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Give up requests whose outcome is no longer wanted (a read answered by another
+    replica, a long poll that moved on): cancel those still running, and take the error of
+    any that fails, now or later, so that asyncio does not report it as never retrieved. A
+    task cancelled just as it fails ends with its error, not cancelled (``asyncio.wait_for``
+    returns the inner result when both happen at once); its error is logged at debug level:
+    the caller decided it does not need it."""
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+        task.add_done_callback(_take_error)
+
+
+def _take_error(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        _log.debug("abandoned request ended with %s: %s", type(error).__name__, error)

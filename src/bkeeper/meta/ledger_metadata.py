@@ -50,6 +50,9 @@ class LedgerMetadata:
     segments: Mapping[int, Ensemble] = field(hash=False)
     digest_type: DigestType = DigestType.CRC32C
     password: bytes = field(default=b"", repr=False)
+    #: False: the metadata holds no password (``store_password_in_metadata`` off, or an old
+    #: format); ``password`` is then empty and says nothing about the ledger's password.
+    has_password: bool = True
     state: LedgerState = LedgerState.OPEN
     last_entry_id: int = INVALID_ENTRY_ID
     length: int = 0
@@ -80,8 +83,10 @@ class LedgerMetadata:
         ctime_ms: int | None = None,
         custom_metadata: Mapping[str, bytes] | None = None,
         ctoken: int = 0,
+        store_password: bool = True,
     ) -> LedgerMetadata:
-        """Metadata of a new, open ledger writing its first segment to ``ensemble``."""
+        """Metadata of a new, open ledger writing its first segment to ``ensemble``; without
+        ``store_password`` it holds no password."""
         members = tuple(BookieId(b) for b in ensemble)
         return cls(
             ensemble_size=len(members),
@@ -89,7 +94,8 @@ class LedgerMetadata:
             ack_quorum=ack_quorum,
             segments={0: members},
             digest_type=digest_type,
-            password=password,
+            password=password if store_password else b"",
+            has_password=store_password,
             ctime_ms=ctime_ms,
             custom_metadata=custom_metadata or {},
             ctoken=ctoken,

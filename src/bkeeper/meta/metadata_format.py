@@ -80,9 +80,10 @@ def to_proto(metadata: LedgerMetadata) -> LedgerMetadataFormat:
         lastEntryId=metadata.last_entry_id,
         state=LedgerMetadataFormat.State.ValueType(int(metadata.state)),
         digestType=LedgerMetadataFormat.DigestType.ValueType(metadata.digest_type),
-        password=metadata.password,
         ackQuorumSize=metadata.ack_quorum,
     )
+    if metadata.has_password:
+        message.password = metadata.password
     for first_entry_id, ensemble in metadata.segments.items():
         message.segment.add(ensembleMember=list(ensemble), firstEntryId=first_entry_id)
     if metadata.ctime_ms is not None:
@@ -113,6 +114,7 @@ def from_proto(message: LedgerMetadataFormat, format_version: int = 3) -> Ledger
                 else DigestType.CRC32
             ),
             password=message.password,
+            has_password=message.HasField("password"),
             state=LedgerState(message.state),
             last_entry_id=message.lastEntryId if message.HasField("lastEntryId") else -1,
             length=message.length,

@@ -34,16 +34,35 @@ from bkeeper.common.validate import check_non_negative_ints
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.events import Subscription, TaskOwner, wait_any
 from bkeeper.meta.layout import AVAILABLE, READONLY
-from bkeeper.meta.store import NodeStore, SessionEvent, SessionState, WatchKind, join_path
+from bkeeper.meta.store import (
+    NodeStore,
+    SessionEvent,
+    SessionState,
+    StoreConfig,
+    WatchKind,
+    join_path,
+)
 
 __all__ = ["BookieRegistration", "BookieRegistry", "BookieSet", "RegistryConfig"]
 
 _log = logging.getLogger(__name__)
 
 
+#: How long after a session's timeout ZooKeeper may take to expire it: sessions expire in
+#: buckets of ``tickTime`` (2 s by default), and a ZooKeeper that restarted meanwhile starts
+#: every session's timeout again.
+SESSION_EXPIRY_SLACK_MS = 15_000
+
+
 @dataclass(frozen=True)
 class RegistryConfig:
-    stale_registration_wait_ms: int = 10_000
+    """``stale_registration_wait_ms``: how long a bookie waits for the registration of a dead
+    predecessor (itself, killed and restarted at once) to go with its session: the session
+    timeout (10 s by default) and :data:`SESSION_EXPIRY_SLACK_MS`. Waiting only the timeout
+    made a bookie restarted right after kill -9 exit with "held by another live session"
+    when ZooKeeper expired the old session a tick later (found by ``bkeeper verify``)."""
+
+    stale_registration_wait_ms: int = StoreConfig().session_timeout_ms + SESSION_EXPIRY_SLACK_MS
 
     def __post_init__(self) -> None:
         check_non_negative_ints(self, "stale_registration_wait_ms")

@@ -31,9 +31,11 @@ from kazoo import exceptions as kz
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.security import make_digest_acl
 
 from bkeeper.common.errors import (
     ConnectionLossError,
+    MetadataAuthError,
     MetadataClosedError,
     MetadataError,
     MetadataVersionError,
@@ -68,6 +70,8 @@ EXPIRE_ATTEMPTS_MAX = 3
 #: kazoo exception class -> bkeeper error class. Subclasses come before their bases.
 KAZOO_ERRORS: dict[type[BaseException], type[MetadataError]] = {
     kz.NoNodeError: NoNodeError,
+    kz.NoAuthError: MetadataAuthError,
+    kz.AuthFailedError: MetadataAuthError,
     kz.NodeExistsError: NodeExistsError,
     kz.BadVersionError: MetadataVersionError,
     kz.NotEmptyError: NotEmptyError,
@@ -116,11 +120,13 @@ class _Slot:
 class ZkNodeStore:
     """The node store over a ZooKeeper ensemble; open with :meth:`connect`."""
 
-    def __init__(self, hosts: str, config: StoreConfig) -> None:
+    def __init__(
+        self, hosts: str, config: StoreConfig, digest: tuple[str, str] | None = None
+    ) -> None:
         self._hosts = hosts
         self._config = config
         self._loop = asyncio.get_running_loop()
-        self._client = _new_client(hosts, config)
+        self._client = _new_client(hosts, config, digest)
         self._state = SessionState.SUSPENDED
         self._session_id = 0
         self._closing = False
@@ -130,9 +136,17 @@ class ZkNodeStore:
         self._tasks = TaskOwner(f"zk {hosts}", error=MetadataError)
 
     @classmethod
-    async def connect(cls, hosts: str, config: StoreConfig | None = None) -> ZkNodeStore:
-        """Connect to ``hosts`` ("h1:p1,h2:p2"); ``ConnectionLossError`` on timeout."""
-        store = cls(hosts, config or StoreConfig())
+    async def connect(
+        cls,
+        hosts: str,
+        config: StoreConfig | None = None,
+        *,
+        digest: tuple[str, str] | None = None,
+    ) -> ZkNodeStore:
+        """Connect to ``hosts`` ("h1:p1,h2:p2"); ``ConnectionLossError`` on timeout.
+        With ``digest`` (user, password) the session authenticates with that identity and
+        every node created gets an ACL for it alone (``digest:user:hash``, all permissions)."""
+        store = cls(hosts, config or StoreConfig(), digest)
         store._client.add_listener(store._on_state_threadsafe)
         timeout_s = store._config.connect_timeout_ms / 1000
         try:
@@ -413,7 +427,9 @@ class ZkNodeStore:
         return False
 
 
-def _new_client(hosts: str, config: StoreConfig) -> KazooClient:
+def _new_client(
+    hosts: str, config: StoreConfig, digest: tuple[str, str] | None = None
+) -> KazooClient:
     # Reconnecting never gives up while the store is open (kazoo stops it on ``stop``); the
     # named bound is the longest pause between attempts.
     retry = {
@@ -422,11 +438,21 @@ def _new_client(hosts: str, config: StoreConfig) -> KazooClient:
         "max_jitter": 0.1,
         "max_delay": config.reconnect_delay_ms_max / 1000,
     }
+    security: dict[str, Any] = {}
+    if digest is not None:
+        user, password = digest
+        # kazoo sends the auth on every (re)connection, before other requests, and applies
+        # default_acl to every create (parents made with makepath too).
+        security = {
+            "auth_data": [("digest", f"{user}:{password}")],
+            "default_acl": [make_digest_acl(user, password, all=True)],
+        }
     return KazooClient(
         hosts,
         timeout=config.session_timeout_ms / 1000,
         connection_retry=retry,
         randomize_hosts=True,
+        **security,
     )
 
 

@@ -24,7 +24,11 @@ class LogConfig:
     tailing reader waits before it re-reads the ledger list. ``retention_age_ms`` /
     ``retention_bytes`` (0: keep everything): at each roll the writer truncates whole sealed
     ledgers whose records are all older than the age, or that lie beyond the newest
-    ``retention_bytes`` of sealed ledgers.
+    ``retention_bytes`` of sealed ledgers. ``retention_consumed``: also truncate, at each
+    roll, the sealed ledgers that every subscription of the log has consumed past (a log
+    with no subscription keeps them); the age and size limits still apply as caps, and a
+    subscription left behind by one is told its records are gone
+    (:mod:`bkeeper.namedlog.consumer`).
     """
 
     ensemble_size: int = 3
@@ -38,6 +42,7 @@ class LogConfig:
     metadata_retries_max: int = 20
     retention_age_ms: int = 0
     retention_bytes: int = 0
+    retention_consumed: bool = False
 
     def __post_init__(self) -> None:
         check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)

@@ -25,6 +25,9 @@ in order, then tails the open one without fencing. Where a log starts and ends, 
 a time and the runs of confirmed entries are the walk's (:mod:`bkeeper.namedlog.walk`, one
 :class:`LogWalk` per :class:`NamedLogs`).
 
+Subscriptions (:meth:`NamedLog.subscribe`, :mod:`bkeeper.namedlog.consumer`): durable
+consumers that resume after what they acknowledged; deleting a log deletes them.
+
 Limits: ``metadata_retries_max`` lost CAS per step.
 """
 
@@ -43,10 +46,13 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogError,
     MetadataVersionError,
+    SubscriptionNotFoundError,
     WriterTermError,
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LogConfig
+from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
+from bkeeper.namedlog.cursor_ledger import drop_cursor, peek
 from bkeeper.namedlog.metadata import (
     LogLedger,
     LogMetadata,
@@ -57,6 +63,10 @@ from bkeeper.namedlog.metadata import (
 )
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
+from bkeeper.namedlog.subscribing import subscribe
+from bkeeper.namedlog.subscription import AckStore, Mode, SubscriptionState
+from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
@@ -106,6 +116,9 @@ class NamedLogs:
         async def attempt(snapshot: Snapshot) -> LogMetadata:
             meta, version = snapshot
             await named.seal_unsealed(meta)
+            for subscription in await named._subscriptions().names(name):
+                with contextlib.suppress(SubscriptionNotFoundError):
+                    await named.unsubscribe(subscription)
             await self.store.delete(name, version)
             return meta
 
@@ -204,6 +217,56 @@ class NamedLog:
         reader = LogReader(self, start)
         await reader.seek()
         return reader
+
+    async def subscribe(
+        self,
+        name: str,
+        start: str | Position | int = EARLIEST,
+        *,
+        consumer_id: str | None = None,
+        wait_s: float | None = 0.0,
+        skip_truncated: bool = False,
+        ack_flush_ms: int = ACK_FLUSH_MS,
+        create: bool = True,
+        mode: Mode = "exclusive",
+        ack_timeout_ms: int = ACK_TIMEOUT_MS,
+        claim_records: int = CLAIM_RECORDS,
+        ack_store: AckStore = "metadata",
+    ) -> Consumer:
+        """The consumer of subscription ``name``, created at ``start`` (as for
+        :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.consumer`.
+        ``wait_s``: how long to stand by while another consumer holds it (None: for ever);
+        ``create`` False: a subscription that does not exist is an error; ``mode`` "shared":
+        several consumers at once (:mod:`bkeeper.namedlog.shared`); ``ack_store`` "ledger":
+        flushes go to a cursor ledger (:mod:`bkeeper.namedlog.cursor_ledger`)."""
+        return await subscribe(
+            self, name, start, consumer_id=consumer_id, wait_s=wait_s,
+            skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms, create=create,
+            mode=mode, ack_timeout_ms=ack_timeout_ms, claim_records=claim_records,
+            ack_store=ack_store,
+        )  # fmt: skip
+
+    async def subscriptions(self) -> dict[str, SubscriptionState]:
+        """Every subscription of the log and its state (a cursor ledger's newest confirmed
+        state where a consumer keeps its acks in one)."""
+        states = await self._subscriptions().states(self.name)
+        for name, state in states.items():
+            if state.cursor is not None:
+                newer = await peek(self.logs.bk, state.cursor, self.logs.config)
+                if newer is not None:
+                    states[name] = state.with_progress_of(newer)
+        return states
+
+    async def unsubscribe(self, name: str) -> None:
+        """Delete subscription ``name`` (its consumer, if any, has its next flush refused)."""
+        store = self._subscriptions()
+        state, _version = await store.read(self.name, name)
+        await store.delete(self.name, name)
+        if state.cursor is not None:
+            await drop_cursor(self.logs.bk, state.cursor)
+
+    def _subscriptions(self) -> SubscriptionStore:
+        return SubscriptionStore(self.logs.bk.cluster.store, self.logs.store)
 
     async def last_position(self) -> Position | None:
         """The position of the log's last record now (None when it has none). Records past

@@ -5,7 +5,8 @@ fencing the previous writer. Appends go to the current ledger; once it holds ``r
 or is ``roll_age_ms`` old, the writer creates a new ledger, appends it to the list by
 compare-and-set (:func:`bkeeper.common.cas.cas_update`) and seals the old one in the
 background. A list that moved on (another writer's ledger is last) means this writer was
-fenced. At each roll, ``retention_age_ms`` / ``retention_bytes`` truncate old sealed ledgers.
+fenced. At each roll, ``retention_age_ms`` / ``retention_bytes`` truncate old sealed ledgers,
+and ``retention_consumed`` those every subscription has consumed past.
 
 Background work (sealing rolled-away ledgers, explaining a fence) runs on the writer's
 :class:`~bkeeper.common.tasks.TaskOwner`; ``close`` waits for it to end, then closes it.
@@ -259,7 +260,8 @@ class LogWriter:
             self._opened_at = self._clock.monotonic()
             log.debug("log %s: rolled from ledger %d to %d", name, old.ledger_id, new.ledger_id)
             self._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
-        if self._config.retention_age_ms or self._config.retention_bytes:
+        config = self._config
+        if config.retention_age_ms or config.retention_bytes or config.retention_consumed:
             try:
                 await self._apply_retention()
             except BKeeperError as exc:  # retention is best effort; the next roll retries
@@ -288,10 +290,23 @@ class LogWriter:
                 if total > config.retention_bytes:
                     keep_from = max(keep_from, index + 1)
                     break
+        if config.retention_consumed:
+            needed = await self._oldest_needed()
+            if needed is not None:  # ledgers before the one a subscription reads from next
+                consumed = sum(1 for ledger in ledgers if ledger.ledger_id < needed)
+                keep_from = max(keep_from, consumed)
         keep_from = min(keep_from, len(ledgers) - 2)  # never the current or the one sealing
         if keep_from > 0:
             await self._log.truncate(Position(ledgers[keep_from].ledger_id, 0))
             self._meta, self._version = await self._logs.store.read(self._log.name)
+
+    async def _oldest_needed(self) -> int | None:
+        """The lowest ledger id a subscription of the log reads from next (None: the log
+        has no subscription)."""
+        states = await self._log.subscriptions()
+        if not states:
+            return None
+        return min(state.resume_from.ledger_id for state in states.values())
 
     async def _seal(self, handle: WriteHandle) -> None:
         try:

@@ -9,7 +9,9 @@ body fields checked with a 400 naming the field) are in :mod:`bkeeper.server.adm
 
 Mutating requests (PUT, POST, DELETE) on a path that serves them are refused with 403 unless
 the server was started with ``writes_enabled`` (the bookie's ``http_admin_writes``,
-``--http-admin-writes``); the answer names the option.
+``--http-admin-writes``); the answer names the option. With ``authenticate`` (a bookie with
+authentication on) they also need ``Authorization: Bearer <token>`` with credentials the
+bookie's auth plugin accepts: 401 without, 403 with refused ones (docs/security.md).
 
 Limits (:class:`AdminHttpConfig`): at most ``connections_max`` connections at once (one past
 it is answered 503 and closed); request line and header fields at most ``head_bytes_max``
@@ -31,14 +33,14 @@ import errno
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from bkeeper.common.errors import AdminRequestError, ConfigError
+from bkeeper.common.errors import AdminRequestError, AuthenticationError, ConfigError
 from bkeeper.common.validate import check_port, check_positive_ints
 from bkeeper.server.admin_request import error_response
 from bkeeper.server.ratelimit import RateLimitedLog
@@ -81,6 +83,9 @@ class AdminHttpConfig:
     body_bytes_max: int = 64 * 1024
     request_timeout_ms: int = 10_000
     handler_timeout_ms: int = 60_000
+    #: Credentials (the bearer token) -> identity, or ``AuthenticationError``; None: no
+    #: authentication asked of mutating requests.
+    authenticate: Callable[[bytes], str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_port("http_port", self.port)
@@ -254,8 +259,24 @@ class AdminHttpServer:
                 f"{method} {path} changes the bookie or the cluster: the admin server takes "
                 f"no such request unless started with {WRITES_OPTION}",
             )
+        if method in MUTATING_METHODS and self.config.authenticate is not None:
+            self._authenticate(request, self.config.authenticate)
         await self._read_body(request)
         return await handler(request)
+
+    def _authenticate(self, request: web.Request, authenticate: Callable[[bytes], str]) -> None:
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise AdminRequestError(
+                401,
+                f"{request.method} {request.path} needs an authenticated identity: send "
+                "'Authorization: Bearer <token>'",
+            )
+        try:
+            identity = authenticate(credentials.strip().encode("ascii", "replace"))
+        except AuthenticationError as exc:
+            raise AdminRequestError(403, f"credentials refused: {exc}") from exc
+        log.info("admin %s %s by %r", request.method, request.path, identity)
 
     async def _read_body(self, request: web.Request) -> None:
         """Take the whole body now (handlers then read it from memory), within the limits."""

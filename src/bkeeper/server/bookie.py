@@ -59,6 +59,7 @@ from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
 from bkeeper.server.request_metrics import RequestMetrics
+from bkeeper.server.security import BookieSecurity
 from bkeeper.storage import (
     DiskState,
     FileSystem,
@@ -109,6 +110,9 @@ class Bookie:
         self._handlers: RequestHandlers | None = None
         self._server: asyncio.Server | None = None
         self.connections = ConnectionTable(config, self._clock)
+        #: TLS and auth of the bookie's connections (None: both off); built here so that a
+        #: certificate that cannot be loaded fails the start with one line.
+        self.security = BookieSecurity.from_config(config)
         self._tasks = TaskOwner("bookie")
         self._loops: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
@@ -125,6 +129,7 @@ class Bookie:
                 config.effective_http_host,
                 config.http_port,
                 writes_enabled=config.http_admin_writes,
+                authenticate=None if self.security is None else self.security.authenticate,
             )
             self._admin = AdminHttpServer(admin_config)
             add_bookie_routes(self, self._admin)
@@ -350,7 +355,9 @@ class Bookie:
 
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
         # Admission (the connection limit) happens in connection_made, once the peer is known.
-        return BookieConnection(self.config, self.connections, handlers.dispatch, handlers.add)
+        return BookieConnection(
+            self.config, self.connections, handlers.dispatch, handlers.add, self.security
+        )
 
     # -- background --------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:

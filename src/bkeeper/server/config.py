@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bkeeper.common.auth import ServerAuthConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.tls import TlsServerConfig
 from bkeeper.common.validate import check_non_negative_ints, check_port, check_positive_ints
 
 __all__ = ["ADMIN_HTTP_HOST_DEFAULT", "BookieConfig"]
@@ -40,6 +42,10 @@ class BookieConfig:
     incomplete frames across all connections stay under ``partial_frames_bytes_max``. Lines
     about misbehaving clients are logged at most ``client_error_log_lines_per_s`` a second
     (bursts of ``client_error_log_burst``); the rest are counted and the count logged.
+
+    Security (``bkeeper.server.security``, docs/security.md): ``tls`` turns on START_TLS
+    (PEM certificate and key; mutual TLS; TLS-only), ``auth`` an authentication plugin (every
+    request before a successful AUTH exchange is answered EUA). Both off by default.
 
     Garbage collection (see ``bkeeper.server.garbage``): a pass every ``gc_wait_ms`` deletes
     the local data of ledgers whose metadata is gone (confirming each with at most
@@ -81,6 +87,8 @@ class BookieConfig:
     minor_compaction_interval_ms: int = 3_600_000
     major_compaction_interval_ms: int = 86_400_000
     gc_metadata_reads_per_s: int = 1000
+    tls: TlsServerConfig | None = None
+    auth: ServerAuthConfig | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common.errors import ProtocolError
+from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
@@ -47,7 +49,12 @@ _EncodeAdd = Callable[[StatusCode, int, int, int], bytes]
 
 class BookieConnection(asyncio.Protocol):
     """Reads frames, hands requests to ``dispatch`` (v2 adds to ``add``, without a request
-    object) and writes responses in batches. It is the handlers' ``Responder``."""
+    object) and writes responses in batches. It is the handlers' ``Responder``.
+
+    With ``security`` (TLS or authentication on; ``bkeeper.server.security``) requests go
+    through its checks first, and v2 adds are refused EUA until the connection is admitted
+    (authenticated, and encrypted if TLS is required); after that v2 adds go straight to
+    ``add`` again. Without it nothing is checked (no cost on the add lane)."""
 
     def __init__(
         self,
@@ -55,11 +62,21 @@ class BookieConnection(asyncio.Protocol):
         table: ConnectionTable,
         dispatch: Dispatch,
         add: Add,
+        security: BookieSecurity | None = None,
     ) -> None:
         self._config = config
         self._table = table
         self._dispatch = dispatch
         self._add = add
+        self.security: ConnectionSecurity | None = None
+        if security is not None:
+            self.security = ConnectionSecurity(security, self)
+            self._handlers_dispatch = dispatch
+            self._handlers_add = add
+            self._dispatch = self._secure_dispatch
+            if not self.security.admitted:
+                self._add = self._refuse_add
+        self._upgrade_task: asyncio.Task[None] | None = None
         self._v2 = False
         self._decoder = FrameDecoder(config.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
@@ -172,6 +189,86 @@ class BookieConnection(asyncio.Protocol):
             self._encode_add = v2.add_response_frame
             self._v2 = True
         log.debug("connection %s speaks %s", self.peer, self.protocol.name)
+
+    # -- security (only with ``security``) ------------------------------------------------
+    def _secure_dispatch(self, conn: BookieConnection, request: Request, size: int) -> None:
+        assert self.security is not None
+        if not self.security.dispatch(request, size):
+            self._handlers_dispatch(self, request, size)
+
+    def _refuse_add(
+        self,
+        conn: BookieConnection,
+        flags: int,
+        ledger_id: int,
+        entry_id: int,
+        master_key: memoryview,
+        body: memoryview,
+        txn_id: int,
+        size: int,
+    ) -> None:
+        assert self.security is not None
+        self.security.refuse()
+        self.respond_add(StatusCode.EUA, ledger_id, entry_id, txn_id, size)
+
+    def admitted(self) -> None:
+        """The connection is authenticated (and encrypted if required): v2 adds go straight
+        to the handlers from now on."""
+        self._add = self._handlers_add
+
+    @property
+    def queued_responses(self) -> bool:
+        return bool(self._out)
+
+    def write_now(self, frame: bytes, request_bytes: int) -> None:
+        """Write ``frame`` at once, after anything queued (START_TLS's answer)."""
+        self.requests_in_flight -= 1
+        self.bytes_in_flight -= request_bytes
+        self._flush()
+        if self._transport is not None and not self.closed:
+            self._transport.write(frame)
+
+    def spawn_upgrade(self, upgrade: Coroutine[None, None, None]) -> None:
+        self._upgrade_task = self._loop.create_task(upgrade)
+
+    async def upgrade_transport(self, context: ssl.SSLContext, timeout_s: float) -> None:
+        """Run the server side of the TLS handshake; the next frame chooses the protocol."""
+        transport = self._transport
+        if transport is None or self.closed:
+            raise ConnectionResetError("connection closed before the TLS handshake")
+        new = await self._loop.start_tls(
+            transport, self, context, server_side=True, ssl_handshake_timeout=timeout_s
+        )
+        if new is None or self.closed:
+            if new is not None:
+                new.abort()
+            raise ConnectionResetError("connection closed during the TLS handshake")
+        self._transport = new
+        self._reading_paused = False
+        self.protocol = None
+        self._v2 = False
+        self._decode = v3.decode_request
+        self._encode = v3.encode_response_frame
+        self._encode_add = v3.add_response_frame
+        self._table.restart_handshake(self)
+
+    @property
+    def tls_version(self) -> str:
+        ssl_object = (
+            None if self._transport is None else self._transport.get_extra_info("ssl_object")
+        )
+        return "" if ssl_object is None else str(ssl_object.version())
+
+    def close_after_flush(self, reason: str) -> None:
+        """Log one (rate-limited) line, write what is queued, then close."""
+        if self.closed:
+            return
+        self._table.client_log.warning("closing connection from %s: %s", self.peer, reason)
+        self._flush()
+        self.closed = True
+        self._table.discard(self)
+        if self._transport is not None:
+            self._transport.close()
 
     # -- responses ---------------------------------------------------------------------
     def respond(self, response: Response, request_bytes: int) -> None:

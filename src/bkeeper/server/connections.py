@@ -222,6 +222,11 @@ class ConnectionTable:
         self.discard(conn)
         conn.abort_transport()
 
+    def restart_handshake(self, conn: Member) -> None:
+        """``conn`` finished its TLS handshake: its next frame (choosing the protocol again)
+        is due within the handshake timeout from now."""
+        conn.accepted_at = conn.last_seen = self._clock.monotonic()
+
     def discard(self, conn: Member) -> None:
         """Forget ``conn`` (closed), releasing its share of the partial-frame budget."""
         self._connections.discard(conn)

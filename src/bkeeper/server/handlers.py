@@ -65,7 +65,7 @@ from bkeeper.wire.messages import (
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
 
-__all__ = ["BookieState", "RequestHandlers"]
+__all__ = ["BookieState", "RequestHandlers", "error_response"]
 
 log = logging.getLogger(__name__)
 
@@ -136,16 +136,16 @@ class RequestHandlers:
         if metrics is not None and type(request) is not AddRequest:
             conn = TimedResponder(conn, metrics, metrics.op_of(request))
         if size < 0:
-            conn.respond(_error_response(request, StatusCode.ETOOMANYREQUESTS), size)
+            conn.respond(error_response(request, StatusCode.ETOOMANYREQUESTS), size)
             return
         handler = self._table[type(request)]
         try:
             handler(conn, request, size)
         except errors.BKeeperError as exc:
-            conn.respond(_error_response(request, status_of(exc)), size)
+            conn.respond(error_response(request, status_of(exc)), size)
         except Exception:
             conn.log_internal_error("handler for %s failed", type(request).__name__)
-            conn.respond(_error_response(request, StatusCode.EIO), size)
+            conn.respond(error_response(request, StatusCode.EIO), size)
 
     def on_durable_threadsafe(self, tokens: GroupTokens, error: BaseException | None) -> None:
         """Storage callback, called on the journal thread: hop to the loop once per group."""
@@ -272,7 +272,7 @@ class RequestHandlers:
 
         def done(error: BaseException | None) -> None:
             if error is not None:
-                conn.respond(_error_response(request, StatusCode.EIO), size)
+                conn.respond(error_response(request, StatusCode.EIO), size)
             else:
                 conn.respond(self._read_response(request), size)
 
@@ -375,12 +375,12 @@ class RequestHandlers:
 
             def fenced(error: BaseException | None) -> None:
                 if error is not None:
-                    conn.respond(_error_response(request, StatusCode.EIO), size)
+                    conn.respond(error_response(request, StatusCode.EIO), size)
                     return
                 try:
                     answer()
                 except errors.BKeeperError as exc:
-                    conn.respond(_error_response(request, status_of(exc)), size)
+                    conn.respond(error_response(request, status_of(exc)), size)
 
             token = self._when_durable(fenced)
             self._storage.fence(request.ledger_id, request.master_key, token=token)
@@ -438,10 +438,10 @@ class RequestHandlers:
             conn.peer,
             request.reason or f"operation {request.operation} is not served",
         )
-        conn.respond(_error_response(request, StatusCode.EBADREQ), size)
+        conn.respond(error_response(request, StatusCode.EBADREQ), size)
 
 
-def _error_response(request: Request, status: StatusCode) -> Any:
+def error_response(request: Request, status: StatusCode) -> Any:
     """The response to ``request`` carrying only ``status``."""
     txn = request.txn_id
     if isinstance(request, AddRequest):

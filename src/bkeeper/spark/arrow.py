@@ -29,6 +29,7 @@ from bkeeper.namedlog.records import (
     Position,
     decode_record,
 )
+from bkeeper.spark.options import spark_schema
 
 __all__ = ["arrow_schema", "record_batch", "sink_rows", "spark_schema"]
 
@@ -36,12 +37,6 @@ _HEAD_BYTES = HEAD.size
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 #: Bytes of payload one Arrow binary column holds at most (its offsets are int32).
 _BINARY_BYTES_MAX = 2**31 - 1
-
-
-def spark_schema(include_properties: bool) -> str:
-    """The read schema as Spark DDL."""
-    ddl = "log string, ledger bigint, entry bigint, timestamp timestamp, key binary, payload binary"
-    return ddl + (", properties map<string,binary>" if include_properties else "")
 
 
 def arrow_schema(include_properties: bool) -> pa.Schema:

@@ -1,4 +1,5 @@
-"""``bkeeper bench spark``: rows/s of a batch read of a named log through the data source.
+"""``bkeeper bench spark``: rows/s of a batch read of a named log through the data source, and
+(``--latency``) append-to-visible latency of a stream copying one log into another.
 
 Fills the log ``log_name`` up to ``records`` records of ``record_bytes`` bytes (kept, so a
 second run against the same cluster skips the fill), then reads the whole log in a local
@@ -9,14 +10,23 @@ workers and their clients, as a long-running job's would be.
 from __future__ import annotations
 
 import asyncio
+import statistics
+import struct
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import LogConfig, NamedLogs, Position
+from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs, Position
 from bkeeper.spark.plan import LogView
 
-__all__ = ["SparkReadRun", "bench_spark_read", "fill_log"]
+__all__ = [
+    "SparkLatencyRun",
+    "SparkReadRun",
+    "bench_spark_latency",
+    "bench_spark_read",
+    "fill_log",
+]
 
 #: Appends in flight while filling the log.
 FILL_IN_FLIGHT_MAX = 2_000
@@ -28,6 +38,8 @@ class SparkReadRun:
     bytes: int
     seconds: float
     partitions: int
+    #: The same query over the same payloads in Parquet, run right after (``vs_parquet``).
+    parquet: SparkReadRun | None = None
 
 
 async def fill_log(uri: str, name: str, records: int, record_bytes: int) -> tuple[int, float]:
@@ -57,27 +69,206 @@ async def fill_log(uri: str, name: str, records: int, record_bytes: int) -> tupl
 
 
 def bench_spark_read(
-    uri: str, name: str, *, runs: int, master: str, max_entries_per_split: int
+    uri: str,
+    name: str,
+    *,
+    runs: int,
+    master: str,
+    max_entries_per_split: int,
+    vs_parquet: bool = False,
 ) -> list[SparkReadRun]:
-    """Read the whole log ``runs`` times into the noop sink."""
+    """Read the whole log ``runs`` times into the noop sink; with ``vs_parquet``, the same
+    payloads are first written to Parquet (in Spark's scratch dir) and each run reads them
+    too, right after the log, with the same query."""
+    import tempfile
+
     from bkeeper.spark.session import local_session
 
     spark = local_session(master, "bkeeper-bench")
     try:
-        results = []
-        for _ in range(runs):
-            df = (
+        with tempfile.TemporaryDirectory(prefix="bkeeper-bench-parquet-") as scratch:
+            frame = (
                 spark.read.format("bkeeper")
                 .option("metadata", uri)
                 .option("log", name)
                 .option("maxEntriesPerSplit", max_entries_per_split)
                 .load()
             )
-            partitions = df.rdd.getNumPartitions()
-            started = time.perf_counter()
-            totals = df.selectExpr("count(*) AS n", "sum(length(payload)) AS b").first()
-            seconds = time.perf_counter() - started
-            results.append(SparkReadRun(int(totals.n), int(totals.b or 0), seconds, partitions))
-        return results
+            parquet = None
+            if vs_parquet:
+                path = f"{scratch}/payloads.parquet"
+                frame.select("payload").write.parquet(path)
+                parquet = spark.read.parquet(path)
+            results = []
+            for _ in range(runs):
+                run = _count(frame)
+                if parquet is not None:
+                    run = SparkReadRun(run.rows, run.bytes, run.seconds, run.partitions,
+                                       _count(parquet))  # fmt: skip
+                results.append(run)
+            return results
     finally:
         spark.stop()
+
+
+def _count(frame: Any) -> SparkReadRun:
+    partitions = frame.rdd.getNumPartitions()
+    started = time.perf_counter()
+    totals = frame.selectExpr("count(*) AS n", "sum(length(payload)) AS b").first()
+    seconds = time.perf_counter() - started
+    return SparkReadRun(int(totals.n), int(totals.b or 0), seconds, partitions)
+
+
+#: Progress phases (``durationMs``) the latency bench reports, in the order Spark runs them.
+PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets",
+          "triggerExecution")  # fmt: skip
+#: How often the measuring reader re-reads the sink log's ledger list when it is past its
+#: last ledger (the sink adds one sealed ledger per batch): small, so the reader adds little.
+VISIBLE_POLL_MS = 5
+
+
+@dataclass(frozen=True)
+class SparkLatencyRun:
+    """Append-to-visible latencies of a stream copying one log into another."""
+
+    latencies_ms: list[float]
+    appended: int
+    batches: int
+    #: Median ``durationMs`` of each phase over the batches that read records.
+    phases_ms: dict[str, float]
+    #: From ``start()`` of the restarted query to its first batch's end, in the same
+    #: session (warm Python workers and clients)...
+    restart_first_batch_s: float
+    #: ...and in a new JVM (cold Python workers: a driver restarted after a crash; the JVM's
+    #: own start is not counted).
+    cold_restart_first_batch_s: float
+
+
+def bench_spark_latency(
+    uri: str, *, rate: int, seconds: float, master: str, trigger_ms: int, scratch: str
+) -> SparkLatencyRun:
+    """Copy a log to another with a stream (``trigger_ms`` apart; 0: back to back) while
+    appending ``rate`` records/s for ``seconds``; each record carries its send time and a
+    tailing reader of the copy takes the difference when it sees it. Then stop the query,
+    append, start it again from its checkpoint and time its first batch."""
+    import threading
+    import uuid
+
+    from bkeeper.spark.session import local_session, stop_jvm
+
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"latency-src-{suffix}", f"latency-dst-{suffix}"
+    asyncio.run(_create_logs(uri, [src, dst]))
+    spark = local_session(master, "bkeeper-bench-latency")
+    checkpoint = f"{scratch}/latency-{suffix}"
+    try:
+        query = _copy(spark, uri, src, dst, checkpoint, trigger_ms)
+        _wait_for_progress(query, 1)
+        seen: list[float] = []
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(uri, dst, seen, stop), daemon=True)
+        watcher.start()
+        appended = asyncio.run(_produce(uri, src, rate, seconds))
+        deadline = time.monotonic() + 60
+        while len(seen) < appended and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        watcher.join(30)
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        query.stop()
+        phases = {
+            phase: statistics.median(p["durationMs"].get(phase, 0) for p in progress)
+            for phase in PHASES
+        }
+        restart_s = _restart(spark, uri, src, dst, checkpoint, trigger_ms, rate)
+        stop_jvm()
+        spark = local_session(master, "bkeeper-bench-latency")
+        cold_s = _restart(spark, uri, src, dst, checkpoint, trigger_ms, rate)
+        return SparkLatencyRun(seen, appended, len(progress), phases, restart_s, cold_s)
+    finally:
+        spark.stop()
+
+
+def _restart(
+    spark: Any, uri: str, src: str, dst: str, checkpoint: str, trigger_ms: int, rate: int
+) -> float:
+    """Append a little, restart the copy from its checkpoint: seconds to its first batch."""
+    asyncio.run(_produce(uri, src, rate, 0.2))
+    started = time.monotonic()
+    query = _copy(spark, uri, src, dst, checkpoint, trigger_ms)
+    _wait_for_progress(query, 1, with_rows=True)
+    seconds = time.monotonic() - started
+    query.stop()
+    return seconds
+
+
+def _copy(spark: Any, uri: str, src: str, dst: str, checkpoint: str, trigger_ms: int) -> Any:
+    return (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", src)
+        .option("startingPosition", "latest")
+        .load()
+        .select("payload")
+        .writeStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", dst)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
+
+
+def _wait_for_progress(query: Any, count: int, *, with_rows: bool = False) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise query.exception()
+        done = [p for p in query.recentProgress if p["numInputRows"] or not with_rows]
+        if len(done) >= count:
+            return
+        time.sleep(0.01)
+    raise TimeoutError("the streaming query made no progress in 300 s")
+
+
+async def _create_logs(uri: str, names: list[str]) -> None:
+    async with BookKeeper(uri) as bk:
+        logs = NamedLogs(bk, LogConfig())
+        for name in names:
+            await logs.create(name)
+
+
+async def _produce(uri: str, name: str, rate: int, seconds: float) -> int:
+    """Append ``rate`` records/s (in 10 ms steps) for ``seconds``; each holds its send time."""
+    async with BookKeeper(uri) as bk:
+        writer = await NamedLogs(bk, LogConfig()).log(name).open_writer()
+        pending: list[asyncio.Future[Position]] = []
+        started = time.monotonic()
+        sent = 0
+        while (elapsed := time.monotonic() - started) < seconds:
+            due = int(elapsed * rate) + 1
+            while sent < due:
+                stamp = struct.pack(">d", time.monotonic())
+                pending.append(await writer.append_async(stamp))
+                sent += 1
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*pending)
+        await writer.close()
+        return sent
+
+
+def _watch(uri: str, name: str, seen: list[float], stop: Any) -> None:
+    async def run() -> None:
+        async with BookKeeper(uri) as bk:
+            config = LogConfig(tail_poll_ms=VISIBLE_POLL_MS)
+            reader = await NamedLogs(bk, config).log(name).open_reader(EARLIEST)
+            try:
+                while not stop.is_set():
+                    record = await reader.next(0.2)
+                    if record is not None:
+                        sent = struct.unpack(">d", bytes(record.payload[:8]))[0]
+                        seen.append((time.monotonic() - sent) * 1000.0)
+            finally:
+                await reader.close()
+
+    asyncio.run(run())

@@ -22,6 +22,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
 from bkeeper.namedlog.metadata import check_log_name
+from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 
 __all__ = [
     "MAX_ENTRIES_PER_SPLIT_DEFAULT",
@@ -32,6 +33,7 @@ __all__ = [
     "positions_from_offset",
     "sink_options",
     "source_options",
+    "spark_schema",
 ]
 
 MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
@@ -57,7 +59,12 @@ class SourceOptions:
     starting: Mapping[str, PositionSpec] = field(default_factory=dict)
     starting_default: str = EARLIEST
     starting_timestamp_ms: int | None = None
+    #: Per-log ``startingTimestamp`` (a JSON object); wins over ``starting_timestamp_ms``.
+    starting_timestamps: Mapping[str, int] = field(default_factory=dict)
     ending: Mapping[str, PositionSpec] = field(default_factory=dict)
+    #: ``endingTimestamp`` (batch): every log, or per log; wins over ``ending``.
+    ending_timestamp_ms: int | None = None
+    ending_timestamps: Mapping[str, int] = field(default_factory=dict)
     max_entries_per_split: int = MAX_ENTRIES_PER_SPLIT_DEFAULT
     max_entries_per_trigger: int | None = None
     min_entries_per_trigger: int | None = None
@@ -84,13 +91,21 @@ class SinkOptions:
 
     metadata: str
     log: str | None = None
-    create_log: bool = True
+    #: None: the default, true except for a stream restarted from its checkpoint (see
+    #: ``bkeeper.spark.sink``).
+    create_log: bool | None = None
     log_config: LogConfig = field(default_factory=LogConfig)
     writer_id: str | None = None
     client: tuple[tuple[str, Any], ...] = ()
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(**dict(self.client))
+
+
+def spark_schema(include_properties: bool) -> str:
+    """The read schema as Spark DDL (``bkeeper.spark.arrow`` has its Arrow form)."""
+    ddl = "log string, ledger bigint, entry bigint, timestamp timestamp, key binary, payload binary"
+    return ddl + (", properties map<string,binary>" if include_properties else "")
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -216,7 +231,11 @@ def offset_from_positions(positions: Mapping[str, Position]) -> dict[str, Any]:
 
 
 def _start_end(
-    options: Mapping[str, str], name: str, streaming: bool, allow: tuple[str, ...]
+    options: Mapping[str, str],
+    name: str,
+    streaming: bool | None,
+    allow: tuple[str, ...],
+    example_log: str = "events",
 ) -> tuple[dict[str, PositionSpec], str | None]:
     """Per-log positions and the default for logs not named."""
     text = _get(options, name)
@@ -227,11 +246,46 @@ def _start_end(
     if text.strip().lower() in (EARLIEST, LATEST):
         mode = "streaming" if streaming else "batch"
         raise ConfigError(f"option {name}: {text.strip()!r} is not allowed for {mode} reads")
+    if not text.strip().startswith("{"):
+        example = json.dumps({example_log: {"ledger": 12, "entry": 0}})
+        raise ConfigError(
+            f"option {name}: {text.strip()!r} is not {', '.join(allow)} or a JSON object of "
+            f"log name to position such as {example}"
+        )
     return positions_from_offset(text, name), None
 
 
-def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Validate the options of a read; ``streaming`` selects the defaults of a stream."""
+def _timestamps(options: Mapping[str, str], name: str) -> tuple[int | None, dict[str, int]]:
+    """One timestamp (ms since the epoch) for every log, or a JSON object of log name to
+    timestamp (Kafka's ``startingOffsetsByTimestamp`` in one option)."""
+    text = _get(options, name)
+    if text is None:
+        return None, {}
+    what = "milliseconds since the epoch or a JSON object of log name to milliseconds"
+    if text.strip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"option {name}: not valid JSON ({exc})") from None
+        found = {}
+        for log, value in doc.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"option {name}: log {log!r} maps to {value!r}, not {what}")
+            found[check_log_name(log)] = value
+        return None, found
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"option {name}: {text!r} is not {what}") from None
+    if value < 0:
+        raise ConfigError(f"option {name}: must be >= 0")
+    return value, {}
+
+
+def source_options(options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+    """Validate the options of a read; ``streaming`` selects the defaults of a stream (None:
+    check what holds for both kinds of read, as ``load()`` must before Spark says which)."""
+    check_names(options, READ_OPTIONS, "read")
     metadata = _metadata(options)
     logs_text, pattern = _get(options, "log"), _get(options, "logPattern")
     if (logs_text is None) == (pattern is None):
@@ -247,35 +301,43 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"option logPattern: {pattern!r} is not a regex ({exc})") from None
+    example = logs[0] if logs else "events"
     starting, starting_default = _start_end(
-        options, "startingPosition", streaming, (EARLIEST, LATEST) if streaming else (EARLIEST,)
+        options,
+        "startingPosition",
+        streaming,
+        (EARLIEST,) if streaming is False else (EARLIEST, LATEST),
+        example,
     )
-    ending, ending_default = _start_end(options, "endingPosition", streaming, (LATEST,))
-    if streaming and _get(options, "endingPosition") is not None:
-        raise ConfigError("option endingPosition is for batch reads only")
+    ending, ending_default = _start_end(options, "endingPosition", streaming, (LATEST,), example)
+    for name in ("endingPosition", "endingTimestamp"):
+        if streaming and _get(options, name) is not None:
+            raise ConfigError(f"option {name} is for batch reads only")
     if ending_default not in (None, LATEST):  # pragma: no cover - _start_end allows latest only
         raise ConfigError("option endingPosition: use latest or positions")
     for log, spec in ending.items():
         if spec == EARLIEST:
             raise ConfigError(f"option endingPosition: log {log!r} cannot end at earliest")
-    timestamp = _get(options, "startingTimestamp")
-    starting_timestamp_ms = None
-    if timestamp is not None:
-        try:
-            starting_timestamp_ms = int(timestamp)
-        except ValueError:
-            raise ConfigError(
-                f"option startingTimestamp: {timestamp!r} is not milliseconds since the epoch"
-            ) from None
-        if starting_timestamp_ms < 0:
-            raise ConfigError("option startingTimestamp: must be >= 0")
+    starting_timestamp_ms, starting_timestamps = _timestamps(options, "startingTimestamp")
+    ending_timestamp_ms, ending_timestamps = _timestamps(options, "endingTimestamp")
+    if logs:  # named logs: a position or a timestamp of another log is a mistake now
+        named = (
+            ("startingPosition", starting),
+            ("startingTimestamp", starting_timestamps),
+            ("endingPosition", ending),
+            ("endingTimestamp", ending_timestamps),
+        )
+        for option, per_log in named:
+            unknown = sorted(set(per_log) - set(logs))
+            if unknown:
+                raise ConfigError(f"option {option} names logs this read does not cover: {unknown}")
     password = _get(options, "password") or ""
     split = _positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
     rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
     per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
     min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
     delay_ms = _duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
-    if not streaming:
+    if streaming is False:
         for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay"):
             if _get(options, name) is not None:
                 raise ConfigError(f"option {name} is for streaming reads only")
@@ -292,7 +354,10 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         starting=starting,
         starting_default=starting_default or (LATEST if streaming else EARLIEST),
         starting_timestamp_ms=starting_timestamp_ms,
+        starting_timestamps=starting_timestamps,
         ending=ending,
+        ending_timestamp_ms=ending_timestamp_ms,
+        ending_timestamps=ending_timestamps,
         max_entries_per_split=split,
         max_entries_per_trigger=per_trigger,
         min_entries_per_trigger=min_per_trigger,
@@ -308,6 +373,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the options of a write (batch or streaming)."""
+    check_names(options, WRITE_OPTIONS, "write")
     metadata = _metadata(options)
     log = _get(options, "log")
     if log is not None:
@@ -337,7 +403,9 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     return SinkOptions(
         metadata=metadata,
         log=log,
-        create_log=_bool(options, "createLog", True),
+        create_log=None
+        if _get(options, "createLog") is None
+        else _bool(options, "createLog", True),
         log_config=log_config,
         writer_id=writer_id,
         client=_client(options),

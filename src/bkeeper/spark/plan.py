@@ -220,6 +220,19 @@ class LogView:
             self._data_lost(name, lost, fail_on_data_loss)
         return walked.spans, walked.after
 
+    async def span_bytes(self, span: EntrySpan) -> int:
+        """The bytes of the span's entries: the ledger's length up to its last entry less the
+        length before its first (from the entries' digests; a whole sealed ledger's comes
+        from its metadata). 0 when the ledger is gone."""
+        handle = await self._walk.open(span.ledger_id)
+        if handle is None:
+            return 0
+        meta = handle.metadata
+        if handle.is_closed and span.first == 0 and span.last == meta.last_entry_id:
+            return meta.length
+        before = 0 if span.first == 0 else (await handle.read_entry(span.first - 1)).length
+        return (await handle.read_entry(span.last)).length - before
+
     @staticmethod
     def _data_lost(name: str, lost: LostRange, fail: bool) -> None:
         message = (

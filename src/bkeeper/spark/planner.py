@@ -11,13 +11,22 @@ at its earliest record, as Kafka's source does for new partitions.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError, LogNotFoundError
 from bkeeper.namedlog import LATEST, Position
 from bkeeper.spark.options import LOGS_MAX, SourceOptions
 from bkeeper.spark.plan import EntrySpan, LogView, limit_spans
 
-__all__ = ["advance", "batch_spans", "log_names", "start_positions"]
+__all__ = [
+    "Move",
+    "advance",
+    "batch_spans",
+    "log_names",
+    "move",
+    "spans_between",
+    "start_positions",
+]
 
 
 async def log_names(view: LogView, options: SourceOptions) -> list[str]:
@@ -38,36 +47,57 @@ async def log_names(view: LogView, options: SourceOptions) -> list[str]:
 async def start_positions(
     view: LogView, options: SourceOptions, names: list[str]
 ) -> dict[str, Position]:
-    """Where each log starts: ``startingTimestamp`` if set, else ``startingPosition``."""
-    unknown = sorted(set(options.starting) - set(names))
-    if unknown:
-        raise ConfigError(f"option startingPosition names logs this read does not cover: {unknown}")
+    """Where each log starts: ``startingTimestamp`` if set (for every log or for this one),
+    else ``startingPosition``."""
+    _covered(options.starting, names, "startingPosition")
+    _covered(options.starting_timestamps, names, "startingTimestamp")
     positions = {}
     for name in names:
-        if options.starting_timestamp_ms is not None:
-            positions[name] = await view.at_time(name, options.starting_timestamp_ms)
+        timestamp = options.starting_timestamps.get(name, options.starting_timestamp_ms)
+        if timestamp is not None:
+            positions[name] = await view.at_time(name, timestamp)
         else:
             spec = options.starting.get(name, options.starting_default)
             positions[name] = await view.resolve(name, spec)
     return positions
 
 
+def _covered(named: Mapping[str, object], names: list[str], option: str) -> None:
+    unknown = sorted(set(named) - set(names))
+    if unknown:
+        raise ConfigError(f"option {option} names logs this read does not cover: {unknown}")
+
+
 async def batch_spans(view: LogView, options: SourceOptions) -> list[EntrySpan]:
     """Every span a batch read covers, log by log."""
     names = await log_names(view, options)
-    unknown = sorted(set(options.ending) - set(names))
-    if unknown:
-        raise ConfigError(f"option endingPosition names logs this read does not cover: {unknown}")
+    _covered(options.ending, names, "endingPosition")
+    _covered(options.ending_timestamps, names, "endingTimestamp")
     starts = await start_positions(view, options, names)
     found: list[EntrySpan] = []
     for name in names:
         spec = options.ending.get(name, LATEST)
-        end = None if spec == LATEST else await view.resolve(name, spec)
+        end_ms = options.ending_timestamps.get(name, options.ending_timestamp_ms)
+        if end_ms is not None:  # before the first record appended at or after it
+            end: Position | None = await view.at_time(name, end_ms)
+        else:
+            end = None if spec == LATEST else await view.resolve(name, spec)
         spans, _ = await view.spans(
             name, starts[name], end, fail_on_data_loss=options.fail_on_data_loss
         )
         found.extend(spans)
     return found
+
+
+@dataclass(frozen=True)
+class Move:
+    """One trigger's move: the end offsets, the heads, the entries covered and their spans
+    (those of the micro-batch from the start to ``ends``, in log order)."""
+
+    ends: dict[str, Position]
+    heads: dict[str, Position]
+    covered: int
+    spans: list[EntrySpan]
 
 
 async def advance(
@@ -78,9 +108,28 @@ async def advance(
     targets: Mapping[str, Position] | None = None,
     max_entries: int | None = None,
 ) -> tuple[dict[str, Position], dict[str, Position], int]:
-    """One trigger's move: (end offsets, heads, entries covered). ``targets`` (frozen for
-    AvailableNow) bound each log; ``max_entries`` bounds the entries of all logs."""
-    names = list(targets) if targets is not None else await log_names(view, options)
+    """One trigger's move: (end offsets, heads, entries covered); see :func:`move`."""
+    found = await move(view, options, start, targets=targets, max_entries=max_entries)
+    return found.ends, found.heads, found.covered
+
+
+async def move(
+    view: LogView,
+    options: SourceOptions,
+    start: Mapping[str, Position],
+    *,
+    targets: Mapping[str, Position] | None = None,
+    max_entries: int | None = None,
+) -> Move:
+    """One trigger's move. ``targets`` (frozen for AvailableNow) bound each log;
+    ``max_entries`` bounds the entries of all logs. Named logs are not looked up apart from
+    their walk (one metadata read per log and trigger); a missing one fails the walk."""
+    if targets is not None:
+        names = list(targets)
+    elif options.log_pattern is None:
+        names = list(dict.fromkeys(options.logs))
+    else:
+        names = await log_names(view, options)
     spans: dict[str, list[EntrySpan]] = {}
     heads: dict[str, Position] = {}
     for name in names:
@@ -99,14 +148,17 @@ async def advance(
     chosen = spans if max_entries is None else limit_spans(spans, max_entries)
     ends = dict(start)
     covered = 0
-    for name, items in chosen.items():
+    batch: list[EntrySpan] = []
+    for name, items in sorted(chosen.items()):
         count = sum(s.count for s in items)
         covered += count
+        batch.extend(items)
         if count == sum(s.count for s in spans[name]):  # a prefix as long as the whole
             ends[name] = heads[name]
-        else:
+        elif items:
             ends[name] = Position(items[-1].ledger_id, items[-1].last + 1)
-    return ends, heads, covered
+        # else: the limit left this log nothing this time (more busy logs than entries)
+    return Move(ends, heads, covered, batch)
 
 
 async def spans_between(

@@ -16,9 +16,7 @@ import logging
 import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.entry import Entry
@@ -37,8 +35,10 @@ from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
 from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.namedlog.writer import create_ledger
-from bkeeper.spark.arrow import record_batch
 from bkeeper.spark.plan import EntrySpan, LogView
+
+if TYPE_CHECKING:  # imported by read tasks only (see bkeeper.spark.source's docstring)
+    import pyarrow as pa
 
 __all__ = ["Runtime", "TaskLedgers", "runtime"]
 
@@ -125,6 +125,8 @@ class Runtime:
         fail_on_data_loss: bool,
     ) -> Iterator[pa.RecordBatch]:
         """The records of ``span`` as Arrow batches of at most ``rows_per_batch`` rows."""
+        from bkeeper.spark.arrow import record_batch
+
         handle = self.call(self._open(span, fail_on_data_loss))
         if handle is None:
             return
@@ -158,8 +160,9 @@ class Runtime:
             return None
 
     # -- writing -------------------------------------------------------------------------
-    def ensure_log(self, name: str, create: bool) -> None:
-        """Create the log ``name`` if missing; with ``create`` false, fail if it is."""
+    def ensure_log(self, name: str, create: bool, refusal: str | None = None) -> None:
+        """Create the log ``name`` if missing; with ``create`` false, fail if it is (saying
+        ``refusal`` when given: why it is not created)."""
 
         async def run() -> None:
             if create:
@@ -169,10 +172,8 @@ class Runtime:
             try:
                 await self.logs.log(name).metadata()
             except LogNotFoundError:
-                raise LogNotFoundError(
-                    f"no log named {name!r}, and createLog=false: create the log first or "
-                    "leave the option out"
-                ) from None
+                why = refusal or "createLog=false: create the log first or leave the option out"
+                raise LogNotFoundError(f"no log named {name!r}, and {why}") from None
 
         self.call(run())
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -33,9 +33,11 @@ from pyspark.sql.datasource import (
 )
 
 from bkeeper.common.errors import ConfigError
-from bkeeper.spark.arrow import sink_rows
 from bkeeper.spark.options import SinkOptions, sink_options
 from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
+
+if TYPE_CHECKING:  # imported by write tasks only (see bkeeper.spark.source's docstring)
+    import pyarrow as pa
 
 __all__ = ["BatchWriter", "LedgersMessage", "StreamWriter", "sink_for"]
 
@@ -75,9 +77,15 @@ def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any
                 f"cannot write column {field_.name} of type {field_.dataType.simpleString()}: "
                 f"use {' or '.join(wanted)}"
             )
+    if parsed.create_log is None:
+        restarted = streaming and _restarted(options)
+        parsed = replace(parsed, create_log=not restarted)
+        refusal = RESTARTED if restarted else None
+    else:
+        refusal = None
     rt = _runtime(parsed)
     if parsed.log is not None:
-        rt.ensure_log(parsed.log, parsed.create_log)
+        rt.ensure_log(parsed.log, bool(parsed.create_log), refusal)
     if streaming:
         if parsed.writer_id is None:
             raise ConfigError(
@@ -89,6 +97,33 @@ def sink_for(options: Mapping[str, str], *, streaming: bool, schema: Any) -> Any
     return BatchWriter(parsed, f"batch:{uuid.uuid4()}")
 
 
+#: Why a missing log is not created by default (see :func:`_restarted`).
+RESTARTED = (
+    "this stream restarts from its checkpoint, and a restarted stream creates no log by "
+    "default (a typo in the log name would silently start a new one): check the name, or "
+    "set createLog=true"
+)
+
+
+def _restarted(options: Mapping[str, str]) -> bool:
+    """Whether the streaming query restarts from a checkpoint that has committed batches
+    (its ``commits/`` directory holds one). Only a local checkpoint directory can be
+    checked; any other location counts as a new query."""
+    location = next((v for k, v in options.items() if k.lower() == "checkpointlocation"), None)
+    if not location:
+        return False
+    path = str(location)
+    if path.startswith("file:"):
+        path = "/" + path[len("file:") :].lstrip("/")
+    elif "://" in path:
+        return False
+    commits = Path(path) / "commits"
+    try:
+        return any(child.name.isdigit() for child in commits.iterdir())
+    except OSError:
+        return False
+
+
 def _runtime(options: SinkOptions) -> Runtime:
     return runtime(options.metadata, options.client, options.log_config)
 
@@ -96,6 +131,8 @@ def _runtime(options: SinkOptions) -> Runtime:
 def _write_task(
     options: SinkOptions, job_id: str, batches: Iterator[pa.RecordBatch], *, one_off: bool
 ) -> LedgersMessage:
+    from bkeeper.spark.arrow import sink_rows
+
     task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id)
     try:
         for batch in batches:
@@ -125,7 +162,7 @@ def _commit(
             by_log.setdefault(name, []).extend(ids)
     for name in sorted(by_log):  # every log first: a missing one fails before any changes
         if name != options.log:
-            rt.ensure_log(name, options.create_log)
+            rt.ensure_log(name, options.create_log is not False)
     for name, ids in sorted(by_log.items()):
         ids.sort()  # ledger ids grow in the order ledgers were made; a log's must grow
         if not rt.append_ledgers(name, ids, writer_id, batch_id):

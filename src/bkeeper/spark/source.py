@@ -5,6 +5,11 @@ Spark pickles the data source, the readers and the partitions and runs them in o
 processes, so these objects hold only validated options and plans; clients live in
 :mod:`bkeeper.spark.runtime`, one per process. Reads are partitioned by entry ranges
 (:mod:`bkeeper.spark.plan`), read straight from the bookies and returned as Arrow batches.
+
+Spark starts a Python process for each planning step of a query (creating the source, the
+stream runner, the sink, each commit) and unpickles this module's classes in each, so
+importing it must stay cheap: pyarrow and numpy (most of the import time, and not needed to
+plan or commit) are imported only by the code that reads or writes records.
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -42,18 +46,28 @@ from pyspark.sql.types import StructType
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
-from bkeeper.spark.arrow import spark_schema
 from bkeeper.spark.errors import plainly
 from bkeeper.spark.options import (
     SourceOptions,
     offset_from_positions,
     positions_from_offset,
     source_options,
+    spark_schema,
 )
 from bkeeper.spark.plan import Bounds, EntrySpan, partition_spans
-from bkeeper.spark.planner import advance, batch_spans, log_names, spans_between, start_positions
+from bkeeper.spark.planner import (
+    advance,
+    batch_spans,
+    log_names,
+    move,
+    spans_between,
+    start_positions,
+)
 from bkeeper.spark.runtime import Runtime, runtime
 from bkeeper.spark.sink import BatchWriter, StreamWriter, sink_for
+
+if TYPE_CHECKING:  # pyarrow is imported where records are read (see the module docstring)
+    import pyarrow as pa
 
 __all__ = ["BKeeperDataSource", "ReadPartition", "register"]
 
@@ -109,8 +123,13 @@ class BKeeperDataSource(DataSource):
 
     @plainly
     def schema(self) -> str:
-        include = str(self.options.get("includeProperties", "false")).lower() == "true"
-        return spark_schema(include)
+        """Called at ``load()`` of every read (unless the user gave a schema), before Spark
+        says whether it is a batch or a stream: the options are checked here, so a bad one
+        fails ``load()`` with its line first, and so is the cluster (a wrong metadata root is
+        "no cluster at ...", never data loss)."""
+        options = source_options(self.options, streaming=None)
+        _runtime(options)  # ClusterNotFoundError names a root that holds no cluster
+        return spark_schema(options.include_properties)
 
     @plainly
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -120,10 +139,15 @@ class BKeeperDataSource(DataSource):
             return PushdownBatchReader(options)
         return LogBatchReader(options)
 
-    @plainly
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        options = source_options(self.options, streaming=True)
-        _check_schema(schema, options)
+        """Never raises: PySpark's streaming runner buries an error raised here under an
+        ``UnboundLocalError`` of its own (pyspark 4.3), so what only a stream refuses
+        (``endingPosition``) is raised by the reader's first call instead."""
+        try:
+            options = source_options(self.options, streaming=True)
+            _check_schema(schema, options)
+        except ConfigError as error:
+            return RefusedStreamReader(error)
         return StreamReader(options)
 
     @plainly
@@ -198,6 +222,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._clock: Clock = clock or SystemClock()
         self._targets: dict[str, Position] | None = None
         self._heads: dict[str, Position] | None = None
+        #: The last batch ``latestOffset`` planned: (start, end, its spans), so that
+        #: ``partitions`` for that batch does not walk the logs again.
+        self._planned: tuple[dict[str, Any], dict[str, Any], list[EntrySpan]] | None = None
         self._last_batch_s = self._clock.monotonic()
 
     def _rt(self) -> Runtime:
@@ -230,19 +257,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             max_entries = limit.max_rows
         rt = self._rt()
-        ends, heads, covered = rt.call(
-            advance(
-                rt.view, self.options, positions, targets=self._targets, max_entries=max_entries
-            )
+        found = rt.call(
+            move(rt.view, self.options, positions, targets=self._targets, max_entries=max_entries)
         )
-        self._heads = heads
+        self._heads = found.heads
+        covered = found.covered
         if isinstance(limit, ReadMinRows) and covered < limit.min_rows:
             return start
         if covered and self._should_wait(covered):
             return start
         if covered:
             self._last_batch_s = self._clock.monotonic()
-        return offset_from_positions(ends)
+        end = offset_from_positions(found.ends)
+        self._planned = (offset_from_positions(positions), end, found.spans)
+        return end
 
     def _should_wait(self, covered: int) -> bool:
         """``minEntriesPerTrigger``: too few entries, and ``maxTriggerDelay`` not yet up
@@ -258,8 +286,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @plainly
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadPartition]:
-        rt = self._rt()
-        spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
+        planned = self._planned
+        if planned is not None and planned[0] == start and planned[1] == end:
+            spans = planned[2]  # the batch latestOffset just planned (the usual case)
+        else:  # a batch from the checkpoint's offset log, after a restart
+            rt = self._rt()
+            spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
         groups = partition_spans(spans, self.options.max_entries_per_split)
         return [ReadPartition(g) for g in groups]
 
@@ -268,6 +300,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("bkeeper stream: processed up to %s", end)
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A stream whose options were refused: its first call raises the refusal."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+    @plainly
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ReadPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        self._refuse()
 
 
 def _exact(offset: dict[str, Any]) -> dict[str, Position]:

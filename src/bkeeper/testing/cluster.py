@@ -34,7 +34,7 @@ from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.registry import BookieRegistration
 from bkeeper.server.config import BookieConfig
-from bkeeper.server.handlers import BookieState, RequestHandlers, _error_response
+from bkeeper.server.handlers import BookieState, RequestHandlers, error_response
 from bkeeper.storage import GroupTokens, MemoryFileSystem, Storage, StorageConfig
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -218,7 +218,7 @@ class _MemoryConnection:
         if future.done():
             return
         if fault.error is not None:
-            future.set_result(_error_response(request, fault.error))
+            future.set_result(error_response(request, fault.error))
         else:
             self._serve(request, future, fault.corrupt)
 

@@ -11,6 +11,13 @@ page is :attr:`Sandbox.dashboard_url`. The cluster is formatted on first start. 
 the dashboard are child processes that die with the sandbox (parent-death signal); ``stop``
 sends SIGTERM to the dashboard and each bookie, then stops ZooKeeper, leaving no process
 behind.
+
+With ``secure`` (``bkeeper sandbox --secure``) the credentials of
+:mod:`bkeeper.testing.sandbox_security` are made under ``security/``: the metadata URI carries
+the ZooKeeper digest file (every node gets an ACL for that identity alone), bookies require TLS
+and token authentication, and every child process gets the ``bkeeper`` group's client options
+(:meth:`SandboxSecurity.client_args`) so that its clients (auto-recovery, the dashboard) use
+TLS and the token; :attr:`Sandbox.client_env` is the same as environment variables, for users.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from types import TracebackType
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.uri import DIGEST_FILE_OPTION
+from bkeeper.testing.sandbox_security import SandboxSecurity
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
 
 __all__ = ["Sandbox", "SandboxConfig"]
@@ -66,6 +75,8 @@ class SandboxConfig:
     autorecovery_nice: int | None = None
     #: Where ``bkeeper dashboard`` serves (on 127.0.0.1); None: no dashboard.
     dashboard_port: int | None = None
+    #: TLS (required), token authentication and ZooKeeper ACLs (module doc).
+    secure: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
@@ -141,10 +152,25 @@ class Sandbox:
         #: The dashboard's page, once it serves.
         self.dashboard_url: str | None = None
         self._log_offsets: dict[int, int] = {}
+        self.security: SandboxSecurity | None = None
+        if config.secure:
+            self.security = SandboxSecurity.prepare(config.data_dir / "security")
 
     @property
     def metadata_uri(self) -> str:
-        return self.zookeeper.uri(self.config.root)
+        uri = self.zookeeper.uri(self.config.root)
+        if self.security is not None:
+            uri += f"?{DIGEST_FILE_OPTION}={self.security.digest_file}"
+        return uri
+
+    def _client_args(self) -> list[str]:
+        return [] if self.security is None else self.security.client_args()
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """What a ``bkeeper`` command's environment needs to be a client of this sandbox
+        (empty unless ``secure``)."""
+        return {} if self.security is None else self.security.client_env()
 
     def bookie_address(self, index: int) -> tuple[str, int]:
         return "127.0.0.1", self.config.bookie_port_base + index
@@ -210,10 +236,12 @@ class Sandbox:
         admin = self.admin_address(index)
         http = [] if admin is None else ["--http-port", str(admin[1])]
         cmd = [
-            sys.executable, "-m", "bkeeper", "bookie",
+            sys.executable, "-m", "bkeeper", *self._client_args(), "bookie",
             "--data-dir", str(data_dir), "--host", host, "--port", str(port), *http,
             "--metadata", self.metadata_uri, *self._split_args()[0],
         ]  # fmt: skip
+        if self.security is not None:
+            cmd += self.security.bookie_args()
         if self.config.autorecovery and self.config.autorecovery_nice is None:
             cmd.append("--autorecovery")
         for flag, dirs in (
@@ -234,7 +262,8 @@ class Sandbox:
         participant id is the bookie's: ``whoisauditor`` names the bookie)."""
         host, port = self.bookie_address(index)
         return [
-            sys.executable, "-m", "bkeeper", "autorecovery", "--metadata", self.metadata_uri,
+            sys.executable, "-m", "bkeeper", *self._client_args(), "autorecovery",
+            "--metadata", self.metadata_uri,
             "--id", f"{host}:{port}", *self._split_args()[1],
         ]  # fmt: skip
 
@@ -306,7 +335,8 @@ class Sandbox:
     def dashboard_command(self, port: int) -> list[str]:
         """The command line of the sandbox's dashboard."""
         return [
-            sys.executable, "-m", "bkeeper", "dashboard", "--metadata", self.metadata_uri,
+            sys.executable, "-m", "bkeeper", *self._client_args(), "dashboard",
+            "--metadata", self.metadata_uri,
             "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
 

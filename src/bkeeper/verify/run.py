@@ -38,15 +38,20 @@ from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import port_free
 from bkeeper.verify.check import Verdict, check_ledgers
+from bkeeper.verify.check_log import check_log
 from bkeeper.verify.history import History
+from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.nemesis import Nemesis
 from bkeeper.verify.netns import NetnsSandbox, Network
 from bkeeper.verify.schedule import Fault, make_schedule
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
-__all__ = ["RunResult", "VerifyConfig", "run_once"]
+__all__ = ["WORKLOADS", "RunResult", "VerifyConfig", "run_once"]
 
 log = logging.getLogger(__name__)
+
+#: The workloads, by name.
+WORKLOADS = ("ledger", "log")
 
 #: Bytes of each bookie's own tmpfs (``disk-full``).
 BOOKIE_DISK_BYTES = 256 * 1024 * 1024
@@ -65,8 +70,8 @@ class VerifyConfig:
     workload_config: WorkloadConfig = field(default_factory=WorkloadConfig)
 
     def __post_init__(self) -> None:
-        if self.workload != "ledger":
-            raise ConfigError(f"workload: {self.workload!r} is not one of ledger")
+        if self.workload not in WORKLOADS:
+            raise ConfigError(f"workload: {self.workload!r} is not one of {', '.join(WORKLOADS)}")
         if not 5 <= self.bookies <= 16:
             raise ConfigError(f"bookies: {self.bookies} is not between 5 and 16")
         if not 1.0 <= self.duration_s <= 86_400.0:
@@ -140,7 +145,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         history = History()
         sandbox.start()
         try:
-            workload = LedgerWorkload(sandbox.metadata_uri, history, seed, config.workload_config)
+            kind = LogWorkload if config.workload == "log" else LedgerWorkload
+            workload = kind(sandbox.metadata_uri, history, seed, config.workload_config)
             nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network)
             faults, verdict = asyncio.run(
                 _drive(config, sandbox, schedule, workload, nemesis, history)
@@ -197,6 +203,7 @@ def _sandbox_config(data_dir: Path, bookies: int, seed: int) -> SandboxConfig:
                 bookies=bookies,
                 zookeeper_port=base,
                 bookie_port_base=base + 1,
+                start_timeout_s=90.0,  # a bookie restarted after kill -9 waits out its session
                 bookie_args=("-o", "lost_bookie_recovery_delay_s=2"),
             )
     raise ConfigError(
@@ -208,7 +215,7 @@ async def _drive(
     config: VerifyConfig,
     sandbox: Sandbox,
     schedule: tuple[Fault, ...],
-    workload: LedgerWorkload,
+    workload: LedgerWorkload | LogWorkload,
     nemesis: Nemesis,
     history: History,
 ) -> tuple[list[tuple[Fault, str]], Verdict]:
@@ -229,11 +236,19 @@ async def _drive(
     finally:
         stop.set()
         await task  # the workload's own failure (a harness bug) is raised here
-    final = await read_final(sandbox.metadata_uri, list(workload.created))
-    verdict = check_ledgers(history, final)
+    if isinstance(workload, LogWorkload):
+        try:
+            records, mark, readable = await read_log(sandbox.metadata_uri)
+            verdict = check_log(history, records, mark)
+        except BKeeperError as exc:
+            verdict, readable = Verdict(), []
+            verdict.violate(f"the log could not be read whole at the end: {exc}")
+    else:
+        final = await read_final(sandbox.metadata_uri, list(workload.created))
+        verdict = check_ledgers(history, final)
+        readable = [ledger_id for ledger_id, found in final.items() if not found.error]
     for line in harness:
         verdict.violate(line)
-    readable = [ledger_id for ledger_id, found in final.items() if not found.error]
     await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict)
     return done, verdict
 

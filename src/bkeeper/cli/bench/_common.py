@@ -22,6 +22,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bkeeper.client.config import set_process_security
+from bkeeper.common.auth import ClientAuthConfig
+from bkeeper.common.tls import TlsClientConfig
 from bkeeper.testing.benchmarks import BenchResult, free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.wire.codes import Protocol
@@ -160,8 +163,9 @@ def parse_size(text: str) -> int:
 
 
 @contextlib.contextmanager
-def cluster(metadata_uri: str, bookies: int) -> Iterator[str]:
-    """The given cluster, or a sandbox of ``bookies`` bookies in a temporary directory."""
+def cluster(metadata_uri: str, bookies: int, secure: bool = False) -> Iterator[str]:
+    """The given cluster, or a sandbox of ``bookies`` bookies in a temporary directory
+    (``secure``: ``sandbox --secure``, and this process's clients use its TLS and token)."""
     if metadata_uri:
         yield metadata_uri
         return
@@ -171,6 +175,12 @@ def cluster(metadata_uri: str, bookies: int) -> Iterator[str]:
             bookies=bookies,
             zookeeper_port=free_port(),
             bookie_port_base=free_port_range(bookies),
+            secure=secure,
         )
         with Sandbox(config) as box:
+            if box.security is not None:
+                token = box.security.token_file.read_text().strip()
+                set_process_security(
+                    TlsClientConfig(ca_file=box.security.ca.cert), ClientAuthConfig(token=token)
+                )
             yield box.metadata_uri

@@ -3,6 +3,9 @@ from encoding a frame to appending to a named log."""
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+
 import click
 
 from bkeeper.cli.bench._common import (
@@ -13,6 +16,8 @@ from bkeeper.cli.bench._common import (
     print_results,
     protocol_of,
 )
+from bkeeper.client.handshake import ClientSecurity
+from bkeeper.common.tls import TlsClientConfig
 from bkeeper.testing.benchmarks import (
     BenchResult,
     bench_bookie_adds,
@@ -23,6 +28,7 @@ from bkeeper.testing.benchmarks import (
     delete_ledger,
     local_bookie,
 )
+from bkeeper.testing.certs import make_ca, make_cert
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.digest import DigestType
 
@@ -61,6 +67,11 @@ def codec(count: int, entry_size: int, digest: str) -> None:
     multiple=True,
     help="An argument for the bookie started here (repeatable), e.g. --bookie-arg=--no-metrics.",
 )
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="TLS between the client and the bookie started here (certificates made for the run).",
+)
 def bookie_bench(
     address: str,
     data_dir: str | None,
@@ -70,13 +81,14 @@ def bookie_bench(
     in_flight: int,
     rate: float | None,
     bookie_args: tuple[str, ...],
+    tls: bool,
 ) -> None:
     """Acknowledged (fsynced) adds/s, MB/s and latency against one bookie."""
     from bkeeper.cli.bookie import run_event_loop
 
     proto = protocol_of(protocol)
 
-    async def run(host: str, port: int) -> None:
+    async def run(host: str, port: int, security: ClientSecurity | None = None) -> None:
         result = await bench_bookie_adds(
             host,
             port,
@@ -85,16 +97,27 @@ def bookie_bench(
             duration_s=duration,
             in_flight=in_flight,
             rate=rate,
+            security=security,
         )
         print_results([result], "adds")
 
     if address:
-        if bookie_args:
-            raise click.UsageError("--bookie-arg: only for the bookie started here (no --address)")
+        if bookie_args or tls:
+            raise click.UsageError(
+                "--bookie-arg, --tls: only for the bookie started here (no --address)"
+            )
         run_event_loop(run(*parse_address(address, "--address")))
-    else:
-        with local_bookie(data_dir, extra_args=bookie_args) as (host, port):
-            run_event_loop(run(host, port))
+        return
+    with contextlib.ExitStack() as stack:
+        security = None
+        if tls:
+            where = stack.enter_context(tempfile.TemporaryDirectory(prefix="bkeeper-bench-tls-"))
+            ca = make_ca(where, "ca")
+            cert = make_cert(where, ca, "bookie")
+            bookie_args = (*bookie_args, "--tls-cert", cert.cert, "--tls-key", cert.key)
+            security = ClientSecurity(ssl_context=TlsClientConfig(ca_file=ca.cert).context())
+        host, port = stack.enter_context(local_bookie(data_dir, extra_args=bookie_args))
+        run_event_loop(run(host, port, security))
 
 
 @click.command("write")
@@ -108,6 +131,12 @@ def bookie_bench(
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Start the sandbox with --secure (TLS required, token auth, ZooKeeper ACLs) and "
+    "write through TLS (without --metadata only).",
+)
 @KEEP
 def write_bench(
     metadata_uri: str,
@@ -120,9 +149,12 @@ def write_bench(
     rate: float | None,
     protocol: str,
     also_read: bool,
+    tls: bool,
     keep: bool,
 ) -> None:
     """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
+    if tls and metadata_uri:
+        raise click.UsageError("--tls starts a secure sandbox: not with --metadata")
     from bkeeper.cli.bookie import run_event_loop
 
     proto = protocol_of(protocol)
@@ -148,7 +180,7 @@ def write_bench(
                 await delete_ledger(uri, ledger_id)
         return results
 
-    with cluster(metadata_uri, ensemble) as uri:
+    with cluster(metadata_uri, ensemble, secure=tls) as uri:
         print_results(run_event_loop(run(uri)), "entries")
 
 
@@ -212,7 +244,8 @@ def read_bench(
 def log_bench(
     metadata_uri: str, entry_size: int, duration: float, in_flight: int, rate: float
 ) -> None:
-    """Named-log append rate and tail latency (append to visible at a tailing reader)."""
+    """Named-log append rate and tail latency (append to visible at a tailing reader); then
+    the log read back by a reader, and by a subscription acknowledging every record."""
     from bkeeper.cli.bookie import run_event_loop
 
     with cluster(metadata_uri, 3) as uri:

@@ -32,6 +32,37 @@ _RECORDS = click.option(
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--max-entries-per-split", default=100_000, show_default=True,
               type=click.IntRange(1))  # fmt: skip
+@click.option(
+    "--vs-parquet",
+    is_flag=True,
+    help="Also read the same payloads from Parquet, side by side in each run.",
+)
+@click.option(
+    "--latency",
+    is_flag=True,
+    help="Instead: append-to-visible latency of a stream copying a log to another.",
+)
+@click.option(
+    "--rate",
+    default=2_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="--latency: records appended per second.",
+)
+@click.option(
+    "--seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.5),
+    help="--latency: how long to append.",
+)
+@click.option(
+    "--trigger-ms",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="--latency: the stream's processing-time trigger (0: back to back).",
+)
 def spark_bench(
     metadata_uri: str,
     log_name: str,
@@ -40,11 +71,20 @@ def spark_bench(
     runs: int,
     master: str,
     max_entries_per_split: int,
+    vs_parquet: bool,
+    latency: bool,
+    rate: int,
+    seconds: float,
+    trigger_ms: int,
 ) -> None:
-    """Rows/s of a Spark batch read of a named log (filled first to --records records)."""
+    """Rows/s of a Spark batch read of a named log (filled first to --records records), or
+    with --latency the latency of a stream from one log to another."""
     from bkeeper.cli.bookie import run_event_loop
     from bkeeper.spark.bench import bench_spark_read, fill_log
 
+    if latency:
+        _latency(metadata_uri, master, rate, seconds, trigger_ms)
+        return
     with cluster(metadata_uri, 3) as uri:
         appended, seconds = run_event_loop(fill_log(uri, log_name, records, record_size))
         results = []
@@ -52,12 +92,57 @@ def spark_bench(
             results.append(BenchResult("fill log (append)", appended, seconds,
                                        appended * record_size))  # fmt: skip
         runs_done = bench_spark_read(
-            uri, log_name, runs=runs, master=master, max_entries_per_split=max_entries_per_split
+            uri,
+            log_name,
+            runs=runs,
+            master=master,
+            max_entries_per_split=max_entries_per_split,
+            vs_parquet=vs_parquet,
         )
         for index, run in enumerate(runs_done):
             name = f"spark read {master}, {run.partitions} partitions, run {index + 1}"
             results.append(BenchResult(name, run.rows, run.seconds, run.bytes))
+            if run.parquet is not None:
+                other = run.parquet
+                name = f"parquet read {master}, {other.partitions} partitions, run {index + 1}"
+                results.append(BenchResult(name, other.rows, other.seconds, other.bytes))
         print_results(results, "rows")
+
+
+def _latency(metadata_uri: str, master: str, rate: int, seconds: float, trigger_ms: int) -> None:
+    import statistics
+    import tempfile
+
+    from bkeeper.spark.bench import PHASES, bench_spark_latency
+
+    with cluster(metadata_uri, 3) as uri, tempfile.TemporaryDirectory() as scratch:
+        run = bench_spark_latency(
+            uri, rate=rate, seconds=seconds, master=master, trigger_ms=trigger_ms, scratch=scratch
+        )
+    seen = sorted(run.latencies_ms)
+    if not seen:
+        raise click.ClickException("no record reached the copy")
+
+    def at(q: float) -> float:
+        return seen[min(len(seen) - 1, int(q * len(seen)))]
+
+    table = Table(title=f"stream {master}, trigger {trigger_ms} ms, {rate} records/s")
+    for column in ("records", "seen", "batches", "p50 ms", "p90 ms", "p99 ms", "max ms",
+                   "restart s", "cold restart s"):  # fmt: skip
+        table.add_column(column, justify="right")
+    table.add_row(str(run.appended), str(len(seen)), str(run.batches), f"{at(0.5):.0f}",
+                  f"{at(0.9):.0f}", f"{at(0.99):.0f}", f"{seen[-1]:.0f}",
+                  f"{run.restart_first_batch_s:.2f}",
+                  f"{run.cold_restart_first_batch_s:.2f}")  # fmt: skip
+    console().print(table)
+    phases = Table(title="median ms per micro-batch (Spark's durationMs)")
+    for phase in PHASES:
+        phases.add_column(phase, justify="right")
+    phases.add_row(*(f"{run.phases_ms[p]:.0f}" for p in PHASES))
+    console().print(phases)
+    click.echo(f"mean latency {statistics.fmean(seen):.0f} ms; restart: from start() of the "
+               "query restarted from its checkpoint to its first batch, in the same session "
+               "and in a new JVM (cold Python workers)")  # fmt: skip
 
 
 @click.command("cpu-split")

@@ -11,6 +11,7 @@ from array import array
 from collections.abc import AsyncIterator, Callable
 
 from bkeeper.client.bookie_client import BookieClient
+from bkeeper.client.handshake import ClientSecurity
 from bkeeper.common.errors import BKeeperError
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -21,8 +22,10 @@ __all__ = ["bench_bookie_adds"]
 
 
 @contextlib.asynccontextmanager
-async def _connection(host: str, port: int, protocol: Protocol) -> AsyncIterator[BookieClient]:
-    client = await BookieClient.connect(host, port, protocol)
+async def _connection(
+    host: str, port: int, protocol: Protocol, security: ClientSecurity | None
+) -> AsyncIterator[BookieClient]:
+    client = await BookieClient.connect(host, port, protocol, security=security)
     try:
         yield client
     finally:
@@ -40,15 +43,17 @@ async def bench_bookie_adds(
     rate: float | None = None,
     ledger_id: int | None = None,
     progress: Callable[[int], None] | None = None,
+    security: ClientSecurity | None = None,
 ) -> BenchResult:
     """Add entries to one bookie for ``duration_s``: closed loop with ``in_flight``
-    outstanding adds, or open loop at ``rate`` adds/s (still capped by ``in_flight``)."""
+    outstanding adds, or open loop at ``rate`` adds/s (still capped by ``in_flight``);
+    ``security``: connect with START_TLS / AUTH first."""
     ledger_id = ledger_id if ledger_id is not None else int(time.time() * 1000) % (1 << 40)
     manager = DigestManager(ledger_id, DigestType.CRC32C, b"bench")
     key = master_key(b"bench")
     payload = os.urandom(entry_bytes)
     latencies: array[float] = array("d")
-    async with _connection(host, port, protocol) as client:
+    async with _connection(host, port, protocol, security) as client:
         outstanding = 0
         next_entry = 0
         failures: list[str] = []

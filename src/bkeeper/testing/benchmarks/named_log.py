@@ -1,4 +1,5 @@
-"""``bkeeper bench log``: named-log appends while another client tails the log."""
+"""``bkeeper bench log``: named-log appends while another client tails the log; then the log
+read back by a reader and by a subscription that acknowledges every record."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import functools
 import os
 import time
 from array import array
+from typing import TYPE_CHECKING
 
+from bkeeper.common.errors import BKeeperError
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog import NamedLog
 
 __all__ = ["bench_log"]
 
@@ -84,6 +90,7 @@ async def bench_log(
             await writer.close()
             await asyncio.wait_for(tailing, 30)
             await reader.close()
+            replay = await _read_back(reader_logs.log(name), len(sent_at), entry_bytes)
         finally:
             await writer_logs.delete(name)
     label = f"log appends, {entry_bytes} B" + (f", open loop {rate:.0f}/s" if rate else "")
@@ -91,4 +98,38 @@ async def bench_log(
     return [
         BenchResult(label, count, elapsed, count * entry_bytes, append_latency),
         BenchResult("  append -> tailing reader", len(tail_latency), elapsed, 0, tail_latency),
+        *replay,
+    ]
+
+
+async def _read_back(named: NamedLog, count: int, entry_bytes: int) -> list[BenchResult]:
+    """The whole log read again, by a plain reader and then by a subscription's consumer
+    acknowledging every record (the cost of acks is the difference; they are written in
+    batches, one compare-and-set per flush interval, and flushed at the end)."""
+    from bkeeper.namedlog import EARLIEST
+
+    perf = time.perf_counter
+    reader = await named.open_reader(EARLIEST)
+    start = perf()
+    for _ in range(count):
+        if await reader.next(timeout_s=30) is None:
+            raise BKeeperError(f"read back: a record of {count} did not come within 30 s")
+    read_s = perf() - start
+    await reader.close()
+    consumer = await named.subscribe("bench", EARLIEST)
+    start = perf()
+    for _ in range(count):
+        record = await consumer.receive(timeout_s=30)
+        if record is None:
+            raise BKeeperError(f"consume: a record of {count} did not come within 30 s")
+        consumer.ack(record.position)
+    await consumer.flush()
+    consume_s = perf() - start
+    await consumer.close()
+    empty: array[float] = array("d")
+    return [
+        BenchResult("read back by a reader", count, read_s, count * entry_bytes, empty),
+        BenchResult(
+            "  by a subscription, acking each", count, consume_s, count * entry_bytes, empty
+        ),
     ]

@@ -1,0 +1,175 @@
+"""Security options of the command line (docs/security.md).
+
+- Bookie (``bkeeper bookie``, ``bkeeper sandbox``): ``--tls-cert``, ``--tls-key``,
+  ``--tls-ca``, ``--tls-client-auth``, ``--tls-required``, ``--auth-token-secret-file``,
+  ``--auth-allowed-subject``.
+- Every client of the ``bkeeper`` command (group options, or their environment variables,
+  which processes started by a command inherit): ``--client-tls-ca`` (``BKEEPER_TLS_CA``),
+  ``--client-tls-cert`` / ``--client-tls-key`` (``BKEEPER_TLS_CERT`` / ``BKEEPER_TLS_KEY``),
+  ``--client-tls-no-hostname-check`` (``BKEEPER_TLS_NO_HOSTNAME_CHECK=1``),
+  ``--auth-token-file`` (``BKEEPER_AUTH_TOKEN_FILE``). They become the process's client
+  defaults (:func:`bkeeper.client.config.set_process_security`).
+
+Secret files are read here (the only layer that reads files named by the user) and must not
+be readable by others: a token or secret file with group or other permissions is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from bkeeper.client.config import set_process_security
+from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig, ServerAuthConfig
+from bkeeper.common.errors import ConfigError
+from bkeeper.common.tls import TlsClientConfig, TlsServerConfig
+
+__all__ = [
+    "SECRET_FILE_BYTES_MAX",
+    "apply_client_security",
+    "bookie_security_options",
+    "build_bookie_security",
+    "client_security_options",
+    "read_secret_file",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: A secret or token file larger than this is refused unread.
+SECRET_FILE_BYTES_MAX = 64 * 1024
+
+
+def read_secret_file(path: str, what: str) -> bytes:
+    """The content of a secret file (trailing newline dropped); ``ConfigError`` if it cannot
+    be read, is empty, too large, or readable by group or others."""
+    try:
+        info = os.stat(path)
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                f"{what} {path}: readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+                "chmod 600 it"
+            )
+        if info.st_size > SECRET_FILE_BYTES_MAX:
+            raise ConfigError(f"{what} {path}: larger than {SECRET_FILE_BYTES_MAX} bytes")
+        with open(path, "rb") as file:
+            data = file.read(SECRET_FILE_BYTES_MAX + 1).rstrip(b"\r\n")
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from exc
+    if not data:
+        raise ConfigError(f"{what} {path}: empty")
+    return data
+
+
+def bookie_security_options(command: F) -> F:
+    """The bookie's TLS and auth options."""
+    options = [
+        click.option("--tls-cert", default="", help="TLS: the bookie's PEM certificate chain."),
+        click.option("--tls-key", default="", help="TLS: the bookie's PEM private key."),
+        click.option(
+            "--tls-ca", default="", help="TLS: PEM CA certificates that sign client certificates."
+        ),
+        click.option(
+            "--tls-client-auth",
+            is_flag=True,
+            help="Mutual TLS: clients must present a certificate signed by --tls-ca.",
+        ),
+        click.option(
+            "--tls-required",
+            is_flag=True,
+            help="TLS-only: every request before START_TLS is answered EUA.",
+        ),
+        click.option(
+            "--auth-token-secret-file",
+            default="",
+            help="Turn on authentication with the token plugin: the file (mode 600) holds "
+            "the secret that signs tokens ('bkeeper security make-token' makes tokens).",
+        ),
+        click.option(
+            "--auth-allowed-subject",
+            multiple=True,
+            help="Only tokens for this subject are accepted (repeatable; default: any).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def build_bookie_security(
+    kwargs: dict[str, Any],
+) -> tuple[TlsServerConfig | None, ServerAuthConfig | None]:
+    """Pop the bookie's security options from a command's ``kwargs`` and build them."""
+    cert, key, ca = kwargs.pop("tls_cert"), kwargs.pop("tls_key"), kwargs.pop("tls_ca")
+    client_auth, required = kwargs.pop("tls_client_auth"), kwargs.pop("tls_required")
+    secret_file = kwargs.pop("auth_token_secret_file")
+    subjects = kwargs.pop("auth_allowed_subject")
+    tls = None
+    if cert or key or ca or client_auth or required:
+        tls = TlsServerConfig(cert, key, ca, client_auth=client_auth, required=required)
+    auth = None
+    if secret_file:
+        secret = read_secret_file(secret_file, "--auth-token-secret-file")
+        auth = ServerAuthConfig(TOKEN_PLUGIN, secret, frozenset(subjects))
+    elif subjects:
+        raise ConfigError("--auth-allowed-subject: needs --auth-token-secret-file")
+    return tls, auth
+
+
+def client_security_options(command: F) -> F:
+    """The client security options of the ``bkeeper`` group (module doc)."""
+    options = [
+        click.option(
+            "--client-tls-ca",
+            envvar="BKEEPER_TLS_CA",
+            default="",
+            help="Clients connect to bookies with TLS, trusting these PEM CA certificates "
+            "[env BKEEPER_TLS_CA].",
+        ),
+        click.option(
+            "--client-tls-cert",
+            envvar="BKEEPER_TLS_CERT",
+            default="",
+            help="Client certificate for mutual TLS [env BKEEPER_TLS_CERT].",
+        ),
+        click.option(
+            "--client-tls-key",
+            envvar="BKEEPER_TLS_KEY",
+            default="",
+            help="Client key for mutual TLS [env BKEEPER_TLS_KEY].",
+        ),
+        click.option(
+            "--client-tls-no-hostname-check",
+            envvar="BKEEPER_TLS_NO_HOSTNAME_CHECK",
+            is_flag=True,
+            help="Do not check that a bookie's certificate names its host "
+            "[env BKEEPER_TLS_NO_HOSTNAME_CHECK=1].",
+        ),
+        click.option(
+            "--auth-token-file",
+            envvar="BKEEPER_AUTH_TOKEN_FILE",
+            default="",
+            help="Clients authenticate to bookies with the token in this file (mode 600) "
+            "[env BKEEPER_AUTH_TOKEN_FILE].",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def apply_client_security(
+    ca: str, cert: str, key: str, no_hostname_check: bool, token_file: str
+) -> None:
+    """Make the group's client options the process's client defaults."""
+    tls = None
+    if ca or cert or key:
+        tls = TlsClientConfig(ca, cert, key, verify_hostname=not no_hostname_check)
+    auth = None
+    if token_file:
+        token = read_secret_file(token_file, "--auth-token-file").decode("ascii", "replace")
+        auth = ClientAuthConfig(TOKEN_PLUGIN, token)
+    set_process_security(tls, auth)

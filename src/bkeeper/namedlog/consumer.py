@@ -1,0 +1,416 @@
+"""Durable subscriptions on named logs: consumers that resume where the subscription left off.
+
+:meth:`NamedLog.subscribe <bkeeper.namedlog.logs.NamedLog.subscribe>` returns a
+:class:`Consumer` of a subscription (created at ``start`` the first time). The subscription's
+state (:class:`~bkeeper.namedlog.subscription.SubscriptionState`) lives in the metadata store
+under the log's node; a consumer reads from after its mark, passing over records acked out of
+order, so a consumer that restarts (or crashes) gets again every record it had not
+acknowledged, and none it had.
+
+**Exclusive.** One consumer at a time: taking the subscription creates its ephemeral ``owner``
+node (held by the consumer's metadata session) and raises its ``epoch`` by compare-and-set. A
+second consumer is refused (``SubscriptionBusyError``) or, with ``wait_s``, stands by until the
+owner node goes (the owner closed, or its session expired) and then takes over. Acks are
+written with the consumer's epoch: once another took over, they are refused
+(``SubscriptionFencedError``), so a consumer that was paused past its session cannot move the
+subscription of the one that replaced it.
+
+**Acks.** :meth:`Consumer.ack` (cumulative: this record and every one before it) and
+:meth:`Consumer.ack_individual` cost no I/O: they are gathered and written, merged into the
+stored state by compare-and-set, at most every ``ack_flush_ms`` (and by :meth:`Consumer.flush`
+and :meth:`Consumer.close`). An ack is durable once the flush after it returned; a consumer
+that crashes loses the acks of its last ``ack_flush_ms`` at most, and those records are
+delivered again (at-least-once). Call ``flush()`` where that matters.
+
+**Truncation.** Records the subscription has not consumed may be gone (a retention cap, an
+explicit truncate): a consumer then raises ``LogTruncatedError`` naming the gap, never skips
+it silently, unless it was subscribed with ``skip_truncated=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from bkeeper.common.errors import (
+    ConfigError,
+    LedgerFencedError,
+    LogTruncatedError,
+    MetadataVersionError,
+    SubscriptionBusyError,
+    SubscriptionFencedError,
+)
+from bkeeper.namedlog.cursor_ledger import CursorLedger
+from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.records import Position, Record
+from bkeeper.namedlog.subscription import SubscriptionState
+from bkeeper.namedlog.subscription_store import SubscriptionStore
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+
+__all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "ledger_ends"]
+
+log = logging.getLogger(__name__)
+
+#: How often a consumer writes the acks it gathered, at most (ms).
+ACK_FLUSH_MS = 200
+#: Compare-and-set rounds one flush tries before it gives up (another writer of the same
+#: subscription's node: a consumer taking over, an unsubscribe).
+FLUSH_ATTEMPTS_MAX = 20
+
+
+class Consumer:
+    """Reads a subscription's records and acknowledges them (see the module docstring)."""
+
+    def __init__(
+        self,
+        named: NamedLog,
+        subs: SubscriptionStore,
+        name: str,
+        consumer_id: str,
+        state: SubscriptionState,
+        version: int,
+        ack_flush_ms: int,
+        skip_truncated: bool,
+        *,
+        cursor: CursorLedger | None = None,
+    ) -> None:
+        self.named = named
+        self._cursor = cursor
+        self.name = name
+        self.consumer_id = consumer_id
+        self._subs = subs
+        self._state = state
+        self._version = version
+        self._epoch = state.epoch
+        self._flush_s = ack_flush_ms / 1000.0
+        self._skip_truncated = skip_truncated
+        self._reader: LogReader | None = None
+        self._acked_runs: dict[int, list[tuple[int, int]]] = _runs_by_ledger(state)
+        self._cumulative: Position | None = None
+        self._individual: list[Position] = []
+        self._dirty = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()
+        self._closed = False
+        self._fenced: SubscriptionFencedError | None = None
+        #: Exclusive: acks carry this consumer's epoch (shared consumers are not fenced).
+        self._fencing = state.mode == "exclusive"
+        #: The last record returned by :meth:`receive` (acks may not go past it).
+        self.delivered: Position | None = None
+
+    @property
+    def state(self) -> SubscriptionState:
+        """The subscription as this consumer last wrote or read it."""
+        return self._state
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    async def open(self) -> None:
+        start = self._state.resume_from
+        meta = await self.named.metadata()
+        gone = meta.truncated_before
+        if gone is not None and start < gone and meta.ledgers:
+            if not self._skip_truncated:
+                raise LogTruncatedError(
+                    f"subscription {self.name!r} of log {self.named.name!r}: records from "
+                    f"{start} up to {gone} are gone (truncated) before it consumed them"
+                )
+            log.warning("subscription %s: records from %s up to %s skipped (truncated)",
+                        self.name, start, gone)  # fmt: skip
+        self._reader = await self.named.open_reader(start)
+        self._flusher = asyncio.ensure_future(self._flush_periodically())
+
+    # -- reading -------------------------------------------------------------------------
+    async def receive(self, timeout_s: float | None = None) -> Record | None:
+        """The next record not acknowledged yet, or None if none comes within
+        ``timeout_s``."""
+        reader = self._check_reading()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            skipped = reader.skipped_ledgers
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            record = await reader.next(left)
+            if reader.skipped_ledgers != skipped and not self._skip_truncated:
+                raise LogTruncatedError(
+                    f"subscription {self.name!r} of log {self.named.name!r}: ledgers were "
+                    "truncated away before it consumed their records"
+                )
+            if record is None:
+                return None
+            if not self._acked_out_of_order(record.position):
+                self.delivered = record.position
+                return record
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Record:
+        record = await self.receive()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    def _acked_out_of_order(self, position: Position) -> bool:
+        runs = self._acked_runs.get(position.ledger_id)
+        if not runs:
+            return False
+        index = bisect.bisect_right(runs, (position.entry_id, 1 << 62)) - 1
+        return index >= 0 and runs[index][0] <= position.entry_id <= runs[index][1]
+
+    def _check_reading(self) -> LogReader:
+        if self._fenced is not None:
+            raise self._fenced
+        if self._closed or self._reader is None:
+            raise ConfigError(f"consumer of subscription {self.name!r} is closed")
+        return self._reader
+
+    # -- acknowledging ---------------------------------------------------------------------
+    def ack(self, position: Position) -> None:
+        """Acknowledge ``position`` and every record before it (written by the next flush);
+        ``ConfigError`` for a position past the last record delivered."""
+        self._check_reading()
+        self._check_delivered(position)
+        if self._cumulative is None or position > self._cumulative:
+            self._cumulative = position
+            self._dirty.set()
+
+    def ack_individual(self, position: Position) -> None:
+        """Acknowledge ``position`` alone (written by the next flush); ``ConfigError`` for a
+        position past the last record delivered."""
+        self._check_reading()
+        self._check_delivered(position)
+        self._individual.append(position)
+        self._dirty.set()
+
+    async def ack_up_to(self, position: Position, *, individual: bool = False) -> None:
+        """As an operator: acknowledge records not delivered to this consumer, up to
+        ``position`` (or that one alone), then flush. ``ConfigError`` when ``position`` is
+        past the log's last record (it would skip records not written yet)."""
+        self._check_reading()
+        last = await self.named.last_position()
+        if last is None or position > last:
+            raise ConfigError(
+                f"position {position} is past the last record of log {self.named.name!r} "
+                f"({last if last is not None else 'none yet'})"
+            )
+        if individual:
+            self._individual.append(position)
+        elif self._cumulative is None or position > self._cumulative:
+            self._cumulative = position
+        await self.flush()
+
+    def _check_delivered(self, position: Position) -> None:
+        if self.delivered is None or position > self.delivered:
+            raise ConfigError(
+                f"ack of {position}: past the last record delivered to this consumer "
+                f"({self.delivered if self.delivered is not None else 'none yet'})"
+            )
+
+    async def flush(self) -> None:
+        """Write the acks gathered so far; durable when this returns.
+        ``SubscriptionFencedError`` once another consumer took the subscription over."""
+        async with self._flush_lock:
+            if self._fenced is not None:
+                raise self._fenced
+            cumulative, individual = self._cumulative, self._individual
+            if cumulative is None and not individual:
+                return
+            self._cumulative, self._individual = None, []
+            self._dirty.clear()
+            try:
+                await self._write(cumulative, individual)
+            except BaseException:
+                if self._fenced is None:  # kept for the next flush
+                    self._cumulative = _later(self._cumulative, cumulative)
+                    self._individual = individual + self._individual
+                raise
+
+    async def _write(self, cumulative: Position | None, individual: list[Position]) -> None:
+        if self._cursor is not None:
+            await self._append_to_cursor(cumulative, individual)
+            return
+        state, version = self._state, self._version
+        for _attempt in range(FLUSH_ATTEMPTS_MAX):
+            after: dict[int, tuple[int, int]] = {}
+            if individual or state.acked:  # runs may join the mark across a ledger's end
+                mark = max(cumulative or state.start, state.mark or state.start)
+                ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
+                after = await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+            if self._fencing and state.epoch != self._epoch:
+                self._fenced = SubscriptionFencedError(
+                    f"subscription {self.name!r} of log {self.named.name!r} was taken over by "
+                    f"consumer {state.owner!r} (epoch {state.epoch}; this consumer's "
+                    f"{self._epoch}): its acks are refused"
+                )
+                raise self._fenced
+            new = state.with_acks(cumulative, individual, after)
+            try:
+                self._version = await self._subs.write(self.named.name, self.name, new, version)
+            except MetadataVersionError:  # written meanwhile: merge into what is there now
+                state, version = await self._subs.read(self.named.name, self.name)
+                continue
+            self._state = new
+            return
+        raise SubscriptionBusyError(
+            f"subscription {self.name!r}: acks not written after {FLUSH_ATTEMPTS_MAX} "
+            "compare-and-set attempts"
+        )
+
+    async def _append_to_cursor(
+        self, cumulative: Position | None, individual: list[Position]
+    ) -> None:
+        assert self._cursor is not None
+        state = self._state
+        after: dict[int, tuple[int, int]] = {}
+        if individual or state.acked:
+            mark = max(cumulative or state.start, state.mark or state.start)
+            ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
+            after = await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+        new = state.with_acks(cumulative, individual, after)
+        try:
+            await self._cursor.append(new)
+        except LedgerFencedError:
+            self._fenced = SubscriptionFencedError(
+                f"subscription {self.name!r} of log {self.named.name!r} was taken over by "
+                "another consumer (it fenced this consumer's cursor ledger): its acks are "
+                "refused"
+            )
+            raise self._fenced from None
+        self._state = new
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self._flush_s)
+            try:
+                await self.flush()
+            except SubscriptionFencedError as exc:
+                log.warning("%s", exc)
+                return
+            except Exception as exc:
+                log.warning("subscription %s: acks not written yet: %s", self.name, exc)
+
+    # -- the end -----------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Write the gathered acks, stop reading and give the subscription up."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._fenced is None:
+                await self.flush()
+        finally:
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
+            if self._reader is not None:
+                await self._reader.close()
+            if self._cursor is not None and self._fenced is None:
+                await self._retire_cursor()
+            await self._subs.release(self.named.name, self.name)
+
+    async def _retire_cursor(self) -> None:
+        """Put the state back in the subscription's node and delete the cursor ledger (if
+        another consumer took over meanwhile, it has the state: leave both to it)."""
+        assert self._cursor is not None
+        for _attempt in range(FLUSH_ATTEMPTS_MAX):
+            state, version = await self._subs.read(self.named.name, self.name)
+            if state.epoch != self._epoch or state.cursor != self._cursor.ledger_id:
+                return
+            back = replace(state.with_progress_of(self._state), cursor=None)
+            try:
+                await self._subs.write(self.named.name, self.name, back, version)
+            except MetadataVersionError:
+                continue
+            await self._cursor.delete()
+            return
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a subscription has not consumed yet: records (those acked out of order
+    included) and their payload bytes as the ledgers count them, up to the log's end now."""
+
+    entries: int
+    bytes: int
+
+
+async def backlog(named: NamedLog, state: SubscriptionState) -> Backlog:
+    """The backlog of ``state`` in ``named`` now (a ledger read per partly consumed or open
+    ledger; sealed ones are counted from their metadata)."""
+    meta = await named.metadata()
+    walk = named.logs.walk
+    start = state.resume_from
+    entries = size = 0
+    for ledger in meta.ledgers:
+        if ledger.ledger_id < start.ledger_id:
+            continue
+        end = await walk.ledger_end(ledger.ledger_id)
+        first = start.entry_id if ledger.ledger_id == start.ledger_id else 0
+        if end is None or end.last < first:
+            continue
+        entries += end.last - first + 1
+        handle = await walk.open(ledger.ledger_id)
+        if handle is None:
+            continue
+        try:
+            if end.sealed:
+                upto = handle.metadata.length
+            else:
+                upto = (await handle.read_entry(end.last)).length
+            before = (await handle.read_entry(first - 1)).length if first > 0 else 0
+        finally:
+            await handle.close()
+        size += upto - before
+    return Backlog(entries, size)
+
+
+async def ledger_ends(named: NamedLog, ledger_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """For each sealed ledger of ``ledger_ids`` in the log with a ledger after it: (its last
+    entry id, that next ledger's id)."""
+    meta = await named.metadata()
+    ids = [x.ledger_id for x in meta.ledgers]
+    index = {ledger_id: i for i, ledger_id in enumerate(ids)}
+    ends: dict[int, tuple[int, int]] = {}
+    for ledger_id in set(ledger_ids):
+        i = index.get(ledger_id)
+        if i is None or i + 1 >= len(ids):
+            continue
+        end = await named.logs.walk.ledger_end(ledger_id)
+        if end is not None and end.sealed:
+            ends[ledger_id] = (end.last, ids[i + 1])
+    return ends
+
+
+def _later(a: Position | None, b: Position | None) -> Position | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+def _runs_by_ledger(state: SubscriptionState) -> dict[int, list[tuple[int, int]]]:
+    runs: dict[int, list[tuple[int, int]]] = {}
+    for ledger, first, last in state.acked:
+        runs.setdefault(ledger, []).append((first, last))
+    for spans in runs.values():
+        spans.sort()
+    return runs

@@ -1,0 +1,166 @@
+"""Shared subscriptions: several consumers at once, each record delivered to one of them.
+
+A :class:`SharedConsumer` takes work by *claims* (:class:`~bkeeper.namedlog.subscription.Claim`):
+it reads up to ``claim_records`` records of one ledger from where dispatching is, and records
+the claim (and the new dispatching point) in the subscription's state by compare-and-set; a
+consumer that loses the race reads again from the new point. A claim must be acknowledged
+(record by record: ``ack_individual``; a cumulative ack means nothing across consumers)
+before ``ack_timeout_ms``; once past it, with records not acknowledged, any consumer that finds
+no new records takes it over and gets those records again (at-least-once: the slow consumer
+may still be working on them). Claims are read again from the log, so a claim taken over
+costs a reader; at most ``CLAIMS_MAX`` claims are open at once.
+
+Acks are gathered and flushed as for an exclusive consumer
+(:class:`~bkeeper.namedlog.consumer.Consumer`); consumers are not fenced (acks are idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import TYPE_CHECKING
+
+from bkeeper.common.errors import ConfigError, MetadataVersionError
+from bkeeper.namedlog.consumer import Consumer
+from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.records import Position, Record
+from bkeeper.namedlog.subscription import CLAIMS_MAX, Claim, SubscriptionState
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+    from bkeeper.namedlog.subscription_store import SubscriptionStore
+
+__all__ = ["ACK_TIMEOUT_MS", "CLAIM_RECORDS", "SharedConsumer"]
+
+log = logging.getLogger(__name__)
+
+#: A claim not acknowledged this long after it was taken goes to another consumer (ms).
+ACK_TIMEOUT_MS = 30_000
+#: Records one claim takes at most.
+CLAIM_RECORDS = 100
+#: How long a claim waits for its first new record before the consumer looks again (s).
+_CLAIM_WAIT_S = 0.2
+#: Compare-and-set rounds one claim tries before it reads again from scratch.
+_CLAIM_ATTEMPTS_MAX = 20
+
+
+class SharedConsumer(Consumer):
+    """One of the consumers of a shared subscription (see the module docstring)."""
+
+    def __init__(
+        self,
+        named: NamedLog,
+        subs: SubscriptionStore,
+        name: str,
+        consumer_id: str,
+        state: SubscriptionState,
+        version: int,
+        ack_flush_ms: int,
+        skip_truncated: bool,
+        *,
+        ack_timeout_ms: int = ACK_TIMEOUT_MS,
+        claim_records: int = CLAIM_RECORDS,
+    ) -> None:
+        super().__init__(named, subs, name, consumer_id, state, version, ack_flush_ms,
+                         skip_truncated)  # fmt: skip
+        if ack_timeout_ms < 1 or claim_records < 1:
+            raise ConfigError("ack_timeout_ms and claim_records must be at least 1")
+        self._ack_timeout_ms = ack_timeout_ms
+        self._claim_records = claim_records
+        self._buffer: collections.deque[Record] = collections.deque()
+        self._mine: list[Claim] = []  # claims delivered to this consumer
+
+    async def open(self) -> None:
+        await super().open()  # the truncation check, the flusher, and a reader (unused)
+
+    async def receive(self, timeout_s: float | None = None) -> Record | None:
+        """The next record claimed by this consumer, or None if none came in time."""
+        self._check_reading()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not self._buffer:
+            if not await self._claim():
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return None
+                await asyncio.sleep(min(_CLAIM_WAIT_S, left) if left is not None else _CLAIM_WAIT_S)
+        record = self._buffer.popleft()
+        self.delivered = max(record.position, self.delivered or record.position)
+        return record
+
+    def ack(self, position: Position) -> None:
+        raise ConfigError(
+            f"subscription {self.name!r} is shared: acknowledge each record (ack_individual)"
+        )
+
+    def _check_delivered(self, position: Position) -> None:
+        if not any(c.ledger == position.ledger_id and c.first <= position.entry_id <= c.last
+                   for c in self._mine):  # fmt: skip
+            raise ConfigError(f"ack of {position}: not delivered to this consumer")
+
+    # -- claims ------------------------------------------------------------------------------
+    async def _claim(self) -> bool:
+        """Claim records (new ones, else an expired claim); True when some were buffered."""
+        for _attempt in range(_CLAIM_ATTEMPTS_MAX):
+            state, version = await self._subs.read(self.named.name, self.name)
+            now = self.named.logs.clock.wall_ms()
+            records = await self._read_new(state.dispatch_from)
+            if records:
+                first, last = records[0].position, records[-1].position
+                claim = Claim(self.consumer_id, first.ledger_id, first.entry_id, last.entry_id,
+                              now + self._ack_timeout_ms)  # fmt: skip
+                new = state.with_claim(claim)
+            else:
+                expired = [c for c in state.claims
+                           if c.until_ms < now and not state.claim_done(c)]  # fmt: skip
+                if not expired:
+                    return False
+                old = expired[0]
+                claim = Claim(self.consumer_id, old.ledger, old.first, old.last,
+                              now + self._ack_timeout_ms)  # fmt: skip
+                new = state.with_claim_taken(old, claim)
+                records = await self._read_claim(claim, state)
+                log.info("subscription %s: claim %s:%d-%d of %s taken over (not acknowledged)",
+                         self.name, old.ledger, old.first, old.last, old.consumer)  # fmt: skip
+            try:
+                self._version = await self._subs.write(self.named.name, self.name, new, version)
+            except MetadataVersionError:
+                continue  # another consumer claimed meanwhile: look again
+            self._state = new
+            mine = [c for c in (*self._mine, claim) if not new.claim_done(c)]
+            self._mine = mine[-CLAIMS_MAX:]
+            self._buffer.extend(records)
+            return bool(records)
+        return False
+
+    async def _read_new(self, start: Position) -> list[Record]:
+        reader = LogReader(self.named, start)
+        try:
+            await reader.seek()
+            records: list[Record] = []
+            while len(records) < self._claim_records:
+                record = await reader.next(_CLAIM_WAIT_S if not records else 0.0)
+                if record is None:
+                    break
+                if records and record.position.ledger_id != records[0].position.ledger_id:
+                    break  # a claim holds records of one ledger
+                records.append(record)
+            return records
+        finally:
+            await reader.close()
+
+    async def _read_claim(self, claim: Claim, state: SubscriptionState) -> list[Record]:
+        reader = LogReader(self.named, Position(claim.ledger, claim.first))
+        try:
+            await reader.seek()
+            records: list[Record] = []
+            while True:
+                record = await reader.next(5.0)
+                if record is None or record.position > Position(claim.ledger, claim.last):
+                    break
+                if not state.is_acked(record.position):
+                    records.append(record)
+            return records
+        finally:
+            await reader.close()

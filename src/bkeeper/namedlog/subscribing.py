@@ -1,0 +1,123 @@
+"""Subscribing: :func:`subscribe` creates a subscription the first time and returns its
+consumer: an exclusive :class:`~bkeeper.namedlog.consumer.Consumer` (the owner node taken, a
+new epoch) or one :class:`~bkeeper.namedlog.shared.SharedConsumer` among several."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from bkeeper.common.errors import ConfigError, SubscriptionNotFoundError
+from bkeeper.namedlog.config import EARLIEST
+from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
+from bkeeper.namedlog.cursor_ledger import CursorLedger, drop_cursor, load
+from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
+from bkeeper.namedlog.subscription import (
+    AckStore,
+    Mode,
+    SubscriptionState,
+    check_subscription_name,
+)
+from bkeeper.namedlog.subscription_store import SubscriptionStore
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+
+__all__ = ["default_consumer_id", "subscribe"]
+
+log = logging.getLogger(__name__)
+
+
+def default_consumer_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{id(object()):x}"
+
+
+async def subscribe(
+    named: NamedLog,
+    name: str,
+    start: str | Position | int = EARLIEST,
+    *,
+    consumer_id: str | None = None,
+    wait_s: float | None = 0.0,
+    skip_truncated: bool = False,
+    ack_flush_ms: int = ACK_FLUSH_MS,
+    create: bool = True,
+    mode: Mode = "exclusive",
+    ack_timeout_ms: int = ACK_TIMEOUT_MS,
+    claim_records: int = CLAIM_RECORDS,
+    ack_store: AckStore = "metadata",
+) -> Consumer:
+    """The consumer of subscription ``name`` (see :mod:`bkeeper.namedlog.consumer`); with
+    ``create`` False a subscription that does not exist is ``SubscriptionNotFoundError``.
+    ``mode`` is fixed when the subscription is created: subscribing to it in the other mode
+    is a ``ConfigError``. ``ack_timeout_ms`` and ``claim_records``: shared mode only.
+    ``ack_store``: where this (exclusive) consumer's flushes go: the subscription's node
+    (``"metadata"``) or a cursor ledger of its own (``"ledger"``,
+    :mod:`bkeeper.namedlog.cursor_ledger`)."""
+    check_subscription_name(name)
+    if mode not in ("exclusive", "shared"):
+        raise ConfigError(f"mode {mode!r}: exclusive or shared")
+    if ack_store not in ("metadata", "ledger"):
+        raise ConfigError(f"ack_store {ack_store!r}: metadata or ledger")
+    if ack_store == "ledger" and mode == "shared":
+        raise ConfigError("ack_store ledger: exclusive subscriptions only (shared consumers "
+                          "coordinate through the subscription's node)")  # fmt: skip
+    if ack_flush_ms < 1:
+        raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
+    logs = named.logs
+    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    consumer_id = consumer_id or default_consumer_id()
+    await named.metadata()  # LogNotFoundError first, for a log that does not exist
+    try:
+        state, _version = await subs.read(named.name, name)
+    except SubscriptionNotFoundError:
+        if not create:
+            raise
+        probe = await named.open_reader(start)  # resolves earliest, latest or a time
+        try:
+            first = await probe.seek()
+        finally:
+            await probe.close()
+        state = SubscriptionState(logs.clock.wall_ms(), first, mode=mode)
+        if await subs.create(named.name, name, state):
+            log.debug("log %s: %s subscription %s created at %s", named.name, mode, name, first)
+        state, _version = await subs.read(named.name, name)
+    if state.mode != mode:
+        raise ConfigError(f"subscription {name!r} of log {named.name!r} is {state.mode}, "
+                          f"not {mode}")  # fmt: skip
+    if mode == "shared":
+        state, version = await subs.read(named.name, name)
+        shared = SharedConsumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
+                                skip_truncated, ack_timeout_ms=ack_timeout_ms,
+                                claim_records=claim_records)  # fmt: skip
+        await shared.open()
+        return shared
+    await subs.take(named.name, name, consumer_id, wait_s)
+    cursor: CursorLedger | None = None
+    try:
+        state, version = await subs.read(named.name, name)
+        previous = state.cursor
+        if previous is not None:  # the last consumer's acks: fence its ledger, take them
+            newer = await load(logs.bk, previous, logs.config)
+            if newer is not None:
+                state = state.with_progress_of(newer)
+        state = replace(state.taken_over(consumer_id), cursor=None)
+        if ack_store == "ledger":
+            cursor = await CursorLedger.create(logs.bk, logs.config, state)
+            state = replace(state, cursor=cursor.ledger_id)
+        version = await subs.write(named.name, name, state, version)
+        if previous is not None:
+            await drop_cursor(logs.bk, previous)
+        consumer = Consumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
+                            skip_truncated, cursor=cursor)  # fmt: skip
+        await consumer.open()
+    except BaseException:
+        if cursor is not None:
+            await cursor.delete()
+        await subs.release(named.name, name)
+        raise
+    return consumer

@@ -1,0 +1,209 @@
+"""The log workload: two writers fencing each other on one named log, a tailing reader, and a
+subscription consumed in sessions; every operation recorded.
+
+* ``writers`` tasks each open the log's writer (fencing the other: the last to open wins),
+  append a random number of records (``in_flight`` unanswered at most), pause, and open again;
+  each append's ``invoke`` carries the digest of its unique payload, its ``ok`` the position.
+* a reader tails the log from its earliest record, recording each record it reads.
+* a consumer subscribes, receives and acknowledges records for a while, flushes (recorded
+  with the last acknowledged position), closes, and starts a new session.
+
+:func:`read_log` reads the whole log at the end, and the subscription's mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import random
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import BKeeperError
+from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs, Position
+from bkeeper.namedlog.writer import LogWriter
+from bkeeper.verify.history import History
+from bkeeper.verify.workload import WorkloadConfig, _pause, _why, digest, start_client
+
+__all__ = ["LOG_NAME", "FinalLog", "LogWorkload", "read_log"]
+
+LOG_NAME = "verify"
+SUBSCRIPTION = "verify-sub"
+#: Small ledgers, so that rolls (and readers moving across them) happen often.
+LOG_CONFIG = LogConfig(roll_bytes=64 * 1024, tail_poll_ms=200)
+
+
+class LogWorkload:
+    """The workload of one run (module doc); :meth:`run` until ``stop`` is set."""
+
+    def __init__(self, uri: str, history: History, seed: int, config: WorkloadConfig) -> None:
+        self.uri = uri
+        self.history = history
+        self.seed = seed
+        self.config = config
+        self.created: list[int] = []  # ledger ids seen (the corrupt nemesis picks from them)
+        self._client = ClientConfig(
+            pending_adds_max=config.in_flight, add_timeout_ms=5_000, read_timeout_ms=5_000,
+            explicit_lac_interval_ms=50,
+        )  # fmt: skip
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with await start_client(self.uri, self._client) as setup:
+            logs = NamedLogs(setup, LOG_CONFIG)
+            with contextlib.suppress(BKeeperError):  # exists already: a harness restart
+                await logs.create(LOG_NAME)
+        clients = [await start_client(self.uri, self._client) for _ in range(4)]
+        try:
+            async with asyncio.TaskGroup() as group:
+                for w in range(2):
+                    group.create_task(self._writer(NamedLogs(clients[w], LOG_CONFIG), w, stop))
+                group.create_task(self._tail(NamedLogs(clients[2], LOG_CONFIG), stop))
+                group.create_task(self._consume(NamedLogs(clients[3], LOG_CONFIG), stop))
+        finally:
+            for client in clients:
+                await client.close()
+
+    async def _writer(self, logs: NamedLogs, w: int, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed * 1_000 + w)
+        name, seq = f"writer-{w}", 0
+        named = logs.log(LOG_NAME)
+        while not stop.is_set():
+            self.history.add(name, "invoke", "open")
+            try:
+                writer = await asyncio.wait_for(named.open_writer(), self.config.op_timeout_s)
+            except (BKeeperError, TimeoutError) as exc:
+                self.history.add(name, "info", "open", error=_why(exc))
+                await _pause(stop, 0.5)
+                continue
+            self.history.add(name, "ok", "open", ledger=writer.ledger_id)
+            self.created.append(writer.ledger_id)
+            seq = await self._fill(writer, name, seq, rng, stop)
+            with contextlib.suppress(BKeeperError, TimeoutError):
+                await asyncio.wait_for(writer.close(), self.config.op_timeout_s)
+            await _pause(stop, rng.uniform(0.2, 1.5))
+
+    async def _fill(
+        self, writer: LogWriter, name: str, seq: int, rng: random.Random, stop: asyncio.Event
+    ) -> int:
+        pending: list[asyncio.Future[Position]] = []
+        for _ in range(rng.randint(*self.config.entries_per_ledger)):
+            if stop.is_set():
+                break
+            payload = f"{name}:{seq}:".encode() + rng.randbytes(self.config.entry_bytes)
+            seq += 1
+            value = digest(payload)
+            try:
+                future = await asyncio.wait_for(writer.append_async(payload),
+                                                self.config.op_timeout_s)  # fmt: skip
+            except (BKeeperError, TimeoutError) as exc:  # fenced by the other writer, say
+                self.history.add(name, "fail", "append", error=_why(exc))
+                break
+            self.history.add(name, "invoke", "append", value=value)
+
+            future.add_done_callback(functools.partial(self._appended, name, value))
+            pending.append(future)
+        if pending:
+            await asyncio.wait(pending, timeout=self.config.op_timeout_s)
+        return seq
+
+    def _appended(self, name: str, value: str, future: asyncio.Future[Position]) -> None:
+        if future.cancelled():
+            self.history.add(name, "info", "append", value=value, error="cancelled")
+            return
+        error = future.exception()
+        if error is not None:
+            self.history.add(name, "info", "append", value=value, error=_why(error))
+            return
+        pos = future.result()
+        self.history.add(name, "ok", "append", ledger=pos.ledger_id, entry=pos.entry_id,
+                         value=value)  # fmt: skip
+
+    async def _tail(self, logs: NamedLogs, stop: asyncio.Event) -> None:
+        reader = None
+        while reader is None and not stop.is_set():
+            try:
+                reader = await logs.log(LOG_NAME).open_reader(EARLIEST)
+            except BKeeperError as exc:
+                self.history.add("tail", "info", "tail", error=_why(exc))
+                await _pause(stop, 0.5)
+        try:
+            while not stop.is_set():
+                try:
+                    record = await reader.next(0.5) if reader is not None else None
+                except BKeeperError as exc:
+                    self.history.add("tail", "info", "tail", error=_why(exc))
+                    await _pause(stop, 0.5)
+                    continue
+                if record is not None:
+                    self.history.add("tail", "ok", "tail", ledger=record.position.ledger_id,
+                                     entry=record.position.entry_id,
+                                     value=digest(record.payload))  # fmt: skip
+        finally:
+            if reader is not None:
+                await reader.close()
+
+    async def _consume(self, logs: NamedLogs, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed * 1_000 + 700)
+        session = 0
+        named = logs.log(LOG_NAME)
+        while not stop.is_set():
+            name = f"consumer-{session}"
+            session += 1
+            try:
+                consumer = await named.subscribe(SUBSCRIPTION, EARLIEST, wait_s=30.0)
+            except BKeeperError as exc:
+                self.history.add(name, "info", "subscribe", error=_why(exc))
+                await _pause(stop, 0.5)
+                continue
+            last = None
+            try:
+                end = asyncio.get_running_loop().time() + rng.uniform(1.0, 4.0)
+                while not stop.is_set() and asyncio.get_running_loop().time() < end:
+                    record = await consumer.receive(0.5)
+                    if record is None:
+                        continue
+                    self.history.add(name, "ok", "consume", ledger=record.position.ledger_id,
+                                     entry=record.position.entry_id,
+                                     value=digest(record.payload))  # fmt: skip
+                    consumer.ack(record.position)
+                    last = record.position
+                await consumer.flush()
+                if last is not None:
+                    self.history.add(name, "ok", "ack", ledger=last.ledger_id, entry=last.entry_id)
+            except BKeeperError as exc:
+                self.history.add(name, "info", "consume", error=_why(exc))
+            finally:
+                with contextlib.suppress(BKeeperError):
+                    await consumer.close()
+
+
+FinalLog = tuple[list[tuple[tuple[int, int], str]], tuple[int, int] | None, list[int]]
+
+
+async def read_log(uri: str) -> FinalLog:
+    """The whole log (position, digest) in order, the subscription's mark, and the log's
+    ledgers. A writer opened and closed first seals the last ledger (a record acknowledged
+    past the LAC readers know is then readable)."""
+    async with await start_client(uri) as bk:
+        named = NamedLogs(bk, LOG_CONFIG).log(LOG_NAME)
+        sealer = await named.open_writer()
+        await sealer.close()
+        last = await named.last_position()
+        records: list[tuple[tuple[int, int], str]] = []
+        if last is not None:
+            reader = await named.open_reader(EARLIEST)
+            try:
+                while True:
+                    record = await reader.next(30.0)
+                    if record is None:
+                        raise BKeeperError(f"the final read stopped before {last}")
+                    pos = record.position
+                    records.append(((pos.ledger_id, pos.entry_id), digest(record.payload)))
+                    if pos >= last:
+                        break
+            finally:
+                await reader.close()
+        subs = await named.subscriptions()
+        mark = subs[SUBSCRIPTION].mark if SUBSCRIPTION in subs else None
+        ledgers = [x.ledger_id for x in (await named.metadata()).ledgers]
+        return records, None if mark is None else (mark.ledger_id, mark.entry_id), ledgers

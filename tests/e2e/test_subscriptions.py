@@ -1,0 +1,55 @@
+"""Durable subscriptions as a user runs them (real bookie processes): a consumer process
+killed with kill -9 in the middle of a log, then another: every record is printed by one of
+them, none skipped, and the second starts no later than the first record the first had not
+printed (at-least-once: at most the acks of the last flush interval are lost)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.helpers import bkeeper
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 3_000
+
+
+def test_a_consumer_killed_with_kill_9_loses_and_skips_nothing(real_cluster) -> None:
+    uri = real_cluster.uri
+    assert bkeeper(uri, "log", "create", "jobs").returncode == 0
+    lines = "".join(f"job-{i:05d}\n" for i in range(RECORDS))
+    appended = bkeeper(uri, "log", "append", "jobs", stdin=lines)
+    assert appended.returncode == 0, appended.stderr
+    assert bkeeper(uri, "log", "subscribe", "jobs", "workers").returncode == 0
+
+    env = {**os.environ, "BKEEPER_METADATA": uri}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "bkeeper", "log", "consume", "jobs", "workers"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert first.stdout is not None
+    printed_first = []
+    for line in first.stdout:
+        printed_first.append(line.split("\t")[3].strip())
+        if len(printed_first) == RECORDS // 2:
+            os.kill(first.pid, signal.SIGKILL)
+            break
+    first.wait(30)
+    assert first.returncode == -signal.SIGKILL
+
+    second = bkeeper(uri, "log", "consume", "jobs", "workers", "--wait", "30", "--timeout", "3")
+    assert second.returncode == 0, second.stderr
+    printed_second = [line.split("\t")[3] for line in second.stdout.splitlines()]
+    expected = [f"job-{i:05d}" for i in range(RECORDS)]
+    assert printed_second == expected[expected.index(printed_second[0]) :], "in order, no gap"
+    assert expected.index(printed_second[0]) <= len(printed_first), "nothing skipped"
+    assert printed_first == expected[: len(printed_first)]
+
+    table = bkeeper(uri, "log", "subscriptions", "jobs", "--json")
+    assert table.returncode == 0, table.stderr
+    assert '"backlog_entries": 0' in table.stdout

@@ -1,0 +1,75 @@
+"""``bkeeper sandbox --secure``: ZooKeeper with ACLs, bookies with TLS required and token
+authentication; a ``bkeeper`` command with the environment the sandbox prints is a client of
+it, and one without any part of it is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bkeeper.testing.benchmarks import free_port, free_port_range
+from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+
+pytestmark = pytest.mark.integration
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("BKEEPER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_secure_sandbox_admits_its_clients_only(tmp_path: Path) -> None:
+    config = SandboxConfig(
+        data_dir=tmp_path / "sb",
+        bookies=3,
+        zookeeper_port=free_port(),
+        bookie_port_base=free_port_range(3),
+        autorecovery=False,
+        secure=True,
+    )
+    with Sandbox(config) as box:
+        uri, env = box.metadata_uri, box.client_env
+        assert "?digest-file=" in uri and set(env) == {"BKEEPER_TLS_CA", "BKEEPER_AUTH_TOKEN_FILE"}
+        for path in [*env.values(), uri.split("digest-file=")[1]]:
+            if not path.endswith(".pem"):
+                assert Path(path).stat().st_mode & 0o077 == 0, path
+        ok = run(env, "shell", "simpletest", "--metadata", uri, "--entries", "20")
+        assert ok.returncode == 0, ok.stderr
+        assert "simpletest ok" in ok.stdout + ok.stderr
+
+        # Without the token: the bookies answer EUA.
+        no_token = run({"BKEEPER_TLS_CA": env["BKEEPER_TLS_CA"]}, "shell", "simpletest",
+                       "--metadata", uri, "--entries", "5")  # fmt: skip
+        assert no_token.returncode != 0
+        assert "Traceback" not in no_token.stderr, no_token.stderr
+        assert no_token.stderr.strip().splitlines()[-1].startswith("error: ledger "), (
+            no_token.stderr
+        )
+        assert "answered EUA (wrong password, or this client is not authenticated to it)" in (
+            no_token.stderr
+        )
+        # Without TLS (token alone): the token is not taken in the clear.
+        no_tls = run({"BKEEPER_AUTH_TOKEN_FILE": env["BKEEPER_AUTH_TOKEN_FILE"]}, "shell",
+                     "simpletest", "--metadata", uri, "--entries", "5")  # fmt: skip
+        assert no_tls.returncode != 0
+        assert "Traceback" not in no_tls.stderr, no_tls.stderr
+        # Without ZooKeeper's identity: metadata refused.
+        plain_uri = uri.split("?")[0]
+        no_zk = run(env, "shell", "listledgers", "--metadata", plain_uri)
+        assert no_zk.returncode != 0
+        assert "Traceback" not in no_zk.stderr, no_zk.stderr
+        assert "NoAuth" in no_zk.stderr.strip().splitlines()[-1], no_zk.stderr
+        bookie_log = (config.data_dir / "bookie-0.log").read_text()
+        token = Path(env["BKEEPER_AUTH_TOKEN_FILE"]).read_text().strip()
+        assert token not in bookie_log
