@@ -30,8 +30,18 @@ __all__ = ["kv"]
 
 
 @click.group()
-def kv() -> None:
+@click.option(
+    "--timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    help="Seconds a client command keeps trying the store's members.",
+)
+@click.pass_context
+def kv(ctx: click.Context, timeout: float) -> None:
     """A replicated key-value store on named logs (leader election, linearizable reads)."""
+    ctx.ensure_object(dict)
+    ctx.obj["kv_timeout_s"] = timeout
 
 
 name_option = click.option("--name", "store_name", required=True, help="The store's name.")
@@ -125,6 +135,8 @@ stale_option = click.option(
 def _call(
     uri: str, store_name: str, urls: tuple[str, ...], action: Callable[[KvClient], Awaitable[Any]]
 ) -> Any:
+    timeout_s = float(click.get_current_context().find_root().obj.get("kv_timeout_s", 30.0))
+
     async def main() -> Any:
         members = list(urls)
         if not members:
@@ -135,7 +147,7 @@ def _call(
                 await cluster.aclose()
             if not members:
                 raise click.ClickException(f"store {store_name!r} has no running member")
-        async with KvClient(members) as client:
+        async with KvClient(members, timeout_s=timeout_s) as client:
             return await action(client)
 
     return run_event_loop(main())

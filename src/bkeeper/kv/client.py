@@ -266,9 +266,10 @@ class KvClient:
                 while target is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        unknown = "" if method == "GET" else "; the write's outcome is unknown"
                         raise StateMachineError(
                             f"kv {method} {path}: no answer within {self._timeout_s}s "
-                            f"(last: {last_error}); a write's outcome is unknown"
+                            f"(last: {last_error}){unknown}"
                         )
                     try:
                         status, doc = await self._send(
