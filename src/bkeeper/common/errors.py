@@ -286,6 +286,14 @@ class LogTruncatedError(LogError):
     """The position asked for lies before the log's truncation point."""
 
 
+class SubscriptionNotFoundError(LogError):
+    """The log has no subscription of that name."""
+
+
+class SubscriptionBusyError(LogError):
+    """An exclusive subscription has an active consumer, and this one would not wait."""
+
+
 class StateMachineError(BKeeperError):
     """A replicated state machine could not serve a call."""
 
@@ -298,14 +306,6 @@ class NotLeaderError(StateMachineError):
     def __init__(self, message: str, leader: str | None = None) -> None:
         super().__init__(message)
         self.leader = leader
-
-
-class SubscriptionNotFoundError(LogError):
-    """The log has no subscription of that name."""
-
-
-class SubscriptionBusyError(LogError):
-    """An exclusive subscription has an active consumer, and this one would not wait."""
 
 
 class BookieError(BKeeperError):
