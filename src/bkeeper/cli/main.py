@@ -61,6 +61,7 @@ def _register_commands() -> None:
         bookie,
         dashboard,
         dice,
+        kv,
         log,
         log_subscriptions,
         meta,
@@ -76,6 +77,7 @@ def _register_commands() -> None:
     cli.add_command(bookie.bookie)
     cli.add_command(dashboard.dashboard)
     cli.add_command(dice.dice)
+    cli.add_command(kv.kv)
     for command in log_subscriptions.COMMANDS:
         log.log.add_command(command)
     cli.add_command(log.log)

@@ -45,6 +45,9 @@ translated at the boundary with ``raise ... from``.
     │   ├── LogTruncatedError         the position asked for was truncated away
     │   ├── SubscriptionNotFoundError no subscription of that name on the log
     │   └── SubscriptionBusyError     an exclusive subscription has an active consumer
+    ├── StateMachineError             a replicated state machine could not serve a call
+    │   └── NotLeaderError            this member does not lead now (names the leader it
+    │                                 knows of; retriable)
     └── BookieError                   a bookie answered with an error status
         ├── BookieUnavailableError    no connection to the bookie (retriable)
         │   └── TlsError              the TLS handshake with the bookie failed (not retriable)
@@ -104,12 +107,14 @@ __all__ = [
     "NoNodeError",
     "NodeExistsError",
     "NotEmptyError",
+    "NotLeaderError",
     "NoSuchEntryError",
     "NotEnoughBookiesError",
     "NoSuchLedgerError",
     "ProtocolError",
     "ReadOnlyBookieError",
     "SessionExpiredError",
+    "StateMachineError",
     "TlsError",
     "StorageError",
     "TooManyRequestsError",
@@ -287,6 +292,20 @@ class SubscriptionNotFoundError(LogError):
 
 class SubscriptionBusyError(LogError):
     """An exclusive subscription has an active consumer, and this one would not wait."""
+
+
+class StateMachineError(BKeeperError):
+    """A replicated state machine could not serve a call."""
+
+
+class NotLeaderError(StateMachineError):
+    """This member does not lead (now); ``leader`` names the leader it knows of, if any."""
+
+    retriable = True
+
+    def __init__(self, message: str, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
 
 
 class BookieError(BKeeperError):

@@ -1,8 +1,34 @@
-"""Replicated state machines on named logs: leader election, apply, catch-up.
+"""Replicated state machines on named logs: leader election, terms, catch-up, apply after
+acknowledgement, followers that tail, snapshots in ledgers and log truncation.
 
-:mod:`bkeeper.statemachine.dice` is the BookKeeper tutorial's replicated Dice.
+:mod:`~bkeeper.statemachine.protocol` holds what a state machine is made of
+(:class:`StateMachine`, :class:`RsmConfig`, the record formats);
+:mod:`~bkeeper.statemachine.machine` runs one (:class:`ReplicatedStateMachine`);
+:mod:`~bkeeper.statemachine.snapshots` keeps snapshots; :mod:`~bkeeper.statemachine.dice` is
+the BookKeeper tutorial's replicated Dice on it.
 """
 
-from bkeeper.statemachine.dice import Dice, DiceConfig, election_path
+from bkeeper.statemachine.dice import Dice, DiceConfig
+from bkeeper.statemachine.machine import ReplicatedStateMachine
+from bkeeper.statemachine.protocol import (
+    NOOP_PROPERTIES,
+    Role,
+    RsmConfig,
+    StateMachine,
+    election_path,
+)
+from bkeeper.statemachine.snapshots import SnapshotInfo, SnapshotStore, snapshot_path
 
-__all__ = ["Dice", "DiceConfig", "election_path"]
+__all__ = [
+    "NOOP_PROPERTIES",
+    "Dice",
+    "DiceConfig",
+    "ReplicatedStateMachine",
+    "Role",
+    "RsmConfig",
+    "SnapshotInfo",
+    "SnapshotStore",
+    "StateMachine",
+    "election_path",
+    "snapshot_path",
+]

@@ -1,4 +1,8 @@
-"""The replicated "Dice" application of the BookKeeper tutorial, on named logs.
+"""The replicated "Dice" application of the BookKeeper tutorial, on the state machine framework.
+
+Dice is a :class:`~bkeeper.statemachine.machine.StateMachine` whose commands are die values
+and whose ``apply`` prints them; :class:`~bkeeper.statemachine.machine.ReplicatedStateMachine`
+does the election, terms, catch-up and tailing described below.
 
 Every Dice process joins a leader election on the metadata store and reads the log from its
 start. The leader rolls a die every ``period_s`` and appends the value; it prints a value
@@ -30,25 +34,13 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
-from bkeeper.common.errors import (
-    BKeeperError,
-    ConfigError,
-    LogExistsError,
-    LogFencedError,
-    WriterTermError,
-)
-from bkeeper.meta.election import LeaderElection
-from bkeeper.meta.store import NodeStore, join_path
-from bkeeper.namedlog import (
-    EARLIEST,
-    LogReader,
-    NamedLog,
-    NamedLogs,
-    Position,
-    Record,
-    logs_root,
-)
+from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.meta.store import NodeStore
+from bkeeper.namedlog import NamedLogs, Position
+from bkeeper.statemachine.machine import ReplicatedStateMachine
+from bkeeper.statemachine.protocol import RsmConfig, election_path
 
 __all__ = ["Dice", "DiceConfig", "election_path"]
 
@@ -69,11 +61,6 @@ class DiceConfig:
             raise ConfigError(f"append_timeout_s: must be positive, got {self.append_timeout_s}")
 
 
-def election_path(ledgers_root: str, log_name: str) -> str:
-    """Where the Dice processes of ``log_name`` hold their election."""
-    return join_path(logs_root(ledgers_root).rpartition("/")[0], "elections", log_name)
-
-
 class Dice:
     """One Dice process. ``await Dice(...).run(stop)`` until ``stop`` is set."""
 
@@ -89,140 +76,73 @@ class Dice:
     ) -> None:
         """``before_open_writer``: awaited between the leadership check and
         ``open_writer`` (a test hook: a pause placed exactly there)."""
-        self._logs = logs
-        self._store = store
         self._config = config or DiceConfig()
         self._out = out
         self._rng = rng or random.Random()
-        self._before_open_writer = before_open_writer
-        self._printed: Position | None = None
         self.values: list[tuple[int, int, str]] = []  # (value, epoch, role) as printed
-        #: True while this process holds the log's writer and rolls.
-        self.leading = False
-        #: Times this process's writer was fenced while it led (another writer took over).
-        self.fenced = 0
-        #: Times its writer was refused because a newer leader holds the log.
-        self.refused = 0
+        self.rsm = ReplicatedStateMachine(
+            logs,
+            store,
+            self,
+            RsmConfig(
+                log_name=self._config.log_name,
+                candidate=self._config.candidate.encode(),
+                append_timeout_s=self._config.append_timeout_s,
+                retry_pause_s=min(self._config.period_s, 1.0),
+            ),
+            before_open_writer=before_open_writer,
+        )
 
-    def _print(self, value: int, position: Position, role: str) -> None:
-        if self._printed is not None and position <= self._printed:
-            return  # seen already (a leader reading back its own rolls)
-        self._printed = position
+    @property
+    def leading(self) -> bool:
+        """True while this process holds the log's writer and rolls."""
+        return self.rsm.leading
+
+    @property
+    def fenced(self) -> int:
+        """Times this process's writer was fenced while it led (another writer took over)."""
+        return self.rsm.fenced
+
+    @property
+    def refused(self) -> int:
+        """Times its writer was refused because a newer leader holds the log."""
+        return self.rsm.refused
+
+    # -- the state machine: a die value per command, printed when applied -------------
+    def apply(self, command: bytes, position: Position) -> None:
+        try:
+            value = int(command)
+        except ValueError:
+            log.warning("record at %s is not a die value: %r", position, command)
+            return
+        role = self.rsm.role
         self.values.append((value, position.ledger_id, role))
         self._out(f"Value = {value}, epoch = {position.ledger_id}, {role}")
 
-    def _show(self, record: Record, role: str) -> None:
-        try:
-            value = int(record.payload)
-        except ValueError:
-            log.warning("record at %s is not a die value: %r", record.position, record.payload)
-            return
-        self._print(value, record.position, role)
+    def write_snapshot(self, out: BinaryIO) -> None:
+        """Dice keeps no state beyond what it printed: an empty snapshot."""
 
+    def restore_snapshot(self, source: BinaryIO) -> None:
+        """Nothing to restore (see ``write_snapshot``)."""
+
+    # -- the process -------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        config = self._config
-        with contextlib.suppress(LogExistsError):
-            await self._logs.create(config.log_name)
-        named = self._logs.log(config.log_name)
-        directory = election_path(self._logs.bk.cluster.root, config.log_name)
-        reader = await named.open_reader(EARLIEST)
-        election = self._candidate(directory)
-        await election.start()
+        roller = asyncio.ensure_future(self._roll(stop))
         try:
-            while not stop.is_set():
-                try:
-                    await self._follow(reader, election, stop)
-                    if stop.is_set():
-                        break
-                    if not await self._confirmed(election):
-                        await asyncio.sleep(0.05)
-                        continue
-                    term = election.sequence
-                    if term is None:  # lost it since the check
-                        continue
-                    if self._before_open_writer is not None:
-                        await self._before_open_writer()
-                    fenced = await self._lead(named, reader, election, stop, term)
-                except BKeeperError as exc:  # the store or bookies failed: try again shortly
-                    log.warning("dice: %s", exc)
-                    await asyncio.sleep(min(self._config.period_s, 1.0))
-                    continue
-                if fenced:
-                    # Fenced by another writer while this process thought it led: its view
-                    # of the election is stale. Resign and queue again behind the others.
-                    await election.aclose()
-                    election = self._candidate(directory)
-                    await election.start()
+            await self.rsm.run(stop)
         finally:
-            await election.aclose()
-            await reader.close()
+            roller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await roller
 
-    def _candidate(self, directory: str) -> LeaderElection:
-        return LeaderElection(self._store, directory, self._config.candidate.encode())
-
-    async def _confirmed(self, election: LeaderElection) -> bool:
-        """Leadership as the store sees it now (a paused process may still believe it)."""
-        try:
-            holder = await election.leader()
-        except BKeeperError:
-            return False
-        return election.is_leader and holder == self._config.candidate.encode()
-
-    async def _follow(
-        self, reader: LogReader, election: LeaderElection, stop: asyncio.Event
-    ) -> None:
-        while not election.is_leader and not stop.is_set():
-            record = await reader.next(0.1)
-            if record is not None:
-                self._show(record, "following")
-
-    async def _lead(
-        self,
-        named: NamedLog,
-        reader: LogReader,
-        election: LeaderElection,
-        stop: asyncio.Event,
-        term: int,
-    ) -> bool:
-        """Lead until leadership ends; True when another writer fenced this one, or a newer
-        leader holds the log (the process then queues again)."""
-        try:
-            writer = await named.open_writer(term=term)
-        except WriterTermError as exc:
-            self.refused += 1
-            log.warning("not taking over the log: %s", exc)
-            return True
-        except BKeeperError as exc:
-            log.warning("could not take over the log: %s", exc)
-            await asyncio.sleep(self._config.period_s)
-            return False
-        try:
-            end = await named.last_position()
-            while end is not None and (self._printed is None or self._printed < end):
-                if not election.is_leader or stop.is_set():
-                    return False
-                record = await reader.next(0.5)
-                if record is not None:
-                    self._show(record, "catchup")
-            self.leading = True
-            while election.is_leader and not stop.is_set():
-                value = self._rng.randint(1, 6)
-                try:
-                    position = await asyncio.wait_for(
-                        writer.append(b"%d" % value), self._config.append_timeout_s
-                    )
-                except LogFencedError:
-                    self.fenced += 1
-                    log.warning("fenced: another process leads now")
-                    return True
-                except (BKeeperError, TimeoutError) as exc:
-                    log.warning("roll failed: %s", exc)
-                    return False
-                self._print(value, position, "leading")
-                with contextlib.suppress(TimeoutError):
-                    await election.wait_leadership_lost(self._config.period_s)
-            return False
-        finally:
-            self.leading = False
-            with contextlib.suppress(BKeeperError):
-                await writer.close()
+    async def _roll(self, stop: asyncio.Event) -> None:
+        """While leading, roll a die every period; a value is printed once applied."""
+        period = self._config.period_s
+        while not stop.is_set():
+            await self.rsm.wait_leading()
+            try:
+                await self.rsm.submit(b"%d" % self._rng.randint(1, 6))
+            except BKeeperError as exc:  # not leading any more: wait to lead again
+                log.warning("roll failed: %s", exc)
+                continue
+            await asyncio.sleep(period)

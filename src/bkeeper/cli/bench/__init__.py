@@ -8,7 +8,8 @@ The workloads live in ``bkeeper.testing.benchmarks`` (and the Spark read in
 - ``spark``: ``spark``, ``cpu-split``;
 - ``fuzz``: ``fuzz``;
 - ``gc``: ``gc`` (space given back after deletions);
-- ``recovery``: ``recovery`` (auto-recovery rebuilding a killed bookie's replicas).
+- ``recovery``: ``recovery`` (auto-recovery rebuilding a killed bookie's replicas);
+- ``kv``: ``kv`` (the replicated key-value store).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bkeeper.cli.bench.client import bookie_bench, codec, log_bench, read_bench,
 from bkeeper.cli.bench.engine import connection_bench, index_bench, storage_bench
 from bkeeper.cli.bench.fuzz import fuzz_bench
 from bkeeper.cli.bench.gc import gc_bench
+from bkeeper.cli.bench.kv import kv_bench
 from bkeeper.cli.bench.recovery import recovery_bench
 from bkeeper.cli.bench.spark import cpu_split_bench, spark_bench
 
@@ -44,5 +46,6 @@ for _command in (
     cpu_split_bench,
     gc_bench,
     recovery_bench,
+    kv_bench,
 ):
     bench.add_command(_command)

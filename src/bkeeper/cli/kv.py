@@ -1,0 +1,261 @@
+"""``bkeeper kv``: serve a replicated key-value store, and call one.
+
+``serve`` runs one member (see :mod:`bkeeper.kv.server`); ``get``, ``put``, ``delete``,
+``cas`` and ``list`` find the store's members through the metadata store (or take ``--url``)
+and call it with the Python client. Values are UTF-8 text; ``--json`` prints JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from bkeeper.cli._options import metadata_option
+from bkeeper.client import BookKeeper, ClientConfig
+from bkeeper.common.loop import run_event_loop
+from bkeeper.kv import KvClient, KvServer, KvServerConfig, members_from_store
+from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
+from bkeeper.meta.store import StoreConfig
+from bkeeper.namedlog import LogConfig, NamedLogs
+
+__all__ = ["kv"]
+
+
+@click.group()
+@click.option(
+    "--timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    help="Seconds a client command keeps trying the store's members.",
+)
+@click.pass_context
+def kv(ctx: click.Context, timeout: float) -> None:
+    """A replicated key-value store on named logs (leader election, linearizable reads)."""
+    ctx.ensure_object(dict)
+    ctx.obj["kv_timeout_s"] = timeout
+
+
+name_option = click.option("--name", "store_name", required=True, help="The store's name.")
+
+
+@kv.command()
+@metadata_option
+@name_option
+@click.option("--http-port", default=0, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--advertised-host", default=None, help="Host in the URL others use (--host).")
+@click.option("--member-id", default=None, help="This member's id (default: host:pid).")
+@click.option(
+    "--session-timeout-ms",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1000, 60_000),
+    help="ZooKeeper session timeout: how long a paused leader keeps leadership.",
+)
+@click.option(
+    "--snapshot-every",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Commands between snapshots (0: none).",
+)
+@click.option(
+    "--roll-bytes",
+    default=64 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Log ledger size before a roll (truncation drops whole ledgers).",
+)
+def serve(
+    metadata_uri: str,
+    store_name: str,
+    http_port: int,
+    host: str,
+    advertised_host: str | None,
+    member_id: str | None,
+    session_timeout_ms: int,
+    snapshot_every: int,
+    roll_bytes: int,
+) -> None:
+    """Run one member of the store NAME (members of one store elect a leader)."""
+    config = KvServerConfig(
+        name=store_name,
+        member_id=member_id or f"{socket.gethostname()}:{os.getpid()}",
+        host=host,
+        http_port=http_port,
+        advertised_host=advertised_host,
+        snapshot_every_commands=snapshot_every,
+    )
+    run_event_loop(_serve(metadata_uri, config, session_timeout_ms, roll_bytes))
+
+
+async def _serve(uri: str, config: KvServerConfig, session_ms: int, roll_bytes: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    store = StoreConfig(session_timeout_ms=session_ms)
+    cluster = await ClusterMetadata.open(uri, MetadataConfig(store=store), require_cluster=True)
+    try:
+        async with BookKeeper(
+            config=ClientConfig(explicit_lac_interval_ms=50), cluster=cluster
+        ) as bk:
+            logs = NamedLogs(bk, LogConfig(tail_poll_ms=200, roll_bytes=roll_bytes))
+            server = KvServer(logs, cluster.store, config)
+            url = await server.start()
+            try:
+                click.echo(f"kv: member {config.member_id} of store {config.name!r} at {url}")
+                await server.run(stop)
+            finally:
+                await server.aclose()
+    finally:
+        await cluster.aclose()
+
+
+# -- the client commands ---------------------------------------------------------------
+url_option = click.option(
+    "--url", "urls", multiple=True, help="A member's URL (repeatable); skips the metadata store."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+stale_option = click.option(
+    "--stale", is_flag=True, help="Read from any member's state (not linearizable)."
+)
+
+
+def _call(
+    uri: str, store_name: str, urls: tuple[str, ...], action: Callable[[KvClient], Awaitable[Any]]
+) -> Any:
+    timeout_s = float(click.get_current_context().find_root().obj.get("kv_timeout_s", 30.0))
+
+    async def main() -> Any:
+        members = list(urls)
+        if not members:
+            cluster = await ClusterMetadata.open(uri, require_cluster=True)
+            try:
+                members = await members_from_store(cluster.store, cluster.root, store_name)
+            finally:
+                await cluster.aclose()
+            if not members:
+                raise click.ClickException(f"store {store_name!r} has no running member")
+        async with KvClient(members, timeout_s=timeout_s) as client:
+            return await action(client)
+
+    return run_event_loop(main())
+
+
+def _echo(doc: Any, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(doc, sort_keys=True) if as_json else text)
+
+
+@kv.command()
+@metadata_option
+@name_option
+@url_option
+@json_option
+@stale_option
+@click.argument("key")
+def get(
+    metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, stale: bool, key: str
+) -> None:
+    """Print KEY's value (exit 1 when absent)."""
+    item = _call(metadata_uri, store_name, urls, lambda c: c.get(key, stale=stale))
+    _echo({"key": key, "value": item.value, "version": item.version}, as_json, item.value or "")
+    if item.value is None:
+        if not as_json:
+            click.echo(f"error: no key {key!r}", err=True)
+        raise SystemExit(1)
+
+
+@kv.command()
+@metadata_option
+@name_option
+@url_option
+@json_option
+@click.argument("key")
+@click.argument("value")
+def put(
+    metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, key: str, value: str
+) -> None:
+    """Set KEY to VALUE; prints the new version."""
+    version = _call(metadata_uri, store_name, urls, lambda c: c.put(key, value))
+    _echo({"key": key, "version": version}, as_json, f"version {version}")
+
+
+@kv.command()
+@metadata_option
+@name_option
+@url_option
+@json_option
+@click.argument("key")
+@click.argument("expected_version", type=click.IntRange(0))
+@click.argument("value")
+def cas(
+    metadata_uri: str,
+    store_name: str,
+    urls: tuple[str, ...],
+    as_json: bool,
+    key: str,
+    expected_version: int,
+    value: str,
+) -> None:
+    """Set KEY to VALUE if its version is EXPECTED_VERSION (0: absent); exit 1 if not."""
+    applied, version = _call(
+        metadata_uri, store_name, urls, lambda c: c.cas(key, expected_version, value)
+    )
+    text = f"version {version}" if applied else f"not applied: version is {version}"
+    _echo({"key": key, "applied": applied, "version": version}, as_json, text)
+    if not applied:
+        raise SystemExit(1)
+
+
+@kv.command()
+@metadata_option
+@name_option
+@url_option
+@json_option
+@click.argument("key")
+def delete(
+    metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, key: str
+) -> None:
+    """Delete KEY."""
+    existed = _call(metadata_uri, store_name, urls, lambda c: c.delete(key))
+    _echo({"key": key, "existed": existed}, as_json, "deleted" if existed else "absent")
+
+
+@kv.command("list")
+@metadata_option
+@name_option
+@url_option
+@json_option
+@stale_option
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 10_000))
+@click.argument("prefix", default="")
+def list_keys(
+    metadata_uri: str,
+    store_name: str,
+    urls: tuple[str, ...],
+    as_json: bool,
+    stale: bool,
+    limit: int,
+    prefix: str,
+) -> None:
+    """List the keys starting with PREFIX (all by default) with their values."""
+    items = _call(
+        metadata_uri, store_name, urls, lambda c: c.range(prefix, limit=limit, stale=stale)
+    )
+    if as_json:
+        docs = [{"key": i.key, "value": i.value, "version": i.version} for i in items]
+        click.echo(json.dumps(docs, sort_keys=True))
+        return
+    for item in items:
+        click.echo(f"{item.key}\t{item.value}")

@@ -1,0 +1,298 @@
+"""A member of a replicated key-value store: the state machine on a log, served over HTTP/JSON.
+
+Members of one store (``name``) share the log ``kv-<name>`` and elect a leader on it (see
+:mod:`bkeeper.statemachine.machine`). Each member's election data is
+``{"id": MEMBER_ID, "url": "http://HOST:PORT"}``, so members and clients find the leader and
+every member (:func:`bkeeper.kv.client.members_from_store`).
+
+HTTP API (JSON bodies; keys are URL path segments, percent-encoded as needed):
+
+- ``GET /v1/kv/{key}[?stale=1]`` → 200 ``{"key", "value", "version"}``; 404 with
+  ``"value": null, "version": 0`` when absent. Linearizable by default: served by the leader
+  after a read barrier; ``stale=1`` answers from any member's state as it is.
+- ``PUT /v1/kv/{key}`` ``{"value", "request_id"?}`` → ``{"version"}``.
+- ``DELETE /v1/kv/{key}[?request_id=ID]`` → ``{"existed"}``.
+- ``POST /v1/cas/{key}`` ``{"expected_version", "value", "request_id"?}`` →
+  ``{"applied", "version"}``.
+- ``POST /v1/txn`` ``{"ops": [...], "request_id"?}`` → ``{"applied", "results"}`` (see
+  :mod:`bkeeper.kv.state`).
+- ``GET /v1/range?prefix=P&limit=N[&stale=1]`` → ``{"items": [{"key","value","version"}]}``.
+- ``GET /v1/status`` → ``{"member", "url", "role", "leading", "leader", "applied", "keys",
+  "snapshots_written", "snapshots_restored"}``.
+
+A member that does not lead answers a write (or a linearizable read) with 307 and
+``{"error": "not the leader", "leader": URL | null}`` (``Location`` set when the leader is
+known); a failure of the log answers 503 ``{"error": ...}``; bad input 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from bkeeper.common.errors import BKeeperError, ConfigError, NotLeaderError
+from bkeeper.kv.state import KvState, encode_command, validate_ops
+from bkeeper.meta.store import NodeStore
+from bkeeper.namedlog import NamedLogs
+from bkeeper.statemachine import ReplicatedStateMachine, RsmConfig
+
+__all__ = ["KvServer", "KvServerConfig", "log_name"]
+
+log = logging.getLogger(__name__)
+
+#: Items one range answer holds at most.
+RANGE_LIMIT_MAX = 10_000
+#: The largest request body (a write's JSON); larger ones are answered 413.
+BODY_BYTES_MAX = 4 * 1024 * 1024
+#: Connections waiting to be accepted (aiohttp's default, 128, drops SYNs when hundreds of
+#: clients connect at once, and each drop costs the client a retransmission of 1 s or more).
+LISTEN_BACKLOG = 1024
+
+
+def log_name(store_name: str) -> str:
+    """The named log of the store ``store_name``."""
+    return f"kv-{store_name}"
+
+
+@dataclass(frozen=True)
+class KvServerConfig:
+    name: str
+    member_id: str
+    host: str = "127.0.0.1"
+    http_port: int = 0
+    advertised_host: str | None = None
+    append_timeout_s: float = 10.0
+    snapshot_every_commands: int = 100_000
+    snapshot_every_bytes: int = 64 * 1024 * 1024
+    in_flight_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"name: must be non-empty without '/', got {self.name!r}")
+        if not self.member_id:
+            raise ConfigError("member_id: must not be empty")
+        if not 0 <= self.http_port <= 65535:
+            raise ConfigError(f"http_port: must be 0..65535, got {self.http_port}")
+
+
+def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(doc, status=status, headers=headers)
+
+
+class KvServer:
+    """One member: ``await start()`` (binds HTTP), ``await run(stop)``, ``await aclose()``."""
+
+    def __init__(self, logs: NamedLogs, store: NodeStore, config: KvServerConfig) -> None:
+        self._logs = logs
+        self._store = store
+        self._config = config
+        self.state = KvState()
+        self.url = ""
+        self.rsm: ReplicatedStateMachine | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        """Bind the HTTP server; its URL."""
+        app = web.Application(client_max_size=BODY_BYTES_MAX)
+        app.add_routes(
+            [
+                web.get("/v1/kv/{key:.+}", self._get),
+                web.put("/v1/kv/{key:.+}", self._put),
+                web.delete("/v1/kv/{key:.+}", self._delete),
+                web.post("/v1/cas/{key:.+}", self._cas),
+                web.post("/v1/txn", self._txn),
+                web.get("/v1/range", self._range),
+                web.get("/v1/status", self._status),
+            ]
+        )
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(
+            runner, self._config.host, self._config.http_port, backlog=LISTEN_BACKLOG
+        )
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            where = f"{self._config.host}:{self._config.http_port}"
+            raise ConfigError(f"http_port: cannot listen on {where}: {exc}") from exc
+        self._runner = runner
+        port = int(runner.addresses[0][1])
+        host = self._config.advertised_host or self._config.host
+        self.url = f"http://{host}:{port}"
+        candidate = json.dumps({"id": self._config.member_id, "url": self.url}).encode()
+        self.rsm = ReplicatedStateMachine(
+            self._logs,
+            self._store,
+            self.state,
+            RsmConfig(
+                log_name=log_name(self._config.name),
+                candidate=candidate,
+                append_timeout_s=self._config.append_timeout_s,
+                in_flight_max=self._config.in_flight_max,
+                snapshot_every_commands=self._config.snapshot_every_commands,
+                snapshot_every_bytes=self._config.snapshot_every_bytes,
+            ),
+        )
+        return self.url
+
+    async def run(self, stop: asyncio.Event) -> None:
+        assert self.rsm is not None, "start() first"
+        await self.rsm.run(stop)
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- helpers --------------------------------------------------------------------
+    def _machine(self) -> ReplicatedStateMachine:
+        if self.rsm is None:
+            raise NotLeaderError("the member is starting")
+        return self.rsm
+
+    async def _leader_url(self) -> str | None:
+        try:
+            data = await self._machine().leader()
+        except BKeeperError:
+            return None
+        if data is None:
+            return None
+        try:
+            url = json.loads(data)["url"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        return url if isinstance(url, str) else None
+
+    async def _not_leader(self, request: web.Request, exc: NotLeaderError) -> web.Response:
+        leader = await self._leader_url()
+        headers = {}
+        if leader is not None and leader != self.url:
+            headers["Location"] = leader + request.rel_url.raw_path_qs
+        else:
+            leader = None
+        return _json({"error": f"not the leader: {exc}", "leader": leader}, 307, headers)
+
+    async def _write(self, request: web.Request, request_id: Any, ops: Any) -> web.Response:
+        if request_id is not None and not isinstance(request_id, str):
+            return _json({"error": "request_id: must be a string"}, 400)
+        try:
+            ops = validate_ops(ops)
+            result = await self._machine().submit(encode_command(request_id, ops))
+        except ConfigError as exc:
+            return _json({"error": str(exc)}, 400)
+        except NotLeaderError as exc:
+            return await self._not_leader(request, exc)
+        except BKeeperError as exc:
+            return _json({"error": str(exc)}, 503)
+        return _json(result)
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            doc = await request.json()
+        except ValueError as exc:
+            raise ConfigError(f"body: not JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise ConfigError("body: must be a JSON object")
+        return doc
+
+    async def _read_ready(self, request: web.Request) -> web.Response | None:
+        """None when this member may answer the read now (after a barrier unless stale)."""
+        if request.query.get("stale") in ("1", "true"):
+            return None
+        try:
+            await self._machine().read_barrier()
+        except NotLeaderError as exc:
+            return await self._not_leader(request, exc)
+        except BKeeperError as exc:
+            return _json({"error": str(exc)}, 503)
+        return None
+
+    # -- handlers -------------------------------------------------------------------
+    async def _get(self, request: web.Request) -> web.Response:
+        refused = await self._read_ready(request)
+        if refused is not None:
+            return refused
+        key = request.match_info["key"]
+        value, version = self.state.get(key)
+        doc = {"key": key, "value": value, "version": version}
+        return _json(doc, 200 if value is not None else 404)
+
+    async def _put(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+        except ConfigError as exc:
+            return _json({"error": str(exc)}, 400)
+        op = {"op": "put", "key": request.match_info["key"], "value": body.get("value")}
+        response = await self._write(request, body.get("request_id"), [op])
+        return self._single(response)
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        op = {"op": "delete", "key": request.match_info["key"]}
+        return self._single(await self._write(request, request.query.get("request_id"), [op]))
+
+    async def _cas(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+        except ConfigError as exc:
+            return _json({"error": str(exc)}, 400)
+        op = {
+            "op": "cas",
+            "key": request.match_info["key"],
+            "expected_version": body.get("expected_version"),
+            "value": body.get("value"),
+        }
+        return self._single(await self._write(request, body.get("request_id"), [op]))
+
+    @staticmethod
+    def _single(response: web.Response) -> web.Response:
+        """A one-operation batch answers with its operation's result alone."""
+        if response.status != 200 or response.text is None:
+            return response
+        return _json(json.loads(response.text)["results"][0])
+
+    async def _txn(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+        except ConfigError as exc:
+            return _json({"error": str(exc)}, 400)
+        return await self._write(request, body.get("request_id"), body.get("ops"))
+
+    async def _range(self, request: web.Request) -> web.Response:
+        try:
+            limit = int(request.query.get("limit", RANGE_LIMIT_MAX))
+        except ValueError:
+            return _json({"error": "limit: must be an integer"}, 400)
+        if not 1 <= limit <= RANGE_LIMIT_MAX:
+            return _json({"error": f"limit: must be 1..{RANGE_LIMIT_MAX}"}, 400)
+        refused = await self._read_ready(request)
+        if refused is not None:
+            return refused
+        prefix = request.query.get("prefix", "")
+        items = [
+            {"key": k, "value": v, "version": ver} for k, v, ver in self.state.items(prefix, limit)
+        ]
+        return _json({"items": items})
+
+    async def _status(self, request: web.Request) -> web.Response:
+        rsm = self.rsm
+        if rsm is None:
+            return _json({"error": "the member is starting"}, 503)
+        return _json(
+            {
+                "member": self._config.member_id,
+                "url": self.url,
+                "role": rsm.role,
+                "leading": rsm.leading,
+                "leader": await self._leader_url(),
+                "applied": None if rsm.applied is None else str(rsm.applied),
+                "keys": len(self.state),
+                "snapshots_written": rsm.snapshots_written,
+                "snapshots_restored": rsm.snapshots_restored,
+            }
+        )

@@ -1,0 +1,545 @@
+"""A replicated state machine on a named log: election, terms, catch-up, apply after ack.
+
+A user implements :class:`StateMachine`: ``apply`` a command to the state (deterministically,
+the same on every member) and return a result; ``write_snapshot`` the state to a stream;
+``restore_snapshot`` from one. :class:`ReplicatedStateMachine` runs it:
+
+- Every member joins a leader election on the metadata store and applies the log in order,
+  from the latest snapshot's position (or the log's start).
+- The elected member takes its election node's sequence as its term and opens the log's
+  writer with it (the log records the term before it fences the previous writer; an older
+  term is refused before anything is fenced: :class:`~bkeeper.common.errors.WriterTermError`),
+  catches up to the log's end, then leads: :meth:`ReplicatedStateMachine.submit` appends a
+  command and applies it once it is acknowledged, in log order, returning its result.
+- Followers tail the log without fencing and apply what they read. A leader whose writer was
+  fenced, whose append failed or timed out, or that lost its election steps down and follows;
+  positions already applied are skipped, so nothing is applied twice and nothing is applied
+  that is not in the log.
+- :meth:`ReplicatedStateMachine.read_barrier` makes reads linearizable: it appends a no-op
+  record (a "barrier") and returns once it is applied; its acknowledgement proves the writer
+  was not fenced after the read arrived, so the state then holds every write completed
+  before it. Concurrent reads share a barrier.
+- Snapshots (:mod:`bkeeper.statemachine.snapshots`): every ``snapshot_every_commands``
+  commands or ``snapshot_every_bytes`` command bytes the leader writes the state to a ledger,
+  records it with the position it covers, then truncates the log before it. A member that
+  starts, or whose reader was passed by truncation, restores the latest snapshot and tails on.
+
+Group commit: commands submitted while the previous record is being sent go into one record
+(property ``bkeeper.rsm = batch``, :func:`encode_batch`), up to ``BATCH_COMMANDS_MAX`` commands
+and ``BATCH_BYTES_MAX`` bytes; a lone command is a record of its own, as it was submitted.
+Records the framework writes itself (barriers) carry the property ``bkeeper.rsm = noop`` and
+are never given to ``apply``. Limits: ``in_flight_max`` commands submitted and not yet applied;
+``append_timeout_s`` per command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import io
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bkeeper.common.errors import (
+    BKeeperError,
+    LogExistsError,
+    LogFencedError,
+    NotLeaderError,
+    StateMachineError,
+    WriterTermError,
+)
+from bkeeper.meta.election import LeaderElection
+from bkeeper.meta.store import NodeStore
+from bkeeper.namedlog import EARLIEST, LogReader, LogWriter, NamedLog, NamedLogs, Position
+from bkeeper.namedlog.records import Record
+from bkeeper.statemachine.protocol import (
+    BATCH_BYTES_MAX,
+    BATCH_COMMANDS_MAX,
+    BATCH_PROPERTIES,
+    ITEM_HEAD,
+    NOOP_PROPERTIES,
+    Role,
+    RsmConfig,
+    StateMachine,
+    decode_batch,
+    election_path,
+    encode_batch,
+)
+from bkeeper.statemachine.snapshots import SnapshotStore
+
+__all__ = ["ReplicatedStateMachine"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Command:
+    """A command submitted and not applied yet (``noop``: a read barrier)."""
+
+    command: bytes
+    noop: bool
+    result: asyncio.Future[Any]
+
+
+@dataclass
+class _Pending:
+    """One record appended and not applied yet: the commands it carries."""
+
+    appended: asyncio.Future[Position]
+    commands: list[_Command]
+
+
+class ReplicatedStateMachine:
+    """Runs a :class:`StateMachine` as one member (see the module docstring).
+    ``await run(stop)`` until ``stop`` is set; ``submit`` while :attr:`leading`."""
+
+    def __init__(
+        self,
+        logs: NamedLogs,
+        store: NodeStore,
+        machine: StateMachine,
+        config: RsmConfig,
+        *,
+        before_open_writer: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``before_open_writer``: awaited between the leadership check and ``open_writer``
+        (a test hook: a pause placed exactly there)."""
+        self._logs = logs
+        self._store = store
+        self._machine = machine
+        self._config = config
+        self._before_open_writer = before_open_writer
+        self.snapshots = SnapshotStore(logs, store, config.log_name)
+        self.directory = election_path(logs.bk.cluster.root, config.log_name)
+        #: What this member does now; ``apply`` may read it.
+        self.role: Role = "following"
+        #: The position of the last record applied (or covered by the restored snapshot).
+        self.applied: Position | None = None
+        #: Commands applied by this member (any role), and since the last snapshot.
+        self.applied_count = 0
+        self._since_snapshot = (0, 0)
+        #: Times this member's writer was fenced while it led / refused for an older term.
+        self.fenced = 0
+        self.refused = 0
+        #: Snapshots this member wrote and restored.
+        self.snapshots_written = 0
+        self.snapshots_restored = 0
+        self._leading = asyncio.Event()
+        self._writer: LogWriter | None = None
+        self._failure: asyncio.Event = asyncio.Event()
+        self._failure_fenced = False
+        self._in_flight: collections.deque[_Pending] = collections.deque()
+        self._slots = asyncio.Semaphore(config.in_flight_max)
+        self._queue: collections.deque[_Command] = collections.deque()
+        self._flusher: asyncio.Future[None] | None = None
+        self._barrier: asyncio.Future[None] | None = None
+        self._snapshotting: asyncio.Future[Position | None] | None = None
+        self._election: LeaderElection | None = None
+        self._reader: LogReader | None = None
+        self._reader_behind = False
+
+    @property
+    def leading(self) -> bool:
+        """True while this member leads and takes commands."""
+        return self._leading.is_set()
+
+    async def wait_leading(self, timeout_s: float | None = None) -> None:
+        async with asyncio.timeout(timeout_s):
+            await self._leading.wait()
+
+    async def leader(self) -> bytes | None:
+        """The election data of the member that leads now (None: nobody)."""
+        if self._election is None:
+            return None
+        return await self._election.leader()
+
+    # -- the member's life ---------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        config = self._config
+        with contextlib.suppress(LogExistsError):
+            await self._logs.create(config.log_name)
+        named = self._logs.log(config.log_name)
+        await self._restore()
+        self._reader = await self._open_reader(named)
+        election = self._candidate()
+        self._election = election
+        await election.start()
+        try:
+            while not stop.is_set():
+                try:
+                    await self._follow(named, election, stop)
+                    if stop.is_set():
+                        break
+                    if not await self._confirmed(election):
+                        await asyncio.sleep(0.05)
+                        continue
+                    term = election.sequence
+                    if term is None:  # lost it since the check
+                        continue
+                    if self._before_open_writer is not None:
+                        await self._before_open_writer()
+                    fenced = await self._lead(named, election, stop, term)
+                except BKeeperError as exc:  # the store or bookies failed: try again shortly
+                    log.warning("%s: %s", config.log_name, exc)
+                    await asyncio.sleep(config.retry_pause_s)
+                    continue
+                if fenced:
+                    # Fenced while this member thought it led: its view of the election is
+                    # stale. Resign and queue again behind the others.
+                    await election.aclose()
+                    election = self._candidate()
+                    self._election = election
+                    await election.start()
+        finally:
+            self._step_down(NotLeaderError(f"{config.log_name}: the member is stopping"))
+            if self._flusher is not None:
+                self._flusher.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._flusher
+            if self._snapshotting is not None:
+                self._snapshotting.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._snapshotting
+            await election.aclose()
+            if self._reader is not None:
+                await self._reader.close()
+
+    def _candidate(self) -> LeaderElection:
+        return LeaderElection(self._store, self.directory, self._config.candidate)
+
+    async def _confirmed(self, election: LeaderElection) -> bool:
+        """Leadership as the store sees it now (a paused process may still believe it)."""
+        try:
+            holder = await election.leader()
+        except BKeeperError:
+            return False
+        return election.is_leader and holder == self._config.candidate
+
+    async def _open_reader(self, named: NamedLog) -> LogReader:
+        start: str | Position = EARLIEST
+        if self.applied is not None:
+            start = Position(self.applied.ledger_id, self.applied.entry_id + 1)
+        return await named.open_reader(start)
+
+    async def _restore(self) -> bool:
+        """Restore the latest snapshot if it is past what this member applied."""
+        for _ in range(10):
+            info = await self.snapshots.latest()
+            if info is None or (self.applied is not None and info.position <= self.applied):
+                return False
+            data = await self.snapshots.read(info)
+            if data is None:
+                continue  # replaced meanwhile
+            self._machine.restore_snapshot(io.BytesIO(data))
+            self.applied = info.position
+            self.snapshots_restored += 1
+            log.info("%s: restored the snapshot at %s", self._config.log_name, info.position)
+            return True
+        raise StateMachineError(f"{self._config.log_name}: snapshots kept being replaced")
+
+    async def _next_record(self, named: NamedLog, timeout_s: float) -> Record | None:
+        """The next record to apply, or None. When truncation passed this member's reader
+        (the reader skipped deleted ledgers, or it moved to another ledger while the log's
+        truncation point lies past what was applied), restore the latest snapshot (it covers
+        what was skipped) and read on after it."""
+        if self._reader_behind or self._reader is None:
+            # This member led (its reader stopped where catch-up ended, and the log up to
+            # what it applied may be truncated since), or opening a reader failed last time:
+            # read on after what it applied.
+            self._reader_behind = False
+            if self._reader is not None:
+                await self._reader.close()
+                self._reader = None
+            self._reader = await self._open_reader(named)
+        reader = self._reader
+        skipped = reader.skipped_ledgers
+        record = await reader.next(timeout_s)
+        passed = reader.skipped_ledgers != skipped
+        applied = self.applied
+        if (
+            record is not None
+            and not passed
+            and applied is not None
+            and record.position.ledger_id != applied.ledger_id  # a ledger switch: check
+        ):
+            mark = (await named.metadata()).truncated_before
+            passed = mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
+        if not passed:
+            return record
+        await reader.close()
+        self._reader = None
+        if not await self._restore():
+            mark = (await named.metadata()).truncated_before
+            if applied is None or (
+                mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
+            ):
+                raise StateMachineError(
+                    f"{self._config.log_name}: the log was truncated past position {applied} "
+                    "and no later snapshot is recorded"
+                )
+            # Only ledgers already applied were skipped: read on after what was applied.
+        self._reader = await self._open_reader(named)
+        return None
+
+    def _apply_record(self, record: Record) -> None:
+        if self.applied is not None and record.position <= self.applied:
+            return  # applied already (a leader reading back its own commands)
+        kind = record.properties.get("bkeeper.rsm")
+        if kind == NOOP_PROPERTIES["bkeeper.rsm"]:
+            commands = []
+        elif kind == BATCH_PROPERTIES["bkeeper.rsm"]:
+            commands = [command for noop, command in decode_batch(record.payload) if not noop]
+        else:
+            commands = [record.payload]
+        for command in commands:
+            try:
+                self._apply(command, record.position)
+            except Exception as exc:  # the command's result (its caller got it from the leader)
+                log.warning(
+                    "%s: command at %s raised: %r", self._config.log_name, record.position, exc
+                )
+        self.applied = record.position
+
+    def _apply(self, command: bytes, position: Position) -> Any:
+        self.applied = position
+        self.applied_count += 1
+        count, size = self._since_snapshot
+        self._since_snapshot = (count + 1, size + len(command))
+        return self._machine.apply(command, position)
+
+    async def _follow(self, named: NamedLog, election: LeaderElection, stop: asyncio.Event) -> None:
+        self.role = "following"
+        while not election.is_leader and not stop.is_set():
+            record = await self._next_record(named, self._config.follow_poll_s)
+            if record is not None:
+                self._apply_record(record)
+
+    async def _lead(
+        self, named: NamedLog, election: LeaderElection, stop: asyncio.Event, term: int
+    ) -> bool:
+        """Lead until leadership ends; True when another writer fenced this one, or a newer
+        leader holds the log (the member then queues again)."""
+        config = self._config
+        try:
+            writer = await named.open_writer(term=term)
+        except WriterTermError as exc:
+            self.refused += 1
+            log.warning("not taking over the log: %s", exc)
+            return True
+        except BKeeperError as exc:
+            log.warning("could not take over the log: %s", exc)
+            await asyncio.sleep(config.retry_pause_s)
+            return False
+        try:
+            self.role = "catchup"
+            end = await named.last_position()
+            while end is not None and (self.applied is None or self.applied < end):
+                if not election.is_leader or stop.is_set():
+                    return False
+                record = await self._next_record(named, 0.5)
+                if record is not None:
+                    self._apply_record(record)
+            self._failure = asyncio.Event()
+            self._failure_fenced = False
+            self._writer = writer
+            self.role = "leading"
+            self._reader_behind = True
+            self._leading.set()
+            lost = asyncio.ensure_future(election.wait_leadership_lost())
+            stopped = asyncio.ensure_future(stop.wait())
+            failed = asyncio.ensure_future(self._failure.wait())
+            try:
+                await asyncio.wait({lost, stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (lost, stopped, failed):
+                    waiter.cancel()
+            if self._failure_fenced:
+                self.fenced += 1
+                log.warning("fenced: another process leads now")
+            return self._failure_fenced
+        finally:
+            self._step_down(NotLeaderError(f"{config.log_name}: leadership ended"))
+            self.role = "following"
+            with contextlib.suppress(BKeeperError):
+                await writer.close()
+
+    def _step_down(self, error: BaseException) -> None:
+        """Stop taking commands; fail those appended and not applied (their outcome is
+        unknown to their callers: the log may hold them, and followers apply them then)."""
+        self._leading.clear()
+        self._writer = None
+        while self._in_flight:
+            _fail_commands(self._in_flight.popleft().commands, error)
+        _fail_commands(list(self._queue), error)
+        self._queue.clear()
+
+    # -- commands ---------------------------------------------------------------------
+    async def submit(self, command: bytes) -> Any:
+        """Append ``command`` and apply it once acknowledged; its result.
+        ``NotLeaderError`` when this member does not lead (or stopped leading before the
+        command was applied: it may still be in the log)."""
+        return await self._submit(command, noop=False)
+
+    async def read_barrier(self) -> None:
+        """Return once every write acknowledged before the call is applied here, and this
+        member still led after the call was made (see the module docstring)."""
+        if self._barrier is None:
+            self._barrier = asyncio.ensure_future(self._run_barrier())
+        await asyncio.shield(self._barrier)
+
+    async def _run_barrier(self) -> None:
+        self._barrier = None  # reads from now on need a barrier appended after them
+        await self._submit(b"", noop=True)
+
+    async def _submit(self, command: bytes, *, noop: bool) -> Any:
+        if not self.leading:
+            raise NotLeaderError(f"{self._config.log_name}: this member does not lead")
+        loop = asyncio.get_running_loop()
+        async with self._slots:
+            item = _Command(command, noop, loop.create_future())
+            self._queue.append(item)
+            if self._flusher is None:
+                self._flusher = asyncio.ensure_future(self._flush())
+            try:
+                return await asyncio.wait_for(
+                    asyncio.shield(item.result), self._config.append_timeout_s
+                )
+            except TimeoutError:
+                self._fail(TimeoutError("append timed out"))
+                raise NotLeaderError(
+                    f"{self._config.log_name}: the append outlived "
+                    f"{self._config.append_timeout_s}s; the leader steps down"
+                ) from None
+
+    def _take_batch(self) -> list[_Command]:
+        """The queued commands one record takes (group commit: what queued meanwhile)."""
+        items = [self._queue.popleft()]
+        size = len(items[0].command)
+        while self._queue and len(items) < BATCH_COMMANDS_MAX:
+            size += len(self._queue[0].command) + ITEM_HEAD.size
+            if size > BATCH_BYTES_MAX:
+                break
+            items.append(self._queue.popleft())
+        return items
+
+    async def _flush(self) -> None:
+        """Append the queued commands, as many to a record as queued while the previous
+        append was being sent; in order."""
+        name = self._config.log_name
+        try:
+            while self._queue:
+                items = self._take_batch()
+                writer = self._writer
+                if writer is None or not self.leading:
+                    _fail_commands(items, NotLeaderError(f"{name}: this member does not lead"))
+                    continue
+                if len(items) == 1:
+                    payload = items[0].command
+                    properties = NOOP_PROPERTIES if items[0].noop else None
+                else:
+                    payload = encode_batch([(i.noop, i.command) for i in items])
+                    properties = BATCH_PROPERTIES
+                try:
+                    appended = await writer.append_async(payload, properties=properties)
+                except BKeeperError as exc:
+                    _fail_commands(items, NotLeaderError(f"{name}: append failed: {exc}"))
+                    self._fail(exc)
+                    continue
+                if self._writer is not writer:  # stepped down while sending
+                    _fail_commands(items, NotLeaderError(f"{name}: leadership ended"))
+                    continue
+                self._in_flight.append(_Pending(appended, items))
+                appended.add_done_callback(lambda _f: self._drain())
+        finally:
+            self._flusher = None
+
+    def _fail(self, exc: BaseException) -> None:
+        """The writer failed: step down (``run`` follows again)."""
+        self._failure_fenced = self._failure_fenced or isinstance(exc, LogFencedError)
+        self._step_down(NotLeaderError(f"{self._config.log_name}: the writer failed: {exc}"))
+        self._failure.set()
+
+    def _drain(self) -> None:
+        """Apply acknowledged records in log order (the head first)."""
+        while self._in_flight and self._in_flight[0].appended.done():
+            pending = self._in_flight.popleft()
+            error = pending.appended.exception()
+            if error is not None:
+                name = self._config.log_name
+                _fail_commands(pending.commands, NotLeaderError(f"{name}: append failed: {error}"))
+                self._fail(error)
+                return
+            position = pending.appended.result()
+            for item in pending.commands:
+                if item.noop:
+                    result: Any = None
+                else:
+                    try:
+                        result = self._apply(item.command, position)
+                    except Exception as exc:  # the machine's own error is the command's result
+                        if not item.result.done():
+                            item.result.set_exception(exc)
+                        continue
+                if not item.result.done():
+                    item.result.set_result(result)
+            self.applied = position
+        self._maybe_snapshot()
+
+    # -- snapshots --------------------------------------------------------------------
+    def _maybe_snapshot(self) -> None:
+        config = self._config
+        count, size = self._since_snapshot
+        due = (config.snapshot_every_commands and count >= config.snapshot_every_commands) or (
+            config.snapshot_every_bytes and size >= config.snapshot_every_bytes
+        )
+        if due and self.leading and self._snapshotting is None and self.applied is not None:
+            self._snapshotting = asyncio.ensure_future(self.snapshot())
+
+    async def _truncation_point(self, named: NamedLog, covered: Position) -> Position:
+        """Where to truncate after a snapshot covering ``covered``: right after it, or at
+        the start of the ``retain_ledgers``-th ledger before its ledger."""
+        retain = self._config.retain_ledgers
+        if not retain:
+            return Position(covered.ledger_id, covered.entry_id + 1)
+        ids = [ledger.ledger_id for ledger in (await named.metadata()).ledgers]
+        index = next((i for i, x in enumerate(ids) if x >= covered.ledger_id), len(ids))
+        if index < retain:
+            return Position(ids[0], 0) if ids else Position(0, 0)
+        return Position(ids[index - retain], 0)
+
+    async def snapshot(self) -> Position | None:
+        """Write a snapshot of the state now and truncate the log before it; the position
+        it covers (None when a newer one is recorded already or nothing is applied)."""
+        try:
+            if self.applied is None:
+                return None
+            out = io.BytesIO()
+            position = self.applied
+            capture = getattr(self._machine, "snapshot_writer", None)
+            if capture is not None:  # the state captured now, written off the event loop
+                await asyncio.to_thread(capture(), out)
+            else:
+                self._machine.write_snapshot(out)  # synchronous: the state at self.applied
+            self._since_snapshot = (0, 0)
+            info = await self.snapshots.write(out.getvalue(), position)
+            if info is None:
+                return None
+            self.snapshots_written += 1
+            named = self._logs.log(self._config.log_name)
+            dropped = await named.truncate(await self._truncation_point(named, position))
+            log.info("%s: snapshot at %s, %d ledgers truncated", named.name, position, dropped)
+            return position
+        except BKeeperError as exc:
+            log.warning("%s: snapshot failed: %s", self._config.log_name, exc)
+            return None
+        finally:
+            self._snapshotting = None
+
+
+def _fail_commands(commands: list[_Command], error: BaseException) -> None:
+    for item in commands:
+        if not item.result.done():
+            item.result.set_exception(error)

@@ -1,0 +1,186 @@
+"""The state machine framework on the in-memory cluster: apply after acknowledgement, a
+fenced leader steps down and follows without applying anything twice, read barriers,
+snapshots restore a member that starts late."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import pytest
+
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import ConfigError, NotLeaderError
+from bkeeper.namedlog import LogConfig, NamedLogs, Position
+from bkeeper.statemachine import ReplicatedStateMachine, RsmConfig
+from bkeeper.testing.cluster import MemoryCluster
+
+CLIENT = ClientConfig(
+    add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=100, explicit_lac_interval_ms=10
+)
+
+
+async def wait_for(condition, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
+
+
+class Journal:
+    """A state machine that remembers every command it applied, in order."""
+
+    def __init__(self) -> None:
+        self.commands: list[bytes] = []
+        self.positions: list[Position] = []
+
+    def apply(self, command: bytes, position: Position) -> int:
+        self.commands.append(command)
+        self.positions.append(position)
+        return len(self.commands)
+
+    def write_snapshot(self, out) -> None:
+        out.write(json.dumps([c.decode() for c in self.commands]).encode())
+
+    def restore_snapshot(self, source) -> None:
+        self.commands = [c.encode() for c in json.loads(source.read())]
+        self.positions = []
+
+
+async def member(cluster, name: str, log_config: LogConfig | None = None, **options):
+    bk = await cluster.client(CLIENT)
+    logs = NamedLogs(bk, log_config or LogConfig(tail_poll_ms=50))
+    journal = Journal()
+    rsm = ReplicatedStateMachine(
+        logs, bk.cluster.store, journal, RsmConfig("journal", name.encode(), **options)
+    )
+    stop = asyncio.Event()
+    return rsm, journal, stop, asyncio.create_task(rsm.run(stop)), logs
+
+
+def test_config_names_the_bad_field():
+    with pytest.raises(ConfigError, match="in_flight_max"):
+        RsmConfig("log", b"me", in_flight_max=0)
+    with pytest.raises(ConfigError, match="snapshot_every_bytes"):
+        RsmConfig("log", b"me", snapshot_every_bytes=-1)
+
+
+async def test_a_fenced_leader_steps_down_and_applies_nothing_twice():
+    async with MemoryCluster(3) as cluster:
+        a, journal_a, stop_a, task_a, logs_a = await member(cluster, "a")
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b")
+        results = [await a.submit(b"c%d" % i) for i in range(10)]
+        assert results == list(range(1, 11)), "results come from apply, in order"
+        # Another writer takes the log over (no term): the leader is fenced.
+        rogue = await logs_a.log("journal").open_writer()
+        await rogue.append(b"rogue")
+        with pytest.raises(NotLeaderError):
+            for i in range(10, 20):
+                await a.submit(b"c%d" % i)
+        await rogue.close()
+        await wait_for(lambda: not a.leading)
+        await wait_for(lambda: b"rogue" in journal_a.commands)
+        await wait_for(lambda: a.leading or b.leading)
+        leader = a if a.leading else b
+        await leader.submit(b"after")
+        await wait_for(lambda: journal_a.commands[-1:] == [b"after"])
+        await wait_for(lambda: journal_b.commands[-1:] == [b"after"])
+        for journal in (journal_a, journal_b):
+            assert len(journal.positions) == len(set(journal.positions)), "applied twice"
+            assert journal.positions == sorted(journal.positions)
+        assert journal_a.commands == journal_b.commands
+        assert journal_a.commands[:10] == [b"c%d" % i for i in range(10)]
+        for stop in (stop_a, stop_b):
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
+
+
+async def test_a_follower_refuses_commands_and_barriers():
+    async with MemoryCluster(3) as cluster:
+        a, _, stop_a, task_a, _ = await member(cluster, "a")
+        await a.wait_leading(20)
+        b, _, stop_b, task_b, _ = await member(cluster, "b")
+        with pytest.raises(NotLeaderError):
+            await b.submit(b"x")
+        with pytest.raises(NotLeaderError):
+            await b.read_barrier()
+        assert await b.leader() == b"a"
+        await a.submit(b"x")
+        before = a.applied
+        await asyncio.gather(*(a.read_barrier() for _ in range(20)))
+        assert a.applied is not None and before is not None and a.applied > before
+        for stop in (stop_a, stop_b):
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
+
+
+async def test_a_late_member_restores_the_snapshot_and_the_log_is_truncated():
+    async with MemoryCluster(3) as cluster:
+        config = LogConfig(tail_poll_ms=50, roll_bytes=300)
+        a, journal_a, stop_a, task_a, logs = await member(
+            cluster, "a", config, snapshot_every_commands=25
+        )
+        await a.wait_leading(20)
+        for i in range(100):
+            await a.submit(b"c%03d" % i)
+        await wait_for(lambda: a.snapshots_written >= 3)
+        meta = await logs.log("journal").metadata()
+        assert meta.truncated_before is not None
+        reader = await logs.log("journal").open_reader()
+        first = await reader.next(5)
+        await reader.close()
+        assert first is not None and first.payload != b"c000", "the log's head was truncated"
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", config)
+        await wait_for(lambda: journal_b.commands == journal_a.commands)
+        assert b.snapshots_restored >= 1
+        assert len(journal_b.positions) < 100, "b applied the tail only"
+        snapshot = io.BytesIO()
+        a._machine.write_snapshot(snapshot)
+        assert json.loads(snapshot.getvalue()) == [f"c{i:03d}" for i in range(100)]
+        for stop in (stop_a, stop_b):
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
+
+
+async def test_an_ex_leader_whose_log_was_truncated_meanwhile_follows_on():
+    """A leader snapshots and truncates the log it wrote; when it loses leadership it follows
+    the next leader from what it applied (not from where its reader stopped, long truncated)."""
+    async with MemoryCluster(3) as cluster:
+        config = LogConfig(tail_poll_ms=50, roll_bytes=300)
+        a, journal_a, stop_a, task_a, logs_a = await member(
+            cluster, "a", config, snapshot_every_commands=10
+        )
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", config)
+        for i in range(100):
+            await a.submit(b"c%03d" % i)
+        await wait_for(lambda: a.snapshots_written >= 5)
+        await wait_for(lambda: journal_b.commands[-1:] == [b"c099"])
+        await logs_a.bk.cluster.store.expire_session()
+        await b.wait_leading(20)
+        for i in range(100, 110):
+            await b.submit(b"c%03d" % i)
+        await wait_for(lambda: journal_a.commands[-1:] == [b"c109"])
+        assert journal_a.commands == [b"c%03d" % i for i in range(110)]
+        assert not task_a.done(), "the ex-leader's member is still running"
+        for stop in (stop_a, stop_b):
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
+
+
+async def test_retention_keeps_ledgers_before_the_snapshot():
+    async with MemoryCluster(3) as cluster:
+        config = LogConfig(tail_poll_ms=50, roll_bytes=200)
+        a, _, stop_a, task_a, logs = await member(cluster, "a", config, retain_ledgers=2)
+        await a.wait_leading(20)
+        for i in range(60):
+            await a.submit(b"c%03d" % i)
+        covered = await a.snapshot()
+        assert covered is not None
+        ledgers = [x.ledger_id for x in (await logs.log("journal").metadata()).ledgers]
+        before = [x for x in ledgers if x < covered.ledger_id]
+        assert len(before) == 2, (ledgers, covered)
+        stop_a.set()
+        await asyncio.wait_for(task_a, 20)
