@@ -241,11 +241,7 @@ class Consumer:
             return
         state, version = self._state, self._version
         for _attempt in range(FLUSH_ATTEMPTS_MAX):
-            after: dict[int, tuple[int, int]] = {}
-            if individual or state.acked:  # runs may join the mark across a ledger's end
-                mark = max(cumulative or state.start, state.mark or state.start)
-                ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
-                after = await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+            after = await self._ends(state, cumulative, individual)
             if self._fencing and state.epoch != self._epoch:
                 self._fenced = SubscriptionFencedError(
                     f"subscription {self.name!r} of log {self.named.name!r} was taken over by "
@@ -266,16 +262,23 @@ class Consumer:
             "compare-and-set attempts"
         )
 
+    async def _ends(
+        self, state: SubscriptionState, cumulative: Position | None, individual: list[Position]
+    ) -> dict[int, tuple[int, int]]:
+        """Where the sealed ledgers the acks touch end: runs may join the mark across a
+        ledger's end (none needed when there is no run at all)."""
+        if not individual and not state.acked:
+            return {}
+        mark = max(cumulative or state.start, state.mark or state.start)
+        ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
+        return await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+
     async def _append_to_cursor(
         self, cumulative: Position | None, individual: list[Position]
     ) -> None:
         assert self._cursor is not None
         state = self._state
-        after: dict[int, tuple[int, int]] = {}
-        if individual or state.acked:
-            mark = max(cumulative or state.start, state.mark or state.start)
-            ids = {mark.ledger_id, *(p.ledger_id for p in individual)}
-            after = await ledger_ends(self.named, ids | {r[0] for r in state.acked})
+        after = await self._ends(state, cumulative, individual)
         new = state.with_acks(cumulative, individual, after)
         try:
             await self._cursor.append(new)
