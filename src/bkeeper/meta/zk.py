@@ -280,7 +280,15 @@ class ZkNodeStore:
             async with asyncio.timeout(timeout_s):
                 return await future
         except (kz.KazooException, KazooTimeoutError) as exc:
-            raise translate(exc) from exc
+            error = translate(exc)
+            if isinstance(error, MetadataAuthError):
+                where = f" {args[0]}" if args and isinstance(args[0], str) else ""
+                error = MetadataAuthError(
+                    f"ZooKeeper {self._hosts}: not authorized for{where} ({error}): the "
+                    "cluster's nodes have ACLs; give the metadata URI the cluster's identity "
+                    "with ?digest-file=FILE (docs/security.md)"
+                )
+            raise error from exc
         except TimeoutError as exc:
             raise ConnectionLossError(
                 f"ZooKeeper {self._hosts}: no answer within {timeout_s:g} s (request_timeout_ms)"
