@@ -71,9 +71,6 @@ class SharedConsumer(Consumer):
         self._buffer: collections.deque[Record] = collections.deque()
         self._mine: list[Claim] = []  # claims delivered to this consumer
 
-    async def open(self) -> None:
-        await super().open()  # the truncation check, the flusher, and a reader (unused)
-
     async def receive(self, timeout_s: float | None = None) -> Record | None:
         """The next record claimed by this consumer, or None if none came in time."""
         self._check_reading()
