@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from bkeeper.verify.schedule import NEMESES, make_schedule
+from bkeeper.verify.schedule import make_schedule
+
+#: The nemeses of the first short run, in this order (the seed's schedule depends on it).
+CLASSIC = ("kill", "pause", "partition", "disk-full", "corrupt", "zk")
+#: The nemeses added later: partial partitions, slow disks, a ZooKeeper session-expiry storm.
+LATER = ("slow-disk", "zk-pause", "partition-zk", "partition-clients")
 
 
 def verify(*args: str, timeout_s: float = 600.0) -> subprocess.CompletedProcess[str]:
@@ -32,13 +37,13 @@ def test_a_short_run_with_every_fault_kind_finds_no_violation(
     if os.geteuid() != 0:
         pytest.skip("disk-full mounts a tmpfs per bookie, partition makes namespaces: root")
     out = tmp_path / "out"
-    result = verify("--duration", "18", "--seed", "2383", "--nemesis", "all",
+    result = verify("--duration", "18", "--seed", "2383", "--nemesis", ",".join(CLASSIC),
                     "--settle", "120", "--out", str(out))  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "no violation in 1 run(s)" in result.stdout
     assert "skipped" not in result.stderr
     run = out / "seed-2383"
-    schedule = make_schedule(2383, NEMESES, 18.0, 5)
+    schedule = make_schedule(2383, CLASSIC, 18.0, 5)
     assert {f.kind for f in schedule} == {"pause", "partition", "corrupt", "zk", "disk-full"}
     assert (run / "schedule.txt").read_text() == "".join(f.describe() + "\n" for f in schedule)
     ops = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
@@ -48,6 +53,42 @@ def test_a_short_run_with_every_fault_kind_finds_no_violation(
     assert any(op["f"] == "fence" and op["type"] == "ok" for op in ops)
     assert any(op["f"] == "read" and op["type"] == "ok" for op in ops)
     assert (run / "repro.txt").read_text().startswith("bkeeper verify --workload ledger")
+
+
+def test_partial_partitions_a_slow_disk_and_an_expiry_storm_find_no_violation(
+    tmp_path: Path, zookeeper_home: Path | None
+) -> None:
+    """Seed 15221 over 26 s: a bookie cut from ZooKeeper, one whose fsyncs each wait 433 ms,
+    one cut from the clients, and ZooKeeper stopped for 12.3 s (past the 10 s session
+    timeout: every session expires when it continues)."""
+    if os.geteuid() != 0:
+        pytest.skip("partitions make network namespaces: root")
+    out = tmp_path / "out"
+    result = verify("--duration", "26", "--seed", "15221", "--nemesis", ",".join(LATER),
+                    "--settle", "120", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no violation in 1 run(s)" in result.stdout
+    assert "skipped" not in result.stderr
+    schedule = make_schedule(15221, LATER, 26.0, 5)
+    assert [(f.kind, f.target) for f in schedule] == [
+        ("partition-zk", 0),
+        ("slow-disk", 1),
+        ("partition-clients", 0),
+        ("zk-pause", None),
+    ]
+    assert schedule[-1].hold_s > 10.0
+    ops = [
+        json.loads(line) for line in (out / "seed-15221" / "history.jsonl").read_text().splitlines()
+    ]
+    done = [op["value"] for op in ops if op["process"] == "nemesis" and op["type"] == "ok"]
+    assert done == [
+        "bookie 0 cut off from zookeeper", "bookie 0 joined to zookeeper again",
+        "bookie 1's fsyncs each held up 433 ms", "bookie 1's fsyncs no longer held up",
+        "bookie 0 cut off from clients", "bookie 0 joined to clients again",
+        "ZooKeeper stopped (SIGSTOP)", "ZooKeeper continued (SIGCONT)",
+    ]  # fmt: skip
+    assert "session expired" in (out / "seed-15221" / "verify.log").read_text()
+    assert sum(op["f"] == "append" and op["type"] == "ok" for op in ops) > 1000
 
 
 @pytest.mark.parametrize(

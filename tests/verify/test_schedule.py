@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from bkeeper.common.errors import ConfigError
-from bkeeper.verify.schedule import GAP_S, HOLD_S, NEMESES, make_schedule, parse_nemeses
+from bkeeper.verify.schedule import (
+    CLUSTER_NEMESES,
+    GAP_S,
+    HOLD_S,
+    NEMESES,
+    SLOW_SYNC_MS,
+    make_schedule,
+    parse_nemeses,
+)
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -25,7 +33,11 @@ def test_faults_do_not_overlap_and_end_within_the_run(seed: int) -> None:
         assert low <= fault.hold_s <= high
         assert fault.at_s - previous_heal >= GAP_S[0] - 1e-6
         assert fault.heal_s <= 120.0
-        assert (fault.target is None) == (fault.kind == "zk")
+        assert (fault.target is None) == (fault.kind in CLUSTER_NEMESES)
+        if fault.kind == "slow-disk":
+            assert SLOW_SYNC_MS[0] <= fault.sync_delay_ms <= SLOW_SYNC_MS[1]
+        else:
+            assert fault.sync_delay_ms == 0
         assert fault.target is None or 0 <= fault.target < 5
         previous_heal = fault.heal_s
 
@@ -43,3 +55,10 @@ def test_parse_nemeses() -> None:
         parse_nemeses("kil")
     with pytest.raises(ConfigError, match="none given"):
         parse_nemeses(" , ")
+
+
+def test_every_nemesis_is_drawn_and_a_slow_disk_says_its_delay() -> None:
+    kinds = {f.kind for seed in range(10) for f in make_schedule(seed, NEMESES, 300.0, 5)}
+    assert kinds == set(NEMESES)
+    slow = next(f for f in make_schedule(1, ("slow-disk",), 60.0, 5))
+    assert f"({slow.sync_delay_ms} ms per fsync)" in slow.describe()

@@ -35,7 +35,8 @@ from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.common.loop import run_event_loop
 from bkeeper.server import Bookie, BookieConfig
-from bkeeper.storage import StorageConfig
+from bkeeper.storage import FileSystem, StorageConfig
+from bkeeper.storage.slow_sync import filesystem_from_env
 
 __all__ = ["bookie", "run_event_loop"]
 
@@ -262,7 +263,8 @@ def bookie(
         )
     if recovery is not None and not config.metadata_uri:
         raise click.UsageError("--autorecovery needs --metadata (the cluster to watch)")
-    run_event_loop(_serve(config, storage_config, integrity_check, recovery))
+    fs = filesystem_from_env(config.data_dir)  # fault injection (verify's slow-disk), if asked
+    run_event_loop(_serve(config, storage_config, integrity_check, recovery, fs))
 
 
 async def _serve(
@@ -270,8 +272,9 @@ async def _serve(
     storage_config: StorageConfig,
     integrity: bool,
     recovery: AutoRecoveryConfig | None = None,
+    fs: FileSystem | None = None,
 ) -> None:
-    server = Bookie(config, storage_config)
+    server = Bookie(config, storage_config, fs=fs)
     cluster_admin = None
     if server.admin_server is not None and config.metadata_uri:
         # The cluster's endpoints (bookies, ledgers, auto-recovery), before the server starts.

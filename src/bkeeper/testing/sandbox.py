@@ -77,6 +77,9 @@ class SandboxConfig:
     dashboard_port: int | None = None
     #: TLS (required), token authentication and ZooKeeper ACLs (module doc).
     secure: bool = False
+    #: Environment variables added to each bookie process's (fault injection, e.g.
+    #: :data:`bkeeper.storage.slow_sync.ENV_VAR`).
+    bookie_env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies <= 64:
@@ -109,13 +112,16 @@ class SandboxConfig:
 _DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
 
 
-def _spawn(cmd: list[str], log_path: Path, nice: int = 0) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: list[str], log_path: Path, nice: int = 0, env: tuple[tuple[str, str], ...] = ()
+) -> subprocess.Popen[bytes]:
     """``cmd`` as a child that dies with this process, its output appended to ``log_path``,
-    at ``nice`` (added to this process's)."""
+    at ``nice`` (added to this process's), with ``env`` added to this process's environment."""
     log_file = open(log_path, "ab")  # noqa: SIM115
     try:
         return subprocess.Popen(
             cmd,
+            env={**os.environ, **dict(env)} if env else None,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
@@ -268,7 +274,7 @@ class Sandbox:
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
         log_path = self._bookie_log(index)
         self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
-        return _spawn(self.bookie_command(index), log_path)
+        return _spawn(self.bookie_command(index), log_path, env=self.config.bookie_env)
 
     def autorecovery_command(self, index: int) -> list[str]:
         """The command line of the auto-recovery process beside bookie ``index`` (its

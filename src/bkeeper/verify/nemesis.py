@@ -10,6 +10,13 @@
   filler.
 * ``partition``: take the bookie's link to the others down (each bookie in a network
   namespace of its own: :mod:`bkeeper.verify.netns`); heal: bring it up.
+* ``partition-zk`` / ``partition-clients``: cut the bookie from ZooKeeper only (it goes on
+  serving clients while its session may expire) / from the clients only (it keeps its
+  session and registration while no client reaches it); heal: join them again.
+* ``slow-disk``: each fsync of the bookie waits the fault's ``sync_delay_ms`` first (the
+  bookie runs with :data:`bkeeper.storage.slow_sync.ENV_VAR`); heal: no delay.
+* ``zk-pause``: SIGSTOP ZooKeeper; heal: SIGCONT (held past the session timeout, every
+  session expires at once: a storm of expiries and re-registrations).
 
 Blocking steps (waiting for a process to be ready) run in a thread. A step that fails raises
 :class:`~bkeeper.common.errors.BKeeperError`: the run reports it as a violation (a bookie
@@ -26,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bkeeper.common.errors import BKeeperError
+from bkeeper.storage.slow_sync import set_sync_delay
 from bkeeper.testing.journal_faults import apply_patches, journal_patches, newest_journal_file
 from bkeeper.testing.sandbox import Sandbox
 from bkeeper.testing.tmpfs import fill_disk
@@ -38,6 +46,10 @@ log = logging.getLogger(__name__)
 
 #: The file that fills a bookie's filesystem (``disk-full``), removed on heal.
 FILLER_NAME = "verify-filler"
+
+#: The partial partitions: what each one cuts a bookie off from (a :mod:`~bkeeper.verify.netns`
+#: peer).
+_CUTS = {"partition-zk": "zookeeper", "partition-clients": "clients"}
 
 #: Seconds a killed process has to exit.
 _EXIT_TIMEOUT_S = 10.0
@@ -66,6 +78,9 @@ class Nemesis:
         if kind == "zk":
             await asyncio.to_thread(self._kill_zookeeper)
             return "ZooKeeper killed"
+        if kind == "zk-pause":
+            os.kill(self._zookeeper_pid(), signal.SIGSTOP)
+            return "ZooKeeper stopped (SIGSTOP)"
         assert target is not None
         if kind == "kill":
             await asyncio.to_thread(self._kill_bookie, target)
@@ -85,6 +100,12 @@ class Nemesis:
         if kind == "partition":
             await asyncio.to_thread(self._network().isolate, target)
             return f"bookie {target} cut off from every other process"
+        if kind in _CUTS:
+            await asyncio.to_thread(self._network().cut, target, _CUTS[kind])
+            return f"bookie {target} cut off from {_CUTS[kind]}"
+        if kind == "slow-disk":
+            set_sync_delay(self.sandbox.bookie_data_dir(target), fault.sync_delay_ms)
+            return f"bookie {target}'s fsyncs each held up {fault.sync_delay_ms} ms"
         raise BKeeperError(f"unknown fault {kind!r}")
 
     async def heal(self, fault: Fault) -> str:
@@ -92,6 +113,9 @@ class Nemesis:
         if kind == "zk":
             await asyncio.to_thread(self.sandbox.zookeeper.start)
             return "ZooKeeper started again"
+        if kind == "zk-pause":
+            os.kill(self._zookeeper_pid(), signal.SIGCONT)
+            return "ZooKeeper continued (SIGCONT)"
         assert target is not None
         if kind in ("kill", "corrupt"):
             await asyncio.to_thread(self.sandbox.restart_bookie, target)
@@ -105,6 +129,12 @@ class Nemesis:
         if kind == "partition":
             await asyncio.to_thread(self._network().heal, target)
             return f"bookie {target} connected again"
+        if kind in _CUTS:
+            await asyncio.to_thread(self._network().uncut, target, _CUTS[kind])
+            return f"bookie {target} joined to {_CUTS[kind]} again"
+        if kind == "slow-disk":
+            set_sync_delay(self.sandbox.bookie_data_dir(target), None)
+            return f"bookie {target}'s fsyncs no longer held up"
         raise BKeeperError(f"unknown fault {kind!r}")
 
     def _network(self) -> Network:
@@ -119,12 +149,15 @@ class Nemesis:
         except Exception as exc:
             raise BKeeperError(f"bookie {index} did not exit after SIGKILL: {exc}") from exc
 
-    def _kill_zookeeper(self) -> None:
-        server = self.sandbox.zookeeper
-        pid = server.pid
+    def _zookeeper_pid(self) -> int:
+        pid = self.sandbox.zookeeper.pid
         if pid is None:
             raise BKeeperError("ZooKeeper is not running")
-        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def _kill_zookeeper(self) -> None:
+        server = self.sandbox.zookeeper
+        os.kill(self._zookeeper_pid(), signal.SIGKILL)
         server.wait()
         server.stop()  # reaps it and forgets the process
 

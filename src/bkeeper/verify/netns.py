@@ -1,12 +1,20 @@
 """Network partitions for ``bkeeper verify``: each bookie in a Linux network namespace of its
 own, joined to the others and to the host by a bridge.
 
-:class:`Network` makes a bridge in the host's namespace (``10.231.<n>.1/24``) and, per
-bookie, a namespace holding one end of a veth pair (``10.231.<n>.<10+i>``) whose other end is
-enslaved to the bridge. ZooKeeper listens on the bridge's address, so the clients (in the
-host's namespace) and the bookies (in theirs) all reach it and each other at layer 2, with no
-forwarding. Isolating bookie ``i`` takes its host-side link down: it can reach nothing and
-nothing reaches it (ZooKeeper included) until the link comes up again.
+:class:`Network` makes a bridge in the host's namespace with two addresses: the clients'
+(``10.231.<n>.1/24``, the bridge's primary address, which connections from the host's
+namespace come from) and ZooKeeper's (``10.231.<n>.2``, where it listens); and, per bookie, a
+namespace holding one end of a veth pair (``10.231.<n>.<10+i>``) whose other end is enslaved
+to the bridge. Clients, ZooKeeper and bookies all reach each other at layer 2, with no
+forwarding.
+
+* :meth:`Network.isolate` takes bookie ``i``'s host-side link down: it can reach nothing and
+  nothing reaches it (ZooKeeper included) until the link comes up again;
+* :meth:`Network.cut` adds a blackhole route in bookie ``i``'s namespace to one peer's
+  address (ZooKeeper's, the clients', or another bookie's): what the bookie sends there is
+  dropped silently, so connections between the two stall and time out as over a broken
+  link, while the bookie still talks to everyone else. (``tc`` filters would cut one way
+  only as well, but this kernel has no classifiers; routes need nothing beyond ``ip``.)
 
 Needs root (``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN``) and ``ip`` with bridge and veth support;
 :meth:`Network.setup` raises ``ConfigError`` saying what failed, and the run skips the
@@ -49,7 +57,12 @@ class Network:
 
     @property
     def bridge_ip(self) -> str:
+        """The clients' address (connections from the host's namespace come from it)."""
         return f"10.231.{self.subnet}.1"
+
+    @property
+    def zookeeper_ip(self) -> str:
+        return f"10.231.{self.subnet}.2"
 
     def bookie_ip(self, index: int) -> str:
         return f"10.231.{self.subnet}.{10 + index}"
@@ -67,6 +80,7 @@ class Network:
             _ip("link", "add", self.bridge, "type", "bridge")
             self._made.append(("link", self.bridge))
             _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
+            _ip("addr", "add", f"{self.zookeeper_ip}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             for index in range(self.bookies):
                 ns, host = self.namespace(index), self.host_link(index)
@@ -91,6 +105,24 @@ class Network:
     def heal(self, index: int) -> None:
         _ip("link", "set", self.host_link(index), "up")
 
+    def peer_ip(self, peer: str) -> str:
+        """``"zookeeper"``, ``"clients"`` or ``"bookie-<j>"`` -> its address."""
+        if peer == "zookeeper":
+            return self.zookeeper_ip
+        if peer == "clients":
+            return self.bridge_ip
+        name, _, index = peer.partition("-")
+        if name == "bookie" and index.isdigit() and int(index) < self.bookies:
+            return self.bookie_ip(int(index))
+        raise ConfigError(f"no peer {peer!r} (zookeeper, clients, bookie-0..{self.bookies - 1})")
+
+    def cut(self, index: int, peer: str) -> None:
+        """Drop what bookie ``index`` sends to ``peer`` (module doc) until :meth:`uncut`."""
+        _ip("-n", self.namespace(index), "route", "add", "blackhole", f"{self.peer_ip(peer)}/32")
+
+    def uncut(self, index: int, peer: str) -> None:
+        _ip("-n", self.namespace(index), "route", "del", "blackhole", f"{self.peer_ip(peer)}/32")
+
     def teardown(self) -> None:
         """Remove what :meth:`setup` made (each step tried; the first failure raised)."""
         failed: ConfigError | None = None
@@ -110,7 +142,7 @@ class Network:
 
 class NetnsSandbox(Sandbox):
     """A :class:`~bkeeper.testing.sandbox.Sandbox` whose bookies run in ``network``'s
-    namespaces and whose ZooKeeper listens on its bridge."""
+    namespaces and whose ZooKeeper listens on its bridge (ZooKeeper's address)."""
 
     def __init__(self, config: SandboxConfig, network: Network) -> None:
         super().__init__(config)
@@ -119,7 +151,7 @@ class NetnsSandbox(Sandbox):
             ZooKeeperConfig(
                 data_dir=config.data_dir / "zookeeper",
                 port=config.zookeeper_port,
-                host=network.bridge_ip,
+                host=network.zookeeper_ip,
                 zookeeper_home=config.zookeeper_home,
             )
         )

@@ -2,8 +2,9 @@
 
 1. ZooKeeper and ``bookies`` bookie processes (auto-recovery in each) on free ports, each
    bookie's data on a tmpfs of its own when ``disk-full`` is asked for, each bookie in a
-   network namespace of its own when ``partition`` is (both need root: without it that
-   nemesis is skipped, and the run says so);
+   network namespace of its own when a partition is (both need root: without it those
+   nemeses are skipped, and the run says so), the bookies' fsyncs slowable when
+   ``slow-disk`` is;
 2. the workload runs for ``duration_s`` while the nemesis injects and heals the schedule's
    faults (:func:`~bkeeper.verify.schedule.make_schedule`, from the seed);
 3. every fault healed, every created ledger is read whole with recovery
@@ -34,6 +35,7 @@ from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.replicas import list_ledger
 from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import port_free
@@ -43,7 +45,7 @@ from bkeeper.verify.history import History
 from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.nemesis import Nemesis
 from bkeeper.verify.netns import NetnsSandbox, Network
-from bkeeper.verify.schedule import Fault, make_schedule
+from bkeeper.verify.schedule import PARTITIONS, Fault, make_schedule
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
 __all__ = ["WORKLOADS", "RunResult", "VerifyConfig", "run_once"]
@@ -127,18 +129,20 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                 nemeses.remove("disk-full")
                 disks.clear()
         network: Network | None = None
-        if "partition" in nemeses:
+        partitions = [name for name in nemeses if name in PARTITIONS]
+        if partitions:
             network = Network(config.bookies)
             try:
                 network.setup()
                 stack.callback(network.teardown)
             except ConfigError as exc:
-                skipped["partition"] = str(exc)
-                nemeses.remove("partition")
+                for name in partitions:
+                    skipped[name] = str(exc)
+                    nemeses.remove(name)
                 network = None
         schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
         (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
-        sandbox_config = _sandbox_config(data_dir, config.bookies, seed)
+        sandbox_config = _sandbox_config(data_dir, config.bookies, seed, "slow-disk" in nemeses)
         sandbox = (
             Sandbox(sandbox_config) if network is None else NetnsSandbox(sandbox_config, network)
         )
@@ -192,7 +196,7 @@ def _logs_to(path: Path) -> Iterator[None]:
             handler.setLevel(level)
 
 
-def _sandbox_config(data_dir: Path, bookies: int, seed: int) -> SandboxConfig:
+def _sandbox_config(data_dir: Path, bookies: int, seed: int, slow_disks: bool) -> SandboxConfig:
     rng = random.Random(seed ^ 0x5EED)
     for _ in range(PORT_ATTEMPTS_MAX):
         base = rng.randrange(20_000, 30_000)
@@ -205,6 +209,7 @@ def _sandbox_config(data_dir: Path, bookies: int, seed: int) -> SandboxConfig:
                 bookie_port_base=base + 1,
                 start_timeout_s=90.0,  # a bookie restarted after kill -9 waits out its session
                 bookie_args=("-o", "lost_bookie_recovery_delay_s=2"),
+                bookie_env=((SLOW_SYNC_ENV, "1"),) if slow_disks else (),
             )
     raise ConfigError(
         f"no free ports for a cluster of {bookies} bookies after {PORT_ATTEMPTS_MAX} tries"

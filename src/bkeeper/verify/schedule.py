@@ -4,8 +4,10 @@ A schedule is a sequence of faults that do not overlap: each starts ``gap`` seco
 previous one healed (``gap`` drawn in ``GAP_S``), holds for a time drawn from its kind's range
 and is then healed, so that at most one fault is active at once and a run ends healthy. Each
 fault picks a kind among the nemeses asked for and a target among the bookies (none for
-``zk``). Holds are chosen to cross the interesting thresholds: a pause longer than the
-ZooKeeper session timeout sometimes, a kill long enough for the auditor to see it go.
+``zk`` and ``zk-pause``). Holds are chosen to cross the interesting thresholds: a pause longer
+than the ZooKeeper session timeout sometimes (of a bookie, or of ZooKeeper itself: every
+session then expires at once when it continues), a kill long enough for the auditor to see it
+go. A ``slow-disk`` fault also draws how long each of the bookie's fsyncs is held up.
 """
 
 from __future__ import annotations
@@ -16,20 +18,52 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError
 
-__all__ = ["GAP_S", "HOLD_S", "NEMESES", "Fault", "make_schedule", "parse_nemeses"]
+__all__ = [
+    "CLUSTER_NEMESES",
+    "GAP_S",
+    "HOLD_S",
+    "NEMESES",
+    "PARTITIONS",
+    "SLOW_SYNC_MS",
+    "Fault",
+    "make_schedule",
+    "parse_nemeses",
+]
 
 #: Every nemesis, by name.
-NEMESES = ("kill", "pause", "partition", "disk-full", "corrupt", "zk")
+NEMESES = (
+    "kill",
+    "pause",
+    "partition",
+    "partition-zk",
+    "partition-clients",
+    "disk-full",
+    "corrupt",
+    "slow-disk",
+    "zk",
+    "zk-pause",
+)
+#: The nemeses that are not aimed at a bookie.
+CLUSTER_NEMESES = frozenset({"zk", "zk-pause"})
+#: The nemeses that need the bookies in network namespaces (:mod:`bkeeper.verify.netns`).
+PARTITIONS = frozenset({"partition", "partition-zk", "partition-clients"})
 
 #: Seconds each kind of fault lasts (low, high), drawn uniformly.
 HOLD_S: dict[str, tuple[float, float]] = {
     "kill": (0.5, 4.0),  # down, then restarted with its data
     "pause": (1.0, 14.0),  # SIGSTOP..SIGCONT: past the ZooKeeper session timeout (10 s) sometimes
     "partition": (1.0, 8.0),  # the bookie's port unreachable both ways
+    "partition-zk": (2.0, 16.0),  # the bookie cut from ZooKeeper only: its session may expire
+    "partition-clients": (1.0, 8.0),  # the bookie cut from the clients only
     "disk-full": (2.0, 6.0),  # its ledger/journal filesystem full
     "corrupt": (0.5, 2.0),  # stopped while bits of its journal are flipped, then restarted
+    "slow-disk": (2.0, 10.0),  # each fsync of the bookie held up (SLOW_SYNC_MS)
     "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
+    "zk-pause": (2.0, 16.0),  # ZooKeeper stopped: past the session timeout, a storm of expiries
 }
+
+#: Milliseconds each fsync of a ``slow-disk`` bookie waits (low, high), drawn uniformly.
+SLOW_SYNC_MS = (20, 500)
 
 #: Seconds between a fault's heal and the next fault (low, high).
 GAP_S = (0.5, 3.0)
@@ -38,12 +72,14 @@ GAP_S = (0.5, 3.0)
 @dataclass(frozen=True)
 class Fault:
     """``kind`` starts ``at_s`` seconds into the run on bookie ``target`` (None: not a bookie
-    fault) and is healed ``hold_s`` seconds later."""
+    fault) and is healed ``hold_s`` seconds later; ``sync_delay_ms``: how long each fsync
+    waits (``slow-disk`` only, else 0)."""
 
     at_s: float
     kind: str
     target: int | None
     hold_s: float
+    sync_delay_ms: int = 0
 
     @property
     def heal_s(self) -> float:
@@ -51,7 +87,8 @@ class Fault:
 
     def describe(self) -> str:
         where = "" if self.target is None else f" bookie {self.target}"
-        return f"{self.at_s:7.2f}s {self.kind}{where} for {self.hold_s:.2f}s"
+        how = f" ({self.sync_delay_ms} ms per fsync)" if self.kind == "slow-disk" else ""
+        return f"{self.at_s:7.2f}s {self.kind}{where}{how} for {self.hold_s:.2f}s"
 
 
 def parse_nemeses(text: str) -> tuple[str, ...]:
@@ -80,8 +117,9 @@ def make_schedule(
     while True:
         kind = rng.choice(list(nemeses))
         hold = round(rng.uniform(*HOLD_S[kind]), 3)
-        target = None if kind == "zk" else rng.randrange(bookies)
+        target = None if kind in CLUSTER_NEMESES else rng.randrange(bookies)
+        delay_ms = rng.randint(*SLOW_SYNC_MS) if kind == "slow-disk" else 0
         if now + hold > duration_s:
             return tuple(faults)
-        faults.append(Fault(round(now, 3), kind, target, hold))
+        faults.append(Fault(round(now, 3), kind, target, hold, delay_ms))
         now += hold + rng.uniform(*GAP_S)

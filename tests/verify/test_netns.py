@@ -1,0 +1,84 @@
+"""Network namespaces for ``bkeeper verify`` (root only): a bookie's namespace cut from one
+peer (ZooKeeper's address, the clients') reaches the others, and again that peer once the cut
+heals."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from bkeeper.common.errors import ConfigError
+from bkeeper.verify.netns import Network
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+PROBE = """
+import socket, sys
+s = socket.socket()
+s.settimeout(1.0)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    net = Network(2, tag=str(90_000 + os.getpid() % 9_000))
+    net.setup()
+    try:
+        yield net
+    finally:
+        net.teardown()
+
+
+def reach(net: Network, index: int, host: str, port: int) -> str:
+    result = subprocess.run(
+        ["ip", "netns", "exec", net.namespace(index), sys.executable, "-c", PROBE, host,
+         str(port)],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return result.stdout.strip()
+
+
+def listener(host: str) -> socket.socket:
+    sock = socket.socket()
+    sock.bind((host, 0))
+    sock.listen(8)
+    return sock
+
+
+def test_a_cut_drops_one_peer_only_until_it_heals(network: Network) -> None:
+    zk = listener(network.zookeeper_ip)
+    clients = listener(network.bridge_ip)
+    try:
+        zk_port, clients_port = zk.getsockname()[1], clients.getsockname()[1]
+        assert reach(network, 0, network.zookeeper_ip, zk_port) == "connected"
+        network.cut(0, "zookeeper")
+        assert reach(network, 0, network.zookeeper_ip, zk_port) != "connected"
+        assert reach(network, 0, network.bridge_ip, clients_port) == "connected"
+        assert reach(network, 1, network.zookeeper_ip, zk_port) == "connected"
+        network.uncut(0, "zookeeper")
+        assert reach(network, 0, network.zookeeper_ip, zk_port) == "connected"
+        network.cut(1, "clients")
+        assert reach(network, 1, network.bridge_ip, clients_port) != "connected"
+        assert reach(network, 1, network.zookeeper_ip, zk_port) == "connected"
+        network.uncut(1, "clients")
+        assert reach(network, 1, network.bridge_ip, clients_port) == "connected"
+    finally:
+        zk.close()
+        clients.close()
+
+
+def test_an_unknown_peer_is_named(network: Network) -> None:
+    with pytest.raises(
+        ConfigError, match=r"no peer 'bookie-7' \(zookeeper, clients, bookie-0..1\)"
+    ):
+        network.cut(0, "bookie-7")
