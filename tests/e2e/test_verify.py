@@ -91,6 +91,27 @@ def test_partial_partitions_a_slow_disk_and_an_expiry_storm_find_no_violation(
     assert sum(op["f"] == "append" and op["type"] == "ok" for op in ops) > 1000
 
 
+def test_client_processes_killed_mid_write_lose_nothing_acknowledged(tmp_path: Path) -> None:
+    """Seed 1 over 14 s: the workload's client process (two more writers) killed -9 four
+    times and started again; the ledgers it left open are recovered at the end."""
+    out = tmp_path / "out"
+    result = verify("--duration", "14", "--seed", "1", "--nemesis", "client-kill",
+                    "--settle", "60", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no violation in 1 run(s)" in result.stdout
+    ops = [json.loads(line) for line in (out / "seed-1" / "history.jsonl").read_text().splitlines()]
+    done = [op["value"] for op in ops if op["process"] == "nemesis" and op["type"] == "ok"]
+    assert done == ["client process killed", "a new client process started"] * 4
+    appends: dict[str, dict[str, int]] = {}
+    for op in ops:
+        if op["f"] == "append" and op["process"].startswith("client-"):
+            counts = appends.setdefault(op["process"].split("/")[0], {})
+            counts[op["type"]] = counts.get(op["type"], 0) + 1
+    killed_mid_write = [g for g, c in appends.items() if g != "client-4" and c["invoke"] > c["ok"]]
+    assert killed_mid_write, appends  # appends were in flight when it died
+    assert appends["client-4"]["invoke"] == appends["client-4"]["ok"] > 0  # stopped cleanly
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -15,6 +15,8 @@
   session and registration while no client reaches it); heal: join them again.
 * ``slow-disk``: each fsync of the bookie waits the fault's ``sync_delay_ms`` first (the
   bookie runs with :data:`bkeeper.storage.slow_sync.ENV_VAR`); heal: no delay.
+* ``client-kill``: SIGKILL the workload's client process (its ledgers stay open, entries in
+  flight); heal: start a new one.
 * ``zk-pause``: SIGSTOP ZooKeeper; heal: SIGCONT (held past the session timeout, every
   session expires at once: a storm of expiries and re-registrations).
 
@@ -31,6 +33,7 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from bkeeper.common.errors import BKeeperError
 from bkeeper.storage.slow_sync import set_sync_delay
@@ -40,12 +43,21 @@ from bkeeper.testing.tmpfs import fill_disk
 from bkeeper.verify.netns import Network
 from bkeeper.verify.schedule import Fault
 
-__all__ = ["FILLER_NAME", "Nemesis"]
+__all__ = ["FILLER_NAME", "ClientProcesses", "Nemesis"]
 
 log = logging.getLogger(__name__)
 
 #: The file that fills a bookie's filesystem (``disk-full``), removed on heal.
 FILLER_NAME = "verify-filler"
+
+
+class ClientProcesses(Protocol):
+    """What ``client-kill`` needs of the workload."""
+
+    async def kill_client_process(self) -> None: ...
+
+    async def restart_client_process(self) -> None: ...
+
 
 #: The partial partitions: what each one cuts a bookie off from (a :mod:`~bkeeper.verify.netns`
 #: peer).
@@ -67,11 +79,13 @@ class Nemesis:
         recent_ledgers: Callable[[], list[int]],
         disks: dict[int, Path] | None = None,
         network: Network | None = None,
+        clients: ClientProcesses | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.recent_ledgers = recent_ledgers
         self.disks = disks or {}
         self.network = network
+        self.clients = clients
 
     async def inject(self, fault: Fault) -> str:
         kind, target = fault.kind, fault.target
@@ -81,6 +95,9 @@ class Nemesis:
         if kind == "zk-pause":
             os.kill(self._zookeeper_pid(), signal.SIGSTOP)
             return "ZooKeeper stopped (SIGSTOP)"
+        if kind == "client-kill":
+            await self._clients().kill_client_process()
+            return "client process killed"
         assert target is not None
         if kind == "kill":
             await asyncio.to_thread(self._kill_bookie, target)
@@ -116,6 +133,9 @@ class Nemesis:
         if kind == "zk-pause":
             os.kill(self._zookeeper_pid(), signal.SIGCONT)
             return "ZooKeeper continued (SIGCONT)"
+        if kind == "client-kill":
+            await self._clients().restart_client_process()
+            return "a new client process started"
         assert target is not None
         if kind in ("kill", "corrupt"):
             await asyncio.to_thread(self.sandbox.restart_bookie, target)
@@ -148,6 +168,11 @@ class Nemesis:
             self.sandbox.bookies[index].wait(_EXIT_TIMEOUT_S)
         except Exception as exc:
             raise BKeeperError(f"bookie {index} did not exit after SIGKILL: {exc}") from exc
+
+    def _clients(self) -> ClientProcesses:
+        if self.clients is None:
+            raise BKeeperError("the workload runs no client process: no client-kill")
+        return self.clients
 
     def _zookeeper_pid(self) -> int:
         pid = self.sandbox.zookeeper.pid

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import shlex
@@ -140,6 +141,15 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                     skipped[name] = str(exc)
                     nemeses.remove(name)
                 network = None
+        workload_config = config.workload_config
+        if "client-kill" in nemeses:
+            if config.workload == "ledger":
+                workload_config = dataclasses.replace(
+                    workload_config, client_process_log=str(out / "client-process.log")
+                )
+            else:
+                skipped["client-kill"] = f"the {config.workload} workload has no client process"
+                nemeses.remove("client-kill")
         schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
         (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
         sandbox_config = _sandbox_config(data_dir, config.bookies, seed, "slow-disk" in nemeses)
@@ -150,8 +160,9 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         sandbox.start()
         try:
             kind = LogWorkload if config.workload == "log" else LedgerWorkload
-            workload = kind(sandbox.metadata_uri, history, seed, config.workload_config)
-            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network)
+            workload = kind(sandbox.metadata_uri, history, seed, workload_config)
+            clients = workload if isinstance(workload, LedgerWorkload) else None
+            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network, clients)
             faults, verdict = asyncio.run(
                 _drive(config, sandbox, schedule, workload, nemesis, history)
             )

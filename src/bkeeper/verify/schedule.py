@@ -4,10 +4,11 @@ A schedule is a sequence of faults that do not overlap: each starts ``gap`` seco
 previous one healed (``gap`` drawn in ``GAP_S``), holds for a time drawn from its kind's range
 and is then healed, so that at most one fault is active at once and a run ends healthy. Each
 fault picks a kind among the nemeses asked for and a target among the bookies (none for
-``zk`` and ``zk-pause``). Holds are chosen to cross the interesting thresholds: a pause longer
-than the ZooKeeper session timeout sometimes (of a bookie, or of ZooKeeper itself: every
-session then expires at once when it continues), a kill long enough for the auditor to see it
-go. A ``slow-disk`` fault also draws how long each of the bookie's fsyncs is held up.
+``zk``, ``zk-pause`` and ``client-kill``). Holds are chosen to cross the interesting
+thresholds: a pause longer than the ZooKeeper session timeout sometimes (of a bookie, or of
+ZooKeeper itself: every session then expires at once when it continues), a kill long enough
+for the auditor to see it go. A ``slow-disk`` fault also draws how long each of the bookie's
+fsyncs is held up.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ NEMESES = (
     "slow-disk",
     "zk",
     "zk-pause",
+    "client-kill",
 )
 #: The nemeses that are not aimed at a bookie.
-CLUSTER_NEMESES = frozenset({"zk", "zk-pause"})
+CLUSTER_NEMESES = frozenset({"zk", "zk-pause", "client-kill"})
 #: The nemeses that need the bookies in network namespaces (:mod:`bkeeper.verify.netns`).
 PARTITIONS = frozenset({"partition", "partition-zk", "partition-clients"})
 
@@ -60,6 +62,7 @@ HOLD_S: dict[str, tuple[float, float]] = {
     "slow-disk": (2.0, 10.0),  # each fsync of the bookie held up (SLOW_SYNC_MS)
     "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
     "zk-pause": (2.0, 16.0),  # ZooKeeper stopped: past the session timeout, a storm of expiries
+    "client-kill": (0.5, 4.0),  # a client process killed -9 mid-write, then a new one started
 }
 
 #: Milliseconds each fsync of a ``slow-disk`` bookie waits (low, high), drawn uniformly.

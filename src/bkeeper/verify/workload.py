@@ -9,7 +9,10 @@
   recovery (a new leader taking over): the writer is fenced out; the ledger's sealed end is
   recorded.
 * ``readers`` tasks open ledgers without recovery and read entries up to the LAC they see,
-  recording each entry's digest.
+  recording each entry's digest;
+* with ``client_process_log`` set, two more writers run in a client process of their own
+  (:mod:`bkeeper.verify.client_process`), which the ``client-kill`` nemesis kills and
+  starts again.
 
 Everything but the final read is bounded by ``op_timeout_s``; a timeout is recorded as
 ``info`` (it may have happened). :func:`read_final` reads every created ledger at the end.
@@ -30,6 +33,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.verify.check import FinalLedger
+from bkeeper.verify.client_process import ClientProcess
 from bkeeper.verify.history import History
 
 __all__ = [
@@ -65,6 +69,9 @@ class WorkloadConfig:
     entry_bytes: int = 200
     fence_every_s: tuple[float, float] = (1.0, 4.0)
     op_timeout_s: float = 30.0
+    #: Where a client process of two more writers logs (None: no client process); the
+    #: ``client-kill`` nemesis kills it (:mod:`bkeeper.verify.client_process`).
+    client_process_log: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("writers", "in_flight", "entry_bytes"):
@@ -84,6 +91,8 @@ class LedgerWorkload:
         self.config = config
         self.created: list[int] = []
         self._open: dict[int, WriteHandle] = {}
+        self.client_process: ClientProcess | None = None
+        self._client_generation = 0
         client = ClientConfig(
             pending_adds_max=config.in_flight,
             add_timeout_ms=5_000,
@@ -92,16 +101,49 @@ class LedgerWorkload:
         self._client_config = client
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.config.client_process_log is not None:
+            await self.restart_client_process()
+        try:
+            async with (
+                await start_client(self.uri, self._client_config) as writers_bk,
+                await start_client(self.uri, self._client_config) as others_bk,
+                asyncio.TaskGroup() as group,
+            ):
+                for w in range(self.config.writers):
+                    group.create_task(self._writer(writers_bk, w, stop))
+                group.create_task(self._fencer(others_bk, stop))
+                for r in range(self.config.readers):
+                    group.create_task(self._reader(others_bk, r, stop))
+        finally:
+            if self.client_process is not None:
+                await self.client_process.stop()
+
+    async def run_writers(self, stop: asyncio.Event) -> None:
+        """The writers alone (a client process's work: :mod:`bkeeper.verify.client_process`)."""
         async with (
-            await start_client(self.uri, self._client_config) as writers_bk,
-            await start_client(self.uri, self._client_config) as others_bk,
+            await start_client(self.uri, self._client_config) as bk,
             asyncio.TaskGroup() as group,
         ):
             for w in range(self.config.writers):
-                group.create_task(self._writer(writers_bk, w, stop))
-            group.create_task(self._fencer(others_bk, stop))
-            for r in range(self.config.readers):
-                group.create_task(self._reader(others_bk, r, stop))
+                group.create_task(self._writer(bk, w, stop))
+
+    async def kill_client_process(self) -> None:
+        """SIGKILL the client process (``client-kill``); its ledgers stay open."""
+        if self.client_process is None:
+            raise ConfigError("this workload runs no client process (client_process_log)")
+        await self.client_process.kill()
+
+    async def restart_client_process(self) -> None:
+        """Start the next client process (the first, or one after a ``client-kill``)."""
+        log_path = self.config.client_process_log
+        if log_path is None:
+            raise ConfigError("this workload runs no client process (client_process_log)")
+        generation = self._client_generation
+        self._client_generation += 1
+        process = ClientProcess(self.uri, self.seed * 100 + generation, f"client-{generation}",
+                                self.history, log_path, self.created.append)  # fmt: skip
+        await process.start()
+        self.client_process = process
 
     # -- writers -------------------------------------------------------------------------
     async def _writer(self, bk: BookKeeper, w: int, stop: asyncio.Event) -> None:
@@ -138,13 +180,16 @@ class LedgerWorkload:
                 self.config.entry_bytes
             )
             value = digest(payload)
+            # Recorded before it is sent: a client process killed a moment later has it on
+            # record (the entry may be in the ledger at the end: a writer sent it).
+            self.history.add(name, "invoke", "append", ledger=ledger_id, entry=entry_id,
+                             value=value)  # fmt: skip
             try:
                 future = await asyncio.wait_for(wh.append_async(payload), timeout)
             except (BKeeperError, TimeoutError) as exc:  # not sent: this ledger is done
-                self.history.add(name, "fail", "append", ledger=ledger_id, error=_why(exc))
+                self.history.add(name, "fail", "append", ledger=ledger_id, entry=entry_id,
+                                 error=_why(exc))  # fmt: skip
                 break
-            self.history.add(name, "invoke", "append", ledger=ledger_id, entry=entry_id,
-                             value=value)  # fmt: skip
             future.add_done_callback(
                 functools.partial(self._appended, name, ledger_id, entry_id, value)
             )

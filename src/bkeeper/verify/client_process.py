@@ -1,0 +1,202 @@
+"""Ledger writers in a client process of their own, which the ``client-kill`` nemesis kills.
+
+A killed client is the application crash of BookKeeper's model: its ledgers stay open with
+entries in flight, and whoever reads them next must recover them (fencing and sealing). The
+child (``python -m bkeeper.verify.client_process URI SEED NAME``) runs the ledger workload's
+writers (:meth:`~bkeeper.verify.workload.LedgerWorkload.run_writers`) and writes each
+operation to its standard output as one JSON line (:class:`StreamHistory`, flushed per line,
+and an append's ``invoke`` before the append is sent: what the child sent is on record even
+if it is killed a moment later). :class:`ClientProcess`, in the harness, starts it, copies
+its lines into the run's :class:`~bkeeper.verify.history.History` under the child's name, and
+kills it (SIGKILL) or stops it (its standard input closed: it closes its ledgers and exits).
+
+Limits: a line longer than :data:`LINE_BYTES_MAX` ends the copy with an error (the child is
+ours: such a line is a bug).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from bkeeper.common.errors import BKeeperError
+from bkeeper.verify.history import History, Op, OpType
+
+__all__ = ["LINE_BYTES_MAX", "ClientProcess", "StreamHistory", "main"]
+
+log = logging.getLogger(__name__)
+
+#: The longest line the harness accepts from a client process.
+LINE_BYTES_MAX = 64 * 1024
+#: Seconds a stopped client process has to close its ledgers and exit before it is killed.
+STOP_TIMEOUT_S = 30.0
+_TYPES = ("invoke", "ok", "fail", "info")
+
+
+class StreamHistory(History):
+    """A history that writes each operation to ``out`` as a JSON line, flushed, and keeps
+    none (the harness keeps them)."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__()
+        self._out = out
+        self._count = 0
+
+    def add(
+        self,
+        process: str,
+        type_: OpType,
+        f: str,
+        *,
+        ledger: int = -1,
+        entry: int = -1,
+        value: str = "",
+        error: str = "",
+    ) -> Op:
+        fields = {"process": process, "type": type_, "f": f, "ledger": ledger, "entry": entry,
+                  "value": value, "error": error}  # fmt: skip
+        self._out.write(json.dumps(fields, separators=(",", ":")) + "\n")
+        self._out.flush()
+        self._count += 1
+        return Op(self._count - 1, 0.0, process, type_, f, ledger, entry, value, error)
+
+
+class ClientProcess:
+    """One client process (module doc): :meth:`start`, then :meth:`kill` or :meth:`stop`."""
+
+    def __init__(
+        self,
+        uri: str,
+        seed: int,
+        name: str,
+        history: History,
+        log_path: str,
+        on_created: Callable[[int], None],
+    ) -> None:
+        self.uri = uri
+        self.seed = seed
+        self.name = name
+        self.history = history
+        self.log_path = log_path
+        self._on_created = on_created  # each ledger the child created (``create`` ok)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._copy: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        with open(self.log_path, "ab") as err:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bkeeper.verify.client_process",
+                self.uri, str(self.seed), self.name,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                limit=LINE_BYTES_MAX,
+            )  # fmt: skip
+        self._copy = asyncio.create_task(self._copy_lines())
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    async def kill(self) -> None:
+        """SIGKILL the child; every line it wrote before is still copied."""
+        proc = self._require()
+        if proc.returncode is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        await self._copied()
+
+    async def stop(self) -> None:
+        """Close the child's standard input (it finishes and exits); kill it if it does not
+        within :data:`STOP_TIMEOUT_S`."""
+        proc = self._require()
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("client process %s did not stop within %g s: killed", self.name,
+                        STOP_TIMEOUT_S)  # fmt: skip
+            await self.kill()
+            return
+        await self._copied()
+
+    def _require(self) -> asyncio.subprocess.Process:
+        if self._proc is None:
+            raise BKeeperError(f"client process {self.name} was never started")
+        return self._proc
+
+    async def _copied(self) -> None:
+        if self._copy is not None:
+            await self._copy  # a malformed line: raised here
+
+    async def _copy_lines(self) -> None:
+        proc = self._require()
+        assert proc.stdout is not None
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except ValueError as exc:  # longer than the limit
+                raise BKeeperError(f"client process {self.name}: {exc}") from exc
+            if not line:
+                return
+            self.record_line(line)
+
+    def record_line(self, line: bytes) -> None:
+        """One line of the child's into the history (module doc)."""
+        try:
+            fields: Any = json.loads(line)
+            type_, f = fields["type"], str(fields["f"])
+            if type_ not in _TYPES:
+                raise ValueError(f"type {type_!r}")
+            ledger, entry = int(fields["ledger"]), int(fields["entry"])
+            value, error = str(fields["value"]), str(fields["error"])
+            process = f"{self.name}/{fields['process']}"
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BKeeperError(
+                f"client process {self.name} wrote a line that is not an operation: "
+                f"{line[:200]!r} ({exc})"
+            ) from exc
+        self.history.add(process, type_, f, ledger=ledger, entry=entry, value=value, error=error)
+        if f == "create" and type_ == "ok":
+            self._on_created(ledger)
+
+
+async def _child(uri: str, seed: int, name: str) -> None:
+    from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    async def until_stdin_closes() -> None:
+        await reader.read()  # the harness closes it (or exits): time to stop
+        stop.set()
+
+    watcher = asyncio.create_task(until_stdin_closes())
+    config = WorkloadConfig(writers=2, readers=0)
+    workload = LedgerWorkload(uri, StreamHistory(sys.stdout), seed, config)
+    try:
+        await workload.run_writers(stop)
+    finally:
+        watcher.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The child's entry point: ``URI SEED NAME``."""
+    from bkeeper.common.loop import run_event_loop
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3 or not args[1].isdigit():
+        raise SystemExit("usage: python -m bkeeper.verify.client_process URI SEED NAME")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    run_event_loop(_child(args[0], int(args[1]), args[2]))
+
+
+if __name__ == "__main__":
+    main()
