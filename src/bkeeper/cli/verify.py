@@ -4,6 +4,7 @@ the history checked (docs/verification.md). Exit status 1 when any run found a v
 from __future__ import annotations
 
 import random
+import signal
 from pathlib import Path
 
 import click
@@ -81,6 +82,8 @@ def verify(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     first = seed if seed is not None else random.randrange(1 << 31)
+    # SIGTERM unwinds like Ctrl-C: namespaces, tmpfs mounts and processes are cleaned up.
+    signal.signal(signal.SIGTERM, _terminated)
     console = Console()
     err = Console(stderr=True)
     err.print(f"verify: {runs} run(s) from seed {first}, nemeses {', '.join(nemeses) or 'none'}")
@@ -110,6 +113,10 @@ def verify(
             f"{len(results)} run(s); histories under {out_dir}"
         )
     console.print(f"no violation in {len(results)} run(s); histories under {out_dir}")
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _table(results: list[RunResult]) -> Table:

@@ -14,8 +14,9 @@
    workers are given ``settle_s`` to repair what it marks; a ledger whose replicas still lack
    entries then is a violation (faults must not leave a ledger under-replicated for good).
 
-The history (JSON lines), the schedule, the log and a command that repeats the run are
-written to ``out_dir/seed-<seed>/``.
+The history (JSON lines), the schedule, the log, the verdict (``result.json``) and a command
+that repeats the run are written to ``out_dir/seed-<seed>/``; each finished run's verdict is
+also appended to ``out_dir/summary.jsonl``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import random
 import shlex
@@ -49,12 +51,15 @@ from bkeeper.verify.netns import NetnsSandbox, Network
 from bkeeper.verify.schedule import PARTITIONS, Fault, make_schedule
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
-__all__ = ["WORKLOADS", "RunResult", "VerifyConfig", "run_once"]
+__all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "run_once"]
 
 log = logging.getLogger(__name__)
 
 #: The workloads, by name.
 WORKLOADS = ("ledger", "log")
+
+#: The file in the output directory that gets one JSON line per finished run.
+SUMMARY_NAME = "summary.jsonl"
 
 #: Bytes of each bookie's own tmpfs (``disk-full``).
 BOOKIE_DISK_BYTES = 256 * 1024 * 1024
@@ -93,6 +98,26 @@ class RunResult:
     history_path: Path
     repro: str
     seconds: float
+
+    def summary(self) -> dict[str, object]:
+        """The run in one JSON-able line (``summary.jsonl``)."""
+        kinds: dict[str, int] = {}
+        for fault, _ in self.faults:
+            kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
+        return {
+            "seed": self.seed,
+            "faults": kinds,
+            "skipped": self.skipped,
+            "violations": self.verdict.count,
+            "violations_shown": self.verdict.violations,
+            "operations": self.operations,
+            "appends_ok": self.appends_ok,
+            "appends_unknown": self.appends_unknown,
+            "ledgers": self.verdict.ledgers,
+            "reads": self.verdict.reads,
+            "seconds": round(self.seconds, 1),
+            "repro": self.repro,
+        }
 
 
 def repro_command(config: VerifyConfig, seed: int) -> str:
@@ -157,22 +182,30 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             Sandbox(sandbox_config) if network is None else NetnsSandbox(sandbox_config, network)
         )
         history = History()
-        sandbox.start()
         try:
+            sandbox.start()
             kind = LogWorkload if config.workload == "log" else LedgerWorkload
             workload = kind(sandbox.metadata_uri, history, seed, workload_config)
             clients = workload if isinstance(workload, LedgerWorkload) else None
             nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network, clients)
-            faults, verdict = asyncio.run(
-                _drive(config, sandbox, schedule, workload, nemesis, history)
-            )
+            with asyncio.Runner() as runner:
+                try:
+                    faults, verdict = runner.run(
+                        _drive(config, sandbox, schedule, workload, nemesis, history)
+                    )
+                except KeyboardInterrupt:
+                    # Interrupted (Ctrl-C, SIGTERM): the processes go first, so that the
+                    # runner's clean-up does not wait for threads waiting on them (a bookie
+                    # being started again waits up to its start timeout).
+                    sandbox.stop()
+                    raise
         finally:
             sandbox.stop()
     history_path = out / "history.jsonl"
     history.write(history_path)
     repro = repro_command(config, seed)
     (out / "repro.txt").write_text(repro + "\n")
-    return RunResult(
+    result = RunResult(
         seed,
         faults,
         skipped,
@@ -184,6 +217,11 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         repro,
         time.monotonic() - started,
     )
+    line = json.dumps(result.summary(), separators=(",", ":"))
+    (out / "result.json").write_text(line + "\n")
+    with (config.out_dir / SUMMARY_NAME).open("a", encoding="utf-8") as summary:
+        summary.write(line + "\n")  # a long campaign stopped midway keeps every verdict
+    return result
 
 
 @contextlib.contextmanager
