@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +146,76 @@ def test_the_log_workload_with_kill_zookeeper_and_partition(
     ops = [json.loads(line) for line in (out / "seed-7" / "history.jsonl").read_text().splitlines()]
     kinds = {op["f"] for op in ops if op["type"] == "ok"}
     assert {"append", "tail", "consume", "ack", "inject partition", "heal zk"} <= kinds
+
+
+def _mounts_under(root: str) -> set[str]:
+    with open("/proc/mounts") as mounts:
+        return {line.split()[1] for line in mounts if line.split()[1].startswith(root + "/")}
+
+
+def _run_root(pid: int) -> str | None:
+    """The temporary directory of the run that ``bkeeper verify`` ``pid`` has up: its bookie
+    processes are its children, each given ``--data-dir <root>/bookie-<n>``."""
+    children = subprocess.run(["pgrep", "-P", str(pid), "-a"], capture_output=True, text=True,
+                              check=False).stdout  # fmt: skip
+    for line in children.splitlines():
+        args = line.split()
+        if "bookie" in args and "--data-dir" in args:
+            return str(Path(args[args.index("--data-dir") + 1]).parent)
+    return None
+
+
+def _stacks(pid: int) -> str:
+    """Where a process hangs (``py-spy dump``, if installed), for the failure message."""
+    if shutil.which("py-spy") is None:
+        return "(py-spy not installed)"
+    dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True,
+                          check=False, timeout=60)  # fmt: skip
+    return dump.stdout + dump.stderr
+
+
+def _processes_under(root: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-fa", root], capture_output=True, text=True, check=False)
+    return found.stdout.splitlines()
+
+
+def test_sigterm_cleans_up_namespaces_mounts_and_processes(tmp_path: Path) -> None:
+    """A campaign stopped with SIGTERM (as a CI runner or systemd stops it) unwinds as Ctrl-C
+    does: no network namespace, tmpfs mount or bookie process of its run is left behind."""
+    if os.geteuid() != 0:
+        pytest.skip("partition and disk-full need root")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bkeeper", "verify", "--nemesis", "partition,disk-full",
+         "--duration", "120", "--seed", "3", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    namespace = f"bkv{proc.pid % 100_000}n0"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # up: its bookies run on their own filesystems
+            root = _run_root(proc.pid)
+            if root is not None and len(_mounts_under(root)) == 5:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        else:
+            pytest.fail("the run's cluster never came up")
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=False).stdout  # fmt: skip
+        assert namespace in listed
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _out, err = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 90 s after SIGTERM; its stacks:\n{_stacks(proc.pid)}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=False).stdout  # fmt: skip
+    assert namespace not in listed
+    assert _mounts_under(root) == set(), err
+    assert _processes_under(root) == []
