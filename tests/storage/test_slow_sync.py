@@ -14,8 +14,8 @@ from bkeeper.storage.slow_sync import (
     CONTROL_NAME,
     ENV_VAR,
     SlowSyncFileSystem,
-    filesystem_from_env,
     set_sync_delay,
+    slow_sync_filesystem,
 )
 
 
@@ -57,13 +57,10 @@ def test_set_sync_delay_refuses_what_the_bookie_would_ignore(tmp_path: Path) -> 
     assert not (tmp_path / CONTROL_NAME).exists()
 
 
-def test_the_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    assert filesystem_from_env(tmp_path) is None
-    monkeypatch.setenv(ENV_VAR, "yes")
+def test_the_switch(tmp_path: Path) -> None:
+    assert slow_sync_filesystem("", tmp_path) is None
     with pytest.raises(ConfigError, match=f"{ENV_VAR}: must be 1 or unset, got 'yes'"):
-        filesystem_from_env(tmp_path)
-    monkeypatch.setenv(ENV_VAR, "1")
-    fs = filesystem_from_env(tmp_path)
+        slow_sync_filesystem("yes", tmp_path)
+    fs = slow_sync_filesystem("1", tmp_path)
     assert isinstance(fs, SlowSyncFileSystem)
     assert fs.control_path == str(tmp_path / CONTROL_NAME)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import resource
 import signal
 from typing import Any, TypeVar
@@ -36,7 +37,8 @@ from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.common.loop import run_event_loop
 from bkeeper.server import Bookie, BookieConfig
 from bkeeper.storage import FileSystem, StorageConfig
-from bkeeper.storage.slow_sync import filesystem_from_env
+from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
+from bkeeper.storage.slow_sync import slow_sync_filesystem
 
 __all__ = ["bookie", "run_event_loop"]
 
@@ -263,7 +265,8 @@ def bookie(
         )
     if recovery is not None and not config.metadata_uri:
         raise click.UsageError("--autorecovery needs --metadata (the cluster to watch)")
-    fs = filesystem_from_env(config.data_dir)  # fault injection (verify's slow-disk), if asked
+    # Fault injection (verify's slow-disk), if the environment asks for it.
+    fs = slow_sync_filesystem(os.environ.get(SLOW_SYNC_ENV, ""), config.data_dir)
     run_event_loop(_serve(config, storage_config, integrity_check, recovery, fs))
 
 

@@ -86,6 +86,7 @@ def _register_commands() -> None:
     cli.add_command(security.security)
     cli.add_command(shell.shell)
     cli.add_command(verify.verify)
+    cli.add_command(verify.verify_client)
     cli.add_command(zookeeper.zookeeper)
 
 

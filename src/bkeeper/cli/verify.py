@@ -14,10 +14,12 @@ from rich.table import Table
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_ops import progress
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.loop import run_event_loop
+from bkeeper.verify.client_process import run_client_process
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
 from bkeeper.verify.schedule import NEMESES, parse_nemeses
 
-__all__ = ["verify"]
+__all__ = ["verify", "verify_client"]
 
 #: Runs one invocation makes at most (a typo guard: a long run is hours, not years).
 RUNS_MAX = 1_000_000
@@ -113,6 +115,16 @@ def verify(
             f"{len(results)} run(s); histories under {out_dir}"
         )
     console.print(f"no violation in {len(results)} run(s); histories under {out_dir}")
+
+
+@click.command("verify-client", hidden=True)
+@click.argument("uri")
+@click.argument("seed", type=int)
+@click.argument("name")
+def verify_client(uri: str, seed: int, name: str) -> None:
+    """(Internal) a client process of ``bkeeper verify``: ledger writers reporting each
+    operation as a JSON line on standard output until standard input closes."""
+    run_event_loop(run_client_process(uri, seed, name))
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -1,6 +1,7 @@
 """Slow disks on demand, for fault injection (``bkeeper verify``'s ``slow-disk`` nemesis).
 
-A bookie started with the environment variable :data:`ENV_VAR` set to ``1`` stores through
+A bookie started with the environment variable :data:`ENV_VAR` set to ``1`` (read by
+``bkeeper bookie``: :func:`slow_sync_filesystem`) stores through
 :class:`SlowSyncFileSystem`: before each ``fdatasync`` of a file it appends to (journal,
 entry logs, index), it looks at the control file :data:`CONTROL_NAME` in the bookie's data
 directory and, if the file is there, sleeps for the number of milliseconds it holds (a
@@ -30,7 +31,7 @@ __all__ = [
     "DELAY_MS_MAX",
     "ENV_VAR",
     "SlowSyncFileSystem",
-    "filesystem_from_env",
+    "slow_sync_filesystem",
     "set_sync_delay",
 ]
 
@@ -148,13 +149,15 @@ class SlowSyncFileSystem(OsFileSystem):
         return _SlowSyncFile(super().open_append(path), self._control)
 
 
-def filesystem_from_env(data_dir: str | os.PathLike[str]) -> SlowSyncFileSystem | None:
-    """The slowable filesystem for a bookie storing in ``data_dir`` when :data:`ENV_VAR` is
-    ``1``; None when it is unset or empty; ``ConfigError`` for any other value."""
-    value = os.environ.get(ENV_VAR, "")
-    if not value:
+def slow_sync_filesystem(
+    switch: str, data_dir: str | os.PathLike[str]
+) -> SlowSyncFileSystem | None:
+    """The slowable filesystem for a bookie storing in ``data_dir`` when ``switch`` (the
+    value of :data:`ENV_VAR`, which the CLI reads) is ``1``; None when it is empty;
+    ``ConfigError`` for any other value."""
+    if not switch:
         return None
-    if value != "1":
-        raise ConfigError(f"{ENV_VAR}: must be 1 or unset, got {value!r}")
+    if switch != "1":
+        raise ConfigError(f"{ENV_VAR}: must be 1 or unset, got {switch!r}")
     log.warning("fault injection on: fsyncs wait as %s says", os.path.join(data_dir, CONTROL_NAME))
     return SlowSyncFileSystem(os.path.join(data_dir, CONTROL_NAME))

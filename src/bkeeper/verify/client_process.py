@@ -2,12 +2,14 @@
 
 A killed client is the application crash of BookKeeper's model: its ledgers stay open with
 entries in flight, and whoever reads them next must recover them (fencing and sealing). The
-child (``python -m bkeeper.verify.client_process URI SEED NAME``) runs the ledger workload's
+child (``bkeeper verify-client URI SEED NAME``, a hidden command: :func:`run_client_process`)
+runs the ledger workload's
 writers (:meth:`~bkeeper.verify.workload.LedgerWorkload.run_writers`) and writes each
 operation to its standard output as one JSON line (:class:`StreamHistory`, flushed per line,
 and an append's ``invoke`` before the append is sent: what the child sent is on record even
 if it is killed a moment later). :class:`ClientProcess`, in the harness, starts it, copies
-its lines into the run's :class:`~bkeeper.verify.history.History` under the child's name, and
+its lines into the run's :class:`~bkeeper.verify.history.History` under the child's name
+(:meth:`ClientProcess.start` returns once the child says it is writing: :data:`READY`), and
 kills it (SIGKILL) or stops it (its standard input closed: it closes its ledgers and exits).
 
 Limits: a line longer than :data:`LINE_BYTES_MAX` ends the copy with an error (the child is
@@ -28,12 +30,24 @@ from typing import Any, TextIO
 from bkeeper.common.errors import BKeeperError
 from bkeeper.verify.history import History, Op, OpType
 
-__all__ = ["LINE_BYTES_MAX", "ClientProcess", "StreamHistory", "main"]
+__all__ = [
+    "LINE_BYTES_MAX",
+    "READY",
+    "START_TIMEOUT_S",
+    "ClientProcess",
+    "StreamHistory",
+    "run_client_process",
+]
 
 log = logging.getLogger(__name__)
 
 #: The longest line the harness accepts from a client process.
 LINE_BYTES_MAX = 64 * 1024
+#: The line a child writes once it sent its first append (it is writing: a kill now is one
+#: in mid-write).
+READY = b'{"ready":true}\n'
+#: Seconds a child has to start and connect.
+START_TIMEOUT_S = 60.0
 #: Seconds a stopped client process has to close its ledgers and exit before it is killed.
 STOP_TIMEOUT_S = 30.0
 _TYPES = ("invoke", "ok", "fail", "info")
@@ -87,24 +101,42 @@ class ClientProcess:
         self._on_created = on_created  # each ledger the child created (``create`` ok)
         self._proc: asyncio.subprocess.Process | None = None
         self._copy: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
 
     async def start(self) -> None:
+        """Start the child; return once it is writing (:data:`READY`). ``BKeeperError``
+        when it exits first or is not ready within :data:`START_TIMEOUT_S` (then killed)."""
         with open(self.log_path, "ab") as err:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bkeeper.verify.client_process",
+                sys.executable, "-m", "bkeeper", "verify-client",
                 self.uri, str(self.seed), self.name,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                 limit=LINE_BYTES_MAX,
             )  # fmt: skip
         self._copy = asyncio.create_task(self._copy_lines())
+        ready = asyncio.create_task(self._ready.wait())
+        try:
+            await asyncio.wait({ready, self._copy}, timeout=START_TIMEOUT_S,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            ready.cancel()
+        if not self._ready.is_set():
+            await self.kill()  # (raises the copy's error, if it had one)
+            raise BKeeperError(
+                f"client process {self.name} not writing within {START_TIMEOUT_S:g} s "
+                f"(exit code {self._require().returncode}; see {self.log_path})"
+            )
 
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
     async def kill(self) -> None:
-        """SIGKILL the child; every line it wrote before is still copied."""
-        proc = self._require()
+        """SIGKILL the child (if it was started); every line it wrote before is still
+        copied."""
+        proc = self._proc
+        if proc is None:
+            return
         if proc.returncode is None:
             os.kill(proc.pid, signal.SIGKILL)
         await proc.wait()
@@ -144,6 +176,9 @@ class ClientProcess:
                 raise BKeeperError(f"client process {self.name}: {exc}") from exc
             if not line:
                 return
+            if line == READY:
+                self._ready.set()
+                continue
             self.record_line(line)
 
     def record_line(self, line: bytes) -> None:
@@ -166,7 +201,9 @@ class ClientProcess:
             self._on_created(ledger)
 
 
-async def _child(uri: str, seed: int, name: str) -> None:
+async def run_client_process(uri: str, seed: int, name: str) -> None:
+    """The child's work: the writers, each operation a line on standard output, until
+    standard input closes."""
     from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig
 
     stop = asyncio.Event()
@@ -181,22 +218,12 @@ async def _child(uri: str, seed: int, name: str) -> None:
     watcher = asyncio.create_task(until_stdin_closes())
     config = WorkloadConfig(writers=2, readers=0)
     workload = LedgerWorkload(uri, StreamHistory(sys.stdout), seed, config)
+
+    def started() -> None:
+        sys.stdout.buffer.write(READY)
+        sys.stdout.flush()
+
     try:
-        await workload.run_writers(stop)
+        await workload.run_writers(stop, started)
     finally:
         watcher.cancel()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The child's entry point: ``URI SEED NAME``."""
-    from bkeeper.common.loop import run_event_loop
-
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3 or not args[1].isdigit():
-        raise SystemExit("usage: python -m bkeeper.verify.client_process URI SEED NAME")
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    run_event_loop(_child(args[0], int(args[1]), args[2]))
-
-
-if __name__ == "__main__":
-    main()

@@ -26,6 +26,7 @@ import functools
 import hashlib
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bkeeper.client import BookKeeper
@@ -93,6 +94,8 @@ class LedgerWorkload:
         self._open: dict[int, WriteHandle] = {}
         self.client_process: ClientProcess | None = None
         self._client_generation = 0
+        self._client_changes = asyncio.Lock()  # a start, kill or stop at a time
+        self._on_first_append: Callable[[], None] | None = None
         client = ClientConfig(
             pending_adds_max=config.in_flight,
             add_timeout_ms=5_000,
@@ -115,11 +118,16 @@ class LedgerWorkload:
                 for r in range(self.config.readers):
                     group.create_task(self._reader(others_bk, r, stop))
         finally:
-            if self.client_process is not None:
-                await self.client_process.stop()
+            async with self._client_changes:
+                if self.client_process is not None:
+                    await self.client_process.stop()
 
-    async def run_writers(self, stop: asyncio.Event) -> None:
-        """The writers alone (a client process's work: :mod:`bkeeper.verify.client_process`)."""
+    async def run_writers(
+        self, stop: asyncio.Event, started: Callable[[], None] = lambda: None
+    ) -> None:
+        """The writers alone (a client process's work: :mod:`bkeeper.verify.client_process`);
+        ``started()`` once the first append was sent (the process is writing)."""
+        self._on_first_append = started
         async with (
             await start_client(self.uri, self._client_config) as bk,
             asyncio.TaskGroup() as group,
@@ -128,22 +136,36 @@ class LedgerWorkload:
                 group.create_task(self._writer(bk, w, stop))
 
     async def kill_client_process(self) -> None:
-        """SIGKILL the client process (``client-kill``); its ledgers stay open."""
-        if self.client_process is None:
+        """SIGKILL the client process (``client-kill``); its ledgers stay open. A process
+        still starting is killed once it is connected (one change at a time)."""
+        if self.config.client_process_log is None:
             raise ConfigError("this workload runs no client process (client_process_log)")
-        await self.client_process.kill()
+        async with self._client_changes:
+            if self.client_process is None:
+                raise ConfigError("the client process failed to start: nothing to kill")
+            await self.client_process.kill()
 
     async def restart_client_process(self) -> None:
-        """Start the next client process (the first, or one after a ``client-kill``)."""
+        """Start the next client process (the first, or one after a ``client-kill``); one
+        still running is killed first, so that no process is left unattended."""
         log_path = self.config.client_process_log
         if log_path is None:
             raise ConfigError("this workload runs no client process (client_process_log)")
-        generation = self._client_generation
-        self._client_generation += 1
-        process = ClientProcess(self.uri, self.seed * 100 + generation, f"client-{generation}",
-                                self.history, log_path, self.created.append)  # fmt: skip
-        await process.start()
-        self.client_process = process
+        async with self._client_changes:
+            if self.client_process is not None:
+                await self.client_process.kill()  # (a no-op for one killed already)
+                self.client_process = None
+            generation = self._client_generation
+            self._client_generation += 1
+            process = ClientProcess(self.uri, self.seed * 100 + generation,
+                                    f"client-{generation}", self.history, log_path,
+                                    self.created.append)  # fmt: skip
+            try:
+                await process.start()
+            except BaseException:
+                await process.kill()
+                raise
+            self.client_process = process
 
     # -- writers -------------------------------------------------------------------------
     async def _writer(self, bk: BookKeeper, w: int, stop: asyncio.Event) -> None:
@@ -190,6 +212,9 @@ class LedgerWorkload:
                 self.history.add(name, "fail", "append", ledger=ledger_id, entry=entry_id,
                                  error=_why(exc))  # fmt: skip
                 break
+            first_append, self._on_first_append = self._on_first_append, None
+            if first_append is not None:
+                first_append()
             future.add_done_callback(
                 functools.partial(self._appended, name, ledger_id, entry_id, value)
             )
