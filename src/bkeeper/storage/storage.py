@@ -52,6 +52,7 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.common.metrics import MetricSet
+from bkeeper.storage.add_batch import AddBatch, add_batch_locked
 from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs, StorageLayout
@@ -252,6 +253,15 @@ class Storage:
                 raise TooManyRequestsError("write cache is full")
             journal.append_locked(header, body, token)
             engine.add_locked(state, entry_id, lac, body)
+
+    def add_entries(self, batch: AddBatch) -> None:
+        """Add many entries at once, with one hold of the lock and one journal append per
+        journal touched; ``batch`` itself is the token, reported durable by each of the
+        ``batch.parts`` journals it was queued to. Entries refused (for the reasons
+        :meth:`add_entry` raises) are listed in ``batch.refused`` and not added. See
+        :mod:`bkeeper.storage.add_batch`."""
+        with self._engine.lock:
+            add_batch_locked(self._engine, self._journals, batch, self._ledger_for_write_locked)
 
     def fence(self, ledger_id: int, master_key: bytes, *, token: object | None = None) -> None:
         """Fence the ledger (creating it with this key if unknown); durable via ``token``."""
