@@ -148,9 +148,12 @@ class BookieConnection(asyncio.Protocol):
         try:
             decoder.receive_data(data)
             frames = decoder.frames()
-            for frame in frames:
+            for at, frame in enumerate(frames):
                 self._handle_frame(frame)
                 if self.closed:
+                    return
+                if self._batch_lane:  # chosen by this frame (v2, or admitted): the rest too
+                    self._to_batch_lane(frames[at + 1 :])
                     return
         except ProtocolError as exc:
             self.abort(f"bad frame: {exc}")
@@ -165,6 +168,13 @@ class BookieConnection(asyncio.Protocol):
             if self.closed:
                 return
         self._update_reading()
+
+    def _to_batch_lane(self, frames: list[memoryview]) -> None:
+        """Hand ``frames`` (the rest of a chunk) and any partial frame to the batch lane:
+        once per connection, after the frame that chose it."""
+        rest = [part for frame in frames for part in (LENGTH.pack(len(frame)), frame)]
+        rest.append(self._decoder.take_all(b""))
+        self._receive_batch(b"".join(rest))
 
     def _receive_batch(self, data: bytes) -> None:
         """The v2 batch lane: the plain adds of the chunk go to ``add_batch`` together (one
