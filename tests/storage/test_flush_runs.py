@@ -45,3 +45,21 @@ def test_read_cache_takes_and_evicts_whole_runs() -> None:
     assert cache.get(3, 0) is None
     cache.drop_ledger(2)
     assert cache.size_bytes == 10 and cache.get(2, 0) is None
+
+
+def test_a_run_of_locations_is_get_for_each_up_to_the_first_missing() -> None:
+    locations = LedgerLocations()
+    locations.set_many(list(range(10, 20)), [100 + i for i in range(10)])
+    locations.set(25, 999)  # a gap at 20-24
+    for start in range(10, 26):
+        for count in (1, 3, 20):
+            run = locations.run(start, count)
+            expected = []
+            for entry_id in range(start, start + count):
+                if not locations.get(entry_id):
+                    break
+                expected.append(locations.get(entry_id))
+            assert run == expected, (start, count)
+    assert locations.run(9, 5) is None  # before the dense array
+    locations.set(1_000_000, 5)  # far ahead: in the sparse map
+    assert locations.run(10, 5) is None

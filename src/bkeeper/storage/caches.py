@@ -21,6 +21,7 @@ from bkeeper.storage.ledger_state import StoredLedger
 
 __all__ = ["FlushBatch", "ReadCache", "WriteCache"]
 
+_NONE: dict[int, bytes] = {}
 #: What a flush writes: ledger id -> (its state when the flush started, entry id -> body).
 FlushBatch = dict[int, tuple[StoredLedger, dict[int, bytes]]]
 
@@ -152,6 +153,10 @@ class ReadCache:
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
         entries = self._ledgers.get(ledger_id)
         return entries.get(entry_id) if entries is not None else None
+
+    def entries_of(self, ledger_id: int) -> dict[int, bytes]:
+        """The cached entries of the ledger (read only; empty if none)."""
+        return self._ledgers.get(ledger_id) or _NONE
 
     def drop_ledger(self, ledger_id: int) -> None:
         entries = self._ledgers.pop(ledger_id, None)

@@ -128,6 +128,19 @@ class LedgerLocations:
         sparse = self._sparse
         return sparse.get(entry_id, 0) if sparse else 0
 
+    def run(self, start: int, count: int) -> list[int] | None:
+        """The locations of up to ``count`` consecutive entries from ``start``, up to the
+        first without one, read from the dense array in one step; None when that cannot
+        answer (``start`` outside it, or ids in the sparse map): ask :meth:`get` then."""
+        offset = start - self._base
+        dense = self._dense
+        if self._sparse or not 0 <= offset < len(dense):
+            return None
+        locations = dense[offset : offset + count].tolist()
+        if 0 in locations:
+            del locations[locations.index(0) :]
+        return locations
+
     def items(self) -> Iterator[tuple[int, int]]:
         """(entry id, location) of every entry with a location, by entry id."""
         base = self._base

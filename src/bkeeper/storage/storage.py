@@ -403,13 +403,31 @@ class Storage:
         caller applies the byte limit)."""
         if start_entry_id < 0:
             return []
-        find = self._engine.find_locked
+        # As EngineState.find_locked for each entry, with the ledger's maps looked up once.
+        engine = self._engine
+        ledger_id = state.ledger_id
+        cache = engine.write_cache
+        active = cache.active.get(ledger_id) or {}
+        flushing_run = cache.flushing.get(ledger_id)
+        flushing = flushing_run[1] if flushing_run is not None else {}
+        cached = engine.read_cache.entries_of(ledger_id)
         found: list[bytes | int] = []
+        if not (active or flushing or cached):  # all in entry logs: one slice of the index
+            run = state.locations.run(start_entry_id, max(1, max_count))
+            if run is not None:
+                found.extend(run)
+                return found
+        location_of = state.locations.get
+        add = found.append
         for entry_id in range(start_entry_id, start_entry_id + max(1, max_count)):
-            item = find(state, entry_id)
-            if item is None:
+            body = active.get(entry_id) or flushing.get(entry_id) or cached.get(entry_id)
+            if body is not None:
+                add(body)
+                continue
+            location = location_of(entry_id)
+            if not location:
                 break
-            found.append(item)
+            add(location)
         return found
 
     def _find(self, ledger_id: int, entry_id: int) -> tuple[bytes | int, int]:
