@@ -31,7 +31,11 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
 from bkeeper.wire.framing import LENGTH, FrameDecoder
 from bkeeper.wire.messages import Request, Response
-from bkeeper.wire.v2_adds import add_response_frames, scan_add_requests
+from bkeeper.wire.v2_adds import (
+    PLAIN_ADD_FRAME_BYTES_MIN,
+    add_response_frames,
+    scan_add_requests,
+)
 
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
@@ -40,11 +44,14 @@ if TYPE_CHECKING:
 __all__ = ["BookieConnection"]
 
 log = logging.getLogger(__name__)
+_unpack_length = LENGTH.unpack_from
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
 #: (connection, flags, ledger id, entry id, master key, body, txn id, request bytes): a v2
 #: ADD, its fields as ``wire.v2.peek_add_request`` found them (``RequestHandlers.add``).
-Add = Callable[["BookieConnection", int, int, int, memoryview, memoryview, int, int], None]
+Add = Callable[
+    ["BookieConnection", int, int, int, bytes | memoryview, bytes | memoryview, int, int], None
+]
 #: (connection, batch): the plain v2 adds of one chunk (``RequestHandlers.add_batch``).
 AddBatch = Callable[["BookieConnection", AddBatchAnswer], None]
 #: (status, ledger id, entry id, txn id) -> an ADD response frame, in the connection's protocol.
@@ -76,6 +83,12 @@ class BookieConnection(asyncio.Protocol):
         self._add_batch = add_batch
         #: Whether chunks go through the batch lane (v2, admitted, ``add_batch`` given).
         self._batch_lane = False
+        # The batch lane's fields of the adds being collected (empty between chunks).
+        self._ledger_ids: list[int] = []
+        self._entry_ids: list[int] = []
+        self._lacs: list[int] = []
+        self._master_keys: list[bytes] = []
+        self._bodies: list[bytes] = []
         self.security: ConnectionSecurity | None = None
         if security is not None:
             self.security = ConnectionSecurity(security, self)
@@ -178,42 +191,38 @@ class BookieConnection(asyncio.Protocol):
 
     def _receive_batch(self, data: bytes) -> None:
         """The v2 batch lane: the plain adds of the chunk go to ``add_batch`` together (one
-        batch per run of them), any other frame through :meth:`_handle_frame`, in order."""
+        batch per run of them; a run of one through ``add``), any other frame through
+        :meth:`_handle_frame`, in order. The fields are collected in the connection's own
+        lists, handed over to a batch only when there is one."""
         decoder = self._decoder
-        add_batch = self._add_batch
-        assert add_batch is not None
         max_frame = self._config.max_frame_bytes
         try:
             buffer = decoder.take_all(data)
             offset, end = 0, len(buffer)
             while end - offset >= 4:
-                batch = AddBatchAnswer(self)
-                offset, count, size = scan_add_requests(
-                    buffer,
-                    offset,
-                    max_frame,
-                    self._refuse_requests_at - self.requests_in_flight,
-                    self._refuse_bytes_at - self.bytes_in_flight,
-                    batch.ledger_ids,
-                    batch.entry_ids,
-                    batch.lacs,
-                    batch.master_keys,
-                    batch.bodies,
-                )
-                if count:
-                    self.requests_in_flight += count
-                    self.bytes_in_flight += size
-                    batch.requests = count
-                    batch.request_bytes = size
-                    add_batch(self, batch)
-                    if self.closed:
-                        return
-                if end - offset < 4:
-                    break
-                size = LENGTH.unpack_from(buffer, offset)[0]
+                size = _unpack_length(buffer, offset)[0]
                 stop = offset + 4 + size
                 if size <= 0 or size > max_frame or stop > end:
                     break  # incomplete, or a bad length (keep_tail raises ProtocolError)
+                if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
+                    offset_after, count, size = scan_add_requests(
+                        buffer,
+                        offset,
+                        max_frame,
+                        self._refuse_requests_at - self.requests_in_flight,
+                        self._refuse_bytes_at - self.bytes_in_flight,
+                        self._ledger_ids,
+                        self._entry_ids,
+                        self._lacs,
+                        self._master_keys,
+                        self._bodies,
+                    )
+                    if count:
+                        offset = offset_after
+                        self._hand_over(count, size)
+                        if self.closed:
+                            return
+                        continue
                 self._handle_frame(memoryview(buffer)[offset + 4 : stop])
                 if self.closed:
                     return
@@ -232,6 +241,29 @@ class BookieConnection(asyncio.Protocol):
             if self.closed:
                 return
         self._update_reading()
+
+    def _hand_over(self, count: int, size: int) -> None:
+        """Hand the ``count`` adds collected (``size`` request bytes) to the handlers: one
+        through ``add``, more as a batch (which takes the lists; the connection gets new)."""
+        self.requests_in_flight += count
+        self.bytes_in_flight += size
+        if count == 1:  # a lone add: the single-add lane costs less than a batch
+            key, body = self._master_keys.pop(), self._bodies.pop()
+            ledger_id, entry_id = self._ledger_ids.pop(), self._entry_ids.pop()
+            self._lacs.pop()
+            self._add(self, 0, ledger_id, entry_id, key, body, 0, size)
+            return
+        batch = AddBatchAnswer(self)
+        batch.ledger_ids, self._ledger_ids = self._ledger_ids, batch.ledger_ids
+        batch.entry_ids, self._entry_ids = self._entry_ids, batch.entry_ids
+        batch.lacs, self._lacs = self._lacs, batch.lacs
+        batch.master_keys, self._master_keys = self._master_keys, batch.master_keys
+        batch.bodies, self._bodies = self._bodies, batch.bodies
+        batch.requests = count
+        batch.request_bytes = size
+        add_batch = self._add_batch
+        assert add_batch is not None
+        add_batch(self, batch)
 
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
@@ -283,8 +315,8 @@ class BookieConnection(asyncio.Protocol):
         flags: int,
         ledger_id: int,
         entry_id: int,
-        master_key: memoryview,
-        body: memoryview,
+        master_key: bytes | memoryview,
+        body: bytes | memoryview,
         txn_id: int,
         size: int,
     ) -> None:
