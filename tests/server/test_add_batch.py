@@ -159,3 +159,19 @@ async def test_no_answer_before_the_journal_sync(start_bookie) -> None:
     assert not connection.queued_responses
     fs.gate.set()
     assert statuses(await peer.responses(30)) == {(13, e): StatusCode.EOK for e in range(30)}
+
+
+async def test_the_bench_load_generator_gets_every_add_answered(start_bookie) -> None:
+    from bkeeper.testing.benchmarks.bookie_v2 import bench_bookie_adds_v2
+
+    bookie = await start_bookie()
+    for rate in (None, 2000.0):
+        result = await bench_bookie_adds_v2(
+            "127.0.0.1", bookie.port, entry_bytes=100, duration_s=0.3, in_flight=200, rate=rate
+        )
+        assert result.operations > 0
+        assert len(result.latencies_s) == result.operations
+    assert bookie.storage is not None
+    assert sum(len(bookie.storage.list_entries(i)) for i in bookie.storage.ledger_ids()) == (
+        bookie.state.adds
+    )
