@@ -356,7 +356,12 @@ class Bookie:
     def _new_connection(self, handlers: RequestHandlers) -> BookieConnection:
         # Admission (the connection limit) happens in connection_made, once the peer is known.
         return BookieConnection(
-            self.config, self.connections, handlers.dispatch, handlers.add, self.security
+            self.config,
+            self.connections,
+            handlers.dispatch,
+            handlers.add,
+            self.security,
+            handlers.add_batch,
         )
 
     # -- background --------------------------------------------------------------------

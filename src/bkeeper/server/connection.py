@@ -24,12 +24,18 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common.errors import ProtocolError
+from bkeeper.server.responder import AddBatchAnswer
 from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
-from bkeeper.wire.framing import FrameDecoder
+from bkeeper.wire.framing import LENGTH, FrameDecoder
 from bkeeper.wire.messages import Request, Response
+from bkeeper.wire.v2_adds import (
+    PLAIN_ADD_FRAME_BYTES_MIN,
+    add_response_frames,
+    scan_add_requests,
+)
 
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
@@ -38,11 +44,16 @@ if TYPE_CHECKING:
 __all__ = ["BookieConnection"]
 
 log = logging.getLogger(__name__)
+_unpack_length = LENGTH.unpack_from
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
 #: (connection, flags, ledger id, entry id, master key, body, txn id, request bytes): a v2
 #: ADD, its fields as ``wire.v2.peek_add_request`` found them (``RequestHandlers.add``).
-Add = Callable[["BookieConnection", int, int, int, memoryview, memoryview, int, int], None]
+Add = Callable[
+    ["BookieConnection", int, int, int, bytes | memoryview, bytes | memoryview, int, int], None
+]
+#: (connection, batch): the plain v2 adds of one chunk (``RequestHandlers.add_batch``).
+AddBatch = Callable[["BookieConnection", AddBatchAnswer], None]
 #: (status, ledger id, entry id, txn id) -> an ADD response frame, in the connection's protocol.
 _EncodeAdd = Callable[[StatusCode, int, int, int], bytes]
 
@@ -63,11 +74,21 @@ class BookieConnection(asyncio.Protocol):
         dispatch: Dispatch,
         add: Add,
         security: BookieSecurity | None = None,
+        add_batch: AddBatch | None = None,
     ) -> None:
         self._config = config
         self._table = table
         self._dispatch = dispatch
         self._add = add
+        self._add_batch = add_batch
+        #: Whether chunks go through the batch lane (v2, admitted, ``add_batch`` given).
+        self._batch_lane = False
+        # The batch lane's fields of the adds being collected (empty between chunks).
+        self._ledger_ids: list[int] = []
+        self._entry_ids: list[int] = []
+        self._lacs: list[int] = []
+        self._master_keys: list[bytes] = []
+        self._bodies: list[bytes] = []
         self.security: ConnectionSecurity | None = None
         if security is not None:
             self.security = ConnectionSecurity(security, self)
@@ -133,13 +154,19 @@ class BookieConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.active = True
+        if self._batch_lane:
+            self._receive_batch(data)
+            return
         decoder = self._decoder
         try:
             decoder.receive_data(data)
             frames = decoder.frames()
-            for frame in frames:
+            for at, frame in enumerate(frames):
                 self._handle_frame(frame)
                 if self.closed:
+                    return
+                if self._batch_lane:  # chosen by this frame (v2, or admitted): the rest too
+                    self._to_batch_lane(frames[at + 1 :])
                     return
         except ProtocolError as exc:
             self.abort(f"bad frame: {exc}")
@@ -154,6 +181,89 @@ class BookieConnection(asyncio.Protocol):
             if self.closed:
                 return
         self._update_reading()
+
+    def _to_batch_lane(self, frames: list[memoryview]) -> None:
+        """Hand ``frames`` (the rest of a chunk) and any partial frame to the batch lane:
+        once per connection, after the frame that chose it."""
+        rest = [part for frame in frames for part in (LENGTH.pack(len(frame)), frame)]
+        rest.append(self._decoder.take_all(b""))
+        self._receive_batch(b"".join(rest))
+
+    def _receive_batch(self, data: bytes) -> None:
+        """The v2 batch lane: the plain adds of the chunk go to ``add_batch`` together (one
+        batch per run of them; a run of one through ``add``), any other frame through
+        :meth:`_handle_frame`, in order. The fields are collected in the connection's own
+        lists, handed over to a batch only when there is one."""
+        decoder = self._decoder
+        max_frame = self._config.max_frame_bytes
+        try:
+            buffer = decoder.take_all(data)
+            offset, end = 0, len(buffer)
+            while end - offset >= 4:
+                size = _unpack_length(buffer, offset)[0]
+                stop = offset + 4 + size
+                if size <= 0 or size > max_frame or stop > end:
+                    break  # incomplete, or a bad length (keep_tail raises ProtocolError)
+                if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
+                    offset_after, count, size = scan_add_requests(
+                        buffer,
+                        offset,
+                        max_frame,
+                        self._refuse_requests_at - self.requests_in_flight,
+                        self._refuse_bytes_at - self.bytes_in_flight,
+                        self._ledger_ids,
+                        self._entry_ids,
+                        self._lacs,
+                        self._master_keys,
+                        self._bodies,
+                    )
+                    if count:
+                        offset = offset_after
+                        self._hand_over(count, size)
+                        if self.closed:
+                            return
+                        continue
+                self._handle_frame(memoryview(buffer)[offset + 4 : stop])
+                if self.closed:
+                    return
+                offset = stop
+            decoder.keep_tail(buffer, offset)
+        except ProtocolError as exc:
+            self.abort(f"bad frame: {exc}")
+            return
+        except Exception as exc:  # a bookie bug found by this client: say so (rate-limited)
+            self.log_internal_error("request from %s failed", self.peer)
+            self.abort(f"internal error: {exc!r}")
+            return
+        partial = decoder.partial_bytes
+        if partial != self.partial_bytes:
+            self._table.partial_changed(self, partial)
+            if self.closed:
+                return
+        self._update_reading()
+
+    def _hand_over(self, count: int, size: int) -> None:
+        """Hand the ``count`` adds collected (``size`` request bytes) to the handlers: one
+        through ``add``, more as a batch (which takes the lists; the connection gets new)."""
+        self.requests_in_flight += count
+        self.bytes_in_flight += size
+        if count == 1:  # a lone add: the single-add lane costs less than a batch
+            key, body = self._master_keys.pop(), self._bodies.pop()
+            ledger_id, entry_id = self._ledger_ids.pop(), self._entry_ids.pop()
+            self._lacs.pop()
+            self._add(self, 0, ledger_id, entry_id, key, body, 0, size)
+            return
+        batch = AddBatchAnswer(self)
+        batch.ledger_ids, self._ledger_ids = self._ledger_ids, batch.ledger_ids
+        batch.entry_ids, self._entry_ids = self._entry_ids, batch.entry_ids
+        batch.lacs, self._lacs = self._lacs, batch.lacs
+        batch.master_keys, self._master_keys = self._master_keys, batch.master_keys
+        batch.bodies, self._bodies = self._bodies, batch.bodies
+        batch.requests = count
+        batch.request_bytes = size
+        add_batch = self._add_batch
+        assert add_batch is not None
+        add_batch(self, batch)
 
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
@@ -188,6 +298,9 @@ class BookieConnection(asyncio.Protocol):
             self._encode = v2.encode_response_frame
             self._encode_add = v2.add_response_frame
             self._v2 = True
+            self._batch_lane = self._add_batch is not None and (
+                self.security is None or self.security.admitted
+            )
         log.debug("connection %s speaks %s", self.peer, self.protocol.name)
 
     # -- security (only with ``security``) ------------------------------------------------
@@ -202,8 +315,8 @@ class BookieConnection(asyncio.Protocol):
         flags: int,
         ledger_id: int,
         entry_id: int,
-        master_key: memoryview,
-        body: memoryview,
+        master_key: bytes | memoryview,
+        body: bytes | memoryview,
         txn_id: int,
         size: int,
     ) -> None:
@@ -215,6 +328,7 @@ class BookieConnection(asyncio.Protocol):
         """The connection is authenticated (and encrypted if required): v2 adds go straight
         to the handlers from now on."""
         self._add = self._handlers_add
+        self._batch_lane = self._v2 and self._add_batch is not None
 
     @property
     def queued_responses(self) -> bool:
@@ -247,6 +361,7 @@ class BookieConnection(asyncio.Protocol):
         self._reading_paused = False
         self.protocol = None
         self._v2 = False
+        self._batch_lane = False
         self._decode = v3.decode_request
         self._encode = v3.encode_response_frame
         self._encode_add = v3.add_response_frame
@@ -285,6 +400,24 @@ class BookieConnection(asyncio.Protocol):
     ) -> None:
         """Queue the answer to an add (either protocol), packed without a response object."""
         self._queue(self._encode_add(status, ledger_id, entry_id, txn_id), request_bytes)
+
+    def respond_adds(
+        self,
+        status: StatusCode,
+        ledger_ids: list[int],
+        entry_ids: list[int],
+        requests: int,
+        request_bytes: int,
+    ) -> None:
+        """Queue the answers to many v2 adds (a batch of the batch lane) as one write."""
+        self.requests_in_flight -= requests
+        self.bytes_in_flight -= request_bytes
+        if self.closed or not ledger_ids:
+            return
+        self._out.append(add_response_frames(status, ledger_ids, entry_ids))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def _queue(self, frame: bytes, request_bytes: int) -> None:
         if request_bytes >= 0:

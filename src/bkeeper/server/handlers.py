@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
+from bkeeper.common.limits import MASTER_KEY_BYTES
 from bkeeper.server.request_metrics import RequestMetrics, TimedResponder
-from bkeeper.server.responder import AddAnswer, Durable, Responder, WhenDurable
+from bkeeper.server.responder import AddAnswer, AddBatchAnswer, Durable, Responder, WhenDurable
 from bkeeper.storage import GroupTokens, Storage
 from bkeeper.wire import entryset
 from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag, status_for_error
@@ -76,6 +77,9 @@ _RECOVERY = int(V2Flag.RECOVERY_ADD)
 _HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
 #: Adds a read-only bookie still takes while its disk has room for them.
 _PRIORITY = _RECOVERY | _HIGH_PRIORITY
+#: A v2 ADD frame's bytes (as the connection counts them: without the length prefix) besides
+#: the entry body: the header and the master key.
+_ADD_FRAME_BYTES = 4 + MASTER_KEY_BYTES
 
 
 @dataclass(slots=True)
@@ -110,9 +114,6 @@ class RequestHandlers:
     ) -> None:
         self._config = config
         self._metrics = metrics
-        #: Writes other than adds answered in the durable group being answered (counted by
-        #: their tokens' callbacks, with metrics only): the group's other tokens are adds.
-        self._other_writes_answered = 0
         self._storage = storage
         self.state = state
         self._loop = asyncio.get_running_loop()
@@ -156,17 +157,20 @@ class RequestHandlers:
         if error is not None and not isinstance(error, errors.DiskFullError):
             log.error("journal write failed: %s", error)  # (no room: the journal said so)
         status = StatusCode.EOK if error is None else status_of(error)
-        self._other_writes_answered = 0
+        adds = 0
         for token in cast(list[Durable], tokens):
-            token.durable(status, error)
-        self.state.adds += len(tokens)
+            adds += token.durable(status, error)
+        self.state.adds += adds
         metrics = self._metrics
-        if metrics is not None:
-            adds = len(tokens) - self._other_writes_answered
-            if adds:
-                metrics.adds_answered(adds, tokens.started_at, failed=error is not None)
+        if metrics is not None and adds:
+            metrics.adds_answered(adds, tokens.started_at, failed=error is not None)
         if self.state.lac_waiters:  # adds may have moved a waited-on ledger's LAC
-            touched = {t.ledger_id for t in tokens if type(t) is AddAnswer}
+            touched: set[int] = set()
+            for t in tokens:
+                if type(t) is AddAnswer:
+                    touched.add(t.ledger_id)
+                elif type(t) is AddBatchAnswer:
+                    touched.update(t.ledger_ids)
             for ledger_id in touched:
                 self._wake_lac_waiters(ledger_id)
 
@@ -212,6 +216,45 @@ class RequestHandlers:
             if self._metrics is not None:
                 self._metrics.add_refused()
 
+    def add_batch(self, conn: Responder, batch: AddBatchAnswer) -> None:
+        """The plain v2 adds (no flags) of one chunk, as one batch (``Storage.add_entries``),
+        answered together once durable (``batch`` is the token, answered through its
+        ``conn``); refused ones are answered at once and taken out of the batch. Read-only:
+        each add goes through :meth:`add` (it decides per add)."""
+        if self.state.readonly:
+            for ledger_id, entry_id, key, body in zip(
+                batch.ledger_ids, batch.entry_ids, batch.master_keys, batch.bodies, strict=True
+            ):
+                self.add(conn, 0, ledger_id, entry_id, key, body, 0, _ADD_FRAME_BYTES + len(body))
+            return
+        try:
+            self._storage.add_entries(batch)
+        except Exception:  # a bookie bug: nothing of the batch is answered otherwise
+            conn.log_internal_error("add of %d entries failed", len(batch.entry_ids))
+            ids, requests = (batch.ledger_ids, batch.entry_ids), batch.requests
+            batch.conn.respond_adds(StatusCode.EIO, *ids, requests, batch.request_bytes)
+            batch.ledger_ids, batch.entry_ids, batch.requests, batch.request_bytes = [], [], 0, 0
+            return
+        if batch.refused:
+            self._answer_refused(conn, batch)
+
+    def _answer_refused(self, conn: Responder, batch: AddBatchAnswer) -> None:
+        """Answer the adds the engine refused and take them out of the batch (which the
+        journal thread hands back through the loop, so not before this returns)."""
+        refused = dict(batch.refused)
+        ledger_ids, entry_ids, bodies = batch.ledger_ids, batch.entry_ids, batch.bodies
+        for index, error in batch.refused:
+            size = _ADD_FRAME_BYTES + len(bodies[index])
+            conn.respond_add(status_of(error), ledger_ids[index], entry_ids[index], 0, size)
+            batch.requests -= 1
+            batch.request_bytes -= size
+            if self._metrics is not None:
+                self._metrics.add_refused()
+        keep = [i for i in range(len(entry_ids)) if i not in refused]
+        batch.ledger_ids = [ledger_ids[i] for i in keep]
+        batch.entry_ids = [entry_ids[i] for i in keep]
+        batch.refused = []
+
     def _add_request(self, conn: Responder, request: AddRequest, size: int) -> None:
         flags = (_RECOVERY if request.recovery else 0) | (
             _HIGH_PRIORITY if request.high_priority else 0
@@ -246,15 +289,8 @@ class RequestHandlers:
         self._storage.force_ledger(request.ledger_id, token=self._when_durable(done))
 
     def _when_durable(self, done: Callable[[BaseException | None], None]) -> WhenDurable:
-        """The token of a write other than an add (counted as answered, with metrics)."""
-        if self._metrics is None:
-            return WhenDurable(done)
-
-        def counted(error: BaseException | None) -> None:
-            self._other_writes_answered += 1
-            done(error)
-
-        return WhenDurable(counted)
+        """The token of a write other than an add."""
+        return WhenDurable(done)
 
     # -- reads -------------------------------------------------------------------------
     def read(self, conn: Responder, request: ReadRequest, size: int) -> None:

@@ -9,6 +9,7 @@ and lose exactly what was not made durable.
 Imports ``bkeeper.common`` only.
 """
 
+from bkeeper.storage.add_batch import AddBatch
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.filesystem import FileSystem, OsFileSystem, ReadableFile, WritableFile
@@ -18,6 +19,7 @@ from bkeeper.storage.memory_fs import MemoryFileSystem
 from bkeeper.storage.storage import Storage, StorageStats
 
 __all__ = [
+    "AddBatch",
     "DiskState",
     "DurableCallback",
     "FileSystem",

@@ -8,7 +8,9 @@ wanted once the active map holds ``flush_bytes`` (by default half of ``bytes_max
 engine passes ``StorageConfig.flush_bytes``, 1 MiB).
 
 Read cache: entries just flushed, so that tailing readers are served from memory. FIFO
-eviction, at most ``bytes_max`` bytes of bodies.
+eviction, at most ``bytes_max`` bytes of bodies. Entries come in runs (a ledger's entries of
+one flush, :meth:`ReadCache.put_run`) and leave a run at a time, oldest first: no object per
+entry.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from bkeeper.storage.ledger_state import StoredLedger
 
 __all__ = ["FlushBatch", "ReadCache", "WriteCache"]
 
+_NONE: dict[int, bytes] = {}
 #: What a flush writes: ledger id -> (its state when the flush started, entry id -> body).
 FlushBatch = dict[int, tuple[StoredLedger, dict[int, bytes]]]
 
@@ -104,7 +107,8 @@ class ReadCache:
         self._bytes = 0
         self._count = 0
         self._ledgers: dict[int, dict[int, bytes]] = {}
-        self._order: deque[tuple[int, int]] = deque()
+        #: Runs in the order they came: (ledger id, entry ids).
+        self._order: deque[tuple[int, list[int]]] = deque()
 
     @property
     def size_bytes(self) -> int:
@@ -121,7 +125,28 @@ class ReadCache:
         entries[entry_id] = body
         self._count += 1
         self._bytes += len(body)
-        self._order.append((ledger_id, entry_id))
+        self._order.append((ledger_id, [entry_id]))
+        while self._bytes > self._bytes_max:
+            self._evict_one()
+
+    def put_run(self, ledger_id: int, entry_ids: list[int], bodies: list[bytes]) -> None:
+        """:meth:`put` for each entry of one ledger, as one run."""
+        size = sum(map(len, bodies))
+        if size > self._bytes_max:
+            return
+        entries = self._ledgers.get(ledger_id)
+        if entries is None:
+            entries = self._ledgers[ledger_id] = {}
+        elif not entries.keys().isdisjoint(entry_ids):  # some cached already: replace them
+            for entry_id in entry_ids:
+                old = entries.pop(entry_id, None)
+                if old is not None:
+                    self._bytes -= len(old)
+                    self._count -= 1
+        entries.update(zip(entry_ids, bodies, strict=True))
+        self._count += len(entry_ids)
+        self._bytes += size
+        self._order.append((ledger_id, entry_ids))
         while self._bytes > self._bytes_max:
             self._evict_one()
 
@@ -129,24 +154,30 @@ class ReadCache:
         entries = self._ledgers.get(ledger_id)
         return entries.get(entry_id) if entries is not None else None
 
+    def entries_of(self, ledger_id: int) -> dict[int, bytes]:
+        """The cached entries of the ledger (read only; empty if none)."""
+        return self._ledgers.get(ledger_id) or _NONE
+
     def drop_ledger(self, ledger_id: int) -> None:
         entries = self._ledgers.pop(ledger_id, None)
         if entries is None:
             return
         self._bytes -= sum(len(body) for body in entries.values())
         self._count -= len(entries)
-        if len(self._order) > 2 * self._count + 1024:  # keep the FIFO free of stale keys
-            live = self._ledgers
-            self._order = deque(k for k in self._order if k[1] in live.get(k[0], ()))
+        live = self._ledgers  # keep the FIFO free of the dropped ledger's runs
+        self._order = deque(run for run in self._order if run[0] in live)
 
     def _evict_one(self) -> None:
-        ledger_id, entry_id = self._order.popleft()
+        """Evict the oldest run."""
+        ledger_id, entry_ids = self._order.popleft()
         entries = self._ledgers.get(ledger_id)
         if entries is None:
             return
-        body = entries.pop(entry_id, None)
-        if body is not None:
-            self._bytes -= len(body)
-            self._count -= 1
+        pop = entries.pop
+        for entry_id in entry_ids:
+            body = pop(entry_id, None)
+            if body is not None:
+                self._bytes -= len(body)
+                self._count -= 1
         if not entries:
             del self._ledgers[ledger_id]

@@ -231,6 +231,49 @@ class EntryLogWriter:
             start = end
         return locations
 
+    def append_runs(self, runs: Sequence[tuple[int, Sequence[bytes]]]) -> list[list[int]]:
+        """Append the bodies of ``runs`` (``(ledger id, bodies of that ledger)``), in order,
+        one write per log touched; their locations, a list per run. As :meth:`append`, with
+        the per-ledger bookkeeping done once per run (issue 18: no work per entry beyond its
+        record)."""
+        out: list[list[int]] = []
+        pack = _RECORD.pack
+        head = _RECORD.size
+        buf = bytearray()
+        file: WritableFile | None = None
+        offset = base = 0
+        log_max = self._log_bytes_max
+        pending: dict[int, int] = self._pending
+        for ledger_id, bodies in runs:
+            places: list[int] = []
+            out.append(places)
+            run_bytes = 0
+            for body in bodies:
+                size = len(body)
+                if file is None or (buf and offset + len(buf) + head + size > log_max):
+                    if file is not None:
+                        self._write_out(file, buf)
+                        pending[ledger_id] = pending.get(ledger_id, 0) + run_bytes
+                        run_bytes = 0
+                        buf = bytearray()
+                    file = self._writable(size)
+                    offset = file.size()
+                    base = location_of(self._log_id, offset)
+                    pending = self._pending  # a new log has a new map
+                places.append(base + len(buf))
+                buf += pack(size, crc32c(body))
+                buf += body
+                run_bytes += head + size
+            pending[ledger_id] = pending.get(ledger_id, 0) + run_bytes
+        if file is not None and buf:
+            self._write_out(file, buf)
+        return out
+
+    def _write_out(self, file: WritableFile, buf: bytearray) -> None:
+        self._unsynced = True
+        self.bytes_written += len(buf)
+        file.write(buf)
+
     def append_raw(self, records: BytesLike, sizes: dict[int, int]) -> int:
         """Append whole records as they are (headers and checksums included, as copied
         from another log) to the current log; ``sizes`` are their bytes per ledger. Returns
@@ -349,41 +392,56 @@ class EntryLogReader:
     def read_many(self, locations: Sequence[int]) -> list[bytes]:
         """The bodies at ``locations``, in order, as :meth:`read` gives them; records that
         lie close together in one log (a ledger's entries flushed together) are read with
-        one pread per run of up to ``_RUN_BYTES_MAX`` bytes instead of one each."""
-        found: list[tuple[bytes, int, int, int, int]] = []  # body, length, crc, log, offset
+        one pread per run of up to ``_RUN_BYTES_MAX`` bytes instead of one each. The
+        checksums are checked outside the lock, with no object per entry but the body."""
+        bodies: list[bytes] = []
+        crcs: list[int] = []
         index, count = 0, len(locations)
         with self._lock:
             while index < count:
                 end = _run_end(locations, index)
-                found.extend(self._read_run_locked(locations[index:end]))
+                self._read_run_locked(locations, index, end, bodies, crcs)
                 index = end
-        bodies = []
-        for body, length, crc, log_id, offset in found:
-            if len(body) != length or crc32c(body) != crc:
-                raise self._corrupt(log_id, offset, "entry record fails its checksum")
-            bodies.append(body)
+        for at, (body, crc) in enumerate(zip(bodies, crcs, strict=True)):
+            if crc32c(body) != crc:
+                location = locations[at]
+                raise self._corrupt(
+                    location >> 32, location & _OFFSET_MASK, "entry record fails its checksum"
+                )
         return bodies
 
-    def _read_run_locked(self, run: Sequence[int]) -> list[tuple[bytes, int, int, int, int]]:
-        log_id = run[0] >> 32
-        base = run[0] & _OFFSET_MASK
+    def _read_run_locked(
+        self,
+        locations: Sequence[int],
+        start: int,
+        end: int,
+        bodies: list[bytes],
+        crcs: list[int],
+    ) -> None:
+        """Read the records at ``locations[start:end]`` (one run) with one pread, appending
+        each body and the checksum its record header holds."""
+        log_id = locations[start] >> 32
+        base = locations[start] & _OFFSET_MASK
         handle = self._handle_locked(log_id)
-        span = (run[-1] & _OFFSET_MASK) - base + _RECORD.size + _READ_AHEAD_BYTES
+        head = _RECORD.size
+        span = (locations[end - 1] & _OFFSET_MASK) - base + head + _READ_AHEAD_BYTES
         data = handle.read_at(base, span)
-        view = memoryview(data)
-        out = []
-        for location in run:
-            offset = location & _OFFSET_MASK
+        size = len(data)
+        unpack = _RECORD.unpack_from
+        add_body, add_crc = bodies.append, crcs.append
+        for index in range(start, end):
+            offset = locations[index] & _OFFSET_MASK
             at = offset - base
-            if len(data) < at + _RECORD.size:
+            if size < at + head:
                 raise self._corrupt(log_id, offset, "short record header")
-            length, crc = _RECORD.unpack_from(view, at)
-            start = at + _RECORD.size
-            body = bytes(view[start : start + length])
+            length, crc = unpack(data, at)
+            body = data[at + head : at + head + length]
             if len(body) < length:
-                body += handle.read_at(offset + _RECORD.size + len(body), length - len(body))
-            out.append((body, length, crc, log_id, offset))
-        return out
+                body += handle.read_at(offset + head + len(body), length - len(body))
+                if len(body) != length:
+                    raise self._corrupt(log_id, offset, "entry record fails its checksum")
+            add_body(body)
+            add_crc(crc)
 
     def forget(self, log_id: int) -> None:
         """Close the handle of a log about to be removed."""

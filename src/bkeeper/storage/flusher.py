@@ -56,7 +56,7 @@ from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
 from bkeeper.storage.metrics import FlushMetrics
 
-__all__ = ["Flusher", "StorageLayout", "live_index_bytes", "location_runs"]
+__all__ = ["Flusher", "StorageLayout", "live_index_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ _INDEX_SYNC_BYTES = 4 * 1024 * 1024
 #: Flushed entries are indexed under the lock this many at a time, so that the caller's
 #: thread never waits long for the lock.
 _APPLY_CHUNK_ENTRIES = 2048
+#: A ledger's entries in one flush: its state, entry ids ascending, their bodies.
+_Run = tuple[StoredLedger, list[int], list[bytes]]
 
 
 class Flusher:
@@ -166,22 +168,22 @@ class Flusher:
                 engine.write_cache.swap(engine.ledgers)
             work = list(engine.write_cache.flushing.values())
         work.sort(key=lambda item: item[0].ledger_id)
-        keys: list[tuple[StoredLedger, int]] = []
-        bodies: list[bytes] = []
+        # One run per ledger (its entries in id order): written, indexed and cached per run,
+        # with no object per entry (issue 18).
+        runs: list[_Run] = []
         for state, entries in work:
-            for entry_id in sorted(entries):
-                keys.append((state, entry_id))
-                bodies.append(entries[entry_id])
+            ids = sorted(entries)
+            runs.append((state, ids, [entries[i] for i in ids]))
         written = self._writer.bytes_written
         try:
-            locations = self._writer.append(bodies)
+            locations = self._writer.append_runs([(s.ledger_id, bodies) for s, _, bodies in runs])
             self._writer.sync()
         except Exception as exc:
             error = self._write_failed(exc)
             if error is exc:
                 raise
             raise error from exc
-        self._apply_flush(keys, bodies, locations)
+        self._apply_flush(runs, locations)
         if self._disk is not None and self._writer.bytes_written > written:
             self._disk.note_written(self._writer.bytes_written - written)
 
@@ -203,24 +205,28 @@ class Flusher:
             "its entries until space is freed"
         )
 
-    def _apply_flush(
-        self, keys: list[tuple[StoredLedger, int]], bodies: list[bytes], locations: list[int]
-    ) -> None:
+    def _apply_flush(self, runs: list[_Run], locations: list[list[int]]) -> None:
+        """Index the runs just written and move them to the read cache, at most
+        ``_APPLY_CHUNK_ENTRIES`` entries per hold of the lock."""
         engine = self._engine
-        for start in range(0, len(keys), _APPLY_CHUNK_ENTRIES):
-            end = start + _APPLY_CHUNK_ENTRIES
-            with engine.lock:
-                for (state, entry_id), body, location in zip(
-                    keys[start:end], bodies[start:end], locations[start:end], strict=True
-                ):
+        index_runs: list[tuple[StoredLedger, LocationRun]] = []
+        chunk = _APPLY_CHUNK_ENTRIES
+        held = 0
+        for (state, ids, bodies), places in zip(runs, locations, strict=True):
+            for start in range(0, len(ids), chunk):
+                if held:
+                    let_waiters_in()  # between chunks: the lock is not fair
+                end = start + chunk
+                chunk_ids = ids[start:end]
+                with engine.lock:
                     if not state.deleted:
-                        state.locations.set(entry_id, location)
-                        engine.read_cache.put(state.ledger_id, entry_id, body)
-            if end < len(keys):
-                let_waiters_in()  # between chunks: the lock is not fair
-        runs = location_runs(keys, locations)
+                        state.locations.set_many(chunk_ids, places[start:end])
+                        engine.read_cache.put_run(state.ledger_id, chunk_ids, bodies[start:end])
+                held += 1
+            run = LocationRun(state.ledger_id, array("q", ids), array("Q", places))
+            index_runs.append((state, run))
         with engine.lock:
-            engine.pending.runs.extend(runs)
+            engine.pending.runs.extend(index_runs)
             engine.write_cache.finish_flush()
 
     # -- checkpoint --------------------------------------------------------------------
@@ -391,21 +397,6 @@ class Flusher:
         if self._index_file is not None:
             self._index_file.close()
             self._index_file = None
-
-
-def location_runs(
-    keys: list[tuple[StoredLedger, int]], locations: list[int]
-) -> list[tuple[StoredLedger, LocationRun]]:
-    runs: list[tuple[StoredLedger, LocationRun]] = []
-    current: StoredLedger | None = None
-    for (state, entry_id), location in zip(keys, locations, strict=True):
-        if state is not current:
-            current = state
-            runs.append((state, LocationRun(state.ledger_id, array("q"), array("Q"))))
-        run = runs[-1][1]
-        run.entry_ids.append(entry_id)
-        run.locations.append(location)
-    return runs
 
 
 def _delta(pending: PendingCheckpoint) -> IndexDelta:

@@ -196,6 +196,32 @@ class Journal:
             self._idle = False
             self._cond.notify()
 
+    def room_locked(self) -> tuple[int, int]:
+        """How many more records and bytes the queue takes now (the caller holds the lock);
+        raises as :meth:`append_locked` does while appends are refused."""
+        if self._refusing:
+            self._raise_refusal_locked()
+        config = self._config
+        return (
+            config.journal_queue_entries_max - self._records,
+            config.journal_queue_bytes_max - len(self._buf),
+        )
+
+    def append_records_locked(self, records: BytesLike, count: int) -> None:
+        """Queue ``count`` framed records at once, within what :meth:`room_locked` said (the
+        caller holds the lock, and has held it since asking). No token: see
+        :meth:`append_token_locked`."""
+        self._buf += records
+        self._records += count
+        if self._idle:
+            self._idle = False
+            self._cond.notify()
+
+    def append_token_locked(self, token: object) -> None:
+        """Queue a token after the records queued so far: it comes back with the group that
+        makes them durable."""
+        self._tokens.append(token)
+
     def _raise_refusal_locked(self) -> None:
         if self._failed is not None or self._closing:
             raise BookieIOError("journal is not writable") from self._failed

@@ -90,6 +90,33 @@ class LedgerLocations:
         if self._sparse:
             self._sparse.pop(entry_id, None)
 
+    def set_many(self, entry_ids: list[int], locations: list[int]) -> None:
+        """:meth:`set` for each pair; ids ascending. Ids that continue the dense array
+        one after another (a flush of a ledger written in order) are appended in one step."""
+        count = len(entry_ids)
+        if not count:
+            return
+        dense = self._dense
+        first, last = entry_ids[0], entry_ids[-1]
+        if (
+            last - first == count - 1
+            and (not dense or first - self._base == len(dense))
+            and first >= 0
+            and all(locations)
+        ):
+            if not dense:
+                self._base = first
+            dense.extend(locations)
+            self._dense_count += count
+            if last > self.max_entry_id:  # noqa: PLR1730
+                self.max_entry_id = last
+            if self._sparse:
+                for entry_id in entry_ids:
+                    self._sparse.pop(entry_id, None)
+            return
+        for entry_id, location in zip(entry_ids, locations, strict=True):
+            self.set(entry_id, location)
+
     def get(self, entry_id: int) -> int:
         """The location of ``entry_id``, 0 when it has none."""
         dense = self._dense
@@ -100,6 +127,19 @@ class LedgerLocations:
                 return location
         sparse = self._sparse
         return sparse.get(entry_id, 0) if sparse else 0
+
+    def run(self, start: int, count: int) -> list[int] | None:
+        """The locations of up to ``count`` consecutive entries from ``start``, up to the
+        first without one, read from the dense array in one step; None when that cannot
+        answer (``start`` outside it, or ids in the sparse map): ask :meth:`get` then."""
+        offset = start - self._base
+        dense = self._dense
+        if self._sparse or not 0 <= offset < len(dense):
+            return None
+        locations = dense[offset : offset + count].tolist()
+        if 0 in locations:
+            del locations[locations.index(0) :]
+        return locations
 
     def items(self) -> Iterator[tuple[int, int]]:
         """(entry id, location) of every entry with a location, by entry id."""

@@ -52,6 +52,7 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.common.metrics import MetricSet
+from bkeeper.storage.add_batch import AddBatch, add_batch_locked
 from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs, StorageLayout
@@ -253,6 +254,15 @@ class Storage:
             journal.append_locked(header, body, token)
             engine.add_locked(state, entry_id, lac, body)
 
+    def add_entries(self, batch: AddBatch) -> None:
+        """Add many entries at once, with one hold of the lock and one journal append per
+        journal touched; ``batch`` itself is the token, reported durable by each of the
+        ``batch.parts`` journals it was queued to. Entries refused (for the reasons
+        :meth:`add_entry` raises) are listed in ``batch.refused`` and not added. See
+        :mod:`bkeeper.storage.add_batch`."""
+        with self._engine.lock:
+            add_batch_locked(self._engine, self._journals, batch, self._ledger_for_write_locked)
+
     def fence(self, ledger_id: int, master_key: bytes, *, token: object | None = None) -> None:
         """Fence the ledger (creating it with this key if unknown); durable via ``token``."""
         record = ledger_record(RecordKind.FENCE, ledger_id)
@@ -393,13 +403,31 @@ class Storage:
         caller applies the byte limit)."""
         if start_entry_id < 0:
             return []
-        find = self._engine.find_locked
+        # As EngineState.find_locked for each entry, with the ledger's maps looked up once.
+        engine = self._engine
+        ledger_id = state.ledger_id
+        cache = engine.write_cache
+        active = cache.active.get(ledger_id) or {}
+        flushing_run = cache.flushing.get(ledger_id)
+        flushing = flushing_run[1] if flushing_run is not None else {}
+        cached = engine.read_cache.entries_of(ledger_id)
         found: list[bytes | int] = []
+        if not (active or flushing or cached):  # all in entry logs: one slice of the index
+            run = state.locations.run(start_entry_id, max(1, max_count))
+            if run is not None:
+                found.extend(run)
+                return found
+        location_of = state.locations.get
+        add = found.append
         for entry_id in range(start_entry_id, start_entry_id + max(1, max_count)):
-            item = find(state, entry_id)
-            if item is None:
+            body = active.get(entry_id) or flushing.get(entry_id) or cached.get(entry_id)
+            if body is not None:
+                add(body)
+                continue
+            location = location_of(entry_id)
+            if not location:
                 break
-            found.append(item)
+            add(location)
         return found
 
     def _find(self, ledger_id: int, entry_id: int) -> tuple[bytes | int, int]:

@@ -105,6 +105,30 @@ class FrameDecoder:
         self._exported = True
         return out
 
+    def take_all(self, data: bytes) -> bytes:
+        """Everything buffered and ``data``, as one ``bytes`` (``data`` itself when nothing
+        is buffered), leaving the decoder empty: for a reader that walks the frames itself
+        and hands the unread rest back with :meth:`keep_tail`."""
+        if self._error is not None:
+            raise self._error
+        buffer = self._buffer
+        if self._offset < len(buffer):
+            data = b"".join((memoryview(buffer)[self._offset :], data))
+        self._buffer = bytearray()
+        self._offset = 0
+        self._exported = False
+        self.partial_bytes = 0
+        return data
+
+    def keep_tail(self, buffer: bytes, offset: int) -> None:
+        """Keep ``buffer[offset:]`` (less than a whole frame, after :meth:`take_all`) as the
+        start of the next frame: its length is checked as :meth:`receive_data` checks it."""
+        if offset < len(buffer):
+            self._buffer = bytearray(memoryview(buffer)[offset:])
+            self.partial_bytes = len(self._buffer)
+            if self.partial_bytes >= 4:
+                self._check_length(_unpack_length(self._buffer, 0)[0])
+
     def _check_length(self, size: int) -> None:
         if 0 < size <= self._max:
             return

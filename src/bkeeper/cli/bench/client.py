@@ -72,6 +72,11 @@ def codec(count: int, entry_size: int, digest: str) -> None:
     is_flag=True,
     help="TLS between the client and the bookie started here (certificates made for the run).",
 )
+@click.option(
+    "--generic-client",
+    is_flag=True,
+    help="v2 through the generic BookieClient (futures) instead of the raw load generator.",
+)
 def bookie_bench(
     address: str,
     data_dir: str | None,
@@ -82,6 +87,7 @@ def bookie_bench(
     rate: float | None,
     bookie_args: tuple[str, ...],
     tls: bool,
+    generic_client: bool,
 ) -> None:
     """Acknowledged (fsynced) adds/s, MB/s and latency against one bookie."""
     from bkeeper.cli.bookie import run_event_loop
@@ -98,6 +104,7 @@ def bookie_bench(
             in_flight=in_flight,
             rate=rate,
             security=security,
+            generic=generic_client,
         )
         print_results([result], "adds")
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.handshake import ClientSecurity
 from bkeeper.common.errors import BKeeperError
+from bkeeper.testing.benchmarks.bookie_v2 import bench_bookie_adds_v2
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
@@ -44,10 +45,23 @@ async def bench_bookie_adds(
     ledger_id: int | None = None,
     progress: Callable[[int], None] | None = None,
     security: ClientSecurity | None = None,
+    generic: bool = False,
 ) -> BenchResult:
     """Add entries to one bookie for ``duration_s``: closed loop with ``in_flight``
     outstanding adds, or open loop at ``rate`` adds/s (still capped by ``in_flight``);
-    ``security``: connect with START_TLS / AUTH first."""
+    ``security``: connect with START_TLS / AUTH first. Plain v2 (no ``security``, no
+    ``progress``) uses the raw load generator of
+    :mod:`bkeeper.testing.benchmarks.bookie_v2`; ``generic`` forces this client instead."""
+    if protocol is Protocol.V2 and security is None and progress is None and not generic:
+        return await bench_bookie_adds_v2(
+            host,
+            port,
+            entry_bytes=entry_bytes,
+            duration_s=duration_s,
+            in_flight=in_flight,
+            rate=rate,
+            ledger_id=ledger_id,
+        )
     ledger_id = ledger_id if ledger_id is not None else int(time.time() * 1000) % (1 << 40)
     manager = DigestManager(ledger_id, DigestType.CRC32C, b"bench")
     key = master_key(b"bench")

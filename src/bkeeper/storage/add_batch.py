@@ -1,0 +1,166 @@
+"""Adding many entries at once (issue 18): :class:`AddBatch` and :func:`add_batch_locked`.
+
+A bookie connection that reads many ADD frames in one chunk hands them to
+:meth:`Storage.add_entries <bkeeper.storage.Storage.add_entries>` as one batch: parallel
+lists of the entries' fields, no object per entry. The engine then does per batch what
+:meth:`Storage.add_entry` does per entry: one hold of the lock; per ledger met (usually one a
+batch), one lookup of its state, master key and journal; per entry only the checks that can
+differ (fenced, room), the journal record (9-byte header with the CRC-32C, then the body,
+appended to one buffer of the batch) and the write-cache insert; one append of all records to
+each journal touched, then the batch's token. The journal records are exactly those
+:meth:`Storage.add_entry` writes (one ADD_ENTRY record per entry), so replay is unchanged.
+
+Durability is that of single adds: the batch's token follows its records in each journal
+queue it went to (``parts`` of them), and a journal hands a token back only with the group
+holding everything queued before it, once that group is fdatasynced.
+
+Entries refused (wrong master key, fenced ledger, journal queue or write cache full, bad
+entry id) are listed in ``refused`` as ``(index, error)`` before the token is queued, and are
+not in the journal; the others are added whatever happens to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from crc32c import crc32c
+
+from bkeeper.common.errors import (
+    BadRequestError,
+    BKeeperError,
+    LedgerFencedError,
+    TooManyRequestsError,
+)
+from bkeeper.storage.engine import EngineState
+from bkeeper.storage.framing import RECORD_HEADER
+from bkeeper.storage.journal import Journal
+from bkeeper.storage.journal_format import RecordKind
+from bkeeper.storage.ledger_state import StoredLedger
+
+__all__ = ["PREFIX_CRCS_MAX", "AddBatch", "add_batch_locked"]
+
+_ADD = int(RecordKind.ADD_ENTRY)
+_pack_header = RECORD_HEADER.pack
+#: CRC-32C of a record header's first 5 bytes (length, kind) by length, so that an entry's
+#: header costs one CRC call over its body. At most this many lengths are kept.
+PREFIX_CRCS_MAX = 4096
+_prefix_crcs: dict[int, int] = {}
+
+
+def _prefix_crc(length: int) -> int:
+    if len(_prefix_crcs) >= PREFIX_CRCS_MAX:
+        _prefix_crcs.clear()
+    crc = _prefix_crcs[length] = crc32c(length.to_bytes(4, "big") + bytes((_ADD,)))
+    return crc
+
+
+class AddBatch:
+    """Entries to add at once, as parallel lists (index ``i`` of each is one entry):
+    ``ledger_ids``, ``entry_ids`` and ``lacs`` as the bodies name them, ``master_keys`` and
+    ``bodies`` (each body begins ledgerId | entryId | LAC). The engine fills ``refused``
+    (``(index, error)``, in index order) and ``parts`` (how many journal queues the batch
+    was queued to: the owner gets the batch back as a token from each of them)."""
+
+    __slots__ = ("bodies", "entry_ids", "lacs", "ledger_ids", "master_keys", "parts", "refused")
+
+    def __init__(self) -> None:
+        self.ledger_ids: list[int] = []
+        self.entry_ids: list[int] = []
+        self.lacs: list[int] = []
+        self.master_keys: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.refused: list[tuple[int, BKeeperError]] = []
+        self.parts = 0
+
+
+def add_batch_locked(
+    engine: EngineState,
+    journals: tuple[Journal, ...],
+    batch: AddBatch,
+    ledger_for_write: Callable[[int, bytes], StoredLedger],
+) -> None:
+    """Add the batch (the engine lock held): see the module docstring. ``ledger_for_write``
+    is :meth:`Storage._ledger_for_write_locked` (creates a ledger, checks its key)."""
+    cache = engine.write_cache
+    active = cache.active
+    ledgers = engine.ledgers
+    refused = batch.refused
+    count = len(journals)
+    prefix_crcs = _prefix_crcs
+    cache_room = cache.bytes_max - cache.active_bytes - cache.flushing_bytes
+    added_bytes = 0
+    touched: list[Journal] = []
+    # The ledger being added to: its state, key, cache map and journal (with its room).
+    ledger_id = -1
+    state: StoredLedger | None = None
+    key = b""
+    entries: dict[int, bytes] = {}
+    journal: Journal | None = None
+    blob = bytearray()
+    blob_records = records_room = bytes_room = 0
+    index = -1
+    for ledger, entry_id, lac, master_key, body in zip(
+        batch.ledger_ids, batch.entry_ids, batch.lacs, batch.master_keys, batch.bodies, strict=True
+    ):
+        index += 1
+        if ledger != ledger_id or master_key != key:
+            if journal is not None and blob_records:
+                journal.append_records_locked(blob, blob_records)
+                if journal not in touched:
+                    touched.append(journal)
+                blob = bytearray()
+                blob_records = 0
+            try:
+                state = ledgers.get(ledger)
+                if state is None or state.master_key != master_key:
+                    state = ledger_for_write(ledger, master_key)
+                journal = journals[ledger % count]
+                records_room, bytes_room = journal.room_locked()
+            except BKeeperError as exc:
+                refused.append((index, exc))
+                ledger_id, key, state, journal = -1, b"", None, None
+                continue
+            ledger_id, key = ledger, master_key
+            entries = active.get(ledger)  # type: ignore[assignment]
+            if entries is None:
+                entries = active[ledger] = {}
+        assert state is not None
+        size = len(body)
+        if state.fenced:
+            refused.append((index, LedgerFencedError(f"ledger {ledger} is fenced")))
+            continue
+        if entry_id < 0:
+            refused.append((index, BadRequestError(f"ledger {ledger}: bad entry {entry_id}")))
+            continue
+        if size > cache_room:
+            refused.append((index, TooManyRequestsError("write cache is full")))
+            continue
+        if blob_records >= records_room or len(blob) + size > bytes_room:
+            refused.append((index, TooManyRequestsError("journal queue is full")))
+            continue
+        prefix = prefix_crcs.get(size)
+        if prefix is None:
+            prefix = _prefix_crc(size)
+        blob += _pack_header(size, _ADD, crc32c(body, prefix))
+        blob += body
+        blob_records += 1
+        cache_room -= size
+        added_bytes += size
+        entries[entry_id] = body
+        if entry_id > state.last_entry_id:  # noqa: PLR1730 (hot path: no call)
+            state.last_entry_id = entry_id
+        if lac > state.lac:
+            state.lac = lac
+            engine.mark_dirty_locked(state)
+    if journal is not None and blob_records:
+        journal.append_records_locked(blob, blob_records)
+        if journal not in touched:
+            touched.append(journal)
+    if not added_bytes:
+        return
+    for queue in touched:
+        queue.append_token_locked(batch)
+    batch.parts = len(touched)
+    cache.active_bytes += added_bytes
+    if cache.active_bytes >= cache.flush_bytes and not engine.flush_wanted.is_set():
+        engine.flush_wanted.set()
