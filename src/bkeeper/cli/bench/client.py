@@ -129,6 +129,13 @@ def bookie_bench(
 @click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
 @click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
+@click.option(
+    "--entries",
+    default=None,
+    type=click.IntRange(1),
+    help="Stop after this many entries (or at --duration, whichever comes first): a fixed "
+    "amount of work, for comparing whole-process CPU times.",
+)
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
 @click.option(
@@ -147,6 +154,7 @@ def write_bench(
     duration: float,
     in_flight: int,
     rate: float | None,
+    entries: int | None,
     protocol: str,
     also_read: bool,
     tls: bool,
@@ -170,6 +178,7 @@ def write_bench(
             in_flight=in_flight,
             rate=rate,
             protocol=proto,
+            count=entries,
         )
         results = [result]
         try:

@@ -12,7 +12,15 @@ from array import array
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol
 
-__all__ = ["bench_client_reads", "bench_client_writes", "delete_ledger"]
+__all__ = ["CPU_COLUMN", "bench_client_reads", "bench_client_writes", "delete_ledger"]
+
+#: The column of the client's own CPU time (all its threads) per entry while it wrote or read.
+CPU_COLUMN = "client CPU µs/entry"
+
+
+def cpu_per_op(cpu_s: float, operations: int) -> str:
+    """``cpu_s`` of CPU over ``operations``, in µs each, formatted for the table."""
+    return f"{cpu_s / operations * 1e6:.1f}" if operations else "-"
 
 
 async def bench_client_writes(
@@ -43,6 +51,7 @@ async def bench_client_writes(
         def done(sent_at: float, _: asyncio.Future[int]) -> None:
             latencies.append(perf() - sent_at)
 
+        cpu_start = time.process_time()
         start = perf()
         deadline = start + duration_s
         sent = 0
@@ -63,6 +72,7 @@ async def bench_client_writes(
         if last is not None:
             await last
         elapsed = perf() - start
+        cpu_s = time.process_time() - cpu_start
         await wh.close()
         ledger_id = wh.ledger_id
     label = (
@@ -71,9 +81,9 @@ async def bench_client_writes(
     )
     if rate is not None:
         label += f", open loop {rate:.0f}/s"
-    return BenchResult(
-        label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies
-    ), ledger_id
+    result = BenchResult(label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies)
+    result.extra[CPU_COLUMN] = cpu_per_op(cpu_s, len(latencies))
+    return result, ledger_id
 
 
 async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
@@ -93,10 +103,14 @@ async def bench_client_reads(
     perf = time.perf_counter
     async with BookKeeper(metadata_uri) as bk:
         rh = await bk.open_ledger(ledger_id, password)
+        cpu_start = time.process_time()
         start = perf()
         count = size = 0
         async for entry in rh.read():
             count += 1
             size += len(entry.payload)
         elapsed = perf() - start
-    return BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)
+        cpu_s = time.process_time() - cpu_start
+    result = BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)
+    result.extra[CPU_COLUMN] = cpu_per_op(cpu_s, count)
+    return result
