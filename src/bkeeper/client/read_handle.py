@@ -120,15 +120,14 @@ class ReadHandle:
         self._view.stop()
 
     # -- entries -------------------------------------------------------------------------
-    async def read(self, first: int = 0, last: int | None = None) -> AsyncGenerator[Entry, None]:
-        """Entries ``first..last`` (default: up to the LAC); never beyond the LAC."""
-        async for entry in self._entries(first, last, unconfirmed=False):
-            yield entry
+    def read(self, first: int = 0, last: int | None = None) -> AsyncGenerator[Entry, None]:
+        """Entries ``first..last`` (default: up to the LAC); never beyond the LAC. (The
+        generator itself, not one wrapping it: one resumption per entry, not two.)"""
+        return self._entries(first, last, unconfirmed=False)
 
-    async def read_unconfirmed(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
+    def read_unconfirmed(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
         """Entries ``first..last`` even beyond the LAC (they may not be durable yet)."""
-        async for entry in self._entries(first, last, unconfirmed=True):
-            yield entry
+        return self._entries(first, last, unconfirmed=True)
 
     async def read_batches(
         self, first: int, last: int | None = None, *, unconfirmed: bool = False

@@ -136,6 +136,14 @@ def bookie_bench(
     help="Stop after this many entries (or at --duration, whichever comes first): a fixed "
     "amount of work, for comparing whole-process CPU times.",
 )
+@click.option(
+    "--batch",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Entries a call: above 1, WriteHandle.append_many with up to this many (at most "
+    "--in-flight).",
+)
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
 @click.option(
@@ -155,6 +163,7 @@ def write_bench(
     in_flight: int,
     rate: float | None,
     entries: int | None,
+    batch: int,
     protocol: str,
     also_read: bool,
     tls: bool,
@@ -163,6 +172,8 @@ def write_bench(
     """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
     if tls and metadata_uri:
         raise click.UsageError("--tls starts a secure sandbox: not with --metadata")
+    if batch > in_flight:
+        raise click.UsageError(f"--batch {batch} is more than --in-flight {in_flight}")
     from bkeeper.cli.bookie import run_event_loop
 
     proto = protocol_of(protocol)
@@ -179,6 +190,7 @@ def write_bench(
             rate=rate,
             protocol=proto,
             count=entries,
+            batch=batch,
         )
         results = [result]
         try:

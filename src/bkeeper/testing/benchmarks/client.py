@@ -36,9 +36,26 @@ async def bench_client_writes(
     protocol: Protocol = Protocol.V2,
     count: int | None = None,
     stop: asyncio.Event | None = None,
+    batch: int = 1,
 ) -> tuple[BenchResult, int]:
     """Append to one ledger through the client for ``duration_s`` (or until ``count``
-    entries, or until ``stop`` is set); returns the result and the ledger id."""
+    entries, or until ``stop`` is set); returns the result and the ledger id. ``batch`` > 1:
+    ``WriteHandle.append_many`` with up to that many entries a call (each entry's latency
+    from its own due time to its batch's acknowledgement)."""
+    if batch > 1:
+        return await _bench_batched_writes(
+            metadata_uri,
+            ensemble=ensemble,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            entry_bytes=entry_bytes,
+            duration_s=duration_s,
+            in_flight=in_flight,
+            rate=rate,
+            protocol=protocol,
+            count=count,
+            batch=batch,
+        )
     from bkeeper.client import BookKeeper, ClientConfig
 
     config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, 1))
@@ -75,15 +92,94 @@ async def bench_client_writes(
         cpu_s = time.process_time() - cpu_start
         await wh.close()
         ledger_id = wh.ledger_id
+    return _write_result(
+        ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, 1,
+        latencies, elapsed, cpu_s,
+    ), ledger_id  # fmt: skip
+
+
+def _write_result(
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    protocol: Protocol,
+    entry_bytes: int,
+    in_flight: int,
+    rate: float | None,
+    batch: int,
+    latencies: array[float],
+    elapsed: float,
+    cpu_s: float,
+) -> BenchResult:
     label = (
         f"client writes E{ensemble}/Qw{write_quorum}/Qa{ack_quorum} {protocol.name}, "
         f"{entry_bytes} B, in-flight {in_flight}"
     )
+    if batch > 1:
+        label += f", append_many {batch}"
     if rate is not None:
         label += f", open loop {rate:.0f}/s"
     result = BenchResult(label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies)
     result.extra[CPU_COLUMN] = cpu_per_op(cpu_s, len(latencies))
-    return result, ledger_id
+    return result
+
+
+async def _bench_batched_writes(
+    metadata_uri: str,
+    *,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entry_bytes: int,
+    duration_s: float,
+    in_flight: int,
+    rate: float | None,
+    protocol: Protocol,
+    count: int | None,
+    batch: int,
+) -> tuple[BenchResult, int]:
+    """:func:`bench_client_writes` through ``append_many``, up to ``batch`` entries a call."""
+    from bkeeper.client import BookKeeper, ClientConfig
+
+    config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, batch))
+    payload = os.urandom(entry_bytes)
+    latencies: array[float] = array("d")
+    perf = time.perf_counter
+    async with BookKeeper(metadata_uri, config) as bk:
+        wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+
+        def done(due: list[float], _: asyncio.Future[int]) -> None:
+            now = perf()
+            latencies.extend([now - at for at in due])
+
+        cpu_start = time.process_time()
+        start = perf()
+        deadline = start + duration_s
+        sent = 0
+        last: asyncio.Future[int] | None = None
+        while perf() < deadline and (count is None or sent < count):
+            n = batch if count is None else min(batch, count - sent)
+            if rate is None:
+                due = [perf()] * n
+            else:
+                n = min(n, int((perf() - start) * rate) - sent)
+                if n <= 0:
+                    await asyncio.sleep(PACING_SLEEP_S)
+                    continue
+                due = [start + (sent + i) / rate for i in range(n)]
+            last = await wh.append_many_async([payload] * n)
+            last.add_done_callback(functools.partial(done, due))
+            sent += n
+        if last is not None:
+            await last
+        elapsed = perf() - start
+        cpu_s = time.process_time() - cpu_start
+        await wh.close()
+        ledger_id = wh.ledger_id
+    return _write_result(
+        ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, batch,
+        latencies, elapsed, cpu_s,
+    ), ledger_id  # fmt: skip
 
 
 async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
