@@ -473,8 +473,9 @@ class ResponseStream:
     ``(status, ledger id, entry id)`` for ADD responses (no object built per add), and decoded
     :class:`Response` objects for everything else (BATCH_READ answers as
     ``batch_frames.FramedBatchReadResponse``: bodies left in the frame for the verifier).
-    Answers to different requests are independent, so the two lists need no order between them. A frame length that is not
-    positive or exceeds ``max_frame_bytes``, or an undecodable response, raises
+    Answers to different requests are independent, so the two lists need no order between
+    them. A frame length that is not positive or exceeds ``max_frame_bytes``, or an
+    undecodable response, raises
     :class:`ProtocolError`; the stream is unusable afterwards.
     """
 
