@@ -1,5 +1,6 @@
-"""The client's fast lanes for many entries: ADD frames of a batch built in one pass, and runs of
-ADD answers recognised as a whole (``bkeeper.wire.runs``)."""
+"""The client's fast lanes for many entries: ADD frames of a batch built in one pass, runs of ADD
+answers recognised as a whole (``bkeeper.wire.runs``), and BATCH_READ answers verified in one
+pass over their frame (``bkeeper.wire.batch_frames``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bkeeper.common.errors import DigestMismatchError, ProtocolError
 from bkeeper.wire import v2
+from bkeeper.wire.batch_frames import BODIES_AT
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
-from bkeeper.wire.messages import AddRequest, AddResponse, ReadResponse
+from bkeeper.wire.messages import AddRequest, AddResponse, BatchReadResponse, ReadResponse
 from bkeeper.wire.runs import RUN_ANSWERS_MIN, add_run
 
 KEY = master_key(b"pw")
@@ -114,3 +117,42 @@ def test_a_chunk_of_one_ledgers_answers_is_one_run():
     data = answers(9, 100, 50)
     assert stream.feed_runs(data[:-5]) == ((9, 100, 49), [], [])
     assert stream.feed_runs(data[-5:]) == (None, [(EOK, 9, 149)], [])
+
+
+def batch_frame(bodies: list[bytes]) -> memoryview:
+    response = BatchReadResponse(EOK, 7, 3, 1, tuple(bodies))
+    return memoryview(v2.encode_response_frame(response)[4:])
+
+
+@given(
+    st.lists(st.binary(max_size=300), min_size=1, max_size=20),
+    st.integers(1, 25),
+    st.sampled_from(list(DigestType)),
+)
+def test_a_batch_frame_verifies_as_its_bodies_do(payloads, count, digest_type):
+    digest = DigestManager(7, digest_type, b"pw")
+    bodies = [digest.encode_entry(3 + i, 2 + i, 10 * i, p) for i, p in enumerate(payloads)]
+    frame = batch_frame(bodies)
+    got = digest.verify_batch_frame(frame, BODIES_AT, 3, count)
+    assert got == digest.verify_entries(bodies[:count], 3)
+    assert [bytes(e.payload) for e in got] == payloads[:count]
+
+
+@pytest.mark.parametrize("digest_type", list(DigestType))
+def test_a_bad_body_in_a_batch_frame_is_named(digest_type):
+    digest = DigestManager(7, digest_type, b"pw")
+    bodies = [digest.encode_entry(3 + i, 2, 10, b"payload %d" % i) for i in range(4)]
+    wrong_entry = [*bodies[:2], digest.encode_entry(9, 2, 10, b"payload 2"), *bodies[3:]]
+    with pytest.raises(DigestMismatchError, match="entry 9"):
+        digest.verify_batch_frame(batch_frame(wrong_entry), BODIES_AT, 3, 4)
+    if digest_type is not DigestType.DUMMY:
+        flipped = bytearray(bodies[2])
+        flipped[-1] ^= 1
+        with pytest.raises(DigestMismatchError):
+            digest.verify_batch_frame(batch_frame([*bodies[:2], bytes(flipped)]), BODIES_AT, 3, 4)
+    whole = batch_frame(bodies)
+    assert len(digest.verify_batch_frame(whole, BODIES_AT, 3, 2)) == 2  # the first count
+    with pytest.raises(ProtocolError, match="overruns"):
+        digest.verify_batch_frame(whole[:-1], BODIES_AT, 3, 4)
+    with pytest.raises(ProtocolError, match="cut"):
+        digest.verify_batch_frame(whole[: BODIES_AT + 2], BODIES_AT, 3, 4)
