@@ -287,7 +287,9 @@ class BookieClient(asyncio.Protocol):
         self, ledger_id: int, entry_ids: Sequence[int], master_key: bytes, datas: list[bytes]
     ) -> None:
         """:meth:`send_add` for many entries of one ledger (``datas[i]`` is entry
-        ``entry_ids[i]``), in one call."""
+        ``entry_ids[i]``), in one call, written at once with whatever else was queued (the
+        callers batch already: one call per writer per loop iteration, or an ``append_many``;
+        waiting for the next iteration would only add latency)."""
         if self._error is not None:
             raise BookieUnavailableError(f"bookie {self.address}: {self._error}")
         if self.protocol is Protocol.V2:
@@ -298,9 +300,9 @@ class BookieClient(asyncio.Protocol):
                 txn = self._requests.expect_listened_add(ledger_id, entry_id, self.address)
                 request = AddRequest(ledger_id, entry_id, master_key, data, txn_id=txn)
                 self._out.append(self._encode(request))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        out, self._out = self._out, []
+        if self._transport is not None:
+            self._transport.write(b"".join(out))
 
     def _queue(self, frame: bytes) -> None:
         self._out.append(frame)

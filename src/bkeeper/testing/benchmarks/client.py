@@ -12,7 +12,13 @@ from array import array
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol
 
-__all__ = ["CPU_COLUMN", "bench_client_reads", "bench_client_writes", "delete_ledger"]
+__all__ = [
+    "CPU_COLUMN",
+    "bench_client_reads",
+    "bench_client_writes",
+    "bench_ledger_tail",
+    "delete_ledger",
+]
 
 #: The column of the client's own CPU time (all its threads) per entry while it wrote or read.
 CPU_COLUMN = "client CPU µs/entry"
@@ -210,3 +216,76 @@ async def bench_client_reads(
     result = BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)
     result.extra[CPU_COLUMN] = cpu_per_op(cpu_s, count)
     return result
+
+
+async def bench_ledger_tail(
+    metadata_uri: str,
+    *,
+    rate: float,
+    duration_s: float,
+    entry_bytes: int,
+    explicit_lac_interval_ms: int = 0,
+) -> list[BenchResult]:
+    """One client appends ``rate`` entries/s to a ledger (open loop, one at a time); another
+    tails it (``wait_last_add_confirmed``, a long poll, then ``read`` up to the LAC). Two
+    results: from each entry's due time to the reader having it, and from the writer's
+    acknowledgement of it to the reader having it."""
+    from bkeeper.client import BookKeeper, ClientConfig
+
+    writer_config = ClientConfig(explicit_lac_interval_ms=explicit_lac_interval_ms)
+    payload = os.urandom(entry_bytes)
+    perf = time.perf_counter
+    due_at: dict[int, float] = {}
+    acked_at: dict[int, float] = {}
+    from_due: array[float] = array("d")
+    from_ack: array[float] = array("d")
+    async with BookKeeper(metadata_uri, writer_config) as wbk, BookKeeper(metadata_uri) as rbk:
+        wh = await wbk.create_ledger(3, 3, 2, password=b"bench")
+        rh = await rbk.open_ledger(wh.ledger_id, b"bench", recovery=False)
+        last = -1  # the last entry appended, once the writer is done
+        done_writing = asyncio.Event()
+
+        async def tail() -> None:
+            next_id = 0
+            while not (done_writing.is_set() and next_id > last):
+                lac = await rh.wait_last_add_confirmed(next_id - 1, timeout_ms=1000)
+                if lac < next_id:
+                    continue
+                async for entry in rh.read(next_id, lac):
+                    now = perf()
+                    from_due.append(now - due_at[entry.entry_id])
+                    acked = acked_at.get(entry.entry_id)
+                    if acked is not None:  # the writer's callback may not have run yet
+                        from_ack.append(now - acked)
+                next_id = lac + 1
+
+        def on_ack(future: asyncio.Future[int]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                acked_at[future.result()] = perf()
+
+        reader = asyncio.ensure_future(tail())
+        start = perf()
+        sent = 0
+        while perf() - start < duration_s:
+            due = start + sent / rate
+            wait = due - perf()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            due_at[sent] = due
+            future = await wh.append_async(payload)
+            future.add_done_callback(on_ack)
+            sent += 1
+        last = sent - 1
+        await wh.close()
+        done_writing.set()
+        await asyncio.wait_for(reader, 30)
+        await rh.close()
+        elapsed = perf() - start
+        await wbk.delete_ledger(wh.ledger_id)
+    label = f"ledger tail, {entry_bytes} B at {rate:.0f}/s"
+    if explicit_lac_interval_ms:
+        label += f", explicit LAC every {explicit_lac_interval_ms} ms"
+    return [
+        BenchResult(f"{label}: append due → read", len(from_due), elapsed, 0, from_due),
+        BenchResult(f"{label}: acknowledged → read", len(from_ack), elapsed, 0, from_ack),
+    ]
