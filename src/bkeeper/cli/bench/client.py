@@ -144,6 +144,12 @@ def bookie_bench(
     help="Entries a call: above 1, WriteHandle.append_many with up to this many (at most "
     "--in-flight).",
 )
+@click.option(
+    "--gc-freeze",
+    is_flag=True,
+    help="gc.freeze() once the client is started: the collector's full passes then skip what "
+    "was loaded by then (modules, the client), as a tuned application would.",
+)
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
 @click.option(
@@ -164,6 +170,7 @@ def write_bench(
     rate: float | None,
     entries: int | None,
     batch: int,
+    gc_freeze: bool,
     protocol: str,
     also_read: bool,
     tls: bool,
@@ -191,11 +198,12 @@ def write_bench(
             protocol=proto,
             count=entries,
             batch=batch,
+            gc_freeze=gc_freeze,
         )
         results = [result]
         try:
             if also_read:
-                results.append(await bench_client_reads(uri, ledger_id))
+                results.append(await bench_client_reads(uri, ledger_id, gc_freeze=gc_freeze))
         finally:
             if not keep:
                 await delete_ledger(uri, ledger_id)
@@ -212,6 +220,12 @@ def write_bench(
 @click.option("--password", default="bench", show_default=True, help="Password of --ledger.")
 @click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--gc-freeze",
+    is_flag=True,
+    help="gc.freeze() once the client is started: the collector's full passes then skip what "
+    "was loaded by then (modules, the client), as a tuned application would.",
+)
 @KEEP
 def read_bench(
     metadata_uri: str,
@@ -219,6 +233,7 @@ def read_bench(
     password: str,
     entries: int,
     entry_size: int,
+    gc_freeze: bool,
     keep: bool,
 ) -> None:
     """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
@@ -240,7 +255,9 @@ def read_bench(
             )
             results.append(written)
         try:
-            results.append(await bench_client_reads(uri, target, password.encode()))
+            results.append(
+                await bench_client_reads(uri, target, password.encode(), gc_freeze=gc_freeze)
+            )
         finally:
             if ledger_id is None and not keep:  # only the ledger written here
                 await delete_ledger(uri, target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import os
 import time
 from array import array
@@ -43,6 +44,7 @@ async def bench_client_writes(
     count: int | None = None,
     stop: asyncio.Event | None = None,
     batch: int = 1,
+    gc_freeze: bool = False,
 ) -> tuple[BenchResult, int]:
     """Append to one ledger through the client for ``duration_s`` (or until ``count``
     entries, or until ``stop`` is set); returns the result and the ledger id. ``batch`` > 1:
@@ -61,6 +63,7 @@ async def bench_client_writes(
             protocol=protocol,
             count=count,
             batch=batch,
+            gc_freeze=gc_freeze,
         )
     from bkeeper.client import BookKeeper, ClientConfig
 
@@ -70,6 +73,8 @@ async def bench_client_writes(
     perf = time.perf_counter
     async with BookKeeper(metadata_uri, config) as bk:
         wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+        if gc_freeze:
+            gc.freeze()
 
         def done(sent_at: float, _: asyncio.Future[int]) -> None:
             latencies.append(perf() - sent_at)
@@ -143,6 +148,7 @@ async def _bench_batched_writes(
     protocol: Protocol,
     count: int | None,
     batch: int,
+    gc_freeze: bool,
 ) -> tuple[BenchResult, int]:
     """:func:`bench_client_writes` through ``append_many``, up to ``batch`` entries a call."""
     from bkeeper.client import BookKeeper, ClientConfig
@@ -153,6 +159,8 @@ async def _bench_batched_writes(
     perf = time.perf_counter
     async with BookKeeper(metadata_uri, config) as bk:
         wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+        if gc_freeze:
+            gc.freeze()
 
         def done(due: list[float], _: asyncio.Future[int]) -> None:
             now = perf()
@@ -197,14 +205,16 @@ async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
 
 
 async def bench_client_reads(
-    metadata_uri: str, ledger_id: int, password: bytes = b"bench"
+    metadata_uri: str, ledger_id: int, password: bytes = b"bench", *, gc_freeze: bool = False
 ) -> BenchResult:
-    """Read a whole (closed) ledger through the client."""
+    """Read a whole (closed) ledger through the client (``gc_freeze``: as for writes)."""
     from bkeeper.client import BookKeeper
 
     perf = time.perf_counter
     async with BookKeeper(metadata_uri) as bk:
         rh = await bk.open_ledger(ledger_id, password)
+        if gc_freeze:
+            gc.freeze()
         cpu_start = time.process_time()
         start = perf()
         count = size = 0
