@@ -344,3 +344,19 @@ async def test_append_many_in_call_order_with_single_appends():
             }
             ensemble = wh.ensemble
             assert holders == {ensemble[(entry + i) % 5] for i in range(3)}
+
+
+async def test_a_long_poll_brings_the_next_entry_with_the_lac():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        assert [await wh.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+        tail = await (await cluster.client()).open_ledger(wh.ledger_id, b"pw", recovery=False)
+        lac = await tail.read_last_add_confirmed()  # 1: entry 2's LAC is not known yet
+        polled = asyncio.ensure_future(tail.wait_last_add_confirmed(lac, timeout_ms=30_000))
+        assert await wh.append(b"e3") == 3  # carries LAC 2
+        assert await asyncio.wait_for(polled, 30) >= lac + 1
+        asked = sum(b.requests for b in cluster.bookies)
+        assert [e.data async for e in tail.read(lac + 1, lac + 1)] == [b"e%d" % (lac + 1)]
+        assert sum(b.requests for b in cluster.bookies) == asked  # no round trip for it
+        assert [e.data async for e in tail.read(0, lac + 1)] == [b"e%d" % i for i in range(lac + 2)]
