@@ -236,7 +236,8 @@ async def bench_ledger_tail(
     entry_bytes: int,
     explicit_lac_interval_ms: int = 0,
 ) -> list[BenchResult]:
-    """One client appends ``rate`` entries/s to a ledger (open loop, one at a time); another
+    """One client appends ``rate`` entries/s for ``duration_s`` (``rate * duration_s``
+    entries, open loop, one at a time) to a ledger; another
     tails it (``wait_last_add_confirmed``, a long poll, then ``read`` up to the LAC). Two
     results: from each entry's due time to the reader having it, and from the writer's
     acknowledgement of it to the reader having it."""
@@ -276,7 +277,8 @@ async def bench_ledger_tail(
         reader = asyncio.ensure_future(tail())
         start = perf()
         sent = 0
-        while perf() - start < duration_s:
+        total = max(1, int(rate * duration_s))  # each at its due time, late ones at once
+        while sent < total:
             due = start + sent / rate
             wait = due - perf()
             if wait > 0:
