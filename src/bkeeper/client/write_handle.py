@@ -96,6 +96,12 @@ class WriteHandle:
         return len(self._adds)
 
     @property
+    def pending_adds_max(self) -> int:
+        """The most entries in flight (``ClientConfig.pending_adds_max``): also the most one
+        ``append_many`` takes."""
+        return self._adds.pending_max
+
+    @property
     def last_add_pushed(self) -> int:
         return self._adds.last_add_pushed
 
