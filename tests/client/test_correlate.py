@@ -63,6 +63,24 @@ def test_v2_add_answers_of_a_chunk_are_matched_at_once() -> None:
     listened, keyed = c.match_v2_adds(answers)
     assert keyed == [("keyed add", eok, 1, 4)]
     # the last answer has nothing waiting for it: dropped, as match_v2_add drops it
-    assert listened == {1: [(eok, 5), (eok, 6)], 2: [(eio, 0)]}
+    assert listened == {1: [(eok, 1, 5), (eok, 1, 6)], 2: [(eio, 2, 0)]}
     assert c.pending == 0
     assert c.match_v2_adds([(eok, 1, 8)]) == ({}, [])
+
+
+def test_v2_listened_adds_in_bulk_are_grouped_by_ledger() -> None:
+    c: Correlator[str] = Correlator(Protocol.V2, pending_max=6)
+    c.expect_listened_adds(3)
+    c.expect_listened_add(2, 0)
+    with pytest.raises(TooManyRequestsError):
+        c.expect_listened_adds(3)  # 4 + 3 would pass pending_max 6
+    assert c.pending == 4
+    eok = StatusCode.EOK
+    one_ledger = [(eok, 1, 0), (eok, 1, 1)]
+    listened, keyed = c.match_v2_adds(one_ledger)
+    assert listened == {1: one_ledger} and keyed == []
+    assert c.pending == 2
+    listened, _ = c.match_v2_adds([(eok, 2, 0), (eok, 1, 2), (eok, 1, 3)])
+    # only two were awaited: the third answer has nobody waiting (dropped)
+    assert listened == {2: [(eok, 2, 0)], 1: [(eok, 1, 2)]}
+    assert c.pending == 0

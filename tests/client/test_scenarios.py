@@ -311,3 +311,52 @@ async def test_a_small_pipeline_does_not_give_up_on_a_bookie_that_connects_late(
         for i in range(40):
             body = bytes(late.storage.read_entry(wh.ledger_id, i))
             assert body.endswith(b"e%d" % i), (i, body)
+
+
+async def test_append_many_in_call_order_with_single_appends():
+    config = ClientConfig(pending_adds_max=8)
+    async with MemoryCluster(5) as cluster:
+        bk = await cluster.client(config)
+        wh = await bk.create_ledger(5, 3, 2, password=b"pw")  # striped: E > Qw
+        with pytest.raises(ValueError, match="pending_adds_max"):
+            await wh.append_many([b"x"] * 9)
+        with pytest.raises(ValueError, match="not 0"):
+            await wh.append_many([])
+        # a batch that must wait for room is not overtaken by a later single append
+        first = [await wh.append_async(b"a%d" % i) for i in range(6)]
+        batch = asyncio.ensure_future(wh.append_many([b"b%d" % i for i in range(5)]))
+        await asyncio.sleep(0)  # the batch now waits for room for 5
+        single = asyncio.ensure_future(wh.append(b"c"))
+        assert await asyncio.gather(*first) == list(range(6))
+        assert await batch == range(6, 11)
+        assert await single == 11
+        await wh.close()
+        rh = await bk.open_ledger(wh.ledger_id, b"pw")
+        expected = [b"a%d" % i for i in range(6)] + [b"b%d" % i for i in range(5)] + [b"c"]
+        assert await read_all(rh) == expected
+        for entry in range(12):  # each entry on exactly its write set
+            holders = {
+                b.bookie_id
+                for b in cluster.bookies
+                if b.storage is not None
+                and b.storage.ledger_exists(wh.ledger_id)
+                and entry in b.storage.list_entries(wh.ledger_id)
+            }
+            ensemble = wh.ensemble
+            assert holders == {ensemble[(entry + i) % 5] for i in range(3)}
+
+
+async def test_a_long_poll_brings_the_next_entry_with_the_lac():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        assert [await wh.append(b"e%d" % i) for i in range(3)] == [0, 1, 2]
+        tail = await (await cluster.client()).open_ledger(wh.ledger_id, b"pw", recovery=False)
+        lac = await tail.read_last_add_confirmed()  # 1: entry 2's LAC is not known yet
+        polled = asyncio.ensure_future(tail.wait_last_add_confirmed(lac, timeout_ms=30_000))
+        assert await wh.append(b"e3") == 3  # carries LAC 2
+        assert await asyncio.wait_for(polled, 30) >= lac + 1
+        asked = sum(b.requests for b in cluster.bookies)
+        assert [e.data async for e in tail.read(lac + 1, lac + 1)] == [b"e%d" % (lac + 1)]
+        assert sum(b.requests for b in cluster.bookies) == asked  # no round trip for it
+        assert [e.data async for e in tail.read(0, lac + 1)] == [b"e%d" % i for i in range(lac + 2)]

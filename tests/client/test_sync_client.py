@@ -149,3 +149,16 @@ def test_every_call_and_the_call_timeout(real_cluster) -> None:
         assert rh.is_closed and rh.last_add_confirmed == 7 and rh.length == 16
         assert [e.data for e in rh.read()] == [b"e%d" % i for i in range(8)]
         rh.close()
+
+
+def test_append_many_past_the_pipeline_window(shared_cluster) -> None:
+    """More records than ``pending_adds_max``: sent as batches of at most that many, ids in
+    order."""
+    with BookKeeper(shared_cluster.uri, ClientConfig(pending_adds_max=4)) as bk:
+        wh = bk.create_ledger(3, 3, 2, password=b"pw")
+        records = [b"r%d" % i for i in range(10)]
+        assert wh.append_many(records) == list(range(10))
+        assert wh.append_many([b"r10"]) == [10]
+        wh.close()
+        rh = bk.open_ledger(wh.ledger_id, b"pw")
+        assert [e.data for e in rh.read()] == [*records, b"r10"]

@@ -51,8 +51,9 @@ class AddLane:
         master_key: bytes,
         adds: AddPipeline,
         tasks: TaskOwner,
-        on_add: Callable[[str, list[tuple[StatusCode, int]]], None],
+        on_add: Callable[[str, list[tuple[StatusCode, int, int]]], None],
         on_failed: Callable[[str], None],
+        on_run: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self._ctx = ctx
         self._ledger_id = ledger_id
@@ -61,6 +62,7 @@ class AddLane:
         self._tasks = tasks
         self._on_add = on_add
         self._on_failed = on_failed
+        self._on_run = on_run
         #: the connection of each ensemble position, with this ledger's listeners on it
         self.conns: list[Connection | None] = [None] * len(adds.ensemble)
         # bookie -> (entry id, data, position) to send once its connection is up
@@ -68,6 +70,43 @@ class AddLane:
         self._connecting_bytes: dict[str, int] = {}  # bookie -> bytes of its waiting entries
         self._connecting_bytes_max = ctx.config.connection_write_buffer_bytes_max
         self._connects: dict[str, asyncio.Task[None]] = {}  # bookie -> its connect task
+
+    def send_many(self, first_entry_id: int, datas: list[bytes]) -> None:
+        """Queue the adds of consecutive entries from ``first_entry_id`` (``datas`` from
+        ``encode_add``) to their write sets: one ``send_adds`` per connection."""
+        sets = self._adds.write_sets
+        if len(sets) == 1:  # E == Qw: every entry to every position
+            entry_ids: range | list[int] = range(first_entry_id, first_entry_id + len(datas))
+            for position in sets[0]:
+                self._send_to(position, entry_ids, datas)
+            return
+        ids: dict[int, list[int]] = {}
+        frames: dict[int, list[bytes]] = {}
+        count = len(sets)
+        for entry_id, data in enumerate(datas, first_entry_id):
+            for position in sets[entry_id % count]:
+                if position in ids:
+                    ids[position].append(entry_id)
+                    frames[position].append(data)
+                else:
+                    ids[position] = [entry_id]
+                    frames[position] = [data]
+        for position, entry_ids in ids.items():
+            self._send_to(position, entry_ids, frames[position])
+
+    def _send_to(self, position: int, entry_ids: range | list[int], datas: list[bytes]) -> None:
+        conn = self.conns[position]
+        if conn is None or not conn.connected:
+            conn = self._attach(position)
+            if conn is None:
+                bookie = self._adds.ensemble[position]
+                for entry_id, data in zip(entry_ids, datas, strict=True):
+                    self._connect_later(bookie, entry_id, data, position)
+                return
+        try:
+            conn.send_adds(self._ledger_id, entry_ids, self._master_key, datas)
+        except BKeeperError:
+            self._on_failed(self._adds.ensemble[position])
 
     def send(self, entry_id: int, data: bytes, positions: tuple[int, ...]) -> None:
         """Queue the add of ``entry_id`` (``data`` from ``encode_add``) to ``positions``."""
@@ -113,7 +152,9 @@ class AddLane:
         conn = self._ctx.pool.connection_nowait(bookie)
         if conn is not None:
             on_lost = functools.partial(self._lost, bookie)
-            conn.listen_adds(self._ledger_id, functools.partial(self._on_add, bookie), on_lost)
+            on_run = None if self._on_run is None else functools.partial(self._on_run, bookie)
+            on_add = functools.partial(self._on_add, bookie)
+            conn.listen_adds(self._ledger_id, on_add, on_lost, on_run)
         self.conns[position] = conn
         return conn
 
@@ -180,17 +221,19 @@ class AddLane:
 
 
 class Slots:
-    """Appends waiting for room in the pipeline, served first come first served.
+    """Appends waiting for room in the pipeline, served first come first served; each waits
+    for the room it needs (one entry, or a whole ``append_many`` batch).
 
-    ``woken`` counts waiters woken that have not run yet: the room is promised to them, so
-    :meth:`release` wakes only for room beyond it (two releases before the woken run would
-    otherwise wake more than fit, and those sent back to wait would queue behind later
-    appends: entry ids out of call order), and a new append waits behind them
-    (:attr:`busy`) rather than take their room.
+    ``woken`` counts the room promised to waiters woken that have not run yet: :meth:`release`
+    wakes only for room beyond it (two releases before the woken run would otherwise wake
+    more than fit, and those sent back to wait would queue behind later appends: entry ids
+    out of call order), and a new append waits behind them (:attr:`busy`) rather than take
+    their room. A waiter is woken only when the room covers its need, and those behind it
+    wait for it (no overtaking: entry ids stay in call order).
     """
 
     def __init__(self) -> None:
-        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.waiters: deque[tuple[asyncio.Future[None], int]] = deque()
         self.woken = 0
 
     @property
@@ -198,37 +241,47 @@ class Slots:
         """Appends are waiting, or woken and about to take their room."""
         return bool(self.waiters) or self.woken > 0
 
-    async def wait(self) -> None:
-        """Wait until :meth:`release` or :meth:`release_all` wakes this caller; the caller
-        checks again whether there is room (or why not)."""
+    async def wait(self, need: int = 1, *, first: bool = False) -> None:
+        """Wait until :meth:`release` or :meth:`release_all` wakes this caller (``need``
+        entries of room; ``first``: ahead of the others, for a caller woken before whose
+        room was taken by a failure or a smaller window); the caller checks again whether
+        there is room (or why not)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
+        if first:
+            self.waiters.appendleft((waiter, need))
+        else:
+            self.waiters.append((waiter, need))
         try:
             await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled():  # woken, then cancelled
-                self.woken -= 1
-                self.release(1)  # its room goes to the next in line
+                self.woken -= need
+                self.release(need)  # its room goes to the next in line
             else:
                 waiter.cancel()
             raise
-        self.woken -= 1
+        self.woken -= need
 
     def release(self, free: int) -> None:
-        """Room for ``free`` more appends: wake as many waiters as it has beyond what the
-        woken ones will take."""
+        """Room for ``free`` more entries: wake the waiters in line whose need it covers
+        beyond what the woken ones will take."""
         free -= self.woken
         waiters = self.waiters
         while waiters and free > 0:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                self.woken += 1
-                free -= 1
+            waiter, need = waiters[0]
+            if waiter.done():  # cancelled while waiting
+                waiters.popleft()
+                continue
+            if need > free:
+                break
+            waiters.popleft()
+            waiter.set_result(None)
+            self.woken += need
+            free -= need
 
     def release_all(self) -> None:
         while self.waiters:
-            waiter = self.waiters.popleft()
+            waiter, need = self.waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                self.woken += 1
+                self.woken += need

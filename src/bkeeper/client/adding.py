@@ -47,6 +47,7 @@ Limits: at most ``pending_max`` entries in the pipeline (the shell waits while :
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,7 +118,9 @@ TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
 
 class PendingAdd:
     """One entry in the pipeline. ``data`` is what the shell sends (the same bytes to every
-    bookie); ``future`` is the shell's, never touched here."""
+    bookie); ``future`` is the shell's, never touched here (None for an entry whose caller
+    waits on a later entry's future: completion is in entry order). ``acked``: the ensemble
+    positions that acknowledged it, one bit each (an int, not a set: one per entry)."""
 
     __slots__ = ("acked", "data", "entry_id", "future", "length", "sent_at")
 
@@ -127,7 +130,7 @@ class PendingAdd:
         self.data = data
         self.future = future
         self.sent_at = now
-        self.acked: set[str] = set()
+        self.acked = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +241,20 @@ class AddPipeline:
     def write_set(self, entry_id: int) -> tuple[int, ...]:
         return self._write_sets[entry_id % self._ws_count]
 
+    @property
+    def write_sets(self) -> list[tuple[int, ...]]:
+        """The distinct write sets: entry ``e`` goes to ``write_sets[e % len(write_sets)]``."""
+        return self._write_sets
+
+    def acked_by(self, add: PendingAdd) -> set[str]:
+        """The bookies of the current ensemble that acknowledged ``add``."""
+        return {b for p, b in enumerate(self._ensemble) if add.acked >> p & 1}
+
     def _set_ensemble(self, ensemble: tuple[str, ...]) -> None:
         self._ensemble = ensemble
         self._ws_bookies = tuple(tuple(ensemble[p] for p in ws) for ws in self._write_sets)
+        self._ws_masks = tuple(sum(1 << p for p in ws) for ws in self._write_sets)
+        self._bits = {bookie: 1 << position for position, bookie in enumerate(ensemble)}
 
     def _move(self, event: Event) -> None:
         following = TRANSITIONS[self._phase].get(event)
@@ -264,41 +278,98 @@ class AddPipeline:
         self._pending.append(PendingAdd(entry_id, length, data, future, now))
         return self._write_sets[entry_id % self._ws_count]
 
+    def append_many(
+        self, first_entry_id: int, lengths: list[int], datas: list[bytes], future: Any, now: float
+    ) -> None:
+        """:meth:`append` for consecutive entries from ``first_entry_id`` (``lengths[i]``
+        bytes in the ledger up to each), in one call; ``future`` goes with the last one (the
+        others complete before it). Their write sets: :attr:`write_sets`."""
+        if self._phase is Phase.FAILED:
+            raise self.error or AssertionError("add pipeline failed without an error")
+        if first_entry_id != self.last_add_pushed + 1:
+            raise AssertionError(f"entry {first_entry_id} appended after {self.last_add_pushed}")
+        if not datas:
+            return
+        last = first_entry_id + len(datas) - 1
+        adds = [
+            PendingAdd(entry_id, length, data, None, now)
+            for entry_id, length, data in zip(
+                range(first_entry_id, last + 1), lengths, datas, strict=True
+            )
+        ]
+        adds[-1].future = future
+        self._pending.extend(adds)
+        self.last_add_pushed = last
+        self.length = lengths[-1]
+
     def ack(self, bookie: str, entry_id: int) -> list[PendingAdd] | None:
         """``bookie`` acknowledged ``entry_id``; the entries that completed, if any."""
-        done, _ = self.ack_all(bookie, [(StatusCode.EOK, entry_id)])
+        done, _ = self.ack_all(bookie, [(StatusCode.EOK, self.ledger_id, entry_id)])
         return done or None
 
     def ack_all(
-        self, bookie: str, answers: list[tuple[StatusCode, int]]
+        self, bookie: str, answers: list[tuple[StatusCode, int, int]]
     ) -> tuple[list[PendingAdd], int]:
-        """:meth:`ack` for ``bookie``'s answers in order, up to the first that is not EOK:
-        the entries that completed, and that answer's index (``len(answers)`` if none). The
-        shell gives the rest, from that index, to :meth:`error_answer` and :meth:`ack` one by
-        one. One call per batch of answers: the hot path of a writer."""
+        """:meth:`ack` for ``bookie``'s answers ``(status, ledger id, entry id)`` in order (the
+        ledger id is not looked at: the connection routed them here), up to the first that is
+        not EOK: the entries that completed, and that answer's index (``len(answers)`` if
+        none). The shell gives the rest, from that index, to :meth:`error_answer` and
+        :meth:`ack` one by one. One call per batch of answers: the hot path of a writer."""
         completed: list[PendingAdd] = []
-        pending, ws_bookies, ws_count, qa = (
-            self._pending,
-            self._ws_bookies,
-            self._ws_count,
-            self._qa,
-        )
+        pending = self._pending
+        bit = self._bits.get(bookie, 0)
         eok = StatusCode.EOK
-        for index_in_batch, (status, entry_id) in enumerate(answers):
+        if not bit or not pending:  # not in the ensemble (any more), or nothing pending
+            for index_in_batch, answer in enumerate(answers):
+                if answer[0] is not eok:
+                    return completed, index_in_batch
+            return completed, len(answers)
+        masks, ws_count, qa = self._ws_masks, self._ws_count, self._qa
+        first = pending[0].entry_id
+        count = len(pending)
+        for index_in_batch, (status, _, entry_id) in enumerate(answers):
             if status is not eok:
                 return completed, index_in_batch
-            if not pending:
-                continue
-            index = entry_id - pending[0].entry_id
-            if index < 0 or index >= len(pending):
-                continue  # completed already, or failed
-            if bookie not in ws_bookies[entry_id % ws_count]:
-                continue
-            acked = pending[index].acked
-            acked.add(bookie)
-            if index == 0 and len(acked) >= qa and self._phase is Phase.OPEN:
+            index = entry_id - first
+            if index < 0 or index >= count or not masks[entry_id % ws_count] & bit:
+                continue  # completed already, failed, or not its write set
+            add = pending[index]
+            acked = add.acked = add.acked | bit
+            if index == 0 and acked.bit_count() >= qa and self._phase is Phase.OPEN:
                 completed += self._take_completed()
+                if not pending:
+                    first = count = 0
+                else:
+                    first = pending[0].entry_id
+                    count = len(pending)
         return completed, len(answers)
+
+    def ack_run(self, bookie: str, first_entry_id: int, count: int) -> list[PendingAdd]:
+        """:meth:`ack` for ``bookie``'s EOK answers to the ``count`` entries from
+        ``first_entry_id``: one bit set per pending entry of the run, no tuple per answer.
+        The entries that completed."""
+        pending = self._pending
+        bit = self._bits.get(bookie, 0)
+        if not bit or not pending:
+            return []
+        head = pending[0].entry_id
+        start = max(first_entry_id, head) - head
+        stop = min(first_entry_id + count - head, len(pending))
+        if start >= stop:
+            return []
+        masks = self._ws_masks
+        if len(masks) == 1:  # E == Qw
+            if masks[0] & bit:
+                for add in itertools.islice(pending, start, stop):
+                    add.acked |= bit
+        else:
+            ws_count = self._ws_count
+            for add in itertools.islice(pending, start, stop):
+                if masks[add.entry_id % ws_count] & bit:
+                    add.acked |= bit
+        if start == 0 and self._phase is Phase.OPEN and pending[0].acked.bit_count() >= self._qa:
+            return self._take_completed()
+        return []
 
     def error_answer(self, bookie: str, status: StatusCode, entry_id: int) -> Effects:
         """``bookie`` answered the add of ``entry_id`` with an error ``status``."""
@@ -338,11 +409,12 @@ class AddPipeline:
             return NOTHING
         deadline = now - self._timeout_s
         late: dict[str, int] = {}
+        bits = self._bits
         for add in self._pending:
             if add.sent_at > deadline:
                 break
             for bookie in self._ws_bookies[add.entry_id % self._ws_count]:
-                if bookie not in add.acked:
+                if not add.acked & bits[bookie]:
                     late.setdefault(bookie, add.entry_id)
         if not late:
             return NOTHING
@@ -383,11 +455,12 @@ class AddPipeline:
         self._move(Event.REPLACED)
         gone = set(old).difference(ensemble)
         fresh = {position for position, bookie in enumerate(ensemble) if old[position] != bookie}
+        keep = ~sum(1 << position for position in fresh)  # the replaced bookies' acks go
         self._set_ensemble(ensemble)
         self._failed -= gone
         sends = []
         for add in self._pending:
-            add.acked -= gone
+            add.acked &= keep
             add.sent_at = now
             again = tuple(p for p in self.write_set(add.entry_id) if p in fresh)
             if again:
@@ -419,7 +492,7 @@ class AddPipeline:
     def _take_completed(self) -> list[PendingAdd]:
         pending, qa = self._pending, self._qa
         done = []
-        while pending and len(pending[0].acked) >= qa:
+        while pending and pending[0].acked.bit_count() >= qa:
             done.append(pending.popleft())
         if done:
             last = done[-1]

@@ -42,6 +42,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import abandon
 from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.wire.batch_frames import BODIES_AT, FramedBatchReadResponse
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
 from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import BatchReadRequest, BatchReadResponse
@@ -205,19 +206,26 @@ class BatchReader:
                 metrics.batch_read.requests.value += 1
                 metrics.batch_read.errors.value += 1
             raise BookieUnavailableError(f"{what}: no answer in {timeout_ms} ms") from None
+        if response.status is not StatusCode.EOK:
+            if metrics is not None:
+                metrics.batch_read.requests.value += 1
+                metrics.batch_read.errors.value += 1
+            raise error_for_status(response.status, what)
+        if isinstance(response, FramedBatchReadResponse) and response.frame is not None:
+            # over TCP: the bodies are split and checked in one pass
+            frame = response.frame
+            entries = self._digest.verify_batch_frame(frame, BODIES_AT, first, count)
+            body_bytes = len(frame) - BODIES_AT - 4 * len(entries)
+        else:
+            bodies = response.bodies[:count]
+            entries = self._digest.verify_entries(bodies, first)
+            body_bytes = sum(map(len, bodies))
         if metrics is not None:
             op = metrics.batch_read
             op.requests.value += 1
             op.latency.observe(metrics.clock.monotonic() - sent_at)
-            if response.status is not StatusCode.EOK:
-                op.errors.value += 1
-            else:
-                metrics.read_entries.value += len(response.bodies[:count])
-        if response.status is not StatusCode.EOK:
-            raise error_for_status(response.status, what)
-        bodies = response.bodies[:count]
-        if not bodies:
+            metrics.read_entries.value += len(entries)
+        if not entries:
             raise ProtocolError(f"{what}: a batch answer without entries")
-        entries = self._digest.verify_entries(bodies, first)
-        self._body_bytes = max(1, sum(map(len, bodies)) // len(bodies))
+        self._body_bytes = max(1, body_bytes // len(entries))
         return entries

@@ -9,8 +9,9 @@ drops every pending future fails with :class:`BookieUnavailableError`.
 
 The add lane (one, for both protocols): a ledger's writer registers listeners with
 :meth:`BookieClient.listen_adds` and sends each entry with :meth:`BookieClient.send_add`, no
-future per request; its listener is called with (status, entry id) for each ADD answer of that
-ledger, or once with the error when the connection is lost. The entry is encoded once for
+future per request (or :meth:`BookieClient.send_adds` for many entries at once); its listener is
+called with the ``(status, ledger id, entry id)`` ADD answers of that ledger that arrived
+together, or once with the error when the connection is lost. The entry is encoded once for
 every bookie of its write set by :func:`encode_add` (over v2 the whole ADD frame; over v3 the
 entry body, which ``send_add`` wraps in a request with this connection's txn id).
 
@@ -21,7 +22,7 @@ False and :meth:`BookieClient.wait_writable` waits; writers wait there before ad
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from bkeeper.client.handshake import ClientSecurity, open_secure
@@ -30,14 +31,25 @@ from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX, Correlator, Listened
+from bkeeper.wire.digest import ENTRY_HEADER, DigestManager
 from bkeeper.wire.framing import FrameDecoder
 from bkeeper.wire.messages import AddRequest, AddResponse, BytesLike, Request, Response
 
-__all__ = ["WRITE_BUFFER_BYTES_MAX", "AddListeners", "BookieClient", "encode_add"]
+__all__ = [
+    "PREFIXES_CACHED_MAX",
+    "WRITE_BUFFER_BYTES_MAX",
+    "AddListeners",
+    "BookieClient",
+    "add_encoders",
+    "encode_add",
+]
 
-#: Told the answers to a ledger's adds that arrived together: ``[(status, entry id), ...]`` in
-#: arrival order (one call per ledger per chunk read, not one per answer).
-AddListener = Callable[[list[tuple[StatusCode, int]]], None]
+#: Told the answers to a ledger's adds that arrived together: ``[(status, ledger id, entry id),
+#: ...]`` in arrival order (one call per ledger per chunk read, not one per answer).
+AddListener = Callable[[list[tuple[StatusCode, int, int]]], None]
+#: Told a run of EOK answers to a ledger's adds: ``(first entry id, count)``, for the entry ids
+#: ``first .. first + count - 1`` (``bkeeper.wire.runs``: no tuple per answer).
+RunListener = Callable[[int, int], None]
 LostListener = Callable[[BaseException], None]
 
 
@@ -52,33 +64,101 @@ def encode_add(
     return b"".join(parts)
 
 
+#: (entry id, lac, ledger length, payload) -> what :meth:`BookieClient.send_add` takes
+EncodeOne = Callable[[int, int, int, BytesLike], bytes]
+#: (first entry id, lac, ledger length before, payloads) -> (those, ledger length after each)
+EncodeMany = Callable[[int, int, int, Sequence[BytesLike]], tuple[list[bytes], list[int]]]
+
+
+def add_encoders(
+    protocol: Protocol, master_key: bytes, digest: DigestManager[Any]
+) -> tuple[EncodeOne, EncodeMany]:
+    """What :func:`encode_add` makes of one entry, and of many in one pass, with the entry
+    header and digest from ``digest``: over v2 whole ADD frames (prefixes made once a body
+    size), over v3 entry bodies."""
+    if protocol is Protocol.V2:
+        prefixes: dict[int, bytes] = {}
+
+        def prefix_of(body_bytes: int) -> bytes:
+            prefix = prefixes.get(body_bytes)
+            if prefix is None:
+                if len(prefixes) >= PREFIXES_CACHED_MAX:
+                    prefixes.clear()
+                prefix = prefixes[body_bytes] = v2.add_frame_prefix(master_key, body_bytes)
+            return prefix
+    else:
+
+        def prefix_of(body_bytes: int) -> bytes:
+            return b""
+
+    fixed = ENTRY_HEADER.size + digest.digest_length
+    frame_entry = digest.frame_entry
+
+    def encode_one(entry_id: int, lac: int, length: int, payload: BytesLike) -> bytes:
+        return frame_entry(entry_id, lac, length, payload, prefix_of(fixed + len(payload)))
+
+    def encode_many(
+        first: int, lac: int, length: int, payloads: Sequence[BytesLike]
+    ) -> tuple[list[bytes], list[int]]:
+        return digest.frame_entries(first, lac, length, payloads, prefix_of)
+
+    return encode_one, encode_many
+
+
+#: Frame heads (length, header, master key) kept by body size, per writer.
+PREFIXES_CACHED_MAX = 64
+
+
 class AddListeners:
     """Per-ledger listeners of a connection's add lane (see the module doc)."""
 
-    __slots__ = ("on_add", "on_lost")
+    __slots__ = ("on_add", "on_lost", "on_run")
 
     def __init__(self) -> None:
         self.on_add: dict[int, AddListener] = {}
         self.on_lost: dict[int, LostListener] = {}
+        self.on_run: dict[int, RunListener] = {}
 
-    def listen(self, ledger_id: int, on_add: AddListener, on_lost: LostListener) -> None:
+    def listen(
+        self,
+        ledger_id: int,
+        on_add: AddListener,
+        on_lost: LostListener,
+        on_run: RunListener | None = None,
+    ) -> None:
         self.on_add[ledger_id] = on_add
         self.on_lost[ledger_id] = on_lost
+        if on_run is not None:
+            self.on_run[ledger_id] = on_run
 
     def forget(self, ledger_id: int) -> None:
         self.on_add.pop(ledger_id, None)
         self.on_lost.pop(ledger_id, None)
+        self.on_run.pop(ledger_id, None)
+
+    def run(self, ledger_id: int, first_entry_id: int, count: int) -> None:
+        """A run of EOK answers: to the ledger's run listener, else answer by answer."""
+        listener = self.on_run.get(ledger_id)
+        if listener is not None:
+            listener(first_entry_id, count)
+            return
+        on_add = self.on_add.get(ledger_id)
+        if on_add is not None:
+            eok = StatusCode.EOK
+            end = first_entry_id + count
+            on_add([(eok, ledger_id, entry_id) for entry_id in range(first_entry_id, end)])
 
     def answer(self, status: StatusCode, ledger_id: int, entry_id: int) -> None:
         listener = self.on_add.get(ledger_id)
         if listener is not None:
-            listener([(status, entry_id)])
+            listener([(status, ledger_id, entry_id)])
 
     def lost(self, error: BaseException) -> None:
         """Tell every listener the connection is gone, once, and forget them all."""
         listeners = list(self.on_lost.values())
         self.on_add.clear()
         self.on_lost.clear()
+        self.on_run.clear()
         for listener in listeners:
             listener(error)
 
@@ -177,9 +257,16 @@ class BookieClient(asyncio.Protocol):
         self._queue(self._encode(request))
         return future
 
-    def listen_adds(self, ledger_id: int, on_add: AddListener, on_lost: LostListener) -> None:
-        """Route answers to :meth:`send_add` of ``ledger_id`` to ``on_add`` (module doc)."""
-        self._listeners.listen(ledger_id, on_add, on_lost)
+    def listen_adds(
+        self,
+        ledger_id: int,
+        on_add: AddListener,
+        on_lost: LostListener,
+        on_run: RunListener | None = None,
+    ) -> None:
+        """Route answers to :meth:`send_add` of ``ledger_id`` to ``on_add``, and runs of EOK
+        answers to ``on_run`` if given (module doc)."""
+        self._listeners.listen(ledger_id, on_add, on_lost, on_run)
 
     def forget_adds(self, ledger_id: int) -> None:
         self._listeners.forget(ledger_id)
@@ -195,6 +282,27 @@ class BookieClient(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+
+    def send_adds(
+        self, ledger_id: int, entry_ids: Sequence[int], master_key: bytes, datas: list[bytes]
+    ) -> None:
+        """:meth:`send_add` for many entries of one ledger (``datas[i]`` is entry
+        ``entry_ids[i]``), in one call, written at once with whatever else was queued (the
+        callers batch already: one call per writer per loop iteration, or an ``append_many``;
+        waiting for the next iteration would only add latency)."""
+        if self._error is not None:
+            raise BookieUnavailableError(f"bookie {self.address}: {self._error}")
+        if self.protocol is Protocol.V2:
+            self._requests.expect_listened_adds(len(datas), self.address)
+            self._out += datas
+        else:
+            for entry_id, data in zip(entry_ids, datas, strict=True):
+                txn = self._requests.expect_listened_add(ledger_id, entry_id, self.address)
+                request = AddRequest(ledger_id, entry_id, master_key, data, txn_id=txn)
+                self._out.append(self._encode(request))
+        out, self._out = self._out, []
+        if self._transport is not None:
+            self._transport.write(b"".join(out))
 
     def _queue(self, frame: bytes) -> None:
         self._out.append(frame)
@@ -239,7 +347,16 @@ class BookieClient(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if self._stream is not None:
-                self._v2_received(*self._stream.feed(data))
+                run, adds, others = self._stream.feed_runs(data)
+                if run is None:
+                    self._v2_received(adds, others)
+                elif self._requests.match_v2_run(run[2]):
+                    self._listeners.run(*run)
+                else:  # a keyed add waits, or more answers than adds: one by one
+                    ledger_id, first, count = run
+                    eok = StatusCode.EOK
+                    answers = [(eok, ledger_id, e) for e in range(first, first + count)]
+                    self._v2_received(answers, [])
             else:
                 self._decoder.receive_data(data)
                 for frame in self._decoder.frames():

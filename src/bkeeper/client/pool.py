@@ -15,7 +15,7 @@ replica ask it for every entry it holds). A caller arriving after the failure tr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -40,13 +40,18 @@ class Connection(TypingProtocol):
     def listen_adds(
         self,
         ledger_id: int,
-        on_add: Callable[[list[tuple[StatusCode, int]]], None],
+        on_add: Callable[[list[tuple[StatusCode, int, int]]], None],
         on_lost: Callable[[BaseException], None],
+        on_run: Callable[[int, int], None] | None = None,
     ) -> None: ...
 
     def forget_adds(self, ledger_id: int) -> None: ...
 
     def send_add(self, ledger_id: int, entry_id: int, master_key: bytes, data: bytes) -> None: ...
+
+    def send_adds(
+        self, ledger_id: int, entry_ids: Sequence[int], master_key: bytes, datas: list[bytes]
+    ) -> None: ...
 
     @property
     def writable(self) -> bool: ...

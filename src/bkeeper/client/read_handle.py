@@ -54,7 +54,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
 from bkeeper.wire.digest import DigestManager
-from bkeeper.wire.messages import ReadLacRequest, ReadRequest
+from bkeeper.wire.messages import BytesLike, ReadLacRequest, ReadRequest
 
 __all__ = ["ReadHandle"]
 
@@ -84,6 +84,9 @@ class ReadHandle:
         meta = metadata.value
         self._lac = meta.last_entry_id if meta.state is LedgerState.CLOSED else -1
         self._closed = False
+        #: the entry after the previous LAC, as a long poll's answer carried it (verified):
+        #: the next read of it is served from here, without a round trip
+        self._piggybacked: Entry | None = None
 
     @property
     def _versioned(self) -> Versioned[LedgerMetadata]:
@@ -120,15 +123,14 @@ class ReadHandle:
         self._view.stop()
 
     # -- entries -------------------------------------------------------------------------
-    async def read(self, first: int = 0, last: int | None = None) -> AsyncGenerator[Entry, None]:
-        """Entries ``first..last`` (default: up to the LAC); never beyond the LAC."""
-        async for entry in self._entries(first, last, unconfirmed=False):
-            yield entry
+    def read(self, first: int = 0, last: int | None = None) -> AsyncGenerator[Entry, None]:
+        """Entries ``first..last`` (default: up to the LAC); never beyond the LAC. (The
+        generator itself, not one wrapping it: one resumption per entry, not two.)"""
+        return self._entries(first, last, unconfirmed=False)
 
-    async def read_unconfirmed(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
+    def read_unconfirmed(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
         """Entries ``first..last`` even beyond the LAC (they may not be durable yet)."""
-        async for entry in self._entries(first, last, unconfirmed=True):
-            yield entry
+        return self._entries(first, last, unconfirmed=True)
 
     async def read_batches(
         self, first: int, last: int | None = None, *, unconfirmed: bool = False
@@ -173,6 +175,12 @@ class ReadHandle:
         self._check_open()
         if first < 0 or first > last + 1:
             raise NoSuchEntryError(f"ledger {self.ledger_id}: bad range {first}..{last}")
+        piggybacked, self._piggybacked = self._piggybacked, None
+        if piggybacked is not None and piggybacked.entry_id == first <= last:
+            yield [piggybacked]  # a tailing reader's next entry, from its long poll
+            first += 1
+            if first > last:
+                return
         reader = BatchReader(self._ctx, self.ledger_id, self._digest, self._read_chunks)
         next_id, refreshes = first, 0
         while True:
@@ -385,7 +393,11 @@ class ReadHandle:
         clock = self._ctx.clock
         remaining_ms = max(1, int((deadline - clock.monotonic()) * 1000))
         request = ReadRequest(
-            self.ledger_id, previous + 1, previous_lac=previous, timeout_ms=remaining_ms
+            self.ledger_id,
+            previous + 1,
+            previous_lac=previous,
+            timeout_ms=remaining_ms,
+            piggyback=True,  # the entry with the LAC: a tailing reader's next read is free
         )
         tasks = [
             asyncio.ensure_future(self._ctx.pool.send(b, request, Protocol.V3))
@@ -413,10 +425,20 @@ class ReadHandle:
                         lac = response.max_lac
                         if lac is not None and lac > previous:
                             self._lac = max(self._lac, lac)
+                            self._keep_piggybacked(response.body, previous + 1)
                             return _Poll.ANSWERED
             return _Poll.TIMED_OUT if answered else _Poll.FAILED
         finally:
             abandon((*tasks, moved))
+
+    def _keep_piggybacked(self, body: BytesLike | None, entry_id: int) -> None:
+        """Keep the entry a long poll's answer carried, once verified, for the next read."""
+        if body is None:
+            return
+        try:
+            self._piggybacked = self._digest.verify_entry(body, entry_id)
+        except DigestMismatchError as exc:  # the read asks the replicas again, and says so
+            log.warning("ledger %d: long poll answer's entry dropped: %s", self.ledger_id, exc)
 
     async def read_explicit_last_add_confirmed(self) -> int:
         """The LAC from the bookies' explicit LAC (WRITE_LAC) and last entries (v3)."""

@@ -97,11 +97,21 @@ class WriteHandle:
         return result
 
     def append_many(self, records: list[bytes]) -> list[int]:
-        """Append records pipelined; returns their entry ids in order."""
+        """Append records pipelined (``WriteHandle.append_many_async``, up to
+        ``pending_adds_max`` a batch); returns their entry ids in order."""
 
         async def run() -> list[int]:
-            futures = [await self._handle.append_async(r) for r in records]
-            return list(await asyncio.gather(*futures))
+            handle = self._handle
+            step = handle.pending_adds_max
+            batches = [
+                (len(chunk), await handle.append_many_async(chunk))
+                for chunk in (records[i : i + step] for i in range(0, len(records), step))
+            ]
+            ids: list[int] = []
+            for count, future in batches:
+                last = await future
+                ids.extend(range(last - count + 1, last + 1))
+            return ids
 
         return self._runner.call(run(), self._timeout)
 

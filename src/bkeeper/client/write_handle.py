@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from bkeeper.client.add_lane import AddLane, Slots
 from bkeeper.client.adding import NOTHING, AddPipeline, Effects, PendingAdd
-from bkeeper.client.bookie_client import encode_add
+from bkeeper.client.bookie_client import add_encoders
 from bkeeper.client.context import ClientContext
 from bkeeper.client.segments import change_ensemble, seal
 from bkeeper.client.writer_requests import force_ledger, write_lac_periodically
@@ -56,6 +57,12 @@ class WriteHandle:
         meta = metadata.value
         self._digest = DigestManager(ledger_id, meta.digest_type, password)
         self._master_key = master_key(password)
+        #: entry (id, lac, length, payload) -> what ``send_adds`` takes: the v2 ADD frame, or
+        #: the v3 entry body; and the same for many entries in one pass
+        self._encode, self._encode_many = add_encoders(
+            config.protocol, self._master_key, self._digest
+        )
+        self._staged: list[bytes] = []  # appended, to be sent at the end of this iteration
         self._adds = AddPipeline.for_ledger(ledger_id, meta, config, ctx.clock.monotonic())
         self._slots = Slots()
         self._closed = False
@@ -65,7 +72,7 @@ class WriteHandle:
         self._tasks = TaskOwner(f"ledger {ledger_id} writer", error=LedgerClosedError)
         self._lane = AddLane(
             ctx, ledger_id, self._master_key, self._adds, self._tasks, self._on_add,
-            self._bookie_failed,
+            self._bookie_failed, self._on_run,
         )  # fmt: skip
         ctx.handles.add(self)
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
@@ -89,6 +96,12 @@ class WriteHandle:
         return len(self._adds)
 
     @property
+    def pending_adds_max(self) -> int:
+        """The most entries in flight (``ClientConfig.pending_adds_max``): also the most one
+        ``append_many`` takes."""
+        return self._adds.pending_max
+
+    @property
     def last_add_pushed(self) -> int:
         return self._adds.last_add_pushed
 
@@ -107,15 +120,17 @@ class WriteHandle:
 
     async def append_async(self, data: bytes) -> asyncio.Future[int]:
         """Wait for a pipeline slot and writable sockets, send ``data``; the future completes
-        with its entry id."""
+        with its entry id. Entries appended in one event-loop iteration go out together (one
+        ``send_adds`` per connection, at the end of the iteration)."""
         self._check_open()
         adds, slots = self._adds, self._slots
         if len(adds) >= adds.pending_max or slots.waiters or slots.woken:  # inline: per append
+            await slots.wait()
             while True:  # in line behind earlier appends (entry ids in call order)
-                await slots.wait()
                 self._check_open()
                 if len(adds) < adds.pending_max:
                     break
+                await slots.wait(first=True)
         for conn in self._lane.conns:  # inline, not a call: once per append
             if conn is not None and not conn.writable:
                 await self._lane.wait_writable()
@@ -123,13 +138,60 @@ class WriteHandle:
                 break
         entry_id = adds.last_add_pushed + 1
         length = adds.length + len(data)
-        header, digest = self._digest.entry_parts(entry_id, adds.last_add_confirmed, length, data)
-        body_bytes = len(header) + len(digest) + len(data)
-        wire = encode_add(self._protocol, self._master_key, (header, digest, data), body_bytes)
+        wire = self._encode(entry_id, adds.last_add_confirmed, length, data)
         future: asyncio.Future[int] = self._loop.create_future()
-        positions = adds.append(entry_id, length, wire, future, self._monotonic())
-        self._lane.send(entry_id, wire, positions)
+        adds.append(entry_id, length, wire, future, self._monotonic())
+        staged = self._staged
+        if not staged:
+            self._loop.call_soon(self._send_staged)
+        staged.append(wire)
         return future
+
+    async def append_many(self, datas: Sequence[bytes]) -> range:
+        """Append the entries ``datas`` (consecutive entry ids, in order); returns their ids
+        once an ack quorum made the last one durable (and so every one: completion is in
+        entry order)."""
+        future = await self.append_many_async(datas)
+        last = await future
+        return range(last - len(datas) + 1, last + 1)
+
+    async def append_many_async(self, datas: Sequence[bytes]) -> asyncio.Future[int]:
+        """:meth:`append_async` for many entries at once: built in one pass, one future (for
+        the last entry's id), one ``send_adds`` per connection. Waits until the pipeline has
+        room for all of them; at most ``pending_adds_max`` entries a call."""
+        count = len(datas)
+        adds, slots = self._adds, self._slots
+        if not 0 < count <= adds.pending_max:
+            raise ValueError(
+                f"append_many takes 1 to pending_adds_max ({adds.pending_max}) entries, not {count}"
+            )
+        self._check_open()
+        if len(adds) + count > adds.pending_max or slots.waiters or slots.woken:
+            await slots.wait(count)
+            while True:
+                self._check_open()
+                if len(adds) + count <= adds.pending_max:
+                    break
+                await slots.wait(count, first=True)
+        await self._lane.wait_writable()
+        self._check_open()
+        self._send_staged()  # earlier single appends go first
+        first = adds.last_add_pushed + 1
+        frames, lengths = self._encode_many(first, adds.last_add_confirmed, adds.length, datas)
+        future: asyncio.Future[int] = self._loop.create_future()
+        adds.append_many(first, lengths, frames, future, self._monotonic())
+        self._lane.send_many(first, frames)
+        return future
+
+    def _send_staged(self) -> None:
+        """Send the entries :meth:`append_async` staged (consecutive, the last pushed)."""
+        staged = self._staged
+        if not staged:
+            return
+        self._staged = []
+        if self._adds.error is not None:
+            return  # failed with the pipeline; nothing to send
+        self._lane.send_many(self._adds.last_add_pushed - len(staged) + 1, staged)
 
     async def force(self) -> int:
         """Ask every bookie of the ensemble to make this ledger durable; returns the LAC."""
@@ -142,7 +204,7 @@ class WriteHandle:
         if self._closed:
             return
         self._closed = True
-        pending = [add.future for add in self._adds.pending]
+        pending = [add.future for add in self._adds.pending if add.future is not None]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         await self._lane.settle()  # entries waiting for a bookie still connecting go out
@@ -172,16 +234,16 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
     # -- the add lane: answers in, effects out ------------------------------------------
-    def _on_add(self, bookie: str, answers: list[tuple[StatusCode, int]]) -> None:
-        """The listener: ``bookie`` answered these adds (``(status, entry id)``, v2 or v3, the
-        ones that arrived together)."""
+    def _on_add(self, bookie: str, answers: list[tuple[StatusCode, int, int]]) -> None:
+        """The listener: ``bookie`` answered these adds (``(status, ledger id, entry id)``, v2
+        or v3, the ones that arrived together)."""
         done, stop = self._adds.ack_all(bookie, answers)
         if done:
             self._completed(done)
         if stop == len(answers):
             return
         ack, eok = self._adds.ack, StatusCode.EOK
-        for status, entry_id in answers[stop:]:
+        for status, _, entry_id in answers[stop:]:
             if status is eok:
                 more = ack(bookie, entry_id)
                 if more:
@@ -190,13 +252,20 @@ class WriteHandle:
             log.info("ledger %d: %s failed add %d: %s", self.ledger_id, bookie, entry_id, status)
             self._apply(self._adds.error_answer(bookie, status, entry_id))
 
+    def _on_run(self, bookie: str, first_entry_id: int, count: int) -> None:
+        """The listener of runs: ``bookie`` acknowledged ``count`` entries from
+        ``first_entry_id`` (all EOK)."""
+        done = self._adds.ack_run(bookie, first_entry_id, count)
+        if done:
+            self._completed(done)
+
     def _bookie_failed(self, bookie: str) -> None:
         self._apply(self._adds.bookie_failed(bookie))
 
     def _completed(self, done: list[PendingAdd] | tuple[PendingAdd, ...]) -> None:
         for add in done:
             future = add.future
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_result(add.entry_id)
         metrics = self._ctx.metrics
         if metrics is not None and done:
@@ -213,9 +282,11 @@ class WriteHandle:
                 self._ctx.metrics.add.requests.value += failed
                 self._ctx.metrics.add.errors.value += failed
             for add in effects.fail:
-                if not add.future.done():
+                if add.future is not None and not add.future.done():
                     add.future.set_exception(effects.error)
             self._slots.release_all()  # each waiter raises the error itself
+        if effects.send:
+            self._send_staged()  # before a re-send, so that nothing goes out twice
         for add, positions in effects.send:
             self._lane.send(add.entry_id, add.data, positions)
         if effects.complete:
@@ -242,6 +313,7 @@ class WriteHandle:
         self._apply(self._adds.change_done())
 
     def _new_segment(self, versioned: Versioned[LedgerMetadata], changed: list[int]) -> None:
+        self._send_staged()  # to the old ensemble, as if sent before: re-sent below
         self._versioned = versioned
         self._lane.detach(changed)
         ensemble = tuple(versioned.value.last_ensemble)

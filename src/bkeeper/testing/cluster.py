@@ -22,7 +22,7 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,9 +186,11 @@ class _MemoryConnection:
     def listen_adds(
         self,
         ledger_id: int,
-        on_add: Callable[[list[tuple[StatusCode, int]]], None],
+        on_add: Callable[[list[tuple[StatusCode, int, int]]], None],
         on_lost: Callable[[BaseException], None],
+        on_run: Callable[[int, int], None] | None = None,
     ) -> None:
+        """Answers come one by one here (``on_run`` is never called)."""
         self._listeners.listen(ledger_id, on_add, on_lost)
 
     def forget_adds(self, ledger_id: int) -> None:
@@ -202,6 +204,12 @@ class _MemoryConnection:
             request = AddRequest(ledger_id, entry_id, master_key, data)
         future = self.send(request)
         future.add_done_callback(functools.partial(self._deliver_add, ledger_id, entry_id))
+
+    def send_adds(
+        self, ledger_id: int, entry_ids: Sequence[int], master_key: bytes, datas: list[bytes]
+    ) -> None:
+        for entry_id, data in zip(entry_ids, datas, strict=True):
+            self.send_add(ledger_id, entry_id, master_key, data)
 
     def _deliver_add(self, ledger_id: int, entry_id: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:

@@ -158,6 +158,18 @@ class Correlator(Generic[T]):
         self._listened += 1
         return 0
 
+    def expect_listened_adds(self, count: int, address: str = "?") -> None:
+        """:meth:`expect_listened_add` for ``count`` v2 adds at once."""
+        if self._v3:
+            raise AssertionError("expect_listened_adds is for v2 (v3 adds need a txn id each)")
+        if self.pending + count > self.pending_max:
+            raise TooManyRequestsError(
+                f"{self.pending} requests pending to {address}, {count} more would pass "
+                f"pending_max {self.pending_max}"
+            )
+        self.pending += count
+        self._listened += count
+
     def match(self, response: Response) -> T | Listened | None:
         """The value the answer ``response`` is for; None for an answer nobody waits for (a
         request given up on). A listened add's answer gives a :class:`Listened`: over v2 an
@@ -181,16 +193,35 @@ class Correlator(Generic[T]):
 
     def match_v2_adds(
         self, answers: list[tuple[StatusCode, int, int]]
-    ) -> tuple[dict[int, list[tuple[StatusCode, int]]], list[tuple[T, StatusCode, int, int]]]:
-        """:meth:`match_v2_add` for every ADD answer of a chunk read, in one call: the
-        listened ones as ``{ledger id: [(status, entry id), ...]}`` (arrival order within a
-        ledger), and the keyed ones as ``(value, status, ledger id, entry id)``."""
-        listened: dict[int, list[tuple[StatusCode, int]]] = {}
+    ) -> tuple[dict[int, list[tuple[StatusCode, int, int]]], list[tuple[T, StatusCode, int, int]]]:
+        """:meth:`match_v2_add` for every ADD answer ``(status, ledger id, entry id)`` of a
+        chunk read, in one call: the listened ones as ``{ledger id: [answer, ...]}`` (the
+        same tuples, in arrival order within a ledger), and the keyed ones as ``(value,
+        status, ledger id, entry id)``."""
+        listened: dict[int, list[tuple[StatusCode, int, int]]] = {}
         keyed: list[tuple[T, StatusCode, int, int]] = []
-        batch_ledger = -1
-        batch: list[tuple[StatusCode, int]] = []
         unanswered = self._listened
-        for status, ledger_id, entry_id in answers:
+        if not answers:
+            return listened, keyed
+        if not self._by_key and len(answers) <= unanswered:
+            # Every answer is a listened add's (no keyed add waits): only group by ledger.
+            ledger = answers[0][1]
+            self.pending -= len(answers)
+            self._listened = unanswered - len(answers)
+            if answers[-1][1] == ledger and all(a[1] == ledger for a in answers):
+                listened[ledger] = answers  # one writer per connection: the usual case
+                return listened, keyed
+            for answer in answers:
+                mine = listened.get(answer[1])
+                if mine is None:
+                    listened[answer[1]] = [answer]
+                else:
+                    mine.append(answer)
+            return listened, keyed
+        batch_ledger = -1
+        batch: list[tuple[StatusCode, int, int]] = []
+        for answer in answers:
+            status, ledger_id, entry_id = answer
             if self._by_key:
                 value = self._pop_key((_ADD, ledger_id, entry_id))
                 if value is not None:
@@ -202,10 +233,19 @@ class Correlator(Generic[T]):
             if ledger_id != batch_ledger:  # one writer per connection is the usual case
                 batch = listened.setdefault(ledger_id, [])
                 batch_ledger = ledger_id
-            batch.append((status, entry_id))
+            batch.append(answer)
         self.pending -= self._listened - unanswered
         self._listened = unanswered
         return listened, keyed
+
+    def match_v2_run(self, count: int) -> bool:
+        """Whether ``count`` v2 ADD answers (a run of one ledger) all go to listeners, with
+        no keyed add waiting; if so they are matched (as :meth:`match_v2_adds` would)."""
+        if self._by_key or count > self._listened:
+            return False
+        self._listened -= count
+        self.pending -= count
+        return True
 
     def _pop_key(self, key: V2Key) -> T | None:
         queue = self._by_key.get(key)

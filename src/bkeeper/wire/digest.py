@@ -34,6 +34,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 import crc32c as _crc32c
 
 from bkeeper.common.errors import ConfigError, DigestMismatchError
+from bkeeper.wire.batch_frames import split_bodies
 
 __all__ = [
     "ENTRY_HEADER",
@@ -53,6 +54,9 @@ _HEADER_BYTES = ENTRY_HEADER.size
 #: Header and CRC digest in one unpack, for the batch verifier.
 _HEADER_CRC32C = struct.Struct(">qqqqI")
 _HEADER_CRC32 = struct.Struct(">qqqqQ")
+#: Body length, header and CRC digest in one unpack, for the batch frame verifier.
+_LEN_HEADER_CRC32C = struct.Struct(">iqqqqI")
+_LEN_HEADER_CRC32 = struct.Struct(">iqqqqQ")
 
 Buffer = bytes | bytearray | memoryview
 
@@ -198,6 +202,58 @@ class DigestManager(Generic[EntryT]):
         header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
         return header, self._digest(header, payload)
 
+    def frame_entry(
+        self, entry_id: int, lac: int, length: int, payload: Buffer, prefix: bytes
+    ) -> bytes:
+        """``prefix`` + the entry body (header, digest, payload), with one copy: a whole v2
+        ADD frame when ``prefix`` is its head (``v2.add_frame_prefix``)."""
+        header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
+        return b"".join((prefix, header, self._digest(header, payload), payload))
+
+    def frame_entries(
+        self,
+        first_entry_id: int,
+        lac: int,
+        length: int,
+        payloads: Sequence[Buffer],
+        prefix_of: Callable[[int], bytes],
+    ) -> tuple[list[bytes], list[int]]:
+        """:meth:`frame_entry` for consecutive entries from ``first_entry_id`` (``length``:
+        the ledger's bytes before the first), in one pass: the frames, each preceded by
+        ``prefix_of(body bytes)`` (asked again only when the size changes), and the ledger's
+        length after each entry."""
+        frames: list[bytes] = []
+        lengths: list[int] = []
+        add_frame, add_length = frames.append, lengths.append
+        pack = ENTRY_HEADER.pack
+        ledger = self.ledger_id
+        fixed = _HEADER_BYTES + self.digest_length
+        join = b"".join
+        size = -1
+        prefix = b""
+        if self.digest_type is DigestType.CRC32C:  # the default, inline
+            crc = _crc32c.crc32c
+            pack32 = _U32.pack
+            for entry_id, payload in enumerate(payloads, first_entry_id):
+                n = len(payload)
+                if n != size:
+                    size, prefix = n, prefix_of(fixed + n)
+                length += n
+                header = pack(ledger, entry_id, lac, length)
+                add_frame(join((prefix, header, pack32(crc(payload, crc(header))), payload)))
+                add_length(length)
+            return frames, lengths
+        digest = self._digest
+        for entry_id, payload in enumerate(payloads, first_entry_id):
+            n = len(payload)
+            if n != size:
+                size, prefix = n, prefix_of(fixed + n)
+            length += n
+            header = pack(ledger, entry_id, lac, length)
+            add_frame(join((prefix, header, digest(header, payload), payload)))
+            add_length(length)
+        return frames, lengths
+
     def verify_entry(self, body: Buffer, expected_entry_id: int | None = None) -> EntryT:
         """Check ``body``; return its fields or raise :class:`DigestMismatchError`."""
         view = body if isinstance(body, memoryview) else memoryview(body)
@@ -238,8 +294,9 @@ class DigestManager(Generic[EntryT]):
         entries: list[EntryT] = []
         append = entries.append
         make = self._entry
+        new = tuple.__new__  # the named tuple's own __new__ is a Python function: skipped
         for expected, body in enumerate(bodies, first_entry_id):
-            view = body if isinstance(body, memoryview) else memoryview(body)
+            view = body if type(body) is memoryview else memoryview(body)
             if len(view) >= start:
                 ledger_id, entry_id, lac, length, digest = unpack(view)
                 payload = view[start:]
@@ -248,9 +305,56 @@ class DigestManager(Generic[EntryT]):
                     and entry_id == expected
                     and crc(payload, crc(view[:_HEADER_BYTES])) == digest
                 ):
-                    append(make(ledger_id, entry_id, lac, length, payload))
+                    append(new(make, (ledger_id, entry_id, lac, length, payload)))
                     continue
             append(self.verify_entry(view, expected))  # raises, naming the fault
+        return entries
+
+    def verify_batch_frame(
+        self, frame: memoryview, bodies_at: int, first_entry_id: int, count: int
+    ) -> list[EntryT]:
+        """:meth:`verify_entries` for the first ``count`` bodies of a BATCH_READ answer
+        ``frame`` (``u32 length, body`` repeated from ``bodies_at``; see
+        ``bkeeper.wire.batch_frames``), split and checked in one pass: one unpack per entry
+        for its length, header and digest. A cut or overrunning length raises
+        :class:`ProtocolError`, a bad body :class:`DigestMismatchError` as ``verify_entry``
+        names it."""
+        crc: Callable[..., int]
+        if self.digest_type is DigestType.CRC32C:
+            layout, crc = _LEN_HEADER_CRC32C, _crc32c.crc32c
+        elif self.digest_type is DigestType.CRC32:
+            layout, crc = _LEN_HEADER_CRC32, zlib.crc32
+        else:
+            return self.verify_entries(split_bodies(frame, bodies_at, count), first_entry_id)
+        unpack = layout.unpack_from
+        fixed = layout.size  # length, header and digest
+        ledger = self.ledger_id
+        entries: list[EntryT] = []
+        append = entries.append
+        make = self._entry
+        new = tuple.__new__
+        pos, end = bodies_at, len(frame)
+        expected = first_entry_id
+        stop_id = first_entry_id + count
+        while pos < end and expected < stop_id:
+            if end - pos >= fixed:
+                size, ledger_id, entry_id, lac, length, digest = unpack(frame, pos)
+                stop = pos + 4 + size
+                if size >= fixed - 4 and stop <= end:
+                    payload = frame[pos + fixed : stop]
+                    if (
+                        ledger_id == ledger
+                        and entry_id == expected
+                        and crc(payload, crc(frame[pos + 4 : pos + 4 + _HEADER_BYTES])) == digest
+                    ):
+                        append(new(make, (ledger_id, entry_id, lac, length, payload)))
+                        expected += 1
+                        pos = stop
+                        continue
+            (body,) = split_bodies(frame, pos, 1)  # raises for a cut or overrunning length
+            append(self.verify_entry(body, expected))  # raises, naming the fault
+            expected += 1
+            pos += 4 + len(body)
         return entries
 
     def encode_lac(self, lac: int) -> bytes:

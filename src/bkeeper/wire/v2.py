@@ -32,6 +32,7 @@ from typing import Any
 
 from bkeeper.common.errors import ProtocolError
 from bkeeper.common.limits import MASTER_KEY_BYTES
+from bkeeper.wire.batch_frames import decode_batch_frame
 from bkeeper.wire.codes import STATUS_TO_V2, V2_TO_STATUS, StatusCode, V2Flag, V2OpCode
 from bkeeper.wire.messages import (
     AddRequest,
@@ -49,6 +50,7 @@ from bkeeper.wire.messages import (
     Response,
     UnknownRequest,
 )
+from bkeeper.wire.runs import ADD_ANSWER_BYTES, RUN_ANSWERS_MIN, AddRun, add_run
 from bkeeper.wire.varint import decode_varint, encode_varint
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "PeekedAdd",
     "AddAnswer",
     "ResponseStream",
+    "add_frame_prefix",
     "add_request_frame",
     "add_response_frame",
     "peek_add_request",
@@ -245,6 +248,14 @@ def add_request_frame(
         raise ProtocolError(f"master key must be {MASTER_KEY_BYTES} bytes")
     prefix = _LEN_HEADER.pack(4 + MASTER_KEY_BYTES + body_bytes, header(_OP_ADD, flags))
     return b"".join((prefix, master_key, *parts))
+
+
+def add_frame_prefix(master_key: bytes, body_bytes: int, flags: int = 0) -> bytes:
+    """The first :data:`ADD_FRAME_PREFIX_BYTES` bytes of an ADD request frame whose entry
+    body has ``body_bytes``: length, header, master key (the body follows)."""
+    if len(master_key) != MASTER_KEY_BYTES:
+        raise ProtocolError(f"master key must be {MASTER_KEY_BYTES} bytes")
+    return _LEN_HEADER.pack(4 + MASTER_KEY_BYTES + body_bytes, header(_OP_ADD, flags)) + master_key
 
 
 #: A v2 ADD request as :func:`peek_add_request` sees it: flags (:class:`V2Flag` bits), ledger
@@ -460,9 +471,11 @@ class ResponseStream:
 
     :meth:`feed` returns two lists, each in arrival order: :data:`AddAnswer` triples
     ``(status, ledger id, entry id)`` for ADD responses (no object built per add), and decoded
-    :class:`Response` objects for everything else. Answers to different requests are
-    independent, so the two lists need no order between them. A frame length that is not
-    positive or exceeds ``max_frame_bytes``, or an undecodable response, raises
+    :class:`Response` objects for everything else (BATCH_READ answers as
+    ``batch_frames.FramedBatchReadResponse``: bodies left in the frame for the verifier).
+    Answers to different requests are independent, so the two lists need no order between
+    them. A frame length that is not positive or exceeds ``max_frame_bytes``, or an
+    undecodable response, raises
     :class:`ProtocolError`; the stream is unusable afterwards.
     """
 
@@ -472,9 +485,26 @@ class ResponseStream:
         self._buffer = bytearray()
         self._max = max_frame_bytes
 
-    def feed(self, data: BytesLike) -> tuple[list[AddAnswer], list[Response]]:
+    def feed_runs(self, data: BytesLike) -> tuple[AddRun | None, list[AddAnswer], list[Response]]:
+        """:meth:`feed`, with the writer's fast lane: when the whole answers buffered are one
+        run of EOK ADD answers (``bkeeper.wire.runs``), that run and two empty lists."""
         buffer = self._buffer
         buffer += data
+        whole = len(buffer) // ADD_ANSWER_BYTES * ADD_ANSWER_BYTES
+        if whole >= RUN_ANSWERS_MIN * ADD_ANSWER_BYTES:
+            with memoryview(buffer) as view, view[:whole] as region:
+                run = add_run(region)
+            if run is not None:
+                del buffer[:whole]
+                return run, [], []
+        return None, *self._decode_buffered()
+
+    def feed(self, data: BytesLike) -> tuple[list[AddAnswer], list[Response]]:
+        self._buffer += data
+        return self._decode_buffered()
+
+    def _decode_buffered(self) -> tuple[list[AddAnswer], list[Response]]:
+        buffer = self._buffer
         end = len(buffer)
         offset = 0
         adds: list[AddAnswer] = []
@@ -501,7 +531,12 @@ class ResponseStream:
                     add((eok if rc == 0 else _status(rc), ledger_id, entry_id))
                     offset = stop
                     continue
-            out.append(decode_response(bytes(buffer[offset + 4 : stop])))
+            with memoryview(buffer) as view:
+                frame = bytes(view[offset + 4 : stop])
+            if (frame[1] == _OP_BATCH) and frame[0] <= CURRENT_VERSION:
+                out.append(decode_batch_frame(frame))  # bodies left in the frame
+            else:
+                out.append(decode_response(frame))
             offset = stop
         if offset:
             del buffer[:offset]

@@ -9,7 +9,8 @@ The workloads live in ``bkeeper.testing.benchmarks`` (and the Spark read in
 - ``fuzz``: ``fuzz``;
 - ``gc``: ``gc`` (space given back after deletions);
 - ``recovery``: ``recovery`` (auto-recovery rebuilding a killed bookie's replicas);
-- ``kv``: ``kv`` (the replicated key-value store).
+- ``kv``: ``kv`` (the replicated key-value store);
+- ``tail``: ``tail`` (how soon a ledger's tailing reader sees an append).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bkeeper.cli.bench.gc import gc_bench
 from bkeeper.cli.bench.kv import kv_bench
 from bkeeper.cli.bench.recovery import recovery_bench
 from bkeeper.cli.bench.spark import cpu_split_bench, spark_bench
+from bkeeper.cli.bench.tail import tail_bench
 
 __all__ = ["bench"]
 
@@ -47,5 +49,6 @@ for _command in (
     gc_bench,
     recovery_bench,
     kv_bench,
+    tail_bench,
 ):
     bench.add_command(_command)

@@ -136,6 +136,27 @@ def bookie_bench(
 @click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
 @click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
 @click.option("--rate", default=None, type=click.FloatRange(1), help="Open-loop entries/s.")
+@click.option(
+    "--entries",
+    default=None,
+    type=click.IntRange(1),
+    help="Stop after this many entries (or at --duration, whichever comes first): a fixed "
+    "amount of work, for comparing whole-process CPU times.",
+)
+@click.option(
+    "--batch",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Entries a call: above 1, WriteHandle.append_many with up to this many (at most "
+    "--in-flight).",
+)
+@click.option(
+    "--gc-freeze",
+    is_flag=True,
+    help="gc.freeze() once the client is started: the collector's full passes then skip what "
+    "was loaded by then (modules, the client), as a tuned application would.",
+)
 @click.option("--protocol", type=click.Choice(["v2", "v3"]), default="v2", show_default=True)
 @click.option("--read", "also_read", is_flag=True, help="Read the ledger back afterwards.")
 @click.option(
@@ -154,6 +175,9 @@ def write_bench(
     duration: float,
     in_flight: int,
     rate: float | None,
+    entries: int | None,
+    batch: int,
+    gc_freeze: bool,
     protocol: str,
     also_read: bool,
     tls: bool,
@@ -162,6 +186,8 @@ def write_bench(
     """Acknowledged entries/s, MB/s and latency of one client writing one ledger."""
     if tls and metadata_uri:
         raise click.UsageError("--tls starts a secure sandbox: not with --metadata")
+    if batch > in_flight:
+        raise click.UsageError(f"--batch {batch} is more than --in-flight {in_flight}")
     from bkeeper.cli.bookie import run_event_loop
 
     proto = protocol_of(protocol)
@@ -177,11 +203,14 @@ def write_bench(
             in_flight=in_flight,
             rate=rate,
             protocol=proto,
+            count=entries,
+            batch=batch,
+            gc_freeze=gc_freeze,
         )
         results = [result]
         try:
             if also_read:
-                results.append(await bench_client_reads(uri, ledger_id))
+                results.append(await bench_client_reads(uri, ledger_id, gc_freeze=gc_freeze))
         finally:
             if not keep:
                 await delete_ledger(uri, ledger_id)
@@ -198,6 +227,12 @@ def write_bench(
 @click.option("--password", default="bench", show_default=True, help="Password of --ledger.")
 @click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--gc-freeze",
+    is_flag=True,
+    help="gc.freeze() once the client is started: the collector's full passes then skip what "
+    "was loaded by then (modules, the client), as a tuned application would.",
+)
 @KEEP
 def read_bench(
     metadata_uri: str,
@@ -205,6 +240,7 @@ def read_bench(
     password: str,
     entries: int,
     entry_size: int,
+    gc_freeze: bool,
     keep: bool,
 ) -> None:
     """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
@@ -226,7 +262,9 @@ def read_bench(
             )
             results.append(written)
         try:
-            results.append(await bench_client_reads(uri, target, password.encode()))
+            results.append(
+                await bench_client_reads(uri, target, password.encode(), gc_freeze=gc_freeze)
+            )
         finally:
             if ledger_id is None and not keep:  # only the ledger written here
                 await delete_ledger(uri, target)

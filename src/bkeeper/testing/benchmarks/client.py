@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import os
 import time
 from array import array
@@ -12,7 +13,21 @@ from array import array
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol
 
-__all__ = ["bench_client_reads", "bench_client_writes", "delete_ledger"]
+__all__ = [
+    "CPU_COLUMN",
+    "bench_client_reads",
+    "bench_client_writes",
+    "bench_ledger_tail",
+    "delete_ledger",
+]
+
+#: The column of the client's own CPU time (all its threads) per entry while it wrote or read.
+CPU_COLUMN = "client CPU µs/entry"
+
+
+def cpu_per_op(cpu_s: float, operations: int) -> str:
+    """``cpu_s`` of CPU over ``operations``, in µs each, formatted for the table."""
+    return f"{cpu_s / operations * 1e6:.1f}" if operations else "-"
 
 
 async def bench_client_writes(
@@ -28,9 +43,28 @@ async def bench_client_writes(
     protocol: Protocol = Protocol.V2,
     count: int | None = None,
     stop: asyncio.Event | None = None,
+    batch: int = 1,
+    gc_freeze: bool = False,
 ) -> tuple[BenchResult, int]:
     """Append to one ledger through the client for ``duration_s`` (or until ``count``
-    entries, or until ``stop`` is set); returns the result and the ledger id."""
+    entries, or until ``stop`` is set); returns the result and the ledger id. ``batch`` > 1:
+    ``WriteHandle.append_many`` with up to that many entries a call (each entry's latency
+    from its own due time to its batch's acknowledgement)."""
+    if batch > 1:
+        return await _bench_batched_writes(
+            metadata_uri,
+            ensemble=ensemble,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            entry_bytes=entry_bytes,
+            duration_s=duration_s,
+            in_flight=in_flight,
+            rate=rate,
+            protocol=protocol,
+            count=count,
+            batch=batch,
+            gc_freeze=gc_freeze,
+        )
     from bkeeper.client import BookKeeper, ClientConfig
 
     config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, 1))
@@ -39,10 +73,13 @@ async def bench_client_writes(
     perf = time.perf_counter
     async with BookKeeper(metadata_uri, config) as bk:
         wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+        if gc_freeze:
+            gc.freeze()
 
         def done(sent_at: float, _: asyncio.Future[int]) -> None:
             latencies.append(perf() - sent_at)
 
+        cpu_start = time.process_time()
         start = perf()
         deadline = start + duration_s
         sent = 0
@@ -63,17 +100,100 @@ async def bench_client_writes(
         if last is not None:
             await last
         elapsed = perf() - start
+        cpu_s = time.process_time() - cpu_start
         await wh.close()
         ledger_id = wh.ledger_id
+    return _write_result(
+        ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, 1,
+        latencies, elapsed, cpu_s,
+    ), ledger_id  # fmt: skip
+
+
+def _write_result(
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    protocol: Protocol,
+    entry_bytes: int,
+    in_flight: int,
+    rate: float | None,
+    batch: int,
+    latencies: array[float],
+    elapsed: float,
+    cpu_s: float,
+) -> BenchResult:
     label = (
         f"client writes E{ensemble}/Qw{write_quorum}/Qa{ack_quorum} {protocol.name}, "
         f"{entry_bytes} B, in-flight {in_flight}"
     )
+    if batch > 1:
+        label += f", append_many {batch}"
     if rate is not None:
         label += f", open loop {rate:.0f}/s"
-    return BenchResult(
-        label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies
-    ), ledger_id
+    result = BenchResult(label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies)
+    result.extra[CPU_COLUMN] = cpu_per_op(cpu_s, len(latencies))
+    return result
+
+
+async def _bench_batched_writes(
+    metadata_uri: str,
+    *,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    entry_bytes: int,
+    duration_s: float,
+    in_flight: int,
+    rate: float | None,
+    protocol: Protocol,
+    count: int | None,
+    batch: int,
+    gc_freeze: bool,
+) -> tuple[BenchResult, int]:
+    """:func:`bench_client_writes` through ``append_many``, up to ``batch`` entries a call."""
+    from bkeeper.client import BookKeeper, ClientConfig
+
+    config = ClientConfig(protocol=protocol, pending_adds_max=max(in_flight, batch))
+    payload = os.urandom(entry_bytes)
+    latencies: array[float] = array("d")
+    perf = time.perf_counter
+    async with BookKeeper(metadata_uri, config) as bk:
+        wh = await bk.create_ledger(ensemble, write_quorum, ack_quorum, password=b"bench")
+        if gc_freeze:
+            gc.freeze()
+
+        def done(due: list[float], _: asyncio.Future[int]) -> None:
+            now = perf()
+            latencies.extend([now - at for at in due])
+
+        cpu_start = time.process_time()
+        start = perf()
+        deadline = start + duration_s
+        sent = 0
+        last: asyncio.Future[int] | None = None
+        while perf() < deadline and (count is None or sent < count):
+            n = batch if count is None else min(batch, count - sent)
+            if rate is None:
+                due = [perf()] * n
+            else:
+                n = min(n, int((perf() - start) * rate) - sent)
+                if n <= 0:
+                    await asyncio.sleep(PACING_SLEEP_S)
+                    continue
+                due = [start + (sent + i) / rate for i in range(n)]
+            last = await wh.append_many_async([payload] * n)
+            last.add_done_callback(functools.partial(done, due))
+            sent += n
+        if last is not None:
+            await last
+        elapsed = perf() - start
+        cpu_s = time.process_time() - cpu_start
+        await wh.close()
+        ledger_id = wh.ledger_id
+    return _write_result(
+        ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, batch,
+        latencies, elapsed, cpu_s,
+    ), ledger_id  # fmt: skip
 
 
 async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
@@ -85,18 +205,99 @@ async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
 
 
 async def bench_client_reads(
-    metadata_uri: str, ledger_id: int, password: bytes = b"bench"
+    metadata_uri: str, ledger_id: int, password: bytes = b"bench", *, gc_freeze: bool = False
 ) -> BenchResult:
-    """Read a whole (closed) ledger through the client."""
+    """Read a whole (closed) ledger through the client (``gc_freeze``: as for writes)."""
     from bkeeper.client import BookKeeper
 
     perf = time.perf_counter
     async with BookKeeper(metadata_uri) as bk:
         rh = await bk.open_ledger(ledger_id, password)
+        if gc_freeze:
+            gc.freeze()
+        cpu_start = time.process_time()
         start = perf()
         count = size = 0
         async for entry in rh.read():
             count += 1
             size += len(entry.payload)
         elapsed = perf() - start
-    return BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)
+        cpu_s = time.process_time() - cpu_start
+    result = BenchResult(f"client reads of ledger {ledger_id}", count, elapsed, size)
+    result.extra[CPU_COLUMN] = cpu_per_op(cpu_s, count)
+    return result
+
+
+async def bench_ledger_tail(
+    metadata_uri: str,
+    *,
+    rate: float,
+    duration_s: float,
+    entry_bytes: int,
+    explicit_lac_interval_ms: int = 0,
+) -> list[BenchResult]:
+    """One client appends ``rate`` entries/s for ``duration_s`` (``rate * duration_s``
+    entries, open loop, one at a time) to a ledger; another
+    tails it (``wait_last_add_confirmed``, a long poll, then ``read`` up to the LAC). Two
+    results: from each entry's due time to the reader having it, and from the writer's
+    acknowledgement of it to the reader having it."""
+    from bkeeper.client import BookKeeper, ClientConfig
+
+    writer_config = ClientConfig(explicit_lac_interval_ms=explicit_lac_interval_ms)
+    payload = os.urandom(entry_bytes)
+    perf = time.perf_counter
+    due_at: dict[int, float] = {}
+    acked_at: dict[int, float] = {}
+    from_due: array[float] = array("d")
+    from_ack: array[float] = array("d")
+    async with BookKeeper(metadata_uri, writer_config) as wbk, BookKeeper(metadata_uri) as rbk:
+        wh = await wbk.create_ledger(3, 3, 2, password=b"bench")
+        rh = await rbk.open_ledger(wh.ledger_id, b"bench", recovery=False)
+        last = -1  # the last entry appended, once the writer is done
+        done_writing = asyncio.Event()
+
+        async def tail() -> None:
+            next_id = 0
+            while not (done_writing.is_set() and next_id > last):
+                lac = await rh.wait_last_add_confirmed(next_id - 1, timeout_ms=1000)
+                if lac < next_id:
+                    continue
+                async for entry in rh.read(next_id, lac):
+                    now = perf()
+                    from_due.append(now - due_at[entry.entry_id])
+                    acked = acked_at.get(entry.entry_id)
+                    if acked is not None:  # the writer's callback may not have run yet
+                        from_ack.append(now - acked)
+                next_id = lac + 1
+
+        def on_ack(future: asyncio.Future[int]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                acked_at[future.result()] = perf()
+
+        reader = asyncio.ensure_future(tail())
+        start = perf()
+        sent = 0
+        total = max(1, int(rate * duration_s))  # each at its due time, late ones at once
+        while sent < total:
+            due = start + sent / rate
+            wait = due - perf()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            due_at[sent] = due
+            future = await wh.append_async(payload)
+            future.add_done_callback(on_ack)
+            sent += 1
+        last = sent - 1
+        await wh.close()
+        done_writing.set()
+        await asyncio.wait_for(reader, 30)
+        await rh.close()
+        elapsed = perf() - start
+        await wbk.delete_ledger(wh.ledger_id)
+    label = f"ledger tail, {entry_bytes} B at {rate:.0f}/s"
+    if explicit_lac_interval_ms:
+        label += f", explicit LAC every {explicit_lac_interval_ms} ms"
+    return [
+        BenchResult(f"{label}: append due → read", len(from_due), elapsed, 0, from_due),
+        BenchResult(f"{label}: acknowledged → read", len(from_ack), elapsed, 0, from_ack),
+    ]

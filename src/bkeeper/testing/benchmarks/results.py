@@ -26,7 +26,9 @@ class BenchResult:
     operations: int
     seconds: float
     bytes: int = 0
-    latencies_s: array[float] = field(default_factory=lambda: array("d"))
+    #: not in the repr: a task's repr (asyncio formats the finished main task) would format
+    #: every sample, a fifth of a second of CPU for 200,000 of them
+    latencies_s: array[float] = field(default_factory=lambda: array("d"), repr=False)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -1,0 +1,41 @@
+"""Smoke runs of the client benchmarks' issue-18 options (figures: docs/benchmarks.md, "Client
+batching (issue 18)"): ``bench write --batch/--entries/--gc-freeze``, ``bench read
+--gc-freeze`` and ``bench tail``. They check rows and counts, never how fast anything was."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.helpers import bkeeper
+
+pytestmark = pytest.mark.integration
+
+
+def _row(stdout: str, workload: str) -> list[str]:
+    for line in stdout.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+        if cells and cells[0].startswith(workload):
+            return cells
+    raise AssertionError(f"no row {workload!r} in:\n{stdout}")
+
+
+def test_write_batches_a_fixed_count_and_tail(real_cluster) -> None:
+    uri = real_cluster.uri
+    write = bkeeper(
+        uri, "bench", "write", "--entries", "3000", "--batch", "250", "--in-flight", "500",
+        "--duration", "60", "--entry-size", "100", "--gc-freeze", "--read",
+    )  # fmt: skip
+    assert write.returncode == 0, write.stderr
+    row = _row(write.stdout, "client writes E3/Qw3/Qa2")
+    assert row[1] == "3,000"  # exactly --entries, in batches of 250
+    assert float(row[-1]) > 0  # the client's CPU µs per entry
+    assert _row(write.stdout, "client reads of ledger")[1] == "3,000"
+    too_big = bkeeper(uri, "bench", "write", "--batch", "2000", "--in-flight", "1000")
+    assert too_big.returncode != 0
+    assert "--batch 2000 is more than --in-flight 1000" in too_big.stderr
+
+    tail = bkeeper(uri, "bench", "tail", "--rate", "200", "--duration", "1")
+    assert tail.returncode == 0, tail.stderr
+    seen = _row(tail.stdout, "ledger tail, 100 B at 200/s: append due")
+    assert seen[1] == "200"  # 200/s for 1 s, every one seen
+    assert _row(tail.stdout, "ledger tail, 100 B at 200/s: acknowledged")[1] != "0"
