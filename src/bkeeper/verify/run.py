@@ -14,8 +14,9 @@
    workers are given ``settle_s`` to repair what it marks; a ledger whose replicas still lack
    entries then is a violation (faults must not leave a ledger under-replicated for good).
 
-The history (JSON lines), the schedule, the log, the verdict (``result.json``) and a command
-that repeats the run are written to ``out_dir/seed-<seed>/``; each finished run's verdict is
+The history (JSON lines), the schedule, the log, the verdict (``result.json``), a command
+that repeats the run and, for a run with a violation, the cluster's process logs (``logs/``)
+are written to ``out_dir/seed-<seed>/``; each finished run's verdict is
 also appended to ``out_dir/summary.jsonl``.
 """
 
@@ -51,7 +52,7 @@ from bkeeper.verify.netns import NetnsSandbox, Network
 from bkeeper.verify.schedule import PARTITIONS, Fault, make_schedule
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
-__all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "run_once"]
+__all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "keep_logs", "run_once"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ WORKLOADS = ("ledger", "log")
 
 #: The file in the output directory that gets one JSON line per finished run.
 SUMMARY_NAME = "summary.jsonl"
+
+#: Bytes of each process's log kept from a run that found a violation (the end of it).
+KEPT_LOG_BYTES_MAX = 20 * 1024 * 1024
 
 #: Bytes of each bookie's own tmpfs (``disk-full``).
 BOOKIE_DISK_BYTES = 256 * 1024 * 1024
@@ -201,6 +205,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                     raise
         finally:
             sandbox.stop()
+        if not verdict.ok:  # the processes' logs, for whoever looks into it
+            keep_logs(data_dir, out / "logs")
     history_path = out / "history.jsonl"
     history.write(history_path)
     repro = repro_command(config, seed)
@@ -222,6 +228,16 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
     with (config.out_dir / SUMMARY_NAME).open("a", encoding="utf-8") as summary:
         summary.write(line + "\n")  # a long campaign stopped midway keeps every verdict
     return result
+
+
+def keep_logs(data_dir: Path, into: Path, bytes_max: int = KEPT_LOG_BYTES_MAX) -> None:
+    """Copy the cluster's logs (bookies, auto-recovery, ZooKeeper) out of its temporary
+    directory, at most ``bytes_max`` of each (its end)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for path in [*data_dir.glob("*.log"), *data_dir.glob("zookeeper/*.log")]:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - bytes_max))
+            (into / path.name).write_bytes(f.read())
 
 
 @contextlib.contextmanager
