@@ -123,7 +123,7 @@ class SubscriptionState:
     def is_acked(self, position: Position) -> bool:
         if self.mark is not None and position <= self.mark:
             return True
-        ledger, entry = position
+        ledger, entry = position.ledger_id, position.entry_id
         return any(r[0] == ledger and r[1] <= entry <= r[2] for r in self.acked)
 
     def claim_done(self, claim: Claim) -> bool:
