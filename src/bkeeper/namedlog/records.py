@@ -165,13 +165,16 @@ class Position(NamedTuple):
 
 @dataclass(frozen=True)
 class Record:
-    """One record of a named log, as a reader gets it."""
+    """One record of a named log, as a reader gets it. ``entry_records``: how many records
+    the entry holding it has (1: a format-1 entry; n: a batch, this one at
+    ``position.index``)."""
 
     position: Position
     timestamp_ms: int
     payload: bytes
     key: bytes | None = None
     properties: Mapping[str, bytes] = field(default_factory=dict)
+    entry_records: int = 1
 
 
 def encode_record(
@@ -202,8 +205,11 @@ def encode_record(
     return b"".join(parts)
 
 
-def decode_record(data: bytes | bytearray | memoryview, position: Position) -> Record:
-    """The record in ``data``; ``ProtocolError`` naming the position when malformed."""
+def decode_record(
+    data: bytes | bytearray | memoryview, position: Position, entry_records: int = 1
+) -> Record:
+    """The record in envelope ``data`` (one of ``entry_records`` in its entry);
+    ``ProtocolError`` naming the position when malformed."""
     view = memoryview(data)
     try:
         version, flags, timestamp = HEAD.unpack_from(view)
@@ -240,7 +246,7 @@ def decode_record(data: bytes | bytearray | memoryview, position: Position) -> R
         raise ProtocolError(f"record at {position} is malformed: {exc}") from exc
     except ProtocolError as exc:
         raise ProtocolError(f"record at {position} is malformed: {exc}") from exc
-    return Record(position, timestamp, bytes(view[offset:]), key, properties)
+    return Record(position, timestamp, bytes(view[offset:]), key, properties, entry_records)
 
 
 # -- record batches (format 2) ------------------------------------------------------------
@@ -392,6 +398,6 @@ def decode_entry(
     offset = 0
     for index, length in enumerate(struct.unpack(f">{count}I", lengths)):
         end = offset + length
-        records.append(decode_record(body[offset:end], Position(ledger_id, entry_id, index)))
+        records.append(decode_record(body[offset:end], Position(ledger_id, entry_id, index), count))
         offset = end
     return records

@@ -155,11 +155,15 @@ async def commit_before(named: NamedLog, name: str, position: Position) -> Subsc
     logs = named.logs
     subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
     last = await _last_before(named, position)
+    counts = {}
+    if position.index:  # inside a batch: the state needs to know how many records it has
+        end = await logs.walk.last_record(position.ledger_id, position.entry_id)
+        counts[(position.ledger_id, position.entry_id)] = end.index + 1
     for _attempt in range(logs.config.metadata_retries_max):
         state, version = await subs.read(named.name, name)
         if last is None:
             return state
-        new = state.with_acks(last, [])
+        new = state.with_acks(last, [], counts=counts)
         if new == state:
             return state
         try:
@@ -174,7 +178,10 @@ async def commit_before(named: NamedLog, name: str, position: Position) -> Subsc
 
 
 async def _last_before(named: NamedLog, position: Position) -> Position | None:
-    """The position of the last record before ``position`` (None: there is none)."""
+    """The position of the last record before ``position`` (None: there is none); an
+    entry's position ``(L, E)`` when it is all of entry E (the last record of a batch)."""
+    if position.index > 0:
+        return Position(position.ledger_id, position.entry_id, position.index - 1)
     if position.entry_id > 0:
         return Position(position.ledger_id, position.entry_id - 1)
     ledgers = [x.ledger_id for x in (await named.metadata()).ledgers]
