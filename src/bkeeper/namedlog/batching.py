@@ -52,7 +52,7 @@ class Batch:
     def complete(self, ledger_id: int, entry_id: int) -> None:
         """Its entry was acknowledged: each waiter gets its first record's position."""
         for future, index in self.waiters:
-            if not future.done():
+            if not future.done():  # (a caller may have cancelled it)
                 future.set_result(Position(ledger_id, entry_id, index))
 
     def fail(self, error: BaseException) -> None:
@@ -94,6 +94,11 @@ class Batcher:
     def idle(self) -> bool:
         """Nothing gathered, waiting or being sent."""
         return self._open is None and not self._sealed and self._sender is None
+
+    @property
+    def full(self) -> bool:
+        """The queue of sealed batches is full (:meth:`room` would wait)."""
+        return len(self._sealed) >= SEALED_BATCHES_MAX
 
     async def room(self) -> None:
         """Wait while the queue of sealed batches is full."""

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LogWriter", "create_ledger", "discard_ledger"]
 
+_PLAIN_HEAD = HEAD.pack
+
 log = logging.getLogger(__name__)
 
 
@@ -150,12 +152,16 @@ class LogWriter:
         if self._error is not None:
             raise await self._gone(self._error)
         self._check_open()
-        envelope = encode_record(payload, self._clock.wall_ms(), key, properties)
+        if key is None and not properties:  # inline: once per record
+            envelope = _PLAIN_HEAD(FORMAT_VERSION, 0, self._clock.wall_ms()) + payload
+        else:
+            envelope = encode_record(payload, self._clock.wall_ms(), key, properties)
         batcher = self._batcher
         if batcher is None:
             return await self._append_entry(envelope)
-        await batcher.room()
-        self._check_open()
+        if batcher.full:
+            await batcher.room()
+            self._check_open()
         future: asyncio.Future[Position] = self._loop.create_future()
         batcher.add(envelope, future)
         return future
