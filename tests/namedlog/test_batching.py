@@ -5,6 +5,7 @@ append_many; starts inside a batch; format-1 entries of older writers alongside.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
@@ -264,3 +265,56 @@ async def test_appends_after_close_are_refused_and_pending_batches_were_sent():
         assert [(await f).index for f in pending] == [0, 1, 2]
         with pytest.raises(LogError, match="closed"):
             await writer.append(b"late")
+
+
+async def test_a_batching_writer_fenced_mid_run_loses_nothing_acknowledged():
+    async with MemoryCluster(3) as cluster:
+        logs_a = NamedLogs(await cluster.client(FAST), BATCHED)
+        logs_b = NamedLogs(await cluster.client(FAST), LogConfig(tail_poll_ms=100))
+        named = await logs_a.create("log")
+        a = await named.open_writer()
+        acked: list[bytes] = []
+        errors: list[BaseException] = []
+
+        def settle(payload: bytes, future: asyncio.Future) -> None:
+            if future.exception() is None:
+                acked.append(payload)
+            else:
+                errors.append(future.exception())
+
+        async def pump():
+            futures = []
+            for i in range(400):
+                try:
+                    future = await a.append_async(b"a%d" % i)
+                except LogError as exc:
+                    errors.append(exc)
+                    continue
+                future.add_done_callback(functools.partial(settle, b"a%d" % i))
+                futures.append(future)
+                if i % 20 == 0:
+                    await asyncio.sleep(0.001)  # let the other writer in between
+            await asyncio.gather(*futures, return_exceptions=True)
+
+        pumping = asyncio.create_task(pump())
+        while len(acked) < 20:  # B takes over in the middle of A's run
+            await asyncio.sleep(0.001)
+        b = await logs_b.log("log").open_writer()
+        await pumping
+        await b.append(b"b-first")
+        await b.close()
+        assert errors or len(acked) == 400
+        assert all(isinstance(e, LogError) for e in errors), errors
+        reader = await logs_b.log("log").open_reader()
+        last = await logs_b.log("log").last_position()
+        got = []
+        while not got or got[-1].position < last:
+            record = await reader.next(10.0)
+            assert record is not None
+            got.append(record)
+        payloads = [r.payload for r in got]
+        assert payloads[-1] == b"b-first"
+        from_a = payloads[:-1]
+        assert from_a == [b"a%d" % i for i in range(len(from_a))], "a prefix of what A sent"
+        assert set(acked) <= set(from_a)
+        await reader.close()
