@@ -20,7 +20,9 @@ Limits: ``SEALED_BATCHES_MAX`` sealed batches waiting to be sent.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -32,6 +34,8 @@ from bkeeper.namedlog.records import Position
 __all__ = ["SEALED_BATCHES_MAX", "Batch", "Batcher"]
 
 log = logging.getLogger(__name__)
+
+_PLUS_4 = (4).__add__
 
 #: Sealed batches waiting for the sender; appenders wait while this many do.
 SEALED_BATCHES_MAX = 4
@@ -128,31 +132,24 @@ class Batcher:
         batches these records take (``append_many`` passes a bounded number at a time)."""
         parts: list[tuple[asyncio.Future[Position], int]] = []
         max_bytes, max_records = self._max_bytes, self._max_records
-        batch = self._open
-        future: asyncio.Future[Position] | None = None
-        future_batch: Batch | None = None
-        count = 0
-        for envelope in envelopes:
-            size = len(envelope) + 4
-            if batch is not None and (
-                batch.size + size > max_bytes or len(batch.envelopes) >= max_records
-            ):
+        sizes = list(map(_PLUS_4, map(len, envelopes)))  # with its length table entry
+        count, at = len(envelopes), 0
+        while at < count:  # a batch at a time, no Python work per record
+            batch = self._open
+            if batch is None or batch.size + sizes[at] > max_bytes:
                 self.seal()
-                batch = None
-            if batch is None:
                 batch = self._start()
-            if batch is not future_batch:
-                if future is not None:
-                    parts.append((future, count))
-                future, future_batch, count = self._loop.create_future(), batch, 0
-                batch.waiters.append((future, len(batch.envelopes)))
-            batch.envelopes.append(envelope)
-            batch.size += size
-            count += 1
-        if future is not None:
-            parts.append((future, count))
-        if batch is not None and len(batch.envelopes) >= max_records:
-            self.seal()
+            room = max_records - len(batch.envelopes)
+            totals = list(itertools.accumulate(sizes[at : at + room], initial=batch.size))
+            taken = max(1, bisect.bisect_right(totals, max_bytes) - 1)  # one always fits
+            future: asyncio.Future[Position] = self._loop.create_future()
+            batch.waiters.append((future, len(batch.envelopes)))
+            batch.envelopes += envelopes[at : at + taken]
+            batch.size = totals[taken]
+            parts.append((future, taken))
+            at += taken
+            if len(batch.envelopes) >= max_records or at < count:
+                self.seal()
         return parts
 
     def seal(self) -> None:

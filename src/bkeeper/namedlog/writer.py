@@ -30,6 +30,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from bkeeper.client.bookkeeper import BookKeeper
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["LogWriter", "create_ledger", "discard_ledger"]
 
 _PLAIN_HEAD = HEAD.pack
+_new_tuple = tuple.__new__
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +188,7 @@ class LogWriter:
                 raise ConfigError(f"append_many: {len(given)} {name} for {count} payloads")
         now = self._clock.wall_ms()
         if keys is None and properties is None:
-            head = HEAD.pack(FORMAT_VERSION, 0, now)
-            envelopes = [head + payload for payload in payloads]
+            envelopes = list(map(HEAD.pack(FORMAT_VERSION, 0, now).__add__, payloads))
         else:
             keys_ = keys if keys is not None else [None] * count
             props = properties if properties is not None else [None] * count
@@ -209,7 +210,8 @@ class LogWriter:
         positions: list[Position] = []
         for future, records in parts:
             ledger_id, entry_id, first = await future
-            positions += [Position(ledger_id, entry_id, i) for i in range(first, first + records)]
+            at = zip(repeat(ledger_id), repeat(entry_id), range(first, first + records))
+            positions += map(_new_tuple, repeat(Position), at)  # no Python call per record
         return positions
 
     async def flush(self) -> None:
