@@ -54,7 +54,7 @@ from __future__ import annotations
 import importlib
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from bkeeper.common.errors import ConfigError, ProtocolError
@@ -104,6 +104,9 @@ HEAD_FLAGS_AT = 1
 HEAD_TIMESTAMP_AT = 2
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_TIMESTAMP = struct.Struct(">q")
+_PLAIN_HEAD_BYTES = HEAD.size
+_new_tuple = tuple.__new__
 
 #: The first byte of an entry holding a record batch.
 BATCH_FORMAT_VERSION = 2
@@ -163,17 +166,21 @@ class Position(NamedTuple):
         return Position(self.ledger_id, self.entry_id, self.index + 1)
 
 
-@dataclass(frozen=True)
-class Record:
+#: The properties of a record that has none (shared, read-only).
+NO_PROPERTIES: Mapping[str, bytes] = MappingProxyType({})
+
+
+class Record(NamedTuple):
     """One record of a named log, as a reader gets it. ``entry_records``: how many records
     the entry holding it has (1: a format-1 entry; n: a batch, this one at
-    ``position.index``)."""
+    ``position.index``). A named tuple: immutable, and cheap to make (a reader makes one per
+    record)."""
 
     position: Position
     timestamp_ms: int
     payload: bytes
     key: bytes | None = None
-    properties: Mapping[str, bytes] = field(default_factory=dict)
+    properties: Mapping[str, bytes] = NO_PROPERTIES
     entry_records: int = 1
 
 
@@ -226,8 +233,9 @@ def decode_record(
             offset += size
             if len(key) != size:
                 raise ProtocolError("record key is cut short")
-        properties: dict[str, bytes] = {}
+        properties: Mapping[str, bytes] = NO_PROPERTIES
         if flags & _FLAG_PROPERTIES:
+            properties = found = {}
             (count,) = _U16.unpack_from(view, offset)
             offset += 2
             for _ in range(count):
@@ -239,7 +247,7 @@ def decode_record(
                 offset += 4 + size
                 if len(value) != size:
                     raise ProtocolError("record property is cut short")
-                properties[name] = value
+                found[name] = value
         if offset > len(view):
             raise ProtocolError("record envelope is cut short")
     except (struct.error, UnicodeDecodeError) as exc:
@@ -394,10 +402,18 @@ def decode_entry(
     if not view or view[0] != BATCH_FORMAT_VERSION:
         return [decode_record(view, Position(ledger_id, entry_id))]
     count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
-    records = []
+    records: list[Record] = []
     offset = 0
     for index, length in enumerate(struct.unpack(f">{count}I", lengths)):
         end = offset + length
-        records.append(decode_record(body[offset:end], Position(ledger_id, entry_id, index), count))
+        if length >= _PLAIN_HEAD_BYTES and body[offset] == FORMAT_VERSION and not body[offset + 1]:
+            # Inline (no key, no properties: the common case): no call per record.
+            (timestamp,) = _TIMESTAMP.unpack_from(body, offset + HEAD_TIMESTAMP_AT)
+            at = _new_tuple(Position, (ledger_id, entry_id, index))
+            payload = bytes(body[offset + _PLAIN_HEAD_BYTES : end])
+            records.append(_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, count)))
+        else:
+            at = Position(ledger_id, entry_id, index)
+            records.append(decode_record(body[offset:end], at, count))
         offset = end
     return records
