@@ -400,7 +400,12 @@ def decode_entry(
     the position when malformed."""
     view = memoryview(data)
     if not view or view[0] != BATCH_FORMAT_VERSION:
-        return [decode_record(view, Position(ledger_id, entry_id))]
+        at = _new_tuple(Position, (ledger_id, entry_id, 0))
+        if len(view) >= _PLAIN_HEAD_BYTES and view[0] == FORMAT_VERSION and not view[1]:
+            (timestamp,) = _TIMESTAMP.unpack_from(view, HEAD_TIMESTAMP_AT)
+            payload = bytes(view[_PLAIN_HEAD_BYTES:])
+            return [_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, 1))]
+        return [decode_record(view, at)]
     count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
     records: list[Record] = []
     offset = 0
