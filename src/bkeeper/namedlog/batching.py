@@ -36,6 +36,7 @@ __all__ = ["SEALED_BATCHES_MAX", "Batch", "Batcher"]
 log = logging.getLogger(__name__)
 
 _PLUS_4 = (4).__add__
+_new_tuple = tuple.__new__
 
 #: Sealed batches waiting for the sender; appenders wait while this many do.
 SEALED_BATCHES_MAX = 4
@@ -57,7 +58,7 @@ class Batch:
         """Its entry was acknowledged: each waiter gets its first record's position."""
         for future, index in self.waiters:
             if not future.done():  # (a caller may have cancelled it)
-                future.set_result(Position(ledger_id, entry_id, index))
+                future.set_result(_new_tuple(Position, (ledger_id, entry_id, index)))
 
     def fail(self, error: BaseException) -> None:
         for future, _ in self.waiters:
