@@ -53,8 +53,7 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from bkeeper.common.errors import ConfigError, ProtocolError
@@ -166,8 +165,29 @@ class Position(NamedTuple):
         return Position(self.ledger_id, self.entry_id, self.index + 1)
 
 
-#: The properties of a record that has none (shared, read-only).
-NO_PROPERTIES: Mapping[str, bytes] = MappingProxyType({})
+class _NoProperties(Mapping[str, bytes]):
+    """The properties of a record that has none: empty, read-only, shared, picklable."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> bytes:
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+    def __reduce__(self) -> str:
+        return "NO_PROPERTIES"  # unpickled as this module's one instance
+
+
+#: The properties of a record that has none.
+NO_PROPERTIES: Mapping[str, bytes] = _NoProperties()
 
 
 class Record(NamedTuple):
