@@ -110,6 +110,12 @@ class LogReader:
             self._buffer.extend(batch)
         return self._take()
 
+    def next_buffered(self) -> Record | None:
+        """The next record if it was read already (None: reading is needed, or closed)."""
+        if self._buffer and not self._closed:
+            return self._take()
+        return None
+
     async def next(self, timeout_s: float | None = None) -> Record | None:
         """The next record, or None when none comes within ``timeout_s`` (the read goes
         on, and a later call gets its record)."""
