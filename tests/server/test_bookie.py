@@ -11,6 +11,7 @@ import pytest
 
 from bkeeper.common.errors import CookieMismatchError
 from bkeeper.wire import entryset
+from bkeeper.wire.batch_frames import batch_bodies
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import (
@@ -188,7 +189,7 @@ async def test_batch_read_v2(start_bookie, connect):
         assert (await add(client, 14, entry)).status is StatusCode.EOK
     response = await client.request(BatchReadRequest(14, 3, 4, 1 << 20, request_id=77))
     assert response.status is StatusCode.EOK
-    assert [bytes(b) for b in response.bodies] == [body(14, e) for e in range(3, 7)]
+    assert [bytes(b) for b in batch_bodies(response)] == [body(14, e) for e in range(3, 7)]
 
 
 async def test_garbage_closes_only_that_connection(start_bookie, connect):

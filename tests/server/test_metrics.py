@@ -8,6 +8,7 @@ import pytest
 
 from bkeeper.common.metrics_export import exposition_text
 from bkeeper.server.metrics import bookie_registry
+from bkeeper.wire.batch_frames import batch_bodies
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import (
@@ -52,8 +53,9 @@ async def test_requests_journal_and_storage_are_counted(start_bookie, connect):
         read_bytes += len(reply.body)
     assert (await v3.request(ReadRequest(1, 50))).status is StatusCode.ENOENTRY
     batch = await v2.request(BatchReadRequest(1, 0, 10, 1 << 20, request_id=1))
-    assert len(batch.bodies) == 10
-    read_bytes += sum(len(b) for b in batch.bodies)
+    bodies_read = batch_bodies(batch)
+    assert len(bodies_read) == 10
+    read_bytes += sum(len(b) for b in bodies_read)
     poll = await v3.request(ReadRequest(2, 30, previous_lac=40, timeout_ms=50))
     assert poll.status is StatusCode.EOK
     info = GetBookieInfoRequest(GetBookieInfoField.FREE_DISK_SPACE)

@@ -5,7 +5,7 @@
 ``DigestManager.verify_batch_frame`` then walks the length-prefixed bodies and checks each
 digest in the same pass, one unpack per entry for its length, header and digest, instead of
 a view per body here and a second pass over them there. Other readers of the frame (tests,
-tools) get the bodies split by :func:`split_bodies`.
+tools) get the bodies of any BATCH_READ answer, framed or not, from :func:`batch_bodies`.
 
 Layout after the packet header: rc (4) | ledger id (8) | start entry id (8) | request id (8)
 | repeated (length (4), body).
@@ -20,7 +20,13 @@ from bkeeper.common.errors import ProtocolError
 from bkeeper.wire.codes import V2_TO_STATUS
 from bkeeper.wire.messages import BatchReadResponse
 
-__all__ = ["BODIES_AT", "FramedBatchReadResponse", "decode_batch_frame", "split_bodies"]
+__all__ = [
+    "BODIES_AT",
+    "FramedBatchReadResponse",
+    "batch_bodies",
+    "decode_batch_frame",
+    "split_bodies",
+]
 
 _FIXED = struct.Struct(">iiqqq")  # header, rc, ledger id, start entry id, request id
 _I = struct.Struct(">i")
@@ -67,3 +73,11 @@ def split_bodies(
         bodies.append(frame[pos:stop])
         pos = stop
     return bodies
+
+
+def batch_bodies(response: BatchReadResponse) -> list[memoryview] | tuple[object, ...]:
+    """The bodies of a BATCH_READ answer, whether its bodies are split (v3, the in-memory
+    cluster) or still in its frame (v2 over TCP: :class:`FramedBatchReadResponse`)."""
+    if isinstance(response, FramedBatchReadResponse) and response.frame is not None:
+        return split_bodies(response.frame)
+    return response.bodies
