@@ -12,7 +12,15 @@ from bkeeper.namedlog.config import EARLIEST, LATEST, LogConfig
 from bkeeper.namedlog.logs import NamedLog, NamedLogs
 from bkeeper.namedlog.metadata import LogLedger, LogMetadata, LogStore, logs_root
 from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.records import Position, Record, decode_record, encode_record
+from bkeeper.namedlog.records import (
+    Position,
+    Record,
+    decode_entry,
+    decode_record,
+    encode_batch,
+    encode_record,
+    entry_envelopes,
+)
 from bkeeper.namedlog.walk import EntrySpan, LogWalk
 from bkeeper.namedlog.writer import LogWriter
 
@@ -31,7 +39,10 @@ __all__ = [
     "NamedLogs",
     "Position",
     "Record",
+    "decode_entry",
     "decode_record",
+    "encode_batch",
     "encode_record",
+    "entry_envelopes",
     "logs_root",
 ]

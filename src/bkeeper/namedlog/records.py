@@ -1,7 +1,10 @@
-"""Positions and the record envelope of named logs (pure code, no I/O).
+"""Positions, the record envelope and the record batch of named logs (pure code, no I/O).
 
-A record is stored as one ledger entry whose payload is the envelope below (big-endian).
-Readers of the raw ledger see these bytes; :func:`decode_record` turns them back.
+An entry of a named log's ledger holds either one record (format 1, below) or a batch of
+records (format 2); its first byte says which. Readers of the raw ledger see these bytes;
+:func:`decode_entry` turns an entry of either format back into its records.
+
+**Format 1, one record** (the envelope; what a writer with batching off writes), big-endian:
 
 =========  =======================================================================
 bytes      field
@@ -14,19 +17,59 @@ bytes      field
            name length (2), name (UTF-8, at most 1,024 bytes), value length (4), value
 rest       the payload
 =========  =======================================================================
+
+**Format 2, a record batch** (:func:`encode_batch`), big-endian:
+
+=========  =======================================================================
+bytes      field
+=========  =======================================================================
+1          format version, 2
+1          codec of the body: 0 none, 1 zstd, 2 lz4
+4          record count n, 1 to ``BATCH_RECORDS_MAX``
+4          body length in bytes, uncompressed (only when the codec is not 0; at most
+           ``BATCH_BODY_BYTES_MAX``)
+rest       the body: as is with codec 0; else compressed as a whole, zstd as one
+           Zstandard frame (RFC 8878), lz4 as one LZ4 block (no frame: its size is the
+           body length above)
+=========  =======================================================================
+
+The body, uncompressed: a table of n record lengths (4 bytes each), then the n records
+back to back, each a format-1 envelope as above (its own timestamp, key, properties and
+payload) of the length the table gives; the body is exactly ``4 * n + sum(lengths)`` bytes.
+Record i of the batch in entry E of ledger L has position ``(L, E, i)``; the record of a
+format-1 entry has index 0. A reader lacking an entry's codec (``zstandard`` / ``lz4`` not
+installed) fails with a ``ProtocolError`` naming it.
+
+**Fast path for decoders of many entries at once** (Spark's Arrow conversion):
+:func:`entry_envelopes` gives an entry's records as :class:`Envelopes`: their count, the
+length table (``record_count`` big-endian u32, ``numpy.frombuffer(lengths, ">u4")``) and the
+envelopes back to back in one buffer, with no per-record Python work (a format-1 entry is
+one envelope of the entry's length). Joining several entries' ``lengths`` and ``data`` gives
+one table and one buffer; an envelope with flags 0 is the head (``HEAD``; its fields at
+``HEAD_VERSION_AT``, ``HEAD_FLAGS_AT``, ``HEAD_TIMESTAMP_AT``) followed by the payload.
 """
 
 from __future__ import annotations
 
+import importlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from bkeeper.common.errors import ConfigError, ProtocolError
 
 __all__ = [
+    "BATCH_BODY_BYTES_MAX",
+    "BATCH_FORMAT_VERSION",
+    "BATCH_HEAD",
+    "BATCH_RECORDS_MAX",
+    "CODECS",
+    "CODEC_LZ4",
+    "CODEC_NONE",
+    "CODEC_ZSTD",
     "FORMAT_VERSION",
+    "Envelopes",
     "HEAD",
     "HEAD_FLAGS_AT",
     "HEAD_TIMESTAMP_AT",
@@ -36,8 +79,13 @@ __all__ = [
     "PROPERTY_NAME_BYTES_MAX",
     "Position",
     "Record",
+    "available_codecs",
+    "codec_id",
+    "decode_entry",
     "decode_record",
+    "encode_batch",
     "encode_record",
+    "entry_envelopes",
 ]
 
 FORMAT_VERSION = 1
@@ -57,30 +105,62 @@ HEAD_TIMESTAMP_AT = 2
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
+#: The first byte of an entry holding a record batch.
+BATCH_FORMAT_VERSION = 2
+#: The head of a record batch: format version 2, codec, record count.
+BATCH_HEAD = struct.Struct(">BBI")
+#: Records one batch holds at most.
+BATCH_RECORDS_MAX = 1 << 20
+#: Bytes a batch's body holds at most, uncompressed (a reader refuses to inflate more).
+BATCH_BODY_BYTES_MAX = 64 * 1024 * 1024
+CODEC_NONE = 0
+CODEC_ZSTD = 1
+CODEC_LZ4 = 2
+#: Codec names (as ``LogConfig.compression`` takes them) and their ids.
+CODECS = {"none": CODEC_NONE, "zstd": CODEC_ZSTD, "lz4": CODEC_LZ4}
+_CODEC_NAMES = {number: name for name, number in CODECS.items()}
+_CODEC_PACKAGES = {CODEC_ZSTD: "zstandard", CODEC_LZ4: "lz4"}
+#: zstd's level for batches: fast (the writer compresses on the event loop).
+ZSTD_LEVEL = 1
+
 
 class Position(NamedTuple):
-    """Where a record lives: (ledger id, entry id). Positions sort in log order, because a
-    log only ever appends ledgers with ids greater than those it holds."""
+    """Where a record lives: (ledger id, entry id, index in the entry's batch). Positions
+    sort in log order, because a log only ever appends ledgers with ids greater than those
+    it holds and a batch's records lie in index order. A single-record entry's record is
+    index 0. As a start, ``(L, E, I)`` means record I of entry E, or the first record after
+    it when E has no record I (so ``(L, E, n)`` of a batch of n records is ``(L, E + 1, 0)``).
+    """
 
     ledger_id: int
     entry_id: int
+    #: Shadows ``tuple.index``, which positions have no use for.
+    index: int = 0  # type: ignore[assignment]
 
     def __str__(self) -> str:
+        if self.index:
+            return f"{self.ledger_id}:{self.entry_id}:{self.index}"
         return f"{self.ledger_id}:{self.entry_id}"
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        """``"LEDGER:ENTRY"`` as printed by ``str(position)``."""
-        ledger, sep, entry = text.partition(":")
+        """``"LEDGER:ENTRY"`` or ``"LEDGER:ENTRY:INDEX"`` as printed by ``str(position)``."""
+        parts = text.split(":")
         try:
-            if not sep:
+            if len(parts) not in (2, 3):
                 raise ValueError(text)
-            position = cls(int(ledger), int(entry))
+            position = cls(*(int(part) for part in parts))
         except ValueError:
-            raise ConfigError(f"position {text!r} is not LEDGER:ENTRY (two integers)") from None
-        if position.ledger_id < 0 or position.entry_id < 0:
+            raise ConfigError(
+                f"position {text!r} is not LEDGER:ENTRY or LEDGER:ENTRY:INDEX (integers)"
+            ) from None
+        if min(position) < 0:
             raise ConfigError(f"position {text!r} has a negative part")
         return position
+
+    def next(self) -> Position:
+        """The position right after this record's (the next index of its entry)."""
+        return Position(self.ledger_id, self.entry_id, self.index + 1)
 
 
 @dataclass(frozen=True)
@@ -161,3 +241,157 @@ def decode_record(data: bytes | bytearray | memoryview, position: Position) -> R
     except ProtocolError as exc:
         raise ProtocolError(f"record at {position} is malformed: {exc}") from exc
     return Record(position, timestamp, bytes(view[offset:]), key, properties)
+
+
+# -- record batches (format 2) ------------------------------------------------------------
+
+
+class Envelopes(NamedTuple):
+    """An entry's records as envelopes (:func:`entry_envelopes`): ``record_count`` of
+    them, ``lengths`` their lengths (``record_count`` big-endian u32) and ``data`` the
+    envelopes back to back (exactly the sum of the lengths)."""
+
+    record_count: int
+    lengths: bytes | memoryview
+    data: bytes | memoryview
+
+
+def _codec_module(codec: int) -> Any:
+    """The module implementing ``codec`` (imported on first use); ``ProtocolError`` naming
+    it when it is unknown or not installed."""
+    package = _CODEC_PACKAGES.get(codec)
+    if package is None:
+        raise ProtocolError(f"unknown record batch codec {codec}")
+    try:
+        if codec == CODEC_LZ4:
+            return importlib.import_module("lz4.block")
+        return importlib.import_module(package)
+    except ImportError:
+        raise ProtocolError(
+            f"record batch codec {_CODEC_NAMES[codec]} needs the {package} package, which is "
+            f"not installed (pip install {package})"
+        ) from None
+
+
+def available_codecs() -> list[str]:
+    """The codec names this process can write and read."""
+    names = ["none"]
+    for name, number in CODECS.items():
+        if number == CODEC_NONE:
+            continue
+        try:
+            _codec_module(number)
+        except ProtocolError:
+            continue
+        names.append(name)
+    return names
+
+
+def codec_id(name: str) -> int:
+    """The id of codec ``name``; ``ConfigError`` when it is unknown or not installed."""
+    number = CODECS.get(name)
+    if number is None:
+        raise ConfigError(f"compression {name!r} is not one of {', '.join(CODECS)}")
+    if number != CODEC_NONE:
+        try:
+            _codec_module(number)
+        except ProtocolError as exc:
+            raise ConfigError(f"compression {name!r}: {exc}") from None
+    return number
+
+
+def encode_batch(
+    envelopes: Sequence[bytes | bytearray | memoryview], codec: int = CODEC_NONE
+) -> bytes:
+    """The entry bytes of a batch of records, each given as its envelope
+    (:func:`encode_record`), compressed with ``codec``; ``ConfigError`` when the batch is
+    empty, has too many records or too large a body."""
+    count = len(envelopes)
+    if not 1 <= count <= BATCH_RECORDS_MAX:
+        raise ConfigError(f"a record batch holds 1 to {BATCH_RECORDS_MAX} records, not {count}")
+    table = struct.pack(f">{count}I", *map(len, envelopes))
+    if codec == CODEC_NONE:
+        return b"".join(
+            (BATCH_HEAD.pack(BATCH_FORMAT_VERSION, CODEC_NONE, count), table, *envelopes)
+        )
+    body = b"".join((table, *envelopes))
+    if len(body) > BATCH_BODY_BYTES_MAX:
+        raise ConfigError(f"a record batch of {len(body)} bytes exceeds {BATCH_BODY_BYTES_MAX}")
+    try:
+        module = _codec_module(codec)
+    except ProtocolError as exc:
+        raise ConfigError(str(exc)) from None
+    if codec == CODEC_ZSTD:
+        packed = module.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
+    else:
+        packed = module.compress(body, store_size=False)
+    head = BATCH_HEAD.pack(BATCH_FORMAT_VERSION, codec, count) + _U32.pack(len(body))
+    return head + bytes(packed)
+
+
+def _inflate(view: memoryview, codec: int, size: int) -> bytes:
+    module = _codec_module(codec)
+    if size > BATCH_BODY_BYTES_MAX:
+        raise ProtocolError(f"body of {size} bytes exceeds {BATCH_BODY_BYTES_MAX}")
+    try:
+        if codec == CODEC_ZSTD:
+            body = module.ZstdDecompressor().decompress(view, max_output_size=size)
+        else:
+            body = module.decompress(view, uncompressed_size=size)
+    except Exception as exc:  # the codecs raise their own error types
+        raise ProtocolError(f"{_CODEC_NAMES[codec]} body does not decompress: {exc}") from exc
+    if len(body) != size:
+        raise ProtocolError(f"body inflates to {len(body)} bytes, not {size}")
+    return bytes(body)  # the codecs are untyped
+
+
+def entry_envelopes(
+    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int
+) -> Envelopes:
+    """The records of an entry of either format, as envelopes (see the module docstring's
+    fast path); ``ProtocolError`` naming the entry when its batch is malformed. The
+    envelopes themselves are not checked here (:func:`decode_record` does)."""
+    view = memoryview(data)
+    if not view or view[0] != BATCH_FORMAT_VERSION:
+        return Envelopes(1, _U32.pack(len(view)), view)
+    try:
+        if len(view) < BATCH_HEAD.size:
+            raise ProtocolError("head is cut short")
+        _, codec, count = BATCH_HEAD.unpack_from(view)
+        if not 1 <= count <= BATCH_RECORDS_MAX:
+            raise ProtocolError(f"record count {count} is not 1 to {BATCH_RECORDS_MAX}")
+        if codec == CODEC_NONE:
+            body = view[BATCH_HEAD.size :]
+        else:
+            _codec_module(codec)  # unknown or missing: say so first
+            if len(view) < BATCH_HEAD.size + 4:
+                raise ProtocolError("head is cut short")
+            (size,) = _U32.unpack_from(view, BATCH_HEAD.size)
+            body = memoryview(_inflate(view[BATCH_HEAD.size + 4 :], codec, size))
+        table = 4 * count
+        if len(body) < table:
+            raise ProtocolError(f"length table of {count} records is cut short")
+        total = sum(struct.unpack_from(f">{count}I", body))
+        if total != len(body) - table:
+            raise ProtocolError(f"records add up to {total} bytes, not {len(body) - table}")
+    except ProtocolError as exc:
+        raise ProtocolError(f"record batch at {ledger_id}:{entry_id}: {exc}") from None
+    return Envelopes(count, body[:table], body[table:])
+
+
+def decode_entry(
+    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int
+) -> list[Record]:
+    """The records of an entry of either format, in index order; ``ProtocolError`` naming
+    the position when malformed."""
+    view = memoryview(data)
+    if not view or view[0] != BATCH_FORMAT_VERSION:
+        return [decode_record(view, Position(ledger_id, entry_id))]
+    count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
+    records = []
+    offset = 0
+    for index, length in enumerate(struct.unpack(f">{count}I", lengths)):
+        end = offset + length
+        records.append(decode_record(body[offset:end], Position(ledger_id, entry_id, index)))
+        offset = end
+    return records
