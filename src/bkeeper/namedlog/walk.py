@@ -77,6 +77,10 @@ class EntrySpan:
     first: int
     last: int
     sealed: bool = True
+    #: Of entry ``first``'s records, those from this index on (0: all).
+    first_index: int = 0
+    #: Of entry ``last``'s records, those before this index only (0: all).
+    end_index: int = 0
 
     @property
     def count(self) -> int:
