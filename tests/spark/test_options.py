@@ -151,3 +151,43 @@ def test_timestamps_one_or_per_log_and_mode_checks():
     )
     assert sink_options({**BASE, "log": "a"}).create_log is None
     assert sink_options({**BASE, "log": "a", "createLog": "true"}).create_log is True
+
+
+def test_positions_inside_a_record_batch():
+    positions = {"a": Position(1, 2, 3), "b": Position(4, 5)}
+    offset = offset_from_positions(positions)
+    # index only when not 0: offsets of single-record entries read as before
+    assert offset == {"a": {"ledger": 1, "entry": 2, "index": 3}, "b": {"ledger": 4, "entry": 5}}
+    assert positions_from_offset(offset) == positions
+    start = source_options(
+        {**BASE, "log": "a", "startingPosition": '{"a": {"ledger": 1, "entry": 2, "index": 7}}'},
+        streaming=False,
+    )
+    assert start.starting == {"a": Position(1, 2, 7)}
+    with pytest.raises(ConfigError, match=r'with "index": I, a record of a batch'):
+        positions_from_offset('{"a": {"ledger": 1, "entry": 2, "index": -1}}', "startingPosition")
+    with pytest.raises(ConfigError, match="position of log 'a'"):
+        positions_from_offset('{"a": {"ledger": 1, "index": 2}}', "startingPosition")
+
+
+def test_sink_batching_options():
+    from bkeeper.namedlog.records import CODEC_ZSTD
+    from bkeeper.spark.options import SinkBatching
+
+    assert sink_options({**BASE, "log": "a"}).batching == SinkBatching(1_000, 128 * 1024, 0)
+    chosen = sink_options(
+        {**BASE, "log": "a", "batchMaxRecords": "50", "batchMaxBytes": "4096",
+         "compression": "ZSTD"}  # fmt: skip
+    )
+    assert chosen.batching == SinkBatching(50, 4096, CODEC_ZSTD)
+    assert sink_options({**BASE, "log": "a", "batching": "false"}).batching.max_records == 1
+    with pytest.raises(ConfigError, match="option compression 'gzip' is not one of none, zstd"):
+        sink_options({**BASE, "log": "a", "compression": "gzip"})
+    with pytest.raises(ConfigError, match="batchMaxBytes: 5242880 is more than 4194304"):
+        sink_options({**BASE, "log": "a", "batchMaxBytes": str(5 * 1024 * 1024)})
+    with pytest.raises(ConfigError, match="batchMaxRecords: 2000000 is more than 1048576"):
+        sink_options({**BASE, "log": "a", "batchMaxRecords": "2000000"})
+    with pytest.raises(ConfigError, match="need batching=true"):
+        sink_options({**BASE, "log": "a", "batching": "false", "compression": "lz4"})
+    with pytest.raises(ConfigError, match="did you mean batchMaxRecords"):
+        sink_options({**BASE, "log": "a", "batchMaxRecord": "5"})

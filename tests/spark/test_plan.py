@@ -321,3 +321,32 @@ async def test_a_move_plans_the_batch_it_ends_and_a_tight_limit_skips_logs():
         one = await move(view, stream, start, max_entries=1)
         assert one.covered == 1
         assert one.ends["b"] == start["b"] and one.ends["a"] == Position(a[0].ledger_id, 1)
+
+
+async def test_spans_start_and_end_inside_record_batches():
+    """A position with an index plans whole entries for the walk and marks the first span's
+    first_index and the last span's end_index; pieces of a split keep them at their ends."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), LogConfig())
+        positions = await _log_with_rolls(logs, "a", 10)
+        ledger = positions[0].ledger_id
+        view = LogView(logs)
+        spans, after = await view.spans("a", Position(ledger, 2, 5), Position(ledger, 7, 3))
+        assert spans == [EntrySpan("a", ledger, 2, 7, True, first_index=5, end_index=3)]
+        assert after == Position(ledger, 7, 3)
+        spans, after = await view.spans("a", Position(ledger, 4, 1), Position(ledger, 4, 2))
+        assert spans == [EntrySpan("a", ledger, 4, 4, True, first_index=1, end_index=2)]
+        spans, after = await view.spans("a", Position(ledger, 3, 2), Position(ledger, 6))
+        assert spans == [EntrySpan("a", ledger, 3, 5, True, first_index=2)]
+        assert after == Position(ledger, 6)
+        # Past the head: nothing, and the position after stays at the start, not before it.
+        spans, after = await view.spans("a", Position(ledger, 10, 4))
+        assert spans == [] and after == Position(ledger, 10, 4)
+    pieces = split_spans([EntrySpan("a", 1, 0, 9, True, first_index=3, end_index=2)], 4)
+    assert [(p.first, p.last, p.first_index, p.end_index) for p in pieces] == [
+        (0, 3, 3, 0),
+        (4, 7, 0, 0),
+        (8, 9, 0, 2),
+    ]
+    limited = limit_spans({"a": [EntrySpan("a", 1, 0, 9, True, first_index=3, end_index=2)]}, 5)
+    assert limited["a"] == [EntrySpan("a", 1, 0, 4, True, first_index=3)]

@@ -55,6 +55,10 @@ WRITE_OPTIONS = (
     "password",
     "rollBytes",
     "writerId",
+    "batching",
+    "batchMaxRecords",
+    "batchMaxBytes",
+    "compression",
 )
 #: Options Spark itself sets or passes on: ``load(path)``/``save(path)`` and a streaming
 #: query's checkpoint and name.

@@ -5,8 +5,10 @@ Spark hands a data source a case-insensitive dict of strings; :func:`source_opti
 option and what is wrong. docs/spark.md lists every option; this module is the truth.
 
 Positions in options and in streaming offsets are JSON: ``{"<log>": {"ledger": L, "entry":
-E}}`` where ``(L, E)`` is the next record to read; a log may also map to ``"earliest"`` or
-``"latest"``.
+E}}`` where ``(L, E)`` is the next record to read, or ``{"ledger": L, "entry": E, "index": I}``
+for record ``I`` of the record batch in entry ``E`` (offsets carry ``index`` only when it is
+not 0, so those of single-record entries read as before); a log may also map to
+``"earliest"`` or ``"latest"``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
 from bkeeper.namedlog.metadata import check_log_name
+from bkeeper.namedlog.records import BATCH_RECORDS_MAX, codec_id
 from bkeeper.namedlog.subscription import check_subscription_name
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 
 __all__ = [
     "MAX_ENTRIES_PER_SPLIT_DEFAULT",
     "PositionSpec",
+    "SinkBatching",
     "SinkOptions",
     "SourceOptions",
     "offset_from_positions",
@@ -89,6 +93,26 @@ class SourceOptions:
         return name in self.logs
 
 
+#: Records a write task packs into one entry (a record batch) at most, by default...
+SINK_BATCH_MAX_RECORDS_DEFAULT = 1_000
+#: ...and bytes of records (a single larger record goes alone, as one record).
+SINK_BATCH_MAX_BYTES_DEFAULT = 128 * 1024
+#: The largest ``batchMaxBytes``: a batch's entry must fit in a bookie's 5 MiB frame.
+SINK_BATCH_MAX_BYTES_MAX = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SinkBatching:
+    """How a write task packs records into entries (options ``batching``,
+    ``batchMaxRecords``, ``batchMaxBytes``, ``compression``); ``max_records`` 1: one record
+    per entry (format 1)."""
+
+    max_records: int = SINK_BATCH_MAX_RECORDS_DEFAULT
+    max_bytes: int = SINK_BATCH_MAX_BYTES_DEFAULT
+    #: ``bkeeper.namedlog.records`` codec id (0: none).
+    codec: int = 0
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """Where a write goes and how its ledgers are made."""
@@ -101,6 +125,7 @@ class SinkOptions:
     log_config: LogConfig = field(default_factory=LogConfig)
     writer_id: str | None = None
     client: tuple[tuple[str, Any], ...] = ()
+    batching: SinkBatching = field(default_factory=SinkBatching)
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(**dict(self.client))
@@ -108,7 +133,10 @@ class SinkOptions:
 
 def spark_schema(include_properties: bool) -> str:
     """The read schema as Spark DDL (``bkeeper.spark.arrow`` has its Arrow form)."""
-    ddl = "log string, ledger bigint, entry bigint, timestamp timestamp, key binary, payload binary"
+    ddl = (
+        "log string, ledger bigint, entry bigint, index int, timestamp timestamp, key binary, "
+        "payload binary"
+    )
     return ddl + (", properties map<string,binary>" if include_properties else "")
 
 
@@ -194,21 +222,18 @@ def _client(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
 def _position(log: str, value: Any, option: str) -> PositionSpec:
     if value in (EARLIEST, LATEST):
         return str(value)
-    if isinstance(value, dict) and set(value) == {"ledger", "entry"}:
-        ledger, entry = value["ledger"], value["entry"]
-        if (
-            isinstance(ledger, int)
-            and isinstance(entry, int)
-            and not isinstance(ledger, bool)
-            and not isinstance(entry, bool)
-            and ledger >= 0
-            and entry >= 0
-        ):
-            return Position(ledger, entry)
+    if isinstance(value, dict) and set(value) in ({"ledger", "entry"}, _WITH_INDEX):
+        parts = [value["ledger"], value["entry"], value.get("index", 0)]
+        if all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
+            return Position(*parts)
     raise ConfigError(
         f'option {option}: position of log {log!r} must be "earliest", "latest" or '
-        f'{{"ledger": L, "entry": E}} with L, E >= 0; got {json.dumps(value)}'
+        f'{{"ledger": L, "entry": E}} (or with "index": I, a record of a batch) with L, E, '
+        f"I >= 0; got {json.dumps(value)}"
     )
+
+
+_WITH_INDEX = {"ledger", "entry", "index"}
 
 
 def positions_from_offset(
@@ -228,10 +253,14 @@ def positions_from_offset(
 
 def offset_from_positions(positions: Mapping[str, Position]) -> dict[str, Any]:
     """The JSON-able offset of exact positions (sorted by log name)."""
-    return {
-        log: {"ledger": position.ledger_id, "entry": position.entry_id}
-        for log, position in sorted(positions.items())
-    }
+    return {log: _offset(position) for log, position in sorted(positions.items())}
+
+
+def _offset(position: Position) -> dict[str, int]:
+    offset = {"ledger": position.ledger_id, "entry": position.entry_id}
+    if position.index:
+        offset["index"] = position.index
+    return offset
 
 
 def _start_end(
@@ -410,6 +439,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     if writer_id is not None and not 0 < len(writer_id) <= 256:
         raise ConfigError("option writerId: use 1-256 characters")
     return SinkOptions(
+        batching=_sink_batching(options),
         metadata=metadata,
         log=log,
         create_log=None
@@ -419,3 +449,28 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         writer_id=writer_id,
         client=_client(options),
     )
+
+
+def _sink_batching(options: Mapping[str, str]) -> SinkBatching:
+    """``batching`` (default true), ``batchMaxRecords``, ``batchMaxBytes``, ``compression``."""
+    records = _positive_int(options, "batchMaxRecords", None) or SINK_BATCH_MAX_RECORDS_DEFAULT
+    size = _positive_int(options, "batchMaxBytes", None) or SINK_BATCH_MAX_BYTES_DEFAULT
+    if records > BATCH_RECORDS_MAX:
+        raise ConfigError(f"option batchMaxRecords: {records} is more than {BATCH_RECORDS_MAX}")
+    if size > SINK_BATCH_MAX_BYTES_MAX:
+        raise ConfigError(
+            f"option batchMaxBytes: {size} is more than {SINK_BATCH_MAX_BYTES_MAX} (an entry "
+            "must fit in a bookie's frame)"
+        )
+    name = (_get(options, "compression") or "none").strip().lower()
+    try:
+        codec = codec_id(name)
+    except ConfigError as exc:
+        raise ConfigError(f"option {exc}") from None
+    if not _bool(options, "batching", True):
+        if _get(options, "batchMaxRecords") or _get(options, "batchMaxBytes") or codec:
+            raise ConfigError(
+                "options batchMaxRecords, batchMaxBytes and compression need batching=true"
+            )
+        return SinkBatching(max_records=1, max_bytes=size, codec=0)
+    return SinkBatching(max_records=records, max_bytes=size, codec=codec)

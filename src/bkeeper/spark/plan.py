@@ -72,7 +72,7 @@ class Bounds:
             first = span.first if self.entry_min is None else max(span.first, self.entry_min)
             last = span.last if self.entry_max is None else min(span.last, self.entry_max)
             if first <= last:
-                kept.append(EntrySpan(span.log, span.ledger_id, first, last, span.sealed))
+                kept.append(_piece(span, first, last))
         return kept
 
 
@@ -103,13 +103,24 @@ def _int_range(op: str, value: object) -> tuple[int | None, int | None]:
     }.get(op, (None, None))
 
 
+def _piece(span: EntrySpan, first: int, last: int) -> EntrySpan:
+    """Entries ``first..last`` of ``span``: a piece keeps the span's ``first_index`` only
+    if it starts at the span's first entry, and its ``end_index`` only if it ends at its last."""
+    return replace(
+        span,
+        first=first,
+        last=last,
+        first_index=span.first_index if first == span.first else 0,
+        end_index=span.end_index if last == span.last else 0,
+    )
+
+
 def split_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[EntrySpan]:
     """``spans`` cut into pieces of at most ``max_entries`` entries, in order."""
     pieces = []
     for span in spans:
         for first in range(span.first, span.last + 1, max_entries):
-            last = min(span.last, first + max_entries - 1)
-            pieces.append(EntrySpan(span.log, span.ledger_id, first, last, span.sealed))
+            pieces.append(_piece(span, first, min(span.last, first + max_entries - 1)))
     return pieces
 
 
@@ -166,8 +177,7 @@ def _prefix(spans: Sequence[EntrySpan], count: int) -> list[EntrySpan]:
         if span.count <= count:
             kept.append(span)
         else:
-            kept.append(EntrySpan(span.log, span.ledger_id, span.first, span.first + count - 1,
-                                  span.sealed))  # fmt: skip
+            kept.append(_piece(span, span.first, span.first + count - 1))
         count -= kept[-1].count
     return kept
 
@@ -214,11 +224,34 @@ class LogView:
         fail_on_data_loss: bool = True,
     ) -> tuple[list[EntrySpan], Position]:
         """The spans from ``start`` up to ``end`` (exclusive; None: the head) and the
-        position after them."""
-        walked = await self._walk.spans(name, await self.metadata(name), start, end)
+        position after them.
+
+        A position inside a record batch (index I > 0) starts at record I of its entry
+        (the first span's ``first_index``), or ends before it (the last span takes that
+        entry, with ``end_index`` I): the walk itself is asked for whole entries."""
+        whole_end = None if end is None else Position(end.ledger_id, end.entry_id + (end.index > 0))
+        walked = await self._walk.spans(
+            name, await self.metadata(name), Position(start.ledger_id, start.entry_id), whole_end
+        )
         for lost in walked.lost:
             self._data_lost(name, lost, fail_on_data_loss)
-        return walked.spans, walked.after
+        spans = list(walked.spans)
+        if spans and start.index and (spans[0].ledger_id, spans[0].first) == start[:2]:
+            spans[0] = replace(spans[0], first_index=start.index)
+        after = max(walked.after, start)  # nothing found: still after the start's index
+        if (
+            end is not None
+            and end.index
+            and spans
+            and (spans[-1].ledger_id, spans[-1].last)
+            == (
+                end.ledger_id,
+                end.entry_id,
+            )
+        ):
+            spans[-1] = replace(spans[-1], end_index=end.index)
+            after = end
+        return spans, after
 
     async def span_bytes(self, span: EntrySpan) -> int:
         """The bytes of the span's entries: the ledger's length up to its last entry less the

@@ -133,7 +133,7 @@ def _write_task(
 ) -> LedgersMessage:
     from bkeeper.spark.arrow import sink_rows
 
-    task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id)
+    task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id, options.batching)
     try:
         for batch in batches:
             task.write(sink_rows(batch, options.log))
