@@ -63,7 +63,7 @@ def test_roll_bytes_starts_a_new_ledger_after_that_many_bytes(spark, spark_clust
     uri = spark_cluster.uri
     payloads = [b"%03d" % i + b"x" * 87 for i in range(95)]  # 100-byte records (10 of header)
     frame = spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
-    write(frame, uri, log="rolled", rollBytes=1000)
+    write(frame, uri, log="rolled", rollBytes=1000, batching="false")  # an entry a record
     ledgers = log_ledgers(uri, "rolled")
     assert len(ledgers) == 10, "one task: a new ledger once 1,000 bytes were written"
     rows = source(spark, uri, log="rolled").orderBy("ledger", "entry").collect()
