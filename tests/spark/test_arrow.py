@@ -104,7 +104,12 @@ def test_batches_with_keys_properties_and_compression():
         encode_record(b"c", 7, properties={"p": b"v"}),
     ]
     entries = make_entries(
-        9, [encode_batch(records, CODEC_ZSTD), encode_record(b"d", 8), encode_batch(records, CODEC_LZ4)]
+        9,
+        [
+            encode_batch(records, CODEC_ZSTD),
+            encode_record(b"d", 8),
+            encode_batch(records, CODEC_LZ4),
+        ],
     )
     batch = record_batch("l", 9, entries, include_properties=True, first_index=1, end_index=2)
     assert batch.schema == arrow_schema(True)

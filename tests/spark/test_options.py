@@ -175,10 +175,8 @@ def test_sink_batching_options():
     from bkeeper.spark.options import SinkBatching
 
     assert sink_options({**BASE, "log": "a"}).batching == SinkBatching(1_000, 128 * 1024, 0)
-    chosen = sink_options(
-        {**BASE, "log": "a", "batchMaxRecords": "50", "batchMaxBytes": "4096",
-         "compression": "ZSTD"}  # fmt: skip
-    )
+    sized = {"batchMaxRecords": "50", "batchMaxBytes": "4096", "compression": "ZSTD"}
+    chosen = sink_options({**BASE, "log": "a", **sized})
     assert chosen.batching == SinkBatching(50, 4096, CODEC_ZSTD)
     assert sink_options({**BASE, "log": "a", "batching": "false"}).batching.max_records == 1
     with pytest.raises(ConfigError, match="option compression 'gzip' is not one of none, zstd"):
