@@ -350,3 +350,36 @@ async def test_spans_start_and_end_inside_record_batches():
     ]
     limited = limit_spans({"a": [EntrySpan("a", 1, 0, 9, True, first_index=3, end_index=2)]}, 5)
     assert limited["a"] == [EntrySpan("a", 1, 0, 4, True, first_index=3)]
+
+
+async def test_splits_hold_about_max_bytes_per_split():
+    """Entries may hold one record or a batch of many: splits are cut by bytes too, from
+    each log's average entry size (one ledger of it, sealed or open)."""
+    from bkeeper.spark.plan import entry_caps
+
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), LogConfig())
+        await _log_with_rolls(logs, "a", 10)  # one sealed ledger of 10 entries of 21 bytes
+        named = await logs.create("b")
+        writer = await named.open_writer()
+        for _ in range(4):
+            await writer.append(b"x" * 90)  # 100 bytes with the head
+        view = LogView(logs)
+        spans = (await view.spans("a", await view.earliest("a")))[0]
+        spans += (await view.spans("b", await view.earliest("b")))[0]
+        sizes = await view.entry_bytes(spans)
+        assert sizes["a"] == 21.0
+        assert sizes["b"] == 100.0  # up to the open ledger's LAC (3 entries confirmed)
+        assert await view.entry_bytes(spans, {"a": 5.0, "b": 7.0}) == {"a": 5.0, "b": 7.0}
+        await writer.close()
+    caps = entry_caps({"a": 21.0, "b": 100.0}, 200)
+    assert caps == {"a": 9, "b": 2}
+    spans = [EntrySpan("a", 1, 0, 9), EntrySpan("b", 2, 0, 4), EntrySpan("c", 3, 0, 2)]
+    groups = partition_spans(spans, 1000, caps)
+    assert [[(s.log, s.first, s.last) for s in g] for g in groups] == [
+        [("a", 0, 8)],
+        [("a", 9, 9)],  # a ninth of a split, and b's 2 entries a whole one: apart
+        [("b", 0, 1)],
+        [("b", 2, 3)],
+        [("b", 4, 4), ("c", 0, 2)],  # half a split, and c (no size known) 3 of 1,000 entries
+    ]

@@ -33,6 +33,7 @@ READ_OPTIONS = (
     "endingPosition",
     "endingTimestamp",
     "maxEntriesPerSplit",
+    "maxBytesPerSplit",
     "maxEntriesPerTrigger",
     "minEntriesPerTrigger",
     "maxTriggerDelay",

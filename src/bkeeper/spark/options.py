@@ -29,6 +29,7 @@ from bkeeper.namedlog.subscription import check_subscription_name
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 
 __all__ = [
+    "MAX_BYTES_PER_SPLIT_DEFAULT",
     "MAX_ENTRIES_PER_SPLIT_DEFAULT",
     "PositionSpec",
     "SinkBatching",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
+#: Bytes of entries per Spark task, about (entries hold one record or a record batch).
+MAX_BYTES_PER_SPLIT_DEFAULT = 32 * 1024 * 1024
 #: Rows per Arrow record batch a read task yields.
 ROWS_PER_BATCH_DEFAULT = 10_000
 #: How long a stream waits for ``minEntriesPerTrigger`` entries before it reads fewer.
@@ -71,6 +74,7 @@ class SourceOptions:
     ending_timestamp_ms: int | None = None
     ending_timestamps: Mapping[str, int] = field(default_factory=dict)
     max_entries_per_split: int = MAX_ENTRIES_PER_SPLIT_DEFAULT
+    max_bytes_per_split: int = MAX_BYTES_PER_SPLIT_DEFAULT
     max_entries_per_trigger: int | None = None
     min_entries_per_trigger: int | None = None
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
@@ -366,6 +370,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
                 raise ConfigError(f"option {option} names logs this read does not cover: {unknown}")
     password = _get(options, "password") or ""
     split = _positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
+    split_bytes = _positive_int(options, "maxBytesPerSplit", None) or MAX_BYTES_PER_SPLIT_DEFAULT
     rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
     per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
     min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
@@ -396,6 +401,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
         ending_timestamp_ms=ending_timestamp_ms,
         ending_timestamps=ending_timestamps,
         max_entries_per_split=split,
+        max_bytes_per_split=split_bytes,
         max_entries_per_trigger=per_trigger,
         min_entries_per_trigger=min_per_trigger,
         max_trigger_delay_ms=delay_ms,

@@ -24,7 +24,15 @@ from bkeeper.namedlog import EARLIEST, LATEST, NamedLogs, Position
 from bkeeper.namedlog.metadata import LogMetadata
 from bkeeper.namedlog.walk import EntrySpan, LostRange, earliest
 
-__all__ = ["Bounds", "EntrySpan", "LogView", "limit_spans", "partition_spans", "split_spans"]
+__all__ = [
+    "Bounds",
+    "EntrySpan",
+    "LogView",
+    "entry_caps",
+    "limit_spans",
+    "partition_spans",
+    "split_spans",
+]
 
 log = logging.getLogger(__name__)
 
@@ -115,27 +123,51 @@ def _piece(span: EntrySpan, first: int, last: int) -> EntrySpan:
     )
 
 
-def split_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[EntrySpan]:
-    """``spans`` cut into pieces of at most ``max_entries`` entries, in order."""
+def split_spans(
+    spans: Sequence[EntrySpan],
+    max_entries: int,
+    entry_caps: Mapping[str, int] | None = None,
+) -> list[EntrySpan]:
+    """``spans`` cut into pieces of at most ``max_entries`` entries (or the log's cap in
+    ``entry_caps``, when smaller: see :func:`entry_caps`), in order."""
     pieces = []
     for span in spans:
-        for first in range(span.first, span.last + 1, max_entries):
-            pieces.append(_piece(span, first, min(span.last, first + max_entries - 1)))
+        step = _cap(span, max_entries, entry_caps)
+        for first in range(span.first, span.last + 1, step):
+            pieces.append(_piece(span, first, min(span.last, first + step - 1)))
     return pieces
 
 
-def partition_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[tuple[EntrySpan, ...]]:
-    """Spark partitions: ``spans`` split to at most ``max_entries`` entries each, and runs
-    of small ones (many small ledgers) packed together up to that size, in order."""
+def _cap(span: EntrySpan, max_entries: int, entry_caps: Mapping[str, int] | None) -> int:
+    if entry_caps is None or span.log not in entry_caps:
+        return max_entries
+    return max(1, min(max_entries, entry_caps[span.log]))
+
+
+def entry_caps(entry_bytes: Mapping[str, float], max_bytes: int) -> dict[str, int]:
+    """Entries per split of each log so that a split holds about ``max_bytes`` bytes, from
+    each log's average entry size (``LogView.entry_bytes``)."""
+    return {log: max(1, int(max_bytes // size)) for log, size in entry_bytes.items() if size > 0}
+
+
+def partition_spans(
+    spans: Sequence[EntrySpan],
+    max_entries: int,
+    entry_caps: Mapping[str, int] | None = None,
+) -> list[tuple[EntrySpan, ...]]:
+    """Spark partitions: ``spans`` split to at most ``max_entries`` entries each (or their
+    log's cap in ``entry_caps``: about ``maxBytesPerSplit`` bytes), and runs of small ones
+    (many small ledgers) packed together up to that size, in order."""
     groups: list[tuple[EntrySpan, ...]] = []
     group: list[EntrySpan] = []
-    size = 0
-    for piece in split_spans(spans, max_entries):
-        if group and size + piece.count > max_entries:
+    size = 0.0
+    for piece in split_spans(spans, max_entries, entry_caps):
+        share = piece.count / _cap(piece, max_entries, entry_caps)
+        if group and size + share > 1.0:
             groups.append(tuple(group))
-            group, size = [], 0
+            group, size = [], 0.0
         group.append(piece)
-        size += piece.count
+        size += share
     if group:
         groups.append(tuple(group))
     return groups
@@ -252,6 +284,27 @@ class LogView:
             spans[-1] = replace(spans[-1], end_index=end.index)
             after = end
         return spans, after
+
+    async def entry_bytes(
+        self, spans: Sequence[EntrySpan], known: Mapping[str, float] | None = None
+    ) -> dict[str, float]:
+        """Average bytes per entry of each log of ``spans`` not in ``known``, estimated from
+        one ledger of it (its first span's): a sealed ledger's length over its entries, or an
+        open one's length up to the span's last entry (one entry read). An entry holds one
+        record or a record batch, so entry counts alone say little of a split's size."""
+        found = dict(known or {})
+        for span in spans:
+            if span.log in found:
+                continue
+            handle = await self._walk.open(span.ledger_id)
+            if handle is None:
+                continue
+            meta = handle.metadata
+            if handle.is_closed and meta.last_entry_id >= 0:
+                found[span.log] = meta.length / (meta.last_entry_id + 1)
+            else:
+                found[span.log] = (await handle.read_entry(span.last)).length / (span.last + 1)
+        return found
 
     async def span_bytes(self, span: EntrySpan) -> int:
         """The bytes of the span's entries: the ledger's length up to its last entry less the
