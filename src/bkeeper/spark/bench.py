@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs, Position, encode_record
-from bkeeper.namedlog.records import encode_batch
+from bkeeper.namedlog import LogConfig, NamedLogs, Position, encode_record
+from bkeeper.namedlog.records import decode_entry, encode_batch
 from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.plan import LogView
 
@@ -290,17 +290,25 @@ async def _produce(uri: str, name: str, rate: int, seconds: float) -> int:
 
 
 def _watch(uri: str, name: str, seen: list[float], stop: Any) -> None:
+    """Tail the copy: re-read its ledger list every ``VISIBLE_POLL_MS`` and take each new
+    record's latency (entries of one record or record batches, as the sink writes them)."""
+
     async def run() -> None:
         async with BookKeeper(uri) as bk:
-            config = LogConfig(tail_poll_ms=VISIBLE_POLL_MS)
-            reader = await NamedLogs(bk, config).log(name).open_reader(EARLIEST)
-            try:
-                while not stop.is_set():
-                    record = await reader.next(0.2)
-                    if record is not None:
-                        sent = struct.unpack(">d", bytes(record.payload[:8]))[0]
-                        seen.append((time.monotonic() - sent) * 1000.0)
-            finally:
-                await reader.close()
+            view = LogView(NamedLogs(bk, LogConfig()))
+            position = await view.earliest(name)
+            while not stop.is_set():
+                spans, after = await view.spans(name, position)
+                for span in spans:
+                    handle = await bk.open_ledger(span.ledger_id, b"", recovery=False)
+                    async for entry in handle.read(span.first, span.last):
+                        now = time.monotonic()
+                        for record in decode_entry(entry.payload, span.ledger_id, entry.entry_id):
+                            sent = struct.unpack(">d", bytes(record.payload[:8]))[0]
+                            seen.append((now - sent) * 1000.0)
+                    await handle.close()
+                position = after
+                if not spans:
+                    await asyncio.sleep(VISIBLE_POLL_MS / 1000)
 
     asyncio.run(run())
