@@ -58,6 +58,13 @@ def test_benchmarks_run(real_cluster) -> None:
     log = bkeeper(uri, "bench", "log", "--duration", "0.5", "--rate", "200")
     assert log.returncode == 0, log.stderr
     assert "append -> tailing reader" in log.stdout
+    batched = bkeeper(
+        uri, "bench", "log", "--duration", "0.5", "--rate", "2000", "--batch",
+        "--append-many", "100", "--compression", "lz4", "--tune-gc",
+    )  # fmt: skip
+    assert batched.returncode == 0, batched.stderr
+    assert "log appends, 100 B, batched" in batched.stdout and "lz4" in batched.stdout
+    assert "by a subscription, acking each" in batched.stdout
 
 
 def test_bench_spark_and_cpu_split_run(real_cluster) -> None:

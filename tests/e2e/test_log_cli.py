@@ -44,3 +44,42 @@ def test_log_commands(real_cluster) -> None:
     assert bkeeper(uri, "log", "delete", "events", "--force").returncode == 0
     missing = bkeeper(uri, "log", "read", "events")
     assert missing.returncode == 1 and "no log named 'events'" in missing.stderr
+
+
+def test_log_commands_with_record_batches(real_cluster) -> None:
+    uri = real_cluster.uri
+    assert bkeeper(uri, "log", "create", "batched").returncode == 0
+    old = bkeeper(uri, "log", "append", "batched", "old")  # format 1, as before batching
+    assert old.returncode == 0, old.stderr
+    lines = "".join(f"line-{i}\n" for i in range(25))
+    appended = bkeeper(
+        uri, "log", "append", "batched", "--batch", "--batch-max-records", "10",
+        "--linger-ms", "50", "--compression", "zstd", stdin=lines,
+    )  # fmt: skip
+    assert appended.returncode == 0, appended.stderr
+    assert appended.stderr.strip().startswith("appended 25 records to batched")
+    read = bkeeper(uri, "log", "read", "batched")
+    assert read.returncode == 0, read.stderr
+    rows = [line.split("\t") for line in read.stdout.splitlines()]
+    assert [row[3] for row in rows] == ["old"] + [f"line-{i}" for i in range(25)]
+    positions = [row[0] for row in rows[1:]]
+    assert positions[1].count(":") == 2, "records inside a batch print LEDGER:ENTRY:INDEX"
+    assert len({p.rsplit(":", 1)[0] for p in positions if p.count(":") == 2}) >= 3
+    from_inside = bkeeper(uri, "log", "read", "batched", "--from", positions[12])
+    assert [line.split("\t")[3] for line in from_inside.stdout.splitlines()] == [
+        f"line-{i}" for i in range(12, 25)
+    ]
+    assert bkeeper(uri, "log", "subscribe", "batched", "audit").returncode == 0
+    consumed = bkeeper(uri, "log", "consume", "batched", "audit", "--max", "6")
+    assert consumed.returncode == 0, consumed.stderr
+    shown = bkeeper(uri, "log", "subscriptions", "batched", "--json")
+    assert f'"next": "{positions[5]}"' in shown.stdout, shown.stdout
+    acked = bkeeper(uri, "log", "ack", "batched", "audit", positions[14])
+    assert acked.returncode == 0, acked.stderr
+    assert acked.stdout.strip() == f"subscription audit: next record at {positions[15]}"
+    rest = bkeeper(uri, "log", "consume", "batched", "audit", "--timeout", "1")
+    assert [line.split("\t")[3] for line in rest.stdout.splitlines()] == [
+        f"line-{i}" for i in range(15, 25)
+    ]
+    bad = bkeeper(uri, "log", "append", "batched", "--batch-max-bytes", "99999999", "x")
+    assert bad.returncode == 1 and "batch_max_bytes" in bad.stderr

@@ -63,4 +63,4 @@ def test_log_list_shows_each_subscriptions_backlog(real_cluster) -> None:
     assert bkeeper(uri, "log", "consume", "audit", "reporting", "--max", "1").returncode == 0
     listing = bkeeper(uri, "log", "list")
     assert listing.returncode == 0, listing.stderr
-    assert "reporting: 2 records" in listing.stdout, listing.stdout
+    assert "reporting: 2 entries" in listing.stdout, listing.stdout

@@ -3,6 +3,7 @@ fast path, and format-1 entries read through the same functions."""
 
 from __future__ import annotations
 
+import pickle
 import struct
 import sys
 
@@ -134,3 +135,14 @@ def test_positions_with_an_index():
     for bad in ("1:2:3:4", "1:2:x", "1:2:-1", "1"):
         with pytest.raises(ConfigError):
             Position.parse(bad)
+
+
+def test_records_are_cheap_tuples_that_pickle_and_compare_as_before():
+    plain, keyed = decode_entry(
+        encode_batch([encode_record(b"p", 1), encode_record(b"q", 2, b"k", {"a": b"b"})]), 4, 5
+    )
+    assert plain.properties == {} and not plain.properties and plain.key is None
+    assert keyed.properties == {"a": b"b"} and keyed.entry_records == 2
+    for record in (plain, keyed):
+        again = pickle.loads(pickle.dumps(record))
+        assert again == record and again.position == record.position

@@ -22,9 +22,10 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.cli._stdin import read_lines
 from bkeeper.client import BookKeeper
-from bkeeper.common.errors import BKeeperError
-from bkeeper.namedlog import EARLIEST, LATEST, NamedLog, NamedLogs, Position, Record
+from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, NamedLog, NamedLogs, Position, Record
 from bkeeper.namedlog.consumer import backlog
+from bkeeper.namedlog.records import CODECS
 
 __all__ = ["log"]
 
@@ -36,24 +37,26 @@ _FROM = click.option(
     "start",
     default=EARLIEST,
     show_default=True,
-    help="earliest, latest, a position LEDGER:ENTRY, or a time in ms since the epoch.",
+    help="earliest, latest, a position LEDGER:ENTRY[:INDEX], or a time in ms since the epoch.",
 )
 
 
-def _run(body: Callable[[NamedLogs], Awaitable[T]], metadata_uri: str) -> T:
+def _run(
+    body: Callable[[NamedLogs], Awaitable[T]], metadata_uri: str, config: LogConfig | None = None
+) -> T:
     from bkeeper.cli.bookie import run_event_loop
 
     async def main() -> T:
-        async with _logs(metadata_uri) as logs:
+        async with _logs(metadata_uri, config) as logs:
             return await body(logs)
 
     return run_event_loop(main())
 
 
 @asynccontextmanager
-async def _logs(metadata_uri: str) -> AsyncIterator[NamedLogs]:
+async def _logs(metadata_uri: str, config: LogConfig | None = None) -> AsyncIterator[NamedLogs]:
     async with BookKeeper(metadata_uri) as bk:
-        yield NamedLogs(bk)
+        yield NamedLogs(bk, config)
 
 
 def _start(text: str) -> str | Position | int:
@@ -65,7 +68,8 @@ def _start(text: str) -> str | Position | int:
         return int(text)
     except ValueError:
         raise click.BadParameter(
-            f"{text!r}: use earliest, latest, LEDGER:ENTRY or milliseconds", param_hint="--from"
+            f"{text!r}: use earliest, latest, LEDGER:ENTRY[:INDEX] or milliseconds",
+            param_hint="--from",
         ) from None
 
 
@@ -116,7 +120,7 @@ def list_logs(metadata_uri: str) -> None:
             behind = []
             for sub, state in (await named.subscriptions()).items():
                 left = await backlog(named, state)
-                behind.append(f"{sub}: {left.entries} records, {left.bytes} B")
+                behind.append(f"{sub}: {left.entries} entries, {left.bytes} B")
             table.add_row(
                 name,
                 str(len(meta.ledgers)),
@@ -136,13 +140,48 @@ def list_logs(metadata_uri: str) -> None:
 @click.argument("name")
 @click.argument("records", nargs=-1)
 @click.option("--key", default=None, help="Key of every record appended.")
-def append(metadata_uri: str, name: str, records: tuple[str, ...], key: str | None) -> None:
+@click.option(
+    "--batch/--no-batch",
+    default=False,
+    show_default=True,
+    help="Pack records into record batches (one entry holds many; readers of bkeeper "
+    "before record batching cannot read them).",
+)
+@click.option("--batch-max-records", type=click.IntRange(1), default=1_000, show_default=True)
+@click.option("--batch-max-bytes", type=click.IntRange(1), default=128 * 1024, show_default=True)
+@click.option("--linger-ms", type=click.IntRange(0), default=1, show_default=True)
+@click.option(
+    "--compression", type=click.Choice(list(CODECS)), default="none", show_default=True,
+    help="Compression of each batch (zstd and lz4 need their packages).",
+)  # fmt: skip
+def append(
+    metadata_uri: str,
+    name: str,
+    records: tuple[str, ...],
+    key: str | None,
+    batch: bool,
+    batch_max_records: int,
+    batch_max_bytes: int,
+    linger_ms: int,
+    compression: str,
+) -> None:
     """Append RECORDS (or, without any, one record per line of standard input).
 
     Becomes the log's writer for the duration, fencing any other writer. Prints the
-    position of each record given as an argument once it is durable. If any append fails
-    it stops, says which records were appended and why the next one failed, and exits 1.
+    position of each record given as an argument once it is durable (LEDGER:ENTRY, with
+    :INDEX for a record inside a batch). If any append fails it stops, says which records
+    were appended and why the next one failed, and exits 1.
     """
+    try:
+        config = LogConfig(
+            batching=batch,
+            batch_max_records=batch_max_records,
+            batch_max_bytes=batch_max_bytes,
+            linger_ms=linger_ms,
+            compression=compression,
+        )
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from exc
 
     async def body(logs: NamedLogs) -> None:
         writer = await logs.log(name).open_writer()
@@ -165,7 +204,7 @@ def append(metadata_uri: str, name: str, records: tuple[str, ...], key: str | No
                 appends.failure = appends.failure or exc
         appends.report(name)
 
-    _run(body, metadata_uri)
+    _run(body, metadata_uri, config)
 
 
 async def _given(records: tuple[str, ...]) -> AsyncGenerator[bytes, None]:
@@ -284,7 +323,7 @@ def tail(metadata_uri: str, name: str, start: str) -> None:
 @log.command()
 @_METADATA
 @click.argument("name")
-@click.option("--before", required=True, help="Position LEDGER:ENTRY to keep from.")
+@click.option("--before", required=True, help="Position LEDGER:ENTRY[:INDEX] to keep from.")
 def truncate(metadata_uri: str, name: str, before: str) -> None:
     """Delete the ledgers that hold only records before --before."""
     position = Position.parse(before)

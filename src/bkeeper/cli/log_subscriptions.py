@@ -122,7 +122,7 @@ def consume(
 def ack_command(
     metadata_uri: str, name: str, subscription: str, position: str, individual: bool
 ) -> None:
-    """Acknowledge POSITION (LEDGER:ENTRY) and every record before it (or, with
+    """Acknowledge POSITION (LEDGER:ENTRY[:INDEX]) and every record before it (or, with
     --individual, that record alone)."""
     at = Position.parse(position)
 
@@ -155,7 +155,8 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
                 "mode": state.mode,
                 "next": str(state.resume_from),
                 "mark": None if state.mark is None else str(state.mark),
-                "acked_out_of_order": sum(r[2] - r[1] + 1 for r in state.acked),
+                "acked_out_of_order": sum(r[2] - r[1] + 1 for r in state.acked)
+                + sum(b - a + 1 for p in state.partial for a, b in p[3]),
                 "consumer": await store.owner(name, sub),
                 "epoch": state.epoch,
                 **{f"backlog_{k}": v for k, v in dataclasses.asdict(behind).items()},
@@ -165,7 +166,7 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
             return
         table = Table(title=f"subscriptions of log {name}")
         for column in ("name", "mode", "next", "acked out of order", "consumer", "epoch",
-                       "backlog records", "backlog bytes"):  # fmt: skip
+                       "backlog entries", "backlog bytes"):  # fmt: skip
             table.add_column(column)
         for row in rows:
             table.add_row(

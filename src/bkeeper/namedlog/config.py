@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bkeeper.common.validate import check_non_negative_ints, check_positive_ints, check_quorum
+from bkeeper.common.errors import ConfigError
+from bkeeper.common.validate import (
+    check_int_in_range,
+    check_non_negative_ints,
+    check_positive_ints,
+    check_quorum,
+)
+from bkeeper.namedlog.records import BATCH_RECORDS_MAX, codec_id
 
-__all__ = ["EARLIEST", "LATEST", "LogConfig"]
+__all__ = ["BATCH_BYTES_MAX", "EARLIEST", "LATEST", "LogConfig"]
 
+#: The largest ``batch_max_bytes``: a batch's entry must fit in a bookie's 5 MiB frame.
+BATCH_BYTES_MAX = 4 * 1024 * 1024
 #: A reader start: the first record still in the log.
 EARLIEST = "earliest"
 #: A reader start: the records appended from now on (see :mod:`bkeeper.namedlog.walk`).
@@ -29,6 +38,15 @@ class LogConfig:
     with no subscription keeps them); the age and size limits still apply as caps, and a
     subscription left behind by one is told its records are gone
     (:mod:`bkeeper.namedlog.consumer`).
+
+    Record batching (Kafka's names; :mod:`bkeeper.namedlog.batching`): with ``batching``
+    on, the writer packs records into one entry (a record batch) until it holds
+    ``batch_max_records`` records or ``batch_max_bytes`` bytes of records (a single larger
+    record goes alone), or ``linger_ms`` passed since its first record (0: the records
+    appended before the event loop next runs). ``compression`` (none, zstd, lz4; the package
+    must be installed) compresses each batch. Off by default: a writer then writes format-1
+    entries, which every reader of earlier versions reads, and every record is alone in its
+    entry (``Position(L, E + 1)`` follows ``Position(L, E)``, as the state machine assumes).
     """
 
     ensemble_size: int = 3
@@ -43,8 +61,20 @@ class LogConfig:
     retention_age_ms: int = 0
     retention_bytes: int = 0
     retention_consumed: bool = False
+    batching: bool = False
+    batch_max_bytes: int = 128 * 1024
+    batch_max_records: int = 1_000
+    linger_ms: int = 1
+    compression: str = "none"
 
     def __post_init__(self) -> None:
         check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)
         check_positive_ints(self, "roll_bytes", "tail_poll_ms", "metadata_retries_max")
-        check_non_negative_ints(self, "roll_age_ms", "retention_age_ms", "retention_bytes")
+        check_non_negative_ints(
+            self, "roll_age_ms", "retention_age_ms", "retention_bytes", "linger_ms"
+        )
+        check_int_in_range("batch_max_bytes", self.batch_max_bytes, 1, BATCH_BYTES_MAX)
+        check_int_in_range("batch_max_records", self.batch_max_records, 1, BATCH_RECORDS_MAX)
+        if not isinstance(self.batching, bool):
+            raise ConfigError(f"batching: must be true or false, got {self.batching!r}")
+        codec_id(self.compression)

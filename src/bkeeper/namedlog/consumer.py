@@ -22,6 +22,12 @@ and :meth:`Consumer.close`). An ack is durable once the flush after it returned;
 that crashes loses the acks of its last ``ack_flush_ms`` at most, and those records are
 delivered again (at-least-once). Call ``flush()`` where that matters.
 
+**Batches.** Records of a batch (:mod:`bkeeper.namedlog.records`) are delivered and
+acknowledged one by one, at their own positions ``(L, E, I)``. The state needs to know how
+many records a batch holds to tell when all are acknowledged: the consumer remembers it for
+the batches its reader went through (at most ``ENTRY_COUNTS_MAX``), and reads the entry for
+an ack of a position it did not (an operator's ``ack_up_to``).
+
 **Truncation.** Records the subscription has not consumed may be gone (a retention cap, an
 explicit truncate): a consumer then raises ``LogTruncatedError`` naming the gap, never skips
 it silently, unless it was subscribed with ``skip_truncated=True``.
@@ -63,6 +69,8 @@ ACK_FLUSH_MS = 200
 #: Compare-and-set rounds one flush tries before it gives up (another writer of the same
 #: subscription's node: a consumer taking over, an unsubscribe).
 FLUSH_ATTEMPTS_MAX = 20
+#: Batches whose record count a consumer remembers (beyond: it reads the entry on an ack).
+ENTRY_COUNTS_MAX = 100_000
 
 
 class Consumer:
@@ -93,6 +101,10 @@ class Consumer:
         self._skip_truncated = skip_truncated
         self._reader: LogReader | None = None
         self._acked_runs: dict[int, list[tuple[int, int]]] = _runs_by_ledger(state)
+        self._acked_partial = {(p[0], p[1]): p[3] for p in state.partial}
+        #: Record counts of the entries the reader went through, in log order (the oldest
+        #: go first past ENTRY_COUNTS_MAX, and those at or before the mark at each flush).
+        self._counts: dict[tuple[int, int], int] = {}
         self._cumulative: Position | None = None
         self._individual: list[Position] = []
         self._dirty = asyncio.Event()
@@ -147,6 +159,7 @@ class Consumer:
                 )
             if record is None:
                 return None
+            self._note(record)
             if not self._acked_out_of_order(record.position):
                 self.delivered = record.position
                 return record
@@ -160,7 +173,20 @@ class Consumer:
             raise StopAsyncIteration
         return record
 
+    def _note(self, record: Record) -> None:
+        """Remember how many records the entry of a record the reader returned holds."""
+        ledger, entry, _ = record.position
+        counts = self._counts
+        if (ledger, entry) not in counts:
+            counts[(ledger, entry)] = record.entry_records
+            if len(counts) > ENTRY_COUNTS_MAX:
+                del counts[next(iter(counts))]
+
     def _acked_out_of_order(self, position: Position) -> bool:
+        if self._acked_partial:
+            ranges = self._acked_partial.get((position.ledger_id, position.entry_id))
+            if ranges is not None and any(a <= position.index <= b for a, b in ranges):
+                return True
         runs = self._acked_runs.get(position.ledger_id)
         if not runs:
             return False
@@ -240,6 +266,7 @@ class Consumer:
             await self._append_to_cursor(cumulative, individual)
             return
         state, version = self._state, self._version
+        counts = await self._entry_counts(cumulative, individual)
         for _attempt in range(FLUSH_ATTEMPTS_MAX):
             after = await self._ends(state, cumulative, individual)
             if self._fencing and state.epoch != self._epoch:
@@ -249,13 +276,13 @@ class Consumer:
                     f"{self._epoch}): its acks are refused"
                 )
                 raise self._fenced
-            new = state.with_acks(cumulative, individual, after)
+            new = state.with_acks(cumulative, individual, after, counts)
             try:
                 self._version = await self._subs.write(self.named.name, self.name, new, version)
             except MetadataVersionError:  # written meanwhile: merge into what is there now
                 state, version = await self._subs.read(self.named.name, self.name)
                 continue
-            self._state = new
+            self._written(new)
             return
         raise SubscriptionBusyError(
             f"subscription {self.name!r}: acks not written after {FLUSH_ATTEMPTS_MAX} "
@@ -279,7 +306,8 @@ class Consumer:
         assert self._cursor is not None
         state = self._state
         after = await self._ends(state, cumulative, individual)
-        new = state.with_acks(cumulative, individual, after)
+        counts = await self._entry_counts(cumulative, individual)
+        new = state.with_acks(cumulative, individual, after, counts)
         try:
             await self._cursor.append(new)
         except LedgerFencedError:
@@ -289,7 +317,35 @@ class Consumer:
                 "refused"
             )
             raise self._fenced from None
+        self._written(new)
+
+    def _written(self, new: SubscriptionState) -> None:
+        """``new`` is stored: forget the record counts of entries at or before its mark."""
         self._state = new
+        counts, mark = self._counts, new.mark
+        while counts and mark is not None:
+            ledger, entry = key = next(iter(counts))
+            if Position(ledger, entry) > mark:
+                break
+            del counts[key]
+
+    async def _entry_counts(
+        self, cumulative: Position | None, individual: list[Position]
+    ) -> dict[tuple[int, int], int]:
+        """How many records the entries acknowledged hold (the state needs it for batches):
+        remembered from reading, else read (an entry the reader did not go through)."""
+        counts: dict[tuple[int, int], int] = {}
+        known = self._counts
+        for position in (cumulative, *individual) if cumulative else individual:
+            key = (position.ledger_id, position.entry_id)
+            if key in counts:
+                continue
+            count = known.get(key)
+            if count is None:
+                last = await self.named.logs.walk.last_record(*key)
+                count = last.index + 1
+            counts[key] = count
+        return counts
 
     async def _flush_periodically(self) -> None:
         while True:

@@ -269,20 +269,21 @@ class NamedLog:
         return SubscriptionStore(self.logs.bk.cluster.store, self.logs.store)
 
     async def last_position(self) -> Position | None:
-        """The position of the log's last record now (None when it has none). Records past
+        """The position of the log's last record now (None when it has none; the last record
+        of a batch: its entry is read). Records past
         the LAC of an open ledger count (as for ``open_reader(LATEST)``, see
         :mod:`bkeeper.namedlog.walk`)."""
         meta = await self.metadata()
         walk = self.logs.walk
         end = await walk.latest(meta)
         if end.entry_id > 0:
-            return Position(end.ledger_id, end.entry_id - 1)
+            return await walk.last_record(end.ledger_id, end.entry_id - 1)
         for ledger in reversed(meta.ledgers):
             if ledger.ledger_id >= end.ledger_id:
                 continue
             ledger_end = await walk.ledger_end(ledger.ledger_id)
             if ledger_end is not None and ledger_end.sealed and ledger_end.last >= 0:
-                return Position(ledger.ledger_id, ledger_end.last)
+                return await walk.last_record(ledger.ledger_id, ledger_end.last)
         return None
 
     async def append_ledgers(

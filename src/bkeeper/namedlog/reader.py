@@ -8,6 +8,11 @@ to the earliest record still there. Where it starts (earliest, latest, a time) a
 ledger a position falls in are the walk's (:mod:`bkeeper.namedlog.walk`): a reader reads up
 to the LAC of the open ledger, as the walk's spans do.
 
+Entries holding record batches are unpacked (:func:`~bkeeper.namedlog.records.decode_entry`):
+the reader returns their records one by one; a start ``(L, E, I)`` skips the records of entry
+E before index I. ``position``, after a record, is the next record's in its entry, or
+``(L, E + 1)`` after an entry's last record.
+
 Limits: ``tail_poll_ms`` per long poll; one batch read's worth of records buffered.
 """
 
@@ -30,7 +35,7 @@ from bkeeper.common.errors import (
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LATEST
 from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position, Record, decode_record
+from bkeeper.namedlog.records import Position, Record, decode_entry
 from bkeeper.namedlog.walk import earliest, locate
 
 if TYPE_CHECKING:
@@ -83,8 +88,13 @@ class LogReader:
         return self._pending
 
     def _take(self) -> Record:
-        record = self._buffer.popleft()
-        self.position = Position(record.position.ledger_id, record.position.entry_id + 1)
+        buffer = self._buffer
+        record = buffer.popleft()
+        ledger_id, entry_id, index = record.position
+        if buffer and buffer[0].position[:2] == (ledger_id, entry_id):
+            self.position = Position(ledger_id, entry_id, index + 1)
+        else:  # the buffer holds whole entries (past the start): its entry's last record
+            self.position = Position(ledger_id, entry_id + 1)
         return record
 
     async def __anext__(self) -> Record:
@@ -192,7 +202,7 @@ class LogReader:
                     position = Position(ledger_id + 1, 0)
                 continue
             if handle.is_closed:
-                async for batch in self._read(handle, position.entry_id):
+                async for batch in self._read(handle, position):
                     yield batch
                 position = Position(ledger_id + 1, 0)
                 continue
@@ -202,9 +212,9 @@ class LogReader:
                 lac = await handle.read_last_add_confirmed()
                 while not self._closed:
                     if position.entry_id <= lac:
-                        async for batch in self._read(handle, position.entry_id, lac):
-                            position = Position(ledger_id, batch[-1].position.entry_id + 1)
+                        async for batch in self._read(handle, position, lac):
                             yield batch
+                        position = Position(ledger_id, lac + 1)
                     rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
                     wait_ms = min(config.tail_poll_ms, 50) if rolled else config.tail_poll_ms
                     new_lac = await handle.wait_last_add_confirmed(lac, wait_ms)
@@ -225,14 +235,23 @@ class LogReader:
                 await handle.close()  # ends its metadata watch
 
     async def _read(
-        self, handle: ReadHandle, first: int, last: int | None = None
+        self, handle: ReadHandle, start: Position, last: int | None = None
     ) -> AsyncIterator[list[Record]]:
-        """Records ``first..last`` of the ledger (``last``: its LAC or last entry), a batch
-        read at a time."""
+        """Records from ``start`` to entry ``last`` of the ledger (``last``: its LAC or last
+        entry), a batch read at a time; never an empty list."""
+        first, skip = start.entry_id, start.index
         end = handle.last_add_confirmed if last is None else last
         if first > end:
             return
         ledger_id = handle.ledger_id
         async for entries in handle.read_batches(first, end):
-            batch = [decode_record(e.payload, Position(ledger_id, e.entry_id)) for e in entries]
-            yield batch
+            batch: list[Record] = []
+            for e in entries:
+                batch += decode_entry(e.payload, ledger_id, e.entry_id)
+            if skip:  # the start lies inside the first entry's batch
+                batch = [
+                    r for r in batch if r.position.entry_id != first or r.position.index >= skip
+                ]
+                skip = 0
+            if batch:
+                yield batch

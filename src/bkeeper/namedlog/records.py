@@ -53,8 +53,7 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from bkeeper.common.errors import ConfigError, ProtocolError
@@ -104,6 +103,9 @@ HEAD_FLAGS_AT = 1
 HEAD_TIMESTAMP_AT = 2
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_TIMESTAMP = struct.Struct(">q")
+_PLAIN_HEAD_BYTES = HEAD.size
+_new_tuple = tuple.__new__
 
 #: The first byte of an entry holding a record batch.
 BATCH_FORMAT_VERSION = 2
@@ -163,15 +165,43 @@ class Position(NamedTuple):
         return Position(self.ledger_id, self.entry_id, self.index + 1)
 
 
-@dataclass(frozen=True)
-class Record:
-    """One record of a named log, as a reader gets it."""
+class _NoProperties(Mapping[str, bytes]):
+    """The properties of a record that has none: empty, read-only, shared, picklable."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> bytes:
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+    def __reduce__(self) -> str:
+        return "NO_PROPERTIES"  # unpickled as this module's one instance
+
+
+#: The properties of a record that has none.
+NO_PROPERTIES: Mapping[str, bytes] = _NoProperties()
+
+
+class Record(NamedTuple):
+    """One record of a named log, as a reader gets it. ``entry_records``: how many records
+    the entry holding it has (1: a format-1 entry; n: a batch, this one at
+    ``position.index``). A named tuple: immutable, and cheap to make (a reader makes one per
+    record)."""
 
     position: Position
     timestamp_ms: int
     payload: bytes
     key: bytes | None = None
-    properties: Mapping[str, bytes] = field(default_factory=dict)
+    properties: Mapping[str, bytes] = NO_PROPERTIES
+    entry_records: int = 1
 
 
 def encode_record(
@@ -202,8 +232,11 @@ def encode_record(
     return b"".join(parts)
 
 
-def decode_record(data: bytes | bytearray | memoryview, position: Position) -> Record:
-    """The record in ``data``; ``ProtocolError`` naming the position when malformed."""
+def decode_record(
+    data: bytes | bytearray | memoryview, position: Position, entry_records: int = 1
+) -> Record:
+    """The record in envelope ``data`` (one of ``entry_records`` in its entry);
+    ``ProtocolError`` naming the position when malformed."""
     view = memoryview(data)
     try:
         version, flags, timestamp = HEAD.unpack_from(view)
@@ -220,8 +253,9 @@ def decode_record(data: bytes | bytearray | memoryview, position: Position) -> R
             offset += size
             if len(key) != size:
                 raise ProtocolError("record key is cut short")
-        properties: dict[str, bytes] = {}
+        properties: Mapping[str, bytes] = NO_PROPERTIES
         if flags & _FLAG_PROPERTIES:
+            properties = found = {}
             (count,) = _U16.unpack_from(view, offset)
             offset += 2
             for _ in range(count):
@@ -233,14 +267,14 @@ def decode_record(data: bytes | bytearray | memoryview, position: Position) -> R
                 offset += 4 + size
                 if len(value) != size:
                     raise ProtocolError("record property is cut short")
-                properties[name] = value
+                found[name] = value
         if offset > len(view):
             raise ProtocolError("record envelope is cut short")
     except (struct.error, UnicodeDecodeError) as exc:
         raise ProtocolError(f"record at {position} is malformed: {exc}") from exc
     except ProtocolError as exc:
         raise ProtocolError(f"record at {position} is malformed: {exc}") from exc
-    return Record(position, timestamp, bytes(view[offset:]), key, properties)
+    return Record(position, timestamp, bytes(view[offset:]), key, properties, entry_records)
 
 
 # -- record batches (format 2) ------------------------------------------------------------
@@ -386,12 +420,25 @@ def decode_entry(
     the position when malformed."""
     view = memoryview(data)
     if not view or view[0] != BATCH_FORMAT_VERSION:
-        return [decode_record(view, Position(ledger_id, entry_id))]
+        at = _new_tuple(Position, (ledger_id, entry_id, 0))
+        if len(view) >= _PLAIN_HEAD_BYTES and view[0] == FORMAT_VERSION and not view[1]:
+            (timestamp,) = _TIMESTAMP.unpack_from(view, HEAD_TIMESTAMP_AT)
+            payload = bytes(view[_PLAIN_HEAD_BYTES:])
+            return [_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, 1))]
+        return [decode_record(view, at)]
     count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
-    records = []
+    records: list[Record] = []
     offset = 0
     for index, length in enumerate(struct.unpack(f">{count}I", lengths)):
         end = offset + length
-        records.append(decode_record(body[offset:end], Position(ledger_id, entry_id, index)))
+        if length >= _PLAIN_HEAD_BYTES and body[offset] == FORMAT_VERSION and not body[offset + 1]:
+            # Inline (no key, no properties: the common case): no call per record.
+            (timestamp,) = _TIMESTAMP.unpack_from(body, offset + HEAD_TIMESTAMP_AT)
+            at = _new_tuple(Position, (ledger_id, entry_id, index))
+            payload = bytes(body[offset + _PLAIN_HEAD_BYTES : end])
+            records.append(_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, count)))
+        else:
+            at = Position(ledger_id, entry_id, index)
+            records.append(decode_record(body[offset:end], at, count))
         offset = end
     return records

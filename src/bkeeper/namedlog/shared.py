@@ -1,7 +1,8 @@
 """Shared subscriptions: several consumers at once, each record delivered to one of them.
 
 A :class:`SharedConsumer` takes work by *claims* (:class:`~bkeeper.namedlog.subscription.Claim`):
-it reads up to ``claim_records`` records of one ledger from where dispatching is, and records
+it reads up to ``claim_records`` records of one ledger from where dispatching is (more to
+end at an entry's end: a claim holds whole record batches), and records
 the claim (and the new dispatching point) in the subscription's state by compare-and-set; a
 consumer that loses the race reads again from the new point. A claim must be acknowledged
 (record by record: ``ack_individual``; a cumulative ack means nothing across consumers)
@@ -83,6 +84,7 @@ class SharedConsumer(Consumer):
                     return None
                 await asyncio.sleep(min(_CLAIM_WAIT_S, left) if left is not None else _CLAIM_WAIT_S)
         record = self._buffer.popleft()
+        self._note(record)
         self.delivered = max(record.position, self.delivered or record.position)
         return record
 
@@ -136,7 +138,8 @@ class SharedConsumer(Consumer):
         try:
             await reader.seek()
             records: list[Record] = []
-            while len(records) < self._claim_records:
+            # Whole entries: a claim never ends inside a batch.
+            while len(records) < self._claim_records or _inside_batch(records[-1]):
                 record = await reader.next(_CLAIM_WAIT_S if not records else 0.0)
                 if record is None:
                     break
@@ -154,10 +157,15 @@ class SharedConsumer(Consumer):
             records: list[Record] = []
             while True:
                 record = await reader.next(5.0)
-                if record is None or record.position > Position(claim.ledger, claim.last):
+                if record is None or record.position[:2] > (claim.ledger, claim.last):
                     break
                 if not state.is_acked(record.position):
                     records.append(record)
             return records
         finally:
             await reader.close()
+
+
+def _inside_batch(record: Record) -> bool:
+    """Whether records of the batch holding ``record`` follow it."""
+    return record.position.index < record.entry_records - 1

@@ -154,12 +154,13 @@ async def commit_before(named: NamedLog, name: str, position: Position) -> Subsc
     no ownership is taken, and a consumer holding the subscription keeps it."""
     logs = named.logs
     subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
-    last = await _last_before(named, position)
+    last, count = await _last_before(named, position)
+    counts = {} if last is None else {(last.ledger_id, last.entry_id): count}
     for _attempt in range(logs.config.metadata_retries_max):
         state, version = await subs.read(named.name, name)
         if last is None:
             return state
-        new = state.with_acks(last, [])
+        new = state.with_acks(last, [], counts=counts)
         if new == state:
             return state
         try:
@@ -173,13 +174,22 @@ async def commit_before(named: NamedLog, name: str, position: Position) -> Subsc
     )
 
 
-async def _last_before(named: NamedLog, position: Position) -> Position | None:
-    """The position of the last record before ``position`` (None: there is none)."""
+async def _last_before(named: NamedLog, position: Position) -> tuple[Position | None, int]:
+    """The position of the last record before ``position`` (None: there is none) and how
+    many records its entry holds (the entry is read: a batch's record count tells whether
+    the record ends it)."""
+    walk = named.logs.walk
+    if position.index > 0:
+        end = await walk.last_record(position.ledger_id, position.entry_id)
+        last = Position(position.ledger_id, position.entry_id, position.index - 1)
+        return min(last, end), end.index + 1
     if position.entry_id > 0:
-        return Position(position.ledger_id, position.entry_id - 1)
+        end = await walk.last_record(position.ledger_id, position.entry_id - 1)
+        return end, end.index + 1
     ledgers = [x.ledger_id for x in (await named.metadata()).ledgers]
     for ledger_id in reversed([x for x in ledgers if x < position.ledger_id]):
-        end = await named.logs.walk.ledger_end(ledger_id)
-        if end is not None and end.last >= 0:
-            return Position(ledger_id, end.last)
-    return None
+        ledger_end = await walk.ledger_end(ledger_id)
+        if ledger_end is not None and ledger_end.last >= 0:
+            end = await walk.last_record(ledger_id, ledger_end.last)
+            return end, end.index + 1
+    return None, 1

@@ -10,7 +10,18 @@ took over (a greater epoch), they are refused.
 
 The mark advances over a run that continues it: in its ledger, or, given where sealed ledgers
 end and which ledger follows (``ledger_after``), from a ledger's last record to the next
-ledger's first. A ``shared`` subscription is consumed by several consumers at once: each
+ledger's first.
+
+Record batches (:mod:`bkeeper.namedlog.records`). The mark and the runs are of whole entries:
+``mark = (L, E)`` says every record of entry E and before is consumed (``(L, -1)``: every
+record before ledger L). Records of a batch acknowledged while others of it are not are kept
+in ``partial``: per entry, its record count and the runs of indexes acknowledged; once all of
+an entry's records are, it becomes an entry run (and may move the mark). A cumulative ack of
+record I of a batch of n records, I < n - 1, moves the mark to the entry before and records
+indexes 0..I of the entry as partial. Acks say how many records the entries they
+touch hold (``counts``; absent: 1, a format-1 entry). Where a consumer resumes
+(``resume_from``) is after the mark, past the indexes acknowledged at the head of the entry
+there. A ``shared`` subscription is consumed by several consumers at once: each
 takes a *claim* (consecutive records of one ledger, ``dispatched`` moves past them) that it
 must acknowledge before ``until_ms``; a claim past its time with records not acknowledged is
 taken by another consumer, which gets those records again.
@@ -19,7 +30,8 @@ Stored as JSON in the metadata store, under the log's node
 (``<logs root>/<log>/subscriptions/<name>``)::
 
     {"format": 1, "ctime_ms": 1700000000000, "start": [12, 0], "mark": [14, 7],
-     "acked": [[14, 9, 12], [15, 0, 0]], "epoch": 3, "owner": "host:1234",
+     "acked": [[14, 9, 12], [15, 0, 0]], "partial": [[15, 3, 100, [[0, 9], [20, 20]]]],
+     "epoch": 3, "owner": "host:1234",
      "mode": "shared", "dispatched": [15, 40],
      "claims": [{"consumer": "host:77", "ledger": 15, "first": 20, "last": 39,
                  "until_ms": 1700000030000}]}
@@ -41,7 +53,9 @@ __all__ = [
     "CLAIMS_MAX",
     "AckStore",
     "Claim",
+    "EntryCounts",
     "Mode",
+    "PartialEntry",
     "SubscriptionState",
     "check_subscription_name",
     "next_position",
@@ -56,6 +70,10 @@ _FORMAT = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 AckedRun = tuple[int, int, int]  # (ledger id, first entry id, last entry id)
+#: (ledger id, entry id, records in the entry, runs (first, last) of indexes acknowledged)
+PartialEntry = tuple[int, int, int, tuple[tuple[int, int], ...]]
+#: (ledger id, entry id) -> records in the entry, for the entries acks touch (absent: 1).
+EntryCounts = Mapping[tuple[int, int], int]
 Mode = Literal["exclusive", "shared"]
 AckStore = Literal["metadata", "ledger"]
 #: Sealed ledger id -> (its last entry id, the id of the ledger after it in the log).
@@ -104,16 +122,25 @@ class SubscriptionState:
     claims: tuple[Claim, ...] = ()
     #: The cursor ledger holding the newer state (:mod:`bkeeper.namedlog.cursor_ledger`).
     cursor: int | None = None
+    #: Batches with some records acknowledged beyond the mark (see the module docstring).
+    partial: tuple[PartialEntry, ...] = ()
 
     def with_progress_of(self, newer: SubscriptionState) -> SubscriptionState:
         """This state (epoch, owner, mode) with ``newer``'s acks (a cursor ledger's)."""
         return replace(self, mark=newer.mark, acked=newer.acked, dispatched=newer.dispatched,
-                       claims=newer.claims)  # fmt: skip
+                       claims=newer.claims, partial=newer.partial)  # fmt: skip
 
     @property
     def resume_from(self) -> Position:
-        """Where a consumer starts reading: after the mark, else at the start."""
-        return self.start if self.mark is None else max(self.start, next_position(self.mark))
+        """Where a consumer starts reading: after the mark, else at the start (past the
+        records acknowledged at the head of a batch there)."""
+        base = self.start if self.mark is None else max(self.start, next_position(self.mark))
+        for ledger, entry, _count, runs in self.partial:
+            if (ledger, entry) == (base.ledger_id, base.entry_id):
+                for first, last in runs:
+                    if first <= base.index <= last:
+                        return Position(ledger, entry, last + 1)
+        return base
 
     @property
     def dispatch_from(self) -> Position:
@@ -121,10 +148,13 @@ class SubscriptionState:
         return max(self.resume_from, self.dispatched or self.resume_from)
 
     def is_acked(self, position: Position) -> bool:
-        if self.mark is not None and position <= self.mark:
+        ledger, entry, index = position
+        if self.mark is not None and Position(ledger, entry) <= self.mark:
             return True
-        ledger, entry = position
-        return any(r[0] == ledger and r[1] <= entry <= r[2] for r in self.acked)
+        if any(r[0] == ledger and r[1] <= entry <= r[2] for r in self.acked):
+            return True
+        return any(p[0] == ledger and p[1] == entry and any(a <= index <= b for a, b in p[3])
+                   for p in self.partial)  # fmt: skip
 
     def claim_done(self, claim: Claim) -> bool:
         """Every record of ``claim`` acknowledged."""
@@ -154,25 +184,60 @@ class SubscriptionState:
         cumulative: Position | None,
         individual: Iterable[Position],
         ledger_after: LedgerAfter | None = None,
+        counts: EntryCounts | None = None,
     ) -> SubscriptionState:
         """The state with ``cumulative`` (everything at or before it) and the ``individual``
-        positions acknowledged. The mark never goes back; runs at or before it are dropped;
-        it moves over a run that continues it (see the module docstring; ``ledger_after``
-        tells where sealed ledgers end). Claims fully acknowledged are dropped. ``LogError``
-        when the runs would exceed :data:`ACKED_RUNS_MAX`."""
+        positions acknowledged; ``counts`` gives the records of the batches they fall in.
+        The mark never goes back; runs at or before it are dropped; it moves over a run that
+        continues it (see the module docstring; ``ledger_after`` tells where sealed ledgers
+        end). Claims fully acknowledged are dropped. ``LogError`` when the runs and partly
+        acknowledged batches would exceed :data:`ACKED_RUNS_MAX`."""
         after = ledger_after or {}
+        sizes = counts or {}
         mark = self.mark
-        if cumulative is not None and (mark is None or cumulative > mark):
-            mark = cumulative
+        partial = {(p[0], p[1]): (p[2], [list(r) for r in p[3]]) for p in self.partial}
         spans = [list(r) for r in self.acked]
-        spans += [[p.ledger_id, p.entry_id, p.entry_id] for p in individual]
+
+        def count_of(ledger: int, entry: int) -> int:
+            known = partial.get((ledger, entry))
+            return known[0] if known is not None else sizes.get((ledger, entry), 1)
+
+        def add(ledger: int, entry: int, first: int, last: int) -> None:
+            """Indexes ``first..last`` of an entry acknowledged."""
+            count = count_of(ledger, entry)
+            if first <= 0 and last >= count - 1:
+                spans.append([ledger, entry, entry])
+                partial.pop((ledger, entry), None)
+                return
+            runs = partial.setdefault((ledger, entry), (count, []))[1]
+            runs.append([first, last])
+            merged = _merged_indexes(runs)
+            if merged == [[0, count - 1]]:
+                spans.append([ledger, entry, entry])
+                del partial[(ledger, entry)]
+            else:
+                partial[(ledger, entry)] = (count, merged)
+
+        if cumulative is not None:
+            ledger, entry, index = cumulative
+            if index >= count_of(ledger, entry) - 1:
+                upto = Position(ledger, entry)
+            else:
+                upto = Position(ledger, entry - 1)
+                add(ledger, entry, 0, index)
+            if mark is None or upto > mark:
+                mark = upto
+        for p in individual:
+            add(p.ledger_id, p.entry_id, p.index, p.index)
+        start = self.start
+        if mark is None and start.index and (start.ledger_id, start.entry_id) in partial:
+            add(start.ledger_id, start.entry_id, 0, start.index - 1)  # before the start
         runs = _merged(spans)
         first = runs[0] if runs else None
         if mark is None and first is not None:  # acked from the very start: a mark at last
-            start = self.start
-            before = Position(start.ledger_id, start.entry_id - 1) if start.entry_id else None
-            if Position(first[0], first[1]) == start or (
-                before is not None and _continues(before, first, after)
+            before = Position(start.ledger_id, start.entry_id - 1)
+            if (first[0], first[1]) == (start.ledger_id, start.entry_id) or _continues(
+                before, first, after
             ):
                 mark = Position(first[0], first[2])
         if mark is not None:
@@ -180,30 +245,38 @@ class SubscriptionState:
             while runs and _continues(mark, runs[0], after):
                 mark = Position(runs[0][0], runs[0][2])
                 runs = runs[1:]
-        if len(runs) > ACKED_RUNS_MAX:
+        kept = tuple(
+            (ledger, entry, count, tuple((a, b) for a, b in ranges))
+            for (ledger, entry), (count, ranges) in sorted(partial.items())
+            if (mark is None or Position(ledger, entry) > mark)
+            and not any(r[0] == ledger and r[1] <= entry <= r[2] for r in runs)
+        )
+        if len(runs) + len(kept) > ACKED_RUNS_MAX:
             raise LogError(
                 f"more than {ACKED_RUNS_MAX} runs of records acknowledged out of order beyond "
                 f"the mark {mark}: acknowledge cumulatively"
             )
-        state = replace(self, mark=mark, acked=tuple(runs))
+        state = replace(self, mark=mark, acked=tuple(runs), partial=kept)
         return replace(state, claims=tuple(c for c in state.claims if not state.claim_done(c)))
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {
             "format": _FORMAT,
             "ctime_ms": self.ctime_ms,
-            "start": list(self.start),
+            "start": _listed(self.start),
             "epoch": self.epoch,
             "owner": self.owner,
         }
         if self.mark is not None:
-            doc["mark"] = list(self.mark)
+            doc["mark"] = _listed(self.mark)
         if self.acked:
             doc["acked"] = [list(r) for r in self.acked]
+        if self.partial:
+            doc["partial"] = [[p[0], p[1], p[2], [list(r) for r in p[3]]] for p in self.partial]
         if self.mode != "exclusive":
             doc["mode"] = self.mode
         if self.dispatched is not None:
-            doc["dispatched"] = list(self.dispatched)
+            doc["dispatched"] = _listed(self.dispatched)
         if self.cursor is not None:
             doc["cursor"] = self.cursor
         if self.claims:
@@ -226,6 +299,10 @@ class SubscriptionState:
             if mode not in ("exclusive", "shared"):
                 raise ValueError(f"mode {mode!r} is not exclusive or shared")
             dispatched = doc.get("dispatched")
+            partial = tuple(
+                (int(p[0]), int(p[1]), int(p[2]), tuple((int(a), int(b)) for a, b in p[3]))
+                for p in doc.get("partial", ())
+            )
             claims = tuple(
                 Claim(str(c["consumer"]), int(c["ledger"]), int(c["first"]), int(c["last"]),
                       int(c["until_ms"]))
@@ -233,7 +310,7 @@ class SubscriptionState:
             )  # fmt: skip
             state = cls(
                 int(doc["ctime_ms"]),
-                Position(int(doc["start"][0]), int(doc["start"][1])),
+                Position(*(int(part) for part in doc["start"][:3])),
                 Position(int(mark[0]), int(mark[1])) if mark is not None else None,
                 acked,
                 int(doc.get("epoch", 0)),
@@ -242,11 +319,14 @@ class SubscriptionState:
                 Position(int(dispatched[0]), int(dispatched[1])) if dispatched else None,
                 claims,
                 int(doc["cursor"]) if doc.get("cursor") is not None else None,
+                partial,
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ProtocolError(f"{what} is unreadable: {exc}") from exc
         if any(r[1] > r[2] or r[1] < 0 for r in acked):
             raise ProtocolError(f"{what}: a run of acknowledged records is malformed")
+        if any(p[2] < 2 or any(not 0 <= a <= b < p[2] for a, b in p[3]) for p in partial):
+            raise ProtocolError(f"{what}: a partly acknowledged batch is malformed")
         return state
 
 
@@ -280,3 +360,19 @@ def _beyond(runs: list[AckedRun], mark: Position) -> list[AckedRun]:
             (ledger, max(first, mark.entry_id + 1) if ledger == mark.ledger_id else first, last)
         )
     return kept
+
+
+def _merged_indexes(runs: list[list[int]]) -> list[list[int]]:
+    """Index runs sorted, overlapping or adjacent ones joined."""
+    merged: list[list[int]] = []
+    for first, last in sorted(runs):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return merged
+
+
+def _listed(position: Position) -> list[int]:
+    """A position in JSON: ``[ledger, entry]``, and its index when not 0."""
+    return list(position) if position.index else [position.ledger_id, position.entry_id]

@@ -3,9 +3,14 @@ confirmed entries between two positions. The one place that walks the list: the 
 (:mod:`bkeeper.namedlog.reader`), ``NamedLog.last_position`` and Spark's planning
 (:mod:`bkeeper.spark.plan`) all call it.
 
-Positions. ``(L, E)`` is record E of ledger L. When L is not in the list it means the first
-record of the first ledger after L, so ``(L + 1, 0)`` and ``(L, last + 1)`` both follow a
-sealed ledger L whose last entry is ``last`` (:func:`locate`).
+Positions. ``(L, E)`` is the (first) record of entry E of ledger L, ``(L, E, I)`` record I of
+the record batch in entry E (:mod:`bkeeper.namedlog.records`). When L is not in the list it
+means the first record of the first ledger after L, so ``(L + 1, 0)`` and ``(L, last + 1)``
+both follow a sealed ledger L whose last entry is ``last`` (:func:`locate`). Spans are of
+entries: a span starting at ``(L, E, I)`` with I > 0 holds entry E, of which only the records
+from index I on are wanted (``EntrySpan.first_index``); one ending (exclusive) at
+``(L, E, I)`` with I > 0 holds entry E, of which only the records before index I are wanted
+(``EntrySpan.end_index``).
 
 What is confirmed, and what "latest" means:
 
@@ -46,7 +51,7 @@ from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
 from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position, decode_record
+from bkeeper.namedlog.records import Position, decode_entry, entry_envelopes
 
 __all__ = [
     "LATEST_PROBES_MAX",
@@ -167,6 +172,16 @@ class LogWalk:
             return LedgerEnd(last, True)
         return LedgerEnd(await handle.read_last_add_confirmed(), False)
 
+    async def last_record(self, ledger_id: int, entry_id: int) -> Position:
+        """The position of the last record of entry ``entry_id`` (read to count its batch;
+        ``(ledger_id, entry_id)`` when the ledger is gone)."""
+        handle = await self.open(ledger_id)
+        if handle is None:
+            return Position(ledger_id, entry_id)
+        entry = await handle.read_entry(entry_id)
+        count = entry_envelopes(entry.payload, ledger_id, entry_id).record_count
+        return Position(ledger_id, entry_id, count - 1)
+
     async def latest(self, meta: LogMetadata) -> Position:
         """The position after every record appended so far (see the module docstring)."""
         if not meta.ledgers:
@@ -202,13 +217,13 @@ class LogWalk:
             if last < 0:
                 continue
             tail = await handle.read_entry(last)
-            record = decode_record(tail.payload, Position(ledger.ledger_id, last))
+            record = decode_entry(tail.payload, ledger.ledger_id, last)[-1]
             if record.timestamp_ms < timestamp_ms and handle.is_closed:
                 continue
             async for entry in handle.read(0, last):
-                position = Position(ledger.ledger_id, entry.entry_id)
-                if decode_record(entry.payload, position).timestamp_ms >= timestamp_ms:
-                    return position
+                for record in decode_entry(entry.payload, ledger.ledger_id, entry.entry_id):
+                    if record.timestamp_ms >= timestamp_ms:
+                        return record.position
         return await self.latest(meta)
 
     async def spans(
@@ -238,11 +253,25 @@ class LogWalk:
                 lost.append(LostRange(Position(ledger_id, first), after))
                 continue
             last = ledger_end.last
+            first_index = start.index if ledger_id == start.ledger_id else 0
+            end_index = 0
             if end is not None and ledger_id == end.ledger_id:
-                last = min(last, end.entry_id - 1)
+                if end.index and end.entry_id <= last:
+                    last, end_index = end.entry_id, end.index
+                else:
+                    last = min(last, end.entry_id - 1)
             if first <= last:
-                found.append(EntrySpan(name, ledger_id, first, last, ledger_end.sealed))
-            after = Position(ledger_id, max(first, last + 1))
+                found.append(
+                    EntrySpan(
+                        name, ledger_id, first, last, ledger_end.sealed, first_index, end_index
+                    )
+                )
+            if end is not None and end_index:
+                after = end
+            elif first <= last:
+                after = Position(ledger_id, last + 1)
+            else:
+                after = max(after, Position(ledger_id, first, first_index))
             if not ledger_end.sealed or (end is not None and ledger_id == end.ledger_id):
                 break
         return Walked(found, after, lost)

@@ -8,11 +8,19 @@ background. A list that moved on (another writer's ledger is last) means this wr
 fenced. At each roll, ``retention_age_ms`` / ``retention_bytes`` truncate old sealed ledgers,
 and ``retention_consumed`` those every subscription has consumed past.
 
-Background work (sealing rolled-away ledgers, explaining a fence) runs on the writer's
-:class:`~bkeeper.common.tasks.TaskOwner`; ``close`` waits for it to end, then closes it.
+Record batching (``LogConfig.batching``): records gather into batches
+(:mod:`bkeeper.namedlog.batching`), each batch written as one entry in the record batch format
+(:mod:`bkeeper.namedlog.records`; a batch of one record, uncompressed, as a format-1 entry);
+each record's position is ``(ledger, entry, index in the batch)``. Batching off, each record
+is an entry of its own (format 1).
+
+Background work (sealing rolled-away ledgers, explaining a fence, sending batches) runs on
+the writer's :class:`~bkeeper.common.tasks.TaskOwner`; ``close`` waits for it to end, then
+closes it.
 Time comes from the logs' :class:`~bkeeper.common.clock.Clock`.
 
-Limits: ``metadata_retries_max`` lost compare-and-sets per roll; ``TASKS_MAX`` background tasks.
+Limits: ``metadata_retries_max`` lost compare-and-sets per roll; ``TASKS_MAX`` background tasks;
+``SEALED_BATCHES_MAX`` batches waiting to be sent (appenders wait meanwhile).
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from bkeeper.client.bookkeeper import BookKeeper
@@ -29,20 +38,33 @@ from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
     BKeeperError,
+    ConfigError,
     LedgerFencedError,
     LogError,
     LogFencedError,
     LogNotFoundError,
 )
 from bkeeper.common.tasks import TaskOwner
+from bkeeper.namedlog.batching import Batch, Batcher
 from bkeeper.namedlog.config import LogConfig
 from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position, encode_record
+from bkeeper.namedlog.records import (
+    CODEC_NONE,
+    FORMAT_VERSION,
+    HEAD,
+    Position,
+    codec_id,
+    encode_batch,
+    encode_record,
+)
 
 if TYPE_CHECKING:
     from bkeeper.namedlog.logs import NamedLog
 
 __all__ = ["LogWriter", "create_ledger", "discard_ledger"]
+
+_PLAIN_HEAD = HEAD.pack
+_new_tuple = tuple.__new__
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +115,14 @@ class LogWriter:
         self._error: LogError | None = None
         self._error_explained = False
         self._closed = False
+        self._loop = asyncio.get_running_loop()
+        self._codec = codec_id(self._config.compression)
+        self._batcher: Batcher | None = None
+        if self._config.batching:
+            what = f"log {named.name!r} writer"
+            self._batcher = Batcher(self._config, self._send_batch, self._tasks, what)
+        #: The future of the last record appended with batching off (``flush`` waits).
+        self._last: asyncio.Future[Position] | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -124,16 +154,92 @@ class LogWriter:
         if self._error is not None:
             raise await self._gone(self._error)
         self._check_open()
+        if key is None and not properties:  # inline: once per record
+            envelope = _PLAIN_HEAD(FORMAT_VERSION, 0, self._clock.wall_ms()) + payload
+        else:
+            envelope = encode_record(payload, self._clock.wall_ms(), key, properties)
+        batcher = self._batcher
+        if batcher is None:
+            return await self._append_entry(envelope)
+        if batcher.full:
+            await batcher.room()
+            self._check_open()
+        future: asyncio.Future[Position] = self._loop.create_future()
+        batcher.add(envelope, future)
+        return future
+
+    async def append_many(
+        self,
+        payloads: Sequence[bytes],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        properties: Sequence[Mapping[str, bytes] | None] | None = None,
+    ) -> list[Position]:
+        """Append records in order (``keys`` / ``properties``: one per payload, or None);
+        their positions once an ack quorum has them. All get the same timestamp. Batching
+        on, they fill batches as ``append`` would, and the last one is sent at once (no
+        lingering: the call has given all it has); batching off, one entry each."""
+        if self._error is not None:
+            raise await self._gone(self._error)
+        self._check_open()
+        count = len(payloads)
+        for name, given in (("keys", keys), ("properties", properties)):
+            if given is not None and len(given) != count:
+                raise ConfigError(f"append_many: {len(given)} {name} for {count} payloads")
+        now = self._clock.wall_ms()
+        if keys is None and properties is None:
+            envelopes = list(map(HEAD.pack(FORMAT_VERSION, 0, now).__add__, payloads))
+        else:
+            keys_ = keys if keys is not None else [None] * count
+            props = properties if properties is not None else [None] * count
+            envelopes = [
+                encode_record(payload, now, key, prop)
+                for payload, key, prop in zip(payloads, keys_, props, strict=True)
+            ]
+        batcher = self._batcher
+        if batcher is None:
+            futures = [await self._append_entry(envelope) for envelope in envelopes]
+            return list(await asyncio.gather(*futures))
+        parts: list[tuple[asyncio.Future[Position], int]] = []
+        step = self._config.batch_max_records
+        for start in range(0, count, step):
+            await batcher.room()
+            self._check_open()
+            parts += batcher.add_many(envelopes[start : start + step])
+        batcher.seal()
+        positions: list[Position] = []
+        for future, records in parts:
+            ledger_id, entry_id, first = await future
+            at = zip(repeat(ledger_id), repeat(entry_id), range(first, first + records))
+            positions += map(_new_tuple, repeat(Position), at)  # no Python call per record
+        return positions
+
+    async def flush(self) -> None:
+        """Send the open batch now, and wait until every record appended so far is
+        acknowledged; raises the error of the last one if it failed (the others' appenders
+        get their own)."""
+        if self._batcher is not None:
+            self._batcher.seal()
+            batch = self._batcher.last
+            last = batch.waiters[-1][0] if batch is not None and batch.waiters else None
+        else:
+            last = self._last
+        if last is None:
+            return
+        await asyncio.wait([last])
+        if not last.cancelled() and (exc := last.exception()) is not None:
+            raise exc
+
+    async def _append_entry(self, data: bytes) -> asyncio.Future[Position]:
+        """Send ``data`` as the next entry (batching off); the future gets its position."""
         if self._should_roll():
             await self._roll()
         handle = self._handle
-        data = encode_record(payload, self._clock.wall_ms(), key, properties)
         try:
             inner = await handle.append_async(data)
         except LedgerFencedError as exc:
             raise await self._gone(exc) from exc
-        loop = asyncio.get_running_loop()
-        outer: asyncio.Future[Position] = loop.create_future()
+        outer: asyncio.Future[Position] = self._loop.create_future()
         ledger_id = handle.ledger_id
 
         def done(future: asyncio.Future[int]) -> None:
@@ -149,7 +255,37 @@ class LogWriter:
                 outer.set_result(Position(ledger_id, future.result()))
 
         inner.add_done_callback(done)
+        self._last = outer
         return outer
+
+    async def _send_batch(self, batch: Batch) -> None:
+        """Write a sealed batch as the next entry (the batcher's sender calls this, a batch
+        at a time, in order); its waiters get their positions once it is acknowledged."""
+        if self._error is not None:
+            raise await self._gone(self._error)
+        if self._should_roll():
+            await self._roll()
+        handle = self._handle
+        envelopes = batch.envelopes
+        if len(envelopes) == 1 and self._codec == CODEC_NONE:
+            data = envelopes[0]  # alone: a format-1 entry
+        else:
+            data = encode_batch(envelopes, self._codec)
+        try:
+            inner = await handle.append_async(data)
+        except LedgerFencedError as exc:
+            raise await self._gone(exc) from exc
+        inner.add_done_callback(functools.partial(self._batch_done, batch, handle.ledger_id))
+
+    def _batch_done(self, batch: Batch, ledger_id: int, future: asyncio.Future[int]) -> None:
+        if future.cancelled():
+            batch.cancel()
+        elif isinstance(exc := future.exception(), LedgerFencedError):
+            self._fence_explained(exc).add_done_callback(functools.partial(_fail_batch, batch))
+        elif exc is not None:
+            batch.fail(exc)
+        else:
+            batch.complete(ledger_id, future.result())
 
     async def close(self) -> None:
         """Seal the current ledger (pending appends complete first)."""
@@ -157,6 +293,8 @@ class LogWriter:
             return
         self._closed = True
         try:
+            if self._batcher is not None:
+                await self._batcher.drain()
             await self._handle.close()
         except LedgerFencedError as exc:
             raise await self._gone(exc) from exc
@@ -323,3 +461,11 @@ def _fail_with(outer: asyncio.Future[Position], explained: asyncio.Future[LogErr
         outer.cancel()
     else:
         outer.set_exception(explained.result())
+
+
+def _fail_batch(batch: Batch, explained: asyncio.Future[LogError]) -> None:
+    """Fail a batch's waiters with the explained fence."""
+    if explained.cancelled():
+        batch.cancel()
+    else:
+        batch.fail(explained.result())

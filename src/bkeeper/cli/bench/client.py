@@ -17,6 +17,7 @@ from bkeeper.cli.bench._common import (
     protocol_of,
 )
 from bkeeper.client.handshake import ClientSecurity
+from bkeeper.common.errors import ConfigError
 from bkeeper.common.tls import TlsClientConfig
 from bkeeper.testing.benchmarks import (
     BenchResult,
@@ -233,7 +234,14 @@ def read_bench(
 @METADATA
 @click.option("--entry-size", default=100, show_default=True, type=click.IntRange(0))
 @click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
-@click.option("--in-flight", default=1000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--in-flight",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Entries in flight (the writer's pending adds); with --append-many also the records "
+    "in flight at most.",
+)
 @click.option(
     "--rate",
     default=1000.0,
@@ -241,17 +249,76 @@ def read_bench(
     type=click.FloatRange(1),
     help="Open-loop appends/s (a large rate measures the maximum).",
 )
+@click.option(
+    "--batch/--no-batch",
+    default=False,
+    show_default=True,
+    help="Record batching in the writer (LogConfig.batching).",
+)
+@click.option("--batch-max-records", default=1_000, show_default=True, type=click.IntRange(1))
+@click.option("--batch-max-bytes", default=128 * 1024, show_default=True, type=click.IntRange(1))
+@click.option("--linger-ms", default=1, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--compression", default="none", show_default=True, type=click.Choice(["none", "zstd", "lz4"])
+)
+@click.option(
+    "--append-many",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Records per append_many call (0: append_async per record).",
+)
+@click.option("--tail/--no-tail", default=True, show_default=True,
+              help="Tail the log from another client of the same process meanwhile.")  # fmt: skip
+@click.option("--read-back/--no-read-back", default=True, show_default=True,
+              help="Read the log back after (a reader, then a subscription).")  # fmt: skip
+@click.option("--tune-gc", is_flag=True,
+              help="Freeze the loaded objects and collect the young generation every 50,000 "
+              "allocations (as Spark's runtime does) while appending.")  # fmt: skip
 def log_bench(
-    metadata_uri: str, entry_size: int, duration: float, in_flight: int, rate: float
+    metadata_uri: str,
+    entry_size: int,
+    duration: float,
+    in_flight: int,
+    rate: float,
+    batch: bool,
+    batch_max_records: int,
+    batch_max_bytes: int,
+    linger_ms: int,
+    compression: str,
+    append_many: int,
+    tail: bool,
+    read_back: bool,
+    tune_gc: bool,
 ) -> None:
     """Named-log append rate and tail latency (append to visible at a tailing reader); then
     the log read back by a reader, and by a subscription acknowledging every record."""
     from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.namedlog import LogConfig
 
+    try:
+        config = LogConfig(
+            batching=batch,
+            batch_max_records=batch_max_records,
+            batch_max_bytes=batch_max_bytes,
+            linger_ms=linger_ms,
+            compression=compression,
+        )
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
     with cluster(metadata_uri, 3) as uri:
         results = run_event_loop(
             bench_log(
-                uri, entry_bytes=entry_size, duration_s=duration, in_flight=in_flight, rate=rate
+                uri,
+                entry_bytes=entry_size,
+                duration_s=duration,
+                in_flight=in_flight,
+                rate=rate,
+                log_config=config,
+                append_many=append_many,
+                tail=tail,
+                read_back=read_back,
+                tune_gc=tune_gc,
             )
         )
         print_results(results, "records")
