@@ -131,3 +131,7 @@ def test_a_stream_copy_of_a_batched_log_writes_batches(spark, spark_cluster, tmp
     found = read_log_positions(uri, "copy-dst")
     assert sorted(p for p, _ in found) == payloads
     assert max(pos.index for _, pos in found) == 3, "batches of at most 4 records"
+    # local_session writes the checkpoint through the raw local file system: no .crc files
+    written = {p.relative_to(tmp_path / "ck").as_posix() for p in (tmp_path / "ck").rglob("*")}
+    assert {"offsets/0", "commits/0"} <= written
+    assert not [name for name in written if name.endswith(".crc")], sorted(written)
