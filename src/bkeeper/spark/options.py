@@ -24,7 +24,6 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
 from bkeeper.namedlog.metadata import check_log_name
-from bkeeper.namedlog.records import BATCH_RECORDS_MAX, codec_id
 from bkeeper.namedlog.subscription import check_subscription_name
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 
@@ -32,7 +31,6 @@ __all__ = [
     "MAX_BYTES_PER_SPLIT_DEFAULT",
     "MAX_ENTRIES_PER_SPLIT_DEFAULT",
     "PositionSpec",
-    "SinkBatching",
     "SinkOptions",
     "SourceOptions",
     "offset_from_positions",
@@ -97,26 +95,6 @@ class SourceOptions:
         return name in self.logs
 
 
-#: Records a write task packs into one entry (a record batch) at most, by default...
-SINK_BATCH_MAX_RECORDS_DEFAULT = 1_000
-#: ...and bytes of records (a single larger record goes alone, as one record).
-SINK_BATCH_MAX_BYTES_DEFAULT = 128 * 1024
-#: The largest ``batchMaxBytes``: a batch's entry must fit in a bookie's 5 MiB frame.
-SINK_BATCH_MAX_BYTES_MAX = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class SinkBatching:
-    """How a write task packs records into entries (options ``batching``,
-    ``batchMaxRecords``, ``batchMaxBytes``, ``compression``); ``max_records`` 1: one record
-    per entry (format 1)."""
-
-    max_records: int = SINK_BATCH_MAX_RECORDS_DEFAULT
-    max_bytes: int = SINK_BATCH_MAX_BYTES_DEFAULT
-    #: ``bkeeper.namedlog.records`` codec id (0: none).
-    codec: int = 0
-
-
 @dataclass(frozen=True)
 class SinkOptions:
     """Where a write goes and how its ledgers are made."""
@@ -129,7 +107,6 @@ class SinkOptions:
     log_config: LogConfig = field(default_factory=LogConfig)
     writer_id: str | None = None
     client: tuple[tuple[str, Any], ...] = ()
-    batching: SinkBatching = field(default_factory=SinkBatching)
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(**dict(self.client))
@@ -432,12 +409,19 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     if digest not in ("crc32", "crc32c", "hmac", "dummy"):
         raise ConfigError(f"option digest: {digest!r} is not crc32, crc32c, hmac or dummy")
     roll = _positive_int(options, "rollBytes", LogConfig.roll_bytes)
-    log_config = LogConfig(
-        **quorum,  # type: ignore[arg-type]
-        digest=digest,
-        password=(_get(options, "password") or "").encode(),
-        roll_bytes=roll,  # type: ignore[arg-type]
-    )
+    try:
+        log_config = LogConfig(
+            **quorum,  # type: ignore[arg-type]
+            digest=digest,
+            password=(_get(options, "password") or "").encode(),
+            roll_bytes=roll,  # type: ignore[arg-type]
+            **_sink_batching(options),
+        )
+    except ConfigError as exc:  # a batching field: name the option
+        text = str(exc)
+        for field_name, option in _SINK_BATCHING_OPTIONS.items():
+            text = text.replace(field_name, f"option {option}", 1)
+        raise ConfigError(text) from None
     writer_id = _get(options, "writerId")
     if writer_id is None and (checkpoint := _get(options, "checkpointLocation")):
         # A restarted query keeps its checkpoint, so it keeps its writer id too.
@@ -445,7 +429,6 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     if writer_id is not None and not 0 < len(writer_id) <= 256:
         raise ConfigError("option writerId: use 1-256 characters")
     return SinkOptions(
-        batching=_sink_batching(options),
         metadata=metadata,
         log=log,
         create_log=None
@@ -457,26 +440,27 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     )
 
 
-def _sink_batching(options: Mapping[str, str]) -> SinkBatching:
-    """``batching`` (default true), ``batchMaxRecords``, ``batchMaxBytes``, ``compression``."""
-    records = _positive_int(options, "batchMaxRecords", None) or SINK_BATCH_MAX_RECORDS_DEFAULT
-    size = _positive_int(options, "batchMaxBytes", None) or SINK_BATCH_MAX_BYTES_DEFAULT
-    if records > BATCH_RECORDS_MAX:
-        raise ConfigError(f"option batchMaxRecords: {records} is more than {BATCH_RECORDS_MAX}")
-    if size > SINK_BATCH_MAX_BYTES_MAX:
+def _sink_batching(options: Mapping[str, str]) -> dict[str, Any]:
+    """The ``LogConfig`` batching fields of options ``batching`` (default true: see
+    docs/spark.md), ``batchMaxRecords``, ``batchMaxBytes`` and ``compression``."""
+    chosen: dict[str, Any] = {"batching": _bool(options, "batching", True)}
+    for option, name in (("batchMaxRecords", "batch_max_records"),
+                         ("batchMaxBytes", "batch_max_bytes")):  # fmt: skip
+        value = _positive_int(options, option, None)
+        if value is not None:
+            chosen[name] = value
+    compression = _get(options, "compression")
+    if compression is not None:
+        chosen["compression"] = compression.strip().lower()
+    if not chosen["batching"] and len(chosen) > 1:
         raise ConfigError(
-            f"option batchMaxBytes: {size} is more than {SINK_BATCH_MAX_BYTES_MAX} (an entry "
-            "must fit in a bookie's frame)"
+            "options batchMaxRecords, batchMaxBytes and compression need batching=true"
         )
-    name = (_get(options, "compression") or "none").strip().lower()
-    try:
-        codec = codec_id(name)
-    except ConfigError as exc:
-        raise ConfigError(f"option {exc}") from None
-    if not _bool(options, "batching", True):
-        if _get(options, "batchMaxRecords") or _get(options, "batchMaxBytes") or codec:
-            raise ConfigError(
-                "options batchMaxRecords, batchMaxBytes and compression need batching=true"
-            )
-        return SinkBatching(max_records=1, max_bytes=size, codec=0)
-    return SinkBatching(max_records=records, max_bytes=size, codec=codec)
+    return chosen
+
+
+_SINK_BATCHING_OPTIONS = {
+    "batch_max_records": "batchMaxRecords",
+    "batch_max_bytes": "batchMaxBytes",
+    "compression": "compression",
+}

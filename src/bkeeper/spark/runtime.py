@@ -34,9 +34,8 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
 from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
-from bkeeper.namedlog.records import encode_batch
+from bkeeper.namedlog.records import codec_id, encode_batch
 from bkeeper.namedlog.writer import create_ledger
-from bkeeper.spark.options import SinkBatching
 from bkeeper.spark.plan import EntrySpan, LogView
 
 if TYPE_CHECKING:  # imported by read tasks only (see bkeeper.spark.source's docstring)
@@ -236,15 +235,16 @@ class Runtime:
 class TaskLedgers:
     """The ledgers one write task made, per log, in order; see ``bkeeper.spark.sink``.
 
-    Records are packed into record batches (``batching``: up to ``max_records`` records or
-    ``max_bytes`` bytes of envelopes per entry; a batch of one record, or a record larger
-    than ``max_bytes``, is written as a single-record entry). Each log's open batch is
+    With ``config.batching`` records are packed into record batches (up to
+    ``batch_max_records`` records or ``batch_max_bytes`` bytes of envelopes per entry,
+    compressed with ``compression``; a batch of one record, or a record larger than
+    ``batch_max_bytes``, is written as a single-record entry). Each log's open batch is
     appended when full and at :meth:`seal`."""
 
     runtime: Runtime
     roll_bytes: int
     job_id: str
-    batching: SinkBatching = field(default_factory=SinkBatching)
+    config: LogConfig = field(default_factory=LogConfig)
     ledgers: dict[str, list[int]] = field(default_factory=dict)
     records: int = 0
     _open: dict[str, WriteHandle] = field(default_factory=dict)
@@ -261,7 +261,9 @@ class TaskLedgers:
 
     async def _write(self, rows: list[Row]) -> None:
         now = self.runtime.logs.clock.wall_ms()
-        max_records, max_bytes = self.batching.max_records, self.batching.max_bytes
+        config = self.config
+        max_records = config.batch_max_records if config.batching else 1
+        max_bytes = config.batch_max_bytes
         for name, payload, key, properties in rows:
             data = encode_record(payload, now, key, properties)
             self.records += 1
@@ -284,7 +286,7 @@ class TaskLedgers:
         if len(batch) == 1:
             await self._append(name, batch[0])
         elif batch:
-            await self._append(name, encode_batch(batch, self.batching.codec))
+            await self._append(name, encode_batch(batch, codec_id(self.config.compression)))
 
     async def _append(self, name: str, data: bytes) -> None:
         handle = self._open.get(name)
