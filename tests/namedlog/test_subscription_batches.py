@@ -265,3 +265,28 @@ async def test_a_log_of_format_1_entries_then_batches_is_consumed_in_order() -> 
         again = await named.subscribe("s")
         assert (await again.receive(10.0)).position == new_positions[2]
         await again.close()
+
+
+async def test_acks_inside_batches_kept_in_a_cursor_ledger() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, writer, positions = await batched_log(cluster, 12)
+        await writer.close()
+        first_logs = NamedLogs(await cluster.client(FAST), BATCHED)
+        first = await first_logs.log("events").subscribe(
+            "s", ack_store="ledger", ack_flush_ms=60_000
+        )
+        got = await take(first, 9)
+        first.ack(got[2].position)
+        first.ack_individual(got[8].position)
+        await first.flush()
+        node = (await named.subscriptions())["s"]  # read from the cursor ledger
+        ledger = positions[0].ledger_id
+        assert (node.mark, node.partial) == (
+            P(ledger, -1),
+            ((ledger, 0, 5, ((0, 2),)), (ledger, 1, 5, ((3, 3),))),
+        )
+        await first_logs.bk.cluster.store.expire_session()  # gone without closing
+        second = await named.subscribe("s", ack_store="ledger", wait_s=10.0)
+        again = [r.position for r in await take(second, 8)]
+        assert again == [p for i, p in enumerate(positions) if i >= 3 and i != 8]
+        await second.close()

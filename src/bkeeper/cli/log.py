@@ -147,9 +147,12 @@ def list_logs(metadata_uri: str) -> None:
     help="Pack records into record batches (one entry holds many; readers of bkeeper "
     "before record batching cannot read them).",
 )
-@click.option("--batch-max-records", type=click.IntRange(1), default=1_000, show_default=True)
-@click.option("--batch-max-bytes", type=click.IntRange(1), default=128 * 1024, show_default=True)
-@click.option("--linger-ms", type=click.IntRange(0), default=1, show_default=True)
+@click.option("--batch-max-records", type=click.IntRange(1), default=1_000, show_default=True,
+              help="Records one batch holds at most.")  # fmt: skip
+@click.option("--batch-max-bytes", type=click.IntRange(1), default=128 * 1024, show_default=True,
+              help="Bytes of records one batch holds at most (4 MiB at most).")  # fmt: skip
+@click.option("--linger-ms", type=click.IntRange(0), default=1, show_default=True,
+              help="How long a batch waits for more records after its first.")  # fmt: skip
 @click.option(
     "--compression", type=click.Choice(list(CODECS)), default="none", show_default=True,
     help="Compression of each batch (zstd and lz4 need their packages).",

@@ -96,11 +96,6 @@ class Batcher:
         self.last: Batch | None = None
 
     @property
-    def idle(self) -> bool:
-        """Nothing gathered, waiting or being sent."""
-        return self._open is None and not self._sealed and self._sender is None
-
-    @property
     def full(self) -> bool:
         """The queue of sealed batches is full (:meth:`room` would wait)."""
         return len(self._sealed) >= SEALED_BATCHES_MAX
@@ -167,7 +162,7 @@ class Batcher:
             self._sender = self._tasks.spawn(self._send_sealed(), f"send batches of {self._what}")
 
     def abort(self, error: BaseException) -> None:
-        """Fail every record not sent yet (the writer is closing after an error)."""
+        """Fail every record not sent yet (the sender was cancelled: the writer closed)."""
         if self._open is not None:
             self._sealed.append(self._open)
             self._open = None

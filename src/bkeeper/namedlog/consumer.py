@@ -146,6 +146,11 @@ class Consumer:
         """The next record not acknowledged yet, or None if none comes within
         ``timeout_s``."""
         reader = self._check_reading()
+        while (record := reader.next_buffered()) is not None:  # no waiting: no deadline
+            self._note(record)
+            if not self._acked_out_of_order(record.position):
+                self.delivered = record.position
+                return record
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:

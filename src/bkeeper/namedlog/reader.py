@@ -45,6 +45,8 @@ __all__ = ["LogReader"]
 
 log = logging.getLogger(__name__)
 
+_new_tuple = tuple.__new__
+
 
 class LogReader:
     """An async iterator of :class:`Record`; see the module docstring. ``close`` ends it."""
@@ -92,9 +94,9 @@ class LogReader:
         record = buffer.popleft()
         ledger_id, entry_id, index = record.position
         if buffer and buffer[0].position[:2] == (ledger_id, entry_id):
-            self.position = Position(ledger_id, entry_id, index + 1)
+            self.position = _new_tuple(Position, (ledger_id, entry_id, index + 1))
         else:  # the buffer holds whole entries (past the start): its entry's last record
-            self.position = Position(ledger_id, entry_id + 1)
+            self.position = _new_tuple(Position, (ledger_id, entry_id + 1, 0))
         return record
 
     async def __anext__(self) -> Record:
@@ -110,9 +112,17 @@ class LogReader:
             self._buffer.extend(batch)
         return self._take()
 
+    def next_buffered(self) -> Record | None:
+        """The next record if it was read already (None: reading is needed, or closed)."""
+        if self._buffer and not self._closed:
+            return self._take()
+        return None
+
     async def next(self, timeout_s: float | None = None) -> Record | None:
         """The next record, or None when none comes within ``timeout_s`` (the read goes
         on, and a later call gets its record)."""
+        if self._buffer and not self._closed:  # read already: no deadline needed
+            return self._take()
         deadline = None if timeout_s is None else self._logs.clock.monotonic() + timeout_s
         while not self._buffer:
             if self._closed:
