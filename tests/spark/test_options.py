@@ -151,3 +151,54 @@ def test_timestamps_one_or_per_log_and_mode_checks():
     )
     assert sink_options({**BASE, "log": "a"}).create_log is None
     assert sink_options({**BASE, "log": "a", "createLog": "true"}).create_log is True
+
+
+def test_positions_inside_a_record_batch():
+    positions = {"a": Position(1, 2, 3), "b": Position(4, 5)}
+    offset = offset_from_positions(positions)
+    # index only when not 0: offsets of single-record entries read as before
+    assert offset == {"a": {"ledger": 1, "entry": 2, "index": 3}, "b": {"ledger": 4, "entry": 5}}
+    assert positions_from_offset(offset) == positions
+    start = source_options(
+        {**BASE, "log": "a", "startingPosition": '{"a": {"ledger": 1, "entry": 2, "index": 7}}'},
+        streaming=False,
+    )
+    assert start.starting == {"a": Position(1, 2, 7)}
+    with pytest.raises(ConfigError, match=r'with "index": I, a record of a batch'):
+        positions_from_offset('{"a": {"ledger": 1, "entry": 2, "index": -1}}', "startingPosition")
+    with pytest.raises(ConfigError, match="position of log 'a'"):
+        positions_from_offset('{"a": {"ledger": 1, "index": 2}}', "startingPosition")
+
+
+def test_sink_batching_options():
+    """The writer's batching options (LogConfig's), on by default for the sink."""
+    config = sink_options({**BASE, "log": "a"}).log_config
+    assert (config.batching, config.batch_max_records, config.batch_max_bytes) == (
+        True,
+        1_000,
+        128 * 1024,
+    )
+    assert config.compression == "none"
+    sized = {"batchMaxRecords": "50", "batchMaxBytes": "4096", "compression": "ZSTD"}
+    chosen = sink_options({**BASE, "log": "a", **sized}).log_config
+    assert (chosen.batch_max_records, chosen.batch_max_bytes, chosen.compression) == (
+        50,
+        4096,
+        "zstd",
+    )
+    assert sink_options({**BASE, "log": "a", "batching": "false"}).log_config.batching is False
+    with pytest.raises(ConfigError, match="option compression 'gzip' is not one of none, zstd"):
+        sink_options({**BASE, "log": "a", "compression": "gzip"})
+    with pytest.raises(
+        ConfigError, match=r"option batchMaxBytes: must be an integer in 1\.\.4194304, got 5242880$"
+    ):
+        sink_options({**BASE, "log": "a", "batchMaxBytes": str(5 * 1024 * 1024)})
+    with pytest.raises(
+        ConfigError,
+        match=r"option batchMaxRecords: must be an integer in 1\.\.1048576, got 2000000$",
+    ):
+        sink_options({**BASE, "log": "a", "batchMaxRecords": "2000000"})
+    with pytest.raises(ConfigError, match="need batching=true"):
+        sink_options({**BASE, "log": "a", "batching": "false", "compression": "lz4"})
+    with pytest.raises(ConfigError, match="did you mean batchMaxRecords"):
+        sink_options({**BASE, "log": "a", "batchMaxRecord": "5"})

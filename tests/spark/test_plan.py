@@ -321,3 +321,65 @@ async def test_a_move_plans_the_batch_it_ends_and_a_tight_limit_skips_logs():
         one = await move(view, stream, start, max_entries=1)
         assert one.covered == 1
         assert one.ends["b"] == start["b"] and one.ends["a"] == Position(a[0].ledger_id, 1)
+
+
+async def test_spans_start_and_end_inside_record_batches():
+    """A position with an index plans whole entries for the walk and marks the first span's
+    first_index and the last span's end_index; pieces of a split keep them at their ends."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), LogConfig())
+        positions = await _log_with_rolls(logs, "a", 10)
+        ledger = positions[0].ledger_id
+        view = LogView(logs)
+        spans, after = await view.spans("a", Position(ledger, 2, 5), Position(ledger, 7, 3))
+        assert spans == [EntrySpan("a", ledger, 2, 7, True, first_index=5, end_index=3)]
+        assert after == Position(ledger, 7, 3)
+        spans, after = await view.spans("a", Position(ledger, 4, 1), Position(ledger, 4, 2))
+        assert spans == [EntrySpan("a", ledger, 4, 4, True, first_index=1, end_index=2)]
+        spans, after = await view.spans("a", Position(ledger, 3, 2), Position(ledger, 6))
+        assert spans == [EntrySpan("a", ledger, 3, 5, True, first_index=2)]
+        assert after == Position(ledger, 6)
+        # Past the head: nothing, and the position after stays at the start, not before it.
+        spans, after = await view.spans("a", Position(ledger, 10, 4))
+        assert spans == [] and after == Position(ledger, 10, 4)
+    pieces = split_spans([EntrySpan("a", 1, 0, 9, True, first_index=3, end_index=2)], 4)
+    assert [(p.first, p.last, p.first_index, p.end_index) for p in pieces] == [
+        (0, 3, 3, 0),
+        (4, 7, 0, 0),
+        (8, 9, 0, 2),
+    ]
+    limited = limit_spans({"a": [EntrySpan("a", 1, 0, 9, True, first_index=3, end_index=2)]}, 5)
+    assert limited["a"] == [EntrySpan("a", 1, 0, 4, True, first_index=3)]
+
+
+async def test_splits_hold_about_max_bytes_per_split():
+    """Entries may hold one record or a batch of many: splits are cut by bytes too, from
+    each log's average entry size (one ledger of it, sealed or open)."""
+    from bkeeper.spark.plan import entry_caps
+
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), LogConfig())
+        await _log_with_rolls(logs, "a", 10)  # one sealed ledger of 10 entries of 21 bytes
+        named = await logs.create("b")
+        writer = await named.open_writer()
+        for _ in range(4):
+            await writer.append(b"x" * 90)  # 100 bytes with the head
+        view = LogView(logs)
+        spans = (await view.spans("a", await view.earliest("a")))[0]
+        spans += (await view.spans("b", await view.earliest("b")))[0]
+        sizes = await view.entry_bytes(spans)
+        assert sizes["a"] == 21.0
+        assert sizes["b"] == 100.0  # up to the open ledger's LAC (3 entries confirmed)
+        assert await view.entry_bytes(spans, {"a": 5.0, "b": 7.0}) == {"a": 5.0, "b": 7.0}
+        await writer.close()
+    caps = entry_caps({"a": 21.0, "b": 100.0}, 200)
+    assert caps == {"a": 9, "b": 2}
+    spans = [EntrySpan("a", 1, 0, 9), EntrySpan("b", 2, 0, 4), EntrySpan("c", 3, 0, 2)]
+    groups = partition_spans(spans, 1000, caps)
+    assert [[(s.log, s.first, s.last) for s in g] for g in groups] == [
+        [("a", 0, 8)],
+        [("a", 9, 9)],  # a ninth of a split, and b's 2 entries a whole one: apart
+        [("b", 0, 1)],
+        [("b", 2, 3)],
+        [("b", 4, 4), ("c", 0, 2)],  # half a split, and c (no size known) 3 of 1,000 entries
+    ]

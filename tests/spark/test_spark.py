@@ -61,13 +61,25 @@ def truncate(uri: str, log: str, before: Position) -> int:
 
 
 def read_log(uri: str, log: str) -> list[bytes]:
+    """Every record's payload, in log order, straight from the ledgers (entries of one record
+    or record batches, as the sink writes them)."""
+    return [payload for payload, _ in read_log_positions(uri, log)]
+
+
+def read_log_positions(uri: str, log: str) -> list[tuple[bytes, Position]]:
+    from bkeeper.namedlog.records import decode_entry
+    from bkeeper.spark.plan import LogView
+
     async def go():
         async with BookKeeper(uri) as bk:
-            reader = await NamedLogs(bk).log(log).open_reader()
+            view = LogView(NamedLogs(bk))
+            spans, _ = await view.spans(log, await view.earliest(log))
             out = []
-            while (record := await reader.next(1.0)) is not None:
-                out.append(record.payload)
-            await reader.close()
+            for span in spans:
+                handle = await bk.open_ledger(span.ledger_id, b"", recovery=False)
+                async for entry in handle.read(span.first, span.last):
+                    for record in decode_entry(entry.payload, span.ledger_id, entry.entry_id):
+                        out.append((record.payload, record.position))
             return out
 
     return run(go)

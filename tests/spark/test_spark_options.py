@@ -63,7 +63,7 @@ def test_roll_bytes_starts_a_new_ledger_after_that_many_bytes(spark, spark_clust
     uri = spark_cluster.uri
     payloads = [b"%03d" % i + b"x" * 87 for i in range(95)]  # 100-byte records (10 of header)
     frame = spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
-    write(frame, uri, log="rolled", rollBytes=1000)
+    write(frame, uri, log="rolled", rollBytes=1000, batching="false")  # an entry a record
     ledgers = log_ledgers(uri, "rolled")
     assert len(ledgers) == 10, "one task: a new ledger once 1,000 bytes were written"
     rows = source(spark, uri, log="rolled").orderBy("ledger", "entry").collect()
@@ -173,7 +173,7 @@ def test_password_writes_and_reads_protected_ledgers(spark, spark_cluster):
     frame = spark.createDataFrame([(b"secret-%d" % i,) for i in range(20)], "payload binary")
     write(frame.coalesce(1), uri, log="locked", password="s3cret")
     (ledger,) = log_ledgers(uri, "locked")
-    rows = source(spark, uri, log="locked", password="s3cret").orderBy("entry").collect()
+    rows = source(spark, uri, log="locked", password="s3cret").orderBy("entry", "index").collect()
     assert [r.payload for r in rows] == [b"secret-%d" % i for i in range(20)]
     for wrong in ({}, {"password": "guess"}):
         with pytest.raises(Exception) as caught:
@@ -189,8 +189,8 @@ def test_include_properties_adds_the_properties_column(spark, spark_cluster):
     frame = spark.createDataFrame(rows, "payload binary, properties map<string,string>")
     write(frame.coalesce(1), uri, log="propped")
     plain = source(spark, uri, log="propped")
-    assert plain.columns == ["log", "ledger", "entry", "timestamp", "key", "payload"]
-    read = source(spark, uri, log="propped", includeProperties="true").orderBy("entry")
+    assert plain.columns == ["log", "ledger", "entry", "index", "timestamp", "key", "payload"]
+    read = source(spark, uri, log="propped", includeProperties="true").orderBy("entry", "index")
     assert read.columns == [*plain.columns, "properties"]
     assert [(r.payload, r.properties) for r in read.collect()] == [
         (b"a", {"origin": b"x", "n": b"1"}),

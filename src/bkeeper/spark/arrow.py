@@ -21,17 +21,19 @@ import pyarrow as pa
 from bkeeper.client.entry import Entry
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.records import (
+    BATCH_FORMAT_VERSION,
+    BATCH_HEAD,
     FORMAT_VERSION,
     HEAD,
     HEAD_FLAGS_AT,
     HEAD_TIMESTAMP_AT,
     HEAD_VERSION_AT,
-    Position,
-    decode_record,
+    decode_entry,
+    entry_envelopes,
 )
 from bkeeper.spark.options import spark_schema
 
-__all__ = ["arrow_schema", "record_batch", "sink_rows", "spark_schema"]
+__all__ = ["arrow_schema", "entry_records", "record_batch", "sink_rows", "spark_schema"]
 
 _HEAD_BYTES = HEAD.size
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -44,6 +46,7 @@ def arrow_schema(include_properties: bool) -> pa.Schema:
         pa.field("log", pa.string()),
         pa.field("ledger", pa.int64()),
         pa.field("entry", pa.int64()),
+        pa.field("index", pa.int32()),
         pa.field("timestamp", _TIMESTAMP),
         pa.field("key", pa.binary()),
         pa.field("payload", pa.binary()),
@@ -54,37 +57,87 @@ def arrow_schema(include_properties: bool) -> pa.Schema:
 
 
 def record_batch(
-    log: str, ledger_id: int, entries: Sequence[Entry], include_properties: bool
+    log: str,
+    ledger_id: int,
+    entries: Sequence[Entry],
+    include_properties: bool,
+    *,
+    first_index: int = 0,
+    end_index: int = 0,
 ) -> pa.RecordBatch:
-    """One Arrow batch of the records in ``entries`` (consecutive entries of one ledger)."""
+    """One Arrow batch of the records in ``entries`` (consecutive entries of one ledger,
+    each a single record or a record batch), in log order. Of the first entry, only records
+    from ``first_index`` on; of the last, only those before ``end_index`` (0: all)."""
     views = [entry.payload for entry in entries]
-    first = entries[0].entry_id if entries else 0
-    plain = _plain_columns(views)
+    data = np.frombuffer(b"".join(views), np.uint8)
+    lengths = np.fromiter(map(len, views), np.int64, count=len(views))
+    counts = None  # one record per entry, unless some entry is a record batch
+    plain = _plain_columns(data, lengths)
+    if plain is None and any(len(v) and v[0] == BATCH_FORMAT_VERSION for v in views):
+        found = [entry_envelopes(e.payload, ledger_id, e.entry_id) for e in entries]
+        counts = np.fromiter((f.record_count for f in found), np.int64, count=len(found))
+        data = np.frombuffer(b"".join(f.data for f in found), np.uint8)
+        lengths = np.frombuffer(b"".join(f.lengths for f in found), ">u4").astype(np.int64)
+        plain = _plain_columns(data, lengths)
     if plain is None:
-        return _decoded_batch(log, ledger_id, entries, include_properties)
-    times_ms, payloads = plain
-    count = len(views)
-    columns = [
-        pa.repeat(pa.scalar(log, pa.string()), count),
-        pa.repeat(pa.scalar(ledger_id, pa.int64()), count),
-        pa.array(np.arange(first, first + count, dtype=np.int64)),
-        pa.array(times_ms * 1000, _TIMESTAMP),
-        pa.nulls(count, pa.binary()),
-        payloads,
-    ]
-    if include_properties:
-        columns.append(pa.array([[]] * count, pa.map_(pa.string(), pa.binary())))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_properties))
+        batch = _decoded_batch(log, ledger_id, entries, include_properties)
+    else:
+        entry_ids = np.fromiter((e.entry_id for e in entries), np.int64, count=len(entries))
+        if counts is None:
+            indexes = np.zeros(len(entries), np.int32)
+        else:
+            firsts = np.zeros(len(counts), np.int64)
+            np.cumsum(counts[:-1], out=firsts[1:])
+            indexes = (np.arange(len(lengths)) - np.repeat(firsts, counts)).astype(np.int32)
+            entry_ids = np.repeat(entry_ids, counts)
+        times_ms, payloads = plain
+        count = len(lengths)
+        columns = [
+            pa.repeat(pa.scalar(log, pa.string()), count),
+            pa.repeat(pa.scalar(ledger_id, pa.int64()), count),
+            pa.array(entry_ids),
+            pa.array(indexes),
+            pa.array(times_ms * 1000, _TIMESTAMP),
+            pa.nulls(count, pa.binary()),
+            payloads,
+        ]
+        if include_properties:
+            columns.append(pa.array([[]] * count, pa.map_(pa.string(), pa.binary())))
+        batch = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_properties))
+    return _trimmed(batch, counts, first_index, end_index)
 
 
-def _plain_columns(views: Sequence[Any]) -> tuple[Any, pa.Array] | None:
-    """(timestamps in ms, payload column) when every record is plain (format 1, no key, no
-    properties), parsed with numpy over one joined buffer; None otherwise."""
-    count = len(views)
+def _trimmed(
+    batch: pa.RecordBatch, counts: Any, first_index: int, end_index: int
+) -> pa.RecordBatch:
+    """``batch`` less the first entry's records before ``first_index`` and the last entry's
+    from ``end_index`` on (a zero-copy slice: they are the first and the last rows).
+    ``counts``: records per entry (None: one each)."""
+    if batch.num_rows == 0 or (first_index == 0 and end_index == 0):
+        return batch
+    first_count = 1 if counts is None else int(counts[0])
+    last_count = 1 if counts is None else int(counts[-1])
+    low = min(first_index, first_count)
+    high = batch.num_rows
+    if end_index:
+        high -= last_count - min(end_index, last_count)
+    return batch.slice(low, max(0, high - low))
+
+
+def entry_records(payload: Any) -> int:
+    """How many records an entry holds (its batch's count, else 1), from its head only."""
+    if len(payload) >= BATCH_HEAD.size and payload[0] == BATCH_FORMAT_VERSION:
+        return int(BATCH_HEAD.unpack_from(payload)[2])
+    return 1
+
+
+def _plain_columns(data: Any, lengths: Any) -> tuple[Any, pa.Array] | None:
+    """(timestamps in ms, payload column) when every record, ``lengths`` of them back to
+    back in ``data``, is plain (format 1, no key, no properties), parsed with numpy; None
+    otherwise."""
+    count = len(lengths)
     if count == 0:
         return np.zeros(0, np.int64), pa.array([], pa.binary())
-    data = np.frombuffer(b"".join(views), np.uint8)
-    lengths = np.fromiter(map(len, views), np.int64, count=count)
     if int(lengths.min()) < _HEAD_BYTES:
         return None
     starts = np.zeros(count, np.int64)
@@ -114,14 +167,14 @@ def _plain_columns(views: Sequence[Any]) -> tuple[Any, pa.Array] | None:
 def _decoded_batch(
     log: str, ledger_id: int, entries: Sequence[Entry], include_properties: bool
 ) -> pa.RecordBatch:
-    """``record_batch`` for batches with keys or properties: one decode per record."""
-    records = [decode_record(e.payload, Position(ledger_id, e.entry_id)) for e in entries]
+    """``record_batch`` for records with keys or properties: one decode per record."""
+    records = [r for e in entries for r in decode_entry(e.payload, ledger_id, e.entry_id)]
     count = len(records)
-    first = entries[0].entry_id if entries else 0
     columns = [
         pa.repeat(pa.scalar(log, pa.string()), count),
         pa.repeat(pa.scalar(ledger_id, pa.int64()), count),
-        pa.array(np.arange(first, first + count, dtype=np.int64)),
+        pa.array([r.position.entry_id for r in records], pa.int64()),
+        pa.array([r.position.index for r in records], pa.int32()),
         pa.array(np.array([r.timestamp_ms for r in records], np.int64) * 1000, _TIMESTAMP),
         pa.array([r.key for r in records], pa.binary()),
         pa.array([r.payload for r in records], pa.binary()),

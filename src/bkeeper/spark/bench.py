@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs, Position
+from bkeeper.namedlog import LogConfig, NamedLogs, Position, encode_record
+from bkeeper.namedlog.records import decode_entry, encode_batch
+from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.plan import LogView
 
 __all__ = [
@@ -28,8 +30,10 @@ __all__ = [
     "fill_log",
 ]
 
-#: Appends in flight while filling the log.
+#: Appends in flight while filling the log...
 FILL_IN_FLIGHT_MAX = 2_000
+#: ...and record batches in flight.
+FILL_BATCHES_IN_FLIGHT_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,12 @@ class SparkReadRun:
     parquet: SparkReadRun | None = None
 
 
-async def fill_log(uri: str, name: str, records: int, record_bytes: int) -> tuple[int, float]:
-    """Append records until the log holds ``records``; (records appended, seconds)."""
+async def fill_log(
+    uri: str, name: str, records: int, record_bytes: int, batch_records: int = 1
+) -> tuple[int, float]:
+    """Append records until the log holds ``records`` (counting ``batch_records`` per
+    entry); (records appended, seconds). With ``batch_records`` above 1 the records go in
+    record batches of that many, in ledgers appended to the log as the Spark sink does."""
     async with BookKeeper(uri) as bk:
         logs = NamedLogs(bk, LogConfig())
         if name not in await logs.names():
@@ -51,12 +59,14 @@ async def fill_log(uri: str, name: str, records: int, record_bytes: int) -> tupl
         named = logs.log(name)
         view = LogView(logs)
         spans, _ = await view.spans(name, await view.earliest(name))
-        have = sum(span.count for span in spans)
+        have = sum(span.count for span in spans) * batch_records
         missing = max(0, records - have)
         started = time.perf_counter()
-        if missing:
+        payload = bytes(range(256)) * (record_bytes // 256 + 2)
+        if missing and batch_records > 1:
+            await _fill_batches(bk, named, missing, payload, record_bytes, batch_records)
+        elif missing:
             writer = await named.open_writer()
-            payload = bytes(range(256)) * (record_bytes // 256 + 2)
             pending: list[asyncio.Future[Position]] = []
             for i in range(missing):
                 pending.append(await writer.append_async(payload[i % 256 : i % 256 + record_bytes]))
@@ -66,6 +76,28 @@ async def fill_log(uri: str, name: str, records: int, record_bytes: int) -> tupl
             await asyncio.gather(*pending)
             await writer.close()
         return missing, time.perf_counter() - started
+
+
+async def _fill_batches(
+    bk: BookKeeper, named: Any, missing: int, payload: bytes, record_bytes: int, size: int
+) -> None:
+    """Record batches of ``size`` records in one new ledger, appended to the log."""
+    handle = await create_ledger(bk, LogConfig())
+    now = int(time.time() * 1000)
+    pending: list[asyncio.Future[int]] = []
+    for first in range(0, missing, size):
+        count = min(size, missing - first)
+        envelopes = [
+            encode_record(payload[i % 256 : i % 256 + record_bytes], now)
+            for i in range(first, first + count)
+        ]
+        pending.append(await handle.append_async(encode_batch(envelopes)))
+        if len(pending) >= FILL_BATCHES_IN_FLIGHT_MAX:
+            await asyncio.gather(*pending)
+            pending.clear()
+    await asyncio.gather(*pending)
+    await handle.close()
+    await named.append_ledgers([handle.ledger_id])
 
 
 def bench_spark_read(
@@ -258,17 +290,25 @@ async def _produce(uri: str, name: str, rate: int, seconds: float) -> int:
 
 
 def _watch(uri: str, name: str, seen: list[float], stop: Any) -> None:
+    """Tail the copy: re-read its ledger list every ``VISIBLE_POLL_MS`` and take each new
+    record's latency (entries of one record or record batches, as the sink writes them)."""
+
     async def run() -> None:
         async with BookKeeper(uri) as bk:
-            config = LogConfig(tail_poll_ms=VISIBLE_POLL_MS)
-            reader = await NamedLogs(bk, config).log(name).open_reader(EARLIEST)
-            try:
-                while not stop.is_set():
-                    record = await reader.next(0.2)
-                    if record is not None:
-                        sent = struct.unpack(">d", bytes(record.payload[:8]))[0]
-                        seen.append((time.monotonic() - sent) * 1000.0)
-            finally:
-                await reader.close()
+            view = LogView(NamedLogs(bk, LogConfig()))
+            position = await view.earliest(name)
+            while not stop.is_set():
+                spans, after = await view.spans(name, position)
+                for span in spans:
+                    handle = await bk.open_ledger(span.ledger_id, b"", recovery=False)
+                    async for entry in handle.read(span.first, span.last):
+                        now = time.monotonic()
+                        for record in decode_entry(entry.payload, span.ledger_id, entry.entry_id):
+                            sent = struct.unpack(">d", bytes(record.payload[:8]))[0]
+                            seen.append((now - sent) * 1000.0)
+                    await handle.close()
+                position = after
+                if not spans:
+                    await asyncio.sleep(VISIBLE_POLL_MS / 1000)
 
     asyncio.run(run())

@@ -33,6 +33,7 @@ READ_OPTIONS = (
     "endingPosition",
     "endingTimestamp",
     "maxEntriesPerSplit",
+    "maxBytesPerSplit",
     "maxEntriesPerTrigger",
     "minEntriesPerTrigger",
     "maxTriggerDelay",
@@ -55,6 +56,10 @@ WRITE_OPTIONS = (
     "password",
     "rollBytes",
     "writerId",
+    "batching",
+    "batchMaxRecords",
+    "batchMaxBytes",
+    "compression",
 )
 #: Options Spark itself sets or passes on: ``load(path)``/``save(path)`` and a streaming
 #: query's checkpoint and name.

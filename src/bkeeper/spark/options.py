@@ -5,8 +5,10 @@ Spark hands a data source a case-insensitive dict of strings; :func:`source_opti
 option and what is wrong. docs/spark.md lists every option; this module is the truth.
 
 Positions in options and in streaming offsets are JSON: ``{"<log>": {"ledger": L, "entry":
-E}}`` where ``(L, E)`` is the next record to read; a log may also map to ``"earliest"`` or
-``"latest"``.
+E}}`` where ``(L, E)`` is the next record to read, or ``{"ledger": L, "entry": E, "index": I}``
+for record ``I`` of the record batch in entry ``E`` (offsets carry ``index`` only when it is
+not 0, so those of single-record entries read as before); a log may also map to
+``"earliest"`` or ``"latest"``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bkeeper.namedlog.subscription import check_subscription_name
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 
 __all__ = [
+    "MAX_BYTES_PER_SPLIT_DEFAULT",
     "MAX_ENTRIES_PER_SPLIT_DEFAULT",
     "PositionSpec",
     "SinkOptions",
@@ -38,6 +41,8 @@ __all__ = [
 ]
 
 MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
+#: Bytes of entries per Spark task, about (entries hold one record or a record batch).
+MAX_BYTES_PER_SPLIT_DEFAULT = 32 * 1024 * 1024
 #: Rows per Arrow record batch a read task yields.
 ROWS_PER_BATCH_DEFAULT = 10_000
 #: How long a stream waits for ``minEntriesPerTrigger`` entries before it reads fewer.
@@ -67,6 +72,7 @@ class SourceOptions:
     ending_timestamp_ms: int | None = None
     ending_timestamps: Mapping[str, int] = field(default_factory=dict)
     max_entries_per_split: int = MAX_ENTRIES_PER_SPLIT_DEFAULT
+    max_bytes_per_split: int = MAX_BYTES_PER_SPLIT_DEFAULT
     max_entries_per_trigger: int | None = None
     min_entries_per_trigger: int | None = None
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
@@ -108,7 +114,10 @@ class SinkOptions:
 
 def spark_schema(include_properties: bool) -> str:
     """The read schema as Spark DDL (``bkeeper.spark.arrow`` has its Arrow form)."""
-    ddl = "log string, ledger bigint, entry bigint, timestamp timestamp, key binary, payload binary"
+    ddl = (
+        "log string, ledger bigint, entry bigint, index int, timestamp timestamp, key binary, "
+        "payload binary"
+    )
     return ddl + (", properties map<string,binary>" if include_properties else "")
 
 
@@ -194,21 +203,18 @@ def _client(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
 def _position(log: str, value: Any, option: str) -> PositionSpec:
     if value in (EARLIEST, LATEST):
         return str(value)
-    if isinstance(value, dict) and set(value) == {"ledger", "entry"}:
-        ledger, entry = value["ledger"], value["entry"]
-        if (
-            isinstance(ledger, int)
-            and isinstance(entry, int)
-            and not isinstance(ledger, bool)
-            and not isinstance(entry, bool)
-            and ledger >= 0
-            and entry >= 0
-        ):
-            return Position(ledger, entry)
+    if isinstance(value, dict) and set(value) in ({"ledger", "entry"}, _WITH_INDEX):
+        parts = [value["ledger"], value["entry"], value.get("index", 0)]
+        if all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
+            return Position(*parts)
     raise ConfigError(
         f'option {option}: position of log {log!r} must be "earliest", "latest" or '
-        f'{{"ledger": L, "entry": E}} with L, E >= 0; got {json.dumps(value)}'
+        f'{{"ledger": L, "entry": E}} (or with "index": I, a record of a batch) with L, E, '
+        f"I >= 0; got {json.dumps(value)}"
     )
+
+
+_WITH_INDEX = {"ledger", "entry", "index"}
 
 
 def positions_from_offset(
@@ -228,10 +234,14 @@ def positions_from_offset(
 
 def offset_from_positions(positions: Mapping[str, Position]) -> dict[str, Any]:
     """The JSON-able offset of exact positions (sorted by log name)."""
-    return {
-        log: {"ledger": position.ledger_id, "entry": position.entry_id}
-        for log, position in sorted(positions.items())
-    }
+    return {log: _offset(position) for log, position in sorted(positions.items())}
+
+
+def _offset(position: Position) -> dict[str, int]:
+    offset = {"ledger": position.ledger_id, "entry": position.entry_id}
+    if position.index:
+        offset["index"] = position.index
+    return offset
 
 
 def _start_end(
@@ -337,6 +347,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
                 raise ConfigError(f"option {option} names logs this read does not cover: {unknown}")
     password = _get(options, "password") or ""
     split = _positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
+    split_bytes = _positive_int(options, "maxBytesPerSplit", None) or MAX_BYTES_PER_SPLIT_DEFAULT
     rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
     per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
     min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
@@ -367,6 +378,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
         ending_timestamp_ms=ending_timestamp_ms,
         ending_timestamps=ending_timestamps,
         max_entries_per_split=split,
+        max_bytes_per_split=split_bytes,
         max_entries_per_trigger=per_trigger,
         min_entries_per_trigger=min_per_trigger,
         max_trigger_delay_ms=delay_ms,
@@ -397,12 +409,19 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     if digest not in ("crc32", "crc32c", "hmac", "dummy"):
         raise ConfigError(f"option digest: {digest!r} is not crc32, crc32c, hmac or dummy")
     roll = _positive_int(options, "rollBytes", LogConfig.roll_bytes)
-    log_config = LogConfig(
-        **quorum,  # type: ignore[arg-type]
-        digest=digest,
-        password=(_get(options, "password") or "").encode(),
-        roll_bytes=roll,  # type: ignore[arg-type]
-    )
+    try:
+        log_config = LogConfig(
+            **quorum,  # type: ignore[arg-type]
+            digest=digest,
+            password=(_get(options, "password") or "").encode(),
+            roll_bytes=roll,  # type: ignore[arg-type]
+            **_sink_batching(options),
+        )
+    except ConfigError as exc:  # a batching field: name the option
+        text = str(exc)
+        for field_name, option in _SINK_BATCHING_OPTIONS.items():
+            text = text.replace(field_name, f"option {option}", 1)
+        raise ConfigError(text) from None
     writer_id = _get(options, "writerId")
     if writer_id is None and (checkpoint := _get(options, "checkpointLocation")):
         # A restarted query keeps its checkpoint, so it keeps its writer id too.
@@ -419,3 +438,29 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         writer_id=writer_id,
         client=_client(options),
     )
+
+
+def _sink_batching(options: Mapping[str, str]) -> dict[str, Any]:
+    """The ``LogConfig`` batching fields of options ``batching`` (default true: see
+    docs/spark.md), ``batchMaxRecords``, ``batchMaxBytes`` and ``compression``."""
+    chosen: dict[str, Any] = {"batching": _bool(options, "batching", True)}
+    for option, name in (("batchMaxRecords", "batch_max_records"),
+                         ("batchMaxBytes", "batch_max_bytes")):  # fmt: skip
+        value = _positive_int(options, option, None)
+        if value is not None:
+            chosen[name] = value
+    compression = _get(options, "compression")
+    if compression is not None:
+        chosen["compression"] = compression.strip().lower()
+    if not chosen["batching"] and len(chosen) > 1:
+        raise ConfigError(
+            "options batchMaxRecords, batchMaxBytes and compression need batching=true"
+        )
+    return chosen
+
+
+_SINK_BATCHING_OPTIONS = {
+    "batch_max_records": "batchMaxRecords",
+    "batch_max_bytes": "batchMaxBytes",
+    "compression": "compression",
+}

@@ -24,7 +24,15 @@ from bkeeper.namedlog import EARLIEST, LATEST, NamedLogs, Position
 from bkeeper.namedlog.metadata import LogMetadata
 from bkeeper.namedlog.walk import EntrySpan, LostRange, earliest
 
-__all__ = ["Bounds", "EntrySpan", "LogView", "limit_spans", "partition_spans", "split_spans"]
+__all__ = [
+    "Bounds",
+    "EntrySpan",
+    "LogView",
+    "entry_caps",
+    "limit_spans",
+    "partition_spans",
+    "split_spans",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +80,7 @@ class Bounds:
             first = span.first if self.entry_min is None else max(span.first, self.entry_min)
             last = span.last if self.entry_max is None else min(span.last, self.entry_max)
             if first <= last:
-                kept.append(EntrySpan(span.log, span.ledger_id, first, last, span.sealed))
+                kept.append(_piece(span, first, last))
         return kept
 
 
@@ -103,28 +111,63 @@ def _int_range(op: str, value: object) -> tuple[int | None, int | None]:
     }.get(op, (None, None))
 
 
-def split_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[EntrySpan]:
-    """``spans`` cut into pieces of at most ``max_entries`` entries, in order."""
+def _piece(span: EntrySpan, first: int, last: int) -> EntrySpan:
+    """Entries ``first..last`` of ``span``: a piece keeps the span's ``first_index`` only
+    if it starts at the span's first entry, and its ``end_index`` only if it ends at its last."""
+    return replace(
+        span,
+        first=first,
+        last=last,
+        first_index=span.first_index if first == span.first else 0,
+        end_index=span.end_index if last == span.last else 0,
+    )
+
+
+def split_spans(
+    spans: Sequence[EntrySpan],
+    max_entries: int,
+    entry_caps: Mapping[str, int] | None = None,
+) -> list[EntrySpan]:
+    """``spans`` cut into pieces of at most ``max_entries`` entries (or the log's cap in
+    ``entry_caps``, when smaller: see :func:`entry_caps`), in order."""
     pieces = []
     for span in spans:
-        for first in range(span.first, span.last + 1, max_entries):
-            last = min(span.last, first + max_entries - 1)
-            pieces.append(EntrySpan(span.log, span.ledger_id, first, last, span.sealed))
+        step = _cap(span, max_entries, entry_caps)
+        for first in range(span.first, span.last + 1, step):
+            pieces.append(_piece(span, first, min(span.last, first + step - 1)))
     return pieces
 
 
-def partition_spans(spans: Sequence[EntrySpan], max_entries: int) -> list[tuple[EntrySpan, ...]]:
-    """Spark partitions: ``spans`` split to at most ``max_entries`` entries each, and runs
-    of small ones (many small ledgers) packed together up to that size, in order."""
+def _cap(span: EntrySpan, max_entries: int, entry_caps: Mapping[str, int] | None) -> int:
+    if entry_caps is None or span.log not in entry_caps:
+        return max_entries
+    return max(1, min(max_entries, entry_caps[span.log]))
+
+
+def entry_caps(entry_bytes: Mapping[str, float], max_bytes: int) -> dict[str, int]:
+    """Entries per split of each log so that a split holds about ``max_bytes`` bytes, from
+    each log's average entry size (``LogView.entry_bytes``)."""
+    return {log: max(1, int(max_bytes // size)) for log, size in entry_bytes.items() if size > 0}
+
+
+def partition_spans(
+    spans: Sequence[EntrySpan],
+    max_entries: int,
+    entry_caps: Mapping[str, int] | None = None,
+) -> list[tuple[EntrySpan, ...]]:
+    """Spark partitions: ``spans`` split to at most ``max_entries`` entries each (or their
+    log's cap in ``entry_caps``: about ``maxBytesPerSplit`` bytes), and runs of small ones
+    (many small ledgers) packed together up to that size, in order."""
     groups: list[tuple[EntrySpan, ...]] = []
     group: list[EntrySpan] = []
-    size = 0
-    for piece in split_spans(spans, max_entries):
-        if group and size + piece.count > max_entries:
+    size = 0.0
+    for piece in split_spans(spans, max_entries, entry_caps):
+        share = piece.count / _cap(piece, max_entries, entry_caps)
+        if group and size + share > 1.0:
             groups.append(tuple(group))
-            group, size = [], 0
+            group, size = [], 0.0
         group.append(piece)
-        size += piece.count
+        size += share
     if group:
         groups.append(tuple(group))
     return groups
@@ -166,8 +209,7 @@ def _prefix(spans: Sequence[EntrySpan], count: int) -> list[EntrySpan]:
         if span.count <= count:
             kept.append(span)
         else:
-            kept.append(EntrySpan(span.log, span.ledger_id, span.first, span.first + count - 1,
-                                  span.sealed))  # fmt: skip
+            kept.append(_piece(span, span.first, span.first + count - 1))
         count -= kept[-1].count
     return kept
 
@@ -214,11 +256,55 @@ class LogView:
         fail_on_data_loss: bool = True,
     ) -> tuple[list[EntrySpan], Position]:
         """The spans from ``start`` up to ``end`` (exclusive; None: the head) and the
-        position after them."""
-        walked = await self._walk.spans(name, await self.metadata(name), start, end)
+        position after them.
+
+        A position inside a record batch (index I > 0) starts at record I of its entry
+        (the first span's ``first_index``), or ends before it (the last span takes that
+        entry, with ``end_index`` I): the walk itself is asked for whole entries."""
+        whole_end = None if end is None else Position(end.ledger_id, end.entry_id + (end.index > 0))
+        walked = await self._walk.spans(
+            name, await self.metadata(name), Position(start.ledger_id, start.entry_id), whole_end
+        )
         for lost in walked.lost:
             self._data_lost(name, lost, fail_on_data_loss)
-        return walked.spans, walked.after
+        spans = list(walked.spans)
+        if spans and start.index and (spans[0].ledger_id, spans[0].first) == start[:2]:
+            spans[0] = replace(spans[0], first_index=start.index)
+        after = max(walked.after, start)  # nothing found: still after the start's index
+        if (
+            end is not None
+            and end.index
+            and spans
+            and (spans[-1].ledger_id, spans[-1].last)
+            == (
+                end.ledger_id,
+                end.entry_id,
+            )
+        ):
+            spans[-1] = replace(spans[-1], end_index=end.index)
+            after = end
+        return spans, after
+
+    async def entry_bytes(
+        self, spans: Sequence[EntrySpan], known: Mapping[str, float] | None = None
+    ) -> dict[str, float]:
+        """Average bytes per entry of each log of ``spans`` not in ``known``, estimated from
+        one ledger of it (its first span's): a sealed ledger's length over its entries, or an
+        open one's length up to the span's last entry (one entry read). An entry holds one
+        record or a record batch, so entry counts alone say little of a split's size."""
+        found = dict(known or {})
+        for span in spans:
+            if span.log in found:
+                continue
+            handle = await self._walk.open(span.ledger_id)
+            if handle is None:
+                continue
+            meta = handle.metadata
+            if handle.is_closed and meta.last_entry_id >= 0:
+                found[span.log] = meta.length / (meta.last_entry_id + 1)
+            else:
+                found[span.log] = (await handle.read_entry(span.last)).length / (span.last + 1)
+        return found
 
     async def span_bytes(self, span: EntrySpan) -> int:
         """The bytes of the span's entries: the ledger's length up to its last entry less the

@@ -34,6 +34,7 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
 from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
+from bkeeper.namedlog.records import codec_id, encode_batch
 from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.plan import EntrySpan, LogView
 
@@ -124,25 +125,38 @@ class Runtime:
         rows_per_batch: int,
         fail_on_data_loss: bool,
     ) -> Iterator[pa.RecordBatch]:
-        """The records of ``span`` as Arrow batches of at most ``rows_per_batch`` rows."""
-        from bkeeper.spark.arrow import record_batch
+        """The records of ``span`` (entries of one record or record batches; from the first
+        entry's ``first_index``, before the last entry's ``end_index``) as Arrow batches of
+        at most ``rows_per_batch`` rows."""
+        from bkeeper.spark.arrow import entry_records, record_batch
 
         handle = self.call(self._open(span, fail_on_data_loss))
         if handle is None:
             return
         reader = SyncReadHandle(self._loop, handle, CALL_TIMEOUT_S)
         pending: list[Entry] = []
+        records = 0
+
+        def batches_of(group: list[Entry]) -> Iterator[pa.RecordBatch]:
+            first = span.first_index if group[0].entry_id == span.first else 0
+            end = span.end_index if group[-1].entry_id == span.last else 0
+            batch = record_batch(span.log, span.ledger_id, group, include_properties,
+                                 first_index=first, end_index=end)  # fmt: skip
+            for low in range(0, batch.num_rows, rows_per_batch):
+                yield batch.slice(low, rows_per_batch)
+
         with contextlib.closing(
             reader.read_batches(span.first, span.last, unconfirmed=True)
-        ) as batches:
-            for chunk in batches:
-                pending.extend(chunk)
-                while len(pending) >= rows_per_batch:
-                    yield record_batch(span.log, span.ledger_id, pending[:rows_per_batch],
-                                       include_properties)  # fmt: skip
-                    del pending[:rows_per_batch]
+        ) as chunks:
+            for chunk in chunks:
+                for entry in chunk:
+                    pending.append(entry)
+                    records += entry_records(entry.payload)
+                    if records >= rows_per_batch:
+                        yield from batches_of(pending)
+                        pending, records = [], 0
         if pending:
-            yield record_batch(span.log, span.ledger_id, pending, include_properties)
+            yield from batches_of(pending)
 
     async def _open(self, span: EntrySpan, fail_on_data_loss: bool) -> ReadHandle | None:
         try:
@@ -219,15 +233,25 @@ class Runtime:
 
 @dataclass
 class TaskLedgers:
-    """The ledgers one write task made, per log, in order; see ``bkeeper.spark.sink``."""
+    """The ledgers one write task made, per log, in order; see ``bkeeper.spark.sink``.
+
+    With ``config.batching`` records are packed into record batches (up to
+    ``batch_max_records`` records or ``batch_max_bytes`` bytes of envelopes per entry,
+    compressed with ``compression``; a batch of one record, or a record larger than
+    ``batch_max_bytes``, is written as a single-record entry). Each log's open batch is
+    appended when full and at :meth:`seal`."""
 
     runtime: Runtime
     roll_bytes: int
     job_id: str
+    config: LogConfig = field(default_factory=LogConfig)
     ledgers: dict[str, list[int]] = field(default_factory=dict)
     records: int = 0
     _open: dict[str, WriteHandle] = field(default_factory=dict)
     _pending: list[asyncio.Future[int]] = field(default_factory=list)
+    #: Per log: the envelopes of the batch being filled, and their bytes.
+    _batch: dict[str, list[bytes]] = field(default_factory=dict)
+    _batch_bytes: dict[str, int] = field(default_factory=dict)
 
     def write(
         self, rows: Iterator[tuple[str, bytes, bytes | None, Mapping[str, bytes] | None]]
@@ -237,16 +261,40 @@ class TaskLedgers:
 
     async def _write(self, rows: list[Row]) -> None:
         now = self.runtime.logs.clock.wall_ms()
+        config = self.config
+        max_records = config.batch_max_records if config.batching else 1
+        max_bytes = config.batch_max_bytes
         for name, payload, key, properties in rows:
-            handle = self._open.get(name)
-            if handle is None or handle.length >= self.roll_bytes:
-                handle = await self._next_ledger(name)
             data = encode_record(payload, now, key, properties)
-            self._pending.append(await handle.append_async(data))
             self.records += 1
-            if len(self._pending) >= WRITE_IN_FLIGHT_MAX:
-                await self._drain()
+            if max_records == 1:
+                await self._append(name, data)
+                continue
+            batch = self._batch.setdefault(name, [])
+            size = self._batch_bytes.get(name, 0)
+            if batch and (len(batch) >= max_records or size + len(data) > max_bytes):
+                await self._flush(name)
+                batch, size = self._batch.setdefault(name, []), 0
+            batch.append(data)
+            self._batch_bytes[name] = size + len(data)
         await self._drain()
+
+    async def _flush(self, name: str) -> None:
+        """Append the batch being filled for ``name`` (one entry)."""
+        batch = self._batch.pop(name, [])
+        self._batch_bytes.pop(name, None)
+        if len(batch) == 1:
+            await self._append(name, batch[0])
+        elif batch:
+            await self._append(name, encode_batch(batch, codec_id(self.config.compression)))
+
+    async def _append(self, name: str, data: bytes) -> None:
+        handle = self._open.get(name)
+        if handle is None or handle.length >= self.roll_bytes:
+            handle = await self._next_ledger(name)
+        self._pending.append(await handle.append_async(data))
+        if len(self._pending) >= WRITE_IN_FLIGHT_MAX:
+            await self._drain()
 
     async def _drain(self) -> None:
         pending, self._pending = self._pending, []
@@ -270,6 +318,8 @@ class TaskLedgers:
         """Seal every ledger; the ledger ids per log."""
 
         async def run() -> None:
+            for name in list(self._batch):
+                await self._flush(name)
             await self._drain()
             for handle in self._open.values():
                 await handle.close()
@@ -280,6 +330,9 @@ class TaskLedgers:
 
     def discard(self) -> None:
         """Delete every ledger this task made (after a failure)."""
+
+        self._batch.clear()
+        self._batch_bytes.clear()
 
         async def run() -> None:
             for handle in self._open.values():

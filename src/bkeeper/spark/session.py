@@ -5,7 +5,8 @@ It applies the settings a local PySpark needs to work with this package (see doc
 the Python workers run this interpreter (so they find bkeeper and pyarrow; see
 ``_workers_run_this_python`` for why that goes through the environment), the driver stays on
 loopback (``spark.driver.host`` and ``spark.driver.bindAddress``), the UI and console
-progress are off, and log4j prints errors only.
+progress are off, log4j prints errors only, and local files (a stream's checkpoint) are
+written without ``.crc`` files (``RAW_LOCAL_FILES``).
 
 Scratch files stay in one directory: Spark's ``spark.local.dir`` (``blockmgr-*`` and
 ``spark-*``: shuffle and block files, pyspark's own files), the JVM's ``java.io.tmpdir``
@@ -40,6 +41,15 @@ __all__ = ["local_session", "stop_jvm"]
 
 #: Where the driver listens and what it advertises: a local session stays on loopback.
 LOOPBACK = "127.0.0.1"
+#: Local files (a stream's checkpoint: its offset and commit logs, written twice per
+#: micro-batch) through Hadoop's raw local file system: no ``.crc`` file beside each, which
+#: took ~30 ms of each write on a loaded 2-core machine (docs/benchmarks.md, "Spark (issue
+#: 23, continued)"). Checksums guard against a local disk corrupting a file, which the
+#: checkpoint's JSON parsing detects anyway; ``conf`` may set them back.
+RAW_LOCAL_FILES = {
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+}
 #: How long :func:`stop_jvm` waits for the JVM to exit before it kills it.
 JVM_STOP_TIMEOUT_S = 60.0
 
@@ -90,6 +100,8 @@ def local_session(
         .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.driver.extraJavaOptions", java_options)
     )
+    for key, value in RAW_LOCAL_FILES.items():
+        builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

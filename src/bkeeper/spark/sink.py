@@ -133,7 +133,8 @@ def _write_task(
 ) -> LedgersMessage:
     from bkeeper.spark.arrow import sink_rows
 
-    task = TaskLedgers(_runtime(options), options.log_config.roll_bytes, job_id)
+    config = options.log_config
+    task = TaskLedgers(_runtime(options), config.roll_bytes, job_id, config)
     try:
         for batch in batches:
             task.write(sink_rows(batch, options.log))

@@ -55,7 +55,7 @@ from bkeeper.spark.options import (
     source_options,
     spark_schema,
 )
-from bkeeper.spark.plan import Bounds, EntrySpan, partition_spans
+from bkeeper.spark.plan import Bounds, EntrySpan, entry_caps, partition_spans
 from bkeeper.spark.planner import (
     advance,
     batch_spans,
@@ -177,9 +177,11 @@ class LogBatchReader(DataSourceReader):
     @plainly
     def partitions(self) -> list[ReadPartition]:
         options = self.options
-        spans = _runtime(options).call(batch_spans(_runtime(options).view, options))
-        spans = self.bounds.narrow(spans)
-        return [ReadPartition(g) for g in partition_spans(spans, options.max_entries_per_split)]
+        rt = _runtime(options)
+        spans = self.bounds.narrow(rt.call(batch_spans(rt.view, options)))
+        caps = entry_caps(rt.call(rt.view.entry_bytes(spans)), options.max_bytes_per_split)
+        groups = partition_spans(spans, options.max_entries_per_split, caps)
+        return [ReadPartition(g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -229,6 +231,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_s = self._clock.monotonic()
         #: The offset last recorded in the subscription (``subscription`` option).
         self._committed: dict[str, Any] | None = None
+        #: Average bytes per entry of each log read so far (splits by ``maxBytesPerSplit``).
+        self._entry_bytes: dict[str, float] = {}
 
     def _rt(self) -> Runtime:
         return _runtime(self.options)
@@ -304,7 +308,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:  # a batch from the checkpoint's offset log, after a restart
             rt = self._rt()
             spans = rt.call(spans_between(rt.view, self.options, _exact(start), _exact(end)))
-        groups = partition_spans(spans, self.options.max_entries_per_split)
+        rt = self._rt()
+        # Each log's entry size is estimated once per query (one ledger of it).
+        self._entry_bytes = rt.call(rt.view.entry_bytes(spans, self._entry_bytes))
+        caps = entry_caps(self._entry_bytes, self.options.max_bytes_per_split)
+        groups = partition_spans(spans, self.options.max_entries_per_split, caps)
         return [ReadPartition(g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -23,11 +23,22 @@ _RECORDS = click.option(
 )
 
 
+_BATCH_RECORDS = click.option(
+    "--batch-records",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Records per entry (record batches) when filling the log; 1: one record per entry. "
+    "The log is named after it (LOG-bN), so each size keeps its own.",
+)
+
+
 @click.command("spark")
 @METADATA
 @click.option("--log", "log_name", default="bench-spark", show_default=True)
 @_RECORDS
 @click.option("--record-size", default=100, show_default=True, type=click.IntRange(0))
+@_BATCH_RECORDS
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--master", default="local[2]", show_default=True)
 @click.option("--max-entries-per-split", default=100_000, show_default=True,
@@ -68,6 +79,7 @@ def spark_bench(
     log_name: str,
     records: int,
     record_size: int,
+    batch_records: int,
     runs: int,
     master: str,
     max_entries_per_split: int,
@@ -85,8 +97,11 @@ def spark_bench(
     if latency:
         _latency(metadata_uri, master, rate, seconds, trigger_ms)
         return
+    if batch_records > 1:
+        log_name = f"{log_name}-b{batch_records}"
     with cluster(metadata_uri, 3) as uri:
-        appended, seconds = run_event_loop(fill_log(uri, log_name, records, record_size))
+        filling = fill_log(uri, log_name, records, record_size, batch_records)
+        appended, seconds = run_event_loop(filling)
         results = []
         if appended:
             results.append(BenchResult("fill log (append)", appended, seconds,
@@ -151,10 +166,17 @@ def _latency(metadata_uri: str, master: str, rate: int, seconds: float, trigger_
 @_RECORDS
 @click.option("--record-size", default=100, show_default=True, type=click.IntRange(0),
               help="Size of the records added by the fill.")  # fmt: skip
+@_BATCH_RECORDS
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--master", default="local[2]", show_default=True)
 def cpu_split_bench(
-    metadata_uri: str, log_name: str, records: int, record_size: int, runs: int, master: str
+    metadata_uri: str,
+    log_name: str,
+    records: int,
+    record_size: int,
+    batch_records: int,
+    runs: int,
+    master: str,
 ) -> None:
     """CPU seconds per process on this machine while Spark reads a named log --runs times
     (after one read to warm up): the Python workers, the JVM, the bookies. Linux only."""
@@ -163,8 +185,11 @@ def cpu_split_bench(
     from bkeeper.spark.session import local_session
 
     results = []
+    if batch_records > 1:
+        log_name = f"{log_name}-b{batch_records}"
     with cluster(metadata_uri, 3) as uri:
-        appended, seconds = run_event_loop(fill_log(uri, log_name, records, record_size))
+        filling = fill_log(uri, log_name, records, record_size, batch_records)
+        appended, seconds = run_event_loop(filling)
         if appended:
             results.append(BenchResult("fill log (append)", appended, seconds,
                                        appended * record_size))  # fmt: skip
