@@ -70,7 +70,7 @@ def test_record_batches_mixed_with_single_records():
     assert batch.schema == arrow_schema(False)
     assert batch.column("payload").to_pylist() == [b"r%d" % i for i in range(7)]
     assert batch.column("entry").to_pylist() == [0, 1, 1, 1, 2, 3, 3]
-    assert batch.column("index").to_pylist() == [0, 0, 1, 2, 0, 0, 1]
+    assert batch.column("batch_index").to_pylist() == [0, 0, 1, 2, 0, 0, 1]
     assert _stamps(batch) == [(1_000 + i) * 1000 for i in range(7)]
     assert batch.column("key").null_count == 7
 
@@ -84,7 +84,7 @@ def test_first_and_end_index_trim_the_first_and_last_entries():
     entries = make_entries(0, [batch_of(0, 4), batch_of(4, 4), batch_of(8, 4)])
     trimmed = record_batch("l", 0, entries, False, first_index=2, end_index=1)
     assert trimmed.column("payload").to_pylist() == [b"r%d" % i for i in range(2, 9)]
-    assert trimmed.column("index").to_pylist() == [2, 3, 0, 1, 2, 3, 0]
+    assert trimmed.column("batch_index").to_pylist() == [2, 3, 0, 1, 2, 3, 0]
     one = record_batch("l", 0, entries[:1], False, first_index=1, end_index=3)
     assert one.column("payload").to_pylist() == [b"r1", b"r2"]
     past = record_batch("l", 0, entries[:1], False, first_index=4)  # (L, E, n) is after E
@@ -116,7 +116,7 @@ def test_batches_with_keys_properties_and_compression():
     assert batch.column("payload").to_pylist() == [b"b", b"c", b"d", b"a", b"b"]
     assert batch.column("key").to_pylist() == [None, None, None, b"k1", None]
     assert batch.column("entry").to_pylist() == [0, 0, 1, 2, 2]
-    assert batch.column("index").to_pylist() == [1, 2, 0, 0, 1]
+    assert batch.column("batch_index").to_pylist() == [1, 2, 0, 0, 1]
     assert batch.column("properties").to_pylist() == [[], [("p", b"v")], [], [], []]
     assert _stamps(batch) == [6000, 7000, 8000, 5000, 6000]
     plain = make_entries(9, [encode_batch([encode_record(b"x", 1)] * 3, CODEC_ZSTD)])

@@ -32,10 +32,10 @@ def test_the_sink_packs_rows_into_record_batches(spark, spark_cluster):
     (ledger,) = log_ledgers(uri, "packed")
     # one task: 9 batches of 10 and one of 5, each record at its own index
     assert [pos for _, pos in found] == [Position(ledger, i // 10, i % 10) for i in range(95)]
-    rows = source(spark, uri, log="packed").orderBy("ledger", "entry", "index").collect()
+    rows = source(spark, uri, log="packed").orderBy("ledger", "entry", "batch_index").collect()
     assert [r.payload for r in rows] == payloads
     assert [r.key for r in rows] == [b"k%d" % i for i in range(95)]
-    assert [(r.entry, r["index"]) for r in rows] == [(i // 10, i % 10) for i in range(95)]
+    assert [(r.entry, r.batch_index) for r in rows] == [(i // 10, i % 10) for i in range(95)]
 
     # batchMaxBytes: envelopes of 14 bytes (10 of head, 4 of payload): 3 to a 50-byte batch
     write(_frame(spark, payloads[:7]), uri, log="by-bytes", batchMaxBytes=50)
@@ -60,7 +60,7 @@ def test_positions_inside_a_batch_start_and_end_a_batch_read(spark, spark_cluste
 
         frame = source(spark, uri, log="inside", startingPosition=at(start),
                        endingPosition=at(end), maxEntriesPerSplit=1)  # fmt: skip
-        return [r.payload for r in frame.orderBy("entry", "index").collect()]
+        return [r.payload for r in frame.orderBy("entry", "batch_index").collect()]
 
     assert between(Position(ledger, 0, 7), Position(ledger, 2, 4)) == payloads[7:24]
     assert between(Position(ledger, 1, 2), Position(ledger, 1, 5)) == payloads[12:15]
@@ -93,9 +93,9 @@ def test_a_stream_resumes_inside_a_batch_and_counts_entries_per_trigger(
         assert query.awaitTermination(120)
     finally:
         query.stop()
-    rows = spark.table("batched_copy").orderBy("entry", "index").collect()
+    rows = spark.table("batched_copy").orderBy("entry", "batch_index").collect()
     assert [r.payload for r in rows] == payloads[5:]
-    assert [(r.entry, r["index"]) for r in rows][:2] == [(0, 5), (0, 6)]
+    assert [(r.entry, r.batch_index) for r in rows][:2] == [(0, 5), (0, 6)]
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     # at most 2 entries (20 records) a trigger: 5 + 10, 20, 10
     assert [p["numInputRows"] for p in batches] == [15, 20, 10]

@@ -173,7 +173,11 @@ def test_password_writes_and_reads_protected_ledgers(spark, spark_cluster):
     frame = spark.createDataFrame([(b"secret-%d" % i,) for i in range(20)], "payload binary")
     write(frame.coalesce(1), uri, log="locked", password="s3cret")
     (ledger,) = log_ledgers(uri, "locked")
-    rows = source(spark, uri, log="locked", password="s3cret").orderBy("entry", "index").collect()
+    rows = (
+        source(spark, uri, log="locked", password="s3cret")
+        .orderBy("entry", "batch_index")
+        .collect()
+    )
     assert [r.payload for r in rows] == [b"secret-%d" % i for i in range(20)]
     for wrong in ({}, {"password": "guess"}):
         with pytest.raises(Exception) as caught:
@@ -189,8 +193,10 @@ def test_include_properties_adds_the_properties_column(spark, spark_cluster):
     frame = spark.createDataFrame(rows, "payload binary, properties map<string,string>")
     write(frame.coalesce(1), uri, log="propped")
     plain = source(spark, uri, log="propped")
-    assert plain.columns == ["log", "ledger", "entry", "index", "timestamp", "key", "payload"]
-    read = source(spark, uri, log="propped", includeProperties="true").orderBy("entry", "index")
+    assert plain.columns == ["log", "ledger", "entry", "batch_index", "timestamp", "key", "payload"]
+    read = source(spark, uri, log="propped", includeProperties="true").orderBy(
+        "entry", "batch_index"
+    )
     assert read.columns == [*plain.columns, "properties"]
     assert [(r.payload, r.properties) for r in read.collect()] == [
         (b"a", {"origin": b"x", "n": b"1"}),

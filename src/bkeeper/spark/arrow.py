@@ -46,7 +46,7 @@ def arrow_schema(include_properties: bool) -> pa.Schema:
         pa.field("log", pa.string()),
         pa.field("ledger", pa.int64()),
         pa.field("entry", pa.int64()),
-        pa.field("index", pa.int32()),
+        pa.field("batch_index", pa.int32()),
         pa.field("timestamp", _TIMESTAMP),
         pa.field("key", pa.binary()),
         pa.field("payload", pa.binary()),
