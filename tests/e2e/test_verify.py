@@ -56,7 +56,8 @@ def test_a_short_run_with_every_fault_kind_finds_no_violation(
         (["--nemesis", "kill,bogus"], "nemesis: 'bogus' is not one of kill"),
         (["--bookies", "3"], "Invalid value for '--bookies'"),
         (["--duration", "0"], "duration: 0.0 s is not between 1 and 86400"),
-        (["--workload", "kv"], "Invalid value for '--workload'"),
+        (["--workload", "bogus"], "Invalid value for '--workload'"),
+        (["--nemesis", "leader-kill"], "nemesis: 'leader-kill' needs --workload kv"),
     ],
 )
 def test_bad_options_are_one_line_naming_the_problem(args: list[str], message: str) -> None:

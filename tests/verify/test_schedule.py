@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from bkeeper.common.errors import ConfigError
-from bkeeper.verify.schedule import GAP_S, HOLD_S, NEMESES, make_schedule, parse_nemeses
+from bkeeper.verify.schedule import (
+    GAP_S,
+    HOLD_S,
+    KV_NEMESES,
+    NEMESES,
+    make_schedule,
+    parse_nemeses,
+)
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
@@ -43,3 +50,15 @@ def test_parse_nemeses() -> None:
         parse_nemeses("kil")
     with pytest.raises(ConfigError, match="none given"):
         parse_nemeses(" , ")
+
+
+def test_the_kv_workload_adds_the_members_faults_without_a_bookie_target() -> None:
+    assert parse_nemeses("all", "kv") == (*NEMESES, *KV_NEMESES)
+    assert parse_nemeses("all") == NEMESES
+    assert parse_nemeses("leader-kill,kill", "kv") == ("leader-kill", "kill")
+    with pytest.raises(ConfigError, match="nemesis: 'leader-pause' needs --workload kv"):
+        parse_nemeses("kill,leader-pause", "log")
+    faults = make_schedule(11, KV_NEMESES, 200.0, 5)
+    assert {f.kind for f in faults} == set(KV_NEMESES)
+    assert all(f.target is None for f in faults)
+    assert any(f.kind == "leader-pause" and f.hold_s > 3.0 for f in faults)  # past the session

@@ -14,7 +14,7 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_ops import progress
 from bkeeper.common.errors import ConfigError
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
-from bkeeper.verify.schedule import NEMESES, parse_nemeses
+from bkeeper.verify.schedule import KV_NEMESES, NEMESES, parse_nemeses
 
 __all__ = ["verify"]
 
@@ -29,15 +29,18 @@ RUNS_MAX = 1_000_000
     show_default=True,
     type=click.Choice(list(WORKLOADS)),
     help="What the clients do (ledger: writers, a fencer and readers on ledgers; log: two "
-    "writers fencing each other on a named log, a tailing reader, a subscription's consumer).",
+    "writers fencing each other on a named log, a tailing reader, a subscription's consumer; "
+    "kv: 3 'bkeeper kv serve' members and 8 clients calling get/put/delete/CAS, checked "
+    "linearizable).",
 )
 @click.option(
     "--nemesis",
     "nemesis_text",
-    default=",".join(NEMESES),
+    default="all",
     show_default=True,
     metavar="LIST",
-    help=f"Faults to inject, comma-separated, or 'all' or 'none' ({', '.join(NEMESES)}).",
+    help=f"Faults to inject, comma-separated, or 'all' or 'none' ({', '.join(NEMESES)}; "
+    f"with --workload kv also {', '.join(KV_NEMESES)}).",
 )
 @click.option("--duration", type=float, default=30.0, show_default=True, metavar="S",
               help="Seconds of workload and faults per run.")  # fmt: skip
@@ -76,7 +79,9 @@ def verify(
     while faults are injected on a schedule derived from the seed; check the recorded
     history; print a summary table. The same seed gives the same schedule."""
     try:
-        nemeses = () if nemesis_text.strip() == "none" else parse_nemeses(nemesis_text)
+        nemeses = (
+            () if nemesis_text.strip() == "none" else parse_nemeses(nemesis_text, workload)
+        )
         config = VerifyConfig(workload, nemeses, duration, bookies, settle, out_dir)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None

@@ -13,6 +13,11 @@
    workers are given ``settle_s`` to repair what it marks; a ledger whose replicas still lack
    entries then is a violation (faults must not leave a ledger under-replicated for good).
 
+The kv workload (:mod:`bkeeper.verify.kv_workload`) also starts the store's member processes
+before the clock starts, adds their faults to the nemesis, and at the end checks the members
+and the history's linearizability (:func:`~bkeeper.verify.check_kv.check_kv`); the log's
+ledgers then go through step 4.
+
 The history (JSON lines), the schedule, the log and a command that repeats the run are
 written to ``out_dir/seed-<seed>/``.
 """
@@ -38,8 +43,10 @@ from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import port_free
 from bkeeper.verify.check import Verdict, check_ledgers
+from bkeeper.verify.check_kv import check_kv
 from bkeeper.verify.check_log import check_log
 from bkeeper.verify.history import History
+from bkeeper.verify.kv_workload import KvNemesis, KvWorkload
 from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.nemesis import Nemesis
 from bkeeper.verify.netns import NetnsSandbox, Network
@@ -51,7 +58,7 @@ __all__ = ["WORKLOADS", "RunResult", "VerifyConfig", "run_once"]
 log = logging.getLogger(__name__)
 
 #: The workloads, by name.
-WORKLOADS = ("ledger", "log")
+WORKLOADS = ("ledger", "log", "kv")
 
 #: Bytes of each bookie's own tmpfs (``disk-full``).
 BOOKIE_DISK_BYTES = 256 * 1024 * 1024
@@ -144,14 +151,29 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         )
         history = History()
         sandbox.start()
+        workload: LedgerWorkload | LogWorkload | KvWorkload
+        members: KvWorkload | None = None
         try:
-            kind = LogWorkload if config.workload == "log" else LedgerWorkload
-            workload = kind(sandbox.metadata_uri, history, seed, config.workload_config)
-            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network)
+            if config.workload == "kv":
+                workload = members = KvWorkload(sandbox.metadata_uri, history, seed, out)
+                members.start_members()
+            elif config.workload == "log":
+                workload = LogWorkload(sandbox.metadata_uri, history, seed, config.workload_config)
+            else:
+                workload = LedgerWorkload(
+                    sandbox.metadata_uri, history, seed, config.workload_config
+                )
+            nemesis: Nemesis | KvNemesis = Nemesis(
+                sandbox, lambda: workload.created[-8:], disks, network
+            )
+            if isinstance(workload, KvWorkload):
+                nemesis = KvNemesis(nemesis, workload)
             faults, verdict = asyncio.run(
                 _drive(config, sandbox, schedule, workload, nemesis, history)
             )
         finally:
+            if members is not None:
+                members.stop_members()
             sandbox.stop()
     history_path = out / "history.jsonl"
     history.write(history_path)
@@ -163,8 +185,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         skipped,
         verdict,
         len(history),
-        history.count("append", "ok"),
-        history.count("append", "info"),
+        verdict.acknowledged if config.workload == "kv" else history.count("append", "ok"),
+        _unknown_writes(history) if config.workload == "kv" else history.count("append", "info"),
         history_path,
         repro,
         time.monotonic() - started,
@@ -215,8 +237,8 @@ async def _drive(
     config: VerifyConfig,
     sandbox: Sandbox,
     schedule: tuple[Fault, ...],
-    workload: LedgerWorkload | LogWorkload,
-    nemesis: Nemesis,
+    workload: LedgerWorkload | LogWorkload | KvWorkload,
+    nemesis: Nemesis | KvNemesis,
     history: History,
 ) -> tuple[list[tuple[Fault, str]], Verdict]:
     loop = asyncio.get_running_loop()
@@ -236,7 +258,16 @@ async def _drive(
     finally:
         stop.set()
         await task  # the workload's own failure (a harness bug) is raised here
-    if isinstance(workload, LogWorkload):
+    if isinstance(workload, KvWorkload):
+        verdict = Verdict()
+        readable = await workload.finish(verdict)
+        checked = check_kv(history)
+        for line in checked.violations:
+            verdict.violate(line)
+        verdict.count += checked.count - len(checked.violations)
+        verdict.acknowledged, verdict.reads = checked.acknowledged, checked.reads
+        verdict.ledgers = len(readable)
+    elif isinstance(workload, LogWorkload):
         try:
             records, mark, readable = await read_log(sandbox.metadata_uri)
             verdict = check_log(history, records, mark)
@@ -251,6 +282,10 @@ async def _drive(
         verdict.violate(line)
     await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict)
     return done, verdict
+
+
+def _unknown_writes(history: History) -> int:
+    return sum(1 for op in history if op.type == "info" and op.f in ("put", "delete", "cas"))
 
 
 async def _step(

@@ -6,6 +6,10 @@ and is then healed, so that at most one fault is active at once and a run ends h
 fault picks a kind among the nemeses asked for and a target among the bookies (none for
 ``zk``). Holds are chosen to cross the interesting thresholds: a pause longer than the
 ZooKeeper session timeout sometimes, a kill long enough for the auditor to see it go.
+
+The kv workload adds faults of the store's members (:data:`KV_NEMESES`, no target: the
+member leading when the fault starts): ``leader-kill`` (kill -9, restarted at heal) and
+``leader-pause`` (SIGSTOP, past the members' session timeout sometimes; SIGCONT at heal).
 """
 
 from __future__ import annotations
@@ -16,10 +20,23 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError
 
-__all__ = ["GAP_S", "HOLD_S", "NEMESES", "Fault", "make_schedule", "parse_nemeses"]
+__all__ = [
+    "GAP_S",
+    "HOLD_S",
+    "KV_NEMESES",
+    "NEMESES",
+    "Fault",
+    "make_schedule",
+    "nemeses_of",
+    "parse_nemeses",
+]
 
-#: Every nemesis, by name.
+#: Every nemesis of the cluster, by name.
 NEMESES = ("kill", "pause", "partition", "disk-full", "corrupt", "zk")
+#: The nemeses of the kv workload's members (only with ``--workload kv``).
+KV_NEMESES = ("leader-kill", "leader-pause")
+#: Faults without a bookie for a target.
+_UNTARGETED = ("zk", *KV_NEMESES)
 
 #: Seconds each kind of fault lasts (low, high), drawn uniformly.
 HOLD_S: dict[str, tuple[float, float]] = {
@@ -29,6 +46,8 @@ HOLD_S: dict[str, tuple[float, float]] = {
     "disk-full": (2.0, 6.0),  # its ledger/journal filesystem full
     "corrupt": (0.5, 2.0),  # stopped while bits of its journal are flipped, then restarted
     "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
+    "leader-kill": (0.5, 4.0),  # the leading kv member killed -9, then restarted
+    "leader-pause": (0.5, 8.0),  # SIGSTOP..SIGCONT: past the members' session timeout (3 s)
 }
 
 #: Seconds between a fault's heal and the next fault (low, high).
@@ -54,17 +73,25 @@ class Fault:
         return f"{self.at_s:7.2f}s {self.kind}{where} for {self.hold_s:.2f}s"
 
 
-def parse_nemeses(text: str) -> tuple[str, ...]:
-    """``kill,pause,...`` -> the names, checked ("all": every one); ``ConfigError`` naming an
-    unknown one."""
+def nemeses_of(workload: str) -> tuple[str, ...]:
+    """The nemeses a workload can have ("all" means these)."""
+    return NEMESES + KV_NEMESES if workload == "kv" else NEMESES
+
+
+def parse_nemeses(text: str, workload: str = "ledger") -> tuple[str, ...]:
+    """``kill,pause,...`` -> the names, checked ("all": every one ``workload`` can have);
+    ``ConfigError`` naming an unknown one, or a kv one for another workload."""
+    known = nemeses_of(workload)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return NEMESES
+        return known
     if not names:
-        raise ConfigError(f"nemesis: none given (choose from {', '.join(NEMESES)})")
+        raise ConfigError(f"nemesis: none given (choose from {', '.join(known)})")
     for name in names:
-        if name not in NEMESES:
-            raise ConfigError(f"nemesis: {name!r} is not one of {', '.join(NEMESES)}, all")
+        if name in KV_NEMESES and workload != "kv":
+            raise ConfigError(f"nemesis: {name!r} needs --workload kv")
+        if name not in known:
+            raise ConfigError(f"nemesis: {name!r} is not one of {', '.join(known)}, all")
     return tuple(dict.fromkeys(names))
 
 
@@ -80,7 +107,7 @@ def make_schedule(
     while True:
         kind = rng.choice(list(nemeses))
         hold = round(rng.uniform(*HOLD_S[kind]), 3)
-        target = None if kind == "zk" else rng.randrange(bookies)
+        target = None if kind in _UNTARGETED else rng.randrange(bookies)
         if now + hold > duration_s:
             return tuple(faults)
         faults.append(Fault(round(now, 3), kind, target, hold))
