@@ -9,8 +9,12 @@
   Clients share :class:`~bkeeper.kv.client.KvClient` s by threes (so their puts and deletes
   are coalesced into batches) and two use one without coalescing, whose HTTP requests wait
   ``PATIENT_ATTEMPT_S`` (longer than a pause), so that a request sent to a leader just
-  before it was stopped is answered by it when it continues, a deposed leader then. Each call
-  is recorded as an ``invoke`` and an ``ok`` / ``info`` (:mod:`bkeeper.verify.check_kv`).
+  before it was stopped is answered by it when it continues, a deposed leader then.
+  ``ROAMING`` more tasks only read, each read sent to a member drawn at random (as behind a
+  load balancer; a follower redirects) and given up after ``ROAM_TIMEOUT_S``: reads keep
+  being sent to a stopped leader while another leader takes over and takes writes, and one
+  sent then must not be answered from the old state when the stopped one continues. Each
+  call is recorded as an ``invoke`` and an ``ok`` / ``info`` (:mod:`bkeeper.verify.check_kv`).
 * :class:`KvNemesis` adds the members' faults to the cluster's (:mod:`bkeeper.verify.nemesis`):
   ``leader-kill`` (kill -9 the member leading now; heal: start it again) and ``leader-pause``
   (SIGSTOP it, past the session timeout sometimes; heal: SIGCONT).
@@ -57,7 +61,11 @@ KEYS = 6
 #: Client tasks: ``COALESCED_GROUPS`` clients shared by 3 tasks each, then 2 tasks on a
 #: client that does not coalesce.
 COALESCED_GROUPS = 2
-SESSION_MS = 3_000
+ROAMING = 4
+ROAM_TIMEOUT_S = 1.0
+#: The members' ZooKeeper session timeout (the sandbox's ZooKeeper, tick 2 s, grants 4 s at
+#: least).
+SESSION_MS = 4_000
 SNAPSHOT_EVERY = 500
 ROLL_BYTES = 64 * 1024
 #: Seconds a client call keeps trying (then its outcome is unknown), and per HTTP request.
@@ -182,6 +190,9 @@ class KvWorkload:
                 for _ in range(2):
                     tasks.create_task(self._calls(plain, n, stop))
                     n += 1
+                for _ in range(ROAMING):
+                    tasks.create_task(self._roam(n, stop))
+                    n += 1
                 tasks.create_task(self._refresh_ledgers(stop))
         finally:
             for client in [*groups, plain]:
@@ -191,6 +202,25 @@ class KvWorkload:
         attempt_s = ATTEMPT_TIMEOUT_S if coalesce else PATIENT_ATTEMPT_S
         return KvClient(self.urls, timeout_s=CALL_TIMEOUT_S, attempt_timeout_s=attempt_s,
                         pause_s=0.05, coalesce_writes=coalesce)  # fmt: skip
+
+    async def _roam(self, n: int, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed * 1_000 + n)
+        name = f"kv-{n}"
+        while not stop.is_set():
+            key = f"k{rng.randrange(KEYS)}"
+            self.history.add(name, "invoke", "get", value=json.dumps(["get", key]))
+            try:  # a client of its own: one that followed a redirect goes to the leader first
+                async with KvClient(
+                    [rng.choice(self.urls)],
+                    timeout_s=ROAM_TIMEOUT_S,
+                    attempt_timeout_s=ROAM_TIMEOUT_S,
+                    pause_s=0.05,
+                ) as one:
+                    item = await one.get(key)
+            except StateMachineError as exc:
+                self.history.add(name, "info", "get", error=_why(exc))
+                continue
+            self.history.add(name, "ok", "get", value=json.dumps([item.value, item.version]))
 
     async def _calls(self, kv: KvClient, n: int, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed * 1_000 + n)

@@ -47,7 +47,9 @@ HOLD_S: dict[str, tuple[float, float]] = {
     "corrupt": (0.5, 2.0),  # stopped while bits of its journal are flipped, then restarted
     "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
     "leader-kill": (0.5, 4.0),  # the leading kv member killed -9, then restarted
-    "leader-pause": (0.5, 8.0),  # SIGSTOP..SIGCONT: past the members' session timeout (3 s)
+    # SIGSTOP..SIGCONT: past the members' session timeout (4 s) and the fail-over after it
+    # (5 to 7 s) often, so that a new leader takes writes while the old one is stopped
+    "leader-pause": (0.5, 12.0),
 }
 
 #: Seconds between a fault's heal and the next fault (low, high).
