@@ -79,9 +79,7 @@ def verify(
     while faults are injected on a schedule derived from the seed; check the recorded
     history; print a summary table. The same seed gives the same schedule."""
     try:
-        nemeses = (
-            () if nemesis_text.strip() == "none" else parse_nemeses(nemesis_text, workload)
-        )
+        nemeses = () if nemesis_text.strip() == "none" else parse_nemeses(nemesis_text, workload)
         config = VerifyConfig(workload, nemeses, duration, bookies, settle, out_dir)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
