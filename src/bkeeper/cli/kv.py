@@ -75,6 +75,14 @@ name_option = click.option("--name", "store_name", required=True, help="The stor
     type=click.IntRange(1),
     help="Log ledger size before a roll (truncation drops whole ledgers).",
 )
+@click.option(
+    "--read-lease-ms",
+    default=500,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="How long an acknowledged append lets the leader answer linearizable reads "
+    "without a barrier (a new leader waits as long before it leads); 0: a barrier each.",
+)
 def serve(
     metadata_uri: str,
     store_name: str,
@@ -85,6 +93,7 @@ def serve(
     session_timeout_ms: int,
     snapshot_every: int,
     roll_bytes: int,
+    read_lease_ms: int,
 ) -> None:
     """Run one member of the store NAME (members of one store elect a leader)."""
     config = KvServerConfig(
@@ -94,6 +103,7 @@ def serve(
         http_port=http_port,
         advertised_host=advertised_host,
         snapshot_every_commands=snapshot_every,
+        read_lease_s=read_lease_ms / 1000,
     )
     run_event_loop(_serve(metadata_uri, config, session_timeout_ms, roll_bytes))
 

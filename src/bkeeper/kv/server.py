@@ -9,7 +9,8 @@ HTTP API (JSON bodies; keys are URL path segments, percent-encoded as needed):
 
 - ``GET /v1/kv/{key}[?stale=1]`` → 200 ``{"key", "value", "version"}``; 404 with
   ``"value": null, "version": 0`` when absent. Linearizable by default: served by the leader
-  after a read barrier; ``stale=1`` answers from any member's state as it is.
+  under its read lease (``read_lease_s``), else after a read barrier (see
+  :mod:`bkeeper.statemachine.machine`); ``stale=1`` answers from any member's state as it is.
 - ``PUT /v1/kv/{key}`` ``{"value", "request_id"?}`` → ``{"version"}``.
 - ``DELETE /v1/kv/{key}[?request_id=ID]`` → ``{"existed"}``.
 - ``POST /v1/cas/{key}`` ``{"expected_version", "value", "request_id"?}`` →
@@ -70,6 +71,8 @@ class KvServerConfig:
     snapshot_every_commands: int = 100_000
     snapshot_every_bytes: int = 64 * 1024 * 1024
     in_flight_max: int = 10_000
+    #: 0: every linearizable read waits for a barrier (no clock assumption).
+    read_lease_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -137,6 +140,7 @@ class KvServer:
                 in_flight_max=self._config.in_flight_max,
                 snapshot_every_commands=self._config.snapshot_every_commands,
                 snapshot_every_bytes=self._config.snapshot_every_bytes,
+                read_lease_s=self._config.read_lease_s,
             ),
         )
         return self.url
@@ -206,7 +210,10 @@ class KvServer:
         if request.query.get("stale") in ("1", "true"):
             return None
         try:
-            await self._machine().read_barrier()
+            rsm = self._machine()
+            if rsm.lease_read():  # the caller reads the state with no await in between
+                return None
+            await rsm.read_barrier()
         except NotLeaderError as exc:
             return await self._not_leader(request, exc)
         except BKeeperError as exc:
@@ -294,5 +301,6 @@ class KvServer:
                 "keys": len(self.state),
                 "snapshots_written": rsm.snapshots_written,
                 "snapshots_restored": rsm.snapshots_restored,
+                "lease_reads": rsm.lease_reads,
             }
         )

@@ -232,12 +232,13 @@ class KvWorkload:
             value = f"{n}-{seq}"
             seq += 1
             expected = seen.get(key, 0) if rng.random() < 0.8 else rng.randrange(4)
-            inp: list[Any] = {
+            inps: dict[str, list[Any]] = {
                 "get": ["get", key],
                 "put": ["put", key, value],
                 "delete": ["delete", key],
                 "cas": ["cas", key, expected, value],
-            }[kind]
+            }
+            inp = inps[kind]
             self.history.add(name, "invoke", kind, value=json.dumps(inp))
             try:
                 if kind == "get":

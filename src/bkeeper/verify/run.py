@@ -163,11 +163,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                 workload = LedgerWorkload(
                     sandbox.metadata_uri, history, seed, config.workload_config
                 )
-            nemesis: Nemesis | KvNemesis = Nemesis(
-                sandbox, lambda: workload.created[-8:], disks, network
-            )
-            if isinstance(workload, KvWorkload):
-                nemesis = KvNemesis(nemesis, workload)
+            base = Nemesis(sandbox, lambda: workload.created[-8:], disks, network)
+            nemesis = KvNemesis(base, workload) if isinstance(workload, KvWorkload) else base
             faults, verdict = asyncio.run(
                 _drive(config, sandbox, schedule, workload, nemesis, history)
             )
