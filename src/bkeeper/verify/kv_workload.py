@@ -3,7 +3,8 @@
 * ``MEMBERS`` member processes of one store (``bkeeper kv serve``, session timeout
   ``SESSION_MS``, snapshots every ``SNAPSHOT_EVERY`` commands and small log ledgers, so that
   snapshots, truncation and restores happen during a run) on fixed HTTP ports (a restarted
-  member keeps its URL).
+  member keeps its URL). Even seeds run the members with a read lease of ``READ_LEASE_MS``
+  (the default of ``kv serve``), odd seeds without one (a barrier per linearizable read).
 * client tasks, each calling one operation at a time on ``KEYS`` keys: linearizable gets,
   puts (unique values), deletes and compare-and-sets (expecting the version it saw last).
   Clients share :class:`~bkeeper.kv.client.KvClient` s by threes (so their puts and deletes
@@ -67,6 +68,7 @@ ROAM_TIMEOUT_S = 1.0
 #: least).
 SESSION_MS = 4_000
 SNAPSHOT_EVERY = 500
+READ_LEASE_MS = 500
 ROLL_BYTES = 64 * 1024
 #: Seconds a client call keeps trying (then its outcome is unknown), and per HTTP request.
 CALL_TIMEOUT_S = 30.0
@@ -82,8 +84,9 @@ LEDGERS_REFRESH_S = 2.0
 class KvMember:
     """One ``bkeeper kv serve`` process (started, killed, started again on the same port)."""
 
-    def __init__(self, uri: str, out: Path, index: int) -> None:
+    def __init__(self, uri: str, out: Path, index: int, read_lease_ms: int) -> None:
         self.uri, self.out, self.index = uri, out, index
+        self.read_lease_ms = read_lease_ms
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -93,7 +96,7 @@ class KvMember:
             sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
             "--name", STORE, "--member-id", f"m{self.index}", "--http-port", str(self.port),
             "--session-timeout-ms", str(SESSION_MS), "--snapshot-every", str(SNAPSHOT_EVERY),
-            "--roll-bytes", str(ROLL_BYTES),
+            "--roll-bytes", str(ROLL_BYTES), "--read-lease-ms", str(self.read_lease_ms),
         ]  # fmt: skip
 
     def start(self) -> None:
@@ -165,7 +168,10 @@ class KvWorkload:
         self.uri = uri
         self.history = history
         self.seed = seed
-        self.members = [KvMember(uri, out_dir / f"member-{i}.log", i) for i in range(MEMBERS)]
+        lease_ms = 0 if seed % 2 else READ_LEASE_MS
+        self.members = [
+            KvMember(uri, out_dir / f"member-{i}.log", i, lease_ms) for i in range(MEMBERS)
+        ]
         self.created: list[int] = []  # the log's ledgers (the corrupt nemesis picks from them)
         self.urls = [m.url for m in self.members]
 
