@@ -306,3 +306,29 @@ async def test_linearizable_gets_under_the_leader_read_lease(lease_s: float):
                 assert server.rsm.applied > before  # barriers were appended
         finally:
             await members.stop_all()
+
+
+async def test_followers_depose_a_leader_whose_port_refuses_connections():
+    """The in-memory store never expires a session by itself: a leader whose HTTP server is
+    gone (its process died, as far as a follower can tell) would lead for ever. Followers
+    probing its port delete its election node, and one of them leads. A leader that answers
+    is never deposed."""
+    async with MemoryCluster(3) as cluster:
+        members = Members(cluster, LogConfig(tail_poll_ms=50), leader_probe_s=0.05)
+        try:
+            for _ in range(3):
+                await members.start()
+            await wait_for(lambda: members.leader() is not None)
+            old = members.leader()
+            followers = [s for i, s in enumerate(members.servers) if i != old]
+            await wait_for(lambda: all(s.detector.probes >= 10 for s in followers))
+            assert members.leader() == old
+            assert [s.detector.deposed for s in followers] == [0, 0]
+            await members.servers[old].aclose()  # its port refuses; its machine still runs
+            await wait_for(lambda: members.leader() not in (None, old))
+            assert sum(s.detector.deposed for s in followers) >= 1
+            assert not members.servers[old].rsm.leading  # it saw its node go, and follows
+            async with KvClient([s.url for s in followers]) as kv:
+                assert await kv.put("after", "x") == 1
+        finally:
+            await members.stop_all()

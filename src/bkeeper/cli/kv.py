@@ -83,6 +83,14 @@ name_option = click.option("--name", "store_name", required=True, help="The stor
     help="How long an acknowledged append lets the leader answer linearizable reads "
     "without a barrier (a new leader waits as long before it leads); 0: a barrier each.",
 )
+@click.option(
+    "--leader-probe-ms",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0, 60_000),
+    help="A follower probes the leader's HTTP port this often and deletes its election node "
+    "when connections are refused (its process died); 0: wait for its session to expire.",
+)
 def serve(
     metadata_uri: str,
     store_name: str,
@@ -94,6 +102,7 @@ def serve(
     snapshot_every: int,
     roll_bytes: int,
     read_lease_ms: int,
+    leader_probe_ms: int,
 ) -> None:
     """Run one member of the store NAME (members of one store elect a leader)."""
     config = KvServerConfig(
@@ -104,6 +113,7 @@ def serve(
         advertised_host=advertised_host,
         snapshot_every_commands=snapshot_every,
         read_lease_s=read_lease_ms / 1000,
+        leader_probe_s=leader_probe_ms / 1000,
     )
     run_event_loop(_serve(metadata_uri, config, session_timeout_ms, roll_bytes))
 
