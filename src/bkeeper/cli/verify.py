@@ -12,7 +12,7 @@ from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_ops import progress
-from bkeeper.common.errors import ConfigError
+from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
 from bkeeper.verify.schedule import KV_NEMESES, NEMESES, parse_nemeses
 
@@ -88,6 +88,7 @@ def verify(
     err = Console(stderr=True)
     err.print(f"verify: {runs} run(s) from seed {first}, nemeses {', '.join(nemeses) or 'none'}")
     results: list[RunResult] = []
+    harness: list[tuple[int, str]] = []
     with progress("runs") as advance:
         advance(0, runs)
         for n in range(runs):
@@ -95,6 +96,12 @@ def verify(
                 result = run_once(config, first + n)
             except ConfigError as exc:
                 raise CommandError(str(exc)) from exc
+            except BKeeperError as exc:  # the harness could not run it (a cluster that did
+                # not start on a loaded machine): said, counted, and the campaign goes on
+                harness.append((first + n, str(exc)))
+                err.print(f"seed {first + n}: the run could not be made: {exc}", markup=False)
+                advance(n + 1, runs)
+                continue
             results.append(result)
             advance(n + 1, runs)
             if not result.verdict.ok:
@@ -107,10 +114,17 @@ def verify(
             console.print(f"seed {result.seed}: {line}", markup=False)
         for kind, why in result.skipped.items():
             err.print(f"seed {result.seed}: nemesis {kind} skipped: {why}", markup=False)
+    for seed_n, why in harness:
+        err.print(f"seed {seed_n}: not run: {why}", markup=False)
     if violations:
         raise CommandError(
             f"{violations} violation(s) in {sum(not r.verdict.ok for r in results)} of "
             f"{len(results)} run(s); histories under {out_dir}"
+        )
+    if harness:
+        raise CommandError(
+            f"no violation in {len(results)} run(s), but {len(harness)} run(s) could not be "
+            f"made; histories under {out_dir}"
         )
     console.print(f"no violation in {len(results)} run(s); histories under {out_dir}")
 

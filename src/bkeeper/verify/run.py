@@ -18,8 +18,9 @@ before the clock starts, adds their faults to the nemesis, and at the end checks
 and the history's linearizability (:func:`~bkeeper.verify.check_kv.check_kv`); the log's
 ledgers then go through step 4.
 
-The history (JSON lines), the schedule, the log and a command that repeats the run are
-written to ``out_dir/seed-<seed>/``.
+The history (JSON lines), the schedule, the log, a command that repeats the run and the
+verdict (``verdict.txt``: faults as injected, counts, violations) are written to
+``out_dir/seed-<seed>/``.
 """
 
 from __future__ import annotations
@@ -176,6 +177,12 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
     history.write(history_path)
     repro = repro_command(config, seed)
     (out / "repro.txt").write_text(repro + "\n")
+    (out / "verdict.txt").write_text(
+        "".join(f"{f.describe()}: {what}\n" for f, what in faults)
+        + f"acknowledged {verdict.acknowledged}, reads {verdict.reads}, "
+        f"ledgers {verdict.ledgers}, violations {verdict.count}\n"
+        + "".join(line + "\n" for line in verdict.violations)
+    )
     return RunResult(
         seed,
         faults,
