@@ -41,10 +41,16 @@ LOAD_BATCH = 1_000
 
 class _Member:
     def __init__(
-        self, uri: str, log: Path, index: int, snapshot_every: int, read_lease_ms: int
+        self,
+        uri: str,
+        log: Path,
+        index: int,
+        snapshot_every: int,
+        read_lease_ms: int,
+        leader_probe_ms: int,
     ) -> None:
         self.uri, self.log, self.index, self.snapshot_every = uri, log, index, snapshot_every
-        self.read_lease_ms = read_lease_ms
+        self.read_lease_ms, self.leader_probe_ms = read_lease_ms, leader_probe_ms
         self.url = ""
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -58,6 +64,7 @@ class _Member:
                     "--session-timeout-ms", str(SESSION_MS),
                     "--snapshot-every", str(self.snapshot_every),
                     "--read-lease-ms", str(self.read_lease_ms),
+                    "--leader-probe-ms", str(self.leader_probe_ms),
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -280,6 +287,13 @@ async def _pump(kv: KvClient, in_flight: int, duration_s: float) -> tuple[float,
     help="The members' read lease (0: a barrier per linearizable read).",
 )
 @click.option(
+    "--leader-probe-ms",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0, 60_000),
+    help="The members' crash detector (0: off: fail-over waits for the session to expire).",
+)
+@click.option(
     "--failovers",
     default=1,
     show_default=True,
@@ -294,6 +308,7 @@ def kv_bench(
     restart_keys: int,
     snapshot_every: int,
     read_lease_ms: int,
+    leader_probe_ms: int,
     failovers: int,
 ) -> None:
     """The replicated key-value store: latency, throughput, fail-over, restart."""
@@ -307,7 +322,12 @@ def kv_bench(
         with Sandbox(config) as box:
             group = [
                 _Member(
-                    box.metadata_uri, Path(tmp) / f"kv-{i}.log", i, snapshot_every, read_lease_ms
+                    box.metadata_uri,
+                    Path(tmp) / f"kv-{i}.log",
+                    i,
+                    snapshot_every,
+                    read_lease_ms,
+                    leader_probe_ms,
                 )
                 for i in range(members)
             ]
