@@ -50,7 +50,30 @@ def test_a_stale_read_after_a_write_completed_is_a_violation() -> None:
     )
     verdict = check_kv(history)
     assert verdict.count == 1
-    assert verdict.violations[0].startswith("key 'k': not linearizable (2 operations; the last:")
+    assert verdict.violations[0].startswith(
+        f"key 'k': not linearizable (2 operations; no longer once the one returning at "
+        f"{history[3].time_s:.3f} s is included; the last before it: c0 ['put', 'k', 'x'] "
+    )
+
+
+def test_the_violation_names_the_first_return_that_breaks_the_history() -> None:
+    history = ops(
+        ("a", "invoke", "put", ["put", "k", "x"]),
+        ("a", "ok", "put", 1),
+        ("b", "invoke", "get", ["get", "k"]),
+        ("b", "ok", "get", ["x", 1]),
+        ("a", "invoke", "put", ["put", "k", "y"]),
+        ("a", "ok", "put", 2),
+        ("b", "invoke", "get", ["get", "k"]),
+        ("b", "ok", "get", ["x", 1]),  # stale: here it breaks
+        ("a", "invoke", "put", ["put", "k", "z"]),
+        ("a", "ok", "put", 3),
+        ("b", "invoke", "get", ["get", "k"]),
+        ("b", "ok", "get", ["z", 3]),
+    )
+    (line,) = check_kv(history).violations
+    assert f"no longer once the one returning at {history[7].time_s:.3f} s is included" in line
+    assert "['put', 'k', 'z']" not in line  # only what was called before that return
 
 
 def test_an_acknowledged_write_lost_is_a_violation() -> None:

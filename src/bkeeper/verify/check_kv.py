@@ -73,6 +73,29 @@ def kv_operations(ops: Iterable[Op]) -> tuple[list[Operation], int, int]:
     return out, writes, gets
 
 
+def _cut(ops: list[Operation], at: float) -> list[Operation]:
+    """The history as it stood at time ``at``: operations called before it, those still
+    running then with an unknown outcome. Linearizable if the whole history is (each
+    operation left out takes effect after every one that returned before ``at``)."""
+    return [
+        o if o.ret <= at else Operation(o.client, o.input, o.call, None) for o in ops if o.call < at
+    ]
+
+
+def _first_illegal_cut(ops: list[Operation], steps_max: int) -> float:
+    """The earliest return time at which the history cut there is not linearizable (the
+    whole history is not): where a person should look."""
+    returns = sorted({o.ret for o in ops if o.ret != math.inf})
+    low, high = 0, len(returns) - 1  # the cut at returns[high] (inclusive) is illegal
+    while low < high:
+        mid = (low + high) // 2
+        if check(kv_model(), _cut(ops, returns[mid]), steps_max=steps_max).verdict == "illegal":
+            high = mid
+        else:
+            low = mid + 1
+    return returns[high] if returns else math.inf
+
+
 def check_kv(ops: Iterable[Op], *, steps_max: int = STEPS_MAX) -> Verdict:
     """The violations of a kv workload's history (module doc)."""
     operations, writes, gets = kv_operations(ops)
@@ -81,15 +104,17 @@ def check_kv(ops: Iterable[Op], *, steps_max: int = STEPS_MAX) -> Verdict:
     if result.ok:
         return verdict
     key = result.failed[0].input[1] if result.failed else "?"
-    shown = sorted(result.failed, key=lambda o: o.call)[-SHOWN_OPS_MAX:]
-    listed = "; ".join(
-        f"c{o.client} {list(o.input)} @{o.call:.3f}->"
-        f"{'?' if o.ret == math.inf else f'{o.output} @{o.ret:.3f}'}"
-        for o in shown
-    )
     if result.verdict == "illegal":
+        cut = _first_illegal_cut(result.failed, steps_max)
+        shown = [o for o in sorted(result.failed, key=lambda o: o.call) if o.call < cut]
+        listed = "; ".join(
+            f"c{o.client} {list(o.input)} @{o.call:.3f}->"
+            f"{'?' if o.ret == math.inf else f'{o.output} @{o.ret:.3f}'}"
+            for o in shown[-SHOWN_OPS_MAX:]
+        )
         verdict.violate(
-            f"key {key!r}: not linearizable ({len(result.failed)} operations; the last: {listed})"
+            f"key {key!r}: not linearizable ({len(result.failed)} operations; no longer once "
+            f"the one returning at {cut:.3f} s is included; the last before it: {listed})"
         )
     else:
         verdict.violate(
