@@ -123,7 +123,8 @@ def test_client_processes_killed_mid_write_lose_nothing_acknowledged(tmp_path: P
         (["--nemesis", "kill,bogus"], "nemesis: 'bogus' is not one of kill"),
         (["--bookies", "3"], "Invalid value for '--bookies'"),
         (["--duration", "0"], "duration: 0.0 s is not between 1 and 86400"),
-        (["--workload", "kv"], "Invalid value for '--workload'"),
+        (["--workload", "bogus"], "Invalid value for '--workload'"),
+        (["--nemesis", "leader-kill"], "nemesis: 'leader-kill' needs --workload kv"),
     ],
 )
 def test_bad_options_are_one_line_naming_the_problem(args: list[str], message: str) -> None:

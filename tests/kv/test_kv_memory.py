@@ -281,3 +281,54 @@ async def test_coalesced_writes_of_large_values_are_split_by_size(members):
         with pytest.raises(ConfigError, match="size limit"):
             await kv.put("huge", "y" * 5_000_000)
         assert (await kv.get("big99")).value == big
+
+
+@pytest.mark.parametrize("lease_s", [0.0, 2.0])
+async def test_linearizable_gets_under_the_leader_read_lease(lease_s: float):
+    """With a lease, serial gets are answered from the leader's state without a barrier each
+    (one append renews it at most every half lease); without one, each waits for a barrier."""
+    async with MemoryCluster(3) as cluster:
+        members = Members(cluster, LogConfig(tail_poll_ms=50), read_lease_s=lease_s)
+        try:
+            await members.start()
+            await wait_for(lambda: members.leader() is not None)
+            server = members.servers[0]
+            async with KvClient(members.urls) as kv:
+                await kv.put("k", "v")
+                before = server.rsm.applied
+                for _ in range(20):
+                    assert (await kv.get("k")).value == "v"
+                status = await kv.status(server.url)
+            if lease_s:
+                assert status["lease_reads"] == 20
+            else:
+                assert status["lease_reads"] == 0
+                assert server.rsm.applied > before  # barriers were appended
+        finally:
+            await members.stop_all()
+
+
+async def test_followers_depose_a_leader_whose_port_refuses_connections():
+    """The in-memory store never expires a session by itself: a leader whose HTTP server is
+    gone (its process died, as far as a follower can tell) would lead for ever. Followers
+    probing its port delete its election node, and one of them leads. A leader that answers
+    is never deposed."""
+    async with MemoryCluster(3) as cluster:
+        members = Members(cluster, LogConfig(tail_poll_ms=50), leader_probe_s=0.05)
+        try:
+            for _ in range(3):
+                await members.start()
+            await wait_for(lambda: members.leader() is not None)
+            old = members.leader()
+            followers = [s for i, s in enumerate(members.servers) if i != old]
+            await wait_for(lambda: all(s.detector.probes >= 10 for s in followers))
+            assert members.leader() == old
+            assert [s.detector.deposed for s in followers] == [0, 0]
+            await members.servers[old].aclose()  # its port refuses; its machine still runs
+            await wait_for(lambda: members.leader() not in (None, old))
+            assert sum(s.detector.deposed for s in followers) >= 1
+            assert not members.servers[old].rsm.leading  # it saw its node go, and follows
+            async with KvClient([s.url for s in followers]) as kv:
+                assert await kv.put("after", "x") == 1
+        finally:
+            await members.stop_all()

@@ -10,6 +10,7 @@ from bkeeper.verify.schedule import (
     CLUSTER_NEMESES,
     GAP_S,
     HOLD_S,
+    KV_NEMESES,
     NEMESES,
     SLOW_SYNC_MS,
     make_schedule,
@@ -62,3 +63,15 @@ def test_every_nemesis_is_drawn_and_a_slow_disk_says_its_delay() -> None:
     assert kinds == set(NEMESES)
     slow = next(f for f in make_schedule(1, ("slow-disk",), 60.0, 5))
     assert f"({slow.sync_delay_ms} ms per fsync)" in slow.describe()
+
+
+def test_the_kv_workload_adds_the_members_faults_without_a_bookie_target() -> None:
+    assert parse_nemeses("all", "kv") == (*NEMESES, *KV_NEMESES)
+    assert parse_nemeses("all") == NEMESES
+    assert parse_nemeses("leader-kill,kill", "kv") == ("leader-kill", "kill")
+    with pytest.raises(ConfigError, match="nemesis: 'leader-pause' needs --workload kv"):
+        parse_nemeses("kill,leader-pause", "log")
+    faults = make_schedule(11, KV_NEMESES, 200.0, 5)
+    assert {f.kind for f in faults} == set(KV_NEMESES)
+    assert all(f.target is None for f in faults)
+    assert any(f.kind == "leader-pause" and f.hold_s > 8.0 for f in faults)  # past fail-over

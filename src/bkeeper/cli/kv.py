@@ -75,6 +75,22 @@ name_option = click.option("--name", "store_name", required=True, help="The stor
     type=click.IntRange(1),
     help="Log ledger size before a roll (truncation drops whole ledgers).",
 )
+@click.option(
+    "--read-lease-ms",
+    default=500,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="How long an acknowledged append lets the leader answer linearizable reads "
+    "without a barrier (a new leader waits as long before it leads); 0: a barrier each.",
+)
+@click.option(
+    "--leader-probe-ms",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0, 60_000),
+    help="A follower probes the leader's HTTP port this often and deletes its election node "
+    "when connections are refused (its process died); 0: wait for its session to expire.",
+)
 def serve(
     metadata_uri: str,
     store_name: str,
@@ -85,6 +101,8 @@ def serve(
     session_timeout_ms: int,
     snapshot_every: int,
     roll_bytes: int,
+    read_lease_ms: int,
+    leader_probe_ms: int,
 ) -> None:
     """Run one member of the store NAME (members of one store elect a leader)."""
     config = KvServerConfig(
@@ -94,6 +112,8 @@ def serve(
         http_port=http_port,
         advertised_host=advertised_host,
         snapshot_every_commands=snapshot_every,
+        read_lease_s=read_lease_ms / 1000,
+        leader_probe_s=leader_probe_ms / 1000,
     )
     run_event_loop(_serve(metadata_uri, config, session_timeout_ms, roll_bytes))
 

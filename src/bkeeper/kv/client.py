@@ -26,7 +26,6 @@ rounds of attempts; ``CONNECTIONS_MAX`` HTTP connections; ``COALESCE_OPS_MAX`` o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import time
@@ -128,11 +127,12 @@ class KvClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        for task in [*self._batches, *([self._flusher] if self._flusher else [])]:
+        tasks = [*self._batches, *([self._flusher] if self._flusher else [])]
+        for task in tasks:
             task.cancel()
-        for task in [*self._batches, *([self._flusher] if self._flusher else [])]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Not ``suppress(CancelledError)`` around each: that would also swallow the caller's
+        # own cancellation (a Ctrl-C of ``bkeeper verify`` went on to the next run).
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -9,7 +9,8 @@ HTTP API (JSON bodies; keys are URL path segments, percent-encoded as needed):
 
 - ``GET /v1/kv/{key}[?stale=1]`` → 200 ``{"key", "value", "version"}``; 404 with
   ``"value": null, "version": 0`` when absent. Linearizable by default: served by the leader
-  after a read barrier; ``stale=1`` answers from any member's state as it is.
+  under its read lease (``read_lease_s``), else after a read barrier (see
+  :mod:`bkeeper.statemachine.machine`); ``stale=1`` answers from any member's state as it is.
 - ``PUT /v1/kv/{key}`` ``{"value", "request_id"?}`` → ``{"version"}``.
 - ``DELETE /v1/kv/{key}[?request_id=ID]`` → ``{"existed"}``.
 - ``POST /v1/cas/{key}`` ``{"expected_version", "value", "request_id"?}`` →
@@ -19,6 +20,11 @@ HTTP API (JSON bodies; keys are URL path segments, percent-encoded as needed):
 - ``GET /v1/range?prefix=P&limit=N[&stale=1]`` → ``{"items": [{"key","value","version"}]}``.
 - ``GET /v1/status`` → ``{"member", "url", "role", "leading", "leader", "applied", "keys",
   "snapshots_written", "snapshots_restored"}``.
+
+A member that does not lead probes the leader's HTTP port every ``leader_probe_s`` and
+deletes its election node when its connections are refused (its process died; see
+:mod:`bkeeper.kv.detector`), so a new leader need not wait for ZooKeeper to expire the dead
+one's session.
 
 A member that does not lead answers a write (or a linearizable read) with 307 and
 ``{"error": "not the leader", "leader": URL | null}`` (``Location`` set when the leader is
@@ -36,6 +42,7 @@ from typing import Any
 from aiohttp import web
 
 from bkeeper.common.errors import BKeeperError, ConfigError, NotLeaderError
+from bkeeper.kv.detector import CrashDetector
 from bkeeper.kv.state import KvState, encode_command, validate_ops
 from bkeeper.meta.store import NodeStore
 from bkeeper.namedlog import NamedLogs
@@ -70,6 +77,10 @@ class KvServerConfig:
     snapshot_every_commands: int = 100_000
     snapshot_every_bytes: int = 64 * 1024 * 1024
     in_flight_max: int = 10_000
+    #: 0: every linearizable read waits for a barrier (no clock assumption).
+    read_lease_s: float = 0.5
+    #: Seconds between a follower's probes of the leader's port (0: no crash detector).
+    leader_probe_s: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -78,6 +89,8 @@ class KvServerConfig:
             raise ConfigError("member_id: must not be empty")
         if not 0 <= self.http_port <= 65535:
             raise ConfigError(f"http_port: must be 0..65535, got {self.http_port}")
+        if not 0 <= self.leader_probe_s <= 60:
+            raise ConfigError(f"leader_probe_s: must be 0..60, got {self.leader_probe_s}")
 
 
 def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -94,6 +107,7 @@ class KvServer:
         self.state = KvState()
         self.url = ""
         self.rsm: ReplicatedStateMachine | None = None
+        self.detector: CrashDetector | None = None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> str:
@@ -137,13 +151,28 @@ class KvServer:
                 in_flight_max=self._config.in_flight_max,
                 snapshot_every_commands=self._config.snapshot_every_commands,
                 snapshot_every_bytes=self._config.snapshot_every_bytes,
+                read_lease_s=self._config.read_lease_s,
             ),
         )
         return self.url
 
     async def run(self, stop: asyncio.Event) -> None:
-        assert self.rsm is not None, "start() first"
-        await self.rsm.run(stop)
+        rsm = self.rsm
+        assert rsm is not None, "start() first"
+        if not self._config.leader_probe_s:
+            await rsm.run(stop)
+            return
+        self.detector = CrashDetector(
+            self._store, rsm.directory, self.url, self._config.leader_probe_s, lambda: rsm.leading
+        )
+        detector = asyncio.create_task(self.detector.run(stop))
+        try:
+            await rsm.run(stop)
+        finally:
+            detector.cancel()
+            (outcome,) = await asyncio.gather(detector, return_exceptions=True)
+            if isinstance(outcome, Exception):
+                log.error("the crash detector failed: %r", outcome)
 
     async def aclose(self) -> None:
         if self._runner is not None:
@@ -206,7 +235,10 @@ class KvServer:
         if request.query.get("stale") in ("1", "true"):
             return None
         try:
-            await self._machine().read_barrier()
+            rsm = self._machine()
+            if rsm.lease_read():  # the caller reads the state with no await in between
+                return None
+            await rsm.read_barrier()
         except NotLeaderError as exc:
             return await self._not_leader(request, exc)
         except BKeeperError as exc:
@@ -294,5 +326,8 @@ class KvServer:
                 "keys": len(self.state),
                 "snapshots_written": rsm.snapshots_written,
                 "snapshots_restored": rsm.snapshots_restored,
+                "lease_reads": rsm.lease_reads,
+                "leader_probes": 0 if self.detector is None else self.detector.probes,
+                "leaders_deposed": 0 if self.detector is None else self.detector.deposed,
             }
         )

@@ -19,6 +19,16 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
   record (a "barrier") and returns once it is applied; its acknowledgement proves the writer
   was not fenced after the read arrived, so the state then holds every write completed
   before it. Concurrent reads share a barrier.
+- Read lease (``read_lease_s`` = L > 0): an append sent at ``s`` (this member's monotonic
+  clock) and acknowledged proves the writer was not fenced at ``s``: no other leader had
+  fenced it by then. A new leader waits L after its fencing completed before it takes
+  commands, so no other member acknowledges a write before ``s + L`` on the new leader's
+  clock. Until ``s + L * (1 - LEASE_DRIFT)`` on its own clock the leader may then answer a
+  read from its state at once (:meth:`ReplicatedStateMachine.lease_read`): the state holds
+  every acknowledged write. The assumption: members' clocks run at rates within
+  ``LEASE_DRIFT`` of each other (a stopped process's monotonic clock runs on: when it
+  continues, its lease has run out). Reads renew the lease with a barrier once half of it
+  is gone; a fail-over takes L longer.
 - Snapshots (:mod:`bkeeper.statemachine.snapshots`): every ``snapshot_every_commands``
   commands or ``snapshot_every_bytes`` command bytes the leader writes the state to a ledger,
   records it with the position it covers, then truncates the log before it. A member that
@@ -39,6 +49,7 @@ import collections
 import contextlib
 import io
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +71,7 @@ from bkeeper.statemachine.protocol import (
     BATCH_COMMANDS_MAX,
     BATCH_PROPERTIES,
     ITEM_HEAD,
+    LEASE_DRIFT,
     NOOP_PROPERTIES,
     Role,
     RsmConfig,
@@ -90,6 +102,7 @@ class _Pending:
 
     appended: asyncio.Future[Position]
     commands: list[_Command]
+    sent_s: float  # monotonic, before the append was sent
 
 
 class ReplicatedStateMachine:
@@ -136,6 +149,11 @@ class ReplicatedStateMachine:
         self._queue: collections.deque[_Command] = collections.deque()
         self._flusher: asyncio.Future[None] | None = None
         self._barrier: asyncio.Future[None] | None = None
+        #: Until when (monotonic) this leader may answer reads without a barrier.
+        self._lease_until = 0.0
+        #: Reads answered under the lease, and barriers the lease's renewal appended.
+        self.lease_reads = 0
+        self.lease_renewals = 0
         self._snapshotting: asyncio.Future[Position | None] | None = None
         self._election: LeaderElection | None = None
         self._reader: LogReader | None = None
@@ -325,6 +343,7 @@ class ReplicatedStateMachine:
         config = self._config
         try:
             writer = await named.open_writer(term=term)
+            fenced_at = time.monotonic()  # the previous writer is fenced by now
         except WriterTermError as exc:
             self.refused += 1
             log.warning("not taking over the log: %s", exc)
@@ -342,6 +361,11 @@ class ReplicatedStateMachine:
                 record = await self._next_record(named, 0.5)
                 if record is not None:
                     self._apply_record(record)
+            wait_s = fenced_at + config.read_lease_s - time.monotonic()
+            if wait_s > 0:  # the previous leader may answer reads under its lease until then
+                await asyncio.sleep(wait_s)
+                if not election.is_leader or stop.is_set():
+                    return False
             self._failure = asyncio.Event()
             self._failure_fenced = False
             self._writer = writer
@@ -371,6 +395,7 @@ class ReplicatedStateMachine:
         unknown to their callers: the log may hold them, and followers apply them then)."""
         self._leading.clear()
         self._writer = None
+        self._lease_until = 0.0
         while self._in_flight:
             _fail_commands(self._in_flight.popleft().commands, error)
         _fail_commands(list(self._queue), error)
@@ -393,6 +418,24 @@ class ReplicatedStateMachine:
     async def _run_barrier(self) -> None:
         self._barrier = None  # reads from now on need a barrier appended after them
         await self._submit(b"", noop=True)
+
+    def lease_read(self) -> bool:
+        """True when this member may answer a linearizable read from its state now, without
+        a barrier: it leads and holds a read lease (module doc). Answer at once, with no
+        ``await`` between this call and reading the state. Past half the lease, a barrier
+        is started to renew it."""
+        lease_s = self._config.read_lease_s
+        if not lease_s or not self._leading.is_set():
+            return False
+        remaining = self._lease_until - time.monotonic()
+        if remaining < lease_s / 2 and self._barrier is None:
+            self.lease_renewals += 1
+            self._barrier = asyncio.ensure_future(self._run_barrier())
+            self._barrier.add_done_callback(_retrieve)
+        if remaining <= 0:
+            return False
+        self.lease_reads += 1
+        return True
 
     async def _submit(self, command: bytes, *, noop: bool) -> Any:
         if not self.leading:
@@ -442,6 +485,7 @@ class ReplicatedStateMachine:
                 else:
                     payload = encode_batch([(i.noop, i.command) for i in items])
                     properties = BATCH_PROPERTIES
+                sent = time.monotonic()
                 try:
                     appended = await writer.append_async(payload, properties=properties)
                 except BKeeperError as exc:
@@ -451,7 +495,7 @@ class ReplicatedStateMachine:
                 if self._writer is not writer:  # stepped down while sending
                     _fail_commands(items, NotLeaderError(f"{name}: leadership ended"))
                     continue
-                self._in_flight.append(_Pending(appended, items))
+                self._in_flight.append(_Pending(appended, items, sent))
                 appended.add_done_callback(lambda _f: self._drain())
         finally:
             self._flusher = None
@@ -473,6 +517,9 @@ class ReplicatedStateMachine:
                 self._fail(error)
                 return
             position = pending.appended.result()
+            if self._config.read_lease_s:
+                lease_until = pending.sent_s + self._config.read_lease_s * (1 - LEASE_DRIFT)
+                self._lease_until = max(self._lease_until, lease_until)
             for item in pending.commands:
                 if item.noop:
                     result: Any = None
@@ -537,6 +584,12 @@ class ReplicatedStateMachine:
             return None
         finally:
             self._snapshotting = None
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    """A lease renewal's outcome: its failure is the leader's (it steps down); read here."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _fail_commands(commands: list[_Command], error: BaseException) -> None:

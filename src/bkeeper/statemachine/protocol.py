@@ -20,6 +20,8 @@ __all__ = [
     "BATCH_BYTES_MAX",
     "BATCH_COMMANDS_MAX",
     "BATCH_PROPERTIES",
+    "LEASE_DRIFT",
+    "READ_LEASE_S_MAX",
     "ITEM_HEAD",
     "NOOP_PROPERTIES",
     "Role",
@@ -38,6 +40,11 @@ BATCH_PROPERTIES = {"bkeeper.rsm": b"batch"}
 #: Commands (and their bytes) one record carries at most (group commit).
 BATCH_COMMANDS_MAX = 1_000
 BATCH_BYTES_MAX = 1024 * 1024
+#: The longest read lease (a new leader waits this long after fencing before it leads).
+READ_LEASE_S_MAX = 10.0
+#: How much faster one member's monotonic clock may run than another's, at most: a lease
+#: of L seconds is used for L * (1 - LEASE_DRIFT) by the leader holding it.
+LEASE_DRIFT = 0.1
 ITEM_HEAD = struct.Struct(">BI")
 
 
@@ -73,7 +80,10 @@ class RsmConfig:
     """``candidate``: this member's election data (what others see as the leader's).
     ``snapshot_every_commands`` / ``snapshot_every_bytes``: 0 disables either trigger.
     ``retain_ledgers``: after a snapshot, truncation keeps this many of the log's ledgers
-    that lie wholly before it (0: it drops them all)."""
+    that lie wholly before it (0: it drops them all). ``read_lease_s``: how long an
+    acknowledged append lets the leader answer linearizable reads from its state without
+    a barrier, and so how long a new leader waits after fencing before it takes commands
+    (0: every read waits for a barrier; see :mod:`bkeeper.statemachine.machine`)."""
 
     log_name: str
     candidate: bytes
@@ -84,6 +94,7 @@ class RsmConfig:
     snapshot_every_commands: int = 0
     snapshot_every_bytes: int = 0
     retain_ledgers: int = 0
+    read_lease_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.candidate:
@@ -91,6 +102,10 @@ class RsmConfig:
         for name in ("append_timeout_s", "follow_poll_s", "retry_pause_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)!r}")
+        if not 0.0 <= self.read_lease_s <= READ_LEASE_S_MAX:
+            raise ConfigError(
+                f"read_lease_s: must be 0..{READ_LEASE_S_MAX:g}, got {self.read_lease_s!r}"
+            )
         if self.in_flight_max < 1:
             raise ConfigError(f"in_flight_max: must be at least 1, got {self.in_flight_max}")
         for name in ("snapshot_every_commands", "snapshot_every_bytes", "retain_ledgers"):

@@ -14,10 +14,16 @@
    workers are given ``settle_s`` to repair what it marks; a ledger whose replicas still lack
    entries then is a violation (faults must not leave a ledger under-replicated for good).
 
-The history (JSON lines), the schedule, the log, the verdict (``result.json``), a command
-that repeats the run and, for a run with a violation, the cluster's process logs (``logs/``)
-are written to ``out_dir/seed-<seed>/``; each finished run's verdict is
-also appended to ``out_dir/summary.jsonl``.
+The kv workload (:mod:`bkeeper.verify.kv_workload`) also starts the store's member processes
+before the clock starts, adds their faults to the nemesis, and at the end checks the members
+and the history's linearizability (:func:`~bkeeper.verify.check_kv.check_kv`); the log's
+ledgers then go through step 4.
+
+The history (JSON lines), the schedule, the log, a command that repeats the run, the verdict
+(``verdict.txt``: faults as injected, counts, violations; ``result.json``: the same as one
+JSON line) and, for a run with a violation, the cluster's process logs (``logs/``) are written
+to ``out_dir/seed-<seed>/``; each finished run's verdict is also appended to
+``out_dir/summary.jsonl``.
 """
 
 from __future__ import annotations
@@ -38,14 +44,16 @@ from pathlib import Path
 from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.replicas import list_ledger
-from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.common.errors import BKeeperError, ConfigError, LedgerNotFoundError
 from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import port_free
 from bkeeper.verify.check import Verdict, check_ledgers
+from bkeeper.verify.check_kv import check_kv
 from bkeeper.verify.check_log import check_log
 from bkeeper.verify.history import History
+from bkeeper.verify.kv_workload import KvNemesis, KvWorkload
 from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.nemesis import Nemesis
 from bkeeper.verify.netns import NetnsSandbox, Network
@@ -57,7 +65,7 @@ __all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "keep_logs"
 log = logging.getLogger(__name__)
 
 #: The workloads, by name.
-WORKLOADS = ("ledger", "log")
+WORKLOADS = ("ledger", "log", "kv")
 
 #: The file in the output directory that gets one JSON line per finished run.
 SUMMARY_NAME = "summary.jsonl"
@@ -186,12 +194,20 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             Sandbox(sandbox_config) if network is None else NetnsSandbox(sandbox_config, network)
         )
         history = History()
+        workload: LedgerWorkload | LogWorkload | KvWorkload
+        members: KvWorkload | None = None
         try:
             sandbox.start()
-            kind = LogWorkload if config.workload == "log" else LedgerWorkload
-            workload = kind(sandbox.metadata_uri, history, seed, workload_config)
+            if config.workload == "kv":
+                workload = members = KvWorkload(sandbox.metadata_uri, history, seed, out)
+                members.start_members()
+            elif config.workload == "log":
+                workload = LogWorkload(sandbox.metadata_uri, history, seed, workload_config)
+            else:
+                workload = LedgerWorkload(sandbox.metadata_uri, history, seed, workload_config)
             clients = workload if isinstance(workload, LedgerWorkload) else None
-            nemesis = Nemesis(sandbox, lambda: workload.created[-8:], disks, network, clients)
+            base = Nemesis(sandbox, lambda: workload.created[-8:], disks, network, clients)
+            nemesis = KvNemesis(base, workload) if isinstance(workload, KvWorkload) else base
             with asyncio.Runner() as runner:
                 try:
                     faults, verdict = runner.run(
@@ -201,9 +217,13 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                     # Interrupted (Ctrl-C, SIGTERM): the processes go first, so that the
                     # runner's clean-up does not wait for threads waiting on them (a bookie
                     # being started again waits up to its start timeout).
+                    if members is not None:
+                        members.stop_members()
                     sandbox.stop()
                     raise
         finally:
+            if members is not None:
+                members.stop_members()
             sandbox.stop()
         if not verdict.ok:  # the processes' logs, for whoever looks into it
             keep_logs(data_dir, out / "logs")
@@ -211,14 +231,20 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
     history.write(history_path)
     repro = repro_command(config, seed)
     (out / "repro.txt").write_text(repro + "\n")
+    (out / "verdict.txt").write_text(
+        "".join(f"{f.describe()}: {what}\n" for f, what in faults)
+        + f"acknowledged {verdict.acknowledged}, reads {verdict.reads}, "
+        f"ledgers {verdict.ledgers}, violations {verdict.count}\n"
+        + "".join(line + "\n" for line in verdict.violations)
+    )
     result = RunResult(
         seed,
         faults,
         skipped,
         verdict,
         len(history),
-        history.count("append", "ok"),
-        history.count("append", "info"),
+        verdict.acknowledged if config.workload == "kv" else history.count("append", "ok"),
+        _unknown_writes(history) if config.workload == "kv" else history.count("append", "info"),
         history_path,
         repro,
         time.monotonic() - started,
@@ -285,8 +311,8 @@ async def _drive(
     config: VerifyConfig,
     sandbox: Sandbox,
     schedule: tuple[Fault, ...],
-    workload: LedgerWorkload | LogWorkload,
-    nemesis: Nemesis,
+    workload: LedgerWorkload | LogWorkload | KvWorkload,
+    nemesis: Nemesis | KvNemesis,
     history: History,
 ) -> tuple[list[tuple[Fault, str]], Verdict]:
     loop = asyncio.get_running_loop()
@@ -306,7 +332,16 @@ async def _drive(
     finally:
         stop.set()
         await task  # the workload's own failure (a harness bug) is raised here
-    if isinstance(workload, LogWorkload):
+    if isinstance(workload, KvWorkload):
+        verdict = Verdict()
+        readable = await workload.finish(verdict)
+        checked = check_kv(history)
+        for line in checked.violations:
+            verdict.violate(line)
+        verdict.count += checked.count - len(checked.violations)
+        verdict.acknowledged, verdict.reads = checked.acknowledged, checked.reads
+        verdict.ledgers = len(readable)
+    elif isinstance(workload, LogWorkload):
         try:
             records, mark, readable = await read_log(sandbox.metadata_uri)
             verdict = check_log(history, records, mark)
@@ -319,8 +354,14 @@ async def _drive(
         readable = [ledger_id for ledger_id, found in final.items() if not found.error]
     for line in harness:
         verdict.violate(line)
-    await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict)
+    # The kv store's leader truncates its log after each snapshot: a ledger of it may go.
+    gone_ok = isinstance(workload, KvWorkload)
+    await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict, gone_ok)
     return done, verdict
+
+
+def _unknown_writes(history: History) -> int:
+    return sum(1 for op in history if op.type == "info" and op.f in ("put", "delete", "cas"))
 
 
 async def _step(
@@ -353,8 +394,9 @@ async def _until(when: float, task: asyncio.Task[None]) -> None:
 
 
 async def _check_replication(
-    uri: str, ledger_ids: list[int], settle_s: float, verdict: Verdict
+    uri: str, ledger_ids: list[int], settle_s: float, verdict: Verdict, gone_ok: bool = False
 ) -> None:
+    """``gone_ok``: a ledger deleted meanwhile is skipped (else its absence is an error)."""
     async with await start_client(uri) as bk:
         urm = bk.cluster.underreplication
         await urm.ensure_layout()
@@ -374,7 +416,12 @@ async def _check_replication(
         live = (await bk.cluster.registry.bookies()).writable
         lists = asyncio.Semaphore(32)
         for ledger_id in ledger_ids:
-            meta = await bk.ledger_metadata(ledger_id)
+            try:
+                meta = await bk.ledger_metadata(ledger_id)
+            except LedgerNotFoundError:
+                if gone_ok:
+                    continue
+                raise
             shortfall, unknown, _asked = await list_ledger(bk, ledger_id, meta, live, lists)
             if shortfall:
                 verdict.violate(

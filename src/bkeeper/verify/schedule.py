@@ -4,11 +4,15 @@ A schedule is a sequence of faults that do not overlap: each starts ``gap`` seco
 previous one healed (``gap`` drawn in ``GAP_S``), holds for a time drawn from its kind's range
 and is then healed, so that at most one fault is active at once and a run ends healthy. Each
 fault picks a kind among the nemeses asked for and a target among the bookies (none for
-``zk``, ``zk-pause`` and ``client-kill``). Holds are chosen to cross the interesting
-thresholds: a pause longer than the ZooKeeper session timeout sometimes (of a bookie, or of
-ZooKeeper itself: every session then expires at once when it continues), a kill long enough
-for the auditor to see it go. A ``slow-disk`` fault also draws how long each of the bookie's
-fsyncs is held up.
+``zk``, ``zk-pause``, ``client-kill`` and the kv workload's). Holds are chosen to cross the
+interesting thresholds: a pause longer than the ZooKeeper session timeout sometimes (of a
+bookie, or of ZooKeeper itself: every session then expires at once when it continues), a kill
+long enough for the auditor to see it go. A ``slow-disk`` fault also draws how long each of
+the bookie's fsyncs is held up.
+
+The kv workload adds faults of the store's members (:data:`KV_NEMESES`, no target: the
+member leading when the fault starts): ``leader-kill`` (kill -9, restarted at heal) and
+``leader-pause`` (SIGSTOP, past the members' session timeout sometimes; SIGCONT at heal).
 """
 
 from __future__ import annotations
@@ -23,15 +27,17 @@ __all__ = [
     "CLUSTER_NEMESES",
     "GAP_S",
     "HOLD_S",
+    "KV_NEMESES",
     "NEMESES",
     "PARTITIONS",
     "SLOW_SYNC_MS",
     "Fault",
     "make_schedule",
+    "nemeses_of",
     "parse_nemeses",
 ]
 
-#: Every nemesis, by name.
+#: Every nemesis of the cluster, by name.
 NEMESES = (
     "kill",
     "pause",
@@ -45,8 +51,10 @@ NEMESES = (
     "zk-pause",
     "client-kill",
 )
+#: The nemeses of the kv workload's members (only with ``--workload kv``).
+KV_NEMESES = ("leader-kill", "leader-pause")
 #: The nemeses that are not aimed at a bookie.
-CLUSTER_NEMESES = frozenset({"zk", "zk-pause", "client-kill"})
+CLUSTER_NEMESES = frozenset({"zk", "zk-pause", "client-kill", *KV_NEMESES})
 #: The nemeses that need the bookies in network namespaces (:mod:`bkeeper.verify.netns`).
 PARTITIONS = frozenset({"partition", "partition-zk", "partition-clients"})
 
@@ -63,6 +71,10 @@ HOLD_S: dict[str, tuple[float, float]] = {
     "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
     "zk-pause": (2.0, 16.0),  # ZooKeeper stopped: past the session timeout, a storm of expiries
     "client-kill": (0.5, 4.0),  # a client process killed -9 mid-write, then a new one started
+    "leader-kill": (0.5, 4.0),  # the leading kv member killed -9, then restarted
+    # SIGSTOP..SIGCONT: past the members' session timeout (4 s) and the fail-over after it
+    # (5 to 7 s) often, so that a new leader takes writes while the old one is stopped
+    "leader-pause": (0.5, 12.0),
 }
 
 #: Milliseconds each fsync of a ``slow-disk`` bookie waits (low, high), drawn uniformly.
@@ -94,17 +106,25 @@ class Fault:
         return f"{self.at_s:7.2f}s {self.kind}{where}{how} for {self.hold_s:.2f}s"
 
 
-def parse_nemeses(text: str) -> tuple[str, ...]:
-    """``kill,pause,...`` -> the names, checked ("all": every one); ``ConfigError`` naming an
-    unknown one."""
+def nemeses_of(workload: str) -> tuple[str, ...]:
+    """The nemeses a workload can have ("all" means these)."""
+    return NEMESES + KV_NEMESES if workload == "kv" else NEMESES
+
+
+def parse_nemeses(text: str, workload: str = "ledger") -> tuple[str, ...]:
+    """``kill,pause,...`` -> the names, checked ("all": every one ``workload`` can have);
+    ``ConfigError`` naming an unknown one, or a kv one for another workload."""
+    known = nemeses_of(workload)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return NEMESES
+        return known
     if not names:
-        raise ConfigError(f"nemesis: none given (choose from {', '.join(NEMESES)})")
+        raise ConfigError(f"nemesis: none given (choose from {', '.join(known)})")
     for name in names:
-        if name not in NEMESES:
-            raise ConfigError(f"nemesis: {name!r} is not one of {', '.join(NEMESES)}, all")
+        if name in KV_NEMESES and workload != "kv":
+            raise ConfigError(f"nemesis: {name!r} needs --workload kv")
+        if name not in known:
+            raise ConfigError(f"nemesis: {name!r} is not one of {', '.join(known)}, all")
     return tuple(dict.fromkeys(names))
 
 

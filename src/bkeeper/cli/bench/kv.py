@@ -40,8 +40,17 @@ LOAD_BATCH = 1_000
 
 
 class _Member:
-    def __init__(self, uri: str, log: Path, index: int, snapshot_every: int) -> None:
+    def __init__(
+        self,
+        uri: str,
+        log: Path,
+        index: int,
+        snapshot_every: int,
+        read_lease_ms: int,
+        leader_probe_ms: int,
+    ) -> None:
         self.uri, self.log, self.index, self.snapshot_every = uri, log, index, snapshot_every
+        self.read_lease_ms, self.leader_probe_ms = read_lease_ms, leader_probe_ms
         self.url = ""
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -54,6 +63,8 @@ class _Member:
                     "--name", "bench", "--member-id", f"m{self.index}",
                     "--session-timeout-ms", str(SESSION_MS),
                     "--snapshot-every", str(self.snapshot_every),
+                    "--read-lease-ms", str(self.read_lease_ms),
+                    "--leader-probe-ms", str(self.leader_probe_ms),
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -109,7 +120,12 @@ def _ms(samples: array[float]) -> str:
 
 
 async def _run(
-    members: list[_Member], serial: int, in_flight: int, duration_s: float, restart_keys: int
+    members: list[_Member],
+    serial: int,
+    in_flight: int,
+    duration_s: float,
+    restart_keys: int,
+    failovers: int,
 ) -> None:
     perf = time.perf_counter
     leader = await _leader(members)
@@ -179,18 +195,53 @@ async def _run(
             f"snapshots restored: {doc['snapshots_restored']})"
         )
 
+    killed: _Member | None = None
+    for _ in range(failovers):
+        if killed is not None:  # the member killed last time serves again (it follows)
+            await asyncio.to_thread(killed.start)
+            await _leader(members)
+        killed = await _failover(members)
+
+
+async def _failover(members: list[_Member]) -> _Member:
+    """Kill -9 the leader; time the put through a new leader, and its parts: until another
+    member names a new leader (the old one's session expired and it was elected), until it
+    leads (fenced the old ledger, caught up, waited out the read lease), until the put."""
+    perf = time.perf_counter
     leader = await _leader(members)
     assert leader.proc is not None
-    others = [m.url for m in members if m is not leader]
+    others = [m for m in members if m is not leader]
+    marks: dict[str, float] = {}
+
+    async def watch() -> None:
+        async with aiohttp.ClientSession() as session:
+            while "leading" not in marks:
+                for member in others:
+                    doc = await _status(session, member.url)
+                    if doc is None:
+                        continue
+                    if doc.get("leader") not in (None, leader.url):
+                        marks.setdefault("elected", perf())
+                    if doc.get("leading"):
+                        marks.setdefault("elected", perf())
+                        marks.setdefault("leading", perf())
+                await asyncio.sleep(0.01)
+
     leader.proc.kill()
     leader.proc.wait()
     start = perf()
-    async with KvClient(others, timeout_s=120, attempt_timeout_s=2) as kv:
+    watcher = asyncio.create_task(watch())
+    async with KvClient([m.url for m in others], timeout_s=120, attempt_timeout_s=2) as kv:
         await kv.put("after-kill", "x")
+    done = perf()
+    await asyncio.wait_for(watcher, 30)
+    elected, leading = marks["elected"] - start, marks["leading"] - start
     click.echo(
-        f"kill -9 of the leader: a put through a new leader after {perf() - start:.2f} s "
-        f"(session timeout {SESSION_MS / 1000:.1f} s)"
+        f"kill -9 of the leader: a put through a new leader after {done - start:.2f} s "
+        f"(session timeout {SESSION_MS / 1000:.1f} s; new leader named after {elected:.2f} s, "
+        f"leading after {leading:.2f} s)"
     )
+    return leader
 
 
 async def _pump(kv: KvClient, in_flight: int, duration_s: float) -> tuple[float, array[float]]:
@@ -228,6 +279,27 @@ async def _pump(kv: KvClient, in_flight: int, duration_s: float) -> tuple[float,
     help="Load this many keys, then time a follower's restart (0: skip).",
 )
 @click.option("--snapshot-every", default=100_000, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--read-lease-ms",
+    default=500,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="The members' read lease (0: a barrier per linearizable read).",
+)
+@click.option(
+    "--leader-probe-ms",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0, 60_000),
+    help="The members' crash detector (0: off: fail-over waits for the session to expire).",
+)
+@click.option(
+    "--failovers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Times the leader is killed -9 (the killed one restarted in between).",
+)
 def kv_bench(
     members: int,
     serial: int,
@@ -235,6 +307,9 @@ def kv_bench(
     duration: float,
     restart_keys: int,
     snapshot_every: int,
+    read_lease_ms: int,
+    leader_probe_ms: int,
+    failovers: int,
 ) -> None:
     """The replicated key-value store: latency, throughput, fail-over, restart."""
     with tempfile.TemporaryDirectory(prefix="bkeeper-bench-kv-") as tmp:
@@ -246,14 +321,21 @@ def kv_bench(
         )
         with Sandbox(config) as box:
             group = [
-                _Member(box.metadata_uri, Path(tmp) / f"kv-{i}.log", i, snapshot_every)
+                _Member(
+                    box.metadata_uri,
+                    Path(tmp) / f"kv-{i}.log",
+                    i,
+                    snapshot_every,
+                    read_lease_ms,
+                    leader_probe_ms,
+                )
                 for i in range(members)
             ]
             try:
                 for member in group:
                     member.start()
                 click.echo(f"{members} kv members on 3 bookies (E3/Qw3/Qa2), pid {os.getpid()}")
-                run_event_loop(_run(group, serial, in_flight, duration, restart_keys))
+                run_event_loop(_run(group, serial, in_flight, duration, restart_keys, failovers))
             finally:
                 for member in group:
                     if member.proc is not None and member.proc.poll() is None:
