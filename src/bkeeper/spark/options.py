@@ -115,8 +115,8 @@ class SinkOptions:
 def spark_schema(include_properties: bool) -> str:
     """The read schema as Spark DDL (``bkeeper.spark.arrow`` has its Arrow form)."""
     ddl = (
-        "log string, ledger bigint, entry bigint, index int, timestamp timestamp, key binary, "
-        "payload binary"
+        "log string, ledger bigint, entry bigint, batch_index int, timestamp timestamp, "
+        "key binary, payload binary"
     )
     return ddl + (", properties map<string,binary>" if include_properties else "")
 
