@@ -16,6 +16,7 @@ import pytest
 
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.testing.bookie_process import wait_ready
+from bkeeper.wire.batch_frames import batch_bodies
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import AddRequest, BatchReadRequest, ReadRequest
 from tests.common.test_metrics import samples
@@ -86,7 +87,7 @@ async def test_metrics_count_adds_and_reads_exactly(bookie: tuple[int, str]) -> 
             assert (await v3.request(ReadRequest(2, entry))).status is StatusCode.EOK
         assert (await v3.request(ReadRequest(2, 99))).status is StatusCode.ENOENTRY
         batch = await v2.request(BatchReadRequest(1, 10, 20, 1 << 20, request_id=3))
-        assert len(batch.bodies) == 20
+        assert len(batch_bodies(batch)) == 20
         status, content_type, text = await asyncio.to_thread(get, admin + "/metrics")
     finally:
         await v2.aclose()
