@@ -116,12 +116,14 @@ def _spawn(
     cmd: list[str], log_path: Path, nice: int = 0, env: tuple[tuple[str, str], ...] = ()
 ) -> subprocess.Popen[bytes]:
     """``cmd`` as a child that dies with this process, its output appended to ``log_path``,
-    at ``nice`` (added to this process's), with ``env`` added to this process's environment."""
+    at ``nice`` (added to this process's), with ``env`` added to the environment it inherits
+    (through ``env NAME=VALUE ...``: only the CLI reads this process's environment)."""
+    if env:
+        cmd = ["env", *(f"{name}={value}" for name, value in env), *cmd]
     log_file = open(log_path, "ab")  # noqa: SIM115
     try:
         return subprocess.Popen(
             cmd,
-            env={**os.environ, **dict(env)} if env else None,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
