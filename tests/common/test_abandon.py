@@ -10,7 +10,7 @@ import gc
 
 import pytest
 
-from bkeeper.common.tasks import abandon
+from bkeeper.common.tasks import abandon, within
 
 
 async def fails_as_it_is_cancelled(started: asyncio.Event) -> None:
@@ -43,3 +43,27 @@ async def test_abandon_cancels_what_still_runs_and_leaves_results_alone() -> Non
     abandon([done, slow])
     await asyncio.sleep(0)
     assert slow.cancelled() and done.result() == 3
+
+
+async def _caller(wait: object, started: asyncio.Event) -> None:
+    assert callable(wait)
+    await wait(fails_as_it_is_cancelled(started), 30.0)
+
+
+@pytest.mark.parametrize("leaks", [False, True], ids=["within", "asyncio.wait_for"])
+async def test_a_request_timed_by_within_leaves_no_task_whose_error_nobody_takes(
+    caplog: pytest.LogCaptureFixture, leaks: bool
+) -> None:
+    """A reader abandons the task that is sending a request: the request, timed by
+    ``within``, runs in that task, so its error is the task's (``abandon`` takes it). Timed
+    by ``asyncio.wait_for`` it ran in a task of its own, whose error nobody took."""
+    started = asyncio.Event()
+    task = asyncio.ensure_future(_caller(asyncio.wait_for if leaks else within, started))
+    await started.wait()
+    abandon([task])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert task.done()
+    del task
+    gc.collect()
+    assert ("Task exception was never retrieved" in caplog.text) is leaks

@@ -40,7 +40,7 @@ from bkeeper.common.errors import (
     NoSuchLedgerError,
     ProtocolError,
 )
-from bkeeper.common.tasks import abandon
+from bkeeper.common.tasks import abandon, within
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.batch_frames import BODIES_AT, FramedBatchReadResponse
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
@@ -198,7 +198,7 @@ class BatchReader:
         metrics = self._ctx.metrics
         sent_at = 0.0 if metrics is None else metrics.clock.monotonic()
         try:
-            response: BatchReadResponse = await asyncio.wait_for(
+            response: BatchReadResponse = await within(
                 self._ctx.pool.send(bookie, request, Protocol.V2), timeout_ms / 1000.0
             )
         except TimeoutError:

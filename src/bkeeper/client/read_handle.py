@@ -49,7 +49,7 @@ from bkeeper.common.errors import (
     NoSuchLedgerError,
     UnauthorizedAccessError,
 )
-from bkeeper.common.tasks import abandon
+from bkeeper.common.tasks import abandon, within
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
@@ -291,7 +291,7 @@ class ReadHandle:
 
     async def _ask(self, bookie: str, entry_id: int, request: ReadRequest) -> Entry:
         try:
-            response = await asyncio.wait_for(
+            response = await within(
                 self._ctx.pool.send(bookie, request), self._config.read_timeout_ms / 1000.0
             )
         except TimeoutError:
@@ -465,9 +465,7 @@ class ReadHandle:
         timeout = self._config.read_timeout_ms / 1000.0
 
         async def one(bookie: str) -> Any:
-            return await asyncio.wait_for(
-                self._ctx.pool.send(bookie, make(bookie), protocol), timeout
-            )
+            return await within(self._ctx.pool.send(bookie, make(bookie), protocol), timeout)
 
         return await asyncio.gather(*(one(b) for b in bookies), return_exceptions=True)
 

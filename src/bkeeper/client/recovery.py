@@ -23,7 +23,7 @@ from bkeeper.client.entry import Entry
 from bkeeper.client.recovering import Ask, Question, RecoveryMachine, Step, classify
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import UnauthorizedAccessError
-from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon
+from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon, within
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.digest import DigestManager, master_key
@@ -96,9 +96,7 @@ class _Recovery:
         """Send ``request`` to one bookie of ``question``; feed the machine its reply."""
         bookie = question.bookies[position]
         try:
-            reply: object = await asyncio.wait_for(
-                self.ctx.pool.send(bookie, request), self.timeout_s
-            )
+            reply: object = await within(self.ctx.pool.send(bookie, request), self.timeout_s)
         except Exception as exc:  # no answer: the machine decides what that means
             reply = exc
         answer = classify(question, reply, self.digest)

@@ -20,6 +20,7 @@ from bkeeper.client.distribution import write_set
 from bkeeper.client.entry import Entry
 from bkeeper.client.pool import BookiePool
 from bkeeper.common.errors import BKeeperError, BookieUnavailableError, ProtocolError
+from bkeeper.common.tasks import within
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire import entryset
 from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
@@ -80,7 +81,7 @@ async def read_replica(
 
     async def one(entry_id: int) -> ReplicaEntry:
         try:
-            response: ReadResponse = await asyncio.wait_for(
+            response: ReadResponse = await within(
                 pool.send(bookie, ReadRequest(ledger_id, entry_id)), timeout_s
             )
         except TimeoutError:
@@ -115,7 +116,7 @@ async def list_entries_on(
     the error it names."""
     context = f"ledger {ledger_id} on {bookie}"
     try:
-        response: GetListOfEntriesResponse = await asyncio.wait_for(
+        response: GetListOfEntriesResponse = await within(
             pool.send(bookie, GetListOfEntriesRequest(ledger_id), Protocol.V3), timeout_s
         )
     except TimeoutError:
