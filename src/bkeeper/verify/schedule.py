@@ -6,7 +6,7 @@ and is then healed, so that at most one fault is active at once and a run ends h
 fault picks a kind among the nemeses asked for and a target among the bookies (none for
 ``zk``, ``zk-pause``, ``client-kill`` and the kv workload's). Holds are chosen to cross the
 interesting thresholds: a pause longer than the ZooKeeper session timeout sometimes (of a
-bookie, or of ZooKeeper itself: every session then expires at once when it continues), a kill
+bookie, or of ZooKeeper itself: sessions then expire together when it continues), a kill
 long enough for the auditor to see it go. A ``slow-disk`` fault also draws how long each of
 the bookie's fsyncs is held up.
 
