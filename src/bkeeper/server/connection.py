@@ -168,14 +168,23 @@ class BookieConnection(asyncio.Protocol):
                 if self._batch_lane:  # chosen by this frame (v2, or admitted): the rest too
                     self._to_batch_lane(frames[at + 1 :])
                     return
-        except ProtocolError as exc:
+        except Exception as exc:  # (called in the handler: a bug's log keeps its trace)
+            self._chunk_failed(exc)
+            return
+        self._chunk_done()
+
+    def _chunk_failed(self, exc: Exception) -> None:
+        """A chunk's frames failed: a bad frame ends the connection; anything else is a bookie
+        bug found by this client, logged (rate-limited) before the connection ends."""
+        if isinstance(exc, ProtocolError):
             self.abort(f"bad frame: {exc}")
             return
-        except Exception as exc:  # a bookie bug found by this client: say so (rate-limited)
-            self.log_internal_error("request from %s failed", self.peer)
-            self.abort(f"internal error: {exc!r}")
-            return
-        partial = decoder.partial_bytes
+        self.log_internal_error("request from %s failed", self.peer)
+        self.abort(f"internal error: {exc!r}")
+
+    def _chunk_done(self) -> None:
+        """A chunk handled: the table learns the partial frame's size, reading follows."""
+        partial = self._decoder.partial_bytes
         if partial != self.partial_bytes:
             self._table.partial_changed(self, partial)
             if self.closed:
@@ -228,19 +237,10 @@ class BookieConnection(asyncio.Protocol):
                     return
                 offset = stop
             decoder.keep_tail(buffer, offset)
-        except ProtocolError as exc:
-            self.abort(f"bad frame: {exc}")
+        except Exception as exc:  # (called in the handler: a bug's log keeps its trace)
+            self._chunk_failed(exc)
             return
-        except Exception as exc:  # a bookie bug found by this client: say so (rate-limited)
-            self.log_internal_error("request from %s failed", self.peer)
-            self.abort(f"internal error: {exc!r}")
-            return
-        partial = decoder.partial_bytes
-        if partial != self.partial_bytes:
-            self._table.partial_changed(self, partial)
-            if self.closed:
-                return
-        self._update_reading()
+        self._chunk_done()
 
     def _hand_over(self, count: int, size: int) -> None:
         """Hand the ``count`` adds collected (``size`` request bytes) to the handlers: one
