@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.common.errors import CookieMismatchError
+from bkeeper.storage.slow_sync import CONTROL_NAME, SlowSyncFileSystem, set_sync_delay
 from bkeeper.wire import entryset
 from bkeeper.wire.batch_frames import batch_bodies
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
@@ -129,6 +130,49 @@ async def test_long_poll_returns_when_lac_advances(start_bookie, connect):
     assert response.status is StatusCode.EOK
     assert response.max_lac == 1
     assert bytes(response.body) == body(10, 1, lac=0)
+
+
+async def test_long_poll_piggyback_as_apache_bookkeeper_asks(start_bookie, connect):
+    """Apache BookKeeper's clients ask for the piggybacked entry as entry -1 (the entry is
+    previous LAC + 1); the answer echoes -1 and carries that entry, not the last one."""
+    bookie = await start_bookie()
+    reader = await connect(bookie)
+    writer = await connect(bookie)
+    for entry in range(4):  # LAC 2 (carried by entry 3)
+        assert (await add(writer, 14, entry, lac=entry - 1)).status is StatusCode.EOK
+    response = await reader.request(
+        ReadRequest(14, -1, piggyback=True, previous_lac=0, timeout_ms=10)
+    )
+    assert (response.status, response.entry_id, response.max_lac) == (StatusCode.EOK, -1, 2)
+    assert bytes(response.body) == body(14, 1, lac=0)
+    poll = reader.send(ReadRequest(14, -1, piggyback=True, previous_lac=2, timeout_ms=10_000))
+    await asyncio.wait_for(_until(lambda: bookie.state.lac_waiter_count == 1), 10)
+    assert (await add(writer, 14, 4, lac=3)).status is StatusCode.EOK
+    response = await asyncio.wait_for(poll, 5)
+    assert (response.max_lac, bytes(response.body)) == (3, body(14, 3, lac=2))
+
+
+async def test_long_poll_wakes_when_the_lac_arrives_not_once_durable(
+    start_bookie, connect, tmp_path
+):
+    """The add carrying a new LAC wakes the long polls as it arrives: the LAC names entries
+    already on an ack quorum, so the reader need not wait for this bookie's fsync."""
+    data = tmp_path / "slow"
+    control = data / CONTROL_NAME
+    bookie = await start_bookie(data, fs=SlowSyncFileSystem(str(control)))
+    reader = await connect(bookie)
+    writer = await connect(bookie)
+    for entry in range(2):
+        assert (await add(writer, 15, entry, lac=entry - 1)).status is StatusCode.EOK
+    poll = reader.send(ReadRequest(15, -1, piggyback=True, previous_lac=0, timeout_ms=30_000))
+    await asyncio.wait_for(_until(lambda: bookie.state.lac_waiter_count == 1), 10)
+    set_sync_delay(data, 3_000)  # the next fsyncs take 3 s
+    adding = writer.send(AddRequest(15, 2, KEY, body(15, 2, lac=1)))
+    response = await asyncio.wait_for(poll, 2.5)
+    assert not adding.done()  # answered before the add that carried the LAC is durable
+    assert (response.max_lac, bytes(response.body)) == (1, body(15, 1, lac=0))
+    set_sync_delay(data, None)
+    assert (await asyncio.wait_for(adding, 10)).status is StatusCode.EOK
 
 
 async def test_long_poll_times_out_with_current_lac(start_bookie, connect):

@@ -394,7 +394,7 @@ class ReadHandle:
         remaining_ms = max(1, int((deadline - clock.monotonic()) * 1000))
         request = ReadRequest(
             self.ledger_id,
-            previous + 1,
+            -1,  # with piggyback the entry is previous + 1; Apache BookKeeper wants -1 here
             previous_lac=previous,
             timeout_ms=remaining_ms,
             piggyback=True,  # the entry with the LAC: a tailing reader's next read is free

@@ -5,6 +5,9 @@ the connection. Writes (add, fence, explicit LAC, force) are answered only once 
 engine reports their journal records durable (``on_durable``, bridged from the journal
 thread once per fsync group). Reads are answered at once, except long-poll reads, which wait
 (bounded in number and time) until the bookie's LAC for the ledger passes ``previous_lac``.
+They are woken as the LAC arrives (with an add or a WRITE_LAC), not once that add is durable
+here: a LAC names entries the writer already has on an ack quorum, so this bookie's own
+fsync adds nothing to what the reader may rely on, only latency.
 Every add, v2 or v3, goes through the one handler :meth:`RequestHandlers.add`; answers go
 through a :class:`~bkeeper.server.responder.Responder`, writes carry typed tokens (same module).
 
@@ -164,15 +167,6 @@ class RequestHandlers:
         metrics = self._metrics
         if metrics is not None and adds:
             metrics.adds_answered(adds, tokens.started_at, failed=error is not None)
-        if self.state.lac_waiters:  # adds may have moved a waited-on ledger's LAC
-            touched: set[int] = set()
-            for t in tokens:
-                if type(t) is AddAnswer:
-                    touched.add(t.ledger_id)
-                elif type(t) is AddBatchAnswer:
-                    touched.update(t.ledger_ids)
-            for ledger_id in touched:
-                self._wake_lac_waiters(ledger_id)
 
     # -- writes ------------------------------------------------------------------------
     def add(
@@ -206,6 +200,8 @@ class RequestHandlers:
                 recovery=flags & _RECOVERY != 0,
                 token=AddAnswer(conn, ledger_id, entry_id, txn_id, size),
             )
+            if self.state.lac_waiters:
+                self._wake_lac_waiters(ledger_id)
         except errors.BKeeperError as exc:
             conn.respond_add(status_of(exc), ledger_id, entry_id, txn_id, size)
             if self._metrics is not None:
@@ -237,6 +233,9 @@ class RequestHandlers:
             return
         if batch.refused:
             self._answer_refused(conn, batch)
+        if self.state.lac_waiters:
+            for ledger_id in set(batch.ledger_ids):
+                self._wake_lac_waiters(ledger_id)
 
     def _answer_refused(self, conn: Responder, batch: AddBatchAnswer) -> None:
         """Answer the adds the engine refused and take them out of the batch (which the
@@ -274,12 +273,12 @@ class RequestHandlers:
         def done(error: BaseException | None) -> None:
             status = StatusCode.EOK if error is None else status_of(error)
             conn.respond(WriteLacResponse(status, request.ledger_id, request.txn_id), size)
-            self._wake_lac_waiters(request.ledger_id)
 
         token = self._when_durable(done)
         self._storage.set_explicit_lac(
             request.ledger_id, request.master_key, bytes(request.body), token=token
         )
+        self._wake_lac_waiters(request.ledger_id)
 
     def force_ledger(self, conn: Responder, request: ForceLedgerRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:
@@ -348,17 +347,28 @@ class RequestHandlers:
         self.state.lac_waiter_count += 1
 
     def _long_poll_response(self, request: ReadRequest) -> ReadResponse:
+        """The LAC, and with ``piggyback`` the entry after ``previous_lac`` once the LAC
+        covers it. Apache BookKeeper's clients ask for it as entry -1 (its bookies refuse
+        any other id with piggyback); bkeeper's bookies also take the entry's own id. The
+        header echoes the requested id, as Apache BookKeeper's does."""
         storage = self._storage
         lac = storage.last_add_confirmed(request.ledger_id)
         body = None
-        entry_id = request.entry_id
-        if request.piggyback and lac > (request.previous_lac or -1):
-            try:
-                body = storage.read_entry(request.ledger_id, entry_id)
-            except errors.BKeeperError:
-                body = None
+        previous = request.previous_lac if request.previous_lac is not None else -1
+        if request.piggyback and lac > previous:
+            wanted = request.entry_id if request.entry_id >= 0 else previous + 1
+            if wanted <= lac:
+                try:
+                    body = storage.read_entry(request.ledger_id, wanted)
+                except errors.BKeeperError:
+                    body = None
         return ReadResponse(
-            StatusCode.EOK, request.ledger_id, entry_id, body, max_lac=lac, txn_id=request.txn_id
+            StatusCode.EOK,
+            request.ledger_id,
+            request.entry_id,
+            body,
+            max_lac=lac,
+            txn_id=request.txn_id,
         )
 
     def _wake_lac_waiters(self, ledger_id: int) -> None:

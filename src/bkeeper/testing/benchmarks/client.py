@@ -76,7 +76,11 @@ async def bench_client_writes(
         if gc_freeze:
             gc.freeze()
 
-        def done(sent_at: float, _: asyncio.Future[int]) -> None:
+        failures: list[BaseException] = []
+
+        def done(sent_at: float, future: asyncio.Future[int]) -> None:
+            if _failed(future, failures):
+                return
             latencies.append(perf() - sent_at)
 
         cpu_start = time.process_time()
@@ -84,7 +88,7 @@ async def bench_client_writes(
         deadline = start + duration_s
         sent = 0
         last: asyncio.Future[int] | None = None
-        while perf() < deadline and (count is None or sent < count):
+        while perf() < deadline and (count is None or sent < count) and not failures:
             if stop is not None and stop.is_set():
                 break
             if rate is not None:
@@ -98,7 +102,9 @@ async def bench_client_writes(
             last.add_done_callback(functools.partial(done, sent_at))
             sent += 1
         if last is not None:
-            await last
+            await asyncio.wait([last])  # its error, if any, is the first of failures
+        if failures:
+            raise failures[0]
         elapsed = perf() - start
         cpu_s = time.process_time() - cpu_start
         await wh.close()
@@ -107,6 +113,19 @@ async def bench_client_writes(
         ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, 1,
         latencies, elapsed, cpu_s,
     ), ledger_id  # fmt: skip
+
+
+def _failed(future: asyncio.Future[int], failures: list[BaseException]) -> bool:
+    """Whether an append failed; its error is taken (asyncio logs every failed future
+    nobody looked at: a failed ledger would log one per entry in flight), the first kept."""
+    if future.cancelled():
+        return True
+    error = future.exception()
+    if error is None:
+        return False
+    if not failures:
+        failures.append(error)
+    return True
 
 
 def _write_result(
@@ -162,7 +181,11 @@ async def _bench_batched_writes(
         if gc_freeze:
             gc.freeze()
 
-        def done(due: list[float], _: asyncio.Future[int]) -> None:
+        failures: list[BaseException] = []
+
+        def done(due: list[float], future: asyncio.Future[int]) -> None:
+            if _failed(future, failures):
+                return
             now = perf()
             latencies.extend([now - at for at in due])
 
@@ -171,7 +194,7 @@ async def _bench_batched_writes(
         deadline = start + duration_s
         sent = 0
         last: asyncio.Future[int] | None = None
-        while perf() < deadline and (count is None or sent < count):
+        while perf() < deadline and (count is None or sent < count) and not failures:
             n = batch if count is None else min(batch, count - sent)
             if rate is None:
                 due = [perf()] * n
@@ -185,7 +208,9 @@ async def _bench_batched_writes(
             last.add_done_callback(functools.partial(done, due))
             sent += n
         if last is not None:
-            await last
+            await asyncio.wait([last])  # its error, if any, is the first of failures
+        if failures:
+            raise failures[0]
         elapsed = perf() - start
         cpu_s = time.process_time() - cpu_start
         await wh.close()
