@@ -311,6 +311,24 @@ async def test_explicit_lac_lets_the_reader_reach_the_last_entry():  # row 12, (
         assert await read_all(rh, 10) == payloads(5, start=10)
 
 
+async def test_explicit_lac_goes_out_as_the_writer_goes_idle():  # row 12, (f)
+    """The interval bounds how often, not how late: the LAC of a writer that goes idle
+    reaches a tailing reader at once, not an interval later (here the first time it goes
+    idle: the next LAC would wait out the minute)."""
+    async with MemoryCluster(3) as cluster:
+        config = ClientConfig(
+            add_timeout_ms=300, read_timeout_ms=300, explicit_lac_interval_ms=60_000
+        )
+        wh = await (await cluster.client(config)).create_ledger(3, 3, 2, password=b"pw")
+        assert await bounded(wh.append_many(payloads(3))) == range(3)  # idle once, at 2
+        rh = await bounded(
+            (await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw", recovery=False)
+        )
+        assert await bounded(rh.wait_last_add_confirmed(1, timeout_ms=5_000)) == 2
+        assert (await bounded(rh.read_entry(2))).data == payloads(3)[2]
+        await wh.close()
+
+
 async def test_explicit_lac_survives_bookie_restarts():  # row 12
     async with MemoryCluster(3) as cluster:
         config = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, explicit_lac_interval_ms=20)

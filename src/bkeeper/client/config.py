@@ -44,7 +44,8 @@ class ClientConfig:
     answered within this time is also sent to the next replica (0 turns it off).
     ``pending_adds_max``: appends in flight per ledger before ``append`` waits
     (back-pressure). ``explicit_lac_interval_ms``: when > 0 the writer sends its LAC to the
-    bookies this often while idle, so readers see the last entry too (v3 WRITE_LAC).
+    bookies as it goes idle (its last add in flight acknowledged), at most once per this
+    interval, so readers see the last entry too (v3 WRITE_LAC).
     ``racks`` maps bookie ids to racks for ``placement="rackaware"``.
     ``metadata_session_timeout_ms``: the ZooKeeper session timeout asked for (Apache
     BookKeeper's ``zkTimeout``; the server clamps it to 2..20 of its ticks).

@@ -76,10 +76,14 @@ class WriteHandle:
         )  # fmt: skip
         ctx.handles.add(self)
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
+        #: set when the last add in flight completes, if explicit LAC is on (else None)
+        self._went_idle: asyncio.Event | None = None
         if config.explicit_lac_interval_ms:
+            self._went_idle = asyncio.Event()
             lac_writer = write_lac_periodically(
-                ctx, self._digest, self._master_key, self._idle_lac, lambda: self.ensemble
-            )
+                ctx, self._digest, self._master_key, self._idle_lac, lambda: self.ensemble,
+                self._went_idle,
+            )  # fmt: skip
             self._tasks.spawn(lac_writer, "explicit LAC")
 
     # -- public --------------------------------------------------------------------------
@@ -272,6 +276,8 @@ class WriteHandle:
             metrics.adds_completed(len(done), done[0].sent_at)
         if self._slots.waiters:
             self._slots.release(self._adds.pending_max - len(self._adds))
+        if self._went_idle is not None and not len(self._adds):
+            self._went_idle.set()
 
     def _apply(self, effects: Effects) -> None:
         if effects is NOTHING:

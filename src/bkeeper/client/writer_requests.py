@@ -32,15 +32,19 @@ async def write_lac_periodically(
     master_key: bytes,
     idle_lac: Callable[[], int | None],
     ensemble: Callable[[], tuple[str, ...]],
+    went_idle: asyncio.Event,
 ) -> None:
-    """Every ``explicit_lac_interval_ms``, send the writer's LAC to its bookies if it changed
-    and the writer is idle (``idle_lac()`` gives the LAC then, else None), so that readers
-    see the last entry too. Runs until cancelled."""
+    """Send the writer's LAC to its bookies when the writer goes idle with a LAC they have
+    not been sent (``idle_lac()`` gives the LAC then, else None; ``went_idle`` is set when
+    the last add in flight completes), at most once per ``explicit_lac_interval_ms``, so
+    that readers see the last entry too without waiting for a next add or a timer. Runs
+    until cancelled."""
     interval_s = ctx.config.explicit_lac_interval_ms / 1000.0
     ledger_id = digest.ledger_id
     sent = -1
     while True:
-        await asyncio.sleep(interval_s)
+        await went_idle.wait()
+        went_idle.clear()
         lac = idle_lac()
         if lac is None or lac == sent:
             continue
@@ -51,3 +55,6 @@ async def write_lac_periodically(
         )
         if all(not isinstance(r, BaseException) for r in results):
             sent = lac
+        else:
+            went_idle.set()  # try again after the interval
+        await asyncio.sleep(interval_s)

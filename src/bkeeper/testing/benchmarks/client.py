@@ -96,9 +96,12 @@ async def bench_client_writes(
                 if due <= 0:
                     await asyncio.sleep(PACING_SLEEP_S)
                     continue
-            # Open loop: latency counts from when the entry was due, not when it went out.
-            sent_at = perf() if rate is None else start + sent / rate
             last = await wh.append_async(payload)
+            # Closed loop: from when the window took the entry (append_async waits for room:
+            # that wait is the previous entries' latency, not this one's), as Java's
+            # BenchThroughputLatency times an add once its throttle admits it. Open loop: from
+            # when the entry was due, waits included.
+            sent_at = perf() if rate is None else start + sent / rate
             last.add_done_callback(functools.partial(done, sent_at))
             sent += 1
         if last is not None:
@@ -196,15 +199,14 @@ async def _bench_batched_writes(
         last: asyncio.Future[int] | None = None
         while perf() < deadline and (count is None or sent < count) and not failures:
             n = batch if count is None else min(batch, count - sent)
-            if rate is None:
-                due = [perf()] * n
-            else:
+            if rate is not None:
                 n = min(n, int((perf() - start) * rate) - sent)
                 if n <= 0:
                     await asyncio.sleep(PACING_SLEEP_S)
                     continue
-                due = [start + (sent + i) / rate for i in range(n)]
             last = await wh.append_many_async([payload] * n)
+            # As for single appends: closed loop from when the window took the batch.
+            due = [perf()] * n if rate is None else [start + (sent + i) / rate for i in range(n)]
             last.add_done_callback(functools.partial(done, due))
             sent += n
         if last is not None:
