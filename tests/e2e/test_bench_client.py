@@ -30,6 +30,13 @@ def test_write_batches_a_fixed_count_and_tail(real_cluster) -> None:
     assert row[1] == "3,000"  # exactly --entries, in batches of 250
     assert float(row[-1]) > 0  # the client's CPU µs per entry
     assert _row(write.stdout, "client reads of ledger")[1] == "3,000"
+    kept = bkeeper(uri, "bench", "write", "--entries", "50", "--duration", "30", "--keep")
+    assert kept.returncode == 0, kept.stderr
+    ledger = kept.stdout.split("kept ledger ")[1].split()[0]
+    assert f"bkeeper bench read --ledger {ledger}" in kept.stdout
+    read = bkeeper(uri, "bench", "read", "--ledger", ledger)
+    assert read.returncode == 0, read.stderr
+    assert _row(read.stdout, f"client reads of ledger {ledger}")[1] == "50"
     too_big = bkeeper(uri, "bench", "write", "--batch", "2000", "--in-flight", "1000")
     assert too_big.returncode != 0
     assert "--batch 2000 is more than --in-flight 1000" in too_big.stderr

@@ -12,6 +12,7 @@ from bkeeper.cli.bench._common import (
     KEEP,
     METADATA,
     cluster,
+    console,
     parse_address,
     print_results,
     protocol_of,
@@ -215,10 +216,16 @@ def write_bench(
         finally:
             if not keep:
                 await delete_ledger(uri, ledger_id)
+        kept.append(ledger_id)
         return results
 
+    kept: list[int] = []
     with cluster(metadata_uri, ensemble, secure=tls) as uri:
         print_results(run_event_loop(run(uri)), "entries")
+        if keep and kept:
+            console().print(
+                f"kept ledger {kept[0]} (password 'bench'): bkeeper bench read --ledger {kept[0]}"
+            )
 
 
 @click.command("read")
