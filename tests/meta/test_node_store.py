@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -38,13 +39,13 @@ async def test_create_get_set_delete_with_versions(open_store: OpenStore, root: 
         await store.delete(path, 1)
     await store.delete(path, 2)
     assert await store.exists(path) is None
-    with pytest.raises(NoNodeError):
+    with pytest.raises(NoNodeError, match=re.escape(path)):  # errors name their node
         await store.get(path)
 
 
 async def test_create_errors(open_store: OpenStore, root: str) -> None:
     store = await open_store()
-    with pytest.raises(NoNodeError):
+    with pytest.raises(NoNodeError, match=re.escape(join_path(root, "missing", "child"))):
         await store.create(join_path(root, "missing", "child"))
     await store.create(root, make_parents=True)
     with pytest.raises(NodeExistsError):
