@@ -23,14 +23,18 @@ class _FailingHandle:
     def __init__(self, fail_after: int) -> None:
         self._pending: list[asyncio.Future[int]] = []
         self._fail_after = fail_after
+        self._failed = False
 
     def _future(self) -> asyncio.Future[int]:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending.append(future)
-        if len(self._pending) >= self._fail_after:  # and every later append fails at once
+        if self._failed or len(self._pending) >= self._fail_after:  # then every later one
+            self._failed = True
             for pending in self._pending:
-                if not pending.done():
-                    pending.set_exception(NotEnoughBookiesError("no bookie can replace b1"))
+                pending.set_exception(NotEnoughBookiesError("no bookie can replace b1"))
+            # As a failed handle: it keeps no reference, so a failure nobody took is logged
+            # when the future is collected.
+            self._pending.clear()
         return future
 
     async def append_async(self, payload: bytes) -> asyncio.Future[int]:

@@ -282,15 +282,14 @@ class ZkNodeStore:
         except (kz.KazooException, KazooTimeoutError) as exc:
             error = translate(exc)
             where = f" {args[0]}" if args and isinstance(args[0], str) else ""
-            if where and not isinstance(error, MetadataAuthError):
-                # kazoo's errors name no node ("NoNodeError"): say which one
-                error = type(error)(f"{error} (at{where})")
             if isinstance(error, MetadataAuthError):
                 error = MetadataAuthError(
                     f"ZooKeeper {self._hosts}: not authorized for{where} ({error}): the "
                     "cluster's nodes have ACLs; give the metadata URI the cluster's identity "
                     "with ?digest-file=FILE (docs/security.md)"
                 )
+            elif where:  # kazoo's errors name no node ("NoNodeError"): say which one
+                error = type(error)(f"{error} (at{where})")
             raise error from exc
         except TimeoutError as exc:
             raise ConnectionLossError(

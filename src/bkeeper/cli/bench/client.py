@@ -194,7 +194,7 @@ def write_bench(
 
     proto = protocol_of(protocol)
 
-    async def run(uri: str) -> list[BenchResult]:
+    async def run(uri: str) -> tuple[list[BenchResult], int]:
         result, ledger_id = await bench_client_writes(
             uri,
             ensemble=ensemble,
@@ -216,16 +216,14 @@ def write_bench(
         finally:
             if not keep:
                 await delete_ledger(uri, ledger_id)
-        kept.append(ledger_id)
-        return results
+        return results, ledger_id
 
-    kept: list[int] = []
     with cluster(metadata_uri, ensemble, secure=tls) as uri:
-        print_results(run_event_loop(run(uri)), "entries")
-        if keep and kept:
-            console().print(
-                f"kept ledger {kept[0]} (password 'bench'): bkeeper bench read --ledger {kept[0]}"
-            )
+        results, ledger_id = run_event_loop(run(uri))
+        print_results(results, "entries")
+        if keep:
+            read = f"bkeeper bench read --ledger {ledger_id}"
+            console().print(f"kept ledger {ledger_id} (password 'bench'): {read}")
 
 
 @click.command("read")
