@@ -196,6 +196,7 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         history = History()
         workload: LedgerWorkload | LogWorkload | KvWorkload
         members: KvWorkload | None = None
+        harness_failed = False
         try:
             sandbox.start()
             if config.workload == "kv":
@@ -221,10 +222,17 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                         members.stop_members()
                     sandbox.stop()
                     raise
+        except BKeeperError as exc:  # the harness could not finish the run: its logs are
+            # kept and it is a line of the summary too, so that it can be looked into
+            harness_failed = True
+            _summarize(config, {"seed": seed, "harness_error": str(exc)})
+            raise
         finally:
             if members is not None:
                 members.stop_members()
             sandbox.stop()
+            if harness_failed:
+                keep_logs(data_dir, out / "logs")
         if not verdict.ok:  # the processes' logs, for whoever looks into it
             keep_logs(data_dir, out / "logs")
     history_path = out / "history.jsonl"
@@ -249,11 +257,17 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         repro,
         time.monotonic() - started,
     )
-    line = json.dumps(result.summary(), separators=(",", ":"))
-    (out / "result.json").write_text(line + "\n")
-    with (config.out_dir / SUMMARY_NAME).open("a", encoding="utf-8") as summary:
-        summary.write(line + "\n")  # a long campaign stopped midway keeps every verdict
+    (out / "result.json").write_text(_summarize(config, result.summary()))
     return result
+
+
+def _summarize(config: VerifyConfig, fields: dict[str, object]) -> str:
+    """Append one run's line to ``summary.jsonl`` (a long campaign stopped midway keeps
+    every verdict); returns the line."""
+    line = json.dumps(fields, separators=(",", ":")) + "\n"
+    with (config.out_dir / SUMMARY_NAME).open("a", encoding="utf-8") as summary:
+        summary.write(line)
+    return line
 
 
 def keep_logs(data_dir: Path, into: Path, bytes_max: int = KEPT_LOG_BYTES_MAX) -> None:
