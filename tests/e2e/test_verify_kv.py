@@ -31,20 +31,13 @@ def verify(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("seed", "nemeses", "kinds"),
-    [
-        (5, "leader-pause", {"leader-pause"}),
-        (
-            70,
-            "leader-kill,leader-pause,kill,pause",
-            {"leader-kill", "leader-pause", "kill", "pause"},
-        ),
-    ],
-)
-def test_kv_histories_under_leader_and_bookie_faults_are_linearizable(
-    tmp_path: Path, zookeeper_home: Path | None, seed: int, nemeses: str, kinds: set[str]
+def test_kv_histories_under_leader_pauses_are_linearizable(
+    tmp_path: Path, zookeeper_home: Path | None
 ) -> None:
+    """Seed 5: the schedule that catches a read path without barrier or lease. Leader and
+    bookie kills are in the kv campaigns (docs/verification.md) and, with real processes,
+    tests/e2e/test_kv.py: one run here keeps the suite short."""
+    seed, nemeses, kinds = 5, "leader-pause", {"leader-pause"}
     out = tmp_path / "out"
     result = verify("--duration", "25", "--seed", str(seed), "--nemesis", nemeses,
                     "--settle", "60", "--out", str(out))  # fmt: skip

@@ -4,7 +4,7 @@
     python tests/spark/copy_job.py METADATA_URI SOURCE TARGET CHECKPOINT MODE
 
 MODE: ``tail`` (run until killed, micro-batches of 100 records) or ``drain`` (AvailableNow:
-copy what is there, then exit).
+copy what is there in micro-batches of 1,000, then exit).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def main() -> None:
         .option("metadata", uri)
         .option("log", source)
         .option("startingPosition", "earliest")
-        .option("maxEntriesPerTrigger", 100)
+        .option("maxEntriesPerTrigger", 100 if mode == "tail" else 1_000)
         .load()
         .select("payload", "key")
     )
