@@ -7,6 +7,7 @@ write task's in-flight limit."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -203,6 +204,38 @@ def test_include_properties_adds_the_properties_column(spark, spark_cluster):
         (b"b", {}),
         (b"c", {"origin": b"y"}),
     ]
+
+
+def test_a_schema_naming_some_columns_reads_only_those(spark, spark_cluster, tmp_path):
+    """The Python Data Source API prunes no columns itself: a schema given with ``.schema()``
+    that names some bkeeper columns (any order, their types) is what the source returns, in
+    a batch read and a stream; a column it does not have, or a wrong type, is one line."""
+    uri = spark_cluster.uri
+    positions = append(uri, "narrow", [b"n-%d" % i for i in range(40)])
+    reader = spark.read.format("bkeeper").option("metadata", uri).option("log", "narrow")
+    narrow = reader.schema("payload binary, entry bigint").load()
+    assert narrow.columns == ["payload", "entry"]
+    assert sorted((r.entry, r.payload) for r in narrow.collect()) == [
+        (p.entry_id, b"n-%d" % i) for i, p in enumerate(positions)
+    ]
+    for schema, message in [
+        ("payload string", "schema: column 'payload' is binary, not string"),
+        ("value binary", "schema: column 'value' is not a bkeeper column (log, ledger, entry"),
+        ("properties map<string,binary>", "set includeProperties=true for it"),
+    ]:
+        with pytest.raises(Exception, match=re.escape(message)):
+            reader.schema(schema).load().collect()
+    stream = (
+        spark.readStream.format("bkeeper").option("metadata", uri).option("log", "narrow")
+        .option("startingPosition", "earliest").schema("payload binary").load()
+        .writeStream.format("memory").queryName("narrow_stream")
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    )  # fmt: skip
+    try:
+        wait_for(lambda: spark.table("narrow_stream").count() == 40, "the 40 records")
+    finally:
+        stream.stop()
+    assert spark.table("narrow_stream").columns == ["payload"]
 
 
 def test_rows_per_batch_cuts_the_arrow_batches(spark, spark_cluster):

@@ -108,10 +108,12 @@ def bench_spark_read(
     master: str,
     max_entries_per_split: int,
     vs_parquet: bool = False,
+    payload_only: bool = False,
 ) -> list[SparkReadRun]:
     """Read the whole log ``runs`` times into the noop sink; with ``vs_parquet``, the same
     payloads are first written to Parquet (in Spark's scratch dir) and each run reads them
-    too, right after the log, with the same query."""
+    too, right after the log, with the same query. With ``payload_only`` the log is read
+    with the schema ``payload binary`` (the source returns that column alone)."""
     import tempfile
 
     from bkeeper.spark.session import local_session
@@ -119,13 +121,13 @@ def bench_spark_read(
     spark = local_session(master, "bkeeper-bench")
     try:
         with tempfile.TemporaryDirectory(prefix="bkeeper-bench-parquet-") as scratch:
-            frame = (
+            reader = (
                 spark.read.format("bkeeper")
                 .option("metadata", uri)
                 .option("log", name)
                 .option("maxEntriesPerSplit", max_entries_per_split)
-                .load()
             )
+            frame = (reader.schema("payload binary") if payload_only else reader).load()
             parquet = None
             if vs_parquet:
                 path = f"{scratch}/payloads.parquet"

@@ -49,6 +49,12 @@ _BATCH_RECORDS = click.option(
     help="Also read the same payloads from Parquet, side by side in each run.",
 )
 @click.option(
+    "--payload-only",
+    is_flag=True,
+    help="Read the log with the schema 'payload binary': the source returns that column "
+    "alone (Spark's Python data sources prune no columns themselves).",
+)
+@click.option(
     "--latency",
     is_flag=True,
     help="Instead: append-to-visible latency of a stream copying a log to another.",
@@ -84,6 +90,7 @@ def spark_bench(
     master: str,
     max_entries_per_split: int,
     vs_parquet: bool,
+    payload_only: bool,
     latency: bool,
     rate: int,
     seconds: float,
@@ -113,9 +120,11 @@ def spark_bench(
             master=master,
             max_entries_per_split=max_entries_per_split,
             vs_parquet=vs_parquet,
+            payload_only=payload_only,
         )
         for index, run in enumerate(runs_done):
-            name = f"spark read {master}, {run.partitions} partitions, run {index + 1}"
+            read = "spark read, payload only" if payload_only else "spark read"
+            name = f"{read} {master}, {run.partitions} partitions, run {index + 1}"
             results.append(BenchResult(name, run.rows, run.seconds, run.bytes))
             if run.parquet is not None:
                 other = run.parquet
