@@ -73,6 +73,7 @@ def test_bench_spark_and_cpu_split_run(real_cluster) -> None:
     spark = bkeeper(uri, "bench", "spark", "--records", "3000", "--runs", "1",
                     "--max-entries-per-split", "1000", "--batch-records", "1")  # fmt: skip
     assert spark.returncode == 0, spark.stderr[-2000:]
+    assert "py4j" not in spark.stderr, "Spark's bridge narrates its connections"
     assert "fill log (append)" in spark.stdout
     assert "spark read local[2], 3 partitions, run 1" in spark.stdout
     assert "3,000" in spark.stdout

@@ -52,6 +52,9 @@ def cli(
     )
     if not verbose:  # kazoo narrates every connection attempt; bkeeper.meta logs state changes
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        # py4j (Spark's bridge, in the commands that run Spark) logs each connection it
+        # closes at INFO: four lines under a benchmark's table
+        logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _register_commands() -> None:
