@@ -288,3 +288,29 @@ async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
         got += [r.payload for r in await pending]
         await reader.close()
         assert got == [b"r%03d" % i for i in range(300)]
+
+
+async def test_a_reader_past_the_last_ledger_sees_an_appended_one_at_once():
+    """A reader that has read every ledger waits for the list to grow on a watch of the
+    log's metadata, not a poll: a ledger appended whole (as the Spark sink commits each
+    batch) reaches it long before ``tail_poll_ms`` (a minute here) has passed."""
+    from bkeeper.namedlog import encode_record
+    from bkeeper.namedlog.writer import create_ledger
+
+    async with MemoryCluster(3) as cluster:
+        client = await cluster.client(FAST)
+        config = LogConfig(tail_poll_ms=60_000)
+        logs = NamedLogs(client, config)
+        named = await logs.create("sunk")
+        reader = await named.open_reader()
+        assert await reader.next(0.3) is None  # waiting: nothing in the log yet
+        for batch in range(3):
+            handle = await create_ledger(client, config)
+            await handle.append(encode_record(b"batch-%d" % batch, 0))
+            await handle.close()
+            started = asyncio.get_running_loop().time()
+            await named.append_ledgers([handle.ledger_id])
+            record = await reader.next(5.0)
+            assert record is not None and record.payload == b"batch-%d" % batch
+            assert asyncio.get_running_loop().time() - started < 5.0
+        await reader.close()

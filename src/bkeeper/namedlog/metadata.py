@@ -29,6 +29,8 @@ do not mix such writers with termed ones on one log).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -43,7 +45,7 @@ from bkeeper.common.errors import (
     NoNodeError,
     ProtocolError,
 )
-from bkeeper.meta.store import NodeStore, join_path
+from bkeeper.meta.store import NodeStore, WatchKind, join_path
 from bkeeper.namedlog.records import Position
 
 __all__ = [
@@ -224,6 +226,23 @@ class LogStore:
         except NoNodeError:
             raise LogNotFoundError(f"no log named {name!r}") from None
         return LogMetadata.decode(data, name), version
+
+    async def wait_change(self, name: str, version: int, timeout_s: float) -> None:
+        """Return once the log's metadata has moved past ``version`` (or the log is gone),
+        or after ``timeout_s``: a watch on its node, so that a reader waiting for the ledger
+        list to grow (a writer's roll, a Spark commit) sees the new ledger at once."""
+        path = self.path(name)
+        watch = await self._store.watch(path, WatchKind.DATA)
+        try:
+            stat = await self._store.exists(path)
+            if stat is None or stat.version != version:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    async for _event in watch:
+                        return
+        finally:
+            watch.close()
 
     async def write(self, name: str, meta: LogMetadata, version: int) -> int:
         """The new version; ``MetadataVersionError`` when ``version`` is stale."""

@@ -3,7 +3,9 @@
 :meth:`NamedLog.open_reader <bkeeper.namedlog.logs.NamedLog.open_reader>` makes one. It reads
 sealed ledgers in order, then tails the open one with long-poll LAC reads, never fencing; it
 notices a roll or a new writer when the ledger it tails is closed or gets a successor,
-re-reading the list at least every ``tail_poll_ms``. A reader left behind by truncation skips
+re-reading the list at least every ``tail_poll_ms``; past the last ledger it waits for the
+list to grow on a watch of the log's metadata node (a ledger appended whole, as the Spark
+sink commits, is seen at once). A reader left behind by truncation skips
 to the earliest record still there. Where it starts (earliest, latest, a time) and which
 ledger a position falls in are the walk's (:mod:`bkeeper.namedlog.walk`): a reader reads up
 to the LAC of the open ledger, as the walk's spans do.
@@ -65,6 +67,8 @@ class LogReader:
         self._closed = False
         self._first: Position | None = None
         self._first_meta: LogMetadata | None = None
+        #: The version of the log metadata ``_meta`` read last.
+        self._version = -1
         #: Ledgers skipped because truncation removed them before this reader got there.
         self.skipped_ledgers = 0
         #: The position after the last record returned.
@@ -154,7 +158,8 @@ class LogReader:
 
     # -- the tailing state machine -----------------------------------------------------
     async def _meta(self) -> LogMetadata:
-        return (await self._logs.store.read(self._log.name))[0]
+        meta, self._version = await self._logs.store.read(self._log.name)
+        return meta
 
     async def _starting_point(self, meta: LogMetadata) -> Position:
         start, walk = self._start, self._logs.walk
@@ -198,7 +203,9 @@ class LogReader:
         while not self._closed:
             index = locate(meta, position)
             if index is None:  # past the last ledger: wait for the list to grow
-                await asyncio.sleep(config.tail_poll_ms / 1000.0)
+                await self._logs.store.wait_change(
+                    self._log.name, self._version, config.tail_poll_ms / 1000.0
+                )
                 meta = await self._meta()
                 continue
             ledger_id = meta.ledgers[index].ledger_id
