@@ -94,6 +94,11 @@ class ReplicationWorker:
         self._throttle = Throttle(config.rate_bytes_per_s, self._clock, config.bytes_in_flight_max)
         self._in_progress: set[int] = set()
         self._deferred: dict[int, float] = {}  # ledger -> monotonic time to try it again
+        #: Ledgers whose lock may be held by this worker's session though no lane works on
+        #: them: a lock or a release that failed as the connection to ZooKeeper was lost
+        #: (the session, and with it the lock, may outlive the outage). Scans do not skip
+        #: their locks; taking one again sorts it out (ours: taken; another's: skipped).
+        self._maybe_ours: set[int] = set()
         self._candidates: collections.deque[int] = collections.deque()
         self._counters = _Counters()
         self._changed = asyncio.Condition()
@@ -187,9 +192,13 @@ class ReplicationWorker:
             entry = None
             try:
                 entry = await self._urm.lock(ledger_id, self._holder)
+            except BKeeperError:
+                self._may_hold(ledger_id)  # the lock node may have been made before the loss
+                raise
             finally:
                 if entry is None:
                     self._in_progress.discard(ledger_id)
+            self._maybe_ours.discard(ledger_id)
             if entry is not None:
                 return entry
         return None
@@ -201,7 +210,8 @@ class ReplicationWorker:
         locked = await self._urm.locked_ids()
         found: list[int] = []
         async for ledger_id in self._urm.ledger_ids():
-            if ledger_id not in locked and not self._skipped(ledger_id):
+            free = ledger_id not in locked or ledger_id in self._maybe_ours
+            if free and not self._skipped(ledger_id):
                 found.append(ledger_id)
                 if len(found) >= CANDIDATES_MAX:
                     break
@@ -285,8 +295,15 @@ class ReplicationWorker:
         self._defer(ledger_id, retry_in_ms)
         try:
             await self._urm.release(ledger_id)
-        except BKeeperError as exc:  # the lock goes with the session at worst
+        except BKeeperError as exc:  # still ours if the session outlives the outage
+            self._may_hold(ledger_id)
             log.warning("ledger %d: could not release its lock: %s", ledger_id, exc)
+
+    def _may_hold(self, ledger_id: int) -> None:
+        if ledger_id not in self._maybe_ours:
+            while len(self._maybe_ours) >= DEFERRED_LEDGERS_MAX:
+                self._maybe_ours.pop()  # forgotten: its lock goes with the session at worst
+            self._maybe_ours.add(ledger_id)
 
     def _defer(self, ledger_id: int, delay_ms: int) -> None:
         self._deferred.pop(ledger_id, None)
