@@ -42,7 +42,7 @@ from bkeeper.autorecovery.metrics import UNDER_REPLICATED_COUNT_INTERVAL_S, Auto
 from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import ConfigError, MetadataError, NodeExistsError
+from bkeeper.common.errors import BKeeperError, ConfigError, MetadataError, NodeExistsError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.layout import UNDERREPLICATION
@@ -255,7 +255,8 @@ async def keep_running(
     delay_s: float = RESTART_DELAY_S,
     delay_s_max: float = RESTART_DELAY_S_MAX,
 ) -> None:
-    """``run()`` until cancelled. A failure is logged with its traceback and ``run`` starts
+    """``run()`` until cancelled. A failure is logged with its traceback (a retriable
+    ``BKeeperError``, such as a lost connection to ZooKeeper, in one line) and ``run`` starts
     again after a pause that doubles from ``delay_s`` up to ``delay_s_max``; a run that returns
     by itself (it is meant to run until cancelled) is restarted the same way. A run that
     lasted longer than ``delay_s_max`` was no crash loop: the pause starts again from
@@ -267,6 +268,12 @@ async def keep_running(
         try:
             await run()
             outcome = "returned"
+        except BKeeperError as exc:
+            if exc.retriable:  # the metadata store away for a while, say: expected, one line
+                log.warning("%s failed: %s", name, exc)
+            else:
+                log.exception("%s failed", name)
+            outcome = "failed"
         except Exception:
             log.exception("%s failed", name)
             outcome = "failed"
