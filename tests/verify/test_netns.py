@@ -82,3 +82,22 @@ def test_an_unknown_peer_is_named(network: Network) -> None:
         ConfigError, match=r"no peer 'bookie-7' \(zookeeper, clients, bookie-0..1\)"
     ):
         network.cut(0, "bookie-7")
+
+
+def test_two_networks_that_would_share_a_subnet_take_two() -> None:
+    """Two verify processes whose ids pointed at one subnet made two bridges with the same
+    addresses, and neither run reached its ZooKeeper (seen in a campaign of two processes):
+    a network takes a subnet no interface uses and no other network holds."""
+    base = 90_000 + os.getpid() % 9_000
+    first, second = Network(1, tag=str(base)), Network(1, tag=str(base + 240))
+    assert first.subnet == second.subnet  # as their tags have it
+    first.setup()
+    try:
+        second.setup()
+        try:
+            assert first.subnet != second.subnet
+            assert first.zookeeper_ip != second.zookeeper_ip
+        finally:
+            second.teardown()
+    finally:
+        first.teardown()

@@ -6,7 +6,8 @@ own, joined to the others and to the host by a bridge.
 namespace come from) and ZooKeeper's (``10.231.<n>.2``, where it listens); and, per bookie, a
 namespace holding one end of a veth pair (``10.231.<n>.<10+i>``) whose other end is enslaved
 to the bridge. Clients, ZooKeeper and bookies all reach each other at layer 2, with no
-forwarding.
+forwarding. ``<n>`` is the first from one derived from the process id that no interface of
+the host uses and no other network of this machine holds (a lock file per subnet).
 
 * :meth:`Network.isolate` takes bookie ``i``'s host-side link down: it can reach nothing and
   nothing reaches it (ZooKeeper included) until the link comes up again;
@@ -23,10 +24,14 @@ Needs root (``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN``) and ``ip`` with bridge and 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import re
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
@@ -35,6 +40,22 @@ from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
 __all__ = ["NetnsSandbox", "Network"]
 
 log = logging.getLogger(__name__)
+
+
+#: Subnets ``10.231.<n>.0/24`` a network may take: ``n`` from 10 on.
+SUBNETS = 240
+#: Where a network's lock on its subnet is (one file per subnet, held with ``flock`` while
+#: the network exists), so that two ``bkeeper verify`` processes on one machine never take
+#: the same one: two bridges with one subnet leave ZooKeeper unreachable from both.
+SUBNET_LOCK_DIR = Path(tempfile.gettempdir())
+
+
+def _subnets_in_use() -> set[int]:
+    """The ``n`` of every ``10.231.<n>.x`` address on the host's interfaces."""
+    result = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False
+    )
+    return {int(n) for n in re.findall(r"inet 10\.231\.(\d+)\.", result.stdout)}
 
 
 def _ip(*args: str) -> None:
@@ -54,6 +75,7 @@ class Network:
         self.subnet = 10 + int(tag) % 240
         self.bridge = f"bkv{tag}b"
         self._made: list[tuple[str, str]] = []  # ("ns"|"link", name), in creation order
+        self._subnet_lock: int | None = None  # the fd holding the subnet's lock file
 
     @property
     def bridge_ip(self) -> str:
@@ -76,6 +98,7 @@ class Network:
     def setup(self) -> None:
         if shutil.which("ip") is None:
             raise ConfigError("network partitions need the `ip` command (iproute2)")
+        self._claim_subnet()
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             self._made.append(("link", self.bridge))
@@ -98,6 +121,27 @@ class Network:
         except ConfigError:
             self.teardown()
             raise
+
+    def _claim_subnet(self) -> None:
+        """Take the first subnet from :attr:`subnet` on that no interface of the host uses
+        and whose lock file no other network holds (module constants)."""
+        used = _subnets_in_use()
+        for step in range(SUBNETS):
+            subnet = 10 + (self.subnet - 10 + step) % SUBNETS
+            if subnet in used:
+                continue
+            path = SUBNET_LOCK_DIR / f"bkeeper-verify-subnet-{subnet}.lock"
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.subnet, self._subnet_lock = subnet, fd
+            return
+        raise ConfigError(
+            f"no free subnet 10.231.<n>.0/24 for the verify network ({SUBNETS} tried)"
+        )
 
     def isolate(self, index: int) -> None:
         _ip("link", "set", self.host_link(index), "down")
@@ -136,6 +180,9 @@ class Network:
                 if "Cannot find device" not in str(exc):  # a veth goes with its namespace
                     failed = failed or exc
         self._made.clear()
+        if self._subnet_lock is not None:
+            os.close(self._subnet_lock)  # releases the subnet's lock
+            self._subnet_lock = None
         if failed is not None:
             raise failed
 
