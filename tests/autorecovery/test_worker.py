@@ -368,32 +368,6 @@ async def test_open_ledger_earlier_segments_are_repaired_without_fencing() -> No
         await assert_replicated(cluster, bk, lid, 35, {lost})
 
 
-async def test_not_enough_bookies_keeps_the_ledger_marked_and_retries() -> None:
-    async with MemoryCluster(5) as cluster:
-        bk = await cluster.client(CLIENT)
-        spare = cluster.bookies[3:]
-        for bookie in spare:
-            await cluster.stop_bookie(bookie)
-        lid = await write_ledger(bk, (3, 3, 2), 25)  # on bookies 0, 1, 2
-        lost = "bookie-0:3181"
-        await cluster.stop_bookie(cluster.bookie(lost))
-        clock = FakeClock()
-        worker_bk = await cluster.client(CLIENT)
-        urm = await new_urm(worker_bk, clock)
-        await urm.mark_underreplicated(lid, [lost])
-        worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
-        async with running(worker):
-            status = await asyncio.wait_for(worker.wait_for(lambda s: s.failures == 1), WAIT_S)
-            assert "no bookie can replace" in status.last_failure
-            assert status.waiting == (lid,)
-            assert await urm.get(lid) is not None and await urm.locked() == []
-            await cluster.start_bookie(spare[0])
-            clock.advance(CONFIG.failed_ledger_retry_delay_ms / 1000.0)
-            await wait_for(worker, lambda s: s.replicated == 1)
-        meta = await assert_replicated(cluster, bk, lid, 25, {lost})
-        assert spare[0].bookie_id in members_of(meta)
-
-
 class ReleaseFailsOnce(UnderReplicationManager):
     """Its first lock release fails as one does while ZooKeeper is away (the session, and
     so the lock, survives the outage)."""
@@ -407,10 +381,11 @@ class ReleaseFailsOnce(UnderReplicationManager):
         await super().release(ledger_id)
 
 
-async def test_a_lock_the_worker_could_not_release_is_taken_again_by_it() -> None:
-    """Found by ``bkeeper verify`` (seed 20297: ZooKeeper killed for 3.8 s while workers
-    repaired): a release that failed left the lock held by the worker's own live session,
-    and the worker's scans skip locked ledgers, so 21 ledgers stayed marked for good."""
+@pytest.mark.parametrize("release_fails", [False, True])
+async def test_not_enough_bookies_keeps_the_ledger_marked_and_retries(release_fails: bool) -> None:
+    """With ``release_fails``, found by ``bkeeper verify`` (seed 20297: ZooKeeper killed for
+    3.8 s while workers repaired): a release that failed left the lock held by the worker's
+    own live session, and its scans skipped locked ledgers, so 21 ledgers stayed marked."""
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
         spare = cluster.bookies[3:]
@@ -421,18 +396,23 @@ async def test_a_lock_the_worker_could_not_release_is_taken_again_by_it() -> Non
         await cluster.stop_bookie(cluster.bookie(lost))
         clock = FakeClock()
         worker_bk = await cluster.client(CLIENT)
-        urm = ReleaseFailsOnce(worker_bk.cluster.store, worker_bk.cluster.root, clock=clock)
+        kind = ReleaseFailsOnce if release_fails else UnderReplicationManager
+        urm = kind(worker_bk.cluster.store, worker_bk.cluster.root, clock=clock)
         await urm.ensure_layout()
         await urm.mark_underreplicated(lid, [lost])
         worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
         async with running(worker):
-            await wait_for(worker, lambda s: s.failures == 1)  # no spare: retried later
-            assert urm.failed and [x for x, _ in await urm.locked()] == [lid]  # still held
+            status = await asyncio.wait_for(worker.wait_for(lambda s: s.failures == 1), WAIT_S)
+            assert "no bookie can replace" in status.last_failure
+            assert status.waiting == (lid,)
+            held = [x for x, _ in await urm.locked()]
+            assert await urm.get(lid) is not None and held == ([lid] if release_fails else [])
             await cluster.start_bookie(spare[0])
             clock.advance(CONFIG.failed_ledger_retry_delay_ms / 1000.0)
             await wait_for(worker, lambda s: s.replicated == 1)
         assert await urm.get(lid) is None and await urm.locked() == []
-        await assert_replicated(cluster, bk, lid, 25, {lost})
+        meta = await assert_replicated(cluster, bk, lid, 25, {lost})
+        assert spare[0].bookie_id in members_of(meta)
 
 
 async def test_disabled_worker_stays_idle() -> None:
