@@ -72,7 +72,7 @@ class Network:
         self.bookies = bookies
         tag = tag or str(os.getpid() % 100_000)
         self.tag = tag
-        self.subnet = 10 + int(tag) % 240
+        self.subnet = 10 + int(tag) % SUBNETS
         self.bridge = f"bkv{tag}b"
         self._made: list[tuple[str, str]] = []  # ("ns"|"link", name), in creation order
         self._subnet_lock: int | None = None  # the fd holding the subnet's lock file
