@@ -7,7 +7,7 @@ namespace come from) and ZooKeeper's (``10.231.<n>.2``, where it listens); and, 
 namespace holding one end of a veth pair (``10.231.<n>.<10+i>``) whose other end is enslaved
 to the bridge. Clients, ZooKeeper and bookies all reach each other at layer 2, with no
 forwarding. ``<n>`` is the first from one derived from the process id that no interface of
-the host uses and no other network of this machine holds (a lock file per subnet).
+the host uses and no other network of this machine holds (an abstract socket per subnet).
 
 * :meth:`Network.isolate` takes bookie ``i``'s host-side link down: it can reach nothing and
   nothing reaches it (ZooKeeper included) until the link comes up again;
@@ -24,14 +24,12 @@ Needs root (``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN``) and ``ip`` with bridge and 
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
-import tempfile
-from pathlib import Path
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
@@ -44,10 +42,11 @@ log = logging.getLogger(__name__)
 
 #: Subnets ``10.231.<n>.0/24`` a network may take: ``n`` from 10 on.
 SUBNETS = 240
-#: Where a network's lock on its subnet is (one file per subnet, held with ``flock`` while
-#: the network exists), so that two ``bkeeper verify`` processes on one machine never take
-#: the same one: two bridges with one subnet leave ZooKeeper unreachable from both.
-SUBNET_LOCK_DIR = Path(tempfile.gettempdir())
+#: A network holds its subnet by binding an abstract Unix socket of this name (``{n}``: the
+#: subnet) while it exists, so that two ``bkeeper verify`` processes on one machine never
+#: take the same one (two bridges with one subnet leave ZooKeeper unreachable from both);
+#: the kernel frees the name when the process ends, and no file is left behind.
+SUBNET_LOCK_NAME = "\0bkeeper-verify-subnet-{n}"
 
 
 def _subnets_in_use() -> set[int]:
@@ -75,7 +74,7 @@ class Network:
         self.subnet = 10 + int(tag) % SUBNETS
         self.bridge = f"bkv{tag}b"
         self._made: list[tuple[str, str]] = []  # ("ns"|"link", name), in creation order
-        self._subnet_lock: int | None = None  # the fd holding the subnet's lock file
+        self._subnet_lock: socket.socket | None = None  # bound to the subnet's lock name
 
     @property
     def bridge_ip(self) -> str:
@@ -124,20 +123,19 @@ class Network:
 
     def _claim_subnet(self) -> None:
         """Take the first subnet from :attr:`subnet` on that no interface of the host uses
-        and whose lock file no other network holds (module constants)."""
+        and no other network holds (:data:`SUBNET_LOCK_NAME`)."""
         used = _subnets_in_use()
         for step in range(SUBNETS):
             subnet = 10 + (self.subnet - 10 + step) % SUBNETS
             if subnet in used:
                 continue
-            path = SUBNET_LOCK_DIR / f"bkeeper-verify-subnet-{subnet}.lock"
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+                lock.bind(SUBNET_LOCK_NAME.format(n=subnet))
+            except OSError:  # EADDRINUSE: another network holds it
+                lock.close()
                 continue
-            self.subnet, self._subnet_lock = subnet, fd
+            self.subnet, self._subnet_lock = subnet, lock
             return
         raise ConfigError(
             f"no free subnet 10.231.<n>.0/24 for the verify network ({SUBNETS} tried)"
@@ -181,7 +179,7 @@ class Network:
                     failed = failed or exc
         self._made.clear()
         if self._subnet_lock is not None:
-            os.close(self._subnet_lock)  # releases the subnet's lock
+            self._subnet_lock.close()  # frees the subnet for other networks
             self._subnet_lock = None
         if failed is not None:
             raise failed
