@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -122,16 +121,10 @@ def arrow_batch(payload_only: bool) -> Any:
 
 
 def session() -> Any:
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
-        .config(
-            "spark.hadoop.fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.RawLocalFs"
-        )
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    """The session ``bkeeper bench spark`` uses (``local_session``), with the floor's source."""
+    from bkeeper.spark.session import local_session
+
+    spark = local_session("local[2]", "bench-floor", register_source=False)
     spark.dataSource.register(Floor)
     return spark
 
