@@ -322,3 +322,33 @@ async def test_a_reader_past_the_last_ledger_sees_an_appended_one_at_once():
             assert record is not None and record.payload == b"batch-%d" % batch
             assert asyncio.get_running_loop().time() - started < 5.0
         await reader.close()
+
+
+async def test_a_tailer_sees_an_idle_writers_last_record():
+    """A bookie learns that an entry is confirmed from the next add; a log writer whose
+    appends are all acknowledged tells its bookies its LAC itself, so a tailing reader gets
+    the last record too, with the clients' and logs' defaults (nobody set an interval)."""
+    async with MemoryCluster(3) as cluster:
+        writer_logs = NamedLogs(await cluster.client(ClientConfig()), LogConfig())
+        named = await writer_logs.create("idle")
+        writer = await named.open_writer()
+        reader_logs = NamedLogs(await cluster.client(ClientConfig()), LogConfig())
+        reader = await reader_logs.log("idle").open_reader()
+        for round_ in range(2):  # the first append of a ledger and a later one
+            sent = [b"round%d-%d" % (round_, i) for i in range(5)]
+            for payload in sent:
+                await writer.append(payload)
+            assert [r.payload for r in await collect(reader, 5, timeout_s=5.0)] == sent
+        await writer.close()
+        await reader.close()
+
+
+def test_a_log_ledgers_explicit_lac_interval():
+    """None: the client's, else 10 ms; 0: off; a bad value is one clear error."""
+    from bkeeper.common.errors import ConfigError
+
+    assert LogConfig().explicit_lac_interval_ms is None
+    assert LogConfig(explicit_lac_interval_ms=0).explicit_lac_interval_ms == 0
+    for bad in (-1, 1.5, "10", True):
+        with pytest.raises(ConfigError, match="explicit_lac_interval_ms: must be an integer"):
+            LogConfig(explicit_lac_interval_ms=bad)

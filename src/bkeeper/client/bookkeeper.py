@@ -23,7 +23,7 @@ from bkeeper.client.recovery import check_password, recover_ledger
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
-from bkeeper.common.validate import check_quorum
+from bkeeper.common.validate import check_int_in_range, check_quorum
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import StoreConfig, Versioned
@@ -147,14 +147,18 @@ class BookKeeper:
         custom_metadata: Mapping[str, bytes] | None = None,
         ledger_id: int | None = None,
         bookies: Sequence[str] | None = None,
+        explicit_lac_interval_ms: int | None = None,
     ) -> WriteHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and return its writer.
 
         ``bookies``: the ensemble to start with, in order, instead of one chosen among the
         writable bookies (``ensemble_size`` of them, all different); a bookie that fails an
-        add is still replaced as usual (ensemble change)."""
+        add is still replaced as usual (ensemble change). ``explicit_lac_interval_ms``: this
+        ledger's instead of ``ClientConfig.explicit_lac_interval_ms`` (None: the client's)."""
         ctx = self._context()
         check_quorum(ensemble_size, write_quorum, ack_quorum)
+        if explicit_lac_interval_ms is not None:
+            check_int_in_range("explicit_lac_interval_ms", explicit_lac_interval_ms, 0, 2**31 - 1)
         digest_type = DigestType.parse(digest)
         if bookies is None:
             ensemble = await ctx.new_ensemble(ensemble_size, write_quorum)
@@ -176,7 +180,9 @@ class BookKeeper:
         )
         new_id, versioned = await ctx.ledgers.create(meta, ledger_id)
         log.debug("created ledger %d on %s", new_id, ensemble)
-        return WriteHandle(ctx, new_id, versioned, password)
+        return WriteHandle(
+            ctx, new_id, versioned, password, explicit_lac_interval_ms=explicit_lac_interval_ms
+        )
 
     async def open_ledger(
         self,

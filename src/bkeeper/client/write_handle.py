@@ -49,7 +49,10 @@ class WriteHandle:
         ledger_id: int,
         metadata: Versioned[LedgerMetadata],
         password: bytes,
+        *,
+        explicit_lac_interval_ms: int | None = None,
     ) -> None:
+        """``explicit_lac_interval_ms``: this ledger's (None: ``ctx.config``'s)."""
         self._ctx = ctx
         config = self._config = ctx.config
         self.ledger_id = ledger_id
@@ -78,11 +81,13 @@ class WriteHandle:
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
         #: set when the last add in flight completes, if explicit LAC is on (else None)
         self._went_idle: asyncio.Event | None = None
-        if config.explicit_lac_interval_ms:
+        if explicit_lac_interval_ms is None:
+            explicit_lac_interval_ms = config.explicit_lac_interval_ms
+        if explicit_lac_interval_ms:
             self._went_idle = asyncio.Event()
             lac_writer = write_lac_periodically(
                 ctx, self._digest, self._master_key, self._idle_lac, lambda: self.ensemble,
-                self._went_idle,
+                self._went_idle, explicit_lac_interval_ms / 1000.0,
             )  # fmt: skip
             self._tasks.spawn(lac_writer, "explicit LAC")
 

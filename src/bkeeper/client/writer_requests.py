@@ -33,13 +33,13 @@ async def write_lac_periodically(
     idle_lac: Callable[[], int | None],
     ensemble: Callable[[], tuple[str, ...]],
     went_idle: asyncio.Event,
+    interval_s: float,
 ) -> None:
     """Send the writer's LAC to its bookies when the writer goes idle with a LAC they have
     not been sent (``idle_lac()`` gives the LAC then, else None; ``went_idle`` is set when
-    the last add in flight completes), at most once per ``explicit_lac_interval_ms``, so
+    the last add in flight completes), at most once per ``interval_s``, so
     that readers see the last entry too without waiting for a next add or a timer. Runs
     until cancelled."""
-    interval_s = ctx.config.explicit_lac_interval_ms / 1000.0
     ledger_id = digest.ledger_id
     sent = -1
     while True:

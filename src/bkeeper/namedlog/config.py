@@ -47,6 +47,12 @@ class LogConfig:
     must be installed) compresses each batch. Off by default: a writer then writes format-1
     entries, which every reader of earlier versions reads, and every record is alone in its
     entry (``Position(L, E + 1)`` follows ``Position(L, E)``, as the state machine assumes).
+
+    ``explicit_lac_interval_ms``: a writer whose appends are all acknowledged tells the
+    bookies its last add confirmed at once, and then at most once per this interval, so that
+    tailing readers see its last record too, not only once it appends the next one (a
+    bookie learns an entry is confirmed from the next add otherwise). None: the client's
+    ``ClientConfig.explicit_lac_interval_ms`` when that is set, else 10 ms; 0: never.
     """
 
     ensemble_size: int = 3
@@ -66,6 +72,7 @@ class LogConfig:
     batch_max_records: int = 1_000
     linger_ms: int = 1
     compression: str = "none"
+    explicit_lac_interval_ms: int | None = None
 
     def __post_init__(self) -> None:
         check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -78,3 +85,5 @@ class LogConfig:
         if not isinstance(self.batching, bool):
             raise ConfigError(f"batching: must be true or false, got {self.batching!r}")
         codec_id(self.compression)
+        if self.explicit_lac_interval_ms is not None:
+            check_non_negative_ints(self, "explicit_lac_interval_ms")

@@ -69,14 +69,23 @@ _new_tuple = tuple.__new__
 log = logging.getLogger(__name__)
 
 
+#: A log ledger's ``explicit_lac_interval_ms`` when neither its log's config nor its client's
+#: sets one: tailers see a writer's last record within about this long of its ack.
+IDLE_LAC_INTERVAL_MS = 10
+
+
 async def create_ledger(bk: BookKeeper, config: LogConfig) -> WriteHandle:
     """A new ledger for a log, as ``config`` says."""
+    interval = config.explicit_lac_interval_ms
+    if interval is None:
+        interval = bk.config.explicit_lac_interval_ms or IDLE_LAC_INTERVAL_MS
     return await bk.create_ledger(
         config.ensemble_size,
         config.write_quorum,
         config.ack_quorum,
         digest=config.digest,
         password=config.password,
+        explicit_lac_interval_ms=interval,
     )
 
 
