@@ -225,6 +225,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         except BKeeperError as exc:  # the harness could not finish the run: its logs are
             # kept and it is a line of the summary too, so that it can be looked into
             harness_failed = True
+            # the trace to the run's log only (the console says it in one line, below)
+            log.warning("the harness could not finish the run: %s", exc, exc_info=True)
             _summarize(config, {"seed": seed, "harness_error": str(exc)})
             raise
         finally:

@@ -50,8 +50,12 @@ log = logging.getLogger(__name__)
 
 PASSWORD = b"bkeeper-verify"
 
-#: Tries at starting a client (connecting to ZooKeeper) before the run fails.
-CLIENT_START_ATTEMPTS = 6
+#: How long a client start (connecting to ZooKeeper) is retried before the run fails: longer
+#: than any ZooKeeper fault of a schedule (a zk-pause holds up to 16 s) plus a restart of
+#: ZooKeeper on a loaded machine.
+CLIENT_START_TIMEOUT_S = 60.0
+#: The pause between two tries at starting a client.
+CLIENT_START_RETRY_S = 1.0
 
 #: Entries one reader reads per ledger it opens, at most.
 READ_ENTRIES_MAX = 64
@@ -325,15 +329,23 @@ async def read_final(
 
 
 async def start_client(uri: str, config: ClientConfig | None = None) -> BookKeeper:
-    """A started client; a cluster still settling (ZooKeeper just restarted, the machine
-    loaded) gets ``CLIENT_START_ATTEMPTS`` tries, a second apart."""
-    for attempt in range(CLIENT_START_ATTEMPTS - 1):
+    """A started client. A cluster still settling or under a ZooKeeper fault (ZooKeeper
+    paused, killed, restarting; the machine loaded) is tried again every
+    ``CLIENT_START_RETRY_S`` for up to ``CLIENT_START_TIMEOUT_S``; then the last error."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CLIENT_START_TIMEOUT_S
+    attempt = 1
+    while True:
         try:
             return await BookKeeper(uri, config).start()
+        except ConfigError:
+            raise  # a bad URI or option: no wait makes it right
         except BKeeperError as exc:
-            log.warning("client start failed (attempt %d): %s", attempt + 1, exc)
-            await asyncio.sleep(1.0)
-    return await BookKeeper(uri, config).start()
+            if loop.time() + CLIENT_START_RETRY_S >= deadline:
+                raise
+            log.warning("client start failed (attempt %d): %s", attempt, exc)
+        await asyncio.sleep(CLIENT_START_RETRY_S)
+        attempt += 1
 
 
 async def _read_whole(bk: BookKeeper, ledger_id: int) -> FinalLedger:
