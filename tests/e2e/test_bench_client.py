@@ -46,3 +46,32 @@ def test_write_batches_a_fixed_count_and_tail(real_cluster) -> None:
     seen = _row(tail.stdout, "ledger tail, 100 B at 200/s: append due")
     assert seen[1] == "200"  # 200/s for 1 s, every one seen
     assert _row(tail.stdout, "ledger tail, 100 B at 200/s: acknowledged")[1] != "0"
+
+
+def test_bench_tail_ends_when_the_reader_sees_the_seal_first(real_cluster, monkeypatch) -> None:
+    """The tailing reader may learn that the ledger is sealed (its metadata watch) before
+    the writer's ``close`` returns; a long poll on a sealed ledger answers at once, so a
+    reader that only waited for the writer to say it was done spun without yielding and
+    the benchmark hung (1 run in about 20). The writer's close is made slow here, so the
+    reader always sees the seal first."""
+    import asyncio
+    import threading
+
+    from bkeeper.client.write_handle import WriteHandle
+    from bkeeper.testing.benchmarks.client import bench_ledger_tail
+
+    close = WriteHandle.close
+
+    async def slow_close(self: WriteHandle) -> None:
+        await close(self)
+        await asyncio.sleep(0.5)
+
+    monkeypatch.setattr(WriteHandle, "close", slow_close)
+    results: list = []
+    bench = bench_ledger_tail(real_cluster.uri, rate=200, duration_s=0.2, entry_bytes=10)
+    # A thread of its own: a reader spinning on the loop would block a timeout on it too.
+    runner = threading.Thread(target=lambda: results.append(asyncio.run(bench)), daemon=True)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "bench_ledger_tail hung after the writer sealed the ledger"
+    assert results[0][0].operations == 40  # 200/s for 0.2 s, every one seen

@@ -288,6 +288,8 @@ async def bench_ledger_tail(
             while not (done_writing.is_set() and next_id > last):
                 lac = await rh.wait_last_add_confirmed(next_id - 1, timeout_ms=1000)
                 if lac < next_id:
+                    if rh.is_closed:  # sealed and read to its end (the poll answers at once
+                        break  # now: looping would never let the writer's close return)
                     continue
                 async for entry in rh.read(next_id, lac):
                     now = perf()
