@@ -27,4 +27,6 @@ fi
 echo "== ruff"; ruff check src tests examples; ruff format --check src tests examples
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports
-echo "== pytest"; python -m pytest "$@"
+# Two processes, each taking whole test files (module fixtures: a Spark session, a cluster);
+# the slowest files go first (tests/conftest.py, SLOW_FILES_FIRST). `-n 0` runs in one.
+echo "== pytest"; python -m pytest -n 2 --dist loadfile "$@"

@@ -43,6 +43,48 @@ def integration_required(config: pytest.Config) -> bool:
     )
 
 
+#: The test files that take longest (20 s and more each, by ``--durations``), longest first.
+#: They run first: scripts/test.sh runs pytest in two processes that each take whole files
+#: (pytest-xdist, ``--dist loadfile``), and a long file taken last would leave one process
+#: working alone at the end.
+SLOW_FILES_FIRST = (
+    "e2e/test_verify.py",
+    "spark/test_spark_kill.py",
+    "e2e/test_verify_kv.py",
+    "e2e/test_autorecovery_cli.py",
+    "e2e/test_shell_ops.py",
+    "e2e/test_bench.py",
+    "spark/test_stream_copy_example.py",
+    "spark/test_spark.py",
+    "interop/test_autorecovery_java.py",
+    "e2e/test_sandbox.py",
+    "e2e/test_subscriptions.py",
+    "spark/test_batches.py",
+    "e2e/test_autorecovery_process.py",
+    "e2e/test_kv.py",
+    "spark/test_pipeline.py",
+    "e2e/test_log_cli.py",
+    "server/test_full_disk_process.py",
+    "spark/test_spark_options.py",
+    "interop/test_java_client.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests of ``SLOW_FILES_FIRST`` first, in that order; the rest as collected."""
+    tests_dir = Path(__file__).parent
+    rank = {name: index for index, name in enumerate(SLOW_FILES_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        try:
+            name = item.path.relative_to(tests_dir).as_posix()
+        except ValueError:  # a test file outside tests/ (the leftover check's inner sessions)
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=key)  # stable: each file's tests keep their order
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Under CI a skip is a failure that says what was missing: a test that cannot run
