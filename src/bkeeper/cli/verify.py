@@ -4,7 +4,6 @@ the history checked (docs/verification.md). Exit status 1 when any run found a v
 from __future__ import annotations
 
 import random
-import signal
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_ops import progress
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.loop import run_event_loop
+from bkeeper.verify import stop
 from bkeeper.verify.client_process import run_client_process
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
 from bkeeper.verify.schedule import KV_NEMESES, NEMESES, parse_nemeses
@@ -88,7 +88,7 @@ def verify(
         raise click.UsageError(str(exc)) from None
     first = seed if seed is not None else random.randrange(1 << 31)
     # SIGTERM unwinds like Ctrl-C: namespaces, tmpfs mounts and processes are cleaned up.
-    signal.signal(signal.SIGTERM, _terminated)
+    stop.install()
     console = Console()
     err = Console(stderr=True)
     err.print(f"verify: {runs} run(s) from seed {first}, nemeses {', '.join(nemeses) or 'none'}")
@@ -97,6 +97,7 @@ def verify(
     with progress("runs") as advance:
         advance(0, runs)
         for n in range(runs):
+            stop.check()
             try:
                 result = run_once(config, first + n)
             except ConfigError as exc:
@@ -142,10 +143,6 @@ def verify_client(uri: str, seed: int, name: str) -> None:
     """(Internal) a client process of ``bkeeper verify``: ledger writers reporting each
     operation as a JSON line on standard output until standard input closes."""
     run_event_loop(run_client_process(uri, seed, name))
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _table(results: list[RunResult]) -> Table:

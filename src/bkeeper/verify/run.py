@@ -49,6 +49,7 @@ from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import port_free
+from bkeeper.verify import stop
 from bkeeper.verify.check import Verdict, check_ledgers
 from bkeeper.verify.check_kv import check_kv
 from bkeeper.verify.check_log import check_log
@@ -199,9 +200,11 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         harness_failed = False
         try:
             sandbox.start()
+            stop.check()  # a stop asked for while it started (its first raise may be lost)
             if config.workload == "kv":
                 workload = members = KvWorkload(sandbox.metadata_uri, history, seed, out)
                 members.start_members()
+                stop.check()
             elif config.workload == "log":
                 workload = LogWorkload(sandbox.metadata_uri, history, seed, workload_config)
             else:
@@ -331,10 +334,25 @@ async def _drive(
     nemesis: Nemesis | KvNemesis,
     history: History,
 ) -> tuple[list[tuple[Fault, str]], Verdict]:
+    watcher = asyncio.create_task(stop.watch())  # SIGTERM/Ctrl-C: out of the loop at once
+    try:
+        return await _drive_watched(config, sandbox, schedule, workload, nemesis, history)
+    finally:
+        watcher.cancel()
+
+
+async def _drive_watched(
+    config: VerifyConfig,
+    sandbox: Sandbox,
+    schedule: tuple[Fault, ...],
+    workload: LedgerWorkload | LogWorkload | KvWorkload,
+    nemesis: Nemesis | KvNemesis,
+    history: History,
+) -> tuple[list[tuple[Fault, str]], Verdict]:
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    finish = asyncio.Event()
     start = loop.time()
-    task = asyncio.create_task(workload.run(stop))
+    task = asyncio.create_task(workload.run(finish))
     done: list[tuple[Fault, str]] = []
     harness: list[str] = []
     try:
@@ -346,7 +364,7 @@ async def _drive(
             done.append((fault, f"{what}; {healed}"))
         await _until(start + config.duration_s, task)
     finally:
-        stop.set()
+        finish.set()
         await task  # the workload's own failure (a harness bug) is raised here
     if isinstance(workload, KvWorkload):
         verdict = Verdict()
