@@ -45,17 +45,13 @@ def test_a_lost_interrupt_is_raised_again_between_steps() -> None:
 
 def test_a_running_loop_is_left_within_the_watch_interval() -> None:
     async def run() -> None:
-        watcher = asyncio.create_task(stop.watch())
-        try:
-            await asyncio.sleep(0.1)
-            _lose_an_interrupt()
-            await asyncio.sleep(30)  # a run's long wait: the watch ends it
-        finally:
-            watcher.cancel()
+        await asyncio.sleep(0.1)
+        _lose_an_interrupt()
+        await asyncio.sleep(30)  # a run's long wait: the watch ends it
 
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        asyncio.run(run())
+        asyncio.run(stop.watched(run()))
     assert time.monotonic() - started < 5
 
 

@@ -214,8 +214,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             nemesis = KvNemesis(base, workload) if isinstance(workload, KvWorkload) else base
             with asyncio.Runner() as runner:
                 try:
-                    faults, verdict = runner.run(
-                        _drive(config, sandbox, schedule, workload, nemesis, history)
+                    faults, verdict = runner.run(  # SIGTERM, Ctrl-C: out of the loop at once
+                        stop.watched(_drive(config, sandbox, schedule, workload, nemesis, history))
                     )
                 except KeyboardInterrupt:
                     # Interrupted (Ctrl-C, SIGTERM): the processes go first, so that the
@@ -327,21 +327,6 @@ def _sandbox_config(data_dir: Path, bookies: int, seed: int, slow_disks: bool) -
 
 
 async def _drive(
-    config: VerifyConfig,
-    sandbox: Sandbox,
-    schedule: tuple[Fault, ...],
-    workload: LedgerWorkload | LogWorkload | KvWorkload,
-    nemesis: Nemesis | KvNemesis,
-    history: History,
-) -> tuple[list[tuple[Fault, str]], Verdict]:
-    watcher = asyncio.create_task(stop.watch())  # SIGTERM/Ctrl-C: out of the loop at once
-    try:
-        return await _drive_watched(config, sandbox, schedule, workload, nemesis, history)
-    finally:
-        watcher.cancel()
-
-
-async def _drive_watched(
     config: VerifyConfig,
     sandbox: Sandbox,
     schedule: tuple[Fault, ...],

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import NoReturn
+from collections.abc import Awaitable
+from typing import NoReturn, TypeVar
 
-__all__ = ["WATCH_S", "check", "install", "interrupt", "requested", "reset", "watch"]
+__all__ = ["WATCH_S", "check", "install", "interrupt", "requested", "reset", "watch", "watched"]
+
+T = TypeVar("T")
 
 #: How often a running event loop looks whether a stop was asked for.
 WATCH_S = 0.2
@@ -52,6 +55,15 @@ async def watch() -> None:
     while True:
         check()
         await asyncio.sleep(WATCH_S)
+
+
+async def watched(work: Awaitable[T]) -> T:
+    """``work``, with :func:`watch` beside it."""
+    watcher = asyncio.create_task(watch())
+    try:
+        return await work
+    finally:
+        watcher.cancel()
 
 
 def reset() -> None:
