@@ -179,6 +179,7 @@ def test_sink_batching_options():
         128 * 1024,
     )
     assert config.compression == "none"
+    assert config.explicit_lac_interval_ms == 0  # its ledgers join the log sealed
     sized = {"batchMaxRecords": "50", "batchMaxBytes": "4096", "compression": "ZSTD"}
     chosen = sink_options({**BASE, "log": "a", **sized}).log_config
     assert (chosen.batch_max_records, chosen.batch_max_bytes, chosen.compression) == (

@@ -416,6 +416,8 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
             password=(_get(options, "password") or "").encode(),
             roll_bytes=roll,  # type: ignore[arg-type]
             **_sink_batching(options),
+            # A task's ledgers join the log sealed, at the commit: no tailer reads them open.
+            explicit_lac_interval_ms=0,
         )
     except ConfigError as exc:  # a batching field: name the option
         text = str(exc)
