@@ -30,12 +30,17 @@ def mounted_tmpfs(path: Path, size_bytes: int) -> Iterator[Path]:
     if shutil.which("mount") is None or shutil.which("umount") is None:
         raise ConfigError("cannot mount a tmpfs: mount/umount not found")
     path.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except BaseException:  # a stop (SIGTERM, Ctrl-C) while it mounted: maybe mounted
+        if os.path.ismount(path):
+            _unmount(path)
+        raise
     if result.returncode != 0:
         reason = result.stderr.strip() or f"exit code {result.returncode}"
         raise ConfigError(f"cannot mount a tmpfs at {path}: {reason}")

@@ -57,6 +57,10 @@ def _subnets_in_use() -> set[int]:
     return {int(n) for n in re.findall(r"inet 10\.231\.(\d+)\.", result.stdout)}
 
 
+#: What ``ip`` says when asked to remove a link or a namespace that is not there.
+_ALREADY_GONE = ("Cannot find device", "No such file or directory")
+
+
 def _ip(*args: str) -> None:
     result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -98,27 +102,32 @@ class Network:
         if shutil.which("ip") is None:
             raise ConfigError("network partitions need the `ip` command (iproute2)")
         self._claim_subnet()
+        # Each thing is noted before it is made: a stop (SIGTERM, Ctrl-C) may land between
+        # the two, and teardown passes over what is not there.
         try:
-            _ip("link", "add", self.bridge, "type", "bridge")
             self._made.append(("link", self.bridge))
+            _ip("link", "add", self.bridge, "type", "bridge")
             _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
             _ip("addr", "add", f"{self.zookeeper_ip}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             for index in range(self.bookies):
                 ns, host = self.namespace(index), self.host_link(index)
                 inner = f"bkv{self.tag}i{index}"
-                _ip("netns", "add", ns)
                 self._made.append(("ns", ns))
-                _ip("link", "add", host, "type", "veth", "peer", "name", inner)
+                _ip("netns", "add", ns)
                 self._made.append(("link", host))
+                _ip("link", "add", host, "type", "veth", "peer", "name", inner)
                 _ip("link", "set", inner, "netns", ns)
                 _ip("link", "set", host, "master", self.bridge)
                 _ip("link", "set", host, "up")
                 _ip("-n", ns, "addr", "add", f"{self.bookie_ip(index)}/24", "dev", inner)
                 _ip("-n", ns, "link", "set", inner, "up")
                 _ip("-n", ns, "link", "set", "lo", "up")
-        except ConfigError:
-            self.teardown()
+        except BaseException:  # a failed step, or a stop in the middle: nothing left behind
+            try:
+                self.teardown()
+            except ConfigError as exc:  # the error that stopped the setup is the one raised
+                log.warning("verify network %s: not all of it removed: %s", self.tag, exc)
             raise
 
     def _claim_subnet(self) -> None:
@@ -175,7 +184,8 @@ class Network:
                 else:
                     _ip("link", "del", name)
             except ConfigError as exc:
-                if "Cannot find device" not in str(exc):  # a veth goes with its namespace
+                # a veth goes with its namespace; a setup stopped short did not make them all
+                if not any(gone in str(exc) for gone in _ALREADY_GONE):
                     failed = failed or exc
         self._made.clear()
         if self._subnet_lock is not None:
