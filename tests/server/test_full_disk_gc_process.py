@@ -63,11 +63,21 @@ def body(ledger: int, entry: int) -> bytes:
 async def add_round(
     client: BookieClient, ledgers: Iterable[int], entry: int
 ) -> dict[int, StatusCode]:
-    ledgers = list(ledgers)
-    responses = await asyncio.gather(
-        *(client.send(AddRequest(ledger, entry, KEY, body(ledger, entry))) for ledger in ledgers)
-    )
-    return {ledger: r.status for ledger, r in zip(ledgers, responses, strict=True)}
+    """Each ledger's answer to its add of ``entry``; an add the bookie pushes back
+    (ETOOMANYREQUESTS: its write cache is flushing, slow on a loaded machine) is sent again,
+    for up to 5 s."""
+    statuses: dict[int, StatusCode] = {}
+    todo = list(ledgers)
+    for _attempt in range(500):
+        responses = await asyncio.gather(
+            *(client.send(AddRequest(ledger, entry, KEY, body(ledger, entry))) for ledger in todo)
+        )
+        statuses.update((ledger, r.status) for ledger, r in zip(todo, responses, strict=True))
+        todo = [ledger for ledger in todo if statuses[ledger] is StatusCode.ETOOMANYREQUESTS]
+        if not todo:
+            break
+        await asyncio.sleep(0.01)
+    return statuses
 
 
 async def read_back(client: BookieClient, ledger: int, entries: int) -> None:

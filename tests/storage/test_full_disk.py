@@ -8,6 +8,7 @@ The engine runs on the in-memory filesystem given a capacity: it fills up like a
 from __future__ import annotations
 
 import errno
+import time
 
 import pytest
 from storage_helpers import (
@@ -20,7 +21,12 @@ from storage_helpers import (
     wait_until,
 )
 
-from bkeeper.common.errors import ConfigError, DiskFullError, NoSuchLedgerError
+from bkeeper.common.errors import (
+    ConfigError,
+    DiskFullError,
+    NoSuchLedgerError,
+    TooManyRequestsError,
+)
 from bkeeper.storage import DiskState, MemoryFileSystem, Storage, StorageConfig
 from bkeeper.storage.disk_space import next_state
 
@@ -45,7 +51,14 @@ def open_watched(
 
 def add_acked(storage: Storage, acks: Acks, entry_ids: range) -> None:
     for entry_id in entry_ids:
-        storage.add_entry(1, entry_id, KEY, body(entry_id), token=entry_id)
+        for _attempt in range(3_000):  # a full write cache pushes back while it flushes
+            try:
+                storage.add_entry(1, entry_id, KEY, body(entry_id), token=entry_id)
+                break
+            except TooManyRequestsError:
+                time.sleep(0.01)
+        else:
+            raise AssertionError(f"entry {entry_id}: the write cache stayed full for 30 s")
     acks.wait_for(entry_ids[-1])
 
 
