@@ -239,6 +239,31 @@ async def test_marked_again_while_locked_stays_queued(open_cluster: OpenCluster)
     assert entry is not None and entry.missing_replicas == ("b1:3181", "b2:3181")
 
 
+async def test_a_mark_racing_the_prune_of_its_directory_is_made(
+    open_cluster: OpenCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that unmarks the last ledger of a directory deletes the directory (prune);
+    a mark creating its node there meanwhile finds the parent gone (``NoNodeError``; a
+    verify campaign's auditor failed so, seed 30147) and tries again."""
+    auditor = await open_cluster()
+    store, raced = auditor.store, []
+    create = store.create
+
+    async def create_after_a_prune(path: str, *args: object, **kwargs: object) -> str:
+        if "/underreplication/ledgers/" in path and not raced:
+            raced.append(path)
+            raise NoNodeError(f"NoNodeError (at {path})")
+        return await create(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "create", create_after_a_prune)
+    await auditor.underreplication.mark_underreplicated(112, ["b1:3181"])
+    assert raced == [
+        join_path(auditor.root, "underreplication/ledgers/0000/0000/0000/0070/urL0000000112")
+    ]
+    entry = await auditor.underreplication.get(112)
+    assert entry is not None and entry.missing_replicas == ("b1:3181",)
+
+
 async def test_auditor_election(open_cluster: OpenCluster) -> None:
     one, two = await open_cluster(), await open_cluster()
     async with (

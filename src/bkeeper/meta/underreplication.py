@@ -144,6 +144,10 @@ class UnderReplicationManager:
                 return
             except NodeExistsError:
                 pass
+            except NoNodeError:
+                # A worker that unmarked the directory's last ledger removed the directory
+                # (_prune) between the parents' creation and this node's: try again.
+                continue
             try:
                 await self._merge(ledger_id, replicas)
                 return
