@@ -138,17 +138,22 @@ def stop_jvm(timeout_s: float = JVM_STOP_TIMEOUT_S) -> None:
         session.stop()
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
-    gateway.shutdown()
     SparkContext._gateway = None
     SparkContext._jvm = None
+    # The JVM goes first (its gateway exits on end of input), so that each of py4j's
+    # connections is at its end before py4j closes it: closing the stream of a connection
+    # that a callback thread is reading (the JVM's calls to a Python StreamingQueryListener)
+    # waits for that read, which never ends while the JVM lives (a CI run hung so).
     if process.stdin is not None:
-        process.stdin.close()  # the gateway exits on end of input
+        process.stdin.close()
     try:
         process.wait(timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
         raise
+    finally:
+        gateway.shutdown()  # its connections and callback server, all at their end now
 
 
 def _process_scratch() -> Path:
