@@ -77,6 +77,27 @@ def test_a_cut_drops_one_peer_only_until_it_heals(network: Network) -> None:
         clients.close()
 
 
+def test_kv_members_get_namespaces_after_the_bookies() -> None:
+    """The kv workload's members, in namespaces of their own for the leader's partitions:
+    member 0 of a network of one bookie is host 1, reaches ZooKeeper's address until cut."""
+    net = Network(1, tag=str(70_000 + os.getpid() % 9_000), members=1)
+    net.setup()
+    zk = listener(net.zookeeper_ip)
+    try:
+        host = net.member_host(0)
+        assert (host, net.host_ip(host)) == (1, f"10.231.{net.subnet}.11")
+        port = zk.getsockname()[1]
+        assert reach(net, host, net.zookeeper_ip, port) == "connected"
+        net.cut(host, "zookeeper")
+        assert reach(net, host, net.zookeeper_ip, port) != "connected"
+        assert reach(net, 0, net.zookeeper_ip, port) == "connected"
+        with pytest.raises(ConfigError, match=r"no kv member 1 in the network \(1 members\)"):
+            net.member_host(1)
+    finally:
+        zk.close()
+        net.teardown()
+
+
 def test_an_unknown_peer_is_named(network: Network) -> None:
     with pytest.raises(
         ConfigError, match=r"no peer 'bookie-7' \(zookeeper, clients, bookie-0..1\)"

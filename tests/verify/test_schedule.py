@@ -75,3 +75,7 @@ def test_the_kv_workload_adds_the_members_faults_without_a_bookie_target() -> No
     assert {f.kind for f in faults} == set(KV_NEMESES)
     assert all(f.target is None for f in faults)
     assert any(f.kind == "leader-pause" and f.hold_s > 8.0 for f in faults)  # past fail-over
+    # a leader cut from ZooKeeper past its session timeout (4 s), deposed while it serves on
+    assert any(f.kind == "leader-partition-zk" and f.hold_s > 6.0 for f in faults)
+    with pytest.raises(ConfigError, match="'leader-partition-zk' needs --workload kv"):
+        parse_nemeses("leader-partition-zk", "ledger")

@@ -17,8 +17,13 @@
   sent then must not be answered from the old state when the stopped one continues. Each
   call is recorded as an ``invoke`` and an ``ok`` / ``info`` (:mod:`bkeeper.verify.check_kv`).
 * :class:`KvNemesis` adds the members' faults to the cluster's (:mod:`bkeeper.verify.nemesis`):
-  ``leader-kill`` (kill -9 the member leading now; heal: start it again) and ``leader-pause``
-  (SIGSTOP it, past the session timeout sometimes; heal: SIGCONT).
+  ``leader-kill`` (kill -9 the member leading now; heal: start it again), ``leader-pause``
+  (SIGSTOP it, past the session timeout sometimes; heal: SIGCONT), and, with the members in
+  network namespaces of their own (:mod:`bkeeper.verify.netns`), ``leader-partition`` (its
+  link down: cut from everyone), ``leader-partition-zk`` (cut from ZooKeeper only: it keeps
+  serving clients and writing to the bookies while its session expires and another member
+  takes over) and ``leader-partition-bookies`` (cut from every bookie: it keeps leading and
+  can write nothing); heal: join it again.
 
 :meth:`KvWorkload.finish` runs once every fault is healed: every member must be running, a
 linearizable read of every key (recorded: an acknowledged write lost makes the history
@@ -49,7 +54,8 @@ from bkeeper.testing.benchmarks import free_port
 from bkeeper.verify.check import Verdict
 from bkeeper.verify.history import History
 from bkeeper.verify.nemesis import Nemesis
-from bkeeper.verify.schedule import KV_NEMESES, Fault
+from bkeeper.verify.netns import Network
+from bkeeper.verify.schedule import KV_NEMESES, MEMBER_PARTITIONS, Fault
 from bkeeper.verify.workload import _pause, _why, start_client
 
 __all__ = ["KEYS", "MEMBERS", "KvMember", "KvNemesis", "KvWorkload"]
@@ -82,21 +88,31 @@ LEDGERS_REFRESH_S = 2.0
 
 
 class KvMember:
-    """One ``bkeeper kv serve`` process (started, killed, started again on the same port)."""
+    """One ``bkeeper kv serve`` process (started, killed, started again on the same port),
+    in ``network``'s namespace for it when given (else the host's)."""
 
-    def __init__(self, uri: str, out: Path, index: int, read_lease_ms: int) -> None:
+    def __init__(
+        self, uri: str, out: Path, index: int, read_lease_ms: int, network: Network | None = None
+    ) -> None:
         self.uri, self.out, self.index = uri, out, index
         self.read_lease_ms = read_lease_ms
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.namespace: str | None = None
+        self.host = "127.0.0.1"
+        if network is not None:
+            where = network.member_host(index)
+            self.namespace, self.host = network.namespace(where), network.host_ip(where)
+        self.url = f"http://{self.host}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
+        inside = [] if self.namespace is None else ["ip", "netns", "exec", self.namespace]
         return [
-            sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
-            "--name", STORE, "--member-id", f"m{self.index}", "--http-port", str(self.port),
-            "--session-timeout-ms", str(SESSION_MS), "--snapshot-every", str(SNAPSHOT_EVERY),
-            "--roll-bytes", str(ROLL_BYTES), "--read-lease-ms", str(self.read_lease_ms),
+            *inside, sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
+            "--name", STORE, "--member-id", f"m{self.index}", "--host", self.host,
+            "--http-port", str(self.port), "--session-timeout-ms", str(SESSION_MS),
+            "--snapshot-every", str(SNAPSHOT_EVERY), "--roll-bytes", str(ROLL_BYTES),
+            "--read-lease-ms", str(self.read_lease_ms),
         ]  # fmt: skip
 
     def start(self) -> None:
@@ -162,15 +178,19 @@ async def leading_member(members: list[KvMember]) -> KvMember | None:
 
 class KvWorkload:
     """The workload of one run (module doc): :meth:`start_members` (blocking), :meth:`run`
-    until ``stop`` is set, :meth:`finish`, :meth:`stop_members`."""
+    until ``stop`` is set, :meth:`finish`, :meth:`stop_members`. With ``network`` (which has
+    namespaces for :data:`MEMBERS` members), each member runs in its own namespace."""
 
-    def __init__(self, uri: str, history: History, seed: int, out_dir: Path) -> None:
+    def __init__(
+        self, uri: str, history: History, seed: int, out_dir: Path, network: Network | None = None
+    ) -> None:
         self.uri = uri
         self.history = history
         self.seed = seed
+        self.network = network
         lease_ms = 0 if seed % 2 else READ_LEASE_MS
         self.members = [
-            KvMember(uri, out_dir / f"member-{i}.log", i, lease_ms) for i in range(MEMBERS)
+            KvMember(uri, out_dir / f"member-{i}.log", i, lease_ms, network) for i in range(MEMBERS)
         ]
         self.created: list[int] = []  # the log's ledgers (the corrupt nemesis picks from them)
         self.urls = [m.url for m in self.members]
@@ -312,6 +332,14 @@ class KvWorkload:
             return [x.ledger_id for x in (await named.metadata()).ledgers]
 
 
+#: What each partition of a member cuts it off from (its log line).
+_CUT_FROM = {
+    "leader-partition": "every other process",
+    "leader-partition-zk": "ZooKeeper",
+    "leader-partition-bookies": "the bookies",
+}
+
+
 class KvNemesis:
     """The cluster's nemesis plus the members' faults (:data:`KV_NEMESES`)."""
 
@@ -334,6 +362,9 @@ class KvNemesis:
         if fault.kind == "leader-kill":
             await asyncio.to_thread(member.kill)
             return f"kv member {member.index} ({role}) killed"
+        if fault.kind in MEMBER_PARTITIONS:
+            await asyncio.to_thread(self._partition, fault.kind, member, True)
+            return f"kv member {member.index} ({role}) cut off from {_CUT_FROM[fault.kind]}"
         member.signal(signal.SIGSTOP)
         return f"kv member {member.index} ({role}) stopped (SIGSTOP)"
 
@@ -344,5 +375,23 @@ class KvNemesis:
         if fault.kind == "leader-kill":
             await asyncio.to_thread(member.start)
             return f"kv member {member.index} started again"
+        if fault.kind in MEMBER_PARTITIONS:
+            await asyncio.to_thread(self._partition, fault.kind, member, False)
+            return f"kv member {member.index} joined to {_CUT_FROM[fault.kind]} again"
         member.signal(signal.SIGCONT)
         return f"kv member {member.index} continued (SIGCONT)"
+
+    def _partition(self, kind: str, member: KvMember, cut: bool) -> None:
+        """Cut ``member`` off (``cut``) or join it again, as ``kind`` says (blocking)."""
+        network = self.workload.network
+        if network is None:
+            raise BKeeperError("the kv members are not in network namespaces: no partition")
+        host = network.member_host(member.index)
+        if kind == "leader-partition":
+            (network.isolate if cut else network.heal)(host)
+            return
+        peers = ["zookeeper"]
+        if kind == "leader-partition-bookies":
+            peers = [f"bookie-{j}" for j in range(network.bookies)]
+        for peer in peers:
+            (network.cut if cut else network.uncut)(host, peer)

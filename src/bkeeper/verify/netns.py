@@ -1,20 +1,23 @@
-"""Network partitions for ``bkeeper verify``: each bookie in a Linux network namespace of its
-own, joined to the others and to the host by a bridge.
+"""Network partitions for ``bkeeper verify``: each bookie (and each kv member of the kv
+workload) in a Linux network namespace of its own, joined to the others and to the host by a
+bridge.
 
 :class:`Network` makes a bridge in the host's namespace with two addresses: the clients'
 (``10.231.<n>.1/24``, the bridge's primary address, which connections from the host's
 namespace come from) and ZooKeeper's (``10.231.<n>.2``, where it listens); and, per bookie, a
 namespace holding one end of a veth pair (``10.231.<n>.<10+i>``) whose other end is enslaved
 to the bridge. Clients, ZooKeeper and bookies all reach each other at layer 2, with no
-forwarding. ``<n>`` is the first from one derived from the process id that no interface of
-the host uses and no other network of this machine holds (an abstract socket per subnet).
+forwarding. The kv workload's members, when asked for, get namespaces after the bookies'
+(host ``bookies + i`` is member ``i``, at ``10.231.<n>.<10+bookies+i>``). ``<n>`` is the
+first from one derived from the process id that no interface of the host uses and no other
+network of this machine holds (an abstract socket per subnet).
 
-* :meth:`Network.isolate` takes bookie ``i``'s host-side link down: it can reach nothing and
+* :meth:`Network.isolate` takes host ``i``'s host-side link down: it can reach nothing and
   nothing reaches it (ZooKeeper included) until the link comes up again;
-* :meth:`Network.cut` adds a blackhole route in bookie ``i``'s namespace to one peer's
-  address (ZooKeeper's, the clients', or another bookie's): what the bookie sends there is
-  dropped silently, so connections between the two stall and time out as over a broken
-  link, while the bookie still talks to everyone else. (``tc`` filters would cut one way
+* :meth:`Network.cut` adds a blackhole route in host ``i``'s namespace to one peer's
+  address (ZooKeeper's, the clients', or a bookie's): what the host sends there is dropped
+  silently, so connections between the two stall and time out as over a broken link, while
+  the host still talks to everyone else. (``tc`` filters would cut one way
   only as well, but this kernel has no classifiers; routes need nothing beyond ``ip``.)
 
 Needs root (``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN``) and ``ip`` with bridge and veth support;
@@ -69,10 +72,11 @@ def _ip(*args: str) -> None:
 
 
 class Network:
-    """A bridge and one namespace per bookie (module doc)."""
+    """A bridge and one namespace per bookie and per kv member (module doc)."""
 
-    def __init__(self, bookies: int, tag: str | None = None) -> None:
+    def __init__(self, bookies: int, tag: str | None = None, members: int = 0) -> None:
         self.bookies = bookies
+        self.members = members
         tag = tag or str(os.getpid() % 100_000)
         self.tag = tag
         self.subnet = 10 + int(tag) % SUBNETS
@@ -89,8 +93,15 @@ class Network:
     def zookeeper_ip(self) -> str:
         return f"10.231.{self.subnet}.2"
 
-    def bookie_ip(self, index: int) -> str:
+    def host_ip(self, index: int) -> str:
+        """Host ``index``'s address: bookie ``index``'s, or a member's (:meth:`member_host`)."""
         return f"10.231.{self.subnet}.{10 + index}"
+
+    def member_host(self, member: int) -> int:
+        """The host index of kv member ``member`` (its namespace, its address)."""
+        if not 0 <= member < self.members:
+            raise ConfigError(f"no kv member {member} in the network ({self.members} members)")
+        return self.bookies + member
 
     def namespace(self, index: int) -> str:
         return f"bkv{self.tag}n{index}"
@@ -110,7 +121,7 @@ class Network:
             _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
             _ip("addr", "add", f"{self.zookeeper_ip}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
-            for index in range(self.bookies):
+            for index in range(self.bookies + self.members):
                 ns, host = self.namespace(index), self.host_link(index)
                 inner = f"bkv{self.tag}i{index}"
                 self._made.append(("ns", ns))
@@ -120,7 +131,7 @@ class Network:
                 _ip("link", "set", inner, "netns", ns)
                 _ip("link", "set", host, "master", self.bridge)
                 _ip("link", "set", host, "up")
-                _ip("-n", ns, "addr", "add", f"{self.bookie_ip(index)}/24", "dev", inner)
+                _ip("-n", ns, "addr", "add", f"{self.host_ip(index)}/24", "dev", inner)
                 _ip("-n", ns, "link", "set", inner, "up")
                 _ip("-n", ns, "link", "set", "lo", "up")
         except BaseException:  # a failed step, or a stop in the middle: nothing left behind
@@ -164,11 +175,11 @@ class Network:
             return self.bridge_ip
         name, _, index = peer.partition("-")
         if name == "bookie" and index.isdigit() and int(index) < self.bookies:
-            return self.bookie_ip(int(index))
+            return self.host_ip(int(index))
         raise ConfigError(f"no peer {peer!r} (zookeeper, clients, bookie-0..{self.bookies - 1})")
 
     def cut(self, index: int, peer: str) -> None:
-        """Drop what bookie ``index`` sends to ``peer`` (module doc) until :meth:`uncut`."""
+        """Drop what host ``index`` sends to ``peer`` (module doc) until :meth:`uncut`."""
         _ip("-n", self.namespace(index), "route", "add", "blackhole", f"{self.peer_ip(peer)}/32")
 
     def uncut(self, index: int, peer: str) -> None:
@@ -212,7 +223,7 @@ class NetnsSandbox(Sandbox):
         )
 
     def bookie_address(self, index: int) -> tuple[str, int]:
-        return self.network.bookie_ip(index), self.config.bookie_port_base + index
+        return self.network.host_ip(index), self.config.bookie_port_base + index
 
     def bookie_command(self, index: int) -> list[str]:
         namespace = self.network.namespace(index)

@@ -15,7 +15,8 @@
    entries then is a violation (faults must not leave a ledger under-replicated for good).
 
 The kv workload (:mod:`bkeeper.verify.kv_workload`) also starts the store's member processes
-before the clock starts, adds their faults to the nemesis, and at the end checks the members
+before the clock starts (each in a network namespace of its own when a partition of the
+leader is asked for), adds their faults to the nemesis, and at the end checks the members
 and the history's linearizability (:func:`~bkeeper.verify.check_kv.check_kv`); the log's
 ledgers then go through step 4.
 
@@ -54,11 +55,11 @@ from bkeeper.verify.check import Verdict, check_ledgers
 from bkeeper.verify.check_kv import check_kv
 from bkeeper.verify.check_log import check_log
 from bkeeper.verify.history import History
-from bkeeper.verify.kv_workload import KvNemesis, KvWorkload
+from bkeeper.verify.kv_workload import MEMBERS, KvNemesis, KvWorkload
 from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.nemesis import Nemesis
 from bkeeper.verify.netns import NetnsSandbox, Network
-from bkeeper.verify.schedule import PARTITIONS, Fault, make_schedule
+from bkeeper.verify.schedule import MEMBER_PARTITIONS, PARTITIONS, Fault, make_schedule
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
 __all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "keep_logs", "run_once"]
@@ -168,9 +169,10 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                 nemeses.remove("disk-full")
                 disks.clear()
         network: Network | None = None
-        partitions = [name for name in nemeses if name in PARTITIONS]
+        partitions = [name for name in nemeses if name in PARTITIONS | MEMBER_PARTITIONS]
+        in_namespaces = MEMBERS if MEMBER_PARTITIONS & set(partitions) else 0
         if partitions:
-            network = Network(config.bookies)
+            network = Network(config.bookies, members=in_namespaces)
             try:
                 network.setup()
                 stack.callback(network.teardown)
@@ -202,7 +204,9 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             sandbox.start()
             stop.check()  # a stop asked for while it started (its first raise may be lost)
             if config.workload == "kv":
-                workload = members = KvWorkload(sandbox.metadata_uri, history, seed, out)
+                workload = members = KvWorkload(
+                    sandbox.metadata_uri, history, seed, out, network if in_namespaces else None
+                )
                 members.start_members()
                 stop.check()
             elif config.workload == "log":

@@ -11,8 +11,13 @@ long enough for the auditor to see it go. A ``slow-disk`` fault also draws how l
 the bookie's fsyncs is held up.
 
 The kv workload adds faults of the store's members (:data:`KV_NEMESES`, no target: the
-member leading when the fault starts): ``leader-kill`` (kill -9, restarted at heal) and
-``leader-pause`` (SIGSTOP, past the members' session timeout sometimes; SIGCONT at heal).
+member leading when the fault starts): ``leader-kill`` (kill -9, restarted at heal),
+``leader-pause`` (SIGSTOP, past the members' session timeout sometimes; SIGCONT at heal) and
+the partitions of a running leader (:data:`MEMBER_PARTITIONS`, the members in network
+namespaces): ``leader-partition`` (cut from every other process), ``leader-partition-zk``
+(from ZooKeeper only: it goes on serving clients and writing to the bookies while its
+session expires and another member takes over) and ``leader-partition-bookies`` (from the
+bookies only: it keeps its session and leadership but can write nothing).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ __all__ = [
     "GAP_S",
     "HOLD_S",
     "KV_NEMESES",
+    "MEMBER_PARTITIONS",
     "NEMESES",
     "PARTITIONS",
     "SLOW_SYNC_MS",
@@ -51,8 +57,18 @@ NEMESES = (
     "zk-pause",
     "client-kill",
 )
+#: The partitions of the kv workload's leading member (its members in network namespaces).
+MEMBER_PARTITIONS = frozenset(
+    {"leader-partition", "leader-partition-zk", "leader-partition-bookies"}
+)
 #: The nemeses of the kv workload's members (only with ``--workload kv``).
-KV_NEMESES = ("leader-kill", "leader-pause")
+KV_NEMESES = (
+    "leader-kill",
+    "leader-pause",
+    "leader-partition",
+    "leader-partition-zk",
+    "leader-partition-bookies",
+)
 #: The nemeses that are not aimed at a bookie.
 CLUSTER_NEMESES = frozenset({"zk", "zk-pause", "client-kill", *KV_NEMESES})
 #: The nemeses that need the bookies in network namespaces (:mod:`bkeeper.verify.netns`).
@@ -75,6 +91,10 @@ HOLD_S: dict[str, tuple[float, float]] = {
     # SIGSTOP..SIGCONT: past the members' session timeout (4 s) and the fail-over after it
     # (5 to 7 s) often, so that a new leader takes writes while the old one is stopped
     "leader-pause": (0.5, 12.0),
+    # the leader cut off while it runs: past the session timeout (4 s) and the fail-over often
+    "leader-partition": (1.0, 12.0),  # from everyone
+    "leader-partition-zk": (2.0, 12.0),  # from ZooKeeper only: it serves on, deposed meanwhile
+    "leader-partition-bookies": (1.0, 10.0),  # from the bookies only: it leads, writes nothing
 }
 
 #: Milliseconds each fsync of a ``slow-disk`` bookie waits (low, high), drawn uniformly.
