@@ -6,6 +6,10 @@
 * ``zk``: SIGKILL ZooKeeper; heal: start it again with its data.
 * ``corrupt``: SIGKILL the bookie and flip one payload bit of recent entries in the last
   group of its newest journal; heal: start it again (its integrity check finds the damage).
+* ``corrupt-entry-log``: SIGKILL the bookie and flip one payload bit of the last entry-log
+  records of a recent ledger (entries the bookie's index, as checkpointed, places there);
+  heal: start it again. Which entries were damaged is kept (:attr:`Nemesis.flipped`): the
+  run checks at the end that each is whole again on that bookie, or no longer its to hold.
 * ``disk-full``: fill the bookie's own filesystem (a tmpfs per bookie); heal: remove the
   filler.
 * ``partition``: take the bookie's link to the others down (each bookie in a network
@@ -37,6 +41,7 @@ from typing import Protocol
 
 from bkeeper.common.errors import BKeeperError
 from bkeeper.storage.slow_sync import set_sync_delay
+from bkeeper.testing.entry_log_faults import FlippedEntries, flip_entry_log_records
 from bkeeper.testing.journal_faults import apply_patches, journal_patches, newest_journal_file
 from bkeeper.testing.sandbox import Sandbox
 from bkeeper.testing.tmpfs import fill_disk
@@ -86,6 +91,8 @@ class Nemesis:
         self.disks = disks or {}
         self.network = network
         self.clients = clients
+        #: bookie index and entries damaged in its entry logs (``corrupt-entry-log``)
+        self.flipped: list[tuple[int, FlippedEntries]] = []
 
     async def inject(self, fault: Fault) -> str:
         kind, target = fault.kind, fault.target
@@ -108,6 +115,9 @@ class Nemesis:
         if kind == "corrupt":
             await asyncio.to_thread(self._kill_bookie, target)
             return await asyncio.to_thread(self._corrupt, target)
+        if kind == "corrupt-entry-log":
+            await asyncio.to_thread(self._kill_bookie, target)
+            return await asyncio.to_thread(self._corrupt_entry_log, target)
         if kind == "disk-full":
             disk = self.disks.get(target)
             if disk is None:
@@ -137,7 +147,7 @@ class Nemesis:
             await self._clients().restart_client_process()
             return "a new client process started"
         assert target is not None
-        if kind in ("kill", "corrupt"):
+        if kind in ("kill", "corrupt", "corrupt-entry-log"):
             await asyncio.to_thread(self.sandbox.restart_bookie, target)
             return f"bookie {target} started again"
         if kind == "pause":
@@ -185,6 +195,16 @@ class Nemesis:
         os.kill(self._zookeeper_pid(), signal.SIGKILL)
         server.wait()
         server.stop()  # reaps it and forgets the process
+
+    def _corrupt_entry_log(self, index: int) -> str:
+        data_dir = self.sandbox.bookie_data_dir(index)
+        flipped = flip_entry_log_records(data_dir, self.recent_ledgers())
+        if flipped is None:
+            return f"bookie {index} killed (no recent entry in its entry logs)"
+        self.flipped.append((index, flipped))
+        ids = ", ".join(map(str, flipped.entry_ids))
+        where = f"ledger {flipped.ledger_id} entries {ids}"
+        return f"bookie {index} killed, {where} flipped in its entry log"
 
     def _corrupt(self, index: int) -> str:
         journal_dir = self.sandbox.bookie_data_dir(index) / "current" / "journal"

@@ -45,8 +45,10 @@ from pathlib import Path
 from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.replicas import list_ledger
+from bkeeper.client.distribution import write_set
 from bkeeper.common.errors import BKeeperError, ConfigError, LedgerNotFoundError
 from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
+from bkeeper.testing.entry_log_faults import FlippedEntries
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.tmpfs import mounted_tmpfs
 from bkeeper.testing.zookeeper import port_free
@@ -65,6 +67,10 @@ from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, 
 __all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "keep_logs", "run_once"]
 
 log = logging.getLogger(__name__)
+
+#: Ledgers the ``corrupt`` nemeses pick from (the newest that has entries where they look):
+#: the journal's last group holds the newest; entry logs, those before the last checkpoint.
+RECENT_LEDGERS = 256
 
 #: The workloads, by name.
 WORKLOADS = ("ledger", "log", "kv")
@@ -214,7 +220,8 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             else:
                 workload = LedgerWorkload(sandbox.metadata_uri, history, seed, workload_config)
             clients = workload if isinstance(workload, LedgerWorkload) else None
-            base = Nemesis(sandbox, lambda: workload.created[-8:], disks, network, clients)
+            recent = lambda: workload.created[-RECENT_LEDGERS:]  # noqa: E731
+            base = Nemesis(sandbox, recent, disks, network, clients)
             nemesis = KvNemesis(base, workload) if isinstance(workload, KvWorkload) else base
             with asyncio.Runner() as runner:
                 try:
@@ -380,7 +387,43 @@ async def _drive(
     # The kv store's leader truncates its log after each snapshot: a ledger of it may go.
     gone_ok = isinstance(workload, KvWorkload)
     await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict, gone_ok)
+    base = nemesis.base if isinstance(nemesis, KvNemesis) else nemesis
+    await _check_flipped(sandbox, base.flipped, verdict)
     return done, verdict
+
+
+async def _check_flipped(
+    sandbox: Sandbox, flipped: list[tuple[int, FlippedEntries]], verdict: Verdict
+) -> None:
+    """Each entry a ``corrupt-entry-log`` fault damaged on a bookie is whole there again
+    (read from that bookie alone, its digest checked), unless the bookie no longer has to
+    hold it (its ledger gone, or the entry's write set changed)."""
+    if not flipped:
+        return
+    async with await start_client(sandbox.metadata_uri) as bk:
+        for index, damaged in flipped:
+            host, port = sandbox.bookie_address(index)
+            bookie = f"{host}:{port}"
+            try:
+                meta = await bk.ledger_metadata(damaged.ledger_id)
+            except LedgerNotFoundError:
+                continue  # deleted since (the kv store truncates its log)
+            handle = await bk.open_ledger(damaged.ledger_id, meta.password, recovery=False)
+            try:
+                for entry_id in damaged.entry_ids:
+                    ensemble = [str(b) for b in meta.ensemble_for(entry_id)]
+                    members = write_set(entry_id, meta.ensemble_size, meta.write_quorum)
+                    if bookie not in [ensemble[i] for i in members]:
+                        continue
+                    try:
+                        await handle.read_entry_from(bookie, entry_id)
+                    except BKeeperError as exc:
+                        verdict.violate(
+                            f"ledger {damaged.ledger_id} entry {entry_id}: bookie {bookie} "
+                            f"still lacks a whole copy after its entry log was damaged: {exc}"
+                        )
+            finally:
+                await handle.close()
 
 
 def _unknown_writes(history: History) -> int:

@@ -52,6 +52,7 @@ NEMESES = (
     "partition-clients",
     "disk-full",
     "corrupt",
+    "corrupt-entry-log",
     "slow-disk",
     "zk",
     "zk-pause",
@@ -83,6 +84,7 @@ HOLD_S: dict[str, tuple[float, float]] = {
     "partition-clients": (1.0, 8.0),  # the bookie cut from the clients only
     "disk-full": (2.0, 6.0),  # its ledger/journal filesystem full
     "corrupt": (0.5, 2.0),  # stopped while bits of its journal are flipped, then restarted
+    "corrupt-entry-log": (0.5, 2.0),  # likewise, bits of its entry logs
     "slow-disk": (2.0, 10.0),  # each fsync of the bookie held up (SLOW_SYNC_MS)
     "zk": (0.5, 4.0),  # ZooKeeper killed -9, then restarted
     "zk-pause": (2.0, 16.0),  # ZooKeeper stopped: past the session timeout, a storm of expiries
