@@ -184,3 +184,28 @@ async def test_retention_keeps_ledgers_before_the_snapshot():
         assert len(before) == 2, (ledgers, covered)
         stop_a.set()
         await asyncio.wait_for(task_a, 20)
+
+
+async def test_a_member_started_while_the_store_fails_waits_it_out(monkeypatch):
+    """A kv member restarted just before ZooKeeper paused exited with ``error:
+    ConnectionLoss (at /bkeeper/snapshots/kv-verify)`` (verify campaign, seed 50010): the
+    member's first steps were not tried again. It now waits the outage out."""
+    from bkeeper.common.errors import ConnectionLossError
+    from bkeeper.statemachine.snapshots import SnapshotStore
+
+    real, failures = SnapshotStore.latest, [3]
+
+    async def latest(self):
+        if failures[0]:
+            failures[0] -= 1
+            raise ConnectionLossError("ConnectionLoss (at /bkeeper/snapshots/journal)")
+        return await real(self)
+
+    monkeypatch.setattr(SnapshotStore, "latest", latest)
+    async with MemoryCluster(3) as cluster:
+        a, _journal, stop_a, task_a, _ = await member(cluster, "a", retry_pause_s=0.05)
+        await a.wait_leading(20)
+        assert failures == [0] and not task_a.done()
+        assert await a.submit(b"after") == 1
+        stop_a.set()
+        await task_a

@@ -9,7 +9,9 @@ client), as Apache BookKeeper's data integrity check does:
 2. this bookie in none of its ensembles: it should hold nothing, clear limbo, done;
 3. OPEN or IN_RECOVERY: open it with recovery (fence and seal; recovery re-writes the
    entries after the LAC to their whole write set, this bookie included);
-4. for every segment with this bookie, copy each entry it should hold
+4. check the ledger's local entries against their checksums (a damaged entry-log record
+   counts as lacking: :meth:`~bkeeper.storage.Storage.check_entries`), then, for every
+   segment with this bookie, copy each entry it should hold
    (:mod:`bkeeper.autorecovery.expected`) but lacks, from another replica
    (:mod:`bkeeper.autorecovery.entry_copy`), into the local storage as a recovery add with
    the ledger's master key, waiting until it is durable;
@@ -235,6 +237,8 @@ class _Repair:
         handle = await self.client.open_ledger(ledger_id, meta.password, recovery=recovery)
         try:
             meta = handle.metadata
+            # damaged records are found again (which ones is not kept across a restart)
+            await asyncio.to_thread(storage.check_entries, ledger_id)
             missing = self._missing(ledger_id, meta)
             key = master_key(meta.password)
 

@@ -3,7 +3,9 @@
 With a metadata URI, a bookie that starts with ledgers in limbo (its journal replay found
 damaged records that may have been acknowledged) runs the data integrity check
 (:mod:`bkeeper.autorecovery.integrity`) in the background while it serves, unless
-``--no-integrity-check``.
+``--no-integrity-check``; and then it scrubs its entry logs every ``scrub_interval_ms``
+(``-o scrub_interval_ms=0``: never), the integrity check repairing what a pass finds
+(:mod:`bkeeper.autorecovery.scrubbing`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from click.core import ParameterSource
 
 from bkeeper.admin import ClusterAdmin, add_admin_routes
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.autorecovery.integrity import check_bookie
+from bkeeper.autorecovery.scrubbing import maintain_storage
 from bkeeper.cli._security import bookie_security_options, build_bookie_security
 from bkeeper.cli._settings import (
     build_autorecovery_config,
@@ -32,7 +34,6 @@ from bkeeper.cli._settings import (
     settings_options,
 )
 from bkeeper.cli.autorecovery import run_in_bookie
-from bkeeper.client import BookKeeper
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT
 from bkeeper.common.loop import run_event_loop
 from bkeeper.server import Bookie, BookieConfig
@@ -299,9 +300,7 @@ async def _serve(
         )
     try:
         async with asyncio.TaskGroup() as tasks:
-            check = None
-            if integrity and _needs_integrity_check(server):
-                check = tasks.create_task(_check_integrity(server, config.metadata_uri))
+            check = tasks.create_task(maintain_storage(server, config.metadata_uri, integrity))
             recovering = None
             if recovery is not None and not server.stop_requested:
                 recovering = tasks.create_task(
@@ -317,31 +316,3 @@ async def _serve(
         finally:
             if cluster_admin is not None:
                 await cluster_admin.aclose()
-
-
-def _needs_integrity_check(server: Bookie) -> bool:
-    storage = server.storage
-    if storage is None or not (storage.limbo or storage.limbo_ledgers()):
-        return False
-    if not server.config.metadata_uri:
-        log.warning(
-            "ledgers in limbo but no --metadata: no integrity check; they answer "
-            "'unknown' until repaired"
-        )
-        return False
-    return True
-
-
-async def _check_integrity(server: Bookie, metadata_uri: str) -> None:
-    """The integrity check in the background: its failure is logged, the bookie serves on."""
-    try:
-        async with BookKeeper(metadata_uri) as client:
-            report = await check_bookie(server, client)
-    except asyncio.CancelledError:
-        log.info("integrity check stopped with the bookie")
-        raise
-    except Exception:
-        log.exception("integrity check failed; ledgers in limbo stay so until the next start")
-        return
-    if report.failed:
-        log.error("integrity check: ledgers %s stay in limbo", sorted(report.failed))

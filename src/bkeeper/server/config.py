@@ -55,6 +55,11 @@ class BookieConfig:
     ``minor_compaction_interval_ms`` have passed since the last one, and major compaction
     every ``major_compaction_interval_ms`` (0 disables that kind; the thresholds are in
     ``StorageConfig``).
+
+    Scrub (:mod:`bkeeper.storage.scrub`, run by ``bkeeper bookie`` with a metadata service):
+    every entry stored in entry logs is read back and checked against its checksum, at most
+    ``scrub_bytes_per_s``, once soon after start and then every ``scrub_interval_ms`` (0: never);
+    damaged entries are copied back from the other replicas by the data integrity check.
     """
 
     data_dir: str
@@ -87,6 +92,8 @@ class BookieConfig:
     minor_compaction_interval_ms: int = 3_600_000
     major_compaction_interval_ms: int = 86_400_000
     gc_metadata_reads_per_s: int = 1000
+    scrub_interval_ms: int = 7 * 86_400_000
+    scrub_bytes_per_s: int = 32 * 1024 * 1024
     tls: TlsServerConfig | None = None
     auth: ServerAuthConfig | None = None
     extra: dict[str, str] = field(default_factory=dict)
@@ -123,9 +130,13 @@ class BookieConfig:
             "shutdown_drain_timeout_ms",
             "gc_wait_ms",
             "gc_metadata_reads_per_s",
+            "scrub_bytes_per_s",
         )
         check_non_negative_ints(
-            self, "minor_compaction_interval_ms", "major_compaction_interval_ms"
+            self,
+            "minor_compaction_interval_ms",
+            "major_compaction_interval_ms",
+            "scrub_interval_ms",
         )
         if self.partial_frames_bytes_max < self.max_frame_bytes:
             raise ConfigError(

@@ -177,14 +177,13 @@ class ReplicatedStateMachine:
     # -- the member's life ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         config = self._config
-        with contextlib.suppress(LogExistsError):
-            await self._logs.create(config.log_name)
-        named = self._logs.log(config.log_name)
-        await self._restore()
-        self._reader = await self._open_reader(named)
-        election = self._candidate()
+        begun = await self._begin(stop)
+        if begun is None:  # stopped before it could start
+            if self._reader is not None:
+                await self._reader.close()
+            return
+        named, election = begun
         self._election = election
-        await election.start()
         try:
             while not stop.is_set():
                 try:
@@ -224,6 +223,32 @@ class ReplicatedStateMachine:
             await election.aclose()
             if self._reader is not None:
                 await self._reader.close()
+
+    async def _begin(self, stop: asyncio.Event) -> tuple[NamedLog, LeaderElection] | None:
+        """The log, the snapshot restored, the reader and a candidacy: tried again while the
+        store or the bookies fail (a member started during a ZooKeeper outage waits it out
+        instead of exiting); None once ``stop`` is set."""
+        config = self._config
+        while not stop.is_set():
+            try:
+                with contextlib.suppress(LogExistsError):
+                    await self._logs.create(config.log_name)
+                named = self._logs.log(config.log_name)
+                await self._restore()
+                if self._reader is None:
+                    self._reader = await self._open_reader(named)
+                election = self._candidate()
+                try:
+                    await election.start()
+                except BaseException:
+                    await election.aclose()
+                    raise
+                return named, election
+            except BKeeperError as exc:
+                log.warning("%s: cannot start yet: %s", config.log_name, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), config.retry_pause_s)
+        return None
 
     def _candidate(self) -> LeaderElection:
         return LeaderElection(self._store, self.directory, self._config.candidate)

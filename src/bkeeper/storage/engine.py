@@ -138,8 +138,12 @@ class EngineState:
         return location if location else None
 
     def entry_ids_locked(self, state: StoredLedger) -> list[int]:
+        """The entries present: cached or stored, a damaged record not counting."""
         ids = self.write_cache.entry_ids(state.ledger_id)
-        ids.update(state.locations.entry_ids())
+        stored = state.locations.entry_ids()
+        if state.damaged:
+            stored = [entry_id for entry_id in stored if entry_id not in state.damaged]
+        ids.update(stored)
         return sorted(ids)
 
     # -- checkpoint bookkeeping (lock held) ---------------------------------------------

@@ -8,7 +8,9 @@ Invariants (asserted where they are set):
   never "absent", until it is repaired; a ledger in limbo is also fenced;
 * ``last_entry_id`` is the highest entry id present (write cache, read cache or entry logs),
   -1 when there is none; ``lac`` is the highest LAC carried by any entry body;
-* a location of 0 means "absent" (offset 0 of a log is its header, never a record).
+* a location of 0 means "absent" (offset 0 of a log is its header, never a record);
+* ``damaged``: entries whose entry-log record failed its checksum (found by a read or a
+  scrub; in memory only): each is "unknown" until added again, and the ledger is in limbo.
 """
 
 from __future__ import annotations
@@ -182,6 +184,7 @@ class StoredLedger:
     state in the metadata). Mutated only under the storage lock."""
 
     __slots__ = (
+        "damaged",
         "deleted",
         "dirty",
         "explicit_lac",
@@ -205,6 +208,7 @@ class StoredLedger:
         self.locations = LedgerLocations()
         self.deleted = False
         self.dirty = True
+        self.damaged: set[int] = set()
 
     @classmethod
     def restore(cls, snapshot: LedgerSnapshot) -> StoredLedger:

@@ -29,6 +29,13 @@ well. Limbo is persisted by checkpoints (the one that ends :meth:`open` included
 across restarts until :meth:`clear_limbo` (per ledger, once it is repaired; or for the whole
 engine). A torn journal tail does not cause limbo: only the group being written when the
 process died can be torn, and nothing in it was acknowledged.
+
+Damaged entry logs: an entry whose entry-log record fails its checksum (a read found it, or
+:meth:`check_entries`, the scrub's step) is *damaged*: its ledger goes into limbo, and the
+entry answers "unknown" and is left out of :meth:`list_entries` until it is added again (the
+data integrity check copies it back from the other replicas). Which entries are damaged is
+kept in memory only; the limbo is persisted, and the integrity check scrubs a ledger in
+limbo again before it repairs it, so a restart in between finds the damage again.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from dataclasses import dataclass
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     BadRequestError,
+    BKeeperError,
     CorruptRecordError,
     DataUnknownError,
     DiskFullError,
@@ -90,6 +98,8 @@ def _ignore(tokens: list[object], error: BaseException | None) -> None:
 #: A read whose entry log was cut down or removed by compaction after its lookup (the index
 #: then points at the copy) looks up again, at most this many times in all.
 _READ_ATTEMPTS = 3
+#: Entries :meth:`Storage.check_entries` reads at once.
+_CHECK_CHUNK_ENTRIES = 256
 #: ``read_entries`` reads bodies from entry logs this many entries at a time.
 _READ_CHUNK_ENTRIES = 256
 
@@ -253,6 +263,8 @@ class Storage:
                 raise TooManyRequestsError("write cache is full")
             journal.append_locked(header, body, token)
             engine.add_locked(state, entry_id, lac, body)
+            if state.damaged:
+                state.damaged.discard(entry_id)  # a whole copy again (the integrity check's)
 
     def add_entries(self, batch: AddBatch) -> None:
         """Add many entries at once, with one hold of the lock and one journal append per
@@ -333,16 +345,66 @@ class Storage:
         Raises NoSuchLedgerError / NoSuchEntryError, or DataUnknownError in limbo.
         """
         for attempt in range(_READ_ATTEMPTS):
-            found, _ = self._find(ledger_id, entry_id)
+            found, resolved = self._find(ledger_id, entry_id)
             if isinstance(found, bytes):
                 return found
             try:
                 return self._reader.read(found)
-            except (FileNotFoundError, CorruptRecordError):
-                again, _ = self._find(ledger_id, entry_id)
-                if again == found or attempt + 1 == _READ_ATTEMPTS:
-                    raise
+            except (FileNotFoundError, CorruptRecordError) as exc:
+                again, _ = self._find(ledger_id, resolved)
+                if again != found and attempt + 1 < _READ_ATTEMPTS:
+                    continue  # moved meanwhile (compaction): read it where it is now
+                if isinstance(exc, CorruptRecordError):
+                    raise self._damaged(ledger_id, resolved, found, exc) from exc
+                raise
         raise AssertionError("unreachable")
+
+    def _damaged(
+        self, ledger_id: int, entry_id: int, location: int, error: CorruptRecordError
+    ) -> DataUnknownError:
+        """Mark ``entry_id`` damaged (module doc) if ``location`` still holds it; the
+        answer for its reader."""
+        with self._engine.lock:
+            state = self._engine.ledgers.get(ledger_id)
+            if state is not None and state.locations.get(entry_id) == location:
+                if entry_id not in state.damaged:
+                    log.error(
+                        "ledger %d entry %d: damaged on this bookie (%s); in limbo until it is "
+                        "copied back from another replica",
+                        ledger_id, entry_id, error,
+                    )  # fmt: skip
+                state.damaged.add(entry_id)
+                self._journal.for_ledger(ledger_id).append_locked(
+                    ledger_record(RecordKind.FENCE, ledger_id), b"", None
+                )
+                self._engine.set_limbo_locked(state, True)
+        return DataUnknownError(f"ledger {ledger_id} entry {entry_id}: damaged on this bookie")
+
+    def check_entries(self, ledger_id: int) -> tuple[list[int], int]:
+        """Read every entry of the ledger stored in entry logs and check it against its
+        checksum, marking the damaged (module doc): their ids, and the bytes read."""
+        with self._engine.lock:
+            state = self._engine.ledgers.get(ledger_id)
+            stored = [] if state is None else list(state.locations.items())
+        damaged: list[int] = []
+        read = 0
+        for at in range(0, len(stored), _CHECK_CHUNK_ENTRIES):
+            chunk = stored[at : at + _CHECK_CHUNK_ENTRIES]
+            try:
+                read += sum(map(len, self._reader.read_many([loc for _, loc in chunk])))
+                continue
+            except (FileNotFoundError, CorruptRecordError):
+                pass  # which entry, and is it still there (compaction moves records)?
+            for entry_id, _location in chunk:
+                try:
+                    read += len(self.read_entry(ledger_id, entry_id))
+                except DataUnknownError:
+                    with self._engine.lock:
+                        if state is not None and entry_id in state.damaged:
+                            damaged.append(entry_id)
+                except (NoSuchEntryError, NoSuchLedgerError, FileNotFoundError):
+                    pass  # deleted meanwhile
+        return damaged, read
 
     def read_entry_nowait(self, ledger_id: int, entry_id: int) -> bytes | None:
         """As :meth:`read_entry` from memory only: None when the body is on disk."""
@@ -359,8 +421,22 @@ class Storage:
                 return self._read_entries(ledger_id, start_entry_id, max_count, max_bytes)
             except (FileNotFoundError, CorruptRecordError):
                 if attempt + 1 == _READ_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+                    break
+        # One at a time: the entries before a damaged one (which is marked), or its error.
+        bodies = [self.read_entry(ledger_id, start_entry_id)]
+        total = len(bodies[0])
+        for entry_id in range(start_entry_id + 1, start_entry_id + max(1, max_count)):
+            if start_entry_id == -1:
+                break
+            try:
+                body = self.read_entry(ledger_id, entry_id)
+            except (BKeeperError, FileNotFoundError):
+                break
+            total += len(body)
+            if total > max_bytes:
+                break
+            bodies.append(body)
+        return bodies
 
     def _read_entries(
         self, ledger_id: int, start_entry_id: int, max_count: int, max_bytes: int
@@ -412,7 +488,8 @@ class Storage:
         flushing = flushing_run[1] if flushing_run is not None else {}
         cached = engine.read_cache.entries_of(ledger_id)
         found: list[bytes | int] = []
-        if not (active or flushing or cached):  # all in entry logs: one slice of the index
+        damaged = state.damaged
+        if not (active or flushing or cached or damaged):  # all in entry logs: one slice
             run = state.locations.run(start_entry_id, max(1, max_count))
             if run is not None:
                 found.extend(run)
@@ -425,7 +502,7 @@ class Storage:
                 add(body)
                 continue
             location = location_of(entry_id)
-            if not location:
+            if not location or entry_id in damaged:
                 break
             add(location)
         return found
@@ -437,6 +514,10 @@ class Storage:
             if entry_id == -1:
                 entry_id = self._last_entry_id_locked(state)
             found = engine.find_locked(state, entry_id) if entry_id >= 0 else None
+            if type(found) is int and entry_id in state.damaged:
+                raise DataUnknownError(
+                    f"ledger {ledger_id} entry {entry_id}: damaged on this bookie, not yet repaired"
+                )
             if found is None:
                 error = NoSuchEntryError(f"ledger {ledger_id}: no entry {entry_id}")
                 raise self._absent(error, state)

@@ -314,6 +314,8 @@ class KvWorkload:
                 return []
             deadline = time.monotonic() + CONVERGE_TIMEOUT_S
             for member in self.members:
+                if not member.running:
+                    continue  # a violation already (above): the others get the time
                 seen: dict[str, tuple[str | None, int]] | None = None
                 while seen != truth and time.monotonic() < deadline:
                     if seen is not None:

@@ -1,0 +1,110 @@
+"""A bookie's care of its own data while it serves: the data integrity check at start, and
+the scrub (:mod:`bkeeper.storage.scrub`) with the integrity check after each pass that found
+damage.
+
+:func:`maintain_storage` runs in ``bkeeper bookie`` beside the server, with a metadata
+service (the integrity check reads the metadata and the other replicas):
+
+1. ledgers in limbo at start (journal replay found damaged records): the integrity check;
+2. unless ``scrub_interval_ms`` is 0, a scrub pass soon after start and then every
+   ``scrub_interval_ms``, paced to ``scrub_bytes_per_s``, in a thread; the damaged entries
+   it finds put their ledgers in limbo, so the integrity check runs again and copies them
+   back from the other replicas (damage a read finds on its own is repaired at the next
+   pass).
+
+A failed pass or check is logged and the bookie serves on; the next pass tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+
+from bkeeper.autorecovery.integrity import check_bookie
+from bkeeper.client import BookKeeper
+from bkeeper.common.errors import BKeeperError
+from bkeeper.server import Bookie
+from bkeeper.storage.scrub import ScrubReport, scrub
+
+__all__ = ["check_integrity", "maintain_storage", "needs_integrity_check"]
+
+log = logging.getLogger(__name__)
+
+
+def needs_integrity_check(server: Bookie) -> bool:
+    """Ledgers (or the whole storage) in limbo, and a metadata service to repair them with."""
+    storage = server.storage
+    if storage is None or not (storage.limbo or storage.limbo_ledgers()):
+        return False
+    if not server.config.metadata_uri:
+        log.warning(
+            "ledgers in limbo but no --metadata: no integrity check; they answer "
+            "'unknown' until repaired"
+        )
+        return False
+    return True
+
+
+async def check_integrity(server: Bookie, metadata_uri: str) -> None:
+    """The integrity check in the background: its failure is logged, the bookie serves on."""
+    try:
+        async with BookKeeper(metadata_uri) as client:
+            report = await check_bookie(server, client)
+    except asyncio.CancelledError:
+        log.info("integrity check stopped with the bookie")
+        raise
+    except Exception:
+        log.exception("integrity check failed; ledgers in limbo stay so until the next pass")
+        return
+    if report.failed:
+        log.error("integrity check: ledgers %s stay in limbo", sorted(report.failed))
+
+
+async def maintain_storage(server: Bookie, metadata_uri: str, integrity: bool) -> None:
+    """The module's steps until cancelled (with the bookie)."""
+    if integrity and needs_integrity_check(server):
+        await check_integrity(server, metadata_uri)
+    interval_s = server.config.scrub_interval_ms / 1000.0
+    if not (interval_s and integrity and metadata_uri):
+        return  # what a scrub finds could not be repaired
+    while True:
+        report = await _scrub_pass(server)
+        if report is not None and report.damaged:
+            log.error(
+                "scrub: damaged entries in %d ledgers (%s); repairing them from the replicas",
+                len(report.damaged),
+                ", ".join(f"ledger {k}: {v[:5]}" for k, v in sorted(report.damaged.items())[:5]),
+            )
+        if needs_integrity_check(server):
+            await check_integrity(server, metadata_uri)
+        await asyncio.sleep(interval_s)
+
+
+async def _scrub_pass(server: Bookie) -> ScrubReport | None:
+    """One pass in a thread (stopped, and waited for, when cancelled); None if it failed."""
+    storage = server.storage
+    if storage is None:
+        return None
+    stop = threading.Event()
+    rate = server.config.scrub_bytes_per_s
+    work = asyncio.ensure_future(asyncio.to_thread(scrub, storage, rate, stop))
+    try:
+        report = await asyncio.shield(work)
+    except asyncio.CancelledError:
+        stop.set()  # the thread stops after the ledger it is reading
+        with contextlib.suppress(BKeeperError, OSError):
+            await work
+        raise
+    except (BKeeperError, OSError):
+        log.exception("scrub pass failed; the next one in %d ms", server.config.scrub_interval_ms)
+        return None
+    log.info(
+        "scrub: %d ledgers, %d bytes read in %.1f s, %d damaged entries",
+        report.ledgers,
+        report.bytes_read,
+        report.seconds,
+        sum(map(len, report.damaged.values())),
+    )
+    return report
