@@ -18,8 +18,12 @@ A pass (:meth:`Compactor.collect`, blocking, one at a time) plans from the ledge
 
   A crash before 2 leaves a ``.compacting`` file, removed as debris at the next open; after
   2, the next open finds C naming L while L still exists and finishes 3-5 itself
-  (:func:`finish_interrupted`). Reads that looked a location up in L just before L went
-  retry the lookup (the engine does that on ``FileNotFoundError``).
+  (:func:`finish_interrupted`). Before 4, a log the index still points into is not removed:
+  a damaged record ends the scan (its length cannot be trusted), so the live records past it
+  were not copied; the log is kept and left alone by later passes of the process (an error
+  says so; reads find the damaged entry and the integrity check repairs it). Reads that
+  looked a location up in L just before L went retry the lookup (the engine does that on
+  ``FileNotFoundError``).
 
 Copies are throttled to ``compaction_rate_bytes_per_s`` (0: no fixed rate), and a pass
 works at most ``compaction_time_share`` of the time (a pause after each chunk, as long as the
@@ -129,6 +133,9 @@ class Compactor:
         #: Logs whose copy is committed and indexed but not yet checkpointed (a checkpoint
         #: failed for lack of space): removed after the next checkpoint that succeeds.
         self._removable: list[int] = []
+        #: Logs a compaction could not copy whole (a damaged record stopped its scan, and
+        #: live entries lie past it): kept, and not compacted again by this process.
+        self._kept: set[int] = set()
 
     def remove_logs(self, log_ids: list[int]) -> None:
         """Remove logs the index on disk no longer points into (after a checkpoint)."""
@@ -191,7 +198,7 @@ class Compactor:
         for log_id in plan.compact:
             if stop.is_set():
                 break
-            if self._closed(log_id):
+            if self._closed(log_id) and log_id not in self._kept:
                 self._compact(log_id, stop, tally)
         # The first checkpoint had large journal files start new ones: this one drops them,
         # so that what the deletions freed in the journals goes now, not a checkpoint later.
@@ -266,6 +273,21 @@ class Compactor:
             swap(self._engine, copied)
             tally.entries += len(copied)
         swapped_at = time.monotonic()
+        meta = self._registry.get(log_id)
+        left = _entries_left_in(self._engine, log_id, [] if meta is None else list(meta.ledgers))
+        if left:
+            # The scan ends at a damaged record (it cannot trust its length); what lies past
+            # it was not copied and must not go with the log. Reads find the damaged entry
+            # (and the integrity check repairs it); the rest stays readable where it is.
+            self._kept.add(log_id)
+            log.error(
+                "entry log %d not compacted: a damaged record stopped its scan, and %d live "
+                "entries lie past it; the log is kept (%d entries copied before it)",
+                log_id,
+                left,
+                len(copied),
+            )
+            return
         try:
             self._checkpoint()
         except DiskFullError:
@@ -424,8 +446,33 @@ def finish_interrupted(
             meta.log_id,
             moved,
         )
-        sources.extend(left)
+        still = _locations_in(engine, left)
+        for source in left:
+            behind = sum(1 for _ledger, location in still.items() if location >> 32 == source)
+            if behind:  # not all copied (a damaged record stopped the copy): keep it
+                log.error(
+                    "entry log %d kept: %d live entries in it were not copied to %d",
+                    source,
+                    behind,
+                    meta.log_id,
+                )
+            else:
+                sources.append(source)
     return sources
+
+
+def _entries_left_in(engine: EngineState, log_id: int, ledger_ids: list[int]) -> int:
+    """How many entries of ``ledger_ids`` the index still points at in ``log_id`` (the lock
+    taken per ledger)."""
+    left = 0
+    for ledger_id in ledger_ids:
+        with engine.lock:
+            state = engine.ledgers.get(ledger_id)
+            if state is not None:
+                left += sum(
+                    1 for _, location in state.locations.items() if location >> 32 == log_id
+                )
+    return left
 
 
 def _locations_in(engine: EngineState, log_ids: list[int]) -> dict[tuple[int, int], int]:
