@@ -93,9 +93,10 @@ class StorageReads:
     def check_entries(self, ledger_id: int) -> tuple[list[int], int]:
         """Read every entry of the ledger stored in entry logs and check it against its
         checksum, marking the damaged (module doc): their ids, and the bytes read."""
-        with self._engine.lock:
+        with self._engine.lock:  # a C-level copy under the lock; the list outside it
             state = self._engine.ledgers.get(ledger_id)
-            stored = [] if state is None else list(state.locations.items())
+            locations = None if state is None else state.locations.copy()
+        stored = [] if locations is None else list(locations.items())
         damaged: list[int] = []
         read = 0
         for at in range(0, len(stored), _CHECK_CHUNK_ENTRIES):
