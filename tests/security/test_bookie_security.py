@@ -203,11 +203,12 @@ async def test_mutual_tls_needs_a_client_certificate_from_the_ca(
     finally:
         await client.aclose()
     # Without a certificate: with TLS 1.3 the client's handshake completes before the bookie
-    # checks, so the client learns it as the connection closing at its first request; the
-    # bookie logs why, in one line.
+    # checks, so the client learns it as the connection closing at its first request (or,
+    # when that request reached the bookie before it closed, as a reset: seen on a loaded
+    # machine); the bookie logs why, in one line.
     client = await connect(bookie, Protocol.V3, security(pki))
     try:
-        with pytest.raises(BookieUnavailableError, match="connection closed"):
+        with pytest.raises(BookieUnavailableError, match="connection closed|reset by peer"):
             await client.request(add_request(141))
     finally:
         await client.aclose()
