@@ -29,7 +29,8 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
   ``LEASE_DRIFT`` of each other (a stopped process's monotonic clock runs on: when it
   continues, its lease has run out). Reads renew the lease with a barrier once half of it
   is gone; a fail-over takes L longer.
-- Snapshots (:mod:`bkeeper.statemachine.snapshots`): every ``snapshot_every_commands``
+- Snapshots (:mod:`bkeeper.statemachine.snapshots`, taken and restored by
+  :mod:`bkeeper.statemachine.snapshotting`): every ``snapshot_every_commands``
   commands or ``snapshot_every_bytes`` command bytes the leader writes the state to a ledger,
   records it with the position it covers, then truncates the log before it. A member that
   starts, or whose reader was passed by truncation, restores the latest snapshot and tails on.
@@ -47,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import io
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -81,6 +81,7 @@ from bkeeper.statemachine.protocol import (
     encode_batch,
 )
 from bkeeper.statemachine.snapshots import SnapshotStore
+from bkeeper.statemachine.snapshotting import Snapshotting
 
 __all__ = ["ReplicatedStateMachine"]
 
@@ -105,7 +106,7 @@ class _Pending:
     sent_s: float  # monotonic, before the append was sent
 
 
-class ReplicatedStateMachine:
+class ReplicatedStateMachine(Snapshotting):
     """Runs a :class:`StateMachine` as one member (see the module docstring).
     ``await run(stop)`` until ``stop`` is set; ``submit`` while :attr:`leading`."""
 
@@ -266,22 +267,6 @@ class ReplicatedStateMachine:
         if self.applied is not None:
             start = Position(self.applied.ledger_id, self.applied.entry_id + 1)
         return await named.open_reader(start)
-
-    async def _restore(self) -> bool:
-        """Restore the latest snapshot if it is past what this member applied."""
-        for _ in range(10):
-            info = await self.snapshots.latest()
-            if info is None or (self.applied is not None and info.position <= self.applied):
-                return False
-            data = await self.snapshots.read(info)
-            if data is None:
-                continue  # replaced meanwhile
-            self._machine.restore_snapshot(io.BytesIO(data))
-            self.applied = info.position
-            self.snapshots_restored += 1
-            log.info("%s: restored the snapshot at %s", self._config.log_name, info.position)
-            return True
-        raise StateMachineError(f"{self._config.log_name}: snapshots kept being replaced")
 
     async def _next_record(self, named: NamedLog, timeout_s: float) -> Record | None:
         """The next record to apply, or None. When truncation passed this member's reader
@@ -559,56 +544,6 @@ class ReplicatedStateMachine:
                     item.result.set_result(result)
             self.applied = position
         self._maybe_snapshot()
-
-    # -- snapshots --------------------------------------------------------------------
-    def _maybe_snapshot(self) -> None:
-        config = self._config
-        count, size = self._since_snapshot
-        due = (config.snapshot_every_commands and count >= config.snapshot_every_commands) or (
-            config.snapshot_every_bytes and size >= config.snapshot_every_bytes
-        )
-        if due and self.leading and self._snapshotting is None and self.applied is not None:
-            self._snapshotting = asyncio.ensure_future(self.snapshot())
-
-    async def _truncation_point(self, named: NamedLog, covered: Position) -> Position:
-        """Where to truncate after a snapshot covering ``covered``: right after it, or at
-        the start of the ``retain_ledgers``-th ledger before its ledger."""
-        retain = self._config.retain_ledgers
-        if not retain:
-            return Position(covered.ledger_id, covered.entry_id + 1)
-        ids = [ledger.ledger_id for ledger in (await named.metadata()).ledgers]
-        index = next((i for i, x in enumerate(ids) if x >= covered.ledger_id), len(ids))
-        if index < retain:
-            return Position(ids[0], 0) if ids else Position(0, 0)
-        return Position(ids[index - retain], 0)
-
-    async def snapshot(self) -> Position | None:
-        """Write a snapshot of the state now and truncate the log before it; the position
-        it covers (None when a newer one is recorded already or nothing is applied)."""
-        try:
-            if self.applied is None:
-                return None
-            out = io.BytesIO()
-            position = self.applied
-            capture = getattr(self._machine, "snapshot_writer", None)
-            if capture is not None:  # the state captured now, written off the event loop
-                await asyncio.to_thread(capture(), out)
-            else:
-                self._machine.write_snapshot(out)  # synchronous: the state at self.applied
-            self._since_snapshot = (0, 0)
-            info = await self.snapshots.write(out.getvalue(), position)
-            if info is None:
-                return None
-            self.snapshots_written += 1
-            named = self._logs.log(self._config.log_name)
-            dropped = await named.truncate(await self._truncation_point(named, position))
-            log.info("%s: snapshot at %s, %d ledgers truncated", named.name, position, dropped)
-            return position
-        except BKeeperError as exc:
-            log.warning("%s: snapshot failed: %s", self._config.log_name, exc)
-            return None
-        finally:
-            self._snapshotting = None
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
