@@ -8,9 +8,10 @@ service (the integrity check reads the metadata and the other replicas):
 1. ledgers in limbo at start (journal replay found damaged records): the integrity check;
 2. unless ``scrub_interval_ms`` is 0, a scrub pass soon after start and then every
    ``scrub_interval_ms``, paced to ``scrub_bytes_per_s``, in a thread; the damaged entries
-   it finds put their ledgers in limbo, so the integrity check runs again and copies them
-   back from the other replicas (damage a read finds on its own is repaired at the next
-   pass).
+   it finds put their ledgers in limbo, and the integrity check runs at once and copies them
+   back from the other replicas;
+3. every ``limbo_check_interval_ms``, ledgers in limbo (a read that found a damaged record,
+   a repair that could not finish for want of bookies) run the integrity check again.
 
 A failed pass or check is logged and the bookie serves on; the next pass tries again.
 """
@@ -64,22 +65,33 @@ async def check_integrity(server: Bookie, metadata_uri: str) -> None:
 
 async def maintain_storage(server: Bookie, metadata_uri: str, integrity: bool) -> None:
     """The module's steps until cancelled (with the bookie)."""
-    if integrity and needs_integrity_check(server):
-        await check_integrity(server, metadata_uri)
-    interval_s = server.config.scrub_interval_ms / 1000.0
-    if not (interval_s and integrity and metadata_uri):
-        return  # what a scrub finds could not be repaired
+    if not integrity:
+        return
+    if not metadata_uri:
+        needs_integrity_check(server)  # says so when ledgers in limbo cannot be repaired
+        return
+    config = server.config
+    interval_s = config.scrub_interval_ms / 1000.0
+    look_s = config.limbo_check_interval_ms / 1000.0
+    loop = asyncio.get_running_loop()
+    scrub_at = loop.time()  # the first pass soon after start
     while True:
-        report = await _scrub_pass(server)
-        if report is not None and report.damaged:
-            log.error(
-                "scrub: damaged entries in %d ledgers (%s); repairing them from the replicas",
-                len(report.damaged),
-                ", ".join(f"ledger {k}: {v[:5]}" for k, v in sorted(report.damaged.items())[:5]),
-            )
         if needs_integrity_check(server):
             await check_integrity(server, metadata_uri)
-        await asyncio.sleep(interval_s)
+        if interval_s and loop.time() >= scrub_at:
+            report = await _scrub_pass(server)
+            scrub_at = loop.time() + interval_s
+            if report is not None and report.damaged:
+                log.error(
+                    "scrub: damaged entries in %d ledgers (%s); repairing them from the replicas",
+                    len(report.damaged),
+                    ", ".join(
+                        f"ledger {k}: {v[:5]}" for k, v in sorted(report.damaged.items())[:5]
+                    ),
+                )
+                continue  # the integrity check at once
+        wait_s = look_s if not interval_s else min(look_s, max(0.0, scrub_at - loop.time()))
+        await asyncio.sleep(wait_s)
 
 
 async def _scrub_pass(server: Bookie) -> ScrubReport | None:

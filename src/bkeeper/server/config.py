@@ -59,7 +59,9 @@ class BookieConfig:
     Scrub (:mod:`bkeeper.storage.scrub`, run by ``bkeeper bookie`` with a metadata service):
     every entry stored in entry logs is read back and checked against its checksum, at most
     ``scrub_bytes_per_s``, once soon after start and then every ``scrub_interval_ms`` (0: never);
-    damaged entries are copied back from the other replicas by the data integrity check.
+    damaged entries are copied back from the other replicas by the data integrity check,
+    which also runs every ``limbo_check_interval_ms`` while ledgers are in limbo (a read that
+    found a damaged record, a repair that could not finish).
     """
 
     data_dir: str
@@ -94,6 +96,7 @@ class BookieConfig:
     gc_metadata_reads_per_s: int = 1000
     scrub_interval_ms: int = 7 * 86_400_000
     scrub_bytes_per_s: int = 32 * 1024 * 1024
+    limbo_check_interval_ms: int = 30_000
     tls: TlsServerConfig | None = None
     auth: ServerAuthConfig | None = None
     extra: dict[str, str] = field(default_factory=dict)
@@ -131,6 +134,7 @@ class BookieConfig:
             "gc_wait_ms",
             "gc_metadata_reads_per_s",
             "scrub_bytes_per_s",
+            "limbo_check_interval_ms",
         )
         check_non_negative_ints(
             self,
