@@ -208,7 +208,7 @@ async def test_mutual_tls_needs_a_client_certificate_from_the_ca(
     # machine); the bookie logs why, in one line.
     client = await connect(bookie, Protocol.V3, security(pki))
     try:
-        with pytest.raises(BookieUnavailableError, match="connection closed|reset by peer"):
+        with pytest.raises(BookieUnavailableError, match=r"connection closed|reset by peer"):
             await client.request(add_request(141))
     finally:
         await client.aclose()
