@@ -47,6 +47,7 @@ from typing import Any
 import aiohttp
 
 from bkeeper.common.errors import BKeeperError, StateMachineError
+from bkeeper.common.loop import TASK_DUMP_SIGNAL
 from bkeeper.kv import KvClient
 from bkeeper.kv.server import log_name
 from bkeeper.namedlog import LogConfig, NamedLogs
@@ -312,26 +313,39 @@ class KvWorkload:
             except StateMachineError as exc:
                 verdict.violate(f"the store did not answer a linearizable read at the end: {exc}")
                 return []
-            deadline = time.monotonic() + CONVERGE_TIMEOUT_S
-            for member in self.members:
-                if not member.running:
-                    continue  # a violation already (above): the others get the time
-                seen: dict[str, tuple[str | None, int]] | None = None
-                while seen != truth and time.monotonic() < deadline:
-                    if seen is not None:
-                        await asyncio.sleep(0.2)
-                    with contextlib.suppress(StateMachineError):
-                        async with KvClient([member.url], timeout_s=5) as one:
-                            items = await one.range("", stale=True)
-                        seen = {i.key: (i.value, i.version) for i in items}
-                if seen != truth:
+            live = [m for m in self.members if m.running]  # the others: violations above
+            seen = await asyncio.gather(*(_converged(m, truth) for m in live))
+            for member, state in zip(live, seen, strict=True):
+                if state != truth:
                     verdict.violate(
                         f"kv member {member.index} did not converge to the leader's state "
-                        f"within {CONVERGE_TIMEOUT_S:g} s: {seen} != {truth}"
+                        f"within {CONVERGE_TIMEOUT_S:g} s: {state} != {truth}"
                     )
+                    # where it waits, into its log (bkeeper.common.loop)
+                    with contextlib.suppress(BKeeperError):
+                        member.signal(TASK_DUMP_SIGNAL)
+            if any(state != truth for state in seen):
+                await asyncio.sleep(1.0)  # the dumps are written before the members stop
         async with await start_client(self.uri) as bk:
             named = NamedLogs(bk, LogConfig()).log(log_name(STORE))
             return [x.ledger_id for x in (await named.metadata()).ledgers]
+
+
+async def _converged(
+    member: KvMember, truth: dict[str, tuple[str | None, int]]
+) -> dict[str, tuple[str | None, int]] | None:
+    """The member's whole store (a stale read) once it equals ``truth``, or the last one
+    read when ``CONVERGE_TIMEOUT_S`` ran out (None: it never answered)."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    seen: dict[str, tuple[str | None, int]] | None = None
+    while seen != truth and time.monotonic() < deadline:
+        if seen is not None:
+            await asyncio.sleep(0.2)
+        with contextlib.suppress(StateMachineError):
+            async with KvClient([member.url], timeout_s=5) as one:
+                items = await one.range("", stale=True)
+            seen = {i.key: (i.value, i.version) for i in items}
+    return seen
 
 
 #: What each partition of a member cuts it off from (its log line).
