@@ -65,3 +65,20 @@ async def test_a_store_away_longer_than_the_wait_fails_the_call_naming_it() -> N
 
 async def _ids(bk) -> list[int]:  # type: ignore[no-untyped-def]
     return [ledger_id async for ledger_id in bk.list_ledgers()]
+
+
+async def test_entering_a_started_client_touches_no_metadata() -> None:
+    """``async with await start(...) as bk`` entered a started client by starting it again,
+    which read the cluster's LAYOUT and INSTANCEID: during a ZooKeeper outage that failed
+    with ``ConnectionLoss (at /ledgers/INSTANCEID)`` though the client was up (a verify
+    campaign's client process exited so, seed 30261)."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        store = bk.cluster.store
+        assert isinstance(store, MemoryNodeStore)
+        store.suspend()
+        try:
+            entered = await bk.__aenter__()
+            assert entered is bk
+        finally:
+            store.resume()

@@ -63,7 +63,10 @@ class BookKeeper:
 
     async def start(self) -> BookKeeper:
         """Open the metadata session; ``ClusterNotFoundError`` if the URI's root holds no
-        cluster."""
+        cluster. A client started already is returned as it is (``async with`` on a started
+        client reads no metadata: it may be away for a while)."""
+        if self._ctx is not None and not self._ctx.closed:
+            return self
         if self._cluster is None:
             assert self._uri is not None
             store = StoreConfig(session_timeout_ms=self.config.metadata_session_timeout_ms)
