@@ -150,3 +150,32 @@ async def _the_leader(
                     return leaders[0]
             assert len(leaders) <= 1, "two leaders at once"
             await asyncio.sleep(0.01)
+
+
+async def test_a_waiter_whose_watch_event_is_lost_takes_the_lock_anyway(
+    open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ZooKeeper was killed twice and kv leaders killed (verify seed 60103), no member
+    led again: waiters wait on their predecessor's watch, and an event that never comes held
+    the queue for good. A waiter now looks at the queue every ``RECHECK_S`` too."""
+    from bkeeper.meta import lock as lock_module
+    from bkeeper.meta.events import Subscription
+
+    monkeypatch.setattr(lock_module, "RECHECK_S", 0.2, raising=False)
+    directory = join_path(root, "lock")
+    a = Lock(await open_store(), directory, owner=b"a")
+    deaf = await open_store()
+
+    async def never_fires(path: str, *args: object, **kwargs: object) -> Subscription[object]:
+        return Subscription(one_shot=True)  # as a watch whose event was lost
+
+    monkeypatch.setattr(deaf, "watch", never_fires)
+    b = Lock(deaf, directory, owner=b"b")
+    await a.acquire()
+    waiter = asyncio.ensure_future(b.acquire(timeout_s=WAIT_S))
+    await asyncio.sleep(0.3)
+    assert not waiter.done()
+    await a.release()
+    await asyncio.wait_for(waiter, 5.0)
+    assert b.held and await a.holder() == b"b"
+    await b.release()

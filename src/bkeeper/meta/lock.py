@@ -6,13 +6,16 @@ release wakes one waiter (no herd). Because the nodes are ephemeral, a holder wh
 expires loses the lock: :meth:`Lock.wait_lost` returns, and the next contender takes over.
 
 Invariant: at any moment at most one live node is first in the queue, so at most one
-session holds the lock. (A holder cut off from the store learns of the loss only when its
-session is declared expired; that is ZooKeeper's guarantee, not a stronger one.)
+session holds the lock. Waiting is on watches, and on a look at the queue every
+``RECHECK_S`` besides (a lost watch event must not stall the queue). (A holder cut off from
+the store learns of the loss only when its session is declared expired; that is ZooKeeper's
+guarantee, not a stronger one.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from bkeeper.common.errors import (
@@ -24,9 +27,15 @@ from bkeeper.common.errors import (
 from bkeeper.meta.events import Subscription, wait_any
 from bkeeper.meta.store import NodeStore, SessionState, WatchEvent, basename, join_path
 
-__all__ = ["Lock"]
+__all__ = ["RECHECK_S", "Lock"]
 
 _log = logging.getLogger(__name__)
+
+#: Seconds a waiter (or a holder) waits on a watch before it looks at the queue again: a
+#: watch event lost (a ZooKeeper server restarted while a node was deleted) delays a
+#: hand-over by this much at most instead of for ever (verify seed 60103: no kv member led
+#: again after ZooKeeper was killed twice and leaders were killed).
+RECHECK_S = 5.0
 
 
 class Lock:
@@ -85,7 +94,9 @@ class Lock:
         try:
             while await self._still_held(node):
                 if watch is not None:
-                    await wait_any(watch, session)
+                    with contextlib.suppress(TimeoutError):  # as in _wait_first
+                        async with asyncio.timeout(RECHECK_S):
+                            await wait_any(watch, session)
                     continue
                 try:
                     watch = await self._store.watch(node, persistent=True)
@@ -127,7 +138,11 @@ class Lock:
             predecessor = join_path(self._directory, queue[position - 1])
             async with await self._store.watch(predecessor) as watch:
                 if await self._store.exists(predecessor) is not None:
-                    await watch.get()
+                    # The queue is looked at again now and then: a deletion whose event
+                    # is lost (across a ZooKeeper restart) must not hold the queue for good.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(RECHECK_S):
+                            await watch.get()
 
     async def _queue(self) -> list[str]:
         names = await self._store.children(self._directory)
