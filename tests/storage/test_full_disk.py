@@ -94,8 +94,12 @@ def test_own_writes_turn_the_disk_full_before_any_write_fails_with_few_checks() 
     while not states and entry_id < 4000:
         add_acked(storage, acks, range(entry_id, entry_id + 20))
         entry_id += 20
-        # (Keep the flusher close behind, so that what is written is what was added.)
-        wait_until(lambda: storage.stats().write_cache_bytes < 64 * 1024, "the flusher keeps up")
+        # (Keep the flusher close behind, so that what is written is what was added; once
+        # the disk is full it flushes no more: the loop ends then.)
+        wait_until(
+            lambda: states or storage.stats().write_cache_bytes < 64 * 1024,
+            "the flusher keeps up",
+        )
     assert states == [DiskState.FULL] and storage.disk_state is DiskState.FULL
     assert acks.errors == []
     total, free = fs.disk_usage("/")
