@@ -23,6 +23,7 @@ process exits; its ``java.io.tmpdir`` and log4j2 file are those of that first se
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import subprocess
@@ -144,16 +145,33 @@ def stop_jvm(timeout_s: float = JVM_STOP_TIMEOUT_S) -> None:
     # connections is at its end before py4j closes it: closing the stream of a connection
     # that a callback thread is reading (the JVM's calls to a Python StreamingQueryListener)
     # waits for that read, which never ends while the JVM lives (a CI run hung so).
-    if process.stdin is not None:
-        process.stdin.close()
+    # py4j logs (on the root logger and its own) a traceback for each call that meets the
+    # exited JVM (a thread's last call, its shutdown command): expected here, and noise.
+    quiet = _FromPy4j()
+    handlers = [h for h in [*logging.getLogger().handlers, logging.lastResort] if h is not None]
+    for handler in handlers:
+        handler.addFilter(quiet)
     try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            gateway.shutdown()  # its connections and callback server, all at their end now
     finally:
-        gateway.shutdown()  # its connections and callback server, all at their end now
+        for handler in handlers:
+            handler.removeFilter(quiet)
+
+
+class _FromPy4j(logging.Filter):
+    """Drops the records py4j's own code logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def _process_scratch() -> Path:
