@@ -100,6 +100,30 @@ async def wait_registered(uri: str, bookie_ids: set[str], java: list[JavaBookie]
 
 
 def start_java_bookies(
-    javabk: JavaBookKeeper, uri: str, count: int, data_dir: Path
+    javabk: JavaBookKeeper, uri: str, count: int, data_dir: Path, **settings: str
 ) -> list[JavaBookie]:
-    return [javabk.bookie(uri, data_dir / f"java-bookie-{i}") for i in range(count)]
+    """``count`` Java bookies (``settings``: more ``bk_server.conf`` lines)."""
+    return [javabk.bookie(uri, data_dir / f"java-bookie-{i}", **settings) for i in range(count)]
+
+
+async def wait_unregistered(uri: str, bookie_ids: set[str], timeout_s: float) -> None:
+    """Until none of ``bookie_ids`` is registered (writable or read-only): a bookie killed
+    with SIGKILL stays registered until ZooKeeper expires its session."""
+    async with await ClusterMetadata.open(uri) as metadata:
+        left: set[str] = set(bookie_ids)
+
+        async def gone() -> None:
+            nonlocal left
+            async with contextlib.aclosing(metadata.registry.watch()) as sets:
+                async for bookies in sets:
+                    left = bookie_ids & (bookies.writable | bookies.read_only)
+                    if not left:
+                        return
+            raise AssertionError("the registry's watch ended before the bookies left")
+
+        try:
+            await asyncio.wait_for(gone(), timeout_s)
+        except TimeoutError:
+            raise AssertionError(
+                f"bookies {sorted(left)} still registered after {timeout_s:g} s"
+            ) from None

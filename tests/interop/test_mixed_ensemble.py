@@ -16,7 +16,7 @@ from bkeeper.common.errors import LedgerFencedError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.zookeeper import ZooKeeperServer
 from tests.client.conftest import RealCluster, _started
-from tests.interop.conftest import start_java_bookies, wait_registered
+from tests.interop.conftest import start_java_bookies, wait_registered, wait_unregistered
 from tests.interop.javabk import JavaBookie, JavaBookKeeper, JavaClient, JavaError, payload
 from tests.interop.ledgers import (
     ENTRIES,
@@ -33,6 +33,8 @@ from tests.interop.ledgers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
+
+JAVA_SESSION_MS = 4000  # the Java bookies' ZooKeeper session timeout (the least ZooKeeper grants)
 
 
 class Mixed:
@@ -57,7 +59,8 @@ async def mixed(
     """Three bkeeper bookies and two Java bookies, registered in one cluster."""
     data_dir = tmp_path_factory.mktemp("mixed")
     async with _started(zookeeper, data_dir, 3) as ours:
-        java = start_java_bookies(javabk, ours.uri, 2, data_dir)
+        # A Java bookie killed by a test leaves the registry once its session (4 s) expires.
+        java = start_java_bookies(javabk, ours.uri, 2, data_dir, zkTimeout=str(JAVA_SESSION_MS))
         try:
             cluster = Mixed(ours, java)
             await wait_registered(ours.uri, set(cluster.java_ids), java)
@@ -151,7 +154,14 @@ async def test_java_recovers_a_bkeeper_writer_with_a_bkeeper_bookie_dead(
     replaced (an ensemble change), and bkeeper's writer is fenced at the same end."""
     bk = ours["v3"]
     java_alive = next(b for b in mixed.java if b.proc.poll() is None)
-    p0, p1, _p2 = mixed.ours_ids
+    p0, p1, p2 = mixed.ours_ids
+    # Java replaces a failed bookie by one drawn from the registered bookies outside the
+    # ensemble. A Java bookie an earlier test killed stays registered until its session
+    # expires: drawn, its write fails too and Java changes the ensemble again, and may draw
+    # p0 back (also still registered), leaving it in the last segment (a CI failure). With
+    # the dead gone, p2 or the other live Java bookie is the only choice.
+    dead = {b.bookie_id for b in mixed.java if b.proc.poll() is not None}
+    await wait_unregistered(mixed.uri, dead, 3 * JAVA_SESSION_MS / 1000 + 10)
     ensemble = [java_alive.bookie_id, p0, p1]
     writer = await bk.create_ledger(
         3, 3, 2, digest="crc32", password=PASSWORD.encode(), bookies=ensemble
@@ -167,6 +177,8 @@ async def test_java_recovers_a_bkeeper_writer_with_a_bkeeper_bookie_dead(
     assert (meta.state, meta.last_entry_id) == (LedgerState.CLOSED, ENTRIES - 1)
     # Java's recovery re-wrote the last entry and replaced the dead bookie for it.
     assert meta.segments[0] == tuple(ensemble)
-    assert set(meta.segments) == {0, ENTRIES - 1}
+    assert set(meta.segments) == {0, ENTRIES - 1}, meta.segments
+    replaced = [b for b in meta.segments[ENTRIES - 1] if b not in ensemble]
     assert p0 not in meta.segments[ENTRIES - 1]
+    assert replaced and set(replaced) <= {p2, *mixed.java_ids} - dead, meta.segments
     assert await read_all(bk, writer.ledger_id, recovery=False) == written(writer.ledger_id)
