@@ -11,7 +11,7 @@ from bkeeper.meta.election import ElectionConfig, LeaderElection
 from bkeeper.meta.idgen import IdGeneratorConfig, LedgerIdGenerator
 from bkeeper.meta.layout import SHORT_LEDGER_ID_LIMIT, ledger_path
 from bkeeper.meta.lock import Lock
-from bkeeper.meta.store import NodeStore, join_path
+from bkeeper.meta.store import NodeStore, basename, join_path
 
 OpenStore = Callable[..., Awaitable[NodeStore]]
 
@@ -150,6 +150,40 @@ async def _the_leader(
                     return leaders[0]
             assert len(leaders) <= 1, "two leaders at once"
             await asyncio.sleep(0.01)
+
+
+async def test_a_node_left_behind_by_a_failed_delete_does_not_block_its_own_session(
+    open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round that ends while the connection is down (ZooKeeper restarted) cannot delete
+    its node, and the session lives on: the node stays queued, owned by nobody. The next
+    round's node queued behind it, and after the holder left nobody ever held the lock
+    (verify seed 50095: no kv member led again after ZooKeeper was killed twice; every
+    member named the left-behind node's owner as the leader). A contender now deletes the
+    nodes of its own session ahead of its own."""
+    from bkeeper.common.errors import ConnectionLossError
+
+    directory = join_path(root, "lock")
+    a = Lock(await open_store(), directory, owner=b"a")
+    b_store = await open_store()
+    b = Lock(b_store, directory, owner=b"b")
+    await a.acquire()
+
+    async def disconnected(path: str, version: int = -1) -> None:
+        raise ConnectionLossError("disconnected (reconnecting)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(b_store, "delete", disconnected)
+        with pytest.raises(TimeoutError):
+            await b.acquire(timeout_s=0.2)  # the round ends; its node stays
+    assert len(await b_store.children(directory)) == 2
+    waiter = asyncio.ensure_future(b.acquire(timeout_s=WAIT_S))
+    await asyncio.sleep(0.2)
+    await a.release()
+    await asyncio.wait_for(waiter, WAIT_S + 5)
+    assert b.held and await a.holder() == b"b"
+    assert await b_store.children(directory) == [basename(b.node or "")]
+    await b.release()
 
 
 async def test_a_waiter_whose_watch_event_is_lost_takes_the_lock_anyway(

@@ -6,9 +6,11 @@ release wakes one waiter (no herd). Because the nodes are ephemeral, a holder wh
 expires loses the lock: :meth:`Lock.wait_lost` returns, and the next contender takes over.
 
 Invariant: at any moment at most one live node is first in the queue, so at most one
-session holds the lock. Waiting is on watches, and on a look at the queue every
-``RECHECK_S`` besides (a lost watch event must not stall the queue). (A holder cut off from
-the store learns of the loss only when its session is declared expired; that is ZooKeeper's
+session holds the lock. A waiter deletes the nodes of its own session queued ahead of its own
+that no contender of its store is queued with (left by a round whose delete failed while the
+connection was down). Waiting is on watches, and on a look at the queue every ``RECHECK_S``
+besides (a lost watch event must not stall the queue). (A holder cut off from the store
+learns of the loss only when its session is declared expired; that is ZooKeeper's
 guarantee, not a stronger one.)
 """
 
@@ -17,11 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
+from dataclasses import dataclass, field
 
 from bkeeper.common.errors import (
     ConnectionLossError,
     LeadershipLostError,
     MetadataError,
+    NoNodeError,
     SessionExpiredError,
 )
 from bkeeper.meta.events import Subscription, wait_any
@@ -36,6 +41,25 @@ _log = logging.getLogger(__name__)
 #: hand-over by this much at most instead of for ever (verify seed 60103: no kv member led
 #: again after ZooKeeper was killed twice and leaders were killed).
 RECHECK_S = 5.0
+
+
+@dataclass
+class _Queued:
+    """One store's (one session's) contenders, across its ``Lock`` objects: the nodes they
+    wait or hold with, and how many creates are unanswered."""
+
+    claimed: set[str] = field(default_factory=set)
+    creating: int = 0
+
+
+_QUEUED: weakref.WeakKeyDictionary[NodeStore, _Queued] = weakref.WeakKeyDictionary()
+
+
+def _queued(store: NodeStore) -> _Queued:
+    queued = _QUEUED.get(store)
+    if queued is None:
+        queued = _QUEUED[store] = _Queued()
+    return queued
 
 
 class Lock:
@@ -63,17 +87,24 @@ class Lock:
         """Queue and wait until first; ``TimeoutError`` (leaving the queue) after timeout_s."""
         if self._node is not None:
             raise MetadataError(f"lock {self._directory} is held already by this contender")
-        node = await self._store.create(
-            join_path(self._directory, self._prefix),
-            self._owner,
-            ephemeral=True,
-            sequential=True,
-            make_parents=True,
-        )
+        queued = _queued(self._store)
+        queued.creating += 1
+        try:
+            node = await self._store.create(
+                join_path(self._directory, self._prefix),
+                self._owner,
+                ephemeral=True,
+                sequential=True,
+                make_parents=True,
+            )
+        finally:
+            queued.creating -= 1
+        queued.claimed.add(node)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._wait_first(node)
         except BaseException:
+            queued.claimed.discard(node)
             await self._delete_quietly(node)
             raise
         self._node = node
@@ -82,6 +113,7 @@ class Lock:
         """Leave the queue; a no-op when not held."""
         node, self._node = self._node, None
         if node is not None:
+            _queued(self._store).claimed.discard(node)
             await self._delete_quietly(node)
 
     async def wait_lost(self) -> None:
@@ -108,6 +140,7 @@ class Lock:
                 watch.close()
         if self._node == node:
             self._node = None
+            _queued(self._store).claimed.discard(node)
 
     async def holder(self) -> bytes | None:
         """The owner data of the current holder, or None when nobody holds the lock."""
@@ -135,6 +168,8 @@ class Lock:
             position = queue.index(mine)
             if position == 0:
                 return
+            if await self._drop_leftovers(queue[:position]):
+                continue
             predecessor = join_path(self._directory, queue[position - 1])
             async with await self._store.watch(predecessor) as watch:
                 if await self._store.exists(predecessor) is not None:
@@ -143,6 +178,30 @@ class Lock:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(RECHECK_S):
                             await watch.get()
+
+    async def _drop_leftovers(self, ahead: list[str]) -> bool:
+        """Delete the nodes of this session among ``ahead`` that no contender of this store
+        is queued with: left by a round whose delete failed while the connection was down
+        (the session lived on), or whose create's answer was lost. Nobody else removes such
+        a node while the session lives, and once first it holds the lock for nobody (verify
+        seed 50095). True when it deleted one. Nothing is deleted while a create of this
+        store is unanswered (its node may be among them)."""
+        queued = _queued(self._store)
+        deleted = False
+        for name in ahead:
+            path = join_path(self._directory, name)
+            if queued.creating or path in queued.claimed:
+                continue
+            stat = await self._store.exists(path)
+            if stat is None or stat.ephemeral_owner != self._store.session_id:
+                continue
+            if queued.creating or path in queued.claimed:  # changed meanwhile
+                continue
+            _log.info("lock %s: deleting %s, left queued by this session", self._directory, name)
+            with contextlib.suppress(NoNodeError):
+                await self._store.delete(path)
+            deleted = True
+        return deleted
 
     async def _queue(self) -> list[str]:
         names = await self._store.children(self._directory)
