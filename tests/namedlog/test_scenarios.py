@@ -298,6 +298,45 @@ async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
         assert got == [b"r%03d" % i for i in range(300)]
 
 
+@pytest.mark.parametrize("how", ["next", "iterate"])
+async def test_a_reader_whose_read_failed_for_good_goes_on_once_it_is_called_again(how):
+    """A read error that trying again does not cure (every replica refuses: EUA) reaches
+    the caller; the reader is not spent by it: called again, it reads on from the record
+    after the last one it returned (it used to answer None, or end its iteration, for
+    ever after: a state machine member following the log stopped applying, silently)."""
+    from bkeeper.common.errors import UnauthorizedAccessError
+    from bkeeper.wire.codes import StatusCode
+
+    async with MemoryCluster(3) as cluster:
+        writer_client = await cluster.client(FAST)
+        reader_client = await cluster.client(
+            ClientConfig(read_timeout_ms=300, long_poll_timeout_ms=200,
+                         batch_read_entries_max=40, speculative_read_timeout_ms=0)
+        )  # fmt: skip
+        config = LogConfig(roll_bytes=10_000, tail_poll_ms=100)
+        named = await NamedLogs(writer_client, config).create("log")
+        writer = await named.open_writer()
+        for i in range(300):
+            last = await writer.append(b"r%03d" % i)
+        reader = await NamedLogs(reader_client, config).log("log").open_reader()
+        got = [(await reader.next(5.0)).payload for _ in range(75)]
+        faults = [cluster.fault(index, None, error=StatusCode.EUA) for index in range(3)]
+        with pytest.raises(UnauthorizedAccessError):
+            while True:  # the records read ahead already come first
+                record = await (reader.next(5.0) if how == "next" else anext(reader))
+                assert record is not None
+                got.append(record.payload)
+        assert all(f.applied for f in faults)
+        for index in range(3):
+            cluster.heal(index)
+        got += [r.payload for r in await read_to(reader, last)]
+        await writer.append(b"after")  # the reader tails on
+        assert (await reader.next(5.0)).payload == b"after"
+        await reader.close()
+        await writer.close()
+        assert got == [b"r%03d" % i for i in range(300)]
+
+
 async def test_a_reader_past_the_last_ledger_sees_an_appended_one_at_once():
     """A reader that has read every ledger waits for the list to grow on a watch of the
     log's metadata, not a poll: a ledger appended whole (as the Spark sink commits each

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -90,8 +91,22 @@ class LogReader:
         if self._pending is None:
             if self._records is None:
                 self._records = self._run()
-            self._pending = asyncio.ensure_future(self._records.__anext__())
+            records = self._records
+            self._pending = asyncio.ensure_future(records.__anext__())
+            self._pending.add_done_callback(functools.partial(self._read_done, records))
         return self._pending
+
+    def _read_done(
+        self, records: AsyncIterator[list[Record]], task: asyncio.Future[list[Record]]
+    ) -> None:
+        """A read that raised (an error trying again does not cure) ended its generator:
+        the caller gets the error, and the next call starts a new one, from the record
+        after the last one returned, instead of finding the reader spent."""
+        if task.cancelled() or self._records is not records:
+            return
+        error = task.exception()
+        if error is not None and not isinstance(error, StopAsyncIteration):
+            self._records = None
 
     def _take(self) -> Record:
         buffer = self._buffer
@@ -177,7 +192,11 @@ class LogReader:
         that may pass (session expiry, lost connections, unavailable bookies) from the last
         record read."""
         position = await self.seek()
-        meta: LogMetadata | None = self._first_meta
+        # After an error ended the previous run (``_read_done``): on from the last record
+        # returned, with the log's metadata read again.
+        meta, self._first_meta = self._first_meta, None
+        if self.position is not None:
+            position = max(position, self.position)
         while not self._closed:
             try:
                 async for batch in self._tail(position, meta):
