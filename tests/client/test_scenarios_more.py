@@ -31,7 +31,7 @@ from bkeeper.common.errors import (
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.messages import AddRequest, ReadRequest
+from bkeeper.wire.messages import AddRequest, ReadRequest, WriteLacRequest
 
 FAST = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, speculative_read_timeout_ms=50)
 LIMIT_S = 10.0  # no single step of a scenario may take longer than this
@@ -347,6 +347,34 @@ async def test_explicit_lac_survives_bookie_restarts():  # row 12
             (await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw", recovery=False)
         )
         assert await bounded(fresh.read_explicit_last_add_confirmed()) == 5
+
+
+@pytest.mark.parametrize("status", [StatusCode.EIO, StatusCode.EUA])
+async def test_an_explicit_lac_a_bookie_refused_is_sent_again(status: StatusCode):  # row 12
+    """A bookie that answers the writer's explicit LAC with an error status did not take
+    it: the writer sends it again (it counted the answer as sent, and an idle writer's last
+    entry stayed out of every tailing reader's reach until its next append)."""
+    async with MemoryCluster(3) as cluster:
+        config = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, explicit_lac_interval_ms=20)
+        faults = [cluster.fault(index, WriteLacRequest, error=status) for index in range(3)]
+        wh = await (await cluster.client(config)).create_ledger(3, 3, 2, password=b"pw")
+        await write_entries(wh, 6)
+        refused = sum(f.applied for f in faults)
+        deadline = now() + 5
+        while sum(f.applied for f in faults) < refused + 6:  # two more rounds, idle at 5
+            assert now() < deadline, "the writer did not send its explicit LAC again"
+            await asyncio.sleep(0.01)
+        for index in range(3):
+            cluster.heal(index)
+        rh = await bounded(
+            (await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw", recovery=False)
+        )
+        deadline = now() + 5
+        while (lac := await bounded(rh.read_explicit_last_add_confirmed())) < 5:
+            assert now() < deadline, f"explicit LAC stuck at {lac}"
+            await asyncio.sleep(0.02)
+        assert lac == 5
+        await wh.close()
 
 
 async def test_long_poll_returns_promptly_on_append_and_current_value_on_timeout():  # row 13

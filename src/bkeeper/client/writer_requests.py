@@ -14,7 +14,11 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, VerifiedEntry
 from bkeeper.wire.messages import ForceLedgerRequest, WriteLacRequest
 
-__all__ = ["force_ledger", "write_lac_periodically"]
+__all__ = ["WRITE_LAC_RETRY_MAX_S", "force_ledger", "write_lac_periodically"]
+
+#: The longest wait before an explicit LAC that a bookie did not take is sent again (the
+#: wait doubles from the interval while it keeps failing).
+WRITE_LAC_RETRY_MAX_S = 1.0
 
 
 async def force_ledger(ctx: ClientContext, ledger_id: int, ensemble: tuple[str, ...]) -> None:
@@ -38,10 +42,12 @@ async def write_lac_periodically(
     """Send the writer's LAC to its bookies when the writer goes idle with a LAC they have
     not been sent (``idle_lac()`` gives the LAC then, else None; ``went_idle`` is set when
     the last add in flight completes), at most once per ``interval_s``, so
-    that readers see the last entry too without waiting for a next add or a timer. Runs
-    until cancelled."""
+    that readers see the last entry too without waiting for a next add or a timer. A LAC
+    that a bookie did not take (no answer, or an error status) is sent again, after a wait
+    that doubles up to ``WRITE_LAC_RETRY_MAX_S``. Runs until cancelled."""
     ledger_id = digest.ledger_id
     sent = -1
+    retry_s = interval_s
     while True:
         await went_idle.wait()
         went_idle.clear()
@@ -53,8 +59,10 @@ async def write_lac_periodically(
             *(ctx.pool.send(b, request, Protocol.V3) for b in ensemble()),
             return_exceptions=True,
         )
-        if all(not isinstance(r, BaseException) for r in results):
-            sent = lac
-        else:
-            went_idle.set()  # try again after the interval
-        await asyncio.sleep(interval_s)
+        if all(not isinstance(r, BaseException) and r.status is StatusCode.EOK for r in results):
+            sent, retry_s = lac, interval_s
+            await asyncio.sleep(interval_s)
+        else:  # a bookie unreachable, or refusing it (an error status): again, a bit later
+            went_idle.set()
+            await asyncio.sleep(retry_s)
+            retry_s = min(retry_s * 2, max(interval_s, WRITE_LAC_RETRY_MAX_S))
