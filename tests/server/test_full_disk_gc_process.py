@@ -134,7 +134,12 @@ async def test_a_bookie_fills_its_disk_goes_read_only_and_gc_makes_it_writable_a
                 if ledger not in KEPT:
                     await cluster.ledgers.delete(ledger)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
-        assert used_fraction(small_tmpfs) < 0.90
+        # It turned writable below the low-water mark; a compaction going on may hold a
+        # log's copy besides the log a moment longer (0.9017 seen at once, under load).
+        deadline = asyncio.get_running_loop().time() + 30
+        while (used := used_fraction(small_tmpfs)) >= 0.90:
+            assert asyncio.get_running_loop().time() < deadline, f"{used:.4f} of the disk used"
+            await asyncio.sleep(0.1)
 
         # Writable again: adds to the ledgers kept go on where they stopped.
         for ledger in KEPT:
