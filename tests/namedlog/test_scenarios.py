@@ -270,23 +270,31 @@ async def test_retention_by_size_and_age_truncates_sealed_ledgers():
         assert len((await named.metadata()).ledgers) <= 3
 
 
+async def three_hundred_records(cluster: MemoryCluster):
+    """A log of 300 records ``r000``... (one ledger, its writer open), and a reader of it
+    (batch reads of 40 entries, no speculative reads) that has returned the first 75:
+    (writer, reader, the last record's position, the payloads read)."""
+    writer_client = await cluster.client(FAST)
+    reader_client = await cluster.client(
+        ClientConfig(add_timeout_ms=500, read_timeout_ms=300, long_poll_timeout_ms=200,
+                     batch_read_entries_max=40, speculative_read_timeout_ms=0)
+    )  # fmt: skip
+    config = LogConfig(roll_bytes=10_000, tail_poll_ms=100)
+    named = await NamedLogs(writer_client, config).create("log")
+    writer = await named.open_writer()
+    for i in range(300):
+        last = await writer.append(b"r%03d" % i)
+    reader = await NamedLogs(reader_client, config).log("log").open_reader()
+    got = [(await reader.next(5.0)).payload for _ in range(75)]
+    return writer, reader, last, got
+
+
 async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
     from bkeeper.wire.codes import StatusCode
 
     async with MemoryCluster(3) as cluster:
-        writer_client = await cluster.client(FAST)
-        reader_client = await cluster.client(
-            ClientConfig(add_timeout_ms=500, read_timeout_ms=300, long_poll_timeout_ms=200,
-                         batch_read_entries_max=40, speculative_read_timeout_ms=0)
-        )  # fmt: skip
-        config = LogConfig(roll_bytes=10_000, tail_poll_ms=100)
-        named = await NamedLogs(writer_client, config).create("log")
-        writer = await named.open_writer()
-        for i in range(300):
-            last = await writer.append(b"r%03d" % i)
+        writer, reader, last, got = await three_hundred_records(cluster)
         await writer.close()
-        reader = await NamedLogs(reader_client, config).log("log").open_reader()
-        got = [(await reader.next(5.0)).payload for _ in range(75)]
         assert reader.position is not None and reader.position.entry_id == 75
         faults = [cluster.fault(index, None, error=StatusCode.EIO) for index in range(3)]
         pending = asyncio.ensure_future(read_to(reader, last))  # every read fails a while:
@@ -308,18 +316,7 @@ async def test_a_reader_whose_read_failed_for_good_goes_on_once_it_is_called_aga
     from bkeeper.wire.codes import StatusCode
 
     async with MemoryCluster(3) as cluster:
-        writer_client = await cluster.client(FAST)
-        reader_client = await cluster.client(
-            ClientConfig(read_timeout_ms=300, long_poll_timeout_ms=200,
-                         batch_read_entries_max=40, speculative_read_timeout_ms=0)
-        )  # fmt: skip
-        config = LogConfig(roll_bytes=10_000, tail_poll_ms=100)
-        named = await NamedLogs(writer_client, config).create("log")
-        writer = await named.open_writer()
-        for i in range(300):
-            last = await writer.append(b"r%03d" % i)
-        reader = await NamedLogs(reader_client, config).log("log").open_reader()
-        got = [(await reader.next(5.0)).payload for _ in range(75)]
+        writer, reader, last, got = await three_hundred_records(cluster)
         faults = [cluster.fault(index, None, error=StatusCode.EUA) for index in range(3)]
         with pytest.raises(UnauthorizedAccessError):
             while True:  # the records read ahead already come first
