@@ -58,6 +58,16 @@ def test_parse_nemeses() -> None:
         parse_nemeses(" , ")
 
 
+def test_on_a_cluster_given_with_metadata_only_verifys_own_processes_are_faulted() -> None:
+    assert parse_nemeses("all", "ledger", external=True) == ("client-kill",)
+    assert parse_nemeses("client-kill", "ledger", external=True) == ("client-kill",)
+    for name in ("kill", "zk", "disk-full", "partition"):
+        with pytest.raises(ConfigError, match=f"'{name}' works on the cluster's own processes"):
+            parse_nemeses(f"client-kill,{name}", "ledger", external=True)
+    with pytest.raises(ConfigError, match="'kil' is not one of"):
+        parse_nemeses("kil", "ledger", external=True)
+
+
 def test_every_nemesis_is_drawn_and_a_slow_disk_says_its_delay() -> None:
     kinds = {f.kind for seed in range(10) for f in make_schedule(seed, NEMESES, 300.0, 5)}
     assert kinds == set(NEMESES)

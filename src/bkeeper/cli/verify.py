@@ -14,6 +14,7 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli.shell_ops import progress
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.loop import run_event_loop
+from bkeeper.meta.uri import MetadataUri
 from bkeeper.verify import stop
 from bkeeper.verify.client_process import run_client_process
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
@@ -61,6 +62,15 @@ RUNS_MAX = 1_000_000
     help="Seconds auto-recovery has, after the faults, to repair what they left.",
 )
 @click.option(
+    "--metadata",
+    default=None,
+    metavar="URI",
+    help="Run on this cluster (zk://host:port/ledgers) instead of one of verify's own: the "
+    "ledger or log workload, on ledgers or a log of the run's own (deleted at the end unless "
+    "the run found a violation), with only the faults of verify's own client process "
+    "(client-kill).",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
@@ -76,14 +86,28 @@ def verify(
     runs: int,
     bookies: int,
     settle: float,
+    metadata: str | None,
     out_dir: Path,
 ) -> None:
-    """Run WORKLOAD against a fresh local cluster (ZooKeeper + bookies, each a process)
-    while faults are injected on a schedule derived from the seed; check the recorded
-    history; print a summary table. The same seed gives the same schedule."""
+    """Run WORKLOAD against a fresh local cluster (ZooKeeper + bookies, each a process), or
+    the cluster at --metadata, while faults are injected on a schedule derived from the
+    seed; check the recorded history; print a summary table. The same seed gives the same
+    schedule."""
     try:
-        nemeses = () if nemesis_text.strip() == "none" else parse_nemeses(nemesis_text, workload)
-        config = VerifyConfig(workload, nemeses, duration, bookies, settle, out_dir)
+        if metadata is not None and MetadataUri.parse(metadata).scheme == "memory":
+            raise ConfigError(
+                f"metadata: {metadata!r} lives in one process; verify's client processes "
+                "need a cluster they can reach (zk://host:port/ledgers)"
+            )
+        external = metadata is not None
+        nemeses = (
+            ()
+            if nemesis_text.strip() == "none"
+            else parse_nemeses(nemesis_text, workload, external=external)
+        )
+        config = VerifyConfig(
+            workload, nemeses, duration, bookies, settle, out_dir, metadata=metadata
+        )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     first = seed if seed is not None else random.randrange(1 << 31)
@@ -91,7 +115,10 @@ def verify(
     stop.install()
     console = Console()
     err = Console(stderr=True)
-    err.print(f"verify: {runs} run(s) from seed {first}, nemeses {', '.join(nemeses) or 'none'}")
+    where = f" on {metadata}" if metadata else ""
+    err.print(
+        f"verify: {runs} run(s){where} from seed {first}, nemeses {', '.join(nemeses) or 'none'}"
+    )
     results: list[RunResult] = []
     harness: list[tuple[int, str]] = []
     with progress("runs") as advance:

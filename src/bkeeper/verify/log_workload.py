@@ -36,8 +36,16 @@ LOG_CONFIG = LogConfig(roll_bytes=64 * 1024, tail_poll_ms=200)
 class LogWorkload:
     """The workload of one run (module doc); :meth:`run` until ``stop`` is set."""
 
-    def __init__(self, uri: str, history: History, seed: int, config: WorkloadConfig) -> None:
+    def __init__(
+        self,
+        uri: str,
+        history: History,
+        seed: int,
+        config: WorkloadConfig,
+        name: str = LOG_NAME,
+    ) -> None:
         self.uri = uri
+        self.name = name
         self.history = history
         self.seed = seed
         self.config = config
@@ -51,7 +59,7 @@ class LogWorkload:
         async with await start_client(self.uri, self._client) as setup:
             logs = NamedLogs(setup, LOG_CONFIG)
             with contextlib.suppress(BKeeperError):  # exists already: a harness restart
-                await logs.create(LOG_NAME)
+                await logs.create(self.name)
         clients = [await start_client(self.uri, self._client) for _ in range(4)]
         try:
             async with asyncio.TaskGroup() as group:
@@ -66,7 +74,7 @@ class LogWorkload:
     async def _writer(self, logs: NamedLogs, w: int, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed * 1_000 + w)
         name, seq = f"writer-{w}", 0
-        named = logs.log(LOG_NAME)
+        named = logs.log(self.name)
         while not stop.is_set():
             self.history.add(name, "invoke", "open")
             try:
@@ -122,7 +130,7 @@ class LogWorkload:
         reader = None
         while reader is None and not stop.is_set():
             try:
-                reader = await logs.log(LOG_NAME).open_reader(EARLIEST)
+                reader = await logs.log(self.name).open_reader(EARLIEST)
             except BKeeperError as exc:
                 self.history.add("tail", "info", "tail", error=_why(exc))
                 await _pause(stop, 0.5)
@@ -145,7 +153,7 @@ class LogWorkload:
     async def _consume(self, logs: NamedLogs, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed * 1_000 + 700)
         session = 0
-        named = logs.log(LOG_NAME)
+        named = logs.log(self.name)
         while not stop.is_set():
             name = f"consumer-{session}"
             session += 1
@@ -180,12 +188,12 @@ class LogWorkload:
 FinalLog = tuple[list[tuple[tuple[int, int], str]], tuple[int, int] | None, list[int]]
 
 
-async def read_log(uri: str) -> FinalLog:
+async def read_log(uri: str, name: str = LOG_NAME) -> FinalLog:
     """The whole log (position, digest) in order, the subscription's mark, and the log's
     ledgers. A writer opened and closed first seals the last ledger (a record acknowledged
     past the LAC readers know is then readable)."""
     async with await start_client(uri) as bk:
-        named = NamedLogs(bk, LOG_CONFIG).log(LOG_NAME)
+        named = NamedLogs(bk, LOG_CONFIG).log(name)
         sealer = await named.open_writer()
         await sealer.close()
         last = await named.last_position()

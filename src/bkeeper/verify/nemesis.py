@@ -73,14 +73,16 @@ _EXIT_TIMEOUT_S = 10.0
 
 
 class Nemesis:
-    """Injects and heals :class:`~bkeeper.verify.schedule.Fault` s on ``sandbox``.
+    """Injects and heals :class:`~bkeeper.verify.schedule.Fault` s on ``sandbox`` (None: a
+    cluster given with ``--metadata``, whose processes are not verify's: only
+    ``client-kill``).
 
     ``disks``: bookie index -> its own filesystem (for ``disk-full``); ``recent_ledgers``:
     ledgers the workload wrote last (``corrupt`` flips entries of one of them)."""
 
     def __init__(
         self,
-        sandbox: Sandbox,
+        sandbox: Sandbox | None,
         recent_ledgers: Callable[[], list[int]],
         disks: dict[int, Path] | None = None,
         network: Network | None = None,
@@ -110,7 +112,7 @@ class Nemesis:
             await asyncio.to_thread(self._kill_bookie, target)
             return f"bookie {target} killed"
         if kind == "pause":
-            self.sandbox.kill_bookie(target, signal.SIGSTOP)
+            self._sandbox().kill_bookie(target, signal.SIGSTOP)
             return f"bookie {target} stopped (SIGSTOP)"
         if kind == "corrupt":
             await asyncio.to_thread(self._kill_bookie, target)
@@ -131,14 +133,14 @@ class Nemesis:
             await asyncio.to_thread(self._network().cut, target, _CUTS[kind])
             return f"bookie {target} cut off from {_CUTS[kind]}"
         if kind == "slow-disk":
-            set_sync_delay(self.sandbox.bookie_data_dir(target), fault.sync_delay_ms)
+            set_sync_delay(self._sandbox().bookie_data_dir(target), fault.sync_delay_ms)
             return f"bookie {target}'s fsyncs each held up {fault.sync_delay_ms} ms"
         raise BKeeperError(f"unknown fault {kind!r}")
 
     async def heal(self, fault: Fault) -> str:
         kind, target = fault.kind, fault.target
         if kind == "zk":
-            await asyncio.to_thread(self.sandbox.zookeeper.start)
+            await asyncio.to_thread(self._sandbox().zookeeper.start)
             return "ZooKeeper started again"
         if kind == "zk-pause":
             os.kill(self._zookeeper_pid(), signal.SIGCONT)
@@ -148,10 +150,10 @@ class Nemesis:
             return "a new client process started"
         assert target is not None
         if kind in ("kill", "corrupt", "corrupt-entry-log"):
-            await asyncio.to_thread(self.sandbox.restart_bookie, target)
+            await asyncio.to_thread(self._sandbox().restart_bookie, target)
             return f"bookie {target} started again"
         if kind == "pause":
-            self.sandbox.kill_bookie(target, signal.SIGCONT)
+            self._sandbox().kill_bookie(target, signal.SIGCONT)
             return f"bookie {target} continued (SIGCONT)"
         if kind == "disk-full":
             (self.disks[target] / FILLER_NAME).unlink(missing_ok=True)
@@ -163,9 +165,14 @@ class Nemesis:
             await asyncio.to_thread(self._network().uncut, target, _CUTS[kind])
             return f"bookie {target} joined to {_CUTS[kind]} again"
         if kind == "slow-disk":
-            set_sync_delay(self.sandbox.bookie_data_dir(target), None)
+            set_sync_delay(self._sandbox().bookie_data_dir(target), None)
             return f"bookie {target}'s fsyncs no longer held up"
         raise BKeeperError(f"unknown fault {kind!r}")
+
+    def _sandbox(self) -> Sandbox:
+        if self.sandbox is None:
+            raise BKeeperError("the cluster is not verify's own (--metadata): no process to fault")
+        return self.sandbox
 
     def _network(self) -> Network:
         if self.network is None:
@@ -173,9 +180,9 @@ class Nemesis:
         return self.network
 
     def _kill_bookie(self, index: int) -> None:
-        self.sandbox.kill_bookie(index, signal.SIGKILL)
+        self._sandbox().kill_bookie(index, signal.SIGKILL)
         try:
-            self.sandbox.bookies[index].wait(_EXIT_TIMEOUT_S)
+            self._sandbox().bookies[index].wait(_EXIT_TIMEOUT_S)
         except Exception as exc:
             raise BKeeperError(f"bookie {index} did not exit after SIGKILL: {exc}") from exc
 
@@ -185,19 +192,19 @@ class Nemesis:
         return self.clients
 
     def _zookeeper_pid(self) -> int:
-        pid = self.sandbox.zookeeper.pid
+        pid = self._sandbox().zookeeper.pid
         if pid is None:
             raise BKeeperError("ZooKeeper is not running")
         return pid
 
     def _kill_zookeeper(self) -> None:
-        server = self.sandbox.zookeeper
+        server = self._sandbox().zookeeper
         os.kill(self._zookeeper_pid(), signal.SIGKILL)
         server.wait()
         server.stop()  # reaps it and forgets the process
 
     def _corrupt_entry_log(self, index: int) -> str:
-        data_dir = self.sandbox.bookie_data_dir(index)
+        data_dir = self._sandbox().bookie_data_dir(index)
         flipped = flip_entry_log_records(data_dir, self.recent_ledgers())
         if flipped is None:
             return f"bookie {index} killed (no recent entry in its entry logs)"
@@ -207,7 +214,7 @@ class Nemesis:
         return f"bookie {index} killed, {where} flipped in its entry log"
 
     def _corrupt(self, index: int) -> str:
-        journal_dir = self.sandbox.bookie_data_dir(index) / "current" / "journal"
+        journal_dir = self._sandbox().bookie_data_dir(index) / "current" / "journal"
         try:
             path = newest_journal_file(journal_dir)
         except FileNotFoundError:

@@ -20,6 +20,11 @@ leader is asked for), adds their faults to the nemesis, and at the end checks th
 and the history's linearizability (:func:`~bkeeper.verify.check_kv.check_kv`); the log's
 ledgers then go through step 4.
 
+With ``--metadata`` (:attr:`VerifyConfig.metadata`) a run uses the cluster given instead of
+starting one: the ledger or log workload, only the faults of verify's own client process,
+step 4 without the auditor's pass over the cluster, and what the run wrote deleted at the
+end unless it found a violation (:func:`_run_external`).
+
 The history (JSON lines), the schedule, the log, a command that repeats the run, the verdict
 (``verdict.txt``: faults as injected, counts, violations; ``result.json``: the same as one
 JSON line) and, for a run with a violation, the cluster's process logs (``logs/``) are written
@@ -35,6 +40,7 @@ import dataclasses
 import json
 import logging
 import random
+import secrets
 import shlex
 import tempfile
 import time
@@ -45,8 +51,15 @@ from pathlib import Path
 from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.replicas import list_ledger
+from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.distribution import write_set
-from bkeeper.common.errors import BKeeperError, ConfigError, LedgerNotFoundError
+from bkeeper.common.errors import (
+    BKeeperError,
+    ConfigError,
+    LedgerNotFoundError,
+    LogNotFoundError,
+)
+from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
 from bkeeper.testing.entry_log_faults import FlippedEntries
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
@@ -61,10 +74,24 @@ from bkeeper.verify.kv_workload import MEMBERS, KvNemesis, KvWorkload
 from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.nemesis import Nemesis
 from bkeeper.verify.netns import NetnsSandbox, Network
-from bkeeper.verify.schedule import MEMBER_PARTITIONS, PARTITIONS, Fault, make_schedule
+from bkeeper.verify.schedule import (
+    EXTERNAL_NEMESES,
+    MEMBER_PARTITIONS,
+    PARTITIONS,
+    Fault,
+    make_schedule,
+)
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
-__all__ = ["SUMMARY_NAME", "WORKLOADS", "RunResult", "VerifyConfig", "keep_logs", "run_once"]
+__all__ = [
+    "EXTERNAL_WORKLOADS",
+    "SUMMARY_NAME",
+    "WORKLOADS",
+    "RunResult",
+    "VerifyConfig",
+    "keep_logs",
+    "run_once",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +101,10 @@ RECENT_LEDGERS = 256
 
 #: The workloads, by name.
 WORKLOADS = ("ledger", "log", "kv")
+#: The workloads that can run on a cluster given with ``--metadata``.
+EXTERNAL_WORKLOADS = ("ledger", "log")
+#: The writable bookies a cluster given with ``--metadata`` needs (the ledgers are E3).
+EXTERNAL_BOOKIES_MIN = 3
 
 #: The file in the output directory that gets one JSON line per finished run.
 SUMMARY_NAME = "summary.jsonl"
@@ -96,10 +127,24 @@ class VerifyConfig:
     settle_s: float = 120.0
     out_dir: Path = Path("verify-out")
     workload_config: WorkloadConfig = field(default_factory=WorkloadConfig)
+    #: A cluster to run on instead of one of verify's own (``--metadata``): no fault of its
+    #: processes, only :data:`~bkeeper.verify.schedule.EXTERNAL_NEMESES`.
+    metadata: str | None = None
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
             raise ConfigError(f"workload: {self.workload!r} is not one of {', '.join(WORKLOADS)}")
+        if self.metadata is not None:
+            if self.workload not in EXTERNAL_WORKLOADS:
+                raise ConfigError(
+                    f"workload: {self.workload!r} starts its store's members on a cluster of "
+                    f"verify's own; with --metadata: {', '.join(EXTERNAL_WORKLOADS)}"
+                )
+            outside = [n for n in self.nemeses if n not in EXTERNAL_NEMESES]
+            if outside:
+                raise ConfigError(
+                    f"nemesis: {', '.join(outside)} need a cluster of verify's own (no --metadata)"
+                )
         if not 5 <= self.bookies <= 16:
             raise ConfigError(f"bookies: {self.bookies} is not between 5 and 16")
         if not 1.0 <= self.duration_s <= 86_400.0:
@@ -146,13 +191,16 @@ def repro_command(config: VerifyConfig, seed: int) -> str:
             "bkeeper", "verify", "--workload", config.workload,
             "--nemesis", ",".join(config.nemeses) or "none",
             "--duration", f"{config.duration_s:g}", "--seed", str(seed),
-            "--bookies", str(config.bookies),
+            *(("--metadata", config.metadata) if config.metadata else
+              ("--bookies", str(config.bookies))),
         ]
     )  # fmt: skip
 
 
 def run_once(config: VerifyConfig, seed: int) -> RunResult:
     """One run (module doc); raises only for what stops the harness itself (ports, Java)."""
+    if config.metadata is not None:
+        return _run_external(config, config.metadata, seed)
     started = time.monotonic()
     out = config.out_dir / f"seed-{seed}"
     out.mkdir(parents=True, exist_ok=True)
@@ -225,9 +273,10 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             nemesis = KvNemesis(base, workload) if isinstance(workload, KvWorkload) else base
             with asyncio.Runner() as runner:
                 try:
-                    faults, verdict = runner.run(  # SIGTERM, Ctrl-C: out of the loop at once
-                        stop.watched(_drive(config, sandbox, schedule, workload, nemesis, history))
-                    )
+                    uri = sandbox.metadata_uri
+                    driven = _drive(config, uri, sandbox, schedule, workload, nemesis, history)
+                    # SIGTERM, Ctrl-C: out of the loop at once
+                    faults, verdict = runner.run(stop.watched(driven))
                 except KeyboardInterrupt:
                     # Interrupted (Ctrl-C, SIGTERM): the processes go first, so that the
                     # runner's clean-up does not wait for threads waiting on them (a bookie
@@ -251,6 +300,20 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                 keep_logs(data_dir, out / "logs")
         if not verdict.ok:  # the processes' logs, for whoever looks into it
             keep_logs(data_dir, out / "logs")
+    return _finish(config, seed, out, history, faults, verdict, skipped, started)
+
+
+def _finish(
+    config: VerifyConfig,
+    seed: int,
+    out: Path,
+    history: History,
+    faults: list[tuple[Fault, str]],
+    verdict: Verdict,
+    skipped: dict[str, str],
+    started: float,
+) -> RunResult:
+    """Write the run's history, repro, verdict and summary line; its result."""
     history_path = out / "history.jsonl"
     history.write(history_path)
     repro = repro_command(config, seed)
@@ -275,6 +338,87 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
     )
     (out / "result.json").write_text(_summarize(config, result.summary()))
     return result
+
+
+def _run_external(config: VerifyConfig, uri: str, seed: int) -> RunResult:
+    """One run on the cluster at ``uri`` (``--metadata``): the workload, on a log or ledgers
+    of the run's own, with only the faults of verify's own client process; the same checks
+    (auto-recovery's only on the run's ledgers: the cluster's auditor is not verify's to
+    run). What the run wrote is deleted at the end unless it found a violation (kept then,
+    for whoever looks into it)."""
+    started = time.monotonic()
+    asyncio.run(_check_reachable(uri))
+    out = config.out_dir / f"seed-{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    nemeses = list(config.nemeses)
+    skipped: dict[str, str] = {}
+    workload_config = config.workload_config
+    if "client-kill" in nemeses:
+        if config.workload == "ledger":
+            workload_config = dataclasses.replace(
+                workload_config, client_process_log=str(out / "client-process.log")
+            )
+        else:
+            skipped["client-kill"] = f"the {config.workload} workload has no client process"
+            nemeses.remove("client-kill")
+    schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
+    (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
+    history = History()
+    # A name of the run's own: the cluster may hold earlier runs' logs, or anyone's.
+    name = f"verify-{seed}-{secrets.token_hex(4)}"
+    workload: LedgerWorkload | LogWorkload
+    if config.workload == "log":
+        workload = LogWorkload(uri, history, seed, workload_config, name)
+    else:
+        workload = LedgerWorkload(uri, history, seed, workload_config)
+    clients = workload if isinstance(workload, LedgerWorkload) else None
+    nemesis = Nemesis(None, lambda: workload.created[-RECENT_LEDGERS:], clients=clients)
+    with _logs_to(out / "verify.log"), asyncio.Runner() as runner:
+        try:
+            faults, verdict = runner.run(
+                stop.watched(_drive(config, uri, None, schedule, workload, nemesis, history))
+            )
+            if verdict.ok:
+                runner.run(stop.watched(_delete_written(uri, workload)))
+            else:
+                log.warning(
+                    "kept for whoever looks into it: %s%d ledger(s) %s",
+                    f"log {name}, " if isinstance(workload, LogWorkload) else "",
+                    len(set(workload.created)), sorted(set(workload.created)),
+                )  # fmt: skip
+        except BKeeperError as exc:
+            log.warning("the harness could not finish the run: %s", exc, exc_info=True)
+            _summarize(config, {"seed": seed, "harness_error": str(exc)})
+            raise
+    return _finish(config, seed, out, history, faults, verdict, skipped, started)
+
+
+async def _check_reachable(uri: str) -> None:
+    """``ConfigError`` (the campaign stops) unless a client starts on ``uri`` and the
+    cluster has the writable bookies the workloads' ledgers need (E3)."""
+    try:
+        async with await BookKeeper(uri).start() as bk:
+            writable = (await bk.cluster.registry.bookies()).writable
+    except ConfigError:
+        raise
+    except BKeeperError as exc:
+        raise ConfigError(f"cluster {uri}: {exc}") from exc
+    if len(writable) < EXTERNAL_BOOKIES_MIN:
+        raise ConfigError(
+            f"cluster {uri}: {len(writable)} writable bookie(s); the workloads write "
+            f"ledgers of {EXTERNAL_BOOKIES_MIN} (E3 Qw3 Qa2)"
+        )
+
+
+async def _delete_written(uri: str, workload: LedgerWorkload | LogWorkload) -> None:
+    """Delete the log or the ledgers a run on someone's cluster wrote."""
+    async with await start_client(uri) as bk:
+        if isinstance(workload, LogWorkload):
+            with contextlib.suppress(LogNotFoundError):
+                await NamedLogs(bk, LogConfig()).delete(workload.name)
+        for ledger_id in dict.fromkeys(workload.created):  # a log's, also those it lost
+            with contextlib.suppress(LedgerNotFoundError):
+                await bk.delete_ledger(ledger_id, fence=False)
 
 
 def _summarize(config: VerifyConfig, fields: dict[str, object]) -> str:
@@ -339,7 +483,8 @@ def _sandbox_config(data_dir: Path, bookies: int, seed: int, slow_disks: bool) -
 
 async def _drive(
     config: VerifyConfig,
-    sandbox: Sandbox,
+    uri: str,
+    sandbox: Sandbox | None,
     schedule: tuple[Fault, ...],
     workload: LedgerWorkload | LogWorkload | KvWorkload,
     nemesis: Nemesis | KvNemesis,
@@ -373,22 +518,25 @@ async def _drive(
         verdict.ledgers = len(readable)
     elif isinstance(workload, LogWorkload):
         try:
-            records, mark, readable = await read_log(sandbox.metadata_uri)
+            records, mark, readable = await read_log(uri, workload.name)
             verdict = check_log(history, records, mark)
         except BKeeperError as exc:
             verdict, readable = Verdict(), []
             verdict.violate(f"the log could not be read whole at the end: {exc}")
     else:
-        final = await read_final(sandbox.metadata_uri, list(workload.created))
+        final = await read_final(uri, list(workload.created))
         verdict = check_ledgers(history, final)
         readable = [ledger_id for ledger_id, found in final.items() if not found.error]
     for line in harness:
         verdict.violate(line)
     # The kv store's leader truncates its log after each snapshot: a ledger of it may go.
     gone_ok = isinstance(workload, KvWorkload)
-    await _check_replication(sandbox.metadata_uri, readable, config.settle_s, verdict, gone_ok)
+    await _check_replication(
+        uri, readable, config.settle_s, verdict, gone_ok, audit=sandbox is not None
+    )
     base = nemesis.base if isinstance(nemesis, KvNemesis) else nemesis
-    await _check_flipped(sandbox, base.flipped, verdict)
+    if sandbox is not None:
+        await _check_flipped(sandbox, base.flipped, verdict)
     return done, verdict
 
 
@@ -460,25 +608,34 @@ async def _until(when: float, task: asyncio.Task[None]) -> None:
 
 
 async def _check_replication(
-    uri: str, ledger_ids: list[int], settle_s: float, verdict: Verdict, gone_ok: bool = False
+    uri: str,
+    ledger_ids: list[int],
+    settle_s: float,
+    verdict: Verdict,
+    gone_ok: bool = False,
+    *,
+    audit: bool = True,
 ) -> None:
-    """``gone_ok``: a ledger deleted meanwhile is skipped (else its absence is an error)."""
+    """``gone_ok``: a ledger deleted meanwhile is skipped (else its absence is an error).
+    ``audit``: run the auditor's replicas check over the cluster and give the workers
+    ``settle_s`` first (on verify's own cluster; someone else's is its own auditor's)."""
     async with await start_client(uri) as bk:
-        urm = bk.cluster.underreplication
-        await urm.ensure_layout()
-        auditor = Auditor(bk, urm, AutoRecoveryConfig())
-        await auditor.replicas_check()
-        deadline = asyncio.get_running_loop().time() + settle_s
-        while asyncio.get_running_loop().time() < deadline:
-            if not [x async for x in urm.ledger_ids()]:
-                break
-            await asyncio.sleep(1.0)
-        marked = sorted([x async for x in urm.ledger_ids()])
-        if marked:
-            verdict.violate(
-                f"{len(marked)} ledgers still marked under-replicated {settle_s:g} s after "
-                f"the faults stopped: {marked[:10]}"
-            )
+        if audit:
+            urm = bk.cluster.underreplication
+            await urm.ensure_layout()
+            auditor = Auditor(bk, urm, AutoRecoveryConfig())
+            await auditor.replicas_check()
+            deadline = asyncio.get_running_loop().time() + settle_s
+            while asyncio.get_running_loop().time() < deadline:
+                if not [x async for x in urm.ledger_ids()]:
+                    break
+                await asyncio.sleep(1.0)
+            marked = sorted([x async for x in urm.ledger_ids()])
+            if marked:
+                verdict.violate(
+                    f"{len(marked)} ledgers still marked under-replicated {settle_s:g} s "
+                    f"after the faults stopped: {marked[:10]}"
+                )
         live = (await bk.cluster.registry.bookies()).writable
         lists = asyncio.Semaphore(32)
         for ledger_id in ledger_ids:

@@ -30,6 +30,7 @@ from bkeeper.common.errors import ConfigError
 
 __all__ = [
     "CLUSTER_NEMESES",
+    "EXTERNAL_NEMESES",
     "GAP_S",
     "HOLD_S",
     "KV_NEMESES",
@@ -72,6 +73,9 @@ KV_NEMESES = (
 )
 #: The nemeses that are not aimed at a bookie.
 CLUSTER_NEMESES = frozenset({"zk", "zk-pause", "client-kill", *KV_NEMESES})
+#: The nemeses that work only on verify's own processes, none of the cluster's: what a run
+#: against a cluster given with ``--metadata`` can have.
+EXTERNAL_NEMESES = ("client-kill",)
 #: The nemeses that need the bookies in network namespaces (:mod:`bkeeper.verify.netns`).
 PARTITIONS = frozenset({"partition", "partition-zk", "partition-clients"})
 
@@ -133,20 +137,31 @@ def nemeses_of(workload: str) -> tuple[str, ...]:
     return NEMESES + KV_NEMESES if workload == "kv" else NEMESES
 
 
-def parse_nemeses(text: str, workload: str = "ledger") -> tuple[str, ...]:
-    """``kill,pause,...`` -> the names, checked ("all": every one ``workload`` can have);
-    ``ConfigError`` naming an unknown one, or a kv one for another workload."""
+def parse_nemeses(
+    text: str, workload: str = "ledger", *, external: bool = False
+) -> tuple[str, ...]:
+    """``kill,pause,...`` -> the names, checked ("all": every one ``workload`` can have;
+    ``external``: on a cluster given with ``--metadata``, only :data:`EXTERNAL_NEMESES`);
+    ``ConfigError`` naming an unknown one, a kv one for another workload, or one that needs
+    the cluster's processes where they are not verify's."""
     known = nemeses_of(workload)
+    allowed = tuple(n for n in known if n in EXTERNAL_NEMESES) if external else known
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return known
+        return allowed
     if not names:
-        raise ConfigError(f"nemesis: none given (choose from {', '.join(known)})")
+        raise ConfigError(f"nemesis: none given (choose from {', '.join(allowed)})")
     for name in names:
         if name in KV_NEMESES and workload != "kv":
             raise ConfigError(f"nemesis: {name!r} needs --workload kv")
         if name not in known:
             raise ConfigError(f"nemesis: {name!r} is not one of {', '.join(known)}, all")
+        if name not in allowed:
+            raise ConfigError(
+                f"nemesis: {name!r} works on the cluster's own processes or disks, so it "
+                f"needs a cluster of verify's own (no --metadata); on a cluster given with "
+                f"--metadata: {', '.join(allowed) or 'none'}"
+            )
     return tuple(dict.fromkeys(names))
 
 
