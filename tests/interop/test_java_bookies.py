@@ -130,7 +130,13 @@ async def test_fencing_across_implementations_on_java_bookies(
     assert await read_all(bk, java_ledger) == written(java_ledger)
     with pytest.raises(JavaError) as fenced:
         await ask(java, "append", java_ledger, ENTRIES, 1, SIZE)
-    assert (fenced.value.kind, fenced.value.code) == ("BKLedgerFencedException", JAVA_FENCED)
+    # Fenced, as every bookie answers. Or, on a loaded machine: a bookie still behind on the
+    # writer's acknowledged adds (Qa 2 of 3) fenced before it wrote them and refused them;
+    # Java took those late refusals for a failed bookie, found none to replace it with (three
+    # bookies, all in the ensemble) and failed the append so (seen once in a test run beside
+    # verify campaigns). Either way nothing was written past the end recovery sealed.
+    refused = {("BKLedgerFencedException", JAVA_FENCED), ("BKNotEnoughBookiesException", -6)}
+    assert (fenced.value.kind, fenced.value.code) in refused
     # A bkeeper writer fenced by Java's recovery open.
     writer = await bk.create_ledger(3, 3, 2, digest="crc32c", password=PASSWORD.encode())
     for entry in range(ENTRIES):
