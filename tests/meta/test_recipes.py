@@ -186,6 +186,39 @@ async def test_a_node_left_behind_by_a_failed_delete_does_not_block_its_own_sess
     await b.release()
 
 
+async def test_a_node_whose_create_answer_was_lost_does_not_block_its_own_session(
+    open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The create reached ZooKeeper but its answer was lost with the connection: the node
+    is queued and nobody knows its name. The session's next waiter there finds it by its
+    owner (the session) and deletes it."""
+    from bkeeper.common.errors import ConnectionLossError
+
+    directory = join_path(root, "lock")
+    a = Lock(await open_store(), directory, owner=b"a")
+    b_store = await open_store()
+    b = Lock(b_store, directory, owner=b"b")
+    await a.acquire()
+    real_create = b_store.create
+
+    async def answer_lost(*args: object, **kwargs: object) -> str:
+        await real_create(*args, **kwargs)  # type: ignore[arg-type]
+        raise ConnectionLossError("disconnected (reconnecting)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(b_store, "create", answer_lost)
+        with pytest.raises(ConnectionLossError):
+            await b.acquire()
+    assert len(await b_store.children(directory)) == 2
+    waiter = asyncio.ensure_future(b.acquire(timeout_s=WAIT_S))
+    await asyncio.sleep(0.2)
+    await a.release()
+    await asyncio.wait_for(waiter, WAIT_S + 5)
+    assert b.held and await a.holder() == b"b"
+    assert await b_store.children(directory) == [basename(b.node or "")]
+    await b.release()
+
+
 async def test_a_waiter_whose_watch_event_is_lost_takes_the_lock_anyway(
     open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,11 +7,11 @@ expires loses the lock: :meth:`Lock.wait_lost` returns, and the next contender t
 
 Invariant: at any moment at most one live node is first in the queue, so at most one
 session holds the lock. A waiter deletes the nodes of its own session queued ahead of its own
-that no contender of its store is queued with (left by a round whose delete failed while the
-connection was down). Waiting is on watches, and on a look at the queue every ``RECHECK_S``
-besides (a lost watch event must not stall the queue). (A holder cut off from the store
-learns of the loss only when its session is declared expired; that is ZooKeeper's
-guarantee, not a stronger one.)
+that no contender of its store is queued with (left by a round whose delete failed, or whose
+create's answer was lost, while the connection was down). Waiting is on watches, and on a
+look at the queue every ``RECHECK_S`` besides (a lost watch event must not stall the
+queue). (A holder cut off from the store learns of the loss only when its session is
+declared expired; that is ZooKeeper's guarantee, not a stronger one.)
 """
 
 from __future__ import annotations
@@ -46,10 +46,14 @@ RECHECK_S = 5.0
 @dataclass
 class _Queued:
     """One store's (one session's) contenders, across its ``Lock`` objects: the nodes they
-    wait or hold with, and how many creates are unanswered."""
+    wait or hold with, how many creates are unanswered, and what may be left queued by
+    nobody: nodes whose delete failed (``leftovers``) and directories where a create's
+    answer was lost (``lost_creates``: a node nobody knows of may be queued there)."""
 
     claimed: set[str] = field(default_factory=set)
     creating: int = 0
+    leftovers: set[str] = field(default_factory=set)
+    lost_creates: set[str] = field(default_factory=set)
 
 
 _QUEUED: weakref.WeakKeyDictionary[NodeStore, _Queued] = weakref.WeakKeyDictionary()
@@ -97,6 +101,9 @@ class Lock:
                 sequential=True,
                 make_parents=True,
             )
+        except ConnectionLossError:  # it may have been made: look for it next time
+            queued.lost_creates.add(self._directory)
+            raise
         finally:
             queued.creating -= 1
         queued.claimed.add(node)
@@ -184,23 +191,33 @@ class Lock:
         is queued with: left by a round whose delete failed while the connection was down
         (the session lived on), or whose create's answer was lost. Nobody else removes such
         a node while the session lives, and once first it holds the lock for nobody (verify
-        seed 50095). True when it deleted one. Nothing is deleted while a create of this
-        store is unanswered (its node may be among them)."""
+        seed 50095). True when it deleted one. Costs nothing unless this store lost a
+        delete or a create's answer; the nodes' owners are looked at only for the latter,
+        and not while a create of this store is unanswered (its node may be among them)."""
         queued = _queued(self._store)
+        scan = self._directory in queued.lost_creates and not queued.creating
+        if not scan and not queued.leftovers:
+            return False
         deleted = False
         for name in ahead:
             path = join_path(self._directory, name)
-            if queued.creating or path in queued.claimed:
+            if path in queued.claimed:
                 continue
-            stat = await self._store.exists(path)
-            if stat is None or stat.ephemeral_owner != self._store.session_id:
-                continue
-            if queued.creating or path in queued.claimed:  # changed meanwhile
-                continue
+            if path not in queued.leftovers:
+                if not scan:
+                    continue
+                stat = await self._store.exists(path)
+                if stat is None or stat.ephemeral_owner != self._store.session_id:
+                    continue
+                if queued.creating or path in queued.claimed:  # changed meanwhile
+                    continue
             _log.info("lock %s: deleting %s, left queued by this session", self._directory, name)
             with contextlib.suppress(NoNodeError):
                 await self._store.delete(path)
+            queued.leftovers.discard(path)
             deleted = True
+        if scan and not queued.creating:
+            queued.lost_creates.discard(self._directory)
         return deleted
 
     async def _queue(self) -> list[str]:
@@ -218,7 +235,16 @@ class Lock:
         return stat is not None and stat.ephemeral_owner == self._store.session_id
 
     async def _delete_quietly(self, node: str) -> None:
+        """Delete ``node``; one that could not be deleted (the connection down) is noted as
+        left over: it goes with the session, but while the session lives it stays queued,
+        and the store's next waiter in this directory deletes it (``_drop_leftovers``)."""
+        leftovers = _queued(self._store).leftovers
         try:
             await self._store.delete(node)
-        except MetadataError as exc:  # ephemeral: it goes with the session anyway
+        except NoNodeError:
+            pass
+        except MetadataError as exc:
+            leftovers.add(node)
             _log.debug("could not delete %s: %s", node, exc)
+            return
+        leftovers.discard(node)
