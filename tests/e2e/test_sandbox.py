@@ -182,3 +182,30 @@ def test_autorecovery_in_processes_of_its_own_at_a_nice_value(tmp_path: Path) ->
         assert box.autorecoveries[2].wait(30) == -signal.SIGKILL
     with pytest.raises(ConfigError, match="autorecovery_nice"):
         SandboxConfig(tmp_path, autorecovery_nice=20)
+
+
+def test_a_sandbox_stops_at_once_with_its_bookie_and_zookeeper_paused(tmp_path: Path) -> None:
+    """A verify campaign told to stop during a pause fault waited out each stop timeout:
+    a process stopped with SIGSTOP takes SIGTERM only once continued (a bookie was killed
+    after 30 s, ZooKeeper after 10 more). The sandbox continues them first."""
+    import threading
+
+    config = SandboxConfig(
+        data_dir=tmp_path / "sb",
+        bookies=1,
+        zookeeper_port=free_port(),
+        bookie_port_base=free_port(),
+        stop_timeout_s=600.0,  # what the stop would wait for a bookie that takes no SIGTERM
+    )
+    box = Sandbox(config)
+    box.start()
+    bookie = box.bookies[0]
+    zookeeper = box.zookeeper.pid
+    assert zookeeper is not None
+    box.kill_bookie(0, signal.SIGSTOP)
+    os.kill(zookeeper, signal.SIGSTOP)
+    stopping = threading.Thread(target=box.stop)
+    stopping.start()
+    stopping.join(120)
+    assert not stopping.is_alive(), "the sandbox's stop waits on its paused processes"
+    assert bookie.returncode != -signal.SIGKILL  # it took the SIGTERM

@@ -381,11 +381,16 @@ class Sandbox:
 
     def stop(self) -> None:
         """SIGTERM the dashboard and every bookie (they drain and checkpoint), then stop
-        ZooKeeper."""
+        ZooKeeper; a process stopped with SIGSTOP (a verify fault) is continued first."""
+        zookeeper = self.zookeeper.pid
+        if zookeeper is not None:  # paused: the bookies' last steps would wait on it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(zookeeper, signal.SIGCONT)
         procs = ([] if self.dashboard is None else [self.dashboard]) + self.autorecoveries
         procs += self.bookies
         for proc in procs:
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) one takes no SIGTERM
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.config.stop_timeout_s
         for proc in procs:

@@ -183,10 +183,12 @@ class ZooKeeperServer:
             raise
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL) and reap it; a no-op when not running."""
+        """Stop the server (SIGCONT, SIGTERM, then SIGKILL) and reap it; a no-op when not
+        running."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
+        process.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) server takes no SIGTERM
         process.terminate()
         try:
             process.wait(self.config.stop_timeout_s)
