@@ -152,46 +152,18 @@ async def _the_leader(
             await asyncio.sleep(0.01)
 
 
-async def test_a_node_left_behind_by_a_failed_delete_does_not_block_its_own_session(
-    open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("lost", ["delete", "create"])
+async def test_a_node_left_queued_by_its_own_session_does_not_block_it(
+    open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch, lost: str
 ) -> None:
     """A round that ends while the connection is down (ZooKeeper restarted) cannot delete
     its node, and the session lives on: the node stays queued, owned by nobody. The next
     round's node queued behind it, and after the holder left nobody ever held the lock
     (verify seed 50095: no kv member led again after ZooKeeper was killed twice; every
-    member named the left-behind node's owner as the leader). A contender now deletes the
-    nodes of its own session ahead of its own."""
-    from bkeeper.common.errors import ConnectionLossError
-
-    directory = join_path(root, "lock")
-    a = Lock(await open_store(), directory, owner=b"a")
-    b_store = await open_store()
-    b = Lock(b_store, directory, owner=b"b")
-    await a.acquire()
-
-    async def disconnected(path: str, version: int = -1) -> None:
-        raise ConnectionLossError("disconnected (reconnecting)")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(b_store, "delete", disconnected)
-        with pytest.raises(TimeoutError):
-            await b.acquire(timeout_s=0.2)  # the round ends; its node stays
-    assert len(await b_store.children(directory)) == 2
-    waiter = asyncio.ensure_future(b.acquire(timeout_s=WAIT_S))
-    await asyncio.sleep(0.2)
-    await a.release()
-    await asyncio.wait_for(waiter, WAIT_S + 5)
-    assert b.held and await a.holder() == b"b"
-    assert await b_store.children(directory) == [basename(b.node or "")]
-    await b.release()
-
-
-async def test_a_node_whose_create_answer_was_lost_does_not_block_its_own_session(
-    open_store: OpenStore, root: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The create reached ZooKeeper but its answer was lost with the connection: the node
-    is queued and nobody knows its name. The session's next waiter there finds it by its
-    owner (the session) and deletes it."""
+    member named the left-behind node's owner as the leader). Likewise a node whose create
+    reached ZooKeeper but whose answer was lost with the connection (nobody knows its name).
+    A waiter now deletes the nodes of its own session ahead of its own that no contender
+    of its store is queued with."""
     from bkeeper.common.errors import ConnectionLossError
 
     directory = join_path(root, "lock")
@@ -201,14 +173,22 @@ async def test_a_node_whose_create_answer_was_lost_does_not_block_its_own_sessio
     await a.acquire()
     real_create = b_store.create
 
+    async def disconnected(path: str, version: int = -1) -> None:
+        raise ConnectionLossError("disconnected (reconnecting)")
+
     async def answer_lost(*args: object, **kwargs: object) -> str:
         await real_create(*args, **kwargs)  # type: ignore[arg-type]
         raise ConnectionLossError("disconnected (reconnecting)")
 
     with monkeypatch.context() as patch:
-        patch.setattr(b_store, "create", answer_lost)
-        with pytest.raises(ConnectionLossError):
-            await b.acquire()
+        if lost == "delete":
+            patch.setattr(b_store, "delete", disconnected)
+            with pytest.raises(TimeoutError):
+                await b.acquire(timeout_s=0.2)  # the round ends; its node stays
+        else:
+            patch.setattr(b_store, "create", answer_lost)
+            with pytest.raises(ConnectionLossError):
+                await b.acquire()
     assert len(await b_store.children(directory)) == 2
     waiter = asyncio.ensure_future(b.acquire(timeout_s=WAIT_S))
     await asyncio.sleep(0.2)

@@ -235,17 +235,7 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
                     skipped[name] = str(exc)
                     nemeses.remove(name)
                 network = None
-        workload_config = config.workload_config
-        if "client-kill" in nemeses:
-            if config.workload == "ledger":
-                workload_config = dataclasses.replace(
-                    workload_config, client_process_log=str(out / "client-process.log")
-                )
-            else:
-                skipped["client-kill"] = f"the {config.workload} workload has no client process"
-                nemeses.remove("client-kill")
-        schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
-        (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
+        workload_config, schedule = _plan(config, seed, out, nemeses, skipped)
         sandbox_config = _sandbox_config(data_dir, config.bookies, seed, "slow-disk" in nemeses)
         sandbox = (
             Sandbox(sandbox_config) if network is None else NetnsSandbox(sandbox_config, network)
@@ -303,6 +293,26 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
     return _finish(config, seed, out, history, faults, verdict, skipped, started)
 
 
+def _plan(
+    config: VerifyConfig, seed: int, out: Path, nemeses: list[str], skipped: dict[str, str]
+) -> tuple[WorkloadConfig, tuple[Fault, ...]]:
+    """The workload's configuration (its client process logging to ``out``, for
+    ``client-kill``; a workload without one skips that nemesis, noted in ``skipped``) and
+    the run's schedule, written to ``schedule.txt``."""
+    workload_config = config.workload_config
+    if "client-kill" in nemeses:
+        if config.workload == "ledger":
+            workload_config = dataclasses.replace(
+                workload_config, client_process_log=str(out / "client-process.log")
+            )
+        else:
+            skipped["client-kill"] = f"the {config.workload} workload has no client process"
+            nemeses.remove("client-kill")
+    schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
+    (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
+    return workload_config, schedule
+
+
 def _finish(
     config: VerifyConfig,
     seed: int,
@@ -352,17 +362,7 @@ def _run_external(config: VerifyConfig, uri: str, seed: int) -> RunResult:
     out.mkdir(parents=True, exist_ok=True)
     nemeses = list(config.nemeses)
     skipped: dict[str, str] = {}
-    workload_config = config.workload_config
-    if "client-kill" in nemeses:
-        if config.workload == "ledger":
-            workload_config = dataclasses.replace(
-                workload_config, client_process_log=str(out / "client-process.log")
-            )
-        else:
-            skipped["client-kill"] = f"the {config.workload} workload has no client process"
-            nemeses.remove("client-kill")
-    schedule = make_schedule(seed, nemeses, config.duration_s, config.bookies)
-    (out / "schedule.txt").write_text("".join(f.describe() + "\n" for f in schedule))
+    workload_config, schedule = _plan(config, seed, out, nemeses, skipped)
     history = History()
     # A name of the run's own: the cluster may hold earlier runs' logs, or anyone's.
     name = f"verify-{seed}-{secrets.token_hex(4)}"
