@@ -23,7 +23,14 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs, Position
 from bkeeper.namedlog.writer import LogWriter
 from bkeeper.verify.history import History
-from bkeeper.verify.workload import WorkloadConfig, _pause, _why, digest, start_client
+from bkeeper.verify.workload import (
+    WorkloadConfig,
+    _pause,
+    _why,
+    bounded,
+    digest,
+    start_client,
+)
 
 __all__ = ["LOG_NAME", "FinalLog", "LogWorkload", "read_log"]
 
@@ -78,7 +85,7 @@ class LogWorkload:
         while not stop.is_set():
             self.history.add(name, "invoke", "open")
             try:
-                writer = await asyncio.wait_for(named.open_writer(), self.config.op_timeout_s)
+                writer = await bounded(named.open_writer(), self.config.op_timeout_s)
             except (BKeeperError, TimeoutError) as exc:
                 self.history.add(name, "info", "open", error=_why(exc))
                 await _pause(stop, 0.5)
@@ -87,7 +94,7 @@ class LogWorkload:
             self.created.append(writer.ledger_id)
             seq = await self._fill(writer, name, seq, rng, stop)
             with contextlib.suppress(BKeeperError, TimeoutError):
-                await asyncio.wait_for(writer.close(), self.config.op_timeout_s)
+                await bounded(writer.close(), self.config.op_timeout_s)
             await _pause(stop, rng.uniform(0.2, 1.5))
 
     async def _fill(
@@ -101,7 +108,7 @@ class LogWorkload:
             seq += 1
             value = digest(payload)
             try:
-                future = await asyncio.wait_for(writer.append_async(payload),
+                future = await bounded(writer.append_async(payload),
                                                 self.config.op_timeout_s)  # fmt: skip
             except (BKeeperError, TimeoutError) as exc:  # fenced by the other writer, say
                 self.history.add(name, "fail", "append", error=_why(exc))
