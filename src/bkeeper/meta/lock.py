@@ -193,7 +193,8 @@ class Lock:
         a node while the session lives, and once first it holds the lock for nobody (verify
         seed 50095). True when it deleted one. Costs nothing unless this store lost a
         delete or a create's answer; the nodes' owners are looked at only for the latter,
-        and not while a create of this store is unanswered (its node may be among them)."""
+        and not while a create of this store is unanswered (its node may be among them; a
+        create sent later queues behind this waiter's node, never among ``ahead``)."""
         queued = _queued(self._store)
         scan = self._directory in queued.lost_creates and not queued.creating
         if not scan and not queued.leftovers:
@@ -208,8 +209,6 @@ class Lock:
                     continue
                 stat = await self._store.exists(path)
                 if stat is None or stat.ephemeral_owner != self._store.session_id:
-                    continue
-                if queued.creating or path in queued.claimed:  # changed meanwhile
                     continue
             _log.info("lock %s: deleting %s, left queued by this session", self._directory, name)
             with contextlib.suppress(NoNodeError):

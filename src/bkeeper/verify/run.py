@@ -607,6 +607,25 @@ async def _until(when: float, task: asyncio.Task[None]) -> None:
         task.result()  # a workload that ended early: its error, raised
 
 
+async def _audit_and_settle(bk: BookKeeper, settle_s: float, verdict: Verdict) -> None:
+    """The auditor's replicas check over the cluster, once; then the workers have
+    ``settle_s`` to repair what it marked, and a ledger still marked is a violation."""
+    urm = bk.cluster.underreplication
+    await urm.ensure_layout()
+    await Auditor(bk, urm, AutoRecoveryConfig()).replicas_check()
+    deadline = asyncio.get_running_loop().time() + settle_s
+    while asyncio.get_running_loop().time() < deadline:
+        if not [x async for x in urm.ledger_ids()]:
+            break
+        await asyncio.sleep(1.0)
+    marked = sorted([x async for x in urm.ledger_ids()])
+    if marked:
+        verdict.violate(
+            f"{len(marked)} ledgers still marked under-replicated {settle_s:g} s after "
+            f"the faults stopped: {marked[:10]}"
+        )
+
+
 async def _check_replication(
     uri: str,
     ledger_ids: list[int],
@@ -621,21 +640,7 @@ async def _check_replication(
     ``settle_s`` first (on verify's own cluster; someone else's is its own auditor's)."""
     async with await start_client(uri) as bk:
         if audit:
-            urm = bk.cluster.underreplication
-            await urm.ensure_layout()
-            auditor = Auditor(bk, urm, AutoRecoveryConfig())
-            await auditor.replicas_check()
-            deadline = asyncio.get_running_loop().time() + settle_s
-            while asyncio.get_running_loop().time() < deadline:
-                if not [x async for x in urm.ledger_ids()]:
-                    break
-                await asyncio.sleep(1.0)
-            marked = sorted([x async for x in urm.ledger_ids()])
-            if marked:
-                verdict.violate(
-                    f"{len(marked)} ledgers still marked under-replicated {settle_s:g} s "
-                    f"after the faults stopped: {marked[:10]}"
-                )
+            await _audit_and_settle(bk, settle_s, verdict)
         live = (await bk.cluster.registry.bookies()).writable
         lists = asyncio.Semaphore(32)
         for ledger_id in ledger_ids:
