@@ -514,3 +514,25 @@ async def test_replicas_check_runs_on_its_interval_and_reports_what_it_cannot_te
             clock.advance(2.0)
             await one_pass(auditor)
             assert await urm.check_ctime_ms("replicascheck") == clock.wall_ms()
+
+
+async def test_an_auditor_cancelled_as_it_is_woken_stops() -> None:
+    """Leadership lost (the auditor cancelled) just as something woke the auditor: with
+    ``asyncio.wait_for`` around its wait (Python 3.11) the wake won, the cancellation was
+    lost, and the checks loop ran on for good, so the service waiting for it to stop hung.
+    The wait is ``within`` now (no ``asyncio.wait_for`` anywhere in bkeeper: ruff bans it)."""
+    config = dataclasses.replace(CONFIG, bookie_check_interval_s=3600)  # a bounded wait
+    async with cluster_of() as (_cluster, bk):
+        auditor = Auditor(bk, bk.cluster.underreplication, config, clock=FakeClock())
+        task = asyncio.create_task(auditor.run())
+        try:
+            await until(lambda: auditor.passes >= 1, "the auditor's first pass")
+            await asyncio.sleep(0.05)  # waiting to be woken
+            auditor.poke()
+            task.cancel()  # in the same iteration: both reach the auditor at once
+            await asyncio.wait({task}, timeout=5)
+            assert task.cancelled()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task}, timeout=5)

@@ -61,6 +61,7 @@ from bkeeper.common.errors import (
     MetadataError,
     ProtocolError,
 )
+from bkeeper.common.tasks import within
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager
@@ -290,9 +291,7 @@ class Auditor:
             wait_s = self._next_due() - now
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._wake.wait(), None if math.isinf(wait_s) else wait_s
-                    )
+                    await within(self._wake.wait(), None if math.isinf(wait_s) else wait_s)
 
     def _next_due(self) -> float:
         due = self._tracker.next_due(self._delay_s)

@@ -51,6 +51,7 @@ from bkeeper.common.errors import (
     StorageError,
     TooManyRequestsError,
 )
+from bkeeper.common.tasks import within
 from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.server.bookie import Bookie
@@ -141,7 +142,7 @@ async def run_integrity_check(
             config.retry_interval_ms,
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), config.retry_interval_ms / 1000.0)
+            await within(stopping.wait(), config.retry_interval_ms / 1000.0)
         if stopping.is_set():
             return report
     log.error(

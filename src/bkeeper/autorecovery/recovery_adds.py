@@ -26,6 +26,7 @@ from typing import Any
 from bkeeper.client.pool import BookiePool, Connection
 from bkeeper.common.clock import Clock
 from bkeeper.common.errors import BKeeperError, BookieUnavailableError, ConfigError
+from bkeeper.common.tasks import within
 from bkeeper.wire.codes import StatusCode, error_for_status
 from bkeeper.wire.messages import AddRequest
 
@@ -60,7 +61,7 @@ class Throttle:
         cap = self.bytes_in_flight_max
         while cap and self.bytes_in_flight and self.bytes_in_flight + size > cap:
             self._room.clear()
-            await asyncio.wait_for(self._room.wait(), timeout_s)
+            await within(self._room.wait(), timeout_s)
         self.bytes_in_flight += size
 
     def release(self, size: int) -> None:
@@ -192,7 +193,7 @@ class RecoveryAddSink:
         while self._in_flight >= limit and self._error is None:
             self._room.clear()
             try:
-                await asyncio.wait_for(self._room.wait(), self._timeout_s)
+                await within(self._room.wait(), self._timeout_s)
             except TimeoutError:
                 raise BookieUnavailableError(
                     f"target bookie {self.target}: {self._in_flight} recovery adds of ledger "

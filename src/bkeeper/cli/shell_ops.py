@@ -25,6 +25,7 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BKeeperError, ClusterExistsError, NoNodeError
+from bkeeper.common.tasks import within
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID, BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata, delete_tree
 from bkeeper.meta.summary import cluster_summary
@@ -153,7 +154,7 @@ async def _info_of(host: str, port: int, timeout_s: float) -> GetBookieInfoRespo
     client = await BookieClient.connect(host, port, Protocol.V3, timeout_s=timeout_s)
     try:
         mask = GetBookieInfoField.TOTAL_DISK_CAPACITY | GetBookieInfoField.FREE_DISK_SPACE
-        response: GetBookieInfoResponse = await asyncio.wait_for(
+        response: GetBookieInfoResponse = await within(
             client.request(GetBookieInfoRequest(int(mask))), timeout_s
         )
         return response

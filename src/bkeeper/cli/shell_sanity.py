@@ -6,7 +6,6 @@ written, read back, deleted. Thin: the check is :mod:`bkeeper.admin.sanity`'s (t
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ from bkeeper.cli._options import metadata_option
 from bkeeper.cli.shell_ops import progress, registered
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError
+from bkeeper.common.tasks import within
 
 __all__ = ["SANITY_TIMEOUT_S", "commands"]
 
@@ -66,9 +66,7 @@ def bookiesanity(metadata_uri: str, bookie_id: str, entries: int, timeout_s: flo
     async def run() -> int:
         async with BookKeeper(metadata_uri) as bk:
             try:
-                return await asyncio.wait_for(
-                    _sanity(bk, bookie_id, entries, metadata_uri), timeout_s
-                )
+                return await within(_sanity(bk, bookie_id, entries, metadata_uri), timeout_s)
             except TimeoutError:
                 raise CommandError(
                     f"bookie {bookie_id}: {entries} entries not written and read back in "

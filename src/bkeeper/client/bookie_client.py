@@ -28,6 +28,7 @@ from typing import Any, cast
 from bkeeper.client.handshake import ClientSecurity, open_secure
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError, ProtocolError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.tasks import within
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX, Correlator, Listened
@@ -233,7 +234,7 @@ class BookieClient(asyncio.Protocol):
             )
             return cast(BookieClient, secure)
         try:
-            _, client = await asyncio.wait_for(
+            _, client = await within(
                 loop.create_connection(
                     lambda: cls(protocol, address=address, **kwargs), host, port
                 ),

@@ -36,6 +36,7 @@ from bkeeper.common.errors import (
     ProtocolError,
     TlsError,
 )
+from bkeeper.common.tasks import within
 from bkeeper.common.tls import describe_tls_error
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -111,7 +112,7 @@ class _Handshake(asyncio.Protocol):
             if self._error is not None:
                 raise self._error
             self._arrived.clear()
-            await asyncio.wait_for(self._arrived.wait(), timeout_s)
+            await within(self._arrived.wait(), timeout_s)
         return self._frames.pop(0)
 
     @property
@@ -133,7 +134,7 @@ async def open_secure(
     loop = asyncio.get_running_loop()
     address = f"{host}:{port}"
     try:
-        transport, hs = await asyncio.wait_for(
+        transport, hs = await within(
             loop.create_connection(lambda: _Handshake(max_frame_bytes), host, port), timeout_s
         )
     except (OSError, TimeoutError) as exc:

@@ -380,7 +380,7 @@ class ReadHandle:
                     if remaining <= 0:
                         return self._lac
                     try:
-                        await asyncio.wait_for(changed.wait(), remaining)
+                        await within(changed.wait(), remaining)
                     except TimeoutError:
                         return self._lac
             elif outcome is _Poll.TIMED_OUT:

@@ -113,9 +113,12 @@ def _take_error(task: asyncio.Future[Any]) -> None:
         _log.debug("abandoned request ended with %s: %s", type(error).__name__, error)
 
 
-async def within(awaitable: Awaitable[T], timeout_s: float) -> T:
-    """``await awaitable``, ``TimeoutError`` after ``timeout_s``, in the calling task. Not
-    ``asyncio.wait_for``, which (Python 3.11) runs a coroutine as a task of its own: when the
+async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
+    """``await awaitable``, ``TimeoutError`` after ``timeout_s`` (None: no limit), in the
+    calling task. bkeeper's one way to bound a wait (ruff bans ``asyncio.wait_for``). Not
+    ``asyncio.wait_for``, which (Python 3.11) loses a cancellation that arrives as the
+    awaited work completes (it returns the result, and the cancelled caller goes on), and
+    runs a coroutine as a task of its own: when the
     caller is cancelled just as that task fails (a connect refused while it was being
     cancelled), it re-raises the cancellation and leaves the task's error unretrieved, and
     asyncio reports "Task exception was never retrieved" (seen in ``bkeeper verify``

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError, NoNodeError
+from bkeeper.common.tasks import within
 from bkeeper.dashboard.config import DashboardConfig
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
 from bkeeper.meta.cluster import ClusterMetadata
@@ -192,7 +193,7 @@ async def _read_lac(
     try:
         handle = await bk.open_ledger(ledger_id, meta.password, recovery=False)
         try:
-            return await asyncio.wait_for(handle.read_last_add_confirmed(), timeout_s), None
+            return await within(handle.read_last_add_confirmed(), timeout_s), None
         finally:
             await handle.close()
     except TimeoutError:

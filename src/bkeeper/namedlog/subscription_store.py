@@ -14,6 +14,7 @@ from bkeeper.common.errors import (
     SubscriptionBusyError,
     SubscriptionNotFoundError,
 )
+from bkeeper.common.tasks import within
 from bkeeper.meta.store import NodeStore, WatchKind, join_path
 from bkeeper.namedlog.metadata import LogStore
 from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
@@ -127,7 +128,7 @@ class SubscriptionStore:
                             f"{holder!r}"
                         ) from None
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(_next_event(watch), left)
+                        await within(_next_event(watch), left)
             finally:
                 watch.close()
 

@@ -47,7 +47,7 @@ from typing import Any
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError, StorageError
 from bkeeper.common.metrics import MetricSet
-from bkeeper.common.tasks import TaskOwner
+from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
 from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
 from bkeeper.server.config import BookieConfig
@@ -373,7 +373,7 @@ class Bookie:
             # any latency.
             wait = interval * random.uniform(1 - CHECKPOINT_JITTER, 1 + CHECKPOINT_JITTER)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
+                await within(self._stopping.wait(), wait)
             if self._stopping.is_set() or self.storage is None:
                 return
             try:
@@ -389,7 +389,7 @@ class Bookie:
             except Exception:
                 log.exception("could not check the data disk of %s", self.bookie_id)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                await within(self._stopping.wait(), interval)
 
     def check_disk(self) -> bool:
         """Check the data disk now and switch mode to match; whether the bookie is read-only."""
@@ -447,7 +447,7 @@ class Bookie:
             except Exception:
                 log.exception("could not switch the registration of %s", self.bookie_id)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), REGISTRATION_RETRY_S)
+                    await within(self._stopping.wait(), REGISTRATION_RETRY_S)
                 self._mode_changed.set()
                 continue
             log.info("%s registered as %s", self.bookie_id, "read-only" if readonly else "writable")
@@ -546,7 +546,7 @@ class Bookie:
         if self._server is not None:
             server, self._server = self._server, None
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2.0)
+                await within(server.wait_closed(), 2.0)
         if self.storage is not None:
             storage, self.storage = self.storage, None
             await asyncio.to_thread(storage.close)

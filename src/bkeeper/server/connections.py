@@ -44,6 +44,7 @@ import resource
 from typing import Protocol
 
 from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.tasks import within
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.ratelimit import RateLimitedLog
 
@@ -297,6 +298,6 @@ class ConnectionTable:
         """Sweep every ``sweep_interval_s`` until ``stopping`` is set."""
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self.sweep_interval_s)
+                await within(stopping.wait(), self.sweep_interval_s)
             if not stopping.is_set():
                 self.sweep()

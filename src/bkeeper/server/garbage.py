@@ -45,6 +45,7 @@ from typing import Protocol
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BKeeperError, StorageError, TooManyRequestsError
 from bkeeper.common.metrics import MetricSet
+from bkeeper.common.tasks import within
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.gc_scan import (
     LedgerMetadataReader,
@@ -233,7 +234,7 @@ class GarbageCollector:
                 wait_s = self._config.gc_wait_ms / 1000.0
                 wait_s *= random.uniform(1 - GC_WAIT_JITTER, 1 + GC_WAIT_JITTER)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait_s)
+                    await within(self._wake.wait(), wait_s)
                 if self._stopping.is_set():
                     break
                 self._wake.clear()
@@ -309,7 +310,7 @@ class GarbageCollector:
     async def _pause(self, seconds: float) -> None:
         """The rate limiter's wait: cut short by a stop."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+            await within(self._stopping.wait(), seconds)
 
     def _count(self, report: GcReport, pass_s: float) -> None:
         if self._metrics is not None:

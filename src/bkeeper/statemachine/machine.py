@@ -62,6 +62,7 @@ from bkeeper.common.errors import (
     StateMachineError,
     WriterTermError,
 )
+from bkeeper.common.tasks import within
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.store import NodeStore
 from bkeeper.namedlog import EARLIEST, LogReader, LogWriter, NamedLog, NamedLogs, Position
@@ -248,7 +249,7 @@ class ReplicatedStateMachine(Snapshotting):
             except BKeeperError as exc:
                 log.warning("%s: cannot start yet: %s", config.log_name, exc)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), config.retry_pause_s)
+                    await within(stop.wait(), config.retry_pause_s)
         return None
 
     def _candidate(self) -> LeaderElection:
@@ -457,9 +458,7 @@ class ReplicatedStateMachine(Snapshotting):
             if self._flusher is None:
                 self._flusher = asyncio.ensure_future(self._flush())
             try:
-                return await asyncio.wait_for(
-                    asyncio.shield(item.result), self._config.append_timeout_s
-                )
+                return await within(asyncio.shield(item.result), self._config.append_timeout_s)
             except TimeoutError:
                 self._fail(TimeoutError("append timed out"))
                 raise NotLeaderError(

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
+from bkeeper.common.tasks import within
 from bkeeper.common.validate import check_non_negative_ints, check_positive_ints
 from bkeeper.testing.fuzz_frames import FrameFactory, Pool
 from bkeeper.wire.codes import Protocol, StatusCode
@@ -98,13 +99,13 @@ async def round_trip(host: str, port: int, protocol: Protocol, ledger_id: int) -
     body = manager.encode_entry(0, -1, len(payload), payload)
     client = await BookieClient.connect(host, port, protocol, timeout_s=CLOSE_TIMEOUT_S)
     try:
-        add = await asyncio.wait_for(
+        add = await within(
             client.send(AddRequest(ledger_id, 0, master_key(b"round-trip"), body)),
             CLOSE_TIMEOUT_S,
         )
         if add.status is not StatusCode.EOK:
             raise BKeeperError(f"add to ledger {ledger_id} answered {add.status.name}")
-        read = await asyncio.wait_for(client.send(ReadRequest(ledger_id, 0)), CLOSE_TIMEOUT_S)
+        read = await within(client.send(ReadRequest(ledger_id, 0)), CLOSE_TIMEOUT_S)
         if read.status is not StatusCode.EOK or read.body is None:
             raise BKeeperError(f"read of ledger {ledger_id} answered {read.status.name}")
         if manager.verify_entry(bytes(read.body), 0).payload != payload:
@@ -217,7 +218,7 @@ class _Fuzzer:
                     while sent - answered[0] > config.window_frames and not counter.done():
                         progress.clear()
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(progress.wait(), CLOSE_TIMEOUT_S)
+                            await within(progress.wait(), CLOSE_TIMEOUT_S)
                         if sent - answered[0] > config.window_frames and not progress.is_set():
                             self._failure(f"{family} stream: no answer for {CLOSE_TIMEOUT_S} s")
                             return
@@ -270,7 +271,7 @@ class _Fuzzer:
 
     async def _await_close(self, task: asyncio.Future[None], kind: str) -> None:
         try:
-            await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT_S)
+            await within(asyncio.shield(task), CLOSE_TIMEOUT_S)
         except TimeoutError:
             self._failure(f"the bookie kept a connection open {CLOSE_TIMEOUT_S} s after {kind!r}")
         except (ConnectionError, OSError):

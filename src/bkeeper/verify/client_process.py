@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from bkeeper.common.errors import BKeeperError
+from bkeeper.common.tasks import within
 from bkeeper.verify.history import History, Op, OpType
 
 __all__ = [
@@ -149,7 +150,7 @@ class ClientProcess:
         if proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+            await within(proc.wait(), STOP_TIMEOUT_S)
         except TimeoutError:
             log.warning("client process %s did not stop within %g s: killed", self.name,
                         STOP_TIMEOUT_S)  # fmt: skip

@@ -59,6 +59,7 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogNotFoundError,
 )
+from bkeeper.common.tasks import within
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.storage.slow_sync import ENV_VAR as SLOW_SYNC_ENV
 from bkeeper.testing.entry_log_faults import FlippedEntries
@@ -602,7 +603,7 @@ async def _until(when: float, task: asyncio.Task[None]) -> None:
     delay = when - asyncio.get_running_loop().time()
     if delay > 0:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), delay)
+            await within(asyncio.shield(task), delay)
     if task.done():
         task.result()  # a workload that ended early: its error, raised
 

@@ -369,7 +369,7 @@ async def bounded(work: Awaitable[T], timeout_s: float) -> T:
     cancelled workload went on to finish its ledgers on a stopped cluster, waiting out every
     timeout (a campaign's stop took 20 to 40 s). (The work still runs as a task of its own,
     as the workloads' pace has always had it.)"""
-    result = await asyncio.wait_for(work, timeout_s)
+    result = await asyncio.wait_for(work, timeout_s)  # noqa: TID251 (the cancellation: below)
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError

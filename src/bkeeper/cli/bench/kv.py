@@ -28,6 +28,7 @@ import aiohttp
 import click
 
 from bkeeper.common.loop import run_event_loop
+from bkeeper.common.tasks import within
 from bkeeper.kv import KvClient
 from bkeeper.testing.benchmarks import free_port, free_port_range, percentiles
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
@@ -234,7 +235,7 @@ async def _failover(members: list[_Member]) -> _Member:
     async with KvClient([m.url for m in others], timeout_s=120, attempt_timeout_s=2) as kv:
         await kv.put("after-kill", "x")
     done = perf()
-    await asyncio.wait_for(watcher, 30)
+    await within(watcher, 30)
     elected, leading = marks["elected"] - start, marks["leading"] - start
     click.echo(
         f"kill -9 of the leader: a put through a new leader after {done - start:.2f} s "

@@ -22,6 +22,7 @@ from array import array
 from crc32c import crc32c
 
 from bkeeper.common.errors import BKeeperError
+from bkeeper.common.tasks import within
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire import v2
 from bkeeper.wire.codes import V2_TO_STATUS, V2OpCode
@@ -143,7 +144,7 @@ async def bench_bookie_adds_v2(
                 await asyncio.sleep(PACING_SLEEP_S)
         load.sending = False
         if load.outstanding and not load.done.done():
-            await asyncio.wait_for(load.done, 60)
+            await within(load.done, 60)
         elapsed = time.perf_counter() - start
     finally:
         transport.close()

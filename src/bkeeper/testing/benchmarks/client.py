@@ -10,6 +10,7 @@ import os
 import time
 from array import array
 
+from bkeeper.common.tasks import within
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol
 
@@ -319,7 +320,7 @@ async def bench_ledger_tail(
         last = sent - 1
         await wh.close()
         done_writing.set()
-        await asyncio.wait_for(reader, 30)
+        await within(reader, 30)
         await rh.close()
         elapsed = perf() - start
         await wbk.delete_ledger(wh.ledger_id)

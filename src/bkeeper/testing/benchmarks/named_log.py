@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bkeeper.common.errors import BKeeperError
+from bkeeper.common.tasks import within
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ async def bench_log(
             all_sent.set()
             await writer.close()
             if tailing is not None:
-                await asyncio.wait_for(tailing, 60)
+                await within(tailing, 60)
             await reader.close()
             replay = (
                 await _read_back(reader_logs.log(name), len(sent_at), entry_bytes)
