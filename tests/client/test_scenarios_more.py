@@ -31,7 +31,7 @@ from bkeeper.common.errors import (
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.wire.codes import Protocol, StatusCode
-from bkeeper.wire.messages import AddRequest, ReadRequest, WriteLacRequest
+from bkeeper.wire.messages import AddRequest, ForceLedgerRequest, ReadRequest, WriteLacRequest
 
 FAST = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, speculative_read_timeout_ms=50)
 LIMIT_S = 10.0  # no single step of a scenario may take longer than this
@@ -375,6 +375,45 @@ async def test_an_explicit_lac_a_bookie_refused_is_sent_again(status: StatusCode
             await asyncio.sleep(0.02)
         assert lac == 5
         await wh.close()
+
+
+async def test_an_explicit_lac_a_bookie_never_answers_does_not_stop_the_next_ones():  # row 12
+    """A WriteLac request a bookie never answers (lost on a connection that stays up) is
+    given up after ``add_timeout_ms`` and sent again: the writer waited for the answer for
+    ever, and sent no explicit LAC again for the rest of the ledger's life, so once it went
+    idle its last entry stayed out of every tailing reader's reach."""
+    async with MemoryCluster(3) as cluster:
+        config = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, explicit_lac_interval_ms=20)
+        lost = cluster.fault(0, WriteLacRequest, drop=True, serve_dropped=False)
+        wh = await (await cluster.client(config)).create_ledger(3, 3, 2, password=b"pw")
+        await write_entries(wh, 6)
+        deadline = now() + 5
+        while not lost.applied:
+            assert now() < deadline, "the writer sent no explicit LAC"
+            await asyncio.sleep(0.01)
+        cluster.heal(0)
+        await write_entries(wh, 4, start=6)
+        rh = await bounded(
+            (await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw", recovery=False)
+        )
+        deadline = now() + 5
+        while (lac := await bounded(rh.read_explicit_last_add_confirmed())) < 9:
+            assert now() < deadline, f"explicit LAC stuck at {lac}"
+            await asyncio.sleep(0.02)
+        assert lac == 9
+        await wh.close()
+
+
+async def test_a_force_a_bookie_never_answers_fails_after_the_add_timeout():
+    """``force`` waited for ever on a FORCE_LEDGER request a bookie never answered."""
+    async with MemoryCluster(3) as cluster:
+        config = ClientConfig(add_timeout_ms=300, read_timeout_ms=300)
+        wh = await (await cluster.client(config)).create_ledger(3, 3, 2, password=b"pw")
+        await write_entries(wh, 3)
+        assert await bounded(wh.force()) == 2
+        cluster.fault(1, ForceLedgerRequest, drop=True, serve_dropped=False)
+        with pytest.raises(BookieUnavailableError, match="force: a bookie did not answer"):
+            await bounded(wh.force())
 
 
 async def test_long_poll_returns_promptly_on_append_and_current_value_on_timeout():  # row 13

@@ -1,6 +1,8 @@
 """A writer's requests to its bookies besides adds: FORCE_LEDGER and the explicit LAC.
 
-Both go over v3 (v2 has neither) to every bookie of the current ensemble.
+Both go over v3 (v2 has neither) to every bookie of the current ensemble; a bookie has
+``add_timeout_ms`` to answer each (a request lost on a connection that stays up would
+otherwise be waited for for ever).
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ import asyncio
 from collections.abc import Callable
 
 from bkeeper.client.context import ClientContext
-from bkeeper.common.errors import BookieError
+from bkeeper.common.errors import BookieError, BookieUnavailableError
+from bkeeper.common.tasks import within
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, VerifiedEntry
 from bkeeper.wire.messages import ForceLedgerRequest, WriteLacRequest
@@ -24,7 +27,16 @@ WRITE_LAC_RETRY_MAX_S = 1.0
 async def force_ledger(ctx: ClientContext, ledger_id: int, ensemble: tuple[str, ...]) -> None:
     """Ask every bookie of ``ensemble`` to make ``ledger_id`` durable."""
     request = ForceLedgerRequest(ledger_id)
-    responses = await asyncio.gather(*(ctx.pool.send(b, request, Protocol.V3) for b in ensemble))
+    timeout_s = ctx.config.add_timeout_ms / 1000.0
+    try:
+        responses = await within(
+            asyncio.gather(*(ctx.pool.send(b, request, Protocol.V3) for b in ensemble)),
+            timeout_s,
+        )
+    except TimeoutError:
+        raise BookieUnavailableError(
+            f"ledger {ledger_id}: force: a bookie did not answer in {ctx.config.add_timeout_ms} ms"
+        ) from None
     for response in responses:
         if response.status is not StatusCode.EOK:
             raise BookieError(f"ledger {ledger_id}: force failed: {response.status.name}")
@@ -41,11 +53,12 @@ async def write_lac_periodically(
 ) -> None:
     """Send the writer's LAC to its bookies when the writer goes idle with a LAC they have
     not been sent (``idle_lac()`` gives the LAC then, else None; ``went_idle`` is set when
-    the last add in flight completes), at most once per ``interval_s``, so
-    that readers see the last entry too without waiting for a next add or a timer. A LAC
-    that a bookie did not take (no answer, or an error status) is sent again, after a wait
-    that doubles up to ``WRITE_LAC_RETRY_MAX_S``. Runs until cancelled."""
+    the last add in flight completes), at most once per ``interval_s``, so that readers see
+    the last entry too without waiting for a next add or a timer. A LAC that a bookie did
+    not take (no answer within ``add_timeout_ms``, or an error status) is sent again, after
+    a wait that doubles up to ``WRITE_LAC_RETRY_MAX_S``. Runs until cancelled."""
     ledger_id = digest.ledger_id
+    timeout_s = ctx.config.add_timeout_ms / 1000.0
     sent = -1
     retry_s = interval_s
     while True:
@@ -56,7 +69,7 @@ async def write_lac_periodically(
             continue
         request = WriteLacRequest(ledger_id, lac, master_key, digest.encode_lac(lac))
         results = await asyncio.gather(
-            *(ctx.pool.send(b, request, Protocol.V3) for b in ensemble()),
+            *(within(ctx.pool.send(b, request, Protocol.V3), timeout_s) for b in ensemble()),
             return_exceptions=True,
         )
         if all(not isinstance(r, BaseException) and r.status is StatusCode.EOK for r in results):
