@@ -166,6 +166,17 @@ async def _status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | 
         return None
 
 
+async def _standing(members: list[KvMember]) -> str:
+    """Each member's role and last applied position, as its status says ("m0 leading at
+    (L, E, I)"): where a member that did not converge stopped, beside the others."""
+    async with aiohttp.ClientSession() as session:
+        docs = await asyncio.gather(*(_status(session, m.url) for m in members))
+    return ", ".join(
+        f"m{m.index} " + ("no status" if d is None else f"{d.get('role')} at {d.get('applied')}")
+        for m, d in zip(members, docs, strict=True)
+    )
+
+
 async def leading_member(members: list[KvMember]) -> KvMember | None:
     """The member that says it leads now (None: none does, or none answered)."""
     async with aiohttp.ClientSession() as session:
@@ -315,11 +326,12 @@ class KvWorkload:
                 return []
             live = [m for m in self.members if m.running]  # the others: violations above
             seen = await asyncio.gather(*(_converged(m, truth) for m in live))
+            where = await _standing(live) if any(state != truth for state in seen) else ""
             for member, state in zip(live, seen, strict=True):
                 if state != truth:
                     verdict.violate(
                         f"kv member {member.index} did not converge to the leader's state "
-                        f"within {CONVERGE_TIMEOUT_S:g} s: {state} != {truth}"
+                        f"within {CONVERGE_TIMEOUT_S:g} s ({where}): {state} != {truth}"
                     )
                     # where it waits, into its log (bkeeper.common.loop)
                     with contextlib.suppress(BKeeperError):
