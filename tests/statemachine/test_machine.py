@@ -209,3 +209,33 @@ async def test_a_member_started_while_the_store_fails_waits_it_out(monkeypatch):
         assert await a.submit(b"after") == 1
         stop_a.set()
         await task_a
+
+
+async def test_a_command_whose_append_timed_out_leaves_no_unretrieved_error(caplog):
+    """The leader steps down when an append outlives ``append_timeout_s``, failing the
+    command's result after its caller got ``NotLeaderError``: asyncio logged "Future
+    exception was never retrieved" for each such command (seen in kv members' logs)."""
+    import gc
+    import logging
+
+    from bkeeper.wire.messages import AddRequest
+
+    async with MemoryCluster(3) as cluster:
+        a, _journal, stop_a, task_a, _ = await member(cluster, "a", append_timeout_s=0.2)
+        await a.wait_leading(20)
+        assert await a.submit(b"before") == 1
+        for index in range(3):
+            cluster.fault(index, AddRequest, drop=True, serve_dropped=False)
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            with pytest.raises(NotLeaderError, match="outlived"):
+                await a.submit(b"lost")
+            for _ in range(3):
+                await asyncio.sleep(0.05)
+                gc.collect()
+            for index in range(3):
+                cluster.heal(index)
+            stop_a.set()
+            await asyncio.wait({task_a}, timeout=20)
+            gc.collect()
+            await asyncio.sleep(0.05)
+        assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]

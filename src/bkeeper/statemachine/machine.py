@@ -408,7 +408,9 @@ class ReplicatedStateMachine(Snapshotting):
         self._writer = None
         self._lease_until = 0.0
         while self._in_flight:
-            _fail_commands(self._in_flight.popleft().commands, error)
+            pending = self._in_flight.popleft()
+            pending.appended.add_done_callback(_retrieve)  # nobody drains it any more
+            _fail_commands(pending.commands, error)
         _fail_commands(list(self._queue), error)
         self._queue.clear()
 
@@ -465,6 +467,11 @@ class ReplicatedStateMachine(Snapshotting):
                     f"{self._config.log_name}: the append outlived "
                     f"{self._config.append_timeout_s}s; the leader steps down"
                 ) from None
+            finally:
+                # A caller that timed out or was cancelled no longer awaits the result: its
+                # later failure (the step-down fails every command) is read here, not left
+                # for asyncio to report as never retrieved.
+                item.result.add_done_callback(_retrieve)
 
     def _take_batch(self) -> list[_Command]:
         """The queued commands one record takes (group commit: what queued meanwhile)."""
@@ -545,8 +552,9 @@ class ReplicatedStateMachine(Snapshotting):
         self._maybe_snapshot()
 
 
-def _retrieve(future: asyncio.Future[None]) -> None:
-    """A lease renewal's outcome: its failure is the leader's (it steps down); read here."""
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """An outcome nobody may await any more (a lease renewal's: its failure is the
+    leader's, who steps down; a command's whose caller gave up): read here."""
     if not future.cancelled():
         future.exception()
 
