@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from bkeeper.common.loop import TASK_DUMP_SIGNAL, run_event_loop
+from bkeeper.common.loop import TASK_DUMP_SIGNAL, dump_tasks, run_event_loop
 
 
 async def _innermost_wait(event: asyncio.Event) -> None:
@@ -39,3 +39,36 @@ def test_sigusr1_logs_every_task_await_chain(caplog: pytest.LogCaptureFixture) -
     chain = dump.split("task stuck-here:")[1].split("task ")[0]
     assert chain.index("in _middle") < chain.index("in _innermost_wait")
     assert "in wait" in chain  # asyncio.Event.wait, where it is suspended
+
+
+async def _inner_records(event: asyncio.Event):
+    await _innermost_wait(event)
+    yield 1
+
+
+async def _outer_records(event: asyncio.Event):
+    async for item in _inner_records(event):
+        yield item
+
+
+def test_the_chain_goes_on_through_async_generators() -> None:
+    """A task that runs an async generator's ``__anext__`` (a named log reader's read) has
+    an ``async_generator_asend`` at the top of its chain, with no frame of its own: the dump
+    showed nothing of where such a task waited (a kv follower that stopped applying: the
+    one thing its dump was for)."""
+
+    async def program() -> str:
+        event = asyncio.Event()
+        records = _outer_records(event)
+        task = asyncio.ensure_future(records.__anext__())
+        await asyncio.sleep(0.05)
+        text = dump_tasks()
+        event.set()
+        assert await task == 1
+        await records.aclose()
+        return text
+
+    dump = asyncio.run(program())
+    assert "in _outer_records" in dump, dump
+    assert dump.index("in _outer_records") < dump.index("in _inner_records")
+    assert dump.index("in _inner_records") < dump.index("in _innermost_wait")

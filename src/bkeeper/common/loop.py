@@ -8,6 +8,8 @@ it (a bookie, a kv member, a verify run's processes).
 from __future__ import annotations
 
 import asyncio
+import gc
+import inspect
 import logging
 import signal
 from collections.abc import Coroutine
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 TASK_DUMP_SIGNAL = signal.SIGUSR1
 #: Frames shown per task (the innermost).
 _FRAMES_MAX = 30
+#: What ``__anext__`` / ``asend`` / ``athrow`` of an async generator return.
+_ASEND_TYPES = frozenset({"async_generator_asend", "async_generator_athrow"})
 
 
 def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
@@ -64,9 +68,16 @@ def dump_tasks() -> str:
 
 
 def _await_chain(awaitable: object) -> list[FrameType]:
-    """The frames of a coroutine and of what it awaits, down to the first non-coroutine."""
+    """The frames of a coroutine and of what it awaits, down to the first non-coroutine.
+    An async generator's ``__anext__`` (an ``async_generator_asend``, what ``async for``
+    awaits) has no frame and does not name its generator; the generator is found among
+    the objects it refers to, and the chain goes on through it."""
     frames: list[FrameType] = []
     while awaitable is not None and len(frames) < 1000:
+        if type(awaitable).__name__ in _ASEND_TYPES:
+            referents = gc.get_referents(awaitable)
+            awaitable = next((g for g in referents if inspect.isasyncgen(g)), None)
+            continue
         frame = next(
             (f for a in ("cr_frame", "gi_frame", "ag_frame") if (f := getattr(awaitable, a, None))),
             None,
