@@ -239,3 +239,59 @@ async def test_a_command_whose_append_timed_out_leaves_no_unretrieved_error(capl
             gc.collect()
             await asyncio.sleep(0.05)
         assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_a_follower_whose_reader_is_stuck_reads_on_with_a_new_one(monkeypatch, caplog):
+    """A follower's read that never ends (a wait no timeout bounds) left the follower
+    applying nothing, silently, while the leader served on (verify seed 50042, cause not
+    found). After ``follow_stall_s`` with nothing applied and the log's confirmed end past
+    what it applied, the follower says where its reader stood and reads on with a new one."""
+    import logging
+
+    from bkeeper.client.read_handle import ReadHandle
+
+    real, stuck = ReadHandle.wait_last_add_confirmed, [0]
+
+    async def wait_lac(self, previous, timeout_ms=None):
+        if stuck[0]:
+            stuck[0] -= 1
+            await asyncio.Event().wait()  # for ever
+        return await real(self, previous, timeout_ms)
+
+    monkeypatch.setattr(ReadHandle, "wait_last_add_confirmed", wait_lac)
+    async with MemoryCluster(3) as cluster:
+        a, _, stop_a, task_a, _ = await member(cluster, "a", follow_stall_s=0.5)
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", follow_stall_s=0.5)
+        assert await a.submit(b"one") == 1
+        await wait_for(lambda: journal_b.commands == [b"one"])
+        stuck[0] = 1
+        await asyncio.sleep(0.3)  # b's reader is in its long poll now, for ever
+        with caplog.at_level(logging.WARNING, logger="bkeeper.statemachine.machine"):
+            for i in range(5):
+                await a.submit(b"c%d" % i)
+            await wait_for(lambda: len(journal_b.commands) == 6)
+        assert journal_b.commands == [b"one"] + [b"c%d" % i for i in range(5)]
+        (line,) = [r.getMessage() for r in caplog.records if "follower stalled" in r.getMessage()]
+        assert "in wait_lac" in line, line  # where the stuck read waited
+        assert b.reader_restarts == 1 and a.reader_restarts == 0
+        stop_a.set(), stop_b.set()
+        await asyncio.gather(task_a, task_b)
+
+
+async def test_a_follower_of_an_idle_leader_is_not_taken_as_stalled(caplog):
+    import logging
+
+    async with MemoryCluster(3) as cluster:
+        a, _, stop_a, task_a, _ = await member(cluster, "a", follow_stall_s=0.2)
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", follow_stall_s=0.2)
+        with caplog.at_level(logging.WARNING, logger="bkeeper.statemachine.machine"):
+            for i in range(3):
+                await a.submit(b"c%d" % i)
+            await wait_for(lambda: len(journal_b.commands) == 3)
+            await asyncio.sleep(1.5)  # idle: several checks, the follower has everything
+        assert not [r for r in caplog.records if "follower stalled" in r.getMessage()]
+        assert b.reader_restarts == 0
+        stop_a.set(), stop_b.set()
+        await asyncio.gather(task_a, task_b)

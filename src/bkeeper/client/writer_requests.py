@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from bkeeper.client.context import ClientContext
 from bkeeper.common.errors import BookieError, BookieUnavailableError
@@ -69,7 +70,7 @@ async def write_lac_periodically(
             continue
         request = WriteLacRequest(ledger_id, lac, master_key, digest.encode_lac(lac))
         results = await asyncio.gather(
-            *(within(ctx.pool.send(b, request, Protocol.V3), timeout_s) for b in ensemble()),
+            *(_send_within(ctx, b, request, timeout_s) for b in ensemble()),
             return_exceptions=True,
         )
         if all(not isinstance(r, BaseException) and r.status is StatusCode.EOK for r in results):
@@ -79,3 +80,11 @@ async def write_lac_periodically(
             went_idle.set()
             await asyncio.sleep(retry_s)
             retry_s = min(retry_s * 2, max(interval_s, WRITE_LAC_RETRY_MAX_S))
+
+
+async def _send_within(
+    ctx: ClientContext, bookie: str, request: WriteLacRequest, timeout_s: float
+) -> Any:
+    """One bookie's answer within ``timeout_s`` (the send made here, once this runs: a
+    send made before would never be awaited if this were cancelled first)."""
+    return await within(ctx.pool.send(bookie, request, Protocol.V3), timeout_s)

@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from types import FrameType
 from typing import Any, TypeVar
 
-__all__ = ["TASK_DUMP_SIGNAL", "dump_tasks", "run_event_loop"]
+__all__ = ["TASK_DUMP_SIGNAL", "await_chain", "dump_tasks", "run_event_loop"]
 
 T = TypeVar("T")
 
@@ -59,12 +59,21 @@ def dump_tasks() -> str:
     lines = [f"{len(tasks)} asyncio tasks (signal {TASK_DUMP_SIGNAL.name}):"]
     for task in tasks:
         lines.append(f"task {task.get_name()}:")
-        for frame in _await_chain(task.get_coro())[-_FRAMES_MAX:]:
-            code = frame.f_code
-            lines.append(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        lines += (f"  {where}" for where in await_chain(task))
     text = "\n".join(lines)
     log.warning("%s", text)
     return text
+
+
+def await_chain(task: asyncio.Future[Any]) -> list[str]:
+    """Where ``task`` waits: ``file:line in function`` for each frame of its await chain,
+    the outermost first (the innermost ``_FRAMES_MAX``); empty once it is done."""
+    if task.done() or not isinstance(task, asyncio.Task):
+        return []
+    return [
+        f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        for frame in _await_chain(task.get_coro())[-_FRAMES_MAX:]
+    ]
 
 
 def _await_chain(awaitable: object) -> list[FrameType]:

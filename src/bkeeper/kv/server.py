@@ -19,7 +19,7 @@ HTTP API (JSON bodies; keys are URL path segments, percent-encoded as needed):
   :mod:`bkeeper.kv.state`).
 - ``GET /v1/range?prefix=P&limit=N[&stale=1]`` → ``{"items": [{"key","value","version"}]}``.
 - ``GET /v1/status`` → ``{"member", "url", "role", "leading", "leader", "applied", "keys",
-  "snapshots_written", "snapshots_restored"}``.
+  "snapshots_written", "snapshots_restored", "reader_restarts", ...}``.
 
 A member that does not lead probes the leader's HTTP port every ``leader_probe_s`` and
 deletes its election node when its connections are refused (its process died; see
@@ -326,6 +326,7 @@ class KvServer:
                 "keys": len(self.state),
                 "snapshots_written": rsm.snapshots_written,
                 "snapshots_restored": rsm.snapshots_restored,
+                "reader_restarts": rsm.reader_restarts,
                 "lease_reads": rsm.lease_reads,
                 "leader_probes": 0 if self.detector is None else self.detector.probes,
                 "leaders_deposed": 0 if self.detector is None else self.detector.deposed,

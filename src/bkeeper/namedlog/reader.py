@@ -35,6 +35,7 @@ from bkeeper.common.errors import (
     LedgerNotFoundError,
     SessionExpiredError,
 )
+from bkeeper.common.loop import await_chain
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LATEST
 from bkeeper.namedlog.metadata import LogMetadata
@@ -130,6 +131,14 @@ class LogReader:
                     self._pending = None
             self._buffer.extend(batch)
         return self._take()
+
+    def describe(self) -> str:
+        """Where this reader stands, for a log line: the position after the last record it
+        returned and, while a read is under way, where that read waits (innermost last)."""
+        pending = self._pending
+        chain = [] if pending is None else await_chain(pending)
+        read = "no read under way" if not chain else "its read waits in " + "; ".join(chain[-8:])
+        return f"at {self.position} (started at {self._first}), {read}"
 
     def next_buffered(self) -> Record | None:
         """The next record if it was read already (None: reading is needed, or closed)."""

@@ -160,6 +160,8 @@ class ReplicatedStateMachine(Snapshotting):
         self._election: LeaderElection | None = None
         self._reader: LogReader | None = None
         self._reader_behind = False
+        #: Readers replaced because they returned nothing while the log held more.
+        self.reader_restarts = 0
 
     @property
     def leading(self) -> bool:
@@ -341,10 +343,45 @@ class ReplicatedStateMachine(Snapshotting):
 
     async def _follow(self, named: NamedLog, election: LeaderElection, stop: asyncio.Event) -> None:
         self.role = "following"
+        config = self._config
+        applied, progress_at = self.applied, time.monotonic()
         while not election.is_leader and not stop.is_set():
-            record = await self._next_record(named, self._config.follow_poll_s)
+            record = await self._next_record(named, config.follow_poll_s)
             if record is not None:
                 self._apply_record(record)
+            if self.applied != applied:
+                applied, progress_at = self.applied, time.monotonic()
+            elif time.monotonic() - progress_at >= config.follow_stall_s:
+                progress_at = time.monotonic()
+                await self._check_stall(named)
+
+    async def _check_stall(self, named: NamedLog) -> None:
+        """The reader returned nothing for ``follow_stall_s``. If the log's confirmed end
+        lies past what this member applied, the reader is stuck (verify seed 50042: a
+        follower applied nothing more, silently, while the leader served on): log where it
+        stood, and read on with a new reader from what was applied."""
+        try:
+            end = await _confirmed_end(named)
+        except BKeeperError as exc:  # the store or the bookies are away: look again later
+            log.debug("%s: could not read the log's end: %s", self._config.log_name, exc)
+            return
+        applied = self.applied
+        if end is None or (applied is not None and end <= applied[:2]):
+            return
+        reader, self._reader = self._reader, None
+        self.reader_restarts += 1
+        log.warning(
+            "%s: follower stalled: its reader returned nothing for %g s while the log's "
+            "confirmed end (%d, %d) lies past what it applied (%s); reading on with a new "
+            "reader. The reader stood %s",
+            self._config.log_name,
+            self._config.follow_stall_s,
+            *end,
+            applied,
+            "(none)" if reader is None else reader.describe(),
+        )
+        if reader is not None:
+            await reader.close()
 
     async def _lead(
         self, named: NamedLog, election: LeaderElection, stop: asyncio.Event, term: int
@@ -550,6 +587,27 @@ class ReplicatedStateMachine(Snapshotting):
                     item.result.set_result(result)
             self.applied = position
         self._maybe_snapshot()
+
+
+async def _confirmed_end(named: NamedLog) -> tuple[int, int] | None:
+    """(ledger, entry) of the log's last entry a reader may read now: the last ledger's
+    last entry when sealed, else its LAC as its bookies know it (explicit LAC included);
+    None when the log holds none."""
+    walk = named.logs.walk
+    for ledger in reversed((await named.metadata()).ledgers):
+        handle = await walk.open(ledger.ledger_id)
+        if handle is None:
+            continue
+        try:
+            if handle.is_closed:
+                last = handle.last_add_confirmed
+            else:
+                last = await handle.read_explicit_last_add_confirmed()
+        finally:
+            await handle.close()
+        if last >= 0:
+            return ledger.ledger_id, last
+    return None
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

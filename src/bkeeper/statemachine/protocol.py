@@ -83,7 +83,10 @@ class RsmConfig:
     that lie wholly before it (0: it drops them all). ``read_lease_s``: how long an
     acknowledged append lets the leader answer linearizable reads from its state without
     a barrier, and so how long a new leader waits after fencing before it takes commands
-    (0: every read waits for a barrier; see :mod:`bkeeper.statemachine.machine`)."""
+    (0: every read waits for a barrier; see :mod:`bkeeper.statemachine.machine`).
+    ``follow_stall_s``: how long a follower may apply nothing before it looks whether the
+    log's confirmed end lies past what it applied (its reader is then stuck: it says where,
+    and reads on with a new one)."""
 
     log_name: str
     candidate: bytes
@@ -95,11 +98,12 @@ class RsmConfig:
     snapshot_every_bytes: int = 0
     retain_ledgers: int = 0
     read_lease_s: float = 0.0
+    follow_stall_s: float = 15.0
 
     def __post_init__(self) -> None:
         if not self.candidate:
             raise ConfigError("candidate: must not be empty")
-        for name in ("append_timeout_s", "follow_poll_s", "retry_pause_s"):
+        for name in ("append_timeout_s", "follow_poll_s", "retry_pause_s", "follow_stall_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}: must be positive, got {getattr(self, name)!r}")
         if not 0.0 <= self.read_lease_s <= READ_LEASE_S_MAX:

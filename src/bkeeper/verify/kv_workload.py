@@ -59,7 +59,7 @@ from bkeeper.verify.netns import Network
 from bkeeper.verify.schedule import KV_NEMESES, MEMBER_PARTITIONS, Fault
 from bkeeper.verify.workload import _pause, _why, start_client
 
-__all__ = ["KEYS", "MEMBERS", "KvMember", "KvNemesis", "KvWorkload"]
+__all__ = ["KEYS", "MEMBERS", "KvMember", "KvNemesis", "KvWorkload", "follower_stalls"]
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,15 @@ async def _status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | 
             return doc if isinstance(doc, dict) else None
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
         return None
+
+
+def follower_stalls(path: Path) -> list[str]:
+    """The lines of a member's log where its follower found its reader stuck
+    (``ReplicatedStateMachine`` replaces such a reader, and says where it waited)."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return [line for line in text.splitlines() if "follower stalled" in line]
 
 
 async def _standing(members: list[KvMember]) -> str:
@@ -338,6 +347,14 @@ class KvWorkload:
                         member.signal(TASK_DUMP_SIGNAL)
             if any(state != truth for state in seen):
                 await asyncio.sleep(1.0)  # the dumps are written before the members stop
+        for member in self.members:
+            stalls = follower_stalls(member.out)
+            if stalls:
+                verdict.violate(
+                    f"kv member {member.index}: its reader returned nothing while the log held "
+                    f"more, {len(stalls)} time(s), and was replaced (member-{member.index}.log"
+                    f" says where it waited): {stalls[0][:400]}"
+                )
         async with await start_client(self.uri) as bk:
             named = NamedLogs(bk, LogConfig()).log(log_name(STORE))
             return [x.ledger_id for x in (await named.metadata()).ledgers]

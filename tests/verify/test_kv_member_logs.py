@@ -1,0 +1,23 @@
+"""The kv workload reads its members' logs at the end: a follower that found its reader
+stuck (and replaced it) is a violation, reported with the line that says where it waited."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bkeeper.verify.kv_workload import follower_stalls
+
+
+def test_a_member_log_with_a_stalled_follower_is_found(tmp_path: Path) -> None:
+    log = tmp_path / "member-1.log"
+    assert follower_stalls(log) == []  # no log (the member never started)
+    log.write_text(
+        "2026-11-28 22:00:00,000 WARNING bkeeper.meta.zk: ZooKeeper 127.0.0.1:1: reconnected\n"
+        "2026-11-28 22:00:20,000 WARNING bkeeper.statemachine.machine: kv-verify: follower "
+        "stalled: its reader returned nothing for 15 s ... The reader stood at 3:7\n",
+        encoding="utf-8",
+    )
+    (line,) = follower_stalls(log)
+    assert "The reader stood at 3:7" in line
+    log.write_text("nothing of the kind\n", encoding="utf-8")
+    assert follower_stalls(log) == []
