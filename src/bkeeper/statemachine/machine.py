@@ -14,7 +14,9 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
 - Followers tail the log without fencing and apply what they read. A leader whose writer was
   fenced, whose append failed or timed out, or that lost its election steps down and follows;
   positions already applied are skipped, so nothing is applied twice and nothing is applied
-  that is not in the log.
+  that is not in the log. A follower that applies nothing for ``follow_stall_s`` while the
+  log's confirmed end lies past what it applied logs where its reader waits and reads on
+  with a new one (:attr:`ReplicatedStateMachine.reader_restarts`).
 - :meth:`ReplicatedStateMachine.read_barrier` makes reads linearizable: it appends a no-op
   record (a "barrier") and returns once it is applied; its acknowledgement proves the writer
   was not fenced after the read arrived, so the state then holds every write completed
