@@ -592,23 +592,14 @@ class ReplicatedStateMachine(Snapshotting):
 
 
 async def _confirmed_end(named: NamedLog) -> tuple[int, int] | None:
-    """(ledger, entry) of the log's last entry a reader may read now: the last ledger's
-    last entry when sealed, else its LAC as its bookies know it (explicit LAC included);
-    None when the log holds none."""
+    """(ledger, entry) of the log's last confirmed entry (:meth:`LogWalk.ledger_end
+    <bkeeper.namedlog.walk.LogWalk.ledger_end>` of its last ledger that holds one); None
+    when the log holds none."""
     walk = named.logs.walk
     for ledger in reversed((await named.metadata()).ledgers):
-        handle = await walk.open(ledger.ledger_id)
-        if handle is None:
-            continue
-        try:
-            if handle.is_closed:
-                last = handle.last_add_confirmed
-            else:
-                last = await handle.read_explicit_last_add_confirmed()
-        finally:
-            await handle.close()
-        if last >= 0:
-            return ledger.ledger_id, last
+        end = await walk.ledger_end(ledger.ledger_id)
+        if end is not None and end.last >= 0:
+            return ledger.ledger_id, end.last
     return None
 
 
