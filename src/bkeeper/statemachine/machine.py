@@ -501,16 +501,17 @@ class ReplicatedStateMachine(Snapshotting):
             try:
                 return await within(asyncio.shield(item.result), self._config.append_timeout_s)
             except TimeoutError:
+                # Nobody awaits the result any more: its failure (the step-down fails every
+                # command) is read, not left for asyncio to report as never retrieved.
+                item.result.add_done_callback(_retrieve)
                 self._fail(TimeoutError("append timed out"))
                 raise NotLeaderError(
                     f"{self._config.log_name}: the append outlived "
                     f"{self._config.append_timeout_s}s; the leader steps down"
                 ) from None
-            finally:
-                # A caller that timed out or was cancelled no longer awaits the result: its
-                # later failure (the step-down fails every command) is read here, not left
-                # for asyncio to report as never retrieved.
+            except asyncio.CancelledError:  # the caller went away: the same
                 item.result.add_done_callback(_retrieve)
+                raise
 
     def _take_batch(self) -> list[_Command]:
         """The queued commands one record takes (group commit: what queued meanwhile)."""
