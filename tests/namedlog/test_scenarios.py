@@ -388,3 +388,63 @@ def test_a_log_ledgers_explicit_lac_interval():
     for bad in (-1, 1.5, "10", True):
         with pytest.raises(ConfigError, match="explicit_lac_interval_ms: must be an integer"):
             LogConfig(explicit_lac_interval_ms=bad)
+
+
+async def test_a_roll_whose_answer_was_lost_keeps_the_ledger_it_listed():
+    """A roll's compare-and-set that ZooKeeper applied but whose answer was lost (a
+    ConnectionLoss: the server died before it answered) left the new ledger listed, and the
+    writer deleted it as never listed: a reader reached the listed ledger, found it gone
+    and looked again, for ever (a kv follower stopped applying, silently). The writer now
+    looks: listed and last, the roll happened."""
+    from bkeeper.common.errors import ConnectionLossError
+
+    async with MemoryCluster(3) as cluster:
+        client = await cluster.client(FAST)
+        logs = NamedLogs(client, SMALL)
+        named = await logs.create("lost")
+        writer = await named.open_writer()
+        real_write, lost = logs.store.write, [1]
+
+        async def write(name, meta, version):
+            new_version = await real_write(name, meta, version)
+            if lost[0]:
+                lost[0] -= 1
+                raise ConnectionLossError("ZooKeeper: connection lost (the answer)")
+            return new_version
+
+        logs.store.write = write
+        sent = [b"r%03d" % i * 30 for i in range(20)]
+        positions = [await writer.append(payload) for payload in sent]
+        assert lost == [0], "no roll happened"
+        await writer.close()
+        meta = await named.metadata()
+        for ledger in meta.ledgers:  # every listed ledger is there
+            await client.ledger_metadata(ledger.ledger_id)
+        assert {p.ledger_id for p in positions} <= {x.ledger_id for x in meta.ledgers}
+        reader = await named.open_reader()
+        assert [r.payload for r in await collect(reader, 20, timeout_s=5.0)] == sent
+        await reader.close()
+
+
+async def test_a_reader_reads_past_a_listed_ledger_that_is_gone(caplog):
+    """A ledger deleted while the log still lists it (not by truncation, which unlists
+    first) held the reader for ever: it opened the ledger, found it gone, read the list,
+    found it still listed, and started again. It now says so and reads on after it."""
+    async with MemoryCluster(3) as cluster:
+        client = await cluster.client(FAST)
+        logs = NamedLogs(client, SMALL)
+        named = await logs.create("holed")
+        writer = await named.open_writer()
+        positions = [await writer.append(b"r%03d" % i * 30) for i in range(30)]
+        await writer.close()
+        ledgers = sorted({p.ledger_id for p in positions})
+        assert len(ledgers) >= 3
+        gone = ledgers[1]
+        await client.delete_ledger(gone)
+        expected = [b"r%03d" % i * 30 for i, p in enumerate(positions) if p.ledger_id != gone]
+        reader = await named.open_reader()
+        records = await collect(reader, len(expected), timeout_s=5.0)
+        assert [r.payload for r in records] == expected
+        assert reader.lost_ledgers == 1 and reader.skipped_ledgers == 0
+        assert f"ledger {gone} is listed but gone" in caplog.text
+        await reader.close()

@@ -5,10 +5,11 @@ sealed ledgers in order, then tails the open one with long-poll LAC reads, never
 notices a roll or a new writer when the ledger it tails is closed or gets a successor,
 re-reading the list at least every ``tail_poll_ms``; past the last ledger it waits for the
 list to grow on a watch of the log's metadata node (a ledger appended whole, as the Spark
-sink commits, is seen at once). A reader left behind by truncation skips
-to the earliest record still there. Where it starts (earliest, latest, a time) and which
-ledger a position falls in are the walk's (:mod:`bkeeper.namedlog.walk`): a reader reads up
-to the LAC of the open ledger, as the walk's spans do.
+sink commits, is seen at once). A reader left behind by truncation skips to the earliest
+record still there; one that finds a listed ledger gone (deleted while listed: nothing of
+bkeeper's does that) says so and reads on after it. Where it starts (earliest, latest, a
+time) and which ledger a position falls in are the walk's (:mod:`bkeeper.namedlog.walk`): a
+reader reads up to the LAC of the open ledger, as the walk's spans do.
 
 Entries holding record batches are unpacked (:func:`~bkeeper.namedlog.records.decode_entry`):
 the reader returns their records one by one; a start ``(L, E, I)`` skips the records of entry
@@ -73,6 +74,9 @@ class LogReader:
         self._version = -1
         #: Ledgers skipped because truncation removed them before this reader got there.
         self.skipped_ledgers = 0
+        #: Ledgers skipped because they were gone while the log still listed them (deleted
+        #: by mistake: nothing of bkeeper's deletes a listed ledger).
+        self.lost_ledgers = 0
         #: The position after the last record returned.
         self.position: Position | None = None
 
@@ -240,11 +244,19 @@ class LogReader:
             if ledger_id != position.ledger_id:
                 position = Position(ledger_id, 0)
             handle = await self._logs.walk.open(ledger_id)
-            if handle is None:  # deleted under us: truncation passed this reader
+            if handle is None:  # deleted under us
                 meta = await self._meta()
-                if meta.index_of(ledger_id) is None:
+                if meta.index_of(ledger_id) is None:  # truncation passed this reader
                     self.skipped_ledgers += 1
-                    position = Position(ledger_id + 1, 0)
+                else:  # still listed (truncation unlists first): it is gone for good
+                    self.lost_ledgers += 1
+                    log.warning(
+                        "log %s: ledger %d is listed but gone (deleted while the log lists "
+                        "it); whatever it held is lost: reading on after it",
+                        self._log.name,
+                        ledger_id,
+                    )
+                position = Position(ledger_id + 1, 0)
                 continue
             if handle.is_closed:
                 async for batch in self._read(handle, position):

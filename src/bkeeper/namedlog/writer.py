@@ -400,9 +400,11 @@ class LogWriter:
                     attempts_max=self._config.metadata_retries_max,
                     current=(self._meta, self._version),
                 )
-            except BKeeperError:
-                await discard_ledger(bk, new)
-                raise
+            except BKeeperError as exc:
+                went_in = await self._roll_outcome(new, exc)
+                if went_in is None:
+                    raise
+                self._meta, self._version = went_in
             self._handle = new
             self._opened_at = self._clock.monotonic()
             log.debug("log %s: rolled from ledger %d to %d", name, old.ledger_id, new.ledger_id)
@@ -413,6 +415,37 @@ class LogWriter:
                 await self._apply_retention()
             except BKeeperError as exc:  # retention is best effort; the next roll retries
                 log.warning("log %s: retention: %s", self._log.name, exc)
+
+    async def _roll_outcome(
+        self, new: WriteHandle, error: BKeeperError
+    ) -> tuple[LogMetadata, int] | None:
+        """A roll's compare-and-set failed with ``error``, which may be a write ZooKeeper
+        applied whose answer was lost (a ConnectionLoss): the list is read to tell. Listed
+        last, under no newer term: the roll went in, and the metadata read is returned.
+        Not listed: ``new`` is deleted, and None. Listed behind another writer's ledger, or
+        the list unreadable: None, and ``new`` is kept (a later writer seals a listed one;
+        deleting it would leave the list naming a ledger that is gone)."""
+        store, name = self._logs.store, self._log.name
+        try:
+            meta, version = await store.read(name)
+        except BKeeperError as exc:
+            log.warning(
+                "log %s: the roll to ledger %d failed (%s) and the list could not be read "
+                "(%s): the ledger is kept, as the list may name it",
+                name, new.ledger_id, error, exc,
+            )  # fmt: skip
+            return None
+        index = meta.index_of(new.ledger_id)
+        if index is None:
+            await discard_ledger(self._logs.bk, new)
+            return None
+        if index == len(meta.ledgers) - 1 and not self._overtaken(meta):
+            log.info(
+                "log %s: the roll to ledger %d went in (its answer was lost: %s)",
+                name, new.ledger_id, error,
+            )  # fmt: skip
+            return meta, version
+        return None
 
     def _overtaken(self, meta: LogMetadata) -> bool:
         """Whether a writer of a newer term has claimed the log."""

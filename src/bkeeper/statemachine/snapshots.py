@@ -16,6 +16,7 @@ lost compare-and-sets when recording one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -141,6 +142,14 @@ class SnapshotStore:
                 handle.ledger_id, position, len(state), len(pending), self._logs.clock.wall_ms()
             )
             replaced = await self._record(info)
+        except _MaybeRecordedError as kept:
+            # Deleting the ledger could leave the record naming a ledger that is gone.
+            log.warning(
+                "snapshot record %s: recording ledger %d failed (%s) and whether it went in "
+                "is unknown: the ledger is kept",
+                self.path, handle.ledger_id, kept.error,
+            )  # fmt: skip
+            raise kept.error from None
         except BaseException:
             await discard_ledger(bk, handle)
             raise
@@ -162,11 +171,25 @@ class SnapshotStore:
             try:
                 if current is None:
                     await self._store.create(self.path, info.encode(), make_parents=True)
-                    return None
-                await self._store.set(self.path, info.encode(), version)
-                return current.ledger_id
+                else:
+                    await self._store.set(self.path, info.encode(), version)
             except (MetadataVersionError, NodeExistsError):
                 continue
+            except BaseException as exc:
+                # The write may have been applied with its answer lost (a ConnectionLoss):
+                # look, unless the caller went away.
+                if isinstance(exc, asyncio.CancelledError):
+                    raise _MaybeRecordedError(exc) from exc
+                try:
+                    now, _version = await self._read()
+                except asyncio.CancelledError as cancelled:
+                    raise _MaybeRecordedError(cancelled) from exc
+                except BKeeperError:
+                    raise _MaybeRecordedError(exc) from exc
+                if now is None or now.ledger_id != info.ledger_id:
+                    raise
+                log.info("snapshot record %s: recorded (its answer was lost: %s)", self.path, exc)
+            return None if current is None else current.ledger_id
         raise StateMachineError(f"snapshot record {self.path}: lost {RECORD_RETRIES_MAX} races")
 
     async def read(self, info: SnapshotInfo) -> bytes | None:
@@ -193,3 +216,11 @@ class SnapshotStore:
                 f"its record says {info.size_bytes}"
             )
         return data
+
+
+class _MaybeRecordedError(Exception):
+    """Recording a snapshot failed with ``error`` in a way that may have recorded it."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
