@@ -295,3 +295,43 @@ async def test_a_follower_of_an_idle_leader_is_not_taken_as_stalled(caplog):
         assert b.reader_restarts == 0
         stop_a.set(), stop_b.set()
         await asyncio.gather(task_a, task_b)
+
+
+async def test_followers_read_on_after_a_roll_whose_answer_was_lost():
+    """The leader's roll was written to ZooKeeper with its answer lost (a ConnectionLoss as
+    the server died): the writer deleted the ledger it had just listed, and every reader
+    reaching it looked for it again for ever, so followers applied nothing more, silently
+    (a likely cause of verify seed 50042). Followers now converge."""
+    from bkeeper.common.errors import ConnectionLossError
+
+    small = LogConfig(tail_poll_ms=50, roll_bytes=600)
+    async with MemoryCluster(3) as cluster:
+        a, journal_a, stop_a, task_a, logs_a = await member(cluster, "a", small)
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", small)
+        real_write, armed = logs_a.store.write, [False]
+
+        async def write(name, meta, version):
+            before = len((await logs_a.store.read(name))[0].ledgers)
+            new_version = await real_write(name, meta, version)
+            if armed[0] and len(meta.ledgers) > before:  # a roll (or a new writer's ledger)
+                armed[0] = False
+                raise ConnectionLossError("ZooKeeper: connection lost (before the answer)")
+            return new_version
+
+        logs_a.store.write = write
+        for i in range(5):
+            await a.submit(b"before-%d" % i * 20)
+        armed[0] = True
+        sent = 5
+        while armed[0] or sent < 40:  # a leader whose roll failed steps down, then leads on
+            try:
+                await a.submit(b"after-%d" % sent * 20)
+            except NotLeaderError:
+                await a.wait_leading(20)
+                continue
+            sent += 1
+        await wait_for(lambda: journal_b.commands == journal_a.commands)
+        assert len(journal_b.commands) == 40
+        stop_a.set(), stop_b.set()
+        await asyncio.gather(task_a, task_b)
