@@ -308,7 +308,7 @@ async def test_followers_read_on_after_a_roll_whose_answer_was_lost():
     async with MemoryCluster(3) as cluster:
         a, journal_a, stop_a, task_a, logs_a = await member(cluster, "a", small)
         await a.wait_leading(20)
-        b, journal_b, stop_b, task_b, _ = await member(cluster, "b", small)
+        _b, journal_b, stop_b, task_b, _ = await member(cluster, "b", small)
         real_write, armed = logs_a.store.write, [False]
 
         async def write(name, meta, version):
@@ -333,5 +333,46 @@ async def test_followers_read_on_after_a_roll_whose_answer_was_lost():
             sent += 1
         await wait_for(lambda: journal_b.commands == journal_a.commands)
         assert len(journal_b.commands) == 40
+        stop_a.set(), stop_b.set()
+        await asyncio.gather(task_a, task_b)
+
+
+async def test_a_store_outage_is_not_taken_as_a_stalled_follower(caplog):
+    """A follower cannot follow a roll while ZooKeeper is away; the stall check counted
+    that time, so a ZooKeeper restart of 12 s and a slow first read after it made a
+    follower with a 15 s ``follow_stall_s`` report a stall it did not have (verify,
+    aimed at seed 50042's shape). Time without the store no longer counts."""
+    import logging
+
+    small = LogConfig(tail_poll_ms=50, roll_bytes=300)
+    async with MemoryCluster(3) as cluster:
+        a, journal_a, stop_a, task_a, _ = await member(cluster, "a", small)
+        await a.wait_leading(20)
+        b, journal_b, stop_b, task_b, logs_b = await member(
+            cluster, "b", small, follow_stall_s=1.0, follow_poll_s=0.05
+        )
+        for i in range(5):
+            await a.submit(b"before-%d" % i * 20)
+        await wait_for(lambda: journal_b.commands == journal_a.commands)
+        store_b, real_read = logs_b.bk.cluster.store, logs_b.store.read
+        loop = asyncio.get_running_loop()
+        slow_until = [0.0]
+
+        async def read(name):  # the store answers slowly for a while after it is back
+            await asyncio.sleep(max(0.0, slow_until[0] - loop.time()))
+            return await real_read(name)
+
+        logs_b.store.read = read
+        with caplog.at_level(logging.WARNING, logger="bkeeper.statemachine.machine"):
+            store_b.suspend()
+            for i in range(10):  # the leader rolls: b needs the store to follow
+                await a.submit(b"during-%d" % i * 20)
+            await asyncio.sleep(0.7)
+            slow_until[0] = loop.time() + 0.6
+            store_b.resume()
+            await wait_for(lambda: journal_b.commands == journal_a.commands)
+            await asyncio.sleep(1.2)  # a check after the catch-up finds nothing either
+        assert not [r for r in caplog.records if "follower stalled" in r.getMessage()]
+        assert b.reader_restarts == 0
         stop_a.set(), stop_b.set()
         await asyncio.gather(task_a, task_b)

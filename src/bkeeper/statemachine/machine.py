@@ -66,7 +66,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import within
 from bkeeper.meta.election import LeaderElection
-from bkeeper.meta.store import NodeStore
+from bkeeper.meta.store import NodeStore, SessionState
 from bkeeper.namedlog import EARLIEST, LogReader, LogWriter, NamedLog, NamedLogs, Position
 from bkeeper.namedlog.records import Record
 from bkeeper.statemachine.protocol import (
@@ -351,7 +351,8 @@ class ReplicatedStateMachine(Snapshotting):
             record = await self._next_record(named, config.follow_poll_s)
             if record is not None:
                 self._apply_record(record)
-            if self.applied != applied:
+            if self.applied != applied or self._store.session_state is not SessionState.CONNECTED:
+                # (without the store a follower cannot follow a roll: that is no stall)
                 applied, progress_at = self.applied, time.monotonic()
             elif time.monotonic() - progress_at >= config.follow_stall_s:
                 progress_at = time.monotonic()
