@@ -73,6 +73,53 @@ async def test_a_request_without_answer_fails_after_request_timeout_ms(
         await asyncio.wait_for(store.aclose(), 30)
 
 
+async def test_a_request_made_as_the_connection_drops_is_not_sent_when_it_is_back(
+    own_zookeeper: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kazoo holds a request made while it reconnects and sends it on the next connection.
+    The store refused requests once its event loop had heard of the drop, so a request made
+    before that (a busy loop hears of it late) waited in kazoo; when ZooKeeper stayed away
+    past ``request_timeout_ms`` its caller was failed, and the write went in later, when
+    ZooKeeper was back: a log writer's roll given up and then applied (verify seed 50042's
+    likely course). The store now refuses a request kazoo knows it cannot send."""
+    hear = ZkNodeStore._on_state
+
+    def late(self: ZkNodeStore, state: str, session_id: int) -> None:  # a busy loop: 0.5 s
+        self._loop.call_later(0.5, hear, self, state, session_id)
+
+    monkeypatch.setattr(ZkNodeStore, "_on_state", late)
+    store = await ZkNodeStore.connect(
+        own_zookeeper.connect_string, StoreConfig(request_timeout_ms=1000)
+    )
+    try:
+        path = f"/late-{uuid.uuid4().hex[:8]}"
+        await store.create(path, b"before")
+        pid = own_zookeeper.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        own_zookeeper.wait()
+        own_zookeeper.stop()
+        async with asyncio.timeout(10):
+            while store._client.connected:  # kazoo knows; this loop hears of it 0.5 s later
+                await asyncio.sleep(0.01)
+        assert store.session_state is SessionState.CONNECTED
+        with pytest.raises(ConnectionLossError):
+            await asyncio.wait_for(store.set(path, b"late"), 30)
+        own_zookeeper.start()
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    data, _version = await store.get(path)
+                    break
+                except ConnectionLossError:
+                    await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # anything kazoo held is sent by now
+        data, _version = await store.get(path)
+        assert data == b"before", "a write its caller was told had failed went in later"
+    finally:
+        await asyncio.wait_for(store.aclose(), 30)
+
+
 async def test_a_bookie_stops_on_sigterm_after_its_zookeeper_died(
     own_zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:

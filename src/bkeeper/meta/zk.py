@@ -13,6 +13,9 @@ Invariants:
   sends its subscribers ``RESET``. A fired watch is armed again *before* its event reaches
   persistent subscribers, so a subscriber that reads after the event cannot miss a change.
   Callbacks carry a generation number and stale ones are ignored.
+* A request is refused (``ConnectionLossError``) while kazoo or this loop knows the connection
+  is down: kazoo would hold it and send it on the next connection, perhaps after its caller
+  gave up on it (``request_timeout_ms``) and went on as if it had failed.
 * kazoo opens a new session by itself after expiry (``LOST`` then ``CONNECTED``); the store
   reports ``EXPIRED`` then ``CONNECTED`` with the new session id.
 """
@@ -269,9 +272,11 @@ class ZkNodeStore:
         ``ConnectionLossError`` (see :class:`~bkeeper.meta.store.StoreConfig`)."""
         if self._closing:
             raise MetadataClosedError(f"ZooKeeper store {self._hosts} is closed")
-        if self._state is SessionState.SUSPENDED:
-            # As the in-memory store does: callers retry once the session is back (kazoo
-            # would queue the request until it reconnects, maybe never).
+        if self._state is SessionState.SUSPENDED or not self._client.connected:
+            # As the in-memory store does: callers retry once the session is back. kazoo
+            # would queue the request until it reconnects, maybe never, maybe after its
+            # caller gave up (request_timeout_ms) and took it for failed. kazoo knows of a
+            # drop before this loop hears of it: both are asked.
             raise ConnectionLossError(f"ZooKeeper {self._hosts}: disconnected (reconnecting)")
         future: asyncio.Future[Any] = self._loop.create_future()
         timeout_s = self._config.request_timeout_ms / 1000
