@@ -86,8 +86,7 @@ class RsmConfig:
     (0: every read waits for a barrier; see :mod:`bkeeper.statemachine.machine`).
     ``follow_stall_s``: how long a follower may apply nothing (time without the store's
     connection not counted) before it looks whether the log's confirmed end lies past what
-    it applied (its reader is then stuck: it says where,
-    and reads on with a new one)."""
+    it applied (its reader is then stuck: it says where, and reads on with a new one)."""
 
     log_name: str
     candidate: bytes
