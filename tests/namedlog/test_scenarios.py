@@ -447,4 +447,7 @@ async def test_a_reader_reads_past_a_listed_ledger_that_is_gone(caplog):
         assert [r.payload for r in records] == expected
         assert reader.lost_ledgers == 1 and reader.skipped_ledgers == 0
         assert f"ledger {gone} is listed but gone" in caplog.text
+        from bkeeper.verify.kv_workload import LISTED_BUT_GONE  # what verify looks for
+
+        assert LISTED_BUT_GONE in caplog.text
         await reader.close()

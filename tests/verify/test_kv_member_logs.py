@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bkeeper.verify.kv_workload import follower_stalls
+from bkeeper.verify.kv_workload import LISTED_BUT_GONE, follower_stalls
 
 
 def test_a_member_log_with_a_stalled_follower_is_found(tmp_path: Path) -> None:
@@ -20,4 +20,19 @@ def test_a_member_log_with_a_stalled_follower_is_found(tmp_path: Path) -> None:
     (line,) = follower_stalls(log)
     assert "The reader stood at 3:7" in line
     log.write_text("nothing of the kind\n", encoding="utf-8")
+    assert follower_stalls(log) == []
+
+
+def test_a_member_log_with_a_listed_ledger_gone_is_found(tmp_path: Path) -> None:
+    """The line a named log's reader writes when the log lists a ledger that is gone (verify
+    seed 50042's course) is found by its marker, and only by it."""
+    log = tmp_path / "member-0.log"
+    log.write_text(
+        "2026-11-29 00:00:00,000 WARNING bkeeper.namedlog.reader: log kv-verify: ledger 9 is "
+        "listed but gone (deleted while the log lists it); whatever it held is lost: reading "
+        "on after it\n",
+        encoding="utf-8",
+    )
+    (line,) = follower_stalls(log, LISTED_BUT_GONE)
+    assert "ledger 9" in line
     assert follower_stalls(log) == []

@@ -166,13 +166,20 @@ async def _status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | 
         return None
 
 
-def follower_stalls(path: Path) -> list[str]:
-    """The lines of a member's log where its follower found its reader stuck
-    (``ReplicatedStateMachine`` replaces such a reader, and says where it waited)."""
+#: What a member's log says when a follower found its reader stuck
+#: (``ReplicatedStateMachine`` replaces such a reader, and says where it waited).
+STALLED = "follower stalled"
+#: What it says when its reader met a ledger the log lists but that is gone (the reader
+#: reads on after it; whatever the ledger held is lost).
+LISTED_BUT_GONE = "is listed but gone"
+
+
+def follower_stalls(path: Path, marker: str = STALLED) -> list[str]:
+    """The lines of a member's log that hold ``marker``."""
     if not path.exists():
         return []
     text = path.read_text(encoding="utf-8", errors="replace")
-    return [line for line in text.splitlines() if "follower stalled" in line]
+    return [line for line in text.splitlines() if marker in line]
 
 
 async def _standing(members: list[KvMember]) -> str:
@@ -354,6 +361,12 @@ class KvWorkload:
                     f"kv member {member.index}: its reader returned nothing while the log held "
                     f"more, {len(stalls)} time(s), and was replaced (member-{member.index}.log"
                     f" says where it waited): {stalls[0][:400]}"
+                )
+            gone = follower_stalls(member.out, LISTED_BUT_GONE)
+            if gone:
+                verdict.violate(
+                    f"kv member {member.index}: its reader met a ledger the log lists but that "
+                    f"is gone, {len(gone)} time(s): {gone[0][:400]}"
                 )
         async with await start_client(self.uri) as bk:
             named = NamedLogs(bk, LogConfig()).log(log_name(STORE))
