@@ -63,6 +63,28 @@ async def test_a_store_away_longer_than_the_wait_fails_the_call_naming_it() -> N
         assert (await bounded(bk.ledger_metadata(wh.ledger_id))).state is LedgerState.OPEN
 
 
+async def test_a_close_whose_seal_failed_seals_when_called_again() -> None:
+    """A close whose seal failed (the store away past ``metadata_reconnect_timeout_ms``)
+    marked the handle closed all the same, so a second close returned at once and the
+    ledger stayed open for good: a named log's readers then waited at its end for ever,
+    behind the ledgers the writer went on to. A second close now seals it."""
+    config = dataclasses.replace(FAST, metadata_reconnect_timeout_ms=200)
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(config)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        assert await bounded(wh.append(b"0")) == 0
+        store = bk.cluster.store
+        assert isinstance(store, MemoryNodeStore)
+        store.suspend()
+        with pytest.raises(ConnectionLossError, match="stayed unreachable"):
+            await bounded(wh.close())
+        store.resume()
+        await bounded(wh.close())
+        meta = await bounded(bk.ledger_metadata(wh.ledger_id))
+        assert meta.state is LedgerState.CLOSED and meta.last_entry_id == 0
+        await bounded(wh.close())  # sealed: a no-op
+
+
 async def _ids(bk) -> list[int]:  # type: ignore[no-untyped-def]
     return [ledger_id async for ledger_id in bk.list_ledgers()]
 

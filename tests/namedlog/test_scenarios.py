@@ -9,6 +9,7 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import LogExistsError, LogFencedError, LogNotFoundError
+from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.testing.cluster import MemoryCluster
 
@@ -450,4 +451,79 @@ async def test_a_reader_reads_past_a_listed_ledger_that_is_gone(caplog):
         from bkeeper.verify.kv_workload import LISTED_BUT_GONE  # what verify looks for
 
         assert LISTED_BUT_GONE in caplog.text
+        await reader.close()
+
+
+async def test_a_ledger_whose_seal_failed_after_a_roll_is_sealed_later(monkeypatch, caplog):
+    """After a roll the writer seals the old ledger in the background. A seal that failed
+    (the store away past ``metadata_reconnect_timeout_ms``, as a ZooKeeper restart of 10.8 s
+    does) was given up with a warning, and the ledger stayed open behind the ledgers after
+    it: readers read to its end and waited for its seal for ever. The writer now tries again
+    until it is sealed."""
+    from bkeeper.client.write_handle import WriteHandle
+    from bkeeper.common.errors import ConnectionLossError
+
+    real_close, failed = WriteHandle.close, []
+
+    async def close(self):
+        if self.ledger_id == first and len(failed) < 2:
+            failed.append(self.ledger_id)
+            raise ConnectionLossError("the metadata store stayed unreachable for 10 s")
+        return await real_close(self)
+
+    monkeypatch.setattr(WriteHandle, "close", close)
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        named = await logs.create("sealing")
+        writer = await named.open_writer()
+        first = writer.ledger_id
+        sent = [b"r%03d" % i * 30 for i in range(30)]
+        positions = [await writer.append(payload) for payload in sent]
+        assert len({p.ledger_id for p in positions}) >= 3, "rolled twice"
+        reader = await named.open_reader()
+        records = await collect(reader, 29, timeout_s=5.0)
+        assert [r.payload for r in records] == sent[:29]
+        assert failed == [first, first]
+        assert "closing ledger" in caplog.text
+        await writer.close()
+        await reader.close()
+
+
+async def test_a_new_writer_seals_a_ledger_left_open_behind_sealed_ones(monkeypatch):
+    """A writer that died while it was still trying to seal a ledger it had rolled away
+    from, after sealing a later one, left that ledger open behind a sealed one; a new
+    writer sealed only the open ledgers at the end of the list, so readers waited at that
+    ledger's end for ever. A new writer now seals every open ledger of the list."""
+    from bkeeper.client.write_handle import WriteHandle
+    from bkeeper.common.errors import ConnectionLossError
+
+    real_close, first = WriteHandle.close, []
+
+    async def close(self):
+        if first and self.ledger_id == first[0]:
+            raise ConnectionLossError("the metadata store stayed unreachable for 10 s")
+        return await real_close(self)
+
+    monkeypatch.setattr(WriteHandle, "close", close)
+    async with MemoryCluster(3) as cluster:
+        dying = await cluster.client(FAST)
+        named = await NamedLogs(dying, SMALL).create("left-open")
+        writer = await named.open_writer()
+        first.append(writer.ledger_id)
+        sent = [b"r%03d" % i * 30 for i in range(30)]
+        positions = [await writer.append(payload) for payload in sent]
+        ledgers = sorted({p.ledger_id for p in positions})
+        assert len(ledgers) >= 3, "rolled twice"
+        await dying.close()  # the writer's process dies: the first ledger is still open
+        first.clear()
+        logs = NamedLogs(await cluster.client(FAST), SMALL)
+        assert (await logs.bk.ledger_metadata(ledgers[0])).state is not LedgerState.CLOSED
+        writer = await logs.log("left-open").open_writer()
+        for ledger_id in ledgers:
+            assert (await logs.bk.ledger_metadata(ledger_id)).state is LedgerState.CLOSED
+        await writer.append(b"after")
+        reader = await logs.log("left-open").open_reader()
+        records = await collect(reader, 30, timeout_s=5.0)
+        assert [r.payload for r in records] == [*sent, b"after"][:30]
+        await writer.close()
         await reader.close()

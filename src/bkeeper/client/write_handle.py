@@ -69,6 +69,8 @@ class WriteHandle:
         self._adds = AddPipeline.for_ledger(ledger_id, meta, config, ctx.clock.monotonic())
         self._slots = Slots()
         self._closed = False
+        #: The close sealed the ledger (or there is nothing to seal any more: aborted).
+        self._sealed = False
         self._loop = asyncio.get_running_loop()
         self._protocol = config.protocol
         self._monotonic = ctx.clock.monotonic
@@ -209,24 +211,28 @@ class WriteHandle:
         return lac
 
     async def close(self) -> None:
-        """Wait for pending adds, then seal the ledger at its LAC."""
-        if self._closed:
+        """Wait for pending adds, then seal the ledger at its LAC. A close whose seal failed
+        (the metadata store away) may be called again: it tries the seal again."""
+        if not self._closed:
+            self._closed = True
+            pending = [add.future for add in self._adds.pending if add.future is not None]
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            await self._lane.settle()  # entries waiting for a bookie still connecting go out
+            self._lane.detach()
+            await self._tasks.aclose()
+        if self._sealed:
             return
-        self._closed = True
-        pending = [add.future for add in self._adds.pending if add.future is not None]
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        await self._lane.settle()  # entries waiting for a bookie still connecting go out
-        self._lane.detach()
-        await self._tasks.aclose()
         if isinstance(self._adds.error, LedgerFencedError):
+            self._sealed = True  # by the recovering reader: nothing for this writer to seal
             raise LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering reader")
         lac, length = self._adds.last_add_confirmed, self._adds.confirmed_length
         self._versioned = await seal(self._ctx, self.ledger_id, self._versioned, lac, length)
+        self._sealed = True
 
     async def abort(self, error: BaseException) -> None:
         """Fail what is pending with ``error`` and stop background work (client closing)."""
-        self._closed = True
+        self._closed = self._sealed = True  # nothing to seal: the client is going
         self._apply(self._adds.fail(error))
         self._lane.detach()
         await self._tasks.aclose()

@@ -161,7 +161,7 @@ class NamedLog:
             meta, version = snapshot
             if term is not None:
                 meta, version = await self._claim(meta, version, term)
-            await self.seal_unsealed(meta)
+            await self.seal_unsealed(meta, every=True)
             handle = await create_ledger(logs.bk, logs.config)
             try:
                 new_meta = meta.with_ledger(handle.ledger_id, logs.clock.wall_ms())
@@ -196,14 +196,20 @@ class NamedLog:
         log.debug("log %s: term %d recorded", self.name, term)
         return claimed, version
 
-    async def seal_unsealed(self, meta: LogMetadata) -> None:
+    async def seal_unsealed(self, meta: LogMetadata, *, every: bool = False) -> None:
         """Recover (fence and seal) the ledgers at the end of the list that are not CLOSED:
-        the last one, and the one before it when a writer died in the middle of a roll."""
+        the last one, and the one before it when a writer died in the middle of a roll.
+        ``every`` (a new writer): every ledger of the list that is not CLOSED, also one
+        behind a sealed one (its writer died while it still tried to seal it, having sealed
+        a later one: readers wait at its end until it is sealed). That reads each listed
+        ledger's metadata once."""
         logs = self.logs
         for ledger in reversed(meta.ledgers):
             try:
                 state = (await logs.bk.ledger_metadata(ledger.ledger_id)).state
                 if state is LedgerState.CLOSED:
+                    if every:
+                        continue
                     return
                 await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=True)
             except LedgerNotFoundError:

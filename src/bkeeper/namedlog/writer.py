@@ -44,7 +44,7 @@ from bkeeper.common.errors import (
     LogFencedError,
     LogNotFoundError,
 )
-from bkeeper.common.tasks import TaskOwner
+from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog.batching import Batch, Batcher
 from bkeeper.namedlog.config import LogConfig
 from bkeeper.namedlog.metadata import LogMetadata
@@ -72,6 +72,12 @@ log = logging.getLogger(__name__)
 #: A log ledger's ``explicit_lac_interval_ms`` when neither its log's config nor its client's
 #: sets one: tailers see a writer's last record within about this long of its ack.
 IDLE_LAC_INTERVAL_MS = 10
+
+#: The pause before sealing a rolled-away ledger is tried again after a failure (the metadata
+#: store away), doubling up to ``SEAL_PAUSE_MAX_S``; it is tried until it is sealed or the
+#: writer closes (a ledger left open behind the next one holds every reader at its end).
+SEAL_PAUSE_FIRST_S = 0.1
+SEAL_PAUSE_MAX_S = 5.0
 
 
 async def create_ledger(bk: BookKeeper, config: LogConfig) -> WriteHandle:
@@ -124,6 +130,7 @@ class LogWriter:
         self._error: LogError | None = None
         self._error_explained = False
         self._closed = False
+        self._closing = asyncio.Event()  # set by close: a seal waiting to try again tries now
         self._loop = asyncio.get_running_loop()
         self._codec = codec_id(self._config.compression)
         self._batcher: Batcher | None = None
@@ -301,6 +308,7 @@ class LogWriter:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         try:
             if self._batcher is not None:
                 await self._batcher.drain()
@@ -489,10 +497,27 @@ class LogWriter:
         return min(state.resume_from.ledger_id for state in states.values())
 
     async def _seal(self, handle: WriteHandle) -> None:
-        try:
-            await handle.close()
-        except BKeeperError as exc:
-            log.warning("log %s: closing ledger %d: %s", self._log.name, handle.ledger_id, exc)
+        """Seal a ledger rolled away from, trying again while the metadata store is away:
+        readers cannot pass it before (its end is not known). Once this writer closes it is
+        left to the log's next writer (:meth:`NamedLog.seal_unsealed`)."""
+        pause = SEAL_PAUSE_FIRST_S
+        while True:
+            try:
+                await handle.close()
+                return
+            except LedgerFencedError:
+                return  # a recovering reader or writer sealed it
+            except BKeeperError as exc:
+                closed = self._closing.is_set()
+                again = "" if closed else f"; trying again in {pause:g} s"
+                log.warning(
+                    "log %s: closing ledger %d: %s%s", self._log.name, handle.ledger_id, exc, again
+                )
+                if closed:
+                    return
+            with contextlib.suppress(TimeoutError):
+                await within(self._closing.wait(), pause)
+            pause = min(pause * 2, SEAL_PAUSE_MAX_S)
 
 
 def _fail_with(outer: asyncio.Future[Position], explained: asyncio.Future[LogError]) -> None:
