@@ -421,9 +421,7 @@ class Auditor:
         tally = _Tally()
         lists = asyncio.Semaphore(self._config.check_reads_in_flight_max)
 
-        async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
-            tally.ledgers += 1
-            tally.lost |= {b for ensemble in meta.segments.values() for b in ensemble} - live
+        async def check(ledger_id: int, meta: LedgerMetadata) -> None:
             shortfall, unknown, asked = await list_ledger(self._bk, ledger_id, meta, live, lists)
             tally.fragments += asked
             if unknown:
@@ -433,7 +431,13 @@ class Auditor:
                 await self._urm.mark_underreplicated(ledger_id, list(shortfall.lacking))
                 tally.marked[ledger_id] = tuple(shortfall.lacking)
 
+        async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
+            tally.ledgers += 1
+            tally.lost |= {b for ensemble in meta.segments.values() for b in ensemble} - live
+            await check(ledger_id, meta)
+
         await self._each_ledger(visit)
+        await self._recheck(tally, check)
         await self._urm.set_check_ctime_ms(REPLICAS_CHECK, self._clock.wall_ms())
         report = tally.report()
         self.reports["replicas"] = report
@@ -443,6 +447,31 @@ class Auditor:
             len(report.failed),
         )
         return report
+
+    async def _recheck(
+        self,
+        tally: _Tally,
+        check: Callable[[int, LedgerMetadata], Awaitable[None]],
+    ) -> None:
+        """Ask again about the ledgers a replica could not list for (a timeout under load, a
+        bookie restarting), ``replicas_recheck_rounds`` times at most, after
+        ``replicas_recheck_pause_s`` each: left for the next check, one that lacks entries
+        would stay under-replicated that long."""
+        for _round in range(self._config.replicas_recheck_rounds):
+            if not tally.failed:
+                return
+            await asyncio.sleep(self._config.replicas_recheck_pause_s)
+            again, tally.failed = sorted(tally.failed), {}
+            log.info("replicas check: asking again about %d ledgers", len(again))
+
+            async def one(ledger_id: int) -> None:
+                try:
+                    meta = await self._bk.ledger_metadata(ledger_id)
+                except LedgerNotFoundError:
+                    return  # deleted meanwhile
+                await check(ledger_id, meta)
+
+            await asyncio.gather(*(one(ledger_id) for ledger_id in again))
 
     # -- metadata scan ----------------------------------------------------------------------
     async def _each_ledger(

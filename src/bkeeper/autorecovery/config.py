@@ -35,6 +35,10 @@ class AutoRecoveryConfig:
     check_all_ledgers_interval_s: float = 604_800.0  # probe first/last entries; 0: off
     placement_check_interval_s: float = 0.0  # 0: off
     replicas_check_interval_s: float = 0.0  # list every replica's entries; 0: off (as Java)
+    # a ledger a replica could not list for is asked again this many times in the same check
+    # (a timeout under load, a bookie restarting), after this pause each
+    replicas_recheck_rounds: int = 3
+    replicas_recheck_pause_s: float = 5.0
     audit_metadata_reads_in_flight_max: int = 32  # ledger metadata reads during an audit
     check_reads_in_flight_max: int = 64  # probe reads of check-all-ledgers
     audit_retry_delay_s: float = 10.0  # a failed audit pass (metadata unreachable) waits this
@@ -56,6 +60,7 @@ class AutoRecoveryConfig:
             "check_all_ledgers_interval_s",
             "placement_check_interval_s",
             "replicas_check_interval_s",
+            "replicas_recheck_pause_s",
             "audit_retry_delay_s",
         ):
             check_number_in_range(name, getattr(self, name), 0.0, _INTERVAL_S_MAX)
@@ -69,6 +74,7 @@ class AutoRecoveryConfig:
         )
         check_non_negative_ints(
             self,
+            "replicas_recheck_rounds",
             "rate_bytes_per_s",
             "bytes_in_flight_max",
             "open_ledger_grace_period_ms",
