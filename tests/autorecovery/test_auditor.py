@@ -23,7 +23,7 @@ from bkeeper.meta import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
 from bkeeper.testing.clock import FakeClock
-from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.cluster import MemoryBookie, MemoryCluster
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import master_key
 from bkeeper.wire.messages import GetListOfEntriesRequest, ReadRequest
@@ -461,22 +461,30 @@ async def test_placement_check_reports_segments_on_too_few_racks() -> None:
         assert (await Auditor(bk, urm, CONFIG).placement_check()).not_adhering == {}
 
 
+async def lose_an_entry_in_the_middle(
+    cluster: MemoryCluster, bk: BookKeeper
+) -> tuple[int, MemoryBookie]:
+    """Two ledgers written; the first one's third replica loses entry 2 of 0..4: (that
+    ledger, that replica's bookie)."""
+    victim = (await write_ledgers(bk, 2))[0]
+    meta = await bk.ledger_metadata(victim)
+    holder = cluster.bookie(meta.segments[0][2])
+    storage = holder.storage
+    assert storage is not None
+    bodies = [storage.read_entry(victim, e) for e in range(5)]
+    storage.delete_ledger(victim)
+    for entry_id, body in enumerate(bodies):
+        if entry_id != 2:
+            storage.add_entry(victim, entry_id, master_key(PASSWORD), body)
+    return victim, holder
+
+
 async def test_replicas_check_finds_an_entry_lost_in_the_middle_and_the_worker_repairs_it() -> None:
     """A replica that lost one entry in the middle of a fragment: the probes of
     check-all-ledgers (first and last entry) see nothing; the replicas check (each replica's
     list of entries) marks the ledger with that replica; the worker replaces it."""
     async with cluster_of() as (cluster, bk):
-        ledgers = await write_ledgers(bk, 2)
-        victim = ledgers[0]
-        meta = await bk.ledger_metadata(victim)
-        holder = cluster.bookie(meta.segments[0][2])
-        storage = holder.storage
-        assert storage is not None
-        bodies = [storage.read_entry(victim, e) for e in range(5)]
-        storage.delete_ledger(victim)
-        for entry_id, body in enumerate(bodies):
-            if entry_id != 2:
-                storage.add_entry(victim, entry_id, master_key(PASSWORD), body)
+        victim, holder = await lose_an_entry_in_the_middle(cluster, bk)
         urm, clock = bk.cluster.underreplication, FakeClock()
         auditor = Auditor(bk, urm, CONFIG, clock=clock)
         assert (await auditor.check_all_ledgers()).marked == {}
@@ -501,17 +509,7 @@ async def test_a_replica_that_could_not_list_its_entries_is_asked_again() -> Non
     two of them lacking 16 entries on a replica at the end). The check asks again after
     ``replicas_recheck_pause_s``, up to ``replicas_recheck_rounds`` times."""
     async with cluster_of() as (cluster, bk):
-        ledgers = await write_ledgers(bk, 2)
-        victim = ledgers[0]
-        meta = await bk.ledger_metadata(victim)
-        holder = cluster.bookie(meta.segments[0][2])
-        storage = holder.storage
-        assert storage is not None
-        bodies = [storage.read_entry(victim, e) for e in range(5)]
-        storage.delete_ledger(victim)
-        for entry_id, body in enumerate(bodies):
-            if entry_id != 2:
-                storage.add_entry(victim, entry_id, master_key(PASSWORD), body)
+        victim, holder = await lose_an_entry_in_the_middle(cluster, bk)
         index = cluster.bookies.index(holder)
         hook = cluster.fault(index, GetListOfEntriesRequest, error=StatusCode.EIO)
         config = dataclasses.replace(CONFIG, replicas_recheck_pause_s=0.5)
