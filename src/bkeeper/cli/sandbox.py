@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -115,13 +115,9 @@ def sandbox(
         dashboard_port=dashboard_port if dashboard else None,
         secure=secure,
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopFlag()
+    signal.signal(signal.SIGTERM, stop.on_signal)
+    signal.signal(signal.SIGINT, stop.on_signal)
     box = Sandbox(config)
     busy = box.ports_in_use()
     if busy:
@@ -149,10 +145,30 @@ def sandbox(
             for key, value in box.client_env.items():
                 click.echo(f"export {key}={value}")
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
-        while not stop.wait(0.5):
-            pass
+        stop.wait()
         click.echo("stopping ...", err=True)
     click.echo("sandbox stopped", err=True)
+
+
+class StopFlag:
+    """What SIGTERM and Ctrl-C set: a plain flag, polled. A signal handler must take no
+    lock: it runs in the main thread between two bytecodes, and ``threading.Event.set``
+    there deadlocks when the signal lands while ``Event.wait`` holds the event's lock (a
+    sandbox then ignored SIGTERM for good: seen once in CI)."""
+
+    #: How often :meth:`wait` looks at the flag.
+    POLL_S = 0.2
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.asked = True
+
+    def wait(self) -> None:
+        """Return once a signal asked for the stop."""
+        while not self.asked:
+            time.sleep(self.POLL_S)
 
 
 def _paths(value: object) -> tuple[Path, ...]:
