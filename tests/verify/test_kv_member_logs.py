@@ -5,22 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bkeeper.verify.kv_workload import LISTED_BUT_GONE, follower_stalls
+from bkeeper.verify.kv_workload import LISTED_BUT_GONE, member_log_lines
 
 
 def test_a_member_log_with_a_stalled_follower_is_found(tmp_path: Path) -> None:
     log = tmp_path / "member-1.log"
-    assert follower_stalls(log) == []  # no log (the member never started)
+    assert member_log_lines(log) == []  # no log (the member never started)
     log.write_text(
         "2026-11-28 22:00:00,000 WARNING bkeeper.meta.zk: ZooKeeper 127.0.0.1:1: reconnected\n"
         "2026-11-28 22:00:20,000 WARNING bkeeper.statemachine.machine: kv-verify: follower "
         "stalled: its reader returned nothing for 15 s ... The reader stood at 3:7\n",
         encoding="utf-8",
     )
-    (line,) = follower_stalls(log)
+    (line,) = member_log_lines(log)
     assert "The reader stood at 3:7" in line
     log.write_text("nothing of the kind\n", encoding="utf-8")
-    assert follower_stalls(log) == []
+    assert member_log_lines(log) == []
 
 
 def test_a_member_log_with_a_listed_ledger_gone_is_found(tmp_path: Path) -> None:
@@ -33,6 +33,6 @@ def test_a_member_log_with_a_listed_ledger_gone_is_found(tmp_path: Path) -> None
         "on after it\n",
         encoding="utf-8",
     )
-    (line,) = follower_stalls(log, LISTED_BUT_GONE)
+    (line,) = member_log_lines(log, LISTED_BUT_GONE)
     assert "ledger 9" in line
-    assert follower_stalls(log) == []
+    assert member_log_lines(log) == []

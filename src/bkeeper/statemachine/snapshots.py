@@ -175,11 +175,9 @@ class SnapshotStore:
                     await self._store.set(self.path, info.encode(), version)
             except (MetadataVersionError, NodeExistsError):
                 continue
-            except BaseException as exc:
-                # The write may have been applied with its answer lost (a ConnectionLoss):
-                # look, unless the caller went away.
-                if isinstance(exc, asyncio.CancelledError):
-                    raise _MaybeRecordedError(exc) from exc
+            except asyncio.CancelledError as exc:  # the caller went away: unknown
+                raise _MaybeRecordedError(exc) from exc
+            except BKeeperError as exc:  # maybe applied, its answer lost (ConnectionLoss): look
                 try:
                     now, _version = await self._read()
                 except asyncio.CancelledError as cancelled:

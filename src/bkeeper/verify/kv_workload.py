@@ -59,7 +59,16 @@ from bkeeper.verify.netns import Network
 from bkeeper.verify.schedule import KV_NEMESES, MEMBER_PARTITIONS, Fault
 from bkeeper.verify.workload import _pause, _why, start_client
 
-__all__ = ["KEYS", "MEMBERS", "KvMember", "KvNemesis", "KvWorkload", "follower_stalls"]
+__all__ = [
+    "KEYS",
+    "LISTED_BUT_GONE",
+    "MEMBERS",
+    "STALLED",
+    "KvMember",
+    "KvNemesis",
+    "KvWorkload",
+    "member_log_lines",
+]
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +183,8 @@ STALLED = "follower stalled"
 LISTED_BUT_GONE = "is listed but gone"
 
 
-def follower_stalls(path: Path, marker: str = STALLED) -> list[str]:
-    """The lines of a member's log that hold ``marker``."""
+def member_log_lines(path: Path, marker: str = STALLED) -> list[str]:
+    """The lines of a member's log that hold ``marker`` (none when it has no log)."""
     if not path.exists():
         return []
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -355,14 +364,14 @@ class KvWorkload:
             if any(state != truth for state in seen):
                 await asyncio.sleep(1.0)  # the dumps are written before the members stop
         for member in self.members:
-            stalls = follower_stalls(member.out)
+            stalls = member_log_lines(member.out)
             if stalls:
                 verdict.violate(
                     f"kv member {member.index}: its reader returned nothing while the log held "
                     f"more, {len(stalls)} time(s), and was replaced (member-{member.index}.log"
                     f" says where it waited): {stalls[0][:400]}"
                 )
-            gone = follower_stalls(member.out, LISTED_BUT_GONE)
+            gone = member_log_lines(member.out, LISTED_BUT_GONE)
             if gone:
                 verdict.violate(
                     f"kv member {member.index}: its reader met a ledger the log lists but that "
