@@ -403,7 +403,7 @@ async def test_not_enough_bookies_keeps_the_ledger_marked_and_retries(release_fa
         worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
         async with running(worker):
             status = await asyncio.wait_for(worker.wait_for(lambda s: s.failures == 1), WAIT_S)
-            assert "no bookie can replace" in status.last_failure
+            assert "no candidate bookie for bookie-0:3181" in status.last_failure
             assert status.waiting == (lid,)
             held = [x for x, _ in await urm.locked()]
             assert await urm.get(lid) is not None and held == ([lid] if release_fails else [])
@@ -557,3 +557,83 @@ async def test_a_lagging_registry_view_is_read_again_before_giving_up() -> None:
         outcome = await replicate_ledger(bk, lid, [lost], CONFIG, bookies=stale)
         assert outcome.done, outcome.reason
         assert outcome.replaced == {0: {lost: spare.bookie_id}}
+
+
+async def test_open_ledger_without_a_candidate_is_not_fenced_and_says_why() -> None:
+    """The sandbox's case (3 bookies, E3/Qw3/Qa2, one killed): past its grace period the
+    open ledger was fenced although no bookie could take the lost one's place, and its
+    writer (the KV leader) stopped. Now it is left open with the reason recorded; when a
+    fourth bookie registers it is tried again at once (no retry delay passes on the clock),
+    fenced, repaired, and the reason is gone."""
+    async with MemoryCluster(4) as cluster:
+        spare = cluster.bookies[3]
+        await cluster.stop_bookie(spare)
+        bk = await cluster.client(CLIENT)
+        wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        lid = wh.ledger_id
+        for e in range(20):
+            await wh.append(payload(lid, e))
+        lost = "bookie-2:3181"
+        await cluster.stop_bookie(cluster.bookie(lost))
+        clock = FakeClock()
+        worker_bk = await cluster.client(CLIENT)
+        urm = await new_urm(worker_bk, clock)
+        await urm.mark_underreplicated(lid, [lost])
+        clock.advance(CONFIG.open_ledger_grace_period_ms / 1000.0 + 1.0)  # grace is over
+        worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
+        async with running(worker):
+            status = await wait_for_status(worker, lambda s: s.blocked == ((lid, "no_candidate"),))
+            assert status.replicated == 0 and status.waiting == (lid,)
+            reason = await urm.blocked(lid)
+            assert reason is not None and (reason.kind, reason.worker) == ("no_candidate", "w")
+            assert reason.detail == (
+                f"no candidate bookie for {lost} (segment at entry 0): 2 writable, 2 already "
+                "in the ensemble"
+            )
+            # not fenced: its writer is left alone
+            assert (await bk.ledger_metadata(lid)).state is LedgerState.OPEN
+            for bookie in cluster.bookies[:2]:
+                assert bookie.storage is not None and not bookie.storage.is_fenced(lid)
+            await cluster.start_bookie(spare)
+            await wait_for(worker, lambda s: s.replicated == 1 and not s.blocked)
+        assert await urm.get(lid) is None and await urm.blocked(lid) is None
+        await assert_replicated(cluster, bk, lid, 20, {lost})
+        with pytest.raises(LedgerFencedError):
+            await wh.append(payload(lid, 20))
+
+
+async def test_a_blocked_reason_is_recorded_once_per_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each retry finds the same reason: recorded and logged once, not per attempt."""
+    async with MemoryCluster(4) as cluster:
+        await cluster.stop_bookie(cluster.bookies[3])
+        bk = await cluster.client(CLIENT)
+        lid = await write_ledger(bk, (3, 3, 2), 10)
+        lost = "bookie-0:3181"
+        await cluster.stop_bookie(cluster.bookie(lost))
+        clock = FakeClock()
+        worker_bk = await cluster.client(CLIENT)
+        urm = await new_urm(worker_bk, clock)
+        await urm.mark_underreplicated(lid, [lost])
+        worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
+        first_ms = clock.wall_ms()
+
+        def failed(times: int) -> Callable[[WorkerStatus], bool]:
+            return lambda status: status.failures == times
+
+        with caplog.at_level("INFO", logger="bkeeper.autorecovery.worker"):
+            async with running(worker):
+                for attempts in (1, 2, 3):
+                    await wait_for(worker, failed(attempts))
+                    clock.advance(CONFIG.failed_ledger_retry_delay_ms / 1000.0)
+        said = [r for r in caplog.records if f"ledger {lid} stays under-replicated" in r.message]
+        assert len(said) == 1 and "no_candidate" in said[0].message
+        reason = await urm.blocked(lid)
+        assert reason is not None and reason.since_ms == first_ms  # since the first attempt
+
+
+async def wait_for_status(
+    worker: ReplicationWorker, check: Callable[[WorkerStatus], bool]
+) -> WorkerStatus:
+    return await asyncio.wait_for(worker.wait_for(check), WAIT_S)

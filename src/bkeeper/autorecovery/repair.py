@@ -4,6 +4,9 @@
 
 1. read its metadata and the registered bookies; the lost bookies are those given (the
    under-replication mark's), or else every ensemble member not registered;
+   a ledger some lost bookie of which no writable bookie can replace
+   (:func:`~bkeeper.autorecovery.replicate.missing_replacements`) is left as it is, even
+   open and past its grace period: never fenced without somewhere to copy to;
 2. an open ledger with a lost bookie in its last segment is fenced and sealed first
    (``open_ledger(recovery=True)``, with the password stored in its metadata) when
    ``fence_open``; otherwise nothing is done and the outcome says it ``awaits_fencing``;
@@ -18,7 +21,8 @@
    the lost bookie still holds it.
 
 Expected failures (too few bookies, a source or target failing, metadata races lost) give an
-outcome with ``done`` False and the reason; a ledger deleted meanwhile is done.
+outcome with ``done`` False, the reason and its kind
+(:class:`~bkeeper.autorecovery.replicate.BlockKind`); a ledger deleted meanwhile is done.
 
 At most :data:`COPY_RANGES_IN_FLIGHT_MAX` runs of consecutive entries of one fragment are
 read at once.
@@ -36,11 +40,13 @@ from bkeeper.autorecovery.entry_copy import copy_entries
 from bkeeper.autorecovery.recovery_adds import RecoveryAddSink, Throttle
 from bkeeper.autorecovery.replicas import lacking_bookies
 from bkeeper.autorecovery.replicate import (
+    BlockKind,
     Fragment,
     RepairPlan,
     apply_plan,
     last_segment_lost,
     lost_bookies,
+    missing_replacements,
     plan_repair,
 )
 from bkeeper.client.bookkeeper import BookKeeper
@@ -73,6 +79,8 @@ class ReplicationOutcome:
     awaits_fencing: bool = False
     #: the plan (made also by a dry run); None when the ledger could not be planned
     plan: RepairPlan | None = None
+    #: why it is not done (None when done)
+    kind: BlockKind | None = None
 
 
 async def replicate_ledger(
@@ -104,7 +112,8 @@ async def replicate_ledger(
     except BKeeperError as exc:
         if not await _exists(bk, ledger_id):
             return repair.outcome(True, "the ledger was deleted")
-        return repair.outcome(False, str(exc) or type(exc).__name__)
+        kind = BlockKind.NO_CANDIDATE if isinstance(exc, NotEnoughBookiesError) else repair.step
+        return repair.outcome(False, str(exc) or type(exc).__name__, kind)
 
 
 async def _exists(bk: BookKeeper, ledger_id: int) -> bool:
@@ -136,10 +145,14 @@ class _LedgerRepair:
         self.replaced: dict[int, dict[str, str]] = {}
         self.entries_copied = 0
         self.bytes_copied = 0
+        #: what a failure now is a failure of: reading the replicas, or the target's adds
+        self.step = BlockKind.ERROR
 
     def outcome(
-        self, done: bool, reason: str = "", awaits_fencing: bool = False
+        self, done: bool, reason: str = "", kind: BlockKind | None = None
     ) -> ReplicationOutcome:
+        if not done and kind is None:
+            kind = BlockKind.ERROR
         return ReplicationOutcome(
             self.ledger_id,
             self.replaced,
@@ -147,8 +160,9 @@ class _LedgerRepair:
             self.bytes_copied,
             done,
             reason,
-            awaits_fencing,
+            kind is BlockKind.AWAITING_WRITER,
             self.plan,
+            None if done else kind,
         )
 
     async def run(
@@ -176,7 +190,15 @@ class _LedgerRepair:
                 False,
                 f"ledger {ledger_id}: no password in its metadata (created with "
                 "store_password_in_metadata off): cannot re-replicate it",
+                BlockKind.NO_PASSWORD,
             )
+        shortfall = missing_replacements(meta, lost, bookies.writable)
+        if shortfall is not None and followed:
+            # The caller's registry watch may lag a bookie that just joined: look once more.
+            bookies = await bk.cluster.registry.bookies()
+            shortfall = missing_replacements(meta, lost, bookies.writable)
+        if shortfall is not None:  # decided before fencing: nowhere to copy, nothing touched
+            return self.outcome(False, shortfall, BlockKind.NO_CANDIDATE)
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
             fenced = await bk.open_ledger(ledger_id, meta.password, recovery=True)
             await fenced.close()
@@ -184,21 +206,15 @@ class _LedgerRepair:
             versioned = await bk.cluster.ledgers.read(ledger_id)
             meta = versioned.value
         racks = dict(bk.config.racks) if bk.config.placement == "rackaware" else None
-        try:
-            plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
-        except NotEnoughBookiesError:
-            if not followed:
-                raise
-            # The caller's registry watch may lag a bookie that just joined: look once more.
-            bookies = await bk.cluster.registry.bookies()
-            plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
+        plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
         self.plan = plan
+        waiting = BlockKind.AWAITING_WRITER if plan.needs_fencing else None
         if dry_run:
             self.replaced = plan.replaced
-            return self.outcome(not plan.needs_fencing, awaits_fencing=plan.needs_fencing)
+            return self.outcome(not plan.needs_fencing, kind=waiting)
         if plan.needs_fencing:
-            reason = "an open ledger's last segment lost a bookie: waiting to fence it"
-            return self.outcome(False, reason, awaits_fencing=True)
+            reason = "open, its last segment lost a bookie: its writer has the grace period"
+            return self.outcome(False, reason, waiting)
         if any(fragment.entry_ids for fragment in plan.fragments):
             handle = await bk.open_ledger(
                 ledger_id, meta.password, recovery=False, metadata=versioned
@@ -213,6 +229,16 @@ class _LedgerRepair:
     async def copy(self, handle: ReadHandle, meta: LedgerMetadata, fragment: Fragment) -> None:
         if not fragment.entry_ids:
             return
+        target_failed = False
+
+        async def send(bodies: list[tuple[int, bytes]]) -> None:
+            nonlocal target_failed
+            try:
+                await sink(bodies)
+            except BaseException:
+                target_failed = True
+                raise
+
         sink = RecoveryAddSink(
             self.bk.pool,
             fragment.target,
@@ -223,10 +249,18 @@ class _LedgerRepair:
             throttle=self.throttle,
         )
         try:
-            await copy_entries(
-                handle, meta.password, fragment.entry_ids, sink, COPY_RANGES_IN_FLIGHT_MAX
-            )
+            try:
+                await copy_entries(
+                    handle, meta.password, fragment.entry_ids, send, COPY_RANGES_IN_FLIGHT_MAX
+                )
+            except BKeeperError:
+                self.step = (
+                    BlockKind.TARGET_FAILED if target_failed else BlockKind.REPLICAS_UNREADABLE
+                )
+                raise
+            self.step = BlockKind.TARGET_FAILED
             await sink.drain()
+            self.step = BlockKind.ERROR
         finally:
             sink.abandon()
             self.entries_copied += sink.entries_sent

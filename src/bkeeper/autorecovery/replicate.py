@@ -18,6 +18,15 @@ Rules:
   planned when a target is available and skipped otherwise (nothing there can be lost).
   A segment with entries and no possible target raises :class:`NotEnoughBookiesError`.
 
+:func:`missing_replacements` is the decision taken before anything is done, fencing included:
+a ledger some lost bookie of which has no possible replacement (every writable bookie is lost
+or in that segment's ensemble already) is left as it is, open or not, with the reason. The
+last segment of a ledger not closed counts as holding entries on each of its bookies (the
+writer may be adding them): fencing it only to find no target would stop its writer for
+nothing. (Java's worker fences anyway after its grace period.) Rack-aware placement falls
+back to any bookie when racks run out (:mod:`bkeeper.client.placement`), so placement never
+blocks a repair by itself.
+
 :func:`apply_plan` is the compare-and-set's decision: it applies each replacement to the
 metadata as it is now, only where the lost bookie still holds that position.
 """
@@ -27,6 +36,7 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from bkeeper.autorecovery.expected import Stripe, stripes_of
 from bkeeper.client.placement import replace_bookie
@@ -35,13 +45,26 @@ from bkeeper.common.ids import BookieId
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
 __all__ = [
+    "BlockKind",
     "Fragment",
     "RepairPlan",
     "apply_plan",
     "last_segment_lost",
     "lost_bookies",
+    "missing_replacements",
     "plan_repair",
 ]
+
+
+class BlockKind(StrEnum):
+    """Why a marked ledger is not repaired yet (the ``kind`` of its recorded reason)."""
+
+    NO_CANDIDATE = "no_candidate"  # no writable bookie can replace a lost one
+    AWAITING_WRITER = "awaiting_writer"  # open, last segment lost: in its grace period
+    NO_PASSWORD = "no_password"  # its metadata lacks the password a copy needs
+    REPLICAS_UNREADABLE = "replicas_unreadable"  # no surviving replica served an entry
+    TARGET_FAILED = "target_failed"  # the chosen target refused or lost the copies
+    ERROR = "error"  # anything else (metadata store away, a race lost, a bug)
 
 
 @dataclass(frozen=True)
@@ -93,6 +116,43 @@ def last_segment_lost(meta: LedgerMetadata, lost: Collection[str]) -> bool:
     if meta.state is LedgerState.CLOSED:
         return False
     return any(str(bookie) in lost for bookie in meta.last_ensemble)
+
+
+def missing_replacements(
+    meta: LedgerMetadata, lost: Collection[str], writable: Collection[str]
+) -> str | None:
+    """Why ``meta`` cannot be repaired with ``writable`` bookies (module doc), naming the
+    first segment short of candidates; None when every lost bookie that must be replaced
+    can be. Decided before any fencing."""
+    lost_set = {str(bookie) for bookie in lost}
+    writable_set = {str(bookie) for bookie in writable}
+    starts = list(meta.segments)
+    closed = meta.state is LedgerState.CLOSED
+    last_entry = meta.last_entry_id if closed else starts[-1] - 1
+    stripes = _stripes_by_segment(meta, lost_set, last_entry)
+    for segment in starts:
+        ensemble = [str(bookie) for bookie in meta.segments[segment]]
+        open_tail = not closed and segment == starts[-1]
+        needing = [
+            bookie
+            for bookie in ensemble
+            if bookie in lost_set and (open_tail or _holds_entries(stripes.get((segment, bookie))))
+        ]
+        members = set(ensemble)
+        if len(writable_set - lost_set - members) >= len(needing):
+            continue
+        lacking = len(writable_set & lost_set)  # registered, but lost: never a target
+        also_lost = f", {lacking} lacking entries" if lacking else ""
+        return (
+            f"no candidate bookie for {', '.join(needing)} (segment at entry {segment}): "
+            f"{len(writable_set)} writable, {len((writable_set & members) - lost_set)} already "
+            f"in the ensemble{also_lost}"
+        )
+    return None
+
+
+def _holds_entries(stripe: Stripe | None) -> bool:
+    return stripe is not None and next(stripe.entry_ids(), None) is not None
 
 
 def plan_repair(

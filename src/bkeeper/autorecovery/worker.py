@@ -15,6 +15,14 @@ The worker takes ledgers by scanning the queue (listings only, at most :data:`CA
 ids per scan, leaving out the locked ones) and trying each lock in random order, skipping
 those it works on or defers: the lock node is ephemeral, owned by the worker's metadata
 session, so a worker that dies gives its ledgers back.
+
+An attempt that leaves a ledger queued records why under the lock
+(:meth:`~bkeeper.meta.underreplication.UnderReplicationManager.set_blocked`: kind and one
+line, such as ``no candidate bookie for ... : 2 writable, 2 already in the ensemble``), and
+logs it, only when the reason changed: once per change of state per ledger, not per retry.
+Removing the mark removes the reason. When the registry watch sees a writable bookie join,
+the ledgers this worker found with no candidate are tried again at once (at the lanes' next
+look, ``idle_poll_interval_ms``) instead of after ``failed_ledger_retry_delay_ms``.
 """
 
 from __future__ import annotations
@@ -22,19 +30,26 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
+from bkeeper.autorecovery.replicate import BlockKind
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import BKeeperError
+from bkeeper.common.errors import BKeeperError, ProtocolError
 from bkeeper.meta.registry import BookieSet
-from bkeeper.meta.underreplication import UnderreplicatedLedger, UnderReplicationManager
+from bkeeper.meta.underreplication import (
+    BlockedReason,
+    UnderreplicatedLedger,
+    UnderReplicationManager,
+)
 
 __all__ = ["CANDIDATES_MAX", "DEFERRED_LEDGERS_MAX", "ReplicationWorker", "WorkerStatus"]
 
@@ -59,6 +74,8 @@ class WorkerStatus:
     bytes_copied: int
     last_failure: str = ""
     bytes_in_flight: int = 0  # recovery adds sent, not answered yet (the throttle's window)
+    #: (ledger, kind) of the ledgers this worker last left queued, and why
+    blocked: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass
@@ -94,6 +111,9 @@ class ReplicationWorker:
         self._throttle = Throttle(config.rate_bytes_per_s, self._clock, config.bytes_in_flight_max)
         self._in_progress: set[int] = set()
         self._deferred: dict[int, float] = {}  # ledger -> monotonic time to try it again
+        #: ledger -> why this worker's last attempt left it queued (at most
+        #: DEFERRED_LEDGERS_MAX; the oldest forgotten: only not woken when a bookie joins)
+        self._blocked: dict[int, BlockKind] = {}
         #: Ledgers whose lock may be held by this worker's session though no lane works on
         #: them: a lock or a release that failed as the connection to ZooKeeper was lost
         #: (the session, and with it the lock, may outlive the outage). Scans do not skip
@@ -121,6 +141,7 @@ class ReplicationWorker:
             c.bytes_copied,
             c.last_failure,
             self._throttle.bytes_in_flight,
+            tuple(sorted((ledger, str(kind)) for ledger, kind in self._blocked.items())),
         )
 
     async def wait_for(self, predicate: Callable[[WorkerStatus], bool]) -> WorkerStatus:
@@ -144,11 +165,24 @@ class ReplicationWorker:
         try:
             async with contextlib.aclosing(self._bk.cluster.registry.watch()) as changes:
                 async for bookies in changes:
-                    self._bookies = bookies
+                    before, self._bookies = self._bookies, bookies
+                    if before is not None and bookies.writable - before.writable:
+                        self._wake_blocked()
         except BKeeperError as exc:
             log.warning("replication worker %s: registry watch ended: %s", self._holder, exc)
         finally:
             self._bookies = None
+
+    def _wake_blocked(self) -> None:
+        """A writable bookie joined: the ledgers that had no candidate are tried again at
+        the lanes' next look, not after ``failed_ledger_retry_delay_ms``."""
+        woken = [x for x, kind in self._blocked.items() if kind is BlockKind.NO_CANDIDATE]
+        for ledger_id in woken:
+            self._deferred.pop(ledger_id, None)
+        if woken:
+            log.info("a bookie joined: %d ledgers without a candidate tried again", len(woken))
+            self._idle_until = 0.0
+            self._candidates.clear()  # the next scan takes them too
 
     async def _lane(self) -> None:
         while True:
@@ -250,7 +284,8 @@ class ReplicationWorker:
         marked_ms = entry.ctime_ms
         if marked_ms is None:  # a mark without its time: the grace counts from first sight
             marked_ms = self._first_seen_ms(ledger_id)
-        grace_left_ms = marked_ms + self._config.open_ledger_grace_period_ms - self._clock.wall_ms()
+        grace_ms = self._config.open_ledger_grace_period_ms
+        grace_left_ms = marked_ms + grace_ms - self._clock.wall_ms()
         lost = entry.missing_replicas or None
         try:
             outcome = await replicate_ledger(
@@ -268,7 +303,9 @@ class ReplicationWorker:
             log.exception("ledger %d: re-replication failed unexpectedly", ledger_id)
             outcome = ReplicationOutcome(ledger_id, {}, 0, 0, False, f"{type(exc).__name__}: {exc}")
         if outcome.awaits_fencing:
-            return outcome, max(grace_left_ms, 1)
+            until = time.strftime("%H:%M:%S UTC", time.gmtime((marked_ms + grace_ms) / 1000))
+            reason = f"{outcome.reason} (open_ledger_grace_period_ms), until {until}"
+            return dataclasses.replace(outcome, reason=reason), max(grace_left_ms, 1)
         return outcome, self._config.failed_ledger_retry_delay_ms
 
     async def _finish(self, outcome: ReplicationOutcome, retry_in_ms: int) -> None:
@@ -277,27 +314,52 @@ class ReplicationWorker:
         c.bytes_copied += outcome.bytes_copied
         try:
             if outcome.done:
-                await self._urm.mark_replicated(ledger_id)
+                await self._urm.mark_replicated(ledger_id)  # and its reason
                 c.replicated += 1
                 c.first_seen_ms.pop(ledger_id, None)
+                self._blocked.pop(ledger_id, None)
                 return
         except BKeeperError as exc:
             outcome = ReplicationOutcome(ledger_id, {}, 0, 0, False, f"removing the mark: {exc}")
         if not outcome.awaits_fencing:
             c.failures += 1
             c.last_failure = f"ledger {ledger_id}: {outcome.reason}"
-            log.warning(
-                "ledger %d stays under-replicated, retried in %d ms: %s",
-                ledger_id,
-                retry_in_ms,
-                outcome.reason,
-            )
+        await self._record_blocked(outcome, retry_in_ms)
         self._defer(ledger_id, retry_in_ms)
         try:
             await self._urm.release(ledger_id)
         except BKeeperError as exc:  # still ours if the session outlives the outage
             self._may_hold(ledger_id)
             log.warning("ledger %d: could not release its lock: %s", ledger_id, exc)
+
+    async def _record_blocked(self, outcome: ReplicationOutcome, retry_in_ms: int) -> None:
+        """Record (under the lock) and log why the ledger stays queued, when that changed."""
+        ledger_id = outcome.ledger_id
+        kind = outcome.kind or BlockKind.ERROR
+        self._blocked.pop(ledger_id, None)
+        while len(self._blocked) >= DEFERRED_LEDGERS_MAX:
+            del self._blocked[next(iter(self._blocked))]
+        self._blocked[ledger_id] = kind
+        reason = BlockedReason(str(kind), outcome.reason, self._clock.wall_ms(), self._holder)
+        try:
+            try:
+                recorded = await self._urm.blocked(ledger_id)
+            except ProtocolError:
+                recorded = None  # unreadable: replaced
+            if reason.same_as(recorded):
+                return  # as recorded already (by this worker or another): said once
+            await self._urm.set_blocked(ledger_id, reason)
+        except BKeeperError as exc:
+            log.warning("ledger %d: could not record why it waits: %s", ledger_id, exc)
+        level = logging.INFO if kind is BlockKind.AWAITING_WRITER else logging.WARNING
+        log.log(
+            level,
+            "ledger %d stays under-replicated (%s, tried again in %d ms unless a bookie joins): %s",
+            ledger_id,
+            kind,
+            retry_in_ms,
+            outcome.reason,
+        )
 
     def _may_hold(self, ledger_id: int) -> None:
         if ledger_id not in self._maybe_ours:

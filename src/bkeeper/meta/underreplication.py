@@ -9,6 +9,13 @@ Under ``<root>/underreplication``:
 * ``locks/urL<%010d>``: ephemeral, a replication worker is on that ledger (``LockDataFormat``);
 * ``disable``: present while autorecovery is disabled;
 * ``auditorelection/V_<seq>``: the auditor election (``AuditorVoteFormat``);
+* ``blocked/urL<%010d>``: ours, not Java's: why a queued ledger is not being repaired
+  (:class:`BlockedReason`, JSON text). Java's ``UnderreplicatedLedgerFormat`` has no field
+  for it and Java reads the marks with ``TextFormat.merge``, which refuses unknown fields, so
+  the reason lives beside the mark; Java's auditor and workers never look under
+  ``blocked/``. A worker writes it when an attempt leaves the ledger queued (only when the
+  reason changes) and removes it with the mark; one left behind (the ledger repaired by a
+  Java worker, or deleted) is removed by :meth:`UnderReplicationManager.prune_blocked`;
 * ``lostBookieRecoveryDelay``: seconds the auditor waits after a bookie is lost, as decimal
   text (``b"30"``, Java's ``Integer.toString``); any write of it (``triggeraudit`` rewrites the
   same value) makes the auditor audit at once;
@@ -24,6 +31,7 @@ ledger marked again meanwhile stays queued; empty hex directories are pruned.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -51,8 +59,9 @@ from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_loc
 from bkeeper.meta.store import ANY_VERSION, NodeStore, WatchKind, join_path, parent_path
 from bkeeper.wire._pb import data_formats_pb2 as pb
 
-__all__ = ["CHECKS", "LOST_BOOKIE_RECOVERY_DELAY", "UR_LAYOUT_TYPE", "UnderReplicationConfig",
-           "UnderReplicationManager", "UnderreplicatedLedger", "auditor_election"]  # fmt: skip
+__all__ = ["BLOCKED", "CHECKS", "LOST_BOOKIE_RECOVERY_DELAY", "UR_LAYOUT_TYPE", "BlockedReason",
+           "UnderReplicationConfig", "UnderReplicationManager", "UnderreplicatedLedger",
+           "auditor_election", "ur_blocked_path"]  # fmt: skip
 
 UR_LAYOUT_TYPE = "BASIC"
 UR_LAYOUT_VERSION = 1
@@ -60,6 +69,10 @@ UR_LAYOUT_VERSION = 1
 _HEX_LEVELS = 4
 
 LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
+#: The directory of the reasons why queued ledgers are not being repaired (ours).
+BLOCKED = "blocked"
+#: Characters of a reason's detail kept (a reason is one line for a table, not a report).
+_DETAIL_CHARS_MAX = 400
 
 #: Java's Integer.MAX_VALUE: the delay node holds a Java int.
 _DELAY_S_MAX = (1 << 31) - 1
@@ -93,6 +106,48 @@ class UnderreplicatedLedger:
     missing_replicas: tuple[str, ...]
     ctime_ms: int | None
     version: int
+
+
+@dataclass(frozen=True)
+class BlockedReason:
+    """Why a queued ledger is not being repaired: ``kind`` (a short word for metrics and
+    filters, such as ``no_candidate``), ``detail`` (one line for a person), since when
+    (``since_ms``, wall clock) and which worker found it."""
+
+    kind: str
+    detail: str
+    since_ms: int
+    worker: str
+
+    def __post_init__(self) -> None:
+        if not self.kind or not self.kind.replace("_", "").isalnum():
+            raise ProtocolError(f"blocked reason: kind must be a word, got {self.kind!r:.40}")
+
+    def encode(self) -> bytes:
+        detail = " ".join(self.detail.split())[:_DETAIL_CHARS_MAX]
+        body = {"kind": self.kind, "detail": detail, "since_ms": self.since_ms,
+                "worker": self.worker}  # fmt: skip
+        return json.dumps(body, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> BlockedReason:
+        try:
+            body = json.loads(data.decode())
+            reason = cls(
+                str(body["kind"]), str(body["detail"]), int(body["since_ms"]), str(body["worker"])
+            )
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+            raise ProtocolError(f"blocked reason is unreadable: {exc!r:.80}") from exc
+        return reason
+
+    def same_as(self, other: BlockedReason | None) -> bool:
+        """The same state (kind and detail): who found it and when do not count."""
+        return other is not None and (self.kind, self.detail) == (other.kind, other.detail)
+
+
+def ur_blocked_path(root: str, ledger_id: int) -> str:
+    """The node holding why ``ledger_id`` is not being repaired (ours, module doc)."""
+    return join_path(root, UNDERREPLICATION, BLOCKED, f"urL{ledger_id:010d}")
 
 
 def auditor_election(store: NodeStore, root: str, bookie_id: str) -> LeaderElection:
@@ -219,10 +274,63 @@ class UnderReplicationManager:
         try:
             await self._store.delete(path, version)
             await self._prune(parent_path(path))
+            await self.clear_blocked(ledger_id)
         except (NoNodeError, MetadataVersionError):
             pass  # gone already, or marked again: it stays for another round
         finally:
             await self.release(ledger_id)
+
+    # -- why a queued ledger is not being repaired (ours: module doc) ------------------------
+    async def set_blocked(self, ledger_id: int, reason: BlockedReason) -> None:
+        """Record why ``ledger_id`` is not being repaired (replacing what was there)."""
+        await self._put(ur_blocked_path(self._root, ledger_id), reason.encode())
+
+    async def blocked(self, ledger_id: int) -> BlockedReason | None:
+        """Why ``ledger_id`` is not being repaired; None if no reason is recorded."""
+        try:
+            data, _version = await self._store.get(ur_blocked_path(self._root, ledger_id))
+        except NoNodeError:
+            return None
+        return BlockedReason.decode(data)
+
+    async def clear_blocked(self, ledger_id: int) -> None:
+        """Forget why ``ledger_id`` was not being repaired (it was, or it left the queue)."""
+        with contextlib.suppress(NoNodeError):
+            await self._store.delete(ur_blocked_path(self._root, ledger_id))
+
+    async def blocked_ids(self) -> set[LedgerId]:
+        """The ledgers with a recorded reason (one listing: no reason is read)."""
+        try:
+            names = await self._store.children(join_path(self._base, BLOCKED))
+        except NoNodeError:
+            return set()
+        return {LedgerId(int(n[3:])) for n in names if n.startswith("urL") and n[3:].isdigit()}
+
+    async def blocked_reasons(self, ledger_ids: Iterable[int]) -> dict[LedgerId, BlockedReason]:
+        """The recorded reasons of those of ``ledger_ids`` that have one (an unreadable one
+        is left out: a reason is advice, the mark is what counts)."""
+        reasons: dict[LedgerId, BlockedReason] = {}
+        recorded = await self.blocked_ids()
+        for ledger_id in ledger_ids:
+            if ledger_id not in recorded:
+                continue
+            try:
+                reason = await self.blocked(ledger_id)
+            except ProtocolError:
+                continue
+            if reason is not None:
+                reasons[LedgerId(ledger_id)] = reason
+        return reasons
+
+    async def prune_blocked(self, queued: set[LedgerId]) -> int:
+        """Remove the reasons of ledgers that left the queue: those not in ``queued`` (a
+        listing of the queue) whose mark is still absent when read; how many were removed."""
+        removed = 0
+        for ledger_id in sorted(await self.blocked_ids() - queued):
+            if await self.get(ledger_id) is None:  # marked again meanwhile: keep it
+                await self.clear_blocked(ledger_id)
+                removed += 1
+        return removed
 
     async def disable(self) -> None:
         await self._create_if_missing(join_path(self._base, "disable"), b"")
