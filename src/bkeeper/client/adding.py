@@ -15,6 +15,9 @@ Rules (BookKeeper's):
 3. A bookie that answers an add still pending with an error, whose connection is lost, that
    cannot be reached, or that has not acknowledged an entry ``add_timeout_s`` after it was sent,
    has failed: the phase becomes CHANGING and the shell is told to change the ensemble.
+   Its replacement is never a bookie that failed during this change (the change ends at
+   CHANGE_DONE); bookies that failed before are the placement's business (the client-wide
+   quarantine: avoided, but taken back when no other is left).
 4. While CHANGING no entry completes. The shell asks :meth:`AddPipeline.begin_replacement`
    which bookies to replace (from LAC + 1; at most ``ensemble_changes_max`` changes), writes the
    new segment, and reports :meth:`AddPipeline.replaced`: acknowledgements from the replaced
@@ -157,7 +160,8 @@ _CHANGE: Final = Effects(change_ensemble=True)
 @dataclass(frozen=True, slots=True)
 class Replacement:
     """One round of an ensemble change: replace ``failed``, starting at ``first_entry``,
-    choosing among bookies not in ``exclude`` (every bookie that ever failed this writer)."""
+    choosing among bookies not in ``exclude`` (every bookie that failed this writer since
+    the change began: a replacement that fails at once is not chosen again in a loop)."""
 
     failed: frozenset[str]
     first_entry: int
@@ -195,7 +199,7 @@ class AddPipeline:
         self._phase = Phase.OPEN
         self.error: BaseException | None = None
         self._failed: set[str] = set()
-        self._ever_failed: set[str] = set()
+        self._failed_in_change: set[str] = set()
         self.last_add_pushed = -1
         self.last_add_confirmed = -1
         self.length = 0
@@ -392,7 +396,7 @@ class AddPipeline:
         if self._phase is Phase.FAILED or bookie not in self._ensemble:
             return NOTHING
         self._failed.add(bookie)
-        self._ever_failed.add(bookie)
+        self._failed_in_change.add(bookie)
         was = self._phase
         self._move(Event.BOOKIE_FAILED)
         return _CHANGE if was is Phase.OPEN else NOTHING
@@ -444,7 +448,7 @@ class AddPipeline:
                 f"ledger {self.ledger_id}: more than {self._changes_max} ensemble changes"
             )
         return Replacement(
-            frozenset(failed), self.last_add_confirmed + 1, frozenset(self._ever_failed)
+            frozenset(failed), self.last_add_confirmed + 1, frozenset(self._failed_in_change)
         )
 
     def replaced(self, ensemble: tuple[str, ...], now: float) -> Effects:
@@ -472,6 +476,7 @@ class AddPipeline:
         self._move(Event.CHANGE_DONE)
         if self._phase is not Phase.OPEN:
             return NOTHING
+        self._failed_in_change.clear()
         completed = self._take_completed()
         return Effects(complete=tuple(completed)) if completed else NOTHING
 

@@ -73,6 +73,10 @@ class ClientConfig:
     ``store_password_in_metadata``: new ledgers' metadata carries their password (as Apache
     BookKeeper's does, for auto-recovery); off, it carries none, and only holders of the
     password can recover or re-replicate the ledger (docs/security.md).
+    ``bookie_quarantine_time_ms``: a bookie that failed a writer of this client is avoided
+    by every new ensemble and ensemble change of the client for this long, unless no other
+    bookie is left (Apache BookKeeper's ``bookieQuarantineTimeSeconds``, 1800 s; 0: never;
+    :mod:`bkeeper.client.placement`).
     """
 
     protocol: Protocol = Protocol.V2
@@ -102,6 +106,7 @@ class ClientConfig:
     tls: TlsClientConfig | None = field(default_factory=lambda: _PROCESS_SECURITY.tls)
     auth: ClientAuthConfig | None = field(default_factory=lambda: _PROCESS_SECURITY.auth)
     store_password_in_metadata: bool = True
+    bookie_quarantine_time_ms: int = 1_800_000
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -127,7 +132,12 @@ class ClientConfig:
             "connection_write_buffer_bytes_max",
             "metadata_watches_max",
         )
-        check_non_negative_ints(self, "speculative_read_timeout_ms", "explicit_lac_interval_ms")
+        check_non_negative_ints(
+            self,
+            "speculative_read_timeout_ms",
+            "explicit_lac_interval_ms",
+            "bookie_quarantine_time_ms",
+        )
         # A full answer: 32 bytes of header, then a 4-byte length before every body.
         answer_bytes_max = 32 + 4 * self.batch_read_entries_max + self.batch_read_bytes_max
         if answer_bytes_max > MAX_FRAME_BYTES_DEFAULT:

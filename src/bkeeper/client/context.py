@@ -1,21 +1,34 @@
-"""What every handle of one client shares: config, connections, metadata, placement."""
+"""What every handle of one client shares: config, connections, metadata, placement.
+
+Placement's shell: the choices are :mod:`bkeeper.client.placement`'s (pure), fed here with
+the writable bookies, the client-wide :class:`~bkeeper.client.placement.Quarantine` and the
+time. A quarantined bookie chosen because no other was left is connected to first; one that
+cannot be reached is left out and the choice made again (at most once per quarantined
+bookie: each round excludes one more), so that a bookie still registered but dead is not
+written a segment only to fail again.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.metadata import ReconnectingLedgers
 from bkeeper.client.metrics import ClientMetrics
-from bkeeper.client.placement import choose_ensemble, replace_bookie
+from bkeeper.client.placement import Quarantine, SpareWarning, choose_ensemble, replace_bookie
 from bkeeper.client.pool import BookiePool
 from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.errors import BookieUnavailableError
 
 __all__ = ["ClientContext"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,24 +44,88 @@ class ClientContext:
     #: Read handles' metadata views that watch their ledger now (``metadata_watches_max``).
     followers: set[Any] = field(default_factory=set)
     metrics: ClientMetrics | None = None
+    #: Bookies that failed a writer of this client (``bookie_quarantine_time_ms``).
+    quarantine: Quarantine = field(init=False)
+    spare_warning: SpareWarning = field(default_factory=SpareWarning)
+
+    def __post_init__(self) -> None:
+        self.quarantine = Quarantine(self.config.bookie_quarantine_time_ms / 1000.0)
 
     def _racks(self) -> dict[str, str] | None:
         return dict(self.config.racks) if self.config.placement == "rackaware" else None
 
+    def quarantine_bookies(self, bookies: Collection[str]) -> None:
+        """``bookies`` failed a writer: avoid them for ``bookie_quarantine_time_ms``."""
+        if bookies and self.quarantine.duration_s > 0:
+            log.info(
+                "bookies %s quarantined for %.0f s: new ensembles take them only if no other "
+                "bookie is left",
+                ", ".join(sorted(bookies)),
+                self.quarantine.duration_s,
+            )
+        self.quarantine.add(bookies, self.clock.monotonic())
+
     async def new_ensemble(self, size: int, write_quorum: int) -> tuple[str, ...]:
         candidates = await self.writable_bookies()
-        return choose_ensemble(candidates, size, write_quorum, racks=self._racks(), rng=self.rng)
+        if self.spare_warning.check(len(candidates), size):
+            log.warning(
+                "a new ledger's ensemble of %d takes every writable bookie (%d): no spare, so "
+                "a lost bookie cannot be replaced and its writers will fail; add a bookie "
+                "(logged again only after a spare has come and gone)",
+                size,
+                len(candidates),
+            )
+        exclude: set[str] = set()
+        while True:  # bounded: each round excludes one more quarantined bookie
+            quarantined = self.quarantine.current(self.clock.monotonic())
+            ensemble = choose_ensemble(
+                candidates,
+                size,
+                write_quorum,
+                exclude=exclude,
+                quarantined=quarantined,
+                racks=self._racks(),
+                rng=self.rng,
+            )
+            unreachable = await self._unreachable([b for b in ensemble if b in quarantined])
+            if not unreachable:
+                return ensemble
+            exclude.update(unreachable)
 
     async def replacement(
         self, ensemble: tuple[str, ...], position: int, write_quorum: int, exclude: set[str]
     ) -> str:
+        """A bookie for ``ensemble[position]``, never one of ``exclude`` (failing now)."""
         candidates = await self.writable_bookies()
-        return replace_bookie(
-            ensemble,
-            position,
-            candidates,
-            write_quorum,
-            exclude=exclude,
-            racks=self._racks(),
-            rng=self.rng,
+        exclude = set(exclude)
+        while True:  # bounded: each round excludes one more quarantined bookie
+            quarantined = self.quarantine.current(self.clock.monotonic())
+            chosen = replace_bookie(
+                ensemble,
+                position,
+                candidates,
+                write_quorum,
+                exclude=exclude,
+                quarantined=quarantined,
+                racks=self._racks(),
+                rng=self.rng,
+            )
+            if chosen not in quarantined or not await self._unreachable([chosen]):
+                if chosen in quarantined:
+                    log.info("bookie %s taken back from quarantine: no other is left", chosen)
+                return chosen
+            exclude.add(chosen)
+
+    async def _unreachable(self, bookies: list[str]) -> set[str]:
+        """Those of ``bookies`` the client cannot connect to now (each logged)."""
+        results = await asyncio.gather(
+            *(self.pool.connection(b) for b in bookies), return_exceptions=True
         )
+        unreachable = set()
+        for bookie, result in zip(bookies, results, strict=True):
+            if isinstance(result, BookieUnavailableError):
+                log.info("quarantined bookie %s left out: %s", bookie, result)
+                unreachable.add(bookie)
+            elif isinstance(result, BaseException):
+                raise result
+        return unreachable

@@ -1,8 +1,10 @@
 """A writer's metadata updates: a new segment (ensemble change) and the seal (close).
 
 :func:`change_ensemble` runs the rounds of an ensemble change the
-:class:`~bkeeper.client.adding.AddPipeline` asks for: choose replacements position by position
-(placement), write the segment, report it.
+:class:`~bkeeper.client.adding.AddPipeline` asks for: quarantine the failed bookies
+(client-wide, ``bookie_quarantine_time_ms``), choose replacements position by position
+(placement: never a bookie that failed during this change, a quarantined one only when no
+other is left), write the segment, report it.
 
 Both go through :func:`bkeeper.common.cas.cas_update`, with ``metadata_retries_max`` rounds:
 
@@ -44,6 +46,7 @@ async def change_ensemble(
     while (replacement := adds.begin_replacement()) is not None:
         old, first = adds.ensemble, replacement.first_entry
         log.info("ledger %d: replacing %s from entry %d", ledger_id, replacement.failed, first)
+        ctx.quarantine_bookies(replacement.failed)
         new = await _replacement_ensemble(ctx, old, replacement, write_quorum)
         versioned = await write_segment(ctx, ledger_id, versioned, first, new)
         changed = [p for p, bookie in enumerate(new) if old[p] != bookie]
