@@ -4,7 +4,8 @@ A disk can damage data long after it was written (bit rot, a bad sector, a stray
 nothing notices until someone reads the entry, and an entry nobody reads again may be the
 only good copy left when the other replicas go. :func:`scrub` reads every stored entry of
 every ledger (:meth:`~bkeeper.storage.Storage.check_entries`, a run of records per read),
-paced to ``bytes_per_s``; each damaged entry is marked (its ledger goes into limbo and the
+paced to ``bytes_per_s`` after every run of records (so a stop, or the pace, never
+waits for a whole ledger); each damaged entry is marked (its ledger goes into limbo and the
 entry answers "unknown") for the data integrity check to copy back from the other replicas
 (:mod:`bkeeper.autorecovery.scrubbing` runs both in a bookie). Blocking: run it in a thread.
 Entries still in the write cache or the journal only are not read (their record is written
@@ -45,24 +46,33 @@ def scrub(
     """One pass over every ledger of ``storage`` (module doc), until the end or ``stop``."""
     if bytes_per_s <= 0:
         raise ValueError(f"bytes_per_s: must be positive, got {bytes_per_s}")
-    stop = stop or threading.Event()
+    stopping = stop or threading.Event()
     report = ScrubReport()
     start = clock()
+    before = 0  # bytes read by the ledgers checked before this one
+
+    def paced(read: int) -> bool:
+        """After each run of entries: wait while ahead of the pace; False once stopped."""
+        ahead = (before + read) / bytes_per_s - (clock() - start)
+        if ahead > 0:
+            stopping.wait(ahead)
+        report.stopped = stopping.is_set()
+        return not report.stopped
+
     for ledger_id in storage.ledger_ids():
-        if stop.is_set():
+        if stopping.is_set():
             report.stopped = True
             break
         try:
-            damaged, read = storage.check_entries(ledger_id)
+            damaged, read = storage.check_entries(ledger_id, paced)
         except NoSuchLedgerError:
             continue  # deleted meanwhile
         report.ledgers += 1
         report.bytes_read += read
+        before = report.bytes_read
         if damaged:
             report.damaged[ledger_id] = damaged
-        ahead = report.bytes_read / bytes_per_s - (clock() - start)
-        if ahead > 0 and stop.wait(ahead):
-            report.stopped = True
+        if report.stopped:
             break
     report.seconds = clock() - start
     return report
