@@ -17,6 +17,7 @@ from bkeeper.admin.context import Job
 from bkeeper.client import BookKeeper
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.meta.underreplication import BlockedReason
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
 from bkeeper.wire.digest import DigestType
 from tests.server.admin_client import call
@@ -117,6 +118,32 @@ async def test_under_replicated_filters_and_auditor(served: Served) -> None:
         "triggering an audit: no auditor is elected: start `bkeeper autorecovery` or a bookie "
         "with --autorecovery",
     )
+
+
+async def test_under_replicated_with_why_each_waits(served: Served) -> None:
+    """``printreason=true`` (ours): the reason a worker recorded, null where none is; a
+    reason left for a ledger no longer queued is not listed."""
+    urm = served.cluster.underreplication
+    await urm.mark_underreplicated(1, [BOOKIES[0]])
+    await urm.mark_underreplicated(2, [BOOKIES[1]])
+    why = "no candidate bookie for 10.0.0.1:3181 (segment at entry 0): 2 writable, 2 already"
+    await urm.set_blocked(1, BlockedReason("no_candidate", why, 1_700_000_000_000, "w1"))
+    await urm.set_blocked(9, BlockedReason("error", "gone", 1, "w1"))
+    path = "/api/v1/autorecovery/list_under_replicated_ledger?printreason=true"
+    assert (await call(served.port, "GET", path)).json() == {
+        "1": {
+            "missingReplicas": [BOOKIES[0]],
+            "reason": why,
+            "reasonKind": "no_candidate",
+            "reasonSinceWallMs": 1_700_000_000_000,
+        },
+        "2": {
+            "missingReplicas": [BOOKIES[1]],
+            "reason": None,
+            "reasonKind": None,
+            "reasonSinceWallMs": None,
+        },
+    }
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.common.metrics_export import exposition_text, new_registry
+from bkeeper.meta.underreplication import BlockedReason
 from bkeeper.testing.cluster import MemoryCluster
 from tests.autorecovery.test_service import CONFIG, PASSWORD, WAIT_S, wait_for
 from tests.common.test_metrics import samples
@@ -73,3 +74,34 @@ async def test_repairs_are_counted():
             copied = got[("bkeeper_autorecovery_rereplicated_bytes_total", ())]
             assert copied == recovery.worker_status.bytes_copied
             assert holding and copied > 0
+
+
+async def test_the_auditor_counts_blocked_ledgers_by_why_and_prunes_stale_reasons():
+    async with MemoryCluster(3) as cluster:
+        writer, runner, other = [await cluster.client() for _ in range(3)]
+        urm = writer.cluster.underreplication
+        await urm.ensure_layout()
+        await urm.disable()  # nobody repairs them: they stay queued with their reasons
+        for ledger_id in (1, 2, 3):
+            await urm.mark_underreplicated(ledger_id, ["gone-bookie:3181"])
+        kinds = {1: "no_candidate", 2: "no_candidate", 3: "awaiting_writer", 9: "error"}
+        for ledger_id, kind in kinds.items():  # 9: not queued (repaired by a Java worker)
+            await urm.set_blocked(ledger_id, BlockedReason(kind, "why", 1, "w"))
+        async with AutoRecovery(runner, "recovery-1:0", CONFIG) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+
+            async def counted() -> bool:
+                return scrape(recovery).get(BLOCKED_NO_CANDIDATE) == 2
+
+            await wait_for(counted, "the blocked ledgers counted")
+            got = scrape(recovery)
+            assert (
+                got[("bkeeper_autorecovery_blocked_ledgers", (("reason", "awaiting_writer"),))] == 1
+            )
+            assert got[("bkeeper_autorecovery_blocked_ledgers", (("reason", "error"),))] == 0
+            assert await urm.blocked_ids() == {1, 2, 3}  # 9's reason removed
+            async with AutoRecovery(other, "recovery-2:0", CONFIG) as follower:
+                assert scrape(follower)[BLOCKED_NO_CANDIDATE] == 0  # only the auditor counts
+
+
+BLOCKED_NO_CANDIDATE = ("bkeeper_autorecovery_blocked_ledgers", (("reason", "no_candidate"),))

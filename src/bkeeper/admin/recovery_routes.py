@@ -6,7 +6,9 @@
     PUT  /api/v1/autorecovery/status?enabled=true|false      switch it; answers as GET
     GET  /api/v1/autorecovery/list_under_replicated_ledger   ?missingreplica=ID,
          excludingmissingreplica=ID, printmissingreplica=bool: [ledgerId...], or with
-         printmissingreplica {ledgerId: [bookieId...]}; under_replicated_listed_max at most
+         printmissingreplica {ledgerId: [bookieId...]}; with printreason=true (ours)
+         {ledgerId: {"missingReplicas": [...], "reason": text or null, "reasonKind": word
+         or null, "reasonSinceWallMs": ms or null}}; under_replicated_listed_max at most
     GET  /api/v1/autorecovery/who_is_auditor                {"Auditor": id}; 404 when none
     PUT  /api/v1/autorecovery/trigger_audit                 make the auditor audit now
     GET  /api/v1/autorecovery/lost_bookie_recovery_delay    {"delay_seconds": n or null}
@@ -31,7 +33,13 @@ from typing import Any
 from aiohttp import web
 
 from bkeeper.admin.context import ClusterAdmin, Job, answer_errors
-from bkeeper.autorecovery.admin import decommission, recover, trigger_audit, under_replicated
+from bkeeper.autorecovery.admin import (
+    UnderReplicatedRow,
+    decommission,
+    recover,
+    trigger_audit,
+    under_replicated,
+)
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import AdminRequestError, NoNodeError
@@ -46,6 +54,15 @@ DECOMMISSION_TIMEOUT_S = 24 * 3600.0
 DELAY_S_MAX = 86_400
 
 PREFIX = "/api/v1/autorecovery"
+
+
+def _with_reason(row: UnderReplicatedRow) -> dict[str, Any]:
+    return {
+        "missingReplicas": list(row.missing_replicas),
+        "reason": row.reason,
+        "reasonKind": row.reason_kind,
+        "reasonSinceWallMs": row.reason_since_ms,
+    }
 
 
 def add_recovery_routes(server: AdminHttpServer, admin: ClusterAdmin) -> None:
@@ -117,6 +134,8 @@ class _Endpoints:
             rows = await under_replicated(bk.cluster.underreplication, missing)
         rows = [r for r in rows if excluding is None or excluding not in r.missing_replicas]
         rows = rows[: self._admin.limits.under_replicated_listed_max]
+        if query_bool(request, "printreason", False):  # ours: why each one waits
+            return json_response({str(r.ledger_id): _with_reason(r) for r in rows})
         if with_replicas:
             return json_response({str(r.ledger_id): list(r.missing_replicas) for r in rows})
         return json_response([r.ledger_id for r in rows])

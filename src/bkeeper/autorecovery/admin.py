@@ -240,24 +240,38 @@ class UnderReplicatedRow:
     missing_replicas: tuple[str, ...]
     ctime_ms: int | None
     worker: str | None  # the lock holder, when a worker is on it
+    #: why no worker repairs it (a worker's last attempt), e.g. ``no candidate bookie ...``
+    reason: str | None = None
+    reason_kind: str | None = None  # ``no_candidate``, ``awaiting_writer``, ...
+    reason_since_ms: int | None = None
 
 
 async def under_replicated(
     urm: UnderReplicationManager, missing: str | None = None
 ) -> list[UnderReplicatedRow]:
-    """The queued ledgers (those missing ``missing`` only), with their lock holders."""
+    """The queued ledgers (those missing ``missing`` only), with their lock holders and
+    why they wait, when a worker recorded it."""
     holders = dict(await urm.locked())
+    entries = [
+        entry
+        async for entry in urm.ledgers()
+        if missing is None or missing in entry.missing_replicas
+    ]
+    reasons = await urm.blocked_reasons(entry.ledger_id for entry in entries)
     rows = []
-    async for entry in urm.ledgers():
-        if missing is None or missing in entry.missing_replicas:
-            rows.append(
-                UnderReplicatedRow(
-                    entry.ledger_id,
-                    entry.missing_replicas,
-                    entry.ctime_ms,
-                    holders.get(entry.ledger_id),
-                )
+    for entry in entries:
+        why = reasons.get(entry.ledger_id)
+        rows.append(
+            UnderReplicatedRow(
+                entry.ledger_id,
+                entry.missing_replicas,
+                entry.ctime_ms,
+                holders.get(entry.ledger_id),
+                None if why is None else why.detail,
+                None if why is None else why.kind,
+                None if why is None else why.since_ms,
             )
+        )
     return rows
 
 

@@ -5,6 +5,10 @@
   :data:`UNDER_REPLICATED_COUNT_INTERVAL_S` while it leads); 0 in a participant that is not
   the auditor (take the ``max`` over processes), with ``bkeeper_autorecovery_auditor`` 1 in
   the one that is.
+* ``bkeeper_autorecovery_blocked_ledgers{reason=...}``: of those, the ledgers whose worker
+  recorded why it could not repair them, by kind (``no_candidate``, ``awaiting_writer``,
+  ... :class:`~bkeeper.autorecovery.replicate.BlockKind`), counted by the auditor like the
+  gauge above (0 elsewhere); at most :data:`BLOCKED_READ_MAX` reasons read per count.
 * ``bkeeper_autorecovery_rereplicated_ledgers_total`` / ``..._bytes_total``: ledgers whose
   mark this participant's replication worker removed, and the entry bytes it copied (read
   from the worker's counters when collected).
@@ -17,13 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from bkeeper.autorecovery.replicate import BlockKind
 from bkeeper.autorecovery.worker import WorkerStatus
 from bkeeper.common.metrics import MetricSet
 
-__all__ = ["UNDER_REPLICATED_COUNT_INTERVAL_S", "AutoRecoveryMetrics"]
+__all__ = ["BLOCKED_READ_MAX", "UNDER_REPLICATED_COUNT_INTERVAL_S", "AutoRecoveryMetrics"]
 
 #: While leading, the auditor lists the under-replication queue this often for the gauge.
 UNDER_REPLICATED_COUNT_INTERVAL_S = 5.0
+#: Recorded reasons the auditor reads per count (the rest are not counted by kind).
+BLOCKED_READ_MAX = 10_000
 
 
 class AutoRecoveryMetrics:
@@ -34,6 +41,8 @@ class AutoRecoveryMetrics:
     ) -> None:
         self.metric_set = metrics = MetricSet()
         self.under_replicated = 0
+        #: queued ledgers with a recorded reason, by its kind (set by the auditor)
+        self.blocked: dict[str, int] = {}
         metrics.gauge(
             "bkeeper_autorecovery_under_replicated_ledgers",
             "Ledgers marked under-replicated, as the auditor last counted them (0 elsewhere).",
@@ -44,6 +53,14 @@ class AutoRecoveryMetrics:
             "1 in the process whose participant is the auditor, else 0.",
             read=lambda: 1.0 if is_auditor() else 0.0,
         )
+        for kind in BlockKind:
+            metrics.gauge(
+                "bkeeper_autorecovery_blocked_ledgers",
+                "Under-replicated ledgers a worker could not repair, by why (the auditor's "
+                "count; 0 elsewhere).",
+                read=self._blocked_reader(str(kind), is_auditor),
+                reason=str(kind),
+            )
         ledgers = metrics.counter(
             "bkeeper_autorecovery_rereplicated_ledgers_total",
             "Ledgers re-replicated (their mark removed) by this participant's worker.",
@@ -59,3 +76,6 @@ class AutoRecoveryMetrics:
             copied.value = status.bytes_copied
 
         metrics.on_collect(refresh)
+
+    def _blocked_reader(self, kind: str, is_auditor: Callable[[], bool]) -> Callable[[], float]:
+        return lambda: float(self.blocked.get(kind, 0)) if is_auditor() else 0.0

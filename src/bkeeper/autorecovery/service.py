@@ -33,12 +33,17 @@ import logging
 import os
 import re
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from bkeeper.autorecovery.auditor import Auditor
 from bkeeper.autorecovery.config import AutoRecoveryConfig
-from bkeeper.autorecovery.metrics import UNDER_REPLICATED_COUNT_INTERVAL_S, AutoRecoveryMetrics
+from bkeeper.autorecovery.metrics import (
+    BLOCKED_READ_MAX,
+    UNDER_REPLICATED_COUNT_INTERVAL_S,
+    AutoRecoveryMetrics,
+)
 from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, SystemClock
@@ -221,12 +226,17 @@ class AutoRecovery:
             await asyncio.gather(task, counting, return_exceptions=True)
 
     async def _count_under_replicated(self) -> None:
-        """While leading: the under-replicated gauge, from a listing of the queue."""
+        """While leading: the under-replicated gauge, from a listing of the queue; the
+        blocked gauges, from the reasons recorded for queued ledgers (at most
+        ``BLOCKED_READ_MAX`` read); and reasons left for ledgers gone from the queue (a
+        Java worker repaired them, or they were deleted) are removed."""
         while True:
-            count = 0
-            async for _ledger_id in self._urm.ledger_ids():
-                count += 1
-            self.metrics.under_replicated = count
+            queued = {ledger_id async for ledger_id in self._urm.ledger_ids()}
+            self.metrics.under_replicated = len(queued)
+            recorded = sorted(await self._urm.blocked_ids() & queued)[:BLOCKED_READ_MAX]
+            reasons = await self._urm.blocked_reasons(recorded)
+            self.metrics.blocked = dict(Counter(reason.kind for reason in reasons.values()))
+            await self._urm.prune_blocked(queued)
             await asyncio.sleep(UNDER_REPLICATED_COUNT_INTERVAL_S)
 
     def _new_auditor(self) -> Auditor:

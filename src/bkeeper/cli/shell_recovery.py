@@ -175,7 +175,8 @@ def decommissionbookie(metadata_uri: str, bookie: str, timeout_s: float, as_json
 @click.option("--missing", "missing", metavar="BOOKIE", help="Only ledgers missing this bookie.")
 @_json_option
 def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -> None:
-    """The ledgers marked under-replicated: missing replicas, since when, which worker."""
+    """The ledgers marked under-replicated: missing replicas, since when, which worker, and
+    why no worker repairs it (as the last attempt found, e.g. no candidate bookie)."""
 
     async def run() -> list[admin.UnderReplicatedRow]:
         async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
@@ -189,14 +190,20 @@ def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -
         click.echo("no under-replicated ledgers", err=True)
         return
     table = Table(title=f"under-replicated ledgers at {metadata_uri}")
-    for column in ("ledger", "missing replicas", "marked", "worker"):
-        table.add_column(column)
+    for column in ("ledger", "missing replicas", "marked", "worker", "waiting because"):
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
             str(row.ledger_id), ", ".join(row.missing_replicas), _when(row.ctime_ms),
-            row.worker or "-",
+            row.worker or "-", _why(row),
         )  # fmt: skip
     _console().print(table)
+
+
+def _why(row: admin.UnderReplicatedRow) -> str:
+    if row.reason is None:
+        return "-" if row.worker else "no reason recorded"
+    return f"{row.reason} ({row.reason_kind}, since {_when(row.reason_since_ms)})"
 
 
 @click.command()
