@@ -24,7 +24,6 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bkeeper.common.errors import CorruptRecordError
@@ -155,8 +154,8 @@ def _apply(states: dict[int, StoredLedger], kind: int, payload: bytes) -> None:
         state = states.get(ledger_id)
         if state is None:  # locations are always written after their ledger's record
             return
-        for entry_id, location in _decode_run(payload):
-            state.locations.set(entry_id, location)
+        entry_ids, locations = _decode_run(payload)
+        state.locations.set_many(entry_ids, locations)  # a run in order: one C-level step
         state.last_entry_id = state.locations.max_entry_id
 
 
@@ -170,7 +169,7 @@ def _decode_ledger(payload: bytes) -> LedgerSnapshot:
     )
 
 
-def _decode_run(payload: bytes) -> Iterable[tuple[int, int]]:
+def _decode_run(payload: bytes) -> tuple[array[int], array[int]]:
     _, count = _LOCATIONS.unpack_from(payload)
     entry_ids, locations = array("q"), array("Q")
     ids_end = _LOCATIONS.size + 8 * count
@@ -179,4 +178,4 @@ def _decode_run(payload: bytes) -> Iterable[tuple[int, int]]:
     if _SWAP:
         entry_ids.byteswap()
         locations.byteswap()
-    return zip(entry_ids, locations, strict=True)
+    return entry_ids, locations

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -40,6 +40,23 @@ DENSE_SLOTS_PER_ENTRY_MAX = 8
 DENSE_SLACK_SLOTS = 64
 
 _LAC = struct.Struct(">q")
+
+
+_ZERO_SLOT = bytes(8)
+
+
+def _all_present(locations: Sequence[int]) -> bool:
+    """Whether no location is 0; for an ``array('Q')`` (a run of the index file: millions at
+    open) a search of its bytes for an aligned zero slot, instead of a Python-level loop."""
+    if not isinstance(locations, array):
+        return all(locations)
+    raw = locations.tobytes()
+    at = raw.find(_ZERO_SLOT)
+    while at != -1:
+        if at % 8 == 0:
+            return False
+        at = raw.find(_ZERO_SLOT, at + 1)
+    return True
 
 
 class LedgerLocations:
@@ -92,9 +109,10 @@ class LedgerLocations:
         if self._sparse:
             self._sparse.pop(entry_id, None)
 
-    def set_many(self, entry_ids: list[int], locations: list[int]) -> None:
+    def set_many(self, entry_ids: Sequence[int], locations: Sequence[int]) -> None:
         """:meth:`set` for each pair; ids ascending. Ids that continue the dense array
-        one after another (a flush of a ledger written in order) are appended in one step."""
+        one after another (a flush of a ledger written in order; a run of the index file
+        loaded at open) are appended in one step (``locations`` a list or an ``array('Q')``)."""
         count = len(entry_ids)
         if not count:
             return
@@ -104,7 +122,7 @@ class LedgerLocations:
             last - first == count - 1
             and (not dense or first - self._base == len(dense))
             and first >= 0
-            and all(locations)
+            and _all_present(locations)
         ):
             if not dense:
                 self._base = first
