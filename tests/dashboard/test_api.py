@@ -112,6 +112,9 @@ async def check_api(
             "missing_replicas": ["127.0.0.1:1"],
             "ctime_ms": recovery["rows"][0]["ctime_ms"],
             "worker": "worker-7:3181",
+            "reason": None,
+            "reason_kind": None,
+            "reason_since_ms": None,
         }
     ]
     assert recovery["being_replicated"] == [[closed_id, "worker-7:3181"]]

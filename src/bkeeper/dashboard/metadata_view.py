@@ -9,7 +9,8 @@ length; the LAC of an open one is asked of its bookies without fencing (at most
 ``logs_shown_max`` by name, with their ledger count and size (read from at most
 ``log_ledgers_read_max`` ledgers each; past that the size is a lower bound). Recovery: the
 auditor, the queue (counted up to ``under_replicated_scanned_max``, the first
-``under_replicated_shown_max`` listed with the worker on each).
+``under_replicated_shown_max`` listed with the worker on each and why it waits, when a
+worker recorded it: ``reason``, ``reason_kind``, ``reason_since_ms``).
 
 A value that could not be read is reported with the error that stopped it (``lac_error``,
 ``error``), never left out silently.
@@ -30,6 +31,7 @@ from bkeeper.dashboard.config import DashboardConfig
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
+from bkeeper.meta.underreplication import BlockedReason, UnderreplicatedLedger
 from bkeeper.namedlog.metadata import LogStore
 
 __all__ = [
@@ -105,6 +107,10 @@ class UnderReplicatedRow:
     missing_replicas: tuple[str, ...]
     ctime_ms: int | None
     worker: str | None  # the replication worker on it now, if any
+    #: why no worker repairs it, as a worker's last attempt recorded (None: not recorded)
+    reason: str | None = None
+    reason_kind: str | None = None
+    reason_since_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +265,20 @@ async def _log_row(
     )
 
 
+def _under_replicated_row(
+    entry: UnderreplicatedLedger, worker: str | None, why: BlockedReason | None
+) -> UnderReplicatedRow:
+    return UnderReplicatedRow(
+        int(entry.ledger_id),
+        entry.missing_replicas,
+        entry.ctime_ms,
+        worker,
+        None if why is None else why.detail,
+        None if why is None else why.kind,
+        None if why is None else why.since_ms,
+    )
+
+
 async def recovery_view(cluster: ClusterMetadata, config: DashboardConfig) -> RecoveryView:
     urm = cluster.underreplication
     locked = tuple((int(ledger), holder) for ledger, holder in await urm.locked())
@@ -272,10 +292,9 @@ async def recovery_view(cluster: ClusterMetadata, config: DashboardConfig) -> Re
         if len(ids) < config.under_replicated_shown_max:
             ids.append(int(ledger_id))
     entries = await _bounded(ids, urm.get, config.metadata_reads_concurrent_max)
+    reasons = await urm.blocked_reasons(ids)
     rows = tuple(
-        UnderReplicatedRow(
-            int(e.ledger_id), e.missing_replicas, e.ctime_ms, holders.get(e.ledger_id)
-        )
+        _under_replicated_row(e, holders.get(e.ledger_id), reasons.get(e.ledger_id))
         for e in entries
         if e is not None
     )

@@ -108,7 +108,9 @@ function renderRecovery(r, bookies) {
   document.getElementById("rereplicated").textContent =
     seen ? ledgers + " ledgers, " + bytes(size) + " (since the bookies started)" : "no metrics";
   fillRows("#under-replicated", r.rows.map((u) =>
-    row([u.ledger_id, u.missing_replicas.join(", "), when(u.ctime_ms), u.worker || "-"])));
+    row([u.ledger_id, u.missing_replicas.join(", "), when(u.ctime_ms), u.worker || "-",
+      u.reason === null ? (u.worker ? "-" : "no reason recorded")
+        : u.reason + " (" + u.reason_kind + ", since " + when(u.reason_since_ms) + ")"])));
 }
 
 function renderLedgers(p) {
