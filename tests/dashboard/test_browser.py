@@ -1,5 +1,5 @@
 """The dashboard in a real browser: ``bkeeper sandbox`` with its defaults (so its dashboard
-too), a ledger written, and headless Chromium loading the page; the test reads what the page
+too) but 3 bookies (each holds the ledger of ensemble 3 then), a ledger written, and headless Chromium loading the page; the test reads what the page
 shows once its script ran: every bookie, the ledger, the auditor, and the charts plotly.js
 drew (disk, the under-replicated queue, and adds/s, reads/s and add p99 from the bookies'
 ``/metrics``). Chromium comes from Debian's ``chromium`` package (scripts/test.sh installs it);
@@ -103,7 +103,8 @@ def test_the_sandbox_dashboard_in_chromium(tmp_path: Path) -> None:
     with err_path.open("w") as err:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "bkeeper", "sandbox", "--data-dir", str(tmp_path / "sb"),
+                sys.executable, "-m", "bkeeper", "sandbox", "--bookies", "3",
+                "--data-dir", str(tmp_path / "sb"),
                 "--zookeeper-port", str(zk_port), "--bookie-port", str(bookie_port),
                 "--http-port", str(http_port), "--dashboard-port", str(dashboard_port),
             ],

@@ -138,11 +138,11 @@ def test_overlapping_ports_are_refused_naming_them() -> None:
     with pytest.raises(ConfigError) as caught:
         SandboxConfig(Path("/x"), zookeeper_port=2181, bookie_port_base=8079, http_port_base=8080)
     assert str(caught.value) == (
-        "the sandbox's ports overlap: ZooKeeper 2181, bookies 8079-8081, admin 8080-8082"
+        "the sandbox's ports overlap: ZooKeeper 2181, bookies 8079-8082, admin 8080-8083"
     )
-    with pytest.raises(ConfigError, match=r"ZooKeeper 3182, bookies 3181-3183$"):
+    with pytest.raises(ConfigError, match=r"ZooKeeper 3182, bookies 3181-3184$"):  # 4 bookies
         SandboxConfig(Path("/x"), zookeeper_port=3182)
-    SandboxConfig(Path("/x"), bookie_port_base=8077, http_port_base=8080)  # adjacent: fine
+    SandboxConfig(Path("/x"), bookie_port_base=8076, http_port_base=8080)  # adjacent: fine
 
 
 def _nice(pid: int) -> int:

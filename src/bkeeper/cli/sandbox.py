@@ -1,5 +1,7 @@
 """``bkeeper sandbox``: ZooKeeper, N bookies and the dashboard on this machine, until Ctrl-C or
-SIGTERM."""
+SIGTERM. It prints where each child process logs, and watches them: a child that exits is
+reported at once (how, and the end of its log) and started again, a bounded number of times
+(:mod:`bkeeper.testing.supervision`), unless ``--no-restart``."""
 
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ from bkeeper.cli._settings import (
     read_settings,
     settings_options,
 )
-from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+from bkeeper.common.clock import SystemClock
+from bkeeper.testing.sandbox import DEFAULT_BOOKIES, Sandbox, SandboxConfig
+from bkeeper.testing.sandbox_supervisor import SandboxSupervisor
+from bkeeper.testing.supervision import RestartPolicy
 
 __all__ = ["sandbox"]
 
@@ -30,7 +35,14 @@ _DIRS = ("ledger_dirs", "journal_dirs")
 
 
 @click.command()
-@click.option("--bookies", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--bookies",
+    default=DEFAULT_BOOKIES,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Bookies to run: one more than the default ensemble (3), so that the loss of one "
+    "can be re-replicated (docs/operations.md, Spare bookies).",
+)
 @click.option("--data-dir", default="./bkeeper-data", show_default=True, type=click.Path())
 @click.option("--zookeeper-port", default=2181, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--bookie-port", default=3181, show_default=True, type=click.IntRange(1, 65535))
@@ -62,6 +74,14 @@ _DIRS = ("ledger_dirs", "journal_dirs")
     "-o sets its options (docs/autorecovery.md).",
 )
 @click.option(
+    "--restart/--no-restart",
+    default=True,
+    show_default=True,
+    help="Start a child process that exits (a bookie, ZooKeeper, the dashboard) again, at "
+    f"most {RestartPolicy.restarts_max} times in {RestartPolicy.window_s:g} s; "
+    "--no-restart leaves it down.",
+)
+@click.option(
     "--secure",
     is_flag=True,
     help="TLS (required), token authentication and ZooKeeper ACLs, with credentials made "
@@ -78,6 +98,7 @@ def sandbox(
     dashboard_port: int,
     dashboard: bool,
     autorecovery: bool,
+    restart: bool,
     secure: bool,
     options: tuple[str, ...],
     conf: str | None,
@@ -129,6 +150,7 @@ def sandbox(
         )
     click.echo(f"starting ZooKeeper and {bookies} bookies under {config.data_dir} ...", err=True)
     with box:
+        click.echo(f"cluster: {box.metadata_uri} (instance {box.instance_id})", err=True)
         for index in range(bookies):
             host, port = box.bookie_address(index)
             admin = box.admin_address(index)
@@ -138,6 +160,11 @@ def sandbox(
             click.echo("auto-recovery: in every bookie (one is elected auditor)", err=True)
         if box.dashboard_url is not None:
             click.echo(f"dashboard: {box.dashboard_url}", err=True)
+        for child in box.children():
+            click.echo(f"log of {child}: {box.child_log(child)}", err=True)
+        policy = RestartPolicy(restart=restart)
+        supervisor = SandboxSupervisor(box, policy, _say, SystemClock())
+        click.echo(_restart_line(policy), err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
         if box.client_env:
             click.echo("secure: TLS required, token authentication, ZooKeeper ACLs", err=True)
@@ -145,7 +172,9 @@ def sandbox(
             for key, value in box.client_env.items():
                 click.echo(f"export {key}={value}")
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
-        stop.wait()
+        while not stop.wait(SandboxSupervisor.POLL_S):
+            supervisor.poll()
+        supervisor.stopping()
         click.echo("stopping ...", err=True)
     click.echo("sandbox stopped", err=True)
 
@@ -165,10 +194,29 @@ class StopFlag:
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.asked = True
 
-    def wait(self) -> None:
-        """Return once a signal asked for the stop."""
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Whether a signal asked for the stop, once it did or ``timeout_s`` (None: no
+        limit) passed."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self.asked:
-            time.sleep(self.POLL_S)
+            left = self.POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(self.POLL_S, left))
+        return True
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _restart_line(policy: RestartPolicy) -> str:
+    if not policy.restart:
+        return "restarts: off (--no-restart); a child process that exits stays down"
+    return (
+        "restarts: a child process that exits is started again, at most "
+        f"{policy.restarts_max} times in {policy.window_s:g} s"
+    )
 
 
 def _paths(value: object) -> tuple[Path, ...]:

@@ -1,5 +1,10 @@
 """A local cluster in one command: ZooKeeper plus N bookie processes (``bkeeper sandbox``).
 
+N is :data:`DEFAULT_BOOKIES` (4) unless told: the logs, the key-value store, Dice and the
+Spark sink write ledgers of ensemble 3 by default, and a cluster heals the loss of a bookie
+only with a spare one to copy its replicas to (E+1 writable bookies; docs/operations.md,
+Spare bookies).
+
 Layout under the data directory: ``zookeeper/`` and ``bookie-<i>/`` (kept across restarts,
 so a restarted sandbox finds its ledgers). Every bookie runs auto-recovery unless
 ``autorecovery`` is off. Ports are fixed (ZooKeeper ``zookeeper_port``,
@@ -8,9 +13,15 @@ the same from one start to the next; bookie ``i``'s admin HTTP server, if any, i
 ``http_port_base + i``. With ``dashboard_port``, ``bkeeper dashboard`` runs too (a child
 process like the bookies, log ``dashboard.log``), started once every bookie is ready; its
 page is :attr:`Sandbox.dashboard_url`. The cluster is formatted on first start. Bookies and
-the dashboard are child processes that die with the sandbox (parent-death signal); ``stop``
-sends SIGTERM to the dashboard and each bookie, then stops ZooKeeper, leaving no process
-behind.
+the dashboard are child processes that die with the sandbox (parent-death signal), each in a
+process group of its own (a Ctrl-C on the sandbox's terminal reaches the sandbox alone, which
+stops them in order); ``stop`` sends SIGTERM to the dashboard and each bookie, then stops
+ZooKeeper, leaving no process behind.
+
+Each child is named by a :class:`~bkeeper.testing.supervision.Child`; :meth:`Sandbox.children`,
+:meth:`Sandbox.child_log`, :meth:`Sandbox.child_exit_status`, :meth:`Sandbox.respawn_child`
+and :meth:`Sandbox.child_ready` let :mod:`bkeeper.testing.sandbox_supervisor` watch them and
+start one that exited again, on the same ports, ids and directories (so its cookie matches).
 
 With ``secure`` (``bkeeper sandbox --secure``) the credentials of
 :mod:`bkeeper.testing.sandbox_security` are made under ``security/``: the metadata URI carries
@@ -42,17 +53,22 @@ from bkeeper.common.errors import BKeeperError, ConfigError, ConnectionLossError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.uri import DIGEST_FILE_OPTION
 from bkeeper.testing.sandbox_security import SandboxSecurity
+from bkeeper.testing.supervision import Child, ChildKind
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
 
-__all__ = ["Sandbox", "SandboxConfig"]
+__all__ = ["DEFAULT_BOOKIES", "Sandbox", "SandboxConfig"]
 
 log = logging.getLogger(__name__)
+
+#: Bookies a sandbox starts unless told: the default ensemble (3, of ``LogConfig`` and the
+#: Spark sink) plus one spare, so that the loss of one bookie can be re-replicated.
+DEFAULT_BOOKIES = 4
 
 
 @dataclass(frozen=True)
 class SandboxConfig:
     data_dir: Path
-    bookies: int = 3
+    bookies: int = DEFAULT_BOOKIES
     zookeeper_port: int = 2181
     bookie_port_base: int = 3181
     http_port_base: int | None = None
@@ -110,6 +126,17 @@ class SandboxConfig:
 
 #: What ``bkeeper dashboard`` prints once it serves.
 _DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
+#: What ``bkeeper autorecovery`` prints once it runs.
+_AUTORECOVERY_READY = re.compile(rb" ready \(metadata ")
+
+
+#: The most of a restarted child's output searched for its ready line (it comes early).
+_READY_SEARCH_BYTES_MAX = 1024 * 1024
+
+
+def _size(path: Path) -> int:
+    """The size of the file at ``path``; 0 if there is none."""
+    return path.stat().st_size if path.exists() else 0
 
 
 def _spawn(
@@ -126,6 +153,7 @@ def _spawn(
             cmd,
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            process_group=0,
             preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
         )
     finally:
@@ -159,7 +187,10 @@ class Sandbox:
         self.autorecoveries: list[subprocess.Popen[bytes]] = []
         #: The dashboard's page, once it serves.
         self.dashboard_url: str | None = None
-        self._log_offsets: dict[int, int] = {}
+        #: The cluster's instance id, once started.
+        self.instance_id: str | None = None
+        #: Where each child's log was when it was last started (its ready line comes after).
+        self._log_offsets: dict[Child, int] = {}
         self.security: SandboxSecurity | None = None
         if config.secure:
             self.security = SandboxSecurity.prepare(config.data_dir / "security")
@@ -212,8 +243,8 @@ class Sandbox:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.zookeeper.start()
-            instance_id = asyncio.run(self._format_if_new())
-            log.info("cluster %s (instance %s)", self.metadata_uri, instance_id)
+            self.instance_id = asyncio.run(self._format_if_new())
+            log.debug("cluster %s (instance %s)", self.metadata_uri, self.instance_id)
             for index in range(self.config.bookies):
                 self.bookies.append(self._spawn_bookie(index))
             for index, proc in enumerate(self.bookies):
@@ -275,7 +306,7 @@ class Sandbox:
 
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
         log_path = self._bookie_log(index)
-        self._log_offsets[index] = log_path.stat().st_size if log_path.exists() else 0
+        self._log_offsets[Child(ChildKind.BOOKIE, index)] = _size(log_path)
         return _spawn(self.bookie_command(index), log_path, env=self.config.bookie_env)
 
     def autorecovery_command(self, index: int) -> list[str]:
@@ -313,15 +344,20 @@ class Sandbox:
     def _start_autorecovery(self, index: int, nice: int) -> subprocess.Popen[bytes]:
         """Start it and wait for its "ready" line (it is stopped with the sandbox even if
         it never gets there)."""
-        log_path = self.config.data_dir / f"autorecovery-{index}.log"
-        offset = log_path.stat().st_size if log_path.exists() else 0
+        proc = self._spawn_autorecovery(index, nice)
+        child = Child(ChildKind.AUTORECOVERY, index)
+        self._wait_line(proc, self.child_log(child), self._log_offsets[child],
+                        _AUTORECOVERY_READY, f"auto-recovery {index}", "")  # fmt: skip
+        return proc
+
+    def _spawn_autorecovery(self, index: int, nice: int) -> subprocess.Popen[bytes]:
+        log_path = self.child_log(Child(ChildKind.AUTORECOVERY, index))
+        self._log_offsets[Child(ChildKind.AUTORECOVERY, index)] = _size(log_path)
         proc = _spawn(self.autorecovery_command(index), log_path, nice)
         if index < len(self.autorecoveries):
             self.autorecoveries[index] = proc
         else:
             self.autorecoveries.append(proc)
-        self._wait_line(proc, log_path, offset, re.compile(rb" ready \(metadata "),
-                        f"auto-recovery {index}", "")  # fmt: skip
         return proc
 
     def _wait_line(
@@ -363,21 +399,28 @@ class Sandbox:
 
     def _start_dashboard(self, port: int) -> None:
         """Start the dashboard and wait for its "dashboard ready on <url>" line."""
-        log_path = self.config.data_dir / "dashboard.log"
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        self.dashboard = proc = _spawn(self.dashboard_command(port), log_path)
-        found = self._wait_line(
-            proc, log_path, offset, _DASHBOARD_READY, "the dashboard", f" on port {port}"
-        )
+        proc = self._spawn_dashboard(port)
+        child = Child(ChildKind.DASHBOARD)
+        found = self._wait_line(proc, self.child_log(child), self._log_offsets[child],
+                                _DASHBOARD_READY, "the dashboard", f" on port {port}")  # fmt: skip
         self.dashboard_url = found.group(1).decode()
+
+    def _spawn_dashboard(self, port: int) -> subprocess.Popen[bytes]:
+        log_path = self.child_log(Child(ChildKind.DASHBOARD))
+        self._log_offsets[Child(ChildKind.DASHBOARD)] = _size(log_path)
+        self.dashboard = _spawn(self.dashboard_command(port), log_path)
+        return self.dashboard
 
     def _wait_bookie(self, index: int, proc: subprocess.Popen[bytes]) -> None:
         """Wait for the bookie's own "ready" line (printed once it listens and registered)."""
         host, port = self.bookie_address(index)
-        ready = re.compile(re.escape(f"ready on {host}:{port}".encode()))
-        offset = self._log_offsets.get(index, 0)
-        self._wait_line(proc, self._bookie_log(index), offset, ready, f"bookie {index}",
-                        f" on {host}:{port}")  # fmt: skip
+        offset = self._log_offsets.get(Child(ChildKind.BOOKIE, index), 0)
+        self._wait_line(proc, self._bookie_log(index), offset, self._bookie_ready(index),
+                        f"bookie {index}", f" on {host}:{port}")  # fmt: skip
+
+    def _bookie_ready(self, index: int) -> re.Pattern[bytes]:
+        host, port = self.bookie_address(index)
+        return re.compile(re.escape(f"ready on {host}:{port}".encode()))
 
     def stop(self) -> None:
         """SIGTERM the dashboard and every bookie (they drain and checkpoint), then stop
@@ -424,6 +467,79 @@ class Sandbox:
         beside = self.autorecoveries[index] if index < len(self.autorecoveries) else None
         if nice is not None and beside is not None and beside.poll() is not None:
             self._start_autorecovery(index, nice)
+
+    def children(self) -> list[Child]:
+        """Every child process this sandbox runs, in the order it starts them."""
+        found = [Child(ChildKind.ZOOKEEPER)]
+        found += [Child(ChildKind.BOOKIE, i) for i in range(len(self.bookies))]
+        found += [Child(ChildKind.AUTORECOVERY, i) for i in range(len(self.autorecoveries))]
+        if self.dashboard is not None:
+            found.append(Child(ChildKind.DASHBOARD))
+        return found
+
+    def child_log(self, child: Child) -> Path:
+        """Where ``child``'s output goes (appended to across restarts)."""
+        if child.kind is ChildKind.ZOOKEEPER:
+            return self.zookeeper.log_path
+        if child.kind is ChildKind.BOOKIE:
+            return self._bookie_log(child.index)
+        if child.kind is ChildKind.AUTORECOVERY:
+            return self.config.data_dir / f"autorecovery-{child.index}.log"
+        return self.config.data_dir / "dashboard.log"
+
+    def child_exit_status(self, child: Child) -> int | None:
+        """``child``'s exit status (``Popen.returncode``: a signal is negative); None while it
+        runs. ZooKeeper after a failed start again: its status then is unknown, -1."""
+        if child.kind is ChildKind.ZOOKEEPER:
+            if self.zookeeper.pid is None:
+                return -1
+            return self.zookeeper.wait_nowait()
+        return self._process(child).poll()
+
+    def _process(self, child: Child) -> subprocess.Popen[bytes]:
+        if child.kind is ChildKind.BOOKIE:
+            return self.bookies[child.index]
+        if child.kind is ChildKind.AUTORECOVERY:
+            return self.autorecoveries[child.index]
+        if self.dashboard is None:
+            raise BKeeperError("the sandbox runs no dashboard")
+        return self.dashboard
+
+    def respawn_child(self, child: Child) -> None:
+        """Start ``child``, which exited, again as it was: same command line, so same ports,
+        id and directories. A bookie, auto-recovery process or dashboard is only spawned
+        (:meth:`child_ready` tells when it serves); ZooKeeper is waited for (its start checks
+        that it serves), ``BKeeperError`` if it does not."""
+        if self.child_exit_status(child) is None:
+            raise BKeeperError(f"{child} is still running")
+        if child.kind is ChildKind.ZOOKEEPER:
+            self.zookeeper.stop()  # reaps the one that exited
+            self.zookeeper.start()
+        elif child.kind is ChildKind.BOOKIE:
+            self.bookies[child.index] = self._spawn_bookie(child.index)
+        elif child.kind is ChildKind.AUTORECOVERY:
+            self._spawn_autorecovery(child.index, self.config.autorecovery_nice or 0)
+        else:
+            assert self.config.dashboard_port is not None  # it ran, so it has a port
+            self._spawn_dashboard(self.config.dashboard_port)
+
+    def child_ready(self, child: Child) -> bool:
+        """True once ``child``, since it was last started, said it serves (its ready line);
+        ZooKeeper: once it answers."""
+        if child.kind is ChildKind.ZOOKEEPER:
+            return self.zookeeper.is_ready()
+        if child.kind is ChildKind.BOOKIE:
+            pattern = self._bookie_ready(child.index)
+        else:
+            pattern = (
+                _AUTORECOVERY_READY if child.kind is ChildKind.AUTORECOVERY else _DASHBOARD_READY
+            )
+        with self.child_log(child).open("rb") as file:
+            file.seek(self._log_offsets.get(child, 0))
+            found = pattern.search(file.read(_READY_SEARCH_BYTES_MAX))
+        if found is not None and child.kind is ChildKind.DASHBOARD:
+            self.dashboard_url = found.group(1).decode()
+        return found is not None
 
     def bookie_data_dir(self, index: int) -> Path:
         return self.config.data_dir / f"bookie-{index}"

@@ -316,6 +316,7 @@ def kv_bench(
     with tempfile.TemporaryDirectory(prefix="bkeeper-bench-kv-") as tmp:
         config = SandboxConfig(
             data_dir=Path(tmp),
+            bookies=3,
             zookeeper_port=free_port(),
             bookie_port_base=free_port_range(3),
             autorecovery=False,
