@@ -7,8 +7,10 @@ A :class:`Batcher` collects the envelopes of records appended (``add`` one,
 the event loop next runs, so the records appended in one go share a batch). Sealed batches
 wait in order in a queue of at most ``SEALED_BATCHES_MAX``; one sender task hands them to
 the writer's ``send`` one at a time, in order (so entry ids follow append order), and
-appenders wait while the queue is full. The bytes each batch counts are its records' length
-table entries and envelopes: its body (:mod:`bkeeper.namedlog.records`).
+appenders wait while the queue is full. A record larger than the writer's ``chunk_bytes`` goes
+alone as its chunks (``add_alone``: the open batch is sealed first). The bytes each batch
+counts are its records' length table entries and envelopes: its body
+(:mod:`bkeeper.namedlog.records`).
 
 Each appender waits on a future of the batch (``Batch.waiters``: the future and the index in
 the batch of its first record), which the writer completes with the record's position once
@@ -44,11 +46,14 @@ SEALED_BATCHES_MAX = 4
 
 class Batch:
     """Records gathered for one entry: their envelopes, the body's size so far, and the
-    futures of those waiting for them (each with the index of its first record)."""
+    futures of those waiting for them (each with the index of its first record). Or, with
+    ``chunks``, one large record's chunk entries (:meth:`Batcher.add_alone`), sent as
+    consecutive entries; its waiter gets the last one's position."""
 
-    __slots__ = ("envelopes", "size", "timer", "waiters")
+    __slots__ = ("chunks", "envelopes", "size", "timer", "waiters")
 
-    def __init__(self) -> None:
+    def __init__(self, chunks: list[bytes] | None = None) -> None:
+        self.chunks = chunks
         self.envelopes: list[bytes] = []
         self.size = 0
         self.waiters: list[tuple[asyncio.Future[Position], int]] = []
@@ -120,6 +125,15 @@ class Batcher:
         batch.size += size
         if len(batch.envelopes) >= self._max_records:
             self.seal()
+
+    def add_alone(self, chunks: list[bytes], future: asyncio.Future[Position]) -> None:
+        """Add a large record's chunk entries (sent after every record added before, alone:
+        never in a batch); ``future`` gets its last chunk's position."""
+        self.seal()
+        batch = Batch(chunks)
+        batch.waiters.append((future, 0))
+        self._open = batch
+        self.seal()
 
     def add_many(self, envelopes: Sequence[bytes]) -> list[tuple[asyncio.Future[Position], int]]:
         """Add records in order; for each batch they went into, a future of the position of

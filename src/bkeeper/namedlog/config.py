@@ -6,18 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.common.validate import (
     check_int_in_range,
     check_non_negative_ints,
     check_positive_ints,
     check_quorum,
 )
-from bkeeper.namedlog.records import BATCH_RECORDS_MAX, codec_id
+from bkeeper.namedlog.records import BATCH_RECORDS_MAX, CHUNK_BYTES_MIN, codec_id
 
-__all__ = ["BATCH_BYTES_MAX", "EARLIEST", "LATEST", "LogConfig"]
+__all__ = ["BATCH_BYTES_MAX", "CHUNK_BYTES_MAX", "EARLIEST", "LATEST", "LogConfig"]
 
 #: The largest ``batch_max_bytes``: a batch's entry must fit in a bookie's 5 MiB frame.
 BATCH_BYTES_MAX = 4 * 1024 * 1024
+#: The largest ``chunk_bytes`` (and its default): a bookie's default frame less 1 MiB for the
+#: chunk head, the add request's head and digest.
+CHUNK_BYTES_MAX = MAX_FRAME_BYTES_DEFAULT - 1024 * 1024
 #: A reader start: the first record still in the log.
 EARLIEST = "earliest"
 #: A reader start: the records appended from now on (see :mod:`bkeeper.namedlog.walk`).
@@ -48,6 +52,12 @@ class LogConfig:
     entries, which every reader of earlier versions reads, and every record is alone in its
     entry (``Position(L, E + 1)`` follows ``Position(L, E)``, as the state machine assumes).
 
+    Large records (:mod:`bkeeper.namedlog.chunks`): a record whose envelope (payload, key,
+    properties and a 10-byte head) is larger than ``chunk_bytes`` is cut into chunks of
+    ``chunk_bytes`` bytes, each its own entry (format 3), up to ``RECORD_BYTES_MAX`` (65 MiB)
+    in all. ``chunk_bytes``: 64 KiB to ``CHUNK_BYTES_MAX`` (4 MiB, the default); lower it for
+    bookies whose frame limit is below 5 MiB.
+
     ``explicit_lac_interval_ms``: a writer whose appends are all acknowledged tells the
     bookies its last add confirmed at once, and then at most once per this interval, so that
     tailing readers see its last record too, not only once it appends the next one (a
@@ -73,6 +83,7 @@ class LogConfig:
     linger_ms: int = 1
     compression: str = "none"
     explicit_lac_interval_ms: int | None = None
+    chunk_bytes: int = CHUNK_BYTES_MAX
 
     def __post_init__(self) -> None:
         check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)
@@ -82,6 +93,7 @@ class LogConfig:
         )
         check_int_in_range("batch_max_bytes", self.batch_max_bytes, 1, BATCH_BYTES_MAX)
         check_int_in_range("batch_max_records", self.batch_max_records, 1, BATCH_RECORDS_MAX)
+        check_int_in_range("chunk_bytes", self.chunk_bytes, CHUNK_BYTES_MIN, CHUNK_BYTES_MAX)
         if not isinstance(self.batching, bool):
             raise ConfigError(f"batching: must be true or false, got {self.batching!r}")
         codec_id(self.compression)

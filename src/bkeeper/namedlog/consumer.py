@@ -28,6 +28,14 @@ many records a batch holds to tell when all are acknowledged: the consumer remem
 the batches its reader went through (at most ``ENTRY_COUNTS_MAX``), and reads the entry for
 an ack of a position it did not (an operator's ``ack_up_to``).
 
+**Large records.** A chunked record (:mod:`bkeeper.namedlog.chunks`) is delivered whole, at
+its last chunk's position; acknowledging it acknowledges every one of its chunks (a cumulative
+ack covers them, being at the last; an individual ack is written for each chunk entry, the
+consumer remembering the chunk counts of the records it delivered, at most
+``ENTRY_COUNTS_MAX``, and reading the entry for an operator's ``ack_up_to``). A consumer that
+restarts resumes after the last chunk acknowledged: a record not acknowledged is delivered
+again whole (its reader reads it from its first chunk).
+
 **Truncation.** Records the subscription has not consumed may be gone (a retention cap, an
 explicit truncate): a consumer then raises ``LogTruncatedError`` naming the gap, never skips
 it silently, unless it was subscribed with ``skip_truncated=True``.
@@ -105,6 +113,9 @@ class Consumer:
         #: Record counts of the entries the reader went through, in log order (the oldest
         #: go first past ENTRY_COUNTS_MAX, and those at or before the mark at each flush).
         self._counts: dict[tuple[int, int], int] = {}
+        #: Chunk counts of the chunked records delivered, by their last chunk's entry (as
+        #: ``_counts``: the oldest go first, and those at or before the mark at each flush).
+        self._chunked: dict[tuple[int, int], int] = {}
         self._cumulative: Position | None = None
         self._individual: list[Position] = []
         self._dirty = asyncio.Event()
@@ -186,6 +197,11 @@ class Consumer:
             counts[(ledger, entry)] = record.entry_records
             if len(counts) > ENTRY_COUNTS_MAX:
                 del counts[next(iter(counts))]
+        if record.chunks > 1:
+            chunked = self._chunked
+            chunked[(ledger, entry)] = record.chunks
+            if len(chunked) > ENTRY_COUNTS_MAX:
+                del chunked[next(iter(chunked))]
 
     def _acked_out_of_order(self, position: Position) -> bool:
         if self._acked_partial:
@@ -220,7 +236,8 @@ class Consumer:
         position past the last record delivered."""
         self._check_reading()
         self._check_delivered(position)
-        self._individual.append(position)
+        chunks = self._chunked.get((position.ledger_id, position.entry_id), 1)
+        self._individual += _chunk_positions(position, chunks)
         self._dirty.set()
 
     async def ack_up_to(self, position: Position, *, individual: bool = False) -> None:
@@ -235,7 +252,8 @@ class Consumer:
                 f"({last if last is not None else 'none yet'})"
             )
         if individual:
-            self._individual.append(position)
+            chunks = await self.named.logs.walk.chunks_of(position.ledger_id, position.entry_id)
+            self._individual += _chunk_positions(position, chunks)
         elif self._cumulative is None or position > self._cumulative:
             self._cumulative = position
         await self.flush()
@@ -327,12 +345,13 @@ class Consumer:
     def _written(self, new: SubscriptionState) -> None:
         """``new`` is stored: forget the record counts of entries at or before its mark."""
         self._state = new
-        counts, mark = self._counts, new.mark
-        while counts and mark is not None:
-            ledger, entry = key = next(iter(counts))
-            if Position(ledger, entry) > mark:
-                break
-            del counts[key]
+        mark = new.mark
+        for counts in (self._counts, self._chunked):
+            while counts and mark is not None:
+                ledger, entry = key = next(iter(counts))
+                if Position(ledger, entry) > mark:
+                    break
+                del counts[key]
 
     async def _entry_counts(
         self, cumulative: Position | None, individual: list[Position]
@@ -461,6 +480,15 @@ async def ledger_ends(named: NamedLog, ledger_ids: Iterable[int]) -> dict[int, t
         if end is not None and end.sealed:
             ends[ledger_id] = (end.last, ids[i + 1])
     return ends
+
+
+def _chunk_positions(position: Position, chunks: int) -> list[Position]:
+    """The positions an individual ack of ``position`` writes: itself, or, for a chunked
+    record (``chunks`` > 1, at its last chunk), each of its chunk entries."""
+    if chunks <= 1:
+        return [position]
+    ledger, entry = position.ledger_id, position.entry_id
+    return [Position(ledger, e) for e in range(entry - chunks + 1, entry + 1)]
 
 
 def _later(a: Position | None, b: Position | None) -> Position | None:

@@ -276,20 +276,25 @@ class NamedLog:
 
     async def last_position(self) -> Position | None:
         """The position of the log's last record now (None when it has none; the last record
-        of a batch: its entry is read). Records past
+        of a batch: its entry is read; a chunked record cut short or still being written is
+        stepped over: :meth:`LogWalk.last_whole`). Records past
         the LAC of an open ledger count (as for ``open_reader(LATEST)``, see
         :mod:`bkeeper.namedlog.walk`)."""
         meta = await self.metadata()
         walk = self.logs.walk
         end = await walk.latest(meta)
         if end.entry_id > 0:
-            return await walk.last_record(end.ledger_id, end.entry_id - 1)
+            found = await walk.last_whole(end.ledger_id, end.entry_id - 1)
+            if found is not None:
+                return found
         for ledger in reversed(meta.ledgers):
             if ledger.ledger_id >= end.ledger_id:
                 continue
             ledger_end = await walk.ledger_end(ledger.ledger_id)
             if ledger_end is not None and ledger_end.sealed and ledger_end.last >= 0:
-                return await walk.last_record(ledger.ledger_id, ledger_end.last)
+                found = await walk.last_whole(ledger.ledger_id, ledger_end.last)
+                if found is not None:
+                    return found
         return None
 
     async def append_ledgers(

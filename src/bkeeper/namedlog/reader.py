@@ -16,7 +16,16 @@ the reader returns their records one by one; a start ``(L, E, I)`` skips the rec
 E before index I. ``position``, after a record, is the next record's in its entry, or
 ``(L, E + 1)`` after an entry's last record.
 
-Limits: ``tail_poll_ms`` per long poll; one batch read's worth of records buffered.
+Large records (format 3, :mod:`bkeeper.namedlog.chunks`): the entries of each ledger go
+through a :class:`~bkeeper.namedlog.chunks.Reassembly`, which returns a chunked record whole,
+at its last chunk's position. A start inside a chunked record (any chunk but the first) reads
+that record from its first chunk (its position is at or after the start). A record a reader
+cannot put together (its writer stopped between chunks: the ledger ends before its last
+chunk; chunks out of place) is skipped with a warning and counted in ``incomplete_records``,
+never returned in part.
+
+Limits: ``tail_poll_ms`` per long poll; one batch read's worth of records buffered; one
+chunked record in progress (at most ``RECORD_BYTES_MAX`` bytes).
 """
 
 from __future__ import annotations
@@ -38,9 +47,10 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.loop import await_chain
 from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.namedlog.chunks import Incomplete, Reassembly, whole_records
 from bkeeper.namedlog.config import EARLIEST, LATEST
 from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position, Record, decode_entry
+from bkeeper.namedlog.records import CHUNK_FORMAT_VERSION, Position, Record, decode_entry
 from bkeeper.namedlog.walk import earliest, locate
 
 if TYPE_CHECKING:
@@ -77,6 +87,9 @@ class LogReader:
         #: Ledgers skipped because they were gone while the log still listed them (deleted
         #: by mistake: nothing of bkeeper's deletes a listed ledger).
         self.lost_ledgers = 0
+        #: Chunked records skipped because they could not be put together (see the module
+        #: docstring); each is logged as a warning.
+        self.incomplete_records = 0
         #: The position after the last record returned.
         self.position: Position | None = None
 
@@ -232,6 +245,9 @@ class LogReader:
         config = self._config
         if meta is None:
             meta = await self._meta()
+        # Chunks of the ledger being read; new on each run (a run after an error starts after
+        # the last record returned, which may be inside a chunked record: it reads back).
+        chunks: Reassembly | None = None
         while not self._closed:
             index = locate(meta, position)
             if index is None:  # past the last ledger: wait for the list to grow
@@ -243,6 +259,10 @@ class LogReader:
             ledger_id = meta.ledgers[index].ledger_id
             if ledger_id != position.ledger_id:
                 position = Position(ledger_id, 0)
+            if chunks is None or chunks.ledger_id != ledger_id:
+                if chunks is not None:
+                    chunks.end(f"the reader moved on to ledger {ledger_id} before its last chunk")
+                chunks = Reassembly(ledger_id, self._incomplete)
             handle = await self._logs.walk.open(ledger_id)
             if handle is None:  # deleted under us
                 meta = await self._meta()
@@ -259,8 +279,9 @@ class LogReader:
                 position = Position(ledger_id + 1, 0)
                 continue
             if handle.is_closed:
-                async for batch in self._read(handle, position):
+                async for batch in self._read(handle, position, chunks):
                     yield batch
+                chunks.end(f"ledger {ledger_id} ends before its last chunk (its writer stopped)")
                 position = Position(ledger_id + 1, 0)
                 continue
             # The ledger is open: tail it until it is sealed, rolled away from or deleted.
@@ -269,7 +290,7 @@ class LogReader:
                 lac = await handle.read_last_add_confirmed()
                 while not self._closed:
                     if position.entry_id <= lac:
-                        async for batch in self._read(handle, position, lac):
+                        async for batch in self._read(handle, position, chunks, lac):
                             yield batch
                         position = Position(ledger_id, lac + 1)
                     rolled = meta.index_of(ledger_id) != len(meta.ledgers) - 1
@@ -291,11 +312,16 @@ class LogReader:
             finally:
                 await handle.close()  # ends its metadata watch
 
+    def _incomplete(self, skipped: Incomplete) -> None:
+        self.incomplete_records += 1
+        log.warning("log %s: %s", self._log.name, skipped)
+
     async def _read(
-        self, handle: ReadHandle, start: Position, last: int | None = None
+        self, handle: ReadHandle, start: Position, chunks: Reassembly, last: int | None = None
     ) -> AsyncIterator[list[Record]]:
         """Records from ``start`` to entry ``last`` of the ledger (``last``: its LAC or last
-        entry), a batch read at a time; never an empty list."""
+        entry), a batch read at a time; never an empty list. Chunks go through ``chunks``
+        (the ledger's reassembly; fresh: the start may be inside a chunked record)."""
         first, skip = start.entry_id, start.index
         end = handle.last_add_confirmed if last is None else last
         if first > end:
@@ -304,7 +330,18 @@ class LogReader:
         async for entries in handle.read_batches(first, end):
             batch: list[Record] = []
             for e in entries:
-                batch += decode_entry(e.payload, ledger_id, e.entry_id)
+                payload = e.payload
+                if chunks.idle and not (payload and payload[0] == CHUNK_FORMAT_VERSION):
+                    batch += decode_entry(payload, ledger_id, e.entry_id)
+                    continue
+                if chunks.fresh and e.entry_id == first:  # a start inside a chunked record
+                    earlier = chunks.first_chunk(e.entry_id, payload)
+                    if earlier is not None:
+                        async for old in handle.read(earlier, e.entry_id - 1):
+                            chunks.feed(old.entry_id, old.payload)
+                whole = chunks.feed(e.entry_id, payload)
+                if whole is not None:
+                    batch += whole_records(whole, ledger_id)
             if skip:  # the start lies inside the first entry's batch
                 batch = [
                     r for r in batch if r.position.entry_id != first or r.position.index >= skip

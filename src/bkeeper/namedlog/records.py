@@ -40,6 +40,29 @@ Record i of the batch in entry E of ledger L has position ``(L, E, i)``; the rec
 format-1 entry has index 0. A reader lacking an entry's codec (``zstandard`` / ``lz4`` not
 installed) fails with a ``ProtocolError`` naming it.
 
+**Format 3, a chunk of a large record** (:func:`encode_chunks`), big-endian:
+
+=========  =======================================================================
+bytes      field
+=========  =======================================================================
+1          format version, 3
+1          flags, 0 (reserved: a reader refuses others)
+4          chunk index i, 0 to n - 1
+4          chunk count n, 2 to ``CHUNKS_MAX``
+4          record bytes: the length of the whole record's envelope (at most
+           ``RECORD_BYTES_MAX``)
+rest       piece i of the record's format-1 envelope (the envelope cut in n pieces, in
+           order; each the writer's ``chunk_bytes`` long but the last)
+=========  =======================================================================
+
+A record whose envelope is larger than the writer's ``LogConfig.chunk_bytes`` is written as
+n consecutive entries of one ledger, chunks 0 to n - 1, with nothing between them (never in a
+batch, never compressed, never across a ledger roll). Its position is its **last** chunk's,
+``(L, E_last)``, and :attr:`Record.chunks` says how many entries it spans (its first chunk is
+entry ``E_last - chunks + 1``). A chunk alone holds no record: :func:`decode_entry` refuses
+it, and readers put chunks back together with :class:`bkeeper.namedlog.chunks.Reassembly`.
+Readers before format 3 fail on a chunk with a ``ProtocolError`` naming format 3.
+
 **Fast path for decoders of many entries at once** (Spark's Arrow conversion):
 :func:`entry_envelopes` gives an entry's records as :class:`Envelopes`: their count, the
 length table (``record_count`` big-endian u32, ``numpy.frombuffer(lengths, ">u4")``) and the
@@ -63,11 +86,16 @@ __all__ = [
     "BATCH_FORMAT_VERSION",
     "BATCH_HEAD",
     "BATCH_RECORDS_MAX",
+    "CHUNKS_MAX",
+    "CHUNK_BYTES_MIN",
+    "CHUNK_FORMAT_VERSION",
+    "CHUNK_HEAD",
     "CODECS",
     "CODEC_LZ4",
     "CODEC_NONE",
     "CODEC_ZSTD",
     "FORMAT_VERSION",
+    "Chunk",
     "Envelopes",
     "HEAD",
     "HEAD_FLAGS_AT",
@@ -77,12 +105,15 @@ __all__ = [
     "PROPERTIES_MAX",
     "PROPERTY_NAME_BYTES_MAX",
     "Position",
+    "RECORD_BYTES_MAX",
     "Record",
     "available_codecs",
     "codec_id",
+    "decode_chunk",
     "decode_entry",
     "decode_record",
     "encode_batch",
+    "encode_chunks",
     "encode_record",
     "entry_envelopes",
 ]
@@ -124,6 +155,19 @@ _CODEC_NAMES = {number: name for name, number in CODECS.items()}
 _CODEC_PACKAGES = {CODEC_ZSTD: "zstandard", CODEC_LZ4: "lz4"}
 #: zstd's level for batches: fast (the writer compresses on the event loop).
 ZSTD_LEVEL = 1
+
+#: The first byte of an entry holding a chunk of a large record.
+CHUNK_FORMAT_VERSION = 3
+#: The head of a chunk: format version 3, flags, chunk index, chunk count, record bytes.
+CHUNK_HEAD = struct.Struct(">BBIII")
+#: The largest record (its whole envelope: payload, key, properties and a 10-byte head) a
+#: writer takes and a reader puts back together: 64 MiB of payload with up to 1 MiB of key
+#: and properties. A reader holds at most one record in progress, so this bounds its memory.
+RECORD_BYTES_MAX = 65 * 1024 * 1024
+#: The smallest chunk (``LogConfig.chunk_bytes`` at least).
+CHUNK_BYTES_MIN = 64 * 1024
+#: Chunks one record has at most (a reader refuses a chunk head claiming more).
+CHUNKS_MAX = -(-RECORD_BYTES_MAX // CHUNK_BYTES_MIN)
 
 
 class Position(NamedTuple):
@@ -202,6 +246,9 @@ class Record(NamedTuple):
     key: bytes | None = None
     properties: Mapping[str, bytes] = NO_PROPERTIES
     entry_records: int = 1
+    #: Entries the record spans: 1, or its chunk count when it was chunked (format 3: its
+    #: position is its last chunk's, its first chunk is entry ``entry_id - chunks + 1``).
+    chunks: int = 1
 
 
 def encode_record(
@@ -420,11 +467,16 @@ def decode_entry(
     the position when malformed."""
     view = memoryview(data)
     if not view or view[0] != BATCH_FORMAT_VERSION:
+        if view and view[0] == CHUNK_FORMAT_VERSION:
+            raise ProtocolError(
+                f"entry {ledger_id}:{entry_id} is a chunk of a large record (format 3), not a "
+                "record: readers put chunks back together (bkeeper.namedlog.chunks)"
+            )
         at = _new_tuple(Position, (ledger_id, entry_id, 0))
         if len(view) >= _PLAIN_HEAD_BYTES and view[0] == FORMAT_VERSION and not view[1]:
             (timestamp,) = _TIMESTAMP.unpack_from(view, HEAD_TIMESTAMP_AT)
             payload = bytes(view[_PLAIN_HEAD_BYTES:])
-            return [_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, 1))]
+            return [_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, 1, 1))]
         return [decode_record(view, at)]
     count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
     records: list[Record] = []
@@ -436,9 +488,74 @@ def decode_entry(
             (timestamp,) = _TIMESTAMP.unpack_from(body, offset + HEAD_TIMESTAMP_AT)
             at = _new_tuple(Position, (ledger_id, entry_id, index))
             payload = bytes(body[offset + _PLAIN_HEAD_BYTES : end])
-            records.append(_new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, count)))
+            records.append(
+                _new_tuple(Record, (at, timestamp, payload, None, NO_PROPERTIES, count, 1))
+            )
         else:
             at = Position(ledger_id, entry_id, index)
             records.append(decode_record(body[offset:end], at, count))
         offset = end
     return records
+
+
+# -- chunks of large records (format 3) ---------------------------------------------------
+
+
+class Chunk(NamedTuple):
+    """The head of a chunk entry (:func:`decode_chunk`) and its piece of the envelope."""
+
+    chunk_index: int
+    chunk_count: int
+    record_bytes: int
+    piece: memoryview
+
+
+def encode_chunks(envelope: bytes | bytearray | memoryview, chunk_bytes: int) -> list[bytes]:
+    """The chunk entries of a record whose envelope (:func:`encode_record`) is larger than
+    ``chunk_bytes``, in order; ``ConfigError`` naming the size and the limit when the record
+    is larger than ``RECORD_BYTES_MAX`` or needs more than ``CHUNKS_MAX`` chunks."""
+    size = len(envelope)
+    if size > RECORD_BYTES_MAX:
+        raise ConfigError(
+            f"a record of {size} bytes (payload, key and properties) exceeds the largest a log "
+            f"takes, RECORD_BYTES_MAX = {RECORD_BYTES_MAX} bytes"
+        )
+    if chunk_bytes < 1:
+        raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
+    count = -(-size // chunk_bytes)
+    if not 2 <= count <= CHUNKS_MAX:
+        raise ConfigError(
+            f"a record of {size} bytes in chunks of {chunk_bytes} bytes makes {count} chunks, "
+            f"not 2 to {CHUNKS_MAX}"
+        )
+    view = memoryview(envelope)
+    return [
+        CHUNK_HEAD.pack(CHUNK_FORMAT_VERSION, 0, index, count, size)
+        + view[index * chunk_bytes : (index + 1) * chunk_bytes]
+        for index in range(count)
+    ]
+
+
+def decode_chunk(
+    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int
+) -> Chunk | None:
+    """The chunk in entry ``data`` (None: the entry is not a chunk, format 1 or 2);
+    ``ProtocolError`` naming the entry when its head is malformed or out of bounds."""
+    view = memoryview(data)
+    if not view or view[0] != CHUNK_FORMAT_VERSION:
+        return None
+    if len(view) < CHUNK_HEAD.size:
+        raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: head is cut short")
+    _, flags, index, count, size = CHUNK_HEAD.unpack_from(view)
+    problem = None
+    if flags:
+        problem = f"unknown flags {flags:#x}"
+    elif not 2 <= count <= CHUNKS_MAX:
+        problem = f"chunk count {count} is not 2 to {CHUNKS_MAX}"
+    elif index >= count:
+        problem = f"chunk index {index} is not below its count {count}"
+    elif size > RECORD_BYTES_MAX:
+        problem = f"record of {size} bytes exceeds RECORD_BYTES_MAX ({RECORD_BYTES_MAX})"
+    if problem is not None:
+        raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: {problem}")
+    return Chunk(index, count, size, view[CHUNK_HEAD.size :])

@@ -11,6 +11,9 @@ no new records takes it over and gets those records again (at-least-once: the sl
 may still be working on them). Claims are read again from the log, so a claim taken over
 costs a reader; at most ``CLAIMS_MAX`` claims are open at once.
 
+A chunked record (:mod:`bkeeper.namedlog.chunks`) is claimed from its first chunk to its last:
+acknowledging it acknowledges every chunk, and a claim taken over delivers it again whole.
+
 Acks are gathered and flushed as for an exclusive consumer
 (:class:`~bkeeper.namedlog.consumer.Consumer`); consumers are not fenced (acks are idempotent).
 """
@@ -107,7 +110,8 @@ class SharedConsumer(Consumer):
             records = await self._read_new(state.dispatch_from)
             if records:
                 first, last = records[0].position, records[-1].position
-                claim = Claim(self.consumer_id, first.ledger_id, first.entry_id, last.entry_id,
+                begins = first.entry_id - records[0].chunks + 1  # a chunked record: its first
+                claim = Claim(self.consumer_id, first.ledger_id, begins, last.entry_id,
                               now + self._ack_timeout_ms)  # fmt: skip
                 new = state.with_claim(claim)
             else:

@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
+from bkeeper.namedlog.chunks import Incomplete, Reassembly, whole_records
 from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position, decode_entry, entry_envelopes
+from bkeeper.namedlog.records import Position, decode_chunk, decode_entry, entry_envelopes
 
 __all__ = [
     "LATEST_PROBES_MAX",
@@ -182,6 +183,43 @@ class LogWalk:
         count = entry_envelopes(entry.payload, ledger_id, entry_id).record_count
         return Position(ledger_id, entry_id, count - 1)
 
+    async def last_whole(self, ledger_id: int, entry_id: int) -> Position | None:
+        """The position of the last whole record in entries ``0..entry_id`` of the ledger
+        (:meth:`last_record`, stepping back over a chunked record cut short or still being
+        written; None: there is none; ``(ledger_id, entry_id)`` when the ledger is gone)."""
+        handle = await self.open(ledger_id)
+        if handle is None:
+            return Position(ledger_id, entry_id)
+        try:
+            while entry_id >= 0:
+                payload = (await handle.read_entry(entry_id)).payload
+                chunk = decode_chunk(payload, ledger_id, entry_id)
+                if chunk is None:
+                    count = entry_envelopes(payload, ledger_id, entry_id).record_count
+                    return Position(ledger_id, entry_id, count - 1)
+                if chunk.chunk_index == chunk.chunk_count - 1:
+                    return Position(ledger_id, entry_id)
+                entry_id -= chunk.chunk_index + 1  # the entry before the record's first chunk
+            return None
+        finally:
+            await handle.close()
+
+    async def chunks_of(self, ledger_id: int, entry_id: int) -> int:
+        """How many entries the record at ``(ledger_id, entry_id)`` spans: its chunk count
+        when the entry is the last chunk of a chunked record, else 1 (also when the ledger or
+        the ledger is gone)."""
+        handle = await self.open(ledger_id)
+        if handle is None:
+            return 1
+        try:
+            entry = await handle.read_entry(entry_id)
+        finally:
+            await handle.close()
+        chunk = decode_chunk(entry.payload, ledger_id, entry_id)
+        if chunk is None or chunk.chunk_index != chunk.chunk_count - 1:
+            return 1
+        return chunk.chunk_count
+
     async def latest(self, meta: LogMetadata) -> Position:
         """The position after every record appended so far (see the module docstring)."""
         if not meta.ledgers:
@@ -216,12 +254,17 @@ class LogWalk:
             )
             if last < 0:
                 continue
-            tail = await handle.read_entry(last)
-            record = decode_entry(tail.payload, ledger.ledger_id, last)[-1]
-            if record.timestamp_ms < timestamp_ms and handle.is_closed:
-                continue
+            tail = (await handle.read_entry(last)).payload
+            if decode_chunk(tail, ledger.ledger_id, last) is None:  # (a chunk: scan it)
+                record = decode_entry(tail, ledger.ledger_id, last)[-1]
+                if record.timestamp_ms < timestamp_ms and handle.is_closed:
+                    continue
+            chunks = Reassembly(ledger.ledger_id, _not_reported)
             async for entry in handle.read(0, last):
-                for record in decode_entry(entry.payload, ledger.ledger_id, entry.entry_id):
+                whole = chunks.feed(entry.entry_id, entry.payload)
+                if whole is None:
+                    continue
+                for record in whole_records(whole, ledger.ledger_id):
                     if record.timestamp_ms >= timestamp_ms:
                         return record.position
         return await self.latest(meta)
@@ -275,3 +318,8 @@ class LogWalk:
             if not ledger_end.sealed or (end is not None and ledger_id == end.ledger_id):
                 break
         return Walked(found, after, lost)
+
+
+def _not_reported(skipped: Incomplete) -> None:
+    """A walk looking for a time passes over a chunked record cut short (readers report
+    it when they read it)."""

@@ -55,6 +55,7 @@ from bkeeper.namedlog.records import (
     Position,
     codec_id,
     encode_batch,
+    encode_chunks,
     encode_record,
 )
 
@@ -174,6 +175,12 @@ class LogWriter:
             envelope = _PLAIN_HEAD(FORMAT_VERSION, 0, self._clock.wall_ms()) + payload
         else:
             envelope = encode_record(payload, self._clock.wall_ms(), key, properties)
+        return await self._append_envelope(envelope)
+
+    async def _append_envelope(self, envelope: bytes) -> asyncio.Future[Position]:
+        """Send one record given as its envelope; the future completes with its position."""
+        if len(envelope) > self._config.chunk_bytes:  # a large record: chunks, written alone
+            return await self._append_chunks(envelope)
         batcher = self._batcher
         if batcher is None:
             return await self._append_entry(envelope)
@@ -213,8 +220,10 @@ class LogWriter:
                 for payload, key, prop in zip(payloads, keys_, props, strict=True)
             ]
         batcher = self._batcher
-        if batcher is None:
-            futures = [await self._append_entry(envelope) for envelope in envelopes]
+        if batcher is None or max(map(len, envelopes), default=0) > self._config.chunk_bytes:
+            futures = [await self._append_envelope(envelope) for envelope in envelopes]
+            if batcher is not None:
+                batcher.seal()  # the last batch: sent at once
             return list(await asyncio.gather(*futures))
         parts: list[tuple[asyncio.Future[Position], int]] = []
         step = self._config.batch_max_records
@@ -246,13 +255,17 @@ class LogWriter:
         if not last.cancelled() and (exc := last.exception()) is not None:
             raise exc
 
-    async def _append_entry(self, data: bytes) -> asyncio.Future[Position]:
-        """Send ``data`` as the next entry (batching off); the future gets its position."""
+    async def _append_entry(self, data: bytes | list[bytes]) -> asyncio.Future[Position]:
+        """Send ``data`` as the next entry, or a record's chunks as the next entries (in one
+        call: nothing comes between them) (batching off); the future gets its position."""
         if self._should_roll():
             await self._roll()
         handle = self._handle
         try:
-            inner = await handle.append_async(data)
+            if isinstance(data, list):
+                inner = await handle.append_many_async(data)
+            else:
+                inner = await handle.append_async(data)
         except LedgerFencedError as exc:
             raise await self._gone(exc) from exc
         outer: asyncio.Future[Position] = self._loop.create_future()
@@ -274,6 +287,29 @@ class LogWriter:
         self._last = outer
         return outer
 
+    async def _append_chunks(self, envelope: bytes) -> asyncio.Future[Position]:
+        """Send a record larger than ``chunk_bytes`` as its chunks (format 3): consecutive
+        entries of the current ledger, after every record appended before it (the open batch
+        is sent first) and before any after it; the future gets its last chunk's position
+        once every chunk is acknowledged. Refused before anything is written when it is too
+        large (``RECORD_BYTES_MAX``) or has more chunks than the client may have in flight."""
+        chunks = encode_chunks(envelope, self._config.chunk_bytes)
+        in_flight = self._handle.pending_adds_max
+        if len(chunks) > in_flight:
+            raise ConfigError(
+                f"a record of {len(envelope)} bytes makes {len(chunks)} chunks of "
+                f"{self._config.chunk_bytes} bytes, more than the client's pending_adds_max "
+                f"({in_flight}): raise chunk_bytes or pending_adds_max"
+            )
+        batcher = self._batcher
+        if batcher is None:
+            return await self._append_entry(chunks)
+        await batcher.room()
+        self._check_open()
+        future: asyncio.Future[Position] = self._loop.create_future()
+        batcher.add_alone(chunks, future)
+        return future
+
     async def _send_batch(self, batch: Batch) -> None:
         """Write a sealed batch as the next entry (the batcher's sender calls this, a batch
         at a time, in order); its waiters get their positions once it is acknowledged."""
@@ -283,12 +319,13 @@ class LogWriter:
             await self._roll()
         handle = self._handle
         envelopes = batch.envelopes
-        if len(envelopes) == 1 and self._codec == CODEC_NONE:
-            data = envelopes[0]  # alone: a format-1 entry
-        else:
-            data = encode_batch(envelopes, self._codec)
         try:
-            inner = await handle.append_async(data)
+            if batch.chunks:  # a large record's chunks, in one call: nothing between them
+                inner = await handle.append_many_async(batch.chunks)
+            elif len(envelopes) == 1 and self._codec == CODEC_NONE:
+                inner = await handle.append_async(envelopes[0])  # alone: a format-1 entry
+            else:
+                inner = await handle.append_async(encode_batch(envelopes, self._codec))
         except LedgerFencedError as exc:
             raise await self._gone(exc) from exc
         inner.add_done_callback(functools.partial(self._batch_done, batch, handle.ledger_id))
