@@ -7,6 +7,14 @@ encoded once (``bookie_client.encode_add``), queued with ``Connection.send_add``
 set, and every answer comes back to :meth:`WriteHandle._on_add`, a batch per chunk read.
 ``close`` waits for pending adds, then seals at the LAC (``segments.seal``).
 
+Deletion: the handle watches its ledger's metadata node (the first
+``ClientConfig.metadata_watches_max`` open handles of a client; a later one learns of it at
+its next metadata write: an ensemble change or the close). Once the node is deleted the
+writer fails with ``LedgerDeletedError``: every add not acknowledged yet, every later append,
+and the close. Bookies keep accepting adds to a deleted ledger (they hold its entries until
+their garbage collection, and after it take them as a new ledger), so without this a writer
+would go on being acknowledged for data that is gone.
+
 Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's buffer is full;
 ``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update.
 """
@@ -14,6 +22,7 @@ Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -27,6 +36,7 @@ from bkeeper.common.errors import (
     BKeeperError,
     ClientClosedError,
     LedgerClosedError,
+    LedgerDeletedError,
     LedgerFencedError,
 )
 from bkeeper.common.tasks import TaskOwner
@@ -81,6 +91,8 @@ class WriteHandle:
         )  # fmt: skip
         ctx.handles.add(self)
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
+        if len(ctx.handles) <= config.metadata_watches_max:  # beyond: found at a write
+            self._tasks.spawn(self._watch_deleted(), "watch for the ledger's deletion")
         #: set when the last add in flight completes, if explicit LAC is on (else None)
         self._went_idle: asyncio.Event | None = None
         if explicit_lac_interval_ms is None:
@@ -226,6 +238,9 @@ class WriteHandle:
         if isinstance(self._adds.error, LedgerFencedError):
             self._sealed = True  # by the recovering reader: nothing for this writer to seal
             raise LedgerFencedError(f"ledger {self.ledger_id} was fenced by a recovering reader")
+        if isinstance(self._adds.error, LedgerDeletedError):
+            self._sealed = True  # nothing left to seal
+            raise self._adds.error
         lac, length = self._adds.last_add_confirmed, self._adds.confirmed_length
         self._versioned = await seal(self._ctx, self.ledger_id, self._versioned, lac, length)
         self._sealed = True
@@ -337,6 +352,29 @@ class WriteHandle:
         self._apply(self._adds.replaced(ensemble, self._ctx.clock.monotonic()))
 
     # -- background ----------------------------------------------------------------------
+    async def _watch_deleted(self) -> None:
+        """Fail the writer once its ledger's metadata node is deleted (module doc)."""
+        try:
+            updates = self._ctx.ledgers.watch(self.ledger_id)
+            async with contextlib.aclosing(updates):
+                async for current in updates:
+                    if current is None:
+                        break
+                else:
+                    return  # the metadata store closed
+        except BKeeperError as exc:
+            log.warning(
+                "ledger %d: cannot watch its metadata (%s): a deletion is found at its next "
+                "metadata write instead", self.ledger_id, exc,
+            )  # fmt: skip
+            return
+        error = LedgerDeletedError(
+            f"ledger {self.ledger_id} was deleted while this writer had it open: "
+            f"adds not acknowledged by then fail (last acknowledged: {self.last_add_confirmed})"
+        )
+        log.debug("%s", error)  # the appenders get it
+        self._apply(self._adds.fail(error))
+
     async def _check_timeouts(self) -> None:
         interval = self._config.timeout_check_interval_ms / 1000.0
         while True:

@@ -33,11 +33,13 @@ translated at the boundary with ``raise ... from``.
     │   └── LeadershipLostError       a lock or leadership ended with its session
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
+    │   └── LedgerDeletedError        its metadata was deleted under its open writer
     ├── ClientClosedError             the client or handle is closed
     ├── CallTimeoutError              a blocking call outlived its timeout (also a
     │                                 TimeoutError; outcome unknown; retriable)
     ├── LogError                      a named log operation failed
     │   ├── LogNotFoundError          no log of that name
+    │   │   └── LogDeletedError       deleted while a writer had it open (names it)
     │   ├── LogExistsError            a log of that name exists already
     │   ├── LogFencedError            another writer took the log over
     │   │   ├── WriterTermError       a writer of an older leadership term was refused
@@ -90,10 +92,12 @@ __all__ = [
     "LeadershipLostError",
     "LedgerExistsError",
     "LedgerClosedError",
+    "LedgerDeletedError",
     "LedgerFencedError",
     "LedgerNotFoundError",
     "LogError",
     "LogExistsError",
+    "LogDeletedError",
     "LogFencedError",
     "LogNotFoundError",
     "LogTruncatedError",
@@ -245,6 +249,12 @@ class LedgerClosedError(BKeeperError):
     """The ledger is closed (or being recovered): it takes no more entries."""
 
 
+class LedgerDeletedError(LedgerClosedError):
+    """The ledger's metadata was deleted while a writer had it open: the writer takes no
+    more entries, and its adds not yet acknowledged fail (the bookies would drop them at
+    their next garbage collection)."""
+
+
 class ClientClosedError(BKeeperError):
     """The client or handle was closed before or during the call."""
 
@@ -262,6 +272,11 @@ class LogError(BKeeperError):
 
 class LogNotFoundError(LogError):
     """No named log of that name."""
+
+
+class LogDeletedError(LogNotFoundError):
+    """The named log was deleted while this writer (or a state machine member on it) had it
+    open: every later append, and every one not acknowledged before, fails with it."""
 
 
 class LogExistsError(LogError):

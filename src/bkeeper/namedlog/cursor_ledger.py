@@ -20,7 +20,12 @@ import contextlib
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.write_handle import WriteHandle
-from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
+from bkeeper.common.errors import (
+    BKeeperError,
+    LedgerDeletedError,
+    LedgerFencedError,
+    LedgerNotFoundError,
+)
 from bkeeper.namedlog.config import LogConfig
 from bkeeper.namedlog.subscription import SubscriptionState
 
@@ -98,8 +103,15 @@ class CursorLedger:
 
     async def append(self, state: SubscriptionState) -> None:
         """Append ``state``; durable when this returns. ``LedgerFencedError`` once a consumer
-        that took over has fenced this ledger."""
-        await self._handle.append(state.encode())
+        that took over has fenced this ledger (and after it has deleted the ledger, as it does
+        once it has copied the state, or once the subscription is deleted)."""
+        try:
+            await self._handle.append(state.encode())
+        except LedgerDeletedError as exc:
+            raise LedgerFencedError(
+                f"cursor ledger {self.ledger_id} was deleted: a consumer that took over copied "
+                "its state, or the subscription was deleted"
+            ) from exc
 
     async def delete(self) -> None:
         """Close and delete the ledger (its state is elsewhere by then)."""

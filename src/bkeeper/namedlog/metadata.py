@@ -39,13 +39,15 @@ from typing import Any
 
 from bkeeper.common.errors import (
     ConfigError,
+    ConnectionLossError,
     LogExistsError,
     LogNotFoundError,
     NodeExistsError,
     NoNodeError,
     ProtocolError,
+    SessionExpiredError,
 )
-from bkeeper.meta.store import NodeStore, WatchKind, join_path
+from bkeeper.meta.store import EventType, NodeStore, WatchKind, join_path
 from bkeeper.namedlog.records import Position
 
 __all__ = [
@@ -241,6 +243,25 @@ class LogStore:
                 async with asyncio.timeout(timeout_s):
                     async for _event in watch:
                         return
+        finally:
+            watch.close()
+
+    async def wait_deleted(self, name: str) -> None:
+        """Return once the log's node is deleted: a persistent watch on it, and a look at the
+        node after each event (after a reconnection's ``RESET`` too, as events may have been
+        missed meanwhile). A node deleted and made again (a new log of the same name) counts
+        as deleted. ``MetadataClosedError`` when the store closes first."""
+        path = self.path(name)
+        watch = await self._store.watch(path, WatchKind.DATA, persistent=True)
+        try:
+            while True:
+                try:
+                    if await self._store.exists(path) is None:
+                        return
+                except (ConnectionLossError, SessionExpiredError):
+                    pass  # the store reconnects and the watch reports RESET
+                if (await watch.get()).type is EventType.DELETED:
+                    return
         finally:
             watch.close()
 

@@ -14,9 +14,17 @@ Record batching (``LogConfig.batching``): records gather into batches
 each record's position is ``(ledger, entry, index in the batch)``. Batching off, each record
 is an entry of its own (format 1).
 
-Background work (sealing rolled-away ledgers, explaining a fence, sending batches) runs on
-the writer's :class:`~bkeeper.common.tasks.TaskOwner`; ``close`` waits for it to end, then
-closes it.
+Deletion (``NamedLogs.delete``, or the log's node deleted by anyone): the writer watches
+the log's node and learns of the deletion as ZooKeeper reports it (well within a second);
+it also finds out when its ledger is fenced or gone, or a roll finds no log. From then on it
+fails with :class:`~bkeeper.common.errors.LogDeletedError`: every later append, and every
+append not acknowledged by then (its ledgers' handles are aborted, and an acknowledgement
+that arrives later is not reported). Appends acknowledged before stay acknowledged: the
+delete took them away, as asked.
+
+Background work (sealing rolled-away ledgers, explaining a fence, sending batches, watching
+the log's node) runs on the writer's :class:`~bkeeper.common.tasks.TaskOwner`; ``close``
+stops the watch, waits for the rest to end, then closes it.
 Time comes from the logs' :class:`~bkeeper.common.clock.Clock`.
 
 Limits: ``metadata_retries_max`` lost compare-and-sets per roll; ``TASKS_MAX`` background tasks;
@@ -39,10 +47,14 @@ from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
     BKeeperError,
     ConfigError,
+    LedgerDeletedError,
     LedgerFencedError,
+    LedgerNotFoundError,
+    LogDeletedError,
     LogError,
     LogFencedError,
     LogNotFoundError,
+    MetadataClosedError,
 )
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog.batching import Batch, Batcher
@@ -79,6 +91,15 @@ IDLE_LAC_INTERVAL_MS = 10
 #: writer closes (a ledger left open behind the next one holds every reader at its end).
 SEAL_PAUSE_FIRST_S = 0.1
 SEAL_PAUSE_MAX_S = 5.0
+
+#: How long a writer whose ledger was fenced while the log still lists it last waits for the
+#: log's node to change before it says why: a delete (or a new writer, or a Spark commit)
+#: seals the log's ledgers first and changes the list a moment later.
+FENCE_EXPLAIN_WAIT_S = 5.0
+
+#: Failures of the writer's ledger that mean it is gone or sealed under it; the log's
+#: metadata says why (deleted, or another writer took over).
+_LEDGER_TAKEN = (LedgerFencedError, LedgerNotFoundError, LedgerDeletedError)
 
 
 async def create_ledger(bk: BookKeeper, config: LogConfig) -> WriteHandle:
@@ -140,6 +161,10 @@ class LogWriter:
             self._batcher = Batcher(self._config, self._send_batch, self._tasks, what)
         #: The future of the last record appended with batching off (``flush`` waits).
         self._last: asyncio.Future[Position] | None = None
+        #: Ledgers rolled away from and not sealed yet (aborted if the log is deleted).
+        self._sealing: set[WriteHandle] = set()
+        self._deleted = asyncio.Event()  # set once the writer learns the log was deleted
+        self._watching = self._tasks.spawn(self._watch_deleted(), "watch the log's node")
 
     @property
     def ledger_id(self) -> int:
@@ -239,6 +264,13 @@ class LogWriter:
             positions += map(_new_tuple, repeat(Position), at)  # no Python call per record
         return positions
 
+    async def wait_deleted(self) -> LogDeletedError:
+        """Wait until the writer learns that its log was deleted (see the module doc); the
+        error its appends fail with from then on. Waits for ever if the log stays: cancel it."""
+        await self._deleted.wait()
+        assert isinstance(self._error, LogDeletedError)
+        return self._error
+
     async def flush(self) -> None:
         """Send the open batch now, and wait until every record appended so far is
         acknowledged; raises the error of the last one if it failed (the others' appenders
@@ -266,7 +298,7 @@ class LogWriter:
                 inner = await handle.append_many_async(data)
             else:
                 inner = await handle.append_async(data)
-        except LedgerFencedError as exc:
+        except _LEDGER_TAKEN as exc:
             raise await self._gone(exc) from exc
         outer: asyncio.Future[Position] = self._loop.create_future()
         ledger_id = handle.ledger_id
@@ -276,10 +308,12 @@ class LogWriter:
                 return
             if future.cancelled():
                 outer.cancel()
-            elif isinstance(exc := future.exception(), LedgerFencedError):
+            elif isinstance(exc := future.exception(), _LEDGER_TAKEN):
                 self._fence_explained(exc).add_done_callback(functools.partial(_fail_with, outer))
             elif exc is not None:
                 outer.set_exception(exc)
+            elif isinstance(self._error, LogDeletedError):  # acknowledged too late
+                outer.set_exception(self._error)
             else:
                 outer.set_result(Position(ledger_id, future.result()))
 
@@ -326,22 +360,25 @@ class LogWriter:
                 inner = await handle.append_async(envelopes[0])  # alone: a format-1 entry
             else:
                 inner = await handle.append_async(encode_batch(envelopes, self._codec))
-        except LedgerFencedError as exc:
+        except _LEDGER_TAKEN as exc:
             raise await self._gone(exc) from exc
         inner.add_done_callback(functools.partial(self._batch_done, batch, handle.ledger_id))
 
     def _batch_done(self, batch: Batch, ledger_id: int, future: asyncio.Future[int]) -> None:
         if future.cancelled():
             batch.cancel()
-        elif isinstance(exc := future.exception(), LedgerFencedError):
+        elif isinstance(exc := future.exception(), _LEDGER_TAKEN):
             self._fence_explained(exc).add_done_callback(functools.partial(_fail_batch, batch))
         elif exc is not None:
             batch.fail(exc)
+        elif isinstance(self._error, LogDeletedError):  # acknowledged too late
+            batch.fail(self._error)
         else:
             batch.complete(ledger_id, future.result())
 
     async def close(self) -> None:
-        """Seal the current ledger (pending appends complete first)."""
+        """Seal the current ledger (pending appends complete first). Raises
+        ``LogDeletedError`` when the log was deleted under the writer."""
         if self._closed:
             return
         self._closed = True
@@ -350,11 +387,14 @@ class LogWriter:
             if self._batcher is not None:
                 await self._batcher.drain()
             await self._handle.close()
-        except LedgerFencedError as exc:
+        except _LEDGER_TAKEN as exc:
             raise await self._gone(exc) from exc
         finally:
+            self._watching.cancel()
             await self._tasks.wait_idle()
             await self._tasks.aclose()
+        if isinstance(self._error, LogDeletedError):
+            raise self._error
 
     async def __aenter__(self) -> LogWriter:
         return self
@@ -395,21 +435,70 @@ class LogWriter:
             return self._fenced(exc)
 
     async def _gone(self, cause: BaseException) -> LogError:
-        """Why this writer can append no more, its ledger fenced: the log was deleted, or
-        another writer took over (asked of the metadata once)."""
+        """Why this writer can append no more, its ledger fenced or gone: the log was
+        deleted, or another writer took over (asked of the metadata once). While the log
+        still lists this writer's ledger last, whoever fenced it has yet to change the list
+        (a delete seals first): the writer waits up to ``FENCE_EXPLAIN_WAIT_S`` for that."""
         if self._error is None or not self._error_explained:
             self._error_explained = True
-            name = self._log.name
+            store, name = self._logs.store, self._log.name
             try:
-                await self._logs.store.read(name)
+                meta, version = await store.read(name)
+                if isinstance(cause, LedgerFencedError) and self._lists_last(meta):
+                    await store.wait_change(name, version, FENCE_EXPLAIN_WAIT_S)
+                    meta, version = await store.read(name)
             except LogNotFoundError:
-                self._error = LogNotFoundError(
-                    f"log {name!r} was deleted while this writer was open ({cause})"
+                return await self._mark_deleted(str(cause))
+            if isinstance(self._error, LogDeletedError):
+                return self._error  # the watch learnt it meanwhile
+            if self._lists_last(meta):
+                self._error = LogFencedError(
+                    f"log {name!r}: this writer's ledger {self._handle.ledger_id} was taken "
+                    f"from it, and the log still lists it last ({cause})"
                 )
             else:
                 self._error = LogFencedError(f"log {name!r}: another writer took over ({cause})")
         assert self._error is not None
         return self._error
+
+    def _lists_last(self, meta: LogMetadata) -> bool:
+        """Whether ``meta`` still lists this writer's ledger last, under no newer term."""
+        last = meta.ledgers[-1].ledger_id if meta.ledgers else None
+        return last == self._handle.ledger_id and not self._overtaken(meta)
+
+    async def _mark_deleted(self, how: str) -> LogDeletedError:
+        """The log was deleted: the writer fails for good with ``LogDeletedError``. Set
+        before any wait, so that no acknowledgement reported from now on counts; then the
+        records not sent yet and the ledgers' pending adds fail with it."""
+        error = self._error
+        if isinstance(error, LogDeletedError):
+            return error
+        error = LogDeletedError(
+            f"log {self._log.name!r} was deleted while this writer was open ({how})"
+        )
+        self._error = error
+        self._error_explained = True
+        self._deleted.set()
+        log.debug("%s", error)  # the appenders get it
+        if self._batcher is not None:
+            self._batcher.abort(error)
+        for handle in (self._handle, *self._sealing):
+            await handle.abort(error)
+        return error
+
+    async def _watch_deleted(self) -> None:
+        """Learn that the log was deleted from its node's watch, and fail the writer then."""
+        try:
+            await self._logs.store.wait_deleted(self._log.name)
+        except MetadataClosedError:
+            return  # the client is closing
+        except BKeeperError as exc:
+            log.warning(
+                "log %s: cannot watch its node (%s): a deletion is found at the next fence, "
+                "roll or metadata error instead", self._log.name, exc,
+            )  # fmt: skip
+            return
+        await self._mark_deleted("its node was deleted")
 
     def _should_roll(self) -> bool:
         config = self._config
@@ -453,6 +542,7 @@ class LogWriter:
             self._handle = new
             self._opened_at = self._clock.monotonic()
             log.debug("log %s: rolled from ledger %d to %d", name, old.ledger_id, new.ledger_id)
+            self._sealing.add(old)
             self._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
         config = self._config
         if config.retention_age_ms or config.retention_bytes or config.retention_consumed:
@@ -473,6 +563,9 @@ class LogWriter:
         store, name = self._logs.store, self._log.name
         try:
             meta, version = await store.read(name)
+        except LogNotFoundError:
+            await discard_ledger(self._logs.bk, new)
+            raise await self._mark_deleted(f"found at a roll: {error}") from error
         except BKeeperError as exc:
             log.warning(
                 "log %s: the roll to ledger %d failed (%s) and the list could not be read "
@@ -537,6 +630,12 @@ class LogWriter:
         """Seal a ledger rolled away from, trying again while the metadata store is away:
         readers cannot pass it before (its end is not known). Once this writer closes it is
         left to the log's next writer (:meth:`NamedLog.seal_unsealed`)."""
+        try:
+            await self._seal_until_closed(handle)
+        finally:
+            self._sealing.discard(handle)
+
+    async def _seal_until_closed(self, handle: WriteHandle) -> None:
         pause = SEAL_PAUSE_FIRST_S
         while True:
             try:
