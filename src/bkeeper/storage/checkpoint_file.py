@@ -4,7 +4,7 @@
 of the directory) holds, big-endian (version 2)::
 
     magic b"BKCP" | version u32 (=2) | index generation u64 | index bytes u64 |
-    flags u32 (1 = limbo) | journal count u16 |
+    flags u32 (1 = limbo, 2 = clean stop) | journal count u16 |
     per journal: file id u64 | offset u64 | key length u16 | key (UTF-8) |
     ledger dir count u16 | per ledger dir: key length u16 | key (UTF-8) |
     crc32c u32 of everything before it
@@ -19,6 +19,13 @@ Invariant: when it names journal position P for a journal, every record of that 
 before P has its effect in the entry logs (fdatasynced) and in the first ``index bytes`` of
 the named index file (also fdatasynced), so replay starts at P. A missing file means a fresh
 engine.
+
+*Clean stop* (flag 2): written by the last checkpoint of ``Storage.close``, after every
+journal was closed and flushed, so its marks are at the end of every journal: the next open
+has nothing to replay (it says so). The flag informs and is never trusted to skip replay
+(replay from the marks reads nothing then anyway; a run whose first checkpoint failed on a
+full disk leaves the flag while its journal grows, and that is replayed). Any checkpoint of
+the next run clears it. Readers that predate it ignore the flag.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ _COUNT = struct.Struct(">H")
 _MARK = struct.Struct(">QQH")
 _CRC = struct.Struct(">I")
 _LIMBO = 1
+_CLEAN = 2
 #: The keys of the directories of a version-1 checkpoint.
 V1_JOURNAL_KEY = os.path.join("current", "journal")
 V1_LEDGER_KEY = os.path.join("current", "ledgers")
@@ -70,6 +78,8 @@ class CheckpointRecord:
     index_bytes: int
     limbo: bool
     ledger_dirs: tuple[str, ...] = (V1_LEDGER_KEY,)
+    #: Written by a clean stop (see the module doc).
+    clean: bool = False
 
     @property
     def mark(self) -> JournalPosition:
@@ -84,7 +94,7 @@ class CheckpointRecord:
         return None
 
     def encode(self) -> bytes:
-        flags = _LIMBO if self.limbo else 0
+        flags = (_LIMBO if self.limbo else 0) | (_CLEAN if self.clean else 0)
         parts = [_HEAD.pack(MAGIC, VERSION, self.index_generation, self.index_bytes, flags)]
         parts.append(_COUNT.pack(len(self.marks)))
         for key, position in self.marks:
@@ -145,7 +155,12 @@ def _decode_v2(body: bytes) -> CheckpointRecord:
     if at != len(body) or not marks or not ledger_dirs:
         raise ValueError("its lists do not add up to its length")
     return CheckpointRecord(
-        tuple(marks), generation, index_bytes, bool(flags & _LIMBO), tuple(ledger_dirs)
+        tuple(marks),
+        generation,
+        index_bytes,
+        bool(flags & _LIMBO),
+        tuple(ledger_dirs),
+        clean=bool(flags & _CLEAN),
     )
 
 

@@ -93,6 +93,8 @@ class Flusher:
         self._writer = EntryLogWriter(fs, where, log_ids, config.entry_log_bytes_max, registry)
         self._flush_lock = threading.Lock()
         self._journal_removal_lock = threading.Lock()
+        #: Files a ``defer_removal`` checkpoint retired, for the thread to remove (engine lock).
+        self._removals: list[str] = []
         self._index_generation, self._index_bytes = index
         self._index_file: WritableFile | None = None
         self._journal_marks: Callable[[], tuple[JournalMark, ...]] = tuple
@@ -230,12 +232,18 @@ class Flusher:
             engine.write_cache.finish_flush()
 
     # -- checkpoint --------------------------------------------------------------------
-    def checkpoint(self, full: bool = False) -> tuple[JournalMark, ...]:
+    def checkpoint(
+        self, full: bool = False, *, clean: bool = False, defer_removal: bool = False
+    ) -> tuple[JournalMark, ...]:
         """Flush, persist the index and the journal marks; see the module docstring.
 
         ``full`` writes the whole index as a new generation; so does any checkpoint once the
         index file is over ``index_compaction_bytes_min`` and twice its live content (ledger
-        deletions and compaction leave it growing by deltas). Returns the marks persisted.
+        deletions and compaction leave it growing by deltas). ``clean``: the last checkpoint
+        of a clean stop, once every journal is closed (:mod:`bkeeper.storage.checkpoint_file`).
+        ``defer_removal``: the files it retires are removed by the flusher's thread, after
+        the call returns (the checkpoint that ends an open: the bookie serves meanwhile).
+        Returns the marks persisted.
         """
         engine = self._engine
         with self._flush_lock:
@@ -251,7 +259,7 @@ class Flusher:
             full = full or self._index_wants_snapshot(states)
             try:
                 delta = _snapshot(engine, states) if full else _delta(pending)
-                self._persist(delta, marks, limbo, full)
+                self._persist(delta, marks, limbo, full, clean)
             except BaseException as exc:
                 with engine.lock:
                     engine.restore_pending_locked(pending)
@@ -264,7 +272,12 @@ class Flusher:
                 raise
             self.checkpoints += 1
             old_files = self._old_index_and_journals(marks)
-        self._remove_gently(old_files)
+        if defer_removal and old_files:
+            with self._engine.lock:
+                self._removals.extend(old_files)
+            self._engine.flush_wanted.set()  # wakes the thread, which removes them
+        else:
+            self._remove_gently(old_files)
         return marks
 
     def _index_wants_snapshot(self, states: list[StoredLedger]) -> bool:
@@ -274,7 +287,12 @@ class Flusher:
         )
 
     def _persist(
-        self, delta: IndexDelta, marks: tuple[JournalMark, ...], limbo: bool, full: bool
+        self,
+        delta: IndexDelta,
+        marks: tuple[JournalMark, ...],
+        limbo: bool,
+        full: bool,
+        clean: bool = False,
     ) -> None:
         data = encode_delta(delta)
         if full or self._index_file is None:
@@ -283,7 +301,7 @@ class Flusher:
             self._append_index(data)
         layout = self._layout
         generation, size = self._index_generation, self._index_bytes
-        record = CheckpointRecord(marks, generation, size, limbo, layout.ledger_keys)
+        record = CheckpointRecord(marks, generation, size, limbo, layout.ledger_keys, clean)
         write_checkpoint(self._fs, self._layout.checkpoint, record)
 
     def _start_index_generation(self, data: bytes) -> None:
@@ -352,6 +370,13 @@ class Flusher:
             for path in paths:
                 remove_gently(self._fs, path, step, pause_s, lambda: self._stopping)
 
+    def _remove_deferred(self) -> None:
+        """The flusher thread: remove what a ``defer_removal`` checkpoint retired."""
+        with self._engine.lock:
+            paths, self._removals = self._removals, []
+        if paths:
+            self._remove_gently(paths)
+
     # -- thread ------------------------------------------------------------------------
     def _run(self) -> None:
         wanted = self._engine.flush_wanted
@@ -361,6 +386,7 @@ class Flusher:
                 return
             wanted.clear()
             try:
+                self._remove_deferred()
                 self.flush()
             except DiskFullError as exc:
                 log.warning("flush deferred until the data disk has room: %s", exc)

@@ -81,6 +81,9 @@ class ReplayOutcome:
 
     records: int = 0
     files: int = 0
+    #: Journal bytes read past the marks (groups applied or skipped), and all there were.
+    bytes: int = 0
+    bytes_total: int = 0
     cut: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
     suspect: list[tuple[str, int, str]] = field(default_factory=list)
@@ -123,9 +126,12 @@ def replay_journal_dirs(
     skip_corrupt: bool,
     apply: Callable[[JournalRecord], None],
     known: Callable[[int], bool],
+    progress: Callable[[ReplayOutcome], None] | None = None,
 ) -> ReplayOutcome:
     """Apply every record of several journals, each ``(directory, mark)`` from its mark on,
-    files in id order across the journals; see the module rules."""
+    files in id order across the journals; see the module rules. ``progress(outcome)`` is
+    called once ``outcome.bytes_total`` is known and after every group (``outcome.bytes``
+    grows)."""
     outcome = ReplayOutcome()
     plan: list[tuple[int, int, _FileReplay, int]] = []  # file id, journal, replayer, start
     for number, (directory, mark) in enumerate(journals):
@@ -137,9 +143,13 @@ def replay_journal_dirs(
         for file_id in ids:
             start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
             newest = file_id >= last_with_groups
-            replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known)
+            replayer = _FileReplay(fs, directory, file_id, newest, skip_corrupt, known, progress)
             plan.append((file_id, number, replayer, start))
+            size = fs.size(os.path.join(directory, journal_file_name(file_id)))
+            outcome.bytes_total += max(0, size - start)
     plan.sort(key=lambda step: step[:2])
+    if progress is not None:
+        progress(outcome)
     for _, _, replayer, start in plan:
         replayer.run(start, apply, outcome)
         outcome.files += 1
@@ -169,9 +179,11 @@ class _FileReplay:
         newest: bool,
         skip: bool,
         known: Callable[[int], bool],
+        progress: Callable[[ReplayOutcome], None] | None = None,
     ) -> None:
         self._fs = fs
         self._known = known
+        self._progress = progress
         self._path = os.path.join(directory, journal_file_name(file_id))
         self._file_id = file_id
         self._newest = newest
@@ -209,7 +221,11 @@ class _FileReplay:
         position: int | None = start
         last_seq = -1
         while position is not None and position < size:
+            before = position
             position, last_seq = self._group(handle, size, position, last_seq, apply, outcome)
+            outcome.bytes += (size if position is None else position) - before
+            if self._progress is not None:
+                self._progress(outcome)
 
     def _group(
         self,

@@ -26,6 +26,7 @@ import os
 import struct
 from dataclasses import dataclass
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import DiskFullError
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
 from bkeeper.storage.compaction import COMPACTING_SUFFIX, finish_interrupted
@@ -40,6 +41,7 @@ from bkeeper.storage.journal_format import JournalRecord, RecordKind
 from bkeeper.storage.journal_replay import ReplayOutcome, replay_journal_dirs
 from bkeeper.storage.journal_set import journal_starts, next_journal_file_id
 from bkeeper.storage.ledgers_map import EntryLogRegistry, read_entry_log_meta
+from bkeeper.storage.open_report import ReplayProgress, megabytes
 
 __all__ = ["Recovered", "apply_record", "recover", "remove_files_of_failed_open"]
 
@@ -63,10 +65,21 @@ class Recovered:
     log_ids: LogIds
     #: Source logs of compactions finished by this open: removed once its checkpoint is done.
     compacted_sources: list[int]
+    #: The work done: the last stop was clean; entries of the index; logs, and those read
+    #: whole (no ledgers map) with their bytes.
+    clean_stop: bool = False
+    index_entries: int = 0
+    entry_logs: int = 0
+    entry_logs_scanned: int = 0
+    entry_log_bytes_scanned: int = 0
 
 
 def recover(
-    fs: FileSystem, config: StorageConfig, layout: StorageLayout, disk: LedgerDirs | None = None
+    fs: FileSystem,
+    config: StorageConfig,
+    layout: StorageLayout,
+    disk: LedgerDirs | None = None,
+    clock: Clock | None = None,
 ) -> Recovered:
     layout.makedirs(fs)
     if disk is not None:
@@ -77,7 +90,7 @@ def recover(
     _remove_debris(fs, layout, generation)
     files_before = _files(fs, layout)
     try:
-        return _recover(fs, config, layout, disk, root, files_before)
+        return _recover(fs, config, layout, disk, root, files_before, clock or SystemClock())
     except BaseException:
         remove_files_of_failed_open(fs, layout, root, files_before)
         raise
@@ -90,6 +103,7 @@ def _recover(
     disk: LedgerDirs | None,
     root: CheckpointRecord | None,
     files_before: frozenset[str],
+    clock: Clock,
 ) -> Recovered:
     generation = root.index_generation if root is not None else 0
     starts = journal_starts(fs, layout, root)
@@ -98,6 +112,7 @@ def _recover(
         limbo, index = root.limbo, (generation, root.index_bytes)
     else:
         ledgers, limbo, index = {}, False, (0, 0)
+    index_entries = sum(len(state.locations) for state in ledgers.values())
     engine = EngineState(
         ledgers,
         config.write_cache_bytes_max,
@@ -108,9 +123,13 @@ def _recover(
     dirs = disk if disk is not None else LedgerDirs(fs, layout.ledger_dirs)
     logs = dirs.log_ids()
     registry = EntryLogRegistry()
+    scanned: list[int] = []
     for log_id in logs:
-        meta, _ = read_entry_log_meta(fs, dirs.log_path(log_id), log_id)
+        path = dirs.log_path(log_id)
+        meta, had_map = read_entry_log_meta(fs, path, log_id)
         registry.put(meta)
+        if not had_map:
+            scanned.append(fs.size(path))
     log_ids = LogIds(max(logs, default=0) + 1)
     flusher = Flusher(fs, layout, config, engine, log_ids, index, disk, registry)
     if root is not None:
@@ -137,7 +156,20 @@ def _recover(
     def known(ledger_id: int) -> bool:
         return ledger_id in engine.ledgers
 
-    replay = replay_journal_dirs(fs, starts, config.journal_skip_corrupt_records, apply, known)
+    clean = root is not None and root.clean
+    if clean:
+        log.info("the last stop was clean: no journal to replay")
+    started = clock.monotonic()
+    progress = ReplayProgress(clock.monotonic)
+    skip_corrupt = config.journal_skip_corrupt_records
+    replay = replay_journal_dirs(fs, starts, skip_corrupt, apply, known, progress)
+    if replay.bytes_total:
+        log.info(
+            "replayed journal: %d records, %s in %.1f s",
+            replay.records,
+            megabytes(replay.bytes),
+            clock.monotonic() - started,
+        )
     _enter_limbo(engine, replay)
     compacted_sources = finish_interrupted(fs, dirs, engine, registry)
     next_file_id = next_journal_file_id(fs, layout, root, starts)
@@ -155,6 +187,11 @@ def _recover(
         registry,
         log_ids,
         compacted_sources,
+        clean_stop=clean,
+        index_entries=index_entries,
+        entry_logs=len(logs),
+        entry_logs_scanned=len(scanned),
+        entry_log_bytes_scanned=sum(scanned),
     )
 
 

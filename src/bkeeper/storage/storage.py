@@ -71,8 +71,9 @@ from bkeeper.storage.journal_set import JournalSet
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
 from bkeeper.storage.metrics import FlushMetrics, StorageReadings, register_gauges
+from bkeeper.storage.open_report import OpenReport
 from bkeeper.storage.reads import StorageReads
-from bkeeper.storage.recovery import recover, remove_files_of_failed_open
+from bkeeper.storage.recovery import Recovered, recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
 
@@ -103,6 +104,21 @@ class StorageStats:
     disk_checks: int
 
 
+def _open_report(recovered: Recovered, seconds: float) -> OpenReport:
+    replay = recovered.replay
+    return OpenReport(
+        clean_stop=recovered.clean_stop,
+        index_entries=recovered.index_entries,
+        entry_logs=recovered.entry_logs,
+        entry_logs_scanned=recovered.entry_logs_scanned,
+        entry_log_bytes_scanned=recovered.entry_log_bytes_scanned,
+        journal_files=replay.files,
+        journal_bytes=replay.bytes,
+        journal_records=replay.records,
+        seconds=seconds,
+    )
+
+
 class Storage(StorageReads):
     """A bookie's storage: journal, write cache, entry logs, location index, ledger state."""
 
@@ -122,6 +138,8 @@ class Storage(StorageReads):
         """Use :meth:`open`."""
         self.config = config
         self.replay_outcome = replay
+        #: What :meth:`open` did (set once it returns).
+        self.open_report: OpenReport | None = None
         self._fs = fs
         self._disk = disks
         self._engine = engine
@@ -165,7 +183,8 @@ class Storage(StorageReads):
         if on_disk_state is not None:
             disks.add_listener(on_disk_state)
         dirs = LedgerDirs(fs, layout.ledger_dirs, disks)
-        recovered = recover(fs, config, layout, dirs)
+        started = (clock or SystemClock()).monotonic()
+        recovered = recover(fs, config, layout, dirs, clock)
         engine, flusher = recovered.engine, recovered.flusher
         journals = JournalSet(
             fs,
@@ -197,7 +216,8 @@ class Storage(StorageReads):
         try:
             flusher.start(journals.marks_locked, journals.fail)
             try:
-                flusher.checkpoint(full=recovered.compact_index)
+                # The journal files it retires are removed (gently) once the open returned.
+                flusher.checkpoint(full=recovered.compact_index, defer_removal=True)
                 storage._compactor.remove_logs(recovered.compacted_sources)
             except DiskFullError as exc:
                 log.warning("checkpoint at open deferred, the journal is kept: %s", exc)
@@ -206,6 +226,19 @@ class Storage(StorageReads):
             storage.abort()
             remove_files_of_failed_open(fs, layout, recovered.root, recovered.files_before)
             raise
+        storage.open_report = _open_report(
+            recovered, (clock or SystemClock()).monotonic() - started
+        )
+        log.info(
+            "storage open in %.2f s: %s; %d entries in the index, %d entry logs (%d scanned)",
+            storage.open_report.seconds,
+            "clean stop"
+            if recovered.clean_stop
+            else f"{recovered.replay.records} records replayed",
+            recovered.index_entries,
+            recovered.entry_logs,
+            recovered.entry_logs_scanned,
+        )
         return storage
 
     # -- writes ------------------------------------------------------------------------
@@ -429,7 +462,8 @@ class Storage(StorageReads):
         self._journal.close()
         try:
             if not self._journal.failed:
-                self._flusher.checkpoint()
+                # Marked clean: the next open says so (nothing past the marks to replay).
+                self._flusher.checkpoint(clean=True)
         except DiskFullError as exc:
             log.warning("checkpoint at close skipped, the next start replays the journal: %s", exc)
         finally:
