@@ -156,6 +156,10 @@ class Bookie:
             "Requests received and not yet answered.",
             read=lambda: sum(c.requests_in_flight for c in connections.connections),
         )
+        connections.oversized_frames = metrics.counter(
+            "bkeeper_bookie_oversized_frames_total",
+            "Frames over max_frame_bytes answered EBADREQ, their bodies dropped unread.",
+        )
         metrics.gauge(
             "bkeeper_bookie_read_only",
             "1 while the bookie is read-only, 0 while writable.",

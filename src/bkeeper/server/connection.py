@@ -9,8 +9,14 @@ Limits: at ``connection_requests_in_flight_max`` requests or ``connection_bytes_
 request bytes in flight the connection stops reading (back-pressure); requests already read
 beyond twice those limits are answered ETOOMANYREQUESTS. A malformed frame closes the
 connection with one logged line (peer and reason, rate-limited, no traceback); the bookie
-itself stays up. Bookie-wide limits (connection count, handshake and idle timeouts, the
-budget of incomplete frames) live in :class:`~bkeeper.server.connections.ConnectionTable`:
+itself stays up. A frame over ``max_frame_bytes`` (up to ``OVERSIZED_FRAME_SKIP_BYTES_MAX``)
+whose first bytes name the request (a v2 ADD; any v3 request) is answered EBADREQ from them,
+its body dropped as it arrives (never buffered), and the connection goes on (counted in
+``ConnectionTable.oversized_frames``, logged through its ``request_log``); one over that, or
+not answerable so, or on a connection not yet admitted, closes the connection.
+
+Bookie-wide limits (connection count, handshake and idle timeouts, the budget of
+incomplete frames) live in :class:`~bkeeper.server.connections.ConnectionTable`:
 the connection reports to it only what it cannot see itself, once per chunk received and
 batch written (an ``active`` mark, and the size of its incomplete frame), never per request.
 """
@@ -24,12 +30,13 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common.errors import ProtocolError
+from bkeeper.common.limits import OVERSIZED_FRAME_SKIP_BYTES_MAX
 from bkeeper.server.responder import AddBatchAnswer
 from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
-from bkeeper.wire.framing import LENGTH, FrameDecoder
+from bkeeper.wire.framing import LENGTH, FrameDecoder, OversizedFrame
 from bkeeper.wire.messages import Request, Response
 from bkeeper.wire.v2_adds import (
     PLAIN_ADD_FRAME_BYTES_MIN,
@@ -99,7 +106,7 @@ class BookieConnection(asyncio.Protocol):
                 self._add = self._refuse_add
         self._upgrade_task: asyncio.Task[None] | None = None
         self._v2 = False
-        self._decoder = FrameDecoder(config.max_frame_bytes)
+        self._decoder = FrameDecoder(config.max_frame_bytes, OVERSIZED_FRAME_SKIP_BYTES_MAX)
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self.protocol: Protocol | None = None
@@ -160,13 +167,22 @@ class BookieConnection(asyncio.Protocol):
         decoder = self._decoder
         try:
             decoder.receive_data(data)
-            frames = decoder.frames()
-            for at, frame in enumerate(frames):
-                self._handle_frame(frame)
+            while True:
+                frames = decoder.frames()
+                for at, frame in enumerate(frames):
+                    self._handle_frame(frame)
+                    if self.closed:
+                        return
+                    if self._batch_lane:  # chosen by this frame (v2, or admitted): the rest too
+                        self._to_batch_lane(frames[at + 1 :])
+                        return
+                if decoder.oversized is None:
+                    break
+                self._refuse_oversized(decoder.oversized)  # ended the frames: the rest follow
                 if self.closed:
                     return
-                if self._batch_lane:  # chosen by this frame (v2, or admitted): the rest too
-                    self._to_batch_lane(frames[at + 1 :])
+                if self._batch_lane:  # chosen by the oversized frame, the connection's first
+                    self._receive_batch(b"")
                     return
         except Exception as exc:  # (called in the handler: a bug's log keeps its trace)
             self._chunk_failed(exc)
@@ -194,6 +210,16 @@ class BookieConnection(asyncio.Protocol):
     def _to_batch_lane(self, frames: list[memoryview]) -> None:
         """Hand ``frames`` (the rest of a chunk) and any partial frame to the batch lane:
         once per connection, after the frame that chose it."""
+        oversized = self._decoder.oversized
+        if oversized is not None:  # it ended ``frames``; the decoder holds what follows it
+            for frame in frames:
+                self._handle_frame(frame)
+                if self.closed:
+                    return
+            self._refuse_oversized(oversized)
+            if not self.closed:
+                self._receive_batch(b"")
+            return
         rest = [part for frame in frames for part in (LENGTH.pack(len(frame)), frame)]
         rest.append(self._decoder.take_all(b""))
         self._receive_batch(b"".join(rest))
@@ -202,45 +228,58 @@ class BookieConnection(asyncio.Protocol):
         """The v2 batch lane: the plain adds of the chunk go to ``add_batch`` together (one
         batch per run of them; a run of one through ``add``), any other frame through
         :meth:`_handle_frame`, in order. The fields are collected in the connection's own
-        lists, handed over to a batch only when there is one."""
+        lists, handed over to a batch only when there is one. An oversized frame ends the
+        walk (``keep_tail`` finds it); it is answered, and the walk goes on after it."""
         decoder = self._decoder
-        max_frame = self._config.max_frame_bytes
         try:
-            buffer = decoder.take_all(data)
-            offset, end = 0, len(buffer)
-            while end - offset >= 4:
-                size = _unpack_length(buffer, offset)[0]
-                stop = offset + 4 + size
-                if size <= 0 or size > max_frame or stop > end:
-                    break  # incomplete, or a bad length (keep_tail raises ProtocolError)
-                if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
-                    offset_after, count, size = scan_add_requests(
-                        buffer,
-                        offset,
-                        max_frame,
-                        self._refuse_requests_at - self.requests_in_flight,
-                        self._refuse_bytes_at - self.bytes_in_flight,
-                        self._ledger_ids,
-                        self._entry_ids,
-                        self._lacs,
-                        self._master_keys,
-                        self._bodies,
-                    )
-                    if count:
-                        offset = offset_after
-                        self._hand_over(count, size)
-                        if self.closed:
-                            return
-                        continue
-                self._handle_frame(memoryview(buffer)[offset + 4 : stop])
+            while True:
+                self._walk_batch(decoder.take_all(data))
                 if self.closed:
                     return
-                offset = stop
-            decoder.keep_tail(buffer, offset)
+                if decoder.oversized is None:
+                    break
+                self._refuse_oversized(decoder.oversized)
+                if self.closed:
+                    return
+                data = b""
         except Exception as exc:  # (called in the handler: a bug's log keeps its trace)
             self._chunk_failed(exc)
             return
         self._chunk_done()
+
+    def _walk_batch(self, buffer: bytes) -> None:
+        """The frames of ``buffer`` for :meth:`_receive_batch`; the rest back to the decoder."""
+        max_frame = self._config.max_frame_bytes
+        offset, end = 0, len(buffer)
+        while end - offset >= 4:
+            size = _unpack_length(buffer, offset)[0]
+            stop = offset + 4 + size
+            if size <= 0 or size > max_frame or stop > end:
+                break  # incomplete, or a bad length (keep_tail: oversized, or ProtocolError)
+            if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
+                offset_after, count, size = scan_add_requests(
+                    buffer,
+                    offset,
+                    max_frame,
+                    self._refuse_requests_at - self.requests_in_flight,
+                    self._refuse_bytes_at - self.bytes_in_flight,
+                    self._ledger_ids,
+                    self._entry_ids,
+                    self._lacs,
+                    self._master_keys,
+                    self._bodies,
+                )
+                if count:
+                    offset = offset_after
+                    self._hand_over(count, size)
+                    if self.closed:
+                        return
+                    continue
+            self._handle_frame(memoryview(buffer)[offset + 4 : stop])
+            if self.closed:
+                return
+            offset = stop
+        self._decoder.keep_tail(buffer, offset)
 
     def _hand_over(self, count: int, size: int) -> None:
         """Hand the ``count`` adds collected (``size`` request bytes) to the handlers: one
@@ -268,7 +307,7 @@ class BookieConnection(asyncio.Protocol):
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
         if self.protocol is None:
-            self._choose_protocol(frame)  # ProtocolError: neither v2 nor v3, caught above
+            self._choose_protocol(frame)  # ProtocolError: not v2/v3 v2 nor v3, caught above
         add = v2.peek_add_request(frame) if self._v2 else None
         if add is None:
             try:
@@ -302,6 +341,24 @@ class BookieConnection(asyncio.Protocol):
                 self.security is None or self.security.admitted
             )
         log.debug("connection %s speaks %s", self.peer, self.protocol.name)
+
+    def _refuse_oversized(self, oversized: OversizedFrame) -> None:
+        """Answer the request of a frame over ``max_frame_bytes`` EBADREQ from its first bytes
+        (the decoder drops the rest), or close the connection when they do not tell what to
+        answer, or when the connection is not admitted yet (authentication first)."""
+        self._decoder.oversized = None
+        limit = self._config.max_frame_bytes
+        reason = f"frame length {oversized.size} exceeds the limit of {limit} bytes"
+        if self.protocol is None:
+            self._choose_protocol(memoryview(oversized.head))  # ProtocolError: not v2/v3
+        codec = v2 if self._v2 else v3
+        answer = codec.oversized_answer_frame(oversized.head, StatusCode.EBADREQ)
+        if answer is None or (self.security is not None and not self.security.admitted):
+            self.abort(f"bad frame: {reason}")
+            return
+        self._table.oversized_frames.value += 1
+        self.log_client_error("EBADREQ to %s: %s (max_frame_bytes)", self.peer, reason)
+        self._queue(answer, -1)
 
     # -- security (only with ``security``) ------------------------------------------------
     def _secure_dispatch(self, conn: BookieConnection, request: Request, size: int) -> None:

@@ -44,6 +44,7 @@ import resource
 from typing import Protocol
 
 from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.metrics import Counter
 from bkeeper.common.tasks import within
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.ratelimit import RateLimitedLog
@@ -155,6 +156,9 @@ class ConnectionTable:
         self.closed_over_budget = 0
         self.evicted = 0
         self.refused = 0
+        #: Frames over ``max_frame_bytes`` answered EBADREQ (connection kept); the bookie
+        #: registers it as ``bkeeper_bookie_oversized_frames_total`` when it keeps metrics.
+        self.oversized_frames = Counter()
 
     def __len__(self) -> int:
         return len(self._connections)

@@ -11,8 +11,9 @@ Three families, each frame with its 4-byte length prefix and a kind name for the
   set (``ledgers``) and entry ids added from a small set, so the bookie's ledger table and
   index stay bounded, as a real cluster's would: the fuzz tests the protocol, not capacity.
 - **fatal**: frames after which a correct bookie closes the connection: random bytes, length
-  prefixes over the frame limit, zero and negative lengths, first bytes that are neither v2
-  nor v3, undecodable protobuf, v2 packets too short for their opcode.
+  prefixes over the frame limit whose first bytes name no request, zero and negative
+  lengths, first bytes that are neither v2 nor v3, undecodable protobuf, v2 packets too
+  short for their opcode.
 - **truncated**: the first part of an answered frame, after which the client goes away.
 """
 
@@ -301,7 +302,9 @@ class FrameFactory:
     # -- fatal ---------------------------------------------------------------------------
     def _oversized(self) -> bytes:
         length = self.rng.randint(MAX_FRAME_BYTES_DEFAULT + 1, (1 << 31) - 1)
-        return _LEN.pack(length) + self._bytes(64)
+        # 0xFF first: no request the bookie could answer from the frame's head (a v2 ADD,
+        # a v3 header) starts so; it must close the connection rather than drop the body.
+        return _LEN.pack(length) + b"\xff" + self._bytes(64)[1:]
 
     def _nonpositive(self) -> bytes:
         return _LEN.pack(self.rng.randint(-(1 << 31), 0)) + self._bytes(64)

@@ -5,23 +5,60 @@ itself) followed by ``N`` bytes. :class:`FrameDecoder` takes bytes as they arriv
 (``receive_data``) and hands out every complete frame (``frames``) as a ``memoryview`` slice
 of its buffer, without copying.
 
-Invariants: the decoder never holds more than ``max_frame_bytes + 4`` bytes of one incomplete
-frame plus the unread rest of the last chunk received; a length that is zero, negative or
-over ``max_frame_bytes`` raises :class:`ProtocolError` as soon as its 4 bytes are seen, before
-any of the body is buffered, and poisons the decoder (the connection must be closed).
+Oversized frames: a decoder made with ``skip_frame_bytes_max`` (a bookie's) treats a frame
+longer than ``max_frame_bytes`` and at most that long as a request to refuse, not a broken
+stream: it keeps the frame's first :data:`OVERSIZED_HEAD_BYTES` bytes as
+:attr:`FrameDecoder.oversized` (for its owner to answer from: the header names the request)
+and drops the rest of the frame as it arrives, never buffering it. ``frames`` stops at such a
+frame; the frames after it come out once the owner cleared ``oversized``. A frame whose first
+bytes cannot start an answerable request (a v2 ADD, a v3 ``Request``) is an error at once,
+without waiting for the rest of its head.
+
+Invariants: after ``frames`` (or ``keep_tail``) the decoder holds at most
+``max_frame_bytes + 4`` bytes of one incomplete frame plus the unread rest of the last chunk
+received, and nothing of an oversized frame but its head; a length that is zero, negative or
+over ``max_frame_bytes`` (and not skipped) raises :class:`ProtocolError` as soon as its 4
+bytes are seen, before any of the body is buffered, and poisons the decoder (the connection
+must be closed).
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from bkeeper.common.errors import ProtocolError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 
-__all__ = ["LENGTH", "FrameDecoder", "encode_frame"]
+__all__ = ["LENGTH", "OVERSIZED_HEAD_BYTES", "FrameDecoder", "OversizedFrame", "encode_frame"]
 
 LENGTH = struct.Struct(">i")
 _unpack_length = LENGTH.unpack_from
+
+
+#: Bytes of an oversized frame kept to answer it from: a v2 ADD's header, master key, ledger
+#: and entry ids take 40; a v3 request's header and its ADD's ids at most about 60.
+OVERSIZED_HEAD_BYTES = 64
+
+
+def _may_name_a_request(buffer: bytes | bytearray, start: int, end: int) -> bool:
+    """Whether the bytes from ``start`` (up to ``end``, as many as arrived) may begin a
+    request answerable from its head: a v2 ADD (header version 1 or 2, opcode 1) or a v3
+    ``Request`` (its header field's tag, 0x0A). Anything else is refused at once."""
+    if end <= start:
+        return True  # nothing to tell yet
+    first = buffer[start]
+    if first == 0x0A:
+        return True
+    return first in (1, 2) and (end == start + 1 or buffer[start + 1] == 1)
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedFrame:
+    """A frame over the decoder's limit that it drops: its length and first bytes."""
+
+    size: int
+    head: bytes
 
 
 def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
@@ -32,16 +69,37 @@ def encode_frame(payload: bytes | bytearray | memoryview) -> bytes:
 class FrameDecoder:
     """Incremental decoder: bytes in, complete frames out."""
 
-    __slots__ = ("_buffer", "_error", "_exported", "_max", "_offset", "partial_bytes")
+    __slots__ = (
+        "_buffer",
+        "_error",
+        "_exported",
+        "_max",
+        "_offset",
+        "_skip",
+        "_skip_max",
+        "oversized",
+        "partial_bytes",
+    )
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT) -> None:
+    def __init__(
+        self, max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT, skip_frame_bytes_max: int = 0
+    ) -> None:
+        """``skip_frame_bytes_max``: frames longer than ``max_frame_bytes`` and at most this
+        long are dropped, their head kept in :attr:`oversized` (0: every frame over the limit
+        is an error)."""
         if max_frame_bytes <= 0:
             raise ProtocolError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
         self._max = max_frame_bytes
+        self._skip_max = skip_frame_bytes_max
         self._buffer = bytearray()
         self._offset = 0
         self._exported = False
         self._error: ProtocolError | None = None
+        #: Bytes of the current oversized frame still to drop as they arrive.
+        self._skip = 0
+        #: The oversized frame at which :meth:`frames` stopped; its owner answers it and sets
+        #: this back to None, after which the frames behind it come out.
+        self.oversized: OversizedFrame | None = None
         #: Bytes of the incomplete frame held after the last :meth:`frames` (an attribute,
         #: not a property: read once per chunk on the bookie's hot path).
         self.partial_bytes = 0
@@ -55,10 +113,19 @@ class FrameDecoder:
         """Bytes received and not yet handed out as frames."""
         return len(self._buffer) - self._offset
 
+    @property
+    def skipping_bytes(self) -> int:
+        """Bytes of an oversized frame still to be dropped when they arrive."""
+        return self._skip
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Add bytes received from the peer."""
         if self._error is not None:
             raise self._error
+        if self._skip:
+            data = self._drop(data)
+            if not data:
+                return
         if self._exported:
             # Frames handed out are views of the current buffer, which therefore must not
             # be resized: start a new buffer with the unread rest (at most a partial frame).
@@ -73,7 +140,9 @@ class FrameDecoder:
             self._check_length(_unpack_length(self._buffer, 0)[0])
 
     def frames(self) -> list[memoryview]:
-        """Every complete frame received so far (payload without the length prefix).
+        """Every complete frame received so far (payload without the length prefix), up to
+        an oversized frame (then :attr:`oversized` is set, and this returns nothing more
+        until it is cleared).
 
         Each frame is a view of the decoder's buffer; the decoder never writes into a
         buffer once it has handed out views of it, so frames stay valid as long as they are
@@ -81,20 +150,26 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        if self.oversized is not None:
+            return []
         buffer = self._buffer
         end = len(buffer)
         offset = self._offset
         out: list[memoryview] = []
-        if end - offset < 4 or end - offset - 4 < _unpack_length(buffer, offset)[0]:
+        limit = self._max
+        if end - offset < 4:
+            self.partial_bytes = end - offset
+            return out
+        if end - offset - 4 < _unpack_length(buffer, offset)[0] <= limit:
             self.partial_bytes = end - offset
             return out
         view = memoryview(buffer)
-        limit = self._max
         while end - offset >= 4:
             (size,) = _unpack_length(buffer, offset)
             if size <= 0 or size > limit:
                 self._offset = offset
-                self._check_length(size)
+                offset = self._begin_skip(buffer, offset, size)
+                break
             start = offset + 4
             if end - start < size:
                 break
@@ -108,9 +183,12 @@ class FrameDecoder:
     def take_all(self, data: bytes) -> bytes:
         """Everything buffered and ``data``, as one ``bytes`` (``data`` itself when nothing
         is buffered), leaving the decoder empty: for a reader that walks the frames itself
-        and hands the unread rest back with :meth:`keep_tail`."""
+        and hands the unread rest back with :meth:`keep_tail`. Bytes of an oversized frame
+        being dropped are dropped first."""
         if self._error is not None:
             raise self._error
+        if self._skip:
+            data = bytes(self._drop(data))
         buffer = self._buffer
         if self._offset < len(buffer):
             data = b"".join((memoryview(buffer)[self._offset :], data))
@@ -122,15 +200,50 @@ class FrameDecoder:
 
     def keep_tail(self, buffer: bytes, offset: int) -> None:
         """Keep ``buffer[offset:]`` (less than a whole frame, after :meth:`take_all`) as the
-        start of the next frame: its length is checked as :meth:`receive_data` checks it."""
-        if offset < len(buffer):
+        start of the next frame: its length is checked as :meth:`frames` checks it (an
+        oversized frame whose head is there sets :attr:`oversized`; what follows the frame,
+        if any, is kept)."""
+        end = len(buffer)
+        if end - offset >= 4:
+            size = _unpack_length(buffer, offset)[0]
+            if size <= 0 or size > self._max:
+                offset = self._begin_skip(buffer, offset, size)
+        if offset < end:
             self._buffer = bytearray(memoryview(buffer)[offset:])
             self.partial_bytes = len(self._buffer)
-            if self.partial_bytes >= 4:
+            if self.oversized is None and self.partial_bytes >= 4:
                 self._check_length(_unpack_length(self._buffer, 0)[0])
 
-    def _check_length(self, size: int) -> None:
-        if 0 < size <= self._max:
+    def _begin_skip(self, buffer: bytes | bytearray, offset: int, size: int) -> int:
+        """The frame at ``offset`` is ``size`` bytes long, over the limit: if it may be
+        skipped and its head is in ``buffer``, keep the head in :attr:`oversized`, drop the
+        rest and return the offset after the frame (or the buffer's end, the rest to drop
+        as it comes); else the offset itself (head incomplete). Raises for a bad length."""
+        end = len(buffer)
+        start = offset + 4
+        if size <= 0 or size > self._skip_max or not _may_name_a_request(buffer, start, end):
+            self._check_length(size, skipping=False)
+        head_bytes = min(size, OVERSIZED_HEAD_BYTES)
+        if end - start < head_bytes:
+            return offset
+        self.oversized = OversizedFrame(size, bytes(buffer[start : start + head_bytes]))
+        stop = start + size
+        if stop <= end:
+            return stop
+        self._skip = stop - end
+        return end
+
+    def _drop(self, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        """``data`` less the bytes of the oversized frame still to drop."""
+        skip = self._skip
+        if len(data) <= skip:
+            self._skip = skip - len(data)
+            return b""
+        self._skip = 0
+        return memoryview(data)[skip:]
+
+    def _check_length(self, size: int, skipping: bool = True) -> None:
+        if 0 < size <= self._max or (skipping and self._max < size <= self._skip_max):
             return
         if size <= 0:
             reason = f"frame length {size} is not positive"

@@ -62,6 +62,7 @@ __all__ = [
     "add_frame_prefix",
     "add_request_frame",
     "add_response_frame",
+    "oversized_answer_frame",
     "peek_add_request",
     "decode_auth_message",
     "decode_request",
@@ -280,6 +281,19 @@ def peek_add_request(frame: memoryview) -> PeekedAdd | None:
         frame[_ADD_KEY_AT:_ADD_BODY_AT],
         frame[_ADD_BODY_AT:],
     )
+
+
+def oversized_answer_frame(head: bytes, status: StatusCode) -> bytes | None:
+    """The answer (``status``, length prefix included) to a v2 request of which only the
+    first bytes, ``head``, are read (``framing.OversizedFrame``): an ADD names its ledger and
+    entry ids there. None for any other request (v2 answers are matched by those ids)."""
+    if len(head) < _ADD_MIN_BYTES:
+        return None
+    value = _I.unpack_from(head)[0]
+    if (value >> 16) & 0xFF != _OP_ADD or not 0 < (value >> 24) <= CURRENT_VERSION:
+        return None
+    ledger_id, entry_id = _QQ.unpack_from(head, _ADD_BODY_AT)
+    return add_response_frame(status, ledger_id, entry_id)
 
 
 _ADD_HEADER = (CURRENT_VERSION << 24) | (_OP_ADD << 16)

@@ -56,9 +56,10 @@ from bkeeper.wire.messages import (
     WriteLacRequest,
     WriteLacResponse,
 )
-from bkeeper.wire.varint import encode_varint
+from bkeeper.wire.varint import decode_varint, encode_varint
 
 __all__ = [
+    "ADD_REQUEST_OVERHEAD_BYTES_MAX",
     "add_response_frame",
     "decode_request",
     "decode_response",
@@ -66,7 +67,13 @@ __all__ = [
     "encode_request_frame",
     "encode_response",
     "encode_response_frame",
+    "oversized_answer_frame",
 ]
+
+#: Bytes of a v3 ADD request frame besides its entry body, at most: 82 with the largest ids,
+#: txn id and flags and an empty body, and 4 more for each of the two lengths (the body's
+#: and the AddRequest's) at 5-byte varints (``tests/wire`` checks it).
+ADD_REQUEST_OVERHEAD_BYTES_MAX = 96
 
 _LEN = struct.Struct(">i")
 _V3 = int(ProtocolVersion.VERSION_THREE)
@@ -436,6 +443,64 @@ def encode_response_frame(response: Response) -> bytes:
 def add_response_frame(status: StatusCode, ledger_id: int, entry_id: int, txn_id: int) -> bytes:
     """An ADD response frame (length prefix included); as ``v2.add_response_frame``."""
     return encode_response_frame(AddResponse(status, ledger_id, entry_id, txn_id))
+
+
+# -- oversized requests -------------------------------------------------------------------
+_HEADER_KEY = 1 << 3 | 2
+_ADD_REQUEST_KEY = 101 << 3 | 2
+
+
+def oversized_answer_frame(head: bytes, status: StatusCode) -> bytes | None:
+    """The answer (``status``, length prefix included) to a request of which only the first
+    bytes, ``head``, are read (``framing.OversizedFrame``): its header names the operation
+    and txn id; an ADD's ledger and entry ids follow (protobuf writes fields in number
+    order). None when ``head`` does not hold a header with both."""
+    try:
+        found = _oversized_fields(head)
+    except ProtocolError:
+        return None
+    if found is None:
+        return None
+    operation, txn, ids = found
+    if ids is not None:
+        return add_response_frame(status, ids[0], ids[1], txn)
+    return encode_response_frame(ErrorResponse(operation, status, txn))
+
+
+def _oversized_fields(head: bytes) -> tuple[int, int, tuple[int, int] | None] | None:
+    """(operation, txn id, an ADD's (ledger id, entry id) if in ``head``) of a ``Request``."""
+    key, pos = decode_varint(head, 0)
+    if key != _HEADER_KEY:
+        return None
+    size, pos = decode_varint(head, pos)
+    if pos + size > len(head):
+        return None
+    h = _parse(pb.BKPacketHeader, head[pos : pos + size], "BKPacketHeader")
+    pos += size
+    operation = h.operation if h.HasField("operation") else _raw_operation(h)
+    if operation is None or not h.HasField("txnId"):
+        return None
+    if operation != _ADD or pos >= len(head):
+        return operation, h.txnId, None
+    key, pos = decode_varint(head, pos)
+    if key != _ADD_REQUEST_KEY:
+        return operation, h.txnId, None
+    _, pos = decode_varint(head, pos)  # the AddRequest's length
+    return operation, h.txnId, _leading_ids(head, pos)
+
+
+def _leading_ids(data: bytes, pos: int) -> tuple[int, int] | None:
+    """``ledgerId`` (1) and ``entryId`` (2) from the varint fields at the start of a message."""
+    ids: dict[int, int] = {}
+    while pos < len(data) and len(ids) < 2:
+        key, pos = decode_varint(data, pos)
+        if key & 7 != 0:
+            break  # a field of another type before the ids: not found
+        value, pos = decode_varint(data, pos)
+        ids[key >> 3] = value - (1 << 64) if value >= 1 << 63 else value
+    if 1 in ids and 2 in ids:
+        return ids[1], ids[2]
+    return None
 
 
 def _decode_body(r: Any, operation: int, status: StatusCode, txn: int) -> Response:
