@@ -25,8 +25,11 @@ Rules (BookKeeper's):
    bookies of its write set. It repeats while bookies failed meanwhile, then reports
    :meth:`AddPipeline.change_done`: OPEN again, and what has ``Qa`` acknowledgements completes.
 5. EFENCED from a bookie (for a pending entry) fails the pipeline with ``LedgerFencedError``,
-   EUA with ``UnauthorizedAccessError``, a failed ensemble change with its error. FAILED is
-   final: every pending entry fails, once; nothing completes after; appends are refused.
+   EUA with ``UnauthorizedAccessError``, EBADREQ with ``EntryTooLargeError`` (a bookie
+   answers it to a well-formed add whose frame is over its ``max_frame_bytes``: another
+   bookie would not take it either, and the entry's id cannot be skipped), a failed ensemble
+   change with its error. FAILED is final: every pending entry fails, once; nothing
+   completes after; appends are refused.
 6. Time during which :meth:`AddPipeline.tick` was not called for longer than its interval
    (the shell's event loop did not run) does not count toward the add timeout: a stopped
    client must not blame its bookies.
@@ -58,7 +61,12 @@ from typing import Any, Final
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.distribution import write_sets
-from bkeeper.common.errors import LedgerClosedError, LedgerFencedError, UnauthorizedAccessError
+from bkeeper.common.errors import (
+    EntryTooLargeError,
+    LedgerClosedError,
+    LedgerFencedError,
+    UnauthorizedAccessError,
+)
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.codes import StatusCode
 
@@ -387,6 +395,16 @@ class AddPipeline:
                 UnauthorizedAccessError(
                     f"ledger {self.ledger_id}: bookie {bookie} answered EUA (wrong password, "
                     "or this client is not authenticated to it)"
+                )
+            )
+        if status is StatusCode.EBADREQ:
+            sent = len(pending[entry_id - pending[0].entry_id].data)
+            return self.fail(
+                EntryTooLargeError(
+                    f"ledger {self.ledger_id}: bookie {bookie} refused entry {entry_id} ({sent}"
+                    " bytes sent) as a bad request (EBADREQ), its answer to a frame over its"
+                    " max_frame_bytes: lower the client's max_frame_bytes to the bookies'; the"
+                    " writer stops (an entry id cannot be skipped)"
                 )
             )
         return self.bookie_failed(bookie)

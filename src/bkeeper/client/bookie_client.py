@@ -43,6 +43,7 @@ __all__ = [
     "BookieClient",
     "add_encoders",
     "encode_add",
+    "entry_bytes_max",
 ]
 
 #: Told the answers to a ledger's adds that arrived together: ``[(status, ledger id, entry id),
@@ -63,6 +64,17 @@ def encode_add(
     if protocol is Protocol.V2:
         return v2.add_request_frame(master_key, parts, body_bytes)
     return b"".join(parts)
+
+
+def entry_bytes_max(protocol: Protocol, max_frame_bytes: int, digest_bytes: int) -> int:
+    """The largest payload whose ADD request fits a frame of ``max_frame_bytes`` (the length
+    prefix's value) with its headers: the packet's (v2 header and master key; v3 a bound on
+    the protobuf request's), the entry header and a digest of ``digest_bytes``."""
+    if protocol is Protocol.V2:
+        overhead = v2.ADD_FRAME_PREFIX_BYTES - 4
+    else:
+        overhead = v3.ADD_REQUEST_OVERHEAD_BYTES_MAX
+    return max_frame_bytes - overhead - ENTRY_HEADER.size - digest_bytes
 
 
 #: (entry id, lac, ledger length, payload) -> what :meth:`BookieClient.send_add` takes

@@ -82,6 +82,7 @@ class BookKeeper:
             self.config.connection_requests_pending_max,
             self.config.connection_write_buffer_bytes_max,
             client_security(self.config),
+            self.config.max_frame_bytes,
         )
         pool = BookiePool(transport, self.config.protocol)
         ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)

@@ -63,6 +63,11 @@ class ClientConfig:
     ``metrics``: keep client metrics (:mod:`bkeeper.client.metrics`; off by default).
     ``connection_write_buffer_bytes_max``: bytes queued on one connection's socket before
     writers wait for it to drain (below a quarter of it they go on).
+    ``max_frame_bytes``: the largest frame (the 4-byte length's value) this client sends or
+    accepts, as Apache BookKeeper's ``nettyMaxFrameSizeBytes`` (5 MiB); set it as the
+    bookies' ``max_frame_bytes``. An entry whose add would not fit, with its headers and
+    digest, is refused before it is sent (``EntryTooLargeError``; ``WriteHandle.
+    max_entry_bytes`` is the largest that fits).
     ``metadata_watches_max``: read handles of this client that watch their ledger's metadata
     at once (a handle starts watching at its first long poll, see
     :mod:`bkeeper.client.follow`); the others re-read it only when a bookie's answer says
@@ -101,6 +106,7 @@ class ClientConfig:
     batch_reads_in_flight_max: int = 4
     connection_requests_pending_max: int = PENDING_REQUESTS_MAX
     connection_write_buffer_bytes_max: int = 8 * 1024 * 1024
+    max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     metrics: bool = False
     metadata_watches_max: int = 1_000
     tls: TlsClientConfig | None = field(default_factory=lambda: _PROCESS_SECURITY.tls)
@@ -130,6 +136,7 @@ class ClientConfig:
             "batch_reads_in_flight_max",
             "connection_requests_pending_max",
             "connection_write_buffer_bytes_max",
+            "max_frame_bytes",
             "metadata_watches_max",
         )
         check_non_negative_ints(
@@ -140,8 +147,9 @@ class ClientConfig:
         )
         # A full answer: 32 bytes of header, then a 4-byte length before every body.
         answer_bytes_max = 32 + 4 * self.batch_read_entries_max + self.batch_read_bytes_max
-        if answer_bytes_max > MAX_FRAME_BYTES_DEFAULT:
+        if answer_bytes_max > self.max_frame_bytes:
             raise ConfigError(
                 f"batch_read_bytes_max + 4 * batch_read_entries_max: a batch answer of up to "
-                f"{answer_bytes_max} bytes would not fit a {MAX_FRAME_BYTES_DEFAULT}-byte frame"
+                f"{answer_bytes_max} bytes would not fit a {self.max_frame_bytes}-byte frame "
+                "(max_frame_bytes)"
             )

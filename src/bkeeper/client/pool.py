@@ -22,6 +22,7 @@ from typing import Protocol as TypingProtocol
 from bkeeper.client.bookie_client import WRITE_BUFFER_BYTES_MAX, BookieClient
 from bkeeper.client.handshake import ClientSecurity
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
+from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 from bkeeper.wire.messages import Request
@@ -79,8 +80,10 @@ class TcpTransport:
         requests_pending_max: int = PENDING_REQUESTS_MAX,
         write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
         security: ClientSecurity | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT,
     ) -> None:
         self._security = security
+        self._max_frame_bytes = max_frame_bytes
         self._resolve = resolve
         self._timeout_s = connect_timeout_s
         self._pending_max = requests_pending_max
@@ -96,6 +99,7 @@ class TcpTransport:
             pending_max=self._pending_max,
             write_buffer_bytes_max=self._write_buffer_bytes_max,
             security=self._security,
+            max_frame_bytes=self._max_frame_bytes,
         )
 
 

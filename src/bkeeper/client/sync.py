@@ -98,7 +98,9 @@ class WriteHandle:
 
     def append_many(self, records: list[bytes]) -> list[int]:
         """Append records pipelined (``WriteHandle.append_many_async``, up to
-        ``pending_adds_max`` a batch); returns their entry ids in order."""
+        ``pending_adds_max`` a batch); returns their entry ids in order. An entry too large
+        (``EntryTooLargeError``) is refused before any of them is sent."""
+        self._handle.check_entry_sizes(records)
 
         async def run() -> list[int]:
             handle = self._handle

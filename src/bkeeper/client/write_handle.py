@@ -16,7 +16,10 @@ their garbage collection, and after it take them as a new ledger), so without th
 would go on being acknowledged for data that is gone.
 
 Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's buffer is full;
-``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update.
+``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update;
+entries of at most :attr:`WriteHandle.max_entry_bytes` (what fits ``max_frame_bytes``): a
+larger one is refused with ``EntryTooLargeError`` before it gets an entry id or is sent, and
+the writer goes on.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from collections.abc import Sequence
 
 from bkeeper.client.add_lane import AddLane, Slots
 from bkeeper.client.adding import NOTHING, AddPipeline, Effects, PendingAdd
-from bkeeper.client.bookie_client import add_encoders
+from bkeeper.client.bookie_client import add_encoders, entry_bytes_max
 from bkeeper.client.context import ClientContext
 from bkeeper.client.segments import change_ensemble, seal
 from bkeeper.client.writer_requests import force_ledger, write_lac_periodically
 from bkeeper.common.errors import (
     BKeeperError,
     ClientClosedError,
+    EntryTooLargeError,
     LedgerClosedError,
     LedgerDeletedError,
     LedgerFencedError,
@@ -74,6 +78,10 @@ class WriteHandle:
         #: the v3 entry body; and the same for many entries in one pass
         self._encode, self._encode_many = add_encoders(
             config.protocol, self._master_key, self._digest
+        )
+        #: The largest entry (payload bytes) an append takes: its add fits ``max_frame_bytes``.
+        self.max_entry_bytes = entry_bytes_max(
+            config.protocol, config.max_frame_bytes, self._digest.digest_length
         )
         self._staged: list[bytes] = []  # appended, to be sent at the end of this iteration
         self._adds = AddPipeline.for_ledger(ledger_id, meta, config, ctx.clock.monotonic())
@@ -144,7 +152,10 @@ class WriteHandle:
     async def append_async(self, data: bytes) -> asyncio.Future[int]:
         """Wait for a pipeline slot and writable sockets, send ``data``; the future completes
         with its entry id. Entries appended in one event-loop iteration go out together (one
-        ``send_adds`` per connection, at the end of the iteration)."""
+        ``send_adds`` per connection, at the end of the iteration). ``EntryTooLargeError``
+        for an entry over :attr:`max_entry_bytes`, before anything is sent."""
+        if len(data) > self.max_entry_bytes:
+            raise self._too_large(len(data))
         self._check_open()
         adds, slots = self._adds, self._slots
         if len(adds) >= adds.pending_max or slots.waiters or slots.woken:  # inline: per append
@@ -159,6 +170,9 @@ class WriteHandle:
                 await self._lane.wait_writable()
                 self._check_open()
                 break
+        if self._lane.connecting:
+            await self._lane.wait_connecting(len(data))
+            self._check_open()
         entry_id = adds.last_add_pushed + 1
         length = adds.length + len(data)
         wire = self._encode(entry_id, adds.last_add_confirmed, length, data)
@@ -188,6 +202,7 @@ class WriteHandle:
             raise ValueError(
                 f"append_many takes 1 to pending_adds_max ({adds.pending_max}) entries, not {count}"
             )
+        self.check_entry_sizes(datas)
         self._check_open()
         if len(adds) + count > adds.pending_max or slots.waiters or slots.woken:
             await slots.wait(count)
@@ -197,6 +212,8 @@ class WriteHandle:
                     break
                 await slots.wait(count, first=True)
         await self._lane.wait_writable()
+        if self._lane.connecting:
+            await self._lane.wait_connecting(sum(map(len, datas)))
         self._check_open()
         self._send_staged()  # earlier single appends go first
         first = adds.last_add_pushed + 1
@@ -205,6 +222,20 @@ class WriteHandle:
         adds.append_many(first, lengths, frames, future, self._monotonic())
         self._lane.send_many(first, frames)
         return future
+
+    def check_entry_sizes(self, datas: Sequence[bytes]) -> None:
+        """``EntryTooLargeError`` if an entry of ``datas`` is over :attr:`max_entry_bytes`."""
+        largest = max(map(len, datas), default=0)
+        if largest > self.max_entry_bytes:
+            raise self._too_large(largest)
+
+    def _too_large(self, size: int) -> EntryTooLargeError:
+        frame = self._config.max_frame_bytes
+        return EntryTooLargeError(
+            f"ledger {self.ledger_id}: an entry of {size} bytes is over the {self.max_entry_bytes}"
+            f" that fit a {frame}-byte frame with their headers (client option max_frame_bytes);"
+            " nothing was sent"
+        )
 
     def _send_staged(self) -> None:
         """Send the entries :meth:`append_async` staged (consecutive, the last pushed)."""

@@ -34,6 +34,8 @@ translated at the boundary with ``raise ... from``.
     ├── NotEnoughBookiesError         too few bookies for an ensemble (retriable)
     ├── LedgerClosedError             the ledger takes no more entries
     │   └── LedgerDeletedError        its metadata was deleted under its open writer
+    ├── EntryTooLargeError            an entry does not fit one frame (names its size, the
+    │                                 limit and the option that sets it)
     ├── ClientClosedError             the client or handle is closed
     ├── CallTimeoutError              a blocking call outlived its timeout (also a
     │                                 TimeoutError; outcome unknown; retriable)
@@ -89,6 +91,7 @@ __all__ = [
     "DataUnknownError",
     "DigestMismatchError",
     "DiskFullError",
+    "EntryTooLargeError",
     "LeadershipLostError",
     "LedgerExistsError",
     "LedgerClosedError",
@@ -253,6 +256,14 @@ class LedgerDeletedError(LedgerClosedError):
     """The ledger's metadata was deleted while a writer had it open: the writer takes no
     more entries, and its adds not yet acknowledged fail (the bookies would drop them at
     their next garbage collection)."""
+
+
+class EntryTooLargeError(BKeeperError):
+    """An entry too large for one frame of the bookie protocol. Refused by the client before
+    anything is sent (the writer stays usable: the entry got no id); or, when a bookie with a
+    smaller frame limit answered its add EBADREQ, the writer fails with it (an entry id was
+    given and cannot be skipped). The message names the entry's size, the limit, and the
+    option that sets it."""
 
 
 class ClientClosedError(BKeeperError):
