@@ -13,6 +13,7 @@ from bkeeper.spark.options import sink_options
 from bkeeper.testing.sandbox import DEFAULT_BOOKIES, SandboxConfig
 from bkeeper.testing.supervision import (
     LOG_TAIL_BYTES_MAX,
+    NO_PROCESS,
     Child,
     ChildKind,
     ChildState,
@@ -100,6 +101,7 @@ def test_how_a_child_ended_is_named() -> None:
     assert describe_exit(1) == "exited with code 1"
     assert describe_exit(0) == "exited with code 0"
     assert describe_exit(-200) == "killed by signal 200"
+    assert describe_exit(NO_PROCESS) == "has no process"  # ZooKeeper after a failed start
 
 
 def test_the_report_names_the_child_how_its_log_and_its_last_lines() -> None:

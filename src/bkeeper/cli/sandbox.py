@@ -163,7 +163,9 @@ def sandbox(
         for child in box.children():
             click.echo(f"log of {child}: {box.child_log(child)}", err=True)
         policy = RestartPolicy(restart=restart)
-        supervisor = SandboxSupervisor(box, policy, _say, SystemClock())
+        supervisor = SandboxSupervisor(
+            box, policy, _say, SystemClock(), start_timeout_s=config.start_timeout_s
+        )
         click.echo(_restart_line(policy), err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
         if box.client_env:

@@ -53,7 +53,7 @@ from bkeeper.common.errors import BKeeperError, ConfigError, ConnectionLossError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.uri import DIGEST_FILE_OPTION
 from bkeeper.testing.sandbox_security import SandboxSecurity
-from bkeeper.testing.supervision import Child, ChildKind
+from bkeeper.testing.supervision import NO_PROCESS, Child, ChildKind
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
 
 __all__ = ["DEFAULT_BOOKIES", "Sandbox", "SandboxConfig"]
@@ -489,10 +489,11 @@ class Sandbox:
 
     def child_exit_status(self, child: Child) -> int | None:
         """``child``'s exit status (``Popen.returncode``: a signal is negative); None while it
-        runs. ZooKeeper after a failed start again: its status then is unknown, -1."""
+        runs; :data:`~bkeeper.testing.supervision.NO_PROCESS` for ZooKeeper after a start
+        that failed (it leaves no process)."""
         if child.kind is ChildKind.ZOOKEEPER:
             if self.zookeeper.pid is None:
-                return -1
+                return NO_PROCESS
             return self.zookeeper.wait_nowait()
         return self._process(child).poll()
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from bkeeper.common.clock import Clock
 from bkeeper.common.errors import BKeeperError
-from bkeeper.testing.sandbox import Sandbox
 from bkeeper.testing.supervision import (
     LOG_TAIL_BYTES_MAX,
     Child,
@@ -29,22 +29,41 @@ from bkeeper.testing.supervision import (
     verdict_line,
 )
 
-__all__ = ["SandboxSupervisor"]
+__all__ = ["SandboxSupervisor", "SupervisedSandbox"]
 
 #: Lines of its log shown for a child that exited.
 TAIL_LINES = 5
 
 
+class SupervisedSandbox(Protocol):
+    """What the supervisor needs of a :class:`~bkeeper.testing.sandbox.Sandbox` (whose
+    methods document them)."""
+
+    def children(self) -> list[Child]: ...
+    def child_log(self, child: Child) -> Path: ...
+    def child_exit_status(self, child: Child) -> int | None: ...
+    def respawn_child(self, child: Child) -> None: ...
+    def child_ready(self, child: Child) -> bool: ...
+    def bookie_address(self, index: int) -> tuple[str, int]: ...
+
+
 class SandboxSupervisor:
-    """Watches the children of a started :class:`Sandbox`."""
+    """Watches the children of a started sandbox. ``start_timeout_s``: how long a child
+    started again may take to say it is ready before that is reported."""
 
     #: How often ``bkeeper sandbox`` calls :meth:`poll`.
     POLL_S = 0.2
 
     def __init__(
-        self, box: Sandbox, policy: RestartPolicy, say: Callable[[str], None], clock: Clock
+        self,
+        box: SupervisedSandbox,
+        policy: RestartPolicy,
+        say: Callable[[str], None],
+        clock: Clock,
+        start_timeout_s: float,
     ) -> None:
         self._box = box
+        self._start_timeout_s = start_timeout_s
         self._say = say
         self._clock = clock
         self.machine = Supervision(policy, box.children())
@@ -93,7 +112,7 @@ class SandboxSupervisor:
             self._say(f"{child}: running again{self._where(child)}")
             return
         waited = self._clock.monotonic() - self._started_s.get(child, 0.0)
-        if waited > self._box.config.start_timeout_s:
+        if waited > self._start_timeout_s:
             self.machine.on_ready(child)  # still running: watched for its exit as before
             self._say(
                 f"{child}: started again but not ready after {waited:.0f} s; "

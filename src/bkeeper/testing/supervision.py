@@ -34,6 +34,7 @@ from bkeeper.common.errors import ConfigError
 
 __all__ = [
     "LOG_TAIL_BYTES_MAX",
+    "NO_PROCESS",
     "Child",
     "ChildKind",
     "ChildState",
@@ -48,6 +49,9 @@ __all__ = [
 
 #: The most of a child's log read to show its last lines.
 LOG_TAIL_BYTES_MAX = 64 * 1024
+#: The status of a child that has no process at all (never started, or its start failed):
+#: no ``Popen.returncode`` (0..255, or minus a signal) is this.
+NO_PROCESS = 256
 
 
 class ChildKind(Enum):
@@ -149,7 +153,9 @@ class Supervision:
 
 def describe_exit(returncode: int) -> str:
     """How a process ended, from its ``Popen.returncode``: ``killed by SIGKILL``,
-    ``exited with code 1``."""
+    ``exited with code 1``; ``has no process`` for :data:`NO_PROCESS`."""
+    if returncode == NO_PROCESS:
+        return "has no process"
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
