@@ -77,6 +77,8 @@ log = logging.getLogger(__name__)
 
 #: Each wait between checkpoints is the interval times a random factor within 1 +- this.
 CHECKPOINT_JITTER = 0.25
+#: How often the checkpoint loop looks whether the storage journaled enough for one.
+CHECKPOINT_DUE_POLL_S = 0.1
 #: A failed switch of the registration's mode is tried again after this long.
 REGISTRATION_RETRY_S = 1.0
 #: Listening on these addresses means every interface: the registration names ``host``.
@@ -370,14 +372,24 @@ class Bookie:
 
     # -- background --------------------------------------------------------------------
     async def _checkpoint_loop(self) -> None:
+        """A checkpoint every ``checkpoint_interval_ms``, or sooner once the storage has
+        journaled ``checkpoint_journal_bytes`` since the last (a crash then replays at most
+        about that much, whatever the write rate: 10 s at 76 MB/s was 760 MB, half a
+        minute of replay)."""
         interval = self.config.checkpoint_interval_ms / 1000.0
+        loop = asyncio.get_running_loop()  # the waits' own time, as ``within``'s
         while not self._stopping.is_set():
             # Jitter keeps bookies started together from checkpointing together: with an
             # ack quorum below the write quorum, one bookie's checkpoint then costs no add
             # any latency.
             wait = interval * random.uniform(1 - CHECKPOINT_JITTER, 1 + CHECKPOINT_JITTER)
-            with contextlib.suppress(TimeoutError):
-                await within(self._stopping.wait(), wait)
+            deadline = loop.time() + wait
+            while not self._stopping.is_set() and loop.time() < deadline:
+                if self.storage is not None and self.storage.checkpoint_due:
+                    break
+                left = deadline - loop.time()
+                with contextlib.suppress(TimeoutError):
+                    await within(self._stopping.wait(), min(left, CHECKPOINT_DUE_POLL_S))
             if self._stopping.is_set() or self.storage is None:
                 return
             try:

@@ -45,6 +45,11 @@ class StorageConfig:
     ``journal_remove_step_bytes`` at a time, ``journal_remove_pause_ms`` apart, before they
     are removed (a large file freed at once stalls every fsync on the disk).
 
+    The bookie checkpoints every ``BookieConfig.checkpoint_interval_ms``, and also as soon as
+    ``checkpoint_journal_bytes`` (0: never by size) have been journaled since the last
+    checkpoint: what a restart after a crash replays stays under that much whatever the
+    write rate.
+
     The write cache (entries not yet in an entry log) holds at most ``write_cache_bytes_max``;
     a background flush starts when ``write_cache_flush_bytes`` (at most half the cache; None:
     1 MiB, or half the cache if smaller) are in use: small, frequent flushes keep each
@@ -93,6 +98,7 @@ class StorageConfig:
     journal_remove_step_bytes: int = 32 * MIB
     journal_remove_pause_ms: int = 20
     journal_checkpoint_roll_bytes: int = 64 * MIB
+    checkpoint_journal_bytes: int = 128 * MIB
     write_cache_bytes_max: int = 64 * MIB
     write_cache_flush_bytes: int | None = None
     read_cache_bytes_max: int = 32 * MIB
@@ -149,7 +155,10 @@ class StorageConfig:
             )
         self._check_disk_thresholds()
         check_non_negative_ints(
-            self, "disk_high_priority_free_bytes_min", "compaction_rate_bytes_per_s"
+            self,
+            "disk_high_priority_free_bytes_min",
+            "compaction_rate_bytes_per_s",
+            "checkpoint_journal_bytes",
         )
         self._check_compaction_thresholds()
         share = self.compaction_time_share

@@ -167,6 +167,8 @@ class Journal:
         self._file_bytes = 0  # 0: the file is not created yet
         self.durable_position = JournalPosition(file_id, FILE_HEADER_BYTES)
         self.groups_written = 0
+        #: Bytes of the groups made durable so far (read by other threads: a plain int).
+        self.bytes_written = 0
         self._thread = threading.Thread(target=self._run, name="bkeeper-journal", daemon=True)
         if disk is not None:
             disk.add_listener(self._on_disk_state)
@@ -383,6 +385,7 @@ class Journal:
         self._seq += 1
         self._file_bytes += len(buf)
         self.groups_written += 1
+        self.bytes_written += len(buf)
         self.durable_position = JournalPosition(self._file_id, self._file_bytes)
         if self._disk is not None:
             self._disk.note_written(len(buf))

@@ -132,6 +132,11 @@ class JournalSet:
         return sum(journal.groups_written for journal in self.journals)
 
     @property
+    def bytes_written(self) -> int:
+        """Bytes made durable by every journal since the engine opened."""
+        return sum(journal.bytes_written for journal in self.journals)
+
+    @property
     def groups_cut(self) -> collections.Counter[str]:
         total: collections.Counter[str] = collections.Counter()
         for journal in self.journals:

@@ -151,6 +151,7 @@ class Storage(StorageReads):
         self._ledger_dirs = dirs  # where each entry log is
         self._reader = EntryLogReader(fs, dirs, config.entry_log_read_handles_max)
         self._registry = registry
+        self._journal_bytes_checkpointed = 0  # journal bytes written before the last checkpoint
         self._compactor = Compactor(
             fs, dirs, config, engine, flusher, registry, self._reader, log_ids, self.checkpoint
         )
@@ -453,8 +454,23 @@ class Storage(StorageReads):
         """Flush the write cache, persist index and journal marks, drop old journals; then
         ask journals whose file holds ``journal_checkpoint_roll_bytes`` to start a new one, so
         that the next checkpoint can drop it even if no more records come."""
+        written = self._journal.bytes_written  # before the marks: never counts too much
         self._flusher.checkpoint()
+        self._journal_bytes_checkpointed = written
         self._journal.roll_large_files(self.config.journal_checkpoint_roll_bytes)
+
+    @property
+    def journal_bytes_since_checkpoint(self) -> int:
+        """Journal bytes written since the last :meth:`checkpoint` began (at most that much
+        is replayed after a crash, beside what that checkpoint could not cover)."""
+        return self._journal.bytes_written - self._journal_bytes_checkpointed
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether ``checkpoint_journal_bytes`` were journaled since the last checkpoint (the
+        owner then checkpoints without waiting for its interval)."""
+        limit = self.config.checkpoint_journal_bytes
+        return limit > 0 and self.journal_bytes_since_checkpoint >= limit
 
     def close(self) -> None:
         """Make everything queued durable (callbacks fired), checkpoint, stop threads. On a
