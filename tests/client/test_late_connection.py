@@ -48,3 +48,23 @@ async def test_past_its_socket_allowance_a_connecting_bookie_is_replaced() -> No
         meta = await bk.ledger_metadata(wh.ledger_id)
         assert len(meta.segments) == 2
         assert late_id not in list(meta.segments.values())[-1]
+
+
+async def test_a_burst_while_every_bookie_connects_waits_for_them_instead_of_failing_them() -> None:
+    # A new client's first appends: no bookie is up, so nothing can be acknowledged without
+    # them; appends past the bytes a connecting bookie may hold wait for the connects (a
+    # large record's chunks go out as one append_many of megabytes).
+    async with MemoryCluster(4) as cluster:
+        config = ClientConfig(connection_write_buffer_bytes_max=2_000, **CONFIG)  # type: ignore[arg-type]
+        bk = await cluster.client(config)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        ensemble = wh.ensemble
+        for bookie in ensemble:
+            cluster.bookie(bookie).connect_delay_s = 0.3
+        burst = await wh.append_many_async([b"%01000d" % i for i in range(5)])  # 5 KB at once
+        futures = [await wh.append_async(b"%0100d" % i) for i in range(30)]
+        assert await burst == 4
+        assert [await f for f in futures] == list(range(5, 35))
+        await wh.close()
+        meta = await bk.ledger_metadata(wh.ledger_id)
+        assert list(meta.segments.values()) == [ensemble]  # no bookie counted as failed

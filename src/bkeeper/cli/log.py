@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import click
 from rich.console import Console
@@ -23,9 +23,19 @@ from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.cli._stdin import read_lines
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import BKeeperError, ConfigError
-from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, NamedLog, NamedLogs, Position, Record
+from bkeeper.namedlog import (
+    EARLIEST,
+    LATEST,
+    LogConfig,
+    LogWriter,
+    NamedLog,
+    NamedLogs,
+    Position,
+    Record,
+)
+from bkeeper.namedlog.config import CHUNK_BYTES_MAX
 from bkeeper.namedlog.consumer import backlog
-from bkeeper.namedlog.records import CODECS
+from bkeeper.namedlog.records import CHUNK_BYTES_MIN, CODECS, RECORD_BYTES_MAX
 
 __all__ = ["log"]
 
@@ -157,6 +167,16 @@ def list_logs(metadata_uri: str) -> None:
     "--compression", type=click.Choice(list(CODECS)), default="none", show_default=True,
     help="Compression of each batch (zstd and lz4 need their packages).",
 )  # fmt: skip
+@click.option(
+    "--file", "whole", type=click.File("rb"), default=None,
+    help="Append the whole of this file as one record ('-': all of standard input), up to "
+    f"{RECORD_BYTES_MAX // (1024 * 1024)} MiB; larger than --chunk-bytes, it goes in chunks.",
+)  # fmt: skip
+@click.option(
+    "--chunk-bytes", type=click.IntRange(CHUNK_BYTES_MIN, CHUNK_BYTES_MAX),
+    default=CHUNK_BYTES_MAX, show_default=True,
+    help="A record larger than this is written as chunks of this size (one entry each).",
+)  # fmt: skip
 def append(
     metadata_uri: str,
     name: str,
@@ -167,13 +187,17 @@ def append(
     batch_max_bytes: int,
     linger_ms: int,
     compression: str,
+    whole: BinaryIO | None,
+    chunk_bytes: int,
 ) -> None:
-    """Append RECORDS (or, without any, one record per line of standard input).
+    """Append RECORDS (or, without any, one record per line of standard input, or with
+    --file the whole of a file as one record).
 
     Becomes the log's writer for the duration, fencing any other writer. Prints the
-    position of each record given as an argument once it is durable (LEDGER:ENTRY, with
-    :INDEX for a record inside a batch). If any append fails it stops, says which records
-    were appended and why the next one failed, and exits 1.
+    position of each record given as an argument or file once it is durable (LEDGER:ENTRY,
+    with :INDEX for a record inside a batch; a record written in chunks is at its last
+    chunk's). If any append fails it stops, says which records were appended and why the
+    next one failed, and exits 1.
     """
     try:
         config = LogConfig(
@@ -182,22 +206,29 @@ def append(
             batch_max_bytes=batch_max_bytes,
             linger_ms=linger_ms,
             compression=compression,
+            chunk_bytes=chunk_bytes,
         )
     except ConfigError as exc:
         raise CommandError(str(exc)) from exc
+    if whole is not None and records:
+        raise click.UsageError("give RECORDS or --file, not both")
+    contents = _read_whole(whole) if whole is not None else None
 
     async def body(logs: NamedLogs) -> None:
         writer = await logs.log(name).open_writer()
         raw_key = key.encode() if key is not None else None
-        appends = _Appends(echo=bool(records))
-        source = _given(records) if records else read_lines(sys.stdin.fileno())
+        appends = _Appends(echo=bool(records) or contents is not None)
+        if contents is not None:
+            source = _given((contents,))
+        elif records:
+            source = _given(tuple(record.encode() for record in records))
+        else:
+            source = read_lines(sys.stdin.fileno())
         try:
             async with contextlib.aclosing(source):
-                async for payload in source:
-                    appends.add(await writer.append_async(payload, key=raw_key))
-                    if appends.failure is not None:
-                        break
+                await _feed(writer, source, raw_key, appends)
         except BKeeperError as exc:
+            await appends.settle()  # the records acknowledged before it count
             appends.failure = appends.failure or exc
         finally:
             await appends.settle()
@@ -210,9 +241,48 @@ def append(
     _run(body, metadata_uri, config)
 
 
-async def _given(records: tuple[str, ...]) -> AsyncGenerator[bytes, None]:
+async def _feed(
+    writer: LogWriter, source: AsyncIterator[bytes], key: bytes | None, appends: _Appends
+) -> None:
+    """Append each record of ``source`` until it ends or an append fails; raises
+    ``LogDeletedError`` as soon as the writer learns that its log was deleted, also while
+    ``source`` has nothing to give (standard input idle)."""
+
+    async def feed() -> None:
+        async for payload in source:
+            appends.add(await writer.append_async(payload, key=key))
+            if appends.failure is not None:
+                return
+
+    feeding = asyncio.ensure_future(feed())
+    deleted = asyncio.ensure_future(writer.wait_deleted())
+    try:
+        await asyncio.wait([feeding, deleted], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (feeding, deleted):
+            task.cancel()
+        await asyncio.gather(feeding, deleted, return_exceptions=True)
+    if not feeding.cancelled():
+        feeding.result()  # its error, if it failed
+    elif not deleted.cancelled():
+        raise deleted.result()
+
+
+async def _given(records: tuple[bytes, ...]) -> AsyncGenerator[bytes, None]:
     for record in records:
-        yield record.encode()
+        yield record
+
+
+def _read_whole(source: BinaryIO) -> bytes:
+    """All of ``source`` (read before the event loop starts); a ``CommandError`` naming the
+    limit when it holds more than a record may (nothing is appended then)."""
+    data = source.read(RECORD_BYTES_MAX + 1)
+    if len(data) > RECORD_BYTES_MAX:
+        raise CommandError(
+            f"--file {source.name}: more than {RECORD_BYTES_MAX} bytes, the largest record a "
+            "log takes (RECORD_BYTES_MAX); nothing appended"
+        )
+    return data
 
 
 class _Appends:

@@ -14,6 +14,13 @@ others' acks keep the pipeline moving, and a connection slower to set up than th
 take to write, a TLS handshake and AUTH exchange on a busy machine, had its bookie replaced
 for nothing.) A writer that closes waits for the connects in progress (:meth:`AddLane.settle`).
 
+But while too few bookies are connected for an ack quorum (a new client's first appends: every
+connect is in progress), nothing can be acknowledged without them: appends wait for the
+connects instead (:meth:`AddLane.wait_connecting`) when theirs would go past the bytes, as they
+wait for a full socket; and one call's entries (an ``append_many``) are taken whole by a bookie
+that holds none yet. So a burst of large entries from a new client (a chunked record) is not a
+failure of every bookie.
+
 :class:`Slots` is where appends wait for room in the pipeline (``pending_adds_max``).
 """
 
@@ -100,8 +107,9 @@ class AddLane:
             conn = self._attach(position)
             if conn is None:
                 bookie = self._adds.ensemble[position]
+                whole = not self._connecting.get(bookie)  # holds none: take the call's whole
                 for entry_id, data in zip(entry_ids, datas, strict=True):
-                    self._connect_later(bookie, entry_id, data, position)
+                    self._connect_later(bookie, entry_id, data, position, whole)
                 return
         try:
             conn.send_adds(self._ledger_id, entry_ids, self._master_key, datas)
@@ -122,6 +130,19 @@ class AddLane:
                 conn.send_add(ledger_id, entry_id, key, data)
             except BKeeperError:
                 self._on_failed(self._adds.ensemble[position])
+
+    async def wait_connecting(self, incoming_bytes: int, ack_quorum: int) -> None:
+        """While fewer than ``ack_quorum`` bookies of the ensemble are not being connected
+        to, wait until the connects in progress whose waiting entries and ``incoming_bytes``
+        more would go past ``connection_write_buffer_bytes_max`` end (up, or failed: each is
+        bounded by the connect timeout). With an ack quorum up, a connect that slow is a
+        failure of its bookie instead (see the module docstring)."""
+        if len(self._adds.ensemble) - len(self._connecting_bytes) >= ack_quorum:
+            return
+        for bookie, held in list(self._connecting_bytes.items()):
+            task = self._connects.get(bookie)
+            if task is not None and held + incoming_bytes > self._connecting_bytes_max:
+                await asyncio.wait({task})  # (its outcome is the connect's own to report)
 
     async def wait_writable(self) -> None:
         """Wait until no connection's socket buffer is over its high-water mark."""
@@ -165,7 +186,15 @@ class AddLane:
             log.info("ledger %d: connection to %s lost: %s", self._ledger_id, bookie, error)
             self._on_failed(bookie)
 
-    def _connect_later(self, bookie: str, entry_id: int, data: bytes, position: int) -> None:
+    @property
+    def connecting(self) -> bool:
+        """Entries wait for a bookie being connected to (appends check
+        :meth:`wait_connecting` then)."""
+        return bool(self._connecting_bytes)
+
+    def _connect_later(
+        self, bookie: str, entry_id: int, data: bytes, position: int, whole: bool = False
+    ) -> None:
         waiting = self._connecting.get(bookie)
         if waiting is None:
             self._connecting[bookie] = waiting = []
@@ -174,7 +203,8 @@ class AddLane:
             )
         held = self._connecting_bytes.get(bookie, 0) + len(data)
         if waiting and (
-            len(waiting) >= CONNECTING_ENTRIES_MAX or held > self._connecting_bytes_max
+            len(waiting) >= CONNECTING_ENTRIES_MAX
+            or (held > self._connecting_bytes_max and not whole)
         ):
             # Connecting for longer than it takes to write that much: treat it as down (the
             # ensemble change replaces it) rather than hold ever more entries for it. Not

@@ -171,7 +171,7 @@ class WriteHandle:
                 self._check_open()
                 break
         if self._lane.connecting:
-            await self._lane.wait_connecting(len(data))
+            await self._lane.wait_connecting(len(data), self.metadata.ack_quorum)
             self._check_open()
         entry_id = adds.last_add_pushed + 1
         length = adds.length + len(data)
@@ -213,7 +213,7 @@ class WriteHandle:
                 await slots.wait(count, first=True)
         await self._lane.wait_writable()
         if self._lane.connecting:
-            await self._lane.wait_connecting(sum(map(len, datas)))
+            await self._lane.wait_connecting(sum(map(len, datas)), self.metadata.ack_quorum)
         self._check_open()
         self._send_staged()  # earlier single appends go first
         first = adds.last_add_pushed + 1
