@@ -11,6 +11,8 @@ connection, and only that writer stops.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -107,6 +109,23 @@ def test_the_blocking_client_refuses_it_too(shared_cluster: Any) -> None:
             writer.append_many([b"first", TOO_LARGE])  # none of them sent
         assert writer.append_many([b"a", b"b"]) == [1, 2]
         writer.close()
+
+
+def test_the_shell_says_it_in_one_line(shared_cluster: Any) -> None:
+    args = ["shell", "simpletest", "--entries", "3", "--entry-size", str(len(TOO_LARGE))]
+    done = subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args, "--metadata", shared_cluster.uri],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    # One line says it (a warning logged before it is about the cluster: no spare bookie).
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in done.stderr
+    assert line.startswith("error: ledger ") and f"an entry of {len(TOO_LARGE)} bytes" in line
+    assert "max_frame_bytes" in line
 
 
 BOOKIE_LIMIT = 1 * MIB
