@@ -142,15 +142,19 @@ def _size(path: Path) -> int:
 def _spawn(
     cmd: list[str], log_path: Path, nice: int = 0, env: tuple[tuple[str, str], ...] = ()
 ) -> subprocess.Popen[bytes]:
-    """``cmd`` as a child that dies with this process, its output appended to ``log_path``,
-    at ``nice`` (added to this process's), with ``env`` added to the environment it inherits
-    (through ``env NAME=VALUE ...``: only the CLI reads this process's environment)."""
+    """``cmd`` as a child that dies with this process, in a process group of its own (a
+    Ctrl-C on this process's terminal is this process's to handle: it stops its children in
+    order, and a child is never mistaken for one that failed), no input, its output appended
+    to ``log_path``, at ``nice`` (added to this process's), with ``env`` added to the
+    environment it inherits (through ``env NAME=VALUE ...``: only the CLI reads this process's
+    environment)."""
     if env:
         cmd = ["env", *(f"{name}={value}" for name, value in env), *cmd]
     log_file = open(log_path, "ab")  # noqa: SIM115
     try:
         return subprocess.Popen(
             cmd,
+            stdin=subprocess.DEVNULL,  # a background process group reading a terminal stops
             stdout=log_file,
             stderr=subprocess.STDOUT,
             process_group=0,
