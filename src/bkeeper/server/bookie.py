@@ -29,8 +29,10 @@ an auditor's), are what its ``/metrics`` serves.
 
 Garbage collection (:mod:`bkeeper.server.garbage`): ``garbage_collector`` (set once the
 storage is open) runs a pass every ``gc_wait_ms``, on demand (``run_now``, the admin
-channel's), and as soon as the disk turns full; with no metadata store (no
-``metadata_uri``) it cannot tell deleted ledgers and only collects entry logs.
+channel's), as soon as the disk turns full, and while it is full as soon as a ledger stored
+here loses its metadata (:mod:`bkeeper.server.gc_wake`); the disk is checked after every
+pass, so a pass that freed enough makes the bookie writable at once. With no metadata store
+(no ``metadata_uri``) it cannot tell deleted ledgers and only collects entry logs.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.garbage import GarbageCollector
+from bkeeper.server.gc_wake import LedgerDeletionWatch
 from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
 from bkeeper.server.registration import ClusterMembership
@@ -305,7 +308,11 @@ class Bookie:
                 self._run_loop(self._registration_loop(), "registration")
 
     def _start_garbage_collector(self, storage: Storage) -> None:
-        metadata = None if self._membership is None else self._membership.cluster.ledgers
+        metadata = deletions = None
+        if self._membership is not None:
+            cluster = self._membership.cluster
+            metadata = cluster.ledgers
+            deletions = LedgerDeletionWatch(cluster.store, cluster.root)
         collector = self.garbage_collector = GarbageCollector(
             self.config,
             storage,
@@ -313,6 +320,8 @@ class Bookie:
             allowed_on_full_disk=self.storage_config.gc_allowed_on_full_disk,
             clock=self._clock,
             metrics=self.metrics,
+            deletions=deletions,  # a full disk: a pass as soon as a ledger here is deleted
+            after_pass=self.check_disk,  # writable at once when the pass freed enough
         )
         self._run_loop(collector.run(), "garbage collection")
         collector.on_disk_state(storage.disk_state)  # full already: collect at once

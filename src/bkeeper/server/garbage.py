@@ -11,8 +11,12 @@ A pass:
    of them at every pass on a full disk when ``StorageConfig.gc_allowed_on_full_disk``).
 
 When: every ``gc_wait_ms`` (+-25%, :data:`GC_WAIT_JITTER`) after the previous pass ended;
-at once on :meth:`run_now`; and promptly when the storage reports its disk FULL or NO_ROOM
-(when compaction is allowed on a full disk: it is how a full bookie frees space). One pass
+at once on :meth:`run_now`; promptly when the storage reports its disk FULL or NO_ROOM
+(when compaction is allowed on a full disk: it is how a full bookie frees space); and, while
+the disk stays full, as soon as the metadata of a ledger it holds may be gone
+(``deletions``, :mod:`bkeeper.server.gc_wake`: deleting ledgers to free a full bookie waited
+up to 75 s for the next pass). After every pass ``after_pass`` is called (the bookie checks
+its disk then, and turns writable at once when the pass freed enough). One pass
 at a time: a :meth:`run_now` while a pass runs waits for the next pass, which starts as soon
 as that one ends and forces the kinds asked for (several callers share it). At most
 ``GC_WAITERS_MAX`` callers wait at once.
@@ -39,6 +43,8 @@ import dataclasses
 import logging
 import random
 import threading
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,7 +65,7 @@ from bkeeper.server.gc_schedule import CompactionPlan, CompactionSchedule
 from bkeeper.storage import DiskState
 from bkeeper.storage.garbage import EntryLogUsage, GcResult
 
-__all__ = ["GC_WAITERS_MAX", "GarbageCollector", "GcReport", "GcStorage"]
+__all__ = ["GC_WAITERS_MAX", "DeletionWatch", "GarbageCollector", "GcReport", "GcStorage"]
 
 #: Each wait between passes is ``gc_wait_ms`` times a random factor within 1 +- this, so that
 #: bookies started together (a sandbox, a rolling restart) do not collect, and compact, at
@@ -68,6 +74,10 @@ GC_WAIT_JITTER = 0.25
 
 log = logging.getLogger(__name__)
 
+#: While the disk is full, a pass woken by a ledger's metadata changing starts no sooner than
+#: this after the previous pass ended.
+DELETION_WAKE_MIN_S = 0.5
+
 #: Most :meth:`GarbageCollector.run_now` callers waiting at once; more get
 #: ``TooManyRequestsError``.
 GC_WAITERS_MAX = 1024
@@ -75,6 +85,13 @@ GC_WAITERS_MAX = 1024
 
 class _StoppedError(StorageError):
     """The bookie is stopping: the pass ended before its collection."""
+
+
+class DeletionWatch(Protocol):
+    """What wakes the collector of a full bookie
+    (:class:`bkeeper.server.gc_wake.LedgerDeletionWatch`)."""
+
+    async def wait_change(self, ledger_ids: Iterable[int]) -> None: ...
 
 
 class GcStorage(LocalLedgers, Protocol):
@@ -138,8 +155,12 @@ class GarbageCollector:
         allowed_on_full_disk: bool = True,
         clock: Clock | None = None,
         metrics: MetricSet | None = None,
+        deletions: DeletionWatch | None = None,
+        after_pass: Callable[[], object] | None = None,
     ) -> None:
         self._config = config
+        self._deletions = deletions
+        self._after_pass = after_pass
         self._metrics = None if metrics is None else _GcMetrics(metrics)
         self._storage = storage
         self._metadata = metadata
@@ -233,8 +254,7 @@ class GarbageCollector:
             while not self._stopping.is_set():
                 wait_s = self._config.gc_wait_ms / 1000.0
                 wait_s *= random.uniform(1 - GC_WAIT_JITTER, 1 + GC_WAIT_JITTER)
-                with contextlib.suppress(TimeoutError):
-                    await within(self._wake.wait(), wait_s)
+                await self._wait_for_work(wait_s)
                 if self._stopping.is_set():
                     break
                 self._wake.clear()
@@ -242,6 +262,38 @@ class GarbageCollector:
         finally:
             waiters, self._waiters = self._waiters, []
             _fail(waiters, StorageError("the garbage collector stopped before the pass ran"))
+
+    async def _wait_for_work(self, wait_s: float) -> None:
+        """Until woken, ``wait_s`` passed, or (disk full) a ledger held here may be deleted."""
+        full = self._storage.disk_state is not DiskState.WRITABLE and self._allowed_on_full_disk
+        if self._deletions is None or not full:
+            with contextlib.suppress(TimeoutError):
+                await within(self._wake.wait(), wait_s)
+            return
+        woken = asyncio.ensure_future(self._wake.wait())
+        changed = asyncio.ensure_future(self._wait_deletion())
+        try:
+            await asyncio.wait({woken, changed}, timeout=wait_s, return_when=FIRST_COMPLETED)
+        finally:
+            for task in (woken, changed):
+                task.cancel()
+            await asyncio.gather(woken, changed, return_exceptions=True)
+
+    async def _wait_deletion(self) -> None:
+        assert self._deletions is not None
+        # Passes woken so come at most every DELETION_WAKE_MIN_S: a ledger the scan cannot
+        # delete yet (its metadata read refused) must not make passes back to back.
+        with contextlib.suppress(TimeoutError):
+            await within(self._stopping.wait(), DELETION_WAKE_MIN_S)
+        if self._stopping.is_set():
+            return
+        try:
+            await self._deletions.wait_change(self._storage.ledger_ids())
+        except BKeeperError as exc:  # the metadata store away: the periodic pass stays
+            log.warning("garbage collection: cannot watch ledger deletions: %s", one_line(exc))
+            await self._stopping.wait()
+            return
+        log.info("garbage collection: ledger metadata changed while the disk is full")
 
     async def _pass(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -268,6 +320,8 @@ class GarbageCollector:
             raise
         finally:
             self.running = False
+            if self._after_pass is not None:
+                self._after_pass()
         self._count(report, self._clock.monotonic() - started)
         for waiter in waiters:
             if not waiter.done():
