@@ -58,6 +58,7 @@ SLOW_FILES_FIRST = (
     "spark/test_spark.py",
     "interop/test_autorecovery_java.py",
     "e2e/test_sandbox.py",
+    "cli/test_sandbox_restart.py",
     "e2e/test_subscriptions.py",
     "spark/test_batches.py",
     "e2e/test_autorecovery_process.py",
