@@ -19,7 +19,8 @@ session, so a worker that dies gives its ledgers back.
 An attempt that leaves a ledger queued records why under the lock
 (:meth:`~bkeeper.meta.underreplication.UnderReplicationManager.set_blocked`: kind and one
 line, such as ``no candidate bookie for ... : 2 writable, 2 already in the ensemble``), and
-logs it, only when the reason changed: once per change of state per ledger, not per retry.
+logs it, only when the reason changed (the recorded one is read to compare: one metadata read
+per failed attempt): once per change of state per ledger, not per retry.
 Removing the mark removes the reason. When the registry watch sees a writable bookie join,
 the ledgers this worker found with no candidate are tried again at once (at the lanes' next
 look, ``idle_poll_interval_ms``) instead of after ``failed_ledger_retry_delay_ms``.

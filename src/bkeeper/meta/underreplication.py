@@ -122,10 +122,11 @@ class BlockedReason:
     def __post_init__(self) -> None:
         if not self.kind or not self.kind.replace("_", "").isalnum():
             raise ProtocolError(f"blocked reason: kind must be a word, got {self.kind!r:.40}")
+        # One line, bounded: what is stored is what is compared (``same_as``) after a read.
+        object.__setattr__(self, "detail", " ".join(self.detail.split())[:_DETAIL_CHARS_MAX])
 
     def encode(self) -> bytes:
-        detail = " ".join(self.detail.split())[:_DETAIL_CHARS_MAX]
-        body = {"kind": self.kind, "detail": detail, "since_ms": self.since_ms,
+        body = {"kind": self.kind, "detail": self.detail, "since_ms": self.since_ms,
                 "worker": self.worker}  # fmt: skip
         return json.dumps(body, sort_keys=True).encode()
 
