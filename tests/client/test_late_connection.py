@@ -61,10 +61,11 @@ async def test_a_burst_while_every_bookie_connects_waits_for_them_instead_of_fai
         ensemble = wh.ensemble
         for bookie in ensemble:
             cluster.bookie(bookie).connect_delay_s = 0.3
+        first = await wh.append_async(b"first")  # staged: sent with the burst below
         burst = await wh.append_many_async([b"%01000d" % i for i in range(5)])  # 5 KB at once
         futures = [await wh.append_async(b"%0100d" % i) for i in range(30)]
-        assert await burst == 4
-        assert [await f for f in futures] == list(range(5, 35))
+        assert (await first, await burst) == (0, 5)
+        assert [await f for f in futures] == list(range(6, 36))
         await wh.close()
         meta = await bk.ledger_metadata(wh.ledger_id)
         assert list(meta.segments.values()) == [ensemble]  # no bookie counted as failed

@@ -135,3 +135,30 @@ def test_a_stream_copy_of_a_batched_log_writes_batches(spark, spark_cluster, tmp
     written = {p.relative_to(tmp_path / "ck").as_posix() for p in (tmp_path / "ck").rglob("*")}
     assert {"offsets/0", "commits/0"} <= written
     assert not [name for name in written if name.endswith(".crc")], sorted(written)
+
+
+def test_a_20_mib_record_goes_through_the_sink_and_reads_once_whatever_the_splits(
+    spark, spark_cluster
+):
+    """A row larger than a chunk (4 MiB) is written by the sink as chunk entries; every read
+    gives it once, at its last chunk's position, when splits of one or two entries cut it (the
+    split holding its last chunk reads the others across its start)."""
+    from tests.e2e.test_large_records import payload_of
+
+    uri = spark_cluster.uri
+    mib = 1024 * 1024
+    payloads = [b"small-0", payload_of("big", 20 * mib), b"small-2", payload_of("mid", 9 * mib)]
+    write(_frame(spark, payloads), uri, log="large")
+    (ledger,) = log_ledgers(uri, "large")
+    # 20 MiB and a 10-byte head: 6 chunks (entries 1..6); 9 MiB: 3 (entries 8..10)
+    expected = [(0, 0), (6, 0), (7, 0), (10, 0)]
+    for split in (1, 2, 100):
+        rows = source(spark, uri, log="large", maxEntriesPerSplit=split).collect()
+        rows.sort(key=lambda r: (r.entry, r.batch_index))
+        assert [r.payload for r in rows] == payloads, split
+        assert [(r.entry, r.batch_index) for r in rows] == expected
+        assert {r.ledger for r in rows} == {ledger}
+    # A read starting inside the 20 MiB record (its third chunk) gets it whole.
+    inside = json.dumps({"large": {"ledger": ledger, "entry": 3}})
+    rows = source(spark, uri, log="large", startingPosition=inside).collect()
+    assert sorted(r.entry for r in rows) == [6, 7, 10]

@@ -212,10 +212,11 @@ class WriteHandle:
                     break
                 await slots.wait(count, first=True)
         await self._lane.wait_writable()
+        self._send_staged()  # earlier single appends go first (and count as connecting)
         if self._lane.connecting:
             await self._lane.wait_connecting(sum(map(len, datas)), self.metadata.ack_quorum)
         self._check_open()
-        self._send_staged()  # earlier single appends go first
+        self._send_staged()  # (and those made while this one waited)
         first = adds.last_add_pushed + 1
         frames, lengths = self._encode_many(first, adds.last_add_confirmed, adds.length, datas)
         future: asyncio.Future[int] = self._loop.create_future()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import threading
@@ -26,15 +27,23 @@ from bkeeper.client.sync import ReadHandle as SyncReadHandle
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import (
     BKeeperError,
+    ConfigError,
     LedgerNotFoundError,
     LogExistsError,
     LogNotFoundError,
     LogTruncatedError,
 )
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
+from bkeeper.namedlog.chunks import Incomplete, Reassembly
 from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
-from bkeeper.namedlog.records import codec_id, encode_batch
+from bkeeper.namedlog.records import (
+    CHUNK_FORMAT_VERSION,
+    codec_id,
+    decode_chunk,
+    encode_batch,
+    encode_chunks,
+)
 from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.plan import EntrySpan, LogView
 
@@ -133,7 +142,6 @@ class Runtime:
         handle = self.call(self._open(span, fail_on_data_loss))
         if handle is None:
             return
-        reader = SyncReadHandle(self._loop, handle, CALL_TIMEOUT_S)
         pending: list[Entry] = []
         records = 0
 
@@ -145,18 +153,66 @@ class Runtime:
             for low in range(0, batch.num_rows, rows_per_batch):
                 yield batch.slice(low, rows_per_batch)
 
-        with contextlib.closing(
-            reader.read_batches(span.first, span.last, unconfirmed=True)
-        ) as chunks:
-            for chunk in chunks:
-                for entry in chunk:
-                    pending.append(entry)
-                    records += entry_records(entry.payload)
-                    if records >= rows_per_batch:
-                        yield from batches_of(pending)
-                        pending, records = [], 0
+        for entry in self._span_entries(handle, span):
+            pending.append(entry)
+            records += entry_records(entry.payload)
+            if records >= rows_per_batch:
+                yield from batches_of(pending)
+                pending, records = [], 0
         if pending:
             yield from batches_of(pending)
+
+    def _span_entries(self, handle: ReadHandle, span: EntrySpan) -> Iterator[Entry]:
+        """The entries of ``span`` to decode, a chunked record (:mod:`bkeeper.namedlog.chunks`)
+        as one entry at its last chunk, holding its whole envelope. A chunked record is read
+        by the span holding its last chunk, reading its earlier chunks across the span's
+        start if need be, and by no other: the chunks of one that ends past the span are
+        passed over (the next span reads it). One that its writer cut short (the ledger is
+        sealed and ends before its last chunk) is skipped with a warning."""
+        reader = SyncReadHandle(self._loop, handle, CALL_TIMEOUT_S)
+        chunks = Reassembly(span.ledger_id, functools.partial(_incomplete, span))
+        later = -1  # entries up to this one are chunks of a record a later span reads
+        with contextlib.closing(
+            reader.read_batches(span.first, span.last, unconfirmed=True)
+        ) as batches:
+            for batch in batches:
+                for entry in batch:
+                    payload, entry_id = entry.payload, entry.entry_id
+                    if entry_id <= later:
+                        continue
+                    if chunks.idle and not (payload and payload[0] == CHUNK_FORMAT_VERSION):
+                        yield entry
+                        continue
+                    if chunks.fresh and entry_id == span.first:
+                        later = self._read_back(handle, span, entry, chunks)
+                        if entry_id <= later:
+                            continue
+                    whole = chunks.feed(entry_id, payload)
+                    if whole is not None and whole.chunks == 1:
+                        yield entry
+                    elif whole is not None:
+                        yield Entry(span.ledger_id, entry_id, entry.lac, entry.length,
+                                    memoryview(whole.data))  # fmt: skip
+        if handle.is_closed and span.last == handle.metadata.last_entry_id:
+            chunks.end(f"ledger {span.ledger_id} ends before its last chunk (its writer stopped)")
+
+    def _read_back(
+        self, handle: ReadHandle, span: EntrySpan, entry: Entry, chunks: Reassembly
+    ) -> int:
+        """``entry``, the span's first, may be a later chunk of a record: when that record
+        ends in this span, feed its earlier chunks (before the span) to ``chunks``; when it
+        ends past the span, return its last chunk's entry id (else -1)."""
+        chunk = decode_chunk(entry.payload, span.ledger_id, entry.entry_id)
+        if chunk is None or chunk.chunk_index == 0:
+            return -1
+        first = entry.entry_id - chunk.chunk_index
+        last = first + chunk.chunk_count - 1
+        if last > span.last:
+            return last
+        for entry_id in range(max(first, 0), entry.entry_id):
+            earlier = self.call(handle.read_entry(entry_id))
+            chunks.feed(entry_id, earlier.payload)
+        return -1
 
     async def _open(self, span: EntrySpan, fail_on_data_loss: bool) -> ReadHandle | None:
         try:
@@ -239,7 +295,9 @@ class TaskLedgers:
     ``batch_max_records`` records or ``batch_max_bytes`` bytes of envelopes per entry,
     compressed with ``compression``; a batch of one record, or a record larger than
     ``batch_max_bytes``, is written as a single-record entry). Each log's open batch is
-    appended when full and at :meth:`seal`."""
+    appended when full and at :meth:`seal`. A record larger than ``config.chunk_bytes`` is
+    written as its chunks (consecutive entries, as the log writer writes them: see
+    :mod:`bkeeper.namedlog.chunks`), after the log's open batch."""
 
     runtime: Runtime
     roll_bytes: int
@@ -267,6 +325,11 @@ class TaskLedgers:
         for name, payload, key, properties in rows:
             data = encode_record(payload, now, key, properties)
             self.records += 1
+            if len(data) > config.chunk_bytes:  # a large record: its chunks, alone
+                chunks = encode_chunks(data, config.chunk_bytes)
+                await self._flush(name)
+                await self._append(name, chunks)
+                continue
             if max_records == 1:
                 await self._append(name, data)
                 continue
@@ -288,11 +351,21 @@ class TaskLedgers:
         elif batch:
             await self._append(name, encode_batch(batch, codec_id(self.config.compression)))
 
-    async def _append(self, name: str, data: bytes) -> None:
+    async def _append(self, name: str, data: bytes | list[bytes]) -> None:
+        """Append ``data`` as the next entry of ``name``'s ledger, or a large record's
+        chunks as the next entries, in one call (a ledger rolls only between records)."""
         handle = self._open.get(name)
         if handle is None or handle.length >= self.roll_bytes:
             handle = await self._next_ledger(name)
-        self._pending.append(await handle.append_async(data))
+        if isinstance(data, list):
+            if len(data) > handle.pending_adds_max:
+                raise ConfigError(
+                    f"a record of {len(data)} chunks of {self.config.chunk_bytes} bytes: more "
+                    f"than the client's pending_adds_max ({handle.pending_adds_max})"
+                )
+            self._pending.append(await handle.append_many_async(data))
+        else:
+            self._pending.append(await handle.append_async(data))
         if len(self._pending) >= WRITE_IN_FLIGHT_MAX:
             await self._drain()
 
@@ -345,3 +418,7 @@ class TaskLedgers:
             ids = [i for ids in self.ledgers.values() for i in ids]
             self.runtime.delete_ledgers(ids)
             self.runtime.unregister(self.job_id, ids)
+
+
+def _incomplete(span: EntrySpan, skipped: Incomplete) -> None:
+    log.warning("log %s: %s", span.log, skipped)
