@@ -158,3 +158,34 @@ def test_the_journal_files_an_open_retires_are_removed_after_it_returns() -> Non
 
 def _open(config: object, fs: FileSystem) -> Storage:
     return Storage.open(config, fs=fs, on_durable=Acks())  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_ends_a_large_entry_log_so_a_crash_leaves_only_a_small_one_to_scan(
+    tmp_path: Path,
+) -> None:
+    """The entry log being written has no ledgers map until it ends; after a crash the open
+    reads it whole (up to ``entry_log_bytes_max``, 1 GiB: seconds)."""
+    config = small_config(
+        str(tmp_path / "bookie"),
+        entry_log_bytes_max=1 << 20,
+        entry_log_checkpoint_roll_bytes=32 * 1024,
+        journal_file_bytes_max=1 << 20,
+        write_cache_bytes_max=1 << 20,
+    )
+    acks = Acks()
+    storage = Storage.open(config, on_durable=acks)
+    _fill(storage, acks, ledger_id=1)  # some 70 KB
+    storage.checkpoint()  # the log is over 32 KiB: ended, with its map
+    storage.add_entry(2, 0, KEY, entry_body(2, 0), token="last")
+    acks.wait_for("last")
+    storage._flusher.flush()  # a new log, with one entry and no map
+    storage.abort()
+
+    storage = Storage.open(config, on_durable=Acks())
+    try:
+        report = storage.open_report
+        assert report is not None and report.entry_logs == 2
+        assert report.entry_logs_scanned == 1 and report.entry_log_bytes_scanned < 1024
+        assert storage.list_entries(1) == list(range(ENTRIES))
+    finally:
+        storage.close()

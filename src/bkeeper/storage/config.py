@@ -48,7 +48,10 @@ class StorageConfig:
     The bookie checkpoints every ``BookieConfig.checkpoint_interval_ms``, and also as soon as
     ``checkpoint_journal_bytes`` (0: never by size) have been journaled since the last
     checkpoint: what a restart after a crash replays stays under that much whatever the
-    write rate.
+    write rate. A checkpoint also ends the entry log being written once it holds
+    ``entry_log_checkpoint_roll_bytes`` (0: never; logs still roll at
+    ``entry_log_bytes_max``), writing its ledgers map: the log a crash leaves without a map,
+    which the next open reads whole, stays small too.
 
     The write cache (entries not yet in an entry log) holds at most ``write_cache_bytes_max``;
     a background flush starts when ``write_cache_flush_bytes`` (at most half the cache; None:
@@ -99,6 +102,7 @@ class StorageConfig:
     journal_remove_pause_ms: int = 20
     journal_checkpoint_roll_bytes: int = 64 * MIB
     checkpoint_journal_bytes: int = 128 * MIB
+    entry_log_checkpoint_roll_bytes: int = 128 * MIB
     write_cache_bytes_max: int = 64 * MIB
     write_cache_flush_bytes: int | None = None
     read_cache_bytes_max: int = 32 * MIB
@@ -159,6 +163,7 @@ class StorageConfig:
             "disk_high_priority_free_bytes_min",
             "compaction_rate_bytes_per_s",
             "checkpoint_journal_bytes",
+            "entry_log_checkpoint_roll_bytes",
         )
         self._check_compaction_thresholds()
         share = self.compaction_time_share

@@ -252,6 +252,7 @@ class Flusher:
             with engine.lock:
                 marks = self._journal_marks()
             self._flush_locked()
+            self._roll_large_log()
             with engine.lock:
                 pending = engine.take_pending_locked()
                 states = list(engine.ledgers.values())
@@ -279,6 +280,15 @@ class Flusher:
         else:
             self._remove_gently(old_files)
         return marks
+
+    def _roll_large_log(self) -> None:
+        """End the log being written once it holds ``entry_log_checkpoint_roll_bytes`` (its
+        ledgers map written): a crash leaves only the log written since without a map, and
+        the next open reads that one whole (a log of 1 GiB took seconds)."""
+        limit = self._config.entry_log_checkpoint_roll_bytes
+        path = self._writer.current_path
+        if limit > 0 and path is not None and self._fs.size(path) >= limit:
+            self._writer.close()
 
     def _index_wants_snapshot(self, states: list[StoredLedger]) -> bool:
         size = self._index_bytes
