@@ -9,6 +9,7 @@ The workloads live in ``bkeeper.testing.benchmarks`` (and the Spark read in
 - ``fuzz``: ``fuzz``;
 - ``gc``: ``gc`` (space given back after deletions);
 - ``recovery``: ``recovery`` (auto-recovery rebuilding a killed bookie's replicas);
+- ``restart``: ``restart`` (a bookie full of data ready again after SIGTERM and kill -9);
 - ``kv``: ``kv`` (the replicated key-value store);
 - ``tail``: ``tail`` (how soon a ledger's tailing reader sees an append).
 """
@@ -23,6 +24,7 @@ from bkeeper.cli.bench.fuzz import fuzz_bench
 from bkeeper.cli.bench.gc import gc_bench
 from bkeeper.cli.bench.kv import kv_bench
 from bkeeper.cli.bench.recovery import recovery_bench
+from bkeeper.cli.bench.restart import restart_bench
 from bkeeper.cli.bench.spark import cpu_split_bench, spark_bench
 from bkeeper.cli.bench.tail import tail_bench
 
@@ -48,6 +50,7 @@ for _command in (
     cpu_split_bench,
     gc_bench,
     recovery_bench,
+    restart_bench,
     kv_bench,
     tail_bench,
 ):
