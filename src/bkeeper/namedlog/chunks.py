@@ -97,11 +97,9 @@ class Reassembly:
         self._record: _InProgress | None = None
         #: No entry fed yet.
         self.fresh = True
-
-    @property
-    def idle(self) -> bool:
-        """No record in progress: a plain entry goes through untouched."""
-        return self._record is None
+        #: No record in progress: a plain entry goes through untouched (an attribute, not a
+        #: property: readers check it once per entry).
+        self.idle = True
 
     def first_chunk(self, entry_id: int, data: bytes | bytearray | memoryview) -> int | None:
         """For a reader about to start at entry ``entry_id``: the entry id of the first
@@ -131,6 +129,7 @@ class Reassembly:
         if record is None:
             record = self._record = _InProgress(entry_id, chunk.chunk_index, chunk.chunk_count,
                                                 chunk.record_bytes)  # fmt: skip
+            self.idle = False
             if chunk.chunk_index:
                 record.problem = "its first chunks were not read (the read started after them)"
         record.next_index += 1
@@ -144,7 +143,7 @@ class Reassembly:
                 record.pieces.append(chunk.piece)
         if chunk.chunk_index < chunk.chunk_count - 1:
             return None
-        self._record = None
+        self._record, self.idle = None, True
         if record.problem is None and record.size != record.total:
             record.problem = f"its pieces add up to {record.size} bytes, not {record.total}"
         if record.problem is not None:
@@ -159,7 +158,7 @@ class Reassembly:
             self._skip(self._record, why)
 
     def _skip(self, record: _InProgress, reason: str) -> None:
-        self._record = None
+        self._record, self.idle = None, True
         seen = record.next_entry - record.first
         self._on_skip(Incomplete(self.ledger_id, record.first, record.next_entry - 1, seen,
                                  record.count, reason))  # fmt: skip

@@ -331,7 +331,7 @@ class LogReader:
             batch: list[Record] = []
             for e in entries:
                 payload = e.payload
-                if chunks.idle and not (payload and payload[0] == CHUNK_FORMAT_VERSION):
+                if (not payload or payload[0] != CHUNK_FORMAT_VERSION) and chunks.idle:
                     batch += decode_entry(payload, ledger_id, e.entry_id)
                     continue
                 if chunks.fresh and e.entry_id == first:  # a start inside a chunked record

@@ -180,7 +180,7 @@ class Runtime:
                     payload, entry_id = entry.payload, entry.entry_id
                     if entry_id <= later:
                         continue
-                    if chunks.idle and not (payload and payload[0] == CHUNK_FORMAT_VERSION):
+                    if (not payload or payload[0] != CHUNK_FORMAT_VERSION) and chunks.idle:
                         yield entry
                         continue
                     if chunks.fresh and entry_id == span.first:
@@ -246,6 +246,18 @@ class Runtime:
                 raise LogNotFoundError(f"no log named {name!r}, and {why}") from None
 
         self.call(run())
+
+    def log_exists(self, name: str) -> bool:
+        """Whether the log ``name`` exists now."""
+
+        async def run() -> bool:
+            try:
+                await self.logs.log(name).metadata()
+            except LogNotFoundError:
+                return False
+            return True
+
+        return self.call(run())
 
     def pending(self, job_id: str) -> PendingLedgers:
         return PendingLedgers(self.bk.cluster.store, self.logs.store, job_id)
