@@ -277,3 +277,21 @@ async def test_a_start_by_time_finds_a_large_record_and_an_operator_ack_covers_i
         assert record.payload == b"early"  # the large record is not delivered: acknowledged
         assert (await again.receive(5.0)).payload == b"late"
         await again.close()
+
+
+async def test_an_ack_of_a_delivered_large_record_reads_none_of_its_chunks_again():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), PLAIN)
+        named = await logs.create("log")
+        writer = await named.open_writer()
+        await writer.append(big(6, 8 * CHUNK))
+        await writer.close()
+        consumer = await named.subscribe("sub", ack_flush_ms=60_000)
+        record = await consumer.receive(5.0)
+        assert record.chunks == 9
+        consumer.ack_individual(record.position)
+        before = sum(b.requests for b in cluster.bookies)
+        await consumer.flush()  # the record counts of its entries are known: no entry read
+        assert sum(b.requests for b in cluster.bookies) == before
+        assert consumer.state.mark == record.position
+        await consumer.close()

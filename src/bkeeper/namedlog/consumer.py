@@ -194,8 +194,10 @@ class Consumer:
         ledger, entry, _ = record.position
         counts = self._counts
         if (ledger, entry) not in counts:
+            for chunk in range(entry - record.chunks + 1, entry):  # a chunk holds no batch
+                counts[(ledger, chunk)] = 1
             counts[(ledger, entry)] = record.entry_records
-            if len(counts) > ENTRY_COUNTS_MAX:
+            while len(counts) > ENTRY_COUNTS_MAX:
                 del counts[next(iter(counts))]
         if record.chunks > 1:
             chunked = self._chunked
