@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from bkeeper.meta.cluster import ClusterMetadata
-from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
+from bkeeper.meta.underreplication import (
+    BlockedReason,
+    UnderReplicationManager,
+    auditor_election,
+)
 from tests.e2e.helpers import bkeeper
 from tests.interop.javabk import JavaBookKeeper, ShellRun
 
@@ -95,6 +99,8 @@ async def test_listunderreplicated_agrees_with_ours(
         for replicas in rounds:
             await urm.mark_underreplicated(ledger_id, replicas)
     assert await urm.try_lock(LOCKED, WORKER)
+    # Our reason beside a mark (underreplication/blocked/): Java's listing is not changed by it.
+    await urm.set_blocked(1, BlockedReason("no_candidate", "no candidate bookie", 1, WORKER))
     ours = await _ours(urm)
     assert {ledger: entry.replicas for ledger, entry in ours.items()} == {
         1: [A], 5: [B, C], 70_000: [A], 4_294_967_297: [C, A], (1 << 62) + 3: [B],
