@@ -320,6 +320,7 @@ class KvServer:
                 "member": self._config.member_id,
                 "url": self.url,
                 "role": rsm.role,
+                "failure": None if rsm.failure is None else str(rsm.failure),
                 "leading": rsm.leading,
                 "leader": await self._leader_url(),
                 "applied": None if rsm.applied is None else str(rsm.applied),

@@ -17,6 +17,11 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
   that is not in the log. A follower that applies nothing for ``follow_stall_s`` while the
   log's confirmed end lies past what it applied logs where its reader waits and reads on
   with a new one (:attr:`ReplicatedStateMachine.reader_restarts`).
+- The log deleted under a running member (it was there, or made, when the member started):
+  the member stops. ``run`` raises :class:`~bkeeper.common.errors.LogDeletedError` naming
+  the log, after one error line; :attr:`ReplicatedStateMachine.role` is ``"failed"`` and
+  :attr:`ReplicatedStateMachine.failure` holds the error. It does not try again: its state
+  came from a log that is gone.
 - :meth:`ReplicatedStateMachine.read_barrier` makes reads linearizable: it appends a no-op
   record (a "barrier") and returns once it is applied; its acknowledgement proves the writer
   was not fenced after the read arrived, so the state then holds every write completed
@@ -58,8 +63,10 @@ from typing import Any
 
 from bkeeper.common.errors import (
     BKeeperError,
+    LogDeletedError,
     LogExistsError,
     LogFencedError,
+    LogNotFoundError,
     NotLeaderError,
     StateMachineError,
     WriterTermError,
@@ -164,6 +171,8 @@ class ReplicatedStateMachine(Snapshotting):
         self._reader_behind = False
         #: Readers replaced because they returned nothing while the log held more.
         self.reader_restarts = 0
+        #: Why the member stopped for good (its log was deleted), or None.
+        self.failure: LogDeletedError | None = None
 
     @property
     def leading(self) -> bool:
@@ -205,6 +214,8 @@ class ReplicatedStateMachine(Snapshotting):
                     if self._before_open_writer is not None:
                         await self._before_open_writer()
                     fenced = await self._lead(named, election, stop, term)
+                except LogNotFoundError as exc:  # it was there at the start: deleted
+                    raise self._log_deleted(exc) from exc
                 except BKeeperError as exc:  # the store or bookies failed: try again shortly
                     log.warning("%s: %s", config.log_name, exc)
                     await asyncio.sleep(config.retry_pause_s)
@@ -229,6 +240,17 @@ class ReplicatedStateMachine(Snapshotting):
             await election.aclose()
             if self._reader is not None:
                 await self._reader.close()
+
+    def _log_deleted(self, cause: LogNotFoundError) -> LogDeletedError:
+        """The member's log was deleted: the member fails for good (module docstring)."""
+        name = self._config.log_name
+        error = LogDeletedError(
+            f"{name}: the member's log {name!r} was deleted: it stops ({cause})"
+        )
+        self.failure = error
+        self.role = "failed"
+        log.error("%s", error)
+        return error
 
     async def _begin(self, stop: asyncio.Event) -> tuple[NamedLog, LeaderElection] | None:
         """The log, the snapshot restored, the reader and a candidacy: tried again while the
@@ -399,6 +421,8 @@ class ReplicatedStateMachine(Snapshotting):
             self.refused += 1
             log.warning("not taking over the log: %s", exc)
             return True
+        except LogNotFoundError:
+            raise  # deleted: the member stops
         except BKeeperError as exc:
             log.warning("could not take over the log: %s", exc)
             await asyncio.sleep(config.retry_pause_s)

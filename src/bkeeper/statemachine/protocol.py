@@ -32,7 +32,7 @@ __all__ = [
     "encode_batch",
 ]
 
-Role = Literal["following", "catchup", "leading"]
+Role = Literal["following", "catchup", "leading", "failed"]
 #: The properties of a framework record (a read barrier), never applied.
 NOOP_PROPERTIES = {"bkeeper.rsm": b"noop"}
 #: The properties of a record carrying several commands (see :func:`encode_batch`).
