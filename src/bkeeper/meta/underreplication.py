@@ -31,7 +31,6 @@ ledger marked again meanwhile stays queued; empty hex directories are pruned.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -54,6 +53,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.ids import LedgerId
 from bkeeper.common.validate import check_positive_ints
+from bkeeper.meta.blocked_reason import BLOCKED, BlockedReason, ur_blocked_path
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_lock_path
 from bkeeper.meta.store import ANY_VERSION, NodeStore, WatchKind, join_path, parent_path
@@ -69,10 +69,6 @@ UR_LAYOUT_VERSION = 1
 _HEX_LEVELS = 4
 
 LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
-#: The directory of the reasons why queued ledgers are not being repaired (ours).
-BLOCKED = "blocked"
-#: Characters of a reason's detail kept (a reason is one line for a table, not a report).
-_DETAIL_CHARS_MAX = 400
 
 #: Java's Integer.MAX_VALUE: the delay node holds a Java int.
 _DELAY_S_MAX = (1 << 31) - 1
@@ -106,49 +102,6 @@ class UnderreplicatedLedger:
     missing_replicas: tuple[str, ...]
     ctime_ms: int | None
     version: int
-
-
-@dataclass(frozen=True)
-class BlockedReason:
-    """Why a queued ledger is not being repaired: ``kind`` (a short word for metrics and
-    filters, such as ``no_candidate``), ``detail`` (one line for a person), since when
-    (``since_ms``, wall clock) and which worker found it."""
-
-    kind: str
-    detail: str
-    since_ms: int
-    worker: str
-
-    def __post_init__(self) -> None:
-        if not self.kind or not self.kind.replace("_", "").isalnum():
-            raise ProtocolError(f"blocked reason: kind must be a word, got {self.kind!r:.40}")
-        # One line, bounded: what is stored is what is compared (``same_as``) after a read.
-        object.__setattr__(self, "detail", " ".join(self.detail.split())[:_DETAIL_CHARS_MAX])
-
-    def encode(self) -> bytes:
-        body = {"kind": self.kind, "detail": self.detail, "since_ms": self.since_ms,
-                "worker": self.worker}  # fmt: skip
-        return json.dumps(body, sort_keys=True).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> BlockedReason:
-        try:
-            body = json.loads(data.decode())
-            reason = cls(
-                str(body["kind"]), str(body["detail"]), int(body["since_ms"]), str(body["worker"])
-            )
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
-            raise ProtocolError(f"blocked reason is unreadable: {exc!r:.80}") from exc
-        return reason
-
-    def same_as(self, other: BlockedReason | None) -> bool:
-        """The same state (kind and detail): who found it and when do not count."""
-        return other is not None and (self.kind, self.detail) == (other.kind, other.detail)
-
-
-def ur_blocked_path(root: str, ledger_id: int) -> str:
-    """The node holding why ``ledger_id`` is not being repaired (ours, module doc)."""
-    return join_path(root, UNDERREPLICATION, BLOCKED, f"urL{ledger_id:010d}")
 
 
 def auditor_election(store: NodeStore, root: str, bookie_id: str) -> LeaderElection:
