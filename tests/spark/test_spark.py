@@ -382,6 +382,55 @@ def test_a_failed_write_leaves_nothing_behind(spark, spark_cluster):
     assert after == before, f"ledgers left: {after - before}, gone: {before - after}"
 
 
+def test_a_write_whose_log_is_deleted_meanwhile_fails_naming_it(spark, spark_cluster):
+    """The log is deleted by the write's own task before it writes (after the driver found
+    the log): the commit fails with the delete as the first line, appends nothing, and the
+    write's ledgers are deleted (issue 36; before, "no log named ...")."""
+    uri = spark_cluster.uri
+    positions = append(uri, "deleted-meanwhile", [b"before"])
+    before = list_ledgers(uri)
+
+    def delete_the_log_first(payload: bytes, done: list[bool] = []) -> bytes:  # noqa: B006
+        if not done:  # the task's first row
+            import asyncio
+
+            from bkeeper.client import BookKeeper
+            from bkeeper.namedlog import NamedLogs
+
+            async def delete() -> None:
+                async with BookKeeper(uri) as bk:
+                    await NamedLogs(bk).delete("deleted-meanwhile")
+
+            asyncio.run(delete())
+            done.append(True)
+        return payload
+
+    from pyspark.sql.functions import col, udf
+
+    rows = spark.createDataFrame([(b"r%d" % i,) for i in range(100)], "payload binary")
+    deleting = udf(delete_the_log_first, "binary", useArrow=False)
+    df = rows.coalesce(1).select(deleting(col("payload")).alias("payload"))
+    with pytest.raises(Exception) as caught:
+        df.write.format("bkeeper").option("metadata", uri).option("log", "deleted-meanwhile").mode(
+            "append"
+        ).save()
+    assert (
+        str(caught.value)
+        .splitlines()[0]
+        .endswith(
+            "LogDeletedError: log 'deleted-meanwhile' was deleted while this write ran: none of "
+            "the write's records were appended to it (Spark's abort deletes the ledgers they "
+            "were written to)"
+        )
+    ), str(caught.value)[:2000]
+    expected = before - {position.ledger_id for position in positions}
+    deadline = time.monotonic() + 10
+    while list_ledgers(uri) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = list_ledgers(uri)
+    assert after == expected, f"ledgers left: {after - expected}, gone: {expected - after}"
+
+
 def test_stream_fails_on_data_loss_unless_told_not_to(spark, spark_cluster, tmp_path):
     """A new stream told to start before a truncation: it fails naming the gap, or with
     failOnDataLoss=false skips it. (A stream restarted from a checkpoint that a truncation

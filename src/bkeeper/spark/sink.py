@@ -14,6 +14,12 @@ appended: ``abort`` deletes every pending ledger of the job that no log holds (i
 those of tasks whose commit message Spark dropped), a failed task deletes its own, and a
 commit also deletes what an earlier, killed run of the same streaming query left.
 
+A log deleted while the write runs (it existed, or was created, when the write started):
+the commit fails with :class:`~bkeeper.common.errors.LogDeletedError` naming it, before it
+appends to any log, and Spark's abort deletes the write's ledgers. A log named by the ``log``
+column is created again at the commit unless ``createLog=false`` (a new name and a deleted
+one look alike there).
+
 Order: the rows of one task stay in order; tasks follow each other in the order their first
 ledgers were made (Spark does not order rows across tasks).
 """
@@ -32,7 +38,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from bkeeper.common.errors import ConfigError
+from bkeeper.common.errors import ConfigError, LogDeletedError, LogNotFoundError
+from bkeeper.spark.errors import plainly
 from bkeeper.spark.options import SinkOptions, sink_options
 from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
 
@@ -164,14 +171,27 @@ def _commit(
     for name in sorted(by_log):  # every log first: a missing one fails before any changes
         if name != options.log:
             rt.ensure_log(name, options.create_log is not False)
+        elif not rt.log_exists(name):  # it was there when the write started
+            raise _deleted(name)
     for name, ids in sorted(by_log.items()):
         ids.sort()  # ledger ids grow in the order ledgers were made; a log's must grow
-        if not rt.append_ledgers(name, ids, writer_id, batch_id):
+        try:
+            appended = rt.append_ledgers(name, ids, writer_id, batch_id)
+        except LogNotFoundError as exc:
+            raise _deleted(name) from exc
+        if not appended:
             rt.delete_ledgers(ids)  # a replayed batch: the log holds it already
         rt.unregister(job_id, ids)
     # Batches commit one after another, so anything still registered now was left by an
     # earlier batch of this job that died before its commit or abort.
     rt.clean(job_id)
+
+
+def _deleted(name: str) -> LogDeletedError:
+    return LogDeletedError(
+        f"log {name!r} was deleted while this write ran: none of the write's records were "
+        "appended to it (Spark's abort deletes the ledgers they were written to)"
+    )
 
 
 def _ours(messages: Sequence[WriterCommitMessage | None]) -> list[LedgersMessage]:
@@ -195,6 +215,7 @@ class BatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
         return _write_task(self.options, self.job_id, iterator, one_off=True)
 
+    @plainly  # on the driver, in a worker Spark does not reuse after a failure
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.options, messages, self.job_id, None)
 
@@ -210,6 +231,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
         return _write_task(self.options, self.writer_id, iterator, one_off=False)
 
+    @plainly  # on the driver, in a worker Spark does not reuse after a failure
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _commit(self.options, messages, self.writer_id, batchId)
 
