@@ -8,8 +8,9 @@ without its traceback when ``SPARK_HIDE_TRACEBACK`` is set in the worker's envir
 the moment it reports the error. :func:`plainly` sets it for bkeeper's own errors (each of
 which is one line that says what is wrong) raised by methods that run on the driver's
 planner worker, or in the worker of a write's commit, neither of which Spark reuses after a
-failure, so no later error of anyone else loses its traceback. ``bkeeper -v``-style detail stays available: the exception is
-re-raised unchanged, and other exceptions (bugs) keep their tracebacks.
+failure, so no later error of anyone else loses its traceback. ``bkeeper -v``-style detail
+stays available: the exception is re-raised unchanged, and other exceptions (bugs) keep their
+tracebacks.
 """
 
 from __future__ import annotations
