@@ -162,3 +162,40 @@ def test_a_20_mib_record_goes_through_the_sink_and_reads_once_whatever_the_split
     inside = json.dumps({"large": {"ledger": ledger, "entry": 3}})
     rows = source(spark, uri, log="large", startingPosition=inside).collect()
     assert sorted(r.entry for r in rows) == [6, 7, 10]
+
+
+def test_a_stream_whose_triggers_cut_large_records_gives_each_once(spark, spark_cluster, tmp_path):
+    """maxEntriesPerTrigger=2 ends triggers inside 3-chunk records: each record comes once, in
+    the trigger holding its last chunk, and the offsets stay exact entry positions."""
+    from tests.e2e.test_large_records import payload_of
+
+    uri = spark_cluster.uri
+    big = [payload_of("one", 9 * 1024 * 1024), payload_of("two", 9 * 1024 * 1024)]
+    payloads = [b"s0", big[0], b"s2", big[1], b"s4"]
+    write(_frame(spark, payloads), uri, log="large-src")
+    (ledger,) = log_ledgers(uri, "large-src")
+    query = (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", "large-src")
+        .option("startingPosition", "earliest")
+        .option("maxEntriesPerTrigger", 2)
+        .load()
+        .writeStream.format("memory")
+        .queryName("large_copy")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    rows = spark.table("large_copy").orderBy("entry").collect()
+    # entries: s0, chunks 1-3, s2, chunks 5-7, s4
+    assert [r.payload for r in rows] == payloads
+    assert [(r.ledger, r.entry) for r in rows] == [(ledger, e) for e in (0, 3, 4, 7, 8)]
+    batches = [p for p in query.recentProgress if p["sources"][0]["endOffset"]]
+    ends = [json.loads(p["sources"][0]["endOffset"])["large-src"]["entry"] for p in batches]
+    assert ends[-1] == 9 and all(b - a <= 2 for a, b in zip([0, *ends], ends, strict=False))
+    assert sum(p["numInputRows"] for p in batches) == 5
