@@ -564,7 +564,9 @@ async def test_open_ledger_without_a_candidate_is_not_fenced_and_says_why() -> N
     open ledger was fenced although no bookie could take the lost one's place, and its
     writer (the KV leader) stopped. Now it is left open with the reason recorded; when a
     fourth bookie registers it is tried again at once (no retry delay passes on the clock),
-    fenced, repaired, and the reason is gone."""
+    but its writer is given the grace period again to replace the lost bookie itself (it
+    may be writing on without it): fenced only once that is over, then repaired, and the
+    reason is gone."""
     async with MemoryCluster(4) as cluster:
         spare = cluster.bookies[3]
         await cluster.stop_bookie(spare)
@@ -595,6 +597,9 @@ async def test_open_ledger_without_a_candidate_is_not_fenced_and_says_why() -> N
             for bookie in cluster.bookies[:2]:
                 assert bookie.storage is not None and not bookie.storage.is_fenced(lid)
             await cluster.start_bookie(spare)
+            await wait_for_status(worker, lambda s: s.blocked == ((lid, "awaiting_writer"),))
+            assert (await bk.ledger_metadata(lid)).state is LedgerState.OPEN  # grace again
+            clock.advance(CONFIG.open_ledger_grace_period_ms / 1000.0 + 1.0)
             await wait_for(worker, lambda s: s.replicated == 1 and not s.blocked)
         assert await urm.get(lid) is None and await urm.blocked(lid) is None
         await assert_replicated(cluster, bk, lid, 20, {lost})

@@ -23,7 +23,11 @@ logs it, only when the reason changed (the recorded one is read to compare: one 
 per failed attempt): once per change of state per ledger, not per retry.
 Removing the mark removes the reason. When the registry watch sees a writable bookie join,
 the ledgers this worker found with no candidate are tried again at once (at the lanes' next
-look, ``idle_poll_interval_ms``) instead of after ``failed_ledger_retry_delay_ms``.
+look, ``idle_poll_interval_ms``) instead of after ``failed_ledger_retry_delay_ms``. For an open
+ledger among them, the grace period before fencing starts again then: its writer, which went
+on without the lost bookie for want of a replacement (docs/client.md, degraded writes), is
+given the time to replace it itself; fencing it at once would stop a writer that is about to
+heal on its own.
 """
 
 from __future__ import annotations
@@ -115,6 +119,9 @@ class ReplicationWorker:
         #: ledger -> why this worker's last attempt left it queued (at most
         #: DEFERRED_LEDGERS_MAX; the oldest forgotten: only not woken when a bookie joins)
         self._blocked: dict[int, BlockKind] = {}
+        #: ledger -> wall ms when a bookie joined while it had no candidate: an open
+        #: ledger's grace period counts from then (module doc; at most DEFERRED_LEDGERS_MAX)
+        self._candidate_since_ms: dict[int, int] = {}
         #: Ledgers whose lock may be held by this worker's session though no lane works on
         #: them: a lock or a release that failed as the connection to ZooKeeper was lost
         #: (the session, and with it the lock, may outlive the outage). Scans do not skip
@@ -178,8 +185,13 @@ class ReplicationWorker:
         """A writable bookie joined: the ledgers that had no candidate are tried again at
         the lanes' next look, not after ``failed_ledger_retry_delay_ms``."""
         woken = [x for x, kind in self._blocked.items() if kind is BlockKind.NO_CANDIDATE]
+        now_ms = self._clock.wall_ms()
         for ledger_id in woken:
             self._deferred.pop(ledger_id, None)
+            self._candidate_since_ms.pop(ledger_id, None)
+            while len(self._candidate_since_ms) >= DEFERRED_LEDGERS_MAX:
+                del self._candidate_since_ms[next(iter(self._candidate_since_ms))]
+            self._candidate_since_ms[ledger_id] = now_ms
         if woken:
             log.info("a bookie joined: %d ledgers without a candidate tried again", len(woken))
             self._idle_until = 0.0
@@ -285,6 +297,7 @@ class ReplicationWorker:
         marked_ms = entry.ctime_ms
         if marked_ms is None:  # a mark without its time: the grace counts from first sight
             marked_ms = self._first_seen_ms(ledger_id)
+        marked_ms = max(marked_ms, self._candidate_since_ms.get(ledger_id, 0))
         grace_ms = self._config.open_ledger_grace_period_ms
         grace_left_ms = marked_ms + grace_ms - self._clock.wall_ms()
         lost = entry.missing_replicas or None
@@ -319,6 +332,7 @@ class ReplicationWorker:
                 c.replicated += 1
                 c.first_seen_ms.pop(ledger_id, None)
                 self._blocked.pop(ledger_id, None)
+                self._candidate_since_ms.pop(ledger_id, None)
                 return
         except BKeeperError as exc:
             outcome = ReplicationOutcome(ledger_id, {}, 0, 0, False, f"removing the mark: {exc}")
