@@ -51,6 +51,7 @@ SLOW_FILES_FIRST = (
     "e2e/test_verify.py",
     "spark/test_spark_kill.py",
     "e2e/test_verify_kv.py",
+    "e2e/test_one_bookie_lost.py",
     "e2e/test_autorecovery_cli.py",
     "e2e/test_shell_ops.py",
     "e2e/test_bench.py",
