@@ -132,3 +132,23 @@ async def test_a_raw_ledger_deleted_under_its_writer_fails_its_appends() -> None
             await handle.append(b"after")
         with pytest.raises(LedgerDeletedError):
             await handle.close()
+
+
+async def test_a_log_writer_whose_ledger_is_deleted_by_hand_fails() -> None:
+    """The log stays, its writer's ledger is deleted under it (``bkeeper ledger delete``
+    without a fence): the writer fails, saying so, instead of writing into a ledger that
+    is gone."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST))
+        writer = await (await logs.create("kept")).open_writer()
+        await writer.append(b"before")
+        faults = [cluster.fault(i, AddRequest, delay_s=3.0) for i in range(3)]
+        pending = await writer.append_async(b"in flight at the delete")
+        await _sent(faults)
+        await (await cluster.client(FAST)).delete_ledger(writer.ledger_id, fence=False)
+        async with asyncio.timeout(LEARN_S):
+            with pytest.raises(LogFencedError, match="was taken from it") as caught:
+                await pending
+        assert f"ledger {writer.ledger_id} was deleted" in str(caught.value)
+        with pytest.raises(LogFencedError):
+            await writer.append(b"after")
