@@ -400,6 +400,7 @@ def test_several_dirs_lastmark_has_a_mark_per_journal(multi: Multi) -> None:
             "index_file": str(first_ledgers / index_file_name(root.index_generation)),
             "ledger_dirs": list(map(str, multi.ledger_dirs)),
             "limbo": False,
+            "clean_stop": root.clean,
         },
     }
     table = run("lastmark", "--data-dir", str(multi.data_dir))

@@ -160,6 +160,8 @@ def _mark_table(mark: Mark, title: str) -> Table:
     )
     table.add_row("ledger dirs", ", ".join(mark.ledger_dirs))
     table.add_row("limbo (whole storage)", "yes" if mark.limbo else "no")
+    stop = "clean (nothing to replay)" if mark.clean_stop else "not clean, or still running"
+    table.add_row("last stop", stop)
     return table
 
 

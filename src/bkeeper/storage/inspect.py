@@ -204,7 +204,8 @@ class Mark:
     """The checkpoint of a bookie, where it names its files: replay of each journal starts
     at its mark (``journals``, in the checkpoint's order); the index is the first
     ``index_bytes`` of generation ``index_generation``; ``ledger_dirs``: the ledger
-    directories it names; ``limbo``: the whole engine is in limbo."""
+    directories it names; ``limbo``: the whole engine is in limbo; ``clean_stop``: it was
+    written by a clean stop (the bookie is stopped, with nothing to replay)."""
 
     path: str
     journals: tuple[JournalMarkView, ...]
@@ -213,6 +214,7 @@ class Mark:
     index_path: str
     ledger_dirs: tuple[str, ...]
     limbo: bool
+    clean_stop: bool = False
 
     @property
     def journal_file_id(self) -> int:
@@ -239,6 +241,7 @@ class Mark:
             "index_file": self.index_path,
             "ledger_dirs": list(self.ledger_dirs),
             "limbo": self.limbo,
+            "clean_stop": self.clean_stop,
         }
 
 
@@ -266,6 +269,7 @@ def mark_of(layout: StorageLayout, root: CheckpointRecord) -> Mark:
         layout.index(root.index_generation),
         tuple(layout.path_of(key) for key in root.ledger_dirs),
         root.limbo,
+        root.clean,
     )
 
 
