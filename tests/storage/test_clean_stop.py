@@ -189,3 +189,43 @@ def test_a_checkpoint_ends_a_large_entry_log_so_a_crash_leaves_only_a_small_one_
         assert storage.list_entries(1) == list(range(ENTRIES))
     finally:
         storage.close()
+
+
+def test_records_after_a_clean_stops_checkpoint_are_replayed_and_not_called_clean(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run whose first checkpoint failed (a full disk) leaves the last clean stop's
+    checkpoint in place while it journals; after its crash those records are replayed, and
+    the open does not say the last stop was clean."""
+    config = small_config(
+        str(tmp_path / "bookie"), entry_log_bytes_max=1 << 20, write_cache_bytes_max=1 << 20
+    )
+    checkpoint = Path(StorageLayout.of(config).checkpoint)
+    acks = Acks()
+    storage = Storage.open(config, on_durable=acks)
+    _fill(storage, acks, ledger_id=1)
+    storage.close()
+    clean_root = checkpoint.read_bytes()
+    journal_dir = Path(StorageLayout.of(config).journal_dirs[0])
+    kept = {path.name: path.read_bytes() for path in journal_dir.iterdir()}
+
+    acks = Acks()
+    storage = Storage.open(config, on_durable=acks)
+    _fill(storage, acks, ledger_id=2)
+    storage.abort()
+    checkpoint.write_bytes(clean_root)  # as if this run's checkpoints had all failed,
+    for name, data in kept.items():  # so none retired the last run's journal files either
+        if not (journal_dir / name).exists():
+            (journal_dir / name).write_bytes(data)
+
+    with caplog.at_level(logging.INFO, logger="bkeeper.storage"):
+        storage = Storage.open(config, on_durable=Acks())
+    try:
+        report = storage.open_report
+        assert report is not None and not report.clean_stop
+        assert report.journal_records >= ENTRIES
+        assert "the last stop was clean" not in caplog.text
+        assert storage.list_entries(2) == list(range(ENTRIES))
+        assert storage.list_entries(1) == list(range(ENTRIES))
+    finally:
+        storage.close()

@@ -156,9 +156,6 @@ def _recover(
     def known(ledger_id: int) -> bool:
         return ledger_id in engine.ledgers
 
-    clean = root is not None and root.clean
-    if clean:
-        log.info("the last stop was clean: no journal to replay")
     started = clock.monotonic()
     progress = ReplayProgress(clock.monotonic)
     skip_corrupt = config.journal_skip_corrupt_records
@@ -170,6 +167,11 @@ def _recover(
             megabytes(replay.bytes),
             clock.monotonic() - started,
         )
+    # A clean stop's checkpoint with records after it: a run that could not checkpoint (a
+    # full disk) journaled them, then stopped without a clean stop. Not clean then.
+    clean = root is not None and root.clean and not replay.records
+    if clean:
+        log.info("the last stop was clean: no journal to replay")
     _enter_limbo(engine, replay)
     compacted_sources = finish_interrupted(fs, dirs, engine, registry)
     next_file_id = next_journal_file_id(fs, layout, root, starts)
