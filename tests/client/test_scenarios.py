@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -150,8 +151,9 @@ async def test_ensemble_change_keeps_acknowledged_entries():  # (d), §3 row 6
 
 
 async def test_not_enough_bookies_fails_adds():
+    """With degraded writes off (see test_degraded_scenarios.py for them on)."""
     async with MemoryCluster(3) as cluster:
-        bk = await cluster.client(FAST)
+        bk = await cluster.client(dataclasses.replace(FAST, degraded_writes=False))
         wh = await bk.create_ledger(3, 3, 2, password=b"pw")
         await wh.append(b"0")
         await cluster.stop_bookie(cluster.bookies[0])

@@ -24,13 +24,23 @@ Rules (BookKeeper's):
    bookies are forgotten, every pending entry's clock restarts and it is re-sent to the new
    bookies of its write set. It repeats while bookies failed meanwhile, then reports
    :meth:`AddPipeline.change_done`: OPEN again, and what has ``Qa`` acknowledgements completes.
-5. EFENCED from a bookie (for a pending entry) fails the pipeline with ``LedgerFencedError``,
+5. Degraded writes (``degraded_writes``, Apache BookKeeper's ``delayEnsembleChange`` for the
+   case with no spare): when a change finds no replacement (:meth:`AddPipeline.no_replacement`)
+   and every write set still has ``Qa`` bookies that are not failed, the failed ones are
+   *down*: adds are no longer sent to them, their missing acks are not timed out, and entries
+   complete with ``Qa`` acks from the others (the durability contract). Every
+   ``degraded_retry_interval_s`` the shell is told to look for replacements
+   (``Effects.find_replacement``), without stopping completions; when it found some
+   (:meth:`AddPipeline.replacement_search_done`) the change runs as in rule 4 and ends OPEN.
+   A write set left with fewer than ``Qa`` bookies up (or degraded writes off) fails the
+   pipeline with the change's ``NotEnoughBookiesError``. A bookie down is not failed again.
+6. EFENCED from a bookie (for a pending entry) fails the pipeline with ``LedgerFencedError``,
    EUA with ``UnauthorizedAccessError``, EBADREQ with ``EntryTooLargeError`` (a bookie
    answers it to a well-formed add whose frame is over its ``max_frame_bytes``: another
    bookie would not take it either, and the entry's id cannot be skipped), a failed ensemble
    change with its error. FAILED is final: every pending entry fails, once; nothing
    completes after; appends are refused.
-6. Time during which :meth:`AddPipeline.tick` was not called for longer than its interval
+7. Time during which :meth:`AddPipeline.tick` was not called for longer than its interval
    (the shell's event loop did not run) does not count toward the add timeout: a stopped
    client must not blame its bookies.
 
@@ -38,16 +48,22 @@ Phases and the events that move them (:data:`TRANSITIONS`; a pair not in it is a
 as ``AssertionError``). APPEND and ACK never change the phase, so the hot path skips the
 lookup (APPEND checks for FAILED itself).
 
-=========  ======  ====  ====  =============  ========  ===========  ======
-phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  CHANGE_DONE  FATAL
-=========  ======  ====  ====  =============  ========  ===========  ======
-OPEN       OPEN    OPEN  OPEN  CHANGING       -         -            FAILED
-CHANGING   CHG     CHG   CHG   CHANGING       CHANGING  OPEN         FAILED
-FAILED     -       FAIL  FAIL  FAILED         FAILED    FAILED       FAILED
-=========  ======  ====  ====  =============  ========  ===========  ======
+=========  ======  ====  ====  =============  ========  ========  ===========  =====  ======
+phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  NO_SPARE  CHANGE_DONE  RETRY  FATAL
+=========  ======  ====  ====  =============  ========  ========  ===========  =====  ======
+OPEN       OPEN    OPEN  OPEN  CHANGING       -         -         -            -      FAILED
+CHANGING   CHG     CHG   CHG   CHANGING       CHANGING  DEGRADED  OPEN         -      FAILED
+DEGRADED   DEG     DEG   DEG   CHANGING       -         -         -            CHG    FAILED
+FAILED     -       FAIL  FAIL  FAILED         FAILED    FAILED    FAILED       -      FAILED
+=========  ======  ====  ====  =============  ========  ========  ===========  =====  ======
+
+(NO_SPARE: a change found no replacement and degraded writes can go on; RETRY: replacements
+for the bookies down were found. BOOKIE_FAILED for a bookie already down is no event.)
 
 Limits: at most ``pending_max`` entries in the pipeline (the shell waits while :attr:`full`);
-``ensemble_changes_max`` ensemble changes.
+``ensemble_changes_max`` ensemble changes (segments written: a search that found no
+replacement is not one); one search for replacements at a time, at most one per
+``degraded_retry_interval_s``.
 """
 
 from __future__ import annotations
@@ -65,6 +81,7 @@ from bkeeper.common.errors import (
     EntryTooLargeError,
     LedgerClosedError,
     LedgerFencedError,
+    NotEnoughBookiesError,
     UnauthorizedAccessError,
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata
@@ -85,6 +102,7 @@ __all__ = [
 class Phase(enum.Enum):
     OPEN = "open"
     CHANGING = "changing"
+    DEGRADED = "degraded"
     FAILED = "failed"
 
 
@@ -94,11 +112,13 @@ class Event(enum.Enum):
     TICK = "tick"
     BOOKIE_FAILED = "bookie failed"
     REPLACED = "replaced"
+    NO_SPARE = "no spare"
     CHANGE_DONE = "change done"
+    RETRY = "retry"
     FATAL = "fatal"
 
 
-_O, _C, _F = Phase.OPEN, Phase.CHANGING, Phase.FAILED
+_O, _C, _D, _F = Phase.OPEN, Phase.CHANGING, Phase.DEGRADED, Phase.FAILED
 TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
     _O: {
         Event.APPEND: _O,
@@ -113,7 +133,16 @@ TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
         Event.TICK: _C,
         Event.BOOKIE_FAILED: _C,
         Event.REPLACED: _C,
+        Event.NO_SPARE: _D,
         Event.CHANGE_DONE: _O,
+        Event.FATAL: _F,
+    },
+    _D: {
+        Event.APPEND: _D,
+        Event.ACK: _D,
+        Event.TICK: _D,
+        Event.BOOKIE_FAILED: _C,
+        Event.RETRY: _C,
         Event.FATAL: _F,
     },
     _F: {
@@ -121,6 +150,7 @@ TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
         Event.TICK: _F,
         Event.BOOKIE_FAILED: _F,
         Event.REPLACED: _F,
+        Event.NO_SPARE: _F,
         Event.CHANGE_DONE: _F,
         Event.FATAL: _F,
     },
@@ -159,10 +189,18 @@ class Effects:
     change_ensemble: bool = False
     #: (bookie, entry id) of the acknowledgements that timed out, for the log
     timed_out: tuple[tuple[str, int], ...] = ()
+    #: degraded: look for replacements of :attr:`AddPipeline.down` (report the outcome to
+    #: :meth:`AddPipeline.replacement_search_done`)
+    find_replacement: bool = False
+    #: bookies that went down now (degraded writes began or lost one more bookie), for the log
+    went_down: tuple[str, ...] = ()
+    #: the bookies down that were replaced: degraded writes ended, for the log
+    healed: tuple[str, ...] = ()
 
 
 NOTHING: Final = Effects()
 _CHANGE: Final = Effects(change_ensemble=True)
+_FIND: Final = Effects(find_replacement=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +229,15 @@ class AddPipeline:
         tick_interval_s: float,
         ensemble_changes_max: int,
         now: float,
+        degraded_writes: bool = True,
+        degraded_retry_interval_s: float = 3.0,
     ) -> None:
         self.ledger_id = ledger_id
         self._qa = ack_quorum
         self._write_sets = write_sets(len(ensemble), write_quorum)
         self._ws_count = len(self._write_sets)
+        #: bookies down (degraded writes): not sent to, not waited for (rule 5)
+        self._down: frozenset[str] = frozenset()
         self._set_ensemble(ensemble)
         self.pending_max = pending_max
         self._timeout_s = add_timeout_s
@@ -208,6 +250,11 @@ class AddPipeline:
         self.error: BaseException | None = None
         self._failed: set[str] = set()
         self._failed_in_change: set[str] = set()
+        #: bookies that were down since the last OPEN: reported when a change replaced them
+        self._healed: set[str] = set()
+        self._degraded_writes = degraded_writes
+        self._retry_s = degraded_retry_interval_s
+        self._retry_due = float("inf")  # the next search for replacements (degraded)
         self.last_add_pushed = -1
         self.last_add_confirmed = -1
         self.length = 0
@@ -228,6 +275,8 @@ class AddPipeline:
             tick_interval_s=config.timeout_check_interval_ms / 1000.0,
             ensemble_changes_max=config.ensemble_changes_max,
             now=now,
+            degraded_writes=config.degraded_writes,
+            degraded_retry_interval_s=config.degraded_retry_interval_ms / 1000.0,
         )
 
     # -- state ---------------------------------------------------------------------------
@@ -238,6 +287,16 @@ class AddPipeline:
     @property
     def ensemble(self) -> tuple[str, ...]:
         return self._ensemble
+
+    @property
+    def down(self) -> frozenset[str]:
+        """The bookies of the ensemble that are down (degraded writes; rule 5)."""
+        return self._down
+
+    @property
+    def live_ensemble(self) -> tuple[str, ...]:
+        """The bookies of the ensemble that are not down."""
+        return tuple(b for b in self._ensemble if b not in self._down)
 
     @property
     def pending(self) -> tuple[PendingAdd, ...]:
@@ -255,8 +314,9 @@ class AddPipeline:
 
     @property
     def write_sets(self) -> list[tuple[int, ...]]:
-        """The distinct write sets: entry ``e`` goes to ``write_sets[e % len(write_sets)]``."""
-        return self._write_sets
+        """The positions to send to: entry ``e`` goes to ``write_sets[e % len(write_sets)]``
+        (its write set, less the positions down)."""
+        return self._send_sets
 
     def acked_by(self, add: PendingAdd) -> set[str]:
         """The bookies of the current ensemble that acknowledged ``add``."""
@@ -267,6 +327,9 @@ class AddPipeline:
         self._ws_bookies = tuple(tuple(ensemble[p] for p in ws) for ws in self._write_sets)
         self._ws_masks = tuple(sum(1 << p for p in ws) for ws in self._write_sets)
         self._bits = {bookie: 1 << position for position, bookie in enumerate(ensemble)}
+        self._down = self._down.intersection(ensemble)
+        down = {p for p, bookie in enumerate(ensemble) if bookie in self._down}
+        self._send_sets = [tuple(p for p in ws if p not in down) for ws in self._write_sets]
 
     def _move(self, event: Event) -> None:
         following = TRANSITIONS[self._phase].get(event)
@@ -288,7 +351,7 @@ class AddPipeline:
         self.last_add_pushed = entry_id
         self.length = length
         self._pending.append(PendingAdd(entry_id, length, data, future, now))
-        return self._write_sets[entry_id % self._ws_count]
+        return self._send_sets[entry_id % self._ws_count]
 
     def append_many(
         self, first_entry_id: int, lengths: list[int], datas: list[bytes], future: Any, now: float
@@ -347,7 +410,7 @@ class AddPipeline:
                 continue  # completed already, failed, or not its write set
             add = pending[index]
             acked = add.acked = add.acked | bit
-            if index == 0 and acked.bit_count() >= qa and self._phase is Phase.OPEN:
+            if index == 0 and acked.bit_count() >= qa and self._phase is not Phase.CHANGING:
                 completed += self._take_completed()
                 if not pending:
                     first = count = 0
@@ -379,7 +442,11 @@ class AddPipeline:
             for add in itertools.islice(pending, start, stop):
                 if masks[add.entry_id % ws_count] & bit:
                     add.acked |= bit
-        if start == 0 and self._phase is Phase.OPEN and pending[0].acked.bit_count() >= self._qa:
+        if (
+            start == 0
+            and self._phase is not Phase.CHANGING
+            and pending[0].acked.bit_count() >= self._qa
+        ):
             return self._take_completed()
         return []
 
@@ -411,13 +478,13 @@ class AddPipeline:
 
     def bookie_failed(self, bookie: str) -> Effects:
         """``bookie`` failed (lost, unreachable, erred): replace it."""
-        if self._phase is Phase.FAILED or bookie not in self._ensemble:
+        if self._phase is Phase.FAILED or bookie not in self._ensemble or bookie in self._down:
             return NOTHING
         self._failed.add(bookie)
         self._failed_in_change.add(bookie)
         was = self._phase
         self._move(Event.BOOKIE_FAILED)
-        return _CHANGE if was is Phase.OPEN else NOTHING
+        return NOTHING if was is Phase.CHANGING else _CHANGE
 
     def tick(self, now: float) -> Effects:
         """The time is ``now`` (called about every ``tick_interval_s``): time out late acks."""
@@ -427,22 +494,25 @@ class AddPipeline:
             for add in self._pending:  # rule 6: the stall does not count
                 add.sent_at += stalled
             return NOTHING
-        if self._phase is not Phase.OPEN or not self._pending:
+        if self._phase is Phase.CHANGING or self._phase is Phase.FAILED:
             return NOTHING
         deadline = now - self._timeout_s
         late: dict[str, int] = {}
-        bits = self._bits
+        bits, down = self._bits, self._down
         for add in self._pending:
             if add.sent_at > deadline:
                 break
             for bookie in self._ws_bookies[add.entry_id % self._ws_count]:
-                if not add.acked & bits[bookie]:
+                if not add.acked & bits[bookie] and bookie not in down:
                     late.setdefault(bookie, add.entry_id)
-        if not late:
-            return NOTHING
-        for bookie in late:
-            self.bookie_failed(bookie)
-        return Effects(change_ensemble=True, timed_out=tuple(late.items()))
+        if late:
+            for bookie in late:
+                self.bookie_failed(bookie)
+            return Effects(change_ensemble=True, timed_out=tuple(late.items()))
+        if self._phase is Phase.DEGRADED and now >= self._retry_due:
+            self._retry_due = float("inf")  # one search at a time: until its outcome
+            return _FIND
+        return NOTHING
 
     def fail(self, error: BaseException) -> Effects:
         """Fail the pipeline (rule 5): every pending entry fails with ``error``."""
@@ -460,8 +530,7 @@ class AddPipeline:
         failed = self._failed.intersection(self._ensemble)
         if not failed or self._phase is Phase.FAILED:
             return None
-        self._changes += 1
-        if self._changes > self._changes_max:
+        if self._changes >= self._changes_max:
             raise LedgerClosedError(
                 f"ledger {self.ledger_id}: more than {self._changes_max} ensemble changes"
             )
@@ -475,6 +544,7 @@ class AddPipeline:
         if len(ensemble) != len(old):
             raise AssertionError(f"ensemble of {len(ensemble)} replaces one of {len(old)}")
         self._move(Event.REPLACED)
+        self._changes += 1
         gone = set(old).difference(ensemble)
         fresh = {position for position, bookie in enumerate(ensemble) if old[position] != bookie}
         keep = ~sum(1 << position for position in fresh)  # the replaced bookies' acks go
@@ -495,8 +565,67 @@ class AddPipeline:
         if self._phase is not Phase.OPEN:
             return NOTHING
         self._failed_in_change.clear()
+        self._retry_due = float("inf")
+        healed, self._healed = tuple(sorted(self._healed)), set()
         completed = self._take_completed()
-        return Effects(complete=tuple(completed)) if completed else NOTHING
+        if not completed and not healed:
+            return NOTHING
+        return Effects(complete=tuple(completed), healed=healed)
+
+    # -- degraded writes (rule 5) --------------------------------------------------------
+    def no_replacement(self, error: NotEnoughBookiesError, now: float) -> Effects:
+        """The change found no bookie to replace a failed one (``error``): go on degraded
+        if every write set keeps ``Qa`` bookies up and degraded writes are on; else fail."""
+        if self._phase is Phase.FAILED:
+            return NOTHING
+        down = frozenset(self._failed.intersection(self._ensemble))
+        if not self._degraded_writes:
+            return self.fail(error)
+        short = self._short_write_set(down)
+        if short is not None:
+            return self.fail(
+                NotEnoughBookiesError(
+                    f"{error}; cannot write degraded either: write set {', '.join(short)} keeps "
+                    f"{self._up_in(short, down)} bookies up, the ack quorum is {self._qa}"
+                )
+            )
+        self._move(Event.NO_SPARE)
+        went_down = tuple(sorted(down - self._down))
+        self._healed |= down  # reported as healed once a change replaces them
+        self._down = down
+        self._set_ensemble(self._ensemble)  # the positions to send to, less those down
+        self._failed_in_change.clear()
+        self._retry_due = now + self._retry_s
+        return Effects(complete=tuple(self._take_completed()), went_down=went_down)
+
+    def replacement_search_done(self, found: bool, now: float) -> Effects:
+        """The search that ``Effects.find_replacement`` asked for ended: ``found``,
+        replacements for every bookie down (the change starts), or none yet (the next
+        search after ``degraded_retry_interval_s``)."""
+        if self._phase is not Phase.DEGRADED:
+            return NOTHING  # a change began meanwhile (another bookie failed), or failed
+        if not found:
+            self._retry_due = now + self._retry_s
+            return NOTHING
+        self._move(Event.RETRY)
+        return _CHANGE
+
+    def replacement_wanted(self) -> Replacement:
+        """What a search for replacements of the bookies down is to find (degraded)."""
+        return Replacement(
+            self._down, self.last_add_confirmed + 1, frozenset(self._failed_in_change)
+        )
+
+    def _short_write_set(self, down: frozenset[str]) -> tuple[str, ...] | None:
+        """A write set with fewer than ``Qa`` bookies not in ``down``, or None."""
+        for bookies in self._ws_bookies:
+            if self._up_in(bookies, down) < self._qa:
+                return bookies
+        return None
+
+    @staticmethod
+    def _up_in(bookies: tuple[str, ...], down: frozenset[str]) -> int:
+        return sum(1 for bookie in bookies if bookie not in down)
 
     def resend_target(self, entry_id: int, bookie: str) -> tuple[PendingAdd, int] | None:
         """Entry ``entry_id`` and ``bookie``'s position if the entry is still pending and
@@ -505,7 +634,7 @@ class AddPipeline:
         if not pending or bookie not in self._ensemble:
             return None
         index = entry_id - pending[0].entry_id
-        if index < 0 or index >= len(pending):
+        if index < 0 or index >= len(pending) or bookie in self._down:
             return None
         position = self._ensemble.index(bookie)
         if position not in self.write_set(entry_id):

@@ -82,6 +82,12 @@ class ClientConfig:
     by every new ensemble and ensemble change of the client for this long, unless no other
     bookie is left (Apache BookKeeper's ``bookieQuarantineTimeSeconds``, 1800 s; 0: never;
     :mod:`bkeeper.client.placement`).
+    ``degraded_writes``: a writer that loses a bookie and finds no bookie to replace it goes
+    on while every write set keeps ``Qa`` bookies up: adds complete with ``Qa`` acks from
+    the others (docs/client.md, "No spare: degraded writes"; Apache BookKeeper's
+    ``delayEnsembleChange`` for that case). Off, the writer fails with
+    ``NotEnoughBookiesError`` (BookKeeper's default). ``degraded_retry_interval_ms``: how
+    often a degraded writer looks for a bookie to replace the one down.
     """
 
     protocol: Protocol = Protocol.V2
@@ -113,6 +119,8 @@ class ClientConfig:
     auth: ClientAuthConfig | None = field(default_factory=lambda: _PROCESS_SECURITY.auth)
     store_password_in_metadata: bool = True
     bookie_quarantine_time_ms: int = 1_800_000
+    degraded_writes: bool = True
+    degraded_retry_interval_ms: int = 3_000
 
     def __post_init__(self) -> None:
         if self.placement not in ("random", "rackaware"):
@@ -138,6 +146,7 @@ class ClientConfig:
             "connection_write_buffer_bytes_max",
             "max_frame_bytes",
             "metadata_watches_max",
+            "degraded_retry_interval_ms",
         )
         check_non_negative_ints(
             self,

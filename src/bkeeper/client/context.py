@@ -70,7 +70,8 @@ class ClientContext:
         if self.spare_warning.check(len(candidates), size):
             log.warning(
                 "a new ledger's ensemble of %d takes every writable bookie (%d): no spare, so "
-                "a lost bookie cannot be replaced and its writers will fail; add a bookie "
+                "a lost bookie cannot be replaced and its writers go on degraded (with Qa "
+                "copies, if the write quorum leaves Qa up) or fail; add a bookie "
                 "(logged again only after a spare has come and gone)",
                 size,
                 len(candidates),

@@ -52,6 +52,14 @@ class ClientMetrics:
         self.read_entries = self.metric_set.counter(
             "bkeeper_client_read_entries_total", "Entries received by batch reads."
         )
+        self.writers_degraded = self.metric_set.counter(
+            "bkeeper_client_writers_degraded_total",
+            "Times a writer went on degraded: a bookie lost, none to replace it, Qa still up.",
+        )
+        self.writers_healed = self.metric_set.counter(
+            "bkeeper_client_writers_degraded_healed_total",
+            "Times a degraded writer replaced its bookies down (degraded writes ended).",
+        )
         self.registry = new_registry(lambda: [self.metric_set])
         self._server: MetricsHttpServer | None = None
 

@@ -4,7 +4,11 @@
 :class:`~bkeeper.client.adding.AddPipeline` asks for: quarantine the failed bookies
 (client-wide, ``bookie_quarantine_time_ms``), choose replacements position by position
 (placement: never a bookie that failed during this change, a quarantined one only when no
-other is left), write the segment, report it.
+other is left), write the segment, report it. A degraded writer (``AddPipeline`` rule 5)
+searches with :func:`replacement_ensemble` first, while its entries go on completing, and
+passes what it found as ``chosen``: the first round takes it if it replaces the same bookies.
+A change that finds no replacement raises ``NotEnoughBookiesError`` (the writer goes on
+degraded, or fails).
 
 Both go through :func:`bkeeper.common.cas.cas_update`, with ``metadata_retries_max`` rounds:
 
@@ -28,7 +32,7 @@ from bkeeper.common.errors import LedgerClosedError, LedgerFencedError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 
-__all__ = ["change_ensemble", "seal", "write_segment"]
+__all__ = ["change_ensemble", "replacement_ensemble", "seal", "write_segment"]
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +42,22 @@ async def change_ensemble(
     adds: AddPipeline,
     versioned: Versioned[LedgerMetadata],
     on_new_segment: Callable[[Versioned[LedgerMetadata], list[int]], None],
+    chosen: tuple[str, ...] | None = None,
 ) -> None:
     """Replace the bookies ``adds`` has seen fail, round by round, until none is left; after
     each segment is written, ``on_new_segment(metadata written, positions changed)``. Raises
-    what stopped the change (the writer then fails with it)."""
+    what stopped the change (the writer then fails with it, or goes on degraded).
+    ``chosen``: the new ensemble a degraded writer's search found (module doc)."""
     ledger_id, write_quorum = adds.ledger_id, versioned.value.write_quorum
     while (replacement := adds.begin_replacement()) is not None:
         old, first = adds.ensemble, replacement.first_entry
         log.info("ledger %d: replacing %s from entry %d", ledger_id, replacement.failed, first)
         ctx.quarantine_bookies(replacement.failed)
-        new = await _replacement_ensemble(ctx, old, replacement, write_quorum)
+        if chosen is not None and _replaces(old, chosen, replacement.failed):
+            new = chosen
+        else:
+            new = await replacement_ensemble(ctx, old, replacement, write_quorum)
+        chosen = None
         versioned = await write_segment(ctx, ledger_id, versioned, first, new)
         changed = [p for p, bookie in enumerate(new) if old[p] != bookie]
         replaced = {old[p]: new[p] for p in changed}
@@ -55,10 +65,18 @@ async def change_ensemble(
         on_new_segment(versioned, changed)
 
 
-async def _replacement_ensemble(
+def _replaces(old: tuple[str, ...], new: tuple[str, ...], failed: frozenset[str]) -> bool:
+    """Whether ``new`` is ``old`` with exactly the bookies of ``failed`` replaced."""
+    return len(new) == len(old) and all(
+        (o in failed) == (o != n) and n not in failed for o, n in zip(old, new, strict=True)
+    )
+
+
+async def replacement_ensemble(
     ctx: ClientContext, ensemble: tuple[str, ...], replacement: Replacement, write_quorum: int
 ) -> tuple[str, ...]:
-    """``ensemble`` with every bookie of ``replacement.failed`` replaced by a placement choice."""
+    """``ensemble`` with every bookie of ``replacement.failed`` replaced by a placement choice
+    (``NotEnoughBookiesError`` if one has none)."""
     new = list(ensemble)
     exclude = set(replacement.exclude)
     for position, bookie in enumerate(ensemble):

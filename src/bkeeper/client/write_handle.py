@@ -15,6 +15,13 @@ and the close. Bookies keep accepting adds to a deleted ledger (they hold its en
 their garbage collection, and after it take them as a new ledger), so without this a writer
 would go on being acknowledged for data that is gone.
 
+Degraded writes (``ClientConfig.degraded_writes``; ``adding`` rule 5): a change that finds no
+bookie to replace a failed one leaves it *down* while every write set keeps ``Qa`` bookies up;
+the writer logs one warning, goes on, and every ``degraded_retry_interval_ms`` searches for
+replacements in a task of its own (:meth:`WriteHandle._search_replacements`), then changes
+the ensemble once it found them (one info line). The explicit LAC and ``force`` go to the
+bookies up.
+
 Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's buffer is full;
 ``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update;
 entries of at most :attr:`WriteHandle.max_entry_bytes` (what fits ``max_frame_bytes``): a
@@ -33,7 +40,7 @@ from bkeeper.client.add_lane import AddLane, Slots
 from bkeeper.client.adding import NOTHING, AddPipeline, Effects, PendingAdd
 from bkeeper.client.bookie_client import add_encoders, entry_bytes_max
 from bkeeper.client.context import ClientContext
-from bkeeper.client.segments import change_ensemble, seal
+from bkeeper.client.segments import change_ensemble, replacement_ensemble, seal
 from bkeeper.client.writer_requests import force_ledger, write_lac_periodically
 from bkeeper.common.errors import (
     BKeeperError,
@@ -42,6 +49,7 @@ from bkeeper.common.errors import (
     LedgerClosedError,
     LedgerDeletedError,
     LedgerFencedError,
+    NotEnoughBookiesError,
 )
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.ledger_metadata import LedgerMetadata
@@ -86,6 +94,8 @@ class WriteHandle:
         self._staged: list[bytes] = []  # appended, to be sent at the end of this iteration
         self._adds = AddPipeline.for_ledger(ledger_id, meta, config, ctx.clock.monotonic())
         self._slots = Slots()
+        #: the new ensemble a degraded writer's search found, for the change it starts
+        self._chosen: tuple[str, ...] | None = None
         self._closed = False
         #: The close sealed the ledger (or there is nothing to seal any more: aborted).
         self._sealed = False
@@ -108,7 +118,7 @@ class WriteHandle:
         if explicit_lac_interval_ms:
             self._went_idle = asyncio.Event()
             lac_writer = write_lac_periodically(
-                ctx, self._digest, self._master_key, self._idle_lac, lambda: self.ensemble,
+                ctx, self._digest, self._master_key, self._idle_lac, lambda: self.live_ensemble,
                 self._went_idle, explicit_lac_interval_ms / 1000.0,
             )  # fmt: skip
             self._tasks.spawn(lac_writer, "explicit LAC")
@@ -121,6 +131,16 @@ class WriteHandle:
     @property
     def ensemble(self) -> tuple[str, ...]:
         return self._adds.ensemble
+
+    @property
+    def live_ensemble(self) -> tuple[str, ...]:
+        """The bookies of :attr:`ensemble` that are not down (all but while degraded)."""
+        return self._adds.live_ensemble
+
+    @property
+    def degraded(self) -> frozenset[str]:
+        """The bookies of the ensemble that are down (degraded writes), or none."""
+        return self._adds.down
 
     @property
     def pending_adds(self) -> int:
@@ -249,9 +269,10 @@ class WriteHandle:
         self._lane.send_many(self._adds.last_add_pushed - len(staged) + 1, staged)
 
     async def force(self) -> int:
-        """Ask every bookie of the ensemble to make this ledger durable; returns the LAC."""
+        """Ask every bookie of the ensemble (those up) to make this ledger durable; returns
+        the LAC."""
         lac = self.last_add_confirmed
-        await force_ledger(self._ctx, self.ledger_id, self.ensemble)
+        await force_ledger(self._ctx, self.ledger_id, self.live_ensemble)
         return lac
 
     async def close(self) -> None:
@@ -360,13 +381,47 @@ class WriteHandle:
                 "ledger %d: bookie %s did not acknowledge entry %d in time",
                 *(self.ledger_id, bookie, entry_id),
             )
-        if effects.change_ensemble and not self._tasks.closed:
+        if effects.went_down or effects.healed:
+            self._log_degraded(effects.went_down, effects.healed)
+        if self._tasks.closed:
+            return
+        if effects.change_ensemble:
             self._tasks.spawn(self._change_ensemble(), "ensemble change")
+        if effects.find_replacement:
+            self._tasks.spawn(self._search_replacements(), "search for replacements")
+
+    def _log_degraded(self, went_down: tuple[str, ...], healed: tuple[str, ...]) -> None:
+        metrics = self._ctx.metrics
+        if went_down:
+            log.warning(
+                "ledger %d: writing degraded: bookie(s) %s down and no bookie can replace them;"
+                " entries complete with %d acks from the others of their write set; looking"
+                " for a replacement every %d ms",
+                self.ledger_id, ", ".join(went_down), self.metadata.ack_quorum,
+                self._config.degraded_retry_interval_ms,
+            )  # fmt: skip
+            if metrics is not None:
+                metrics.writers_degraded.value += 1
+        if healed:
+            log.info(
+                "ledger %d: degraded writes ended: bookie(s) %s replaced",
+                *(self.ledger_id, ", ".join(healed)),
+            )
+            if metrics is not None:
+                metrics.writers_healed.value += 1
 
     # -- ensemble changes ----------------------------------------------------------------
     async def _change_ensemble(self) -> None:
+        chosen, self._chosen = self._chosen, None
         try:
-            await change_ensemble(self._ctx, self._adds, self._versioned, self._new_segment)
+            await change_ensemble(self._ctx, self._adds, self._versioned, self._new_segment, chosen)
+        except NotEnoughBookiesError as exc:  # degraded (rule 5), or the writer fails
+            self._apply(self._adds.no_replacement(exc, self._ctx.clock.monotonic()))
+            if self._adds.error is not None:
+                log.warning(
+                    "ledger %d: ensemble change failed: %s", self.ledger_id, self._adds.error
+                )
+            return
         except Exception as exc:  # the writer fails with it; a bug shows its traceback
             unexpected = not isinstance(exc, BKeeperError)
             log.warning(
@@ -375,6 +430,24 @@ class WriteHandle:
             self._apply(self._adds.fail(exc))
             return
         self._apply(self._adds.change_done())
+
+    async def _search_replacements(self) -> None:
+        """Degraded: look for bookies to replace those down, while entries go on
+        completing; change the ensemble if found."""
+        wanted = self._adds.replacement_wanted()
+        write_quorum = self.metadata.write_quorum
+        try:
+            found: tuple[str, ...] | None = await replacement_ensemble(
+                self._ctx, self._adds.ensemble, wanted, write_quorum
+            )
+        except BKeeperError as exc:  # none yet, or the metadata store away: next time
+            log.debug("ledger %d: no replacement for %s yet: %s", self.ledger_id,
+                      ", ".join(sorted(wanted.failed)), exc)  # fmt: skip
+            found = None
+        effects = self._adds.replacement_search_done(found is not None, self._monotonic())
+        if effects.change_ensemble:
+            self._chosen = found
+        self._apply(effects)
 
     def _new_segment(self, versioned: Versioned[LedgerMetadata], changed: list[int]) -> None:
         self._send_staged()  # to the old ensemble, as if sent before: re-sent below
