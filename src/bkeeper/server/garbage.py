@@ -277,7 +277,10 @@ class GarbageCollector:
         finally:
             for task in (woken, changed):
                 task.cancel()
-            await asyncio.gather(woken, changed, return_exceptions=True)
+            outcomes = await asyncio.gather(woken, changed, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):  # a bug (cancelled tasks give BaseException)
+                raise outcome
 
     async def _wait_deletion(self) -> None:
         assert self._deletions is not None
@@ -320,12 +323,19 @@ class GarbageCollector:
             raise
         finally:
             self.running = False
-            if self._after_pass is not None:
-                self._after_pass()
+            self._check_after_pass()
         self._count(report, self._clock.monotonic() - started)
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(report)
+
+    def _check_after_pass(self) -> None:
+        if self._after_pass is None:
+            return
+        try:
+            self._after_pass()
+        except Exception:  # the disk monitor checks again within its interval
+            log.exception("could not check the disk after garbage collection")
 
     async def _collect(self, force_minor: bool, force_major: bool) -> GcReport:
         started, started_wall_ms = self._clock.monotonic(), self._clock.wall_ms()
