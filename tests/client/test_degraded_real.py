@@ -1,0 +1,65 @@
+"""Degraded writes on real processes (docs/client.md, "No spare: degraded writes").
+
+Three bookies, E3/Qw3/Qa2, kill -9 one: before, the writer failed with "no bookie can
+replace ...: 3 bookies registered as writable, 3 of them in the ensemble already and 1 failed
+to answer this writer" although the two left make the ack quorum. Now appends go on; a fourth
+bookie started later takes the dead one's place, and everything acknowledged reads back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from bkeeper.client import BookKeeper, ClientConfig
+from tests.client.test_quarantine_real import LIMIT_S, Appender, until
+
+pytestmark = pytest.mark.integration
+
+CONFIG = ClientConfig(add_timeout_ms=2_000, read_timeout_ms=2_000, degraded_retry_interval_ms=200)
+
+
+async def test_a_killed_bookie_with_no_spare_does_not_stop_the_writer(real_cluster) -> None:
+    async with BookKeeper(real_cluster.uri, CONFIG) as writer:
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        first = wh.ensemble
+        dead = first[1]
+        appender = Appender(wh)
+        appending = asyncio.create_task(appender.run())
+        try:
+            await appender.more(100, "before the kill")
+            real_cluster.signal(real_cluster.index_of(dead), signal.SIGKILL)
+            await appender.more(300, "after the kill")  # before: NotEnoughBookiesError
+            assert wh.degraded == {dead}
+            await asyncio.sleep(2.0)  # a few seconds degraded, searches finding nothing
+            await appender.more(100, "still degraded")
+            assert wh.metadata.segments == {0: first}
+            real_cluster.ports.append(0)
+            await asyncio.to_thread(real_cluster.start, len(real_cluster.ports) - 1)
+            spare = real_cluster.bookie_id(len(real_cluster.ports) - 1)
+
+            async def moved() -> bool:
+                assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+                return not wh.degraded and spare in wh.ensemble
+
+            await until(moved, "the writer moved to the new bookie")
+            await appender.more(100, "after the move")
+        finally:
+            appender.stopping = True
+            await asyncio.wait_for(appending, LIMIT_S)
+        assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+        assert wh.ensemble == (first[0], spare, first[2])
+        await asyncio.wait_for(wh.close(), LIMIT_S)
+        last = wh.metadata.last_entry_id
+        assert set(appender.acknowledged) == set(range(last + 1))
+
+    async with BookKeeper(real_cluster.uri, CONFIG) as reader:
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+
+        async def read_all() -> dict[int, bytes]:
+            return {e.entry_id: e.data async for e in rh.read()}
+
+        entries = await asyncio.wait_for(read_all(), LIMIT_S)
+    assert entries == appender.acknowledged
