@@ -295,3 +295,22 @@ async def test_an_ack_of_a_delivered_large_record_reads_none_of_its_chunks_again
         assert sum(b.requests for b in cluster.bookies) == before
         assert consumer.state.mark == record.position
         await consumer.close()
+
+
+async def test_chunks_fit_a_client_whose_frames_are_smaller_than_chunk_bytes():
+    frame = 256 * 1024
+    small = ClientConfig(
+        add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200,
+        max_frame_bytes=frame, batch_read_bytes_max=128 * 1024,
+    )  # fmt: skip
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(small), LogConfig())  # chunk_bytes: 4 MiB
+        named = await logs.create("log")
+        writer = await named.open_writer()
+        position = await writer.append(big(8, 1024 * 1024))  # over a frame, under chunk_bytes
+        await writer.close()
+        handle = await logs.walk.open(position.ledger_id)
+        sizes = [len((await handle.read_entry(e)).payload) for e in range(position.entry_id + 1)]
+        assert max(sizes) < frame and len(sizes) == 5
+        (record,) = await collect(await named.open_reader(), 1)
+        assert (record.payload, record.chunks) == (big(8, 1024 * 1024), 5)

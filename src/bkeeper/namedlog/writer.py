@@ -61,6 +61,7 @@ from bkeeper.namedlog.batching import Batch, Batcher
 from bkeeper.namedlog.config import LogConfig
 from bkeeper.namedlog.metadata import LogMetadata
 from bkeeper.namedlog.records import (
+    CHUNK_HEAD,
     CODEC_NONE,
     FORMAT_VERSION,
     HEAD,
@@ -155,6 +156,10 @@ class LogWriter:
         self._closing = asyncio.Event()  # set by close: a seal waiting to try again tries now
         self._loop = asyncio.get_running_loop()
         self._codec = codec_id(self._config.compression)
+        #: Records larger than this go in chunks: ``chunk_bytes``, or less when the client's
+        #: frames are smaller (a chunk with its head must fit one entry).
+        self._chunk_bytes = max(1, min(self._config.chunk_bytes,
+                                       handle.max_entry_bytes - CHUNK_HEAD.size))  # fmt: skip
         self._batcher: Batcher | None = None
         if self._config.batching:
             what = f"log {named.name!r} writer"
@@ -204,7 +209,7 @@ class LogWriter:
 
     async def _append_envelope(self, envelope: bytes) -> asyncio.Future[Position]:
         """Send one record given as its envelope; the future completes with its position."""
-        if len(envelope) > self._config.chunk_bytes:  # a large record: chunks, written alone
+        if len(envelope) > self._chunk_bytes:  # a large record: chunks, written alone
             return await self._append_chunks(envelope)
         batcher = self._batcher
         if batcher is None:
@@ -245,7 +250,7 @@ class LogWriter:
                 for payload, key, prop in zip(payloads, keys_, props, strict=True)
             ]
         batcher = self._batcher
-        if batcher is None or max(map(len, envelopes), default=0) > self._config.chunk_bytes:
+        if batcher is None or max(map(len, envelopes), default=0) > self._chunk_bytes:
             futures = [await self._append_envelope(envelope) for envelope in envelopes]
             if batcher is not None:
                 batcher.seal()  # the last batch: sent at once
@@ -322,17 +327,17 @@ class LogWriter:
         return outer
 
     async def _append_chunks(self, envelope: bytes) -> asyncio.Future[Position]:
-        """Send a record larger than ``chunk_bytes`` as its chunks (format 3): consecutive
+        """Send a record larger than ``_chunk_bytes`` as its chunks (format 3): consecutive
         entries of the current ledger, after every record appended before it (the open batch
         is sent first) and before any after it; the future gets its last chunk's position
         once every chunk is acknowledged. Refused before anything is written when it is too
         large (``RECORD_BYTES_MAX``) or has more chunks than the client may have in flight."""
-        chunks = encode_chunks(envelope, self._config.chunk_bytes)
+        chunks = encode_chunks(envelope, self._chunk_bytes)
         in_flight = self._handle.pending_adds_max
         if len(chunks) > in_flight:
             raise ConfigError(
                 f"a record of {len(envelope)} bytes makes {len(chunks)} chunks of "
-                f"{self._config.chunk_bytes} bytes, more than the client's pending_adds_max "
+                f"{self._chunk_bytes} bytes, more than the client's pending_adds_max "
                 f"({in_flight}): raise chunk_bytes or pending_adds_max"
             )
         batcher = self._batcher

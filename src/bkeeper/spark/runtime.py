@@ -39,6 +39,7 @@ from bkeeper.namedlog.metadata import check_log_name
 from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.namedlog.records import (
     CHUNK_FORMAT_VERSION,
+    CHUNK_HEAD,
     codec_id,
     decode_chunk,
     encode_batch,
@@ -338,9 +339,8 @@ class TaskLedgers:
             data = encode_record(payload, now, key, properties)
             self.records += 1
             if len(data) > config.chunk_bytes:  # a large record: its chunks, alone
-                chunks = encode_chunks(data, config.chunk_bytes)
                 await self._flush(name)
-                await self._append(name, chunks)
+                await self._append(name, data, chunked=True)
                 continue
             if max_records == 1:
                 await self._append(name, data)
@@ -363,21 +363,24 @@ class TaskLedgers:
         elif batch:
             await self._append(name, encode_batch(batch, codec_id(self.config.compression)))
 
-    async def _append(self, name: str, data: bytes | list[bytes]) -> None:
-        """Append ``data`` as the next entry of ``name``'s ledger, or a large record's
-        chunks as the next entries, in one call (a ledger rolls only between records)."""
+    async def _append(self, name: str, data: bytes, *, chunked: bool = False) -> None:
+        """Append ``data`` as the next entry of ``name``'s ledger, or (``chunked``) a large
+        record's chunks as the next entries, in one call (a ledger rolls only between
+        records; a chunk with its head fits one entry of the client's frames)."""
         handle = self._open.get(name)
         if handle is None or handle.length >= self.roll_bytes:
             handle = await self._next_ledger(name)
-        if isinstance(data, list):
-            if len(data) > handle.pending_adds_max:
-                raise ConfigError(
-                    f"a record of {len(data)} chunks of {self.config.chunk_bytes} bytes: more "
-                    f"than the client's pending_adds_max ({handle.pending_adds_max})"
-                )
-            self._pending.append(await handle.append_many_async(data))
-        else:
+        if not chunked:
             self._pending.append(await handle.append_async(data))
+            return
+        size = max(1, min(self.config.chunk_bytes, handle.max_entry_bytes - CHUNK_HEAD.size))
+        chunks = encode_chunks(data, size)
+        if len(chunks) > handle.pending_adds_max:
+            raise ConfigError(
+                f"a record of {len(data)} bytes makes {len(chunks)} chunks of {size} bytes: "
+                f"more than the client's pending_adds_max ({handle.pending_adds_max})"
+            )
+        self._pending.append(await handle.append_many_async(chunks))
         if len(self._pending) >= WRITE_IN_FLIGHT_MAX:
             await self._drain()
 
