@@ -55,8 +55,8 @@ class LogConfig:
     Large records (:mod:`bkeeper.namedlog.chunks`): a record whose envelope (payload, key,
     properties and a 10-byte head) is larger than ``chunk_bytes`` is cut into chunks of
     ``chunk_bytes`` bytes, each its own entry (format 3), up to ``RECORD_BYTES_MAX`` (65 MiB)
-    in all. ``chunk_bytes``: 64 KiB to ``CHUNK_BYTES_MAX`` (4 MiB, the default); lower it for
-    bookies whose frame limit is below 5 MiB.
+    in all. ``chunk_bytes``: 64 KiB to ``CHUNK_BYTES_MAX`` (4 MiB, the default); a writer whose
+    client has smaller frames (``ClientConfig.max_frame_bytes``) cuts chunks that fit them.
 
     ``explicit_lac_interval_ms``: a writer whose appends are all acknowledged tells the
     bookies its last add confirmed at once, and then at most once per this interval, so that
