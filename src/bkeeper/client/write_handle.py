@@ -138,6 +138,11 @@ class WriteHandle:
         return self._adds.live_ensemble
 
     @property
+    def writable(self) -> bool:
+        """Whether appends are taken: not closed, not failed (degraded or not)."""
+        return not self._closed and self._adds.error is None and not self._ctx.closed
+
+    @property
     def degraded(self) -> frozenset[str]:
         """The bookies of the ensemble that are down (degraded writes), or none."""
         return self._adds.down

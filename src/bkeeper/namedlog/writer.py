@@ -27,6 +27,12 @@ the log's node) runs on the writer's :class:`~bkeeper.common.tasks.TaskOwner`; `
 stops the watch, waits for the rest to end, then closes it.
 Time comes from the logs' :class:`~bkeeper.common.clock.Clock`.
 
+A roll that finds too few bookies for a new ledger (``NotEnoughBookiesError``) while the
+current ledger still takes entries (its writer degraded: a bookie lost, no spare) does not stop
+the writer: it writes on to the current ledger and tries the roll again after
+``ROLL_RETRY_PAUSE_S`` (one warning for the first failure, one info line for the roll that
+succeeds).
+
 Limits: ``metadata_retries_max`` lost compare-and-sets per roll; ``TASKS_MAX`` background tasks;
 ``SEALED_BATCHES_MAX`` batches waiting to be sent (appenders wait meanwhile).
 """
@@ -55,6 +61,7 @@ from bkeeper.common.errors import (
     LogFencedError,
     LogNotFoundError,
     MetadataClosedError,
+    NotEnoughBookiesError,
 )
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog.batching import Batch, Batcher
@@ -92,6 +99,10 @@ IDLE_LAC_INTERVAL_MS = 10
 #: writer closes (a ledger left open behind the next one holds every reader at its end).
 SEAL_PAUSE_FIRST_S = 0.1
 SEAL_PAUSE_MAX_S = 5.0
+
+#: After a roll that found too few bookies for a new ledger, the pause before the next try
+#: (the writer goes on with its current ledger meanwhile, if it takes entries).
+ROLL_RETRY_PAUSE_S = 5.0
 
 #: How long a writer whose ledger was fenced while the log still lists it last waits for the
 #: log's node to change before it says why: a delete (or a new writer, or a Spark commit)
@@ -148,6 +159,8 @@ class LogWriter:
         self._clock = named.logs.clock
         self._opened_at = self._clock.monotonic()
         self._roll_lock = asyncio.Lock()
+        self._roll_again_at = 0.0  # a roll that found too few bookies waits until then
+        self._roll_failures = 0  # rolls in a row that found too few bookies
         self._explaining: asyncio.Future[LogError] | None = None
         self._tasks = TaskOwner(f"log {named.name!r} writer", error=LogError)
         self._error: LogError | None = None
@@ -507,6 +520,8 @@ class LogWriter:
 
     def _should_roll(self) -> bool:
         config = self._config
+        if self._roll_failures and self._clock.monotonic() < self._roll_again_at:
+            return False
         if self._handle.length >= config.roll_bytes:
             return True
         age_ms = (self._clock.monotonic() - self._opened_at) * 1000.0
@@ -518,7 +533,13 @@ class LogWriter:
                 return  # another append rolled while this one waited
             old = self._handle
             bk, store, name = self._logs.bk, self._logs.store, self._log.name
-            new = await create_ledger(bk, self._config)
+            try:
+                new = await create_ledger(bk, self._config)
+            except NotEnoughBookiesError as exc:
+                if not old.writable:
+                    raise
+                self._roll_postponed(exc)
+                return
 
             async def attempt(snapshot: tuple[LogMetadata, int]) -> tuple[LogMetadata, int]:
                 meta, version = snapshot
@@ -547,6 +568,10 @@ class LogWriter:
             self._handle = new
             self._opened_at = self._clock.monotonic()
             log.debug("log %s: rolled from ledger %d to %d", name, old.ledger_id, new.ledger_id)
+            if self._roll_failures:
+                log.info("log %s: rolled to ledger %d after %d tries that found too few "
+                         "bookies", name, new.ledger_id, self._roll_failures)  # fmt: skip
+                self._roll_failures = 0
             self._sealing.add(old)
             self._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
         config = self._config
@@ -555,6 +580,18 @@ class LogWriter:
                 await self._apply_retention()
             except BKeeperError as exc:  # retention is best effort; the next roll retries
                 log.warning("log %s: retention: %s", self._log.name, exc)
+
+    def _roll_postponed(self, error: NotEnoughBookiesError) -> None:
+        """A roll found too few bookies for a new ledger: write on to the current one, and
+        try again after ``ROLL_RETRY_PAUSE_S`` (module doc)."""
+        self._roll_failures += 1
+        self._roll_again_at = self._clock.monotonic() + ROLL_RETRY_PAUSE_S
+        if self._roll_failures == 1:
+            log.warning(
+                "log %s: cannot roll to a new ledger (%s): writing on to ledger %d, trying "
+                "again every %.0f s", self._log.name, error, self._handle.ledger_id,
+                ROLL_RETRY_PAUSE_S,
+            )  # fmt: skip
 
     async def _roll_outcome(
         self, new: WriteHandle, error: BKeeperError
