@@ -14,6 +14,9 @@ import logging
 
 import pytest
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.repair import replicate_ledger
+from bkeeper.autorecovery.replicate import BlockKind
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import LedgerFencedError, NotEnoughBookiesError
@@ -176,3 +179,31 @@ async def test_off_a_lost_bookie_with_no_spare_fails_the_writer() -> None:
         await cluster.stop_bookie(cluster.bookie(wh.ensemble[0]))
         with pytest.raises(NotEnoughBookiesError, match="no bookie can replace"):
             await append_range(wh, 1, 5)
+
+
+async def test_re_replication_leaves_a_degraded_writer_alone_then_copies_without_fencing() -> None:
+    """Auto-recovery with no candidate leaves the open ledger as it is (its writer goes on);
+    once the writer moved to a new segment, the old segment's copy needs no fencing."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        await append_range(wh, 0, 10)
+        dead = wh.ensemble[1]
+        await cluster.stop_bookie(cluster.bookie(dead))
+        await append_range(wh, 10, 20)
+        recovery = await cluster.client(FAST)
+        config = AutoRecoveryConfig()
+        outcome = await bounded(replicate_ledger(recovery, wh.ledger_id, [dead], config))
+        assert not outcome.done and outcome.kind is BlockKind.NO_CANDIDATE
+        await append_range(wh, 20, 30)  # not fenced
+        spare = await add_bookie(cluster)
+        await until(lambda: not wh.degraded, "the writer replaced the bookie down")
+        outcome = await bounded(replicate_ledger(recovery, wh.ledger_id, [dead], config))
+        assert outcome.done and outcome.replaced == {0: {dead: spare.bookie_id}}
+        assert outcome.entries_copied > 0
+        await append_range(wh, 30, 40)  # still not fenced
+        assert wh.writable
+        await bounded(wh.close())
+        assert dead not in {b for ensemble in wh.metadata.segments.values() for b in ensemble}
+        rh = await bounded(recovery.open_ledger(wh.ledger_id, b"pw"))
+        assert await read_all(rh) == [payload(i) for i in range(40)]
