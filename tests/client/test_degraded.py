@@ -7,9 +7,13 @@ found no replacement failed the writer."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bkeeper.client.adding import NOTHING, AddPipeline, Effects, Phase
+from bkeeper.client.adding import NOTHING, AddPipeline, Effects, PendingAdd, Phase
+from bkeeper.client.distribution import write_set
 from bkeeper.common.errors import LedgerClosedError, NotEnoughBookiesError
+from tests.client.test_adding import Model
 
 TIMEOUT_S = 5.0
 TICK_S = 0.1
@@ -217,3 +221,96 @@ def test_searches_that_find_nothing_are_not_ensemble_changes() -> None:
     p.bookie_failed("b0")
     with pytest.raises(LedgerClosedError, match="more than 1 ensemble changes"):
         p.begin_replacement()
+
+
+class DegradedModel(Model):
+    """test_adding's model, with changes that may find no replacement and degraded
+    searches: the same invariants, and none of the bookies down is sent to."""
+
+    def completes(self, done: list[PendingAdd] | tuple[PendingAdd, ...]) -> None:
+        phase = self.p.phase
+        self.p._phase = Phase.OPEN  # the base model checks completion happens while OPEN
+        try:
+            assert phase in (Phase.OPEN, Phase.DEGRADED)
+            super().completes(done)
+        finally:
+            self.p._phase = phase
+
+    def up_positions(self, entry_id: int) -> set[int]:
+        down = {p for p, b in enumerate(self.p.ensemble) if b in self.p.down}
+        return set(write_set(entry_id, self.e, self.qw)) - down
+
+    def append(self) -> None:
+        if self.p.full or self.failure_reported:
+            return
+        entry_id = self.p.last_add_pushed + 1
+        positions = self.p.append(entry_id, self.p.length + 1, b"x", None, self.now)
+        assert set(positions) == self.up_positions(entry_id)
+        self.sent[entry_id] = {self.p.ensemble[i] for i in positions}
+
+    def append_many(self, data: st.DataObject) -> None:
+        room = self.p.pending_max - len(self.p)
+        if room <= 0 or self.failure_reported:
+            return
+        count = data.draw(st.integers(1, min(room, 5)))
+        first = self.p.last_add_pushed + 1
+        lengths = [self.p.length + i + 1 for i in range(count)]
+        self.p.append_many(first, lengths, [b"x"] * count, "future", self.now)
+        for entry_id in range(first, first + count):
+            ws = self.p.write_sets[entry_id % len(self.p.write_sets)]
+            assert set(ws) == self.up_positions(entry_id)
+            self.sent[entry_id] = {self.p.ensemble[i] for i in ws}
+
+    def apply(self, effects: Effects) -> None:
+        super().apply(effects)
+        if effects.find_replacement:
+            assert self.p.phase is Phase.DEGRADED and not self.changing
+
+    def no_spare(self) -> None:
+        """The change in progress finds no replacement."""
+        if not self.changing or self.p.begin_replacement() is None:
+            return
+        self.changing = False
+        self.apply(self.p.no_replacement(NO_SPARE, self.now))
+        if self.p.phase is Phase.DEGRADED:
+            for ws in self.p.write_sets:
+                assert len(ws) >= self.qa, "every write set keeps Qa up"
+
+    def search_done(self, data: st.DataObject) -> None:
+        self.apply(self.p.replacement_search_done(data.draw(st.booleans()), self.now))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    shape=st.sampled_from([(3, 3, 2), (3, 2, 1), (5, 3, 2), (4, 3, 2), (3, 3, 1)]),
+)
+def test_random_interleavings_with_no_spare_keep_the_invariants(
+    data: st.DataObject, shape: tuple[int, int, int]
+) -> None:
+    model = DegradedModel(*shape)
+    events = data.draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    *("append", "append", "append_many", "ack", "ack", "ack", "acks", "ack_run"),
+                    *("error", "lose", "tick", "change", "no_spare", "no_spare", "search_done"),
+                ]
+            ),
+            max_size=120,
+        )
+    )
+    for event in events:
+        if event in ("append", "change", "no_spare"):
+            getattr(model, {"change": "change_round"}.get(event, event))()
+        else:
+            getattr(model, event)(data)
+        pending = model.p.pending
+        if pending and model.p.phase in (Phase.OPEN, Phase.DEGRADED):
+            assert len(model.p.acked_by(pending[0])) < model.qa, "nothing left to complete"
+    pending_ids = {add.entry_id for add in model.p.pending}
+    assert not set(model.completed) & model.failed
+    everything = set(range(model.p.last_add_pushed + 1))
+    assert set(model.completed) | model.failed | pending_ids == everything
+    if model.failure_reported:
+        assert not pending_ids and model.p.phase is Phase.FAILED
