@@ -160,14 +160,16 @@ async def bench_restart(
     """Fill a bookie, then restart it after SIGTERMs and kill -9s (module doc)."""
     bookie = _Bookie(data_dir, port, data_dir.with_suffix(".log"), metadata_uri, extra_args)
     outcome = RestartBenchOutcome()
+    # Ledger ids of this run: none of an earlier run's, in a cluster used before.
+    first_ledger_id = int(time.time() * 1000) % (1 << 40)
     try:
         await asyncio.to_thread(bookie.start, plan.ready_timeout_s)
-        await _fill(bookie, plan, outcome, progress)
+        await _fill(bookie, plan, outcome, progress, first_ledger_id)
         for run in range(plan.runs):
             outcome.runs.append(await _restart(bookie, plan, signal.SIGTERM))
             _report(progress, "restarts", run + 1, 2 * plan.runs)
         for run in range(plan.runs):
-            await _load(bookie, plan, plan.load_s, ledger_id=10_000 + run)
+            await _load(bookie, plan, plan.load_s, first_ledger_id - 1 - run)
             outcome.runs.append(await _restart(bookie, plan, signal.SIGKILL))
             _report(progress, "restarts", plan.runs + run + 1, 2 * plan.runs)
         await asyncio.to_thread(bookie.stop, signal.SIGTERM)
@@ -177,10 +179,13 @@ async def bench_restart(
 
 
 async def _fill(
-    bookie: _Bookie, plan: RestartBenchPlan, outcome: RestartBenchOutcome, progress: Progress | None
+    bookie: _Bookie,
+    plan: RestartBenchPlan,
+    outcome: RestartBenchOutcome,
+    progress: Progress | None,
+    ledger_id: int,
 ) -> None:
     started = time.monotonic()
-    ledger_id = 1
     while (written := data_bytes_of(bookie.data_dir)) < plan.data_bytes:
         _report(progress, "fill", min(written, plan.data_bytes), plan.data_bytes)
         outcome.entries += await _load(bookie, plan, plan.fill_step_s, ledger_id)
