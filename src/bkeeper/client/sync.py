@@ -133,6 +133,11 @@ class WriteHandle:
         return self._handle.ensemble
 
     @property
+    def degraded(self) -> frozenset[str]:
+        """The bookies of the ensemble that are down (degraded writes), or none."""
+        return self._handle.degraded
+
+    @property
     def metadata(self) -> LedgerMetadata:
         return self._handle.metadata
 
