@@ -196,6 +196,38 @@ def test_a_replacement_found_ends_degraded_writes() -> None:
     assert ticks(p, RETRY_S, 3 * RETRY_S) == [], "no search once healed"
 
 
+def test_a_bookie_down_that_answers_again_is_taken_back_in_its_place() -> None:
+    p = pipeline()
+    append(p)
+    p.ack("b0", 0)
+    lose_without_spare(p, "b1")
+    append(p)
+    p.ack("b0", 1)
+    p.ack("b2", 1)  # entry 1 complete without b1 ... only once entry 0 is
+    assert p.last_add_confirmed == -1
+    effects = p.taken_back(["b1", "b7"], 1.0)
+    assert p.phase is Phase.OPEN and p.down == frozenset()
+    assert effects.back == ("b1",) and effects.healed == ("b1",)
+    assert [(a.entry_id, ws) for a, ws in effects.send] == [(0, (1,)), (1, (1,))]
+    assert p.write_sets == [(0, 1, 2)] and p.ensemble == ("b0", "b1", "b2")
+    done = p.ack("b1", 0)
+    assert done is not None and [a.entry_id for a in done] == [0, 1]
+    assert ticks(p, 1.0, 3 * RETRY_S) == [], "no search once every bookie is back"
+
+
+def test_taking_back_one_of_two_bookies_down_stays_degraded() -> None:
+    p = pipeline(3, 3, 1)
+    lose_without_spare(p, "b1")
+    lose_without_spare(p, "b2")
+    assert p.down == {"b1", "b2"}
+    effects = p.taken_back(["b2"], 0.0)
+    assert effects.back == ("b2",) and effects.healed == ()
+    assert p.phase is Phase.DEGRADED and p.down == {"b1"} and p.write_sets == [(0, 2)]
+    assert [e.find_replacement for e in ticks(p, 0.0, RETRY_S)] == [True]
+    assert p.taken_back(["b2"], RETRY_S) is NOTHING, "none of those down: no search now"
+    assert p.taken_back(["b1"], RETRY_S).healed == ("b1", "b2")
+
+
 def test_a_search_overtaken_by_a_failure_does_nothing() -> None:
     p = pipeline(5, 3, 2)
     lose_without_spare(p, "b1")
@@ -276,6 +308,15 @@ class DegradedModel(Model):
             for ws in self.p.write_sets:
                 assert len(ws) >= self.qa, "every write set keeps Qa up"
 
+    def back(self, data: st.DataObject) -> None:
+        """Some bookie (maybe one down) answers again."""
+        bookie = self.pick_bookie(data)
+        down = self.p.down
+        effects = self.p.taken_back([bookie], self.now)
+        self.apply(effects)
+        if bookie in down and not self.changing and not self.failure_reported:
+            assert bookie not in self.p.down and effects.back == (bookie,)
+
     def search_done(self, data: st.DataObject) -> None:
         self.apply(self.p.replacement_search_done(data.draw(st.booleans()), self.now))
 
@@ -295,6 +336,7 @@ def test_random_interleavings_with_no_spare_keep_the_invariants(
                 [
                     *("append", "append", "append_many", "ack", "ack", "ack", "acks", "ack_run"),
                     *("error", "lose", "tick", "change", "no_spare", "no_spare", "search_done"),
+                    "back",
                 ]
             ),
             max_size=120,

@@ -63,3 +63,44 @@ async def test_a_killed_bookie_with_no_spare_does_not_stop_the_writer(real_clust
 
         entries = await asyncio.wait_for(read_all(), LIMIT_S)
     assert entries == appender.acknowledged
+
+
+async def test_a_killed_bookie_restarted_is_taken_back(real_cluster) -> None:
+    """No spare: the bookie killed is restarted (the common case), and the writer takes it
+    back in its place, with no new segment; everything acknowledged reads back."""
+    async with BookKeeper(real_cluster.uri, CONFIG) as writer:
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        first = wh.ensemble
+        dead = first[2]
+        appender = Appender(wh)
+        appending = asyncio.create_task(appender.run())
+        try:
+            await appender.more(100, "before the kill")
+            real_cluster.stop(real_cluster.index_of(dead), signal.SIGKILL)
+            await appender.more(300, "after the kill")
+            assert wh.degraded == {dead}
+            await asyncio.to_thread(real_cluster.start, real_cluster.index_of(dead))
+
+            async def back() -> bool:
+                assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+                return not wh.degraded
+
+            await until(back, "the writer took the restarted bookie back")
+            await appender.more(100, "after the restart")
+        finally:
+            appender.stopping = True
+            await asyncio.wait_for(appending, LIMIT_S)
+        assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+        assert wh.metadata.segments == {0: first}
+        await asyncio.wait_for(wh.close(), LIMIT_S)
+        last = wh.metadata.last_entry_id
+        assert set(appender.acknowledged) == set(range(last + 1))
+
+    async with BookKeeper(real_cluster.uri, CONFIG) as reader:
+        rh = await reader.open_ledger(wh.ledger_id, b"pw")
+
+        async def read_all() -> dict[int, bytes]:
+            return {e.entry_id: e.data async for e in rh.read()}
+
+        entries = await asyncio.wait_for(read_all(), LIMIT_S)
+    assert entries == appender.acknowledged

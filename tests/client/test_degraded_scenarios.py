@@ -207,3 +207,30 @@ async def test_re_replication_leaves_a_degraded_writer_alone_then_copies_without
         assert dead not in {b for ensemble in wh.metadata.segments.values() for b in ensemble}
         rh = await bounded(recovery.open_ledger(wh.ledger_id, b"pw"))
         assert await read_all(rh) == [payload(i) for i in range(40)]
+
+
+async def test_a_restarted_bookie_is_taken_back_in_its_place() -> None:
+    """No spare, the lost bookie restarts: the writer takes it back (no new segment), and
+    the entries written from then on are on it too."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        first = wh.ensemble
+        await append_range(wh, 0, 10)
+        lost = cluster.bookie(first[1])
+        await cluster.crash(cluster.bookies.index(lost), restart=False)
+        await append_range(wh, 10, 20)
+        assert wh.degraded == {lost.bookie_id}
+        await cluster.start_bookie(lost)
+        await until(lambda: not wh.degraded, "the writer took the restarted bookie back")
+        await append_range(wh, 20, 30)
+        assert wh.metadata.segments == {0: first}
+        await bounded(wh.close())
+        storage = lost.storage
+        assert storage is not None
+        on_it = set(storage.list_entries(wh.ledger_id))
+        assert set(range(20, 30)) <= on_it, "written to it again"
+        assert not set(range(10, 20)) & on_it, "what was written while it was down: not"
+        reader = await cluster.client(FAST)
+        rh = await bounded(reader.open_ledger(wh.ledger_id, b"pw"))
+        assert await read_all(rh) == [payload(i) for i in range(30)]

@@ -32,6 +32,11 @@ Rules (BookKeeper's):
    ``degraded_retry_interval_s`` the shell is told to look for replacements
    (``Effects.find_replacement``), without stopping completions; when it found some
    (:meth:`AddPipeline.replacement_search_done`) the change runs as in rule 4 and ends OPEN.
+   A bookie down that answers again (registered writable and reachable: restarted) is taken
+   back instead (:meth:`AddPipeline.taken_back`), in its place, with no new segment, as
+   BookKeeper's delayed change keeps it in the ensemble: adds go to it again, the pending
+   ones too; it lacks the entries written while it was down (they have ``Qa`` copies; their
+   Qw-th is auto-recovery's, as for any bookie that lost entries).
    A write set left with fewer than ``Qa`` bookies up (or degraded writes off) fails the
    pipeline with the change's ``NotEnoughBookiesError``. A bookie down is not failed again.
 6. EFENCED from a bookie (for a pending entry) fails the pipeline with ``LedgerFencedError``,
@@ -48,17 +53,18 @@ Phases and the events that move them (:data:`TRANSITIONS`; a pair not in it is a
 as ``AssertionError``). APPEND and ACK never change the phase, so the hot path skips the
 lookup (APPEND checks for FAILED itself).
 
-=========  ======  ====  ====  =============  ========  ========  ===========  =====  ======
-phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  NO_SPARE  CHANGE_DONE  RETRY  FATAL
-=========  ======  ====  ====  =============  ========  ========  ===========  =====  ======
-OPEN       OPEN    OPEN  OPEN  CHANGING       -         -         -            -      FAILED
-CHANGING   CHG     CHG   CHG   CHANGING       CHANGING  DEGRADED  OPEN         -      FAILED
-DEGRADED   DEG     DEG   DEG   CHANGING       -         -         -            CHG    FAILED
-FAILED     -       FAIL  FAIL  FAILED         FAILED    FAILED    FAILED       -      FAILED
-=========  ======  ====  ====  =============  ========  ========  ===========  =====  ======
+=========  ======  ====  ====  =============  ========  ========  ===========  =====  ====  ======
+phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  NO_SPARE  CHANGE_DONE  RETRY  BACK  FATAL
+=========  ======  ====  ====  =============  ========  ========  ===========  =====  ====  ======
+OPEN       OPEN    OPEN  OPEN  CHANGING       -         -         -            -      -     FAILED
+CHANGING   CHG     CHG   CHG   CHANGING       CHANGING  DEGRADED  OPEN         -      -     FAILED
+DEGRADED   DEG     DEG   DEG   CHANGING       -         -         -            CHG    OPEN  FAILED
+FAILED     -       FAIL  FAIL  FAILED         FAILED    FAILED    FAILED       -      -     FAILED
+=========  ======  ====  ====  =============  ========  ========  ===========  =====  ====  ======
 
 (NO_SPARE: a change found no replacement and degraded writes can go on; RETRY: replacements
-for the bookies down were found. BOOKIE_FAILED for a bookie already down is no event.)
+for the bookies down were found; BACK: every bookie down answers again. BOOKIE_FAILED for a
+bookie already down is no event, nor is taking back some of the bookies down.)
 
 Limits: at most ``pending_max`` entries in the pipeline (the shell waits while :attr:`full`);
 ``ensemble_changes_max`` ensemble changes (segments written: a search that found no
@@ -71,7 +77,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -115,6 +121,7 @@ class Event(enum.Enum):
     NO_SPARE = "no spare"
     CHANGE_DONE = "change done"
     RETRY = "retry"
+    BACK = "back"
     FATAL = "fatal"
 
 
@@ -143,6 +150,7 @@ TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
         Event.TICK: _D,
         Event.BOOKIE_FAILED: _C,
         Event.RETRY: _C,
+        Event.BACK: _O,
         Event.FATAL: _F,
     },
     _F: {
@@ -194,8 +202,10 @@ class Effects:
     find_replacement: bool = False
     #: bookies that went down now (degraded writes began or lost one more bookie), for the log
     went_down: tuple[str, ...] = ()
-    #: the bookies down that were replaced: degraded writes ended, for the log
+    #: the bookies down that were replaced or taken back: degraded writes ended, for the log
     healed: tuple[str, ...] = ()
+    #: bookies down taken back (they answer again), for the log
+    back: tuple[str, ...] = ()
 
 
 NOTHING: Final = Effects()
@@ -609,6 +619,31 @@ class AddPipeline:
             return NOTHING
         self._move(Event.RETRY)
         return _CHANGE
+
+    def taken_back(self, bookies: Collection[str], now: float) -> Effects:
+        """Of the bookies down, ``bookies`` answer again: adds go to them again (the
+        pending ones are sent to them now); OPEN once none is left down (rule 5)."""
+        back = self._down.intersection(bookies)
+        if self._phase is not Phase.DEGRADED or not back:
+            return self.replacement_search_done(False, now)
+        self._down -= back
+        self._failed -= back
+        self._set_ensemble(self._ensemble)
+        bits = sum(self._bits[bookie] for bookie in back)
+        sends = []
+        for add in self._pending:
+            mask = self._ws_masks[add.entry_id % self._ws_count] & bits & ~add.acked
+            if mask:
+                positions = tuple(p for p in self.write_set(add.entry_id) if mask >> p & 1)
+                sends.append((add, positions))
+        healed: tuple[str, ...] = ()
+        if self._down:
+            self._retry_due = now + self._retry_s  # the others: searched for again
+        else:
+            self._move(Event.BACK)
+            self._retry_due = float("inf")
+            healed, self._healed = tuple(sorted(self._healed)), set()
+        return Effects(send=tuple(sends), healed=healed, back=tuple(sorted(back)))
 
     def replacement_wanted(self) -> Replacement:
         """What a search for replacements of the bookies down is to find (degraded)."""

@@ -19,8 +19,9 @@ Degraded writes (``ClientConfig.degraded_writes``; ``adding`` rule 5): a change 
 bookie to replace a failed one leaves it *down* while every write set keeps ``Qa`` bookies up;
 the writer logs one warning, goes on, and every ``degraded_retry_interval_ms`` searches for
 replacements in a task of its own (:meth:`WriteHandle._search_replacements`), then changes
-the ensemble once it found them (one info line). The explicit LAC and ``force`` go to the
-bookies up.
+the ensemble once it found them (one info line). A bookie down that is registered writable and
+accepts a connection again (restarted) is taken back instead, in its place. The explicit LAC
+and ``force`` go to the bookies up.
 
 Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's buffer is full;
 ``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update;
@@ -386,8 +387,8 @@ class WriteHandle:
                 "ledger %d: bookie %s did not acknowledge entry %d in time",
                 *(self.ledger_id, bookie, entry_id),
             )
-        if effects.went_down or effects.healed:
-            self._log_degraded(effects.went_down, effects.healed)
+        if effects.went_down or effects.healed or effects.back:
+            self._log_degraded(effects.went_down, effects.healed, effects.back)
         if self._tasks.closed:
             return
         if effects.change_ensemble:
@@ -395,8 +396,15 @@ class WriteHandle:
         if effects.find_replacement:
             self._tasks.spawn(self._search_replacements(), "search for replacements")
 
-    def _log_degraded(self, went_down: tuple[str, ...], healed: tuple[str, ...]) -> None:
+    def _log_degraded(
+        self, went_down: tuple[str, ...], healed: tuple[str, ...], back: tuple[str, ...]
+    ) -> None:
         metrics = self._ctx.metrics
+        if back:
+            log.info(
+                "ledger %d: bookie(s) %s answer again: taken back, adds go to them again",
+                *(self.ledger_id, ", ".join(back)),
+            )
         if went_down:
             log.warning(
                 "ledger %d: writing degraded: bookie(s) %s down and no bookie can replace them;"
@@ -409,7 +417,7 @@ class WriteHandle:
                 metrics.writers_degraded.value += 1
         if healed:
             log.info(
-                "ledger %d: degraded writes ended: bookie(s) %s replaced",
+                "ledger %d: degraded writes ended: bookie(s) %s replaced or taken back",
                 *(self.ledger_id, ", ".join(healed)),
             )
             if metrics is not None:
@@ -440,6 +448,10 @@ class WriteHandle:
         """Degraded: look for bookies to replace those down, while entries go on
         completing; change the ensemble if found."""
         wanted = self._adds.replacement_wanted()
+        back = await self._answering_again(wanted.failed)
+        if back:
+            self._apply(self._adds.taken_back(back, self._monotonic()))
+            return
         write_quorum = self.metadata.write_quorum
         try:
             found: tuple[str, ...] | None = await replacement_ensemble(
@@ -453,6 +465,21 @@ class WriteHandle:
         if effects.change_ensemble:
             self._chosen = found
         self._apply(effects)
+
+    async def _answering_again(self, bookies: frozenset[str]) -> set[str]:
+        """Those of ``bookies`` registered writable that accept a connection now."""
+        try:
+            candidates = bookies & await self._ctx.writable_bookies()
+        except BKeeperError:
+            return set()  # the metadata store away: the search finds nothing either
+        back = set()
+        for bookie in sorted(candidates):
+            try:
+                await self._ctx.pool.connection(bookie)
+            except BKeeperError:
+                continue  # registered, but dead (its session not expired yet)
+            back.add(bookie)
+        return back
 
     def _new_segment(self, versioned: Versioned[LedgerMetadata], changed: list[int]) -> None:
         self._send_staged()  # to the old ensemble, as if sent before: re-sent below
