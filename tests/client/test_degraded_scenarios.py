@@ -231,6 +231,13 @@ async def test_a_restarted_bookie_is_taken_back_in_its_place() -> None:
         on_it = set(storage.list_entries(wh.ledger_id))
         assert set(range(20, 30)) <= on_it, "written to it again"
         assert not set(range(10, 20)) & on_it, "what was written while it was down: not"
+        # ... so the ledger is queued for auto-recovery with it missing: never a silent gap
+        for _ in range(500):
+            marked = await bk.cluster.underreplication.get(wh.ledger_id)
+            if marked is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert marked is not None and marked.missing_replicas == (lost.bookie_id,)
         reader = await cluster.client(FAST)
         rh = await bounded(reader.open_ledger(wh.ledger_id, b"pw"))
         assert await read_all(rh) == [payload(i) for i in range(30)]

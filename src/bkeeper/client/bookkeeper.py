@@ -87,7 +87,12 @@ class BookKeeper:
         pool = BookiePool(transport, self.config.protocol)
         ledgers = ReconnectingLedgers(cluster.ledgers, self._retry)
         self._ctx = ClientContext(
-            self.config, pool, ledgers, self._writable_bookies, metrics=self.metrics
+            self.config,
+            pool,
+            ledgers,
+            self._writable_bookies,
+            metrics=self.metrics,
+            mark_underreplicated=cluster.underreplication.mark_underreplicated,
         )
         return self
 

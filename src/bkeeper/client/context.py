@@ -47,6 +47,10 @@ class ClientContext:
     #: Bookies that failed a writer of this client (``bookie_quarantine_time_ms``).
     quarantine: Quarantine = field(init=False)
     spare_warning: SpareWarning = field(default_factory=SpareWarning)
+    #: Queues a ledger for auto-recovery with the given missing replicas (the metadata's
+    #: under-replication manager): a writer that ends degraded writes names the bookies
+    #: that lack the entries written meanwhile. None: nowhere to say it (logged only).
+    mark_underreplicated: Callable[[int, Collection[str]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         self.quarantine = Quarantine(self.config.bookie_quarantine_time_ms / 1000.0)

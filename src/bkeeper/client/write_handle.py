@@ -389,6 +389,8 @@ class WriteHandle:
             )
         if effects.went_down or effects.healed or effects.back:
             self._log_degraded(effects.went_down, effects.healed, effects.back)
+        if effects.healed and not self._tasks.closed:
+            self._tasks.spawn(self._mark_gap(effects.healed), "mark degraded gap")
         if self._tasks.closed:
             return
         if effects.change_ensemble:
@@ -422,6 +424,34 @@ class WriteHandle:
             )
             if metrics is not None:
                 metrics.writers_healed.value += 1
+
+    async def _mark_gap(self, bookies: tuple[str, ...]) -> None:
+        """Degraded writes ended: ``bookies`` (replaced, or taken back in their place) lack
+        the entries written while they were down. The ledger is queued for auto-recovery
+        with them as missing replicas, so the gap is repaired (or shown, with why it waits,
+        in ``listunderreplicated``) and never silent: the auditor marks only bookies that
+        left the registry, and one taken back never did for long, or at all."""
+        mark = self._ctx.mark_underreplicated
+        missing = ", ".join(bookies)
+        if mark is None:
+            log.warning(
+                "ledger %d: bookie(s) %s lack the entries written while they were down; "
+                "nothing to queue the ledger for auto-recovery with", self.ledger_id, missing,
+            )  # fmt: skip
+            return
+        try:
+            await mark(self.ledger_id, bookies)
+        except BKeeperError as exc:
+            log.warning(
+                "ledger %d: bookie(s) %s lack the entries written while they were down, and "
+                "queuing it for auto-recovery failed (%s): `bkeeper shell recover` or the "
+                "replicas check repairs it", self.ledger_id, missing, exc,
+            )  # fmt: skip
+            return
+        log.info(
+            "ledger %d: queued for auto-recovery: bookie(s) %s lack the entries written while "
+            "they were down", self.ledger_id, missing,
+        )  # fmt: skip
 
     # -- ensemble changes ----------------------------------------------------------------
     async def _change_ensemble(self) -> None:
