@@ -253,6 +253,7 @@ async def test_default_sandbox_heals_one_lost_bookie(tmp_path: Path) -> None:
             await asyncio.sleep(3)  # the services go on after the repair too
             assert dice_leading_after(dice, leading), "Dice has no leader after the kill"
             gap = puts.longest_gap_s(killed_at)
+            print(f"longest gap between KV puts after the kill: {gap:.2f} s")
             assert gap <= 5.0, f"KV puts stopped for {gap:.1f} s"
             assert not puts.failures, puts.failures[:3]
         finally:
@@ -297,6 +298,7 @@ async def test_no_spare_says_why_and_fences_nothing(tmp_path: Path) -> None:
             await asyncio.sleep(3 * GRACE_MS / 1000 + 5)
             assert dice_leading_after(dice, leading), "Dice has no leader after the kill"
             gap = puts.longest_gap_s(killed_at)
+            print(f"longest gap between KV puts after the kill: {gap:.2f} s")
             assert gap <= 5.0, f"KV puts stopped for {gap:.1f} s"
             assert not puts.failures, puts.failures[:3]
             in_recovery = [
