@@ -16,20 +16,24 @@ from bkeeper.verify.history import History
 def test_what_the_child_writes_is_what_the_harness_records() -> None:
     out = io.StringIO()
     child = StreamHistory(out)
-    child.add("writer-0", "invoke", "create")
+    child.add("writer-0", "invoke", "create", ledger=7)
     child.add("writer-0", "ok", "create", ledger=7)
     child.add("writer-0", "invoke", "append", ledger=7, entry=0, value="ab12")
-    history, created = History(), []
-    parent = ClientProcess("zk://x/ledgers", 1, "client-3", history, "/dev/null", created.append)
+    child.add("writer-1", "invoke", "create", ledger=8)  # killed before its answer
+    history, created, sent = History(), [], []
+    parent = ClientProcess("zk://x/ledgers", 1, "client-3", history, "/dev/null",
+                           created.append, sent.append)  # fmt: skip
     for line in out.getvalue().splitlines():
         parent.record_line(line.encode())
     got = [(op.process, op.type, op.f, op.ledger, op.entry, op.value) for op in history]
     assert got == [
-        ("client-3/writer-0", "invoke", "create", -1, -1, ""),
+        ("client-3/writer-0", "invoke", "create", 7, -1, ""),
         ("client-3/writer-0", "ok", "create", 7, -1, ""),
         ("client-3/writer-0", "invoke", "append", 7, 0, "ab12"),
+        ("client-3/writer-1", "invoke", "create", 8, -1, ""),
     ]
     assert created == [7]
+    assert sent == [7, 8]  # the run deletes both: 8 may exist though nobody heard of it
     assert len(child) == 0  # the child keeps nothing
 
 

@@ -93,6 +93,7 @@ class ClientProcess:
         history: History,
         log_path: str,
         on_created: Callable[[int], None],
+        on_create_sent: Callable[[int], None] = lambda _ledger: None,
     ) -> None:
         self.uri = uri
         self.seed = seed
@@ -100,6 +101,9 @@ class ClientProcess:
         self.history = history
         self.log_path = log_path
         self._on_created = on_created  # each ledger the child created (``create`` ok)
+        # Each ledger id the child asked to create (``create`` invoked with its id): one
+        # killed before the create's answer may have left the ledger in the cluster.
+        self._on_create_sent = on_create_sent
         self._proc: asyncio.subprocess.Process | None = None
         self._copy: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -198,6 +202,8 @@ class ClientProcess:
                 f"{line[:200]!r} ({exc})"
             ) from exc
         self.history.add(process, type_, f, ledger=ledger, entry=entry, value=value, error=error)
+        if f == "create" and type_ == "invoke" and ledger >= 0:
+            self._on_create_sent(ledger)
         if f == "create" and type_ == "ok":
             self._on_created(ledger)
 

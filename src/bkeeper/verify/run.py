@@ -417,7 +417,10 @@ async def _delete_written(uri: str, workload: LedgerWorkload | LogWorkload) -> N
         if isinstance(workload, LogWorkload):
             with contextlib.suppress(LogNotFoundError):
                 await NamedLogs(bk, LogConfig()).delete(workload.name)
-        for ledger_id in dict.fromkeys(workload.created):  # a log's, also those it lost
+        written = workload.create_sent if isinstance(workload, LedgerWorkload) else []
+        # A log's ledgers, also those it lost; every id a ledger create was sent for, also
+        # one whose client process was killed before the answer.
+        for ledger_id in dict.fromkeys([*workload.created, *written]):
             with contextlib.suppress(LedgerNotFoundError):
                 await bk.delete_ledger(ledger_id, fence=False)
 

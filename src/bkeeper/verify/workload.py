@@ -99,6 +99,9 @@ class LedgerWorkload:
         self.seed = seed
         self.config = config
         self.created: list[int] = []
+        #: Every ledger id a create was sent for, answered or not (a client process killed
+        #: during a create leaves a ledger nobody heard of): what a run deletes at the end.
+        self.create_sent: list[int] = []
         self._open: dict[int, WriteHandle] = {}
         self.client_process: ClientProcess | None = None
         self._client_generation = 0
@@ -167,7 +170,7 @@ class LedgerWorkload:
             self._client_generation += 1
             process = ClientProcess(self.uri, self.seed * 100 + generation,
                                     f"client-{generation}", self.history, log_path,
-                                    self.created.append)  # fmt: skip
+                                    self.created.append, self.create_sent.append)  # fmt: skip
             try:
                 await process.start()
             except BaseException:
@@ -180,10 +183,22 @@ class LedgerWorkload:
         rng = random.Random(self.seed * 1_000 + w)
         name = f"writer-{w}"
         while not stop.is_set():
-            self.history.add(name, "invoke", "create")
+            try:
+                # The id first, on record before the create is sent: a client process killed
+                # during the create leaves a ledger the run can still find and delete.
+                ledger_id = await bounded(bk.cluster.id_generator.generate(),
+                                          self.config.op_timeout_s)  # fmt: skip
+            except (BKeeperError, TimeoutError) as exc:
+                self.history.add(name, "invoke", "create")
+                self.history.add(name, "info", "create", error=_why(exc))
+                await _pause(stop, 0.2)
+                continue
+            self.history.add(name, "invoke", "create", ledger=ledger_id)
+            self.create_sent.append(ledger_id)
             try:
                 wh = await bounded(
-                    bk.create_ledger(3, 3, 2, password=PASSWORD), self.config.op_timeout_s
+                    bk.create_ledger(3, 3, 2, password=PASSWORD, ledger_id=ledger_id),
+                    self.config.op_timeout_s,
                 )
             except (BKeeperError, TimeoutError) as exc:
                 self.history.add(name, "info", "create", error=_why(exc))
