@@ -80,46 +80,61 @@ class ClientContext:
                 size,
                 len(candidates),
             )
-        exclude: set[str] = set()
-        while True:  # bounded: each round excludes one more quarantined bookie
-            quarantined = self.quarantine.current(self.clock.monotonic())
-            ensemble = choose_ensemble(
+        return await self._choose_reachable(
+            lambda excluded, quarantined: choose_ensemble(
                 candidates,
                 size,
                 write_quorum,
-                exclude=exclude,
+                exclude=excluded,
                 quarantined=quarantined,
                 racks=self._racks(),
                 rng=self.rng,
-            )
-            unreachable = await self._unreachable([b for b in ensemble if b in quarantined])
-            if not unreachable:
-                return ensemble
-            exclude.update(unreachable)
+            ),
+            set(),
+        )
 
     async def replacement(
         self, ensemble: tuple[str, ...], position: int, write_quorum: int, exclude: set[str]
     ) -> str:
         """A bookie for ``ensemble[position]``, never one of ``exclude`` (failing now)."""
         candidates = await self.writable_bookies()
-        exclude = set(exclude)
+        chosen = await self._choose_reachable(
+            lambda excluded, quarantined: (
+                replace_bookie(
+                    ensemble,
+                    position,
+                    candidates,
+                    write_quorum,
+                    exclude=excluded,
+                    quarantined=quarantined,
+                    racks=self._racks(),
+                    rng=self.rng,
+                ),
+            ),
+            set(exclude),
+            log_taken_back=True,
+        )
+        return chosen[0]
+
+    async def _choose_reachable(
+        self,
+        choose: Callable[[set[str], dict[str, float]], tuple[str, ...]],
+        exclude: set[str],
+        *,
+        log_taken_back: bool = False,
+    ) -> tuple[str, ...]:
+        """``choose(exclude, quarantined)`` again until every quarantined bookie it picks can
+        be connected to; an unreachable one joins ``exclude`` (module doc)."""
         while True:  # bounded: each round excludes one more quarantined bookie
             quarantined = self.quarantine.current(self.clock.monotonic())
-            chosen = replace_bookie(
-                ensemble,
-                position,
-                candidates,
-                write_quorum,
-                exclude=exclude,
-                quarantined=quarantined,
-                racks=self._racks(),
-                rng=self.rng,
-            )
-            if chosen not in quarantined or not await self._unreachable([chosen]):
-                if chosen in quarantined:
-                    log.info("bookie %s taken back from quarantine: no other is left", chosen)
-                return chosen
-            exclude.add(chosen)
+            picks = choose(exclude, quarantined)
+            unreachable = await self._unreachable([b for b in picks if b in quarantined])
+            if not unreachable:
+                if log_taken_back:
+                    for bookie in (b for b in picks if b in quarantined):
+                        log.info("bookie %s taken back from quarantine: no other is left", bookie)
+                return picks
+            exclude.update(unreachable)
 
     async def _unreachable(self, bookies: list[str]) -> set[str]:
         """Those of ``bookies`` the client cannot connect to now (each logged)."""
