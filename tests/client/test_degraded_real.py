@@ -14,7 +14,7 @@ import signal
 import pytest
 
 from bkeeper.client import BookKeeper, ClientConfig
-from tests.client.test_quarantine_real import LIMIT_S, Appender, until
+from tests.client.appender import Appender, read_back, until
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +26,7 @@ async def test_a_killed_bookie_with_no_spare_does_not_stop_the_writer(real_clust
         wh = await writer.create_ledger(3, 3, 2, password=b"pw")
         first = wh.ensemble
         dead = first[1]
-        appender = Appender(wh)
-        appending = asyncio.create_task(appender.run())
-        try:
+        async with Appender(wh) as appender:
             await appender.more(100, "before the kill")
             real_cluster.signal(real_cluster.index_of(dead), signal.SIGKILL)
             await appender.more(300, "after the kill")  # before: NotEnoughBookiesError
@@ -41,28 +39,15 @@ async def test_a_killed_bookie_with_no_spare_does_not_stop_the_writer(real_clust
             spare = real_cluster.bookie_id(len(real_cluster.ports) - 1)
 
             async def moved() -> bool:
-                assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+                appender.check()
                 return not wh.degraded and spare in wh.ensemble
 
             await until(moved, "the writer moved to the new bookie")
             await appender.more(100, "after the move")
-        finally:
-            appender.stopping = True
-            await asyncio.wait_for(appending, LIMIT_S)
-        assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+        appender.check()
         assert wh.ensemble == (first[0], spare, first[2])
-        await asyncio.wait_for(wh.close(), LIMIT_S)
-        last = wh.metadata.last_entry_id
-        assert set(appender.acknowledged) == set(range(last + 1))
-
-    async with BookKeeper(real_cluster.uri, CONFIG) as reader:
-        rh = await reader.open_ledger(wh.ledger_id, b"pw")
-
-        async def read_all() -> dict[int, bytes]:
-            return {e.entry_id: e.data async for e in rh.read()}
-
-        entries = await asyncio.wait_for(read_all(), LIMIT_S)
-    assert entries == appender.acknowledged
+        await appender.close_and_check()
+    assert await read_back(real_cluster.uri, CONFIG, wh.ledger_id) == appender.acknowledged
 
 
 async def test_a_killed_bookie_restarted_is_taken_back(real_cluster) -> None:
@@ -72,9 +57,7 @@ async def test_a_killed_bookie_restarted_is_taken_back(real_cluster) -> None:
         wh = await writer.create_ledger(3, 3, 2, password=b"pw")
         first = wh.ensemble
         dead = first[2]
-        appender = Appender(wh)
-        appending = asyncio.create_task(appender.run())
-        try:
+        async with Appender(wh) as appender:
             await appender.more(100, "before the kill")
             real_cluster.stop(real_cluster.index_of(dead), signal.SIGKILL)
             await appender.more(300, "after the kill")
@@ -82,25 +65,12 @@ async def test_a_killed_bookie_restarted_is_taken_back(real_cluster) -> None:
             await asyncio.to_thread(real_cluster.start, real_cluster.index_of(dead))
 
             async def back() -> bool:
-                assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+                appender.check()
                 return not wh.degraded
 
             await until(back, "the writer took the restarted bookie back")
             await appender.more(100, "after the restart")
-        finally:
-            appender.stopping = True
-            await asyncio.wait_for(appending, LIMIT_S)
-        assert not appender.errors, f"an append failed: {appender.errors[0]!r}"
+        appender.check()
         assert wh.metadata.segments == {0: first}
-        await asyncio.wait_for(wh.close(), LIMIT_S)
-        last = wh.metadata.last_entry_id
-        assert set(appender.acknowledged) == set(range(last + 1))
-
-    async with BookKeeper(real_cluster.uri, CONFIG) as reader:
-        rh = await reader.open_ledger(wh.ledger_id, b"pw")
-
-        async def read_all() -> dict[int, bytes]:
-            return {e.entry_id: e.data async for e in rh.read()}
-
-        entries = await asyncio.wait_for(read_all(), LIMIT_S)
-    assert entries == appender.acknowledged
+        await appender.close_and_check()
+    assert await read_back(real_cluster.uri, CONFIG, wh.ledger_id) == appender.acknowledged
