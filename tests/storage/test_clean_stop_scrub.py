@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from storage_helpers import KEY, Acks, entry_body, small_config
 
 from bkeeper.storage import Storage
@@ -16,9 +18,9 @@ from bkeeper.storage.scrub import scrub
 ENTRIES = 2000  # eight runs of 256 records
 
 
-def test_a_stop_during_a_large_ledger_ends_the_scrub_after_one_run_of_records(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[Storage]:
+    """A bookie's storage with ledger 7 of ``ENTRIES`` entries, every one in an entry log."""
     config = small_config(
         str(tmp_path / "bookie"), entry_log_bytes_max=1 << 20, write_cache_bytes_max=1 << 20
     )
@@ -29,46 +31,40 @@ def test_a_stop_during_a_large_ledger_ends_the_scrub_after_one_run_of_records(
             storage.add_entry(7, entry_id, KEY, entry_body(7, entry_id), token=entry_id)
         acks.wait_for(ENTRIES - 1)
         storage.checkpoint()  # every entry in an entry log
-        whole = scrub(storage, bytes_per_s=1 << 40)
-        assert whole.ledgers == 1 and not whole.stopped and whole.damaged == {}
-
-        stop = threading.Event()
-        calls = itertools.count()
-
-        def clock() -> float:  # the stop arrives as the first run of records is paced
-            if next(calls) >= 1:
-                stop.set()
-            return 0.0
-
-        stopped = scrub(storage, bytes_per_s=1 << 40, stop=stop, clock=clock)
-        assert stopped.stopped
-        assert 0 < stopped.bytes_read <= whole.bytes_read // 4  # one run of 256, not 2000
+        yield storage
     finally:
         storage.close()
 
 
-def test_the_pace_holds_within_a_ledger(tmp_path: Path) -> None:
+def test_a_stop_during_a_large_ledger_ends_the_scrub_after_one_run_of_records(
+    storage: Storage,
+) -> None:
+    whole = scrub(storage, bytes_per_s=1 << 40)
+    assert whole.ledgers == 1 and not whole.stopped and whole.damaged == {}
+
+    stop = threading.Event()
+    calls = itertools.count()
+
+    def clock() -> float:  # the stop arrives as the first run of records is paced
+        if next(calls) >= 1:
+            stop.set()
+        return 0.0
+
+    stopped = scrub(storage, bytes_per_s=1 << 40, stop=stop, clock=clock)
+    assert stopped.stopped
+    assert 0 < stopped.bytes_read <= whole.bytes_read // 4  # one run of 256, not 2000
+
+
+def test_the_pace_holds_within_a_ledger(storage: Storage) -> None:
     """The scrub waits between runs of records when ahead of ``bytes_per_s``, not only
     between ledgers (one big ledger was read at full speed, then slept)."""
-    config = small_config(
-        str(tmp_path / "bookie"), entry_log_bytes_max=1 << 20, write_cache_bytes_max=1 << 20
-    )
-    acks = Acks()
-    storage = Storage.open(config, on_durable=acks)
-    try:
-        for entry_id in range(ENTRIES):
-            storage.add_entry(7, entry_id, KEY, entry_body(7, entry_id), token=entry_id)
-        acks.wait_for(ENTRIES - 1)
-        storage.checkpoint()
-        waits: list[float] = []
+    waits: list[float] = []
 
-        class Recording(threading.Event):
-            def wait(self, timeout: float | None = None) -> bool:
-                waits.append(0.0 if timeout is None else timeout)
-                return False
+    class Recording(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(0.0 if timeout is None else timeout)
+            return False
 
-        report = scrub(storage, bytes_per_s=1000, stop=Recording(), clock=lambda: 0.0)
-        assert not report.stopped and report.ledgers == 1
-        assert len(waits) >= ENTRIES // 256  # a wait after every run, not one per ledger
-    finally:
-        storage.close()
+    report = scrub(storage, bytes_per_s=1000, stop=Recording(), clock=lambda: 0.0)
+    assert not report.stopped and report.ledgers == 1
+    assert len(waits) >= ENTRIES // 256  # a wait after every run, not one per ledger
