@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from bkeeper.client import BookKeeper
 from bkeeper.client.adding import AddPipeline
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.placement import Quarantine, SpareWarning, choose_ensemble, replace_bookie
@@ -224,17 +225,25 @@ async def test_a_quarantined_bookie_that_cannot_be_reached_is_not_taken_back() -
         assert len(wh.metadata.segments) == 2, "no segment with a dead bookie in it"
 
 
+async def fail_a_writer_and_come_back(cluster: MemoryCluster, bk: BookKeeper) -> MemoryBookie:
+    """A bookie of a new writer of ``bk`` vanishes (still registered) and is replaced; then
+    it is back, same registration."""
+    wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+    await bounded(wh.append(b"x"))
+    lost = cluster.bookie(wh.ensemble[0])
+    vanish_keeping_registration(lost)
+    await bounded(wh.append(b"y"))
+    assert lost.bookie_id not in wh.ensemble
+    lost.down = False
+    return lost
+
+
 async def test_quarantine_is_shared_by_the_clients_writers() -> None:
     """A bookie that failed one writer is left out of the client's next new ensemble while
     enough others are there."""
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(FAST)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
-        await bounded(wh.append(b"x"))
-        lost = cluster.bookie(wh.ensemble[0])
-        vanish_keeping_registration(lost)
-        await bounded(wh.append(b"y"))
-        lost.down = False  # back, same registration: quarantined all the same
+        lost = await fail_a_writer_and_come_back(cluster, bk)  # quarantined all the same
         for _ in range(10):
             other = await bk.create_ledger(3, 3, 2)
             assert lost.bookie_id not in other.ensemble
@@ -247,13 +256,7 @@ async def test_quarantine_time_zero_excludes_only_the_failing_bookie() -> None:
     config = dataclasses.replace(FAST, bookie_quarantine_time_ms=0)
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(config)
-        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
-        await bounded(wh.append(b"x"))
-        lost = cluster.bookie(wh.ensemble[0])
-        vanish_keeping_registration(lost)
-        await bounded(wh.append(b"y"))
-        assert lost.bookie_id not in wh.ensemble
-        lost.down = False
+        lost = await fail_a_writer_and_come_back(cluster, bk)
         chosen = set()
         for _ in range(20):
             other = await bk.create_ledger(3, 3, 2)
