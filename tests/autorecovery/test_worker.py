@@ -98,6 +98,19 @@ async def new_urm(bk: BookKeeper, clock: FakeClock) -> UnderReplicationManager:
     return urm
 
 
+async def lose_and_mark(
+    cluster: MemoryCluster, lid: int, lost: str
+) -> tuple[FakeClock, BookKeeper, UnderReplicationManager]:
+    """Stop bookie ``lost`` and mark ``lid`` under-replicated for it; a fake clock, and a
+    client and under-replication manager for a worker, on that clock."""
+    await cluster.stop_bookie(cluster.bookie(lost))
+    clock = FakeClock()
+    worker_bk = await cluster.client(CLIENT)
+    urm = await new_urm(worker_bk, clock)
+    await urm.mark_underreplicated(lid, [lost])
+    return clock, worker_bk, urm
+
+
 def hang_adds(cluster: MemoryCluster, bookie_ids: set[str]) -> dict[str, Fault]:
     """Adds to these bookies are stored but never answered."""
     return {
@@ -576,11 +589,7 @@ async def test_open_ledger_without_a_candidate_is_not_fenced_and_says_why() -> N
         for e in range(20):
             await wh.append(payload(lid, e))
         lost = "bookie-2:3181"
-        await cluster.stop_bookie(cluster.bookie(lost))
-        clock = FakeClock()
-        worker_bk = await cluster.client(CLIENT)
-        urm = await new_urm(worker_bk, clock)
-        await urm.mark_underreplicated(lid, [lost])
+        clock, worker_bk, urm = await lose_and_mark(cluster, lid, lost)
         clock.advance(CONFIG.open_ledger_grace_period_ms / 1000.0 + 1.0)  # grace is over
         worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
         async with running(worker):
@@ -616,11 +625,7 @@ async def test_a_blocked_reason_is_recorded_once_per_change(
         bk = await cluster.client(CLIENT)
         lid = await write_ledger(bk, (3, 3, 2), 10)
         lost = "bookie-0:3181"
-        await cluster.stop_bookie(cluster.bookie(lost))
-        clock = FakeClock()
-        worker_bk = await cluster.client(CLIENT)
-        urm = await new_urm(worker_bk, clock)
-        await urm.mark_underreplicated(lid, [lost])
+        clock, worker_bk, urm = await lose_and_mark(cluster, lid, lost)
         worker = ReplicationWorker(worker_bk, urm, "w", CONFIG, clock=clock)
         first_ms = clock.wall_ms()
 
