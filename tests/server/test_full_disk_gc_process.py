@@ -89,38 +89,72 @@ async def read_back(client: BookieClient, ledger: int, entries: int) -> None:
             assert bytes(response.body) == body(ledger, entry), (ledger, entry)
 
 
+async def start_with_ledgers(
+    bookie: BookieProcess, settings: Iterable[str], cluster_uri: str, ledgers: Iterable[int]
+) -> BookieClient:
+    """Start ``bookie`` with ``settings`` (``-o`` options), registered writable, with the
+    metadata of ``ledgers`` naming it; a raw v2 connection to it."""
+    bookie.start(*(arg for setting in settings for arg in ("-o", setting)))
+    await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
+    await with_metadata(cluster_uri, bookie.bookie_id, *ledgers)
+    return await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
+
+
+async def fill(
+    client: BookieClient, ledgers: tuple[int, ...]
+) -> tuple[dict[int, int], int, set[StatusCode]]:
+    """Rounds of one entry per ledger until the bookie refuses every add for good
+    (checkpoints free the journal's copy of what is in entry logs: a refusal may end); how
+    many entries each ledger has acknowledged, the next entry id, and the statuses seen
+    (never one other than EOK and EREADONLY: never EIO)."""
+    acked = dict.fromkeys(ledgers, 0)
+    seen: set[StatusCode] = set()
+    refusals = 0
+    entry = 0
+    while refusals < 4 and entry < 10_000:
+        statuses = await add_round(client, ledgers, entry)
+        assert set(statuses.values()) <= {StatusCode.EOK, StatusCode.EREADONLY}, statuses
+        seen.update(statuses.values())
+        for ledger, status in statuses.items():
+            if status is StatusCode.EOK:
+                acked[ledger] = max(acked[ledger], entry + 1)
+        if set(statuses.values()) == {StatusCode.EOK}:
+            entry += 1
+            refusals = 0
+        elif StatusCode.EOK in statuses.values():
+            refusals = 0  # a round with refusals is tried again with the same ids
+        else:
+            refusals += 1
+            await asyncio.sleep(0.6)  # past a checkpoint
+    return acked, entry, seen
+
+
+async def delete_all_but(cluster_uri: str, ledgers: Iterable[int], kept: Iterable[int]) -> None:
+    """Delete from the metadata each of ``ledgers`` not in ``kept``."""
+    async with await ClusterMetadata.open(cluster_uri) as cluster:
+        for ledger in ledgers:
+            if ledger not in kept:
+                await cluster.ledgers.delete(ledger)
+
+
+async def add_more(
+    client: BookieClient, acked: dict[int, int], ledgers: Iterable[int], count: int
+) -> None:
+    """``count`` more adds to each of ``ledgers`` where it stopped (``acked``, counted on);
+    every one acknowledged."""
+    for ledger in ledgers:
+        for extra in range(acked[ledger], acked[ledger] + count):
+            assert await add_round(client, [ledger], extra) == {ledger: StatusCode.EOK}
+        acked[ledger] += count
+
+
 async def test_a_bookie_fills_its_disk_goes_read_only_and_gc_makes_it_writable_again(
     small_tmpfs: Path, tmp_path: Path, cluster_uri: str
 ) -> None:
     bookie = BookieProcess(small_tmpfs / "bookie", tmp_path / "bookie.log", cluster_uri)
-    options = [arg for setting in SETTINGS for arg in ("-o", setting)]
     try:
-        bookie.start(*options)
-        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
-        await with_metadata(cluster_uri, bookie.bookie_id, *LEDGERS)
-        raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
-
-        # Fill: rounds of one entry per ledger until the bookie refuses every add for good
-        # (checkpoints free the journal's copy of what is in entry logs: a refusal may end).
-        acked = dict.fromkeys(LEDGERS, 0)
-        seen: set[StatusCode] = set()
-        refusals = 0
-        entry = 0
-        while refusals < 4 and entry < 10_000:
-            statuses = await add_round(raw, LEDGERS, entry)
-            seen.update(statuses.values())
-            for ledger, status in statuses.items():
-                if status is StatusCode.EOK:
-                    acked[ledger] = max(acked[ledger], entry + 1)
-            if set(statuses.values()) == {StatusCode.EOK}:
-                entry += 1
-                refusals = 0
-            elif StatusCode.EOK in statuses.values():
-                refusals = 0  # a round with refusals is tried again with the same ids
-            else:
-                refusals += 1
-                await asyncio.sleep(0.6)  # past a checkpoint
-        assert seen <= {StatusCode.EOK, StatusCode.EREADONLY}, seen  # never EIO
+        raw = await start_with_ledgers(bookie, SETTINGS, cluster_uri, LEDGERS)
+        acked, entry, seen = await fill(raw, LEDGERS)
         assert StatusCode.EREADONLY in seen
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
         assert (await add_round(raw, KEPT, entry)) == dict.fromkeys(KEPT, StatusCode.EREADONLY)
@@ -129,10 +163,7 @@ async def test_a_bookie_fills_its_disk_goes_read_only_and_gc_makes_it_writable_a
             await read_back(raw, ledger, acked[ledger])
 
         # Delete all but two ledgers: the bookie frees the space itself.
-        async with await ClusterMetadata.open(cluster_uri) as cluster:
-            for ledger in LEDGERS:
-                if ledger not in KEPT:
-                    await cluster.ledgers.delete(ledger)
+        await delete_all_but(cluster_uri, LEDGERS, KEPT)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
         # It turned writable below the low-water mark; a compaction going on may hold a
         # log's copy besides the log a moment longer (0.9017 seen at once, under load).
@@ -142,10 +173,7 @@ async def test_a_bookie_fills_its_disk_goes_read_only_and_gc_makes_it_writable_a
             await asyncio.sleep(0.1)
 
         # Writable again: adds to the ledgers kept go on where they stopped.
-        for ledger in KEPT:
-            for extra in range(acked[ledger], acked[ledger] + 20):
-                assert await add_round(raw, [ledger], extra) == {ledger: StatusCode.EOK}
-            acked[ledger] += 20
+        await add_more(raw, acked, KEPT, 20)
         for ledger in KEPT:
             await read_back(raw, ledger, acked[ledger])
         # Deleted by the pass that made the bookie writable, or by the next: a pass that

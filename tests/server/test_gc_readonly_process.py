@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from bkeeper.client.bookie_client import BookieClient
-from bkeeper.meta.cluster import ClusterMetadata
-from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import ReadRequest
-from tests.server.test_full_disk_gc_process import add_round, read_back
-from tests.server.test_full_disk_process import (
-    BookieProcess,
-    cluster_uri,
-    wait_registered,
-    with_metadata,
+from tests.server.test_full_disk_gc_process import (
+    add_more,
+    add_round,
+    delete_all_but,
+    fill,
+    read_back,
+    start_with_ledgers,
 )
+from tests.server.test_full_disk_process import BookieProcess, cluster_uri, wait_registered
 
 __all__ = ["cluster_uri"]
 
@@ -47,38 +47,14 @@ async def test_deleting_ledgers_on_a_full_bookie_makes_it_writable_within_second
     small_tmpfs: Path, tmp_path: Path, cluster_uri: str
 ) -> None:
     bookie = BookieProcess(small_tmpfs / "bookie", tmp_path / "bookie.log", cluster_uri)
-    options = [arg for setting in SETTINGS for arg in ("-o", setting)]
     try:
-        bookie.start(*options)
-        await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
-        await with_metadata(cluster_uri, bookie.bookie_id, *LEDGERS)
-        raw = await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)
-
-        # Fill until every add is refused for good (checkpoints free the journal's copies).
-        acked = dict.fromkeys(LEDGERS, 0)
-        refusals = entry = 0
-        while refusals < 4 and entry < 10_000:
-            statuses = await add_round(raw, LEDGERS, entry)
-            assert set(statuses.values()) <= {StatusCode.EOK, StatusCode.EREADONLY}, statuses
-            for ledger, status in statuses.items():
-                if status is StatusCode.EOK:
-                    acked[ledger] = max(acked[ledger], entry + 1)
-            if set(statuses.values()) == {StatusCode.EOK}:
-                entry += 1
-                refusals = 0
-            elif StatusCode.EOK in statuses.values():
-                refusals = 0
-            else:
-                refusals += 1
-                await asyncio.sleep(0.6)  # past a checkpoint
+        raw = await start_with_ledgers(bookie, SETTINGS, cluster_uri, LEDGERS)
+        acked, entry, _seen = await fill(raw, LEDGERS)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
         await asyncio.sleep(2.0)  # the pass run when the disk filled is over: nothing freed
         assert (await add_round(raw, KEPT, entry)) == dict.fromkeys(KEPT, StatusCode.EREADONLY)
 
-        async with await ClusterMetadata.open(cluster_uri) as cluster:
-            for ledger in LEDGERS:
-                if ledger not in KEPT:
-                    await cluster.ledgers.delete(ledger)
+        await delete_all_but(cluster_uri, LEDGERS, KEPT)
         deleted_at = time.monotonic()
         async with asyncio.timeout(WRITABLE_WITHIN_S):
             await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
@@ -86,10 +62,8 @@ async def test_deleting_ledgers_on_a_full_bookie_makes_it_writable_within_second
         print(f"writable {writable_after_s:.2f} s after the deletions")  # docs/benchmarks.md
         assert writable_after_s < WRITABLE_WITHIN_S
 
-        for ledger in KEPT:  # adds go on where they stopped
-            for extra in range(acked[ledger], acked[ledger] + 5):
-                assert await add_round(raw, [ledger], extra) == {ledger: StatusCode.EOK}
-            acked[ledger] += 5
+        await add_more(raw, acked, KEPT, 5)  # adds go on where they stopped
+        for ledger in KEPT:
             await read_back(raw, ledger, acked[ledger])
         # The pass woken by the first deletion may have listed the metadata before the last
         # ones: those wait for a later pass (the bookie is writable, so the periodic one).
