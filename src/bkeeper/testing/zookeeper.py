@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import random
 import shutil
 import signal
 import socket
@@ -107,12 +108,47 @@ def find_zookeeper_classpath(zookeeper_home: Path | None = None) -> str:
     raise ConfigError(f"ZooKeeper jars not found: {_HOW_TO_GET}")
 
 
+#: The lowest port :func:`free_port` picks (above the well-known and registered services).
+FREE_PORT_LOW = 10_000
+#: Ports left free under the kernel's ephemeral range (a caller may use a few consecutive
+#: ones: a sandbox's bookies at ``bookie_port_base + i``).
+FREE_PORT_MARGIN = 64
+#: Random ports :func:`free_port` tries before it takes one of the ephemeral range.
+FREE_PORT_ATTEMPTS_MAX = 100
+#: Linux's ephemeral range ("low high"), which bind to port 0 and connect() draw from.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+_port_rng = random.SystemRandom()  # not the random module's: tests reseed it alike in every worker
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
+    """A TCP port that was free a moment ago on ``host``, picked below the kernel's ephemeral
+    range when it can be read: a port of that range is what any process binding port 0 or
+    connecting out gets, so one picked there (as bind to port 0 picks) could be taken by
+    another process in the seconds before the caller's server binds it (a sandbox's bookie,
+    started after ZooKeeper, found its admin port taken under a parallel test suite)."""
+    ephemeral_low = _ephemeral_low()
+    if ephemeral_low is not None and ephemeral_low - FREE_PORT_MARGIN > FREE_PORT_LOW:
+        for _ in range(FREE_PORT_ATTEMPTS_MAX):
+            port = _port_rng.randrange(FREE_PORT_LOW, ephemeral_low - FREE_PORT_MARGIN)
+            with socket.socket() as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
+
+
+def _ephemeral_low() -> int | None:
+    """The first port of the kernel's ephemeral range; None where it cannot be read."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def port_free(host: str, port: int) -> bool:

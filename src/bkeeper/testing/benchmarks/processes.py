@@ -11,15 +11,15 @@ import time
 from collections.abc import Iterator
 
 from bkeeper.common.errors import BKeeperError
+from bkeeper.testing import zookeeper
 
 __all__ = ["free_port", "free_port_range", "local_bookie", "local_bookie_process"]
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago (:func:`bkeeper.testing.zookeeper.
+    free_port`: outside the ephemeral range, so no other process's bind to port 0 takes it)."""
+    return zookeeper.free_port("127.0.0.1")
 
 
 def free_port_range(count: int, attempts: int = 50) -> int:
