@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -33,3 +35,22 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmdline:
             found.append(int(entry.name))
     return found
+
+
+@contextlib.contextmanager
+def append_process(uri: str, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``bkeeper log append NAME`` reading a pipe; killed if the test fails before it ends
+    (one left waiting on its standard input would keep reconnecting to a ZooKeeper port
+    long gone, which another process may have taken since)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bkeeper", "log", "append", name, "--metadata", uri],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

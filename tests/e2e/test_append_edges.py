@@ -4,42 +4,19 @@ command printed ``appended 2 records`` and exited 0."""
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from bkeeper.client import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.namedlog import NamedLogs, Position
-from tests.e2e.helpers import bkeeper
+from tests.e2e.helpers import append_process, bkeeper
 
 pytestmark = pytest.mark.integration
 
 #: The client's default add timeout; the producer pauses longer than that.
 ADD_TIMEOUT_S = ClientConfig().add_timeout_ms / 1000
-
-
-@contextlib.contextmanager
-def _append_process(uri: str, name: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``bkeeper log append NAME`` reading a pipe; killed if the test fails before it ends
-    (one left waiting on its standard input would keep reconnecting to a ZooKeeper port
-    long gone, which another process may have taken since)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bkeeper", "log", "append", name, "--metadata", uri],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
 
 
 async def _wait_last_position(uri: str, name: str) -> Position:
@@ -55,7 +32,7 @@ async def _wait_last_position(uri: str, name: str) -> Position:
 async def test_a_slow_producer_loses_nothing(real_cluster) -> None:
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "slow").returncode == 0
-    with _append_process(uri, "slow") as proc:
+    with append_process(uri, "slow") as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"one\n")
         proc.stdin.flush()
@@ -74,7 +51,7 @@ async def test_a_slow_producer_loses_nothing(real_cluster) -> None:
 async def test_append_says_what_failed_when_every_bookie_is_gone(real_cluster) -> None:
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "doomed").returncode == 0
-    with _append_process(uri, "doomed") as proc:
+    with append_process(uri, "doomed") as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"kept\n")
         proc.stdin.flush()

@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -24,7 +22,7 @@ from bkeeper.cli.shell_admin import admin_url
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import LedgerDeletedError, LogDeletedError
 from bkeeper.namedlog import NamedLogs, Position
-from tests.e2e.helpers import bkeeper
+from tests.e2e.helpers import append_process, bkeeper
 
 pytestmark = pytest.mark.integration
 
@@ -88,23 +86,6 @@ async def test_a_ledger_deleted_without_a_fence_fails_its_writer(real_cluster) -
             await handle.close()
 
 
-@contextlib.contextmanager
-def _append_process(uri: str, name: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``bkeeper log append NAME`` reading a pipe (killed if still running at the end)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bkeeper", "log", "append", name, "--metadata", uri],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
-
-
 def _error_lines(proc: subprocess.Popen[bytes]) -> list[str]:
     """Its standard error once it ended by itself (within a minute), as lines."""
     assert proc.stderr is not None
@@ -120,7 +101,7 @@ async def test_log_append_waiting_for_input_exits_when_its_log_is_deleted(real_c
     line naming the delete and how many records went in before."""
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "doomed").returncode == 0
-    with _append_process(uri, "doomed") as proc:
+    with append_process(uri, "doomed") as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"".join(b"record %d\n" % i for i in range(100)))
         proc.stdin.flush()
@@ -146,7 +127,7 @@ async def test_log_append_streaming_fails_when_its_log_is_deleted(real_cluster) 
     its error (not "another writer took over") and counts only acknowledged records."""
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "doomed").returncode == 0
-    with _append_process(uri, "doomed") as proc:
+    with append_process(uri, "doomed") as proc:
         assert proc.stdin is not None
         stdin = proc.stdin
 
