@@ -10,9 +10,11 @@ from bkeeper.common.auth import (
     TOKEN_PLUGIN,
     ClientAuthConfig,
     ServerAuthConfig,
+    TokenClaims,
     TokenServerProvider,
     client_provider,
     make_token,
+    peek_claims,
     server_provider,
     verify_token,
 )
@@ -44,6 +46,36 @@ def test_refused_tokens_say_why(token: str, now: int, reason: str) -> None:
     with pytest.raises(AuthenticationError, match=f"^{reason}") as caught:
         verify_token(SECRET, token.encode(), now)
     assert token not in str(caught.value)
+
+
+def test_peek_claims_reads_without_the_secret() -> None:
+    token = make_token(SECRET, "alice", 60, now_s=NOW)
+    other = make_token(b"z" * 32, "bob", 5, now_s=NOW)  # another secret: still readable
+    expired = make_token(SECRET, "carol", 1, now_s=NOW - 10**6)
+    assert peek_claims(token) == peek_claims(token.encode()) == TokenClaims("alice", NOW + 60)
+    assert peek_claims(other) == TokenClaims("bob", NOW + 5)
+    assert peek_claims(expired) == TokenClaims("carol", NOW - 10**6 + 1)
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "garbage",
+        "v1.a.b.c",
+        "v2" + make_token(SECRET, "a", 60, now_s=NOW)[2:],
+        "v1.not-base64!.AAAA",
+        "v1." + make_token(SECRET, "a", 60, now_s=NOW).split(".")[1] + ".",  # no signature
+        "v1.e30.AAAA",  # {} : no sub, no exp
+        "v1.eyJzdWIiOiAiYSIsICJleHAiOiAiMSJ9.AAAA",  # exp a string
+        "v1.eyJzdWIiOiAiYSIsICJleHAiOiB0cnVlfQ.AAAA",  # exp true
+        "v1." + "a" * 5000 + ".AAAA",
+        "v1.\u00e9.AAAA",
+        b"v1.\xff.AAAA",
+    ],
+)
+def test_peek_claims_of_a_malformed_token_is_none(token: str | bytes) -> None:
+    assert peek_claims(token) is None
 
 
 def test_claims_cannot_be_changed_without_the_secret() -> None:

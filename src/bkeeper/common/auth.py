@@ -62,6 +62,7 @@ __all__ = [
     "TokenClaims",
     "client_provider",
     "make_token",
+    "peek_claims",
     "server_provider",
     "verify_token",
 ]
@@ -198,6 +199,37 @@ def make_token(secret: bytes, subject: str, ttl_s: int, now_s: float | None = No
     return f"{signed_part}.{_b64(_sign(secret, signed_part))}"
 
 
+def _parse_claims(claims_part: str) -> TokenClaims | None:
+    try:
+        claims = json.loads(_unb64(claims_part))
+        subject, expires = claims["sub"], claims["exp"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None
+    if not isinstance(subject, str) or not subject or type(expires) is not int:
+        return None
+    return TokenClaims(subject, expires)
+
+
+def peek_claims(token: bytes | str) -> TokenClaims | None:
+    """The claims of ``token`` WITHOUT checking its signature, or None when it is not a
+    well-formed v1 token. For a client to say "your token expired at ..." before it connects;
+    never a ground to trust the token (only a bookie holding the secret can)."""
+    if isinstance(token, str):
+        if not token.isascii():
+            return None
+        token = token.encode("ascii")
+    if len(token) > TOKEN_BYTES_MAX:
+        return None
+    try:
+        version, claims_part, signature_part = token.decode("ascii").split(".")
+        _unb64(signature_part)
+    except (UnicodeDecodeError, ValueError, binascii.Error):
+        return None
+    if version != _TOKEN_VERSION or not signature_part:
+        return None
+    return _parse_claims(claims_part)
+
+
 def verify_token(secret: bytes, token: bytes, now_s: float, skew_s: int = 0) -> TokenClaims:
     """The claims of a valid ``token``; :class:`AuthenticationError` saying what is wrong
     (never echoing the token)."""
@@ -213,13 +245,10 @@ def verify_token(secret: bytes, token: bytes, now_s: float, skew_s: int = 0) -> 
         raise AuthenticationError(f"token version {version[:8]!r} is not {_TOKEN_VERSION!r}")
     if not hmac.compare_digest(signature, _sign(secret, f"{version}.{claims_part}")):
         raise AuthenticationError("bad token signature (not signed with this cluster's secret)")
-    try:
-        claims = json.loads(_unb64(claims_part))
-        subject, expires = claims["sub"], claims["exp"]
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise AuthenticationError("malformed token claims") from exc
-    if not isinstance(subject, str) or not subject or not isinstance(expires, int):
+    parsed = _parse_claims(claims_part)
+    if parsed is None:
         raise AuthenticationError("malformed token claims")
+    subject, expires = parsed.subject, parsed.expires_at_s
     if now_s > expires + skew_s:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
         raise AuthenticationError(f"token of {subject!r} expired at {stamp}")
