@@ -14,15 +14,16 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium
 fi
 # Java BookKeeper's TLS (tests/interop/test_tls_java.py) loads BouncyCastle's provider, which
-# ../shared/javabk does not ship. Only where that Java build is (the interop tests run), and
-# without it those tests are skipped, saying so: a failed install is not fatal.
+# ../shared/javabk does not ship (with its PKIX half, for PEM keys). Only where that Java build
+# is (the interop tests run); a failed install is not fatal here, but under CI those tests then
+# fail saying what is missing (they may not be skipped there).
 javabk="${BKEEPER_JAVABK:-../shared/javabk}"
 if [ -d "$javabk" ] && [ ! -f /usr/share/java/bcprov.jar ] && command -v apt-get >/dev/null; then
-    echo "== installing libbcprov-java (apt-get)"
+    echo "== installing libbcprov-java libbcpkix-java (apt-get)"
     sudo_cmd=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo_cmd="sudo"
     { $sudo_cmd apt-get update -qq \
-      && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends libbcprov-java; } \
-      || echo "libbcprov-java not installed: the Java TLS interop tests will say they are skipped"
+      && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends libbcprov-java libbcpkix-java; } \
+      || echo "libbcprov-java not installed: the Java TLS interop tests will fail saying so"
 fi
 echo "== ruff"; ruff check src tests examples; ruff format --check src tests examples
 echo "== mypy"; mypy
