@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -11,8 +12,11 @@ from tests.e2e.helpers import bkeeper
 pytestmark = pytest.mark.integration
 
 
-def test_shell_ledger_commands(real_cluster) -> None:
+def test_shell_ledger_commands(real_cluster, tmp_path: Path) -> None:
     uri = real_cluster.uri
+    right, wrong_file = tmp_path / "right.password", tmp_path / "wrong.password"
+    right.write_text("simpletest\n")
+    wrong_file.write_text("nope")
     ok = bkeeper(uri, "shell", "simpletest", "--entries", "300", "--keep")
     assert ok.returncode == 0, ok.stderr
     ledger = int(re.search(r"ledger (\d+)", ok.stdout).group(1))
@@ -31,8 +35,8 @@ def test_shell_ledger_commands(real_cluster) -> None:
         "shell",
         "readledger",
         str(ledger),
-        "--password",
-        "simpletest",
+        "--password-file",
+        str(right),
         "--from",
         "5",
         "--to",
@@ -40,7 +44,7 @@ def test_shell_ledger_commands(real_cluster) -> None:
     )
     assert read.returncode == 0, read.stderr
     assert [line.split("\t")[0] for line in read.stdout.splitlines()] == ["5", "6", "7"]
-    wrong = bkeeper(uri, "shell", "readledger", str(ledger), "--password", "nope")
+    wrong = bkeeper(uri, "shell", "readledger", str(ledger), "--password-file", str(wrong_file))
     assert wrong.returncode == 1 and wrong.stderr.strip().startswith("error:")
 
     assert bkeeper(uri, "shell", "deleteledger", str(ledger), "--force").returncode == 0

@@ -179,8 +179,12 @@ def _held_by(position: int, entries: int, ensemble: int, quorum: int) -> list[in
     return [e for e in range(entries) if (position - e) % ensemble < quorum]
 
 
-async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_cluster) -> None:
+async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
+    real_cluster, tmp_path: Path
+) -> None:
     uri = real_cluster.uri
+    pw_file = str(tmp_path / "ledger.password")
+    Path(pw_file).write_text("pw\n")
     ledger_id, ensemble = await _ledger_on(uri, 3, 2, 30)
     index = real_cluster.index_of(ensemble[0])
     bookie = ensemble[0]
@@ -188,7 +192,16 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
     assert len(held) == 20
 
     read = ok(
-        bkeeper(uri, "shell", "readledger", str(ledger_id), "--password", "pw", "--bookie", bookie)
+        bkeeper(
+            uri,
+            "shell",
+            "readledger",
+            str(ledger_id),
+            "--password-file",
+            pw_file,
+            "--bookie",
+            bookie,
+        )
     )
     assert read.splitlines() == [f"{e}\tentry-{e}" for e in held]
     part = ok(
@@ -197,8 +210,8 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
             "shell",
             "readledger",
             str(ledger_id),
-            "--password",
-            "pw",
+            "--password-file",
+            pw_file,
             "--bookie",
             bookie,
             "--from",
@@ -214,8 +227,8 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
             "shell",
             "readledger",
             str(ledger_id),
-            "--password",
-            "pw",
+            "--password-file",
+            pw_file,
             "--bookie",
             "elsewhere:1",
         )
@@ -278,12 +291,21 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(real_clu
     real_cluster.start(index)
     # Its copy is gone: readledger --bookie says so (the ledger still reads from the others).
     lost = fails(
-        bkeeper(uri, "shell", "readledger", str(ledger_id), "--password", "pw", "--bookie", bookie)
+        bkeeper(
+            uri,
+            "shell",
+            "readledger",
+            str(ledger_id),
+            "--password-file",
+            pw_file,
+            "--bookie",
+            bookie,
+        )
     )
     assert lost.startswith(
         f"error: bookie {bookie} failed 20 of the 20 entries of ledger {ledger_id} it should hold: "
     )
-    whole = ok(bkeeper(uri, "shell", "readledger", str(ledger_id), "--password", "pw"))
+    whole = ok(bkeeper(uri, "shell", "readledger", str(ledger_id), "--password-file", pw_file))
     assert len(whole.splitlines()) == 30
 
 

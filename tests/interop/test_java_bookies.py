@@ -154,7 +154,7 @@ async def test_fencing_across_implementations_on_java_bookies(
 
 
 async def test_bkeeper_shell_on_a_java_cluster(
-    java: JavaClient, ours: dict[str, BookKeeper], java_cluster: JavaCluster
+    java: JavaClient, ours: dict[str, BookKeeper], java_cluster: JavaCluster, tmp_path: Path
 ) -> None:
     ledger_id = int(await ask(java, "create", "v3", "CRC32C", PASSWORD, 3, 2, 2))
     await ask(java, "append", ledger_id, 0, 3, 20)
@@ -199,7 +199,9 @@ async def test_bkeeper_shell_on_a_java_cluster(
         "custom_metadata": {},
     }  # fmt: skip
     assert sorted(meta.segments[0]) == ids
-    entries = await shell("readledger", str(ledger_id), "--password", PASSWORD)
+    password_file = tmp_path / "ledger.password"
+    password_file.write_text(PASSWORD)
+    entries = await shell("readledger", str(ledger_id), "--password-file", str(password_file))
     assert entries == "".join(
         f"{entry}\t{payload(ledger_id, entry, 20).decode()}\n" for entry in range(3)
     )

@@ -29,6 +29,7 @@ from bkeeper.cli._disk import (
     show,
 )
 from bkeeper.cli._errors import CommandError
+from bkeeper.cli._ledger_password import ledger_password, password_options
 from bkeeper.cli._options import metadata_option
 from bkeeper.cli.shell_ops import progress
 from bkeeper.client.bookkeeper import BookKeeper
@@ -151,7 +152,7 @@ def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
 @click.argument("ledger_id", type=click.IntRange(0))
 @click.option("--from", "first", default=0, show_default=True, type=click.IntRange(0))
 @click.option("--to", "last", default=None, type=click.IntRange(0), help="Default: the LAC.")
-@click.option("--password", default="", help="The ledger's password.")
+@password_options("empty")
 @click.option(
     "--recovery/--no-recovery",
     default=False,
@@ -169,16 +170,20 @@ def readledger(
     ledger_id: int,
     first: int,
     last: int | None,
-    password: str,
+    password_file: str | None,
     recovery: bool,
     bookie_id: str | None,
     as_hex: bool,
 ) -> None:
-    """Print entries of a ledger (entry id, then the payload as text or 0x-hex)."""
+    """Print entries of a ledger (entry id, then the payload as text or 0x-hex).
+
+    The ledger's password: --password-file FILE or $BKEEPER_LEDGER_PASSWORD (never on the
+    command line, which ps shows)."""
+    password = ledger_password(password_file)
 
     async def run() -> None:
         async with BookKeeper(metadata_uri) as bk:
-            handle = await bk.open_ledger(ledger_id, password.encode(), recovery=recovery)
+            handle = await bk.open_ledger(ledger_id, password, recovery=recovery)
             end = handle.last_add_confirmed
             if not handle.is_closed:
                 end = await handle.read_last_add_confirmed()
@@ -209,7 +214,7 @@ def readledger(
         with progress(f"reading ledger {ledger_id} from {bookie}") as advance:
             done = 0
             async for got in read_replica(
-                bk.pool, meta, ledger_id, password.encode(), bookie, wanted,
+                bk.pool, meta, ledger_id, password, bookie, wanted,
                 timeout_s=REPLICA_READ_TIMEOUT_S,
             ):  # fmt: skip
                 done += 1

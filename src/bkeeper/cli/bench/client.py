@@ -8,6 +8,7 @@ import tempfile
 
 import click
 
+from bkeeper.cli._ledger_password import ledger_password, password_options
 from bkeeper.cli.bench._common import (
     KEEP,
     METADATA,
@@ -230,7 +231,7 @@ def write_bench(
 @METADATA
 @click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Ledger to read (default: "
               "write one of --entries entries first).")  # fmt: skip
-@click.option("--password", default="bench", show_default=True, help="Password of --ledger.")
+@password_options("bench")
 @click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
 @click.option(
@@ -243,7 +244,7 @@ def write_bench(
 def read_bench(
     metadata_uri: str,
     ledger_id: int | None,
-    password: str,
+    password_file: str | None,
     entries: int,
     entry_size: int,
     gc_freeze: bool,
@@ -251,6 +252,8 @@ def read_bench(
 ) -> None:
     """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
     from bkeeper.cli.bookie import run_event_loop
+
+    password = ledger_password(password_file, default=b"bench")
 
     async def run(uri: str) -> list[BenchResult]:
         target = ledger_id
@@ -268,9 +271,7 @@ def read_bench(
             )
             results.append(written)
         try:
-            results.append(
-                await bench_client_reads(uri, target, password.encode(), gc_freeze=gc_freeze)
-            )
+            results.append(await bench_client_reads(uri, target, password, gc_freeze=gc_freeze))
         finally:
             if ledger_id is None and not keep:  # only the ledger written here
                 await delete_ledger(uri, target)
