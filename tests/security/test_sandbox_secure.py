@@ -40,10 +40,14 @@ def test_secure_sandbox_admits_its_clients_only(tmp_path: Path) -> None:
     )
     with Sandbox(config) as box:
         uri, env = box.metadata_uri, box.client_env
-        assert "?digest-file=" in uri and set(env) == {"BKEEPER_TLS_CA", "BKEEPER_AUTH_TOKEN_FILE"}
-        for path in [*env.values(), uri.split("digest-file=")[1]]:
-            if not path.endswith(".pem"):
-                assert Path(path).stat().st_mode & 0o077 == 0, path
+        assert "?digest-file=" in uri
+        assert env == {
+            "BKEEPER_METADATA": uri,
+            "BKEEPER_TLS_CA": str(config.data_dir / "security" / "ca.pem"),
+            "BKEEPER_AUTH_TOKEN_FILE": str(config.data_dir / "security" / "client.token"),
+        }
+        for path in [env["BKEEPER_AUTH_TOKEN_FILE"], uri.split("digest-file=")[1]]:
+            assert Path(path).stat().st_mode & 0o077 == 0, path
         ok = run(env, "shell", "simpletest", "--metadata", uri, "--entries", "20")
         assert ok.returncode == 0, ok.stderr
         assert "simpletest ok" in ok.stdout + ok.stderr

@@ -1,11 +1,19 @@
 """``bkeeper sandbox``: ZooKeeper, N bookies and the dashboard on this machine, until Ctrl-C or
 SIGTERM. It prints where each child process logs, and watches them: a child that exits is
 reported at once (how, and the end of its log) and started again, a bounded number of times
-(:mod:`bkeeper.testing.supervision`), unless ``--no-restart``."""
+(:mod:`bkeeper.testing.supervision`), unless ``--no-restart``.
+
+Standard output holds what a script takes, everything else goes to standard error: first
+``metadata URI: URI`` (the line scripts and tests read), then one ``export NAME=VALUE`` line
+per variable of the clients' environment (``BKEEPER_METADATA``; with ``--secure`` also the TLS
+CA and the token file), quoted for a POSIX shell: pasted into a shell, or taken with
+``grep '^export '``, they make every ``bkeeper`` command (and the Spark data source) a client
+of the sandbox. They hold paths only, never a secret."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -26,7 +34,7 @@ from bkeeper.testing.sandbox import DEFAULT_BOOKIES, Sandbox, SandboxConfig
 from bkeeper.testing.sandbox_supervisor import SandboxSupervisor
 from bkeeper.testing.supervision import RestartPolicy
 
-__all__ = ["sandbox"]
+__all__ = ["export_lines", "sandbox"]
 
 #: Options the sandbox sets itself, differently for each bookie.
 _PER_BOOKIE = frozenset({"host", "port", "bookie_id", "metadata_uri", "http_port", "http_host"})
@@ -168,11 +176,15 @@ def sandbox(
         )
         click.echo(_restart_line(policy), err=True)
         click.echo(f"metadata URI: {box.metadata_uri}")
-        if box.client_env:
+        if secure:
             click.echo("secure: TLS required, token authentication, ZooKeeper ACLs", err=True)
-            click.echo("clients need (paste into your shell):", err=True)
-            for key, value in box.client_env.items():
-                click.echo(f"export {key}={value}")
+        click.echo(
+            "the environment of its clients (paste these export lines into a shell; "
+            "paths only, no secret):",
+            err=True,
+        )
+        for line in export_lines(box.client_env):
+            click.echo(line)
         click.echo("sandbox ready; Ctrl-C stops it", err=True)
         while not stop.wait(SandboxSupervisor.POLL_S):
             supervisor.poll()
@@ -206,6 +218,12 @@ class StopFlag:
                 return False
             time.sleep(min(self.POLL_S, left))
         return True
+
+
+def export_lines(env: dict[str, str]) -> list[str]:
+    """``export NAME=VALUE`` for each variable, each value quoted for a POSIX shell (a data
+    directory with spaces; a URI's ``?``, which a shell would take for a glob)."""
+    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
 
 
 def _say(line: str) -> None:

@@ -28,7 +28,8 @@ With ``secure`` (``bkeeper sandbox --secure``) the credentials of
 the ZooKeeper digest file (every node gets an ACL for that identity alone), bookies require TLS
 and token authentication, and every child process gets the ``bkeeper`` group's client options
 (:meth:`SandboxSecurity.client_args`) so that its clients (auto-recovery, the dashboard) use
-TLS and the token; :attr:`Sandbox.client_env` is the same as environment variables, for users.
+TLS and the token; :attr:`Sandbox.client_env` is the same as environment variables, for users
+(with ``BKEEPER_METADATA``, which it holds for a sandbox without ``secure`` too).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common.errors import BKeeperError, ConfigError, ConnectionLossError
@@ -203,7 +205,9 @@ class Sandbox:
     def metadata_uri(self) -> str:
         uri = self.zookeeper.uri(self.config.root)
         if self.security is not None:
-            uri += f"?{DIGEST_FILE_OPTION}={self.security.digest_file}"
+            # Percent-encoded: the URI's query is parsed as one (a data directory with a
+            # space, ``+``, ``&`` or ``%`` in its path would be another path, or refused).
+            uri += f"?{DIGEST_FILE_OPTION}={quote(str(self.security.digest_file), safe='/')}"
         return uri
 
     def _client_args(self) -> list[str]:
@@ -211,9 +215,13 @@ class Sandbox:
 
     @property
     def client_env(self) -> dict[str, str]:
-        """What a ``bkeeper`` command's environment needs to be a client of this sandbox
-        (empty unless ``secure``)."""
-        return {} if self.security is None else self.security.client_env()
+        """What a ``bkeeper`` command's environment needs to be a client of this sandbox:
+        ``BKEEPER_METADATA`` (with the digest file when ``secure``), and when ``secure`` the
+        TLS CA and the token file. Paths only, never a secret."""
+        env = {"BKEEPER_METADATA": self.metadata_uri}
+        if self.security is not None:
+            env.update(self.security.client_env())
+        return env
 
     def bookie_address(self, index: int) -> tuple[str, int]:
         return "127.0.0.1", self.config.bookie_port_base + index
