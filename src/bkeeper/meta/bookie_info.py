@@ -4,6 +4,14 @@ Stored as the data of ``<root>/available/<bookieId>`` in the ``BookieServiceInfo
 protobuf (binary), as Apache BookKeeper 4.11+ does. Bookies older than that register with
 empty data; such an entry decodes to the legacy info derived from the bookie id
 (``host:port``). Pure codec, no I/O.
+
+What the bookie requires of a client travels in its ``bookie-rpc`` endpoint (as the
+``auth`` and ``extensions`` lists of Apache BookKeeper's ``BookieServiceInfo``, which Java
+readers ignore): ``auth`` names the bookie's auth plugin (empty: authentication off), and
+``extensions`` holds :data:`TLS_EXTENSION` when the bookie offers TLS (Java BookKeeper
+publishes the same), :data:`TLS_REQUIRED_EXTENSION` when it answers EUA to requests before
+START_TLS, :data:`TLS_CLIENT_CERT_EXTENSION` when it asks clients for a certificate (mutual
+TLS). A bookie with TLS publishes its admin HTTP endpoint with protocol ``https``.
 """
 
 from __future__ import annotations
@@ -14,16 +22,30 @@ from types import MappingProxyType
 
 from google.protobuf.message import DecodeError
 
+from bkeeper.common.auth import AUTH_DISABLED_PLUGIN
 from bkeeper.common.errors import ProtocolError
 from bkeeper.wire._pb.data_formats_pb2 import BookieServiceInfoFormat
 
-__all__ = ["BOOKIE_RPC", "HTTP_ENDPOINT_ID", "BookieServiceInfo", "Endpoint"]
+__all__ = [
+    "BOOKIE_RPC",
+    "HTTP_ENDPOINT_ID",
+    "TLS_CLIENT_CERT_EXTENSION",
+    "TLS_EXTENSION",
+    "TLS_REQUIRED_EXTENSION",
+    "BookieServiceInfo",
+    "Endpoint",
+]
 
 #: Endpoint id and protocol of the bookie's client port, as BookKeeper names them.
 BOOKIE_RPC = "bookie-rpc"
 _BOOKIE_ENDPOINT_ID = "bookie"
 #: Endpoint id of the bookie's admin HTTP server, as BookKeeper names it.
 HTTP_ENDPOINT_ID = "httpserver"
+#: ``bookie-rpc`` extensions (module doc): TLS offered (Java BookKeeper's marker), TLS
+#: required before any request, a client certificate required (mutual TLS).
+TLS_EXTENSION = "tls"
+TLS_REQUIRED_EXTENSION = "tls-required"
+TLS_CLIENT_CERT_EXTENSION = "tls-client-cert"
 
 
 @dataclass(frozen=True)
@@ -34,6 +56,23 @@ class Endpoint:
     protocol: str
     auth: tuple[str, ...] = ()
     extensions: tuple[str, ...] = ()
+
+    @property
+    def offers_tls(self) -> bool:
+        return TLS_EXTENSION in self.extensions or self.requires_tls
+
+    @property
+    def requires_tls(self) -> bool:
+        return TLS_REQUIRED_EXTENSION in self.extensions
+
+    @property
+    def requires_client_cert(self) -> bool:
+        return TLS_CLIENT_CERT_EXTENSION in self.extensions
+
+    @property
+    def auth_plugins(self) -> tuple[str, ...]:
+        """The auth plugins the endpoint requires (empty: no authentication)."""
+        return tuple(a for a in self.auth if a and a != AUTH_DISABLED_PLUGIN)
 
 
 @dataclass(frozen=True)
@@ -53,12 +92,17 @@ class BookieServiceInfo:
         http_port: int | None = None,
         http_host: str | None = None,
         properties: Mapping[str, str] | None = None,
+        auth: tuple[str, ...] = (),
+        extensions: tuple[str, ...] = (),
     ) -> BookieServiceInfo:
-        """The usual info: the bookie port as ``bookie-rpc``, and the HTTP admin port if any
-        (at ``http_host``, by default ``host``)."""
-        endpoints = [Endpoint(_BOOKIE_ENDPOINT_ID, host, port, BOOKIE_RPC)]
+        """The usual info: the bookie port as ``bookie-rpc`` with its ``auth`` and
+        ``extensions`` (module doc), and the HTTP admin port if any (at ``http_host``, by
+        default ``host``; ``https`` when the bookie offers TLS)."""
+        rpc = Endpoint(_BOOKIE_ENDPOINT_ID, host, port, BOOKIE_RPC, auth, extensions)
+        endpoints = [rpc]
         if http_port is not None:
-            endpoints.append(Endpoint(HTTP_ENDPOINT_ID, http_host or host, http_port, "http"))
+            scheme = "https" if rpc.offers_tls else "http"
+            endpoints.append(Endpoint(HTTP_ENDPOINT_ID, http_host or host, http_port, scheme))
         return cls(tuple(endpoints), properties or {})
 
     @classmethod

@@ -346,8 +346,11 @@ class Bookie:
         meanwhile must stop the bookie then, not once the wait is over (or has failed)."""
         assert self._membership is not None
         http = None if self.http_port is None else (self._advertised_http_host(), self.http_port)
+        security = (self.config.tls, self.config.auth)  # what registration says it requires
         register = self._tasks.spawn(
-            self._membership.register(self.config.host, self.port, self._mode_readonly, http),
+            self._membership.register(
+                self.config.host, self.port, self._mode_readonly, http, security
+            ),
             "registering",
         )
         stopping = self._tasks.spawn(self._stopping.wait(), "stop while registering")

@@ -11,23 +11,61 @@ new bookie. After the listener serves: register as writable or read-only under
 ``<root>/available``, switching when the mode changes, and again after a session expiry
 (``BookieRegistration`` does that). At stop: unregister first, so clients stop choosing the
 bookie before it drains.
+
+The registration says what the bookie requires of clients (:func:`published_info`): its
+auth plugin and TLS markers on the ``bookie-rpc`` endpoint, ``https`` for the admin HTTP
+endpoint when TLS is on (``bkeeper.meta.bookie_info``). Clients read them to say what they
+lack before they connect.
 """
 
 from __future__ import annotations
 
 import logging
 
+from bkeeper.common.auth import AUTH_DISABLED_PLUGIN, ServerAuthConfig
 from bkeeper.common.errors import ClusterNotFoundError, CookieMismatchError, NoNodeError
 from bkeeper.common.ids import BookieId
-from bkeeper.meta.bookie_info import BookieServiceInfo
+from bkeeper.common.tls import TlsServerConfig
+from bkeeper.meta.bookie_info import (
+    TLS_CLIENT_CERT_EXTENSION,
+    TLS_EXTENSION,
+    TLS_REQUIRED_EXTENSION,
+    BookieServiceInfo,
+)
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.cookie import Cookie
 from bkeeper.meta.registry import BookieRegistration
 from bkeeper.server.cookie_check import read_local_cookie
 
-__all__ = ["ClusterMembership"]
+__all__ = ["ClusterMembership", "published_info"]
 
 log = logging.getLogger(__name__)
+
+
+def published_info(
+    host: str,
+    port: int,
+    http: tuple[str, int] | None = None,
+    tls: TlsServerConfig | None = None,
+    auth: ServerAuthConfig | None = None,
+) -> BookieServiceInfo:
+    """What a bookie at ``host:port`` (admin HTTP at ``http``) with ``tls`` and ``auth``
+    registers: its endpoints and what it requires (module doc)."""
+    plugins: tuple[str, ...] = ()
+    if auth is not None and auth.plugin != AUTH_DISABLED_PLUGIN:
+        plugins = (auth.plugin,)
+    extensions: list[str] = []
+    if tls is not None:
+        extensions.append(TLS_EXTENSION)
+        if tls.required:
+            extensions.append(TLS_REQUIRED_EXTENSION)
+        if tls.client_auth:
+            extensions.append(TLS_CLIENT_CERT_EXTENSION)
+    http_host, http_port = (None, None) if http is None else http
+    return BookieServiceInfo.for_bookie(
+        host, port, http_port=http_port, http_host=http_host, auth=plugins,
+        extensions=tuple(extensions),
+    )  # fmt: skip
 
 
 class ClusterMembership:
@@ -78,12 +116,17 @@ class ClusterMembership:
         stored.value.verify(local, f"the metadata store ({self.bookie_id})")
 
     async def register(
-        self, host: str, port: int, read_only: bool, http: tuple[str, int] | None = None
+        self,
+        host: str,
+        port: int,
+        read_only: bool,
+        http: tuple[str, int] | None = None,
+        security: tuple[TlsServerConfig | None, ServerAuthConfig | None] = (None, None),
     ) -> None:
-        """Register as writable or read-only, publishing the bookie port and the admin HTTP
-        server's ``(host, port)`` (endpoint ``httpserver``) if it has one."""
-        http_host, http_port = (None, None) if http is None else http
-        info = BookieServiceInfo.for_bookie(host, port, http_port=http_port, http_host=http_host)
+        """Register as writable or read-only, publishing the bookie port, the admin HTTP
+        server's ``(host, port)`` (endpoint ``httpserver``) if it has one, and what the
+        bookie's ``security`` (TLS, auth) requires of clients (:func:`published_info`)."""
+        info = published_info(host, port, http, *security)
         self._registration = BookieRegistration(
             self.cluster.registry, self.cluster.store, BookieId(self.bookie_id), info, read_only
         )
