@@ -198,7 +198,8 @@ async def test_bookies_and_cluster_info(cluster, http, urls) -> None:
 
 
 async def test_sanity_writes_to_this_bookie_and_cleans_up(cluster, http, urls) -> None:
-    answer = await get(http, f"{urls[1]}/api/v1/bookie/sanity")
+    status, answer = await call(http, "POST", f"{urls[1]}/api/v1/bookie/sanity")
+    assert status == 200, answer
     assert answer["success"] is True and answer["entries"] == 10
     assert answer["bookie"] == cluster.bookie_id(1)
     status, gone = await call(
@@ -344,6 +345,7 @@ async def test_without_http_admin_writes_every_change_is_403(real_cluster) -> No
         ("DELETE", f"/api/v1/ledger/delete?ledger_id={ledger_id}", None),
         ("PUT", "/api/v1/autorecovery/status?enabled=false", None),
         ("PUT", "/api/v1/config/server_config", {}),
+        ("POST", "/api/v1/bookie/sanity", None),
     ]
     timeout = aiohttp.ClientTimeout(total=WAIT_S)
     async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:

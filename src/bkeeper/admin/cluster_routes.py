@@ -8,8 +8,9 @@
                                              "ClusterInfo": {freeSpace, totalSpace}}
     GET    /api/v1/bookie/cluster_info       auditorElected, auditorId, clusterUnderReplicated,
                                              ledgerReplicationEnabled, *BookiesCount, ...
-    GET    /api/v1/bookie/sanity             write entries to a new ledger on this bookie
-                                             alone, read them back, delete it
+    POST   /api/v1/bookie/sanity             ?entries=N: write entries to a new ledger on
+                                             this bookie alone, read them back, delete it
+                                             (POST: it changes the cluster; Java serves GET)
     GET    /api/v1/ledger/list               ?print_metadata=bool, page=N (from 1):
                                              {ledgerId: metadata or null}, ledgers_page_max a page
     GET    /api/v1/ledger/metadata           ?ledger_id=: {ledgerId: metadata}
@@ -61,7 +62,7 @@ def add_cluster_routes(server: AdminHttpServer, admin: ClusterAdmin) -> None:
     server.add_route("GET", f"{BOOKIE}/list_bookies", endpoints.list_bookies)
     server.add_route("GET", f"{BOOKIE}/list_bookie_info", endpoints.list_bookie_info)
     server.add_route("GET", f"{BOOKIE}/cluster_info", endpoints.cluster_info)
-    server.add_route("GET", f"{BOOKIE}/sanity", endpoints.sanity)
+    server.add_route("POST", f"{BOOKIE}/sanity", endpoints.sanity)
     server.add_route("GET", f"{LEDGER}/list", endpoints.list_ledgers)
     server.add_route("GET", f"{LEDGER}/metadata", endpoints.metadata)
     server.add_route("GET", f"{LEDGER}/read", endpoints.read)

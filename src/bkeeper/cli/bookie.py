@@ -97,7 +97,14 @@ def _raise_nofile_limit() -> None:
     "--http-admin-writes",
     is_flag=True,
     help="Let the admin HTTP API change things (PUT, POST, DELETE: run GC, delete a "
-    "ledger, go read-only, ...); without it they are refused with 403.",
+    "ledger, go read-only, the sanity check, ...); without it they are refused with 403.",
+)
+@click.option(
+    "--http-metrics-open",
+    is_flag=True,
+    help="With authentication on (--auth-token-secret-file), serve GET /metrics without a "
+    "token too (Prometheus scrapes without credentials); every other admin endpoint but "
+    "/heartbeat and is_ready still needs one (docs/security.md).",
 )
 @click.option("--bookie-id", default="", help="Stable bookie id (default host:port).")
 @click.option("--metadata", "metadata_uri", default="", help="Metadata service URI (zk://...).")
@@ -192,6 +199,7 @@ def bookie(
     host: str,
     http_port: int | None,
     http_admin_writes: bool,
+    http_metrics_open: bool,
     bookie_id: str,
     metadata_uri: str,
     readonly: bool,
@@ -225,6 +233,7 @@ def bookie(
         "port": ("port", port),
         "http_port": ("http_port", http_port),
         "http_admin_writes": ("http_admin_writes", http_admin_writes),
+        "http_metrics_open": ("http_metrics_open", http_metrics_open),
         "bookie_id": ("bookie_id", bookie_id),
         "metadata_uri": ("metadata_uri", metadata_uri),
         "readonly": ("readonly", readonly),

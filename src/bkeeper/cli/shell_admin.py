@@ -3,14 +3,20 @@ collection, through its admin HTTP server (docs/admin.md).
 
 The bookie is named by its id (``--bookie host:port``, as ``bkeeper shell listbookies``
 shows it); its admin address is the ``httpserver`` endpoint of its registration in the
-metadata store (a bookie started with ``--http-port``). A bookie not registered, one
-registered without an admin endpoint, one that does not answer within the timeout, or an
-answer other than 200, is one line on stderr and exit status 1.
+metadata store (a bookie started with ``--http-port``), ``https`` when the bookie has TLS.
+Requests carry the client security options of the ``bkeeper`` command (docs/security.md):
+``Authorization: Bearer`` with the token of ``--auth-token-file`` (``BKEEPER_AUTH_TOKEN_FILE``),
+and over HTTPS the CA of ``--client-tls-ca`` (``BKEEPER_TLS_CA``; else the system's), the
+client certificate for mutual TLS, the hostname check unless turned off. A bookie not
+registered, one registered without an admin endpoint, one that does not answer within the
+timeout, a failed TLS handshake, or an answer other than 200, is one line on stderr and exit
+status 1.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -23,11 +29,14 @@ from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.auth import TOKEN_PLUGIN
 from bkeeper.common.errors import NoNodeError
+from bkeeper.common.tls import TlsClientConfig, describe_tls_error
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
 from bkeeper.meta.cluster import ClusterMetadata
 
-__all__ = ["AdminClient", "admin_url", "commands"]
+__all__ = ["AdminClient", "admin_url", "commands", "endpoint_url"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,8 +76,15 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return run_event_loop(coro)
 
 
+def endpoint_url(protocol: str, host: str, port: int) -> str:
+    """The URL of an admin endpoint as registered: ``https://`` when its protocol says so
+    (a bookie with TLS), else ``http://``."""
+    scheme = "https" if protocol.lower() == "https" else "http"
+    return f"{scheme}://{host}:{port}"
+
+
 async def admin_url(metadata_uri: str, bookie_id: str) -> str:
-    """``http://host:port`` of the admin server ``bookie_id`` registered; ``CommandError``
+    """``http(s)://host:port`` of the admin server ``bookie_id`` registered; ``CommandError``
     when it is not registered or registered no admin endpoint."""
     async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
         try:
@@ -83,24 +99,50 @@ async def admin_url(metadata_uri: str, bookie_id: str) -> str:
         raise CommandError(
             f"bookie {bookie_id} registered no admin endpoint: start it with --http-port"
         )
-    return f"http://{endpoint.host}:{endpoint.port}"
+    return endpoint_url(endpoint.protocol, endpoint.host, endpoint.port)
 
 
 class AdminClient:
-    """Requests to one bookie's admin server; every failure is a ``CommandError`` line."""
+    """Requests to one bookie's admin server; every failure is a ``CommandError`` line.
+    ``token``: sent as ``Authorization: Bearer``; ``tls``: how an ``https`` URL is checked
+    (None: the system's CA certificates, hostname checked)."""
 
-    def __init__(self, bookie_id: str, url: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        bookie_id: str,
+        url: str,
+        timeout_s: float,
+        *,
+        token: str | None = None,
+        tls: TlsClientConfig | None = None,
+    ) -> None:
         self.bookie_id = bookie_id
         self.url = url
         self.timeout_s = timeout_s
+        self._token = token
         # The environment's proxies are not for a bookie's admin port.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if url.startswith("https:"):
+            context = (TlsClientConfig() if tls is None else tls).context()
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
+
+    @classmethod
+    def of_process(cls, bookie_id: str, url: str, timeout_s: float) -> AdminClient:
+        """A client with this process's client security (the ``bkeeper`` command's
+        ``--auth-token-file``, ``--client-tls-*`` options and their variables)."""
+        defaults = ClientConfig()
+        auth = defaults.auth
+        token = auth.token if auth is not None and auth.plugin == TOKEN_PLUGIN else None
+        return cls(bookie_id, url, timeout_s, token=token, tls=defaults.tls)
 
     def request(self, method: str, path: str, body: Mapping[str, object] | None = None) -> Any:
         """The JSON answer of ``method path``."""
         url = self.url + path
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)
+        if self._token is not None:
+            request.add_unredirected_header("Authorization", f"Bearer {self._token}")
         if data is not None:
             request.add_header("Content-Type", "application/json")
         where = f"bookie {self.bookie_id} ({method} {url})"
@@ -108,12 +150,21 @@ class AdminClient:
             with self._opener.open(request, timeout=self.timeout_s) as answer:
                 raw = answer.read(ANSWER_BYTES_MAX + 1)
         except urllib.error.HTTPError as exc:
-            raise CommandError(f"{where} answered {exc.code}: {_error_of(exc)}") from None
+            hint = ""
+            if exc.code == 401 and self._token is None:
+                hint = " (no token given: --auth-token-file or BKEEPER_AUTH_TOKEN_FILE)"
+            raise CommandError(f"{where} answered {exc.code}: {_error_of(exc)}{hint}") from None
         except TimeoutError:
             raise CommandError(f"{where}: no answer within {self.timeout_s:g} s") from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
                 raise CommandError(f"{where}: no answer within {self.timeout_s:g} s") from None
+            if isinstance(exc.reason, ssl.SSLError):
+                raise CommandError(
+                    f"{where}: TLS handshake failed: {describe_tls_error(exc.reason)} (the CA "
+                    "is --client-tls-ca / BKEEPER_TLS_CA; a client certificate "
+                    "--client-tls-cert / BKEEPER_TLS_CERT)"
+                ) from None
             raise CommandError(f"{where}: its admin server does not answer: {exc.reason}") from None
         except (OSError, ValueError) as exc:  # reset mid-answer, malformed status line, ...
             raise CommandError(f"{where}: {type(exc).__name__}: {exc}") from None
@@ -140,7 +191,8 @@ def _error_of(exc: urllib.error.HTTPError) -> str:
 
 
 def _client(metadata_uri: str, bookie_id: str, timeout_s: float) -> AdminClient:
-    return AdminClient(bookie_id, _run(admin_url(metadata_uri, bookie_id)), timeout_s)
+    url = _run(admin_url(metadata_uri, bookie_id))
+    return AdminClient.of_process(bookie_id, url, timeout_s)
 
 
 def _console() -> Console:

@@ -23,6 +23,7 @@ from rich.table import Table
 from bkeeper.cli._disk import JSON_OPTION, print_json, show
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli.shell_admin import endpoint_url
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.common.errors import BKeeperError, ClusterExistsError, NoNodeError
 from bkeeper.common.tasks import within
@@ -97,7 +98,9 @@ def _address(info: BookieServiceInfo, bookie_id: str) -> str:
 
 def _http(info: BookieServiceInfo) -> str | None:
     endpoint = info.endpoint(HTTP_ENDPOINT_ID)
-    return None if endpoint is None else f"http://{endpoint.host}:{endpoint.port}"
+    if endpoint is None:
+        return None
+    return endpoint_url(endpoint.protocol, endpoint.host, endpoint.port)
 
 
 # -- listbookies ---------------------------------------------------------------------------

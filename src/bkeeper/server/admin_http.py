@@ -7,11 +7,21 @@ endpoints are in :mod:`bkeeper.server.admin_routes`, the cluster's in :mod:`bkee
 ``/metrics`` in :mod:`bkeeper.server.metrics`. Helpers for handlers (JSON answers, query and
 body fields checked with a 400 naming the field) are in :mod:`bkeeper.server.admin_request`.
 
-Mutating requests (PUT, POST, DELETE) on a path that serves them are refused with 403 unless
-the server was started with ``writes_enabled`` (the bookie's ``http_admin_writes``,
-``--http-admin-writes``); the answer names the option. With ``authenticate`` (a bookie with
-authentication on) they also need ``Authorization: Bearer <token>`` with credentials the
-bookie's auth plugin accepts: 401 without, 403 with refused ones (docs/security.md).
+Security (docs/security.md, "Admin HTTP"):
+
+- With ``authenticate`` (a bookie with authentication on) every request but those of
+  :data:`OPEN_ROUTES` (and ``GET /metrics`` with ``metrics_open``) needs
+  ``Authorization: Bearer <token>`` with credentials the bookie's auth plugin accepts: 401
+  without, 403 with refused ones (the answer says why, never the token), GET included, and an
+  unknown path too (nothing is answered to a client without credentials but the open routes).
+  No open route answers ledger data or ledger metadata.
+- Mutating requests (PUT, POST, DELETE) on a path that serves them are refused with 403 unless
+  the server was started with ``writes_enabled`` (the bookie's ``http_admin_writes``,
+  ``--http-admin-writes``); the answer names the option. No GET changes anything.
+- With ``ssl_context`` (a bookie with TLS: its certificate, and client certificates required
+  when it requires them) the server speaks HTTPS only: each connection runs the TLS handshake
+  (at most ``tls_handshake_timeout_ms``) before aiohttp sees it; a failed one (plain HTTP sent
+  to it, a client certificate refused) closes the connection with one rate-limited line.
 
 Limits (:class:`AdminHttpConfig`): at most ``connections_max`` connections at once (one past
 it is answered 503 and closed); request line and header fields at most ``head_bytes_max``
@@ -32,6 +42,7 @@ import asyncio
 import errno
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -41,17 +52,35 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bkeeper.common.errors import AdminRequestError, AuthenticationError, ConfigError
+from bkeeper.common.tls import describe_tls_error
 from bkeeper.common.validate import check_port, check_positive_ints
 from bkeeper.server.admin_request import error_response
+from bkeeper.server.metrics import METRICS_PATH
 from bkeeper.server.ratelimit import RateLimitedLog
 
-__all__ = ["MUTATING_METHODS", "AdminHttpConfig", "AdminHttpServer", "Handler"]
+__all__ = [
+    "METRICS_ROUTE",
+    "MUTATING_METHODS",
+    "OPEN_ROUTES",
+    "AdminHttpConfig",
+    "AdminHttpServer",
+    "Handler",
+]
 
 log = logging.getLogger(__name__)
 
 #: One route's work: the request in, the answer out.
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: The routes served without credentials when the bookie has authentication on: liveness and
+#: readiness (what a process supervisor or a load balancer probes, without a token). Neither
+#: answers ledger data, ledger metadata or the configuration. docs/security.md lists them.
+OPEN_ROUTES: frozenset[tuple[str, str]] = frozenset(
+    {("GET", "/heartbeat"), ("GET", "/api/v1/bookie/is_ready")}
+)
+#: Open too when the server is started with ``metrics_open`` (the bookie's
+#: ``http_metrics_open``, ``--http-metrics-open``: Prometheus scrapes without a token).
+METRICS_ROUTE = ("GET", METRICS_PATH)
 #: Methods that change something: refused (403) unless writes are enabled.
 MUTATING_METHODS = frozenset({"PUT", "POST", "DELETE", "PATCH"})
 #: The option that enables them, as the 403 names it.
@@ -84,13 +113,19 @@ class AdminHttpConfig:
     request_timeout_ms: int = 10_000
     handler_timeout_ms: int = 60_000
     #: Credentials (the bearer token) -> identity, or ``AuthenticationError``; None: no
-    #: authentication asked of mutating requests.
+    #: authentication asked of any request.
     authenticate: Callable[[bytes], str] | None = field(default=None, repr=False, compare=False)
+    #: ``GET /metrics`` without credentials even with ``authenticate``.
+    metrics_open: bool = False
+    #: HTTPS with this (server-side) context; None: plain HTTP.
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    tls_handshake_timeout_ms: int = 10_000
 
     def __post_init__(self) -> None:
         check_port("http_port", self.port)
         check_positive_ints(
             self,
+            "tls_handshake_timeout_ms",
             "connections_max",
             "head_bytes_max",
             "headers_max",
@@ -120,6 +155,8 @@ class AdminHttpServer:
         self.refused = RateLimitedLog(
             log, REFUSED_LOG_LINES_PER_S, REFUSED_LOG_BURST, what="lines about admin requests"
         )
+        #: TLS handshakes under way (they count against ``connections_max``).
+        self._handshakes: set[_TlsConnection] = set()
 
     def add_route(
         self,
@@ -143,6 +180,20 @@ class AdminHttpServer:
         else:
             raise ValueError(f"timeout_ms: a number of ms >= 0 or None, got {timeout_ms!r}")
         self._routes[key] = _Route(handler, timeout_s)
+
+    def routes(self) -> list[tuple[str, str]]:
+        """Every ``(method, path)`` served, sorted."""
+        return sorted(self._routes)
+
+    def open_routes(self) -> frozenset[tuple[str, str]]:
+        """The routes answered without credentials when ``authenticate`` is set (served or
+        not): :data:`OPEN_ROUTES`, and :data:`METRICS_ROUTE` with ``metrics_open``."""
+        return OPEN_ROUTES | {METRICS_ROUTE} if self.config.metrics_open else OPEN_ROUTES
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with TLS, else ``http``."""
+        return "http" if self.config.ssl_context is None else "https"
 
     def paths(self) -> list[str]:
         return sorted({path for _, path in self._routes})
@@ -209,6 +260,8 @@ class AdminHttpServer:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
+        for handshake in list(self._handshakes):
+            handshake.abort()
         runner = self._runner
         if runner is not None:
             await runner.cleanup()
@@ -222,8 +275,13 @@ class AdminHttpServer:
         limit = self.config.connections_max
         if server is None:  # closed meanwhile
             return _Refusal(self, 503, "the admin server is closing")
-        if len(server.connections) >= limit:
-            return _Refusal(self, 503, f"{limit} admin connections open already (connections_max)")
+        if len(server.connections) + len(self._handshakes) >= limit:
+            message = f"{limit} admin connections open already (connections_max)"
+            if self.config.ssl_context is not None:
+                return _Refusal(self, 503, message, answer=False)  # no handshake: no answer
+            return _Refusal(self, 503, message)
+        if self.config.ssl_context is not None:
+            return _TlsConnection(self, self.config.ssl_context)
         return server()
 
     # -- every request ------------------------------------------------------------------
@@ -246,6 +304,9 @@ class AdminHttpServer:
     async def _answer(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         method, path = request.method, request.path
         missing = request.match_info.http_exception
+        authenticate = self.config.authenticate
+        if authenticate is not None and not self._is_open(request):
+            self._authenticate(request, authenticate)
         if isinstance(missing, web.HTTPMethodNotAllowed):
             allowed = ", ".join(sorted(missing.allowed_methods))
             raise _MethodNotAllowedError(
@@ -259,10 +320,17 @@ class AdminHttpServer:
                 f"{method} {path} changes the bookie or the cluster: the admin server takes "
                 f"no such request unless started with {WRITES_OPTION}",
             )
-        if method in MUTATING_METHODS and self.config.authenticate is not None:
-            self._authenticate(request, self.config.authenticate)
         await self._read_body(request)
         return await handler(request)
+
+    def _is_open(self, request: web.Request) -> bool:
+        """Whether the route ``request`` matched (as routed, not as spelled) is open."""
+        if request.match_info.http_exception is not None:
+            return False
+        route = request.match_info.route
+        return (route.method, route.resource.canonical if route.resource else "") in (
+            self.open_routes()
+        )
 
     def _authenticate(self, request: web.Request, authenticate: Callable[[bytes], str]) -> None:
         scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
@@ -270,13 +338,16 @@ class AdminHttpServer:
             raise AdminRequestError(
                 401,
                 f"{request.method} {request.path} needs an authenticated identity: send "
-                "'Authorization: Bearer <token>'",
+                "'Authorization: Bearer <token>' with a token of this bookie's "
+                "(bkeeper shell commands send the one of --auth-token-file, "
+                "BKEEPER_AUTH_TOKEN_FILE)",
             )
         try:
             identity = authenticate(credentials.strip().encode("ascii", "replace"))
         except AuthenticationError as exc:
             raise AdminRequestError(403, f"credentials refused: {exc}") from exc
-        log.info("admin %s %s by %r", request.method, request.path, identity)
+        level = logging.INFO if request.method in MUTATING_METHODS else logging.DEBUG
+        log.log(level, "admin %s %s by %r", request.method, request.path, identity)
 
     async def _read_body(self, request: web.Request) -> None:
         """Take the whole body now (handlers then read it from memory), within the limits."""
@@ -375,12 +446,16 @@ class _MethodNotAllowedError(AdminRequestError):
 
 
 class _Refusal(asyncio.Protocol):
-    """A connection refused before aiohttp sees it: one JSON answer, then closed."""
+    """A connection refused before aiohttp sees it: one JSON answer (unless ``answer`` is
+    false: an HTTPS connection, refused before its handshake), then closed."""
 
-    def __init__(self, server: AdminHttpServer, status: int, message: str) -> None:
+    def __init__(
+        self, server: AdminHttpServer, status: int, message: str, *, answer: bool = True
+    ) -> None:
         self._server = server
         self._status = status
         self._message = message
+        self._answer = answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
@@ -391,6 +466,9 @@ class _Refusal(asyncio.Protocol):
             self._status,
             self._message,
         )
+        if not self._answer:
+            transport.close()
+            return
         body = json.dumps({"error": self._message, "status": self._status}).encode() + b"\n"
         head = (
             f"HTTP/1.1 {self._status} {HTTPStatus(self._status).phrase}\r\n"
@@ -400,3 +478,105 @@ class _Refusal(asyncio.Protocol):
         writer = cast(asyncio.WriteTransport, transport)  # uvloop's is not a subclass
         writer.write(head.encode("ascii") + body)
         writer.close()
+
+
+class _TlsConnection(asyncio.Protocol):
+    """An HTTPS connection: the TLS handshake first (within ``tls_handshake_timeout_ms``), then
+    aiohttp's protocol on the TLS transport. A failed handshake is one rate-limited line
+    (peer and reason: plain HTTP sent to the port, a client certificate refused, ...) and the
+    connection is closed. Data decrypted before aiohttp's protocol is attached is kept and
+    handed to it."""
+
+    def __init__(self, server: AdminHttpServer, context: ssl.SSLContext) -> None:
+        self._server = server
+        self._context = context
+        self._transport: asyncio.BaseTransport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._inner: asyncio.Protocol | None = None
+        self._early: list[bytes] = []
+        self._eof = False
+        self._lost: tuple[Exception | None] | None = None
+        self._peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._transport = transport
+        cast(asyncio.ReadTransport, transport).pause_reading()  # start_tls takes it from here
+        self._server._handshakes.add(self)
+        self._task = asyncio.get_running_loop().create_task(
+            self._handshake(cast(asyncio.Transport, transport)), name="admin https handshake"
+        )
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        server = self._server
+        timeout_ms = server.config.tls_handshake_timeout_ms
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport,
+                self,
+                self._context,
+                server_side=True,
+                ssl_handshake_timeout=timeout_ms / 1000,
+            )
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        except Exception as exc:  # every failure is the client's: one line
+            transport.abort()
+            reason = describe_tls_error(exc)
+            if "http request" in reason:
+                reason += " (plain HTTP sent to the HTTPS admin port: use https://)"
+            server.refused.info(
+                "admin https: a connection from %s failed the TLS handshake: %s",
+                self._peer,
+                reason,
+            )
+            return
+        finally:
+            server._handshakes.discard(self)
+        web_server = server._web
+        if tls is None or web_server is None or self._lost is not None:
+            if tls is not None:
+                tls.abort()
+            return
+        inner = web_server()
+        self._inner = inner
+        inner.connection_made(tls)
+        for data in self._early:
+            inner.data_received(data)
+        self._early.clear()
+        if self._eof:
+            inner.eof_received()
+
+    def abort(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._transport is not None:
+            cast(asyncio.Transport, self._transport).abort()
+
+    # -- the TLS transport's events, for aiohttp's protocol --------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._inner is None:
+            self._early.append(data)
+        else:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._inner is None:
+            self._eof = True
+            return None
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = (exc,)
+        if self._inner is not None:
+            self._inner.connection_lost(exc)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import logging
 import random
@@ -52,7 +51,7 @@ from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
 from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
-from bkeeper.server.config import BookieConfig
+from bkeeper.server.config import BookieConfig, public_values
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
 from bkeeper.server.cookie_check import check_or_stamp_cookie
@@ -135,6 +134,13 @@ class Bookie:
                 config.http_port,
                 writes_enabled=config.http_admin_writes,
                 authenticate=None if self.security is None else self.security.authenticate,
+                metrics_open=config.http_metrics_open,
+                # TLS on the bookie port: the admin port serves HTTPS, with the same context
+                # (certificate; client certificates required when the bookie requires them).
+                ssl_context=None if self.security is None else self.security.ssl_context,
+                tls_handshake_timeout_ms=10_000
+                if config.tls is None
+                else config.tls.handshake_timeout_ms,
             )
             self._admin = AdminHttpServer(admin_config)
             add_bookie_routes(self, self._admin)
@@ -277,10 +283,11 @@ class Bookie:
 
     @property
     def admin_url(self) -> str | None:
-        """``http://host:port`` of the admin HTTP server, once bound; None without one."""
+        """``http://host:port`` (``https://`` with TLS) of the admin HTTP server, once bound;
+        None without one."""
         if self._admin is None or self.http_port is None:
             return None
-        return f"http://{self._advertised_http_host()}:{self.http_port}"
+        return f"{self._admin.scheme}://{self._advertised_http_host()}:{self.http_port}"
 
     def _advertised_http_host(self) -> str:
         host = self.config.effective_http_host
@@ -510,9 +517,10 @@ class Bookie:
         return self.storage.disk_usage()
 
     def config_values(self) -> dict[str, object]:
-        """The bookie's and its storage's configuration, by option name."""
-        values = {**dataclasses.asdict(self.storage_config), **dataclasses.asdict(self.config)}
-        values.pop("extra", None)
+        """The bookie's and its storage's configuration, by option name, as JSON values with
+        every secret redacted (:func:`~bkeeper.server.config.public_values`)."""
+        values = {**public_values(self.storage_config), **public_values(self.config)}
+        values.pop("extra", None)  # -o options this bookie does not know: anything at all
         return values
 
     def set_read_only(self, read_only: bool) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bkeeper.common.auth import ServerAuthConfig
@@ -10,7 +14,10 @@ from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
 from bkeeper.common.tls import TlsServerConfig
 from bkeeper.common.validate import check_non_negative_ints, check_port, check_positive_ints
 
-__all__ = ["ADMIN_HTTP_HOST_DEFAULT", "BookieConfig"]
+__all__ = ["ADMIN_HTTP_HOST_DEFAULT", "REDACTED", "BookieConfig", "public_values"]
+
+#: What :func:`public_values` shows for a secret.
+REDACTED = "<redacted>"
 
 #: Where the admin HTTP server listens unless ``http_host`` says otherwise.
 ADMIN_HTTP_HOST_DEFAULT = "127.0.0.1"
@@ -29,7 +36,9 @@ class BookieConfig:
     port; ``None``: none) at ``http_host`` (empty: loopback, ``127.0.0.1``, whatever ``host``
     is: the admin API is reached from elsewhere only when asked for); the bookie publishes
     it in its registration as the endpoint ``httpserver``. Requests that change something
-    (PUT, POST, DELETE) are refused with 403 unless ``http_admin_writes``.
+    (PUT, POST, DELETE) are refused with 403 unless ``http_admin_writes``. With ``auth`` every
+    request needs a token but liveness and readiness (and ``/metrics`` with
+    ``http_metrics_open``); with ``tls`` the server speaks HTTPS (docs/security.md).
 
     Metrics (:mod:`bkeeper.server.metrics`): kept while ``metrics_enabled`` (the default) and
     served as ``/metrics`` on the admin HTTP server; off, the bookie keeps none (no counting
@@ -72,6 +81,7 @@ class BookieConfig:
     http_port: int | None = None
     http_host: str = ""
     http_admin_writes: bool = False
+    http_metrics_open: bool = False
     max_frame_bytes: int = MAX_FRAME_BYTES_DEFAULT
     connection_requests_in_flight_max: int = 10_000
     connection_bytes_in_flight_max: int = 64 * 1024 * 1024
@@ -157,3 +167,43 @@ class BookieConfig:
     def effective_bookie_id(self) -> str:
         """The configured bookie id, or ``host:port`` as Apache BookKeeper defaults it."""
         return self.bookie_id or f"{self.host}:{self.port}"
+
+
+def public_values(config: object) -> dict[str, object]:
+    """A configuration dataclass as JSON values, by field name, without its secrets: a field
+    declared ``repr=False`` (how secrets are declared: a token secret, a password) or with
+    ``metadata={"secret": True}``, and any bytes value at any depth, are :data:`REDACTED`;
+    nested dataclasses are dicts, sets sorted lists, tuples lists, enums their names, paths
+    strings; a value of any other type is shown as its type's name only."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"public_values: a dataclass instance, got {type(config).__name__}")
+    return {
+        f.name: REDACTED if _secret(f) else _json_value(getattr(config, f.name))
+        for f in dataclasses.fields(config)
+    }
+
+
+def _secret(f: dataclasses.Field[object]) -> bool:
+    return not f.repr or bool(f.metadata.get("secret"))
+
+
+def _json_value(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return REDACTED
+    if isinstance(value, enum.Enum):
+        return value.name
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return public_values(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        items = [_json_value(v) for v in value]
+        return sorted(items, key=repr)
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        return path if isinstance(path, str) else REDACTED
+    return f"<{type(value).__name__}>"
