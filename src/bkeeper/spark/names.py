@@ -43,6 +43,11 @@ READ_OPTIONS = (
     "includeProperties",
     "password",
     "subscription",
+    "tls.caFile",
+    "tls.certFile",
+    "tls.keyFile",
+    "tls.hostnameCheck",
+    "auth.tokenFile",
 )
 #: Options of a write, batch or streaming (docs/spark.md).
 WRITE_OPTIONS = (
@@ -60,6 +65,11 @@ WRITE_OPTIONS = (
     "batchMaxRecords",
     "batchMaxBytes",
     "compression",
+    "tls.caFile",
+    "tls.certFile",
+    "tls.keyFile",
+    "tls.hostnameCheck",
+    "auth.tokenFile",
 )
 #: Options Spark itself sets or passes on: ``load(path)``/``save(path)`` and a streaming
 #: query's checkpoint and name.
@@ -81,6 +91,10 @@ _KAFKA = {
     "minOffsetsPerTrigger": "minEntriesPerTrigger",
     "maxRecordsPerPartition": "maxEntriesPerSplit",
     "kafka.bootstrap.servers": "metadata",
+    "kafka.ssl.truststore.location": "tls.caFile",
+    "kafka.ssl.keystore.location": "tls.certFile",
+    "kafka.ssl.endpoint.identification.algorithm": "tls.hostnameCheck",
+    "kafka.sasl.jaas.config": "auth.tokenFile",
 }
 _KAFKA_LOWER = {name.lower(): (name, ours) for name, ours in _KAFKA.items()}
 

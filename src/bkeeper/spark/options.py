@@ -9,18 +9,34 @@ E}}`` where ``(L, E)`` is the next record to read, or ``{"ledger": L, "entry": E
 for record ``I`` of the record batch in entry ``E`` (offsets carry ``index`` only when it is
 not 0, so those of single-record entries read as before); a log may also map to
 ``"earliest"`` or ``"latest"``.
+
+Security (docs/spark.md, Security): the options ``tls.caFile``, ``tls.certFile``,
+``tls.keyFile``, ``tls.hostnameCheck`` and ``auth.tokenFile`` name the client's credential
+files; each one not given is taken from the variable every ``bkeeper`` command reads
+(``BKEEPER_TLS_CA``, ``BKEEPER_TLS_CERT``, ``BKEEPER_TLS_KEY``,
+``BKEEPER_TLS_NO_HOSTNAME_CHECK``, ``BKEEPER_AUTH_TOKEN_FILE``), and ``metadata`` from
+``BKEEPER_METADATA``, in the environment of the process that parses the options (the
+driver's). Only the paths travel to executors, in the ``client`` settings
+(:class:`~bkeeper.client.credentials.ClientCredentials`); :func:`client_config` reads the
+files where the client is made, so they must exist there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bkeeper.client.config import ClientConfig
+from bkeeper.client.credentials import (
+    ENV_METADATA,
+    ClientCredentials,
+    credentials_from_environment,
+)
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
 from bkeeper.namedlog.metadata import check_log_name
@@ -33,6 +49,7 @@ __all__ = [
     "PositionSpec",
     "SinkOptions",
     "SourceOptions",
+    "client_config",
     "offset_from_positions",
     "positions_from_offset",
     "sink_options",
@@ -50,6 +67,16 @@ MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: Logs one query may read (a ``logPattern`` matching more is refused).
 LOGS_MAX = 10_000
+
+#: The ``client`` setting that carries the credentials' paths (not a ``ClientConfig`` field).
+CREDENTIALS = "credentials"
+#: The security options and the :class:`ClientCredentials` field each sets.
+CREDENTIAL_OPTIONS = {
+    "tls.caFile": "tls_ca_file",
+    "tls.certFile": "tls_cert_file",
+    "tls.keyFile": "tls_key_file",
+    "auth.tokenFile": "auth_token_file",
+}
 
 #: Where to start or stop in one log: earliest, latest or an exact position.
 PositionSpec = str | Position
@@ -87,7 +114,7 @@ class SourceOptions:
     subscription: str | None = None
 
     def client_config(self) -> ClientConfig:
-        return ClientConfig(**dict(self.client))
+        return client_config(self.client)
 
     def matches(self, name: str) -> bool:
         if self.log_pattern is not None:
@@ -109,7 +136,18 @@ class SinkOptions:
     client: tuple[tuple[str, Any], ...] = ()
 
     def client_config(self) -> ClientConfig:
-        return ClientConfig(**dict(self.client))
+        return client_config(self.client)
+
+
+def client_config(client: tuple[tuple[str, Any], ...]) -> ClientConfig:
+    """The client of these ``client`` settings: its TLS and token are made here from the
+    credentials' files (read now, so on the executor that makes the client)."""
+    settings = dict(client)
+    credentials = settings.pop(CREDENTIALS, None)
+    if isinstance(credentials, ClientCredentials):
+        settings["tls"] = credentials.tls()
+        settings["auth"] = credentials.auth()
+    return ClientConfig(**settings)
 
 
 def spark_schema(include_properties: bool) -> str:
@@ -165,19 +203,43 @@ def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
     return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2) or "ms"]
 
 
-def _metadata(options: Mapping[str, str]) -> str:
+def _metadata(options: Mapping[str, str], environ: Mapping[str, str]) -> str:
     uri = _get(options, "metadata")
+    name = "option metadata"
+    if uri is None and environ.get(ENV_METADATA):
+        uri, name = environ[ENV_METADATA], f"{ENV_METADATA} (the driver's environment)"
     if not uri:
         raise ConfigError(
-            "option metadata is required: the cluster's metadata URI, "
-            "e.g. zk://127.0.0.1:2181/ledgers"
+            f"option metadata is required (or {ENV_METADATA} in the driver's environment): "
+            "the cluster's metadata URI, e.g. zk://127.0.0.1:2181/ledgers"
         )
     if not uri.startswith(("zk://", "memory://")):
-        raise ConfigError(f"option metadata: {uri!r} is not a zk:// or memory:// URI")
+        raise ConfigError(f"{name}: {uri!r} is not a zk:// or memory:// URI")
     return uri
 
 
-def _client(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
+def _credentials(options: Mapping[str, str], environ: Mapping[str, str]) -> ClientCredentials:
+    """The security options, each one not given taken from the environment (module doc).
+    An option given empty turns its variable off."""
+    chosen: dict[str, Any] = {}
+    named: list[tuple[str, str]] = []
+    for option, field_name in CREDENTIAL_OPTIONS.items():
+        value = _get(options, option)
+        if value is not None:
+            chosen[field_name] = value.strip()
+            named.append((field_name, f"option {option}"))
+    if _get(options, "tls.hostnameCheck") is not None:
+        chosen["tls_hostname_check"] = _bool(options, "tls.hostnameCheck", True)
+        named.append(("tls_hostname_check", "option tls.hostnameCheck"))
+    given = ClientCredentials(**chosen, named_by=tuple(sorted(named)))
+    return given.over(credentials_from_environment(environ)).check()
+
+
+#: ``ClientConfig`` fields no ``client.<field>`` option sets.
+_NOT_OPTIONS = ("racks", "protocol", "tls", "auth")
+
+
+def _client(options: Mapping[str, str], environ: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
     """``client.<field>`` options, typed like the ``ClientConfig`` field they set."""
     known = {f.name: f for f in fields(ClientConfig)}
     chosen: list[tuple[str, Any]] = []
@@ -185,8 +247,13 @@ def _client(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
         if not key.lower().startswith("client."):
             continue
         name = key[len("client.") :].lower()
-        if name not in known or name in ("racks", "protocol"):
-            simple = sorted(n for n in known if n not in ("racks", "protocol"))
+        if name in ("tls", "auth"):
+            raise ConfigError(
+                f"option {key}: set TLS and the token with the options tls.caFile, "
+                "tls.certFile, tls.keyFile, tls.hostnameCheck and auth.tokenFile"
+            )
+        if name not in known or name in _NOT_OPTIONS:
+            simple = sorted(n for n in known if n not in _NOT_OPTIONS)
             raise ConfigError(f"option {key}: unknown client setting; use one of {simple}")
         if name == "placement":
             chosen.append((name, str(text)))
@@ -195,9 +262,11 @@ def _client(options: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
             chosen.append((name, int(text)))
         except ValueError:
             raise ConfigError(f"option {key}: {text!r} is not an integer") from None
-    result = tuple(sorted(chosen))
-    ClientConfig(**dict(result))  # validates ranges now, on the driver
-    return result
+    ClientConfig(**dict(chosen))  # validates ranges now, on the driver
+    credentials = _credentials(options, environ)
+    if not credentials.is_empty:
+        chosen.append((CREDENTIALS, credentials))
+    return tuple(sorted(chosen))
 
 
 def _position(log: str, value: Any, option: str) -> PositionSpec:
@@ -296,11 +365,18 @@ def _timestamps(options: Mapping[str, str], name: str) -> tuple[int | None, dict
     return value, {}
 
 
-def source_options(options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+def source_options(
+    options: Mapping[str, str],
+    *,
+    streaming: bool | None,
+    environ: Mapping[str, str] | None = None,
+) -> SourceOptions:
     """Validate the options of a read; ``streaming`` selects the defaults of a stream (None:
-    check what holds for both kinds of read, as ``load()`` must before Spark says which)."""
+    check what holds for both kinds of read, as ``load()`` must before Spark says which).
+    ``environ`` (default: this process's) supplies what the options leave out (module doc)."""
     check_names(options, READ_OPTIONS, "read")
-    metadata = _metadata(options)
+    environ = os.environ if environ is None else environ
+    metadata = _metadata(options, environ)
     logs_text, pattern = _get(options, "log"), _get(options, "logPattern")
     if (logs_text is None) == (pattern is None):
         raise ConfigError("set exactly one of the options log (comma-separated names) and "
@@ -387,15 +463,19 @@ def source_options(options: Mapping[str, str], *, streaming: bool | None) -> Sou
         filter_pushdown=_bool(options, "filterPushdown", False),
         include_properties=_bool(options, "includeProperties", False),
         password=password.encode(),
-        client=_client(options),
+        client=_client(options, environ),
         subscription=subscription,
     )
 
 
-def sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """Validate the options of a write (batch or streaming)."""
+def sink_options(
+    options: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> SinkOptions:
+    """Validate the options of a write (batch or streaming); ``environ`` as for
+    :func:`source_options`."""
     check_names(options, WRITE_OPTIONS, "write")
-    metadata = _metadata(options)
+    environ = os.environ if environ is None else environ
+    metadata = _metadata(options, environ)
     log = _get(options, "log")
     if log is not None:
         check_log_name(log.strip())
@@ -438,7 +518,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         else _bool(options, "createLog", True),
         log_config=log_config,
         writer_id=writer_id,
-        client=_client(options),
+        client=_client(options, environ),
     )
 
 

@@ -46,6 +46,7 @@ from bkeeper.namedlog.records import (
     encode_chunks,
 )
 from bkeeper.namedlog.writer import create_ledger
+from bkeeper.spark.options import client_config
 from bkeeper.spark.plan import EntrySpan, LogView
 
 if TYPE_CHECKING:  # imported by read tasks only (see bkeeper.spark.source's docstring)
@@ -88,7 +89,7 @@ def runtime(metadata: str, client: tuple[tuple[str, Any], ...], log_config: LogC
             del _runtimes[key]
         if len(_runtimes) >= RUNTIMES_MAX:
             _runtimes.pop(next(iter(_runtimes))).close()
-        made = Runtime(metadata, ClientConfig(**dict(client)), log_config)
+        made = Runtime(metadata, client_config(client), log_config)
         _runtimes[key] = made
         return made
 
