@@ -2,7 +2,7 @@
 
 - Bookie (``bkeeper bookie``, ``bkeeper sandbox``): ``--tls-cert``, ``--tls-key``,
   ``--tls-ca``, ``--tls-client-auth``, ``--tls-required``, ``--auth-token-secret-file``,
-  ``--auth-allowed-subject``.
+  ``--auth-token-secret-refresh-ms``, ``--auth-allowed-subject``.
 - Every client of the ``bkeeper`` command (group options, or their environment variables,
   which processes started by a command inherit): ``--client-tls-ca`` (``BKEEPER_TLS_CA``),
   ``--client-tls-cert`` / ``--client-tls-key`` (``BKEEPER_TLS_CERT`` / ``BKEEPER_TLS_KEY``),
@@ -10,21 +10,30 @@
   ``--auth-token-file`` (``BKEEPER_AUTH_TOKEN_FILE``). They become the process's client
   defaults (:func:`bkeeper.client.config.set_process_security`).
 
-Secret files are read here (the only layer that reads files named by the user) and must not
-be readable by others: a token or secret file with group or other permissions is refused.
+Secret files are read here (the bookie also re-reads its token secret file when it changes:
+``bkeeper.server.security``) and must not be readable by others: a token or secret file with
+group or other permissions is refused. A token secret file holds one secret a line, at most
+two (the old and the new one of a rotation; docs/security.md).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from bkeeper.client.config import set_process_security
-from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig, ServerAuthConfig
+from bkeeper.common.auth import (
+    PRIVATE_FILE_BYTES_MAX,
+    TOKEN_PLUGIN,
+    TOKEN_SECRET_REFRESH_MS_DEFAULT,
+    ClientAuthConfig,
+    ServerAuthConfig,
+    read_private_file,
+    read_token_secret_file,
+)
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.tls import TlsClientConfig, TlsServerConfig
 
@@ -40,25 +49,13 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: A secret or token file larger than this is refused unread.
-SECRET_FILE_BYTES_MAX = 64 * 1024
+SECRET_FILE_BYTES_MAX = PRIVATE_FILE_BYTES_MAX
 
 
 def read_secret_file(path: str, what: str) -> bytes:
     """The content of a secret file (trailing newline dropped); ``ConfigError`` if it cannot
     be read, is empty, too large, or readable by group or others."""
-    try:
-        info = os.stat(path)
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ConfigError(
-                f"{what} {path}: readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
-                "chmod 600 it"
-            )
-        if info.st_size > SECRET_FILE_BYTES_MAX:
-            raise ConfigError(f"{what} {path}: larger than {SECRET_FILE_BYTES_MAX} bytes")
-        with open(path, "rb") as file:
-            data = file.read(SECRET_FILE_BYTES_MAX + 1).rstrip(b"\r\n")
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from exc
+    data = read_private_file(path, what).rstrip(b"\r\n")
     if not data:
         raise ConfigError(f"{what} {path}: empty")
     return data
@@ -86,7 +83,15 @@ def bookie_security_options(command: F) -> F:
             "--auth-token-secret-file",
             default="",
             help="Turn on authentication with the token plugin: the file (mode 600) holds "
-            "the secret that signs tokens ('bkeeper security make-token' makes tokens).",
+            "the secret that signs tokens, one a line, at most 2 during a rotation; the "
+            "bookie re-reads it when it changes ('bkeeper security make-token' makes tokens).",
+        ),
+        click.option(
+            "--auth-token-secret-refresh-ms",
+            type=click.IntRange(1),
+            default=TOKEN_SECRET_REFRESH_MS_DEFAULT,
+            show_default=True,
+            help="Look whether the token secret file changed at most this often.",
         ),
         click.option(
             "--auth-allowed-subject",
@@ -106,14 +111,21 @@ def build_bookie_security(
     cert, key, ca = kwargs.pop("tls_cert"), kwargs.pop("tls_key"), kwargs.pop("tls_ca")
     client_auth, required = kwargs.pop("tls_client_auth"), kwargs.pop("tls_required")
     secret_file = kwargs.pop("auth_token_secret_file")
+    refresh_ms = kwargs.pop("auth_token_secret_refresh_ms")
     subjects = kwargs.pop("auth_allowed_subject")
     tls = None
     if cert or key or ca or client_auth or required:
         tls = TlsServerConfig(cert, key, ca, client_auth=client_auth, required=required)
     auth = None
     if secret_file:
-        secret = read_secret_file(secret_file, "--auth-token-secret-file")
-        auth = ServerAuthConfig(TOKEN_PLUGIN, secret, frozenset(subjects))
+        secrets = read_token_secret_file(secret_file, "--auth-token-secret-file")
+        auth = ServerAuthConfig(
+            TOKEN_PLUGIN,
+            secrets,
+            frozenset(subjects),
+            token_secret_file=os.path.abspath(secret_file),
+            token_secret_refresh_ms=refresh_ms,
+        )
     elif subjects:
         raise ConfigError("--auth-allowed-subject: needs --auth-token-secret-file")
     return tls, auth

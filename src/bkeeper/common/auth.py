@@ -30,6 +30,12 @@ Plugins shipped:
   (with ``clock_skew_s`` of grace) and the subject (``allowed_subjects``, when given), and
   answers with an empty payload. Secrets and tokens are never logged: their fields are left
   out of ``repr`` and errors name only what was wrong ("expired at ...", "bad signature").
+
+Secret rotation: a bookie admits tokens signed by any of at most :data:`SECRETS_MAX` secrets
+(:class:`TokenSecrets`, the old and the new during a rotation); a secret file holds one secret
+a line, the newest last (:func:`parse_token_secrets`, :func:`read_token_secret_file`), and
+tokens are made with the newest. The bookie re-reads its file when it changes
+(``bkeeper.server.security``). docs/security.md, "Rotating the token secret".
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import binascii
 import hashlib
 import hmac
 import json
+import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,9 +57,12 @@ from bkeeper.common.errors import AuthenticationError, ConfigError
 __all__ = [
     "AUTH_DISABLED_PLUGIN",
     "CLIENT_PLUGINS",
+    "PRIVATE_FILE_BYTES_MAX",
+    "SECRETS_MAX",
     "SERVER_PLUGINS",
     "TOKEN_PLUGIN",
     "TOKEN_SECRET_BYTES_MIN",
+    "TOKEN_SECRET_REFRESH_MS_DEFAULT",
     "AuthStep",
     "ClientAuthConfig",
     "ClientAuthProvider",
@@ -60,9 +71,13 @@ __all__ = [
     "ServerAuthProvider",
     "ServerAuthSession",
     "TokenClaims",
+    "TokenSecrets",
     "client_provider",
     "make_token",
+    "parse_token_secrets",
     "peek_claims",
+    "read_private_file",
+    "read_token_secret_file",
     "server_provider",
     "verify_token",
 ]
@@ -72,6 +87,13 @@ TOKEN_PLUGIN = "BKeeperToken"
 #: A token secret shorter than this is refused (HMAC-SHA256's block is 64 bytes; 32 random
 #: bytes are well beyond guessing).
 TOKEN_SECRET_BYTES_MIN = 32
+#: A bookie admits tokens signed by at most this many secrets: the old and the new one of a
+#: rotation.
+SECRETS_MAX = 2
+#: How often (at most) a bookie looks whether its token secret file changed.
+TOKEN_SECRET_REFRESH_MS_DEFAULT = 5_000
+#: A secret or token file larger than this is refused unread.
+PRIVATE_FILE_BYTES_MAX = 64 * 1024
 #: Tokens (and AUTH payloads the token plugin reads) longer than this are refused unread.
 TOKEN_BYTES_MAX = 4096
 _TOKEN_VERSION = "v1"
@@ -116,29 +138,146 @@ class ClientAuthProvider(Protocol):
     def new_session(self, address: str) -> ClientAuthSession: ...
 
 
+# -- secrets -------------------------------------------------------------------------------
+class TokenSecrets:
+    """The secrets a bookie admits tokens signed by (1 to :data:`SECRETS_MAX`, each at least
+    :data:`TOKEN_SECRET_BYTES_MIN` bytes), oldest first; :attr:`newest` signs new tokens.
+    Immutable; its ``repr`` (and a ``dataclasses.asdict`` dump of a config holding it, which
+    copies it whole) shows only how many there are."""
+
+    __slots__ = ("_secrets",)
+
+    def __init__(self, *secrets: bytes) -> None:
+        if not 1 <= len(secrets) <= SECRETS_MAX:
+            raise ConfigError(f"auth.token_secret: 1 to {SECRETS_MAX} secrets, got {len(secrets)}")
+        for secret in secrets:
+            _check_secret("auth.token_secret", secret)
+        self._secrets = tuple(secrets)
+
+    @property
+    def secrets(self) -> tuple[bytes, ...]:
+        return self._secrets
+
+    @property
+    def newest(self) -> bytes:
+        return self._secrets[-1]
+
+    def __len__(self) -> int:
+        return len(self._secrets)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TokenSecrets) and self._secrets == other._secrets
+
+    def __hash__(self) -> int:
+        return hash(self._secrets)
+
+    def __repr__(self) -> str:
+        return f"TokenSecrets(<{len(self._secrets)} hidden>)"
+
+    __str__ = __repr__
+
+    def __deepcopy__(self, memo: object) -> TokenSecrets:
+        return self  # immutable
+
+
+def parse_token_secrets(data: bytes, source: str) -> TokenSecrets:
+    """The secrets of a secret file's content: one a line (``\\n`` or ``\\r\\n``; newlines at
+    the end are ignored), oldest first, at most :data:`SECRETS_MAX`. ``ConfigError`` naming
+    ``source`` and the line number of what is wrong, never the content."""
+    data = data.rstrip(b"\r\n")
+    if not data:
+        raise ConfigError(f"{source}: empty")
+    secrets = []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        secret = line.removesuffix(b"\r")
+        if not secret.strip():
+            raise ConfigError(f"{source} line {number}: empty")
+        if number > SECRETS_MAX:
+            raise ConfigError(
+                f"{source} line {number}: more than {SECRETS_MAX} secrets (a bookie takes the "
+                "old and the new one of a rotation): drop the old one first"
+            )
+        if len(secret) < TOKEN_SECRET_BYTES_MIN:
+            raise ConfigError(
+                f"{source} line {number}: a secret must be at least {TOKEN_SECRET_BYTES_MIN} "
+                f"bytes, this one has {len(secret)}"
+            )
+        secrets.append(secret)
+    return TokenSecrets(*secrets)
+
+
+def read_private_file(path: str, what: str) -> bytes:
+    """The content of a secret or token file; ``ConfigError`` (naming ``what`` and ``path``,
+    never the content) if it cannot be read, is larger than :data:`PRIVATE_FILE_BYTES_MAX`,
+    or is readable by group or others."""
+    try:
+        with open(path, "rb") as file:
+            info = os.fstat(file.fileno())
+            if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ConfigError(
+                    f"{what} {path}: readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+                    "chmod 600 it"
+                )
+            if info.st_size > PRIVATE_FILE_BYTES_MAX:
+                raise ConfigError(f"{what} {path}: larger than {PRIVATE_FILE_BYTES_MAX} bytes")
+            data = file.read(PRIVATE_FILE_BYTES_MAX + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > PRIVATE_FILE_BYTES_MAX:
+        raise ConfigError(f"{what} {path}: larger than {PRIVATE_FILE_BYTES_MAX} bytes")
+    return data
+
+
+def read_token_secret_file(path: str, what: str = "token secret file") -> TokenSecrets:
+    """The secrets of a token secret file (:func:`read_private_file`,
+    :func:`parse_token_secrets`)."""
+    return parse_token_secrets(read_private_file(path, what), f"{what} {path}")
+
+
 # -- configuration -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServerAuthConfig:
     """A bookie's authentication. ``plugin``: a name in :data:`SERVER_PLUGINS`.
-    For the token plugin: ``token_secret`` (at least :data:`TOKEN_SECRET_BYTES_MIN` bytes),
-    ``allowed_subjects`` (empty: any subject the secret signed), ``clock_skew_s``."""
+
+    For the token plugin: ``token_secret``, the secrets tokens may be signed by (a
+    :class:`TokenSecrets`, or one secret of at least :data:`TOKEN_SECRET_BYTES_MIN` bytes,
+    made a :class:`TokenSecrets` of one); ``allowed_subjects`` (empty: any subject a secret
+    signed); ``clock_skew_s``. With ``token_secret_file`` (the file ``token_secret`` was read
+    from) the bookie looks whether the file changed at most every ``token_secret_refresh_ms``
+    (when a connection authenticates) and then admits the secrets it now holds (an invalid
+    file keeps the secrets in use; ``bkeeper.server.security``)."""
 
     plugin: str = TOKEN_PLUGIN
-    token_secret: bytes = field(default=b"", repr=False)
+    token_secret: TokenSecrets | bytes = field(default=b"", repr=False)
     allowed_subjects: frozenset[str] = frozenset()
     clock_skew_s: int = 30
+    token_secret_file: str = ""
+    token_secret_refresh_ms: int = TOKEN_SECRET_REFRESH_MS_DEFAULT
 
     def __post_init__(self) -> None:
         if self.plugin not in SERVER_PLUGINS:
             raise ConfigError(
                 f"auth.plugin: {self.plugin!r} is not one of {', '.join(sorted(SERVER_PLUGINS))}"
             )
-        if self.plugin == TOKEN_PLUGIN:
+        if self.plugin == TOKEN_PLUGIN and not isinstance(self.token_secret, TokenSecrets):
             _check_secret("auth.token_secret", self.token_secret)
+            object.__setattr__(self, "token_secret", TokenSecrets(self.token_secret))
         if not isinstance(self.clock_skew_s, int) or self.clock_skew_s < 0:
             raise ConfigError(
                 f"auth.clock_skew_s: must be an integer >= 0, got {self.clock_skew_s!r}"
             )
+        refresh = self.token_secret_refresh_ms
+        if not isinstance(refresh, int) or isinstance(refresh, bool) or refresh <= 0:
+            raise ConfigError(
+                f"auth.token_secret_refresh_ms: must be a positive integer, got {refresh!r}"
+            )
+
+    @property
+    def secrets(self) -> TokenSecrets:
+        """The token plugin's secrets (``ConfigError`` on a config of another plugin)."""
+        if not isinstance(self.token_secret, TokenSecrets):
+            raise ConfigError(f"auth.token_secret: none with the plugin {self.plugin!r}")
+        return self.token_secret
 
 
 @dataclass(frozen=True)
@@ -230,9 +369,12 @@ def peek_claims(token: bytes | str) -> TokenClaims | None:
     return _parse_claims(claims_part)
 
 
-def verify_token(secret: bytes, token: bytes, now_s: float, skew_s: int = 0) -> TokenClaims:
-    """The claims of a valid ``token``; :class:`AuthenticationError` saying what is wrong
-    (never echoing the token)."""
+def verify_token(
+    secret: bytes | TokenSecrets, token: bytes, now_s: float, skew_s: int = 0
+) -> TokenClaims:
+    """The claims of a valid ``token`` (signed by ``secret``, or by any of the secrets of a
+    :class:`TokenSecrets`); :class:`AuthenticationError` saying what is wrong (never echoing
+    the token)."""
     if len(token) > TOKEN_BYTES_MAX:
         raise AuthenticationError(f"token longer than {TOKEN_BYTES_MAX} bytes")
     try:
@@ -243,7 +385,13 @@ def verify_token(secret: bytes, token: bytes, now_s: float, skew_s: int = 0) -> 
         raise AuthenticationError("malformed token") from exc
     if version != _TOKEN_VERSION:
         raise AuthenticationError(f"token version {version[:8]!r} is not {_TOKEN_VERSION!r}")
-    if not hmac.compare_digest(signature, _sign(secret, f"{version}.{claims_part}")):
+    signed_part = f"{version}.{claims_part}"
+    candidates = secret.secrets if isinstance(secret, TokenSecrets) else (secret,)
+    # Every secret is tried (no early exit): the time taken does not say which one matched.
+    matched = False
+    for candidate in candidates:
+        matched |= hmac.compare_digest(signature, _sign(candidate, signed_part))
+    if not matched:
         raise AuthenticationError("bad token signature (not signed with this cluster's secret)")
     parsed = _parse_claims(claims_part)
     if parsed is None:
@@ -274,7 +422,7 @@ class _TokenServerSession:
 
     def process(self, payload: bytes) -> AuthStep:
         p = self._provider
-        claims = verify_token(p.config.token_secret, payload, p.clock(), p.config.clock_skew_s)
+        claims = verify_token(p.secrets, payload, p.clock(), p.config.clock_skew_s)
         allowed = p.config.allowed_subjects
         if allowed and claims.subject not in allowed:
             raise AuthenticationError(f"subject {claims.subject!r} is not allowed on this bookie")
@@ -287,6 +435,13 @@ class TokenServerProvider:
     def __init__(self, config: ServerAuthConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
+        #: The secrets admitted now: ``config``'s, until the bookie reloads its secret file
+        #: (``bkeeper.server.security``) and sets new ones. A session reads them when it
+        #: processes a message, so connections admitted before a change stay admitted.
+        self.secrets = config.secrets
+
+    def __repr__(self) -> str:
+        return f"TokenServerProvider(secrets={self.secrets!r})"
 
     def new_session(self, peer: str) -> ServerAuthSession:
         return _TokenServerSession(self)

@@ -26,18 +26,37 @@ timeout). Frames after START_TLS and before the handshake ends break the protoco
 connection. After the handshake the next frame chooses the protocol again (a Java client on
 v2 sends START_TLS in v3 and then speaks v2), and a failed handshake closes the connection
 with one line (peer and reason).
+
+Token secret rotation (docs/security.md, "Rotating the token secret"): with a token secret
+file (``ServerAuthConfig.token_secret_file``) a :class:`TokenSecretReloader` looks, when a
+connection (or an admin HTTP request) authenticates and at most every
+``token_secret_refresh_ms``, whether the file changed (its inode, size, modification or change
+time) and if so reads it again: its secrets are then the ones tokens are checked against, and
+the bookie logs ``token secrets reloaded: N`` (a count, never a secret). A file that became
+unreadable or invalid keeps the secrets in use and logs one line saying why (not again until it
+changes again). Connections admitted before keep their admission. No background task: an idle
+bookie reads the file at its next authentication.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bkeeper.common.auth import ServerAuthProvider, ServerAuthSession, server_provider
-from bkeeper.common.errors import AuthenticationError
+from bkeeper.common.auth import (
+    ServerAuthConfig,
+    ServerAuthProvider,
+    ServerAuthSession,
+    TokenServerProvider,
+    read_token_secret_file,
+    server_provider,
+)
+from bkeeper.common.errors import AuthenticationError, ConfigError
 from bkeeper.common.tls import describe_tls_error
 from bkeeper.server.handlers import error_response
 from bkeeper.wire import v3
@@ -55,9 +74,77 @@ if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
     from bkeeper.server.connection import BookieConnection
 
-__all__ = ["BookieSecurity", "ConnectionSecurity"]
+__all__ = ["BookieSecurity", "ConnectionSecurity", "TokenSecretReloader"]
 
 log = logging.getLogger(__name__)
+
+
+#: What tells a changed file from the same: inode, size, modification and change times (ns).
+_FileStamp = tuple[int, int, int, int]
+
+
+def _stamp(info: os.stat_result) -> _FileStamp:
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+class TokenSecretReloader:
+    """Keeps a token provider's secrets those of its secret file (module doc): call
+    :meth:`maybe_reload` before authenticating; it looks at the file at most every
+    ``refresh_s`` (by ``clock``, monotonic seconds) and reads it only when it changed."""
+
+    def __init__(
+        self,
+        provider: TokenServerProvider,
+        path: str,
+        refresh_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._provider = provider
+        self._path = path
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._stamp: _FileStamp | None = None
+        self._problem = ""
+        self._next_check_s = clock() + refresh_s
+        # The file as it is now (stat, then read: a change after the stat is seen at the
+        # first check); if it cannot be read now, the secrets the bookie was started with.
+        try:
+            stamp = _stamp(os.stat(path))
+            provider.secrets = read_token_secret_file(path)
+            self._stamp = stamp
+        except (OSError, ConfigError):
+            pass
+
+    def maybe_reload(self) -> None:
+        now = self._clock()
+        if now < self._next_check_s:
+            return
+        self._next_check_s = now + self._refresh_s
+        try:
+            stamp: _FileStamp | None = _stamp(os.stat(self._path))
+        except OSError as exc:
+            stamp = None
+            problem = f"token secret file {self._path}: {exc.strerror or exc}"
+        else:
+            if stamp == self._stamp:
+                return
+            try:
+                secrets = read_token_secret_file(self._path)
+            except ConfigError as exc:
+                problem = str(exc)
+            else:
+                self._stamp, self._problem = stamp, ""
+                self._provider.secrets = secrets
+                log.info("token secrets reloaded: %d (from %s)", len(secrets), self._path)
+                return
+        self._stamp = stamp
+        if problem != self._problem:  # one line per problem, not one per check
+            self._problem = problem
+            log.warning(
+                "token secrets not reloaded, keeping the %d in use: %s",
+                len(self._provider.secrets),
+                problem,
+            )
 
 
 @dataclass(frozen=True)
@@ -68,6 +155,8 @@ class BookieSecurity:
     tls_required: bool
     tls_handshake_timeout_s: float
     auth: ServerAuthProvider | None
+    #: With a token secret file: keeps ``auth``'s secrets the file's (module doc).
+    secret_reloader: TokenSecretReloader | None = None
 
     @classmethod
     def from_config(cls, config: BookieConfig) -> BookieSecurity | None:
@@ -81,7 +170,13 @@ class BookieSecurity:
             tls_required=tls is not None and tls.required,
             tls_handshake_timeout_s=10.0 if tls is None else tls.handshake_timeout_ms / 1000.0,
             auth=auth,
+            secret_reloader=_reloader(config.auth, auth),
         )
+
+    def refresh_credentials(self) -> None:
+        """Before an authentication: pick up a changed token secret file (module doc)."""
+        if self.secret_reloader is not None:
+            self.secret_reloader.maybe_reload()
 
     @property
     def authenticate(self) -> Callable[[bytes], str] | None:
@@ -90,14 +185,28 @@ class BookieSecurity:
         auth = self.auth
         if auth is None:
             return None
+        refresh = self.refresh_credentials
 
         def check(credentials: bytes) -> str:
+            refresh()
             step = auth.new_session("admin http").process(credentials)
             if step.identity is None:
                 raise AuthenticationError("the credentials need more than one message")
             return step.identity
 
         return check
+
+
+def _reloader(
+    config: ServerAuthConfig | None, auth: ServerAuthProvider | None
+) -> TokenSecretReloader | None:
+    if config is None or not config.token_secret_file:
+        return None
+    if not isinstance(auth, TokenServerProvider):
+        return None
+    return TokenSecretReloader(
+        auth, config.token_secret_file, config.token_secret_refresh_ms / 1000.0
+    )
 
 
 class ConnectionSecurity:
@@ -176,6 +285,7 @@ class ConnectionSecurity:
             )
             return
         if self._session is None:
+            self._security.refresh_credentials()
             self._session = provider.new_session(conn.peer)
         try:
             step = self._session.process(bytes(request.auth.payload))
