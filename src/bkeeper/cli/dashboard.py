@@ -2,6 +2,10 @@
 
 Prints ``dashboard ready on <url>`` on stderr once it serves (``bkeeper sandbox`` waits for
 that line).
+
+The ``bkeeper`` group's client security options (``--client-tls-ca``, ``--auth-token-file``,
+or their environment variables) are the dashboard's credentials towards the bookies; with a
+token, browsers must log in with that same token (docs/security.md, Dashboard).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import signal
 import click
 
 from bkeeper.cli._options import metadata_option
+from bkeeper.client import ClientConfig
 from bkeeper.common.loop import run_event_loop
 from bkeeper.dashboard import Dashboard, DashboardConfig
 
@@ -64,8 +69,11 @@ def dashboard(
     history_points: int,
 ) -> None:
     """Serve a web page showing the cluster: bookies, throughput, ledgers, recovery."""
+    client = ClientConfig()  # the group's security options (bkeeper.cli._security)
     config = DashboardConfig(
         metadata_uri=metadata_uri,
+        tls=client.tls,
+        auth=client.auth,
         host=host,
         port=port,
         scrape_interval_ms=scrape_interval_ms,
@@ -84,6 +92,8 @@ async def _serve(config: DashboardConfig) -> None:
     board = Dashboard(config)
     url = await board.start()
     click.echo(f"{READY_PREFIX}{url}", err=True)
+    if board.gate is not None:
+        click.echo("dashboard: log in with the token of --auth-token-file", err=True)
     try:
         await stop.wait()
     finally:

@@ -12,24 +12,59 @@
     GET /api/logs           named logs (ledgers, size), "N more"
     GET /api/recovery       auditor, under-replicated ledgers, ledgers being re-replicated
 
-Everything is served from :class:`ClusterMonitor`'s snapshots. Only GET is served (aiohttp
-answers 405 to the rest); nothing the dashboard does changes the cluster.
+Everything is served from :class:`ClusterMonitor`'s snapshots. Nothing the dashboard does
+changes the cluster: the API is GET only (aiohttp answers 405 to the rest).
+
+With a token (``DashboardConfig.login_token``: a secured cluster) the page and the API are
+for holders of that token only (:mod:`bkeeper.dashboard.login`)::
+
+    GET /                   without a session: the login page (no cluster data at all)
+    POST /login             form field ``token``: right, a session cookie and 303 to /;
+                            wrong: 403 and the login page saying "token refused"; too many
+                            refused from this address: 429 (one log line per refusal, never
+                            the token)
+    POST /logout            ends the session, 303 to /
+    GET /api/*              a session cookie, or ``Authorization: Bearer <token>``; else 401
+                            JSON (403 for a wrong bearer token, 429 when limited)
+
+The static files (script, style, plotly.js) carry no data and stay open.
 """
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import logging
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 
 from aiohttp import web
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 from bkeeper.dashboard.config import DashboardConfig
+from bkeeper.dashboard.login import LoginGate, LoginOutcome
 from bkeeper.dashboard.monitor import ClusterMonitor
 
-__all__ = ["Dashboard", "plotly_js_path"]
+__all__ = ["SESSION_COOKIE", "Dashboard", "plotly_js_path"]
+
+log = logging.getLogger(__name__)
+
+#: The cookie holding a browser's session id.
+SESSION_COOKIE = "bkeeper_session"
+#: Largest request body read (a login form); the API takes none.
+_REQUEST_BYTES_MAX = 16 * 1024
+#: The page's log-out button, shown when there is a login.
+_LOGOUT_HIDDEN = b'<form id="logout-form" method="post" action="/logout" hidden>'
+_LOGOUT_SHOWN = _LOGOUT_HIDDEN.replace(b" hidden>", b">")
+_LOGIN_MESSAGES = {
+    LoginOutcome.REFUSED: "token refused",
+    LoginOutcome.LIMITED: "too many refused attempts: wait a minute and try again",
+    LoginOutcome.TOKEN_EXPIRED: "the dashboard's own token has expired: restart it with a new one",
+}
+_LOGIN_STATUS = {LoginOutcome.REFUSED: 403, LoginOutcome.LIMITED: 429,
+                 LoginOutcome.TOKEN_EXPIRED: 403}  # fmt: skip
 
 _STATIC_FILES = {
     "dashboard.js": "application/javascript",
@@ -56,16 +91,28 @@ def _static(name: str) -> bytes:
 class Dashboard:
     """``url = await start()``, then ``await aclose()``."""
 
-    def __init__(self, config: DashboardConfig, monitor: ClusterMonitor | None = None) -> None:
+    def __init__(
+        self,
+        config: DashboardConfig,
+        monitor: ClusterMonitor | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.config = config
         self.monitor = monitor or ClusterMonitor(config)
+        token = config.login_token
+        #: None: an open cluster, the page is open too.
+        self.gate = None if token is None else LoginGate(token, clock or SystemClock())
         self._plotly = plotly_js_path()
         self._runner: web.AppRunner | None = None
         self.url = ""
 
     def app(self) -> web.Application:
-        app = web.Application()
+        middlewares = [] if self.gate is None else [self._guard]
+        app = web.Application(middlewares=middlewares, client_max_size=_REQUEST_BYTES_MAX)
         app.router.add_get("/", self._index)
+        if self.gate is not None:
+            app.router.add_post("/login", self._login)
+            app.router.add_post("/logout", self._logout)
         app.router.add_get("/static/plotly.min.js", self._plotly_js)
         app.router.add_get("/static/{name}", self._static_file)
         monitor = self.monitor
@@ -107,7 +154,65 @@ class Dashboard:
 
     # -- handlers ------------------------------------------------------------------------
     async def _index(self, request: web.Request) -> web.StreamResponse:
-        return web.Response(body=_static("index.html"), content_type="text/html", charset="utf-8")
+        if self.gate is None:
+            return _html(_static("index.html"))
+        if not self.gate.session_valid(request.cookies.get(SESSION_COOKIE)):
+            return _login_page("")
+        return _html(_static("index.html").replace(_LOGOUT_HIDDEN, _LOGOUT_SHOWN))
+
+    # -- login (a token configured) ------------------------------------------------------
+    @web.middleware
+    async def _guard(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Every /api/* request needs a session or the bearer token (module doc)."""
+        assert self.gate is not None
+        if not request.path.startswith("/api/"):
+            return await handler(request)  # the page checks itself; static files are open
+        if self.gate.session_valid(request.cookies.get(SESSION_COOKIE)):
+            return await handler(request)
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not presented:
+            return _refusal(401, "login required: a session (log in at /) or "
+                                 "'Authorization: Bearer <token>'")  # fmt: skip
+        outcome = self.gate.check(_address(request), presented.strip())
+        if outcome is LoginOutcome.OK:
+            return await handler(request)
+        self._log_refusal(request, outcome, "bearer token")
+        return _refusal(_LOGIN_STATUS[outcome], _LOGIN_MESSAGES[outcome])
+
+    async def _login(self, request: web.Request) -> web.StreamResponse:
+        assert self.gate is not None
+        form = await request.post()
+        presented = form.get("token")
+        presented = presented.strip() if isinstance(presented, str) else ""
+        result = self.gate.login(_address(request), presented)
+        if result.session_id is None:
+            self._log_refusal(request, result.outcome, "login")
+            page = _login_page(_LOGIN_MESSAGES[result.outcome])
+            page.set_status(_LOGIN_STATUS[result.outcome])
+            if result.retry_after_s:
+                page.headers["Retry-After"] = str(result.retry_after_s)
+            return page
+        response = _see_root()
+        response.set_cookie(
+            SESSION_COOKIE, result.session_id, max_age=result.lifetime_s, path="/",
+            httponly=True, samesite="Strict",
+        )  # fmt: skip
+        return response
+
+    async def _logout(self, request: web.Request) -> web.StreamResponse:
+        assert self.gate is not None
+        self.gate.logout(request.cookies.get(SESSION_COOKIE))
+        response = _see_root()
+        response.del_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    def _log_refusal(self, request: web.Request, outcome: LoginOutcome, what: str) -> None:
+        if outcome is LoginOutcome.LIMITED:
+            return  # counted already: no log line per attempt past the limit
+        log.warning("dashboard: %s from %s refused: %s", what, _address(request),
+                    _LOGIN_MESSAGES[outcome])  # fmt: skip
 
     async def _plotly_js(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(
@@ -133,3 +238,29 @@ def _json_handler(
         return web.json_response(view(), headers={"Cache-Control": "no-store"})
 
     return handler
+
+
+def _html(body: bytes) -> web.Response:
+    return web.Response(
+        body=body, content_type="text/html", charset="utf-8", headers={"Cache-Control": "no-store"}
+    )
+
+
+def _login_page(message: str) -> web.Response:
+    """The login page, saying ``message`` (a fixed text of ours, never the request's)."""
+    page = _static("login.html").replace(b"<!--message-->", html.escape(message).encode())
+    return _html(page)
+
+
+def _refusal(status: int, message: str) -> web.Response:
+    return web.json_response(
+        {"error": message}, status=status, headers={"Cache-Control": "no-store"}
+    )
+
+
+def _address(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
+def _see_root() -> web.Response:
+    return web.Response(status=303, headers={"Location": "/", "Cache-Control": "no-store"})

@@ -1,10 +1,13 @@
-"""The dashboard's configuration: where it serves, what it watches, and its limits."""
+"""The dashboard's configuration: where it serves, what it watches, its limits, and the
+credentials it uses as a client of a secured cluster (which also guard its own page)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.tls import TlsClientConfig
 from bkeeper.common.validate import check_port, check_positive_ints
 
 __all__ = ["DashboardConfig"]
@@ -13,7 +16,13 @@ __all__ = ["DashboardConfig"]
 @dataclass(frozen=True)
 class DashboardConfig:
     """``metadata_uri``: the cluster (``zk://...``). Every list the dashboard shows, every
-    history it keeps and every request it sends to a bookie has a bound here."""
+    history it keeps and every request it sends to a bookie has a bound here.
+
+    ``tls`` and ``auth``: the dashboard's credentials as a client of the bookies (their port,
+    and their admin HTTP servers: HTTPS with ``tls`` when a bookie registered an ``https``
+    endpoint, ``Authorization: Bearer <token>`` with ``auth``'s token). With a token, the
+    dashboard's own page and API ask browsers for that same token
+    (:mod:`bkeeper.dashboard.login`)."""
 
     metadata_uri: str
     host: str = "127.0.0.1"
@@ -43,6 +52,8 @@ class DashboardConfig:
     under_replicated_scanned_max: int = 100_000
     #: Metadata reads (and LAC reads) under way at once.
     metadata_reads_concurrent_max: int = 16
+    tls: TlsClientConfig | None = None
+    auth: ClientAuthConfig | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.metadata_uri:
@@ -70,3 +81,10 @@ class DashboardConfig:
                 f"ledgers_scanned_max: {self.ledgers_scanned_max} is less than "
                 f"ledgers_shown_max ({self.ledgers_shown_max})"
             )
+
+    @property
+    def login_token(self) -> str | None:
+        """The token browsers must present (the dashboard's own), or None: the page is open."""
+        if self.auth is None or self.auth.plugin != TOKEN_PLUGIN:
+            return None
+        return self.auth.token

@@ -139,10 +139,15 @@ async def list_bookies(cluster: ClusterMetadata, bookies_max: int) -> tuple[list
             entries.append(BookieEntry(bookie_id, DOWN, None))
             continue
         http = info.endpoint(HTTP_ENDPOINT_ID)
-        url = None if http is None else f"http://{http.host}:{http.port}"
+        url = None if http is None else f"{_scheme(http.protocol)}://{http.host}:{http.port}"
         entries.append(BookieEntry(bookie_id, states[bookie_id], url))
     entries += [BookieEntry(b, DOWN, None) for b in down[: max(bookies_max - len(entries), 0)]]
     return entries, len(states) + len(down) - len(entries)
+
+
+def _scheme(protocol: str) -> str:
+    """``https`` for a bookie whose admin HTTP server has TLS (it registers ``https``)."""
+    return "https" if protocol.lower() == "https" else "http"
 
 
 async def _bounded(

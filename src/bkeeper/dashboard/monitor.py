@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from bkeeper.client import BookKeeper
+from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ProtocolError
 from bkeeper.common.tasks import TaskOwner
@@ -31,7 +31,7 @@ from bkeeper.dashboard.metadata_view import (
     log_page,
     recovery_view,
 )
-from bkeeper.dashboard.probe import BookieProbe, probe_bookie
+from bkeeper.dashboard.probe import BookieProbe, bookie_session, probe_bookie
 from bkeeper.dashboard.series import History, Point, Scrape, parse_scrape
 from bkeeper.meta.cluster import ClusterMetadata
 
@@ -73,8 +73,9 @@ class ClusterMonitor:
         self._cluster = cluster
         try:
             self.instance_id = await cluster.instance_id()
-            self._bk = await BookKeeper(cluster=cluster).start()
-            self._session = aiohttp.ClientSession()
+            client = ClientConfig(tls=self.config.tls, auth=self.config.auth)
+            self._bk = await BookKeeper(config=client, cluster=cluster).start()
+            self._session = bookie_session(self.config.tls, self.config.auth)
             await self.refresh_bookies()
             await self.refresh_metadata()
         except BaseException:

@@ -4,6 +4,12 @@ Every request has the dashboard's ``bookie_request_timeout_ms``; a ``/metrics`` 
 read up to ``metrics_bytes_max`` bytes. What fails is kept as one line naming it (shown on
 the page next to the bookie), never dropped: a bookie without metrics (404: metrics off, or a
 bookie from before them) says so in ``metrics_error``.
+
+On a secured cluster the session (:func:`bookie_session`) sends the dashboard's token as
+``Authorization: Bearer <token>`` with every request and speaks TLS (the client TLS config's
+CA, certificate and hostname check) to a bookie that registered an ``https`` endpoint. A
+refusal (401/403) or a failed handshake says what is missing and which option supplies it;
+no line ever holds the token.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from typing import TypeVar
 
 import aiohttp
 
+from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig
 from bkeeper.common.errors import ProtocolError
+from bkeeper.common.tls import TlsClientConfig, describe_tls_error
 
-__all__ = ["BookieProbe", "probe_bookie"]
+__all__ = ["BookieProbe", "bookie_session", "probe_bookie"]
 
 T = TypeVar("T")
 
@@ -35,6 +43,31 @@ class BookieProbe:
     total_bytes: int | None = None
     metrics_text: str | None = None
     metrics_error: str | None = None
+
+
+def bookie_session(
+    tls: TlsClientConfig | None, auth: ClientAuthConfig | None
+) -> aiohttp.ClientSession:
+    """The HTTP session the dashboard asks bookies with: their ``https`` endpoints checked
+    against ``tls`` (the system's CAs without it), the token of ``auth`` on every request.
+    ``ConfigError`` if a TLS file cannot be loaded."""
+    headers = {}
+    if auth is not None and auth.plugin == TOKEN_PLUGIN:
+        headers["Authorization"] = f"Bearer {auth.token}"
+    context = (tls or TlsClientConfig()).context()
+    return aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(ssl=context))
+
+
+def _refused(session: aiohttp.ClientSession, url: str, status: int) -> ProtocolError:
+    """A non-200 answer; for 401/403, what the bookie wants."""
+    if status not in (401, 403):
+        return ProtocolError(f"GET {url}: HTTP {status}")
+    if "Authorization" in session.headers:
+        why = "the bookie refused the dashboard's token (expired, or not signed by its secret?)"
+    else:
+        why = ("the bookie requires a token: start the dashboard with --auth-token-file "
+               "(or BKEEPER_AUTH_TOKEN_FILE)")  # fmt: skip
+    return ProtocolError(f"GET {url}: HTTP {status}: {why}")
 
 
 async def _get(
@@ -55,7 +88,7 @@ async def _get_json(
 ) -> dict[str, object]:
     status, body = await _get(session, url, timeout_s, bytes_max)
     if status != 200:
-        raise ProtocolError(f"GET {url}: HTTP {status}")
+        raise _refused(session, url, status)
     try:
         value = json.loads(body)
     except ValueError as exc:
@@ -70,6 +103,11 @@ def _describe(url: str, exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, TimeoutError):
         return f"{url}: no answer in time"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        reason = describe_tls_error(exc.certificate_error)
+        return f"{url}: TLS: {reason} (the bookies' CA: --client-tls-ca or BKEEPER_TLS_CA)"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f"{url}: TLS: {describe_tls_error(exc.os_error)}"
     return f"{url}: {type(exc).__name__}: {exc}".rstrip(": ")
 
 
@@ -84,7 +122,7 @@ async def _metrics(
     if status == 404:
         raise ProtocolError("no metrics (the bookie serves no /metrics)")
     if status != 200:
-        raise ProtocolError(f"GET {url}: HTTP {status}")
+        raise _refused(session, url, status)
     return body.decode("utf-8", errors="replace")
 
 

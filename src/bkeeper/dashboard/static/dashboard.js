@@ -202,6 +202,7 @@ function drawDisk(bookies) {
 
 async function getJson(path) {
   const response = await fetch(path, { cache: "no-store" });
+  if (response.status === 401) { window.location.reload(); throw new Error("logged out"); }
   if (!response.ok) throw new Error(path + ": HTTP " + response.status);
   return response.json();
 }
