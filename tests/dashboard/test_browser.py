@@ -2,92 +2,27 @@
 too) but 3 bookies (each holds the ledger of ensemble 3 then), a ledger written, and headless Chromium loading the page; the test reads what the page
 shows once its script ran: every bookie, the ledger, the auditor, and the charts plotly.js
 drew (disk, the under-replicated queue, and adds/s, reads/s and add p99 from the bookies'
-``/metrics``). Chromium comes from Debian's ``chromium`` package (scripts/test.sh installs it);
-without it the test is skipped, which under CI is a failure (tests/conftest.py)."""
+``/metrics``). Chromium: tests/dashboard/browser.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bkeeper.testing.benchmarks import free_port, free_port_range
+from tests.dashboard.browser import Page, browse, chromium
 from tests.e2e.helpers import bkeeper, processes_mentioning
 
 pytestmark = pytest.mark.integration
-
-CHROMIUM = "/usr/bin/chromium"
-#: Virtual time the page gets to load, fetch the API and draw (Chromium's own clock).
-PAGE_BUDGET_MS = 10_000
-
-
-def chromium() -> str:
-    path = shutil.which("chromium") or (CHROMIUM if os.path.exists(CHROMIUM) else None)
-    if path is None:
-        pytest.skip("no Chromium (Debian package chromium; scripts/test.sh installs it)")
-    return path
-
-
-def browse(url: str, profile: Path, *output: str) -> subprocess.CompletedProcess[str]:
-    """Headless Chromium on ``url``: ``--dump-dom`` (the page after its scripts) or
-    ``--screenshot=...``."""
-    return subprocess.run(
-        [
-            chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-            f"--virtual-time-budget={PAGE_BUDGET_MS}", "--window-size=1400,1900", *output, url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )  # fmt: skip
-
-
-class Page(HTMLParser):
-    """The text of each element with an id, and the classes seen inside each id'd element."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.text: dict[str, str] = {}
-        self.classes: dict[str, set[str]] = {}
-        self._open: list[str | None] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        classes = set((found.get("class") or "").split())
-        for element_id in filter(None, self._open):
-            self.classes[element_id] |= classes
-        element_id = found.get("id")
-        if element_id is not None:
-            self.text.setdefault(element_id, "")
-            self.classes.setdefault(element_id, set()).update(classes)
-        if tag not in VOID:
-            self._open.append(element_id)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag not in VOID and self._open:
-            self._open.pop()
-
-    def handle_data(self, data: str) -> None:
-        for element_id in filter(None, self._open):
-            self.text[element_id] += data
-
-
-VOID = {"br", "hr", "img", "input", "link", "meta", "path", "rect", "line", "circle", "use",
-        "stop", "col", "area", "base", "source", "wbr"}  # fmt: skip
 
 
 def get_json(url: str) -> Any:
