@@ -5,6 +5,7 @@ docs/security.md, "Rotating the token secret"."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -239,6 +240,36 @@ def test_bookie_security_reloads_for_connections_and_admin_http(tmp_path: Path) 
     bookie.refresh_credentials()
     session = bookie.auth.new_session("peer")  # what a new connection does after refreshing
     assert session.process(make_token(NEW, "w", 600).encode()).identity == "w"
+
+
+async def test_bookie_security_run_reloads_an_idle_bookie(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "bkeeper.server.security")
+    path = tmp_path / "secret"
+    write_private(path, OLD + b"\n")
+    auth = ServerAuthConfig(
+        TOKEN_PLUGIN, TokenSecrets(OLD), token_secret_file=str(path), token_secret_refresh_ms=10
+    )
+    bookie = BookieSecurity.from_config(BookieConfig(data_dir="-", auth=auth))
+    assert bookie is not None and isinstance(bookie.auth, TokenServerProvider)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(bookie.run(stopping))
+    write_private(path, OLD + b"\n" + NEW + b"\n")
+    async with asyncio.timeout(10):  # no authentication at all: the loop reloads
+        while bookie.auth.secrets != TokenSecrets(OLD, NEW):
+            await asyncio.sleep(0.01)
+    assert f"token secrets reloaded: 2 (from {path})" in caplog.messages
+    stopping.set()
+    async with asyncio.timeout(10):
+        await task
+    # Without a secret file there is nothing to look at: it returns at once.
+    plain = BookieSecurity.from_config(
+        BookieConfig(data_dir="-", auth=ServerAuthConfig(TOKEN_PLUGIN, OLD))
+    )
+    assert plain is not None and plain.secret_reloader is None
+    async with asyncio.timeout(1):
+        await plain.run(asyncio.Event())
 
 
 # -- the commands ------------------------------------------------------------------------------

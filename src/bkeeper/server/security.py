@@ -34,12 +34,15 @@ connection (or an admin HTTP request) authenticates and at most every
 time) and if so reads it again: its secrets are then the ones tokens are checked against, and
 the bookie logs ``token secrets reloaded: N`` (a count, never a secret). A file that became
 unreadable or invalid keeps the secrets in use and logs one line saying why (not again until it
-changes again). Connections admitted before keep their admission. No background task: an idle
-bookie reads the file at its next authentication.
+changes again). Connections admitted before keep their admission. :meth:`BookieSecurity.run`
+also looks every ``token_secret_refresh_ms`` (when the bookie runs it), so that an idle bookie
+reloads, and logs it, without waiting for a connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import ssl
@@ -57,6 +60,7 @@ from bkeeper.common.auth import (
     server_provider,
 )
 from bkeeper.common.errors import AuthenticationError, ConfigError
+from bkeeper.common.tasks import within
 from bkeeper.common.tls import describe_tls_error
 from bkeeper.server.handlers import error_response
 from bkeeper.wire import v3
@@ -101,7 +105,7 @@ class TokenSecretReloader:
     ) -> None:
         self._provider = provider
         self._path = path
-        self._refresh_s = refresh_s
+        self.refresh_s = refresh_s
         self._clock = clock
         self._stamp: _FileStamp | None = None
         self._problem = ""
@@ -119,7 +123,7 @@ class TokenSecretReloader:
         now = self._clock()
         if now < self._next_check_s:
             return
-        self._next_check_s = now + self._refresh_s
+        self._next_check_s = now + self.refresh_s
         try:
             stamp: _FileStamp | None = _stamp(os.stat(self._path))
         except OSError as exc:
@@ -177,6 +181,18 @@ class BookieSecurity:
         """Before an authentication: pick up a changed token secret file (module doc)."""
         if self.secret_reloader is not None:
             self.secret_reloader.maybe_reload()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Look at the token secret file every refresh interval until ``stopping`` is set,
+        so that an idle bookie reloads (and logs it) too; returns at once without one."""
+        reloader = self.secret_reloader
+        if reloader is None:
+            return
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await within(stopping.wait(), reloader.refresh_s)
+            if not stopping.is_set():
+                reloader.maybe_reload()
 
     @property
     def authenticate(self) -> Callable[[bytes], str] | None:
