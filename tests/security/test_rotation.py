@@ -272,6 +272,36 @@ async def test_bookie_security_run_reloads_an_idle_bookie(
         await plain.run(asyncio.Event())
 
 
+async def test_a_failing_refresh_does_not_end_the_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "secret"
+    write_private(path, OLD + b"\n")
+    auth = ServerAuthConfig(
+        TOKEN_PLUGIN, TokenSecrets(OLD), token_secret_file=str(path), token_secret_refresh_ms=5
+    )
+    bookie = BookieSecurity.from_config(BookieConfig(data_dir="-", auth=auth))
+    assert bookie is not None and bookie.secret_reloader is not None
+    calls = 0
+
+    def broken() -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(bookie.secret_reloader, "maybe_reload", broken)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(bookie.run(stopping))
+    async with asyncio.timeout(10):
+        while calls < 3:
+            await asyncio.sleep(0.01)
+    assert not task.done()
+    stopping.set()
+    await task
+    failures = [r for r in caplog.records if "token secret refresh failed" in r.getMessage()]
+    assert len(failures) == 1
+
+
 # -- the commands ------------------------------------------------------------------------------
 def test_rotation_commands(tmp_path: Path) -> None:
     runner = CliRunner()

@@ -188,11 +188,18 @@ class BookieSecurity:
         reloader = self.secret_reloader
         if reloader is None:
             return
+        failed = False
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await within(stopping.wait(), reloader.refresh_s)
-            if not stopping.is_set():
+            if stopping.is_set():
+                return
+            try:
                 reloader.maybe_reload()
+            except Exception:  # a bug here must not stop the bookie: say so (once), go on
+                if not failed:
+                    log.exception("token secret refresh failed; keeping the secrets in use")
+                failed = True
 
     @property
     def authenticate(self) -> Callable[[bytes], str] | None:
