@@ -339,8 +339,8 @@ class AdminHttpServer:
             raise AdminRequestError(
                 401,
                 f"{request.method} {request.path} needs an authenticated identity: send "
-                "'Authorization: Bearer <token>' with a token of this bookie's "
-                "(bkeeper shell commands send the one of --auth-token-file, "
+                "'Authorization: Bearer <token>' with a token this bookie admits (the "
+                "bkeeper shell commands send the one of --auth-token-file or "
                 "BKEEPER_AUTH_TOKEN_FILE)",
             )
         try:
