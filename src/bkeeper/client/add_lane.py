@@ -3,9 +3,13 @@
 :class:`AddLane` holds the connection of each ensemble position of one ledger's writer, with
 the ledger's listeners on it, and queues adds on them (``Connection.send_add``, v2 or v3 alike).
 Every answer goes to the writer's ``on_add(bookie, status, entry id)``; a lost connection, a
-bookie that cannot be reached or a send that fails to ``on_failed(bookie)``. A position with no
-live connection gets one connect task per bookie (owned by the writer's :class:`TaskOwner`),
-and the entries waiting for it are sent once it is up, if the pipeline still wants them there.
+bookie that cannot be reached or a send that fails to ``on_failed(bookie)``; a bookie that
+refuses this client's credentials before it connects (``UnauthorizedAccessError``: the message
+says what is missing) to ``on_refused(error)``, which fails the writer (as Apache BookKeeper
+fails a ledger's adds on an authentication error: replacing the bookie would not help).
+A position with no live connection gets one connect task per bookie (owned by the writer's
+:class:`TaskOwner`), and the entries waiting for it are sent once it is up, if the pipeline
+still wants them there.
 At most :data:`CONNECTING_ENTRIES_MAX` entries and ``connection_write_buffer_bytes_max`` bytes
 (what a connected bookie's socket may hold before writers wait for it) wait for one connection;
 past that the bookie is treated as failed. The connect attempt itself is bounded by
@@ -35,7 +39,7 @@ from collections.abc import Callable, Iterable
 from bkeeper.client.adding import AddPipeline
 from bkeeper.client.context import ClientContext
 from bkeeper.client.pool import Connection
-from bkeeper.common.errors import BKeeperError
+from bkeeper.common.errors import BKeeperError, UnauthorizedAccessError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.wire.codes import StatusCode
 
@@ -61,6 +65,7 @@ class AddLane:
         on_add: Callable[[str, list[tuple[StatusCode, int, int]]], None],
         on_failed: Callable[[str], None],
         on_run: Callable[[str, int, int], None] | None = None,
+        on_refused: Callable[[BKeeperError], None] | None = None,
     ) -> None:
         self._ctx = ctx
         self._ledger_id = ledger_id
@@ -70,6 +75,7 @@ class AddLane:
         self._on_add = on_add
         self._on_failed = on_failed
         self._on_run = on_run
+        self._on_refused = on_refused
         #: the connection of each ensemble position, with this ledger's listeners on it
         self.conns: list[Connection | None] = [None] * len(adds.ensemble)
         # bookie -> (entry id, data, position) to send once its connection is up
@@ -231,10 +237,15 @@ class AddLane:
         try:
             await self._ctx.pool.connection(bookie)
         except BKeeperError as exc:
-            log.warning("ledger %d: bookie %s unreachable: %s", self._ledger_id, bookie, exc)
+            refused = isinstance(exc, UnauthorizedAccessError) and self._on_refused is not None
+            if not refused:
+                log.warning("ledger %d: bookie %s unreachable: %s", self._ledger_id, bookie, exc)
             self._connecting.pop(bookie, None)
             self._connecting_bytes.pop(bookie, None)
-            self._on_failed(bookie)
+            if refused and self._on_refused is not None:
+                self._on_refused(exc)
+            else:
+                self._on_failed(bookie)
             return
         lac = self._adds.last_add_confirmed
         self._connecting_bytes.pop(bookie, None)

@@ -83,6 +83,7 @@ from typing import Any, Final
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.distribution import write_sets
+from bkeeper.client.refusal import eua_answered
 from bkeeper.common.errors import (
     EntryTooLargeError,
     LedgerClosedError,
@@ -469,10 +470,7 @@ class AddPipeline:
             return self.fail(LedgerFencedError(f"ledger {self.ledger_id} is fenced"))
         if status is StatusCode.EUA:
             return self.fail(
-                UnauthorizedAccessError(
-                    f"ledger {self.ledger_id}: bookie {bookie} answered EUA (wrong password, "
-                    "or this client is not authenticated to it)"
-                )
+                UnauthorizedAccessError(eua_answered(f"ledger {self.ledger_id} on bookie {bookie}"))
             )
         if status is StatusCode.EBADREQ:
             sent = len(pending[entry_id - pending[0].entry_id].data)

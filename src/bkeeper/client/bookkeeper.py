@@ -24,6 +24,7 @@ from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
 from bkeeper.common.validate import check_int_in_range, check_quorum
+from bkeeper.meta.bookie_info import Endpoint
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import StoreConfig, Versioned
@@ -124,7 +125,9 @@ class BookKeeper:
             raise ClientClosedError("the client is closed")
         return self._ctx
 
-    async def _resolve(self, bookie_id: str) -> tuple[str, int]:
+    async def _resolve(self, bookie_id: str) -> Endpoint | tuple[str, int]:
+        """The bookie's registered endpoint (with what it requires of clients), else its id
+        read as ``host:port``."""
         registry = self.cluster.registry
         try:
             info = await self._retry(
@@ -134,7 +137,7 @@ class BookKeeper:
         except NoNodeError:
             endpoint = None
         if endpoint is not None:
-            return endpoint.host, endpoint.port
+            return endpoint
         host, _, port = bookie_id.rpartition(":")
         if not host or not port.isdigit():
             raise ConfigError(f"bookie id {bookie_id!r} is not registered and not host:port")

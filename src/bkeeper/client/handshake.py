@@ -13,23 +13,42 @@ It then hands the transport to the connection's protocol object (``transport.set
 so the connection's own read path has no handshake state to check. Every frame of the
 handshake is awaited with the connect timeout.
 
+Before connecting, :func:`check_credentials` refuses what would only earn EUA, with one line
+saying what is missing (``bkeeper.client.refusal``): an expired token, or a requirement the
+bookie's registration publishes (TLS, a client certificate, a token) that the client lacks.
+
 Failures, one line each: a bookie without TLS (START_TLS answered EBADREQ) or a failed TLS
 handshake -> :class:`TlsError`; credentials refused (EUA, or the bookie closing the connection
-during the exchange), another plugin on the bookie (EBADVERSION or another plugin name,
-``AuthDisabledPlugin`` included) -> :class:`AuthenticationError`; no answer ->
-:class:`BookieUnavailableError`.
+during the exchange: the message tells a refused token from a TLS-only bookie that takes no
+token in the clear), another plugin on the bookie (EBADVERSION or another plugin name,
+``AuthDisabledPlugin`` included), an expired token or an unmet requirement ->
+:class:`AuthenticationError`; no answer -> :class:`BookieUnavailableError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from bkeeper.client.config import ClientConfig
-from bkeeper.common.auth import AUTH_DISABLED_PLUGIN, ClientAuthProvider, client_provider
+from bkeeper.client.refusal import (
+    ClientOffer,
+    auth_refused,
+    auth_refused_unknown,
+    expired_token,
+    unmet_requirements,
+)
+from bkeeper.common.auth import (
+    AUTH_DISABLED_PLUGIN,
+    TOKEN_PLUGIN,
+    ClientAuthProvider,
+    client_provider,
+    peek_claims,
+)
 from bkeeper.common.errors import (
     AuthenticationError,
     BookieUnavailableError,
@@ -38,6 +57,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import within
 from bkeeper.common.tls import describe_tls_error
+from bkeeper.meta.bookie_info import Endpoint
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.framing import FrameDecoder
@@ -49,7 +69,13 @@ from bkeeper.wire.messages import (
     StartTlsResponse,
 )
 
-__all__ = ["AUTH_ROUNDS_MAX", "ClientSecurity", "client_security", "open_secure"]
+__all__ = [
+    "AUTH_ROUNDS_MAX",
+    "ClientSecurity",
+    "check_credentials",
+    "client_security",
+    "open_secure",
+]
 
 #: AUTH messages one connection sends before the exchange counts as failed.
 AUTH_ROUNDS_MAX = 8
@@ -64,6 +90,9 @@ class ClientSecurity:
     ssl_context: ssl.SSLContext | None = None
     tls_handshake_timeout_s: float = 10.0
     auth: ClientAuthProvider | None = field(default=None, repr=False)
+    #: what the client brings, for the messages of a refusal (``bkeeper.client.refusal``)
+    offer: ClientOffer = field(default_factory=ClientOffer)
+    clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
 
     @property
     def enabled(self) -> bool:
@@ -77,11 +106,34 @@ def client_security(config: ClientConfig) -> ClientSecurity | None:
     if config.tls is None and auth is None:
         return None
     tls = config.tls
+    token = config.auth.token if config.auth is not None else ""
+    offer = ClientOffer(
+        tls=tls is not None,
+        client_cert=tls is not None and bool(tls.cert_file),
+        auth_plugin=None if auth is None else auth.plugin_name,
+        token=peek_claims(token) if auth is not None and auth.plugin_name == TOKEN_PLUGIN else None,
+        # The token file's name, when the configuration says where the token came from.
+        token_source=str(getattr(config.auth, "source", "") or ""),
+    )
     return ClientSecurity(
         ssl_context=None if tls is None else tls.context(),
         tls_handshake_timeout_s=10.0 if tls is None else tls.handshake_timeout_ms / 1000.0,
         auth=auth,
+        offer=offer,
     )
+
+
+def check_credentials(
+    address: str, endpoint: Endpoint | None, security: ClientSecurity | None
+) -> None:
+    """Before connecting to the bookie at ``address``: :class:`AuthenticationError` saying
+    what is missing when the client's token has expired, or when the bookie's registered
+    ``endpoint`` requires what the client lacks (it would only answer EUA)."""
+    offer = ClientOffer() if security is None else security.offer
+    problem = None if security is None else expired_token(offer, security.clock())
+    problem = problem or unmet_requirements(address, endpoint, offer)
+    if problem is not None:
+        raise AuthenticationError(problem)
 
 
 class _Handshake(asyncio.Protocol):
@@ -133,6 +185,7 @@ async def open_secure(
     ``make_protocol()`` (as if it had just connected) and return that protocol object."""
     loop = asyncio.get_running_loop()
     address = f"{host}:{port}"
+    check_credentials(address, None, security)
     try:
         transport, hs = await within(
             loop.create_connection(lambda: _Handshake(max_frame_bytes), host, port), timeout_s
@@ -143,7 +196,7 @@ async def open_secure(
         if security.ssl_context is not None:
             transport = await _start_tls(loop, transport, hs, host, address, security, timeout_s)
         if security.auth is not None:
-            await _authenticate(transport, hs, protocol, address, security.auth, timeout_s)
+            await _authenticate(transport, hs, protocol, address, security, timeout_s)
         if hs.leftover:
             raise ProtocolError(f"bookie {address}: unexpected data after the handshake")
     except BaseException:
@@ -204,9 +257,12 @@ async def _authenticate(
     hs: _Handshake,
     protocol: Protocol,
     address: str,
-    provider: ClientAuthProvider,
+    security: ClientSecurity,
     timeout_s: float,
 ) -> None:
+    provider = security.auth
+    assert provider is not None
+    tls_on = security.ssl_context is not None
     codec: Any = v2 if protocol is Protocol.V2 else v3
     name = provider.plugin_name
     session = provider.new_session(address)
@@ -218,17 +274,19 @@ async def _authenticate(
             frame = await _answer(hs, address, timeout_s, "AUTH")
             response = codec.decode_response(frame)
         except (OSError, ProtocolError) as exc:
-            raise AuthenticationError(
-                f"bookie {address} closed the connection during authentication "
-                f"(credentials refused? see the bookie's log): {exc}"
-            ) from exc
+            message = auth_refused_unknown(address, security.offer, tls_on=tls_on)
+            raise AuthenticationError(message) from exc
         if not isinstance(response, AuthResponse):
             raise AuthenticationError(
                 f"bookie {address} answered AUTH with {type(response).__name__}"
             )
         theirs = response.auth.plugin_name if response.auth is not None else ""
         if response.status is StatusCode.EUA:
-            raise AuthenticationError(f"bookie {address} refused the credentials (EUA)")
+            # A bookie names its plugin when its plugin refused the token; a TLS-only bookie
+            # refuses AUTH in the clear unread, naming none.
+            raise AuthenticationError(
+                auth_refused(address, security.offer, tls_on=tls_on, plugin_answered=bool(theirs))
+            )
         if response.status is not StatusCode.EOK or (theirs and theirs != name):
             if theirs == AUTH_DISABLED_PLUGIN:
                 raise AuthenticationError(

@@ -2,7 +2,9 @@
 
 The real transport resolves a bookie id to an address through the registration the bookie
 published (``BookieServiceInfo``), falling back to reading the id as ``host:port``, and opens
-a :class:`~bkeeper.client.bookie_client.BookieClient`. ``bkeeper.testing`` plugs in an
+a :class:`~bkeeper.client.bookie_client.BookieClient`, refusing first (with one line saying
+what is missing) when the registration says the bookie requires credentials the client lacks
+(``bkeeper.client.handshake.check_credentials``). ``bkeeper.testing`` plugs in an
 in-memory transport. One connection per (bookie, protocol); a dropped connection is replaced
 on next use.
 
@@ -20,9 +22,10 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from bkeeper.client.bookie_client import WRITE_BUFFER_BYTES_MAX, BookieClient
-from bkeeper.client.handshake import ClientSecurity
+from bkeeper.client.handshake import ClientSecurity, check_credentials
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
+from bkeeper.meta.bookie_info import Endpoint
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 from bkeeper.wire.messages import Request
@@ -66,7 +69,9 @@ class Transport(TypingProtocol):
     async def connect(self, bookie_id: str, protocol: Protocol) -> Connection: ...
 
 
-Resolver = Callable[[str], Awaitable[tuple[str, int]]]
+#: bookie id -> its registered ``bookie-rpc`` endpoint (what it requires, too), or only its
+#: ``(host, port)``
+Resolver = Callable[[str], Awaitable[Endpoint | tuple[str, int]]]
 
 
 class TcpTransport:
@@ -90,7 +95,13 @@ class TcpTransport:
         self._write_buffer_bytes_max = write_buffer_bytes_max
 
     async def connect(self, bookie_id: str, protocol: Protocol) -> Connection:
-        host, port = await self._resolve(bookie_id)
+        resolved = await self._resolve(bookie_id)
+        endpoint: Endpoint | None = None
+        if isinstance(resolved, Endpoint):
+            endpoint, host, port = resolved, resolved.host, resolved.port
+        else:
+            host, port = resolved
+        check_credentials(f"{host}:{port}", endpoint, self._security)
         return await BookieClient.connect(
             host,
             port,

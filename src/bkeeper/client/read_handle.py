@@ -39,6 +39,7 @@ from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.client.entry import Entry
 from bkeeper.client.follow import LedgerView
+from bkeeper.client.refusal import eua_answered
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -490,7 +491,10 @@ def _succeeded(task: asyncio.Task[Entry]) -> bool:
 
 
 def _status_error(status: StatusCode, ledger_id: int, entry_id: int, bookie: str) -> BKeeperError:
-    return error_for_status(status, f"ledger {ledger_id} entry {entry_id} on {bookie}")
+    context = f"ledger {ledger_id} entry {entry_id} on {bookie}"
+    if status is StatusCode.EUA:
+        return UnauthorizedAccessError(eua_answered(context))
+    return error_for_status(status, context)
 
 
 def _best_error(

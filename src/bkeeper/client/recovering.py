@@ -49,6 +49,7 @@ from typing import Any, Final
 
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.client.entry import Entry
+from bkeeper.client.refusal import eua_answered
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -127,6 +128,8 @@ _ABSENT = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
 def classify(question: Question, reply: Any, digest: DigestManager[Entry]) -> Reply:
     """What a bookie's ``reply`` (a response, or the exception its request ended with) says."""
+    if isinstance(reply, UnauthorizedAccessError):  # refused before connecting: says why
+        return Reply(ReplyKind.UNAUTHORIZED, detail=str(reply))
     if isinstance(reply, BaseException):
         return Reply(ReplyKind.NONE, detail=str(reply) or type(reply).__name__)
     status = reply.status
@@ -221,10 +224,13 @@ class RecoveryMachine:
 
     def _fence(self, question: Question, tally: _Tally) -> Step:
         meta = self._meta
-        if any(r is not None and r.kind is ReplyKind.UNAUTHORIZED for r in tally.replies):
+        refusals = [r for r in tally.replies if r is not None and r.kind is ReplyKind.UNAUTHORIZED]
+        if refusals:
+            detail = refusals[0].detail
             raise UnauthorizedAccessError(
-                f"ledger {self.ledger_id}: a bookie answered EUA to fencing (wrong password, "
-                "or this client is not authenticated to it)"
+                detail
+                if detail != StatusCode.EUA.name
+                else eua_answered(f"ledger {self.ledger_id}: fencing")
             )
         answered = [p for p, r in enumerate(tally.replies) if r and r.kind is not ReplyKind.NONE]
         covered = covers_every_write_set(

@@ -106,7 +106,7 @@ class WriteHandle:
         self._tasks = TaskOwner(f"ledger {ledger_id} writer", error=LedgerClosedError)
         self._lane = AddLane(
             ctx, ledger_id, self._master_key, self._adds, self._tasks, self._on_add,
-            self._bookie_failed, self._on_run,
+            self._bookie_failed, self._on_run, self._refused,
         )  # fmt: skip
         ctx.handles.add(self)
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
@@ -350,6 +350,10 @@ class WriteHandle:
 
     def _bookie_failed(self, bookie: str) -> None:
         self._apply(self._adds.bookie_failed(bookie))
+
+    def _refused(self, error: BKeeperError) -> None:
+        """A bookie refused this client's credentials: the writer fails with why."""
+        self._apply(self._adds.fail(error))
 
     def _completed(self, done: list[PendingAdd] | tuple[PendingAdd, ...]) -> None:
         for add in done:
