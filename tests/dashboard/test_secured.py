@@ -30,7 +30,6 @@ from bkeeper.dashboard import ClusterMonitor, Dashboard, DashboardConfig
 from bkeeper.dashboard.app import SESSION_COOKIE
 from bkeeper.dashboard.login import LOGIN_FAILURES_MAX
 from bkeeper.meta.bookie_info import BOOKIE_RPC, HTTP_ENDPOINT_ID, BookieServiceInfo, Endpoint
-from bkeeper.meta.registry import BookieRegistration
 from bkeeper.testing.certs import CertFiles, make_ca, make_cert
 from bkeeper.testing.cluster import MemoryCluster
 
@@ -114,10 +113,7 @@ async def secured(pki: Pki) -> AsyncIterator[Secured]:
                 Endpoint(HTTP_ENDPOINT_ID, "127.0.0.1", port, "https"),
             )
         )
-        registration = BookieRegistration(
-            cluster.metadata.registry, cluster.metadata.store, bookie_id, info, False
-        )  # type: ignore[arg-type]
-        await registration.start()
+        registration = await cluster.metadata.registry.register(bookie_id, info)
         try:
             yield Secured(cluster, admin, bookie_id, handle.ledger_id)
         finally:
