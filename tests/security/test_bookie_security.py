@@ -368,6 +368,14 @@ async def test_admin_http_writes_need_a_token_when_auth_is_on(
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
+    def get(headers: dict[str, str]) -> tuple[int, str]:
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
     status, body = await asyncio.to_thread(put, {})
     assert status == 401 and "needs an authenticated identity" in body
     forged = token(secret=b"f" * 40)
@@ -375,8 +383,10 @@ async def test_admin_http_writes_need_a_token_when_auth_is_on(
     assert status == 403 and "credentials refused: bad token signature" in body
     status, _ = await asyncio.to_thread(put, {"Authorization": f"Bearer {token()}"})
     assert status == 200
-    with urllib.request.urlopen(url, timeout=30) as answer:  # reads need none
-        assert answer.status == 200
+    status, _ = await asyncio.to_thread(get, {})  # reads need a token too (issue 37)
+    assert status == 401
+    status, _ = await asyncio.to_thread(get, {"Authorization": f"Bearer {token()}"})
+    assert status == 200
     assert "by 'writer'" in bookie.log()
     assert forged not in bookie.log()
 
