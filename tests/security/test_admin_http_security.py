@@ -267,3 +267,13 @@ def test_any_bytes_value_or_repr_hidden_field_is_redacted() -> None:
         "path": "/etc/secret.file",
         "context": "<SSLContext>",
     }
+
+
+# -- admin URLs as the shell builds them --------------------------------------------------------
+def test_the_shell_builds_https_urls_for_a_bookie_with_tls() -> None:
+    from bkeeper.cli.shell_ops import _http
+    from bkeeper.meta.bookie_info import BookieServiceInfo
+
+    with_tls = BookieServiceInfo.for_bookie("h", 3181, http_port=8080, extensions=("tls",))
+    assert _http(with_tls) == "https://h:8080"
+    assert _http(BookieServiceInfo.for_bookie("h", 3181, http_port=8080)) == "http://h:8080"
