@@ -10,7 +10,7 @@ import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import fields, replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 import aiohttp
@@ -78,7 +78,7 @@ async def ask(
     kwargs: dict[str, object] = {"headers": headers, "data": body}
     if ssl_context is not None:
         kwargs["ssl"] = ssl_context
-    async with http.request(method, url + path, **kwargs) as answer:  # type: ignore[arg-type]
+    async with http.request(method, url + path, **kwargs) as answer:
         return answer.status, await answer.text()
 
 
@@ -214,37 +214,67 @@ async def test_tls_handshakes_count_against_the_connection_limit(
 
 
 # -- the configuration served ---------------------------------------------------------------
+def every_option_set(cls: type, given: dict[str, object]) -> dict[str, object]:
+    """A value other than the default for every field of ``cls``: ``given``'s, else the
+    flipped bool, the int plus one, the float halved; a field of another kind fails the test
+    until it is given a value (so a new option is serialized by this test too)."""
+    values: dict[str, object] = {}
+    for f in fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+            continue
+        default = f.default if f.default is not MISSING else None
+        if isinstance(default, bool):
+            values[f.name] = not default
+        elif isinstance(default, int):
+            values[f.name] = default + 1
+        elif isinstance(default, float):
+            values[f.name] = default / 2
+        else:
+            raise AssertionError(f"{cls.__name__}.{f.name}: give this test a value for it")
+    return values
+
+
 def test_the_configuration_is_json_with_every_secret_redacted(tmp_path: Path) -> None:
     tls = TlsServerConfig(
         "/etc/b/cert.pem", "/etc/b/key.pem", "/etc/b/ca.pem", client_auth=True, required=True
     )
     auth = ServerAuthConfig(token_secret=SECRET, allowed_subjects=frozenset({"b", "a"}))
     config = BookieConfig(
-        data_dir=str(tmp_path),
-        bookie_id="b1",
-        metadata_uri="zk://127.0.0.1:2181/ledgers?digest-file=/etc/b/zk.digest",
-        http_port=8000,
-        http_host="0.0.0.0",
-        http_admin_writes=True,
-        http_metrics_open=True,
-        readonly=True,
-        tls=tls,
-        auth=auth,
-        extra={"x": "y"},
+        **every_option_set(
+            BookieConfig,
+            {
+                "data_dir": str(tmp_path),
+                "host": "127.0.0.2",
+                "bookie_id": "b1",
+                "metadata_uri": "zk://127.0.0.1:2181/ledgers?digest-file=/etc/b/zk.digest",
+                "http_port": 8000,
+                "http_host": "0.0.0.0",
+                "tls": tls,
+                "auth": auth,
+                "extra": {"x": "y"},
+            },
+        )
     )
     storage = StorageConfig(
-        data_dir=str(tmp_path), ledger_dirs=(str(tmp_path / "l"),), journal_dirs=("/j",)
+        **every_option_set(
+            StorageConfig,
+            {
+                "data_dir": str(tmp_path),
+                "ledger_dirs": (str(tmp_path / "l"),),
+                "journal_dirs": ("/j",),
+                "write_cache_flush_bytes": 1 << 20,
+            },
+        )
     )
     values = {**public_values(storage), **public_values(config)}
     text = json.dumps(values)  # every value serializable
     assert SECRET.decode() not in text and SECRET.hex() not in text
-    for f in fields(BookieConfig):
+    for f in [*fields(BookieConfig), *fields(StorageConfig)]:
         assert f.name in values, f.name
-    for f in fields(StorageConfig):
-        assert f.name in values, f.name
-    assert values["auth"]["token_secret"] == REDACTED  # type: ignore[index]
-    assert values["auth"]["allowed_subjects"] == ["a", "b"]  # type: ignore[index]
-    assert values["tls"]["cert_file"] == "/etc/b/cert.pem"  # type: ignore[index]
+    assert values["auth"]["token_secret"] == REDACTED
+    assert values["auth"]["allowed_subjects"] == ["a", "b"]
+    assert values["tls"]["cert_file"] == "/etc/b/cert.pem"
     assert values["journal_dirs"] == ["/j"] and values["http_metrics_open"] is True
 
 
