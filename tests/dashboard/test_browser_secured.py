@@ -6,7 +6,8 @@ written, and the sandbox's dashboard started with the sandbox's client token.
 id, no ledger, no metadata URI in the DOM, and the API answers 401 to its ``fetch``; a
 wrong token is refused on the page ("token refused").
 (b) The same browser, logging in with the token (typed into the form), sees the bookies and
-the ledger, the bookies probed over HTTPS with the dashboard's token (no problem shown); its
+the ledger, the bookies probed over HTTPS with the dashboard's token (no problem shown), and
+neither the token nor the ZooKeeper digest in the page or any API answer; its
 session cookie is out of the page's reach (HttpOnly); logging out brings the login page back
 and the API refuses again.
 """
@@ -68,7 +69,10 @@ def test_the_secure_sandbox_dashboard_asks_a_browser_for_the_token(tmp_path: Pat
         token = Path(env["BKEEPER_AUTH_TOKEN_FILE"]).read_text().strip()
         bookies = [f"127.0.0.1:{bookie_port + i}" for i in range(BOOKIES)]
         forbidden = [*bookies, box.metadata_uri.split("?")[0], "CLOSED", token]
-        asyncio.run(both_ways(box.dashboard_url, tmp_path / "profile", token, bookies, forbidden))
+        digest = (config.data_dir / "security" / "zk.digest").read_text().strip()
+        never_shown = [token, digest.partition(":")[2]]  # never shown, logged in or not
+        asyncio.run(both_ways(box.dashboard_url, tmp_path / "profile", token, bookies,
+                              forbidden, never_shown))  # fmt: skip
         dashboard_log = (config.data_dir / "dashboard.log").read_text()
         assert "dashboard: login from 127.0.0.1 refused: token refused" in dashboard_log
         assert token not in dashboard_log
@@ -76,7 +80,12 @@ def test_the_secure_sandbox_dashboard_asks_a_browser_for_the_token(tmp_path: Pat
 
 
 async def both_ways(
-    url: str, profile: Path, token: str, bookies: list[str], forbidden: list[str]
+    url: str,
+    profile: Path,
+    token: str,
+    bookies: list[str],
+    forbidden: list[str],
+    never_shown: list[str],
 ) -> None:
     async with Browser(profile) as browser:
         # (a) without the token
@@ -115,7 +124,12 @@ async def both_ways(
         ledger_row = re.search(r"0CLOSED(\S+, \S+)2/2/24", page.text["ledgers"])
         assert ledger_row is not None, page.text["ledgers"]
         assert sorted(ledger_row.group(1).split(", ")) == bookies
-        assert token not in shown
+        for api in ("overview", "ledgers", "series", "logs", "recovery"):
+            status, body = await browser.fetch(f"/api/{api}")
+            assert status == 200, (api, body)
+            shown += body
+        for secret in never_shown:
+            assert secret not in shown
         assert await browser.evaluate("document.cookie") == ""  # HttpOnly: not the page's
         status, body = await browser.fetch("/api/overview")
         assert status == 200
