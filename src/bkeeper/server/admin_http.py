@@ -540,7 +540,7 @@ class _TlsConnection(asyncio.Protocol):
         if self._inner is not None:
             self._inner.connection_lost(exc)
         elif self._received and not self._failed:
-            self._log("closed during the TLS handshake")
+            self.log("closed during the TLS handshake")
 
     # -- TLS -------------------------------------------------------------------------------
     def _handshake(self) -> bool:
@@ -582,7 +582,7 @@ class _TlsConnection(asyncio.Protocol):
                 break
             except (ssl.SSLError, OSError) as exc:
                 self._failed = True
-                self._log(f"broke TLS: {describe_tls_error(exc)}")
+                self.log(f"broke TLS: {describe_tls_error(exc)}")
                 self.abort()
                 break
             if not chunk:
@@ -598,12 +598,12 @@ class _TlsConnection(asyncio.Protocol):
 
     def _fail(self, reason: str) -> None:
         self._failed = True
-        self._log(f"failed the TLS handshake: {reason}")
+        self.log(f"failed the TLS handshake: {reason}")
         self._done_handshaking()
         if self.raw is not None:
             self.raw.close()
 
-    def _log(self, what: str) -> None:
+    def log(self, what: str) -> None:
         self._server.refused.info("admin https: a connection from %s %s", self._peer, what)
 
     def _done_handshaking(self) -> None:
@@ -637,9 +637,14 @@ class _TlsTransport(asyncio.Transport):
         if self.is_closing():
             return
         view = memoryview(data)
-        while view:
-            written = self._conn.ssl_object.write(view)
-            view = view[written:]
+        try:
+            while view:
+                written = self._conn.ssl_object.write(view)
+                view = view[written:]
+        except (ssl.SSLError, OSError) as exc:  # TLS closed or broken under the answer
+            self._conn.log(f"broke TLS: {describe_tls_error(exc)}")
+            self.abort()
+            return
         self._conn.flush()
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
