@@ -176,6 +176,32 @@ async def test_with_tls_it_serves_https_only(
         await server.aclose()
 
 
+async def test_https_carries_large_answers_and_bodies_whole(
+    http: aiohttp.ClientSession, certs: tuple[CertFiles, CertFiles]
+) -> None:
+    ca, bookie = certs
+    big = bytes(range(256)) * (12 * 1024)  # 3 MiB: many TLS records, the socket's buffer full
+
+    async def echo_big(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.Response(body=big + body)
+
+    tls = TlsServerConfig(bookie.cert, bookie.key)
+    server = AdminHttpServer(replace(BASE, ssl_context=tls.context()))
+    server.add_route("POST", "/big", echo_big)
+    await server.start()
+    try:
+        sent = b"b" * 60_000
+        for _ in range(3):  # on one kept-alive connection
+            async with http.post(
+                f"https://localhost:{server.port}/big", data=sent, ssl=client_context(ca)
+            ) as answer:
+                assert answer.status == 200
+                assert await answer.read() == big + sent
+    finally:
+        await server.aclose()
+
+
 async def test_mutual_tls_refuses_a_client_without_a_certificate(
     http: aiohttp.ClientSession, certs: tuple[CertFiles, CertFiles]
 ) -> None:
