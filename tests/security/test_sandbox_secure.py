@@ -52,17 +52,15 @@ def test_secure_sandbox_admits_its_clients_only(tmp_path: Path) -> None:
         assert ok.returncode == 0, ok.stderr
         assert "simpletest ok" in ok.stdout + ok.stderr
 
-        # Without the token: the bookies answer EUA.
+        # Without the token: refused, saying what the bookies require and how to give it.
         no_token = run({"BKEEPER_TLS_CA": env["BKEEPER_TLS_CA"]}, "shell", "simpletest",
                        "--metadata", uri, "--entries", "5")  # fmt: skip
         assert no_token.returncode != 0
         assert "Traceback" not in no_token.stderr, no_token.stderr
-        assert no_token.stderr.strip().splitlines()[-1].startswith("error: ledger "), (
+        assert no_token.stderr.strip().splitlines()[-1].startswith("error: bookie "), (
             no_token.stderr
         )
-        assert "answered EUA (wrong password, or this client is not authenticated to it)" in (
-            no_token.stderr
-        )
+        assert "requires a token (authentication BKeeperToken): give one" in no_token.stderr
         # Without TLS (token alone): the token is not taken in the clear.
         no_tls = run({"BKEEPER_AUTH_TOKEN_FILE": env["BKEEPER_AUTH_TOKEN_FILE"]}, "shell",
                      "simpletest", "--metadata", uri, "--entries", "5")  # fmt: skip
