@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bkeeper.common.auth import make_token
 from bkeeper.common.errors import ConfigError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.benchmarks import free_port
@@ -70,6 +73,42 @@ def test_it_says_where_it_serves_and_stops_cleanly_on_sigterm(cluster_uri: str) 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert proc.stderr.read() == ""
+
+
+def test_with_the_groups_token_file_it_asks_for_that_token(
+    cluster_uri: str, tmp_path: Path
+) -> None:
+    token = make_token(b"t" * 48, "dashboard", 3600)
+    token_file = tmp_path / "dashboard.token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bkeeper", "--auth-token-file", str(token_file), "dashboard",
+         "--metadata", cluster_uri, "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith(READY), line + proc.stderr.read()
+        url = line.removeprefix(READY).strip()
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert b'<form id="login-form" method="post" action="/login">' in page.read()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "api/overview", timeout=10)
+        assert refused.value.code == 401
+        request = urllib.request.Request(
+            url + "api/overview", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert json.load(answer)["cluster"]["metadata_uri"] == cluster_uri
+        assert proc.stderr.readline() == "dashboard: log in with the token of --auth-token-file\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert token not in proc.stderr.read()
 
 
 def test_a_uri_without_a_cluster_is_one_error_line(zookeeper: ZooKeeperServer) -> None:
