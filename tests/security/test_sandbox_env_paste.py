@@ -1,8 +1,10 @@
 """The environment ``bkeeper sandbox --secure`` prints works as printed (issue 37): its
 ``export`` lines, pasted into a fresh shell that has no ``BKEEPER_*`` variable, make
-``bkeeper shell listbookies``, ``bkeeper log create`` and ``append``, and a Spark read (the data source given
-only the log's name) clients of the sandbox: TLS, the token and ZooKeeper's digest identity
-all come from the pasted lines. The data directory has a space in its path, as a user's may."""
+``bkeeper shell listbookies``, ``bkeeper log create`` and ``append``, and a Spark job (a batch
+read given only the log's name, a write of what it read to another log, a stream read of
+that) clients of the sandbox: TLS, the token and ZooKeeper's digest identity (on the driver
+and the executors) all come from the pasted lines. The data directory has a space in its
+path, as a user's may."""
 
 from __future__ import annotations
 
@@ -24,14 +26,25 @@ READY_TIMEOUT_S = 120.0
 LOG = "pasted"
 RECORDS = ["first record", "second record", "third, with a comma"]
 
-SPARK_READ = """\
+SPARK_JOB = """\
 import sys
+from pathlib import Path
 from bkeeper.spark.session import local_session, stop_jvm
 
-spark = local_session("local[2]", "paste-test", scratch_dir=sys.argv[1])
-rows = spark.read.format("bkeeper").option("log", sys.argv[2]).load().collect()
-for row in sorted(rows, key=lambda r: (r.ledger, r.entry)):
-    print("row:", bytes(row.payload).decode())
+scratch, log, copy = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+spark = local_session("local[2]", "paste-test", scratch_dir=scratch)
+read = spark.read.format("bkeeper").option("log", log).load()
+for row in sorted(read.collect(), key=lambda r: (r.ledger, r.entry)):
+    print("read:", bytes(row.payload).decode())
+read.select("payload").write.format("bkeeper").option("log", copy).mode("append").save()
+stream = (
+    spark.readStream.format("bkeeper").option("log", copy).option("startingPosition", "earliest")
+    .load().writeStream.format("memory").queryName("copied")
+    .option("checkpointLocation", str(scratch / "checkpoint")).trigger(availableNow=True).start()
+)
+stream.awaitTermination(240)
+for row in spark.table("copied").collect():
+    print("streamed:", bytes(row.payload).decode())
 spark.stop()
 stop_jvm()
 """
@@ -103,14 +116,16 @@ def test_the_printed_environment_pasted_into_a_fresh_shell_works(tmp_path: Path)
         assert appended.returncode == 0, appended.stderr
         assert appended.stdout.splitlines()[1:] == ["0:0", "0:1", "0:2"], appended.stdout
 
-        script = tmp_path / "spark_read.py"
-        script.write_text(SPARK_READ)
+        script = tmp_path / "spark_job.py"
+        script.write_text(SPARK_JOB)
         scratch = tmp_path / "spark-scratch"
-        read = pasted(exports, f"python '{script}' '{scratch}' {LOG}", 300)
-        assert read.returncode == 0, read.stderr[-3000:]
-        rows = [line.removeprefix("row: ") for line in read.stdout.splitlines()
-                if line.startswith("row: ")]  # fmt: skip
-        assert rows == RECORDS, read.stdout + read.stderr[-3000:]
+        job = pasted(exports, f"python '{script}' '{scratch}' {LOG} {LOG}-copy", 400)
+        assert job.returncode == 0, job.stderr[-3000:]
+        lines = job.stdout.splitlines()
+        for kind in ("read", "streamed"):  # a batch read; a write, then a stream read of it
+            rows = [line.removeprefix(f"{kind}: ") for line in lines
+                    if line.startswith(f"{kind}: ")]  # fmt: skip
+            assert sorted(rows) == sorted(RECORDS), job.stdout + job.stderr[-3000:]
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
