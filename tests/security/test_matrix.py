@@ -38,6 +38,7 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.common.tls import TlsClientConfig
 from bkeeper.dashboard import Dashboard, DashboardConfig
 from bkeeper.meta.uri import MetadataUri
+from bkeeper.namedlog import NamedLogs, logs_root
 from bkeeper.server import admin_http
 from bkeeper.server.bookie import Bookie
 from bkeeper.server.config import BookieConfig
@@ -61,6 +62,7 @@ PAYLOAD = b"matrix-payload-" + os.urandom(6).hex().encode()
 METADATA_MARKER = b"matrix-metadata-" + os.urandom(6).hex().encode()
 PASSWORD = b"matrix-password"
 ENTRIES = 5
+LOG_NAME = "matrix-log"
 
 
 @dataclass
@@ -126,6 +128,7 @@ async def cluster(box: Sandbox) -> AsyncIterator[Cluster]:
             handles.append(handle)
             targets.append(Target(handle.ledger_id, ENTRIES, PASSWORD, DigestType.CRC32C))
         await handles[0].close()
+        await NamedLogs(bk).create(LOG_NAME)  # its node is outside the root
         ctimes = [(await bk.ledger_metadata(h.ledger_id)).ctime_ms for h in handles]
         states = await asyncio.to_thread(_states, box, tls, token)
         yield Cluster(
@@ -448,14 +451,19 @@ def test_the_dashboard_with_the_token_shows_the_cluster(cluster: Cluster) -> Non
 def _walk(zk: KazooClient, path: str) -> list[str]:
     found = [path]
     for child in zk.get_children(path):
+        if path == "/" and child == "zookeeper":
+            continue  # ZooKeeper's own
         found.extend(_walk(zk, f"{path.rstrip('/')}/{child}"))
     return found
 
 
 def test_every_zookeeper_node_refuses_a_session_without_the_digest(cluster: Cluster) -> None:
+    """Every node in ZooKeeper (the cluster's root, the named logs beside it, their parents):
+    read and listed only with the cluster's digest identity; and the doc names every kind of
+    node under the root."""
     box = cluster.box
     assert box.security is not None
-    uri = MetadataUri.parse(box.metadata_uri)
+    root = MetadataUri.parse(box.metadata_uri).root
     hosts = f"127.0.0.1:{box.config.zookeeper_port}"
     digest = box.security.digest_file.read_text().strip()
     owner = KazooClient(hosts, auth_data=[("digest", digest)])
@@ -463,10 +471,11 @@ def test_every_zookeeper_node_refuses_a_session_without_the_digest(cluster: Clus
     owner.start(30)
     anonymous.start(30)
     try:
-        nodes = _walk(owner, uri.root)
-        assert len(nodes) > 10 and any(str(cluster.closed.ledger_id) in n for n in nodes)
+        nodes = _walk(owner, "/")
+        assert f"{logs_root(root)}/{LOG_NAME}" in nodes
+        assert any(n.endswith(f"L{cluster.closed.ledger_id:04d}") for n in nodes), nodes
         open_nodes = []
-        for node in nodes:
+        for node in nodes[1:]:  # "/" is ZooKeeper's, world-readable
             for look in (anonymous.get, anonymous.get_children):
                 try:
                     look(node)
@@ -474,8 +483,8 @@ def test_every_zookeeper_node_refuses_a_session_without_the_digest(cluster: Clus
                     continue
                 open_nodes.append(f"{look.__name__} {node}")
         for change in (
-            lambda: anonymous.create(f"{uri.root}/intruder", b""),
-            lambda: anonymous.set(uri.root, b"x"),
+            lambda: anonymous.create(f"{root}/intruder", b""),
+            lambda: anonymous.set(root, b"x"),
             lambda: anonymous.delete(nodes[-1]),
         ):
             try:
@@ -484,6 +493,13 @@ def test_every_zookeeper_node_refuses_a_session_without_the_digest(cluster: Clus
                 continue
             open_nodes.append("a change")
         assert not open_nodes, "\n".join(open_nodes)
+        section = " ".join(d.door for d in matrix.doors_of(_doc_doors(), "ZooKeeper"))
+        undocumented = [
+            name
+            for name in owner.get_children(root)
+            if not name.isdigit() and f"<root>/{name}" not in section
+        ]
+        assert not undocumented, f"nodes under the root the matrix does not name: {undocumented}"
     finally:
         for zk in (owner, anonymous):
             zk.stop()
