@@ -162,7 +162,8 @@ def sandbox(
         for index in range(bookies):
             host, port = box.bookie_address(index)
             admin = box.admin_address(index)
-            on = "" if admin is None else f" (admin http://{admin[0]}:{admin[1]})"
+            scheme = "http" if box.security is None else "https"  # TLS: the admin port's too
+            on = "" if admin is None else f" (admin {scheme}://{admin[0]}:{admin[1]})"
             click.echo(f"bookie {index}: {host}:{port}{on}", err=True)
         if autorecovery:
             click.echo("auto-recovery: in every bookie (one is elected auditor)", err=True)
