@@ -7,8 +7,10 @@ secret redacted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
@@ -17,8 +19,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bkeeper.admin import ClusterAdmin, add_admin_routes
 from bkeeper.common.auth import ServerAuthConfig, make_token, server_provider
 from bkeeper.common.tls import TlsClientConfig, TlsServerConfig
+from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.server.admin_http import (
     METRICS_ROUTE,
     OPEN_ROUTES,
@@ -57,6 +61,25 @@ async def serve(config: AdminHttpConfig) -> AdminHttpServer:
     return server
 
 
+@contextlib.asynccontextmanager
+async def every_route(config: AdminHttpConfig) -> AsyncIterator[AdminHttpServer]:
+    """The bookie's routes, the cluster's (on an in-memory cluster) and ``/metrics``."""
+    uri = f"memory://{uuid.uuid4().hex[:8]}/ledgers"
+    async with await ClusterMetadata.open(uri) as cluster:
+        await cluster.format()
+        server = AdminHttpServer(config)
+        add_bookie_routes(FakeBookie(), server)
+        admin = ClusterAdmin(uri, lambda: "127.0.0.1:3181")
+        add_admin_routes(server, admin)
+        server.add_route(*METRICS_ROUTE, metrics)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.aclose()
+            await admin.aclose()
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(
@@ -88,12 +111,13 @@ async def test_every_route_but_the_open_ones_needs_a_token(
     http: aiohttp.ClientSession, metrics_open: bool
 ) -> None:
     config = replace(BASE, authenticate=authenticate(), metrics_open=metrics_open)
-    server = await serve(config)
-    url = f"http://127.0.0.1:{server.port}"
-    open_routes = OPEN_ROUTES | ({METRICS_ROUTE} if metrics_open else set())
-    assert server.open_routes() == open_routes
-    assert open_routes <= set(server.routes())
-    try:
+    async with every_route(config) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        open_routes = OPEN_ROUTES | ({METRICS_ROUTE} if metrics_open else set())
+        assert server.open_routes() == open_routes
+        assert open_routes <= set(server.routes())
+        assert ("GET", "/api/v1/ledger/read") in server.routes()
+        assert ("POST", "/api/v1/bookie/sanity") in server.routes()
         for method, path in server.routes():
             if (method, path) in open_routes:
                 for token in (None, FORGED, GOOD):
@@ -112,8 +136,6 @@ async def test_every_route_but_the_open_ones_needs_a_token(
         assert (await ask(http, url, "GET", "/api/v1/nothing"))[0] == 401
         assert (await ask(http, url, "GET", "/api/v1/nothing", GOOD))[0] == 404
         assert (await ask(http, url, "DELETE", "/heartbeat"))[0] == 401
-    finally:
-        await server.aclose()
 
 
 async def test_without_authentication_every_route_stays_open(http: aiohttp.ClientSession) -> None:
