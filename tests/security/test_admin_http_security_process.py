@@ -255,7 +255,5 @@ async def test_shell_gcstatus_carries_the_environment_s_credentials(
     no_ca = {k: v for k, v in secure.env.items() if k != "BKEEPER_TLS_CA"}
     untrusted = await asyncio.to_thread(_shell, secure, no_ca, "gcstatus")
     assert untrusted.returncode == 1
-    assert "TLS handshake failed: certificate verify failed" in untrusted.stderr, (
-        untrusted.stderr
-    )
+    assert "TLS handshake failed: certificate verify failed" in untrusted.stderr, untrusted.stderr
     assert secure.token not in without.stderr + untrusted.stderr + done.stdout
