@@ -16,12 +16,14 @@ from bkeeper.client.refusal import (
     auth_refused_unknown,
     eua_answered,
     expired_token,
+    status_error,
     unmet_requirements,
 )
 from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig, TokenClaims, make_token
-from bkeeper.common.errors import AuthenticationError, UnauthorizedAccessError
+from bkeeper.common.errors import AuthenticationError, NoSuchEntryError, UnauthorizedAccessError
 from bkeeper.common.tls import TlsClientConfig
 from bkeeper.meta.bookie_info import Endpoint
+from bkeeper.wire.codes import StatusCode
 
 ADDRESS = "10.0.0.1:3181"
 SECURE = Endpoint(
@@ -140,3 +142,12 @@ def test_client_security_knows_what_it_offers() -> None:
     security = client_security(ClientConfig(tls=tls, auth=None))
     assert security is not None
     assert security.offer == ClientOffer(tls=True)
+
+
+def test_a_read_answered_eua_names_both_causes_other_statuses_their_name() -> None:
+    refused = status_error(StatusCode.EUA, "ledger 7 entry 0 on 10.0.0.1:3181")
+    assert type(refused) is UnauthorizedAccessError
+    assert str(refused) == eua_answered("ledger 7 entry 0 on 10.0.0.1:3181")
+    missing = status_error(StatusCode.ENOENTRY, "ledger 7 entry 0 on 10.0.0.1:3181")
+    assert isinstance(missing, NoSuchEntryError)
+    assert str(missing) == "ledger 7 entry 0 on 10.0.0.1:3181: ENOENTRY"

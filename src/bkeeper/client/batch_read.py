@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from bkeeper.client.context import ClientContext
 from bkeeper.client.entry import Entry
+from bkeeper.client.refusal import status_error
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -43,7 +44,7 @@ from bkeeper.common.errors import (
 from bkeeper.common.tasks import abandon, within
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.batch_frames import BODIES_AT, FramedBatchReadResponse
-from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
+from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import BatchReadRequest, BatchReadResponse
 
@@ -210,7 +211,7 @@ class BatchReader:
             if metrics is not None:
                 metrics.batch_read.requests.value += 1
                 metrics.batch_read.errors.value += 1
-            raise error_for_status(response.status, what)
+            raise status_error(response.status, what)
         if isinstance(response, FramedBatchReadResponse) and response.frame is not None:
             # over TCP: the bodies are split and checked in one pass
             frame = response.frame

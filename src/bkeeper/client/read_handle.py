@@ -39,7 +39,7 @@ from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.client.entry import Entry
 from bkeeper.client.follow import LedgerView
-from bkeeper.client.refusal import eua_answered
+from bkeeper.client.refusal import status_error
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -53,7 +53,7 @@ from bkeeper.common.errors import (
 from bkeeper.common.tasks import abandon, within
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
-from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
+from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import BytesLike, ReadLacRequest, ReadRequest
 
@@ -491,10 +491,7 @@ def _succeeded(task: asyncio.Task[Entry]) -> bool:
 
 
 def _status_error(status: StatusCode, ledger_id: int, entry_id: int, bookie: str) -> BKeeperError:
-    context = f"ledger {ledger_id} entry {entry_id} on {bookie}"
-    if status is StatusCode.EUA:
-        return UnauthorizedAccessError(eua_answered(context))
-    return error_for_status(status, context)
+    return status_error(status, f"ledger {ledger_id} entry {entry_id} on {bookie}")
 
 
 def _best_error(

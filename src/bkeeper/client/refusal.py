@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass
 
 from bkeeper.common.auth import TokenClaims
+from bkeeper.common.errors import BKeeperError, UnauthorizedAccessError
 from bkeeper.meta.bookie_info import Endpoint
+from bkeeper.wire.codes import StatusCode, error_for_status
 
 __all__ = [
     "CERT_OPTION",
@@ -37,6 +39,7 @@ __all__ = [
     "auth_refused_unknown",
     "eua_answered",
     "expired_token",
+    "status_error",
     "unmet_requirements",
     "utc_stamp",
 ]
@@ -154,3 +157,11 @@ def eua_answered(context: str) -> str:
         f"{context}: refused (EUA): the ledger's password is wrong, or the bookie requires "
         f"what this client lacks (TLS: {TLS_OPTION}; a token: {TOKEN_OPTION}; {DOCS})"
     )
+
+
+def status_error(status: StatusCode, context: str) -> BKeeperError:
+    """The error of a read's non-OK answer ``status`` to the request ``context`` names: EUA
+    as :func:`eua_answered` says it, any other as its class and name."""
+    if status is StatusCode.EUA:
+        return UnauthorizedAccessError(eua_answered(context))
+    return error_for_status(status, context)

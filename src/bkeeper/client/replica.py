@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from bkeeper.client.distribution import write_set
 from bkeeper.client.entry import Entry
 from bkeeper.client.pool import BookiePool
+from bkeeper.client.refusal import status_error
 from bkeeper.common.errors import BKeeperError, BookieUnavailableError, ProtocolError
 from bkeeper.common.tasks import within
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire import entryset
-from bkeeper.wire.codes import Protocol, StatusCode, error_for_status
+from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import (
     GetListOfEntriesRequest,
@@ -93,7 +94,7 @@ async def read_replica(
             return ReplicaEntry(entry_id, None, exc)
         context = f"ledger {ledger_id} entry {entry_id} on {bookie}"
         if response.status is not StatusCode.EOK:
-            return ReplicaEntry(entry_id, None, error_for_status(response.status, context))
+            return ReplicaEntry(entry_id, None, status_error(response.status, context))
         if response.body is None:
             return ReplicaEntry(entry_id, None, ProtocolError(f"{context}: OK without a body"))
         try:
@@ -124,7 +125,7 @@ async def list_entries_on(
     if response.status is StatusCode.ENOLEDGER:
         return []
     if response.status is not StatusCode.EOK:
-        raise error_for_status(response.status, context)
+        raise status_error(response.status, context)
     if response.availability is None:
         raise ProtocolError(f"{context}: list of entries OK without its entry set")
     return entryset.decode_entry_ids(response.availability)
