@@ -18,6 +18,9 @@ import json
 import os
 import re
 import ssl
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -407,6 +410,52 @@ def test_with_the_token_a_write_is_taken(cluster: Cluster) -> None:
         body=json.dumps({"readOnly": False}).encode(),
     )  # fmt: skip
     assert answer.status == 200, answer
+
+
+# -- the metrics servers of processes without an admin port ----------------------------------
+def test_the_autorecovery_metrics_server_shows_no_ledger(cluster: Cluster, tmp_path: Path) -> None:
+    """``bkeeper autorecovery --metrics-port``: open (documented), counts only."""
+    box = cluster.box
+    assert box.security is not None
+    log_path = tmp_path / "autorecovery.log"
+    command = [
+        sys.executable, "-m", "bkeeper", *box.security.client_args(), "autorecovery",
+        "--metadata", box.metadata_uri, "--id", "matrix-probe", "--metrics-port", "0",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        found = None
+        for _ in range(600):
+            found = re.search(r"metrics http://127\.0\.0\.1:(\d+)/metrics", log_path.read_text())
+            if found is not None or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert found is not None, log_path.read_text()
+        answer = matrix.http(int(found.group(1)), "GET", "/metrics")
+        assert answer.status == 200 and b"bkeeper_autorecovery_" in answer.body, answer
+        assert not leaks(cluster, answer.body)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def test_a_clients_metrics_server_shows_no_ledger(cluster: Cluster) -> None:
+    """``BookKeeper.start_metrics_server``: open (documented), counts by operation only."""
+    box = cluster.box
+    assert box.security is not None
+    config = ClientConfig(
+        tls=TlsClientConfig(box.security.ca.cert),
+        auth=ClientAuthConfig(token=cluster.token),
+        metrics=True,
+    )
+    async with BookKeeper(box.metadata_uri, config) as bk:
+        handle = await bk.open_ledger(cluster.closed.ledger_id, PASSWORD)
+        assert [e.data async for e in handle.read(0, 0)] == [PAYLOAD]
+        port = bk.start_metrics_server(0)
+        answer = await asyncio.to_thread(matrix.http, port, "GET", "/metrics")
+    assert answer.status == 200 and b"bkeeper_client_read_entries_total" in answer.body, answer
+    assert not leaks(cluster, answer.body)
 
 
 # -- the dashboard -----------------------------------------------------------------------------
