@@ -198,15 +198,15 @@ def _admin_routes(tmp_path: Path) -> list[tuple[str, str]]:
     return server.routes()
 
 
-def _dashboard_routes() -> list[tuple[str, str]]:
+def _dashboard_routes(head: bool = False) -> list[tuple[str, str]]:
     """The (method, path) routes of the dashboard of a secured cluster (HEAD, which aiohttp
-    adds beside each GET, left out)."""
+    adds beside each GET, only if ``head``)."""
     config = DashboardConfig("zk://127.0.0.1:1/ledgers", auth=ClientAuthConfig(token="v1.e30.AAAA"))
     app = Dashboard(config).app()
     return sorted(
         (route.method, route.resource.canonical)
         for route in app.router.routes()
-        if route.method != "HEAD" and route.resource is not None
+        if (head or route.method != "HEAD") and route.resource is not None
     )
 
 
@@ -344,10 +344,21 @@ def _admin_walk(cluster: Cluster, tls: ssl.SSLContext | None) -> list[str]:
 
 def test_every_admin_route_without_a_token_over_https(cluster: Cluster) -> None:
     problems = _admin_walk(cluster, cluster.tls)
-    for method, path in [("GET", "/no/such/path"), ("DELETE", "/api/v1/no_such")]:
+    ledger = cluster.closed.ledger_id
+    # Unknown paths, a method an open path does not serve, and open paths spelled to reach
+    # closed ones: 401 all (no route but the open ones is answered without a token).
+    for method, path in [
+        ("GET", "/no/such/path"),
+        ("DELETE", "/api/v1/no_such"),
+        ("POST", "/heartbeat"),
+        ("GET", "/heartbeat/"),
+        ("GET", f"/api/v1/bookie/is_ready/../../ledger/read?ledger_id={ledger}"),
+        ("GET", f"/heartbeat/%2e%2e/api/v1/ledger/read?ledger_id={ledger}"),
+        ("GET", "//heartbeat/../api/v1/ledger/list?print_metadata=true"),
+    ]:
         answer = matrix.http(cluster.admin_port(), method, path, tls=cluster.tls)
-        if answer.status != 401:
-            problems.append(f"{method} {path}: {answer.status} (an unknown path: 401)")
+        if answer.status != 401 or leaks(cluster, answer.body):
+            problems.append(f"{method} {path}: {answer} (not an open route: 401)")
     assert not problems, "\n".join(problems)
 
 
@@ -474,7 +485,7 @@ def _cluster_markers(cluster: Cluster) -> list[bytes]:
 
 def test_the_dashboard_without_a_session_shows_nothing(cluster: Cluster) -> None:
     problems = []
-    for method, path in _dashboard_routes():
+    for method, path in _dashboard_routes(head=True):
         url = path.replace("{name}", "dashboard.js")
         body = b"token=" if path == "/login" else None
         headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
@@ -485,7 +496,7 @@ def test_the_dashboard_without_a_session_shows_nothing(cluster: Cluster) -> None
             problems.append(f"{method} {url}: shows {shown}")
         if path.startswith("/api/") and answer.status != 401:
             problems.append(f"{method} {url}: {answer.status}, not 401")
-        if path == "/" and b"token" not in answer.body.lower():
+        if (method, path) == ("GET", "/") and b"token" not in answer.body.lower():
             problems.append("GET / is not the login page")
     assert not problems, "\n".join(problems)
 
