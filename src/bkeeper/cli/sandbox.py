@@ -93,8 +93,8 @@ _DIRS = ("ledger_dirs", "journal_dirs")
     "--secure",
     is_flag=True,
     help="TLS (required), token authentication and ZooKeeper ACLs, with credentials made "
-    "under DATA_DIR/security; prints the environment that makes bkeeper commands its "
-    "clients (docs/security.md).",
+    "under DATA_DIR/security; prints the environment that makes bkeeper commands and "
+    "Spark jobs its clients (docs/security.md, A sandbox).",
 )
 @settings_options("every bookie")
 def sandbox(
