@@ -166,9 +166,11 @@ async def exchange(
     request: Request,
     tls: ssl.SSLContext | None,
     follow_up: Request | None = None,
+    token: str | None = None,
 ) -> Answer:
-    """Connect to 127.0.0.1:``port``; with ``tls`` run START_TLS and the handshake first (no
-    AUTH: no credentials); send ``request`` and read its answer, then ``follow_up``'s."""
+    """Connect to 127.0.0.1:``port``; with ``tls`` run START_TLS and the handshake first, and
+    with ``token`` (credentials: after TLS) the AUTH exchange; send ``request`` and read its
+    answer, then ``follow_up``'s."""
     async with asyncio.timeout(EXCHANGE_TIMEOUT_S):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
@@ -177,6 +179,11 @@ async def exchange(
                 started = await _answer(reader, Protocol.V3)
                 assert started.status is StatusCode.EOK, started
                 await writer.start_tls(tls, server_hostname="127.0.0.1")
+            if token is not None:
+                auth = AuthMessage(TOKEN_PLUGIN, token.encode("ascii"))
+                writer.write(encode(protocol, AuthRequest(auth, txn_id=2)))
+                admitted = await _answer(reader, protocol)
+                assert admitted.status is StatusCode.EOK, admitted
             writer.write(encode(protocol, request))
             answer = await _answer(reader, protocol)
             if follow_up is not None and answer.response is not None:
