@@ -12,6 +12,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.client.handshake import check_credentials, client_security
 from bkeeper.client.refusal import (
     ClientOffer,
+    auth_disabled,
     auth_refused,
     auth_refused_unknown,
     eua_answered,
@@ -151,3 +152,15 @@ def test_a_read_answered_eua_names_both_causes_other_statuses_their_name() -> No
     missing = status_error(StatusCode.ENOENTRY, "ledger 7 entry 0 on 10.0.0.1:3181")
     assert isinstance(missing, NoSuchEntryError)
     assert str(missing) == "ledger 7 entry 0 on 10.0.0.1:3181: ENOENTRY"
+
+
+def test_a_bookie_with_authentication_off_and_v2_s_ambiguity() -> None:
+    off = auth_disabled(ADDRESS, TOKEN_PLUGIN, maybe_tls=False)
+    assert off == (
+        "bookie 10.0.0.1:3181 has authentication off (AuthDisabledPlugin); this client uses "
+        "'BKeeperToken' (configure the client without auth for it)"
+    )
+    assert auth_disabled(ADDRESS, TOKEN_PLUGIN, maybe_tls=True) == (
+        f"{off}; or it requires TLS before it takes a token: give it with --client-tls-ca "
+        "(BKEEPER_TLS_CA) (docs/security.md)"
+    )

@@ -37,6 +37,7 @@ from typing import Any, cast
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.refusal import (
     ClientOffer,
+    auth_disabled,
     auth_refused,
     auth_refused_unknown,
     expired_token,
@@ -289,10 +290,9 @@ async def _authenticate(
             )
         if response.status is not StatusCode.EOK or (theirs and theirs != name):
             if theirs == AUTH_DISABLED_PLUGIN:
-                raise AuthenticationError(
-                    f"bookie {address} has authentication off ({AUTH_DISABLED_PLUGIN}); this "
-                    f"client uses {name!r} (configure the client without auth for it)"
-                )
+                # v2 has no status: a TLS-only bookie refusing AUTH in the clear answers so too
+                maybe_tls = protocol is Protocol.V2 and not tls_on
+                raise AuthenticationError(auth_disabled(address, name, maybe_tls=maybe_tls))
             raise AuthenticationError(
                 f"bookie {address} uses auth plugin {theirs!r} ({response.status.name}), "
                 f"this client {name!r}"

@@ -35,6 +35,7 @@ __all__ = [
     "TLS_OPTION",
     "TOKEN_OPTION",
     "ClientOffer",
+    "auth_disabled",
     "auth_refused",
     "auth_refused_unknown",
     "eua_answered",
@@ -147,6 +148,19 @@ def auth_refused_unknown(address: str, offer: ClientOffer, *, tls_on: bool) -> s
         f"{offer.token_named} (signed with another secret, or the subject is not admitted: "
         f"the bookie's log says which), or it requires TLS first ({TLS_OPTION}; {DOCS})"
     )
+
+
+def auth_disabled(address: str, plugin: str, *, maybe_tls: bool) -> str:
+    """The bookie at ``address`` answered the client's AUTH (plugin ``plugin``) naming the
+    disabled plugin: authentication is off there. Over v2 in the clear (``maybe_tls``) a
+    TLS-only bookie refusing AUTH unread answers the same (a v2 answer has no status)."""
+    off = (
+        f"bookie {address} has authentication off (AuthDisabledPlugin); this client uses "
+        f"{plugin!r} (configure the client without auth for it)"
+    )
+    if not maybe_tls:
+        return off
+    return f"{off}; or it requires TLS before it takes a token: give it with {TLS_OPTION} ({DOCS})"
 
 
 def eua_answered(context: str) -> str:
