@@ -164,3 +164,10 @@ def test_a_bookie_with_authentication_off_and_v2_s_ambiguity() -> None:
         f"{off}; or it requires TLS before it takes a token: give it with --client-tls-ca "
         "(BKEEPER_TLS_CA) (docs/security.md)"
     )
+
+
+def test_a_subject_is_shown_on_one_line_and_short() -> None:
+    odd = ClientOffer(token=TokenClaims("a\nb", 0))
+    assert odd.token_named == "the token (subject 'a\\nb')"
+    long = ClientOffer(token=TokenClaims("x" * 100, 0))
+    assert long.token_named == f"the token (subject {'x' * 64}...)"

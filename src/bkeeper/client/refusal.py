@@ -12,10 +12,14 @@ When they are used (never on the add or read path of an admitted connection):
 - before connecting: :func:`expired_token` (the token's claims are readable without the
   secret) and :func:`unmet_requirements` (the registration says the bookie requires what the
   client lacks; connecting would only earn EUA);
-- during the handshake: :func:`auth_refused` (the bookie answered AUTH with EUA, or closed the
-  connection);
+- during the handshake: :func:`auth_refused` (the bookie answered AUTH with EUA),
+  :func:`auth_refused_unknown` (it closed the connection), :func:`auth_disabled` (it has
+  authentication off, or, over v2, it may be a TLS-only bookie refusing AUTH in the clear);
 - on an EUA answer to a request: :func:`eua_answered` (a wrong ledger password, or a bookie
-  whose requirements were not published).
+  whose requirements were not published), through :func:`status_error` on the read paths.
+
+A token's subject is read from the client's own token without checking it: it is shown
+printable and cut to :data:`SUBJECT_SHOWN_MAX` characters, so that the message stays one line.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ __all__ = [
     "CERT_OPTION",
     "DOCS",
     "MAKE_TOKEN",
+    "SUBJECT_SHOWN_MAX",
     "TLS_OPTION",
     "TOKEN_OPTION",
     "ClientOffer",
@@ -51,6 +56,8 @@ CERT_OPTION = "--client-tls-cert and --client-tls-key (BKEEPER_TLS_CERT, BKEEPER
 TOKEN_OPTION = "--auth-token-file (BKEEPER_AUTH_TOKEN_FILE)"
 MAKE_TOKEN = "`bkeeper security make-token`"
 DOCS = "docs/security.md"
+#: Characters of a token's subject a message shows.
+SUBJECT_SHOWN_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -67,10 +74,17 @@ class ClientOffer:
 
     @property
     def token_named(self) -> str:
-        """ "the token in FILE (subject S)", as much of it as is known."""
+        """The token as messages name it: "the token in FILE (subject S)", as much as known."""
         where = f" in {self.token_source}" if self.token_source else ""
-        subject = f" (subject {self.token.subject})" if self.token is not None else ""
+        subject = "" if self.token is None else f" (subject {_shown(self.token.subject)})"
         return f"the token{where}{subject}"
+
+
+def _shown(subject: str) -> str:
+    text = subject if subject.isprintable() else repr(subject)
+    if len(text) > SUBJECT_SHOWN_MAX:
+        return text[:SUBJECT_SHOWN_MAX] + "..."
+    return text
 
 
 def utc_stamp(unix_s: float) -> str:
