@@ -166,9 +166,11 @@ def _states(box: Sandbox, tls: ssl.SSLContext, token: str) -> dict[str, bytes]:
 
 
 def leaks(cluster: Cluster, body: bytes) -> list[str]:
-    """What of the ledgers' data or metadata ``body`` holds (raw, base64 or hex)."""
+    """What of the ledgers' data or metadata, or of the cluster's secrets, ``body`` holds
+    (raw, base64 or hex)."""
     found = []
     markers = {"ledger data": PAYLOAD, "ledger metadata": METADATA_MARKER}
+    markers.update(_secrets(cluster))
     for what, marker in markers.items():
         for form in (marker, base64.b64encode(marker), marker.hex().encode()):
             if form in body:
@@ -406,6 +408,18 @@ def test_every_admin_route_without_a_token_over_plain_http(cluster: Cluster) -> 
     assert not problems, "\n".join(problems)
 
 
+def _secrets(cluster: Cluster) -> dict[str, bytes]:
+    """What no answer may hold, even to a client with the token: the token secret(s), the
+    token itself, the ZooKeeper digest password, a ledger's password."""
+    security = cluster.box.security
+    assert security is not None
+    found = {"the token": cluster.token.encode(), "the ledger password": PASSWORD}
+    lines = security.token_secret_file.read_bytes().split()
+    found.update({f"token secret {i}": line for i, line in enumerate(lines)})
+    found["the digest password"] = security.digest_file.read_bytes().strip().partition(b":")[2]
+    return found
+
+
 #: The GETs whose documented answer, on this cluster, is not 200 (and a word of it).
 NOT_200_WITH_TOKEN = {
     "/api/v1/autorecovery/bookie": (404, "no recover job since the bookie started"),
@@ -437,6 +451,9 @@ def test_with_the_token_every_documented_get_answers(cluster: Cluster) -> None:
         status, text = NOT_200_WITH_TOKEN.get(path, (200, ""))
         if answer.status != status or text.encode() not in answer.body:
             problems.append(f"GET {path}: {answer}, expected {status}")
+        shown = [what for what in leaks(cluster, answer.body) if not what.startswith("ledger")]
+        if shown:
+            problems.append(f"GET {path} shows {shown}")
     assert not problems, "\n".join(problems)
     # The markers are found where they are: what the walk looks for would be seen.
     assert "ledger data" in leaks(cluster, bodies["/api/v1/ledger/read"])
