@@ -306,6 +306,9 @@ class Bookie:
         self._run_loop(self._checkpoint_loop(), "checkpoints")
         self._run_loop(self._disk_monitor_loop(), "disk monitor")
         self._run_loop(self.connections.run(self._stopping), "connection sweep")
+        if self.security is not None and self.security.secret_reloader is not None:
+            # An idle bookie notices a changed token secret file too (docs/security.md).
+            self._run_loop(self.security.run(self._stopping), "token secret refresh")
         self._start_garbage_collector(self.storage)
         if self._admin is not None:  # once what it reports on (the GC too) is there
             await self._admin.start()
