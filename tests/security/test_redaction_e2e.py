@@ -339,8 +339,20 @@ def test_no_secret_is_shown_anywhere(tmp_path: Path) -> None:
             collected, env, "shell", "readledger", str(ledger_id), "--password-file", pw_file
         )
         assert from_file.returncode == 0 and b"entry 4" in from_file.stdout, from_file.stderr
-        shown = bkeeper(collected, env, "shell", "ledgermetadata", str(ledger_id), "--json")
-        assert shown.returncode == 0, shown.stderr
+        # What the tools show of the cluster (at once).
+        showing = [
+            ("shell", "ledgermetadata", str(ledger_id), "--json"),
+            ("shell", "ledgermetadata", str(ledger_id)),
+            ("meta", "show", "--ledger", str(ledger_id)),
+            ("shell", "listledgers", "--meta", "--json"),
+            ("shell", "listbookies", "--json"),
+            ("log", "list"),
+        ]
+        with ThreadPoolExecutor(len(showing)) as pool:
+            for args, done in zip(
+                showing, pool.map(lambda args: bkeeper(collected, env, *args), showing), strict=True
+            ):
+                assert done.returncode == 0, f"{args}: {done.stderr.decode()}"
 
         # Wrongly, on purpose (at once: each is a process of its own): each fails, in one line.
         wrong: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
@@ -403,6 +415,8 @@ def test_no_secret_is_shown_anywhere(tmp_path: Path) -> None:
             collected.add_http(f"dashboard /api/{view}", f"{dashboard}/api/{view}", token, ca)
     collected.add_logs(config.data_dir)
 
+    for log in ("bookie-0.log", "autorecovery-0.log", "dashboard.log", "zookeeper/zookeeper.log"):
+        assert collected.sources.get(f"log {log}"), f"{log}: not collected, or empty"
     sampled = [source for source in collected.sources if source.startswith("ps: ")]
     for kind in (" bookie ", " autorecovery ", " dashboard ", " log append ", " readledger "):
         assert any(kind in source for source in sampled), f"no process with {kind!r} seen"
