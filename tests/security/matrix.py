@@ -204,6 +204,10 @@ class HttpAnswer:
     status: int | None
     body: bytes
     error: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
 
 
 def http(
@@ -224,7 +228,7 @@ def http(
     try:
         connection.request(method, path, body=body, headers=headers or {})
         answer = connection.getresponse()
-        return HttpAnswer(answer.status, answer.read())
+        return HttpAnswer(answer.status, answer.read(), headers=tuple(answer.getheaders()))
     except (OSError, httpclient.HTTPException) as exc:
         return HttpAnswer(None, b"", f"{type(exc).__name__}: {exc}")
     finally:

@@ -546,7 +546,19 @@ def _cluster_markers(cluster: Cluster) -> list[bytes]:
     return [*found, cluster.box.instance_id.encode()]
 
 
+def _wait_dashboard_shows_the_ledgers(cluster: Cluster, credentials: dict[str, str]) -> None:
+    """Until the dashboard (it reads metadata every 5 s) shows the ledgers (bounded)."""
+    for _ in range(300):
+        ledgers = matrix.http(_dashboard_port(cluster), "GET", "/api/ledgers", headers=credentials)
+        assert ledgers.status == 200, ledgers
+        if "ledger metadata (ctime)" in leaks(cluster, ledgers.body):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the dashboard does not show the ledgers: {ledgers.body[:500]!r}")
+
+
 def test_the_dashboard_without_a_session_shows_nothing(cluster: Cluster) -> None:
+    _wait_dashboard_shows_the_ledgers(cluster, cluster.bearer)  # it has something to show
     problems = []
     for method, path in _dashboard_routes(head=True):
         url = path.replace("{name}", "dashboard.js")
@@ -565,9 +577,20 @@ def test_the_dashboard_without_a_session_shows_nothing(cluster: Cluster) -> None
 
 
 def test_the_dashboard_with_the_token_shows_the_cluster(cluster: Cluster) -> None:
-    answer = matrix.http(_dashboard_port(cluster), "GET", "/api/overview", headers=cluster.bearer)
+    """With the bearer token, and with a session a login with the token opened."""
+    port = _dashboard_port(cluster)
+    answer = matrix.http(port, "GET", "/api/overview", headers=cluster.bearer)
     assert answer.status == 200, answer
     assert any(m in answer.body for m in _cluster_markers(cluster)), answer.body[:500]
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    login = matrix.http(port, "POST", "/login", headers=form,
+                        body=f"token={cluster.token}".encode())  # fmt: skip
+    cookie = login.header("Set-Cookie")
+    assert login.status == 303 and cookie is not None, login
+    session = {"Cookie": cookie.split(";")[0]}
+    page = matrix.http(port, "GET", "/", headers=session)
+    assert page.status == 200 and b"logout" in page.body, page.status
+    _wait_dashboard_shows_the_ledgers(cluster, session)
 
 
 # -- ZooKeeper ---------------------------------------------------------------------------------
