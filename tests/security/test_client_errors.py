@@ -16,6 +16,7 @@ from bkeeper.client.refusal import (
     auth_refused,
     auth_refused_unknown,
     eua_answered,
+    eua_unadmitted,
     expired_token,
     status_error,
     unmet_requirements,
@@ -171,3 +172,12 @@ def test_a_subject_is_shown_on_one_line_and_short() -> None:
     assert odd.token_named == "the token (subject 'a\\nb')"
     long = ClientOffer(token=TokenClaims("x" * 100, 0))
     assert long.token_named == f"the token (subject {'x' * 64}...)"
+
+
+def test_an_eua_to_a_request_without_a_password_names_the_credentials_only() -> None:
+    message = eua_unadmitted("bookie 10.0.0.1:3181")
+    assert message == (
+        "bookie 10.0.0.1:3181: refused (EUA): the bookie requires what this client lacks (TLS: "
+        "--client-tls-ca (BKEEPER_TLS_CA); a token: --auth-token-file (BKEEPER_AUTH_TOKEN_FILE); "
+        "docs/security.md)"
+    )

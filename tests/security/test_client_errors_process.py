@@ -99,6 +99,15 @@ def test_each_missing_credential_is_named(tmp_path: Path) -> None:
         logs = "".join((config.data_dir / f"bookie-{i}.log").read_text() for i in range(3))
         assert "authentication refused: bad token signature" in logs
         assert "expired" not in logs
-        # With everything, the log reads back.
+        # With everything, the log reads back and every bookie tells its disk space.
         ok = run(env, *read)
         assert ok.returncode == 0 and "a" in ok.stdout, ok.stderr
+        info = ("shell", "bookieinfo", "--json", "--metadata", uri)
+        ok = run(env, *info)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert '"error": null' in ok.stdout and '"error": "' not in ok.stdout, ok.stdout
+        refused = run({"BKEEPER_TLS_CA": ca}, *info)
+        assert refused.returncode != 0
+        assert refused.stdout.count("requires a token (authentication BKeeperToken)") == 3, (
+            refused.stdout
+        )

@@ -25,9 +25,17 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.cli.shell_admin import endpoint_url
 from bkeeper.client.bookie_client import BookieClient
-from bkeeper.common.errors import BKeeperError, ClusterExistsError, NoNodeError
+from bkeeper.client.config import ClientConfig
+from bkeeper.client.handshake import ClientSecurity, check_credentials, client_security
+from bkeeper.client.refusal import eua_unadmitted
+from bkeeper.common.errors import (
+    BKeeperError,
+    ClusterExistsError,
+    NoNodeError,
+    UnauthorizedAccessError,
+)
 from bkeeper.common.tasks import within
-from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID, BookieServiceInfo
+from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID, BookieServiceInfo, Endpoint
 from bkeeper.meta.cluster import ClusterMetadata, delete_tree
 from bkeeper.meta.summary import cluster_summary
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
@@ -153,8 +161,16 @@ def listbookies(
 
 
 # -- bookieinfo ----------------------------------------------------------------------------
-async def _info_of(host: str, port: int, timeout_s: float) -> GetBookieInfoResponse:
-    client = await BookieClient.connect(host, port, Protocol.V3, timeout_s=timeout_s)
+async def _info_of(
+    endpoint: Endpoint, timeout_s: float, security: ClientSecurity | None
+) -> GetBookieInfoResponse:
+    """The bookie's answer to GET_BOOKIE_INFO, over a connection with the command's client
+    security (``AuthenticationError`` saying what is missing, if the bookie requires more)."""
+    host, port = endpoint.host, endpoint.port
+    check_credentials(f"{host}:{port}", endpoint, security)
+    client = await BookieClient.connect(
+        host, port, Protocol.V3, timeout_s=timeout_s, security=security
+    )
     try:
         mask = GetBookieInfoField.TOTAL_DISK_CAPACITY | GetBookieInfoField.FREE_DISK_SPACE
         response: GetBookieInfoResponse = await within(
@@ -166,7 +182,11 @@ async def _info_of(host: str, port: int, timeout_s: float) -> GetBookieInfoRespo
 
 
 async def _bookie_info(
-    cluster: ClusterMetadata, bookie_id: str, mode: str, timeout_s: float
+    cluster: ClusterMetadata,
+    bookie_id: str,
+    mode: str,
+    timeout_s: float,
+    security: ClientSecurity | None,
 ) -> dict[str, object]:
     row: dict[str, object] = {
         "bookie_id": bookie_id, "mode": mode,
@@ -181,12 +201,18 @@ async def _bookie_info(
         row["error"] = "registered no bookie endpoint"
         return row
     try:
-        info = await _info_of(endpoint.host, endpoint.port, timeout_s)
+        info = await _info_of(endpoint, timeout_s, security)
     except TimeoutError:
         row["error"] = f"no answer in {timeout_s:g} s"
         return row
+    except UnauthorizedAccessError as exc:  # says what the client lacks
+        row["error"] = str(exc)
+        return row
     except (BKeeperError, OSError) as exc:
         row["error"] = f"unreachable: {exc}"
+        return row
+    if info.status is StatusCode.EUA:  # a bookie that did not publish what it requires
+        row["error"] = eua_unadmitted(f"bookie {bookie_id}")
         return row
     if info.status is not StatusCode.EOK:
         row["error"] = f"answered {info.status.name}"
@@ -210,6 +236,8 @@ def bookieinfo(metadata_uri: str, as_json: bool, timeout_s: float) -> None:
     """Free and total disk space of every registered bookie (GET_BOOKIE_INFO); exit status 1
     when a bookie does not answer."""
 
+    security = client_security(ClientConfig())  # the command's TLS and token, if any
+
     async def run() -> list[dict[str, object]]:
         async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
             bookies = await cluster.registry.bookies()
@@ -219,7 +247,7 @@ def bookieinfo(metadata_uri: str, as_json: bool, timeout_s: float) -> None:
 
             async def one(bookie_id: str, mode: str) -> dict[str, object]:
                 async with limit:
-                    return await _bookie_info(cluster, bookie_id, mode, timeout_s)
+                    return await _bookie_info(cluster, bookie_id, mode, timeout_s, security)
 
             return list(await asyncio.gather(*(one(b, m) for b, m in every)))
 

@@ -44,6 +44,7 @@ __all__ = [
     "auth_refused",
     "auth_refused_unknown",
     "eua_answered",
+    "eua_unadmitted",
     "expired_token",
     "status_error",
     "unmet_requirements",
@@ -184,6 +185,15 @@ def eua_answered(context: str) -> str:
     return (
         f"{context}: refused (EUA): the ledger's password is wrong, or the bookie requires "
         f"what this client lacks (TLS: {TLS_OPTION}; a token: {TOKEN_OPTION}; {DOCS})"
+    )
+
+
+def eua_unadmitted(context: str) -> str:
+    """``context`` (a request no password goes with) was answered EUA: the bookie requires
+    credentials this client lacks and its registration did not say which."""
+    return (
+        f"{context}: refused (EUA): the bookie requires what this client lacks (TLS: "
+        f"{TLS_OPTION}; a token: {TOKEN_OPTION}; {DOCS})"
     )
 
 
