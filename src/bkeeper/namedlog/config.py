@@ -3,7 +3,7 @@ the two ends a reader can start from (``EARLIEST``, ``LATEST``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
@@ -69,7 +69,7 @@ class LogConfig:
     write_quorum: int = 3
     ack_quorum: int = 2
     digest: str = "crc32c"
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)  # never shown (docs/security.md)
     roll_bytes: int = 256 * 1024 * 1024
     roll_age_ms: int = 0
     tail_poll_ms: int = 1_000
