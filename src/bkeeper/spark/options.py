@@ -107,7 +107,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     filter_pushdown: bool = False
     include_properties: bool = False
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)  # never shown (docs/security.md)
     client: tuple[tuple[str, Any], ...] = ()
     #: A subscription of each log the stream reads: it starts from the subscription's
     #: position, and each committed micro-batch is recorded there (retention by consumption).
