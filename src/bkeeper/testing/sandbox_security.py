@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bkeeper.common.auth import make_token, verify_token
+from bkeeper.common.auth import TokenSecrets, make_token, read_token_secret_file, verify_token
 from bkeeper.common.errors import AuthenticationError
 from bkeeper.testing.certs import CertFiles, make_ca, make_cert
 
@@ -59,10 +59,12 @@ class SandboxSecurity:
         secret_file = where / "token.secret"
         if not secret_file.exists():
             _private(secret_file, base64.b64encode(secrets.token_bytes(48)) + b"\n")
-        secret = secret_file.read_bytes().rstrip(b"\r\n")
+        # The file may hold 2 secrets during a rotation (make-secret --add): the newest signs.
+        secrets_ = read_token_secret_file(str(secret_file))
         token_file = where / "client.token"
-        if not _token_fresh(secret, token_file):
-            _private(token_file, make_token(secret, "sandbox", TOKEN_TTL_S).encode() + b"\n")
+        if not _token_fresh(secrets_, token_file):
+            token = make_token(secrets_.newest, "sandbox", TOKEN_TTL_S)
+            _private(token_file, token.encode() + b"\n")
         digest_file = where / "zk.digest"
         if not digest_file.exists():
             _private(digest_file, f"bkeeper:{secrets.token_urlsafe(24)}\n".encode())
@@ -84,7 +86,7 @@ class SandboxSecurity:
         return {"BKEEPER_TLS_CA": self.ca.cert, "BKEEPER_AUTH_TOKEN_FILE": str(self.token_file)}
 
 
-def _token_fresh(secret: bytes, token_file: Path) -> bool:
+def _token_fresh(secret: TokenSecrets, token_file: Path) -> bool:
     if not token_file.exists():
         return False
     try:
