@@ -168,7 +168,10 @@ def sandbox(
         if autorecovery:
             click.echo("auto-recovery: in every bookie (one is elected auditor)", err=True)
         if box.dashboard_url is not None:
-            click.echo(f"dashboard: {box.dashboard_url}", err=True)
+            login = ""
+            if box.security is not None:
+                login = f" (log in with the token in {box.security.token_file})"
+            click.echo(f"dashboard: {box.dashboard_url}{login}", err=True)
         for child in box.children():
             click.echo(f"log of {child}: {box.child_log(child)}", err=True)
         policy = RestartPolicy(restart=restart)
