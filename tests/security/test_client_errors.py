@@ -5,6 +5,7 @@ before connecting (``bkeeper.client.handshake.check_credentials``)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,13 @@ from bkeeper.client.refusal import (
     status_error,
     unmet_requirements,
 )
-from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig, TokenClaims, make_token
+from bkeeper.common.auth import (
+    TOKEN_PLUGIN,
+    ClientAuthConfig,
+    TokenClaims,
+    make_token,
+    read_token_file,
+)
 from bkeeper.common.errors import AuthenticationError, NoSuchEntryError, UnauthorizedAccessError
 from bkeeper.common.tls import TlsClientConfig
 from bkeeper.meta.bookie_info import Endpoint
@@ -181,3 +188,15 @@ def test_an_eua_to_a_request_without_a_password_names_the_credentials_only() -> 
         "--client-tls-ca (BKEEPER_TLS_CA); a token: --auth-token-file (BKEEPER_AUTH_TOKEN_FILE); "
         "docs/security.md)"
     )
+
+
+def test_a_token_read_from_its_file_is_named_by_the_file(tmp_path: Path) -> None:
+    """``--auth-token-file`` / ``BKEEPER_AUTH_TOKEN_FILE`` / Spark's ``auth.tokenFile`` read the
+    token with :func:`read_token_file`, which keeps where it came from for the message."""
+    path = tmp_path / "writer.token"
+    path.write_text(make_token(b"s" * 32, "writer", 60, now_s=1_700_000_000) + "\n")
+    path.chmod(0o600)
+    security = client_security(ClientConfig(auth=read_token_file(str(path), "--auth-token-file")))
+    assert security is not None
+    with pytest.raises(AuthenticationError, match=rf"^the token in {path} \(subject writer\)"):
+        check_credentials(ADDRESS, None, security)

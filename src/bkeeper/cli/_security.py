@@ -26,39 +26,23 @@ import click
 
 from bkeeper.client.config import set_process_security
 from bkeeper.common.auth import (
-    PRIVATE_FILE_BYTES_MAX,
     TOKEN_PLUGIN,
     TOKEN_SECRET_REFRESH_MS_DEFAULT,
-    ClientAuthConfig,
     ServerAuthConfig,
-    read_private_file,
+    read_token_file,
     read_token_secret_file,
 )
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.tls import TlsClientConfig, TlsServerConfig
 
 __all__ = [
-    "SECRET_FILE_BYTES_MAX",
     "apply_client_security",
     "bookie_security_options",
     "build_bookie_security",
     "client_security_options",
-    "read_secret_file",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: A secret or token file larger than this is refused unread.
-SECRET_FILE_BYTES_MAX = PRIVATE_FILE_BYTES_MAX
-
-
-def read_secret_file(path: str, what: str) -> bytes:
-    """The content of a secret file (trailing newline dropped); ``ConfigError`` if it cannot
-    be read, is empty, too large, or readable by group or others."""
-    data = read_private_file(path, what).rstrip(b"\r\n")
-    if not data:
-        raise ConfigError(f"{what} {path}: empty")
-    return data
 
 
 def bookie_security_options(command: F) -> F:
@@ -182,6 +166,5 @@ def apply_client_security(
         tls = TlsClientConfig(ca, cert, key, verify_hostname=not no_hostname_check)
     auth = None
     if token_file:
-        token = read_secret_file(token_file, "--auth-token-file").decode("ascii", "replace")
-        auth = ClientAuthConfig(TOKEN_PLUGIN, token)
+        auth = read_token_file(token_file, "--auth-token-file")
     set_process_security(tls, auth)

@@ -13,17 +13,17 @@ takes too (docs/security.md): ``BKEEPER_TLS_CA``, ``BKEEPER_TLS_CERT``, ``BKEEPE
 is the metadata URI. The caller hands it the environment (this module reads none itself).
 
 A token file must not be readable by group or others, nor empty, nor larger than
-:data:`SECRET_FILE_BYTES_MAX`; the token never appears in an error.
+:data:`~bkeeper.common.auth.PRIVATE_FILE_BYTES_MAX` (:func:`~bkeeper.common.auth.read_token_file`);
+the token never appears in an error.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from bkeeper.common.auth import TOKEN_PLUGIN, ClientAuthConfig
+from bkeeper.common.auth import ClientAuthConfig, read_token_file
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.tls import TlsClientConfig
 
@@ -34,11 +34,9 @@ __all__ = [
     "ENV_TLS_CERT",
     "ENV_TLS_KEY",
     "ENV_TLS_NO_HOSTNAME_CHECK",
-    "SECRET_FILE_BYTES_MAX",
     "ClientCredentials",
     "credentials_from_environment",
     "parse_yes_no",
-    "read_secret_file",
 ]
 
 ENV_METADATA = "BKEEPER_METADATA"
@@ -47,9 +45,6 @@ ENV_TLS_CERT = "BKEEPER_TLS_CERT"
 ENV_TLS_KEY = "BKEEPER_TLS_KEY"
 ENV_TLS_NO_HOSTNAME_CHECK = "BKEEPER_TLS_NO_HOSTNAME_CHECK"
 ENV_AUTH_TOKEN_FILE = "BKEEPER_AUTH_TOKEN_FILE"
-
-#: A secret or token file larger than this is refused unread.
-SECRET_FILE_BYTES_MAX = 64 * 1024
 
 #: The fields of :class:`ClientCredentials` and the variable each is read from.
 _ENVIRONMENT = {
@@ -61,28 +56,6 @@ _ENVIRONMENT = {
 #: Values of a yes/no variable (as the ``bkeeper`` command's flags read them).
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"", "0", "false", "f", "no", "n", "off"})
-
-
-def read_secret_file(path: str, what: str) -> bytes:
-    """The content of a secret file (trailing newline dropped); ``ConfigError`` naming
-    ``what`` and the path if it cannot be read, is empty, too large, or readable by group or
-    others."""
-    try:
-        info = os.stat(path)
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ConfigError(
-                f"{what} {path}: readable by others (mode {stat.S_IMODE(info.st_mode):o}); "
-                "chmod 600 it"
-            )
-        if info.st_size > SECRET_FILE_BYTES_MAX:
-            raise ConfigError(f"{what} {path}: larger than {SECRET_FILE_BYTES_MAX} bytes")
-        with open(path, "rb") as file:
-            data = file.read(SECRET_FILE_BYTES_MAX + 1).rstrip(b"\r\n")
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: {exc.strerror or exc}") from exc
-    if not data:
-        raise ConfigError(f"{what} {path}: empty")
-    return data
 
 
 def parse_yes_no(text: str, what: str) -> bool:
@@ -170,12 +143,7 @@ class ClientCredentials:
         """The token plugin with the token file's token (read now); None without one."""
         if not self.auth_token_file:
             return None
-        what = self.name_of("auth_token_file")
-        data = read_secret_file(self.auth_token_file, what)
-        try:
-            return ClientAuthConfig(TOKEN_PLUGIN, data.decode("ascii"))
-        except (UnicodeDecodeError, ConfigError):
-            raise ConfigError(f"{what} {self.auth_token_file}: does not hold a token") from None
+        return read_token_file(self.auth_token_file, self.name_of("auth_token_file"))
 
 
 def credentials_from_environment(environ: Mapping[str, str]) -> ClientCredentials:

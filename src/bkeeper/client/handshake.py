@@ -114,7 +114,7 @@ def client_security(config: ClientConfig) -> ClientSecurity | None:
         auth_plugin=None if auth is None else auth.plugin_name,
         token=peek_claims(token) if auth is not None and auth.plugin_name == TOKEN_PLUGIN else None,
         # The token file's name, when the configuration says where the token came from.
-        token_source=str(getattr(config.auth, "source", "") or ""),
+        token_source="" if config.auth is None else config.auth.source,
     )
     return ClientSecurity(
         ssl_context=None if tls is None else tls.context(),

@@ -77,6 +77,7 @@ __all__ = [
     "parse_token_secrets",
     "peek_claims",
     "read_private_file",
+    "read_token_file",
     "read_token_secret_file",
     "server_provider",
     "verify_token",
@@ -234,6 +235,19 @@ def read_token_secret_file(path: str, what: str = "token secret file") -> TokenS
     return parse_token_secrets(read_private_file(path, what), f"{what} {path}")
 
 
+def read_token_file(path: str, what: str) -> ClientAuthConfig:
+    """A client's token authentication from its token file (:func:`read_private_file`;
+    trailing newline dropped); ``ConfigError`` naming ``what`` and ``path``, never the
+    content, when it is empty or holds no token."""
+    data = read_private_file(path, what).rstrip(b"\r\n")
+    if not data:
+        raise ConfigError(f"{what} {path}: empty")
+    try:
+        return ClientAuthConfig(TOKEN_PLUGIN, data.decode("ascii"), source=path)
+    except (UnicodeDecodeError, ConfigError):
+        raise ConfigError(f"{what} {path}: does not hold a token") from None
+
+
 # -- configuration -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServerAuthConfig:
@@ -287,6 +301,8 @@ class ClientAuthConfig:
 
     plugin: str = TOKEN_PLUGIN
     token: str = field(default="", repr=False)
+    #: Where the token came from (its file), for errors ("the token in FILE expired ...").
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.plugin not in CLIENT_PLUGINS:
