@@ -24,6 +24,20 @@ from bkeeper.testing.zookeeper import (
 )
 from tests.interop.javabk import OPTIONAL_PEER_MISSING
 
+#: A client's settings a user's shell may hold (after pasting what `bkeeper sandbox` prints):
+#: the tests choose their own cluster and credentials, so they run without these.
+CLIENT_ENVIRONMENT = (
+    "BKEEPER_METADATA",
+    "BKEEPER_TLS_CA",
+    "BKEEPER_TLS_CERT",
+    "BKEEPER_TLS_KEY",
+    "BKEEPER_TLS_NO_HOSTNAME_CHECK",
+    "BKEEPER_AUTH_TOKEN_FILE",
+    "BKEEPER_LEDGER_PASSWORD",
+)
+for _name in CLIENT_ENVIRONMENT:
+    os.environ.pop(_name, None)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -49,6 +63,10 @@ def integration_required(config: pytest.Config) -> bool:
 #: working alone at the end.
 SLOW_FILES_FIRST = (
     "e2e/test_verify.py",
+    "security/test_sandbox_env_paste.py",
+    "security/test_client_errors_process.py",
+    "security/test_redaction_e2e.py",
+    "security/test_redaction_spark.py",
     "spark/test_spark_kill.py",
     "e2e/test_verify_kv.py",
     "e2e/test_one_bookie_lost.py",
@@ -69,6 +87,9 @@ SLOW_FILES_FIRST = (
     "server/test_full_disk_process.py",
     "spark/test_spark_options.py",
     "interop/test_java_client.py",
+    "security/test_rotation_process.py",
+    "dashboard/test_browser_secured.py",
+    "security/test_matrix.py",
 )
 
 
