@@ -3,6 +3,9 @@
 ``serve`` runs one member (see :mod:`bkeeper.kv.server`); ``get``, ``put``, ``delete``,
 ``cas`` and ``list`` find the store's members through the metadata store (or take ``--url``)
 and call it with the Python client. Values are UTF-8 text; ``--json`` prints JSON.
+
+With the ``bkeeper`` group's ``--auth-token-file`` (``BKEEPER_AUTH_TOKEN_FILE``), ``serve``
+admits only requests bearing that token and the client commands send it (docs/kv.md).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from bkeeper.cli._options import metadata_option
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.common.loop import run_event_loop
 from bkeeper.kv import KvClient, KvServer, KvServerConfig, members_from_store
+from bkeeper.kv.client import process_token
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.store import StoreConfig
 from bkeeper.namedlog import LogConfig, NamedLogs
@@ -114,6 +118,7 @@ def serve(
         snapshot_every_commands=snapshot_every,
         read_lease_s=read_lease_ms / 1000,
         leader_probe_s=leader_probe_ms / 1000,
+        auth_token=process_token(),
     )
     run_event_loop(_serve(metadata_uri, config, session_timeout_ms, roll_bytes))
 
@@ -135,6 +140,8 @@ async def _serve(uri: str, config: KvServerConfig, session_ms: int, roll_bytes: 
             url = await server.start()
             try:
                 click.echo(f"kv: member {config.member_id} of store {config.name!r} at {url}")
+                if config.auth_token:
+                    click.echo("kv: requests need the token of --auth-token-file as a bearer")
                 await server.run(stop)
             finally:
                 await server.aclose()

@@ -18,6 +18,14 @@ the same time (no request id of the caller's) go to the store together, as one a
 inside every one of its operations' call-to-return intervals. CAS is never coalesced (a CAS
 that does not apply would cancel its batch).
 
+Authentication: a client sends ``Authorization: Bearer <token>`` with every request (those
+that follow a 307 to the leader too) when it has a token: ``auth_token``, else the token of
+the process's client security (``bkeeper --auth-token-file`` / ``BKEEPER_AUTH_TOKEN_FILE``,
+:func:`bkeeper.client.config.set_process_security`); ``auth_token=""`` sends none. A member
+that refuses it (401, 403) is answered at once with
+:class:`~bkeeper.common.errors.StateMachineError` naming what it requires (the token is
+never part of a message).
+
 Limits: ``timeout_s`` per call; ``attempt_timeout_s`` per HTTP request; ``pause_s`` between
 rounds of attempts; ``CONNECTIONS_MAX`` HTTP connections; ``COALESCE_OPS_MAX`` operations and
 ``COALESCE_BYTES_MAX`` bytes per coalesced batch, ``COALESCE_BATCHES_MAX`` batches in flight.
@@ -37,11 +45,20 @@ from urllib.parse import quote
 
 import aiohttp
 
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.auth import TOKEN_PLUGIN
 from bkeeper.common.errors import ConfigError, NoNodeError, StateMachineError
 from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.statemachine import election_path
 
-__all__ = ["BlockingKvClient", "KvClient", "KvItem", "members_from_store"]
+__all__ = [
+    "BlockingKvClient",
+    "KvClient",
+    "KvItem",
+    "auth_headers",
+    "members_from_store",
+    "process_token",
+]
 
 #: HTTP connections one client keeps open at most (to all members together). At 256, 1,000
 #: callers of one client waiting for connections saw a p99 of 10 s (the pool's waiters are
@@ -61,6 +78,19 @@ class KvItem:
     key: str
     value: str | None
     version: int
+
+
+def process_token() -> str:
+    """The token of this process's client security ("" when it has none)."""
+    auth = ClientConfig().auth
+    return auth.token if auth is not None and auth.plugin == TOKEN_PLUGIN else ""
+
+
+def auth_headers(token: str | None = None) -> dict[str, str]:
+    """The headers that authenticate a request to a member: ``token``, else the process's
+    (:func:`process_token`); none without a token."""
+    token = process_token() if token is None else token
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 async def members_from_store(store: NodeStore, ledgers_root: str, name: str) -> list[str]:
@@ -98,6 +128,7 @@ class KvClient:
         pause_s: float = 0.1,
         client_id: str | None = None,
         coalesce_writes: bool = True,
+        auth_token: str | None = None,
     ) -> None:
         if not urls and discover is None:
             raise ConfigError("urls: give member URLs or a discover function")
@@ -113,6 +144,7 @@ class KvClient:
         self._leader: str | None = None
         self._session: aiohttp.ClientSession | None = None
         self._coalesce = coalesce_writes
+        self._headers = auth_headers(auth_token)
         self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self._batch_slots = asyncio.Semaphore(COALESCE_BATCHES_MAX)
         self._flusher: asyncio.Task[None] | None = None
@@ -184,7 +216,7 @@ class KvClient:
 
     async def status(self, url: str) -> Any:
         session = self._http()
-        async with session.get(url.rstrip("/") + "/v1/status") as response:
+        async with session.get(url.rstrip("/") + "/v1/status", headers=self._headers) as response:
             return await response.json()
 
     # -- write coalescing ---------------------------------------------------------------
@@ -308,6 +340,12 @@ class KvClient:
                         )
                     if status == 400:
                         raise ConfigError(_error_of(doc))
+                    if status in (401, 403):
+                        # Every member holds the same token: another would refuse it too.
+                        raise StateMachineError(
+                            f"kv {method} {path}: {target} refused the request ({status}): "
+                            f"{_error_of(doc)}"
+                        )
                     if status in (200, 404):
                         if method != "GET" or "stale" not in (query or {}):
                             self._leader = target
@@ -333,6 +371,7 @@ class KvClient:
             url,
             params=query,
             json=body,
+            headers=self._headers,
             allow_redirects=False,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as response:

@@ -29,17 +29,33 @@ one's session.
 A member that does not lead answers a write (or a linearizable read) with 307 and
 ``{"error": "not the leader", "leader": URL | null}`` (``Location`` set when the leader is
 known); a failure of the log answers 503 ``{"error": ...}``; bad input 400.
+
+Authentication (``auth_token``, set by ``bkeeper kv serve`` from the member's own token, the
+``--auth-token-file`` / ``BKEEPER_AUTH_TOKEN_FILE`` it uses as a client of a secure cluster):
+when set, every route, ``/v1/status`` included, needs ``Authorization: Bearer <token>``
+equal to the member's own token, compared in constant time (:func:`hmac.compare_digest`; as
+the dashboard does, :mod:`bkeeper.dashboard.login`): a member holds no token secret, so it
+cannot verify another token, and the holders of its own token could read the cluster anyway.
+Without the header: 401 naming it and ``BKEEPER_AUTH_TOKEN_FILE``; with another token: 403
+(the presented token is never echoed or logged). No route stays open: ``/v1/status`` names
+the leader's URL and counts only, but nothing needs it unauthenticated (the crash detector
+only opens a TCP connection to the leader's port, :mod:`bkeeper.kv.detector`; any HTTP
+answer, a 401 too, means the process lives). Refusals are not rate-limited: a token cannot be
+guessed, and a limit by address would let one misconfigured client on a host lock out the
+others. Without ``auth_token`` the member is open, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from bkeeper.common.errors import BKeeperError, ConfigError, NotLeaderError
 from bkeeper.kv.detector import CrashDetector
@@ -81,6 +97,8 @@ class KvServerConfig:
     read_lease_s: float = 0.5
     #: Seconds between a follower's probes of the leader's port (0: no crash detector).
     leader_probe_s: float = 0.1
+    #: Non-empty: every request needs ``Authorization: Bearer <this>`` (module doc).
+    auth_token: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -91,10 +109,38 @@ class KvServerConfig:
             raise ConfigError(f"http_port: must be 0..65535, got {self.http_port}")
         if not 0 <= self.leader_probe_s <= 60:
             raise ConfigError(f"leader_probe_s: must be 0..60, got {self.leader_probe_s}")
+        if self.auth_token and not self.auth_token.isascii():
+            raise ConfigError("auth_token: not a token (not ASCII)")
 
 
 def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(doc, status=status, headers=headers)
+
+
+#: The answers to a request without the member's token (module doc).
+UNAUTHENTICATED = (
+    "authentication required: send 'Authorization: Bearer <token>' with the token of this "
+    "member's cluster (the file of --auth-token-file / BKEEPER_AUTH_TOKEN_FILE)"
+)
+FORBIDDEN = "the bearer token is not this member's token (BKEEPER_AUTH_TOKEN_FILE)"
+
+
+def bearer_guard(token: str) -> Middleware:
+    """An aiohttp middleware admitting only ``Authorization: Bearer <token>``."""
+    expected = token.encode("ascii")
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not presented.strip():
+            challenge = {"WWW-Authenticate": 'Bearer realm="bkeeper kv"'}
+            return _json({"error": UNAUTHENTICATED}, 401, challenge)
+        if not hmac.compare_digest(presented.strip().encode("utf-8", "replace"), expected):
+            return _json({"error": FORBIDDEN}, 403)
+        return await handler(request)
+
+    return guard
 
 
 class KvServer:
@@ -112,7 +158,9 @@ class KvServer:
 
     async def start(self) -> str:
         """Bind the HTTP server; its URL."""
-        app = web.Application(client_max_size=BODY_BYTES_MAX)
+        # No middleware at all on an open member: nothing per request when there is no token.
+        guards = [bearer_guard(self._config.auth_token)] if self._config.auth_token else []
+        app = web.Application(client_max_size=BODY_BYTES_MAX, middlewares=guards)
         app.add_routes(
             [
                 web.get("/v1/kv/{key:.+}", self._get),

@@ -49,6 +49,7 @@ import aiohttp
 from bkeeper.common.errors import BKeeperError, StateMachineError
 from bkeeper.common.loop import TASK_DUMP_SIGNAL
 from bkeeper.kv import KvClient
+from bkeeper.kv.client import auth_headers
 from bkeeper.kv.server import log_name
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.testing.benchmarks import free_port
@@ -168,7 +169,9 @@ class KvMember:
 
 async def _status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
     try:
-        async with session.get(url + "/v1/status", timeout=aiohttp.ClientTimeout(total=1)) as r:
+        # The members inherit this process's environment, BKEEPER_AUTH_TOKEN_FILE included.
+        timeout, headers = aiohttp.ClientTimeout(total=1), auth_headers()
+        async with session.get(url + "/v1/status", timeout=timeout, headers=headers) as r:
             doc = await r.json()
             return doc if isinstance(doc, dict) else None
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError):

@@ -30,6 +30,7 @@ import click
 from bkeeper.common.loop import run_event_loop
 from bkeeper.common.tasks import within
 from bkeeper.kv import KvClient
+from bkeeper.kv.client import auth_headers
 from bkeeper.testing.benchmarks import free_port, free_port_range, percentiles
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
@@ -95,7 +96,9 @@ class _Member:
 async def _status(session: aiohttp.ClientSession, url: str) -> Any:
     try:
         timeout = aiohttp.ClientTimeout(total=1)
-        async with session.get(url + "/v1/status", timeout=timeout) as response:
+        # The members inherit this process's environment, BKEEPER_AUTH_TOKEN_FILE included.
+        headers = auth_headers()
+        async with session.get(url + "/v1/status", timeout=timeout, headers=headers) as response:
             return await response.json()
     except (aiohttp.ClientError, TimeoutError, OSError):
         return None
