@@ -39,8 +39,9 @@ from tests.server.test_admin_http import FakeBookie
 
 SECRET = b"k" * 40
 AUTH = ServerAuthConfig(token_secret=SECRET)
-GOOD = make_token(SECRET, "operator", 600)
-FORGED = make_token(b"f" * 40, "operator", 600)
+#: Made at import: valid far longer than a whole suite (600 s ran out mid-suite once).
+GOOD = make_token(SECRET, "operator", 86_400)
+FORGED = make_token(b"f" * 40, "operator", 86_400)
 BASE = AdminHttpConfig("127.0.0.1", 0, writes_enabled=True)
 
 

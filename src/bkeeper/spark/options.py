@@ -365,6 +365,14 @@ def _timestamps(options: Mapping[str, str], name: str) -> tuple[int | None, dict
     return value, {}
 
 
+def _driver_environment() -> Mapping[str, str]:
+    """The variables of the process validating the options (Spark's driver). The data source
+    is an entry point like the ``bkeeper`` command: Spark hands it options only, so the client
+    variables a user's shell holds (``BKEEPER_METADATA``, ``BKEEPER_TLS_*``,
+    ``BKEEPER_AUTH_TOKEN_FILE``) are read here, as the command reads them (module doc)."""
+    return os.environ
+
+
 def source_options(
     options: Mapping[str, str],
     *,
@@ -375,7 +383,7 @@ def source_options(
     check what holds for both kinds of read, as ``load()`` must before Spark says which).
     ``environ`` (default: this process's) supplies what the options leave out (module doc)."""
     check_names(options, READ_OPTIONS, "read")
-    environ = os.environ if environ is None else environ
+    environ = _driver_environment() if environ is None else environ
     metadata = _metadata(options, environ)
     logs_text, pattern = _get(options, "log"), _get(options, "logPattern")
     if (logs_text is None) == (pattern is None):
@@ -474,7 +482,7 @@ def sink_options(
     """Validate the options of a write (batch or streaming); ``environ`` as for
     :func:`source_options`."""
     check_names(options, WRITE_OPTIONS, "write")
-    environ = os.environ if environ is None else environ
+    environ = _driver_environment() if environ is None else environ
     metadata = _metadata(options, environ)
     log = _get(options, "log")
     if log is not None:
