@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -107,14 +108,17 @@ class Browser:
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._ids = itertools.count(1)
+        self._scratch: Path | None = None
 
     async def __aenter__(self) -> Browser:
         port = free_port()
         log = (self.profile.parent / f"{self.profile.name}.chromium.log").open("wb")
-        # Its shared memory files (--disable-dev-shm-usage) in the test's directory: a
-        # terminated Chromium leaves them behind.
-        scratch = self.profile.parent / f"{self.profile.name}.tmp"
-        scratch.mkdir(parents=True, exist_ok=True)
+        # Its shared memory files (--disable-dev-shm-usage) and its singleton socket in a
+        # directory of its own, removed on exit: a terminated Chromium leaves them behind. A
+        # short path under /tmp: a socket's path has at most 107 bytes, and one under the
+        # test's directory (pytest's basetemp, the test's name) was longer, so Chromium died
+        # at start ("Socket path too long") in a full run.
+        scratch = self._scratch = Path(tempfile.mkdtemp(prefix="bkchr-"))
         with log:
             self._proc = subprocess.Popen(
                 [chromium(), *_FLAGS, f"--user-data-dir={self.profile}",
@@ -143,6 +147,8 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     async def _page_socket(self, port: int) -> str:
         """The DevTools socket of the page Chromium opened."""
