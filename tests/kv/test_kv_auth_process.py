@@ -18,20 +18,9 @@ import pytest
 
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+from tests.security.commands import run
 
 pytestmark = pytest.mark.integration
-
-
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("BKEEPER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "bkeeper", *args],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def status_code(url: str, headers: dict[str, str]) -> tuple[int, str]:

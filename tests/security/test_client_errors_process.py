@@ -4,9 +4,7 @@ requires and the option (variable) that gives it, not a bare EUA."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,20 +12,9 @@ import pytest
 from bkeeper.common.auth import make_token
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
+from tests.security.commands import run
 
 pytestmark = pytest.mark.integration
-
-
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("BKEEPER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "bkeeper", *args],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def error_line(result: subprocess.CompletedProcess[str]) -> str:
