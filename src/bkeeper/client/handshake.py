@@ -28,6 +28,7 @@ token in the clear), another plugin on the bookie (EBADVERSION or another plugin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from bkeeper.common.auth import (
     AUTH_DISABLED_PLUGIN,
     TOKEN_PLUGIN,
     ClientAuthProvider,
+    TokenClientProvider,
     client_provider,
     peek_claims,
 )
@@ -99,6 +101,16 @@ class ClientSecurity:
     def enabled(self) -> bool:
         return self.ssl_context is not None or self.auth is not None
 
+    def current_offer(self) -> ClientOffer:
+        """:attr:`offer` with the claims of the token presented now (a token file re-read
+        since: :class:`~bkeeper.common.auth.TokenClientProvider`)."""
+        auth = self.auth
+        if isinstance(auth, TokenClientProvider):
+            claims = peek_claims(auth.token)
+            if claims != self.offer.token:
+                return dataclasses.replace(self.offer, token=claims)
+        return self.offer
+
 
 def client_security(config: ClientConfig) -> ClientSecurity | None:
     """The connections' security of a client ``config`` (None: no TLS, no auth); a TLS file
@@ -130,7 +142,7 @@ def check_credentials(
     """Before connecting to the bookie at ``address``: :class:`AuthenticationError` saying
     what is missing when the client's token has expired, or when the bookie's registered
     ``endpoint`` requires what the client lacks (it would only answer EUA)."""
-    offer = ClientOffer() if security is None else security.offer
+    offer = ClientOffer() if security is None else security.current_offer()
     problem = None if security is None else expired_token(offer, security.clock())
     problem = problem or unmet_requirements(address, endpoint, offer)
     if problem is not None:
@@ -275,7 +287,7 @@ async def _authenticate(
             frame = await _answer(hs, address, timeout_s, "AUTH")
             response = codec.decode_response(frame)
         except (OSError, ProtocolError) as exc:
-            message = auth_refused_unknown(address, security.offer, tls_on=tls_on)
+            message = auth_refused_unknown(address, security.current_offer(), tls_on=tls_on)
             raise AuthenticationError(message) from exc
         if not isinstance(response, AuthResponse):
             raise AuthenticationError(
@@ -286,7 +298,9 @@ async def _authenticate(
             # A bookie names its plugin when its plugin refused the token; a TLS-only bookie
             # refuses AUTH in the clear unread, naming none.
             raise AuthenticationError(
-                auth_refused(address, security.offer, tls_on=tls_on, plugin_answered=bool(theirs))
+                auth_refused(
+                    address, security.current_offer(), tls_on=tls_on, plugin_answered=bool(theirs)
+                )
             )
         if response.status is not StatusCode.EOK or (theirs and theirs != name):
             if theirs == AUTH_DISABLED_PLUGIN:

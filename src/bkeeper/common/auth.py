@@ -45,6 +45,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 import os
 import stat
 import time
@@ -93,6 +94,8 @@ TOKEN_SECRET_BYTES_MIN = 32
 SECRETS_MAX = 2
 #: How often (at most) a bookie looks whether its token secret file changed.
 TOKEN_SECRET_REFRESH_MS_DEFAULT = 5_000
+
+_log = logging.getLogger(__name__)
 #: A secret or token file larger than this is refused unread.
 PRIVATE_FILE_BYTES_MAX = 64 * 1024
 #: Tokens (and AUTH payloads the token plugin reads) longer than this are refused unread.
@@ -474,17 +477,65 @@ class _TokenClientSession:
         return None  # one round: the bookie's answer (EOK) means accepted
 
 
+#: A client whose token came from a file looks whether the file changed at most this often,
+#: when it opens a connection (a token renewed or re-issued in a rotation is taken without a
+#: restart: docs/security.md, "Rotating the token secret").
+TOKEN_FILE_REFRESH_S = 5.0
+
+
+def _file_stamp(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 class TokenClientProvider:
+    """The token plugin of a client. With a token file (``ClientAuthConfig.source``) the
+    token is the file's: a changed file is read again (at most every
+    :data:`TOKEN_FILE_REFRESH_S`, when a connection opens); one that cannot be read, or holds
+    no token, leaves the token in use, with one log line per problem."""
+
     plugin_name = TOKEN_PLUGIN
 
-    def __init__(self, config: ClientAuthConfig) -> None:
+    def __init__(
+        self, config: ClientAuthConfig, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._token = config.token
+        self._source = config.source
+        self._clock = clock
+        self._stamp = _file_stamp(config.source) if config.source else None
+        self._next_check_s = clock() + TOKEN_FILE_REFRESH_S
+        self._problem = ""
 
     def __repr__(self) -> str:
         return "TokenClientProvider(token=<hidden>)"
 
+    @property
+    def token(self) -> str:
+        """The token to present now (the token file's, re-read when it changed)."""
+        if self._source and self._clock() >= self._next_check_s:
+            self._next_check_s = self._clock() + TOKEN_FILE_REFRESH_S
+            self._reload()
+        return self._token
+
+    def _reload(self) -> None:
+        stamp = _file_stamp(self._source)
+        if stamp is None or stamp == self._stamp:
+            return
+        try:
+            config = read_token_file(self._source, "token file")
+        except ConfigError as exc:
+            if str(exc) != self._problem:
+                self._problem = str(exc)
+                _log.warning("token file not reloaded, keeping the token in use: %s", exc)
+            return
+        self._token, self._stamp, self._problem = config.token, stamp, ""
+        _log.info("token reloaded from %s", self._source)
+
     def new_session(self, address: str) -> ClientAuthSession:
-        return _TokenClientSession(self._token)
+        return _TokenClientSession(self.token)
 
 
 SERVER_PLUGINS: dict[str, Callable[[ServerAuthConfig], ServerAuthProvider]] = {
