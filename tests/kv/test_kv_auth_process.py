@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bkeeper.testing.benchmarks import free_port, free_port_range
-from bkeeper.testing.sandbox import Sandbox, SandboxConfig
-from tests.security.commands import run
+from bkeeper.testing.sandbox import Sandbox
+from tests.security.commands import run, secure_sandbox_config
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +32,7 @@ def status_code(url: str, headers: dict[str, str]) -> tuple[int, str]:
 
 
 def test_a_member_of_a_secure_cluster_needs_its_token(tmp_path: Path) -> None:
-    config = SandboxConfig(
-        data_dir=tmp_path / "sb",
-        bookies=3,
-        zookeeper_port=free_port(),
-        bookie_port_base=free_port_range(3),
-        autorecovery=False,
-        secure=True,
-    )
+    config = secure_sandbox_config(tmp_path / "sb")
     with Sandbox(config) as box:
         env = box.client_env
         token = Path(env["BKEEPER_AUTH_TOKEN_FILE"]).read_text().strip()

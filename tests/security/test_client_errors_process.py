@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from bkeeper.common.auth import make_token
-from bkeeper.testing.benchmarks import free_port, free_port_range
-from bkeeper.testing.sandbox import Sandbox, SandboxConfig
-from tests.security.commands import run
+from bkeeper.testing.sandbox import Sandbox
+from tests.security.commands import run, secure_sandbox_config
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +32,7 @@ def token_file(where: Path, name: str, token: str) -> str:
 
 
 def test_each_missing_credential_is_named(tmp_path: Path) -> None:
-    config = SandboxConfig(
-        data_dir=tmp_path / "sb",
-        bookies=3,
-        zookeeper_port=free_port(),
-        bookie_port_base=free_port_range(3),
-        autorecovery=False,
-        secure=True,
-    )
+    config = secure_sandbox_config(tmp_path / "sb")
     with Sandbox(config) as box:
         uri, env = box.metadata_uri, box.client_env
         ca, token = env["BKEEPER_TLS_CA"], env["BKEEPER_AUTH_TOKEN_FILE"]
