@@ -435,8 +435,9 @@ def delete(metadata_uri: str, name: str, force: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
-    """How far a Spark stream that is not running is behind: entries and bytes from where its
-    last committed batch left each log up to the log's head now."""
+    """How far a Spark stream that is not running is behind: records (``~``: estimated, when
+    a log is far behind), the age of its oldest unread record, entries and bytes from where
+    its last committed batch left each log up to the log's head now."""
     from bkeeper.spark.lag import LagReport, checkpoint_offsets, measure
     from bkeeper.spark.plan import LogView
 
@@ -450,10 +451,13 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
     table = Table(title=f"lag of {checkpoint} (last committed batch {batch})")
-    for column in ("log", "position", "head", "entries behind", "bytes behind"):
+    columns = ("log", "position", "head", "records behind", "time behind", "entries behind",
+               "bytes behind")  # fmt: skip
+    for column in columns:
         table.add_column(column)
     for name, one in sorted(report.logs.items()):
-        table.add_row(name, str(one.position), str(one.head), str(one.entries_behind),
+        table.add_row(name, str(one.position), str(one.head), one.records_text,
+                      f"{one.time_behind_ms / 1000:.1f} s", str(one.entries_behind),
                       str(one.bytes_behind))  # fmt: skip
     console = Console()
     (console if console.is_terminal else Console(width=160)).print(table)

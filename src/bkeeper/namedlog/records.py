@@ -116,6 +116,8 @@ __all__ = [
     "encode_chunks",
     "encode_record",
     "entry_envelopes",
+    "entry_first_timestamp",
+    "entry_record_count",
 ]
 
 FORMAT_VERSION = 1
@@ -559,3 +561,50 @@ def decode_chunk(
     if problem is not None:
         raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: {problem}")
     return Chunk(index, count, size, view[CHUNK_HEAD.size :])
+
+
+# -- headers only: counting records and the time of one (planners, lag) -------------------
+
+
+def entry_record_count(data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int) -> int:
+    """The records an entry holds, from its head alone (nothing is inflated): a batch's
+    count, 1 for a single record, 1 for the last chunk of a chunked record (the record's
+    position) and 0 for its other chunks; ``ProtocolError`` naming a malformed head."""
+    view = memoryview(data)
+    if not view or view[0] not in (BATCH_FORMAT_VERSION, CHUNK_FORMAT_VERSION):
+        return 1
+    if view[0] == CHUNK_FORMAT_VERSION:
+        chunk = decode_chunk(view, ledger_id, entry_id)
+        assert chunk is not None
+        return 1 if chunk.chunk_index == chunk.chunk_count - 1 else 0
+    if len(view) < BATCH_HEAD.size:
+        raise ProtocolError(f"record batch at {ledger_id}:{entry_id}: head is cut short")
+    _, _, count = BATCH_HEAD.unpack_from(view)
+    if not 1 <= count <= BATCH_RECORDS_MAX:
+        raise ProtocolError(
+            f"record batch at {ledger_id}:{entry_id}: record count {count} is not 1 to "
+            f"{BATCH_RECORDS_MAX}"
+        )
+    return int(count)
+
+
+def entry_first_timestamp(
+    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int, index: int = 0
+) -> int | None:
+    """The append timestamp of record ``index`` of an entry (a batch's record ``index``, the
+    entry's record otherwise); None when the entry is a chunk other than a record's first
+    (the timestamp is in its first chunk) or has no record ``index``."""
+    view = memoryview(data)
+    if view and view[0] == CHUNK_FORMAT_VERSION:
+        chunk = decode_chunk(view, ledger_id, entry_id)
+        assert chunk is not None
+        if chunk.chunk_index or len(chunk.piece) < HEAD.size:
+            return None
+        return int(HEAD.unpack_from(chunk.piece)[2])
+    count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
+    if index >= count:
+        return None
+    offset = sum(struct.unpack_from(f">{index}I", lengths)) if index else 0
+    if len(body) - offset < HEAD.size:
+        raise ProtocolError(f"record at {ledger_id}:{entry_id}:{index} is cut short")
+    return int(HEAD.unpack_from(body, offset)[2])

@@ -1,10 +1,11 @@
-"""How far a stream reading named logs is behind their heads, in entries and bytes (no
-pyspark).
+"""How far a stream reading named logs is behind their heads, in records, time, entries and
+bytes (no pyspark).
 
 Spark's Python streaming API has no hook for a source's own metrics (``metrics: {}`` in every
 progress report), so lag travels another way: the stream reader reports each log's head with
 ``reportLatestOffset`` (``latestOffset`` in a progress report, next to ``endOffset``), and
-:func:`measure` turns an end and a head into entries and bytes behind per log.
+:func:`measure` turns an end and a head into records, time, entries and bytes behind per
+log.
 :class:`LagReport` sums them up as Kafka's source does (min/avg/max over logs) plus totals.
 :class:`bkeeper.spark.LagListener` does it for every progress report of a running query;
 ``bkeeper log lag --checkpoint DIR`` for the last committed batch of a query that is not
@@ -13,11 +14,23 @@ running (:func:`checkpoint_offsets`).
 Bytes are exact: an entry's ledger length (its digest's running total) says how many bytes
 its ledger held up to it, so a partial ledger costs at most two entry reads and a whole
 sealed ledger none (its metadata's length).
+
+Records: an entry holds one record or a batch of them, and only its head says how many, so
+counting costs an entry read per entry. Records behind are exact when a log is at most
+``exact_entries_max`` (default :data:`EXACT_ENTRIES_MAX`) entries behind: those entries are
+read and counted. Further behind, the first ``exact_entries_max`` unread entries are counted
+and the rest estimated at their records per entry; ``LogLag.records_exact`` is then false
+and the summary and the table print ``~`` before the number ("estimated" in JSON).
+
+Time behind: the age of the oldest unread record, its append timestamp (one entry read, the
+first unread) against the measuring machine's clock (0 when nothing is unread; clocks of
+writers and reader that disagree shift it).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +41,18 @@ from bkeeper.namedlog import Position
 from bkeeper.spark.options import positions_from_offset
 from bkeeper.spark.plan import LogView
 
-__all__ = ["LagReport", "LogLag", "checkpoint_offsets", "exact_offset", "measure"]
+__all__ = [
+    "EXACT_ENTRIES_MAX",
+    "LagReport",
+    "LogLag",
+    "checkpoint_offsets",
+    "exact_offset",
+    "measure",
+]
+
+#: Entries behind up to which a log's records behind are counted exactly (each entry is read:
+#: a batch entry is up to ``batch_max_bytes``); beyond, they are estimated from this many.
+EXACT_ENTRIES_MAX = 100
 
 
 @dataclass(frozen=True)
@@ -39,6 +63,18 @@ class LogLag:
     head: Position
     entries_behind: int
     bytes_behind: int
+    #: Records from the position to the head: exact, or estimated (``records_exact``).
+    records_behind: int = 0
+    records_exact: bool = True
+    #: The append timestamp (ms) of the first unread record (None: nothing unread).
+    oldest_unread_ms: int | None = None
+    #: Its age when measured (0: nothing unread).
+    time_behind_ms: int = 0
+
+    @property
+    def records_text(self) -> str:
+        """Records behind as printed: ``~N`` when estimated."""
+        return f"{self.records_behind}" if self.records_exact else f"~{self.records_behind}"
 
 
 @dataclass(frozen=True)
@@ -55,6 +91,24 @@ class LagReport:
     @property
     def bytes_behind(self) -> dict[str, int]:
         return {name: lag.bytes_behind for name, lag in self.logs.items()}
+
+    @property
+    def records_behind(self) -> dict[str, int]:
+        return {name: lag.records_behind for name, lag in self.logs.items()}
+
+    @property
+    def records_behind_total(self) -> int:
+        return sum(self.records_behind.values())
+
+    @property
+    def records_exact(self) -> bool:
+        """Whether every log's records behind were counted, none estimated."""
+        return all(lag.records_exact for lag in self.logs.values())
+
+    @property
+    def time_behind_ms(self) -> int:
+        """The age of the oldest unread record of all logs."""
+        return max((lag.time_behind_ms for lag in self.logs.values()), default=0)
 
     @property
     def entries_behind_total(self) -> int:
@@ -79,9 +133,13 @@ class LagReport:
 
     def summary(self) -> str:
         """One line: totals, and min/avg/max over logs."""
+        records = ("" if self.records_exact else "~") + str(self.records_behind_total)
+        estimated = "" if self.records_exact else " (estimated)"
         return (
-            f"batch {self.batch_id}: {self.entries_behind_total} entries behind "
-            f"({self.bytes_behind_total} bytes) in {len(self.logs)} logs; per log min/avg/max "
+            f"batch {self.batch_id}: {records} records behind{estimated}, oldest unread "
+            f"{self.time_behind_ms / 1000:.1f} s old; {self.entries_behind_total} entries "
+            f"({self.bytes_behind_total} bytes) in {len(self.logs)} logs; entries per log "
+            f"min/avg/max "
             f"{self.entries_behind_min}/{self.entries_behind_avg:.1f}/{self.entries_behind_max}"
         )
 
@@ -100,11 +158,20 @@ class LagReport:
                 name: {
                     "position": str(lag.position),
                     "head": str(lag.head),
+                    "records_behind": lag.records_behind,
+                    "records": "exact" if lag.records_exact else "estimated",
+                    "oldest_unread_ms": lag.oldest_unread_ms,
+                    "time_behind_ms": lag.time_behind_ms,
                     "entries_behind": lag.entries_behind,
                     "bytes_behind": lag.bytes_behind,
                 }
                 for name, lag in sorted(self.logs.items())
             },
+            "records_behind": {
+                **stats(list(self.records_behind.values())),
+                "records": "exact" if self.records_exact else "estimated",
+            },
+            "time_behind_ms": self.time_behind_ms,
             "entries_behind": stats(list(self.entries_behind.values())),
             "bytes_behind": stats(list(self.bytes_behind.values())),
         }
@@ -128,9 +195,14 @@ async def measure(
     view: LogView,
     positions: Mapping[str, Position],
     heads: Mapping[str, Position] | None = None,
+    *,
+    now_ms: int | None = None,
+    exact_entries_max: int = EXACT_ENTRIES_MAX,
 ) -> dict[str, LogLag]:
-    """Entries and bytes from each log's position up to its head (``heads``, else the head
-    now). Ranges lost to a truncation count as nothing behind."""
+    """Records, time, entries and bytes from each log's position up to its head (``heads``,
+    else the head now); records exact up to ``exact_entries_max`` entries behind, else
+    estimated (module doc). Ranges lost to a truncation count as nothing behind."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     found = {}
     for name, position in sorted(positions.items()):
         head = heads[name] if heads is not None and name in heads else await view.latest(name)
@@ -139,7 +211,14 @@ async def measure(
         size = 0
         for span in spans:
             size += await view.span_bytes(span)
-        found[name] = LogLag(position, head, entries, size)
+        counted = await view.scan(spans, entries_max=exact_entries_max)
+        exact = counted.entries >= entries
+        records = counted.records
+        if not exact and counted.entries:
+            records += round(counted.records / counted.entries * (entries - counted.entries))
+        oldest = await view.first_timestamp(spans) if entries else None
+        behind_ms = 0 if oldest is None else max(0, now_ms - oldest)
+        found[name] = LogLag(position, head, entries, size, records, exact, oldest, behind_ms)
     return found
 
 

@@ -2,11 +2,16 @@
 
 Add it to a session (``spark.streams.addListener(LagListener(metadata_uri))``); on each
 progress report of a query with a bkeeper source it measures, from the report's ``endOffset``
-and ``latestOffset`` (the heads the source reported), the entries and bytes each log is
-behind (:mod:`bkeeper.spark.lag`), logs one line at INFO on ``bkeeper.spark.lag``, keeps the
+and ``latestOffset`` (the heads the source reported), the records (exact, or ``~``
+estimated far behind), the age of the oldest unread record, the entries and the bytes each
+log is behind (:mod:`bkeeper.spark.lag`), logs one line at INFO on ``bkeeper.spark.lag``, keeps the
 last ``reports_max`` reports in :attr:`LagListener.reports` and calls ``on_report`` if given
 (to export them: a metrics registry, a dashboard). It runs on the driver, in the listener
 thread PySpark calls it from, with one client per process (:mod:`bkeeper.spark.runtime`).
+
+Spark's progress report itself cannot carry these: pyspark 4.3's Python streaming source has
+no metrics hook (its runner calls ``latestOffset``, ``reportLatestOffset`` and no other
+reporting method; ``metrics`` stays ``{}``), so the report holds the heads only.
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ MEASURE_TIMEOUT_S = 60.0
 
 
 class LagListener(StreamingQueryListener):
-    """Entries and bytes behind per log and in total (min/avg/max over logs) for every
-    progress report of a stream reading named logs of the cluster at ``metadata``."""
+    """Records, time, entries and bytes behind per log and in total (min/avg/max over logs)
+    for every progress report of a stream reading named logs of the cluster at ``metadata``."""
 
     def __init__(
         self,

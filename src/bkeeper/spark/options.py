@@ -62,7 +62,8 @@ MAX_ENTRIES_PER_SPLIT_DEFAULT = 100_000
 MAX_BYTES_PER_SPLIT_DEFAULT = 32 * 1024 * 1024
 #: Rows per Arrow record batch a read task yields.
 ROWS_PER_BATCH_DEFAULT = 10_000
-#: How long a stream waits for ``minEntriesPerTrigger`` entries before it reads fewer.
+#: How long a stream waits for ``minEntriesPerTrigger`` entries (or ``minRecordsPerTrigger``
+#: records) before it reads fewer.
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: Logs one query may read (a ``logPattern`` matching more is refused).
@@ -102,6 +103,12 @@ class SourceOptions:
     max_bytes_per_split: int = MAX_BYTES_PER_SPLIT_DEFAULT
     max_entries_per_trigger: int | None = None
     min_entries_per_trigger: int | None = None
+    #: ``maxRecordsPerTrigger``: records (not entries) per micro-batch, exactly.
+    max_records_per_trigger: int | None = None
+    #: ``minRecordsPerTrigger``: wait (up to ``maxTriggerDelay``) for this many records.
+    min_records_per_trigger: int | None = None
+    #: ``minPartitions``: at least this many read tasks (spans split), up to one per entry.
+    min_partitions: int | None = None
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS_DEFAULT
     rows_per_batch: int = ROWS_PER_BATCH_DEFAULT
     fail_on_data_loss: bool = True
@@ -435,19 +442,33 @@ def source_options(
     rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
     per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
     min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
+    max_records = _positive_int(options, "maxRecordsPerTrigger", None)
+    min_records = _positive_int(options, "minRecordsPerTrigger", None)
+    min_partitions = _positive_int(options, "minPartitions", None)
     delay_ms = _duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
     subscription = _get(options, "subscription")
     if subscription is not None:
         check_subscription_name(subscription)
     if streaming is False:
-        for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay",
-                     "subscription"):  # fmt: skip
+        for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxRecordsPerTrigger",
+                     "minRecordsPerTrigger", "maxTriggerDelay", "subscription"):  # fmt: skip
             if _get(options, name) is not None:
                 raise ConfigError(f"option {name} is for streaming reads only")
     if per_trigger and min_per_trigger and min_per_trigger > per_trigger:
         raise ConfigError(
             f"option minEntriesPerTrigger ({min_per_trigger}) exceeds maxEntriesPerTrigger "
             f"({per_trigger})"
+        )
+    for kind in ("max", "min"):
+        if _get(options, f"{kind}EntriesPerTrigger") and _get(options, f"{kind}RecordsPerTrigger"):
+            raise ConfigError(
+                f"options {kind}EntriesPerTrigger and {kind}RecordsPerTrigger: set one "
+                f"(records count what a batch holds; entries hold a record or a batch of them)"
+            )
+    if max_records and min_records and min_records > max_records:
+        raise ConfigError(
+            f"option minRecordsPerTrigger ({min_records}) exceeds maxRecordsPerTrigger "
+            f"({max_records})"
         )
     assert split is not None and rows is not None
     return SourceOptions(
@@ -465,6 +486,9 @@ def source_options(
         max_bytes_per_split=split_bytes,
         max_entries_per_trigger=per_trigger,
         min_entries_per_trigger=min_per_trigger,
+        max_records_per_trigger=max_records,
+        min_records_per_trigger=min_records,
+        min_partitions=min_partitions,
         max_trigger_delay_ms=delay_ms,
         rows_per_batch=rows,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),

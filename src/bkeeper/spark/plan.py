@@ -8,6 +8,14 @@ stop); :class:`LogView` asks it for the spans up to an end (or the head) and the
 them, and decides what data loss means for Spark. The pure functions split spans into Spark
 partitions and share a read limit among logs.
 
+Records, not entries: an entry holds one record or a batch of them, so a limit in records
+(``maxRecordsPerTrigger``) needs the record count of the entries it covers. Only entry heads
+say it, so :meth:`LogView.scan` reads the entries of a span in order on the driver, as far as
+the limit needs and no further (the batch's own entries, read once more by its tasks), and
+gives the position after the last record it counted: ``(L, E, I)`` when that cuts the batch
+in entry E, which the next batch starts from (``first_index``). :func:`spans_before` and
+:func:`spans_from` cut spans at such a position.
+
 Data loss (a start before the log's first ledger when a truncation moved past it, or a
 ledger of the list whose metadata is gone): with ``fail_on_data_loss`` the view raises
 :class:`LogTruncatedError` naming the first gap; otherwise it skips each and logs a warning.
@@ -15,6 +23,7 @@ ledger of the list whose metadata is gone): with ``fail_on_data_loss`` the view 
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -22,15 +31,21 @@ from dataclasses import dataclass, replace
 from bkeeper.common.errors import LogTruncatedError
 from bkeeper.namedlog import EARLIEST, LATEST, NamedLogs, Position
 from bkeeper.namedlog.metadata import LogMetadata
+from bkeeper.namedlog.records import decode_chunk, entry_first_timestamp, entry_record_count
 from bkeeper.namedlog.walk import EntrySpan, LostRange, earliest
 
 __all__ = [
     "Bounds",
     "EntrySpan",
     "LogView",
+    "Scan",
+    "at_least",
     "entry_caps",
     "limit_spans",
     "partition_spans",
+    "share_records",
+    "spans_before",
+    "spans_from",
     "split_spans",
 ]
 
@@ -173,6 +188,111 @@ def partition_spans(
     return groups
 
 
+def at_least(
+    groups: Sequence[tuple[EntrySpan, ...]], minimum: int | None
+) -> list[tuple[EntrySpan, ...]]:
+    """``minPartitions``: ``groups`` (Spark partitions, in order) with the largest one cut in
+    two halves of its entries until there are ``minimum`` of them, or every one holds a
+    single entry (a partition reads whole entries: never more partitions than entries)."""
+    if minimum is None or len(groups) >= minimum:
+        return list(groups)
+    # (-entries, order key, group): the order key keeps the halves where their group was.
+    heap: list[tuple[int, tuple[int, ...], tuple[EntrySpan, ...]]] = [
+        (-_entries(g), (i,), g) for i, g in enumerate(groups)
+    ]
+    heapq.heapify(heap)
+    while len(heap) < minimum and heap and -heap[0][0] > 1:
+        _, key, group = heapq.heappop(heap)
+        left, right = _halves(group)
+        heapq.heappush(heap, (-_entries(left), (*key, 0), left))
+        heapq.heappush(heap, (-_entries(right), (*key, 1), right))
+    return [group for _, _, group in sorted(heap, key=lambda item: item[1])]
+
+
+def _entries(group: Sequence[EntrySpan]) -> int:
+    return sum(span.count for span in group)
+
+
+def _halves(group: tuple[EntrySpan, ...]) -> tuple[tuple[EntrySpan, ...], tuple[EntrySpan, ...]]:
+    half = _entries(group) // 2
+    left: list[EntrySpan] = []
+    right: list[EntrySpan] = []
+    taken = 0
+    for span in group:
+        if taken >= half:
+            right.append(span)
+        elif taken + span.count <= half:
+            left.append(span)
+            taken += span.count
+        else:
+            cut = span.first + half - taken
+            left.append(_piece(span, span.first, cut - 1))
+            right.append(_piece(span, cut, span.last))
+            taken = half
+    return tuple(left), tuple(right)
+
+
+def spans_before(spans: Sequence[EntrySpan], end: Position) -> list[EntrySpan]:
+    """The part of one log's ``spans`` before ``end`` (exclusive; with an index, entry E is
+    kept up to that record: ``end_index``)."""
+    kept = []
+    for span in spans:
+        if span.ledger_id < end.ledger_id:
+            kept.append(span)
+            continue
+        if span.ledger_id > end.ledger_id:
+            break
+        last = min(span.last, end.entry_id if end.index else end.entry_id - 1)
+        if last < span.first:
+            break
+        piece = _piece(span, span.first, last)
+        if end.index and last == end.entry_id:
+            piece = replace(piece, end_index=end.index)
+        kept.append(piece)
+    return kept
+
+
+def spans_from(spans: Sequence[EntrySpan], start: Position) -> list[EntrySpan]:
+    """The part of one log's ``spans`` from ``start`` on (with an index, entry E from that
+    record on: ``first_index``)."""
+    kept = []
+    for span in spans:
+        if span.ledger_id != start.ledger_id:
+            if span.ledger_id > start.ledger_id:
+                kept.append(span)
+            continue
+        if span.last < start.entry_id:
+            continue
+        if start.entry_id < span.first or (start.entry_id == span.first and not start.index):
+            kept.append(span)
+            continue
+        piece = _piece(span, start.entry_id, span.last)
+        if start.index:
+            piece = replace(piece, first_index=max(start.index, piece.first_index))
+        if piece.first == piece.last and piece.end_index and piece.first_index >= piece.end_index:
+            continue  # nothing left of it
+        kept.append(piece)
+    return kept
+
+
+def share_records(backlog: Mapping[str, int], limit: int) -> dict[str, int]:
+    """``limit`` records shared among logs in proportion to ``backlog`` (their entries
+    behind: their records are not counted yet), every log with a backlog getting at least
+    one while the limit allows, the busiest first; logs with none get 0."""
+    busy = sorted((name for name in backlog if backlog[name] > 0), key=lambda n: (-backlog[n], n))
+    share = dict.fromkeys(backlog, 0)
+    for name in busy[:limit]:
+        share[name] = 1
+    rest = limit - sum(share.values())
+    total = sum(backlog[name] for name in busy)
+    for name in busy:
+        share[name] += rest * backlog[name] // total if total else 0
+    spare = limit - sum(share.values())
+    for name in busy[:spare]:
+        share[name] += 1
+    return share
+
+
 def limit_spans(
     spans: Mapping[str, Sequence[EntrySpan]], max_entries: int
 ) -> dict[str, list[EntrySpan]]:
@@ -212,6 +332,17 @@ def _prefix(spans: Sequence[EntrySpan], count: int) -> list[EntrySpan]:
             kept.append(_piece(span, span.first, span.first + count - 1))
         count -= kept[-1].count
     return kept
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What :meth:`LogView.scan` counted: the records of the entries it read (those the
+    spans want: ``first_index``/``end_index`` respected), the entries read, and, when it
+    stopped at ``records_max`` records, the position after the last one (else None)."""
+
+    records: int
+    entries: int
+    end: Position | None = None
 
 
 class LogView:
@@ -318,6 +449,67 @@ class LogView:
             return meta.length
         before = 0 if span.first == 0 else (await handle.read_entry(span.first - 1)).length
         return (await handle.read_entry(span.last)).length - before
+
+    async def scan(
+        self,
+        spans: Sequence[EntrySpan],
+        *,
+        records_max: int | None = None,
+        entries_max: int | None = None,
+    ) -> Scan:
+        """Count the records of one log's ``spans`` in order from their entries' heads,
+        stopping at ``records_max`` records (the end: after the last one, maybe inside a
+        batch) or after ``entries_max`` entries. A ledger gone counts nothing (reading it
+        reports the loss)."""
+        records = entries = 0
+        for span in spans:
+            if entries_max is not None and entries >= entries_max:
+                break
+            handle = await self._walk.open(span.ledger_id)
+            if handle is None:
+                continue
+            try:
+                async for entry in handle.read(span.first, span.last):
+                    if entries_max is not None and entries >= entries_max:
+                        break
+                    entries += 1
+                    at = entry.entry_id
+                    count = entry_record_count(entry.payload, span.ledger_id, at)
+                    low = span.first_index if at == span.first else 0
+                    high = span.end_index if at == span.last and span.end_index else count
+                    have = max(0, min(high, count) - low)
+                    if records_max is not None and have and records + have >= records_max:
+                        cut = low + records_max - records
+                        end = Position(span.ledger_id, at, cut)
+                        if cut >= count:
+                            end = Position(span.ledger_id, at + 1)
+                        return Scan(records_max, entries, end)
+                    records += have
+            finally:
+                await handle.close()
+        return Scan(records, entries)
+
+    async def first_timestamp(self, spans: Sequence[EntrySpan]) -> int | None:
+        """The append timestamp (ms) of the first record of ``spans``: one entry read (two
+        when it is a later chunk of a large record). None: no record (or its ledger gone)."""
+        for span in spans:
+            handle = await self._walk.open(span.ledger_id)
+            if handle is None:
+                continue
+            try:
+                entry_id = span.first
+                payload = (await handle.read_entry(entry_id)).payload
+                found = entry_first_timestamp(payload, span.ledger_id, entry_id, span.first_index)
+                chunk = decode_chunk(payload, span.ledger_id, entry_id)
+                if found is None and chunk is not None:
+                    entry_id -= chunk.chunk_index
+                    payload = (await handle.read_entry(entry_id)).payload
+                    found = entry_first_timestamp(payload, span.ledger_id, entry_id)
+            finally:
+                await handle.close()
+            if found is not None:
+                return found
+        return None
 
     @staticmethod
     def _data_lost(name: str, lost: LostRange, fail: bool) -> None:
