@@ -47,7 +47,8 @@ from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
 from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
-from bkeeper.spark.errors import plainly
+from bkeeper.spark.checks import check_logs
+from bkeeper.spark.errors import plainly, plainly_each
 from bkeeper.spark.options import (
     SourceOptions,
     offset_from_positions,
@@ -55,10 +56,12 @@ from bkeeper.spark.options import (
     source_options,
     spark_schema,
 )
-from bkeeper.spark.plan import Bounds, EntrySpan, entry_caps, partition_spans
+from bkeeper.spark.plan import Bounds, EntrySpan, at_least, entry_caps, partition_spans
 from bkeeper.spark.planner import (
+    Move,
     advance,
     batch_spans,
+    count_records,
     log_names,
     move,
     spans_between,
@@ -117,6 +120,7 @@ def _columns(schema: StructType, options: SourceOptions) -> tuple[str, ...] | No
     return tuple(names)
 
 
+@plainly_each  # a read task: its worker exits after reporting it (bkeeper.spark.errors)
 def _read(
     options: SourceOptions, partition: InputPartition, columns: tuple[str, ...] | None
 ) -> Iterator[pa.RecordBatch]:
@@ -149,9 +153,13 @@ class BKeeperDataSource(DataSource):
         """Called at ``load()`` of every read (unless the user gave a schema), before Spark
         says whether it is a batch or a stream: the options are checked here, so a bad one
         fails ``load()`` with its line first, and so is the cluster (a wrong metadata root is
-        "no cluster at ...", never data loss)."""
+        "no cluster at ...", never data loss), and so are the logs: a missing one is
+        ``log 'ordrs' does not exist; did you mean 'orders'? ...`` at ``load()`` (one list
+        of the cluster's log names: :mod:`bkeeper.spark.checks`). Spark does not call it
+        when the user gives a schema: those reads find a missing log when planned."""
         options = source_options(self.options, streaming=None)
-        _runtime(options)  # ClusterNotFoundError names a root that holds no cluster
+        rt = _runtime(options)  # ClusterNotFoundError names a root that holds no cluster
+        check_logs(options, rt.call(rt.view.names()))
         return spark_schema(options.include_properties)
 
     @plainly
@@ -204,7 +212,7 @@ class LogBatchReader(DataSourceReader):
         spans = self.bounds.narrow(rt.call(batch_spans(rt.view, options)))
         caps = entry_caps(rt.call(rt.view.entry_bytes(spans)), options.max_bytes_per_split)
         groups = partition_spans(spans, options.max_entries_per_split, caps)
-        return [ReadPartition(g) for g in groups]
+        return [ReadPartition(g) for g in at_least(groups, options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition, self.columns)
@@ -284,9 +292,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset_from_positions(rt.call(run()))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
-        if self.options.max_entries_per_trigger is None:
-            return ReadAllAvailable()
-        return ReadMaxRows(self.options.max_entries_per_trigger)
+        """``maxRecordsPerTrigger`` or ``maxEntriesPerTrigger`` (one at most: the options
+        refuse both) as Spark's ``ReadMaxRows``, so ``Trigger.AvailableNow`` honours it."""
+        limit = self.options.max_records_per_trigger or self.options.max_entries_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         rt = self._rt()
@@ -298,18 +307,28 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planned is not None and self._planned[1] == start:
             self._commit_to_subscription(start)  # the batch that ended there is complete
         positions = _exact(start)
-        max_entries = None
-        if isinstance(limit, ReadMaxRows):
-            max_entries = limit.max_rows
+        max_entries = max_records = None
+        if isinstance(limit, ReadMaxRows):  # in the unit of the option that set it
+            if self.options.max_records_per_trigger is not None:
+                max_records = limit.max_rows
+            else:
+                max_entries = limit.max_rows
         rt = self._rt()
         found = rt.call(
-            move(rt.view, self.options, positions, targets=self._targets, max_entries=max_entries)
+            move(
+                rt.view,
+                self.options,
+                positions,
+                targets=self._targets,
+                max_entries=max_entries,
+                max_records=max_records,
+            )
         )
         self._heads = found.heads
         covered = found.covered
         if isinstance(limit, ReadMinRows) and covered < limit.min_rows:
             return start
-        if covered and self._should_wait(covered):
+        if covered and (self._should_wait(covered) or self._too_few_records(found, rt)):
             return start
         if covered:
             self._last_batch_s = self._clock.monotonic()
@@ -325,6 +344,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return False
         waited_ms = (self._clock.monotonic() - self._last_batch_s) * 1000.0
         return waited_ms < self.options.max_trigger_delay_ms
+
+    def _too_few_records(self, found: Move, rt: Runtime) -> bool:
+        """``minRecordsPerTrigger``: fewer records waiting, and ``maxTriggerDelay`` not yet
+        up since the last batch (AvailableNow never waits). The records are counted only up
+        to the minimum (or were, by ``maxRecordsPerTrigger``)."""
+        wanted = self.options.min_records_per_trigger
+        if wanted is None or self._targets is not None or self._waited_enough():
+            return False
+        records = found.records
+        if records is None:
+            records = rt.call(count_records(rt.view, found.spans, wanted))
+        return records < wanted
+
+    def _waited_enough(self) -> bool:
+        waited_ms = (self._clock.monotonic() - self._last_batch_s) * 1000.0
+        return waited_ms >= self.options.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
         return None if self._heads is None else offset_from_positions(self._heads)
@@ -342,7 +377,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._entry_bytes = rt.call(rt.view.entry_bytes(spans, self._entry_bytes))
         caps = entry_caps(self._entry_bytes, self.options.max_bytes_per_split)
         groups = partition_spans(spans, self.options.max_entries_per_split, caps)
-        return [ReadPartition(g) for g in groups]
+        return [ReadPartition(g) for g in at_least(groups, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition, self.columns)
