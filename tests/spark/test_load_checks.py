@@ -90,6 +90,31 @@ def test_load_refuses_a_missing_log_and_an_empty_pattern(spark, spark_cluster):
 
 
 @pytest.mark.integration
+def test_kafka_names_at_load_in_spark(spark, spark_cluster):
+    """Spark passes option names lower-cased; the Kafka name comes back as Kafka spells it,
+    an unknown one in camel case when made of known words."""
+    from tests.spark.test_spark import append
+
+    uri = spark_cluster.uri
+    append(uri, "kafka-names", [b"k"])
+    cases = {
+        "includeHeaders": "unknown option includeHeaders (Kafka's name): bkeeper's is "
+        "includeProperties; adds the properties column: a record's properties are Kafka's "
+        "headers",
+        "kafka.group.id": "unknown option kafka.group.id (Kafka's name): bkeeper's is "
+        "subscription; a durable subscription of each log, where the stream's progress is "
+        "recorded",
+        "maxRowsPerSplit": "unknown option maxRowsPerSplit: did you mean maxEntriesPerSplit?",
+    }
+    for key, message in cases.items():
+        for reading in (lambda: spark.read, lambda: spark.readStream):
+            reader = reading().format("bkeeper").option("metadata", uri)
+            reader = reader.option("log", "kafka-names").option(key, "x")
+            error, _ = load_failure(reader)
+            assert first_line(error).endswith(f"ConfigError: {message}"), first_line(error)
+
+
+@pytest.mark.integration
 def test_a_stream_on_a_pattern_takes_logs_created_after_it_starts(spark, spark_cluster, tmp_path):
     """The pattern must match one log at ``load()``; one created later still joins."""
     from tests.spark.test_spark import append
