@@ -22,7 +22,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 CLIENT_FIELDS = {
     "read_timeout_ms",
     "add_timeout_ms",
-    "metadata_retries_max",
+    "metadata_reconnect_timeout_ms",
     "batch_read_entries_max",
     "batch_read_bytes_max",
     "ensemble_changes_max",
@@ -46,7 +46,7 @@ def refusal(options: dict[str, str], what: str) -> str:
         ("maxoffsetspertrigger", "read", "unknown option maxOffsetsPerTrigger (Kafka's name): bkeeper's is maxRecordsPerTrigger"),
         ("minoffsetspertrigger", "read", "unknown option minOffsetsPerTrigger (Kafka's name): bkeeper's is minRecordsPerTrigger"),
         ("kafkaconsumer.polltimeoutms", "read", "unknown option kafkaConsumer.pollTimeoutMs (Kafka's name): bkeeper's is client.read_timeout_ms; how long a task waits for a bookie's read response"),
-        ("fetchoffset.retryintervalms", "read", "unknown option fetchOffset.retryIntervalMs (Kafka's name); bkeeper has none: the metadata client retries on its own schedule (client.metadata_retries_max)"),
+        ("fetchoffset.retryintervalms", "read", "unknown option fetchOffset.retryIntervalMs (Kafka's name); bkeeper has none: the metadata client tries again as soon as it has reconnected, for up to client.metadata_reconnect_timeout_ms"),
         ("startingoffsetsbytimestampstrategy", "read", "unknown option startingOffsetsByTimestampStrategy (Kafka's name); bkeeper has none: a log with no record at or after the timestamp starts at its end, never an error (Kafka's strategy latest)"),
         ("topic", "write", "unknown option topic (Kafka's name): bkeeper's is log"),
         ("kafka.acks", "write", "unknown option kafka.acks (Kafka's name): bkeeper's is ackQuorum; bookies that acknowledge each entry (acks=all: ackQuorum equal to writeQuorum)"),

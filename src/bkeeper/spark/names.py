@@ -136,10 +136,12 @@ KAFKA_NAMES = (
               "counts entries (an entry may hold a record batch); maxBytesPerSplit bounds bytes"),
     KafkaName("kafkaConsumer.pollTimeoutMs", "read", "client.read_timeout_ms",
               "how long a task waits for a bookie's read response"),
-    KafkaName("fetchOffset.numRetries", "read", "client.metadata_retries_max",
-              "positions are looked up in the metadata store, whose client retries"),
+    KafkaName("fetchOffset.numRetries", "read", "client.metadata_reconnect_timeout_ms",
+              "positions are read from the metadata store, tried again for this long while "
+              "its connection is re-established (a time, not a count)"),
     KafkaName("fetchOffset.retryIntervalMs", "read", None,
-              "the metadata client retries on its own schedule (client.metadata_retries_max)"),
+              "the metadata client tries again as soon as it has reconnected, for up to "
+              "client.metadata_reconnect_timeout_ms"),
     KafkaName("groupIdPrefix", "read", "subscription",
               "a durable subscription of each log, where the stream's progress is recorded"),
     KafkaName("kafka.group.id", "read", "subscription",
