@@ -5,6 +5,9 @@ the end run real streams on the ``spark_cluster`` fixture."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
 from bkeeper.client.config import ClientConfig
@@ -203,3 +206,218 @@ async def test_lag_counts_records_exactly_or_estimates_and_says_so():
         assert report.to_json()["records_behind"]["records"] == "estimated"
         none = (await measure(view, {"a": exact.head}))["a"]
         assert (none.records_behind, none.time_behind_ms, none.oldest_unread_ms) == (0, 0, None)
+
+
+# -- in Spark (local[2]) against real bookies -----------------------------------------------
+
+
+def _frame(spark, payloads: list[bytes]):
+    return spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
+
+
+@pytest.mark.integration
+def test_max_records_per_trigger_gives_exactly_that_many_and_a_restart_mid_entry_is_exact(
+    spark, spark_cluster, tmp_path
+):
+    """maxRecordsPerTrigger=100 on a log of 137-record batches: every batch holds exactly
+    100 records (Trigger.AvailableNow honours it too), and a query stopped and restarted from
+    its checkpoint, whose offsets end inside a batch entry, reads every record once."""
+    from tests.spark.test_spark_options import write
+
+    uri = spark_cluster.uri
+    payloads = [b"m%05d" % i for i in range(1_000)]
+    write(_frame(spark, payloads), uri, log="by-records", batchMaxRecords=137)
+    batches: dict[int, list[bytes]] = {}
+
+    def keep(frame, batch_id: int) -> None:  # a replayed batch replaces its first run
+        batches[batch_id] = [r.payload for r in frame.select("payload").collect()]
+
+    def start(trigger: dict):
+        return (
+            spark.readStream.format("bkeeper")
+            .option("metadata", uri)
+            .option("log", "by-records")
+            .option("startingPosition", "earliest")
+            .option("maxRecordsPerTrigger", 100)
+            .load()
+            .writeStream.foreachBatch(keep)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(**trigger)
+            .start()
+        )
+
+    query = start({"processingTime": "0 seconds"})
+    try:
+        deadline = time.monotonic() + 120
+        while len(batches) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        query.stop()
+    assert 3 <= len(batches) < 10, "stopped part of the way"
+    offsets = sorted((tmp_path / "ck" / "offsets").iterdir(), key=lambda p: int(p.name))
+    last = json.loads(offsets[-1].read_text().splitlines()[-1])["by-records"]
+    assert last.get("index"), f"the checkpoint ends inside a batch entry: {last}"
+    query = start({"availableNow": True})
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    sizes = [len(batches[b]) for b in sorted(batches)]
+    assert sizes == [100] * 10, sizes
+    read = [p for b in sorted(batches) for p in batches[b]]
+    assert sorted(read) == payloads and len(read) == len(set(read)), "no duplicate, none missed"
+
+
+@pytest.mark.integration
+def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_cluster):
+    """minRecordsPerTrigger counts records, not entries: one 50-record entry is enough for
+    a minimum of 40 and 30 single-record entries are not; after maxTriggerDelay a trigger
+    reads what there is."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from bkeeper.spark.source import StreamReader
+    from bkeeper.testing.clock import FakeClock
+    from tests.spark.test_spark import append
+
+    uri = spark_cluster.uri
+    append(uri, "min-singles", [b"s%d" % i for i in range(30)])
+    clock = FakeClock()
+    options = {"metadata": uri, "startingPosition": "earliest", "minRecordsPerTrigger": "40",
+               "maxTriggerDelay": "1m"}  # fmt: skip
+    singles = StreamReader(source_options({**options, "log": "min-singles"}, streaming=True),
+                           clock=clock)  # fmt: skip
+    start = singles.initialOffset()
+    assert singles.latestOffset(start, ReadAllAvailable()) == start, "30 records: wait"
+    clock.advance(61)
+    end = singles.latestOffset(start, ReadAllAvailable())
+    assert end != start, "the delay is up: read the 30"
+    assert len(singles.partitions(start, end)) >= 1
+
+    async def one_batch() -> None:
+        from bkeeper.client.bookkeeper import BookKeeper
+
+        async with BookKeeper(uri) as bk:
+            named = await NamedLogs(bk, LogConfig(batching=True)).create("min-batched")
+            writer = await named.open_writer()
+            await writer.append_many([b"b%d" % i for i in range(50)])
+            await writer.close()
+
+    from tests.spark.test_spark import run
+
+    run(one_batch)
+    batched = StreamReader(source_options({**options, "log": "min-batched"}, streaming=True),
+                           clock=clock)  # fmt: skip
+    start = batched.initialOffset()
+    assert batched.latestOffset(start, ReadAllAvailable()) != start, "one entry, 50 records"
+
+
+@pytest.mark.integration
+def test_min_partitions_splits_one_log_into_that_many_reads(spark, spark_cluster):
+    from tests.spark.test_spark import append, source
+
+    uri = spark_cluster.uri
+    payloads = [b"p%04d" % i for i in range(200)]
+    append(uri, "min-parts", payloads)
+    frame = source(spark, uri, log="min-parts", minPartitions=4)
+    assert frame.rdd.getNumPartitions() == 4
+    rows = frame.collect()
+    assert sorted(r.payload for r in rows) == payloads and len(rows) == 200
+    assert source(spark, uri, log="min-parts").rdd.getNumPartitions() == 1
+
+
+@pytest.mark.integration
+def test_lag_listener_and_the_command_count_records_and_time(
+    spark, spark_cluster, tmp_path, caplog
+):
+    """The issue's case: a log of record batches far fewer entries than records; the
+    listener and ``bkeeper log lag`` say records behind and the oldest unread one's age."""
+    import logging
+
+    from click.testing import CliRunner
+
+    from bkeeper.cli.log import log as log_command
+    from bkeeper.spark import LagListener
+    from tests.spark.test_spark import run
+
+    uri = spark_cluster.uri
+
+    async def write(count: int) -> None:
+        from bkeeper.client.bookkeeper import BookKeeper
+
+        async with BookKeeper(uri) as bk:
+            logs = NamedLogs(bk, LogConfig(batching=True, batch_max_records=10))
+            named = logs.log("lag-records")
+            if "lag-records" not in await logs.names():
+                named = await logs.create("lag-records")
+            writer = await named.open_writer()
+            for start in range(0, count, 10):
+                await writer.append_many([b"l%04d" % i for i in range(start, start + 10)])
+            await writer.close()
+
+    run(lambda: write(700))  # 70 entries of 10 records
+    listener = LagListener(uri)
+    spark.streams.addListener(listener)
+    try:
+        with caplog.at_level(logging.INFO, logger="bkeeper.spark.lag"):
+            query = (
+                spark.readStream.format("bkeeper")
+                .option("metadata", uri)
+                .option("log", "lag-records")
+                .option("startingPosition", "earliest")
+                .option("maxRecordsPerTrigger", 250)
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            assert query.awaitTermination(120)
+            deadline = time.monotonic() + 60
+            while len(listener.reports) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        spark.streams.removeListener(listener)
+    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert rows == [250, 250, 200]
+    print("\n".join(report.summary() for report in listener.reports))  # docs/spark.md's
+    first = listener.reports[0]
+    assert (first.records_behind_total, first.records_exact) == (450, True)
+    assert first.entries_behind_total == 45
+    assert 0 < first.time_behind_ms < 600_000
+    assert listener.reports[-1].records_behind_total == 0
+    assert any("450 records behind" in r.getMessage() for r in caplog.records)
+    run(lambda: write(30))
+    result = CliRunner().invoke(
+        log_command, ["lag", "--metadata", uri, "--checkpoint", str(tmp_path / "ck"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    lag = json.loads(result.output)["logs"]["lag-records"]
+    assert (lag["records_behind"], lag["records"], lag["entries_behind"]) == (30, "exact", 3)
+    assert lag["time_behind_ms"] >= 0 and lag["oldest_unread_ms"] > 0
+    table = CliRunner().invoke(
+        log_command, ["lag", "--metadata", uri, "--checkpoint", str(tmp_path / "ck")]
+    )
+    print(table.output)
+    assert "records behind" in table.output and "30 records behind" in table.output
+
+
+async def test_a_record_limit_counts_a_large_record_once_at_its_last_chunk():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), LogConfig(chunk_bytes=64 * 1024))
+        named = await logs.create("a")
+        writer = await named.open_writer()
+        positions = [await writer.append(b"s%d" % i) for i in range(3)]
+        positions.append(await writer.append(b"L" * 200_000))  # 4 chunks, entries 3..6
+        positions += [await writer.append(b"t%d" % i) for i in range(3)]
+        await writer.close()
+        ledger = positions[0].ledger_id
+        assert positions[3] == Position(ledger, 6)
+        view = LogView(logs)
+        stream = source_options({"metadata": URI, "log": "a"}, streaming=True)
+        three = await move(view, stream, {"a": positions[0]}, max_records=3)
+        assert three.ends["a"] == Position(ledger, 3), "stops before the first chunk"
+        four = await move(view, stream, three.ends, max_records=1)
+        assert (four.records, four.ends["a"]) == (1, Position(ledger, 7))
+        assert [(s.first, s.last) for s in four.spans] == [(3, 6)], "all its chunks"
+        rest = await move(view, stream, four.ends, max_records=10)
+        assert rest.records == 3 and rest.ends == rest.heads

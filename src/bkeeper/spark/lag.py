@@ -137,7 +137,7 @@ class LagReport:
         estimated = "" if self.records_exact else " (estimated)"
         return (
             f"batch {self.batch_id}: {records} records behind{estimated}, oldest unread "
-            f"{self.time_behind_ms / 1000:.1f} s old; {self.entries_behind_total} entries "
+            f"{self.time_behind_ms / 1000:.1f} s old; {self.entries_behind_total} entries behind "
             f"({self.bytes_behind_total} bytes) in {len(self.logs)} logs; entries per log "
             f"min/avg/max "
             f"{self.entries_behind_min}/{self.entries_behind_avg:.1f}/{self.entries_behind_max}"

@@ -23,6 +23,7 @@ ledger of the list whose metadata is gone): with ``fail_on_data_loss`` the view 
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 from collections.abc import Mapping, Sequence
@@ -469,22 +470,24 @@ class LogView:
             if handle is None:
                 continue
             try:
-                async for entry in handle.read(span.first, span.last):
-                    if entries_max is not None and entries >= entries_max:
-                        break
-                    entries += 1
-                    at = entry.entry_id
-                    count = entry_record_count(entry.payload, span.ledger_id, at)
-                    low = span.first_index if at == span.first else 0
-                    high = span.end_index if at == span.last and span.end_index else count
-                    have = max(0, min(high, count) - low)
-                    if records_max is not None and have and records + have >= records_max:
-                        cut = low + records_max - records
-                        end = Position(span.ledger_id, at, cut)
-                        if cut >= count:
-                            end = Position(span.ledger_id, at + 1)
-                        return Scan(records_max, entries, end)
-                    records += have
+                # aclosing: stopping early cancels the reads ahead at once, not at GC
+                async with contextlib.aclosing(handle.read(span.first, span.last)) as read:
+                    async for entry in read:
+                        if entries_max is not None and entries >= entries_max:
+                            break
+                        entries += 1
+                        at = entry.entry_id
+                        count = entry_record_count(entry.payload, span.ledger_id, at)
+                        low = span.first_index if at == span.first else 0
+                        high = span.end_index if at == span.last and span.end_index else count
+                        have = max(0, min(high, count) - low)
+                        if records_max is not None and have and records + have >= records_max:
+                            cut = low + records_max - records
+                            end = Position(span.ledger_id, at, cut)
+                            if cut >= count:
+                                end = Position(span.ledger_id, at + 1)
+                            return Scan(records_max, entries, end)
+                        records += have
             finally:
                 await handle.close()
         return Scan(records, entries)
