@@ -59,7 +59,7 @@ from bkeeper.server.garbage import GarbageCollector
 from bkeeper.server.gc_wake import LedgerDeletionWatch
 from bkeeper.server.handlers import BookieState, RequestHandlers
 from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
-from bkeeper.server.registration import ClusterMembership
+from bkeeper.server.registration import ClusterMembership, unreachable_address_warning
 from bkeeper.server.request_metrics import RequestMetrics
 from bkeeper.server.security import BookieSecurity
 from bkeeper.storage import (
@@ -280,6 +280,9 @@ class Bookie:
             self.connections.connections_max,
             f"; admin on {self.admin_url}" if self.admin_url else "",
         )
+        unreachable = unreachable_address_warning(config.host, self.port, config.metadata_uri)
+        if unreachable is not None:
+            log.warning("%s", unreachable)
 
     @property
     def admin_url(self) -> str | None:

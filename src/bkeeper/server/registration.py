@@ -16,14 +16,25 @@ The registration says what the bookie requires of clients (:func:`published_info
 auth plugin and TLS markers on the ``bookie-rpc`` endpoint, ``https`` for the admin HTTP
 endpoint when TLS is on (``bkeeper.meta.bookie_info``). Clients read them to say what they
 lack before they connect.
+
+The address registered is the one the bookie listens on (``--host``): clients connect to it.
+:func:`unreachable_address_warning` says when that address fails clients on other machines
+(a loopback or wildcard address while ZooKeeper is reached from elsewhere); the bookie logs
+it once at start.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 
 from bkeeper.common.auth import AUTH_DISABLED_PLUGIN, ServerAuthConfig
-from bkeeper.common.errors import ClusterNotFoundError, CookieMismatchError, NoNodeError
+from bkeeper.common.errors import (
+    ClusterNotFoundError,
+    ConfigError,
+    CookieMismatchError,
+    NoNodeError,
+)
 from bkeeper.common.ids import BookieId
 from bkeeper.common.tls import TlsServerConfig
 from bkeeper.meta.bookie_info import (
@@ -35,9 +46,10 @@ from bkeeper.meta.bookie_info import (
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.cookie import Cookie
 from bkeeper.meta.registry import BookieRegistration
+from bkeeper.meta.uri import MetadataUri
 from bkeeper.server.cookie_check import read_local_cookie
 
-__all__ = ["ClusterMembership", "published_info"]
+__all__ = ["ClusterMembership", "published_info", "unreachable_address_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,54 @@ def published_info(
         host, port, http_port=http_port, http_host=http_host, auth=plugins,
         extensions=tuple(extensions),
     )  # fmt: skip
+
+
+def unreachable_address_warning(host: str, port: int, metadata_uri: str) -> str | None:
+    """Why clients on other machines cannot use the address ``host:port`` a bookie registers,
+    or None when they can, or when every client must be on this machine anyway.
+
+    Registering a loopback address (``127.0.0.0/8``, ``::1``, ``localhost``) or a wildcard
+    (``0.0.0.0``, ``::``) tells every client to connect there: from another machine (a Spark
+    executor, a writer) that is itself, and the connection fails. That only matters when
+    ZooKeeper is reached at an address other machines can use too: with ZooKeeper on loopback
+    (a sandbox, the tests, one-machine set-ups) or in memory, no client can be elsewhere, so
+    nothing is said. Addresses are judged as written, without name lookups."""
+    if not _this_machine_only(host):
+        return None
+    try:
+        uri = MetadataUri.parse(metadata_uri)
+    except ConfigError:
+        return None
+    zookeeper = [_host_of(host_port) for host_port in uri.hosts]
+    if not zookeeper or all(_this_machine_only(name) for name in zookeeper):
+        return None
+    return (
+        f"this bookie registers {_address(host, port)}, an address clients on other machines "
+        f"cannot connect to, while ZooKeeper ({uri.connect_string}) is reached from elsewhere: "
+        "Spark executors and other clients there will fail to reach it; start it with --host "
+        "set to an address they can reach (docs/spark.md, Running on a cluster)"
+    )
+
+
+def _this_machine_only(host: str) -> bool:
+    """A loopback or wildcard address, written as an IP address or ``localhost``."""
+    name = host.strip("[]").lower()
+    if name in ("", "localhost") or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False  # a host name: not looked up here
+    return address.is_loopback or address.is_unspecified
+
+
+def _host_of(host_port: str) -> str:
+    """The host of ``host:port`` (``[v6]:port`` too)."""
+    return host_port.rpartition(":")[0] or host_port
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ClusterMembership:
