@@ -60,6 +60,14 @@ _BATCH_RECORDS = click.option(
     help="Instead: append-to-visible latency of a stream copying a log to another.",
 )
 @click.option(
+    "--cold-start",
+    is_flag=True,
+    help="Instead: each query in a new JVM (a new process): a batch read of the log cold, "
+    "then warm; a stream's first batch after start and after a restart from its "
+    "checkpoint; the same on a Python source that does nothing (Spark's floor). --runs "
+    "rounds, side by side.",
+)
+@click.option(
     "--rate",
     default=2_000,
     show_default=True,
@@ -92,12 +100,14 @@ def spark_bench(
     vs_parquet: bool,
     payload_only: bool,
     latency: bool,
+    cold_start: bool,
     rate: int,
     seconds: float,
     trigger_ms: int,
 ) -> None:
     """Rows/s of a Spark batch read of a named log (filled first to --records records), or
-    with --latency the latency of a stream from one log to another."""
+    with --latency the latency of a stream from one log to another, or with --cold-start
+    the first queries of new JVMs."""
     from bkeeper.cli.bookie import run_event_loop
     from bkeeper.spark.bench import bench_spark_read, fill_log
 
@@ -113,6 +123,11 @@ def spark_bench(
         if appended:
             results.append(BenchResult("fill log (append)", appended, seconds,
                                        appended * record_size))  # fmt: skip
+        if cold_start:
+            if results:
+                print_results(results, "rows")
+            _cold_start(uri, log_name, master, runs)
+            return
         runs_done = bench_spark_read(
             uri,
             log_name,
@@ -131,6 +146,59 @@ def spark_bench(
                 name = f"parquet read {master}, {other.partitions} partitions, run {index + 1}"
                 results.append(BenchResult(name, other.rows, other.seconds, other.bytes))
         print_results(results, "rows")
+
+
+def _cold_start(uri: str, log_name: str, master: str, rounds: int) -> None:
+    import tempfile
+
+    from bkeeper.spark.bench import COLD_KINDS, ColdStartRun, bench_spark_cold_start
+
+    with tempfile.TemporaryDirectory(prefix="bkeeper-cold-") as scratch, progress() as bar:
+        task = bar.add_task(f"cold starts ({len(COLD_KINDS)} new JVMs a round)",
+                            total=rounds * len(COLD_KINDS))  # fmt: skip
+
+        def done(run: ColdStartRun) -> None:
+            bar.update(task, advance=1, refresh=True)
+
+        runs = bench_spark_cold_start(
+            uri, log_name, master=master, scratch=scratch, rounds=rounds, progress=done
+        )
+    print_cold_start(runs, f"cold start, {master}, log {log_name}")
+
+
+def print_cold_start(runs: list[Any], title: str) -> None:
+    """One row per run: each phase's wall seconds (CPU seconds of the driver's process tree in
+    brackets), then Spark's ``durationMs`` of a stream's first batch."""
+    table = Table(title=title + " (wall s, [CPU s of the driver, its JVM and Python workers])")
+    for column in ("run", "process s", "import pyspark", "JVM + session", "load() / start()",
+                   "first query / batch", "warm queries", "warm / first"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for run in runs:
+        phases = {phase.name: phase for phase in run.phases}
+
+        def cell(*names: str, phases: dict[str, Any] = phases) -> str:
+            found = [phases[n] for n in names if n in phases]
+            return f"{found[0].seconds:.2f} [{found[0].cpu_s:.1f}]" if found else ""
+
+        warm = [p for p in run.phases if p.name.startswith("warm query")]
+        first = phases.get("first query")
+        ratio = f"{first.seconds / min(p.seconds for p in warm):.1f}x" if first and warm else ""
+        table.add_row(run.kind, f"{run.process_s:.1f}", cell("import pyspark"),
+                      cell("JVM + session"), cell("load()", "start()"),
+                      cell("first query", "first batch"),
+                      " ".join(f"{p.seconds:.2f} [{p.cpu_s:.1f}]" for p in warm),
+                      ratio)  # fmt: skip
+    console().print(table)
+    streams = [run for run in runs if run.first_batch_ms]
+    if streams:
+        keys = sorted({key for run in streams for key in run.first_batch_ms})
+        phases_table = Table(title="a stream's first batch: Spark's durationMs")
+        phases_table.add_column("run", justify="right")
+        for key in keys:
+            phases_table.add_column(key, justify="right")
+        for run in streams:
+            phases_table.add_row(run.kind, *(str(run.first_batch_ms.get(k, "")) for k in keys))
+        console().print(phases_table)
 
 
 def _latency(metadata_uri: str, master: str, rate: int, seconds: float, trigger_ms: int) -> None:
