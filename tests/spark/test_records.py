@@ -283,7 +283,7 @@ def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_clus
     append(uri, "min-singles", [b"s%d" % i for i in range(30)])
     clock = FakeClock()
     options = {"metadata": uri, "startingPosition": "earliest", "minRecordsPerTrigger": "40",
-               "maxTriggerDelay": "1m"}  # fmt: skip
+               "maxTriggerDelay": "1m", "minPartitions": "3"}  # fmt: skip
     singles = StreamReader(source_options({**options, "log": "min-singles"}, streaming=True),
                            clock=clock)  # fmt: skip
     start = singles.initialOffset()
@@ -291,7 +291,7 @@ def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_clus
     clock.advance(61)
     end = singles.latestOffset(start, ReadAllAvailable())
     assert end != start, "the delay is up: read the 30"
-    assert len(singles.partitions(start, end)) >= 1
+    assert len(singles.partitions(start, end)) == 3, "minPartitions in a stream's batch"
 
     async def one_batch() -> None:
         from bkeeper.client.bookkeeper import BookKeeper
