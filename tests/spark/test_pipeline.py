@@ -76,7 +76,7 @@ def test_unknown_read_options_name_the_closest_known_one(spark, spark_cluster):
     error = failure(stream.load)
     assert first_line(error).endswith(
         "ConfigError: unknown option maxOffsetsPerTrigger (Kafka's name): bkeeper's is "
-        "maxEntriesPerTrigger"
+        "maxRecordsPerTrigger"
     ), first_line(error)
     error = failure(source_reader(spark, uri, "known", startingOffsets="earliest").load)
     assert first_line(error).endswith(

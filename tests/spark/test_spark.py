@@ -149,7 +149,7 @@ def test_batch_read_equals_what_was_appended(spark, spark_cluster):
 def test_bad_options_fail_with_a_clear_error(spark, spark_cluster):
     with pytest.raises(Exception, match="exactly one of the options log"):
         source(spark, spark_cluster.uri).count()
-    with pytest.raises(Exception, match="no log named 'missing'"):
+    with pytest.raises(Exception, match="log 'missing' does not exist"):
         source(spark, spark_cluster.uri, log="missing").count()
 
 
