@@ -85,8 +85,8 @@ def _planned_log(uri: str, log: str) -> list[Position]:
 
 def _gone(log: str, ledger_id: int) -> str:
     return (
-        f"log '{log}': ledger {ledger_id} (entries 0..99) is gone: truncated or deleted after "
-        "it was planned; failOnDataLoss=false skips it"
+        f"log '{log}': ledger {ledger_id} (entries 0..99) is gone: the log was truncated past "
+        "it after this read was planned; failOnDataLoss=false skips it"
     )
 
 

@@ -11,18 +11,53 @@ planner worker, or in the worker of a write's commit, neither of which Spark reu
 failure, so no later error of anyone else loses its traceback. ``bkeeper -v``-style detail
 stays available: the exception is re-raised unchanged, and other exceptions (bugs) keep their
 tracebacks.
+
+The same goes for the tasks that read and write records on executors (:func:`plainly_each`
+for a read task's iterator, :func:`plainly` for a write task): PySpark's task worker
+(``pyspark.worker.main``) reports a task's exception, then ends with ``sys.exit(-1)``, and
+its daemon forks a fresh worker for the next task (a worker is reused only after a task
+that succeeded), so the switch dies with the process that reported bkeeper's error.
+
+Errors raised deep in the client (a bookie that refused a connection, a ZooKeeper that
+gave no session) name a socket address and nothing of the query; :func:`explained` puts
+them in context: what was being done, on which log and ledger, and the next step. What a
+user then reads first, after Spark's fixed prefix, is one line::
+
+    An exception was thrown from the Python worker:
+    bkeeper.common.errors.BookieUnavailableError: log 'orders': cannot read ledger 12 ...
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
-from bkeeper.common.errors import BKeeperError
+from bkeeper.common.errors import (
+    AuthenticationError,
+    BKeeperError,
+    BookieError,
+    BookieUnavailableError,
+    CallTimeoutError,
+    ConfigError,
+    ConnectionLossError,
+    NotEnoughBookiesError,
+    SessionExpiredError,
+    UnauthorizedAccessError,
+)
 
-__all__ = ["HIDE_TRACEBACK_ENV", "plainly"]
+__all__ = [
+    "HIDE_TRACEBACK_ENV",
+    "check_workers_python",
+    "explained",
+    "next_step",
+    "plainly",
+    "plainly_each",
+    "python_lacks",
+]
 
 #: Read by ``pyspark.util.handle_worker_exception``.
 HIDE_TRACEBACK_ENV = "SPARK_HIDE_TRACEBACK"
@@ -47,3 +82,146 @@ def plainly(method: Callable[P, T]) -> Callable[P, T]:
             raise
 
     return wrapper
+
+
+def plainly_each(method: Callable[P, Iterator[T]]) -> Callable[P, Iterator[T]]:
+    """:func:`plainly` for a method that returns an iterator (a read task's batches), whose
+    errors are raised while Spark iterates, after the method returned."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        try:
+            yield from method(*args, **kwargs)
+        except BKeeperError:
+            os.environ[HIDE_TRACEBACK_ENV] = "1"  # see plainly
+            raise
+
+    return wrapper
+
+
+#: The next step for errors of the client that name no query (first match wins).
+_NEXT_STEPS: tuple[tuple[type[BKeeperError], str], ...] = (
+    (
+        AuthenticationError,
+        "check the client's credentials (the token options) against the bookies' "
+        "authentication settings",
+    ),
+    (UnauthorizedAccessError, "check the client's credentials and the ledger's password"),
+    (
+        BookieUnavailableError,
+        "is that bookie running, and reachable from this host? `bkeeper shell listbookies` "
+        "lists the live ones",
+    ),
+    (
+        NotEnoughBookiesError,
+        "start more bookies or lower the ensemble size; `bkeeper shell listbookies` lists "
+        "the live ones",
+    ),
+    (BookieError, "see that bookie's log; `bkeeper shell listbookies` lists the live ones"),
+    (
+        CallTimeoutError,
+        "are the bookies and ZooKeeper running, and reachable from this host? "
+        "`bkeeper shell listbookies`",
+    ),
+    (
+        ConnectionLossError,
+        "is ZooKeeper running, and reachable from this host (the metadata option)?",
+    ),
+    (SessionExpiredError, "is ZooKeeper overloaded or was this process paused? try again"),
+)
+
+
+def next_step(error: BKeeperError) -> str | None:
+    """What a user should do about ``error`` (``None``: its message says it already)."""
+    for kind, step in _NEXT_STEPS:
+        if isinstance(error, kind):
+            return step
+    return None
+
+
+def explained(error: BKeeperError, doing: str) -> BKeeperError:
+    """``error`` (of the same class when its constructor takes one message) saying first
+    what was being ``done`` (``log 'a': cannot read ledger 3 (entries 0..99)``) and last
+    the next step; raise it ``from`` the original."""
+    message = f"{doing}: {error}"
+    step = next_step(error)
+    if step is not None:
+        message += f"; {step}"
+    try:
+        made = type(error)(message)
+    except TypeError:  # a class whose constructor wants more than a message
+        made = BKeeperError(message)
+    made.retriable = error.retriable
+    return made
+
+
+#: What Spark's Python workers need for bkeeper's tasks (PySpark itself they get from Spark).
+WORKER_MODULES = ("pyarrow", "bkeeper")
+#: Longest the check of an interpreter may take.
+PYTHON_CHECK_TIMEOUT_S = 60.0
+_FIND = (
+    "import importlib.util as u, sys; "
+    "print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"
+)
+_python_checked: dict[str, str | None] = {}
+
+
+def python_lacks(executable: str) -> str | None:
+    """What ``executable`` lacks to run bkeeper's tasks (``None``: nothing): the modules
+    of ``WORKER_MODULES`` it cannot find, or that it does not run. Looked up (not imported)
+    once per interpreter and process."""
+    if executable in _python_checked:
+        return _python_checked[executable]
+    try:
+        found = subprocess.run(
+            [executable, "-c", _FIND, *WORKER_MODULES],
+            capture_output=True,
+            text=True,
+            timeout=PYTHON_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        lacks: str | None = f"does not run ({exc})"
+    else:
+        missing = found.stdout.split()
+        if found.returncode != 0:
+            lacks = f"does not run (exit status {found.returncode})"
+        elif missing:
+            lacks = f"has no module {' nor '.join(repr(m) for m in missing)}"
+        else:
+            lacks = None
+    _python_checked[executable] = lacks
+    return lacks
+
+
+def check_workers_python(spark: Any) -> None:
+    """Refuse, saying which interpreter and how to point Spark at the right one, a session
+    whose Python workers cannot run bkeeper: PySpark's worker imports pyarrow and unpickles
+    bkeeper's classes before any code of bkeeper runs there, so the worker's own error
+    (``No module named 'pyarrow'``, under a traceback) is all a user would read.
+
+    Only a ``local`` master is checked: its workers run on this machine, with the
+    interpreter that ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) names. A cluster's
+    executors run on other hosts, where this process cannot look (docs/spark.md, "Running
+    on a cluster", says what they need)."""
+    master = str(spark.sparkContext.master)
+    if not master.startswith("local"):
+        return
+    setting = "PYSPARK_PYTHON"
+    executable = os.environ.get("PYSPARK_PYTHON")
+    configured = spark.conf.get("spark.pyspark.python", None)
+    if configured:
+        setting, executable = "spark.pyspark.python", str(configured)
+    if not executable:
+        setting, executable = "Spark's default, as neither PYSPARK_PYTHON nor ", "python3"
+        setting += "spark.pyspark.python is set"
+    lacks = python_lacks(executable)
+    if lacks is None:
+        return
+    raise ConfigError(
+        f"Spark's Python workers run {executable} ({setting}), which {lacks}: bkeeper's "
+        f"reads and writes run there. Point Spark at an interpreter with bkeeper installed: "
+        f"PYSPARK_PYTHON={sys.executable} (spark.pyspark.python under spark-submit), or on "
+        'a cluster a packed venv shipped with --archives (docs/spark.md, "Running on a '
+        'cluster")'
+    )

@@ -27,11 +27,16 @@ from bkeeper.client.sync import ReadHandle as SyncReadHandle
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import (
     BKeeperError,
+    CallTimeoutError,
     ConfigError,
+    ConnectionLossError,
     LedgerNotFoundError,
+    LogDeletedError,
+    LogError,
     LogExistsError,
     LogNotFoundError,
     LogTruncatedError,
+    SessionExpiredError,
 )
 from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
 from bkeeper.namedlog.chunks import Incomplete, Reassembly
@@ -46,6 +51,7 @@ from bkeeper.namedlog.records import (
     encode_chunks,
 )
 from bkeeper.namedlog.writer import create_ledger
+from bkeeper.spark.errors import explained
 from bkeeper.spark.options import client_config
 from bkeeper.spark.plan import EntrySpan, LogView
 
@@ -110,6 +116,11 @@ class Runtime:
         self.alive = True
         try:
             self.bk = self.call(BookKeeper(metadata, config).start())
+        except (ConnectionLossError, CallTimeoutError, SessionExpiredError) as exc:
+            self._loop.stop()
+            # The client names a socket address; the user gave a metadata URI (which holds
+            # no secret: ZooKeeper credentials come from a file it names).
+            raise explained(exc, f"cannot reach the metadata service {metadata}") from exc
         except BaseException:
             self._loop.stop()
             raise
@@ -138,12 +149,28 @@ class Runtime:
     ) -> Iterator[pa.RecordBatch]:
         """The records of ``span`` (entries of one record or record batches; from the first
         entry's ``first_index``, before the last entry's ``end_index``) as Arrow batches of
-        at most ``rows_per_batch`` rows."""
+        at most ``rows_per_batch`` rows. A failure of the client is raised saying which log,
+        ledger and bookies, and what to do (:func:`bkeeper.spark.errors.explained`)."""
+        handle: ReadHandle | None = None
+        try:
+            handle = self.call(self._open(span, fail_on_data_loss))
+            if handle is not None:
+                yield from self._read_open(handle, span, include_properties, rows_per_batch)
+        except LogError:
+            raise  # says which log already
+        except BKeeperError as exc:
+            doing = f"log {span.log!r}: cannot read ledger {span.ledger_id} (entries "
+            doing += f"{span.first}..{span.last})"
+            if handle is not None:
+                bookies = handle.metadata.ensemble_for(max(span.first, 0))
+                doing += f" from its bookies {', '.join(str(b) for b in bookies)}"
+            raise explained(exc, doing) from exc
+
+    def _read_open(
+        self, handle: ReadHandle, span: EntrySpan, include_properties: bool, rows_per_batch: int
+    ) -> Iterator[pa.RecordBatch]:
         from bkeeper.spark.arrow import entry_records, record_batch
 
-        handle = self.call(self._open(span, fail_on_data_loss))
-        if handle is None:
-            return
         pending: list[Entry] = []
         records = 0
 
@@ -222,14 +249,33 @@ class Runtime:
                 span.ledger_id, self.logs.config.password, recovery=False
             )
         except LedgerNotFoundError:
+            pass
+        # Gone after it was planned: why (read only on this path, never per entry).
+        where = f"ledger {span.ledger_id} (entries {span.first}..{span.last})"
+        try:
+            listed = await self.logs.log(span.log).metadata()
+        except LogNotFoundError:
             message = (
-                f"log {span.log!r}: ledger {span.ledger_id} (entries {span.first}.."
-                f"{span.last}) is gone: truncated or deleted after it was planned"
+                f"log {span.log!r} was deleted while this query read it: {where} went with "
+                "it, and every record of the log; recreate the log to write to it again, "
+                "and start readers afresh (a new checkpoint): its old positions mean nothing"
             )
             if fail_on_data_loss:
-                raise LogTruncatedError(message + "; failOnDataLoss=false skips it") from None
-            log.warning("%s; skipping it (failOnDataLoss=false)", message)
+                raise LogDeletedError(message) from None
+            log.warning("%s (failOnDataLoss=false: skipping it)", message)
             return None
+        if any(ledger.ledger_id == span.ledger_id for ledger in listed.ledgers):
+            why = (
+                "deleted from the metadata while the log still lists it (deleted by hand? "
+                "the log has lost those records)"
+            )
+        else:
+            why = "the log was truncated past it after this read was planned"
+        message = f"log {span.log!r}: {where} is gone: {why}"
+        if fail_on_data_loss:
+            raise LogTruncatedError(message + "; failOnDataLoss=false skips it") from None
+        log.warning("%s; skipping it (failOnDataLoss=false)", message)
+        return None
 
     # -- writing -------------------------------------------------------------------------
     def ensure_log(self, name: str, create: bool, refusal: str | None = None) -> None:
@@ -402,6 +448,21 @@ class TaskLedgers:
         # Registered before any record goes in, so a job that dies leaves nothing unknown.
         await self.runtime.pending(self.job_id).add(name, handle.ledger_id)
         return handle
+
+    def where(self) -> str:
+        """Where this task writes, for an error message: the logs, and the ledger each
+        is being written to with its bookies (``log 'a' (ledger 7 on bookies x, y)``)."""
+        if not self.ledgers:
+            return "write task (making its first ledger)"
+        parts = []
+        for name in self.ledgers:
+            handle = self._open.get(name)
+            if handle is None:
+                parts.append(f"log {name!r}")
+                continue
+            bookies = ", ".join(str(b) for b in handle.metadata.last_ensemble)
+            parts.append(f"log {name!r} (ledger {handle.ledger_id} on bookies {bookies})")
+        return "write task of " + ", ".join(parts)
 
     def seal(self) -> dict[str, list[int]]:
         """Seal every ledger; the ledger ids per log."""

@@ -38,8 +38,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from bkeeper.common.errors import ConfigError, LogDeletedError, LogNotFoundError
-from bkeeper.spark.errors import plainly
+from bkeeper.common.errors import (
+    BKeeperError,
+    ConfigError,
+    LogDeletedError,
+    LogError,
+    LogNotFoundError,
+)
+from bkeeper.spark.errors import explained, plainly
 from bkeeper.spark.options import SinkOptions, sink_options
 from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
 
@@ -146,6 +152,12 @@ def _write_task(
         for batch in batches:
             task.write(sink_rows(batch, options.log))
         ledgers = task.seal()
+    except (ConfigError, LogError):
+        task.discard()
+        raise  # names the option, value or log already
+    except BKeeperError as exc:
+        task.discard()
+        raise explained(exc, f"{task.where()}: cannot write") from exc
     except BaseException:
         task.discard()
         raise
@@ -212,6 +224,7 @@ class BatchWriter(DataSourceArrowWriter):
         self.options = options
         self.job_id = job_id
 
+    @plainly  # a write task: its worker exits after reporting it (bkeeper.spark.errors)
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
         return _write_task(self.options, self.job_id, iterator, one_off=True)
 
@@ -228,6 +241,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.writer_id = writer_id
 
+    @plainly  # a write task: its worker exits after reporting it (bkeeper.spark.errors)
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgersMessage:
         return _write_task(self.options, self.writer_id, iterator, one_off=False)
 

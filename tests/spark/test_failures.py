@@ -1,0 +1,244 @@
+"""Every failure reads the same wherever it happens: in real Spark (local[2]) against real
+bookies, the first line a user reads of a failed query (the exception PySpark raises in the
+driver, a streaming query's exception message) is bkeeper's one-line message, for failures
+on the driver (planning) and in executor tasks (reads, writes), with no Python traceback.
+
+PySpark prefixes a task's error with a fixed line of its own (``An exception was thrown
+from the Python worker:``, see :mod:`bkeeper.spark.errors`); :func:`first_message` reads
+past that line and nothing else. The bookie-killing tests come last (this module's cluster
+is its own: ``spark_cluster`` is module scoped)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from bkeeper.client import BookKeeper
+from bkeeper.namedlog import NamedLogs
+from bkeeper.spark.errors import python_lacks
+from bkeeper.testing.benchmarks.processes import free_port
+from tests.spark.test_spark import append, run, source
+
+pytestmark = pytest.mark.integration
+
+#: The line PySpark's ``PythonException.__str__`` puts before a task worker's report.
+WORKER_PREFIX = "An exception was thrown from the Python worker:"
+
+
+def first_message(text: str) -> str:
+    """The first line of an error that is not PySpark's fixed prefix for a task's error."""
+    lines = text.strip().splitlines()
+    if lines[0] == WORKER_PREFIX:
+        return lines[1]
+    return lines[0]
+
+
+def assert_plain(text: str, pattern: str) -> None:
+    """``text`` reads first (after Spark's prefix) as bkeeper's message ``pattern`` (a
+    regular expression, matched from the start of the message), with no Python traceback
+    before the JVM's stack trace."""
+    message = first_message(text)
+    assert re.search(r"bkeeper\.common\.errors\.\w+: " + pattern, message), text[:3000]
+    before_jvm = text.split("JVM stacktrace:", maxsplit=1)[0]
+    assert "Traceback (most recent call last)" not in before_jvm, text
+
+
+def delete_log(uri: str, log: str) -> None:
+    async def go():
+        async with BookKeeper(uri) as bk:
+            await NamedLogs(bk).delete(log)
+
+    run(go)
+
+
+def planned(spark, uri: str, log: str):
+    """An RDD of ``log`` planned now (3 partitions of 100 entries), read later."""
+    append(uri, log, [b"r%04d" % i for i in range(300)], roll_bytes=1500)
+    rdd = source(spark, uri, log=log, maxEntriesPerSplit=100).select("payload").rdd
+    assert rdd.getNumPartitions() == 3
+    return rdd
+
+
+# -- the driver ---------------------------------------------------------------------------
+def test_wrong_log_on_the_driver(spark, spark_cluster):
+    with pytest.raises(Exception) as caught:
+        source(spark, spark_cluster.uri, log="no-such-log").collect()
+    assert_plain(str(caught.value), "(no log named 'no-such-log'|log 'no-such-log' does not exist)")
+
+
+def test_wrong_root_on_the_driver(spark, spark_cluster):
+    wrong = spark_cluster.uri.replace("/ledgers", "/nothing-here/ledgers")
+    with pytest.raises(Exception) as caught:
+        source(spark, wrong, log="a").collect()
+    assert_plain(str(caught.value), re.escape(f"no cluster at {wrong}"))
+
+
+def test_zookeeper_down_on_the_driver(spark):
+    uri = f"zk://127.0.0.1:{free_port()}/nobody/ledgers"  # nothing listens there
+    with pytest.raises(Exception) as caught:
+        source(spark, uri, log="a").collect()
+    assert_plain(
+        str(caught.value),
+        re.escape(f"cannot reach the metadata service {uri}: ")
+        + r".*; is ZooKeeper running, and reachable from this host",
+    )
+
+
+def test_log_deleted_under_a_stream(spark, spark_cluster, tmp_path):
+    """Deleted while a stream reads it: the stream's next planning fails (on the driver)."""
+    uri = spark_cluster.uri
+    append(uri, "deleted-streamed", [b"s%04d" % i for i in range(300)], roll_bytes=1500)
+    query = (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", "deleted-streamed")
+        .option("startingPosition", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not query.recentProgress or query.lastProgress["numInputRows"] == 0:
+            assert time.monotonic() < deadline, "the stream read nothing"
+            time.sleep(0.2)
+        delete_log(uri, "deleted-streamed")
+        with pytest.raises(Exception) as caught:
+            query.awaitTermination(60)
+    finally:
+        query.stop()
+    failed = query.exception()
+    assert failed is not None
+    for text in (str(caught.value), failed.getMessage()):
+        assert_plain(text, "no log named 'deleted-streamed'")
+
+
+# -- executor tasks -----------------------------------------------------------------------
+def test_log_deleted_after_planning_in_a_read_task(spark, spark_cluster):
+    rdd = planned(spark, spark_cluster.uri, "deleted-planned")
+    delete_log(spark_cluster.uri, "deleted-planned")
+    with pytest.raises(Exception) as caught:
+        rdd.collect()
+    assert_plain(
+        str(caught.value),
+        r"log 'deleted-planned' was deleted while this query read it: ledger \d+ \(entries "
+        r"0\.\.99\) went with it",
+    )
+    assert "failOnDataLoss" not in str(caught.value)
+    assert "truncat" not in str(caught.value)
+
+
+def test_a_later_error_in_the_same_workers_keeps_its_traceback(spark, spark_cluster):
+    """The traceback is hidden for bkeeper's error only: a task's worker exits after
+    reporting one, so a later error of other code (in the same daemon's workers) keeps its
+    traceback."""
+    deleted = planned(spark, spark_cluster.uri, "then-a-bug")
+    intact = planned(spark, spark_cluster.uri, "then-a-bug-intact")
+    delete_log(spark_cluster.uri, "then-a-bug")
+    with pytest.raises(Exception) as ours:
+        deleted.collect()
+    assert "Traceback" not in str(ours.value)
+
+    def bug(_):
+        raise ValueError("a bug of someone else's")
+
+    with pytest.raises(Exception) as theirs:
+        intact.map(bug).collect()
+    assert "Traceback (most recent call last)" in str(theirs.value)
+    assert "ValueError: a bug of someone else's" in str(theirs.value)
+
+
+def test_python_lacks():
+    assert python_lacks(sys.executable) is None
+    assert python_lacks("/nonexistent/python3").startswith("does not run")
+
+
+def test_wrong_python_on_executors(spark_cluster, tmp_path):
+    """Spark's Python workers run an interpreter without pyarrow and bkeeper (local mode
+    with ``PYSPARK_PYTHON``=/usr/bin/python3, in a driver process of its own): no code of
+    bkeeper runs in them, so Spark's own report is a traceback ending in ``No module named``;
+    :func:`check_workers_python` on the driver says it first, and what to do."""
+    system = "/usr/bin/python3"
+    if python_lacks(system) is None:
+        pytest.skip(f"{system} has pyarrow and bkeeper")
+    append(spark_cluster.uri, "wrong-python", [b"w%04d" % i for i in range(10)])
+    job = tmp_path / "job.py"
+    job.write_text(
+        textwrap.dedent(f"""
+        from bkeeper.spark.errors import check_workers_python
+        from bkeeper.spark.session import local_session
+        spark = local_session("local[1]", "wrong-python", scratch_dir={str(tmp_path)!r})
+        try:
+            check_workers_python(spark)
+        except Exception as error:
+            print("CHECK:", str(error).splitlines()[0])
+        try:
+            (spark.read.format("bkeeper").option("metadata", {spark_cluster.uri!r})
+             .option("log", "wrong-python").load().collect())
+        except Exception as error:
+            print("SPARK:", " | ".join(str(error).strip().splitlines()))
+        """)
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": system, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    lines = {line.split(":", 1)[0]: line.split(": ", 1)[1] for line in done.stdout.splitlines()}
+    assert set(lines) == {"CHECK", "SPARK"}, done.stdout + done.stderr[-3000:]
+    assert lines["CHECK"] == (
+        f"Spark's Python workers run {system} (PYSPARK_PYTHON), which has no module 'pyarrow' "
+        f"nor 'bkeeper': bkeeper's reads and writes run there. Point Spark at an interpreter "
+        f"with bkeeper installed: PYSPARK_PYTHON={sys.executable} (spark.pyspark.python under "
+        "spark-submit), or on a cluster a packed venv shipped with --archives (docs/spark.md, "
+        '"Running on a cluster")'
+    )
+    assert "No module named 'bkeeper'" in lines["SPARK"], lines["SPARK"]
+
+
+def test_bookies_down_in_a_write_task(spark, spark_cluster):
+    """Last but one: stops every bookie (started again after)."""
+    uri = spark_cluster.uri
+    frame = spark.createDataFrame([(b"x%03d" % i,) for i in range(20)], "payload binary")
+    append(uri, "written-down", [b"seed"])
+    try:
+        for index in range(3):
+            spark_cluster.stop(index)
+        with pytest.raises(Exception) as caught:
+            frame.write.format("bkeeper").option("metadata", uri).option(
+                "log", "written-down"
+            ).mode("append").save()
+        assert_plain(str(caught.value), r"write task .*: cannot write: ")
+        assert "bkeeper shell listbookies" in first_message(str(caught.value))
+    finally:
+        for index in range(3):
+            spark_cluster.start(index)
+
+
+def test_bookies_down_in_a_read_task(spark, spark_cluster):
+    """Last: every bookie stopped between planning and reading."""
+    rdd = planned(spark, spark_cluster.uri, "read-down")
+    bookies = [spark_cluster.bookie_id(i) for i in range(3)]
+    try:
+        for index in range(3):
+            spark_cluster.stop(index)
+        with pytest.raises(Exception) as caught:
+            rdd.collect()
+    finally:
+        for index in range(3):
+            spark_cluster.start(index)
+    assert_plain(
+        str(caught.value),
+        r"log 'read-down': cannot read ledger \d+ \(entries 0\.\.99\) from its bookies "
+        r"[0-9.:, ]+: cannot connect to bookie 127\.0\.0\.1:\d+: .*; is that bookie running, "
+        r"and reachable from this host\? `bkeeper shell listbookies` lists the live ones",
+    )
+    assert any(b in first_message(str(caught.value)) for b in bookies)
