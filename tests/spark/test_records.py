@@ -269,7 +269,7 @@ def test_max_records_per_trigger_gives_exactly_that_many_and_a_restart_mid_entry
 
 
 @pytest.mark.integration
-def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_cluster):
+def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_cluster, monkeypatch):
     """minRecordsPerTrigger counts records, not entries: one 50-record entry is enough for
     a minimum of 40 and 30 single-record entries are not; after maxTriggerDelay a trigger
     reads what there is."""
@@ -287,7 +287,19 @@ def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_clus
     singles = StreamReader(source_options({**options, "log": "min-singles"}, streaming=True),
                            clock=clock)  # fmt: skip
     start = singles.initialOffset()
+    import bkeeper.spark.source as source_module
+
+    counts = []
+    counted = source_module.count_records
+
+    def counting(*args):
+        counts.append(args)
+        return counted(*args)
+
+    monkeypatch.setattr(source_module, "count_records", counting)
     assert singles.latestOffset(start, ReadAllAvailable()) == start, "30 records: wait"
+    assert singles.latestOffset(start, ReadAllAvailable()) == start
+    assert len(counts) == 1, "polled again with nothing new: not counted again"
     clock.advance(61)
     end = singles.latestOffset(start, ReadAllAvailable())
     assert end != start, "the delay is up: read the 30"

@@ -270,6 +270,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: dict[str, Any] | None = None
         #: Average bytes per entry of each log read so far (splits by ``maxBytesPerSplit``).
         self._entry_bytes: dict[str, float] = {}
+        #: ``minRecordsPerTrigger``: the spans last counted and their records (up to the
+        #: minimum), so that Spark polling a stream that waits reads nothing while no entry
+        #: is added.
+        self._counted: tuple[tuple[EntrySpan, ...], int] | None = None
 
     def _rt(self) -> Runtime:
         return _runtime(self.options)
@@ -353,8 +357,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if wanted is None or self._targets is not None or self._waited_enough():
             return False
         records = found.records
+        spans = tuple(found.spans)
+        if records is None and self._counted is not None and self._counted[0] == spans:
+            records = self._counted[1]
         if records is None:
             records = rt.call(count_records(rt.view, found.spans, wanted))
+            self._counted = (spans, records)
         return records < wanted
 
     def _waited_enough(self) -> bool:
