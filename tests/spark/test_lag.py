@@ -44,6 +44,7 @@ async def test_entries_and_bytes_behind_across_ledgers():
         view = LogView(logs)
         lag = await measure(view, {"a": positions[3]})
         assert (lag["a"].entries_behind, lag["a"].bytes_behind) == (9, 900)
+        assert (lag["a"].records_behind, lag["a"].records_exact) == (9, True), "1 per entry"
         assert lag["a"].head == Position(positions[-1].ledger_id, positions[-1].entry_id + 1)
         whole = (await measure(view, {"a": positions[0]}))["a"]
         report = LagReport(4, {"a": lag["a"], "from-start": whole})

@@ -130,6 +130,8 @@ def test_record_options_are_checked():
         source_options({**base, "maxRecordsPerTrigger": "5"}, streaming=False)
     with pytest.raises(ConfigError, match="minPartitions: must be a positive integer"):
         source_options({**base, "minPartitions": "0"}, streaming=False)
+    with pytest.raises(ConfigError, match="minPartitions: at most 100000, got 100001"):
+        source_options({**base, "minPartitions": "100001"}, streaming=False)
 
 
 async def test_max_records_cut_batches_exactly_and_resume_mid_entry():

@@ -66,6 +66,8 @@ ROWS_PER_BATCH_DEFAULT = 10_000
 #: records) before it reads fewer.
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: ``minPartitions`` at most (Spark tasks of one read or micro-batch).
+MIN_PARTITIONS_MAX = 100_000
 #: Logs one query may read (a ``logPattern`` matching more is refused).
 LOGS_MAX = 10_000
 
@@ -445,6 +447,10 @@ def source_options(
     max_records = _positive_int(options, "maxRecordsPerTrigger", None)
     min_records = _positive_int(options, "minRecordsPerTrigger", None)
     min_partitions = _positive_int(options, "minPartitions", None)
+    if min_partitions is not None and min_partitions > MIN_PARTITIONS_MAX:
+        raise ConfigError(
+            f"option minPartitions: at most {MIN_PARTITIONS_MAX}, got {min_partitions}"
+        )
     delay_ms = _duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
     subscription = _get(options, "subscription")
     if subscription is not None:
