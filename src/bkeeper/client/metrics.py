@@ -6,13 +6,21 @@ upper bound for the others), batch reads once per BATCH_READ answer. Exposition:
 :meth:`ClientMetrics.text` (``BookKeeper.metrics_text()``), or a small HTTP server of
 prometheus-client's on a port of the caller's choosing (``BookKeeper.start_metrics_server``),
 each over the client's own ``CollectorRegistry``.
+
+prometheus-client is imported only when a client counts (metrics are off by default): every
+process that imports the client (each Python worker Spark starts for a query) would pay its
+import, 40-100 ms of CPU, for nothing.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bkeeper.common.clock import Clock
 from bkeeper.common.metrics import Counter, Histogram, MetricSet
-from bkeeper.common.metrics_export import MetricsHttpServer, exposition_text, new_registry
+
+if TYPE_CHECKING:
+    from bkeeper.common.metrics_export import MetricsHttpServer
 
 __all__ = ["CLIENT_OPS", "ClientMetrics"]
 
@@ -60,6 +68,8 @@ class ClientMetrics:
             "bkeeper_client_writers_degraded_healed_total",
             "Times a degraded writer replaced its bookies down (degraded writes ended).",
         )
+        from bkeeper.common.metrics_export import new_registry
+
         self.registry = new_registry(lambda: [self.metric_set])
         self._server: MetricsHttpServer | None = None
 
@@ -70,12 +80,16 @@ class ClientMetrics:
 
     def text(self) -> bytes:
         """Everything, in Prometheus text format 0.0.4."""
+        from bkeeper.common.metrics_export import exposition_text
+
         return exposition_text(self.registry)
 
     def start_server(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve ``/metrics`` on ``host:port`` (0: any free port) from a thread of
         prometheus-client's; the port it listens on."""
         if self._server is None:
+            from bkeeper.common.metrics_export import MetricsHttpServer
+
             self._server = MetricsHttpServer(self.registry, host, port)
         return self._server.port
 
