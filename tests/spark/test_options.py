@@ -101,7 +101,7 @@ def test_trigger_size_options():
     ("options", "message"),
     [
         ({"maxentriespersplitt": "5"}, "unknown option maxEntriesPerSplitt: did you mean maxEntriesPerSplit?"),
-        ({"maxOffsetsPerTrigger": "5"}, "unknown option maxOffsetsPerTrigger (Kafka's name): bkeeper's is maxEntriesPerTrigger"),
+        ({"maxOffsetsPerTrigger": "5"}, "unknown option maxOffsetsPerTrigger (Kafka's name): bkeeper's is maxRecordsPerTrigger"),
         ({"subscribe": "a"}, "unknown option subscribe (Kafka's name): bkeeper's is log"),
         ({"rollbytes": "5"}, "option rollBytes is for writes, not reads"),
         ({"colour": "blue"}, "unknown option colour; the options are listed in docs/spark.md"),
