@@ -62,6 +62,7 @@ def integration_required(config: pytest.Config) -> bool:
 #: (pytest-xdist, ``--dist loadfile``), and a long file taken last would leave one process
 #: working alone at the end.
 SLOW_FILES_FIRST = (
+    "spark/test_standalone.py",
     "e2e/test_verify.py",
     "security/test_sandbox_env_paste.py",
     "security/test_client_errors_process.py",
