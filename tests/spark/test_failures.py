@@ -44,6 +44,7 @@ def assert_plain(text: str, pattern: str) -> None:
     regular expression, matched from the start of the message), with no Python traceback
     before the JVM's stack trace."""
     message = first_message(text)
+    print("FIRST LINE:", message)  # docs/spark.md, "When something fails", copies these
     assert re.search(r"bkeeper\.common\.errors\.\w+: " + pattern, message), text[:3000]
     before_jvm = text.split("JVM stacktrace:", maxsplit=1)[0]
     assert "Traceback (most recent call last)" not in before_jvm, text
@@ -117,7 +118,7 @@ def test_log_deleted_under_a_stream(spark, spark_cluster, tmp_path):
         query.stop()
     failed = query.exception()
     assert failed is not None
-    for text in (str(caught.value), failed.getMessage()):
+    for text in (str(caught.value), str(failed)):  # str(failed): the query's message
         assert_plain(text, "no log named 'deleted-streamed'")
 
 
@@ -223,6 +224,63 @@ def test_bookies_down_in_a_write_task(spark, spark_cluster):
             spark_cluster.start(index)
 
 
+def test_bookies_down_on_the_driver(spark, spark_cluster):
+    """Every bookie stopped under a log whose last ledger is open: planning asks its
+    bookies how far it goes."""
+    uri = spark_cluster.uri
+    append(uri, "planned-down", [b"o%04d" % i for i in range(10)], close=False)
+    try:
+        for index in range(3):
+            spark_cluster.stop(index)
+        with pytest.raises(Exception) as caught:
+            source(spark, uri, log="planned-down").collect()
+    finally:
+        for index in range(3):
+            spark_cluster.start(index)
+    assert_plain(
+        str(caught.value),
+        r"log 'planned-down': planning the read: ledger \d+: .*; are the ledger's bookies "
+        r"running, and reachable from this host\? `bkeeper shell listbookies`",
+    )
+
+
+def test_bookies_down_under_a_stream(spark, spark_cluster, tmp_path):
+    """Every bookie stopped after a stream's first batch: the next batch's read task fails
+    (planning needs no bookie: the log's ledgers are closed)."""
+    uri = spark_cluster.uri
+    append(uri, "streamed-down", [b"d%04d" % i for i in range(300)], roll_bytes=1500)
+    query = (
+        spark.readStream.format("bkeeper")
+        .option("metadata", uri)
+        .option("log", "streamed-down")
+        .option("startingPosition", "earliest")
+        .option("maxEntriesPerTrigger", "100")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="3 seconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not query.recentProgress or query.lastProgress["numInputRows"] == 0:
+            assert time.monotonic() < deadline, "the stream read nothing"
+            time.sleep(0.05)
+        for index in range(3):
+            spark_cluster.stop(index)
+        with pytest.raises(Exception) as caught:
+            query.awaitTermination(60)
+    finally:
+        query.stop()
+        for index in range(3):
+            spark_cluster.start(index)
+    failed = query.exception()
+    assert failed is not None
+    pattern = r"log 'streamed-down': cannot read ledger \d+ \(entries 0\.\.99\) from its bookies"
+    for text in (str(caught.value), str(failed)):
+        assert_plain(text, pattern)
+
+
 def test_bookies_down_in_a_read_task(spark, spark_cluster):
     """Last: every bookie stopped between planning and reading."""
     rdd = planned(spark, spark_cluster.uri, "read-down")
@@ -238,7 +296,8 @@ def test_bookies_down_in_a_read_task(spark, spark_cluster):
     assert_plain(
         str(caught.value),
         r"log 'read-down': cannot read ledger \d+ \(entries 0\.\.99\) from its bookies "
-        r"[0-9.:, ]+: cannot connect to bookie 127\.0\.0\.1:\d+: .*; is that bookie running, "
-        r"and reachable from this host\? `bkeeper shell listbookies` lists the live ones",
+        r"[0-9.:, ]+: cannot connect to bookie 127\.0\.0\.1:\d+: .*; are the ledger's bookies "
+        r"running, and reachable from this host\? `bkeeper shell listbookies` lists the live "
+        r"ones",
     )
     assert any(b in first_message(str(caught.value)) for b in bookies)

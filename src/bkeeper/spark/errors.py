@@ -74,12 +74,14 @@ def plainly(method: Callable[P, T]) -> Callable[P, T]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return method(*args, **kwargs)
-        except BKeeperError:
+        except BKeeperError as exc:
             # PySpark's worker reads this switch from its environment and from nowhere else
             # (pyspark.util.handle_worker_exception), at the moment it reports the error; the
             # one Spark setting that sets it hides every error's traceback, bugs' too.
             os.environ[HIDE_TRACEBACK_ENV] = "1"
-            raise
+            if next_step(exc) is None or getattr(exc, _EXPLAINED, False):
+                raise
+            raise explained(exc, _doing(method.__name__, args)) from exc
 
     return wrapper
 
@@ -99,6 +101,33 @@ def plainly_each(method: Callable[P, Iterator[T]]) -> Callable[P, Iterator[T]]:
     return wrapper
 
 
+#: Marks an error :func:`explained` made (it is not explained twice).
+_EXPLAINED = "_bkeeper_explained"
+
+
+def _doing(name: str, args: tuple[Any, ...]) -> str:
+    """What a data source method ``name`` was doing, for :func:`explained`: its logs, when
+    its object's options name them."""
+    options = getattr(args[0], "options", None) if args else None
+    logs = getattr(options, "logs", None) or [getattr(options, "log", None)]
+    named = ", ".join(repr(log) for log in logs if isinstance(log, str))
+    doing = _DOING.get(name, name)
+    return f"log {named}: {doing}" if named else doing
+
+
+#: What each data source method does, in a user's words.
+_DOING = {
+    "schema": "checking the options",
+    "reader": "checking the options",
+    "partitions": "planning the read",
+    "initialOffset": "finding where the stream starts",
+    "latestOffset": "finding the stream's next records",
+    "commit": "committing",
+    "writer": "checking the sink's options",
+    "streamWriter": "checking the sink's options",
+}
+
+
 #: The next step for errors of the client that name no query (first match wins).
 _NEXT_STEPS: tuple[tuple[type[BKeeperError], str], ...] = (
     (
@@ -109,8 +138,8 @@ _NEXT_STEPS: tuple[tuple[type[BKeeperError], str], ...] = (
     (UnauthorizedAccessError, "check the client's credentials and the ledger's password"),
     (
         BookieUnavailableError,
-        "is that bookie running, and reachable from this host? `bkeeper shell listbookies` "
-        "lists the live ones",
+        "are the ledger's bookies running, and reachable from this host? `bkeeper shell "
+        "listbookies` lists the live ones",
     ),
     (
         NotEnoughBookiesError,
@@ -152,6 +181,7 @@ def explained(error: BKeeperError, doing: str) -> BKeeperError:
     except TypeError:  # a class whose constructor wants more than a message
         made = BKeeperError(message)
     made.retriable = error.retriable
+    setattr(made, _EXPLAINED, True)
     return made
 
 
