@@ -92,7 +92,8 @@ def test_zookeeper_down_on_the_driver(spark):
 
 
 def test_log_deleted_under_a_stream(spark, spark_cluster, tmp_path):
-    """Deleted while a stream reads it: the stream's next planning fails (on the driver)."""
+    """Deleted while a stream reads it: the stream's next planning fails (on the driver),
+    saying deleted (the planner finds no log of that name)."""
     uri = spark_cluster.uri
     append(uri, "deleted-streamed", [b"s%04d" % i for i in range(300)], roll_bytes=1500)
     query = (
@@ -119,7 +120,11 @@ def test_log_deleted_under_a_stream(spark, spark_cluster, tmp_path):
     failed = query.exception()
     assert failed is not None
     for text in (str(caught.value), str(failed)):  # str(failed): the query's message
-        assert_plain(text, "no log named 'deleted-streamed'")
+        assert_plain(
+            text,
+            "log 'deleted-streamed' was deleted while this stream read it \\(its offsets name "
+            "it\\): its records are gone; stop the query",
+        )
 
 
 # -- executor tasks -----------------------------------------------------------------------

@@ -44,6 +44,8 @@ from bkeeper.common.errors import (
     CallTimeoutError,
     ConfigError,
     ConnectionLossError,
+    LogDeletedError,
+    LogNotFoundError,
     NotEnoughBookiesError,
     SessionExpiredError,
     UnauthorizedAccessError,
@@ -79,6 +81,9 @@ def plainly(method: Callable[P, T]) -> Callable[P, T]:
             # (pyspark.util.handle_worker_exception), at the moment it reports the error; the
             # one Spark setting that sets it hides every error's traceback, bugs' too.
             os.environ[HIDE_TRACEBACK_ENV] = "1"
+            deleted = _deleted_under_stream(exc, method.__name__, args)
+            if deleted is not None:
+                raise deleted from exc
             if next_step(exc) is None or getattr(exc, _EXPLAINED, False):
                 raise
             raise explained(exc, _doing(method.__name__, args)) from exc
@@ -99,6 +104,29 @@ def plainly_each(method: Callable[P, Iterator[T]]) -> Callable[P, Iterator[T]]:
             raise
 
     return wrapper
+
+
+#: A stream's methods that take an offset (``start``, or ``end`` for ``commit``) first.
+_OFFSET_METHODS = frozenset({"latestOffset", "partitions", "commit"})
+
+
+def _deleted_under_stream(
+    error: BKeeperError, name: str, args: tuple[Any, ...]
+) -> LogDeletedError | None:
+    """A log a stream's offset names that is not found any more was deleted since: say so
+    (the planner only sees that no log has that name)."""
+    if name not in _OFFSET_METHODS or len(args) < 2 or not isinstance(args[1], dict):
+        return None
+    if not isinstance(error, LogNotFoundError) or isinstance(error, LogDeletedError):
+        return None
+    gone = [log for log in args[1] if isinstance(log, str) and repr(log) in str(error)]
+    if not gone:
+        return None
+    return LogDeletedError(
+        f"log {gone[0]!r} was deleted while this stream read it (its offsets name it): its "
+        "records are gone; stop the query, and start a new one (a new checkpoint) once the "
+        "log is created again"
+    )
 
 
 #: Marks an error :func:`explained` made (it is not explained twice).
