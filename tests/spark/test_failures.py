@@ -128,6 +128,41 @@ def test_log_deleted_under_a_stream(spark, spark_cluster, tmp_path):
 
 
 # -- executor tasks -----------------------------------------------------------------------
+def test_zookeeper_down_in_a_read_task(spark, zookeeper_home, tmp_path):
+    """A ZooKeeper of this test's own, stopped between planning and reading: the task's
+    client cannot start."""
+    from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
+    from tests.client.conftest import RealCluster
+    from tests.spark.conftest import _format
+
+    config = ZooKeeperConfig(
+        data_dir=tmp_path / "zk", port=0, tick_time_ms=500, zookeeper_home=zookeeper_home
+    )
+    server = ZooKeeperServer(config)
+    server.start()
+    cluster: RealCluster | None = None
+    try:
+        uri = server.uri("/alone/ledgers")
+        run(lambda: _format(uri))
+        (tmp_path / "bookies").mkdir()
+        cluster = RealCluster(uri, tmp_path / "bookies", [0, 0, 0])
+        for index in range(3):
+            cluster.start(index)
+        rdd = planned(spark, uri, "zk-down")
+        server.stop()
+        with pytest.raises(Exception) as caught:
+            rdd.collect()
+    finally:
+        if cluster is not None:
+            cluster.stop_all()
+        server.stop()
+    assert_plain(
+        str(caught.value),
+        re.escape(f"cannot reach the metadata service {uri}: ")
+        + r".*; is ZooKeeper running, and reachable from this host",
+    )
+
+
 def test_log_deleted_after_planning_in_a_read_task(spark, spark_cluster):
     rdd = planned(spark, spark_cluster.uri, "deleted-planned")
     delete_log(spark_cluster.uri, "deleted-planned")
