@@ -39,7 +39,6 @@ from typing import Any, ParamSpec, TypeVar
 from bkeeper.common.errors import (
     AuthenticationError,
     BKeeperError,
-    BookieError,
     BookieUnavailableError,
     CallTimeoutError,
     ConfigError,
@@ -48,7 +47,6 @@ from bkeeper.common.errors import (
     LogNotFoundError,
     NotEnoughBookiesError,
     SessionExpiredError,
-    UnauthorizedAccessError,
 )
 
 __all__ = [
@@ -163,7 +161,6 @@ _NEXT_STEPS: tuple[tuple[type[BKeeperError], str], ...] = (
         "check the client's credentials (the token options) against the bookies' "
         "authentication settings",
     ),
-    (UnauthorizedAccessError, "check the client's credentials and the ledger's password"),
     (
         BookieUnavailableError,
         "are the ledger's bookies running, and reachable from this host? `bkeeper shell "
@@ -174,7 +171,6 @@ _NEXT_STEPS: tuple[tuple[type[BKeeperError], str], ...] = (
         "start more bookies or lower the ensemble size; `bkeeper shell listbookies` lists "
         "the live ones",
     ),
-    (BookieError, "see that bookie's log; `bkeeper shell listbookies` lists the live ones"),
     (
         CallTimeoutError,
         "are the bookies and ZooKeeper running, and reachable from this host? "
