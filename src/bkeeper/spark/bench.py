@@ -364,12 +364,15 @@ def bench_spark_cold_start(
     rounds: int = 1,
     warm_runs: int = 2,
     kinds: tuple[str, ...] = COLD_KINDS,
+    floor_rows: int | None = None,
     progress: Any = None,
 ) -> list[ColdStartRun]:
     """Run each of ``kinds`` (:data:`COLD_KINDS`) ``rounds`` times, side by side (one kind
     after the other in each round), each in a new Python process and so a new JVM (a
     ``restart`` after its ``stream``). ``log_name`` is the (filled) log the batch reads read;
-    the streams copy logs of their own. ``progress`` is called with each run done."""
+    the streams copy logs of their own. ``floor_rows``: rows the floor's batch read yields
+    (as many as the log holds; default a handful). ``progress`` is called with each run
+    done."""
     import uuid
 
     runs = []
@@ -387,6 +390,7 @@ def bench_spark_cold_start(
                 "log": log_name,
                 "master": master,
                 "warm_runs": warm_runs,
+                "floor_rows": floor_rows,
                 "src": src,
                 "dst": dst,
                 "checkpoint": floor_checkpoint if kind.startswith("floor") else checkpoint,
@@ -478,6 +482,8 @@ def _cold_child(args: dict[str, Any]) -> dict[str, Any]:
     try:
         if kind.endswith("batch"):
             reader = spark.read.format(FLOOR if floor else "bkeeper")
+            if floor and args.get("floor_rows"):
+                reader = reader.option("rows", args["floor_rows"])
             if not floor:
                 reader = reader.option("metadata", args["uri"]).option("log", args["log"])
             frame = reader.load()

@@ -30,6 +30,8 @@ __all__ = ["FLOOR_NAME", "FloorSource"]
 FLOOR_NAME = "bkeeper-floor"
 #: Partitions of a batch read, and rows each partition yields (as ``--cold-start`` reads).
 BATCH_PARTITIONS, BATCH_ROWS = 4, 25
+#: Rows of each Arrow batch when the option ``rows`` is given.
+ARROW_BATCH_ROWS = 10_000
 #: Rows each micro-batch yields.
 STREAM_ROWS = 20
 
@@ -45,7 +47,8 @@ class FloorSource(DataSource):
         return "t double, payload binary"
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _Rows()
+        rows = self.options.get("rows")
+        return _Rows(int(rows) if rows is not None else None)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
         return _Ticks()
@@ -55,13 +58,31 @@ class FloorSource(DataSource):
 
 
 class _Rows(DataSourceReader):
+    """``BATCH_ROWS`` rows a partition, or with the option ``rows`` that many in all, in
+    ready Arrow batches of up to ``ARROW_BATCH_ROWS`` (as many rows as a log holds: the JVM's
+    cost of a first read of them, its JIT warming up, is Spark's)."""
+
+    def __init__(self, rows: int | None) -> None:
+        self.rows = rows
+
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(i) for i in range(BATCH_PARTITIONS)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[float, bytes]]:
-        now = time.time()
-        for _ in range(BATCH_ROWS):
-            yield (now, b"x" * 100)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if self.rows is None:
+            now = time.time()
+            for _ in range(BATCH_ROWS):
+                yield (now, b"x" * 100)
+            return
+        import pyarrow as pa
+
+        mine = self.rows // BATCH_PARTITIONS + (partition.value < self.rows % BATCH_PARTITIONS)
+        for first in range(0, mine, ARROW_BATCH_ROWS):
+            n = min(ARROW_BATCH_ROWS, mine - first)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([time.time()] * n), pa.array([b"x" * 100] * n, pa.binary())],
+                names=["t", "payload"],
+            )
 
 
 class _Ticks(DataSourceStreamReader):

@@ -64,8 +64,8 @@ _BATCH_RECORDS = click.option(
     is_flag=True,
     help="Instead: each query in a new JVM (a new process): a batch read of the log cold, "
     "then warm; a stream's first batch after start and after a restart from its "
-    "checkpoint; the same on a Python source that does nothing (Spark's floor). --runs "
-    "rounds, side by side.",
+    "checkpoint; the same on a Python source that does nothing (Spark's floor; its batch "
+    "read yields --records ready rows). --runs rounds, side by side.",
 )
 @click.option(
     "--rate",
@@ -126,7 +126,7 @@ def spark_bench(
         if cold_start:
             if results:
                 print_results(results, "rows")
-            _cold_start(uri, log_name, master, runs)
+            _cold_start(uri, log_name, master, runs, records)
             return
         runs_done = bench_spark_read(
             uri,
@@ -148,7 +148,7 @@ def spark_bench(
         print_results(results, "rows")
 
 
-def _cold_start(uri: str, log_name: str, master: str, rounds: int) -> None:
+def _cold_start(uri: str, log_name: str, master: str, rounds: int, records: int) -> None:
     import tempfile
 
     from bkeeper.spark.bench import COLD_KINDS, ColdStartRun, bench_spark_cold_start
@@ -160,9 +160,9 @@ def _cold_start(uri: str, log_name: str, master: str, rounds: int) -> None:
         def done(run: ColdStartRun) -> None:
             bar.update(task, advance=1, refresh=True)
 
-        runs = bench_spark_cold_start(
-            uri, log_name, master=master, scratch=scratch, rounds=rounds, progress=done
-        )
+        runs = bench_spark_cold_start(uri, log_name, master=master, scratch=scratch,
+                                      rounds=rounds, floor_rows=records,
+                                      progress=done)  # fmt: skip
     print_cold_start(runs, f"cold start, {master}, log {log_name}")
 
 
