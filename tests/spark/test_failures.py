@@ -206,7 +206,7 @@ def test_wrong_python_on_executors(spark_cluster, tmp_path):
     """Spark's Python workers run an interpreter without pyarrow and bkeeper (local mode
     with ``PYSPARK_PYTHON``=/usr/bin/python3, in a driver process of its own): no code of
     bkeeper runs in them, so Spark's own report is a traceback ending in ``No module named``;
-    :func:`check_workers_python` on the driver says it first, and what to do."""
+    :func:`check_workers_python`, called by ``register``, says it first, and what to do."""
     system = "/usr/bin/python3"
     if python_lacks(system) is None:
         pytest.skip(f"{system} has pyarrow and bkeeper")
@@ -214,11 +214,12 @@ def test_wrong_python_on_executors(spark_cluster, tmp_path):
     job = tmp_path / "job.py"
     job.write_text(
         textwrap.dedent(f"""
-        from bkeeper.spark.errors import check_workers_python
+        from bkeeper.spark import register
         from bkeeper.spark.session import local_session
-        spark = local_session("local[1]", "wrong-python", scratch_dir={str(tmp_path)!r})
+        spark = local_session("local[1]", "wrong-python", scratch_dir={str(tmp_path)!r},
+                              register_source=False)
         try:
-            check_workers_python(spark)
+            register(spark)  # registers, then refuses: the workers' Python lacks bkeeper
         except Exception as error:
             print("CHECK:", str(error).splitlines()[0])
         try:

@@ -116,9 +116,11 @@ def _workers_run_this_python() -> None:
     """Make Spark's Python workers run this interpreter (unless the caller chose another).
 
     The one place bkeeper's library writes the environment, because it is the only channel
-    there is: the JVM picks the interpreter of data source workers from *its* environment
-    (``PYSPARK_DRIVER_PYTHON``, then ``PYSPARK_PYTHON``; no Spark setting reaches it, and
-    ``spark.pyspark.python`` is read only by ``spark-submit`` of a Python file), PySpark
+    there is: the JVM picks the interpreter of the workers of a data source found by its
+    short name from *its* environment (``PYSPARK_DRIVER_PYTHON``, then ``PYSPARK_PYTHON``:
+    ``PythonUtils.defaultPythonExec``), one registered from Python (``register``) runs
+    ``SparkContext.pythonExec`` (``PYSPARK_PYTHON``); no Spark setting reaches either, and
+    ``spark.pyspark.python`` is read only by ``spark-submit`` of a Python file; PySpark
     starts the JVM with a copy of ``os.environ`` and takes no other environment for it, and
     PySpark's own workers for UDFs use ``PYSPARK_PYTHON`` read from ``os.environ``.
     """

@@ -48,7 +48,7 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, Position
 from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
 from bkeeper.spark.checks import check_logs
-from bkeeper.spark.errors import plainly, plainly_each
+from bkeeper.spark.errors import check_workers_python, plainly, plainly_each
 from bkeeper.spark.options import (
     SourceOptions,
     offset_from_positions,
@@ -79,8 +79,11 @@ log = logging.getLogger(__name__)
 
 
 def register(spark: Any) -> None:
-    """Register the data source with a SparkSession (``format("bkeeper")``)."""
+    """Register the data source with a SparkSession (``format("bkeeper")``), refusing a
+    local session whose Python workers cannot run it (:func:`check_workers_python`: a
+    source registered from Python runs in ``SparkContext.pythonExec``, ``PYSPARK_PYTHON``)."""
     spark.dataSource.register(BKeeperDataSource)
+    check_workers_python(spark)
 
 
 @dataclass
