@@ -66,6 +66,14 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def _hide_traceback() -> None:
+    """Have this PySpark worker report the error being raised without its traceback."""
+    # PySpark's worker reads this switch from its environment and from nowhere else
+    # (pyspark.util.handle_worker_exception), at the moment it reports the error; the one
+    # Spark setting that sets it hides every error's traceback, bugs' too.
+    os.environ[HIDE_TRACEBACK_ENV] = "1"
+
+
 def plainly(method: Callable[P, T]) -> Callable[P, T]:
     """Wrap a planner-side data source method so bkeeper's errors reach the user as their
     one-line message (see the module docstring)."""
@@ -75,10 +83,7 @@ def plainly(method: Callable[P, T]) -> Callable[P, T]:
         try:
             return method(*args, **kwargs)
         except BKeeperError as exc:
-            # PySpark's worker reads this switch from its environment and from nowhere else
-            # (pyspark.util.handle_worker_exception), at the moment it reports the error; the
-            # one Spark setting that sets it hides every error's traceback, bugs' too.
-            os.environ[HIDE_TRACEBACK_ENV] = "1"
+            _hide_traceback()
             deleted = _deleted_under_stream(exc, method.__name__, args)
             if deleted is not None:
                 raise deleted from exc
@@ -98,7 +103,7 @@ def plainly_each(method: Callable[P, Iterator[T]]) -> Callable[P, Iterator[T]]:
         try:
             yield from method(*args, **kwargs)
         except BKeeperError:
-            os.environ[HIDE_TRACEBACK_ENV] = "1"  # see plainly
+            _hide_traceback()
             raise
 
     return wrapper
@@ -258,17 +263,21 @@ def check_workers_python(spark: Any) -> None:
     interpreter that ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) names. A cluster's
     executors run on other hosts, where this process cannot look (docs/spark.md, "Running
     on a cluster", says what they need)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return  # Spark Connect: the workers are the server's, out of this process's sight
     master = str(spark.sparkContext.master)
     if not master.startswith("local"):
         return
+    # What a source registered from Python runs: the SparkContext's pythonExec, taken from
+    # PYSPARK_PYTHON when the context started (spark-submit sets that variable from
+    # spark.pyspark.python), else python3.
+    executable = str(spark.sparkContext.pythonExec)
     setting = "PYSPARK_PYTHON"
-    executable = os.environ.get("PYSPARK_PYTHON")
     configured = spark.conf.get("spark.pyspark.python", None)
-    if configured:
-        setting, executable = "spark.pyspark.python", str(configured)
-    if not executable:
-        setting, executable = "Spark's default, as neither PYSPARK_PYTHON nor ", "python3"
-        setting += "spark.pyspark.python is set"
+    if configured and str(configured) == executable:
+        setting = "spark.pyspark.python"
+    elif executable == "python3":
+        setting = "Spark's default, as neither PYSPARK_PYTHON nor spark.pyspark.python is set"
     lacks = python_lacks(executable)
     if lacks is None:
         return
