@@ -87,11 +87,20 @@ async def test_bit_flip_in_the_last_journal_group_of_a_killed_bookie(real_cluste
                 await handle.append(payload(handle.ledger_id, entry_id))
         # The laggard misses the rest: it is acknowledged by the limbo bookie and the third.
         cluster.signal(LAGGARD, signal.SIGSTOP)
+        # The burst must land in one journal group of the limbo bookie (the group the test
+        # damages): an idle journal writes what it finds queued at once, so 80 single adds
+        # arriving over more than the group wait (a loaded CI run) were split, and the last
+        # group held the closed ledger's last entry alone. So the limbo bookie is paused
+        # while each ledger's burst is sent (one append_many: one send per bookie); resumed,
+        # it reads both in one chunk and queues them as one batch, one group.
+        cluster.signal(LIMBO, signal.SIGSTOP)
         futures = [
-            await handle.append_async(payload(handle.ledger_id, entry_id))
-            for entry_id in range(FIRST, LAST)
+            await handle.append_many_async(
+                [payload(handle.ledger_id, entry_id) for entry_id in range(FIRST, LAST)]
+            )
             for handle in handles
         ]
+        cluster.signal(LIMBO, signal.SIGCONT)
         await asyncio.gather(*futures)
         await closed.close()
         cluster.signal(LIMBO, signal.SIGKILL)
