@@ -19,21 +19,17 @@ two (the old and the new one of a rotation; docs/security.md).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from bkeeper.client.config import set_process_security
-from bkeeper.common.auth import (
-    TOKEN_PLUGIN,
-    TOKEN_SECRET_REFRESH_MS_DEFAULT,
-    ServerAuthConfig,
-    read_token_file,
-    read_token_secret_file,
-)
 from bkeeper.common.errors import ConfigError
-from bkeeper.common.tls import TlsClientConfig, TlsServerConfig
+
+if TYPE_CHECKING:  # imported where used: every command parses these options, few use them
+    from bkeeper.common.auth import ServerAuthConfig
+    from bkeeper.common.tls import TlsServerConfig
 
 __all__ = [
     "apply_client_security",
@@ -47,6 +43,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def bookie_security_options(command: F) -> F:
     """The bookie's TLS and auth options."""
+    from bkeeper.common.auth import TOKEN_SECRET_REFRESH_MS_DEFAULT
+
     options = [
         click.option("--tls-cert", default="", help="TLS: the bookie's PEM certificate chain."),
         click.option("--tls-key", default="", help="TLS: the bookie's PEM private key."),
@@ -92,6 +90,9 @@ def build_bookie_security(
     kwargs: dict[str, Any],
 ) -> tuple[TlsServerConfig | None, ServerAuthConfig | None]:
     """Pop the bookie's security options from a command's ``kwargs`` and build them."""
+    from bkeeper.common.auth import TOKEN_PLUGIN, ServerAuthConfig, read_token_secret_file
+    from bkeeper.common.tls import TlsServerConfig
+
     cert, key, ca = kwargs.pop("tls_cert"), kwargs.pop("tls_key"), kwargs.pop("tls_ca")
     client_auth, required = kwargs.pop("tls_client_auth"), kwargs.pop("tls_required")
     secret_file = kwargs.pop("auth_token_secret_file")
@@ -160,7 +161,17 @@ def client_security_options(command: F) -> F:
 def apply_client_security(
     ca: str, cert: str, key: str, no_hostname_check: bool, token_file: str
 ) -> None:
-    """Make the group's client options the process's client defaults."""
+    """Make the group's client options the process's client defaults.
+
+    Without any, and with no client loaded yet, there is nothing to do: the defaults are
+    none already, and the client is not imported for a command that may not use it.
+    """
+    if not (ca or cert or key or token_file) and "bkeeper.client.config" not in sys.modules:
+        return
+    from bkeeper.client.config import set_process_security
+    from bkeeper.common.auth import read_token_file
+    from bkeeper.common.tls import TlsClientConfig
+
     tls = None
     if ca or cert or key:
         tls = TlsClientConfig(ca, cert, key, verify_hostname=not no_hostname_check)

@@ -3,6 +3,11 @@
 This package is the only place that reads argv, config files and the environment. Commands
 are thin: parse, call the library, print. Errors print as one readable line (exit 1);
 ``--verbose`` adds the traceback.
+
+Start-up is kept short (docs/benchmarks.md, "CLI start-up"): :data:`COMMANDS` names each
+sub-command, its ``module:attribute`` and the short help of the listing, and a command's
+module is imported only when that command runs (:mod:`bkeeper.cli._lazy`), so
+``bkeeper --help`` loads click and this module, not the client, the server, rich or aiohttp.
 """
 
 from __future__ import annotations
@@ -15,13 +20,83 @@ from typing import Any
 import click
 
 from bkeeper import __version__
+from bkeeper.cli._lazy import LazyCommand, LazyGroup
 from bkeeper.cli._security import apply_client_security, client_security_options
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "cli", "main"]
+
+#: The sub-commands of ``bkeeper``: name, ``module:attribute``, the listing's short help
+#: (the command's first help sentence; tests/cli/test_startup.py checks they agree).
+COMMANDS = (
+    LazyCommand(
+        "autorecovery",
+        "bkeeper.cli.autorecovery:autorecovery",
+        "Run auto-recovery (auditor candidate and replication worker) until SIGTERM.",
+    ),
+    LazyCommand("bench", "bkeeper.cli.bench:bench", "Benchmarks."),
+    LazyCommand("bookie", "bkeeper.cli.bookie:bookie", "Run one bookie."),
+    LazyCommand(
+        "dashboard",
+        "bkeeper.cli.dashboard:dashboard",
+        "Serve a web page showing the cluster: bookies, throughput, ledgers, recovery.",
+    ),
+    LazyCommand(
+        "dice",
+        "bkeeper.cli.dice:dice",
+        "Roll a die once per period as the elected leader, or follow the leader's rolls.",
+    ),
+    LazyCommand(
+        "kv",
+        "bkeeper.cli.kv:kv",
+        "A replicated key-value store on named logs (leader election, linearizable reads).",
+    ),
+    LazyCommand(
+        "log",
+        "bkeeper.cli.log:log",
+        "Named logs: ordered lists of ledgers with one writer at a time.",
+        extra_commands="bkeeper.cli.log_subscriptions:COMMANDS",
+    ),
+    LazyCommand("meta", "bkeeper.cli.meta:meta", "Cluster metadata: format it, inspect it."),
+    LazyCommand(
+        "sandbox",
+        "bkeeper.cli.sandbox:sandbox",
+        "Start a local cluster: ZooKeeper plus bookies, data kept under --data-dir.",
+    ),
+    LazyCommand(
+        "security",
+        "bkeeper.cli.security:security",
+        "Secrets and tokens of token authentication (docs/security.md).",
+    ),
+    LazyCommand("shell", "bkeeper.cli.shell:shell", "Cluster administration."),
+    LazyCommand(
+        "verify",
+        "bkeeper.cli.verify:verify",
+        "Run WORKLOAD against a fresh local cluster (ZooKeeper + bookies, each a process), or "
+        "the cluster at --metadata, while faults are injected on a schedule derived from the "
+        "seed; check the recorded history; print a summary table.",
+    ),
+    LazyCommand(
+        "verify-client",
+        "bkeeper.cli.verify:verify_client",
+        "(Internal) a client process of ``bkeeper verify``: ledger writers reporting each "
+        "operation as a JSON line on standard output until standard input closes.",
+        hidden=True,
+    ),
+    LazyCommand(
+        "zookeeper",
+        "bkeeper.cli.zookeeper:zookeeper",
+        "Run a standalone ZooKeeper bound to 127.0.0.1 (needs java; jars from pyspark or a "
+        "system ZooKeeper).",
+    ),
+)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug logging.")
 @click.version_option(__version__, prog_name="bkeeper")
 @client_security_options
@@ -57,45 +132,8 @@ def cli(
         logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def _register_commands() -> None:
-    from bkeeper.cli import (
-        autorecovery,
-        bench,
-        bookie,
-        dashboard,
-        dice,
-        kv,
-        log,
-        log_subscriptions,
-        meta,
-        sandbox,
-        security,
-        shell,
-        verify,
-        zookeeper,
-    )
-
-    cli.add_command(autorecovery.autorecovery)
-    cli.add_command(bench.bench)
-    cli.add_command(bookie.bookie)
-    cli.add_command(dashboard.dashboard)
-    cli.add_command(dice.dice)
-    cli.add_command(kv.kv)
-    for command in log_subscriptions.COMMANDS:
-        log.log.add_command(command)
-    cli.add_command(log.log)
-    cli.add_command(meta.meta)
-    cli.add_command(sandbox.sandbox)
-    cli.add_command(security.security)
-    cli.add_command(shell.shell)
-    cli.add_command(verify.verify)
-    cli.add_command(verify.verify_client)
-    cli.add_command(zookeeper.zookeeper)
-
-
 def main(argv: list[str] | None = None) -> Any:
     """Entry point of the console script; turns every failure into one line on stderr."""
-    _register_commands()
     verbose = "-v" in (argv or sys.argv) or "--verbose" in (argv or sys.argv)
     try:
         return cli.main(args=argv, prog_name="bkeeper", standalone_mode=False)

@@ -1,44 +1,228 @@
-"""``bkeeper shell ...``: admin commands in the manner of BookKeeper's ``bookkeeper shell``."""
+"""``bkeeper shell ...``: admin commands in the manner of BookKeeper's ``bookkeeper shell``.
+
+The commands of the ``shell_*`` modules are rows of :data:`COMMANDS`, imported only when
+one runs (:mod:`bkeeper.cli._lazy`), so ``bkeeper shell --help`` loads neither the client nor
+rich; ``simpletest``, ``ledgermetadata`` and ``deleteledger`` live here.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
-from bkeeper.cli import (
-    shell_admin,
-    shell_cookie,
-    shell_disk,
-    shell_ledger,
-    shell_ops,
-    shell_recovery,
-    shell_sanity,
-)
+from bkeeper.cli._lazy import LazyCommand, LazyGroup
 from bkeeper.cli._options import confirm_deletion, metadata_option
-from bkeeper.cli.shell_ledger import metadata_json, printable
-from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["shell"]
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from bkeeper.client.bookkeeper import BookKeeper
+
+__all__ = ["COMMANDS", "shell"]
 
 _METADATA = metadata_option
 
 
+def _row(name: str, target: str, short_help: str) -> LazyCommand:
+    return LazyCommand(name, f"bkeeper.cli.{target}", short_help)
+
+
+#: A bookie's files, read from its data directory; its garbage collection, over its admin
+#: API; auto-recovery (recover, decommissionbookie, listunderreplicated, whoisauditor, ...);
+#: the cluster (listbookies, clusterinfo, initnewcluster, ...); ledgers (listledgers,
+#: readledger, ledger); cookies and bookieformat. Each row: name, module:attribute, the
+#: listing's short help (its command's first help sentence; tests/cli/test_startup.py).
+COMMANDS = (
+    _row(
+        "listfilesondisc",
+        "shell_disk:listfilesondisc",
+        "The bookie's journal files, entry logs, index generations and checkpoint, with their "
+        "dirs and sizes (all of them unless some kinds are asked for).",
+    ),
+    _row(
+        "lastmark",
+        "shell_disk:lastmark",
+        "The checkpoint: where replay of each journal starts (its dir, file id, offset), the "
+        "index generation and its committed length, the ledger dirs, and whether the whole "
+        "storage is in limbo.",
+    ),
+    _row(
+        "readjournal",
+        "shell_disk_logs:readjournal",
+        "The groups (sequence number, offset, records) of one journal file, given by FILE as "
+        "its path or its id (in whichever journal dir holds it; an id in several, as every "
+        "journal of a bookie starts a run at the same id, needs --journal-dir); with "
+        "--entries its records (kind, ledger, entry, length).",
+    ),
+    _row(
+        "readlog",
+        "shell_disk_logs:readlog",
+        "The records of one entry log (offset, ledger, entry, length; each shown has passed "
+        "its CRC check) and its ledgers map, LOG given as its path or its id (in whichever "
+        "ledger dir holds it).",
+    ),
+    _row(
+        "localconsistencycheck",
+        "shell_disk:localconsistencycheck",
+        "Check the index (as of the checkpoint) against the entry logs of every ledger dir: "
+        "every location must lead to a whole record with a good CRC that names its ledger "
+        "and entry.",
+    ),
+    _row(
+        "gc",
+        "shell_admin:gc",
+        "Run a garbage collection pass on a bookie now, wait for it and print its report.",
+    ),
+    _row(
+        "gcstatus",
+        "shell_admin:gcstatus",
+        "A bookie's garbage collector: running, suspended, totals, the last pass.",
+    ),
+    _row(
+        "suspendcompaction",
+        "shell_admin:suspendcompaction",
+        "Suspend a bookie's compaction (neither flag: both kinds); GC of deleted ledgers and "
+        "empty entry logs goes on.",
+    ),
+    _row(
+        "resumecompaction",
+        "shell_admin:resumecompaction",
+        "Resume a bookie's suspended compaction (neither flag: both kinds).",
+    ),
+    _row(
+        "recover",
+        "shell_recovery:recover",
+        "Re-replicate now every ledger's entries on the BOOKIEs (lost or leaving) to others.",
+    ),
+    _row(
+        "decommissionbookie",
+        "shell_recovery:decommissionbookie",
+        "Retire a stopped BOOKIE: trigger an audit, wait until no ledger needs it (the "
+        "auto-recovery workers copy its entries elsewhere), then delete its cookie.",
+    ),
+    _row(
+        "listunderreplicated",
+        "shell_recovery:listunderreplicated",
+        "The ledgers marked under-replicated: missing replicas, since when, which worker, and "
+        "why no worker repairs it (as the last attempt found, e.g. no candidate bookie).",
+    ),
+    _row("whoisauditor", "shell_recovery:whoisauditor", "The id of the elected auditor."),
+    _row(
+        "triggeraudit",
+        "shell_recovery:triggeraudit",
+        "Make the auditor audit now (lost bookies are marked at once, whatever the delay).",
+    ),
+    _row(
+        "lostbookierecoverydelay",
+        "shell_recovery:lostbookierecoverydelay",
+        "Show (or --set) how long the auditor waits after a bookie is lost before it marks "
+        "the bookie's ledgers; setting it also triggers an audit.",
+    ),
+    _row(
+        "autorecovery",
+        "shell_recovery:autorecovery_flag",
+        "Enable or disable re-replication cluster-wide (no flag: show which).",
+    ),
+    _row(
+        "queryautorecoverystatus",
+        "shell_recovery:queryautorecoverystatus",
+        "Which ledgers are being re-replicated now, and by whom; flag, auditor, delay.",
+    ),
+    _row(
+        "listbookies",
+        "shell_ops:listbookies",
+        "List the registered bookies: id, mode, address and admin HTTP address.",
+    ),
+    _row(
+        "bookieinfo",
+        "shell_ops:bookieinfo",
+        "Free and total disk space of every registered bookie (GET_BOOKIE_INFO); exit status "
+        "1 when a bookie does not answer.",
+    ),
+    _row(
+        "clusterinfo",
+        "shell_ops:clusterinfo",
+        "The cluster at a glance: bookies writable, read-only and unavailable (a cookie but no "
+        "registration), the auditor, re-replication on or off, under-replicated ledgers.",
+    ),
+    _row(
+        "whatisinstanceid",
+        "shell_ops:whatisinstanceid",
+        "Print the cluster's instance id (the INSTANCEID node, in every bookie's cookie).",
+    ),
+    _row(
+        "endpointinfo",
+        "shell_ops:endpointinfo",
+        "The endpoints (bookie protocol, admin HTTP) and properties a bookie registered.",
+    ),
+    _row(
+        "initnewcluster",
+        "shell_ops:initnewcluster",
+        "Create the metadata of a new cluster (LAYOUT, INSTANCEID, available/, cookies/, "
+        "under-replication); refused when the root holds a cluster already.",
+    ),
+    _row(
+        "nukeexistingcluster",
+        "shell_ops:nukeexistingcluster",
+        "Delete all the metadata of a cluster: every ledger, cookie and the layout.",
+    ),
+    _row(
+        "listledgers",
+        "shell_ledger:listledgers",
+        "A table of the ledger ids (with --meta: state, quorums, last entry, length).",
+    ),
+    _row(
+        "readledger",
+        "shell_ledger:readledger",
+        "Print entries of a ledger (entry id, then the payload as text or 0x-hex).",
+    ),
+    _row(
+        "ledger",
+        "shell_ledger:ledger_command",
+        "Dump LEDGER_ID as this bookie's index holds it (as of its last checkpoint): fenced, "
+        "limbo, master key, explicit LAC, and each entry's entry log and offset.",
+    ),
+    _row(
+        "cookie_get",
+        "shell_cookie:cookie_get",
+        "Print the cookie of BOOKIE stored in the metadata (<root>/cookies/BOOKIE).",
+    ),
+    _row(
+        "cookie_delete",
+        "shell_cookie:cookie_delete",
+        "Delete the cookie of BOOKIE from the metadata (refused while BOOKIE is registered).",
+    ),
+    _row(
+        "updatecookie",
+        "shell_cookie:updatecookie",
+        "The cookie of a stopped bookie: --list it (local and stored, and whether they "
+        "agree), give the bookie a new id (--bookie-id: start it with that --bookie-id then), "
+        "or --delete it.",
+    ),
+    _row(
+        "bookieformat",
+        "shell_cookie:bookieformat",
+        "Wipe a stopped bookie's data: its journals, entry logs, index, checkpoint and cookie "
+        "(refused while it is registered).",
+    ),
+    _row(
+        "bookiesanity",
+        "shell_sanity:bookiesanity",
+        "Check a bookie works: write ENTRIES entries to a new ledger on it alone (ensemble of "
+        "one), read them back, delete the ledger.",
+    ),
+)
+
+
 def _console() -> Console:
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal else Console(width=160)
 
@@ -49,33 +233,28 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
     run_event_loop(coro)
 
 
-@click.group()
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS)
 def shell() -> None:
     """Cluster administration."""
 
 
-# A bookie's files, read from its data directory; its garbage collection, over its admin API;
-# auto-recovery (recover, decommissionbookie, listunderreplicated, whoisauditor, ...);
-# the cluster (listbookies, clusterinfo, initnewcluster, ...); ledgers (listledgers,
-# readledger, ledger); cookies and bookieformat.
-for _command in (
-    *shell_disk.commands,
-    *shell_admin.commands,
-    *shell_recovery.commands,
-    *shell_ops.commands,
-    *shell_ledger.commands,
-    *shell_cookie.commands,
-    *shell_sanity.commands,
-):
-    shell.add_command(_command)
-
-
 # -- ledgers ---------------------------------------------------------------------------------
 def _client(metadata_uri: str) -> BookKeeper:
+    from bkeeper.client.bookkeeper import BookKeeper
+
     return BookKeeper(metadata_uri)
 
 
 def _progress() -> Progress:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -104,6 +283,8 @@ def simpletest(
     keep: bool,
 ) -> None:
     """Write ENTRIES entries to a new ledger, read them back and compare, then delete it."""
+    import asyncio
+
     if not ensemble >= write_quorum >= ack_quorum:
         raise click.BadParameter(
             f"need --ensemble >= --write-quorum >= --ack-quorum, got "
@@ -163,6 +344,9 @@ def simpletest(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def ledgermetadata(metadata_uri: str, ledger_id: int, as_json: bool) -> None:
     """Print one ledger's metadata: state, quorums, digest, end, segments and custom metadata."""
+    from rich.table import Table
+
+    from bkeeper.cli.shell_ledger import metadata_json, printable
 
     async def run() -> None:
         async with _client(metadata_uri) as bk:
