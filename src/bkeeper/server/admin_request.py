@@ -30,9 +30,23 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 
 
 def json_response(value: object, status: int = 200) -> web.Response:
-    """``value`` as a JSON body (indented, a newline at the end: people read it too)."""
-    body = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    """``value`` as a JSON body (indented, a newline at the end: people read it too), the
+    keys of every object in order: ids (ledger, entry) as numbers, 9 before 10, then names."""
+    body = json.dumps(_ordered(value), indent=2) + "\n"
     return web.Response(status=status, body=body.encode(), content_type="application/json")
+
+
+def _key_order(key: str) -> tuple[int, int, str]:
+    return (0, int(key), "") if key.isdecimal() else (1, 0, key)
+
+
+def _ordered(value: object) -> object:
+    """``value`` with the keys of its objects sorted by :func:`_key_order`."""
+    if isinstance(value, dict):
+        return {k: _ordered(value[k]) for k in sorted(value, key=lambda k: _key_order(str(k)))}
+    if isinstance(value, list | tuple):
+        return [_ordered(item) for item in value]
+    return value
 
 
 def error_response(status: int, message: str) -> web.Response:
