@@ -12,7 +12,6 @@ module is imported only when that command runs (:mod:`bkeeper.cli._lazy`), so
 
 from __future__ import annotations
 
-import logging
 import sys
 import traceback
 from typing import Any
@@ -21,6 +20,7 @@ import click
 
 from bkeeper import __version__
 from bkeeper.cli._lazy import LazyCommand, LazyGroup
+from bkeeper.cli._logging import configure_logging
 from bkeeper.cli._security import apply_client_security, client_security_options
 from bkeeper.common.errors import BKeeperError
 
@@ -120,16 +120,7 @@ def cli(
     )
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if not verbose:  # kazoo narrates every connection attempt; bkeeper.meta logs state changes
-        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-        # py4j (Spark's bridge, in the commands that run Spark) logs each connection it
-        # closes at INFO: four lines under a benchmark's table
-        logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_logging(verbose, ctx.invoked_subcommand)
 
 
 def main(argv: list[str] | None = None) -> Any:

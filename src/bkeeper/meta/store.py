@@ -72,10 +72,15 @@ class StoreConfig:
     ``ConnectionLossError`` (its outcome unknown, as ZooKeeper's connection loss): while no
     server answers, a ZooKeeper client queues requests until it reconnects, and a process
     shutting down with its ZooKeeper gone would wait for ever.
+
+    A connect waits up to ``connect_timeout_ms`` for a session, but gives up after
+    ``unreachable_timeout_ms`` once every host has refused the connection or failed to
+    resolve (retried meanwhile: a server being started comes up within it).
     """
 
     session_timeout_ms: int = 10_000
     connect_timeout_ms: int = 10_000
+    unreachable_timeout_ms: int = 2_000
     request_timeout_ms: int = 10_000
     reconnect_delay_ms_max: int = 1_000
     watch_events_max: int = 1024
@@ -87,6 +92,7 @@ class StoreConfig:
             self,
             "session_timeout_ms",
             "connect_timeout_ms",
+            "unreachable_timeout_ms",
             "request_timeout_ms",
             "reconnect_delay_ms_max",
             "watch_events_max",

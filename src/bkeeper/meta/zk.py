@@ -18,6 +18,12 @@ Invariants:
   gave up on it (``request_timeout_ms``) and went on as if it had failed.
 * kazoo opens a new session by itself after expiry (``LOST`` then ``CONNECTED``); the store
   reports ``EXPIRED`` then ``CONNECTED`` with the new session id.
+* Quiet: kazoo's per-attempt narration goes to DEBUG through
+  :class:`~bkeeper.meta.zk_reach.KazooNarration`; this module logs one line per change of the
+  session's state, at WARNING only for an expired session (its ephemerals and watches are
+  gone); a lost connection and its return are INFO. A connect that fails names each host and
+  why (:meth:`~bkeeper.meta.zk_reach.Reachability.explain`), and gives up after
+  ``unreachable_timeout_ms`` when every host refuses or does not resolve.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.security import make_digest_acl
 
@@ -59,6 +65,7 @@ from bkeeper.meta.store import (
     WatchKind,
     check_path,
 )
+from bkeeper.meta.zk_reach import KazooNarration, Reachability
 
 __all__ = ["ARM_ATTEMPTS_MAX", "EXPIRE_ATTEMPTS_MAX", "KAZOO_ERRORS", "ZkNodeStore"]
 
@@ -69,6 +76,9 @@ ARM_ATTEMPTS_MAX = 8
 
 #: How often ``expire_session`` tries to close the session from a second connection.
 EXPIRE_ATTEMPTS_MAX = 3
+
+#: How often a connect looks whether it has a session, or cause to give up.
+CONNECT_POLL_S = 0.05
 
 #: kazoo exception class -> bkeeper error class. Subclasses come before their bases.
 KAZOO_ERRORS: dict[type[BaseException], type[MetadataError]] = {
@@ -97,12 +107,33 @@ _EVENT_TYPES = {
 _WatchKey = tuple[WatchKind, str]
 
 
+#: kazoo exception class -> what it means, in words (kazoo's own messages are mostly empty).
+KAZOO_WORDS: dict[type[BaseException], str] = {
+    kz.NoNodeError: "no such node",
+    kz.NoAuthError: "not authorized",
+    kz.AuthFailedError: "authentication failed",
+    kz.NodeExistsError: "node exists",
+    kz.BadVersionError: "the node's version changed",
+    kz.NotEmptyError: "the node has children",
+    kz.ZookeeperStoppedError: "the client is stopped",
+    kz.ConnectionClosedError: "connection closed",
+    kz.SessionExpiredError: "session expired",
+    kz.ConnectionLoss: "connection lost before the answer",
+    kz.ConnectionDropped: "connection lost",
+    kz.OperationTimeoutError: "no answer in time",
+    KazooTimeoutError: "no answer in time",
+}
+
+
 def translate(exc: BaseException) -> MetadataError:
-    """The bkeeper error for a kazoo error (``MetadataError`` when it has no closer match)."""
+    """The bkeeper error for a kazoo error (``MetadataError`` when it has no closer match),
+    worded: ``session expired``, not kazoo's bare ``SessionExpiredError``."""
     for cls in type(exc).__mro__:
         target = KAZOO_ERRORS.get(cls)
         if target is not None:
-            return target(f"{type(exc).__name__}: {exc}".rstrip(": "))
+            words = KAZOO_WORDS.get(cls, type(exc).__name__)
+            detail = str(exc)
+            return target(f"{words}: {detail}" if detail else words)
     return MetadataError(f"ZooKeeper: {type(exc).__name__}: {exc}")
 
 
@@ -129,7 +160,9 @@ class ZkNodeStore:
         self._hosts = hosts
         self._config = config
         self._loop = asyncio.get_running_loop()
-        self._client = _new_client(hosts, config, digest)
+        self._reach = Reachability(hosts)
+        self._client = _new_client(hosts, config, digest, self._reach)
+        self._lost_at = 0.0
         self._state = SessionState.SUSPENDED
         self._session_id = 0
         self._closing = False
@@ -146,22 +179,34 @@ class ZkNodeStore:
         *,
         digest: tuple[str, str] | None = None,
     ) -> ZkNodeStore:
-        """Connect to ``hosts`` ("h1:p1,h2:p2"); ``ConnectionLossError`` on timeout.
+        """Connect to ``hosts`` ("h1:p1,h2:p2"). ``ConnectionLossError`` naming each host and
+        why it failed after ``connect_timeout_ms``, or sooner (``unreachable_timeout_ms``)
+        when every host refuses the connection or does not resolve.
         With ``digest`` (user, password) the session authenticates with that identity and
         every node created gets an ACL for it alone (``digest:user:hash``, all permissions)."""
         store = cls(hosts, config or StoreConfig(), digest)
         store._client.add_listener(store._on_state_threadsafe)
-        timeout_s = store._config.connect_timeout_ms / 1000
         try:
-            await asyncio.to_thread(store._client.start, timeout_s)
-        except (KazooTimeoutError, kz.KazooException) as exc:
+            await store._wait_session()
+        except BaseException:
             await asyncio.to_thread(_stop_client, store._client)
-            raise ConnectionLossError(
-                f"ZooKeeper at {hosts}: no session within {timeout_s:g} s"
-            ) from exc
+            raise
         store._session_id = store._client.client_id[0]
         store._state = SessionState.CONNECTED
         return store
+
+    async def _wait_session(self) -> None:
+        config, loop = self._config, self._loop
+        await asyncio.to_thread(self._client.start_async)
+        started = loop.time()
+        deadline = started + config.connect_timeout_ms / 1000
+        give_up = started + config.unreachable_timeout_ms / 1000
+        while not self._client.connected:
+            now = loop.time()
+            if now >= deadline or (now >= give_up and self._reach.hopeless()):
+                waited_s = round(now - started, 1)
+                raise ConnectionLossError(self._reach.explain(self._hosts, waited_s))
+            await asyncio.sleep(CONNECT_POLL_S)
 
     @property
     def hosts(self) -> str:
@@ -295,6 +340,8 @@ class ZkNodeStore:
                 )
             elif where:  # kazoo's errors name no node ("NoNodeError"): say which one
                 error = type(error)(f"{error} (at{where})")
+            if not isinstance(error, MetadataAuthError):
+                error = type(error)(f"ZooKeeper {self._hosts}: {error}")
             raise error from exc
         except TimeoutError as exc:
             raise ConnectionLossError(
@@ -398,15 +445,23 @@ class ZkNodeStore:
             self._announce(SessionState.EXPIRED)
 
     def _log_state(self, state: str) -> None:
-        """One line per change of the session's state (kazoo's own narration is for
-        ``--verbose``): lost, back, expired."""
+        """One line per change of the session's state (kazoo's own narration is DEBUG):
+        lost and back at INFO (the store reconnects by itself, and its callers retry);
+        expired at WARNING (the session's ephemeral nodes, locks and watches are gone)."""
         if state == KazooState.SUSPENDED and self._state is SessionState.CONNECTED:
-            _log.warning("ZooKeeper %s: connection lost, reconnecting", self._hosts)
+            self._lost_at = self._loop.time()
+            why = self._reach.last_drop
+            because = f" ({why})" if why else ""
+            _log.info("ZooKeeper %s: connection lost%s, reconnecting", self._hosts, because)
         elif state == KazooState.CONNECTED and self._state is SessionState.SUSPENDED:
             if self._session_id:  # not the first connection
-                _log.warning("ZooKeeper %s: reconnected", self._hosts)
+                away_s = self._loop.time() - self._lost_at
+                _log.info("ZooKeeper %s: reconnected after %.1f s", self._hosts, away_s)
         elif state == KazooState.LOST and self._state is not SessionState.EXPIRED:
-            _log.warning("ZooKeeper %s: session expired", self._hosts)
+            _log.warning(
+                "ZooKeeper %s: session expired (its ephemeral nodes and watches are gone); "
+                "opening a new one", self._hosts,
+            )  # fmt: skip
 
     def _announce(self, state: SessionState) -> None:
         if self._state is state and state is not SessionState.CONNECTED:
@@ -420,7 +475,10 @@ class ZkNodeStore:
         if client_id is None:
             return
         other = KazooClient(
-            self._hosts, client_id=client_id, timeout=self._config.session_timeout_ms / 1000
+            self._hosts,
+            client_id=client_id,
+            timeout=self._config.session_timeout_ms / 1000,
+            logger=KazooNarration(logging.getLogger("kazoo.client"), Reachability(self._hosts)),
         )
         try:
             other.start(self._config.connect_timeout_ms / 1000)
@@ -442,8 +500,32 @@ class ZkNodeStore:
         return False
 
 
+class _ObservedHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler, telling a :class:`Reachability` how each TCP connect went
+    (kazoo's narration does not say when one succeeded: a server that then gives no session
+    is told apart so)."""
+
+    def __init__(self, reach: Reachability) -> None:
+        super().__init__()
+        self._reach = reach
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        address = kwargs.get("address") or args[0]
+        host = kwargs.get("hostname") or address[0]
+        try:
+            sock = super().create_connection(*args, **kwargs)
+        except OSError as exc:
+            self._reach.attempted(host, address[1], exc)
+            raise
+        self._reach.attempted(host, address[1], None)
+        return sock
+
+
 def _new_client(
-    hosts: str, config: StoreConfig, digest: tuple[str, str] | None = None
+    hosts: str,
+    config: StoreConfig,
+    digest: tuple[str, str] | None = None,
+    reach: Reachability | None = None,
 ) -> KazooClient:
     # Reconnecting never gives up while the store is open (kazoo stops it on ``stop``); the
     # named bound is the longest pause between attempts.
@@ -462,11 +544,14 @@ def _new_client(
             "auth_data": [("digest", f"{user}:{password}")],
             "default_acl": [make_digest_acl(user, password, all=True)],
         }
+    reach = reach or Reachability(hosts)
     return KazooClient(
         hosts,
         timeout=config.session_timeout_ms / 1000,
         connection_retry=retry,
         randomize_hosts=True,
+        handler=_ObservedHandler(reach),
+        logger=KazooNarration(logging.getLogger("kazoo.client"), reach),
         **security,
     )
 
