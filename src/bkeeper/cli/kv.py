@@ -10,25 +10,21 @@ admits only requests bearing that token and the client commands send it (docs/kv
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bkeeper.cli._options import metadata_option
-from bkeeper.client import BookKeeper, ClientConfig
-from bkeeper.common.loop import run_event_loop
-from bkeeper.kv import KvClient, KvServer, KvServerConfig, members_from_store
-from bkeeper.kv.client import process_token
-from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
-from bkeeper.meta.store import StoreConfig
-from bkeeper.namedlog import LogConfig, NamedLogs
+
+if TYPE_CHECKING:  # imported where used: `kv --help` loads none, `kv put` not the server
+    from bkeeper.kv.client import KvClient
+    from bkeeper.kv.server import KvServerConfig
 
 __all__ = ["kv"]
 
@@ -109,6 +105,10 @@ def serve(
     leader_probe_ms: int,
 ) -> None:
     """Run one member of the store NAME (members of one store elect a leader)."""
+    from bkeeper.common.loop import run_event_loop
+    from bkeeper.kv.client import process_token
+    from bkeeper.kv.server import KvServerConfig
+
     config = KvServerConfig(
         name=store_name,
         member_id=member_id or f"{socket.gethostname()}:{os.getpid()}",
@@ -124,6 +124,14 @@ def serve(
 
 
 async def _serve(uri: str, config: KvServerConfig, session_ms: int, roll_bytes: int) -> None:
+    import asyncio
+
+    from bkeeper.client import BookKeeper, ClientConfig
+    from bkeeper.kv.server import KvServer
+    from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
+    from bkeeper.meta.store import StoreConfig
+    from bkeeper.namedlog import LogConfig, NamedLogs
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -162,6 +170,10 @@ stale_option = click.option(
 def _call(
     uri: str, store_name: str, urls: tuple[str, ...], action: Callable[[KvClient], Awaitable[Any]]
 ) -> Any:
+    from bkeeper.common.loop import run_event_loop
+    from bkeeper.kv.client import KvClient, members_from_store
+    from bkeeper.meta.cluster import ClusterMetadata
+
     timeout_s = float(click.get_current_context().find_root().obj.get("kv_timeout_s", 30.0))
 
     async def main() -> Any:

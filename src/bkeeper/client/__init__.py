@@ -3,12 +3,36 @@
 Decisions are pure (``distribution``, ``placement``); handles perform their effects over a
 pipelined connection per bookie (``bookie_client``, ``pool``). Never imports ``storage`` or
 ``server``.
+
+The names below are imported on first use, so that ``bkeeper.client.config`` (the process's
+client security defaults, read by every ``bkeeper`` command) loads without the whole client.
 """
 
-from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.client.config import ClientConfig
-from bkeeper.client.entry import Entry
-from bkeeper.client.read_handle import ReadHandle
-from bkeeper.client.write_handle import WriteHandle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bkeeper.client.bookkeeper import BookKeeper
+    from bkeeper.client.config import ClientConfig
+    from bkeeper.client.entry import Entry
+    from bkeeper.client.read_handle import ReadHandle
+    from bkeeper.client.write_handle import WriteHandle
 
 __all__ = ["BookKeeper", "ClientConfig", "Entry", "ReadHandle", "WriteHandle"]
+
+_MODULES = {
+    "BookKeeper": "bookkeeper",
+    "ClientConfig": "config",
+    "Entry": "entry",
+    "ReadHandle": "read_handle",
+    "WriteHandle": "write_handle",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bkeeper.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"bkeeper.client.{module}"), name)
