@@ -34,6 +34,7 @@ from bkeeper.common.errors import (
     NoNodeError,
     SessionExpiredError,
 )
+from bkeeper.common.messages import in_context
 from bkeeper.common.validate import check_positive_ints
 
 __all__ = ["AdminLimits", "ClusterAdmin", "Job", "answer_errors"]
@@ -49,15 +50,16 @@ async def answer_errors(what: str) -> AsyncIterator[None]:
     except AdminRequestError:
         raise
     except (LedgerNotFoundError, NoNodeError) as exc:
-        raise AdminRequestError(404, f"{what}: {exc}") from exc
+        raise AdminRequestError(404, in_context(what, str(exc))) from exc
     except ConfigError as exc:
-        raise AdminRequestError(400, f"{what}: {exc}") from exc
+        raise AdminRequestError(400, in_context(what, str(exc))) from exc
     except TimeoutError as exc:
-        raise AdminRequestError(504, f"{what}: {exc or 'timed out'}") from exc
+        raise AdminRequestError(504, in_context(what, str(exc) or "timed out")) from exc
     except (BookieError, ConnectionLossError, SessionExpiredError, MetadataClosedError) as exc:
-        raise AdminRequestError(503, f"{what}: {type(exc).__name__}: {exc}") from exc
+        said = in_context(what, str(exc))[len(what) + 2 :]
+        raise AdminRequestError(503, f"{what}: {type(exc).__name__}: {said}") from exc
     except BKeeperError as exc:
-        raise AdminRequestError(409, f"{what}: {exc}") from exc
+        raise AdminRequestError(409, in_context(what, str(exc))) from exc
 
 
 @dataclass(frozen=True)
