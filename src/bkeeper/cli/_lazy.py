@@ -13,7 +13,7 @@ imported once and cached; a row whose import fails raises (a bug, not a missing 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from gettext import gettext as _
 from typing import Any
@@ -31,16 +31,13 @@ class LazyCommand:
 
     ``target`` is ``module:attribute`` naming the :class:`click.Command`. ``short_help`` is
     the command's first help sentence, as click's listing shows it (``get_short_help_str``
-    with no length limit). ``extra_commands``, for a group, names a ``module:attribute``
-    sequence of commands added to it when it is loaded (``log`` gets its subscription
-    commands so).
+    with no length limit).
     """
 
     name: str
     target: str
     short_help: str
     hidden: bool = False
-    extra_commands: str = ""
 
 
 def load_target(target: str) -> object:
@@ -103,19 +100,4 @@ def _load(row: LazyCommand) -> click.Command:
     command = load_target(row.target)
     if not isinstance(command, click.Command):
         raise TypeError(f"{row.target} is a {type(command).__name__}, not a click command")
-    if row.extra_commands:
-        if not isinstance(command, click.Group):
-            raise TypeError(f"{row.target}: extra commands need a group")
-        extras = load_target(row.extra_commands)
-        for extra in _commands(row.extra_commands, extras):
-            if extra.name not in command.commands:
-                command.add_command(extra)
     return command
-
-
-def _commands(target: str, value: object) -> Iterable[click.Command]:
-    if not isinstance(value, (tuple, list)) or not all(
-        isinstance(item, click.Command) for item in value
-    ):
-        raise TypeError(f"{target} is not a sequence of click commands")
-    return value

@@ -24,7 +24,7 @@ from bkeeper.cli._logging import configure_logging
 from bkeeper.cli._security import apply_client_security, client_security_options
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["COMMANDS", "cli", "main"]
+__all__ = ["COMMANDS", "LOG_COMMANDS", "cli", "log", "main"]
 
 #: The sub-commands of ``bkeeper``: name, ``module:attribute``, the listing's short help
 #: (the command's first help sentence; tests/cli/test_startup.py checks they agree).
@@ -50,12 +50,6 @@ COMMANDS = (
         "kv",
         "bkeeper.cli.kv:kv",
         "A replicated key-value store on named logs (leader election, linearizable reads).",
-    ),
-    LazyCommand(
-        "log",
-        "bkeeper.cli.log:log",
-        "Named logs: ordered lists of ledgers with one writer at a time.",
-        extra_commands="bkeeper.cli.log_subscriptions:COMMANDS",
     ),
     LazyCommand("meta", "bkeeper.cli.meta:meta", "Cluster metadata: format it, inspect it."),
     LazyCommand(
@@ -92,6 +86,84 @@ COMMANDS = (
 )
 
 
+def _log_row(name: str, target: str, short_help: str) -> LazyCommand:
+    return LazyCommand(name, f"bkeeper.cli.{target}", short_help)
+
+
+#: The sub-commands of ``bkeeper log``, from ``bkeeper.cli.log`` and
+#: ``bkeeper.cli.log_subscriptions`` (whose imports load the client and the named logs:
+#: ``bkeeper log --help`` loads neither).
+LOG_COMMANDS = (
+    _log_row("create", "log:create", "Create an empty log."),
+    _log_row("list", "log:list_logs", "A table of the logs with their ledgers."),
+    _log_row(
+        "append",
+        "log:append",
+        "Append RECORDS (or, without any, one record per line of standard input, or with "
+        "--file the whole of a file as one record).",
+    ),
+    _log_row(
+        "read",
+        "log:read",
+        "Print the records from --from to the end of the log as it is now, then stop.",
+    ),
+    _log_row(
+        "tail",
+        "log:tail",
+        "Print records as they are appended, until Ctrl-C (never fences the writer).",
+    ),
+    _log_row(
+        "truncate",
+        "log:truncate",
+        "Delete the ledgers that hold only records before --before.",
+    ),
+    _log_row("delete", "log:delete", "Delete the log and all its ledgers."),
+    _log_row(
+        "lag",
+        "log:lag",
+        "How far a Spark stream that is not running is behind: records (``~``: estimated, "
+        "when a log is far behind), the age of its oldest unread record, entries and bytes "
+        "from where its last committed batch left each log up to the log's head now.",
+    ),
+    _log_row(
+        "subscribe",
+        "log_subscriptions:subscribe",
+        "Create SUBSCRIPTION on log NAME, consuming from --from (a subscription that exists "
+        "already keeps its position).",
+    ),
+    _log_row(
+        "consume",
+        "log_subscriptions:consume",
+        "Print the subscription's next records (position, time, key, payload), as its "
+        "consumer; with --ack (the default) they count as consumed once printed.",
+    ),
+    _log_row(
+        "ack",
+        "log_subscriptions:ack_command",
+        "Acknowledge POSITION (LEDGER:ENTRY[:INDEX]) and every record before it (or, with "
+        "--individual, that record alone).",
+    ),
+    _log_row(
+        "subscriptions",
+        "log_subscriptions:subscriptions",
+        "The subscriptions of log NAME: position, consumer, backlog.",
+    ),
+    _log_row(
+        "unsubscribe",
+        "log_subscriptions:unsubscribe",
+        "Delete SUBSCRIPTION of log NAME (retention stops keeping records for it).",
+    ),
+)
+
+#: ``bkeeper log``: the group of ``bkeeper.cli.log`` (its help and no options, as
+#: tests/cli/test_startup.py checks) with :data:`LOG_COMMANDS` imported as they run.
+log = LazyGroup(
+    "log",
+    help="Named logs: ordered lists of ledgers with one writer at a time.",
+    lazy_commands=LOG_COMMANDS,
+)
+
+
 @click.group(
     cls=LazyGroup,
     lazy_commands=COMMANDS,
@@ -121,6 +193,9 @@ def cli(
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
     configure_logging(verbose, ctx.invoked_subcommand)
+
+
+cli.add_command(log)
 
 
 def main(argv: list[str] | None = None) -> Any:
