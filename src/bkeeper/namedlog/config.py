@@ -1,9 +1,15 @@
-"""How named logs store their ledgers, roll and tail (:class:`LogConfig`), and the names of
-the two ends a reader can start from (``EARLIEST``, ``LATEST``)."""
+"""How named logs store their ledgers, roll and tail (:class:`LogConfig`, a process's
+setting), the settings a log stores with itself (:class:`LogSettings`), and the names of the
+two ends a reader can start from (``EARLIEST``, ``LATEST``).
+
+Precedence: a log's stored settings win; what the log does not set comes from the process's
+``LogConfig`` (:meth:`LogSettings.applied_to`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
@@ -15,7 +21,15 @@ from bkeeper.common.validate import (
 )
 from bkeeper.namedlog.records import BATCH_RECORDS_MAX, CHUNK_BYTES_MIN, codec_id
 
-__all__ = ["BATCH_BYTES_MAX", "CHUNK_BYTES_MAX", "EARLIEST", "LATEST", "LogConfig"]
+__all__ = [
+    "BATCH_BYTES_MAX",
+    "CHUNK_BYTES_MAX",
+    "EARLIEST",
+    "LATEST",
+    "SETTING_NAMES",
+    "LogConfig",
+    "LogSettings",
+]
 
 #: The largest ``batch_max_bytes``: a batch's entry must fit in a bookie's 5 MiB frame.
 BATCH_BYTES_MAX = 4 * 1024 * 1024
@@ -99,3 +113,101 @@ class LogConfig:
         codec_id(self.compression)
         if self.explicit_lac_interval_ms is not None:
             check_non_negative_ints(self, "explicit_lac_interval_ms")
+
+
+#: The settings a log stores with itself, in the order they are shown.
+SETTING_NAMES = (
+    "retention_age_ms",
+    "retention_bytes",
+    "retention_consumed",
+    "roll_bytes",
+    "roll_age_ms",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+)
+_REPLICATION = ("ensemble_size", "write_quorum", "ack_quorum")
+_POSITIVE = {"roll_bytes", *_REPLICATION}
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """The settings a log stores with itself (the ``"config"`` object of its metadata node,
+    :mod:`bkeeper.namedlog.metadata`); None: not set, the process's :class:`LogConfig` decides.
+    Same names, units and meanings as ``LogConfig``'s fields (0: off / never, as there).
+
+    ``ensemble_size``, ``write_quorum`` and ``ack_quorum`` are set together or not at all (a
+    log's replication is one decision; half of it mixed with a process's other half could
+    make an impossible ensemble). ``others``: settings this version does not know (written
+    by a newer bkeeper), kept as JSON text and written back unchanged, otherwise ignored."""
+
+    retention_age_ms: int | None = None
+    retention_bytes: int | None = None
+    retention_consumed: bool | None = None
+    roll_bytes: int | None = None
+    roll_age_ms: int | None = None
+    ensemble_size: int | None = None
+    write_quorum: int | None = None
+    ack_quorum: int | None = None
+    others: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, value in self.items():
+            if name == "retention_consumed":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{name}: must be true or false, got {value!r}")
+            elif name in _POSITIVE:
+                check_positive_ints(self, name)
+            else:
+                check_non_negative_ints(self, name)
+        sizes = [getattr(self, name) for name in _REPLICATION]
+        given = "/".join(map(str, sizes))
+        if any(size is not None for size in sizes) and None in sizes:
+            raise ConfigError(f"{'/'.join(_REPLICATION)}: set all three or none, got {given}")
+        if None not in sizes and not sizes[0] >= sizes[1] >= sizes[2]:
+            raise ConfigError(
+                f"{'/'.join(_REPLICATION)}: need ensemble >= write quorum >= ack quorum, "
+                f"got {given}"
+            )
+
+    def items(self) -> list[tuple[str, int | bool]]:
+        """The settings that are set, in ``SETTING_NAMES`` order."""
+        values = ((name, getattr(self, name)) for name in SETTING_NAMES)
+        return [(name, value) for name, value in values if value is not None]
+
+    @property
+    def empty(self) -> bool:
+        return not self.items() and not self.others
+
+    def changed(self, **changes: int | bool | None) -> LogSettings:
+        """These settings with ``changes`` (None: unset); a ``ConfigError`` naming the
+        setting when a value is not allowed."""
+        unknown = set(changes) - set(SETTING_NAMES)
+        if unknown:
+            raise ConfigError(f"no log setting named {sorted(unknown)[0]!r}")
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def applied_to(self, config: LogConfig) -> LogConfig:
+        """``config`` with this log's settings in place of its own."""
+        changes: dict[str, Any] = dict(self.items())
+        return replace(config, **changes) if changes else config
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = dict(self.items())
+        for name, text in self.others:
+            doc[name] = json.loads(text)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: object) -> LogSettings:
+        """The settings of a stored ``"config"`` object; a ``ConfigError`` naming the bad
+        setting (``config.roll_bytes: must be a positive integer, got -1``)."""
+        if not isinstance(doc, dict):
+            raise ConfigError(f"config: must be a JSON object, got {doc!r}")
+        known = {f.name for f in fields(cls)} - {"others"}
+        given = {name: value for name, value in doc.items() if name in known}
+        others = tuple(sorted((str(k), json.dumps(v)) for k, v in doc.items() if k not in known))
+        try:
+            return cls(**given, others=others)
+        except ConfigError as exc:
+            raise ConfigError(f"config.{exc}") from None

@@ -11,6 +11,13 @@ fenced (its next append fails with :class:`LogFencedError`; nothing it wrote aft
 fencing is visible, as recovery seals the ledger at its acknowledged end). The writer rolls
 to a new ledger when the current one reaches ``roll_bytes`` or ``roll_age_ms``.
 
+Settings: a log may store its own (:class:`~bkeeper.namedlog.config.LogSettings`, set by
+:meth:`NamedLogs.create` and changed by :meth:`NamedLog.configure` under compare-and-set);
+they win over the process's ``LogConfig`` (:meth:`NamedLog.config_of`). A writer reads them
+when it opens and again at each tick of its timer; retention runs when a writer opens, at each
+roll, on the writer's timer and after :meth:`NamedLog.append_ledgers`
+(:mod:`bkeeper.namedlog.retention`).
+
 Terms: a writer opened with a leadership ``term`` (an elected leader's: see
 :mod:`bkeeper.statemachine.dice`) first records the term in the log's metadata by
 compare-and-set, and only then fences the previous writer. A term older than the one
@@ -36,12 +43,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
+    BKeeperError,
     ConfigError,
     LedgerNotFoundError,
     LogError,
@@ -50,7 +58,7 @@ from bkeeper.common.errors import (
     WriterTermError,
 )
 from bkeeper.meta.ledger_metadata import LedgerState
-from bkeeper.namedlog.config import EARLIEST, LogConfig
+from bkeeper.namedlog.config import EARLIEST, LogConfig, LogSettings
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.cursor_ledger import drop_cursor, peek
 from bkeeper.namedlog.metadata import (
@@ -63,6 +71,7 @@ from bkeeper.namedlog.metadata import (
 )
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.retention import run_retention
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
 from bkeeper.namedlog.subscribing import subscribe
 from bkeeper.namedlog.subscription import AckStore, Mode, SubscriptionState
@@ -93,8 +102,10 @@ class NamedLogs:
         self.store = LogStore(bk.cluster.store, bk.cluster.root)
         self.walk = LogWalk(bk, self.config.password)
 
-    async def create(self, name: str) -> NamedLog:
-        await self.store.create(name, self.clock.wall_ms())
+    async def create(self, name: str, settings: LogSettings | None = None) -> NamedLog:
+        """Create an empty log, storing ``settings`` with it (none: the writers' own
+        ``LogConfig`` decides everything)."""
+        await self.store.create(name, self.clock.wall_ms(), settings)
         return self.log(name)
 
     def log(self, name: str) -> NamedLog:
@@ -147,6 +158,42 @@ class NamedLog:
     async def _read(self) -> Snapshot:
         return await self.logs.store.read(self.name)
 
+    async def settings(self) -> LogSettings:
+        """The log's own settings (a ``ConfigError`` naming the log and the setting when a
+        stored one is wrong)."""
+        return (await self.metadata()).settings(self.name)
+
+    def config_of(self, meta: LogMetadata) -> LogConfig:
+        """The configuration writers of this log use: the process's ``LogConfig`` with the
+        settings stored in ``meta`` in place of its own."""
+        return meta.settings(self.name).applied_to(self.logs.config)
+
+    async def configure(
+        self, change: Callable[[LogSettings], LogSettings]
+    ) -> tuple[LogSettings, LogSettings]:
+        """Change the log's settings to ``change(settings)``, by compare-and-set (``change``
+        runs again on the settings of the moment when another change went in first); the
+        settings before and after. A stored setting that is wrong is replaced, not an error,
+        when ``change`` returns new settings without using the old ones."""
+
+        async def attempt(snapshot: Snapshot) -> tuple[LogSettings, LogSettings]:
+            meta, version = snapshot
+            try:
+                before = meta.settings(self.name)
+            except ConfigError:
+                before = LogSettings()
+            after = change(before)
+            after.applied_to(self.logs.config)  # a combination LogConfig refuses fails here
+            await self.logs.store.write(self.name, meta.with_settings(after), version)
+            return before, after
+
+        return await cas_update(
+            self._read,
+            attempt,
+            what=f"log {self.name!r}: could not change its settings",
+            attempts_max=self.logs.config.metadata_retries_max,
+        )
+
     async def open_writer(self, *, term: int | None = None) -> LogWriter:
         """Become the log's only writer, fencing any earlier one.
 
@@ -159,10 +206,11 @@ class NamedLog:
 
         async def attempt(snapshot: Snapshot) -> LogWriter:
             meta, version = snapshot
+            config = self.config_of(meta)  # a wrong stored setting fails here, fencing nothing
             if term is not None:
                 meta, version = await self._claim(meta, version, term)
             await self.seal_unsealed(meta, every=True)
-            handle = await create_ledger(logs.bk, logs.config)
+            handle = await create_ledger(logs.bk, config)
             try:
                 new_meta = meta.with_ledger(handle.ledger_id, logs.clock.wall_ms())
                 version = await logs.store.write(self.name, new_meta, version)
@@ -171,14 +219,16 @@ class NamedLog:
                 await discard_ledger(logs.bk, handle)
                 raise MetadataVersionError(f"log {self.name!r}: the list moved on") from exc
             log.debug("log %s: writer on ledger %d", self.name, handle.ledger_id)
-            return LogWriter(self, handle, new_meta, version, term)
+            return LogWriter(self, handle, new_meta, version, term, config=config)
 
-        return await cas_update(
+        writer = await cas_update(
             self._read,
             attempt,
             what=f"log {self.name!r}: could not open a writer",
             attempts_max=logs.config.metadata_retries_max,
         )
+        await writer.retain()  # retention when a writer opens (every earlier ledger is sealed)
+        return writer
 
     async def _claim(self, meta: LogMetadata, version: int, term: int) -> Snapshot:
         """Record ``term`` in the log's metadata (compare-and-set on ``version``), unless
@@ -353,7 +403,18 @@ class NamedLog:
             for ledger_id in copied:
                 with contextlib.suppress(LedgerNotFoundError):
                     await logs.bk.delete_ledger(ledger_id)
+            await self._retain_sealed()
         return appended
+
+    async def _retain_sealed(self) -> None:
+        """A retention pass over a list whose ledgers are all sealed (after
+        ``append_ledgers``: the appended ledgers are, and the writer before was fenced);
+        the last ledger stays. A failure is logged: the next pass tries again."""
+        try:
+            meta, _version = await self._read()
+            await run_retention(self, meta, self.config_of(meta), len(meta.ledgers) - 1)
+        except BKeeperError as exc:
+            log.warning("log %s: retention after appending ledgers: %s", self.name, exc)
 
     async def _copy_ledger(self, ledger_id: int) -> int:
         """A new ledger holding the entries of the sealed ledger ``ledger_id``."""

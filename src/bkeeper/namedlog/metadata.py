@@ -25,6 +25,18 @@ refused (``WriterTermError``) before it fences anything. Metadata written before
 existed has none and reads as ``None``; the format number stays 1 (a reader that does not
 know ``term`` ignores it, but a bkeeper from before terms that rewrites the list drops it:
 do not mix such writers with termed ones on one log).
+
+``config`` (optional) holds the log's own settings (:class:`~bkeeper.namedlog.config.
+LogSettings`): any of ``retention_age_ms``, ``retention_bytes``, ``retention_consumed``,
+``roll_bytes``, ``roll_age_ms`` and ``ensemble_size``/``write_quorum``/``ack_quorum``
+(the three together), with ``LogConfig``'s units and meanings, for example
+``"config": {"retention_consumed": true, "roll_age_ms": 3600000}``. A setting not there is
+not set (the writing process's ``LogConfig`` decides); metadata without ``config`` has none.
+It is checked when it is used (:meth:`LogMetadata.settings`: a writer opening, ``bkeeper log
+config``), not by every read, so that a bad value written by hand stops writers with an error
+naming the log and the setting but never readers, and can be fixed with ``bkeeper log
+config``. Keys this version does not know are kept and written back. The format stays 1, as
+for ``term`` (a bkeeper from before ``config`` that rewrites the list drops it).
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ from bkeeper.common.errors import (
     SessionExpiredError,
 )
 from bkeeper.meta.store import EventType, NodeStore, WatchKind, join_path
+from bkeeper.namedlog.config import LogSettings
 from bkeeper.namedlog.records import Position
 
 __all__ = [
@@ -113,6 +126,25 @@ class LogMetadata:
     commits: tuple[WriterCommit, ...] = ()
     #: The leadership term of the newest writer that opened the log with one (None: never).
     writer_term: int | None = None
+    #: The log's own settings as stored (``"config"``, compact JSON text; None: none).
+    config_text: str | None = None
+
+    def settings(self, name: str = "?") -> LogSettings:
+        """The log's own settings; a ``ConfigError`` naming the log and the bad setting."""
+        if self.config_text is None:
+            return LogSettings()
+        try:
+            return LogSettings.from_json(json.loads(self.config_text))
+        except ConfigError as exc:
+            raise ConfigError(
+                f"log {name!r}: the settings stored with it are wrong: {exc} (change or unset "
+                f"it with bkeeper log config {name})"
+            ) from None
+
+    def with_settings(self, settings: LogSettings) -> LogMetadata:
+        """The metadata holding ``settings`` as the log's own (none set: no ``config``)."""
+        text = None if settings.empty else _compact(settings.to_json())
+        return replace(self, config_text=text)
 
     def with_term(self, term: int) -> LogMetadata:
         """The metadata recording ``term`` as the log's writer term."""
@@ -178,6 +210,8 @@ class LogMetadata:
             }
         if self.writer_term is not None:
             doc["term"] = self.writer_term
+        if self.config_text is not None:
+            doc["config"] = json.loads(self.config_text)
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -195,13 +229,19 @@ class LogMetadata:
             )
             term = doc.get("term")
             writer_term = int(term) if term is not None else None
-            meta = cls(int(doc["ctime_ms"]), ledgers, truncated, commits, writer_term)
+            config = doc.get("config")
+            config_text = _compact(config) if config is not None else None
+            meta = cls(int(doc["ctime_ms"]), ledgers, truncated, commits, writer_term, config_text)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise ProtocolError(f"metadata of log {name!r} is unreadable: {exc}") from exc
         ids = [x.ledger_id for x in ledgers]
         if any(a >= b for a, b in itertools.pairwise(ids)):
             raise ProtocolError(f"metadata of log {name!r}: ledger ids are not increasing")
         return meta
+
+
+def _compact(doc: object) -> str:
+    return json.dumps(doc, separators=(",", ":"))
 
 
 class LogStore:
@@ -214,8 +254,10 @@ class LogStore:
     def path(self, name: str) -> str:
         return join_path(self.root, check_log_name(name))
 
-    async def create(self, name: str, ctime_ms: int) -> tuple[LogMetadata, int]:
-        meta = LogMetadata(ctime_ms)
+    async def create(
+        self, name: str, ctime_ms: int, settings: LogSettings | None = None
+    ) -> tuple[LogMetadata, int]:
+        meta = LogMetadata(ctime_ms).with_settings(settings or LogSettings())
         try:
             await self._store.create(self.path(name), meta.encode(), make_parents=True)
         except NodeExistsError:

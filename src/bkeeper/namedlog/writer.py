@@ -5,8 +5,20 @@ fencing the previous writer. Appends go to the current ledger; once it holds ``r
 or is ``roll_age_ms`` old, the writer creates a new ledger, appends it to the list by
 compare-and-set (:func:`bkeeper.common.cas.cas_update`) and seals the old one in the
 background. A list that moved on (another writer's ledger is last) means this writer was
-fenced. At each roll, ``retention_age_ms`` / ``retention_bytes`` truncate old sealed ledgers,
-and ``retention_consumed`` those every subscription has consumed past.
+fenced. Retention (:mod:`bkeeper.namedlog.retention`: ``retention_age_ms``,
+``retention_bytes``, ``retention_consumed``) runs when the writer opens, at each roll and at
+each tick of its timer.
+
+The timer: every ``roll_age_ms`` / 2 (at least ``TICK_S_MIN``, at most ``TICK_S_MAX``; by the
+logs' Clock) the writer re-reads the log's metadata and so picks up changed settings (the
+log's stored settings over the process's ``LogConfig``: new roll limits and retention at once,
+a new ensemble or quorum from the next ledger on); seals its current ledger and starts a new
+one when that ledger holds entries and is ``roll_age_ms`` old, also with no append coming (as
+Pulsar's managed ledger does on its rollover timer: a ledger with no entry is never rolled,
+so an idle writer adds no ledgers); and runs retention. An error of a tick (the metadata store
+away, a wrong stored setting) is logged once per distinct error, with one line once it is
+over, and kept in :attr:`LogWriter.timer_error`; the next tick tries again. A roll by size,
+or by age with appends coming, happens at the append as before.
 
 Record batching (``LogConfig.batching``): records gather into batches
 (:mod:`bkeeper.namedlog.batching`), each batch written as one entry in the record batch format
@@ -78,6 +90,7 @@ from bkeeper.namedlog.records import (
     encode_chunks,
     encode_record,
 )
+from bkeeper.namedlog.retention import retention_on, run_retention
 
 if TYPE_CHECKING:
     from bkeeper.namedlog.logs import NamedLog
@@ -103,6 +116,12 @@ SEAL_PAUSE_MAX_S = 5.0
 #: After a roll that found too few bookies for a new ledger, the pause before the next try
 #: (the writer goes on with its current ledger meanwhile, if it takes entries).
 ROLL_RETRY_PAUSE_S = 5.0
+
+#: The writer's timer ticks every ``roll_age_ms`` / 2, within these bounds (seconds).
+TICK_S_MIN = 1.0
+TICK_S_MAX = 60.0
+#: How often (real time) the timer looks at the clock to see whether a tick is due.
+TIMER_POLL_S = 0.5
 
 #: How long a writer whose ledger was fenced while the log still lists it last waits for the
 #: log's node to change before it says why: a delete (or a new writer, or a Spark commit)
@@ -147,10 +166,16 @@ class LogWriter:
         meta: LogMetadata,
         version: int,
         term: int | None = None,
+        *,
+        config: LogConfig | None = None,
     ) -> None:
         self._log = named
         self._logs = named.logs
-        self._config = named.logs.config
+        #: The log's stored settings over the process's ``LogConfig`` (renewed by the timer).
+        self._config = config or named.logs.config
+        self._config_text = meta.config_text
+        #: The last error of the timer's work or of retention (None: the last pass went well).
+        self.timer_error: str | None = None
         self._handle = handle
         self._meta = meta
         self._version = version
@@ -183,6 +208,7 @@ class LogWriter:
         self._sealing: set[WriteHandle] = set()
         self._deleted = asyncio.Event()  # set once the writer learns the log was deleted
         self._watching = self._tasks.spawn(self._watch_deleted(), "watch the log's node")
+        self._ticking = self._tasks.spawn(self._tick_loop(), "roll and retain on a timer")
 
     @property
     def ledger_id(self) -> int:
@@ -409,6 +435,7 @@ class LogWriter:
             raise await self._gone(exc) from exc
         finally:
             self._watching.cancel()
+            self._ticking.cancel()
             await self._tasks.wait_idle()
             await self._tasks.aclose()
         if isinstance(self._error, LogDeletedError):
@@ -519,13 +546,95 @@ class LogWriter:
         await self._mark_deleted("its node was deleted")
 
     def _should_roll(self) -> bool:
+        """The current ledger is full, or holds entries and is ``roll_age_ms`` old."""
         config = self._config
         if self._roll_failures and self._clock.monotonic() < self._roll_again_at:
             return False
-        if self._handle.length >= config.roll_bytes:
+        length = self._handle.length
+        if length >= config.roll_bytes:
             return True
-        age_ms = (self._clock.monotonic() - self._opened_at) * 1000.0
-        return bool(config.roll_age_ms) and age_ms >= config.roll_age_ms
+        if not config.roll_age_ms or self._handle.last_add_pushed < 0:
+            return False
+        return (self._clock.monotonic() - self._opened_at) * 1000.0 >= config.roll_age_ms
+
+    async def _tick_loop(self) -> None:
+        """Run :meth:`tick` every ``_tick_s()`` by the logs' clock, until the writer closes
+        or fails."""
+        due = self._clock.monotonic() + self._tick_s()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await within(self._closing.wait(), TIMER_POLL_S)
+            if self._closing.is_set() or self._error is not None:
+                return
+            if self._clock.monotonic() >= due:
+                await self.tick()
+                due = self._clock.monotonic() + self._tick_s()
+
+    def _tick_s(self) -> float:
+        if not self._config.roll_age_ms:
+            return TICK_S_MAX
+        return min(TICK_S_MAX, max(TICK_S_MIN, self._config.roll_age_ms / 2000))
+
+    async def tick(self) -> None:
+        """The timer's work, once (see the module doc): pick up changed settings, roll an
+        idle ledger past its age, run retention. Errors are logged (once per error) and kept
+        in ``timer_error``, never raised."""
+        try:
+            meta, _version = await self._logs.store.read(self._log.name)
+            self._take_settings(meta)
+            if self._should_roll():
+                await self._roll()  # retains too, and notes how that went
+                return
+            await self._retention_pass(meta)
+        except BKeeperError as exc:
+            if self._error is None:
+                self._note(str(exc))
+            return
+        self._note(None)
+
+    def _take_settings(self, meta: LogMetadata) -> None:
+        """Use the log's settings in ``meta`` from now on, if they changed."""
+        if meta.config_text == self._config_text:
+            return
+        config = self._log.config_of(meta)  # ConfigError: kept as they were
+        self._config, self._config_text = config, meta.config_text
+        log.info("log %s: the writer follows the log's changed settings (%s)",
+                 self._log.name, meta.config_text or "none set")  # fmt: skip
+
+    def _note(self, problem: str | None) -> None:
+        """Keep the timer's or retention's last error; log it when it changes."""
+        if problem == self.timer_error:
+            return
+        if problem is not None:
+            log.warning("log %s: %s (tried again at the next tick)", self._log.name, problem)
+        else:
+            log.info("log %s: the writer's timer and retention work again", self._log.name)
+        self.timer_error = problem
+
+    async def retain(self, meta: LogMetadata | None = None) -> int:
+        """One retention pass over ``meta`` (default: the list as this writer last wrote
+        it), deleting only sealed ledgers (never the current one or one being sealed); the
+        number deleted. Errors are logged once and kept in ``timer_error``, not raised."""
+        try:
+            deleted = await self._retention_pass(meta or self._meta)
+        except BKeeperError as exc:
+            self._note(str(exc))
+            return 0
+        self._note(None)
+        return deleted
+
+    async def _retention_pass(self, meta: LogMetadata) -> int:
+        if not retention_on(self._config):
+            return 0
+        mine = {self._handle.ledger_id} | {handle.ledger_id for handle in self._sealing}
+        limit = next((i for i, x in enumerate(meta.ledgers) if x.ledger_id in mine), None)
+        if limit is None:
+            return 0  # this writer's ledger is not listed: another writer took over
+        deleted = await run_retention(self._log, meta, self._config, limit)
+        if deleted:
+            log.debug("log %s: retention deleted %d ledgers", self._log.name, deleted)
+            self._meta, self._version = await self._logs.store.read(self._log.name)
+        return deleted
 
     async def _roll(self) -> None:
         async with self._roll_lock:
@@ -574,12 +683,7 @@ class LogWriter:
                 self._roll_failures = 0
             self._sealing.add(old)
             self._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
-        config = self._config
-        if config.retention_age_ms or config.retention_bytes or config.retention_consumed:
-            try:
-                await self._apply_retention()
-            except BKeeperError as exc:  # retention is best effort; the next roll retries
-                log.warning("log %s: retention: %s", self._log.name, exc)
+        await self.retain()
 
     def _roll_postponed(self, error: NotEnoughBookiesError) -> None:
         """A roll found too few bookies for a new ledger: write on to the current one, and
@@ -632,41 +736,6 @@ class LogWriter:
         return (
             self.term is not None and meta.writer_term is not None and meta.writer_term > self.term
         )
-
-    async def _apply_retention(self) -> None:
-        """Truncate sealed ledgers past the retention age or size (see ``LogConfig``)."""
-        config, ledgers = self._config, self._meta.ledgers
-        keep_from = 0
-        if config.retention_age_ms:
-            horizon = self._clock.wall_ms() - config.retention_age_ms
-            # Ledger i's records are all older than ledger i+1's creation.
-            for index in range(len(ledgers) - 1):
-                if ledgers[index + 1].ctime_ms < horizon:
-                    keep_from = index + 1
-        if config.retention_bytes:
-            total = 0
-            for index in range(len(ledgers) - 2, -1, -1):  # sealed ledgers, newest first
-                total += (await self._logs.bk.ledger_metadata(ledgers[index].ledger_id)).length
-                if total > config.retention_bytes:
-                    keep_from = max(keep_from, index + 1)
-                    break
-        if config.retention_consumed:
-            needed = await self._oldest_needed()
-            if needed is not None:  # ledgers before the one a subscription reads from next
-                consumed = sum(1 for ledger in ledgers if ledger.ledger_id < needed)
-                keep_from = max(keep_from, consumed)
-        keep_from = min(keep_from, len(ledgers) - 2)  # never the current or the one sealing
-        if keep_from > 0:
-            await self._log.truncate(Position(ledgers[keep_from].ledger_id, 0))
-            self._meta, self._version = await self._logs.store.read(self._log.name)
-
-    async def _oldest_needed(self) -> int | None:
-        """The lowest ledger id a subscription of the log reads from next (None: the log
-        has no subscription)."""
-        states = await self._log.subscriptions()
-        if not states:
-            return None
-        return min(state.resume_from.ledger_id for state in states.values())
 
     async def _seal(self, handle: WriteHandle) -> None:
         """Seal a ledger rolled away from, trying again while the metadata store is away:

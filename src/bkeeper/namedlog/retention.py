@@ -1,0 +1,128 @@
+"""Retention of a named log: which sealed ledgers go, decided purely, and the pass that
+gathers what the decision needs and truncates.
+
+A log's writer runs a pass when it opens, at each roll and on its timer
+(:mod:`bkeeper.namedlog.writer`); Spark's sink after each batch it appends. The decision
+(:func:`retained_from`), for ``LogConfig``'s ``retention_*`` settings (the log's stored
+settings over the process's, :class:`~bkeeper.namedlog.config.LogSettings`):
+
+* ``retention_age_ms``: a ledger goes when every record of it is older than the age, known
+  from the next ledger's creation time (ledger i's records were all appended before ledger
+  i + 1 was listed);
+* ``retention_bytes``: the sealed ledgers beyond the newest ``retention_bytes`` of them go;
+* ``retention_consumed``: the ledgers every subscription has consumed past go (a log with no
+  subscription keeps them): those before the ledger the slowest subscription reads next, and
+  that ledger too when it is sealed and the subscription is past its last entry;
+
+and never a ledger at or after ``limit``, the first that may still take entries (the writer's
+current ledger, or one it is still sealing): only sealed ledgers go. Ages come from the caller's
+:class:`~bkeeper.common.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from bkeeper.common.errors import LedgerNotFoundError
+from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.namedlog.config import LogConfig
+from bkeeper.namedlog.metadata import LogLedger, LogMetadata
+from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.subscription import SubscriptionState
+
+if TYPE_CHECKING:
+    from bkeeper.namedlog.logs import NamedLog
+
+__all__ = ["consumed_before", "retained_from", "retention_on", "run_retention"]
+
+
+def retention_on(config: LogConfig) -> bool:
+    return bool(config.retention_age_ms or config.retention_bytes or config.retention_consumed)
+
+
+def retained_from(
+    ledgers: Sequence[LogLedger],
+    config: LogConfig,
+    *,
+    now_ms: int,
+    limit: int,
+    lengths: Mapping[int, int] | None = None,
+    consumed: int | None = None,
+) -> int:
+    """The index of the first ledger to keep (0: none goes). ``lengths``: the bytes of the
+    sealed ledgers (needed for ``retention_bytes``); ``consumed``: how many ledgers at the
+    head of the list every subscription has consumed past (None: no subscription)."""
+    keep_from = 0
+    if config.retention_age_ms:
+        horizon = now_ms - config.retention_age_ms
+        for index in range(len(ledgers) - 1):
+            if ledgers[index + 1].ctime_ms < horizon:
+                keep_from = index + 1
+    if config.retention_bytes and lengths is not None:
+        total = 0
+        for index in range(min(limit, len(ledgers)) - 1, -1, -1):  # sealed, newest first
+            total += lengths.get(ledgers[index].ledger_id, 0)
+            if total > config.retention_bytes:
+                keep_from = max(keep_from, index + 1)
+                break
+    if config.retention_consumed and consumed is not None:
+        keep_from = max(keep_from, consumed)
+    return max(0, min(keep_from, limit, len(ledgers) - 1))
+
+
+def consumed_before(
+    ledgers: Sequence[LogLedger],
+    states: Sequence[SubscriptionState],
+    sealed_last: Mapping[int, int],
+) -> int | None:
+    """How many ledgers at the head of ``ledgers`` every subscription has consumed past
+    (None: no subscription). ``sealed_last``: the last entry of each sealed ledger known."""
+    if not states:
+        return None
+    ids = [ledger.ledger_id for ledger in ledgers]
+    counts = []
+    for state in states:
+        at = state.resume_from
+        count = sum(1 for ledger_id in ids if ledger_id < at.ledger_id)
+        last = sealed_last.get(at.ledger_id)
+        if last is not None and at.entry_id > last and at.ledger_id in ids:
+            count += 1  # past the end of a sealed ledger: all of it consumed
+        counts.append(count)
+    return min(counts)
+
+
+async def run_retention(named: NamedLog, meta: LogMetadata, config: LogConfig, limit: int) -> int:
+    """One retention pass over ``meta``'s list, keeping ``meta.ledgers[limit:]``; the number
+    of ledgers deleted."""
+    if not retention_on(config) or len(meta.ledgers) < 2:
+        return 0
+    bk, ledgers = named.logs.bk, meta.ledgers[:limit]
+    lengths: dict[int, int] = {}
+    sealed_last: dict[int, int] = {}
+    states: list[SubscriptionState] = []
+    if config.retention_consumed:
+        states = list((await named.subscriptions()).values())
+    wanted = {state.resume_from.ledger_id for state in states}
+    for ledger in ledgers:
+        if not config.retention_bytes and ledger.ledger_id not in wanted:
+            continue
+        try:
+            ledger_meta = await bk.ledger_metadata(ledger.ledger_id)
+        except LedgerNotFoundError:
+            continue
+        lengths[ledger.ledger_id] = ledger_meta.length
+        if ledger_meta.state is LedgerState.CLOSED:
+            sealed_last[ledger.ledger_id] = ledger_meta.last_entry_id
+    consumed = consumed_before(ledgers, states, sealed_last) if states else None
+    keep_from = retained_from(
+        meta.ledgers,
+        config,
+        now_ms=named.logs.clock.wall_ms(),
+        limit=limit,
+        lengths=lengths,
+        consumed=consumed,
+    )
+    if keep_from <= 0:
+        return 0
+    return await named.truncate(Position(meta.ledgers[keep_from].ledger_id, 0))
