@@ -104,7 +104,7 @@ def autorecovery(
     metrics_port: int | None,
 ) -> None:
     """Run auto-recovery (auditor candidate and replication worker) until SIGTERM."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     config = autorecovery_config(options)
     participant = participant_id or default_participant_id()

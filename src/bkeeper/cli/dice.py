@@ -51,7 +51,7 @@ def dice(metadata_uri: str, log_name: str, period: float, session_timeout_ms: in
     in separate terminals against one cluster; pause the leader with Ctrl-Z, resume it with
     fg, or kill it, and watch leadership move without losing or forking the sequence.
     """
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     candidate = f"{socket.gethostname()}:{os.getpid()}"
     run_event_loop(_run(metadata_uri, log_name, period, session_timeout_ms, candidate))

@@ -54,7 +54,7 @@ _FROM = click.option(
 def _run(
     body: Callable[[NamedLogs], Awaitable[T]], metadata_uri: str, config: LogConfig | None = None
 ) -> T:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     async def main() -> T:
         async with _logs(metadata_uri, config) as logs:

@@ -228,7 +228,7 @@ def _console() -> Console:
 
 
 def _run(coro: Coroutine[Any, Any, None]) -> None:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     run_event_loop(coro)
 

@@ -71,7 +71,7 @@ def _timeout_option(default: float) -> Callable[[F], F]:
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     return run_event_loop(coro)
 

@@ -50,7 +50,7 @@ _FAILURES_NAMED_MAX = 10
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     return run_event_loop(coro)
 

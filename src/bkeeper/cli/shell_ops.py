@@ -60,7 +60,7 @@ _bookie_option = click.option(
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     return run_event_loop(coro)
 

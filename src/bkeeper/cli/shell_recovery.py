@@ -39,7 +39,7 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON,
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     return run_event_loop(coro)
 

@@ -29,7 +29,7 @@ SANITY_TIMEOUT_S = 30.0
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     return run_event_loop(coro)
 

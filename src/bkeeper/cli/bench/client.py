@@ -93,7 +93,7 @@ def bookie_bench(
     generic_client: bool,
 ) -> None:
     """Acknowledged (fsynced) adds/s, MB/s and latency against one bookie."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     proto = protocol_of(protocol)
 
@@ -191,7 +191,7 @@ def write_bench(
         raise click.UsageError("--tls starts a secure sandbox: not with --metadata")
     if batch > in_flight:
         raise click.UsageError(f"--batch {batch} is more than --in-flight {in_flight}")
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     proto = protocol_of(protocol)
 
@@ -251,7 +251,7 @@ def read_bench(
     keep: bool,
 ) -> None:
     """Entries/s and MB/s of one client reading a whole ledger (opened with recovery)."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     password = ledger_password(password_file, default=b"bench")
 
@@ -344,7 +344,7 @@ def log_bench(
 ) -> None:
     """Named-log append rate and tail latency (append to visible at a tailing reader); then
     the log read back by a reader, and by a subscription acknowledging every record."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
     from bkeeper.namedlog import LogConfig
 
     try:

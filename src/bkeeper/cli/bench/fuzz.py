@@ -45,7 +45,7 @@ def fuzz_bench(
 ) -> None:
     """Random, truncated, oversized and garbage frames of every opcode at a bookie, which
     must keep serving with flat memory; exits 1 if it did not."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     def config(host: str, port: int, bookie_pid: int | None) -> FuzzConfig:
         return FuzzConfig(

@@ -77,7 +77,7 @@ def gc_bench(
     options: tuple[str, ...],
 ) -> None:
     """Write, delete most ledgers, and time the bookies' disk usage going back down."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     rate = 0 if compaction_rate.strip() == "0" else parse_size(compaction_rate)
     # Every pass compacts: passes come every gc_wait_ms +-25%, so an interval of a whole

@@ -95,7 +95,7 @@ def recovery_bench(
     options: tuple[str, ...],
 ) -> None:
     """Fill a sandbox, kill -9 a bookie, time auto-recovery rebuilding its replicas."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     try:
         plan = RecoveryBenchPlan(

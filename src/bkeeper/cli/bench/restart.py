@@ -46,7 +46,7 @@ def restart_bench(
     options: tuple[str, ...],
 ) -> None:
     """Fill a bookie, then time its restarts after SIGTERM and after kill -9."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     try:
         plan = RestartBenchPlan(

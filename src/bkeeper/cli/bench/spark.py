@@ -108,7 +108,7 @@ def spark_bench(
     """Rows/s of a Spark batch read of a named log (filled first to --records records), or
     with --latency the latency of a stream from one log to another, or with --cold-start
     the first queries of new JVMs."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
     from bkeeper.spark.bench import bench_spark_read, fill_log
 
     if latency:
@@ -257,7 +257,7 @@ def cpu_split_bench(
 ) -> None:
     """CPU seconds per process on this machine while Spark reads a named log --runs times
     (after one read to warm up): the Python workers, the JVM, the bookies. Linux only."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
     from bkeeper.spark.bench import fill_log
     from bkeeper.spark.session import local_session
 

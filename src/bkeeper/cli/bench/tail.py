@@ -28,7 +28,7 @@ def tail_bench(
 ) -> None:
     """A writer appending --rate entries/s, a reader of another client tailing the ledger
     (long poll, then read): latency from each append to the reader having the entry."""
-    from bkeeper.cli.bookie import run_event_loop
+    from bkeeper.common.loop import run_event_loop
 
     with cluster(metadata_uri, 3) as uri:
         results = run_event_loop(
