@@ -159,7 +159,9 @@ def test_a_read_answered_eua_names_both_causes_other_statuses_their_name() -> No
     assert str(refused) == eua_answered("ledger 7 entry 0 on 10.0.0.1:3181")
     missing = status_error(StatusCode.ENOENTRY, "ledger 7 entry 0 on 10.0.0.1:3181")
     assert isinstance(missing, NoSuchEntryError)
-    assert str(missing) == "ledger 7 entry 0 on 10.0.0.1:3181: ENOENTRY"
+    assert str(missing) == (
+        "ledger 7 entry 0 on 10.0.0.1:3181: ENOENTRY (the bookie has no such entry)"
+    )
 
 
 def test_a_bookie_with_authentication_off_and_v2_s_ambiguity() -> None:

@@ -9,6 +9,7 @@ import pytest
 from bkeeper.common import errors
 from bkeeper.wire.codes import (
     STATUS_ERRORS,
+    STATUS_MEANINGS,
     STATUS_TO_V2,
     V2_TO_STATUS,
     StatusCode,
@@ -29,7 +30,7 @@ def test_every_error_status_has_its_own_class():
 def test_status_to_exception_and_back(status):
     error = error_for_status(status, "ledger 3 entry 4 on bookie-1")
     assert type(error) is STATUS_ERRORS[status]
-    assert str(error) == f"ledger 3 entry 4 on bookie-1: {status.name}"
+    assert str(error) == f"ledger 3 entry 4 on bookie-1: {status.name} ({STATUS_MEANINGS[status]})"
     assert status_for_error(error) is status
 
 

@@ -21,7 +21,7 @@ import sys
 __all__ = ["SERVER_COMMANDS", "configure_logging", "serving"]
 
 #: Commands that run a server: they log at INFO, with timestamps.
-SERVER_COMMANDS = frozenset({"autorecovery", "bookie", "dashboard", "sandbox", "zookeeper"})
+SERVER_COMMANDS = frozenset({"autorecovery", "bookie", "dashboard", "zookeeper"})
 
 _JOURNAL_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -105,6 +105,7 @@ def serve(
     leader_probe_ms: int,
 ) -> None:
     """Run one member of the store NAME (members of one store elect a leader)."""
+    from bkeeper.cli._logging import serving
     from bkeeper.common.loop import run_event_loop
     from bkeeper.kv.client import process_token
     from bkeeper.kv.server import KvServerConfig
@@ -120,6 +121,7 @@ def serve(
         leader_probe_s=leader_probe_ms / 1000,
         auth_token=process_token(),
     )
+    serving()  # a server: INFO lines with timestamps, as bookie's
     run_event_loop(_serve(metadata_uri, config, session_timeout_ms, roll_bytes))
 
 

@@ -55,7 +55,7 @@ from bkeeper.common.errors import (
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.store import Versioned
-from bkeeper.wire.codes import StatusCode
+from bkeeper.wire.codes import StatusCode, status_text
 from bkeeper.wire.digest import DigestManager, master_key
 
 __all__ = ["WriteHandle"]
@@ -338,7 +338,10 @@ class WriteHandle:
                 if more:
                     self._completed(more)
                 continue
-            log.info("ledger %d: %s failed add %d: %s", self.ledger_id, bookie, entry_id, status)
+            log.info(
+                "ledger %d: %s failed add %d: %s",
+                self.ledger_id, bookie, entry_id, status_text(status),
+            )  # fmt: skip
             self._apply(self._adds.error_answer(bookie, status, entry_id))
 
     def _on_run(self, bookie: str, first_entry_id: int, count: int) -> None:

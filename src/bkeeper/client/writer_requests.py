@@ -14,7 +14,7 @@ from typing import Any
 from bkeeper.client.context import ClientContext
 from bkeeper.common.errors import BookieError, BookieUnavailableError
 from bkeeper.common.tasks import within
-from bkeeper.wire.codes import Protocol, StatusCode
+from bkeeper.wire.codes import Protocol, StatusCode, status_text
 from bkeeper.wire.digest import DigestManager, VerifiedEntry
 from bkeeper.wire.messages import ForceLedgerRequest, WriteLacRequest
 
@@ -40,7 +40,7 @@ async def force_ledger(ctx: ClientContext, ledger_id: int, ensemble: tuple[str, 
         ) from None
     for response in responses:
         if response.status is not StatusCode.EOK:
-            raise BookieError(f"ledger {ledger_id}: force failed: {response.status.name}")
+            raise BookieError(f"ledger {ledger_id}: force failed: {status_text(response.status)}")
 
 
 async def write_lac_periodically(

@@ -203,10 +203,14 @@ class ZkNodeStore:
         give_up = started + config.unreachable_timeout_ms / 1000
         while not self._client.connected:
             now = loop.time()
-            if now >= deadline or (now >= give_up and self._reach.hopeless()):
-                waited_s = round(now - started, 1)
-                raise ConnectionLossError(self._reach.explain(self._hosts, waited_s))
-            await asyncio.sleep(CONNECT_POLL_S)
+            if now >= deadline:
+                waited_ms = config.connect_timeout_ms
+            elif now >= give_up and self._reach.hopeless():
+                waited_ms = config.unreachable_timeout_ms
+            else:
+                await asyncio.sleep(CONNECT_POLL_S)
+                continue
+            raise ConnectionLossError(self._reach.explain(self._hosts, waited_ms / 1000))
 
     @property
     def hosts(self) -> str:

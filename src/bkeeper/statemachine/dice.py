@@ -143,6 +143,6 @@ class Dice:
             try:
                 await self.rsm.submit(b"%d" % self._rng.randint(1, 6))
             except BKeeperError as exc:  # not leading any more: wait to lead again
-                log.warning("roll failed: %s", exc)
+                log.info("roll failed: %s", exc)
                 continue
             await asyncio.sleep(period)

@@ -217,7 +217,7 @@ class ReplicatedStateMachine(Snapshotting):
                 except LogNotFoundError as exc:  # it was there at the start: deleted
                     raise self._log_deleted(exc) from exc
                 except BKeeperError as exc:  # the store or bookies failed: try again shortly
-                    log.warning("%s: %s", config.log_name, exc)
+                    log.info("%s: %s; trying again", config.log_name, exc)
                     await asyncio.sleep(config.retry_pause_s)
                     continue
                 if fenced:
@@ -273,7 +273,7 @@ class ReplicatedStateMachine(Snapshotting):
                     raise
                 return named, election
             except BKeeperError as exc:
-                log.warning("%s: cannot start yet: %s", config.log_name, exc)
+                log.info("%s: cannot start yet: %s", config.log_name, exc)
                 with contextlib.suppress(TimeoutError):
                     await within(stop.wait(), config.retry_pause_s)
         return None
@@ -424,7 +424,7 @@ class ReplicatedStateMachine(Snapshotting):
         except LogNotFoundError:
             raise  # deleted: the member stops
         except BKeeperError as exc:
-            log.warning("could not take over the log: %s", exc)
+            log.info("could not take over the log: %s", exc)
             await asyncio.sleep(config.retry_pause_s)
             return False
         try:

@@ -10,6 +10,10 @@ in the exception tree (``bkeeper.common.errors``) and is the only table of the p
 :func:`status_for_error` turns an exception raised while serving into the status to answer
 (server side): the status of the nearest class in its MRO that the registry names, EIO for
 anything else (so ``DiskFullError`` answers EREADONLY, a bug EIO).
+
+A status a person may read (a log line, an error's message) is written with
+:func:`status_text`: its name and what it means (``EFENCED (the ledger was fenced by a
+recovering reader)``), never the bare number (``504``, what ``%s`` of an ``IntEnum`` gives).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from bkeeper.common import errors
 
 __all__ = [
     "STATUS_ERRORS",
+    "STATUS_MEANINGS",
     "STATUS_TO_V2",
     "V2_TO_STATUS",
     "AddFlag",
@@ -35,6 +40,7 @@ __all__ = [
     "WriteFlag",
     "error_for_status",
     "status_for_error",
+    "status_text",
 ]
 
 
@@ -134,6 +140,32 @@ class GetBookieInfoField(IntFlag):
     FREE_DISK_SPACE = 0x2
 
 
+#: What each status means, in the words of a log line.
+STATUS_MEANINGS: dict[StatusCode, str] = {
+    StatusCode.EOK: "done",
+    StatusCode.ENOLEDGER: "the bookie has no such ledger",
+    StatusCode.ENOENTRY: "the bookie has no such entry",
+    StatusCode.EBADREQ: "the bookie found the request malformed",
+    StatusCode.EIO: "the bookie failed to read or write its storage",
+    StatusCode.EUA: "not authorized: wrong ledger password, or credentials missing",
+    StatusCode.EBADVERSION: "the bookie does not speak this protocol version",
+    StatusCode.EFENCED: "the ledger was fenced by a recovering reader",
+    StatusCode.EREADONLY: "the bookie is read-only",
+    StatusCode.ETOOMANYREQUESTS: "the bookie is overloaded: too many requests",
+    StatusCode.EUNKNOWNLEDGERSTATE: "the bookie cannot tell whether it has the data",
+}
+
+
+def status_text(status: int) -> str:
+    """``status`` as a person reads it: ``EFENCED (the ledger was fenced by a recovering
+    reader)``; a number no status has: ``status 999 (unknown to this client)``."""
+    try:
+        known = StatusCode(status)
+    except ValueError:
+        return f"status {int(status)} (unknown to this client)"
+    return f"{known.name} ({STATUS_MEANINGS[known]})"
+
+
 V2_TO_STATUS: dict[int, StatusCode] = {code: StatusCode[code.name] for code in V2ErrorCode}
 STATUS_TO_V2: dict[StatusCode, int] = {status: int(v2) for v2, status in V2_TO_STATUS.items()}
 
@@ -158,7 +190,7 @@ _ERROR_STATUS: dict[type[BaseException], StatusCode] = {
 def error_for_status(status: StatusCode, context: str) -> errors.BookieError:
     """The exception for a non-OK ``status``; ``context`` says which request it answered."""
     cls = STATUS_ERRORS.get(status, errors.BookieError)
-    return cls(f"{context}: {status.name}")
+    return cls(f"{context}: {status_text(status)}")
 
 
 def status_for_error(exc: BaseException) -> StatusCode:
