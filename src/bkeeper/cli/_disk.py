@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
+from bkeeper.cli._tables import console
 from bkeeper.common.errors import StorageError
 from bkeeper.storage import FileSystem
 from bkeeper.storage.inspect_dirs import BookieDirs, bookie_dirs
@@ -36,8 +37,7 @@ _ROWS_DEFAULT = 1000
 
 
 def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+    return console()
 
 
 @contextmanager

@@ -12,13 +12,19 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
+from bkeeper.cli._log_settings import (
+    changed_settings,
+    settings_change_lines,
+    settings_lines,
+    settings_options,
+    settings_summary,
+)
 from bkeeper.cli._options import confirm_deletion, metadata_option
 from bkeeper.cli._stdin import read_lines
 from bkeeper.client import BookKeeper
@@ -33,7 +39,7 @@ from bkeeper.namedlog import (
     Position,
     Record,
 )
-from bkeeper.namedlog.config import CHUNK_BYTES_MAX
+from bkeeper.namedlog.config import CHUNK_BYTES_MAX, LogSettings
 from bkeeper.namedlog.consumer import backlog
 from bkeeper.namedlog.records import CHUNK_BYTES_MIN, CODECS, RECORD_BYTES_MAX
 
@@ -103,12 +109,17 @@ def log() -> None:
 @log.command()
 @_METADATA
 @click.argument("name")
-def create(metadata_uri: str, name: str) -> None:
-    """Create an empty log."""
+@settings_options
+def create(metadata_uri: str, name: str, **given: Any) -> None:
+    """Create an empty log, with the settings given stored in it (every writer of the log
+    applies them, in any process; change them with bkeeper log config)."""
+    settings = changed_settings(LogSettings(), given)
 
     async def body(logs: NamedLogs) -> None:
-        await logs.create(name)
+        await logs.create(name, settings)
         click.echo(f"created log {name}")
+        if not settings.empty:
+            click.echo("\n".join(settings_lines(name, settings)[1:]))
 
     _run(body, metadata_uri)
 
@@ -116,31 +127,59 @@ def create(metadata_uri: str, name: str) -> None:
 @log.command("list")
 @_METADATA
 def list_logs(metadata_uri: str) -> None:
-    """A table of the logs with their ledgers."""
+    """A table of the logs: their ledgers (count, first..last), their settings (retention,
+    roll size and age, ensemble/write/ack quorums; -: not set) and subscriptions."""
+    from bkeeper.cli._tables import console, titled_table
 
     async def body(logs: NamedLogs) -> None:
-        table = Table(title=f"logs at {metadata_uri}")
-        for column in ("name", "ledgers", "first ledger", "last ledger", "created",
-                       "subscriptions: backlog"):  # fmt: skip
-            table.add_column(column)
+        table = titled_table(f"logs at {metadata_uri}", "name", "ledgers", "retention", "roll",
+                             "e/w/a", "backlog")  # fmt: skip
         for name in await logs.names():
             named = logs.log(name)
             meta = await named.metadata()
-            created = datetime.datetime.fromtimestamp(meta.ctime_ms / 1000, datetime.UTC)
+            ledgers = f"{len(meta.ledgers)}"
+            if meta.ledgers:
+                ledgers += f" ({meta.ledgers[0].ledger_id}..{meta.ledgers[-1].ledger_id})"
+            try:
+                cells = settings_summary(meta.settings(name))
+            except ConfigError:
+                cells = ("wrong: see bkeeper log config", "-", "-")
             behind = []
             for sub, state in (await named.subscriptions()).items():
                 left = await backlog(named, state)
                 behind.append(f"{sub}: {left.entries} entries, {left.bytes} B")
-            table.add_row(
-                name,
-                str(len(meta.ledgers)),
-                str(meta.ledgers[0].ledger_id) if meta.ledgers else "-",
-                str(meta.ledgers[-1].ledger_id) if meta.ledgers else "-",
-                created.isoformat(timespec="seconds"),
-                "\n".join(behind) or "-",
-            )
-        console = Console()
-        (console if console.is_terminal else Console(width=160)).print(table)
+            table.add_row(name, ledgers, *cells, "\n".join(behind) or "-")
+        console().print(table)
+
+    _run(body, metadata_uri)
+
+
+@log.command("config")
+@_METADATA
+@click.argument("name")
+@settings_options
+@click.option("--unset", "unset", multiple=True, metavar="SETTING",
+              help="Unset a setting (a writer's own default applies again): retention-age, "
+              "retention-size, retention-consumed, roll-size, roll-age, replication or all. "
+              "May be repeated.")  # fmt: skip
+def config(metadata_uri: str, name: str, unset: tuple[str, ...], **given: Any) -> None:
+    """Show the settings stored with log NAME, or change them (printing each setting changed,
+    before -> after).
+
+    A change goes in by compare-and-set (a concurrent change is kept, not overwritten) and
+    open writers follow it within a tick of their timer (roll_age / 2, at most 60 s): roll
+    limits and retention at once, ensemble and quorums from their next ledger."""
+    changing = bool(unset) or any(value is not None for value in given.values())
+    if changing:
+        changed_settings(LogSettings(), given, unset)  # a bad value fails before connecting
+
+    async def body(logs: NamedLogs) -> None:
+        named = logs.log(name)
+        if not changing:
+            click.echo("\n".join(settings_lines(name, await named.settings())))
+            return
+        before, after = await named.configure(lambda now: changed_settings(now, given, unset))
+        click.echo("\n".join(settings_change_lines(name, before, after)))
 
     _run(body, metadata_uri)
 
@@ -177,6 +216,8 @@ def list_logs(metadata_uri: str) -> None:
     default=CHUNK_BYTES_MAX, show_default=True,
     help="A record larger than this is written as chunks of this size (one entry each).",
 )  # fmt: skip
+@click.option("--create", "create_log", is_flag=True,
+              help="Create the log first if it does not exist.")  # fmt: skip
 def append(
     metadata_uri: str,
     name: str,
@@ -189,6 +230,7 @@ def append(
     compression: str,
     whole: BinaryIO | None,
     chunk_bytes: int,
+    create_log: bool,
 ) -> None:
     """Append RECORDS (or, without any, one record per line of standard input, or with
     --file the whole of a file as one record).
@@ -197,7 +239,9 @@ def append(
     position of each record given as an argument or file once it is durable (LEDGER:ENTRY,
     with :INDEX for a record inside a batch; a record written in chunks is at its last
     chunk's). If any append fails it stops, says which records were appended and why the
-    next one failed, and exits 1.
+    next one failed, and exits 1. Ctrl-C stops it too: it says which records were appended
+    (those in flight: after waiting up to 2 s for them) and exits 130. Reading standard
+    input or a file, it shows its progress on standard error every 2 s after the first 2 s.
     """
     try:
         config = LogConfig(
@@ -212,10 +256,11 @@ def append(
         raise CommandError(str(exc)) from exc
     if whole is not None and records:
         raise click.UsageError("give RECORDS or --file, not both")
+    check_log_name_here(name)
     contents = _read_whole(whole) if whole is not None else None
 
     async def body(logs: NamedLogs) -> None:
-        writer = await logs.log(name).open_writer()
+        writer = await _open_writer(logs, name, create_log)
         raw_key = key.encode() if key is not None else None
         appends = _Appends(echo=bool(records) or contents is not None)
         if contents is not None:
@@ -224,21 +269,96 @@ def append(
             source = _given(tuple(record.encode() for record in records))
         else:
             source = read_lines(sys.stdin.fileno())
+        showing = None if records else asyncio.ensure_future(_show_progress(name, appends))
         try:
             async with contextlib.aclosing(source):
                 await _feed(writer, source, raw_key, appends)
         except BKeeperError as exc:
             await appends.settle()  # the records acknowledged before it count
             appends.failure = appends.failure or exc
+        except asyncio.CancelledError:  # Ctrl-C: say what went in, then exit 130
+            appends.interrupted = True
+            raise
         finally:
-            await appends.settle()
-            try:
-                await writer.close()
-            except BKeeperError as exc:
-                appends.failure = appends.failure or exc
+            if showing is not None:
+                showing.cancel()
+                await asyncio.gather(showing, return_exceptions=True)
+            await _finish(writer, appends, name)
         appends.report(name)
 
     _run(body, metadata_uri, config)
+
+
+def check_log_name_here(name: str) -> None:
+    """A bad log name is refused before any connection (the library's rule and words)."""
+    from bkeeper.namedlog.metadata import check_log_name
+
+    try:
+        check_log_name(name)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+
+
+async def _open_writer(logs: NamedLogs, name: str, create_log: bool) -> LogWriter:
+    """The writer of log ``name``, creating the log first with ``create_log`` (if another
+    process creates it meanwhile, that one is used); a missing log says how to create it."""
+    from bkeeper.common.errors import LogDeletedError, LogExistsError, LogNotFoundError
+
+    if create_log:
+        with contextlib.suppress(LogExistsError):
+            await logs.create(name)
+    try:
+        return await logs.log(name).open_writer()
+    except LogDeletedError:
+        raise
+    except LogNotFoundError as exc:
+        raise CommandError(
+            f"log {name!r} does not exist (create it with 'bkeeper log create {name}', "
+            "or pass --create)"
+        ) from exc
+
+
+async def _finish(writer: LogWriter, appends: _Appends, name: str) -> None:
+    """Settle the appends sent and close the writer; interrupted, each within
+    ``INTERRUPTED_WAIT_S`` (what is still in flight then is told as unknown), and the report
+    printed here (the command then exits 130)."""
+    bound = INTERRUPTED_WAIT_S if appends.interrupted else None
+    await appends.settle(bound)
+    try:
+        await asyncio.wait_for(writer.close(), bound)
+    except (BKeeperError, TimeoutError) as exc:
+        if not appends.interrupted or isinstance(exc, BKeeperError):
+            appends.failure = appends.failure or exc
+    if appends.interrupted:
+        await appends.settle(0)  # those that completed while the writer closed
+        click.echo(appends.interrupted_report(), err=True)
+
+
+#: How long Ctrl-C on ``log append`` waits for the outcome of the appends in flight (and
+#: for the writer to close), so that its report is exact; past it they are told as unknown.
+INTERRUPTED_WAIT_S = 2.0
+#: A long ``log append`` shows its progress on standard error this often (s), from this long
+#: after it started.
+PROGRESS_EVERY_S = 2.0
+
+
+async def _show_progress(name: str, appends: _Appends) -> None:
+    """Every ``PROGRESS_EVERY_S`` from ``PROGRESS_EVERY_S`` on: how many records are
+    appended (a line redrawn in place on a terminal, else a line each time; stderr only)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            click.echo(f"appending to {name}: {appends.progress()}", err=True)
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    await asyncio.sleep(PROGRESS_EVERY_S)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(f"appending to {name}: {appends.progress()}")
+        while True:
+            await asyncio.sleep(0.5)
+            bar.update(task, description=f"appending to {name}: {appends.progress()}")
 
 
 async def _feed(
@@ -249,9 +369,11 @@ async def _feed(
     ``source`` has nothing to give (standard input idle)."""
 
     async def feed() -> None:
-        async for payload in source:
+        async for payload in source:  # cancelled while it waits here, nothing is lost
+            appends.sending = True
             appends.add(await writer.append_async(payload, key=key))
-            if appends.failure is not None:
+            appends.sending = False
+            if appends.failure is not None or appends.interrupted:
                 return
 
     feeding = asyncio.ensure_future(feed())
@@ -259,6 +381,11 @@ async def _feed(
     try:
         await asyncio.wait([feeding, deleted], return_when=asyncio.FIRST_COMPLETED)
     finally:
+        if appends.sending and not feeding.done():
+            # Interrupted inside append_async: the record may be sent already, its future
+            # not returned yet. Cancelling would lose it; let feed take it and stop.
+            appends.interrupted = True
+            await asyncio.wait([feeding], timeout=INTERRUPTED_WAIT_S)
         for task in (feeding, deleted):
             task.cancel()
         await asyncio.gather(feeding, deleted, return_exceptions=True)
@@ -296,18 +423,44 @@ class _Appends:
         self.first: Position | None = None
         self.last: Position | None = None
         self.failure: BaseException | None = None
+        #: Inside ``append_async`` (its record may be sent, its future not known yet).
+        self.sending = False
+        #: Ctrl-C came: stop taking records and report.
+        self.interrupted = False
+        #: Appends whose outcome was not known when the report was made.
+        self.unknown = 0
 
     def add(self, future: asyncio.Future[Position]) -> None:
         self._pending.append(future)
         while self._pending and self._pending[0].done():
             self._take(self._pending.popleft())
 
-    async def settle(self) -> None:
-        """Wait for every append sent; each outcome is taken (none left unretrieved)."""
-        pending, self._pending = self._pending, deque()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for future in pending:
-            self._take(future)
+    async def settle(self, wait_s: float | None = None) -> None:
+        """Wait for every append sent (at most ``wait_s``); each outcome is taken (none left
+        unretrieved); those still pending after ``wait_s`` stay, counted in ``unknown``."""
+        if self._pending and (wait_s is None or wait_s > 0):
+            await asyncio.wait(self._pending, timeout=wait_s)
+        while self._pending and self._pending[0].done():
+            self._take(self._pending.popleft())
+        for future in self._pending:  # an outcome after the report: retrieved, not told
+            future.add_done_callback(_retrieved)
+        self.unknown = len(self._pending)
+
+    def progress(self) -> str:
+        """How far the appends are, for a progress line."""
+        last = f" (last {self.last})" if self.last is not None else ""
+        return f"{self.count} {_records(self.count)} appended{last}, {len(self._pending)} in flight"
+
+    def interrupted_report(self) -> str:
+        """The line Ctrl-C prints: which records went in, which may have, which did not."""
+        span = f" ({self.first} .. {self.last})" if self.first is not None else ""
+        line = f"interrupted: appended {self.count} of the records read{span}"
+        if self.failure is not None:
+            line += f"; the next append failed: {self.failure}"
+        if self.unknown:
+            line += (f"; {self.unknown} more {'was' if self.unknown == 1 else 'were'} in "
+                     f"flight, outcome unknown")  # fmt: skip
+        return line + "; the rest were not written"
 
     def _take(self, future: asyncio.Future[Position]) -> None:
         error = future.exception() if not future.cancelled() else asyncio.CancelledError()
@@ -330,6 +483,11 @@ class _Appends:
             click.echo(done, err=True)
             return
         raise CommandError(f"{done}; the next append failed: {self.failure}")
+
+
+def _retrieved(future: asyncio.Future[Position]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _records(count: int) -> str:
@@ -450,7 +608,9 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
-    table = Table(title=f"lag of {checkpoint} (last committed batch {batch})")
+    from bkeeper.cli._tables import titled_table
+
+    table = titled_table(f"lag of {checkpoint} (last committed batch {batch})")
     columns = ("log", "position", "head", "records behind", "time behind", "entries behind",
                "bytes behind")  # fmt: skip
     for column in columns:

@@ -221,10 +221,9 @@ COMMANDS = (
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from bkeeper.cli._tables import console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+    return console()
 
 
 def _run(coro: Coroutine[Any, Any, None]) -> None:
@@ -344,8 +343,7 @@ def simpletest(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def ledgermetadata(metadata_uri: str, ledger_id: int, as_json: bool) -> None:
     """Print one ledger's metadata: state, quorums, digest, end, segments and custom metadata."""
-    from rich.table import Table
-
+    from bkeeper.cli._tables import titled_table
     from bkeeper.cli.shell_ledger import metadata_json, printable
 
     async def run() -> None:
@@ -354,7 +352,7 @@ def ledgermetadata(metadata_uri: str, ledger_id: int, as_json: bool) -> None:
             if as_json:
                 click.echo(json.dumps(metadata_json(ledger_id, meta), indent=2))
                 return
-            table = Table(title=f"ledger {ledger_id}", show_header=False)
+            table = titled_table(f"ledger {ledger_id}", show_header=False)
             table.add_column("field")
             table.add_column("value")
             created = (

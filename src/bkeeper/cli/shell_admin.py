@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli._tables import console, titled_table
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.auth import TOKEN_PLUGIN
 from bkeeper.common.errors import NoNodeError
@@ -196,8 +196,7 @@ def _client(metadata_uri: str, bookie_id: str, timeout_s: float) -> AdminClient:
 
 
 def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+    return console()
 
 
 def _size(value: object) -> str:
@@ -230,7 +229,7 @@ def _print(title: str, values: object, as_json: bool) -> None:
     if as_json or not isinstance(values, Mapping):
         click.echo(json.dumps(values, indent=2, sort_keys=True))
         return
-    table = Table(title=title, show_header=False)
+    table = titled_table(title, show_header=False)
     table.add_column("field")
     table.add_column("value", justify="right")
     for name, text in _rows(values):

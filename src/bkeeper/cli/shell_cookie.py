@@ -32,6 +32,7 @@ from bkeeper.cli._disk import (
 )
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import confirm_deletion, metadata_option
+from bkeeper.cli._tables import titled_table
 from bkeeper.common.errors import NodeExistsError, NoNodeError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.cookie import Cookie
@@ -63,7 +64,7 @@ def _cookie_json(cookie: Cookie, version: int | None = None) -> dict[str, object
 
 
 def _cookie_table(title: str, cookie: Cookie, version: int | None = None) -> Table:
-    table = Table(title=title, show_header=False)
+    table = titled_table(title, show_header=False)
     table.add_column("field")
     table.add_column("value")
     rows = [

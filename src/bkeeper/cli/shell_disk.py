@@ -32,6 +32,7 @@ from bkeeper.cli._disk import (
     show,
 )
 from bkeeper.cli._errors import CommandError
+from bkeeper.cli._tables import titled_table
 from bkeeper.cli.shell_disk_logs import readjournal, readlog
 from bkeeper.storage import OsFileSystem
 from bkeeper.storage.inspect import (
@@ -89,7 +90,7 @@ def listfilesondisc(
             }
         )
         return
-    table = Table(title=f"files of the bookie in {data_dir}")
+    table = titled_table(f"files of the bookie in {data_dir}")
     for column in ("kind", "dir", "number", "name", "bytes", "note"):
         table.add_column(column, justify="right" if column in ("number", "bytes") else "left")
     for file in files:
@@ -144,7 +145,7 @@ def lastmark(
 
 
 def _mark_table(mark: Mark, title: str) -> Table:
-    table = Table(title=title, show_header=False)
+    table = titled_table(title, show_header=False)
     table.add_column("field")
     table.add_column("value")
     table.add_row("checkpoint file", mark.path)
@@ -213,7 +214,7 @@ def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
     if report.checkpoint is None:
         click.echo(f"no checkpoint in {data_dir}: nothing is indexed yet")
         return
-    summary = Table(title="the index against the entry logs", show_header=False)
+    summary = titled_table("the index against the entry logs", show_header=False)
     summary.add_column("field")
     summary.add_column("value", justify="right")
     summary.add_row("index generation", str(report.checkpoint.index_generation))
@@ -227,7 +228,7 @@ def _print_consistency(data_dir: str, report: ConsistencyReport) -> None:
     if report.consistent:
         show(summary, note=f"consistent: every location leads to its entry ({data_dir})")
         return
-    table = Table(title="problems")
+    table = titled_table("problems")
     for column in ("ledger", "entry", "entry log", "offset", "problem", "detail"):
         table.add_column(
             column, justify="right" if column in ("ledger", "entry", "offset") else "left"

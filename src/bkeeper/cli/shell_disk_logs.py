@@ -10,6 +10,7 @@ from rich.table import Table
 
 from bkeeper.cli._disk import JSON_OPTION, LIMIT_OPTION, failures, print_json, read, show
 from bkeeper.cli._errors import CommandError
+from bkeeper.cli._tables import titled_table
 from bkeeper.storage import OsFileSystem
 from bkeeper.storage.inspect_entry_log import (
     EntryLogDamage,
@@ -125,7 +126,7 @@ def _print_journal(
     damage: list[JournalDamage],
     left_out: int,
 ) -> None:
-    table = Table(title=f"journal file {file_id} ({size:,} bytes)")
+    table = titled_table(f"journal file {file_id} ({size:,} bytes)")
     group_rows = [r for r in rows if isinstance(r, JournalGroup)]
     if group_rows or not rows:
         for column in ("seq", "offset", "bytes", "records", "kinds"):
@@ -167,7 +168,7 @@ def _records(group: JournalGroup) -> str:
 
 
 def _damage_table(damage: list[JournalDamage]) -> Table:
-    table = Table(title="damage")
+    table = titled_table("damage")
     for column in ("offset", "group at", "reason", "after it", "ledgers"):
         table.add_column(column, justify="right" if column in ("offset", "group at") else "left")
     for spot in damage:
@@ -323,7 +324,7 @@ def _print_log(
     differences: list[tuple[int, int | None, int]],
     with_body: bool,
 ) -> None:
-    table = Table(title=f"entry log {log.log_id} ({log.size_bytes:,} bytes)")
+    table = titled_table(f"entry log {log.log_id} ({log.size_bytes:,} bytes)")
     columns = ["offset", "ledger", "entry", "length", "checksum ok"]
     if with_body:
         columns.append("body after the entry header (hex)")
@@ -364,7 +365,7 @@ def _map_table(
         if meta.sources:
             caption += f", compacted from logs {', '.join(map(str, meta.sources))}"
         ledgers = dict(meta.ledgers)
-    table = Table(title="ledgers map")
+    table = titled_table("ledgers map")
     table.add_column("ledger", justify="right")
     table.add_column("bytes", justify="right")
     differ = {lid: found for lid, _, found in differences}

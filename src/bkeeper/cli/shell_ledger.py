@@ -15,7 +15,6 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 
 from bkeeper.cli._disk import (
     DATA_DIR_OPTION,
@@ -31,6 +30,7 @@ from bkeeper.cli._disk import (
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._ledger_password import ledger_password, password_options
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli._tables import titled_table
 from bkeeper.cli.shell_ops import progress
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.replica import entries_on, read_replica
@@ -126,7 +126,7 @@ def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"ledgers at {metadata_uri}")
+    table = titled_table(f"ledgers at {metadata_uri}")
     columns = ["ledger"]
     if with_meta:
         columns += ["state", "E/Qw/Qa", "last entry", "length", "digest"]
@@ -179,6 +179,8 @@ def readledger(
 
     The ledger's password: --password-file FILE or $BKEEPER_LEDGER_PASSWORD (never on the
     command line, which ps shows)."""
+    if last is not None and last < first:
+        raise CommandError(f"--to {last} is before --from {first}: nothing to read")
     password = ledger_password(password_file)
 
     async def run() -> None:
@@ -187,9 +189,12 @@ def readledger(
             end = handle.last_add_confirmed
             if not handle.is_closed:
                 end = await handle.read_last_add_confirmed()
-            stop = end if last is None else min(last, end)
+            past = _past_the_end(ledger_id, first, last, end, handle.is_closed)
+            if past is not None:
+                raise CommandError(past)
+            stop = end if last is None else last
             if stop < first:
-                click.echo(f"no entries in {first}..{stop} (last confirmed {end})", err=True)
+                click.echo(f"ledger {ledger_id} has no entries", err=True)
                 return
             if bookie_id is not None:
                 await _read_one_bookie(bk, handle.metadata, bookie_id, first, stop)
@@ -238,6 +243,23 @@ def readledger(
     _run(run())
 
 
+def _past_the_end(
+    ledger_id: int, first: int, last: int | None, end: int, closed: bool
+) -> str | None:
+    """Why ``--from first --to last`` asks for entries ledger ``ledger_id`` does not have
+    (``end``: its last entry, or while it is open its last add confirmed), or None. The
+    defaults on an empty ledger are not a mistake: they read nothing."""
+    if last is not None and last > end:
+        asked = f"--to {last}"
+    elif first > end and first > 0:
+        asked = f"--from {first}"
+    else:
+        return None
+    has = f"entries 0..{end}" if end >= 0 else "no entries"
+    state = "closed" if closed else "open: confirmed so far"
+    return f"{asked} is past the end of ledger {ledger_id}: it has {has} ({state})"
+
+
 # -- ledger: one bookie's index ------------------------------------------------------------
 @click.command("ledger")
 @click.argument("ledger_id", type=click.IntRange(0))
@@ -269,7 +291,7 @@ def ledger_command(
     if as_json:
         print_json(view.as_dict())
         return
-    state = Table(title=f"ledger {ledger_id} in {data_dir}", show_header=False)
+    state = titled_table(f"ledger {ledger_id} in {data_dir}", show_header=False)
     state.add_column("field")
     state.add_column("value")
     lac = "-" if view.explicit_lac_bytes is None else f"{view.explicit_lac_bytes} bytes"
@@ -283,7 +305,7 @@ def ledger_command(
         ("as of checkpoint", f"{mark.path} (index generation {mark.index_generation})"),
     ):
         state.add_row(name, value)
-    entries = Table(title="entry locations")
+    entries = titled_table("entry locations")
     for column in ("entry", "entry log", "offset", "file"):
         entries.add_column(column, justify="left" if column == "file" else "right")
     for entry in view.entries:

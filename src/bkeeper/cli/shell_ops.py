@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from bkeeper.cli._disk import JSON_OPTION, print_json, show
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli._tables import titled_table
 from bkeeper.cli.shell_admin import endpoint_url
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.config import ClientConfig
@@ -149,7 +149,7 @@ def listbookies(
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"bookies at {metadata_uri}")
+    table = titled_table(f"bookies at {metadata_uri}")
     for column in ("bookie id", "mode", "address", "admin http"):
         table.add_column(column)
     for row in rows:
@@ -255,7 +255,7 @@ def bookieinfo(metadata_uri: str, as_json: bool, timeout_s: float) -> None:
     if as_json:
         print_json(rows)
     else:
-        table = Table(title=f"bookie info at {metadata_uri}")
+        table = titled_table(f"bookie info at {metadata_uri}")
         for column in ("bookie id", "mode", "free", "total", "used"):
             table.add_column(column, justify="left" if column in ("bookie id", "mode") else "right")
         for row in rows:
@@ -293,7 +293,7 @@ def clusterinfo(metadata_uri: str, as_json: bool) -> None:
     if as_json:
         print_json(summary.as_json())
         return
-    table = Table(title=f"cluster at {metadata_uri}", show_header=False)
+    table = titled_table(f"cluster at {metadata_uri}", show_header=False)
     table.add_column("field")
     table.add_column("value")
     under = f"{summary.under_replicated:,}" + (
@@ -355,7 +355,7 @@ def endpointinfo(metadata_uri: str, bookie_id: str, as_json: bool) -> None:
             "properties": dict(sorted(info.properties.items())),
         })  # fmt: skip
         return
-    table = Table(title=f"endpoints of {bookie_id}")
+    table = titled_table(f"endpoints of {bookie_id}")
     for column in ("id", "protocol", "host", "port", "auth", "extensions"):
         table.add_column(column, justify="right" if column == "port" else "left")
     for e in info.endpoints:
@@ -363,7 +363,7 @@ def endpointinfo(metadata_uri: str, bookie_id: str, as_json: bool) -> None:
                       ", ".join(e.extensions) or "-")  # fmt: skip
     tables = [table]
     if info.properties:
-        props = Table(title="properties")
+        props = titled_table("properties")
         props.add_column("name")
         props.add_column("value")
         for name, value in sorted(info.properties.items()):
