@@ -94,8 +94,24 @@ def _log_row(name: str, target: str, short_help: str) -> LazyCommand:
 #: ``bkeeper.cli.log_subscriptions`` (whose imports load the client and the named logs:
 #: ``bkeeper log --help`` loads neither).
 LOG_COMMANDS = (
-    _log_row("create", "log:create", "Create an empty log."),
-    _log_row("list", "log:list_logs", "A table of the logs with their ledgers."),
+    _log_row(
+        "create",
+        "log:create",
+        "Create an empty log, with the settings given stored in it (every writer of the log "
+        "applies them, in any process; change them with bkeeper log config).",
+    ),
+    _log_row(
+        "list",
+        "log:list_logs",
+        "A table of the logs: their ledgers (count, first..last), their settings (retention, "
+        "roll size and age, ensemble/write/ack quorums; -: not set) and subscriptions.",
+    ),
+    _log_row(
+        "config",
+        "log:config",
+        "Show the settings stored with log NAME, or change them (printing each setting "
+        "changed, before -> after).",
+    ),
     _log_row(
         "append",
         "log:append",
