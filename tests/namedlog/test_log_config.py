@@ -241,3 +241,33 @@ def test_settings_refuse_what_log_config_would() -> None:
     with pytest.raises(ConfigError, match="no log setting named 'roll_size'"):
         LogSettings().changed(roll_size=5)
     assert LogSettings(retention_bytes=5).changed(retention_bytes=None).empty
+
+
+async def test_many_short_writer_sessions_some_empty_leave_the_log_readable() -> None:
+    """Each ``bkeeper log append`` is a writer session with a ledger of its own, empty when
+    nothing was appended: readers walk over them all, and retention by age bounds them."""
+    clock = FakeClock()
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), clock=clock)
+        named = await logs.create("orders", LogSettings(retention_age_ms=3_600_000))
+        expected = []
+        for session in range(30):
+            writer = await named.open_writer()
+            if session % 3 != 2:  # every third session appends nothing, the last one too
+                expected.append(b"r%d" % session)
+                await writer.append(expected[-1])
+            await writer.close()
+            clock.advance(60)
+        ledgers = (await named.metadata()).ledgers
+        assert len(ledgers) == 30, "one ledger per session, an empty one too"
+        reader = await named.open_reader()
+        got = [(await reader.next(5)).payload for _ in expected]
+        assert got == expected
+        assert await reader.next(0.3) is None, "the empty last ledgers hold nothing more"
+        await reader.close()
+        assert (await named.last_position()).ledger_id == ledgers[-2].ledger_id
+        clock.advance(3_600 - 30 * 60 + 10 * 60)  # the first 10 sessions are older than 1 h
+        writer = await named.open_writer()  # retention on open, by age
+        left = (await named.metadata()).ledgers
+        assert len(left) < len(ledgers) - 5 and left[-1].ledger_id == writer.ledger_id
+        await writer.close()
