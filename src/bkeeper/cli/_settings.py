@@ -11,6 +11,11 @@ with ``#`` are skipped. Values are read by the field's type: integers (``64_000`
 numbers, ``true``/``false``, ``none`` where a field may be unset, text, and lists of paths
 separated by commas (``ledger_dirs=/mnt/a,/mnt/b``; empty: the default).
 
+Apache BookKeeper's names of the same settings are aliases (``lostBookieRecoveryDelay``,
+``journalDirectories``, ``minorCompactionInterval`` in seconds converted to ms; the table is
+:mod:`bkeeper.cli._java_names`, docs/storage.md), a Java name bkeeper has no equivalent of is
+refused saying why, and an unknown key gets the closest known name ("did you mean").
+
 Which wins: a flag given on the command line, then ``-o`` (the last of a key), then the
 config file, then the flags' defaults. Every mistake is one line naming where it is (the
 ``-o`` or the file and line) and the key: an unknown key, a value of the wrong type, a line
@@ -28,7 +33,9 @@ from typing import Any, TypeVar
 import click
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.cli._java_names import JAVA_NAMES, JAVA_REFUSED, java_value
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.messages import did_you_mean
 from bkeeper.server import BookieConfig
 from bkeeper.storage import StorageConfig
 
@@ -40,6 +47,7 @@ __all__ = [
     "build_configs",
     "convert_value",
     "merged",
+    "named_setting",
     "read_settings",
     "settings_options",
 ]
@@ -170,15 +178,45 @@ def _setting(where: str, line: str) -> tuple[str, object]:
     key, text = key.strip(), text.strip()
     if not equals or not key:
         raise _bad(f"{where}: {line.strip()!r} is not key=value")
-    if key not in SETTABLE:
+    return named_setting(where, key, text, {k: kind for k, (_, kind) in SETTABLE.items()})
+
+
+def named_setting(
+    where: str,
+    key: str,
+    text: str,
+    fields: Mapping[str, str],
+    what: str = "bookie, storage or autorecovery",
+    docs: str = "docs/storage.md and docs/autorecovery.md",
+) -> tuple[str, object]:
+    """The field of ``fields`` (name -> type) ``key`` names, by its name or Java
+    BookKeeper's (bkeeper.cli._java_names), and ``text`` as its value; else a usage error
+    naming ``where``: a bad value, Java's name of nothing here, or an unknown name and the
+    closest known one."""
+    java = JAVA_NAMES.get(key)
+    field = key if key in fields else java.ours if java is not None else None
+    if field is not None and field in fields:
+        try:
+            value = text if java is None else java_value(java, text)
+            return field, convert_value(fields[field], value)
+        except ValueError as exc:
+            said = key if java is None else f"{key} (Java's name of {field})"
+            raise _bad(f"{where}: {said}: {exc}") from None
+    if java is not None:
         raise _bad(
-            f"{where}: no bookie, storage or autorecovery option named {key!r} "
-            "(the names are the fields listed in docs/storage.md and docs/autorecovery.md)"
+            f"{where}: Java's {key!r} is bkeeper's {java.ours}, not one of the {what} options"
         )
-    try:
-        return key, convert_value(SETTABLE[key][1], text)
-    except ValueError as exc:
-        raise _bad(f"{where}: {key}: {exc}") from None
+    if key in JAVA_REFUSED:
+        raise _bad(f"{where}: Java's {key!r} has no bkeeper equivalent: {JAVA_REFUSED[key]}")
+    java_here = [j for j, n in JAVA_NAMES.items() if n.ours in fields]
+    close = did_you_mean(key, [*fields, *java_here])
+    if not close:
+        hint = f" (the names are the fields listed in {docs}, and Java BookKeeper's there)"
+    elif close[0] in fields:
+        hint = f"; did you mean {close[0]!r}?"
+    else:
+        hint = f"; did you mean {close[0]!r} (Java's name of {JAVA_NAMES[close[0]].ours})?"
+    raise _bad(f"{where}: no {what} option named {key!r}{hint}")
 
 
 def _read_conf(path: str) -> list[tuple[str, object]]:

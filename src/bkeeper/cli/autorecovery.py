@@ -29,7 +29,7 @@ from bkeeper.autorecovery.service import (
     keep_running,
 )
 from bkeeper.cli._options import metadata_option
-from bkeeper.cli._settings import convert_value
+from bkeeper.cli._settings import named_setting
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.metrics_export import MetricsHttpServer, new_registry
@@ -58,15 +58,10 @@ def autorecovery_config(options: Iterable[str]) -> AutoRecoveryConfig:
         key, text = key.strip(), text.strip()
         if not equals or not key:
             raise _bad(f"-o {option}: {option!r} is not key=value")
-        if key not in AUTORECOVERY_FIELDS:
-            raise _bad(
-                f"-o {option}: no autorecovery option named {key!r} "
-                "(the names are the fields listed in docs/autorecovery.md)"
-            )
-        try:
-            values[key] = convert_value(AUTORECOVERY_FIELDS[key], text)
-        except ValueError as exc:
-            raise _bad(f"-o {option}: {key}: {exc}") from None
+        field, value = named_setting(
+            f"-o {option}", key, text, AUTORECOVERY_FIELDS, "autorecovery", "docs/autorecovery.md"
+        )
+        values[field] = value
     try:
         return AutoRecoveryConfig(**values)  # type: ignore[arg-type]
     except ConfigError as exc:
