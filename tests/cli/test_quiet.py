@@ -5,6 +5,7 @@ code a person reads is named with what it means."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -19,8 +20,11 @@ import pytest
 from bkeeper.cli._logging import PlainFormatter
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import ConnectionLossError, LedgerFencedError
+from bkeeper.meta.store import SessionState, StoreConfig
+from bkeeper.meta.zk import ZkNodeStore
 from bkeeper.meta.zk_reach import KazooNarration, Reachability, split_hosts
 from bkeeper.testing.benchmarks import free_port
+from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from bkeeper.wire.codes import STATUS_MEANINGS, StatusCode, error_for_status, status_text
 from tests.client.conftest import RealCluster, real_cluster  # noqa: F401 (a fixture)
 
@@ -105,6 +109,40 @@ async def test_the_python_client_raises_that_line_and_logs_no_warnings(
     assert len(loud) <= 1, loud
     assert any("Connection dropped" in r.getMessage() or "Cannot resolve" in r.getMessage()
                for r in root_records), "kazoo's lines are kept, at DEBUG"  # fmt: skip
+
+
+# -- a session's outage, told once per change ------------------------------------------------
+@pytest.mark.integration
+async def test_an_outage_is_a_few_lines_from_bkeeper_meta_not_kazoos_chatter(
+    tmp_path: Path, root_records: list[logging.LogRecord]
+) -> None:
+    server = ZooKeeperServer(ZooKeeperConfig(data_dir=tmp_path / "zk", port=0, tick_time_ms=500))
+    server.start()
+    try:
+        config = StoreConfig(session_timeout_ms=2000)
+        store = await ZkNodeStore.connect(server.connect_string, config)
+        try:
+            session = store.session_events()
+            server.stop()
+            while (await asyncio.wait_for(session.get(), 30)).state is not SessionState.SUSPENDED:
+                pass
+            await asyncio.sleep(4)  # kazoo tries again and again meanwhile
+            session.close()
+        finally:
+            await asyncio.wait_for(store.aclose(), 30)
+    finally:
+        server.stop()
+    ours = [(r.levelname, r.getMessage()) for r in root_records if r.name == "bkeeper.meta.zk"]
+    hosts = server.connect_string
+    assert ours[0][0] == "INFO" and ours[0][1].startswith(f"ZooKeeper {hosts}: connection lost")
+    assert ours[1] == (
+        "WARNING",
+        f"ZooKeeper {hosts}: no connection for 2 s (connection refused): its session expires "
+        "on the servers; still trying",
+    )
+    assert len(ours) == 2, ours
+    loud = [r for r in root_records if r.levelno >= logging.WARNING]
+    assert len(loud) == 1, [r.getMessage() for r in loud]  # before: kazoo's, every attempt
 
 
 # -- what the zk driver makes of kazoo's lines -------------------------------------------------

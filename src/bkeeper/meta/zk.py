@@ -163,6 +163,7 @@ class ZkNodeStore:
         self._reach = Reachability(hosts)
         self._client = _new_client(hosts, config, digest, self._reach)
         self._lost_at = 0.0
+        self._away_warning: asyncio.TimerHandle | None = None
         self._state = SessionState.SUSPENDED
         self._session_id = 0
         self._closing = False
@@ -305,6 +306,7 @@ class ZkNodeStore:
         if self._closing:
             return
         self._closing = True
+        self._cancel_away_warning()
         for slot in list(self._slots.values()):
             for sub in list(slot.subs):
                 sub.close()
@@ -457,7 +459,11 @@ class ZkNodeStore:
             why = self._reach.last_drop
             because = f" ({why})" if why else ""
             _log.info("ZooKeeper %s: connection lost%s, reconnecting", self._hosts, because)
+            self._cancel_away_warning()
+            away_s = self._config.session_timeout_ms / 1000
+            self._away_warning = self._loop.call_later(away_s, self._warn_away, away_s)
         elif state == KazooState.CONNECTED and self._state is SessionState.SUSPENDED:
+            self._cancel_away_warning()
             if self._session_id:  # not the first connection
                 away_s = self._loop.time() - self._lost_at
                 _log.info("ZooKeeper %s: reconnected after %.1f s", self._hosts, away_s)
@@ -466,6 +472,22 @@ class ZkNodeStore:
                 "ZooKeeper %s: session expired (its ephemeral nodes and watches are gone); "
                 "opening a new one", self._hosts,
             )  # fmt: skip
+
+    def _warn_away(self, away_s: float) -> None:
+        """Still no connection a session timeout after it was lost: the servers expire the
+        session meanwhile (its ephemeral nodes go), which matters: said once, at WARNING."""
+        self._away_warning = None
+        if self._state is SessionState.SUSPENDED and not self._closing:
+            why = self._reach.last_drop
+            _log.warning(
+                "ZooKeeper %s: no connection for %g s%s: its session expires on the servers; "
+                "still trying", self._hosts, away_s, f" ({why})" if why else "",
+            )  # fmt: skip
+
+    def _cancel_away_warning(self) -> None:
+        if self._away_warning is not None:
+            self._away_warning.cancel()
+            self._away_warning = None
 
     def _announce(self, state: SessionState) -> None:
         if self._state is state and state is not SessionState.CONNECTED:

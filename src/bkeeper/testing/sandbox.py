@@ -288,7 +288,7 @@ class Sandbox:
             except ConnectionLossError as exc:
                 if time.monotonic() >= deadline:
                     raise
-                log.warning("%s; trying again", exc)
+                log.info("%s; trying again", exc)  # expected while ZooKeeper starts
 
     def _bookie_log(self, index: int) -> Path:
         return self.config.data_dir / f"bookie-{index}.log"
