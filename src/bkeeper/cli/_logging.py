@@ -6,9 +6,9 @@ The library configures no handler (it only logs); this, the application, does:
 * every command: records go to stderr (stdout is the command's output), at WARNING and
   above, plainly (``warning: ZooKeeper 127.0.0.1:2181: session expired ...``): no
   timestamps, no logger names, a record's exception as one line, never its traceback;
-* commands that run servers (``SERVER_COMMANDS``, and ``kv serve`` through :func:`serving`):
-  INFO and above with timestamps and logger names, since what they log is read later, in
-  their log files (a sandbox's children write there);
+* commands that run servers (``SERVER_COMMANDS``, and ``kv serve`` through :func:`serving`),
+  and ``verify`` (``JOURNAL_COMMANDS``): INFO and above with timestamps and logger names,
+  since what they log is read later, in their log files (a sandbox's children write there);
 * ``--verbose``: DEBUG for everything, kazoo's narration of each connection attempt included,
   with timestamps, logger names and tracebacks.
 """
@@ -18,10 +18,13 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["SERVER_COMMANDS", "configure_logging", "serving"]
+__all__ = ["JOURNAL_COMMANDS", "SERVER_COMMANDS", "configure_logging", "serving"]
 
 #: Commands that run a server: they log at INFO, with timestamps.
 SERVER_COMMANDS = frozenset({"autorecovery", "bookie", "dashboard", "zookeeper"})
+#: And those whose log is a file read after the run: verify's run log records INFO (its
+#: console handler shows errors only meanwhile), its client processes write to files.
+JOURNAL_COMMANDS = SERVER_COMMANDS | {"verify", "verify-client"}
 
 _JOURNAL_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -44,7 +47,7 @@ def configure_logging(verbose: bool, command: str | None = None) -> None:
     root = logging.getLogger()
     if verbose:
         level, formatter = logging.DEBUG, logging.Formatter(_JOURNAL_FORMAT)
-    elif command in SERVER_COMMANDS:
+    elif command in JOURNAL_COMMANDS:
         level, formatter = logging.INFO, logging.Formatter(_JOURNAL_FORMAT)
     else:
         level, formatter = logging.WARNING, PlainFormatter()
