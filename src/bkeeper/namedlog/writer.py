@@ -427,6 +427,9 @@ class LogWriter:
             return
         self._closed = True
         self._closing.set()
+        # A tick under way ends first (the timer starts no other): a roll it began would
+        # otherwise list a ledger that nobody closes.
+        await asyncio.wait([self._ticking])
         try:
             if self._batcher is not None:
                 await self._batcher.drain()
