@@ -49,13 +49,16 @@ class LogConfig:
     ``roll_bytes`` / ``roll_age_ms``: a writer starts a new ledger once the current one holds
     this many payload bytes or is this old (0: never by age). ``tail_poll_ms``: the longest a
     tailing reader waits before it re-reads the ledger list. ``retention_age_ms`` /
-    ``retention_bytes`` (0: keep everything): at each roll the writer truncates whole sealed
-    ledgers whose records are all older than the age, or that lie beyond the newest
-    ``retention_bytes`` of sealed ledgers. ``retention_consumed``: also truncate, at each
-    roll, the sealed ledgers that every subscription of the log has consumed past (a log
-    with no subscription keeps them); the age and size limits still apply as caps, and a
-    subscription left behind by one is told its records are gone
-    (:mod:`bkeeper.namedlog.consumer`).
+    ``retention_bytes`` (0: keep everything): the writer truncates whole sealed ledgers whose
+    records are all older than the age, or that lie beyond the newest ``retention_bytes`` of
+    sealed ledgers. ``retention_consumed``: also truncate the sealed ledgers that every
+    subscription of the log has consumed past (a log with no subscription keeps them); the
+    age and size limits still apply as caps, and a subscription left behind by one is told
+    its records are gone (:mod:`bkeeper.namedlog.consumer`). Retention runs when a writer
+    opens, at each roll and on the writer's timer (:mod:`bkeeper.namedlog.retention`).
+
+    A log may store its own retention, roll and replication settings (:class:`LogSettings`);
+    those win over this config's for that log's writers.
 
     Record batching (Kafka's names; :mod:`bkeeper.namedlog.batching`): with ``batching``
     on, the writer packs records into one entry (a record batch) until it holds
