@@ -19,15 +19,19 @@ import pytest
 
 from bkeeper.cli._logging import PlainFormatter
 from bkeeper.client import BookKeeper
-from bkeeper.common.errors import ConnectionLossError, LedgerFencedError
+from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import ConnectionLossError, LedgerFencedError, LogFencedError
 from bkeeper.meta.store import SessionState, StoreConfig
 from bkeeper.meta.zk import ZkNodeStore
 from bkeeper.meta.zk_reach import KazooNarration, Reachability, split_hosts
+from bkeeper.namedlog import NamedLogs
 from bkeeper.testing.benchmarks import free_port
+from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from bkeeper.wire.codes import STATUS_MEANINGS, StatusCode, error_for_status, status_text
 from tests.client.conftest import RealCluster, real_cluster  # noqa: F401 (a fixture)
 
+FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 REFUSED = "connection refused (tried for 2 s; is ZooKeeper running?)"
 UNRESOLVED = "name does not resolve (tried for 2 s; check the host name)"
 
@@ -220,6 +224,32 @@ def test_every_status_reads_as_its_name_and_meaning() -> None:
     assert str(error) == (
         "ledger 3 entry 7 on 10.0.0.1:3181: EFENCED (the ledger was fenced by a recovering reader)"
     )
+
+
+# -- a fence is told as a fence ---------------------------------------------------------------
+async def test_a_fenced_writer_that_cannot_ask_the_metadata_why_says_it_was_fenced() -> None:
+    """Before: 'this writer was fenced: another writer took over, or the log was deleted
+    (ConnectionLoss (at /bkeeper/logs/dice))', the metadata's failure given as the fence's
+    cause (a paused dice leader, its session gone)."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST))
+        writer = await (await logs.create("paused")).open_writer()
+        await writer.append(b"x")
+        newer = await NamedLogs(await cluster.client(FAST)).log("paused").open_writer()
+
+        async def read(name: str) -> object:
+            raise ConnectionLossError("ZooKeeper 127.0.0.1:2181: disconnected (reconnecting)")
+
+        logs.store.read = read  # type: ignore[method-assign]
+        with pytest.raises(LogFencedError) as caught:
+            await writer.append(b"y")
+        message = str(caught.value)
+        assert message.startswith("log 'paused': this writer was fenced")
+        fence, _, unexplained = message.partition("; the metadata could not say which")
+        assert "fenced" in fence.partition("(")[2]  # the cause named is the fence
+        assert "disconnected" not in fence
+        assert "disconnected (reconnecting)" in unexplained
+        await newer.close()
 
 
 # -- bkeeper dice: values on stdout, nothing noisy anywhere -----------------------------------

@@ -456,12 +456,16 @@ class LogWriter:
         if self._closed:
             raise LogError(f"the writer of log {self._log.name!r} is closed")
 
-    def _fenced(self, cause: BaseException) -> LogError:
-        """The error of appends that were in flight when the ledger was fenced."""
+    def _fenced(self, cause: BaseException, unexplained: BaseException | None = None) -> LogError:
+        """The error of appends that were in flight when the ledger was fenced: ``cause`` is
+        the fence; ``unexplained``, why the metadata could not say who fenced it."""
         if self._error is None:
+            which = (
+                "" if unexplained is None else f"; the metadata could not say which: {unexplained}"
+            )
             self._error = LogFencedError(
                 f"log {self._log.name!r}: this writer was fenced: another writer took over, "
-                f"or the log was deleted ({cause})"
+                f"or the log was deleted ({cause}){which}"
             )
         return self._error
 
@@ -480,7 +484,7 @@ class LogWriter:
         try:
             return await self._gone(cause)
         except BKeeperError as exc:  # the metadata cannot say: the fence is all we know
-            return self._fenced(exc)
+            return self._fenced(cause, unexplained=exc)
 
     async def _gone(self, cause: BaseException) -> LogError:
         """Why this writer can append no more, its ledger fenced or gone: the log was
