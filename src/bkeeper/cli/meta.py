@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.common.errors import BKeeperError, NoNodeError
-from bkeeper.meta import (
-    BookieServiceInfo,
-    ClusterMetadata,
-    Cookie,
-    LedgerMetadata,
-    decode_ledger_metadata,
-    ledger_path,
-)
-from bkeeper.meta.layout import AVAILABLE, COOKIES, ledger_id_from_parts
-from bkeeper.meta.metadata_format import HEADER_KEY
-from bkeeper.meta.store import join_path
+
+if TYPE_CHECKING:  # imported where used: `bkeeper meta --help` loads no metadata layer
+    from bkeeper.meta import BookieServiceInfo, LedgerMetadata
 
 __all__ = ["describe_ledger", "describe_node", "meta"]
 
@@ -37,6 +29,8 @@ def meta() -> None:
 @click.option("--force", is_flag=True, help="Delete an existing cluster's metadata first.")
 def format_command(metadata_uri: str, force: bool) -> None:
     """Lay out a new cluster (LAYOUT, INSTANCEID, available/, cookies/ ...)."""
+    import asyncio
+
     instance_id = asyncio.run(_format(metadata_uri, force))
     click.echo(f"formatted {metadata_uri}: instance id {instance_id}")
 
@@ -47,17 +41,23 @@ def format_command(metadata_uri: str, force: bool) -> None:
 @click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Show this ledger instead.")
 def show(metadata_uri: str, path: str | None, ledger_id: int | None) -> None:
     """Print a node (absolute, or relative to the ledgers root) decoded, and its children."""
+    import asyncio
+
     if (path is None) == (ledger_id is None):
         raise click.UsageError("give either PATH or --ledger")
     click.echo(asyncio.run(_show(metadata_uri, path, ledger_id)))
 
 
 async def _format(metadata_uri: str, force: bool) -> str:
+    from bkeeper.meta import ClusterMetadata
+
     async with await ClusterMetadata.open(metadata_uri) as metadata:
         return await metadata.format(force=force)
 
 
 async def _show(metadata_uri: str, path: str | None, ledger_id: int | None) -> str:
+    from bkeeper.meta import ClusterMetadata, ledger_path
+
     async with await ClusterMetadata.open(metadata_uri) as metadata:
         root = metadata.root
         node = ledger_path(root, ledger_id) if ledger_id is not None else _absolute(root, path)
@@ -73,6 +73,8 @@ async def _show(metadata_uri: str, path: str | None, ledger_id: int | None) -> s
 
 
 def _absolute(root: str, path: str | None) -> str:
+    from bkeeper.meta.store import join_path
+
     assert path is not None
     if path.startswith("/"):
         return path.rstrip("/") or "/"
@@ -81,6 +83,10 @@ def _absolute(root: str, path: str | None) -> str:
 
 def describe_node(root: str, path: str, data: bytes) -> str:
     """What a node holds, decoded by where it is in the layout (raw bytes otherwise)."""
+    from bkeeper.meta import BookieServiceInfo, Cookie, decode_ledger_metadata
+    from bkeeper.meta.layout import AVAILABLE, COOKIES, ledger_id_from_parts
+    from bkeeper.meta.metadata_format import HEADER_KEY
+
     relative = path[len(root) + 1 :].split("/") if path.startswith(root + "/") else []
     try:
         if data.startswith(HEADER_KEY):
