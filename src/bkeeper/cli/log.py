@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import click
-from rich.console import Console
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._log_settings import (
@@ -345,6 +344,8 @@ PROGRESS_EVERY_S = 2.0
 async def _show_progress(name: str, appends: _Appends) -> None:
     """Every ``PROGRESS_EVERY_S`` from ``PROGRESS_EVERY_S`` on: how many records are
     appended (a line redrawn in place on a terminal, else a line each time; stderr only)."""
+    from rich.console import Console
+
     console = Console(stderr=True)
     if not console.is_terminal:
         while True:
@@ -608,6 +609,8 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
+    from rich.console import Console
+
     from bkeeper.cli._tables import titled_table
 
     table = titled_table(f"lag of {checkpoint} (last committed batch {batch})")
