@@ -15,6 +15,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, LogMetadata, NamedLogs
 from bkeeper.namedlog.config import LogSettings
+from bkeeper.namedlog.records import encode_record
 from bkeeper.namedlog.writer import TIMER_POLL_S
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -148,6 +149,12 @@ async def test_the_writer_follows_the_stored_settings_over_its_own() -> None:
         second = await writer.append(b"y")
         assert second.ledger_id > first.ledger_id, "rolled at the log's 100 bytes"
         await writer.close()
+        # A ledger written elsewhere for append_ledgers (Spark's write tasks) is made alike.
+        handle = await named.new_ledger()
+        assert (handle.metadata.ensemble_size, handle.metadata.write_quorum) == (2, 2)
+        await handle.append(encode_record(b"z", 1, None, None))
+        await handle.close()
+        assert await named.append_ledgers([handle.ledger_id])
 
 
 async def test_retention_runs_when_a_writer_opens() -> None:
@@ -271,3 +278,29 @@ async def test_many_short_writer_sessions_some_empty_leave_the_log_readable() ->
         left = (await named.metadata()).ledgers
         assert len(left) < len(ledgers) - 5 and left[-1].ledger_id == writer.ledger_id
         await writer.close()
+
+
+async def test_retention_runs_after_ledgers_are_appended() -> None:
+    """Spark's sink appends ledgers written by its tasks: retention runs after each batch."""
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST))
+        named = await logs.create("orders", LogSettings(retention_consumed=True))
+        consumer = await named.subscribe("billing")
+
+        async def batch(payload: bytes) -> int:
+            handle = await named.new_ledger()
+            await handle.append(encode_record(payload, 1, None, None))
+            await handle.close()
+            assert await named.append_ledgers([handle.ledger_id])
+            return handle.ledger_id
+
+        await batch(b"a")
+        await batch(b"b")
+        for _ in range(2):
+            consumer.ack((await consumer.receive(5.0)).position)
+        await consumer.flush()
+        last = await batch(b"c")
+        ids = [x.ledger_id for x in (await named.metadata()).ledgers]
+        assert ids == [last], "both consumed ledgers went after the third batch"
+        assert (await consumer.receive(5.0)).payload == b"c"
+        await consumer.close()

@@ -46,6 +46,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
@@ -167,6 +168,13 @@ class NamedLog:
         """The configuration writers of this log use: the process's ``LogConfig`` with the
         settings stored in ``meta`` in place of its own."""
         return meta.settings(self.name).applied_to(self.logs.config)
+
+    async def new_ledger(self) -> WriteHandle:
+        """A new ledger for this log, not listed yet, made as its writers make theirs: the
+        log's stored ensemble and quorums over the process's ``LogConfig`` (for ledgers
+        written elsewhere and appended with :meth:`append_ledgers`, as Spark's write tasks
+        do); one read of the log's metadata."""
+        return await create_ledger(self.logs.bk, self.config_of(await self.metadata()))
 
     async def configure(
         self, change: Callable[[LogSettings], LogSettings]
