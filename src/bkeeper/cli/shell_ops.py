@@ -11,6 +11,7 @@ is one ``error:`` line on stderr and exit status 1; a bad option is exit status 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bkeeper.cli._disk import JSON_OPTION, print_json, show
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli._progress import elapsed, status_line
 from bkeeper.cli._tables import titled_table
 from bkeeper.cli.shell_admin import endpoint_url
 from bkeeper.client.bookie_client import BookieClient
@@ -67,9 +69,25 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 @contextmanager
 def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
-    """A bar on stderr (none into a pipe or a file); yields ``advance(done, total)`` (total
-    None: not known yet)."""
+    """A bar on stderr when it is a terminal; otherwise a plain line
+    (``description: 3 of 40, 12 s``) every :data:`~bkeeper.cli._progress.PLAIN_INTERVAL_S`
+    while the work lasts. Yields ``advance(done, total)`` (total None: not known yet)."""
     console = Console(stderr=True)
+    if not console.is_terminal:
+        counts: list[int | None] = [0, None]
+        started = time.monotonic()
+
+        def describe() -> str:
+            done, total = counts
+            of = "" if total is None else f" of {total}"
+            return f"{description}: {done}{of}, {elapsed(time.monotonic() - started)}"
+
+        def count(done: int, total: int | None) -> None:
+            counts[:] = [done, total]
+
+        with status_line(describe, console):
+            yield count
+        return
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -77,7 +95,6 @@ def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
         TimeElapsedColumn(),
         console=console,
         transient=True,
-        disable=not console.is_terminal,
     )
     with bar:
         task = bar.add_task(description, total=None)

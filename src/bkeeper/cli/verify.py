@@ -4,21 +4,32 @@ the history checked (docs/verification.md). Exit status 1 when any run found a v
 from __future__ import annotations
 
 import random
+import shutil
+import time
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
-from bkeeper.cli.shell_ops import progress
+from bkeeper.cli._progress import elapsed, status_line
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.loop import run_event_loop
 from bkeeper.meta.uri import MetadataUri
 from bkeeper.verify import stop
 from bkeeper.verify.client_process import run_client_process
+from bkeeper.verify.netns import effective_capabilities, privileges_missing
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
-from bkeeper.verify.schedule import KV_NEMESES, NEMESES, parse_nemeses
+from bkeeper.verify.schedule import (
+    KV_NEMESES,
+    MEMBER_PARTITIONS,
+    NEMESES,
+    PARTITIONS,
+    parse_nemeses,
+)
+from bkeeper.verify.status import RunStatus
 
 __all__ = ["verify", "verify_client"]
 
@@ -92,7 +103,21 @@ def verify(
     """Run WORKLOAD against a fresh local cluster (ZooKeeper + bookies, each a process), or
     the cluster at --metadata, while faults are injected on a schedule derived from the
     seed; check the recorded history; print a summary table. The same seed gives the same
-    schedule."""
+    schedule.
+
+    \b
+    Needs: Java (ZooKeeper) for a cluster of its own; and for the partition nemeses
+    (partition, partition-zk, partition-clients, and kv's member partitions) root, or
+    CAP_NET_ADMIN and CAP_SYS_ADMIN, with the `ip` command: each bookie runs in a network
+    namespace of its own (ip netns); disk-full mounts a tmpfs per bookie (CAP_SYS_ADMIN).
+    Without them verify stops at once, saying which nemeses need what: run as root, or
+    leave those out with --nemesis (e.g. --nemesis kill,pause,corrupt,zk).
+
+    \b
+    Progress (phase, run k of N, seed, operations, time) is shown on stderr, redrawn on a
+    terminal, a plain line every 2 s otherwise. Ctrl-C (or SIGTERM) stops within a few
+    seconds: every process, namespace, mount and temporary directory of the run is
+    removed, one line says what, and the exit status is 130."""
     try:
         if metadata is not None and MetadataUri.parse(metadata).scheme == "memory":
             raise ConfigError(
@@ -110,36 +135,66 @@ def verify(
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    if not external:
+        missing = privileges_missing(
+            nemeses, PARTITIONS | MEMBER_PARTITIONS, effective_capabilities(),
+            shutil.which("ip") is not None,
+        )  # fmt: skip
+        if missing is not None:
+            raise CommandError(missing)
     first = seed if seed is not None else random.randrange(1 << 31)
     # SIGTERM unwinds like Ctrl-C: namespaces, tmpfs mounts and processes are cleaned up.
     stop.install()
     console = Console()
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # a message is one line, whatever its length
     where = f" on {metadata}" if metadata else ""
     err.print(
-        f"verify: {runs} run(s){where} from seed {first}, nemeses {', '.join(nemeses) or 'none'}"
+        f"verify: {runs} run(s){where} from seed {first}, nemeses {', '.join(nemeses) or 'none'}",
+        markup=False,
     )
     results: list[RunResult] = []
     harness: list[tuple[int, str]] = []
-    with progress("runs") as advance:
-        advance(0, runs)
-        for n in range(runs):
-            stop.check()
-            try:
-                result = run_once(config, first + n)
-            except ConfigError as exc:
-                raise CommandError(str(exc)) from exc
-            except BKeeperError as exc:  # the harness could not run it (a cluster that did
-                # not start on a loaded machine): said, counted, and the campaign goes on
-                harness.append((first + n, str(exc)))
-                err.print(f"seed {first + n}: the run could not be made: {exc}", markup=False)
-                advance(n + 1, runs)
-                continue
-            results.append(result)
-            advance(n + 1, runs)
-            if not result.verdict.ok:
-                err.print(f"seed {result.seed}: {result.verdict.count} violation(s); "
-                          f"repeat with: {result.repro}")  # fmt: skip
+    current = [(0, RunStatus())]  # the run under way (index) and its status
+    started = time.monotonic()
+
+    def describe() -> str:
+        k, run = current[0]
+        return (
+            f"verify: run {k + 1} of {runs} (seed {first + k}): {run.describe()}; "
+            f"{elapsed(time.monotonic() - started)}"
+        )
+
+    try:
+        with status_line(describe, err):
+            for n in range(runs):
+                stop.check()
+                status = RunStatus()
+                current[0] = (n, status)
+                try:
+                    result = run_once(config, first + n, status)
+                except ConfigError as exc:
+                    raise CommandError(str(exc)) from exc
+                except BKeeperError as exc:  # the harness could not run it (a cluster that
+                    # did not start on a loaded machine): said, counted, the campaign goes on
+                    harness.append((first + n, str(exc)))
+                    err.print(f"seed {first + n}: the run could not be made: {exc}",
+                              markup=False)  # fmt: skip
+                    continue
+                results.append(result)
+                if not result.verdict.ok:
+                    err.print(f"seed {result.seed}: {result.verdict.count} violation(s); "
+                              f"repeat with: {result.repro}", markup=False)  # fmt: skip
+    except KeyboardInterrupt:
+        k, run = current[0]
+        asked = stop.requested_at()
+        within_s = "" if asked is None else f" in {time.monotonic() - asked:.1f} s"
+        err.print(
+            f"interrupted: run {k + 1} of {runs} (seed {first + k}) stopped{within_s}; "
+            f"cleaned up {run.cleanup.describe()}"
+            + (f"; {len(results)} finished run(s) under {out_dir}" if results else ""),
+            markup=False,
+        )
+        raise SystemExit(130) from None
     console.print(_table(results))
     violations = sum(r.verdict.count for r in results)
     for result in results:
@@ -173,16 +228,26 @@ def verify_client(uri: str, seed: int, name: str) -> None:
 
 
 def _table(results: list[RunResult]) -> Table:
-    table = Table(title="bkeeper verify")
+    """One row per run. Fits 80 columns: the numbers keep their width and the faults cell
+    wraps (a fault kind a line, folded if still too long), never a title."""
+    # no rules between the columns, no padding at the edges: room for the numbers
+    table = Table(
+        title="bkeeper verify", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+        collapse_padding=True,
+    )  # fmt: skip
     for column in ("seed", "faults", "ledgers", "acked", "unknown", "reads", "violations", "s"):
-        table.add_column(column, justify="right")
+        if column == "faults":
+            table.add_column(column, overflow="fold", min_width=8)
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         kinds: dict[str, int] = {}
         for fault, _ in r.faults:
             kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
-        faults = " ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
+        faults = "\n".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
         table.add_row(
-            str(r.seed), faults, str(r.verdict.ledgers), str(r.verdict.acknowledged),
-            str(r.appends_unknown), str(r.verdict.reads), str(r.verdict.count), f"{r.seconds:.0f}",
+            str(r.seed), faults, f"{r.verdict.ledgers:,}", f"{r.verdict.acknowledged:,}",
+            f"{r.appends_unknown:,}", f"{r.verdict.reads:,}", str(r.verdict.count),
+            f"{r.seconds:.0f}",
         )  # fmt: skip
     return table

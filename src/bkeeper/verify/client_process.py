@@ -136,6 +136,13 @@ class ClientProcess:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def running_pid(self) -> int | None:
+        """The child's pid while it has not been reaped (None once it has, or before it
+        started): what a stop may still signal."""
+        proc = self._proc
+        return None if proc is None or proc.returncode is not None else proc.pid
+
     async def kill(self) -> None:
         """SIGKILL the child (if it was started); every line it wrote before is still
         copied."""

@@ -38,7 +38,7 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
 
-__all__ = ["NetnsSandbox", "Network"]
+__all__ = ["NetnsSandbox", "Network", "effective_capabilities", "privileges_missing"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,59 @@ SUBNETS = 240
 #: take the same one (two bridges with one subnet leave ZooKeeper unreachable from both);
 #: the kernel frees the name when the process ends, and no file is left behind.
 SUBNET_LOCK_NAME = "\0bkeeper-verify-subnet-{n}"
+
+
+#: Capability bits (``linux/capability.h``): namespaces and links, mounts.
+CAP_NET_ADMIN = 12
+CAP_SYS_ADMIN = 21
+#: Nemeses that mount a tmpfs per bookie (``CAP_SYS_ADMIN``).
+MOUNTING = frozenset({"disk-full"})
+
+
+def effective_capabilities(status: str | None = None) -> int:
+    """This process's effective capability set (``CapEff`` of ``/proc/self/status``, or of
+    ``status``'s text); 0 where it cannot be read."""
+    if status is None:
+        try:
+            with open("/proc/self/status", encoding="ascii") as f:
+                status = f.read()
+        except OSError:
+            return 0
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def privileges_missing(
+    nemeses: tuple[str, ...] | list[str],
+    partitions: frozenset[str],
+    capabilities: int,
+    ip_found: bool,
+) -> str | None:
+    """Why these nemeses cannot run here, in one line (None: they can). ``partitions``: the
+    nemeses that need network namespaces (``ip netns``: ``CAP_NET_ADMIN`` and
+    ``CAP_SYS_ADMIN``); ``disk-full`` mounts a tmpfs (``CAP_SYS_ADMIN``)."""
+    has_net = bool(capabilities >> CAP_NET_ADMIN & 1)
+    has_sys = bool(capabilities >> CAP_SYS_ADMIN & 1)
+    blocked = [
+        name
+        for name in nemeses
+        if (name in partitions and not (has_net and has_sys and ip_found))
+        or (name in MOUNTING and not has_sys)
+    ]
+    if not blocked:
+        return None
+    rest = [name for name in nemeses if name not in blocked]
+    why = "root (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
+    if any(name in partitions for name in blocked) and not ip_found:
+        why += " and the `ip` command (iproute2)"
+    instead = f"--nemesis {','.join(rest)}" if rest else "--nemesis none"
+    return (
+        f"nemesis {', '.join(blocked)} need{'s' if len(blocked) == 1 else ''} {why}: "
+        "partitions put each bookie in a network namespace (ip netns), disk-full mounts a "
+        f"tmpfs per bookie; run as root, or without them: {instead}"
+    )
 
 
 def _subnets_in_use() -> set[int]:

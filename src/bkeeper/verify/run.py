@@ -39,9 +39,11 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import random
 import secrets
 import shlex
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -82,6 +84,7 @@ from bkeeper.verify.schedule import (
     Fault,
     make_schedule,
 )
+from bkeeper.verify.status import Cleanup, RunStatus
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final, start_client
 
 __all__ = [
@@ -198,23 +201,29 @@ def repro_command(config: VerifyConfig, seed: int) -> str:
     )  # fmt: skip
 
 
-def run_once(config: VerifyConfig, seed: int) -> RunResult:
-    """One run (module doc); raises only for what stops the harness itself (ports, Java)."""
+def run_once(config: VerifyConfig, seed: int, status: RunStatus | None = None) -> RunResult:
+    """One run (module doc); raises only for what stops the harness itself (ports, Java).
+    ``status`` follows the run's phases, and after a stop (``KeyboardInterrupt``) says what
+    was cleaned up."""
+    status = status or RunStatus()
     if config.metadata is not None:
-        return _run_external(config, config.metadata, seed)
+        return _run_external(config, config.metadata, seed, status)
     started = time.monotonic()
     out = config.out_dir / f"seed-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     nemeses = list(config.nemeses)
     skipped: dict[str, str] = {}
+    cleanup = status.cleanup
     with (
         _logs_to(out / "verify.log"),
-        tempfile.TemporaryDirectory(prefix="bkeeper-verify-") as tmp,
+        _counted_temp_dir(cleanup) as tmp,
         contextlib.ExitStack() as stack,
     ):
         data_dir = Path(tmp)
         disks: dict[int, Path] = {}
         if "disk-full" in nemeses:
+            status.enter("mounting a tmpfs per bookie")
+            stack.callback(_count_mounts, cleanup, disks)  # runs after they are unmounted
             try:
                 for index in range(config.bookies):
                     disk = data_dir / f"bookie-{index}"
@@ -227,10 +236,11 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
         partitions = [name for name in nemeses if name in PARTITIONS | MEMBER_PARTITIONS]
         in_namespaces = MEMBERS if MEMBER_PARTITIONS & set(partitions) else 0
         if partitions:
+            status.enter("setting up network namespaces")
             network = Network(config.bookies, members=in_namespaces)
             try:
                 network.setup()
-                stack.callback(network.teardown)
+                stack.callback(_teardown_counted, network, cleanup)
             except ConfigError as exc:
                 for name in partitions:
                     skipped[name] = str(exc)
@@ -242,13 +252,17 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             Sandbox(sandbox_config) if network is None else NetnsSandbox(sandbox_config, network)
         )
         history = History()
-        workload: LedgerWorkload | LogWorkload | KvWorkload
+        status.history = history
+        workload: LedgerWorkload | LogWorkload | KvWorkload | None = None
         members: KvWorkload | None = None
         harness_failed = False
+        stack.enter_context(stop.killing(lambda: _kill_processes(sandbox, workload, cleanup)))
         try:
+            status.enter(f"starting ZooKeeper and {config.bookies} bookies")
             sandbox.start()
             stop.check()  # a stop asked for while it started (its first raise may be lost)
             if config.workload == "kv":
+                status.enter(f"starting {MEMBERS} kv members")
                 workload = members = KvWorkload(
                     sandbox.metadata_uri, history, seed, out, network if in_namespaces else None
                 )
@@ -262,20 +276,12 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             recent = lambda: workload.created[-RECENT_LEDGERS:]  # noqa: E731
             base = Nemesis(sandbox, recent, disks, network, clients)
             nemesis = KvNemesis(base, workload) if isinstance(workload, KvWorkload) else base
-            with asyncio.Runner() as runner:
-                try:
-                    uri = sandbox.metadata_uri
-                    driven = _drive(config, uri, sandbox, schedule, workload, nemesis, history)
-                    # SIGTERM, Ctrl-C: out of the loop at once
-                    faults, verdict = runner.run(stop.watched(driven))
-                except KeyboardInterrupt:
-                    # Interrupted (Ctrl-C, SIGTERM): the processes go first, so that the
-                    # runner's clean-up does not wait for threads waiting on them (a bookie
-                    # being started again waits up to its start timeout).
-                    if members is not None:
-                        members.stop_members()
-                    sandbox.stop()
-                    raise
+            with stop.BoundedRunner() as runner:
+                uri = sandbox.metadata_uri
+                driven = _drive(config, uri, sandbox, schedule, workload, nemesis, history, status)
+                # SIGTERM, Ctrl-C: out of the loop at once (its processes already killed:
+                # the runner's clean-up waits for none of them)
+                faults, verdict = runner.run(driven)
         except BKeeperError as exc:  # the harness could not finish the run: its logs are
             # kept and it is a line of the summary too, so that it can be looked into
             harness_failed = True
@@ -284,6 +290,9 @@ def run_once(config: VerifyConfig, seed: int) -> RunResult:
             _summarize(config, {"seed": seed, "harness_error": str(exc)})
             raise
         finally:
+            status.enter("stopping the cluster")
+            if stop.requested() is not None:
+                _kill_processes(sandbox, workload, cleanup)  # one started since the signal
             if members is not None:
                 members.stop_members()
             sandbox.stop()
@@ -351,20 +360,23 @@ def _finish(
     return result
 
 
-def _run_external(config: VerifyConfig, uri: str, seed: int) -> RunResult:
+def _run_external(config: VerifyConfig, uri: str, seed: int, status: RunStatus) -> RunResult:
     """One run on the cluster at ``uri`` (``--metadata``): the workload, on a log or ledgers
     of the run's own, with only the faults of verify's own client process; the same checks
     (auto-recovery's only on the run's ledgers: the cluster's auditor is not verify's to
     run). What the run wrote is deleted at the end unless it found a violation (kept then,
     for whoever looks into it)."""
     started = time.monotonic()
-    asyncio.run(_check_reachable(uri))
+    status.enter(f"connecting to {uri}")
+    with stop.BoundedRunner() as runner:
+        runner.run(_check_reachable(uri))
     out = config.out_dir / f"seed-{seed}"
     out.mkdir(parents=True, exist_ok=True)
     nemeses = list(config.nemeses)
     skipped: dict[str, str] = {}
     workload_config, schedule = _plan(config, seed, out, nemeses, skipped)
     history = History()
+    status.history = history
     # A name of the run's own: the cluster may hold earlier runs' logs, or anyone's.
     name = f"verify-{seed}-{secrets.token_hex(4)}"
     workload: LedgerWorkload | LogWorkload
@@ -374,13 +386,18 @@ def _run_external(config: VerifyConfig, uri: str, seed: int) -> RunResult:
         workload = LedgerWorkload(uri, history, seed, workload_config)
     clients = workload if isinstance(workload, LedgerWorkload) else None
     nemesis = Nemesis(None, lambda: workload.created[-RECENT_LEDGERS:], clients=clients)
-    with _logs_to(out / "verify.log"), asyncio.Runner() as runner:
+    with (
+        _logs_to(out / "verify.log"),
+        stop.killing(lambda: _kill_processes(None, workload, status.cleanup)),
+        stop.BoundedRunner() as runner,
+    ):
         try:
             faults, verdict = runner.run(
-                stop.watched(_drive(config, uri, None, schedule, workload, nemesis, history))
+                _drive(config, uri, None, schedule, workload, nemesis, history, status)
             )
             if verdict.ok:
-                runner.run(stop.watched(_delete_written(uri, workload)))
+                status.enter("deleting what the run wrote")
+                runner.run(_delete_written(uri, workload))
             else:
                 log.warning(
                     "kept for whoever looks into it: %s%d ledger(s) %s",
@@ -465,6 +482,53 @@ def _logs_to(path: Path) -> Iterator[None]:
             handler.setLevel(level)
 
 
+def _kill_processes(
+    sandbox: Sandbox | None,
+    workload: LedgerWorkload | LogWorkload | KvWorkload | None,
+    cleanup: Cleanup,
+) -> None:
+    """SIGKILL every process of the run that still runs (a stop: :func:`stop.killing`; it
+    only sends signals), counted in ``cleanup``: ZooKeeper, the bookies and what runs beside
+    them, the kv members, the workload's client process. The unwinding then waits for none."""
+    pids: list[int | None] = []
+    if sandbox is not None and sandbox.zookeeper.wait_nowait() is None:
+        pids.append(sandbox.zookeeper.pid)
+        procs = [*sandbox.bookies, *sandbox.autorecoveries]
+        procs += [] if sandbox.dashboard is None else [sandbox.dashboard]
+        pids += [p.pid for p in procs if p.poll() is None]
+    if isinstance(workload, KvWorkload):
+        pids += [m.proc.pid for m in workload.members if m.proc and m.proc.poll() is None]
+    if isinstance(workload, LedgerWorkload) and workload.client_process is not None:
+        pids.append(workload.client_process.running_pid)
+    for pid in pids:
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # already gone (or reaped)
+        cleanup.processes += 1
+
+
+def _teardown_counted(network: Network, cleanup: Cleanup) -> None:
+    namespaces = network.bookies + network.members
+    network.teardown()
+    cleanup.namespaces += namespaces
+
+
+def _count_mounts(cleanup: Cleanup, disks: dict[int, Path]) -> None:
+    cleanup.mounts += len(disks)
+
+
+@contextlib.contextmanager
+def _counted_temp_dir(cleanup: Cleanup) -> Iterator[str]:
+    try:
+        with tempfile.TemporaryDirectory(prefix="bkeeper-verify-") as tmp:
+            yield tmp
+    finally:
+        cleanup.temp_dirs += 1
+
+
 def _sandbox_config(data_dir: Path, bookies: int, seed: int, slow_disks: bool) -> SandboxConfig:
     rng = random.Random(seed ^ 0x5EED)
     for _ in range(PORT_ATTEMPTS_MAX):
@@ -493,10 +557,12 @@ async def _drive(
     workload: LedgerWorkload | LogWorkload | KvWorkload,
     nemesis: Nemesis | KvNemesis,
     history: History,
+    status: RunStatus,
 ) -> tuple[list[tuple[Fault, str]], Verdict]:
     loop = asyncio.get_running_loop()
     finish = asyncio.Event()
     start = loop.time()
+    status.enter("workload with faults", config.duration_s)
     task = asyncio.create_task(workload.run(finish))
     done: list[tuple[Fault, str]] = []
     harness: list[str] = []
@@ -510,7 +576,11 @@ async def _drive(
         await _until(start + config.duration_s, task)
     finally:
         finish.set()
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            task.cancel()  # stopped (Ctrl-C): the workload's clients close at once
         await task  # the workload's own failure (a harness bug) is raised here
+    status.enter("reading back and checking the history")
     if isinstance(workload, KvWorkload):
         verdict = Verdict()
         readable = await workload.finish(verdict)
@@ -536,8 +606,9 @@ async def _drive(
     # The kv store's leader truncates its log after each snapshot: a ledger of it may go.
     gone_ok = isinstance(workload, KvWorkload)
     await _check_replication(
-        uri, readable, config.settle_s, verdict, gone_ok, audit=sandbox is not None
-    )
+        uri, readable, config.settle_s, verdict, gone_ok, audit=sandbox is not None,
+        status=status,
+    )  # fmt: skip
     base = nemesis.base if isinstance(nemesis, KvNemesis) else nemesis
     if sandbox is not None:
         await _check_flipped(sandbox, base.flipped, verdict)
@@ -638,13 +709,17 @@ async def _check_replication(
     gone_ok: bool = False,
     *,
     audit: bool = True,
+    status: RunStatus | None = None,
 ) -> None:
     """``gone_ok``: a ledger deleted meanwhile is skipped (else its absence is an error).
     ``audit``: run the auditor's replicas check over the cluster and give the workers
     ``settle_s`` first (on verify's own cluster; someone else's is its own auditor's)."""
+    status = status or RunStatus()
     async with await start_client(uri) as bk:
         if audit:
+            status.enter("settling: auto-recovery repairs what the faults left", settle_s)
             await _audit_and_settle(bk, settle_s, verdict)
+        status.enter(f"checking the replicas of {len(ledger_ids)} ledgers")
         live = (await bk.cluster.registry.bookies()).writable
         lists = asyncio.Semaphore(32)
         for ledger_id in ledger_ids:

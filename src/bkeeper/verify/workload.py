@@ -28,7 +28,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from bkeeper.client import BookKeeper
 from bkeeper.client.config import ClientConfig
@@ -387,8 +387,18 @@ async def bounded(work: Awaitable[T], timeout_s: float) -> T:
     result = await asyncio.wait_for(work, timeout_s)  # noqa: TID251 (the cancellation: below)
     task = asyncio.current_task()
     if task is not None and task.cancelling():
+        if isinstance(result, asyncio.Future):
+            # An append's future, dropped here: when the client closes under the stopped
+            # workload it fails, and unretrieved, asyncio would print "Future exception was
+            # never retrieved" (three of them on a Ctrl-C before).
+            result.add_done_callback(_retrieve)
         raise asyncio.CancelledError
     return result
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
