@@ -640,7 +640,9 @@ class LogWriter:
         deleted = await run_retention(self._log, meta, self._config, limit)
         if deleted:
             log.debug("log %s: retention deleted %d ledgers", self._log.name, deleted)
-            self._meta, self._version = await self._logs.store.read(self._log.name)
+            meta, version = await self._logs.store.read(self._log.name)
+            if version > self._version:  # a roll meanwhile may have read a newer one
+                self._meta, self._version = meta, version
         return deleted
 
     async def _roll(self) -> None:
