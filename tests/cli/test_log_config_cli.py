@@ -229,6 +229,12 @@ def test_consumed_ledgers_are_trimmed_within_30_s_with_a_small_roll_age(real_clu
         appended = bkeeper(uri, "log", "append", "events", *records)
         assert appended.returncode == 0, appended.stderr
         sessions.append(int(appended.stdout.split(":")[0]))
+    empty = bkeeper(uri, "log", "append", "events", stdin="")  # a session with no record
+    assert empty.returncode == 0, empty.stderr
+    assert "appended 0 records" in empty.stderr
+    listed = _ledgers(uri, "events")
+    assert listed[:2] == sessions and len(listed) == 3, "a ledger for the empty session too"
+    sessions.append(listed[2])
     env = {**os.environ, "BKEEPER_METADATA": uri}
     writer = subprocess.Popen(
         [sys.executable, "-m", "bkeeper", "log", "append", "events"],
@@ -252,7 +258,7 @@ def test_consumed_ledgers_are_trimmed_within_30_s_with_a_small_roll_age(real_clu
             assert time.monotonic() - consumed_at < 30, _ledgers(uri, "events")
             time.sleep(0.5)
         left = _ledgers(uri, "events")
-        assert all(ledger > max(sessions) for ledger in left), left
+        assert all(ledger > max(sessions) for ledger in left), "the empty one went too"
     finally:
         assert writer.stdin is not None
         writer.stdin.close()
