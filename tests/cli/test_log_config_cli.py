@@ -231,7 +231,6 @@ def test_consumed_ledgers_are_trimmed_within_30_s_with_a_small_roll_age(real_clu
         sessions.append(int(appended.stdout.split(":")[0]))
     empty = bkeeper(uri, "log", "append", "events", stdin="")  # a session with no record
     assert empty.returncode == 0, empty.stderr
-    assert "appended 0 records" in empty.stderr
     listed = _ledgers(uri, "events")
     assert listed[:2] == sessions and len(listed) == 3, "a ledger for the empty session too"
     sessions.append(listed[2])
