@@ -94,7 +94,7 @@ async def test_a_wrong_stored_setting_stops_writers_not_readers_and_can_be_fixed
         store = logs.bk.cluster.store
         data, version = await store.get(logs.store.path("orders"))
         doc = json.loads(data)
-        doc["config"] = {"roll_age_ms": -5}
+        doc["config"] = {"roll_age_ms": -5, "retention_consumed": True, "ensemble_size": 9}
         await store.set(logs.store.path("orders"), json.dumps(doc).encode(), version)
         with pytest.raises(ConfigError, match=r"config\.roll_age_ms: must be an integer >= 0"):
             await named.open_writer()
@@ -102,8 +102,9 @@ async def test_a_wrong_stored_setting_stops_writers_not_readers_and_can_be_fixed
         reader = await named.open_reader()
         assert (await reader.next(5)).payload == b"a"
         await reader.close()
-        before, after = await named.configure(lambda _: LogSettings(roll_age_ms=60_000))
-        assert before == LogSettings() and after == LogSettings(roll_age_ms=60_000)
+        before, after = await named.configure(lambda s: s.changed(roll_age_ms=60_000))
+        assert before == LogSettings(retention_consumed=True), "the wrong ones left out"
+        assert after == LogSettings(retention_consumed=True, roll_age_ms=60_000)
         writer = await named.open_writer()
         await writer.close()
 

@@ -214,3 +214,26 @@ class LogSettings:
             return cls(**given, others=others)
         except ConfigError as exc:
             raise ConfigError(f"config.{exc}") from None
+
+    @classmethod
+    def salvaged(cls, doc: object) -> tuple[LogSettings, list[str]]:
+        """The settings of a stored ``"config"`` object without the wrong ones, and the
+        names of those left out (so that a change to one setting keeps the others)."""
+        if not isinstance(doc, dict):
+            return cls(), ["config"]
+        try:
+            return cls.from_json(doc), []
+        except ConfigError:
+            pass
+        kept: dict[str, Any] = {}
+        dropped: list[str] = []
+        groups = [(n,) for n in SETTING_NAMES if n not in _REPLICATION] + [_REPLICATION]
+        for group in groups:
+            part = {name: doc[name] for name in group if name in doc}
+            try:
+                cls.from_json(part)
+                kept.update(part)
+            except ConfigError:
+                dropped += list(part)
+        others = {k: v for k, v in doc.items() if k not in SETTING_NAMES}
+        return cls.from_json({**kept, **others}), dropped

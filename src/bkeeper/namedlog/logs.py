@@ -181,15 +181,16 @@ class NamedLog:
     ) -> tuple[LogSettings, LogSettings]:
         """Change the log's settings to ``change(settings)``, by compare-and-set (``change``
         runs again on the settings of the moment when another change went in first); the
-        settings before and after. A stored setting that is wrong is replaced, not an error,
-        when ``change`` returns new settings without using the old ones."""
+        settings before and after. Stored settings that are wrong are left out (a warning
+        names them), the others kept: a change fixes a log whose settings were written wrongly
+        by hand."""
 
         async def attempt(snapshot: Snapshot) -> tuple[LogSettings, LogSettings]:
             meta, version = snapshot
-            try:
-                before = meta.settings(self.name)
-            except ConfigError:
-                before = LogSettings()
+            before, dropped = meta.settings_salvaged()
+            if dropped:
+                log.warning("log %s: dropping its wrongly stored settings %s",
+                            self.name, ", ".join(dropped))  # fmt: skip
             after = change(before)
             after.applied_to(self.logs.config)  # a combination LogConfig refuses fails here
             await self.logs.store.write(self.name, meta.with_settings(after), version)

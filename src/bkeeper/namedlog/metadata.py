@@ -80,14 +80,20 @@ COMMITS_MAX = 1_000
 #: Longest writer id, in characters.
 WRITER_ID_CHARS_MAX = 256
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: The rule of log names, as errors state it.
+LOG_NAME_RULE = (
+    "use 1 to 200 ASCII letters (A-Z, a-z), digits, '.', '_' or '-', starting with a "
+    "letter or digit"
+)
 
 
 def check_log_name(name: str) -> str:
+    """``name`` if it is a log name, else a ``ConfigError`` stating the rule: 1 to 200 ASCII
+    letters, digits, '.', '_' or '-', the first a letter or digit (so never '.' or '..', nor
+    a name a shell takes for an option). Kafka's topic rule, which Pulsar's topic names and
+    Spark's options carry as they are; docs/logs.md says why not Unicode letters."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ConfigError(
-            f"log name {name!r}: use 1-200 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
+        raise ConfigError(f"log name {name!r}: {LOG_NAME_RULE}")
     return name
 
 
@@ -140,6 +146,12 @@ class LogMetadata:
                 f"log {name!r}: the settings stored with it are wrong: {exc} (change or unset "
                 f"it with bkeeper log config {name})"
             ) from None
+
+    def settings_salvaged(self) -> tuple[LogSettings, list[str]]:
+        """The log's own settings without any stored wrongly, and the names of those."""
+        if self.config_text is None:
+            return LogSettings(), []
+        return LogSettings.salvaged(json.loads(self.config_text))
 
     def with_settings(self, settings: LogSettings) -> LogMetadata:
         """The metadata holding ``settings`` as the log's own (none set: no ``config``)."""
