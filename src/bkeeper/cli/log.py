@@ -68,6 +68,17 @@ def _run(
     return run_event_loop(main())
 
 
+def run_reporting(
+    body: Callable[[NamedLogs], Awaitable[T]], metadata_uri: str, config: LogConfig | None = None
+) -> T:
+    """:func:`_run` for a command whose ``body`` prints what it did when Ctrl-C cancels it:
+    then exit 130 with nothing more (no "aborted" line after its own)."""
+    try:
+        return _run(body, metadata_uri, config)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
 @asynccontextmanager
 async def _logs(metadata_uri: str, config: LogConfig | None = None) -> AsyncIterator[NamedLogs]:
     async with BookKeeper(metadata_uri) as bk:
@@ -285,7 +296,7 @@ def append(
             await _finish(writer, appends, name)
         appends.report(name)
 
-    _run(body, metadata_uri, config)
+    run_reporting(body, metadata_uri, config)
 
 
 def check_log_name_here(name: str) -> None:
@@ -321,10 +332,12 @@ async def _finish(writer: LogWriter, appends: _Appends, name: str) -> None:
     """Settle the appends sent and close the writer; interrupted, each within
     ``INTERRUPTED_WAIT_S`` (what is still in flight then is told as unknown), and the report
     printed here (the command then exits 130)."""
+    from bkeeper.common.tasks import within
+
     bound = INTERRUPTED_WAIT_S if appends.interrupted else None
     await appends.settle(bound)
     try:
-        await asyncio.wait_for(writer.close(), bound)
+        await within(writer.close(), bound)
     except (BKeeperError, TimeoutError) as exc:
         if not appends.interrupted or isinstance(exc, BKeeperError):
             appends.failure = appends.failure or exc
@@ -381,12 +394,14 @@ async def _feed(
     deleted = asyncio.ensure_future(writer.wait_deleted())
     try:
         await asyncio.wait([feeding, deleted], return_when=asyncio.FIRST_COMPLETED)
-    finally:
+    except asyncio.CancelledError:
+        appends.interrupted = True
         if appends.sending and not feeding.done():
             # Interrupted inside append_async: the record may be sent already, its future
             # not returned yet. Cancelling would lose it; let feed take it and stop.
-            appends.interrupted = True
             await asyncio.wait([feeding], timeout=INTERRUPTED_WAIT_S)
+        raise
+    finally:
         for task in (feeding, deleted):
             task.cancel()
         await asyncio.gather(feeding, deleted, return_exceptions=True)

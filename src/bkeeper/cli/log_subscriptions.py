@@ -3,6 +3,7 @@ named logs from the command line (docs/logs.md). Registered on the ``log`` group
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 
@@ -11,11 +12,25 @@ from rich.console import Console
 from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
-from bkeeper.cli.log import _FROM, _METADATA, _run, _show, _start
-from bkeeper.common.errors import LogError, SubscriptionNotFoundError
+from bkeeper.cli.log import (
+    _FROM,
+    _METADATA,
+    _run,
+    _show,
+    _start,
+    check_log_name_here,
+    run_reporting,
+)
+from bkeeper.common.errors import (
+    BKeeperError,
+    ConfigError,
+    LogError,
+    PositionNotInLogError,
+    SubscriptionNotFoundError,
+)
 from bkeeper.namedlog import NamedLogs, Position
 from bkeeper.namedlog.consumer import Consumer, backlog
-from bkeeper.namedlog.subscription import Mode
+from bkeeper.namedlog.subscription import Mode, check_subscription_name
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 __all__ = ["COMMANDS"]
@@ -81,6 +96,12 @@ def subscribe(metadata_uri: str, name: str, subscription: str, start: str, share
     show_default=True,
     help="Seconds to stand by while another consumer holds the subscription.",
 )
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep printing records as they are appended (no --timeout), until Ctrl-C.",
+)
 def consume(
     metadata_uri: str,
     name: str,
@@ -89,28 +110,81 @@ def consume(
     timeout: float,
     ack: bool,
     wait: float,
+    follow: bool,
 ) -> None:
     """Print the subscription's next records (position, time, key, payload), as its
-    consumer; with --ack (the default) they count as consumed once printed."""
+    consumer; with --ack (the default) they count as consumed once printed: each batch of
+    records ready at once is printed, then acknowledged. Ctrl-C (or the end of --follow)
+    writes the acknowledgements, says how far, and exits 130."""
+    check_log_name_here(name)
+    _check_subscription_name(subscription)
 
     async def body(logs: NamedLogs) -> None:
         consumer = await _existing(logs, name, subscription, wait)
+        printed = _Printed()
         try:
-            count = 0
-            while count_max is None or count < count_max:
-                record = await consumer.receive(timeout)
-                if record is None:
-                    break
-                click.echo(_show(record))
-                count += 1
-                if ack and consumer.state.mode == "shared":
-                    consumer.ack_individual(record.position)
-                elif ack:
-                    consumer.ack(record.position)
-        finally:
-            await consumer.close()
+            await _print_batches(consumer, printed, count_max, None if follow else timeout, ack)
+        except asyncio.CancelledError:  # Ctrl-C: the acks of what was printed, then say so
+            await _close_interrupted(consumer, printed)
+            raise
+        await consumer.close()
 
-    _run(body, metadata_uri)
+    run_reporting(body, metadata_uri)
+
+
+#: Records printed before they are acknowledged, at most (one batch of ``consume``).
+PRINTED_BATCH_RECORDS_MAX = 1_000
+
+
+class _Printed:
+    """What ``consume`` printed: how many records, and the last one acknowledged."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.acked: Position | None = None
+
+
+async def _print_batches(
+    consumer: Consumer, printed: _Printed, count_max: int | None, timeout: float | None,
+    ack: bool,
+) -> None:  # fmt: skip
+    """Print records until ``count_max`` or none for ``timeout`` (None: until cancelled),
+    a batch at a time (the records ready at once, at most ``PRINTED_BATCH_RECORDS_MAX``),
+    acknowledging each batch once printed (``click.echo`` flushes): a stop loses nothing
+    printed and delivers again at most the batch being printed."""
+    left = count_max
+    while left is None or left > 0:
+        record = await consumer.receive(timeout)
+        if record is None:
+            return
+        batch = [record]
+        room = min(PRINTED_BATCH_RECORDS_MAX, PRINTED_BATCH_RECORDS_MAX if left is None else left)
+        while len(batch) < room and (more := await consumer.receive(0)) is not None:
+            batch.append(more)
+        click.echo("\n".join(_show(one) for one in batch))
+        printed.count += len(batch)
+        if left is not None:
+            left -= len(batch)
+        if not ack:
+            continue
+        if consumer.state.mode == "shared":
+            for one in batch:
+                consumer.ack_individual(one.position)
+        else:
+            consumer.ack(batch[-1].position)
+        printed.acked = batch[-1].position
+
+
+async def _close_interrupted(consumer: Consumer, printed: _Printed) -> None:
+    """Close ``consumer`` (writing its acks) and print how far it got."""
+    acked = f"acknowledged up to {printed.acked}" if printed.acked else "nothing acknowledged"
+    try:
+        await consumer.close()
+    except BKeeperError as exc:
+        acked = f"acknowledgements not written: {exc}"
+    count = printed.count
+    click.echo(f"stopped after {count} {'record' if count == 1 else 'records'} ({acked})",
+               err=True)  # fmt: skip
 
 
 @click.command("ack")
@@ -122,19 +196,43 @@ def consume(
 def ack_command(
     metadata_uri: str, name: str, subscription: str, position: str, individual: bool
 ) -> None:
-    """Acknowledge POSITION (LEDGER:ENTRY[:INDEX]) and every record before it (or, with
-    --individual, that record alone)."""
-    at = Position.parse(position)
+    """Acknowledge POSITION (LEDGER:ENTRY[:INDEX], as append, read and consume print it)
+    and every record before it (or, with --individual, that record alone). A position that
+    is not one of the log's records (another log's ledger, truncated away, past the end) is
+    refused, naming the positions the log holds."""
+    at = _position(position)
+    check_log_name_here(name)
+    _check_subscription_name(subscription)
 
     async def body(logs: NamedLogs) -> None:
         consumer = await _existing(logs, name, subscription, 0.0)
         try:
             await consumer.ack_up_to(at, individual=individual)
+        except PositionNotInLogError as exc:
+            raise CommandError(str(exc)) from None
+        except asyncio.CancelledError:
+            click.echo(f"interrupted: the ack of {at} may or may not have been written "
+                       f"(see: bkeeper log subscriptions {name})", err=True)  # fmt: skip
+            raise
         finally:
             await consumer.close()
         click.echo(f"subscription {subscription}: next record at {consumer.state.resume_from}")
 
-    _run(body, metadata_uri)
+    run_reporting(body, metadata_uri)
+
+
+def _position(text: str) -> Position:
+    try:
+        return Position.parse(text)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _check_subscription_name(name: str) -> None:
+    try:
+        check_subscription_name(name)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
 
 
 @click.command()

@@ -47,6 +47,8 @@ translated at the boundary with ``raise ... from``.
     │   │   ├── WriterTermError       a writer of an older leadership term was refused
     │   │   └── SubscriptionFencedError  another consumer took the subscription over
     │   ├── LogTruncatedError         the position asked for was truncated away
+    │   ├── PositionNotInLogError     no record of the log is there (another log's ledger,
+    │   │                             truncated away, or past its end; also a ConfigError)
     │   ├── SubscriptionNotFoundError no subscription of that name on the log
     │   └── SubscriptionBusyError     an exclusive subscription has an active consumer
     ├── StateMachineError             a replicated state machine could not serve a call
@@ -104,6 +106,7 @@ __all__ = [
     "LogFencedError",
     "LogNotFoundError",
     "LogTruncatedError",
+    "PositionNotInLogError",
     "MetadataAuthError",
     "SubscriptionBusyError",
     "SubscriptionFencedError",
@@ -310,6 +313,12 @@ class SubscriptionFencedError(LogFencedError):
 
 class LogTruncatedError(LogError):
     """The position asked for lies before the log's truncation point."""
+
+
+class PositionNotInLogError(LogError, ConfigError):
+    """A position given for a log (an operator's ack) holds none of its records: its ledger
+    is another log's (or none), was truncated away, or it lies past the log's end. The
+    message names the log, the position and the range of positions the log holds."""
 
 
 class SubscriptionNotFoundError(LogError):

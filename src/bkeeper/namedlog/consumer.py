@@ -56,6 +56,7 @@ from bkeeper.common.errors import (
     LedgerFencedError,
     LogTruncatedError,
     MetadataVersionError,
+    PositionNotInLogError,
     SubscriptionBusyError,
     SubscriptionFencedError,
 )
@@ -64,11 +65,12 @@ from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record
 from bkeeper.namedlog.subscription import SubscriptionState
 from bkeeper.namedlog.subscription_store import SubscriptionStore
+from bkeeper.namedlog.walk import earliest
 
 if TYPE_CHECKING:
     from bkeeper.namedlog.logs import NamedLog
 
-__all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "ledger_ends"]
+__all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "check_in_log", "ledger_ends"]
 
 log = logging.getLogger(__name__)
 
@@ -244,15 +246,12 @@ class Consumer:
 
     async def ack_up_to(self, position: Position, *, individual: bool = False) -> None:
         """As an operator: acknowledge records not delivered to this consumer, up to
-        ``position`` (or that one alone), then flush. ``ConfigError`` when ``position`` is
-        past the log's last record (it would skip records not written yet)."""
+        ``position`` (or that one alone), then flush. ``PositionNotInLogError`` (a
+        ``ConfigError``) when no record of the log is at ``position`` (:func:`check_in_log`):
+        past its last record it would skip records not written yet; in another log's ledger
+        it would mean nothing here."""
         self._check_reading()
-        last = await self.named.last_position()
-        if last is None or position > last:
-            raise ConfigError(
-                f"position {position} is past the last record of log {self.named.name!r} "
-                f"({last if last is not None else 'none yet'})"
-            )
+        await check_in_log(self.named, position)
         if individual:
             chunks = await self.named.logs.walk.chunks_of(position.ledger_id, position.entry_id)
             self._individual += _chunk_positions(position, chunks)
@@ -482,6 +481,44 @@ async def ledger_ends(named: NamedLog, ledger_ids: Iterable[int]) -> dict[int, t
         if end is not None and end.sealed:
             ends[ledger_id] = (end.last, ids[i + 1])
     return ends
+
+
+async def check_in_log(named: NamedLog, position: Position) -> None:
+    """``PositionNotInLogError`` naming the log, ``position`` and the range the log holds,
+    unless a record of ``named`` can be at ``position``: its ledger is listed (not another
+    log's, nor truncated away), it is not past the log's last record, nor past its sealed
+    ledger's last entry, nor past the records of its batch."""
+    meta = await named.metadata()
+    last = await named.last_position()
+    first = earliest(meta)
+    ids = [ledger.ledger_id for ledger in meta.ledgers]
+    held = f"it holds {first} .. {last}" if last is not None else "it has no record yet"
+
+    def refuse(why: str) -> PositionNotInLogError:
+        return PositionNotInLogError(f"position {position} {why} ({held})")
+
+    if position.ledger_id not in ids:
+        gone = meta.truncated_before
+        if ids and position.ledger_id < ids[0] and gone is not None and position < gone:
+            raise refuse(f"was truncated away from log {named.name!r}")
+        raise refuse(
+            f"is not in log {named.name!r}: ledger {position.ledger_id} is not one of its ledgers"
+        )
+    if last is None or position > last:
+        raise refuse(f"is past the last record of log {named.name!r}")
+    walk = named.logs.walk
+    if position.ledger_id != last.ledger_id:
+        end = await walk.ledger_end(position.ledger_id)
+        if end is None or position.entry_id > end.last:
+            ends = "is gone" if end is None else f"ends at entry {end.last}"
+            raise refuse(f"is not in log {named.name!r}: ledger {position.ledger_id} {ends}")
+    if position.index > 0:
+        batch = await walk.last_record(position.ledger_id, position.entry_id)
+        if position.index > batch.index:
+            raise refuse(
+                f"is not in log {named.name!r}: entry {position.ledger_id}:{position.entry_id} "
+                f"holds {batch.index + 1} {'record' if batch.index == 0 else 'records'}"
+            )
 
 
 def _chunk_positions(position: Position, chunks: int) -> list[Position]:

@@ -95,8 +95,8 @@ class Claim:
 def check_subscription_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(
-            f"subscription name {name!r}: 1 to 128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
+            f"subscription name {name!r}: use 1 to 128 ASCII letters (A-Z, a-z), digits, "
+            "'.', '_' or '-', starting with a letter or digit"
         )
     return name
 

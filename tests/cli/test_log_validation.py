@@ -1,0 +1,206 @@
+"""``bkeeper log`` refuses what it should (issue 39, "Validation"): an ack of a position that
+is not one of the log's records (another log's ledger, past the end, inside a sealed ledger's
+end or a batch's), an append to a log that does not exist (with the way to create it, or
+``--create``), and names outside the one rule, each in one line ``error: ...`` with exit 1.
+The docs' command-line example runs as printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from bkeeper.common.errors import ConfigError, PositionNotInLogError
+from bkeeper.namedlog.metadata import check_log_name
+from bkeeper.namedlog.subscription import check_subscription_name
+from tests.client.conftest import RealCluster, real_cluster  # noqa: F401 (a fixture)
+
+DOCS = Path(__file__).parents[2] / "docs" / "logs.md"
+# Nothing listens there: a command that got as far as connecting would fail differently.
+NOWHERE = "zk://127.0.0.1:1/nowhere"
+NAME_RULE = (
+    "use 1 to 200 ASCII letters (A-Z, a-z), digits, '.', '_' or '-', starting with a letter "
+    "or digit"
+)
+
+
+def bkeeper(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
+        capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a failed command's stderr (warnings about spare bookies aside)."""
+    lines = [x for x in result.stderr.splitlines() if not x.startswith("warning: ")]
+    assert result.returncode == 1, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def appended(uri: str, name: str, *records: str) -> list[str]:
+    result = bkeeper(uri, "log", "append", name, *records)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+# -- log ack ---------------------------------------------------------------------------------
+@pytest.mark.integration
+def test_ack_refuses_a_position_that_is_not_one_of_the_logs_records(
+    real_cluster: RealCluster,  # noqa: F811
+) -> None:
+    uri = real_cluster.uri
+    assert bkeeper(uri, "log", "create", "other").returncode == 0
+    (foreign,) = appended(uri, "other", "x")  # ledger 0: another log's
+    assert bkeeper(uri, "log", "create", "orders").returncode == 0
+    first = appended(uri, "orders", "a", "b", "c", "d", "e")
+    ledger = first[0].split(":")[0]
+    assert bkeeper(uri, "log", "subscribe", "orders", "billing").returncode == 0
+    held = f"it holds {first[0]} .. {first[-1]}"
+
+    # The issue's case: another log's ledger (it failed with 'wrong password', or passed).
+    other = bkeeper(uri, "log", "ack", "orders", "billing", foreign, "--individual")
+    assert error_line(other) == (
+        f"error: position {foreign} is not in log 'orders': ledger {foreign.split(':')[0]} "
+        f"is not one of its ledgers ({held})"
+    )
+    past = bkeeper(uri, "log", "ack", "orders", "billing", f"{ledger}:5")
+    assert error_line(past) == (
+        f"error: position {ledger}:5 is past the last record of log 'orders' ({held})"
+    )
+    batch = bkeeper(uri, "log", "ack", "orders", "billing", f"{ledger}:2:1")
+    assert error_line(batch) == (
+        f"error: position {ledger}:2:1 is not in log 'orders': entry {ledger}:2 holds 1 record "
+        f"({held})"
+    )
+    # A second session opens a second ledger: the first is sealed at entry 4.
+    later = appended(uri, "orders", "f")
+    inside = bkeeper(uri, "log", "ack", "orders", "billing", f"{ledger}:7")
+    assert error_line(inside) == (
+        f"error: position {ledger}:7 is not in log 'orders': ledger {ledger} ends at entry 4 "
+        f"(it holds {first[0]} .. {later[0]})"
+    )
+    subscriptions = bkeeper(uri, "log", "subscriptions", "orders", "--json")
+    assert f'"next": "{first[0]}"' in subscriptions.stdout, "nothing refused was acknowledged"
+
+    good = bkeeper(uri, "log", "ack", "orders", "billing", first[3], "--individual")
+    assert good.returncode == 0, good.stderr
+    consumed = bkeeper(uri, "log", "consume", "orders", "billing", "--timeout", "1")
+    assert [x.split("\t")[3] for x in consumed.stdout.splitlines()] == ["a", "b", "c", "e", "f"]
+
+
+async def test_the_library_refuses_it_too_with_a_typed_error(
+    real_cluster: RealCluster,  # noqa: F811
+) -> None:
+    from bkeeper.client import BookKeeper
+    from bkeeper.namedlog import NamedLogs, Position
+
+    async with BookKeeper(real_cluster.uri) as bk:
+        logs = NamedLogs(bk)
+        other = await logs.create("other")
+        async with await other.open_writer() as writer:
+            foreign = await writer.append(b"x")
+        orders = await logs.create("orders")
+        async with await orders.open_writer() as writer:
+            mine = await writer.append(b"a")
+        async with await orders.subscribe("billing") as consumer:
+            with pytest.raises(PositionNotInLogError, match="is not one of its ledgers"):
+                await consumer.ack_up_to(foreign)
+            with pytest.raises(ConfigError, match="past the last record of log 'orders'"):
+                await consumer.ack_up_to(Position(mine.ledger_id, 1))
+            await consumer.ack_up_to(mine)
+            assert consumer.state.mark == mine
+
+
+@pytest.mark.integration
+def test_the_docs_command_line_example_runs_as_printed(
+    real_cluster: RealCluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    uri = real_cluster.uri
+    assert bkeeper(uri, "log", "create", "before").returncode == 0
+    appended(uri, "before", "x")  # so that orders' ledger is not ledger 0
+    script = re.search(r"## From the command line\n\n```sh\n(.*?)```", DOCS.read_text(), re.S)
+    assert script is not None
+    bin_dir = str(Path(sys.executable).parent)  # where the bkeeper script is
+    env = {**os.environ, "BKEEPER_METADATA": uri, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script.group(1)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "error" not in result.stderr, result.stderr
+    payloads = [x.split("\t")[3] for x in result.stdout.splitlines() if x.count("\t") == 3]
+    assert payloads == ["a", "b", "c", "e"], result.stdout  # d acknowledged by the operator
+
+
+# -- log append ------------------------------------------------------------------------------
+@pytest.mark.integration
+def test_append_to_a_missing_log_says_how_to_create_it_and_create_does(
+    real_cluster: RealCluster,  # noqa: F811
+) -> None:
+    uri = real_cluster.uri
+    missing = bkeeper(uri, "log", "append", "nosuch", "a")
+    assert error_line(missing) == (
+        "error: log 'nosuch' does not exist (create it with 'bkeeper log create nosuch', "
+        "or pass --create)"
+    )
+    assert missing.stdout == ""
+    # Several at once, each with --create: one creates it, all append.
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(
+            lambda i: bkeeper(uri, "log", "append", "nosuch", f"r{i}", "--create"), range(3)
+        ))  # fmt: skip
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    read = bkeeper(uri, "log", "read", "nosuch")
+    assert sorted(x.split("\t")[3] for x in read.stdout.splitlines()) == ["r0", "r1", "r2"]
+
+
+# -- names -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name",
+    ["é", "caf\u00e9", "日志", "a/b", "a b", "", "x" * 201, ".", "..", "-a", "_a", ".a", "a\n",
+     "a:b", "a,b"],
+)  # fmt: skip
+def test_a_log_name_outside_the_rule_is_refused_saying_the_rule(name: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_log_name(name)
+    assert str(refused.value) == f"log name {name!r}: {NAME_RULE}"
+
+
+@pytest.mark.parametrize("name", ["a", "A.b_c-d", "0", "x" * 200, "orders.v2", "a..b"])
+def test_a_log_name_inside_the_rule_is_taken(name: str) -> None:
+    assert check_log_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["é", "a/b", "a b", "", "x" * 129, ".", "..", "-a"])
+def test_a_subscription_name_outside_the_rule_is_refused_saying_the_rule(name: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_subscription_name(name)
+    assert str(refused.value) == (
+        f"subscription name {name!r}: use 1 to 128 ASCII letters (A-Z, a-z), digits, '.', '_' "
+        "or '-', starting with a letter or digit"
+    )
+    assert check_subscription_name("x" * 128) == "x" * 128
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("append", "café", "a"), ("ack", "café", "billing", "0:0"),
+     ("consume", "café", "billing")],
+)  # fmt: skip
+def test_the_cli_refuses_a_bad_log_name_before_connecting(args: tuple[str, ...]) -> None:
+    result = bkeeper(NOWHERE, "log", *args)
+    assert error_line(result) == f"error: log name 'café': {NAME_RULE}"
+
+
+def test_the_cli_refuses_a_bad_subscription_name_before_connecting() -> None:
+    result = bkeeper(NOWHERE, "log", "ack", "orders", "bill ing", "0:0")
+    assert error_line(result).startswith("error: subscription name 'bill ing': use 1 to 128 ")
