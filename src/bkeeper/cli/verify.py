@@ -13,6 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from bkeeper.cli import _tables as tables
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._progress import elapsed, status_line
 from bkeeper.common.errors import BKeeperError, ConfigError
@@ -145,7 +146,7 @@ def verify(
     first = seed if seed is not None else random.randrange(1 << 31)
     # SIGTERM unwinds like Ctrl-C: namespaces, tmpfs mounts and processes are cleaned up.
     stop.install()
-    console = Console()
+    console = tables.console()  # the terminal's width, else $COLUMNS, else wide
     err = Console(stderr=True, soft_wrap=True)  # a message is one line, whatever its length
     where = f" on {metadata}" if metadata else ""
     err.print(
