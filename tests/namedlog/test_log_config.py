@@ -15,7 +15,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, LogMetadata, NamedLogs
 from bkeeper.namedlog.config import LogSettings
-from bkeeper.namedlog.records import encode_record
+from bkeeper.namedlog.records import Position, encode_record
 from bkeeper.namedlog.writer import TIMER_POLL_S
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -305,3 +305,28 @@ async def test_retention_runs_after_ledgers_are_appended() -> None:
         assert ids == [last], "both consumed ledgers went after the third batch"
         assert (await consumer.receive(5.0)).payload == b"c"
         await consumer.close()
+
+
+def test_the_retention_decision_keeps_what_may_still_take_entries() -> None:
+    from bkeeper.namedlog.metadata import LogLedger
+    from bkeeper.namedlog.retention import consumed_before, retained_from
+    from bkeeper.namedlog.subscription import SubscriptionState
+
+    ledgers = [LogLedger(i, 1_000 * i) for i in range(1, 6)]  # ledger i made at i s
+    config = LogConfig(retention_age_ms=1_500, retention_consumed=True)
+    # Age: ledger i's records are older than ledger i + 1's creation.
+    assert retained_from(ledgers, config, now_ms=4_600, limit=4) == 2
+    assert retained_from(ledgers, config, now_ms=99_000, limit=3) == 3, "never past the limit"
+    assert retained_from(ledgers, config, now_ms=99_000, limit=9) == 4, "never the last"
+    by_size = LogConfig(retention_bytes=250)
+    lengths = {1: 100, 2: 100, 3: 100, 4: 100}
+    assert retained_from(ledgers, by_size, now_ms=0, limit=4, lengths=lengths) == 2
+    # Consumption: a sealed ledger read past its last entry counts as consumed.
+    at_3_end = SubscriptionState(ctime_ms=0, start=Position(1, 0), mark=Position(3, 7))
+    at_2 = SubscriptionState(ctime_ms=0, start=Position(1, 0), mark=Position(2, 0))
+    assert consumed_before(ledgers, [at_3_end], {3: 7}) == 3
+    assert consumed_before(ledgers, [at_3_end], {3: 9}) == 2, "entries 8, 9 still to read"
+    assert consumed_before(ledgers, [at_3_end], {}) == 2, "not known sealed: kept"
+    assert consumed_before(ledgers, [at_3_end, at_2], {3: 7, 2: 5}) == 1, "the slowest"
+    assert consumed_before(ledgers, [], {}) is None, "no subscription: keep everything"
+    assert retained_from(ledgers, LogConfig(retention_consumed=True), now_ms=0, limit=4) == 0
