@@ -269,3 +269,6 @@ def test_consumed_ledgers_are_trimmed_within_30_s_with_a_small_roll_age(real_clu
     assert reread.returncode == 0, reread.stderr
     listing = bkeeper(uri, "log", "list")
     assert "consumed" in listing.stdout and "2s" in listing.stdout, listing.stdout
+    assert "billing: 0 entries, 0 B" in listing.stdout, listing.stdout
+    assert bkeeper(uri, "log", "append", "events", "g").returncode == 0
+    assert "billing: 1 entry, " in bkeeper(uri, "log", "list").stdout, "one entry, not entries"

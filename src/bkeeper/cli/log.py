@@ -157,7 +157,8 @@ def list_logs(metadata_uri: str) -> None:
             behind = []
             for sub, state in (await named.subscriptions()).items():
                 left = await backlog(named, state)
-                behind.append(f"{sub}: {left.entries} entries, {left.bytes} B")
+                entries = "entry" if left.entries == 1 else "entries"
+                behind.append(f"{sub}: {left.entries} {entries}, {left.bytes} B")
             table.add_row(name, ledgers, *cells, "\n".join(behind) or "-")
         console().print(table)
 
