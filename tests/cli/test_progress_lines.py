@@ -4,8 +4,12 @@ one every interval while the work lasts; none for work shorter than one."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +52,30 @@ def test_the_interval_and_elapsed_time(monkeypatch: pytest.MonkeyPatch) -> None:
     assert plain_interval_s() == 30.0
     assert [elapsed(s) for s in (0.4, 59.9, 65, 3_725)] == ["0 s", "59 s", "1 min 05 s",
                                                           "1 h 02 min"]  # fmt: skip
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", "bench", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, INTERVAL_ENV: "0.05"},
+    )  # fmt: skip
+
+
+def test_a_bench_without_bars_shows_its_time_into_a_pipe() -> None:
+    """Before: nothing on stderr until the table (``bench codec`` at its default count:
+    15 s of silence)."""
+    result = _bench("codec", "--count", "20000")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(re.fullmatch(r"bench codec: \d+ s", line) for line in lines), lines
+    assert "bkeeper bench" in result.stdout
+
+
+def test_a_bench_with_bars_prints_their_counts_into_a_pipe(tmp_path: Path) -> None:
+    """Before: rich's bars drew nothing off a terminal."""
+    result = _bench("storage", "--count", "100000", "--dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines, "no progress line"
+    assert all(re.fullmatch(r"adding: [\d,]+ of 100,000", line) for line in lines), lines

@@ -103,7 +103,7 @@ def status_line(
             yield console
         return
     with (
-        console.status(Text(describe())) as status,
+        console.status(Text(describe()), refresh_per_second=1 / LIVE_REFRESH_S) as status,
         ticking(lambda: status.update(Text(describe())), LIVE_REFRESH_S),
     ):
         yield console

@@ -1,14 +1,22 @@
 """What the ``bkeeper bench`` commands share: the results table, progress, the cluster
-options and a cluster of their own when none is given."""
+options and a cluster of their own when none is given.
+
+Progress: the benches with phases draw bars (:func:`progress`); the others show one line,
+the bench's name and the time spent (:func:`shows_elapsed`). On a terminal both are
+redrawn in place; into a pipe or a file (a CI log) they are plain lines every 2 s
+(:mod:`bkeeper.cli._progress`), where rich alone would print nothing until the end."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -22,6 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bkeeper.cli._progress import elapsed, plain_interval_s, status_line, ticking
 from bkeeper.client.config import set_process_security
 from bkeeper.common.auth import ClientAuthConfig
 from bkeeper.common.tls import TlsClientConfig
@@ -40,7 +49,10 @@ __all__ = [
     "print_results",
     "progress",
     "protocol_of",
+    "shows_elapsed",
 ]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 MIB = 1024 * 1024
 #: Width of the tables when the output is not a terminal (a file, a pipe, a test).
@@ -97,18 +109,79 @@ def print_results(results: list[BenchResult], unit: str) -> None:
     console().print(table)
 
 
+class _Bars(Progress):
+    """Rich's bars on a terminal; elsewhere (disabled there) a plain line of every task's
+    count each :func:`~bkeeper.cli._progress.plain_interval_s`, from a thread that sleeps
+    between lines."""
+
+    _plain: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> _Bars:
+        super().__enter__()
+        if self.disable:
+            self._plain = contextlib.ExitStack()
+            self._plain.enter_context(ticking(self._print_line, plain_interval_s()))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        if self._plain is not None:
+            self._plain.close()
+        super().__exit__(exc_type, exc_val, exc_tb)
+
+    def _print_line(self) -> None:
+        parts = [
+            f"{task.description}: {task.completed:,.0f}"
+            + ("" if task.total is None else f" of {task.total:,.0f}")
+            for task in self.tasks
+            if not task.finished
+        ]
+        if parts:
+            self.console.print("; ".join(parts), markup=False, highlight=False, soft_wrap=True)
+
+
 def progress() -> Progress:
     """A progress bar on standard error, gone when done. It redraws only when told (each
-    ``update(..., refresh=True)``): a refresh thread would take CPU from what is measured."""
-    return Progress(
+    ``update(..., refresh=True)``): a refresh thread would take CPU from what is measured.
+    Off a terminal, plain lines (:class:`_Bars`)."""
+    err = Console(stderr=True)
+    return _Bars(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=err,
         transient=True,
         auto_refresh=False,
+        disable=not err.is_terminal,
     )
+
+
+def shows_elapsed(name: str) -> Callable[[F], F]:
+    """Decorate a bench command (below its options): while it runs, standard error shows
+    ``bench NAME: 12 s`` (and ``of --duration`` when it has one), so that a bench without
+    bars is not silent for its whole run."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            duration = kwargs.get("duration")
+            measured = f" (measuring {duration:g} s once up)" if duration else ""
+
+            def describe() -> str:
+                return f"bench {name}: {elapsed(time.monotonic() - started)}{measured}"
+
+            with status_line(describe):
+                return command(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return decorate
 
 
 def phase_bars(bar: Progress) -> Callable[[str, int, int], None]:

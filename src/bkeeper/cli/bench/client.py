@@ -17,6 +17,7 @@ from bkeeper.cli.bench._common import (
     parse_address,
     print_results,
     protocol_of,
+    shows_elapsed,
 )
 from bkeeper.client.handshake import ClientSecurity
 from bkeeper.common.errors import ConfigError
@@ -47,6 +48,7 @@ __all__ = ["bookie_bench", "codec", "log_bench", "read_bench", "write_bench"]
     show_default=True,
     type=click.Choice(["crc32", "crc32c", "hmac", "dummy"]),
 )
+@shows_elapsed("codec")
 def codec(count: int, entry_size: int, digest: str) -> None:
     """Encode+decode rate of ADD_ENTRY requests (with digest) and responses, v2 and v3."""
     digest_type = DigestType.parse(digest)
@@ -80,6 +82,7 @@ def codec(count: int, entry_size: int, digest: str) -> None:
     is_flag=True,
     help="v2 through the generic BookieClient (futures) instead of the raw load generator.",
 )
+@shows_elapsed("bookie")
 def bookie_bench(
     address: str,
     data_dir: str | None,
@@ -169,6 +172,7 @@ def bookie_bench(
     "write through TLS (without --metadata only).",
 )
 @KEEP
+@shows_elapsed("write")
 def write_bench(
     metadata_uri: str,
     ensemble: int,
@@ -241,6 +245,7 @@ def write_bench(
     "was loaded by then (modules, the client), as a tuned application would.",
 )
 @KEEP
+@shows_elapsed("read")
 def read_bench(
     metadata_uri: str,
     ledger_id: int | None,
@@ -326,6 +331,7 @@ def read_bench(
 @click.option("--tune-gc", is_flag=True,
               help="Freeze the loaded objects and collect the young generation every 50,000 "
               "allocations (as Spark's runtime does) while appending.")  # fmt: skip
+@shows_elapsed("log")
 def log_bench(
     metadata_uri: str,
     entry_size: int,

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from bkeeper.cli.bench._common import MIB, console, parse_address
+from bkeeper.cli.bench._common import MIB, console, parse_address, shows_elapsed
 from bkeeper.testing.benchmarks import local_bookie_process
 from bkeeper.testing.fuzz import FuzzConfig, FuzzReport, run_fuzz
 
@@ -32,6 +32,7 @@ __all__ = ["fuzz_bench"]
               type=click.IntRange(0))  # fmt: skip
 @click.option("--rss-growth-mib-max", default=FuzzConfig.rss_growth_bytes_max // MIB,
               show_default=True, type=click.IntRange(1))  # fmt: skip
+@shows_elapsed("fuzz")
 def fuzz_bench(
     duration: float,
     seed: int,

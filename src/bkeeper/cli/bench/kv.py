@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import click
 
+from bkeeper.cli.bench._common import shows_elapsed
 from bkeeper.common.loop import run_event_loop
 from bkeeper.common.tasks import within
 from bkeeper.kv import KvClient
@@ -304,6 +305,7 @@ async def _pump(kv: KvClient, in_flight: int, duration_s: float) -> tuple[float,
     type=click.IntRange(1, 100),
     help="Times the leader is killed -9 (the killed one restarted in between).",
 )
+@shows_elapsed("kv")
 def kv_bench(
     members: int,
     serial: int,

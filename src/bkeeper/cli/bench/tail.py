@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from bkeeper.cli.bench._common import METADATA, cluster, print_results
+from bkeeper.cli.bench._common import METADATA, cluster, print_results, shows_elapsed
 from bkeeper.testing.benchmarks.client import bench_ledger_tail
 
 __all__ = ["tail_bench"]
@@ -23,6 +23,7 @@ __all__ = ["tail_bench"]
     help="The writer's explicit_lac_interval_ms (0: the LAC reaches bookies piggybacked on "
     "the next entry only).",
 )
+@shows_elapsed("tail")
 def tail_bench(
     metadata_uri: str, rate: float, duration: float, entry_size: int, explicit_lac_ms: int
 ) -> None:
