@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -170,8 +171,14 @@ stale_option = click.option(
 
 
 def _call(
-    uri: str, store_name: str, urls: tuple[str, ...], action: Callable[[KvClient], Awaitable[Any]]
+    uri: str,
+    store_name: str,
+    urls: tuple[str, ...],
+    action: Callable[[KvClient], Awaitable[Any]],
+    writing: tuple[str, str] | None = None,
 ) -> Any:
+    """Run ``action`` with a client of the store. ``writing``: the write it makes and its key
+    (``("put", "k")``): Ctrl-C then says that its outcome is not known, and exits 130."""
     from bkeeper.common.loop import run_event_loop
     from bkeeper.kv.client import KvClient, members_from_store
     from bkeeper.meta.cluster import ClusterMetadata
@@ -191,7 +198,16 @@ def _call(
         async with KvClient(members, timeout_s=timeout_s) as client:
             return await action(client)
 
-    return run_event_loop(main())
+    try:
+        return run_event_loop(main())
+    except KeyboardInterrupt:
+        if writing is None:
+            raise
+        what, key = writing
+        click.echo(f"interrupted: the {what} of {key!r} was not confirmed; it may or may not "
+                   f"be applied (see: bkeeper kv get --name {store_name} {key})",
+                   err=True)  # fmt: skip
+        sys.exit(130)
 
 
 def _echo(doc: Any, as_json: bool, text: str) -> None:
@@ -228,7 +244,8 @@ def put(
     metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, key: str, value: str
 ) -> None:
     """Set KEY to VALUE; prints the new version."""
-    version = _call(metadata_uri, store_name, urls, lambda c: c.put(key, value))
+    version = _call(metadata_uri, store_name, urls, lambda c: c.put(key, value),
+                    writing=("put", key))  # fmt: skip
     _echo({"key": key, "version": version}, as_json, f"version {version}")
 
 
@@ -251,8 +268,9 @@ def cas(
 ) -> None:
     """Set KEY to VALUE if its version is EXPECTED_VERSION (0: absent); exit 1 if not."""
     applied, version = _call(
-        metadata_uri, store_name, urls, lambda c: c.cas(key, expected_version, value)
-    )
+        metadata_uri, store_name, urls, lambda c: c.cas(key, expected_version, value),
+        writing=("cas", key),
+    )  # fmt: skip
     text = f"version {version}" if applied else f"not applied: version is {version}"
     _echo({"key": key, "applied": applied, "version": version}, as_json, text)
     if not applied:
@@ -269,7 +287,8 @@ def delete(
     metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, key: str
 ) -> None:
     """Delete KEY."""
-    existed = _call(metadata_uri, store_name, urls, lambda c: c.delete(key))
+    existed = _call(metadata_uri, store_name, urls, lambda c: c.delete(key),
+                    writing=("delete", key))  # fmt: skip
     _echo({"key": key, "existed": existed}, as_json, "deleted" if existed else "absent")
 
 
