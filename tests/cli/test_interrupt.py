@@ -140,3 +140,24 @@ def test_ctrl_c_on_a_kv_put_that_keeps_trying_says_its_outcome_is_unknown() -> N
         "interrupted: the put of 'k' was not confirmed; it may or may not be applied "
         "(see: bkeeper kv get --name s k)"
     ]
+
+
+def test_a_long_append_from_a_pipe_shows_its_progress_on_stderr(
+    real_cluster: RealCluster,  # noqa: F811
+) -> None:
+    uri = real_cluster.uri
+    assert bkeeper(uri, "log", "create", "slow").returncode == 0
+    proc = started(uri, "log", "append", "slow", stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    for i in range(20):  # 5 s of a record every 0.25 s
+        proc.stdin.write(f"r{i}\n")
+        proc.stdin.flush()
+        time.sleep(0.25)
+    out, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert out == "", "progress never goes to stdout"
+    *progress, summary = quiet(stderr)
+    assert summary.startswith("appended 20 records to slow ("), stderr
+    assert progress, "a line at least every 2 s after the first 2 s"
+    assert all(re.fullmatch(r"appending to slow: \d+ records? appended( \(last \d+:\d+\))?, "
+                            r"\d+ in flight", line) for line in progress), progress  # fmt: skip
