@@ -151,13 +151,14 @@ LOG_COMMANDS = (
         "consume",
         "log_subscriptions:consume",
         "Print the subscription's next records (position, time, key, payload), as its "
-        "consumer; with --ack (the default) they count as consumed once printed.",
+        "consumer; with --ack (the default) they count as consumed once printed: each batch "
+        "of records ready at once is printed, then acknowledged.",
     ),
     _log_row(
         "ack",
         "log_subscriptions:ack_command",
-        "Acknowledge POSITION (LEDGER:ENTRY[:INDEX]) and every record before it (or, with "
-        "--individual, that record alone).",
+        "Acknowledge POSITION (LEDGER:ENTRY[:INDEX], as append, read and consume print it) "
+        "and every record before it (or, with --individual, that record alone).",
     ),
     _log_row(
         "subscriptions",
