@@ -265,6 +265,8 @@ def test_consumed_ledgers_are_trimmed_within_30_s_with_a_small_roll_age(real_clu
         assert writer.stderr is not None
         err = writer.stderr.read()
     assert writer.returncode == 0, err
+    again = bkeeper(uri, "log", "consume", "events", "billing", "--timeout", "1")
+    assert (again.returncode, again.stdout) == (0, ""), again.stderr  # nothing reported lost
     reread = bkeeper(uri, "log", "read", "events")
     assert reread.returncode == 0, reread.stderr
     listing = bkeeper(uri, "log", "list")

@@ -174,9 +174,15 @@ async def test_retention_runs_when_a_writer_opens() -> None:
         await consumer.flush()
         writer = await named.open_writer()
         ids = [x.ledger_id for x in (await named.metadata()).ledgers]
-        assert ids == [writer.ledger_id], "every consumed ledger went when the writer opened"
+        assert ids == [sessions[-1].ledger_id, writer.ledger_id], (
+            "the consumed ledgers went when the writer opened (not the one holding the "
+            "subscription's position)"
+        )
         await writer.close()
         await consumer.close()
+        again = await named.subscribe("billing")  # its position is still in the log:
+        assert await again.receive(0.5) is None, "no records reported lost"
+        await again.close()
 
 
 async def wait_for_tick(writer_clock: FakeClock, seconds: float) -> None:
@@ -197,13 +203,16 @@ async def test_the_timer_rolls_an_idle_ledger_and_trims_what_was_consumed() -> N
         assert writer.ledger_id == first, "younger than the roll age"
         await wait_for_tick(clock, 1.5)
         assert writer.ledger_id > first, "rolled on the timer with no append coming"
-        record = await consumer.receive(5.0)
-        assert record.position == position
-        consumer.ack(record.position)
+        second = await writer.append(b"b")
+        assert second.ledger_id == writer.ledger_id
+        assert (await consumer.receive(5.0)).position == position
+        consumer.ack((await consumer.receive(5.0)).position)
         await consumer.flush()
-        await wait_for_tick(clock, 1.5)
+        await wait_for_tick(clock, 1.0)
         ids = [x.ledger_id for x in (await named.metadata()).ledgers]
-        assert ids == [writer.ledger_id], "the consumed, sealed ledger was trimmed"
+        assert ids == [second.ledger_id], "the consumed, sealed ledger was trimmed"
+        await wait_for_tick(clock, 2.5)
+        assert writer.ledger_id > second.ledger_id, "the ledger holding b rolled in its turn"
         idle = writer.ledger_id
         await wait_for_tick(clock, 10.0)
         assert writer.ledger_id == idle, "a ledger with no entry is never rolled"
@@ -300,9 +309,10 @@ async def test_retention_runs_after_ledgers_are_appended() -> None:
         for _ in range(2):
             consumer.ack((await consumer.receive(5.0)).position)
         await consumer.flush()
+        second_last = (await named.metadata()).ledgers[-1].ledger_id
         last = await batch(b"c")
         ids = [x.ledger_id for x in (await named.metadata()).ledgers]
-        assert ids == [last], "both consumed ledgers went after the third batch"
+        assert ids == [second_last, last], "the first consumed ledger went after the batch"
         assert (await consumer.receive(5.0)).payload == b"c"
         await consumer.close()
 
@@ -321,12 +331,10 @@ def test_the_retention_decision_keeps_what_may_still_take_entries() -> None:
     by_size = LogConfig(retention_bytes=250)
     lengths = {1: 100, 2: 100, 3: 100, 4: 100}
     assert retained_from(ledgers, by_size, now_ms=0, limit=4, lengths=lengths) == 2
-    # Consumption: a sealed ledger read past its last entry counts as consumed.
+    # Consumption: the ledgers before the one the slowest subscription reads next.
     at_3_end = SubscriptionState(ctime_ms=0, start=Position(1, 0), mark=Position(3, 7))
     at_2 = SubscriptionState(ctime_ms=0, start=Position(1, 0), mark=Position(2, 0))
-    assert consumed_before(ledgers, [at_3_end], {3: 7}) == 3
-    assert consumed_before(ledgers, [at_3_end], {3: 9}) == 2, "entries 8, 9 still to read"
-    assert consumed_before(ledgers, [at_3_end], {}) == 2, "not known sealed: kept"
-    assert consumed_before(ledgers, [at_3_end, at_2], {3: 7, 2: 5}) == 1, "the slowest"
-    assert consumed_before(ledgers, [], {}) is None, "no subscription: keep everything"
+    assert consumed_before(ledgers, [at_3_end]) == 2, "ledger 3 stays: the position names it"
+    assert consumed_before(ledgers, [at_3_end, at_2]) == 1, "the slowest"
+    assert consumed_before(ledgers, []) is None, "no subscription: keep everything"
     assert retained_from(ledgers, LogConfig(retention_consumed=True), now_ms=0, limit=4) == 0

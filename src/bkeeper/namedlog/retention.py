@@ -11,8 +11,9 @@ settings over the process's, :class:`~bkeeper.namedlog.config.LogSettings`):
   i + 1 was listed);
 * ``retention_bytes``: the sealed ledgers beyond the newest ``retention_bytes`` of them go;
 * ``retention_consumed``: the ledgers every subscription has consumed past go (a log with no
-  subscription keeps them): those before the ledger the slowest subscription reads next, and
-  that ledger too when it is sealed and the subscription is past its last entry;
+  subscription keeps them): those before the ledger the slowest subscription reads next. That
+  ledger stays even when the subscription has read all of it: its position names it, and a
+  position before the log's first ledger reads as records lost (``LogTruncatedError``);
 
 and never a ledger at or after ``limit``, the first that may still take entries (the writer's
 current ledger, or one it is still sealing): only sealed ledgers go. Ages come from the caller's
@@ -21,11 +22,11 @@ current ledger, or one it is still sealing): only sealed ledgers go. Ages come f
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import LedgerNotFoundError
-from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import LogConfig
 from bkeeper.namedlog.metadata import LogLedger, LogMetadata
 from bkeeper.namedlog.records import Position
@@ -72,24 +73,14 @@ def retained_from(
 
 
 def consumed_before(
-    ledgers: Sequence[LogLedger],
-    states: Sequence[SubscriptionState],
-    sealed_last: Mapping[int, int],
+    ledgers: Sequence[LogLedger], states: Sequence[SubscriptionState]
 ) -> int | None:
     """How many ledgers at the head of ``ledgers`` every subscription has consumed past
-    (None: no subscription). ``sealed_last``: the last entry of each sealed ledger known."""
+    (None: no subscription)."""
     if not states:
         return None
-    ids = [ledger.ledger_id for ledger in ledgers]
-    counts = []
-    for state in states:
-        at = state.resume_from
-        count = sum(1 for ledger_id in ids if ledger_id < at.ledger_id)
-        last = sealed_last.get(at.ledger_id)
-        if last is not None and at.entry_id > last and at.ledger_id in ids:
-            count += 1  # past the end of a sealed ledger: all of it consumed
-        counts.append(count)
-    return min(counts)
+    needed = min(state.resume_from.ledger_id for state in states)
+    return sum(1 for ledger in ledgers if ledger.ledger_id < needed)
 
 
 async def run_retention(named: NamedLog, meta: LogMetadata, config: LogConfig, limit: int) -> int:
@@ -99,22 +90,12 @@ async def run_retention(named: NamedLog, meta: LogMetadata, config: LogConfig, l
         return 0
     bk, ledgers = named.logs.bk, meta.ledgers[:limit]
     lengths: dict[int, int] = {}
-    sealed_last: dict[int, int] = {}
-    states: list[SubscriptionState] = []
+    for ledger in ledgers if config.retention_bytes else ():
+        with contextlib.suppress(LedgerNotFoundError):
+            lengths[ledger.ledger_id] = (await bk.ledger_metadata(ledger.ledger_id)).length
+    consumed = None
     if config.retention_consumed:
-        states = list((await named.subscriptions()).values())
-    wanted = {state.resume_from.ledger_id for state in states}
-    for ledger in ledgers:
-        if not config.retention_bytes and ledger.ledger_id not in wanted:
-            continue
-        try:
-            ledger_meta = await bk.ledger_metadata(ledger.ledger_id)
-        except LedgerNotFoundError:
-            continue
-        lengths[ledger.ledger_id] = ledger_meta.length
-        if ledger_meta.state is LedgerState.CLOSED:
-            sealed_last[ledger.ledger_id] = ledger_meta.last_entry_id
-    consumed = consumed_before(ledgers, states, sealed_last) if states else None
+        consumed = consumed_before(ledgers, list((await named.subscriptions()).values()))
     keep_from = retained_from(
         meta.ledgers,
         config,
