@@ -491,8 +491,9 @@ def _kill_processes(
     only sends signals), counted in ``cleanup``: ZooKeeper, the bookies and what runs beside
     them, the kv members, the workload's client process. The unwinding then waits for none."""
     pids: list[int | None] = []
-    if sandbox is not None and sandbox.zookeeper.wait_nowait() is None:
-        pids.append(sandbox.zookeeper.pid)
+    if sandbox is not None:
+        if sandbox.zookeeper.wait_nowait() is None:  # (not one the zk nemesis killed)
+            pids.append(sandbox.zookeeper.pid)
         procs = [*sandbox.bookies, *sandbox.autorecoveries]
         procs += [] if sandbox.dashboard is None else [sandbox.dashboard]
         pids += [p.pid for p in procs if p.poll() is None]
