@@ -94,6 +94,13 @@ def test_ack_refuses_a_position_that_is_not_one_of_the_logs_records(
     assert good.returncode == 0, good.stderr
     consumed = bkeeper(uri, "log", "consume", "orders", "billing", "--timeout", "1")
     assert [x.split("\t")[3] for x in consumed.stdout.splitlines()] == ["a", "b", "c", "e", "f"]
+    truncated = bkeeper(uri, "log", "truncate", "orders", "--before", later[0])
+    assert truncated.returncode == 0, truncated.stderr
+    gone = bkeeper(uri, "log", "ack", "orders", "billing", first[1])
+    assert error_line(gone) == (
+        f"error: position {first[1]} was truncated away from log 'orders' "
+        f"(it holds {later[0]} .. {later[0]})"
+    )
 
 
 async def test_the_library_refuses_it_too_with_a_typed_error(

@@ -271,7 +271,12 @@ def append(
     contents = _read_whole(whole) if whole is not None else None
 
     async def body(logs: NamedLogs) -> None:
-        writer = await _open_writer(logs, name, create_log)
+        try:
+            writer = await _open_writer(logs, name, create_log)
+        except asyncio.CancelledError:
+            click.echo("interrupted: nothing appended (the log's writer was not open yet)",
+                       err=True)  # fmt: skip
+            raise
         raw_key = key.encode() if key is not None else None
         appends = _Appends(echo=bool(records) or contents is not None)
         if contents is not None:
@@ -282,11 +287,12 @@ def append(
             source = read_lines(sys.stdin.fileno())
         showing = None if records else asyncio.ensure_future(_show_progress(name, appends))
         try:
-            async with contextlib.aclosing(source):
-                await _feed(writer, source, raw_key, appends)
-        except BKeeperError as exc:
-            await appends.settle()  # the records acknowledged before it count
-            appends.failure = appends.failure or exc
+            try:
+                async with contextlib.aclosing(source):
+                    await _feed(writer, source, raw_key, appends)
+            except BKeeperError as exc:
+                await appends.settle()  # the records acknowledged before it count
+                appends.failure = appends.failure or exc
         except asyncio.CancelledError:  # Ctrl-C: say what went in, then exit 130
             appends.interrupted = True
             raise
@@ -294,7 +300,14 @@ def append(
             if showing is not None:
                 showing.cancel()
                 await asyncio.gather(showing, return_exceptions=True)
-            await _finish(writer, appends, name)
+            try:
+                await _finish(writer, appends, name)
+            except asyncio.CancelledError:  # Ctrl-C while closing: report all the same
+                if appends.interrupted:
+                    raise
+                appends.interrupted = True
+                await _finish(writer, appends, name)
+                raise
         appends.report(name)
 
     run_reporting(body, metadata_uri, config)

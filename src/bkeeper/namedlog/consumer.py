@@ -497,6 +497,8 @@ async def check_in_log(named: NamedLog, position: Position) -> None:
     def refuse(why: str) -> PositionNotInLogError:
         return PositionNotInLogError(f"position {position} {why} ({held})")
 
+    if last is None or position > last:
+        raise refuse(f"is past the last record of log {named.name!r}")
     if position.ledger_id not in ids:
         gone = meta.truncated_before
         if ids and position.ledger_id < ids[0] and gone is not None and position < gone:
@@ -504,8 +506,6 @@ async def check_in_log(named: NamedLog, position: Position) -> None:
         raise refuse(
             f"is not in log {named.name!r}: ledger {position.ledger_id} is not one of its ledgers"
         )
-    if last is None or position > last:
-        raise refuse(f"is past the last record of log {named.name!r}")
     walk = named.logs.walk
     if position.ledger_id != last.ledger_id:
         end = await walk.ledger_end(position.ledger_id)
