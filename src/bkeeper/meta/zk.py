@@ -77,8 +77,12 @@ ARM_ATTEMPTS_MAX = 8
 #: How often ``expire_session`` tries to close the session from a second connection.
 EXPIRE_ATTEMPTS_MAX = 3
 
-#: How often a connect looks whether it has a session, or cause to give up.
+#: How often a connect looks whether it has a session, or cause to give up: first after
+#: ``CONNECT_FIRST_POLL_S``, then at twice the interval each time up to ``CONNECT_POLL_S``
+#: (a local ZooKeeper gives a session in 5-15 ms: a first look at 50 ms cost every command
+#: ~45 ms; docs/benchmarks.md, "CLI start-up").
 CONNECT_POLL_S = 0.05
+CONNECT_FIRST_POLL_S = 0.005
 
 #: kazoo exception class -> bkeeper error class. Subclasses come before their bases.
 KAZOO_ERRORS: dict[type[BaseException], type[MetadataError]] = {
@@ -202,6 +206,7 @@ class ZkNodeStore:
         started = loop.time()
         deadline = started + config.connect_timeout_ms / 1000
         give_up = started + config.unreachable_timeout_ms / 1000
+        poll_s = CONNECT_FIRST_POLL_S
         while not self._client.connected:
             now = loop.time()
             if now >= deadline:
@@ -209,7 +214,8 @@ class ZkNodeStore:
             elif now >= give_up and self._reach.hopeless():
                 waited_ms = config.unreachable_timeout_ms
             else:
-                await asyncio.sleep(CONNECT_POLL_S)
+                await asyncio.sleep(poll_s)
+                poll_s = min(poll_s * 2, CONNECT_POLL_S)
                 continue
             raise ConnectionLossError(self._reach.explain(self._hosts, waited_ms / 1000))
 
