@@ -34,6 +34,17 @@ def test_plain_lines_while_the_work_lasts(
     )
 
 
+def test_the_item_just_done_is_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(INTERVAL_ENV, "0.1")
+    with progress("recovering ledgers") as advance:
+        advance(3, 40, "ledger 12")
+        time.sleep(0.25)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and set(lines) == {"recovering ledgers: ledger 12 (3 of 40), 0 s"}, lines
+
+
 def test_work_shorter_than_one_interval_prints_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterator
+import typing
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -43,7 +44,7 @@ from bkeeper.meta.summary import cluster_summary
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
 from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
 
-__all__ = ["BOOKIE_INFO_TIMEOUT_S", "commands", "progress", "registered"]
+__all__ = ["BOOKIE_INFO_TIMEOUT_S", "Advance", "commands", "progress", "registered"]
 
 T = TypeVar("T")
 
@@ -67,26 +68,35 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return run_event_loop(coro)
 
 
+class Advance(typing.Protocol):
+    """``advance(done, total)``, or with the item just done: ``advance(3, 40, "ledger 12")``
+    shows ``ledger 12 (3 of 40)``."""
+
+    def __call__(self, done: int, total: int | None, item: str | None = None) -> None: ...
+
+
 @contextmanager
-def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
+def progress(description: str) -> Iterator[Advance]:
     """A bar on stderr when it is a terminal; otherwise a plain line
-    (``description: 3 of 40, 12 s``) every :data:`~bkeeper.cli._progress.PLAIN_INTERVAL_S`
-    while the work lasts. Yields ``advance(done, total)`` (total None: not known yet)."""
+    (``description: 3 of 40, 12 s``, or ``description: ledger 12 (3 of 40), 12 s``) every
+    :data:`~bkeeper.cli._progress.PLAIN_INTERVAL_S` while the work lasts. Yields
+    :class:`Advance` (total None: not known yet)."""
     console = Console(stderr=True)
     if not console.is_terminal:
-        counts: list[int | None] = [0, None]
+        state: list[tuple[int, int | None, str | None]] = [(0, None, None)]
         started = time.monotonic()
 
         def describe() -> str:
-            done, total = counts
-            of = "" if total is None else f" of {total}"
-            return f"{description}: {done}{of}, {elapsed(time.monotonic() - started)}"
+            done, total, item = state[0]
+            count = f"{done}" if total is None else f"{done} of {total}"
+            where = count if item is None else f"{item} ({count})"
+            return f"{description}: {where}, {elapsed(time.monotonic() - started)}"
 
-        def count(done: int, total: int | None) -> None:
-            counts[:] = [done, total]
+        def note(done: int, total: int | None, item: str | None = None) -> None:
+            state[0] = (done, total, item)
 
         with status_line(describe, console):
-            yield count
+            yield note
         return
     bar = Progress(
         TextColumn("{task.description}"),
@@ -99,8 +109,9 @@ def progress(description: str) -> Iterator[Callable[[int, int | None], None]]:
     with bar:
         task = bar.add_task(description, total=None)
 
-        def advance(done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
+        def advance(done: int, total: int | None, item: str | None = None) -> None:
+            shown = description if item is None else f"{description}: {item}"
+            bar.update(task, completed=done, total=total, description=shown)
 
         yield advance
 
