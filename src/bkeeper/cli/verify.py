@@ -106,7 +106,6 @@ def verify(
     seed; check the recorded history; print a summary table. The same seed gives the same
     schedule.
 
-    \b
     Needs: Java (ZooKeeper) for a cluster of its own; and for the partition nemeses
     (partition, partition-zk, partition-clients, and kv's member partitions) root, or
     CAP_NET_ADMIN and CAP_SYS_ADMIN, with the `ip` command: each bookie runs in a network
@@ -114,7 +113,6 @@ def verify(
     Without them verify stops at once, saying which nemeses need what: run as root, or
     leave those out with --nemesis (e.g. --nemesis kill,pause,corrupt,zk).
 
-    \b
     Progress (phase, run k of N, seed, operations, time) is shown on stderr, redrawn on a
     terminal, a plain line every 2 s otherwise. Ctrl-C (or SIGTERM) stops within a few
     seconds: every process, namespace, mount and temporary directory of the run is
