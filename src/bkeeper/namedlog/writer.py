@@ -593,6 +593,8 @@ class LogWriter:
                 await self._roll()  # retains too, and notes how that went
                 return
             await self._retention_pass(meta)
+        except LogNotFoundError:
+            return  # deleted: the node's watch fails the writer with LogDeletedError
         except BKeeperError as exc:
             if self._error is None:
                 self._note(str(exc))
