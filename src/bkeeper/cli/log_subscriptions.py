@@ -8,8 +8,6 @@ import dataclasses
 import json
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli.log import (
@@ -241,6 +239,8 @@ def _check_subscription_name(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
 def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
     """The subscriptions of log NAME: position, consumer, backlog."""
+    from rich.console import Console
+    from rich.table import Table
 
     async def body(logs: NamedLogs) -> None:
         named = logs.log(name)
