@@ -53,6 +53,8 @@ LISTING = (
     "kazoo",
     "rich",
 )
+#: What ``log append RECORDS`` has no use for: it prints no table and no progress line.
+APPEND = (*HEAVY, "rich")
 #: The limit on ``bkeeper --help`` and ``bkeeper GROUP --help`` (issue 39).
 HELP_SECONDS_MAX = 0.3
 RUNS = 5
@@ -196,7 +198,7 @@ def test_log_append_against_an_unreachable_zookeeper_imports_nothing_heavy(
     uri = f"zk://127.0.0.1:{free_port()}/nowhere"
     loaded = _modules(["log", "append", "x", "y", "--metadata", uri], tmp_path)
     assert "kazoo.client" in loaded  # it did get as far as connecting
-    offending = _offending(loaded, HEAVY)
+    offending = _offending(loaded, APPEND)
     assert not offending, f"bkeeper log append imported {offending[:12]}"
 
 
@@ -246,7 +248,7 @@ def test_log_append_against_a_real_cluster_imports_nothing_heavy(
     assert created.returncode == 0, created.stderr
     loaded = _modules(["log", "append", "startup", "one"], tmp_path, sandbox)
     assert "bkeeper.namedlog.writer" in loaded
-    offending = _offending(loaded, HEAVY)
+    offending = _offending(loaded, APPEND)
     assert not offending, f"bkeeper log append imported {offending[:12]}"
     done = subprocess.run(
         [sys.executable, "-m", "bkeeper", "log", "read", "startup"],
