@@ -503,3 +503,39 @@ def test_filter_pushdown_prunes_ledgers(spark, spark_cluster):
         assert df.where("log = 'other'").count() == 0
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+
+
+def test_batch_write_makes_ledgers_with_the_logs_stored_replication(spark, spark_cluster):
+    """A log created with its own ensemble and quorums (``bkeeper log create -e 2 ...``) gets
+    ledgers of that shape from Spark's write tasks too, not the job's ``ensembleSize`` 3."""
+    from dataclasses import replace
+
+    uri = spark_cluster.uri
+
+    async def create() -> None:
+        async with BookKeeper(uri) as bk:
+            named = await NamedLogs(bk).create("shaped")
+            await named.configure(
+                lambda s: replace(s, ensemble_size=2, write_quorum=2, ack_quorum=1)
+            )
+
+    run(create)
+    df = spark.createDataFrame([(b"s%d" % i,) for i in range(20)], "payload binary")
+    df.write.format("bkeeper").option("metadata", uri).option("log", "shaped").mode(
+        "append"
+    ).save()
+
+    async def shapes() -> list[tuple[int, int, int]]:
+        async with BookKeeper(uri) as bk:
+            meta = await NamedLogs(bk).log("shaped").metadata()
+            out = []
+            for ledger in meta.ledgers:
+                handle = await bk.open_ledger(ledger.ledger_id, b"", recovery=False)
+                m = handle.metadata
+                out.append((m.ensemble_size, m.write_quorum, m.ack_quorum))
+                await handle.close()
+            return out
+
+    found = run(shapes)
+    assert found and set(found) == {(2, 2, 1)}, found
+    assert sorted(read_log(uri, "shaped")) == sorted(b"s%d" % i for i in range(20))

@@ -442,7 +442,10 @@ class TaskLedgers:
         if old is not None:
             await self._drain()
             await old.close()
-        handle = await create_ledger(self.runtime.bk, self.runtime.logs.config)
+        try:  # the log's stored ensemble and quorums (docs/logs.md, Log settings)
+            handle = await self.runtime.logs.log(name).new_ledger()
+        except LogNotFoundError:  # a log column's new name: created at the commit
+            handle = await create_ledger(self.runtime.bk, self.runtime.logs.config)
         self.ledgers.setdefault(name, []).append(handle.ledger_id)
         self._open[name] = handle
         # Registered before any record goes in, so a job that dies leaves nothing unknown.
