@@ -521,9 +521,7 @@ def test_batch_write_makes_ledgers_with_the_logs_stored_replication(spark, spark
 
     run(create)
     df = spark.createDataFrame([(b"s%d" % i,) for i in range(20)], "payload binary")
-    df.write.format("bkeeper").option("metadata", uri).option("log", "shaped").mode(
-        "append"
-    ).save()
+    df.write.format("bkeeper").option("metadata", uri).option("log", "shaped").mode("append").save()
 
     async def shapes() -> list[tuple[int, int, int]]:
         async with BookKeeper(uri) as bk:
