@@ -163,6 +163,8 @@ def test_ctrl_c_mid_verify_stops_within_3_s_cleans_up_and_says_so(tmp_path: Path
     err = lines + [line for line in rest.splitlines() if line]
     assert proc.returncode == 130, err
     assert not any(noise in line for line in err for noise in NOISE), err
+    # nothing else either: no log line, no "Exception in thread", no kazoo
+    assert all(line.startswith(("verify: ", "interrupted: ")) for line in err), err
     progress = [line for line in lines if line.startswith("verify: run 1 of 1 (seed 5): ")]
     assert len(progress) >= int(running_s / 2) - 1, (running_s, lines)
     last = err[-1]

@@ -100,3 +100,39 @@ def test_status_describes_the_phase_and_the_cleanup() -> None:
         "7 processes, 5 namespaces, 5 tmpfs mounts, 1 temporary directory"
     )
     assert Cleanup(processes=1).describe() == "1 process, 0 namespaces"
+
+
+def test_a_stop_raised_again_by_a_task_group_does_not_cut_the_teardown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The handler's KeyboardInterrupt lands in one task of a TaskGroup, which keeps it and
+    raises it again at its exit, during the teardown: the teardown went no further and the
+    other tasks' clean-ups ran at garbage collection, on a closed loop ("Exception ignored
+    in: <coroutine object LedgerWorkload.run>", seen once in eight Ctrl-C)."""
+    cleaned: list[str] = []
+
+    async def child() -> None:
+        await asyncio.sleep(0.05)
+        stop.interrupt(signal.SIGINT)
+
+    async def other() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.05)  # a clean-up that needs the loop
+            cleaned.append("other")
+
+    async def work() -> None:
+        asyncio.get_running_loop().create_task(other())
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(child())
+                group.create_task(asyncio.sleep(30))
+        finally:
+            await asyncio.sleep(0)
+            cleaned.append("work")
+
+    with pytest.raises(KeyboardInterrupt), stop.BoundedRunner() as runner:
+        runner.run(work())
+    assert sorted(cleaned) == ["other", "work"]
+    assert "Exception ignored" not in capsys.readouterr().err

@@ -502,12 +502,13 @@ def _kill_processes(
     if isinstance(workload, LedgerWorkload) and workload.client_process is not None:
         pids.append(workload.client_process.running_pid)
     for pid in pids:
-        if pid is None:
+        if pid is None or pid in cleanup.killed:
             continue
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue  # already gone (or reaped)
+        cleanup.killed.add(pid)
         cleanup.processes += 1
 
 

@@ -21,6 +21,9 @@ class Cleanup:
 
     processes: int = 0
     namespaces: int = 0
+    #: The pids killed (a process killed twice, by the signal handler and again on the way
+    #: out before it was reaped, is counted once).
+    killed: set[int] = field(default_factory=set)
     mounts: int = 0
     temp_dirs: int = 0
 

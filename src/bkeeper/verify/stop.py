@@ -150,18 +150,40 @@ class BoundedRunner:
             tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
             for task in tasks:
                 task.cancel()
-            if tasks:
-                loop.run_until_complete(asyncio.wait(tasks, timeout=bound))
+            _wait(loop, tasks, bound)
             for task in tasks:
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     log.debug("task %s ended with %r", task.get_name(), task.exception())
             pending = [task for task in tasks if not task.done()]
-            if pending:
-                log.debug("%d task(s) abandoned after %g s", len(pending), bound)
+            for task in pending:  # abandoned: its clean-up runs now, while the loop is open
+                log.debug("task %s abandoned after %s s", task.get_name(), bound)
+                try:
+                    task.get_coro().close()
+                except BaseException as exc:
+                    log.debug("closing task %s: %r", task.get_name(), exc)
             for step in (loop.shutdown_asyncgens(), loop.shutdown_default_executor()):
-                loop.run_until_complete(asyncio.wait([loop.create_task(step)], timeout=bound))
+                _wait(loop, [loop.create_task(step)], bound)
         finally:
             loop.close()
+
+
+def _wait(
+    loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[Any]], bound: float | None
+) -> None:
+    """Run ``loop`` until ``tasks`` are done, at most ``bound`` seconds (None: no bound). A
+    task that raises the stop again (a ``TaskGroup`` keeps a ``KeyboardInterrupt`` of one of
+    its tasks and raises it at its exit) takes the loop out of ``run_until_complete``: the
+    wait goes on for the others."""
+    deadline = None if bound is None else time.monotonic() + bound
+    while True:
+        pending = [task for task in tasks if not task.done()]
+        left = None if deadline is None else deadline - time.monotonic()
+        if not pending or (left is not None and left <= 0):
+            return
+        try:
+            loop.run_until_complete(asyncio.wait(pending, timeout=left))
+        except (KeyboardInterrupt, SystemExit) as exc:
+            log.debug("a task raised %r while the loop was closed", exc)
 
 
 def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
