@@ -8,7 +8,7 @@ fencing. Modules: :mod:`~bkeeper.namedlog.logs` (the logs and their rules),
 :mod:`~bkeeper.namedlog.records` (the record bytes) and :mod:`~bkeeper.namedlog.metadata`.
 """
 
-from bkeeper.namedlog.config import EARLIEST, LATEST, LogConfig
+from bkeeper.namedlog.config import EARLIEST, LATEST, LogConfig, LogSettings
 from bkeeper.namedlog.logs import NamedLog, NamedLogs
 from bkeeper.namedlog.metadata import LogLedger, LogMetadata, LogStore, logs_root
 from bkeeper.namedlog.reader import LogReader
@@ -32,6 +32,7 @@ __all__ = [
     "LogLedger",
     "LogMetadata",
     "LogReader",
+    "LogSettings",
     "LogStore",
     "LogWalk",
     "LogWriter",
