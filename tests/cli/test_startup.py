@@ -188,6 +188,16 @@ def test_a_command_imports_nothing_heavy_it_does_not_use(args: list[str], tmp_pa
     assert not offending, f"bkeeper {' '.join(args)} imported {offending[:12]}"
 
 
+def test_shell_recovery_commands_load_auto_recovery_but_not_the_bookie(tmp_path: Path) -> None:
+    """``whoisauditor``, ``listunderreplicated`` ... read auto-recovery's state in the
+    metadata (``bkeeper.autorecovery.admin``): the bookie that auto-recovery's integrity
+    check runs in, its admin HTTP and metrics stay out."""
+    loaded = _modules(["shell", "whoisauditor", "--help"], tmp_path)
+    assert "bkeeper.autorecovery.admin" in loaded
+    offending = _offending(loaded, tuple(m for m in HEAVY if m != "bkeeper.autorecovery"))
+    assert not offending, f"bkeeper shell whoisauditor --help imported {offending[:12]}"
+
+
 def test_log_append_against_an_unreachable_zookeeper_imports_nothing_heavy(
     tmp_path: Path,
 ) -> None:
