@@ -183,7 +183,7 @@ _NEXT_STEPS: tuple[tuple[type[BKeeperError], str], ...] = (
     ),
     (
         ConnectionLossError,
-        "is ZooKeeper running, and reachable from this host (the metadata option)?",
+        "check that ZooKeeper runs and is reachable from this host (the metadata option)",
     ),
     (SessionExpiredError, "is ZooKeeper overloaded or was this process paused? try again"),
 )
