@@ -143,3 +143,31 @@ async def test_a_bookie_stops_on_sigterm_after_its_zookeeper_died(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_a_bookie_started_while_zookeeper_is_down_waits_for_it(
+    own_zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """A client gives up a connect after ``unreachable_timeout_ms`` (2 s) when every host
+    refuses; a bookie started with (or during a restart of) its ZooKeeper waits the whole
+    connect timeout instead, so one coming up 4 s later still gets it registered."""
+    uri = own_zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
+    async with await ClusterMetadata.open(uri) as cluster:
+        await cluster.format()
+    own_zookeeper.stop()
+    log_path = tmp_path / "bookie.log"
+    command = [
+        sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "bookie"),
+        "--port", "0", "--metadata", uri,
+    ]  # fmt: skip
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=log)
+    try:
+        await asyncio.sleep(4.0)
+        assert proc.poll() is None, log_path.read_text()[-2000:]  # before: gave up at 2 s
+        own_zookeeper.start()
+        await asyncio.to_thread(wait_ready, proc, log_path, 0)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)

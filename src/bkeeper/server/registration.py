@@ -43,9 +43,10 @@ from bkeeper.meta.bookie_info import (
     TLS_REQUIRED_EXTENSION,
     BookieServiceInfo,
 )
-from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
 from bkeeper.meta.cookie import Cookie
 from bkeeper.meta.registry import BookieRegistration
+from bkeeper.meta.store import StoreConfig
 from bkeeper.meta.uri import MetadataUri
 from bkeeper.server.cookie_check import read_local_cookie
 
@@ -139,7 +140,10 @@ class ClusterMembership:
 
     @classmethod
     async def open(cls, uri: str, bookie_id: str) -> ClusterMembership:
-        cluster = await ClusterMetadata.open(uri, require_cluster=True)
+        # A bookie waits the whole connect timeout for ZooKeeper (started with it, or during
+        # a ZooKeeper restart), not the client's early give-up when every host refuses.
+        wait = StoreConfig(unreachable_timeout_ms=StoreConfig().connect_timeout_ms)
+        cluster = await ClusterMetadata.open(uri, MetadataConfig(store=wait), require_cluster=True)
         try:
             instance_id = await cluster.instance_id()
             if instance_id is None:
