@@ -42,7 +42,7 @@ class LazyCommand:
 
 def load_target(target: str) -> object:
     """Import ``module:attribute`` and return the attribute."""
-    module_name, _, attribute = target.partition(":")
+    module_name, _colon, attribute = target.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
 
 
@@ -83,7 +83,7 @@ class LazyGroup(click.Group):
         shown = [(name, cmd) for name, cmd in listed if cmd is not None and not cmd.hidden]
         if not shown:
             return
-        limit = formatter.width - 6 - max(len(name) for name, _ in shown)
+        limit = formatter.width - 6 - max(len(name) for name, _command in shown)
         rows = [(name, cmd.get_short_help_str(limit)) for name, cmd in shown]
         with formatter.section(_("Commands")):  # click's own title, translated as click does
             formatter.write_dl(rows)
