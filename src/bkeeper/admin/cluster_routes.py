@@ -37,7 +37,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.summary import cluster_summary
 from bkeeper.server.admin_http import AdminHttpServer
 from bkeeper.server.admin_request import json_response, query_bool, query_int, query_str
-from bkeeper.wire.codes import GetBookieInfoField, Protocol
+from bkeeper.wire.codes import GetBookieInfoField, Protocol, status_text
 from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
 
 __all__ = [
@@ -143,7 +143,7 @@ class _Endpoints:
                 except (BKeeperError, OSError) as exc:
                     return {"error": f"{type(exc).__name__}: {exc}"}
             if got.status.name != "EOK":
-                return {"error": f"answered {got.status.name}"}
+                return {"error": f"answered {status_text(got.status)}"}
             return {"freeSpace": got.free_disk_space, "totalSpace": got.total_disk_capacity}
 
         found = await asyncio.gather(*(info(bookie_id) for bookie_id in ids))

@@ -41,7 +41,7 @@ from bkeeper.common.tasks import within
 from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID, BookieServiceInfo, Endpoint
 from bkeeper.meta.cluster import ClusterMetadata, delete_tree
 from bkeeper.meta.summary import cluster_summary
-from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
+from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode, status_text
 from bkeeper.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse
 
 __all__ = ["BOOKIE_INFO_TIMEOUT_S", "Advance", "commands", "progress", "registered"]
@@ -243,7 +243,7 @@ async def _bookie_info(
         row["error"] = eua_unadmitted(f"bookie {bookie_id}")
         return row
     if info.status is not StatusCode.EOK:
-        row["error"] = f"answered {info.status.name}"
+        row["error"] = f"answered {status_text(info.status)}"
         return row
     row["free_bytes"], row["total_bytes"] = info.free_disk_space, info.total_disk_capacity
     return row
