@@ -53,6 +53,28 @@ def test_every_process_of_the_run_is_killed_also_with_zookeeper_down(tmp_path: P
     assert cleanup.processes == 3
 
 
+def test_inside_a_running_loop_the_handler_raises_nothing_and_watch_does() -> None:
+    """Raised into the loop's code, the interrupt surfaced in a task that logs its failures
+    ('ERROR ... watch for the ledger's deletion failed' and a traceback, on a Ctrl-C)."""
+    seen: list[str] = []
+
+    async def task_that_logs_its_failures() -> None:
+        try:
+            stop.interrupt(signal.SIGINT)
+            seen.append("went on")
+        except BaseException:
+            seen.append("interrupted here")
+            raise
+
+    async def work() -> None:
+        await asyncio.get_running_loop().create_task(task_that_logs_its_failures())
+        await asyncio.sleep(30)
+
+    with pytest.raises(KeyboardInterrupt), stop.BoundedRunner() as runner:
+        runner.run(work())
+    assert seen == ["went on"]
+
+
 def test_the_first_signal_kills_then_raises_and_a_second_is_ignored() -> None:
     killed: list[str] = []
     with stop.killing(lambda: killed.append("run")):
@@ -81,7 +103,8 @@ def test_a_stopped_loop_is_closed_within_the_teardown_bound(
     async def work() -> None:
         asyncio.get_running_loop().create_task(stubborn())
         await asyncio.sleep(0.1)
-        stop.interrupt(signal.SIGTERM)
+        stop.interrupt(signal.SIGTERM)  # remembered; watch() raises it
+        await asyncio.sleep(30)
 
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt), stop.BoundedRunner() as runner:
@@ -113,7 +136,7 @@ def test_a_stop_raised_again_by_a_task_group_does_not_cut_the_teardown(
 
     async def child() -> None:
         await asyncio.sleep(0.05)
-        stop.interrupt(signal.SIGINT)
+        raise KeyboardInterrupt  # (the handler raises in no task now: watch() does)
 
     async def other() -> None:
         try:

@@ -1,12 +1,13 @@
 """Stopping a campaign with SIGTERM (as a CI runner or systemd does) or Ctrl-C.
 
 The SIGTERM handler raises ``KeyboardInterrupt`` so that the run unwinds as Ctrl-C does
-(namespaces, tmpfs mounts and processes cleaned up). A signal handler's exception can be
-lost, though: when the handler happens to run inside a finalizer (``__del__``, a weakref or
-GC callback), Python prints "Exception ignored" and goes on, and the run would carry on to
-its end as if nothing had been asked. So the handler also remembers the signal
-(:func:`interrupt`), and the harness asks again between steps (:func:`check`) and, while a
-run's event loop runs, every ``WATCH_S`` (:func:`watch`).
+(namespaces, tmpfs mounts and processes cleaned up); while a run's event loop runs, it
+raises nothing into the loop's code, and :func:`watch` raises it from a task of its own. A
+signal handler's exception can be lost, though: when the handler happens to run inside a
+finalizer (``__del__``, a weakref or GC callback), Python prints "Exception ignored" and
+goes on, and the run would carry on to its end as if nothing had been asked. So the handler
+also remembers the signal (:func:`interrupt`), and the harness asks again between steps
+(:func:`check`) and, while a run's event loop runs, every ``WATCH_S`` (:func:`watch`).
 
 A stop must be quick (``bkeeper verify`` reports within 3 s of Ctrl-C). What a run started
 (bookies, ZooKeeper, client processes) registers a killer with :func:`killing`: the handler
@@ -57,7 +58,8 @@ _killers: list[Callable[[], None]] = []  # called by the first stop signal (kill
 
 def interrupt(signum: int, frame: object = None) -> None:
     """The signal handler: remember the stop, kill what registered (:func:`killing`), then
-    unwind as Ctrl-C does. A later signal is ignored (the first one's unwinding goes on)."""
+    unwind as Ctrl-C does (raised here, or, while an event loop runs, by :func:`watch`). A
+    later signal is ignored (the first one's unwinding goes on)."""
     if _signal:
         return
     _signal.append(signum)
@@ -67,7 +69,20 @@ def interrupt(signum: int, frame: object = None) -> None:
             kill()
         except Exception as exc:  # the unwinding still cleans up; say why
             log.warning("stopping what a run started: %s", exc)
+    if _loop_running():
+        # Not raised into whatever the loop runs (a task that catches BaseException would
+        # log it as its own failure, traceback and all): watch() raises it within WATCH_S,
+        # from a task of its own.
+        return
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
