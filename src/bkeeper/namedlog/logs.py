@@ -84,6 +84,10 @@ __all__ = ["NamedLog", "NamedLogs"]
 
 log = logging.getLogger(__name__)
 
+#: Ledger metadata reads a new writer has in flight at once while it looks for ledgers of
+#: its log left unsealed (``seal_unsealed(every=True)``): one round trip for most logs.
+SEAL_CHECKS_IN_FLIGHT = 64
+
 #: A log's metadata as read: its value and the version to compare-and-set against.
 Snapshot = tuple[LogMetadata, int]
 
@@ -261,18 +265,34 @@ class NamedLog:
         ``every`` (a new writer): every ledger of the list that is not CLOSED, also one
         behind a sealed one (its writer died while it still tried to seal it, having sealed
         a later one: readers wait at its end until it is sealed). That reads each listed
-        ledger's metadata once."""
+        ledger's metadata once, ``SEAL_CHECKS_IN_FLIGHT`` at a time."""
         logs = self.logs
-        for ledger in reversed(meta.ledgers):
+        if not every:
+            for ledger in reversed(meta.ledgers):
+                try:
+                    state = (await logs.bk.ledger_metadata(ledger.ledger_id)).state
+                    if state is LedgerState.CLOSED:
+                        return
+                    await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=True)
+                except LedgerNotFoundError:
+                    continue
+            return
+
+        async def state_of(ledger_id: int) -> LedgerState | None:
             try:
-                state = (await logs.bk.ledger_metadata(ledger.ledger_id)).state
-                if state is LedgerState.CLOSED:
-                    if every:
-                        continue
-                    return
-                await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=True)
+                return (await logs.bk.ledger_metadata(ledger_id)).state
             except LedgerNotFoundError:
-                continue
+                return None
+
+        ids = [ledger.ledger_id for ledger in reversed(meta.ledgers)]
+        for start in range(0, len(ids), SEAL_CHECKS_IN_FLIGHT):
+            chunk = ids[start : start + SEAL_CHECKS_IN_FLIGHT]
+            states = await asyncio.gather(*(state_of(ledger_id) for ledger_id in chunk))
+            for ledger_id, found in zip(chunk, states, strict=True):
+                if found is None or found is LedgerState.CLOSED:
+                    continue
+                with contextlib.suppress(LedgerNotFoundError):  # deleted meanwhile: nothing
+                    await logs.bk.open_ledger(ledger_id, logs.config.password, recovery=True)
 
     async def open_reader(self, start: str | Position | int = EARLIEST) -> LogReader:
         """Records from ``start``: ``"earliest"``, ``"latest"`` (only records appended from
