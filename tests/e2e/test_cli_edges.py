@@ -170,7 +170,12 @@ def test_a_bookie_refuses_a_data_dir_of_another_bookie(real_cluster) -> None:
     ("command", "status", "message"),
     [
         (("log", "tail", "missing"), 1, "error: no log named 'missing'"),
-        (("log", "append", "missing", "x"), 1, "error: no log named 'missing'"),
+        (
+            ("log", "append", "missing", "x"),
+            1,
+            "error: log 'missing' does not exist (create it with 'bkeeper log create missing', or "
+            "pass --create)",
+        ),
         (("log", "read", "x", "--from", "nonsense"), 2, "error: Invalid value for --from"),
         (("shell", "readledger", "abc"), 2, "error: Invalid value for 'LEDGER_ID'"),
     ],
