@@ -638,9 +638,7 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
-    from rich.console import Console
-
-    from bkeeper.cli._tables import titled_table
+    from bkeeper.cli._tables import console, titled_table
 
     table = titled_table(f"lag of {checkpoint} (last committed batch {batch})")
     columns = ("log", "position", "head", "records behind", "time behind", "entries behind",
@@ -651,6 +649,5 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
         table.add_row(name, str(one.position), str(one.head), one.records_text,
                       f"{one.time_behind_ms / 1000:.1f} s", str(one.entries_behind),
                       str(one.bytes_behind))  # fmt: skip
-    console = Console()
-    (console if console.is_terminal else Console(width=160)).print(table)
+    console().print(table)
     click.echo(report.summary())

@@ -239,8 +239,7 @@ def _check_subscription_name(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
 def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
     """The subscriptions of log NAME: position, consumer, backlog."""
-    from rich.console import Console
-    from rich.table import Table
+    from bkeeper.cli._tables import console, titled_table
 
     async def body(logs: NamedLogs) -> None:
         named = logs.log(name)
@@ -262,7 +261,7 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(rows, indent=2))
             return
-        table = Table(title=f"subscriptions of log {name}")
+        table = titled_table(f"subscriptions of log {name}")
         for column in ("name", "mode", "next", "acked out of order", "consumer", "epoch",
                        "backlog entries", "backlog bytes"):  # fmt: skip
             table.add_column(column)
@@ -273,8 +272,7 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
                 str(row["consumer"] or "-"), str(row["epoch"]),
                 str(row["backlog_entries"]), str(row["backlog_bytes"]),
             )  # fmt: skip
-        console = Console()
-        (console if console.is_terminal else Console(width=160)).print(table)
+        console().print(table)
 
     _run(body, metadata_uri)
 
