@@ -177,7 +177,10 @@ def test_a_server_that_takes_tcp_and_gives_no_session_says_so() -> None:
     reach = Reachability("h:1")
     reach.attempted("h", 1, None)
     assert not reach.hopeless()
-    assert reach.explain("h:1", 10) == "ZooKeeper at h:1: no session within 10 s"
+    assert reach.explain("h:1", 10) == (
+        "ZooKeeper at h:1: connected, but no session within 10 s "
+        "(is the server overloaded, paused, or not ZooKeeper?)"
+    )
 
 
 def test_kazoos_lines_go_to_debug_and_tell_the_reachability(

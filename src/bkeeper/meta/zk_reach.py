@@ -127,12 +127,15 @@ class Reachability:
 
     def explain(self, hosts: str, waited_s: float) -> str:
         """Why no session came after ``waited_s``: one line naming each host and its cause.
-        A host that took a TCP connection and gave no session keeps the plain words
-        ``no session within N s``."""
+        A host that took a TCP connection and gave no session: ``connected, but no session
+        within N s``."""
         with self._lock:
             reasons = {pair: self._outcomes.get(pair) for pair in self._hosts}
         if not reasons or all(r == CONNECTED for r in reasons.values()):
-            return f"ZooKeeper at {hosts}: no session within {waited_s:g} s"
+            return (
+                f"ZooKeeper at {hosts}: connected, but no session within {waited_s:g} s "
+                "(is the server overloaded, paused, or not ZooKeeper?)"
+            )
         worded = {pair: _worded(reason, waited_s) for pair, reason in reasons.items()}
         distinct = set(worded.values())
         if len(distinct) == 1:
@@ -146,7 +149,7 @@ def _worded(reason: str | None, waited_s: float) -> str:
     if reason is None or reason == TIMED_OUT:
         return f"no answer within {waited_s:g} s"
     if reason == CONNECTED:
-        return f"no session within {waited_s:g} s"
+        return f"connected, but no session within {waited_s:g} s"
     return reason
 
 
