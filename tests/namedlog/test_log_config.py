@@ -338,3 +338,25 @@ def test_the_retention_decision_keeps_what_may_still_take_entries() -> None:
     assert consumed_before(ledgers, [at_3_end, at_2]) == 1, "the slowest"
     assert consumed_before(ledgers, []) is None, "no subscription: keep everything"
     assert retained_from(ledgers, LogConfig(retention_consumed=True), now_ms=0, limit=4) == 0
+
+
+async def test_a_writer_left_open_stops_its_timer_when_its_client_closes(caplog) -> None:
+    """A writer abandoned without close (a crashed application, a test) whose client was
+    closed: its timer ticked for ever on the loop, warning 'store is closed (tried again at
+    the next tick)'; it stops at the first tick that finds the store closed."""
+    clock = FakeClock()
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        logs = NamedLogs(bk, clock=clock)
+        named = await logs.create("orders", LogSettings(roll_age_ms=2_000))
+        writer = await named.open_writer()
+        await writer.append(b"a")
+        await bk.close()
+        with caplog.at_level(logging.INFO, logger="bkeeper.namedlog.writer"):
+            for _ in range(3):
+                await wait_for_tick(clock, 1.5)
+        ticking = writer._ticking
+        assert ticking is not None and ticking.done(), "the timer still runs"
+        messages = [r.getMessage() for r in caplog.records]
+        assert not [m for m in messages if "tried again at the next tick" in m], messages
+        assert any("the writer's timer stops" in m for m in messages), messages

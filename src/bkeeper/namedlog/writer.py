@@ -574,7 +574,11 @@ class LogWriter:
             if self._closing.is_set() or self._error is not None:
                 return
             if self._clock.monotonic() >= due:
-                await self.tick()
+                try:
+                    await self.tick()
+                except MetadataClosedError as exc:  # its client closed: no tick can succeed
+                    log.info("log %s: the writer's timer stops: %s", self._log.name, exc)
+                    return
                 due = self._clock.monotonic() + self._tick_s()
 
     def _tick_s(self) -> float:
@@ -585,7 +589,8 @@ class LogWriter:
     async def tick(self) -> None:
         """The timer's work, once (see the module doc): pick up changed settings, roll an
         idle ledger past its age, run retention. Errors are logged (once per error) and kept
-        in ``timer_error``, never raised."""
+        in ``timer_error``, not raised, but for ``MetadataClosedError``: the writer's client
+        was closed (the timer loop stops on it)."""
         try:
             meta, _version = await self._logs.store.read(self._log.name)
             self._take_settings(meta)
@@ -595,6 +600,8 @@ class LogWriter:
             await self._retention_pass(meta)
         except LogNotFoundError:
             return  # deleted: the node's watch fails the writer with LogDeletedError
+        except MetadataClosedError:
+            raise  # the client was closed under the writer: the timer stops
         except BKeeperError as exc:
             if self._error is None:
                 self._note(str(exc))
