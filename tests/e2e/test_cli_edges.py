@@ -218,7 +218,25 @@ def test_sigterm_while_a_bookie_starts_stops_it_cleanly(real_cluster) -> None:
     assert "Traceback" not in rest
 
 
-def test_an_unexpected_exception_is_one_line_and_verbose_shows_it(capsys) -> None:
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """``main`` in this process configures logging as a command does (a root handler, kazoo's
+    loggers at CRITICAL): put it back, or later tests of this worker lose kazoo's records."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in ("kazoo", "py4j")}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, before in levels.items():
+        logging.getLogger(name).setLevel(before)
+
+
+def test_an_unexpected_exception_is_one_line_and_verbose_shows_it(
+    capsys: pytest.CaptureFixture[str], logging_restored: None
+) -> None:
     """A bug still ends in one ``error:`` line (exit 1); ``--verbose`` adds the traceback."""
     import click
 
