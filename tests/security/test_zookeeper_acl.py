@@ -97,15 +97,15 @@ async def test_sessions_without_the_identity_can_neither_read_nor_change_metadat
     uri = secure[1] if who == "anonymous" else secure[2]
     ledger_id = cluster_with_ledger
     async with await ClusterMetadata.open(uri) as cluster:
-        with pytest.raises(MetadataAuthError, match="NoAuthError") as refused:
+        with pytest.raises(MetadataAuthError, match="not authorized for") as refused:
             await cluster.ledgers.read(ledger_id)
         assert "not authorized for /" in str(refused.value)
         assert "?digest-file=FILE" in str(refused.value)
-        with pytest.raises(MetadataAuthError, match="NoAuthError"):
+        with pytest.raises(MetadataAuthError, match="not authorized for"):
             await cluster.ledgers.delete(ledger_id)
-        with pytest.raises(MetadataAuthError, match="NoAuthError"):
+        with pytest.raises(MetadataAuthError, match="not authorized for"):
             await cluster.store.set(cluster.root, b"x")
-        with pytest.raises(MetadataAuthError, match="NoAuthError"):
+        with pytest.raises(MetadataAuthError, match="not authorized for"):
             await cluster.store.create(f"{cluster.root}/intruder", b"")
     # ...and the ledger is still there, readable by the cluster's identity.
     async with BookKeeper(secure[0]) as bk:
