@@ -19,7 +19,7 @@ import click
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._units import DURATION, SIZE, format_duration, format_size
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog.config import LogConfig, LogSettings
+from bkeeper.namedlog.config import SETTING_NAMES, LogConfig, LogSettings
 
 __all__ = [
     "UNSET_NAMES",
@@ -40,16 +40,7 @@ UNSET_NAMES: dict[str, tuple[str, ...]] = {
     "roll-size": ("roll_bytes",),
     "roll-age": ("roll_age_ms",),
     "replication": ("ensemble_size", "write_quorum", "ack_quorum"),
-    "all": (
-        "retention_age_ms",
-        "retention_bytes",
-        "retention_consumed",
-        "roll_bytes",
-        "roll_age_ms",
-        "ensemble_size",
-        "write_quorum",
-        "ack_quorum",
-    ),
+    "all": SETTING_NAMES,
 }
 _REPLICATION = ("ensemble_size", "write_quorum", "ack_quorum")
 #: What ``log config`` shows, in order: label and the stored settings behind it.
