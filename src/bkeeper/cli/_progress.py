@@ -90,16 +90,18 @@ def status_line(
     console: Console | None = None,
     *,
     interval_s: float | None = None,
+    first_s: float | None = None,
 ) -> Iterator[Console]:
     """Show ``describe()`` on standard error while the block runs (module doc); yields the
-    console to print other lines to (on a terminal, they go above the live line)."""
+    console to print other lines to (on a terminal, they go above the live line). Into a
+    pipe, the first line comes after ``first_s`` (default: one interval)."""
     console = console or Console(stderr=True)
     if not console.is_terminal:
 
         def print_line() -> None:
             console.print(describe(), markup=False, highlight=False, soft_wrap=True)
 
-        with ticking(print_line, interval_s or plain_interval_s()):
+        with ticking(print_line, interval_s or plain_interval_s(), first_s=first_s):
             yield console
         return
     with (

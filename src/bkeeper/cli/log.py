@@ -369,24 +369,14 @@ PROGRESS_EVERY_S = 2.0
 
 
 async def _show_progress(name: str, appends: _Appends) -> None:
-    """Every ``PROGRESS_EVERY_S`` from ``PROGRESS_EVERY_S`` on: how many records are
-    appended (a line redrawn in place on a terminal, else a line each time; stderr only)."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        while True:
-            await asyncio.sleep(PROGRESS_EVERY_S)
-            click.echo(f"appending to {name}: {appends.progress()}", err=True)
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
+    """From ``PROGRESS_EVERY_S`` on, until cancelled: how many records are appended (a line
+    redrawn in place on a terminal, else a line every interval; stderr only). A shorter
+    append shows nothing, and loads no rich."""
     await asyncio.sleep(PROGRESS_EVERY_S)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"appending to {name}: {appends.progress()}")
-        while True:
-            await asyncio.sleep(0.5)
-            bar.update(task, description=f"appending to {name}: {appends.progress()}")
+    from bkeeper.cli._progress import status_line
+
+    with status_line(lambda: f"appending to {name}: {appends.progress()}", first_s=0):
+        await asyncio.get_running_loop().create_future()  # until cancelled
 
 
 async def _feed(
