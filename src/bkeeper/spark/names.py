@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError
+from bkeeper.common.messages import did_you_mean
 
 __all__ = [
     "CLIENT_PREFIX",
@@ -256,10 +257,9 @@ def _unknown(key: str, allowed: tuple[str, ...], what: str) -> str:
     if low.startswith(KAFKA_PREFIX):
         return f"unknown option {low} (a Kafka client setting): {_KAFKA_CLIENT}"
     spelled = _spelled(key, allowed)
-    close = difflib.get_close_matches(low, [n.lower() for n in allowed], n=1, cutoff=0.75)
+    close = did_you_mean(low, allowed)
     if close:
-        match = next(n for n in allowed if n.lower() == close[0])
-        return f"unknown option {spelled}: did you mean {match}?"
+        return f"unknown option {spelled}: did you mean {close[0]}?"
     return f"unknown option {spelled}; the options are listed in docs/spark.md"
 
 
@@ -276,9 +276,8 @@ def _spelled(key: str, allowed: tuple[str, ...]) -> str:
     camel = ".".join(_camel(part, words) for part in key.split("."))
     if camel != key:
         return camel
-    names = {n.lower(): n for n in known}
-    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.75)
-    return _recase(key, names[close[0]]) if close else key
+    close = did_you_mean(key, known)
+    return _recase(key, close[0]) if close else key
 
 
 def _recase(key: str, model: str) -> str:
