@@ -228,6 +228,7 @@ def test_every_cli_table_is_titled_table() -> None:
     """The CLI files of issue 39's tables make their tables with titled_table."""
     cli = Path(__file__).parents[2] / "src" / "bkeeper" / "cli"
     names = ["shell.py", "shell_admin.py", "shell_cookie.py", "shell_disk.py",
-             "shell_disk_logs.py", "shell_ledger.py", "shell_ops.py"]  # fmt: skip
+             "shell_disk_logs.py", "shell_ledger.py", "shell_ops.py", "shell_recovery.py",
+             "log.py", "log_subscriptions.py"]  # fmt: skip
     for name in names:
         assert "Table(" not in (cli / name).read_text(), name

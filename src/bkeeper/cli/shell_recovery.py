@@ -16,14 +16,13 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from bkeeper.autorecovery import admin
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.repair import ReplicationOutcome
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
+from bkeeper.cli._tables import console, titled_table
 from bkeeper.cli.shell_ops import progress as progress_bar
 from bkeeper.client import BookKeeper
 from bkeeper.meta.cluster import ClusterMetadata
@@ -42,11 +41,6 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     from bkeeper.common.loop import run_event_loop
 
     return run_event_loop(coro)
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
 
 
 def _echo_json(value: object) -> None:
@@ -95,7 +89,7 @@ def recover(
     if as_json:
         _echo_json([_outcome_json(o) for o in outcomes])
     else:
-        table = Table(title=f"{'plan to recover' if dry_run else 'recovered'} {', '.join(lost)}")
+        table = titled_table(f"{'plan to recover' if dry_run else 'recovered'} {', '.join(lost)}")
         copied = ("entries to copy", "bytes") if dry_run else ("entries copied", "bytes copied")
         for column in ("ledger", "outcome", "replaced", *copied, "reason"):
             table.add_column(column, justify="right" if column in copied else "left")
@@ -109,7 +103,7 @@ def recover(
                 str(o.ledger_id), _state(o, dry_run), moves or "-", f"{entries:,}",
                 "-" if dry_run else f"{o.bytes_copied:,}", o.reason or "",
             )  # fmt: skip
-        _console().print(table)
+        console().print(table)
         if not outcomes:
             click.echo(f"no ledger holds entries on {', '.join(lost)}", err=True)
     if failed:
@@ -189,7 +183,7 @@ def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -
     if not rows:
         click.echo("no under-replicated ledgers", err=True)
         return
-    table = Table(title=f"under-replicated ledgers at {metadata_uri}")
+    table = titled_table(f"under-replicated ledgers at {metadata_uri}")
     for column in ("ledger", "missing replicas", "marked", "worker", "waiting because"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -197,7 +191,7 @@ def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -
             str(row.ledger_id), ", ".join(row.missing_replicas), _when(row.ctime_ms),
             row.worker or "-", _why(row),
         )  # fmt: skip
-    _console().print(table)
+    console().print(table)
 
 
 def _why(row: admin.UnderReplicatedRow) -> str:
@@ -283,12 +277,12 @@ def queryautorecoverystatus(metadata_uri: str, as_json: bool) -> None:
     if not status.locked:
         click.echo("no ledger is being re-replicated now")
         return
-    table = Table(title="ledgers being re-replicated")
+    table = titled_table("ledgers being re-replicated")
     table.add_column("ledger", justify="right")
     table.add_column("worker")
     for ledger_id, holder in status.locked:
         table.add_row(str(ledger_id), holder)
-    _console().print(table)
+    console().print(table)
 
 
 #: Added to the ``shell`` group by :mod:`bkeeper.cli.shell`.
