@@ -18,7 +18,7 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.repair import replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
-from bkeeper.common.errors import ClientClosedError
+from bkeeper.common.errors import ClientClosedError, MetadataError
 from bkeeper.meta import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
@@ -567,3 +567,27 @@ async def test_an_auditor_cancelled_as_it_is_woken_stops() -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({task}, timeout=5)
+
+
+async def test_an_auditor_cancelled_mid_pass_ends_even_if_the_pass_fails_on_its_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancel that a pass's clean-up turned into a metadata error was taken for a failed
+    pass to retry later: the auditor went on waiting and whoever cancelled it waited for good."""
+    async with cluster_of() as (_cluster, bk):
+        auditor = Auditor(bk, bk.cluster.underreplication, CONFIG, clock=FakeClock())
+        in_pass = asyncio.Event()
+
+        async def failing_pass() -> None:
+            in_pass.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise MetadataError("clean-up failed") from None
+
+        monkeypatch.setattr(auditor, "_pass", failing_pass)
+        task = asyncio.create_task(auditor.run())
+        await asyncio.wait_for(in_pass.wait(), WAIT_S)
+        task.cancel()
+        done, _pending = await asyncio.wait({task}, timeout=WAIT_S)
+        assert done and task.cancelled(), "the auditor swallowed its cancellation"

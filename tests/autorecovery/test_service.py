@@ -201,3 +201,34 @@ async def test_keep_running_restarts_with_a_doubling_pause_reset_after_a_long_ru
     assert [(r.getMessage(), r.levelname, r.exc_info) for r in lost] == [
         ("thing failed: ZooKeeper: disconnected (reconnecting)", "WARNING", None)
     ]
+
+
+async def test_keep_running_ends_when_cancelled_even_if_the_run_fails_on_its_way_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cancel that the run turned into another error (its clean-up failed) was taken for
+    a failure: the supervisor started the run again and never ended (a bookie ignored its
+    SIGTERM for good)."""
+    started = asyncio.Event()
+    runs = 0
+
+    async def run() -> None:
+        nonlocal runs
+        runs += 1
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("clean-up failed") from None
+
+    caplog.set_level(logging.WARNING, logger="bkeeper.autorecovery.service")
+    task = asyncio.create_task(keep_running("thing", run, delay_s=0.001, delay_s_max=0.004))
+    async with asyncio.timeout(WAIT_S):
+        await started.wait()
+    task.cancel()
+    done, _pending = await asyncio.wait({task}, timeout=WAIT_S)
+    assert done and task.cancelled(), "keep_running swallowed its cancellation"
+    assert runs == 1
+    assert not [r for r in caplog.records if "starting it again" in r.getMessage()]
+    failed = [r for r in caplog.records if "while it was being cancelled" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None

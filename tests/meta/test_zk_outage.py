@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,3 +172,25 @@ async def test_a_bookie_started_while_zookeeper_is_down_waits_for_it(
         if proc.poll() is None:
             proc.terminate()
             proc.wait(30)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 5, 8])
+async def test_a_connect_cancelled_at_any_step_raises_cancelled_and_leaves_no_client(
+    zookeeper: ZooKeeperServer, steps: int
+) -> None:
+    """A bookie stopped just after start (its auto-recovery still connecting) hung for good:
+    the cancelled connect stopped a kazoo client whose start was still running in its
+    thread, kazoo raised ``AttributeError`` from ``stop`` in place of the cancellation, and
+    the auto-recovery supervisor took that for a failure and started again."""
+    before = {t.ident for t in threading.enumerate()}
+    task = asyncio.create_task(ZkNodeStore.connect(zookeeper.connect_string, StoreConfig()))
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    task.cancel()
+    done, _pending = await asyncio.wait({task}, timeout=30)
+    assert done, "the cancelled connect did not end"
+    if not task.cancelled():  # connected before the cancel arrived: a store to close
+        await asyncio.wait_for(task.result().aclose(), 30)
+    async with asyncio.timeout(30):  # kazoo's threads end
+        while {t.ident for t in threading.enumerate() if "zk_loop" in t.name} - before:
+            await asyncio.sleep(0.01)

@@ -61,7 +61,7 @@ from bkeeper.common.errors import (
     MetadataError,
     ProtocolError,
 )
-from bkeeper.common.tasks import within
+from bkeeper.common.tasks import end_if_cancelled, within
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager
@@ -280,6 +280,7 @@ class Auditor:
             try:
                 await self._pass()
             except (MetadataError, ProtocolError) as exc:
+                end_if_cancelled("the audit pass", exc, log)
                 retry_s = self._config.audit_retry_delay_s
                 log.warning("audit pass failed, again in %.1f s: %s", retry_s, exc)
                 retry_at = self._clock.monotonic() + retry_s

@@ -48,7 +48,7 @@ from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BKeeperError, ConfigError, MetadataError, NodeExistsError
-from bkeeper.common.tasks import TaskOwner
+from bkeeper.common.tasks import TaskOwner, end_if_cancelled
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.layout import UNDERREPLICATION
 from bkeeper.meta.store import join_path
@@ -278,17 +278,18 @@ async def keep_running(
         try:
             await run()
             outcome = "returned"
-        except BKeeperError as exc:
-            if exc.retriable:  # the metadata store away for a while, say: expected, one line
+        except Exception as exc:
+            end_if_cancelled(name, exc, log)
+            if not isinstance(exc, BKeeperError):
+                log.exception("%s failed", name)
+            elif exc.retriable:  # the metadata store away for a while, say: expected, one line
                 log.warning("%s failed: %s", name, exc)
             else:
                 log.exception("%s failed", name)
-            outcome = "failed"
-        except Exception:
-            log.exception("%s failed", name)
             outcome = "failed"
         if clock.monotonic() - started > delay_s_max:
             pause_s = delay_s
         log.warning("%s %s; starting it again in %.3g s", name, outcome, pause_s)
         await asyncio.sleep(pause_s)
         pause_s = min(pause_s * 2, delay_s_max)
+

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["TASKS_MAX", "TaskOwner", "abandon", "within"]
+__all__ = ["TASKS_MAX", "TaskOwner", "abandon", "end_if_cancelled", "within"]
 
 _log = logging.getLogger(__name__)
 
@@ -126,3 +126,14 @@ async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
     is the caller's."""
     async with asyncio.timeout(timeout_s):
         return await awaitable
+
+
+def end_if_cancelled(what: str, exc: Exception, log: logging.Logger) -> None:
+    """For a loop that catches a failure and goes on (a supervisor, a retry): when ``exc`` came
+    while the current task was being cancelled (a clean-up raised in place of the
+    ``CancelledError``), going on would lose the cancel and whoever cancelled would wait for
+    good. Log ``exc`` with its traceback and end with a cancel instead; otherwise return."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        log.error("%s failed while it was being cancelled", what, exc_info=exc)
+        raise asyncio.CancelledError(f"{what} was cancelled") from exc

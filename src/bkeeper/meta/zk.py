@@ -193,16 +193,39 @@ class ZkNodeStore:
         store._client.add_listener(store._on_state_threadsafe)
         try:
             await store._wait_session()
-        except BaseException:
-            await asyncio.to_thread(_stop_client, store._client)
+        except BaseException as exc:
+            await store._discard_client(exc)
             raise
         store._session_id = store._client.client_id[0]
         store._state = SessionState.CONNECTED
         return store
 
+    async def _discard_client(self, cause: BaseException) -> None:
+        """Stop the client of a connect that failed or was cancelled, without letting the
+        clean-up replace ``cause`` (a cancellation above all: a kazoo ``stop`` that fails
+        would otherwise be taken for the connect's own error, and the cancel lost)."""
+        try:
+            await asyncio.shield(asyncio.to_thread(_stop_client, self._client))
+        except Exception as cleanup:  # reported on ``cause``, which goes on
+            _log.warning(
+                "ZooKeeper %s: stopping an unfinished client failed: %r", self._hosts, cleanup
+            )
+            cause.add_note(f"stopping the unfinished ZooKeeper client also failed: {cleanup!r}")
+
     async def _wait_session(self) -> None:
         config, loop = self._config, self._loop
-        await asyncio.to_thread(self._client.start_async)
+        # kazoo's start runs in a thread that a cancel cannot stop: the client is stopped
+        # only after it has finished (stopping it half-started fails inside kazoo).
+        starting = asyncio.ensure_future(asyncio.to_thread(self._client.start_async))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError as cancel:
+            while not starting.done():
+                with contextlib.suppress(asyncio.CancelledError):  # ``cancel`` goes on
+                    await asyncio.wait({starting})
+            if not starting.cancelled() and (error := starting.exception()) is not None:
+                cancel.add_note(f"the ZooKeeper client's start failed meanwhile: {error!r}")
+            raise
         started = loop.time()
         deadline = started + config.connect_timeout_ms / 1000
         give_up = started + config.unreachable_timeout_ms / 1000
