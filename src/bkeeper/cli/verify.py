@@ -20,7 +20,7 @@ from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.loop import run_event_loop
 from bkeeper.meta.uri import MetadataUri
 from bkeeper.verify import stop
-from bkeeper.verify.client_process import run_client_process
+from bkeeper.verify.client_child import run_client_process
 from bkeeper.verify.netns import effective_capabilities, privileges_missing
 from bkeeper.verify.run import WORKLOADS, RunResult, VerifyConfig, run_once
 from bkeeper.verify.schedule import (

@@ -2,13 +2,13 @@
 
 A killed client is the application crash of BookKeeper's model: its ledgers stay open with
 entries in flight, and whoever reads them next must recover them (fencing and sealing). The
-child (``bkeeper verify-client URI SEED NAME``, a hidden command: :func:`run_client_process`)
-runs the ledger workload's
-writers (:meth:`~bkeeper.verify.workload.LedgerWorkload.run_writers`) and writes each
-operation to its standard output as one JSON line (:class:`StreamHistory`, flushed per line,
-and an append's ``invoke`` before the append is sent: what the child sent is on record even
-if it is killed a moment later). :class:`ClientProcess`, in the harness, starts it, copies
-its lines into the run's :class:`~bkeeper.verify.history.History` under the child's name
+child (``bkeeper verify-client URI SEED NAME``, a hidden command:
+:func:`~bkeeper.verify.client_child.run_client_process`) runs the ledger workload's writers
+(:meth:`~bkeeper.verify.workload.LedgerWorkload.run_writers`) and writes each operation to its
+standard output as one JSON line (:class:`StreamHistory`, flushed per line, and an append's
+``invoke`` before the append is sent: what the child sent is on record even if it is killed a
+moment later). :class:`ClientProcess`, in the harness, starts it, copies its lines into the
+run's :class:`~bkeeper.verify.history.History` under the child's name
 (:meth:`ClientProcess.start` returns once the child says it is writing: :data:`READY`), and
 kills it (SIGKILL) or stops it (its standard input closed: it closes its ledgers and exits).
 
@@ -37,7 +37,6 @@ __all__ = [
     "START_TIMEOUT_S",
     "ClientProcess",
     "StreamHistory",
-    "run_client_process",
 ]
 
 log = logging.getLogger(__name__)
@@ -213,31 +212,3 @@ class ClientProcess:
             self._on_create_sent(ledger)
         if f == "create" and type_ == "ok":
             self._on_created(ledger)
-
-
-async def run_client_process(uri: str, seed: int, name: str) -> None:
-    """The child's work: the writers, each operation a line on standard output, until
-    standard input closes."""
-    from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-
-    async def until_stdin_closes() -> None:
-        await reader.read()  # the harness closes it (or exits): time to stop
-        stop.set()
-
-    watcher = asyncio.create_task(until_stdin_closes())
-    config = WorkloadConfig(writers=2, readers=0)
-    workload = LedgerWorkload(uri, StreamHistory(sys.stdout), seed, config)
-
-    def started() -> None:
-        sys.stdout.buffer.write(READY)
-        sys.stdout.flush()
-
-    try:
-        await workload.run_writers(stop, started)
-    finally:
-        watcher.cancel()
