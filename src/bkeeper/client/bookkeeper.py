@@ -15,11 +15,11 @@ from types import TracebackType
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.context import ClientContext
 from bkeeper.client.handshake import client_security
+from bkeeper.client.ledger_recovery import check_password, recover_ledger
 from bkeeper.client.metadata import MetadataRetry, ReconnectingLedgers
 from bkeeper.client.metrics import ClientMetrics
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
 from bkeeper.client.read_handle import ReadHandle
-from bkeeper.client.recovery import check_password, recover_ledger
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError

@@ -4,7 +4,7 @@
 bookies) and is fed each bookie's classified reply (:func:`classify`); it returns a
 :class:`Step`: new questions to ask, questions settled (their outstanding requests are to be
 cancelled), and at the end the result (last entry id, length) or the error. No I/O:
-:mod:`bkeeper.client.recovery` sends the requests and cancels the stragglers.
+:mod:`bkeeper.client.ledger_recovery` sends the requests and cancels the stragglers.
 
 Rules (BookKeeper's, with Qw - Qa + 1 = the recovery quorum, :mod:`client.distribution`):
 

@@ -1,5 +1,5 @@
-"""Ledger recovery: the pure machine (client.recovering) under random replies and orders, and
-its shell (client.recovery) leaving no request behind."""
+"""Ledger recovery: the pure machine (client.recovery_machine) under random replies and orders, and
+its shell (client.ledger_recovery) leaving no request behind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.distribution import write_set
 from bkeeper.client.entry import Entry
-from bkeeper.client.recovering import Ask, Phase, Question, RecoveryMachine, Reply, ReplyKind
+from bkeeper.client.recovery_machine import Ask, Phase, Question, RecoveryMachine, Reply, ReplyKind
 from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.testing.cluster import MemoryCluster

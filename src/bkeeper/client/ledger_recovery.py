@@ -4,7 +4,7 @@ Steps (BookKeeper's, §0 of the reference):
 
 1. State OPEN -> IN_RECOVERY by compare-and-set (a CLOSED ledger needs nothing).
 2. Fence, find the end after the LAC and re-write what is found: the decisions are
-   :class:`~bkeeper.client.recovering.RecoveryMachine`'s (its module doc has the rules); this
+   :class:`~bkeeper.client.recovery_machine.RecoveryMachine`'s (its module doc has the rules); this
    shell sends its questions (one request per bookie, each bounded by ``read_timeout_ms``),
    feeds back the replies, and cancels the requests of every question as soon as it is
    settled: a silent bookie costs one timeout per batch, not one per entry, and no request of
@@ -20,7 +20,7 @@ import logging
 
 from bkeeper.client.context import ClientContext
 from bkeeper.client.entry import Entry
-from bkeeper.client.recovering import Ask, Question, RecoveryMachine, Step, classify
+from bkeeper.client.recovery_machine import Ask, Question, RecoveryMachine, Step, classify
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import UnauthorizedAccessError
 from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon, within
