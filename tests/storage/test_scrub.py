@@ -10,7 +10,7 @@ import pytest
 from storage_helpers import KEY, Acks, entry_body, small_config
 
 from bkeeper.common.errors import DataUnknownError
-from bkeeper.storage import MemoryFileSystem, Storage
+from bkeeper.storage import AddBatch, MemoryFileSystem, Storage
 from bkeeper.storage.scrub import scrub
 from bkeeper.testing.entry_log_faults import flip_entry_log_records
 
@@ -72,6 +72,40 @@ def test_a_scrub_finds_every_damaged_record_and_a_copy_added_again_repairs_it(
         storage.checkpoint()  # flushed: the new records replace the damaged ones
         assert scrub(storage, bytes_per_s=1 << 30).damaged == {}
         assert storage.read_entry(1, damaged[-1]) == entry_body(1, damaged[-1], damaged[-1] - 1)
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("lane", ["single", "batch"])
+def test_a_copy_added_again_repairs_a_damaged_entry_through_either_add_call(
+    tmp_path: Path, lane: str
+) -> None:
+    """``add_entry`` and ``add_entries`` are one engine body: a recovery add of a damaged
+    entry repairs it through either. The batch call could not take a recovery add (the
+    damaged ledger is fenced) and did not clear the damaged mark, so after the flush the
+    new copy read as "unknown" and was left out of the entries listed."""
+    storage, damaged = stored_then_damaged(tmp_path)
+    try:
+        assert scrub(storage, bytes_per_s=1 << 30).damaged == {1: list(damaged)}
+        bodies = [entry_body(1, entry_id, entry_id - 1) for entry_id in damaged]
+        if lane == "single":
+            for entry_id, body in zip(damaged, bodies, strict=True):
+                storage.add_entry(1, entry_id, KEY, body, recovery=True)
+        else:
+            batch = AddBatch(recovery=True)
+            for entry_id, body in zip(damaged, bodies, strict=True):
+                batch.ledger_ids.append(1)
+                batch.entry_ids.append(entry_id)
+                batch.lacs.append(entry_id - 1)
+                batch.master_keys.append(KEY)
+                batch.bodies.append(body)
+            storage.add_entries(batch)
+            assert batch.refused == []
+        storage.checkpoint()  # flushed: the index points at the new copies
+        assert storage.list_entries(1) == list(range(ENTRIES))
+        for entry_id, body in zip(damaged, bodies, strict=True):
+            assert storage.read_entry(1, entry_id) == body
+        assert scrub(storage, bytes_per_s=1 << 30).damaged == {}
     finally:
         storage.close()
 

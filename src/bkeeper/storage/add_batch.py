@@ -1,22 +1,28 @@
-"""Adding many entries at once (issue 18): :class:`AddBatch` and :func:`add_batch_locked`.
+"""The engine's one add body: :class:`AddBatch` and :func:`add_batch_locked`.
 
-A bookie connection that reads many ADD frames in one chunk hands them to
-:meth:`Storage.add_entries <bkeeper.storage.Storage.add_entries>` as one batch: parallel
-lists of the entries' fields, no object per entry. The engine then does per batch what
-:meth:`Storage.add_entry` does per entry: one hold of the lock; per ledger met (usually one a
-batch), one lookup of its state, master key and journal; per entry only the checks that can
-differ (fenced, room), the journal record (9-byte header with the CRC-32C, then the body,
-appended to one buffer of the batch) and the write-cache insert; one append of all records to
-each journal touched, then the batch's token. The journal records are exactly those
-:meth:`Storage.add_entry` writes (one ADD_ENTRY record per entry), so replay is unchanged.
+Every add reaches the engine as a batch: :meth:`Storage.add_entries
+<bkeeper.storage.Storage.add_entries>` takes the adds a bookie connection read from one chunk,
+and :meth:`Storage.add_entry` is a batch of one. A batch is parallel lists of the entries'
+fields, no object per entry. So every rule of an add lives here once: the master key (a
+ledger is created with the first key seen; another key is refused), fencing (refused unless
+the batch holds recovery adds; a ledger in limbo is fenced), the damaged mark (a whole copy
+added again clears it), room in the write cache and the journal queue, and the LAC (it only
+grows).
 
-Durability is that of single adds: the batch's token follows its records in each journal
-queue it went to (``parts`` of them), and a journal hands a token back only with the group
-holding everything queued before it, once that group is fdatasynced.
+Per batch: one hold of the lock; per ledger met (usually one a batch), one lookup of its
+state, master key and journal; per entry only the checks that can differ (room, entry id),
+the journal record (9-byte header with the CRC-32C, then the body, appended to one buffer of
+the batch) and the write-cache insert; one append of all records to each journal touched,
+then the token. The journal records are one ADD_ENTRY record per entry, so replay rebuilds
+the same state (:meth:`EngineState.add_locked`).
 
-Entries refused (wrong master key, fenced ledger, journal queue or write cache full, bad
-entry id) are listed in ``refused`` as ``(index, error)`` before the token is queued, and are
-not in the journal; the others are added whatever happens to them.
+Durability: the token follows the batch's records in each journal queue it went to (``parts``
+of them), and a journal hands a token back only with the group holding everything queued
+before it, once that group is fdatasynced.
+
+Entries refused (wrong master key, fenced ledger, journal refusing or full, write cache full,
+bad entry id) are listed in ``refused`` as ``(index, error)`` before the token is queued, and
+are not in the journal; the others are added whatever happens to them.
 """
 
 from __future__ import annotations
@@ -57,20 +63,40 @@ def _prefix_crc(length: int) -> int:
 class AddBatch:
     """Entries to add at once, as parallel lists (index ``i`` of each is one entry):
     ``ledger_ids``, ``entry_ids`` and ``lacs`` as the bodies name them, ``master_keys`` and
-    ``bodies`` (each body begins ledgerId | entryId | LAC). The engine fills ``refused``
-    (``(index, error)``, in index order) and ``parts`` (how many journal queues the batch
-    was queued to: the owner gets the batch back as a token from each of them)."""
+    ``bodies`` (each body begins ledgerId | entryId | LAC). ``recovery``: recovery adds,
+    taken on a fenced ledger (the whole batch is, or none of it). The engine fills
+    ``refused`` (``(index, error)``, in index order) and ``parts`` (how many journal queues
+    the batch's token was queued to: the owner gets it back from each of them)."""
 
-    __slots__ = ("bodies", "entry_ids", "lacs", "ledger_ids", "master_keys", "parts", "refused")
+    __slots__ = (
+        "bodies",
+        "entry_ids",
+        "lacs",
+        "ledger_ids",
+        "master_keys",
+        "parts",
+        "recovery",
+        "refused",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, recovery: bool = False) -> None:
         self.ledger_ids: list[int] = []
         self.entry_ids: list[int] = []
         self.lacs: list[int] = []
         self.master_keys: list[bytes] = []
         self.bodies: list[bytes] = []
+        self.recovery = recovery
         self.refused: list[tuple[int, BKeeperError]] = []
         self.parts = 0
+
+    def append(self, ledger_id: int, entry_id: int, lac: int, key: bytes, body: bytes) -> None:
+        """Add one entry's fields (``ledger_id``, ``entry_id`` and ``lac`` as ``body`` names
+        them) to the lists."""
+        self.ledger_ids.append(ledger_id)
+        self.entry_ids.append(entry_id)
+        self.lacs.append(lac)
+        self.master_keys.append(key)
+        self.bodies.append(body)
 
 
 def add_batch_locked(
@@ -78,24 +104,30 @@ def add_batch_locked(
     journals: tuple[Journal, ...],
     batch: AddBatch,
     ledger_for_write: Callable[[int, bytes], StoredLedger],
+    token: object | None,
 ) -> None:
     """Add the batch (the engine lock held): see the module docstring. ``ledger_for_write``
-    is :meth:`Storage._ledger_for_write_locked` (creates a ledger, checks its key)."""
+    is :meth:`Storage._ledger_for_write_locked` (creates a ledger, checks its key);
+    ``token`` (None: none) is queued after the records in each journal touched."""
     cache = engine.write_cache
     active = cache.active
     ledgers = engine.ledgers
     refused = batch.refused
+    recovery = batch.recovery
     count = len(journals)
     prefix_crcs = _prefix_crcs
     cache_room = cache.bytes_max - cache.active_bytes - cache.flushing_bytes
     added_bytes = 0
     touched: list[Journal] = []
-    # The ledger being added to: its state, key, cache map and journal (with its room).
+    # The ledger being added to: its state, key, cache map, damaged marks and journal (with
+    # its room), or why its entries are refused.
     ledger_id = -1
     state: StoredLedger | None = None
     key = b""
     entries: dict[int, bytes] = {}
+    damaged: set[int] = set()
     journal: Journal | None = None
+    refusal: BKeeperError | None = None
     blob = bytearray()
     blob_records = records_room = bytes_room = 0
     index = -1
@@ -110,25 +142,29 @@ def add_batch_locked(
                     touched.append(journal)
                 blob = bytearray()
                 blob_records = 0
+            ledger_id, key, journal = ledger, master_key, None
             try:
                 state = ledgers.get(ledger)
                 if state is None or state.master_key != master_key:
                     state = ledger_for_write(ledger, master_key)
+                if state.fenced and not recovery:
+                    raise LedgerFencedError(f"ledger {ledger} is fenced")
                 journal = journals[ledger % count]
                 records_room, bytes_room = journal.room_locked()
             except BKeeperError as exc:
-                refused.append((index, exc))
-                ledger_id, key, state, journal = -1, b"", None, None
-                continue
-            ledger_id, key = ledger, master_key
-            entries = active.get(ledger)  # type: ignore[assignment]
-            if entries is None:
-                entries = active[ledger] = {}
+                refusal = exc
+                journal = None
+            else:
+                refusal = None
+                damaged = state.damaged
+                entries = active.get(ledger)  # type: ignore[assignment]
+                if entries is None:
+                    entries = active[ledger] = {}
+        if refusal is not None:
+            refused.append((index, refusal))
+            continue
         assert state is not None
         size = len(body)
-        if state.fenced:
-            refused.append((index, LedgerFencedError(f"ledger {ledger} is fenced")))
-            continue
         if entry_id < 0:
             refused.append((index, BadRequestError(f"ledger {ledger}: bad entry {entry_id}")))
             continue
@@ -147,6 +183,8 @@ def add_batch_locked(
         cache_room -= size
         added_bytes += size
         entries[entry_id] = body
+        if damaged:
+            damaged.discard(entry_id)  # a whole copy again (the integrity check's)
         if entry_id > state.last_entry_id:  # noqa: PLR1730 (hot path: no call)
             state.last_entry_id = entry_id
         if lac > state.lac:
@@ -158,9 +196,10 @@ def add_batch_locked(
             touched.append(journal)
     if not added_bytes:
         return
-    for queue in touched:
-        queue.append_token_locked(batch)
-    batch.parts = len(touched)
+    if token is not None:
+        for queue in touched:
+            queue.append_token_locked(token)
+        batch.parts = len(touched)
     cache.active_bytes += added_bytes
     if cache.active_bytes >= cache.flush_bytes and not engine.flush_wanted.is_set():
         engine.flush_wanted.set()

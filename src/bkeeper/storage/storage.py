@@ -46,9 +46,7 @@ from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     BadRequestError,
     DiskFullError,
-    LedgerFencedError,
     NoSuchLedgerError,
-    TooManyRequestsError,
     UnauthorizedAccessError,
 )
 from bkeeper.common.metrics import MetricSet
@@ -62,7 +60,6 @@ from bkeeper.storage.engine import EngineState
 from bkeeper.storage.entry_log import EntryLogReader, LogIds
 from bkeeper.storage.filesystem import BytesLike, FileSystem, OsFileSystem
 from bkeeper.storage.flusher import Flusher
-from bkeeper.storage.framing import frame_header
 from bkeeper.storage.garbage import EntryLogUsage, GcResult
 from bkeeper.storage.journal import DurableCallback
 from bkeeper.storage.journal_format import RecordKind, ledger_record
@@ -82,7 +79,6 @@ log = logging.getLogger(__name__)
 _ENTRY_HEAD = struct.Struct(">qqq")
 _LEDGER_ID = struct.Struct(">q")
 _ENTRY_HEADER_BYTES = 32
-_ADD = RecordKind.ADD_ENTRY
 
 
 def _ignore(tokens: list[object], error: BaseException | None) -> None:
@@ -253,7 +249,8 @@ class Storage(StorageReads):
         recovery: bool = False,
         token: object | None = None,
     ) -> None:
-        """Add an entry: readable at once, ``token`` reported durable later.
+        """Add an entry (a batch of one for :meth:`add_entries`): readable at once,
+        ``token`` reported durable later.
 
         Raises UnauthorizedAccessError (key mismatch), LedgerFencedError (fenced and not a
         recovery add), TooManyRequestsError (journal queue or write cache full),
@@ -268,30 +265,29 @@ class Storage(StorageReads):
         body_ledger_id, body_entry_id, lac = _ENTRY_HEAD.unpack_from(body)
         if body_ledger_id != ledger_id or body_entry_id != entry_id:
             raise BadRequestError(f"ledger {ledger_id} entry {entry_id}: body names another")
-        header = frame_header(_ADD, body)
-        journal = self._journals[ledger_id % self._journal_count]
-        engine = self._engine
-        with engine.lock:
-            state = engine.ledgers.get(ledger_id)
-            if state is None or state.master_key != master_key:
-                state = self._ledger_for_write_locked(ledger_id, master_key)
-            if state.fenced and not recovery:
-                raise LedgerFencedError(f"ledger {ledger_id} is fenced")
-            if not engine.write_cache.has_room(len(body)):
-                raise TooManyRequestsError("write cache is full")
-            journal.append_locked(header, body, token)
-            engine.add_locked(state, entry_id, lac, body)
-            if state.damaged:
-                state.damaged.discard(entry_id)  # a whole copy again (the integrity check's)
-
-    def add_entries(self, batch: AddBatch) -> None:
-        """Add many entries at once, with one hold of the lock and one journal append per
-        journal touched; ``batch`` itself is the token, reported durable by each of the
-        ``batch.parts`` journals it was queued to. Entries refused (for the reasons
-        :meth:`add_entry` raises) are listed in ``batch.refused`` and not added. See
-        :mod:`bkeeper.storage.add_batch`."""
+        batch = AddBatch(recovery)
+        batch.append(ledger_id, entry_id, lac, master_key, body)
         with self._engine.lock:
-            add_batch_locked(self._engine, self._journals, batch, self._ledger_for_write_locked)
+            add_batch_locked(
+                self._engine, self._journals, batch, self._ledger_for_write_locked, token
+            )
+        if batch.refused:
+            raise batch.refused[0][1]
+
+    def add_entries(self, batch: AddBatch, token: object | None = None) -> None:
+        """Add many entries at once: the one add body (:mod:`bkeeper.storage.add_batch`),
+        with one hold of the lock and one journal append per journal touched. ``token``
+        (the batch itself if None) is reported durable by each of the ``batch.parts``
+        journals it was queued to. Entries refused (for the reasons :meth:`add_entry`
+        raises) are listed in ``batch.refused`` and not added."""
+        with self._engine.lock:
+            add_batch_locked(
+                self._engine,
+                self._journals,
+                batch,
+                self._ledger_for_write_locked,
+                batch if token is None else token,
+            )
 
     def fence(self, ledger_id: int, master_key: bytes, *, token: object | None = None) -> None:
         """Fence the ledger (creating it with this key if unknown); durable via ``token``."""
