@@ -49,7 +49,6 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import (
     ConfigError,
@@ -61,14 +60,12 @@ from bkeeper.common.errors import (
     SubscriptionFencedError,
 )
 from bkeeper.namedlog.cursor_ledger import CursorLedger
-from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.handle import LogHandle
+from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.records import Position, Record
 from bkeeper.namedlog.subscription import SubscriptionState
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import earliest
-
-if TYPE_CHECKING:
-    from bkeeper.namedlog.logs import NamedLog
 
 __all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "check_in_log", "ledger_ends"]
 
@@ -88,7 +85,7 @@ class Consumer:
 
     def __init__(
         self,
-        named: NamedLog,
+        named: LogHandle,
         subs: SubscriptionStore,
         name: str,
         consumer_id: str,
@@ -151,7 +148,7 @@ class Consumer:
                 )
             log.warning("subscription %s: records from %s up to %s skipped (truncated)",
                         self.name, start, gone)  # fmt: skip
-        self._reader = await self.named.open_reader(start)
+        self._reader = await open_reader(self.named, start)
         self._flusher = asyncio.ensure_future(self._flush_periodically())
 
     # -- reading -------------------------------------------------------------------------
@@ -253,7 +250,7 @@ class Consumer:
         self._check_reading()
         await check_in_log(self.named, position)
         if individual:
-            chunks = await self.named.logs.walk.chunks_of(position.ledger_id, position.entry_id)
+            chunks = await self.named.context.walk.chunks_of(position.ledger_id, position.entry_id)
             self._individual += _chunk_positions(position, chunks)
         elif self._cumulative is None or position > self._cumulative:
             self._cumulative = position
@@ -367,7 +364,7 @@ class Consumer:
                 continue
             count = known.get(key)
             if count is None:
-                last = await self.named.logs.walk.last_record(*key)
+                last = await self.named.context.walk.last_record(*key)
                 count = last.index + 1
             counts[key] = count
         return counts
@@ -436,11 +433,11 @@ class Backlog:
     bytes: int
 
 
-async def backlog(named: NamedLog, state: SubscriptionState) -> Backlog:
+async def backlog(named: LogHandle, state: SubscriptionState) -> Backlog:
     """The backlog of ``state`` in ``named`` now (a ledger read per partly consumed or open
     ledger; sealed ones are counted from their metadata)."""
     meta = await named.metadata()
-    walk = named.logs.walk
+    walk = named.context.walk
     start = state.resume_from
     entries = size = 0
     for ledger in meta.ledgers:
@@ -466,7 +463,7 @@ async def backlog(named: NamedLog, state: SubscriptionState) -> Backlog:
     return Backlog(entries, size)
 
 
-async def ledger_ends(named: NamedLog, ledger_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+async def ledger_ends(named: LogHandle, ledger_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
     """For each sealed ledger of ``ledger_ids`` in the log with a ledger after it: (its last
     entry id, that next ledger's id)."""
     meta = await named.metadata()
@@ -477,13 +474,13 @@ async def ledger_ends(named: NamedLog, ledger_ids: Iterable[int]) -> dict[int, t
         i = index.get(ledger_id)
         if i is None or i + 1 >= len(ids):
             continue
-        end = await named.logs.walk.ledger_end(ledger_id)
+        end = await named.context.walk.ledger_end(ledger_id)
         if end is not None and end.sealed:
             ends[ledger_id] = (end.last, ids[i + 1])
     return ends
 
 
-async def check_in_log(named: NamedLog, position: Position) -> None:
+async def check_in_log(named: LogHandle, position: Position) -> None:
     """``PositionNotInLogError`` naming the log, ``position`` and the range the log holds,
     unless a record of ``named`` can be at ``position``: its ledger is listed (not another
     log's, nor truncated away), it is not past the log's last record, nor past its sealed
@@ -506,7 +503,7 @@ async def check_in_log(named: NamedLog, position: Position) -> None:
         raise refuse(
             f"is not in log {named.name!r}: ledger {position.ledger_id} is not one of its ledgers"
         )
-    walk = named.logs.walk
+    walk = named.context.walk
     if position.ledger_id != last.ledger_id:
         end = await walk.ledger_end(position.ledger_id)
         if end is None or position.entry_id > end.last:

@@ -58,10 +58,11 @@ from bkeeper.common.errors import (
     SubscriptionNotFoundError,
     WriterTermError,
 )
-from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import EARLIEST, LogConfig, LogSettings
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
-from bkeeper.namedlog.cursor_ledger import drop_cursor, peek
+from bkeeper.namedlog.context import LogContext
+from bkeeper.namedlog.cursor_ledger import drop_cursor
+from bkeeper.namedlog.handle import LogHandle, Snapshot
 from bkeeper.namedlog.metadata import (
     LogLedger,
     LogMetadata,
@@ -70,12 +71,12 @@ from bkeeper.namedlog.metadata import (
     check_log_name,
     check_writer_id,
 )
-from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.retention import run_retention
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
 from bkeeper.namedlog.subscribing import subscribe
-from bkeeper.namedlog.subscription import AckStore, Mode, SubscriptionState
+from bkeeper.namedlog.subscription import AckStore, Mode
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
@@ -83,13 +84,6 @@ from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 __all__ = ["NamedLog", "NamedLogs"]
 
 log = logging.getLogger(__name__)
-
-#: Ledger metadata reads a new writer has in flight at once while it looks for ledgers of
-#: its log left unsealed (``seal_unsealed(every=True)``): one round trip for most logs.
-SEAL_CHECKS_IN_FLIGHT = 64
-
-#: A log's metadata as read: its value and the version to compare-and-set against.
-Snapshot = tuple[LogMetadata, int]
 
 
 class NamedLogs:
@@ -101,11 +95,27 @@ class NamedLogs:
     def __init__(
         self, bk: BookKeeper, config: LogConfig | None = None, *, clock: Clock | None = None
     ) -> None:
-        self.bk = bk
-        self.config = config or LogConfig()
-        self.clock: Clock = clock or SystemClock()
-        self.store = LogStore(bk.cluster.store, bk.cluster.root)
-        self.walk = LogWalk(bk, self.config.password)
+        self.context = LogContext.build(bk, config or LogConfig(), clock or SystemClock())
+
+    @property
+    def bk(self) -> BookKeeper:
+        return self.context.bk
+
+    @property
+    def config(self) -> LogConfig:
+        return self.context.config
+
+    @property
+    def clock(self) -> Clock:
+        return self.context.clock
+
+    @property
+    def store(self) -> LogStore:
+        return self.context.store
+
+    @property
+    def walk(self) -> LogWalk:
+        return self.context.walk
 
     async def create(self, name: str, settings: LogSettings | None = None) -> NamedLog:
         """Create an empty log, storing ``settings`` with it (none: the writers' own
@@ -150,28 +160,12 @@ class NamedLogs:
         return len(meta.ledgers)
 
 
-class NamedLog:
+class NamedLog(LogHandle):
     """One named log. Made by :meth:`NamedLogs.log` or :meth:`NamedLogs.create`."""
 
     def __init__(self, logs: NamedLogs, name: str) -> None:
+        super().__init__(logs.context, name)
         self.logs = logs
-        self.name = name
-
-    async def metadata(self) -> LogMetadata:
-        return (await self.logs.store.read(self.name))[0]
-
-    async def _read(self) -> Snapshot:
-        return await self.logs.store.read(self.name)
-
-    async def settings(self) -> LogSettings:
-        """The log's own settings (a ``ConfigError`` naming the log and the setting when a
-        stored one is wrong)."""
-        return (await self.metadata()).settings(self.name)
-
-    def config_of(self, meta: LogMetadata) -> LogConfig:
-        """The configuration writers of this log use: the process's ``LogConfig`` with the
-        settings stored in ``meta`` in place of its own."""
-        return meta.settings(self.name).applied_to(self.logs.config)
 
     async def new_ledger(self) -> WriteHandle:
         """A new ledger for this log, not listed yet, made as its writers make theirs: the
@@ -259,49 +253,12 @@ class NamedLog:
         log.debug("log %s: term %d recorded", self.name, term)
         return claimed, version
 
-    async def seal_unsealed(self, meta: LogMetadata, *, every: bool = False) -> None:
-        """Recover (fence and seal) the ledgers at the end of the list that are not CLOSED:
-        the last one, and the one before it when a writer died in the middle of a roll.
-        ``every`` (a new writer): every ledger of the list that is not CLOSED, also one
-        behind a sealed one (its writer died while it still tried to seal it, having sealed
-        a later one: readers wait at its end until it is sealed). That reads each listed
-        ledger's metadata once, ``SEAL_CHECKS_IN_FLIGHT`` at a time."""
-        logs = self.logs
-        if not every:
-            for ledger in reversed(meta.ledgers):
-                try:
-                    state = (await logs.bk.ledger_metadata(ledger.ledger_id)).state
-                    if state is LedgerState.CLOSED:
-                        return
-                    await logs.bk.open_ledger(ledger.ledger_id, logs.config.password, recovery=True)
-                except LedgerNotFoundError:
-                    continue
-            return
-
-        async def state_of(ledger_id: int) -> LedgerState | None:
-            try:
-                return (await logs.bk.ledger_metadata(ledger_id)).state
-            except LedgerNotFoundError:
-                return None
-
-        ids = [ledger.ledger_id for ledger in reversed(meta.ledgers)]
-        for start in range(0, len(ids), SEAL_CHECKS_IN_FLIGHT):
-            chunk = ids[start : start + SEAL_CHECKS_IN_FLIGHT]
-            states = await asyncio.gather(*(state_of(ledger_id) for ledger_id in chunk))
-            for ledger_id, found in zip(chunk, states, strict=True):
-                if found is None or found is LedgerState.CLOSED:
-                    continue
-                with contextlib.suppress(LedgerNotFoundError):  # deleted meanwhile: nothing
-                    await logs.bk.open_ledger(ledger_id, logs.config.password, recovery=True)
-
     async def open_reader(self, start: str | Position | int = EARLIEST) -> LogReader:
         """Records from ``start``: ``"earliest"``, ``"latest"`` (only records appended from
         now on), a :class:`Position` (that record and later ones) or an ``int`` timestamp in
         ms (the first record appended at or after it, and later ones). The starting point
         is fixed when this returns."""
-        reader = LogReader(self, start)
-        await reader.seek()
-        return reader
+        return await open_reader(self, start)
 
     async def subscribe(
         self,
@@ -331,17 +288,6 @@ class NamedLog:
             ack_store=ack_store,
         )  # fmt: skip
 
-    async def subscriptions(self) -> dict[str, SubscriptionState]:
-        """Every subscription of the log and its state (a cursor ledger's newest confirmed
-        state where a consumer keeps its acks in one)."""
-        states = await self._subscriptions().states(self.name)
-        for name, state in states.items():
-            if state.cursor is not None:
-                newer = await peek(self.logs.bk, state.cursor, self.logs.config)
-                if newer is not None:
-                    states[name] = state.with_progress_of(newer)
-        return states
-
     async def unsubscribe(self, name: str) -> None:
         """Delete subscription ``name`` (its consumer, if any, has its next flush refused)."""
         store = self._subscriptions()
@@ -351,30 +297,7 @@ class NamedLog:
             await drop_cursor(self.logs.bk, state.cursor)
 
     def _subscriptions(self) -> SubscriptionStore:
-        return SubscriptionStore(self.logs.bk.cluster.store, self.logs.store)
-
-    async def last_position(self) -> Position | None:
-        """The position of the log's last record now (None when it has none; the last record
-        of a batch: its entry is read; a chunked record cut short or still being written is
-        stepped over: :meth:`LogWalk.last_whole`). Records past
-        the LAC of an open ledger count (as for ``open_reader(LATEST)``, see
-        :mod:`bkeeper.namedlog.walk`)."""
-        meta = await self.metadata()
-        walk = self.logs.walk
-        end = await walk.latest(meta)
-        if end.entry_id > 0:
-            found = await walk.last_whole(end.ledger_id, end.entry_id - 1)
-            if found is not None:
-                return found
-        for ledger in reversed(meta.ledgers):
-            if ledger.ledger_id >= end.ledger_id:
-                continue
-            ledger_end = await walk.ledger_end(ledger.ledger_id)
-            if ledger_end is not None and ledger_end.sealed and ledger_end.last >= 0:
-                found = await walk.last_whole(ledger.ledger_id, ledger_end.last)
-                if found is not None:
-                    return found
-        return None
+        return self.context.subscriptions
 
     async def append_ledgers(
         self,
@@ -462,25 +385,3 @@ class NamedLog:
             await discard_ledger(logs.bk, target)
             raise
         return target.ledger_id
-
-    async def truncate(self, before: Position) -> int:
-        """Delete the ledgers that hold only records before ``before`` (never the last
-        ledger); the number of ledgers deleted."""
-        store = self.logs.store
-
-        async def attempt(snapshot: Snapshot) -> list[int]:
-            meta, version = snapshot
-            new_meta, dropped = meta.truncated(before)
-            await store.write(self.name, new_meta, version)
-            return dropped
-
-        dropped = await cas_update(
-            self._read,
-            attempt,
-            what=f"log {self.name!r}: could not truncate",
-            attempts_max=self.logs.config.metadata_retries_max,
-        )
-        for ledger_id in dropped:
-            with contextlib.suppress(LedgerNotFoundError):
-                await self.logs.bk.delete_ledger(ledger_id)
-        return len(dropped)

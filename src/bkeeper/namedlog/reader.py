@@ -36,7 +36,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.errors import (
@@ -49,14 +48,12 @@ from bkeeper.common.loop import await_chain
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.chunks import Incomplete, Reassembly, whole_records
 from bkeeper.namedlog.config import EARLIEST, LATEST
+from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.metadata import LogMetadata
 from bkeeper.namedlog.records import CHUNK_FORMAT_VERSION, Position, Record, decode_entry
 from bkeeper.namedlog.walk import earliest, locate
 
-if TYPE_CHECKING:
-    from bkeeper.namedlog.logs import NamedLog
-
-__all__ = ["LogReader"]
+__all__ = ["LogReader", "open_reader"]
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +63,12 @@ _new_tuple = tuple.__new__
 class LogReader:
     """An async iterator of :class:`Record`; see the module docstring. ``close`` ends it."""
 
-    def __init__(self, named: NamedLog, start: str | Position | int) -> None:
+    def __init__(self, named: LogHandle, start: str | Position | int) -> None:
         if not isinstance(start, Position | int) and start not in (EARLIEST, LATEST):
             raise ConfigError(f"reader start {start!r}: use earliest, latest, a position or ms")
         self._log = named
-        self._logs = named.logs
-        self._config = named.logs.config
+        self._context = named.context
+        self._config = named.context.config
         self._start = start
         self._records: AsyncIterator[list[Record]] | None = None
         self._pending: asyncio.Future[list[Record]] | None = None
@@ -168,12 +165,13 @@ class LogReader:
         on, and a later call gets its record)."""
         if self._buffer and not self._closed:  # read already: no deadline needed
             return self._take()
-        deadline = None if timeout_s is None else self._logs.clock.monotonic() + timeout_s
+        clock = self._context.clock
+        deadline = None if timeout_s is None else clock.monotonic() + timeout_s
         while not self._buffer:
             if self._closed:
                 return None
             task = self._next_task()
-            wait = None if deadline is None else max(0.0, deadline - self._logs.clock.monotonic())
+            wait = None if deadline is None else max(0.0, deadline - clock.monotonic())
             done, _ = await asyncio.wait({task}, timeout=wait)
             if not done:
                 return None
@@ -199,11 +197,11 @@ class LogReader:
 
     # -- the tailing state machine -----------------------------------------------------
     async def _meta(self) -> LogMetadata:
-        meta, self._version = await self._logs.store.read(self._log.name)
+        meta, self._version = await self._context.store.read(self._log.name)
         return meta
 
     async def _starting_point(self, meta: LogMetadata) -> Position:
-        start, walk = self._start, self._logs.walk
+        start, walk = self._start, self._context.walk
         if start == EARLIEST or not meta.ledgers:
             return earliest(meta)
         if isinstance(start, Position):
@@ -251,7 +249,7 @@ class LogReader:
         while not self._closed:
             index = locate(meta, position)
             if index is None:  # past the last ledger: wait for the list to grow
-                await self._logs.store.wait_change(
+                await self._context.store.wait_change(
                     self._log.name, self._version, config.tail_poll_ms / 1000.0
                 )
                 meta = await self._meta()
@@ -263,7 +261,7 @@ class LogReader:
                 if chunks is not None:
                     chunks.end(f"the reader moved on to ledger {ledger_id} before its last chunk")
                 chunks = Reassembly(ledger_id, self._incomplete)
-            handle = await self._logs.walk.open(ledger_id)
+            handle = await self._context.walk.open(ledger_id)
             if handle is None:  # deleted under us
                 meta = await self._meta()
                 if meta.index_of(ledger_id) is None:  # truncation passed this reader
@@ -304,7 +302,7 @@ class LogReader:
                     if meta.index_of(ledger_id) != len(meta.ledgers) - 1:
                         break
                     try:
-                        state = (await self._logs.bk.ledger_metadata(ledger_id)).state
+                        state = (await self._context.bk.ledger_metadata(ledger_id)).state
                     except LedgerNotFoundError:
                         break
                     if state is LedgerState.CLOSED:
@@ -349,3 +347,11 @@ class LogReader:
                 skip = 0
             if batch:
                 yield batch
+
+
+async def open_reader(named: LogHandle, start: str | Position | int) -> LogReader:
+    """A reader of ``named`` from ``start`` (see :meth:`NamedLog.open_reader
+    <bkeeper.namedlog.logs.NamedLog.open_reader>`), its starting point fixed."""
+    reader = LogReader(named, start)
+    await reader.seek()
+    return reader

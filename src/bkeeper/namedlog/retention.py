@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import LedgerNotFoundError
 from bkeeper.namedlog.config import LogConfig
+from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.metadata import LogLedger, LogMetadata
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.subscription import SubscriptionState
-
-if TYPE_CHECKING:
-    from bkeeper.namedlog.logs import NamedLog
 
 __all__ = ["consumed_before", "retained_from", "retention_on", "run_retention"]
 
@@ -83,12 +80,12 @@ def consumed_before(
     return sum(1 for ledger in ledgers if ledger.ledger_id < needed)
 
 
-async def run_retention(named: NamedLog, meta: LogMetadata, config: LogConfig, limit: int) -> int:
+async def run_retention(named: LogHandle, meta: LogMetadata, config: LogConfig, limit: int) -> int:
     """One retention pass over ``meta``'s list, keeping ``meta.ledgers[limit:]``; the number
     of ledgers deleted."""
     if not retention_on(config) or len(meta.ledgers) < 2:
         return 0
-    bk, ledgers = named.logs.bk, meta.ledgers[:limit]
+    bk, ledgers = named.context.bk, meta.ledgers[:limit]
     lengths: dict[int, int] = {}
     for ledger in ledgers if config.retention_bytes else ():
         with contextlib.suppress(LedgerNotFoundError):
@@ -99,7 +96,7 @@ async def run_retention(named: NamedLog, meta: LogMetadata, config: LogConfig, l
     keep_from = retained_from(
         meta.ledgers,
         config,
-        now_ms=named.logs.clock.wall_ms(),
+        now_ms=named.context.clock.wall_ms(),
         limit=limit,
         lengths=lengths,
         consumed=consumed,

@@ -23,17 +23,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import ConfigError, MetadataVersionError
 from bkeeper.namedlog.consumer import Consumer
+from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record
 from bkeeper.namedlog.subscription import CLAIMS_MAX, Claim, SubscriptionState
-
-if TYPE_CHECKING:
-    from bkeeper.namedlog.logs import NamedLog
-    from bkeeper.namedlog.subscription_store import SubscriptionStore
+from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 __all__ = ["ACK_TIMEOUT_MS", "CLAIM_RECORDS", "SharedConsumer"]
 
@@ -54,7 +51,7 @@ class SharedConsumer(Consumer):
 
     def __init__(
         self,
-        named: NamedLog,
+        named: LogHandle,
         subs: SubscriptionStore,
         name: str,
         consumer_id: str,
@@ -106,7 +103,7 @@ class SharedConsumer(Consumer):
         """Claim records (new ones, else an expired claim); True when some were buffered."""
         for _attempt in range(_CLAIM_ATTEMPTS_MAX):
             state, version = await self._subs.read(self.named.name, self.name)
-            now = self.named.logs.clock.wall_ms()
+            now = self.named.context.clock.wall_ms()
             records = await self._read_new(state.dispatch_from)
             if records:
                 first, last = records[0].position, records[-1].position

@@ -8,7 +8,6 @@ import logging
 import os
 import socket
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from bkeeper.common.errors import (
     ConfigError,
@@ -18,6 +17,8 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog.config import EARLIEST
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.cursor_ledger import CursorLedger, drop_cursor, load
+from bkeeper.namedlog.handle import LogHandle
+from bkeeper.namedlog.reader import open_reader
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
 from bkeeper.namedlog.subscription import (
@@ -26,10 +27,6 @@ from bkeeper.namedlog.subscription import (
     SubscriptionState,
     check_subscription_name,
 )
-from bkeeper.namedlog.subscription_store import SubscriptionStore
-
-if TYPE_CHECKING:
-    from bkeeper.namedlog.logs import NamedLog
 
 __all__ = ["commit_before", "default_consumer_id", "ensure_subscription", "subscribe"]
 
@@ -41,7 +38,7 @@ def default_consumer_id() -> str:
 
 
 async def subscribe(
-    named: NamedLog,
+    named: LogHandle,
     name: str,
     start: str | Position | int = EARLIEST,
     *,
@@ -72,8 +69,8 @@ async def subscribe(
                           "coordinate through the subscription's node)")  # fmt: skip
     if ack_flush_ms < 1:
         raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
-    logs = named.logs
-    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    logs = named.context
+    subs = logs.subscriptions
     consumer_id = consumer_id or default_consumer_id()
     await named.metadata()  # LogNotFoundError first, for a log that does not exist
     try:
@@ -81,7 +78,7 @@ async def subscribe(
     except SubscriptionNotFoundError:
         if not create:
             raise
-        probe = await named.open_reader(start)  # resolves earliest, latest or a time
+        probe = await open_reader(named, start)  # resolves earliest, latest or a time
         try:
             first = await probe.seek()
         finally:
@@ -128,18 +125,18 @@ async def subscribe(
 
 
 async def ensure_subscription(
-    named: NamedLog, name: str, start: str | Position | int = EARLIEST
+    named: LogHandle, name: str, start: str | Position | int = EARLIEST
 ) -> SubscriptionState:
     """Subscription ``name`` (exclusive), created at ``start`` if it does not exist, for a
     consumer that keeps its own progress (a Spark query's checkpoint) and only reports it
     with :func:`commit_before`."""
     check_subscription_name(name)
-    logs = named.logs
-    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    logs = named.context
+    subs = logs.subscriptions
     try:
         return (await subs.read(named.name, name))[0]
     except SubscriptionNotFoundError:
-        probe = await named.open_reader(start)
+        probe = await open_reader(named, start)
         try:
             first = await probe.seek()
         finally:
@@ -148,12 +145,12 @@ async def ensure_subscription(
         return (await subs.read(named.name, name))[0]
 
 
-async def commit_before(named: NamedLog, name: str, position: Position) -> SubscriptionState:
+async def commit_before(named: LogHandle, name: str, position: Position) -> SubscriptionState:
     """Record every record of the log before ``position`` consumed in subscription ``name``
     (compare-and-set; the mark never goes back). For consumers that keep their own progress:
     no ownership is taken, and a consumer holding the subscription keeps it."""
-    logs = named.logs
-    subs = SubscriptionStore(logs.bk.cluster.store, logs.store)
+    logs = named.context
+    subs = logs.subscriptions
     last, count = await _last_before(named, position)
     counts = {} if last is None else {(last.ledger_id, last.entry_id): count}
     for _attempt in range(logs.config.metadata_retries_max):
@@ -174,11 +171,11 @@ async def commit_before(named: NamedLog, name: str, position: Position) -> Subsc
     )
 
 
-async def _last_before(named: NamedLog, position: Position) -> tuple[Position | None, int]:
+async def _last_before(named: LogHandle, position: Position) -> tuple[Position | None, int]:
     """The position of the last record before ``position`` (None: there is none) and how
     many records its entry holds (the entry is read: a batch's record count tells whether
     the record ends it)."""
-    walk = named.logs.walk
+    walk = named.context.walk
     if position.index > 0:
         end = await walk.last_record(position.ledger_id, position.entry_id)
         last = Position(position.ledger_id, position.entry_id, position.index - 1)

@@ -57,7 +57,6 @@ import functools
 import logging
 from collections.abc import Mapping, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.write_handle import WriteHandle
@@ -78,6 +77,7 @@ from bkeeper.common.errors import (
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog.batching import Batch, Batcher
 from bkeeper.namedlog.config import LogConfig
+from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.metadata import LogMetadata
 from bkeeper.namedlog.records import (
     CHUNK_HEAD,
@@ -91,9 +91,6 @@ from bkeeper.namedlog.records import (
     encode_record,
 )
 from bkeeper.namedlog.retention import retention_on, run_retention
-
-if TYPE_CHECKING:
-    from bkeeper.namedlog.logs import NamedLog
 
 __all__ = ["LogWriter", "create_ledger", "discard_ledger"]
 
@@ -161,7 +158,7 @@ class LogWriter:
 
     def __init__(
         self,
-        named: NamedLog,
+        named: LogHandle,
         handle: WriteHandle,
         meta: LogMetadata,
         version: int,
@@ -170,9 +167,9 @@ class LogWriter:
         config: LogConfig | None = None,
     ) -> None:
         self._log = named
-        self._logs = named.logs
+        self._context = named.context
         #: The log's stored settings over the process's ``LogConfig`` (renewed by the timer).
-        self._config = config or named.logs.config
+        self._config = config or named.context.config
         self._config_text = meta.config_text
         #: The last error of the timer's work or of retention (None: the last pass went well).
         self.timer_error: str | None = None
@@ -181,7 +178,7 @@ class LogWriter:
         self._version = version
         #: The leadership term this writer was opened with (None: none).
         self.term = term
-        self._clock = named.logs.clock
+        self._clock = named.context.clock
         self._opened_at = self._clock.monotonic()
         self._roll_lock = asyncio.Lock()
         self._roll_again_at = 0.0  # a roll that found too few bookies waits until then
@@ -493,7 +490,7 @@ class LogWriter:
         (a delete seals first): the writer waits up to ``FENCE_EXPLAIN_WAIT_S`` for that."""
         if self._error is None or not self._error_explained:
             self._error_explained = True
-            store, name = self._logs.store, self._log.name
+            store, name = self._context.store, self._log.name
             try:
                 meta, version = await store.read(name)
                 if isinstance(cause, LedgerFencedError) and self._lists_last(meta):
@@ -541,7 +538,7 @@ class LogWriter:
     async def _watch_deleted(self) -> None:
         """Learn that the log was deleted from its node's watch, and fail the writer then."""
         try:
-            await self._logs.store.wait_deleted(self._log.name)
+            await self._context.store.wait_deleted(self._log.name)
         except MetadataClosedError:
             return  # the client is closing
         except BKeeperError as exc:
@@ -592,7 +589,7 @@ class LogWriter:
         in ``timer_error``, not raised, but for ``MetadataClosedError``: the writer's client
         was closed (the timer loop stops on it)."""
         try:
-            meta, _version = await self._logs.store.read(self._log.name)
+            meta, _version = await self._context.store.read(self._log.name)
             self._take_settings(meta)
             if self._should_roll():
                 await self._roll()  # retains too, and notes how that went
@@ -649,7 +646,7 @@ class LogWriter:
         deleted = await run_retention(self._log, meta, self._config, limit)
         if deleted:
             log.debug("log %s: retention deleted %d ledgers", self._log.name, deleted)
-            meta, version = await self._logs.store.read(self._log.name)
+            meta, version = await self._context.store.read(self._log.name)
             if version > self._version:  # a roll meanwhile may have read a newer one
                 self._meta, self._version = meta, version
         return deleted
@@ -659,7 +656,7 @@ class LogWriter:
             if not self._should_roll():
                 return  # another append rolled while this one waited
             old = self._handle
-            bk, store, name = self._logs.bk, self._logs.store, self._log.name
+            bk, store, name = self._context.bk, self._context.store, self._log.name
             try:
                 new = await create_ledger(bk, self._config)
             except NotEnoughBookiesError as exc:
@@ -724,11 +721,11 @@ class LogWriter:
         Not listed: ``new`` is deleted, and None. Listed behind another writer's ledger, or
         the list unreadable: None, and ``new`` is kept (a later writer seals a listed one;
         deleting it would leave the list naming a ledger that is gone)."""
-        store, name = self._logs.store, self._log.name
+        store, name = self._context.store, self._log.name
         try:
             meta, version = await store.read(name)
         except LogNotFoundError:
-            await discard_ledger(self._logs.bk, new)
+            await discard_ledger(self._context.bk, new)
             raise await self._mark_deleted(f"found at a roll: {error}") from error
         except BKeeperError as exc:
             log.warning(
@@ -739,7 +736,7 @@ class LogWriter:
             return None
         index = meta.index_of(new.ledger_id)
         if index is None:
-            await discard_ledger(self._logs.bk, new)
+            await discard_ledger(self._context.bk, new)
             return None
         if index == len(meta.ledgers) - 1 and not self._overtaken(meta):
             log.info(
