@@ -15,8 +15,8 @@ import pytest
 
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.verify import stop
-from bkeeper.verify.run import _kill_processes
 from bkeeper.verify.status import Cleanup, RunStatus
+from bkeeper.verify.teardown import kill_processes
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def test_every_process_of_the_run_is_killed_also_with_zookeeper_down(tmp_path: P
     sandbox.autorecoveries = [_sleeper()]
     cleanup = Cleanup()
     try:
-        _kill_processes(sandbox, None, cleanup)
+        kill_processes(sandbox, None, cleanup)
         codes = [p.wait(10) for p in [*sandbox.bookies, *sandbox.autorecoveries]]
     finally:
         for proc in [*sandbox.bookies, *sandbox.autorecoveries]:
@@ -49,7 +49,7 @@ def test_every_process_of_the_run_is_killed_also_with_zookeeper_down(tmp_path: P
             proc.wait()
     assert codes == [-signal.SIGKILL] * 3
     assert cleanup.processes == 3
-    _kill_processes(sandbox, None, cleanup)  # none left to kill: none counted
+    kill_processes(sandbox, None, cleanup)  # none left to kill: none counted
     assert cleanup.processes == 3
 
 

@@ -48,12 +48,16 @@ from bkeeper.testing.tmpfs import fill_disk
 from bkeeper.verify.netns import Network
 from bkeeper.verify.schedule import Fault
 
-__all__ = ["FILLER_NAME", "ClientProcesses", "Nemesis"]
+__all__ = ["FILLER_NAME", "RECENT_LEDGERS", "ClientProcesses", "Nemesis"]
 
 log = logging.getLogger(__name__)
 
 #: The file that fills a bookie's filesystem (``disk-full``), removed on heal.
 FILLER_NAME = "verify-filler"
+
+#: Ledgers the ``corrupt`` nemeses pick from (the newest that has entries where they look):
+#: the journal's last group holds the newest; entry logs, those before the last checkpoint.
+RECENT_LEDGERS = 256
 
 
 class ClientProcesses(Protocol):
