@@ -49,22 +49,10 @@ Rules (BookKeeper's):
    (the shell's event loop did not run) does not count toward the add timeout: a stopped
    client must not blame its bookies.
 
-Phases and the events that move them (:data:`TRANSITIONS`; a pair not in it is a bug, raised
-as ``AssertionError``). APPEND and ACK never change the phase, so the hot path skips the
-lookup (APPEND checks for FAILED itself).
-
-=========  ======  ====  ====  =============  ========  ========  ===========  =====  ====  ======
-phase      APPEND  ACK   TICK  BOOKIE_FAILED  REPLACED  NO_SPARE  CHANGE_DONE  RETRY  BACK  FATAL
-=========  ======  ====  ====  =============  ========  ========  ===========  =====  ====  ======
-OPEN       OPEN    OPEN  OPEN  CHANGING       -         -         -            -      -     FAILED
-CHANGING   CHG     CHG   CHG   CHANGING       CHANGING  DEGRADED  OPEN         -      -     FAILED
-DEGRADED   DEG     DEG   DEG   CHANGING       -         -         -            CHG    OPEN  FAILED
-FAILED     -       FAIL  FAIL  FAILED         FAILED    FAILED    FAILED       -      -     FAILED
-=========  ======  ====  ====  =============  ========  ========  ===========  =====  ====  ======
-
-(NO_SPARE: a change found no replacement and degraded writes can go on; RETRY: replacements
-for the bookies down were found; BACK: every bookie down answers again. BOOKIE_FAILED for a
-bookie already down is no event, nor is taking back some of the bookies down.)
+Phases and the events that move them: :data:`~bkeeper.client.add_states.TRANSITIONS`, the
+table drawn in :mod:`~bkeeper.client.add_states` (a pair not in it is a bug, raised as
+``AssertionError``). APPEND and ACK never change the phase, so the hot path skips the lookup
+(APPEND checks for FAILED itself).
 
 Limits: at most ``pending_max`` entries in the pipeline (the shell waits while :attr:`full`);
 ``ensemble_changes_max`` ensemble changes (segments written: a search that found no
@@ -74,23 +62,24 @@ replacement is not one); one search for replacements at a time, at most one per
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections import deque
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Collection
+from typing import Any
 
+from bkeeper.client.add_effects import (
+    CHANGE_ENSEMBLE,
+    FIND_REPLACEMENT,
+    NOTHING,
+    Effects,
+    PendingAdd,
+    Replacement,
+    refused_add_error,
+)
+from bkeeper.client.add_states import TRANSITIONS, Event, Phase
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.distribution import write_sets
-from bkeeper.client.refusal import eua_answered
-from bkeeper.common.errors import (
-    EntryTooLargeError,
-    LedgerClosedError,
-    LedgerFencedError,
-    NotEnoughBookiesError,
-    UnauthorizedAccessError,
-)
+from bkeeper.common.errors import LedgerClosedError, NotEnoughBookiesError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.codes import StatusCode
 
@@ -104,125 +93,6 @@ __all__ = [
     "Phase",
     "Replacement",
 ]
-
-
-class Phase(enum.Enum):
-    OPEN = "open"
-    CHANGING = "changing"
-    DEGRADED = "degraded"
-    FAILED = "failed"
-
-
-class Event(enum.Enum):
-    APPEND = "append"
-    ACK = "ack"
-    TICK = "tick"
-    BOOKIE_FAILED = "bookie failed"
-    REPLACED = "replaced"
-    NO_SPARE = "no spare"
-    CHANGE_DONE = "change done"
-    RETRY = "retry"
-    BACK = "back"
-    FATAL = "fatal"
-
-
-_O, _C, _D, _F = Phase.OPEN, Phase.CHANGING, Phase.DEGRADED, Phase.FAILED
-TRANSITIONS: Final[Mapping[Phase, Mapping[Event, Phase]]] = {
-    _O: {
-        Event.APPEND: _O,
-        Event.ACK: _O,
-        Event.TICK: _O,
-        Event.BOOKIE_FAILED: _C,
-        Event.FATAL: _F,
-    },
-    _C: {
-        Event.APPEND: _C,
-        Event.ACK: _C,
-        Event.TICK: _C,
-        Event.BOOKIE_FAILED: _C,
-        Event.REPLACED: _C,
-        Event.NO_SPARE: _D,
-        Event.CHANGE_DONE: _O,
-        Event.FATAL: _F,
-    },
-    _D: {
-        Event.APPEND: _D,
-        Event.ACK: _D,
-        Event.TICK: _D,
-        Event.BOOKIE_FAILED: _C,
-        Event.RETRY: _C,
-        Event.BACK: _O,
-        Event.FATAL: _F,
-    },
-    _F: {
-        Event.ACK: _F,
-        Event.TICK: _F,
-        Event.BOOKIE_FAILED: _F,
-        Event.REPLACED: _F,
-        Event.NO_SPARE: _F,
-        Event.CHANGE_DONE: _F,
-        Event.FATAL: _F,
-    },
-}
-
-
-class PendingAdd:
-    """One entry in the pipeline. ``data`` is what the shell sends (the same bytes to every
-    bookie); ``future`` is the shell's, never touched here (None for an entry whose caller
-    waits on a later entry's future: completion is in entry order). ``acked``: the ensemble
-    positions that acknowledged it, one bit each (an int, not a set: one per entry)."""
-
-    __slots__ = ("acked", "data", "entry_id", "future", "length", "sent_at")
-
-    def __init__(self, entry_id: int, length: int, data: bytes, future: Any, now: float) -> None:
-        self.entry_id = entry_id
-        self.length = length
-        self.data = data
-        self.future = future
-        self.sent_at = now
-        self.acked = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Effects:
-    """What the shell is to do, in this order: fail, send, complete, change the ensemble."""
-
-    #: completed entries, in entry order (the LAC is the last one's id)
-    complete: tuple[PendingAdd, ...] = ()
-    #: (entry, ensemble positions) to send to
-    send: tuple[tuple[PendingAdd, tuple[int, ...]], ...] = ()
-    #: entries failed with ``error``
-    fail: tuple[PendingAdd, ...] = ()
-    error: BaseException | None = None
-    #: start an ensemble change (ask :meth:`AddPipeline.begin_replacement`)
-    change_ensemble: bool = False
-    #: (bookie, entry id) of the acknowledgements that timed out, for the log
-    timed_out: tuple[tuple[str, int], ...] = ()
-    #: degraded: look for replacements of :attr:`AddPipeline.down` (report the outcome to
-    #: :meth:`AddPipeline.replacement_search_done`)
-    find_replacement: bool = False
-    #: bookies that went down now (degraded writes began or lost one more bookie), for the log
-    went_down: tuple[str, ...] = ()
-    #: the bookies down that were replaced or taken back: degraded writes ended, for the log
-    healed: tuple[str, ...] = ()
-    #: bookies down taken back (they answer again), for the log
-    back: tuple[str, ...] = ()
-
-
-NOTHING: Final = Effects()
-_CHANGE: Final = Effects(change_ensemble=True)
-_FIND: Final = Effects(find_replacement=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Replacement:
-    """One round of an ensemble change: replace ``failed``, starting at ``first_entry``,
-    choosing among bookies not in ``exclude`` (every bookie that failed this writer since
-    the change began: a replacement that fails at once is not chosen again in a loop)."""
-
-    failed: frozenset[str]
-    first_entry: int
-    exclude: frozenset[str]
 
 
 class AddPipeline:
@@ -466,22 +336,10 @@ class AddPipeline:
         pending = self._pending
         if not pending or not pending[0].entry_id <= entry_id <= pending[-1].entry_id:
             return NOTHING  # completed already, or failed
-        if status is StatusCode.EFENCED:
-            return self.fail(LedgerFencedError(f"ledger {self.ledger_id} is fenced"))
-        if status is StatusCode.EUA:
-            return self.fail(
-                UnauthorizedAccessError(eua_answered(f"ledger {self.ledger_id} on bookie {bookie}"))
-            )
-        if status is StatusCode.EBADREQ:
-            sent = len(pending[entry_id - pending[0].entry_id].data)
-            return self.fail(
-                EntryTooLargeError(
-                    f"ledger {self.ledger_id}: bookie {bookie} refused entry {entry_id} ({sent}"
-                    " bytes sent) as a bad request (EBADREQ), its answer to a frame over its"
-                    " max_frame_bytes: lower the client's max_frame_bytes to the bookies'; the"
-                    " writer stops (an entry id cannot be skipped)"
-                )
-            )
+        sent = len(pending[entry_id - pending[0].entry_id].data)
+        error = refused_add_error(self.ledger_id, bookie, status, entry_id, sent)
+        if error is not None:
+            return self.fail(error)
         return self.bookie_failed(bookie)
 
     def bookie_failed(self, bookie: str) -> Effects:
@@ -492,7 +350,7 @@ class AddPipeline:
         self._failed_in_change.add(bookie)
         was = self._phase
         self._move(Event.BOOKIE_FAILED)
-        return NOTHING if was is Phase.CHANGING else _CHANGE
+        return NOTHING if was is Phase.CHANGING else CHANGE_ENSEMBLE
 
     def tick(self, now: float) -> Effects:
         """The time is ``now`` (called about every ``tick_interval_s``): time out late acks."""
@@ -519,7 +377,7 @@ class AddPipeline:
             return Effects(change_ensemble=True, timed_out=tuple(late.items()))
         if self._phase is Phase.DEGRADED and now >= self._retry_due:
             self._retry_due = float("inf")  # one search at a time: until its outcome
-            return _FIND
+            return FIND_REPLACEMENT
         return NOTHING
 
     def fail(self, error: BaseException) -> Effects:
@@ -616,7 +474,7 @@ class AddPipeline:
             self._retry_due = now + self._retry_s
             return NOTHING
         self._move(Event.RETRY)
-        return _CHANGE
+        return CHANGE_ENSEMBLE
 
     def taken_back(self, bookies: Collection[str], now: float) -> Effects:
         """Of the bookies down, ``bookies`` answer again: adds go to them again (the
