@@ -54,7 +54,6 @@ from bkeeper.common.errors import (
     ConfigError,
     LedgerFencedError,
     LogTruncatedError,
-    MetadataVersionError,
     PositionNotInLogError,
     SubscriptionBusyError,
     SubscriptionFencedError,
@@ -63,6 +62,7 @@ from bkeeper.namedlog.cursor_ledger import CursorLedger
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.records import Position, Record
+from bkeeper.namedlog.stores import cas_update_or
 from bkeeper.namedlog.subscription import SubscriptionState
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import earliest
@@ -286,9 +286,10 @@ class Consumer:
         if self._cursor is not None:
             await self._append_to_cursor(cumulative, individual)
             return
-        state, version = self._state, self._version
         counts = await self._entry_counts(cumulative, individual)
-        for _attempt in range(FLUSH_ATTEMPTS_MAX):
+
+        async def attempt(snapshot: tuple[SubscriptionState, int]) -> SubscriptionState:
+            state, version = snapshot
             after = await self._ends(state, cumulative, individual)
             if self._fencing and state.epoch != self._epoch:
                 self._fenced = SubscriptionFencedError(
@@ -298,17 +299,25 @@ class Consumer:
                 )
                 raise self._fenced
             new = state.with_acks(cumulative, individual, after, counts)
-            try:
-                self._version = await self._subs.write(self.named.name, self.name, new, version)
-            except MetadataVersionError:  # written meanwhile: merge into what is there now
-                state, version = await self._subs.read(self.named.name, self.name)
-                continue
-            self._written(new)
-            return
-        raise SubscriptionBusyError(
-            f"subscription {self.name!r}: acks not written after {FLUSH_ATTEMPTS_MAX} "
-            "compare-and-set attempts"
+            # Lost to another write: merged into what is there then.
+            self._version = await self._subs.write(self.named.name, self.name, new, version)
+            return new
+
+        def busy() -> SubscriptionState:
+            raise SubscriptionBusyError(
+                f"subscription {self.name!r}: acks not written after {FLUSH_ATTEMPTS_MAX} "
+                "compare-and-set attempts"
+            )
+
+        new = await cas_update_or(
+            lambda: self._subs.read(self.named.name, self.name),
+            attempt,
+            lost_every_round=busy,
+            what=f"subscription {self.name!r}: acks",
+            attempts_max=FLUSH_ATTEMPTS_MAX,
+            current=(self._state, self._version),
         )
+        self._written(new)
 
     async def _ends(
         self, state: SubscriptionState, cumulative: Position | None, individual: list[Position]
@@ -404,18 +413,24 @@ class Consumer:
     async def _retire_cursor(self) -> None:
         """Put the state back in the subscription's node and delete the cursor ledger (if
         another consumer took over meanwhile, it has the state: leave both to it)."""
-        assert self._cursor is not None
-        for _attempt in range(FLUSH_ATTEMPTS_MAX):
-            state, version = await self._subs.read(self.named.name, self.name)
-            if state.epoch != self._epoch or state.cursor != self._cursor.ledger_id:
+        cursor = self._cursor
+        assert cursor is not None
+
+        async def attempt(snapshot: tuple[SubscriptionState, int]) -> None:
+            state, version = snapshot
+            if state.epoch != self._epoch or state.cursor != cursor.ledger_id:
                 return
             back = replace(state.with_progress_of(self._state), cursor=None)
-            try:
-                await self._subs.write(self.named.name, self.name, back, version)
-            except MetadataVersionError:
-                continue
-            await self._cursor.delete()
-            return
+            await self._subs.write(self.named.name, self.name, back, version)
+            await cursor.delete()
+
+        await cas_update_or(
+            lambda: self._subs.read(self.named.name, self.name),
+            attempt,
+            lost_every_round=lambda: None,  # still changing: left to whoever changes it
+            what=f"subscription {self.name!r}: its state back from the cursor ledger",
+            attempts_max=FLUSH_ATTEMPTS_MAX,
+        )
 
     async def __aenter__(self) -> Consumer:
         return self

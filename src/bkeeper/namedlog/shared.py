@@ -24,11 +24,12 @@ import asyncio
 import collections
 import logging
 
-from bkeeper.common.errors import ConfigError, MetadataVersionError
+from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.consumer import Consumer
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record
+from bkeeper.namedlog.stores import cas_update_or
 from bkeeper.namedlog.subscription import CLAIMS_MAX, Claim, SubscriptionState
 from bkeeper.namedlog.subscription_store import SubscriptionStore
 
@@ -101,8 +102,9 @@ class SharedConsumer(Consumer):
     # -- claims ------------------------------------------------------------------------------
     async def _claim(self) -> bool:
         """Claim records (new ones, else an expired claim); True when some were buffered."""
-        for _attempt in range(_CLAIM_ATTEMPTS_MAX):
-            state, version = await self._subs.read(self.named.name, self.name)
+
+        async def attempt(snapshot: tuple[SubscriptionState, int]) -> bool:
+            state, version = snapshot
             now = self.named.context.clock.wall_ms()
             records = await self._read_new(state.dispatch_from)
             if records:
@@ -123,16 +125,21 @@ class SharedConsumer(Consumer):
                 records = await self._read_claim(claim, state)
                 log.info("subscription %s: claim %s:%d-%d of %s taken over (not acknowledged)",
                          self.name, old.ledger, old.first, old.last, old.consumer)  # fmt: skip
-            try:
-                self._version = await self._subs.write(self.named.name, self.name, new, version)
-            except MetadataVersionError:
-                continue  # another consumer claimed meanwhile: look again
+            # Lost: another consumer claimed meanwhile, look again.
+            self._version = await self._subs.write(self.named.name, self.name, new, version)
             self._state = new
             mine = [c for c in (*self._mine, claim) if not new.claim_done(c)]
             self._mine = mine[-CLAIMS_MAX:]
             self._buffer.extend(records)
             return bool(records)
-        return False
+
+        return await cas_update_or(
+            lambda: self._subs.read(self.named.name, self.name),
+            attempt,
+            lost_every_round=lambda: False,
+            what=f"subscription {self.name!r}: a claim",
+            attempts_max=_CLAIM_ATTEMPTS_MAX,
+        )
 
     async def _read_new(self, start: Position) -> list[Record]:
         reader = LogReader(self.named, start)

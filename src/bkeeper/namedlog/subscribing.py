@@ -21,6 +21,7 @@ from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import open_reader
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
+from bkeeper.namedlog.stores import cas_update_or
 from bkeeper.namedlog.subscription import (
     AckStore,
     Mode,
@@ -153,21 +154,29 @@ async def commit_before(named: LogHandle, name: str, position: Position) -> Subs
     subs = logs.subscriptions
     last, count = await _last_before(named, position)
     counts = {} if last is None else {(last.ledger_id, last.entry_id): count}
-    for _attempt in range(logs.config.metadata_retries_max):
-        state, version = await subs.read(named.name, name)
+
+    async def attempt(snapshot: tuple[SubscriptionState, int]) -> SubscriptionState:
+        state, version = snapshot
         if last is None:
             return state
         new = state.with_acks(last, [], counts=counts)
         if new == state:
             return state
-        try:
-            await subs.write(named.name, name, new, version)
-        except MetadataVersionError:
-            continue
+        await subs.write(named.name, name, new, version)
         return new
-    raise MetadataVersionError(
-        f"subscription {name!r} of log {named.name!r}: commit lost "
-        f"{logs.config.metadata_retries_max} compare-and-sets in a row"
+
+    def lost() -> SubscriptionState:
+        raise MetadataVersionError(
+            f"subscription {name!r} of log {named.name!r}: commit lost "
+            f"{logs.config.metadata_retries_max} compare-and-sets in a row"
+        )
+
+    return await cas_update_or(
+        lambda: subs.read(named.name, name),
+        attempt,
+        lost_every_round=lost,
+        what=f"subscription {name!r} of log {named.name!r}: commit",
+        attempts_max=logs.config.metadata_retries_max,
     )
 
 
