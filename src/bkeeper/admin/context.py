@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from bkeeper.client import BookKeeper
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     AdminRequestError,
     BKeeperError,
@@ -35,6 +35,7 @@ from bkeeper.common.errors import (
     SessionExpiredError,
 )
 from bkeeper.common.messages import in_context
+from bkeeper.common.tasks import TaskOwner
 from bkeeper.common.validate import check_positive_ints
 
 __all__ = ["AdminLimits", "ClusterAdmin", "Job", "answer_errors"]
@@ -94,7 +95,6 @@ class Job:
     total: int | None = None
     error: str | None = None
     result: dict[str, Any] = field(default_factory=dict)
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = done, total
@@ -115,13 +115,15 @@ class Job:
 class ClusterAdmin:
     """The cluster the endpoints act on: ``metadata_uri``; ``local_bookie``: the id of the
     bookie whose admin server this is (for ``sanity``), asked when needed; ``limits``: how
-    much an answer holds."""
+    much an answer holds; ``clock`` stamps the jobs (a ``SystemClock`` by default)."""
 
     def __init__(
         self,
         metadata_uri: str,
         local_bookie: Callable[[], str],
         limits: AdminLimits | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         if not metadata_uri:
             raise ConfigError("metadata_uri: the cluster endpoints need the cluster's URI")
@@ -131,6 +133,8 @@ class ClusterAdmin:
         self._client: BookKeeper | None = None
         self._opening = asyncio.Lock()
         self.jobs: dict[str, Job] = {}  # the last job of each kind
+        self._clock: Clock = clock or SystemClock()
+        self._tasks = TaskOwner("cluster admin")  # the jobs under way
 
     async def client(self) -> BookKeeper:
         """The started client; opened now if it is not (503 when it cannot be)."""
@@ -163,10 +167,8 @@ class ClusterAdmin:
                 f"a {kind} job is under way already (bookies {', '.join(running.bookies)}): "
                 "wait for it to end",
             )
-        job = Job(kind, bookies, int(time.time() * 1000))
-        job.task = asyncio.get_running_loop().create_task(
-            self._run(job, work, client), name=f"admin {kind}"
-        )
+        job = Job(kind, bookies, self._clock.wall_ms())
+        self._tasks.spawn(self._run(job, work, client), kind)
         self.jobs[kind] = job
         return job
 
@@ -189,12 +191,7 @@ class ClusterAdmin:
 
     async def aclose(self) -> None:
         """Cancel the jobs under way and close the client."""
-        tasks = [job.task for job in self.jobs.values() if job.task is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.aclose()
         client, self._client = self._client, None
         if client is not None:
             await client.close()

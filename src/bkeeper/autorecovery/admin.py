@@ -27,7 +27,7 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     BKeeperError,
     CallTimeoutError,
@@ -197,11 +197,13 @@ async def decommission(
     timeout_s: float,
     poll_interval_s: float = 1.0,
     on_progress: Progress = _ignore,
+    clock: Clock | None = None,
 ) -> DecommissionReport:
     """Java's ``decommissionbookie``: the bookie must be stopped; trigger an audit, wait
     until no ledger needs it (the auto-recovery workers re-replicate its ledgers), then
     delete its cookie. ``CallTimeoutError`` after ``timeout_s``; ``BKeeperError`` when the
-    bookie still runs, no auditor is elected, or auto-recovery is disabled."""
+    bookie still runs, no auditor is elected, or auto-recovery is disabled.
+    ``clock`` (a ``SystemClock`` by default) times the wait."""
     cluster = bk.cluster
     urm = cluster.underreplication
     registered = await cluster.registry.bookies()
@@ -216,10 +218,10 @@ async def decommission(
     on_progress(0, total)
     if remaining:
         await trigger_audit(urm)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
+    clock = clock or SystemClock()
+    deadline = clock.monotonic() + timeout_s
     while remaining:
-        if loop.time() >= deadline:
+        if clock.monotonic() >= deadline:
             raise CallTimeoutError(
                 f"bookie {bookie_id}: {len(remaining)} of {total} ledgers still need it after "
                 f"{timeout_s:g} s (bkeeper shell listunderreplicated --missing {bookie_id})"

@@ -25,6 +25,7 @@ import threading
 
 from bkeeper.autorecovery.integrity import check_bookie
 from bkeeper.client import BookKeeper
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BKeeperError
 from bkeeper.server import Bookie
 from bkeeper.storage.scrub import ScrubReport, scrub
@@ -63,8 +64,11 @@ async def check_integrity(server: Bookie, metadata_uri: str) -> None:
         log.error("integrity check: ledgers %s stay in limbo", sorted(report.failed))
 
 
-async def maintain_storage(server: Bookie, metadata_uri: str, integrity: bool) -> None:
-    """The module's steps until cancelled (with the bookie)."""
+async def maintain_storage(
+    server: Bookie, metadata_uri: str, integrity: bool, clock: Clock | None = None
+) -> None:
+    """The module's steps until cancelled (with the bookie); ``clock`` (a ``SystemClock`` by
+    default) says when a scrub is due."""
     if not integrity:
         return
     if not metadata_uri:
@@ -73,14 +77,14 @@ async def maintain_storage(server: Bookie, metadata_uri: str, integrity: bool) -
     config = server.config
     interval_s = config.scrub_interval_ms / 1000.0
     look_s = config.limbo_check_interval_ms / 1000.0
-    loop = asyncio.get_running_loop()
-    scrub_at = loop.time()  # the first pass soon after start
+    clock = clock or SystemClock()
+    scrub_at = clock.monotonic()  # the first pass soon after start
     while True:
         if needs_integrity_check(server):
             await check_integrity(server, metadata_uri)
-        if interval_s and loop.time() >= scrub_at:
+        if interval_s and clock.monotonic() >= scrub_at:
             report = await _scrub_pass(server)
-            scrub_at = loop.time() + interval_s
+            scrub_at = clock.monotonic() + interval_s
             if report is not None and report.damaged:
                 log.error(
                     "scrub: damaged entries in %d ledgers (%s); repairing them from the replicas",
@@ -90,7 +94,7 @@ async def maintain_storage(server: Bookie, metadata_uri: str, integrity: bool) -
                     ),
                 )
                 continue  # the integrity check at once
-        wait_s = look_s if not interval_s else min(look_s, max(0.0, scrub_at - loop.time()))
+        wait_s = look_s if not interval_s else min(look_s, max(0.0, scrub_at - clock.monotonic()))
         await asyncio.sleep(wait_s)
 
 

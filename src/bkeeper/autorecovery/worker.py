@@ -131,8 +131,11 @@ class ReplicationWorker:
         self._counters = _Counters()
         self._changed = asyncio.Condition()
         self._scanning = asyncio.Lock()
-        self._idle_until = 0.0  # event loop time: no lane looks for work before then
-        self._enabled_until = 0.0  # event loop time: the disable flag is read again then
+        #: set while the lanes may look for work; cleared for an interval when one found none
+        self._looking = asyncio.Event()
+        self._looking.set()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._enabled_stale = True  # the disable flag is read again at the next look
         #: the registered bookies as followed by a watch (None: not known, each repair reads)
         self._bookies: BookieSet | None = None
 
@@ -162,10 +165,14 @@ class ReplicationWorker:
         """Until cancelled: take marked ledgers, repair them, remove their marks; in
         ``ledgers_in_parallel`` lanes, each taking its next ledger as it finishes one (taking
         costs metadata round trips: one taker for all lanes would be their bottleneck)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._follow_bookies(), name="replication: bookies")
-            for lane in range(self._config.ledgers_in_parallel):
-                group.create_task(self._lane(), name=f"replication lane {lane}")
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._follow_bookies(), name="replication: bookies")
+                for lane in range(self._config.ledgers_in_parallel):
+                    group.create_task(self._lane(), name=f"replication lane {lane}")
+        finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
 
     async def _follow_bookies(self) -> None:
         """Keep :attr:`_bookies` current from the registry's watch (one watch instead of two
@@ -194,7 +201,7 @@ class ReplicationWorker:
             self._candidate_since_ms[ledger_id] = now_ms
         if woken:
             log.info("a bookie joined: %d ledgers without a candidate tried again", len(woken))
-            self._idle_until = 0.0
+            self._look_now()
             self._candidates.clear()  # the next scan takes them too
 
     async def _lane(self) -> None:
@@ -205,24 +212,40 @@ class ReplicationWorker:
     # -- taking ledgers ------------------------------------------------------------------
     async def _next_ledger(self) -> UnderreplicatedLedger:
         idle_s = self._config.idle_poll_interval_ms / 1000.0
-        loop = asyncio.get_running_loop()  # the time asyncio.sleep counts in
+        loop = asyncio.get_running_loop()
         while True:
             # A lane that found nothing (or failed) idles every lane: they look again together,
             # after the interval, instead of each asking the metadata store on its own.
-            if loop.time() >= self._idle_until:
-                try:
-                    if loop.time() >= self._enabled_until:  # once per interval, not per take
-                        await self._set_enabled(await self._urm.is_enabled())
-                        self._enabled_until = loop.time() + idle_s
-                    enabled = self._counters.enabled
-                    entry = await self._lock_candidate() if enabled else None
-                except BKeeperError as exc:
-                    log.warning("replication worker %s: cannot take: %s", self._holder, exc)
-                    entry = None
-                if entry is not None:
-                    return entry
-                self._idle_until = loop.time() + idle_s
-            await asyncio.sleep(max(0.0, self._idle_until - loop.time()))
+            await self._looking.wait()
+            try:
+                if self._enabled_stale:  # once per interval, not per take
+                    await self._set_enabled(await self._urm.is_enabled())
+                    self._enabled_stale = False
+                    loop.call_later(idle_s, self._stale_enabled)
+                enabled = self._counters.enabled
+                entry = await self._lock_candidate() if enabled else None
+            except BKeeperError as exc:
+                log.warning("replication worker %s: cannot take: %s", self._holder, exc)
+                entry = None
+            if entry is not None:
+                return entry
+            self._idle(loop, idle_s)
+
+    def _idle(self, loop: asyncio.AbstractEventLoop, idle_s: float) -> None:
+        """No lane looks for work before ``idle_s`` from now (the last lane to idle decides)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._looking.clear()
+        self._idle_timer = loop.call_later(idle_s, self._look_now)
+
+    def _look_now(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._looking.set()
+
+    def _stale_enabled(self) -> None:
+        self._enabled_stale = True
 
     async def _lock_candidate(self) -> UnderreplicatedLedger | None:
         if not self._candidates:

@@ -53,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import AuthenticationError, ConfigError
 
 __all__ = [
@@ -344,6 +345,11 @@ def _sign(secret: bytes, signed_part: str) -> bytes:
     return hmac.new(secret, signed_part.encode("ascii"), hashlib.sha256).digest()
 
 
+def _wall_s() -> float:
+    """Seconds since the Unix epoch, from the system clock."""
+    return SystemClock().wall_ms() / 1000
+
+
 def make_token(secret: bytes, subject: str, ttl_s: int, now_s: float | None = None) -> str:
     """A token for ``subject`` valid ``ttl_s`` seconds from now, signed with ``secret``."""
     _check_secret("secret", secret)
@@ -351,7 +357,7 @@ def make_token(secret: bytes, subject: str, ttl_s: int, now_s: float | None = No
         raise ConfigError(f"subject: must be a non-empty printable string, got {subject!r}")
     if not isinstance(ttl_s, int) or ttl_s <= 0:
         raise ConfigError(f"ttl_s: must be a positive integer, got {ttl_s!r}")
-    now = time.time() if now_s is None else now_s
+    now = _wall_s() if now_s is None else now_s
     claims = {"sub": subject, "exp": int(now) + ttl_s}
     signed_part = f"{_TOKEN_VERSION}.{_b64(json.dumps(claims, sort_keys=True).encode())}"
     return f"{signed_part}.{_b64(_sign(secret, signed_part))}"
@@ -451,9 +457,10 @@ class _TokenServerSession:
 class TokenServerProvider:
     plugin_name = TOKEN_PLUGIN
 
-    def __init__(self, config: ServerAuthConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: ServerAuthConfig, clock: Callable[[], float] | None = None) -> None:
         self.config = config
-        self.clock = clock
+        #: seconds since the Unix epoch, for the tokens' expiry (the system clock's if None)
+        self.clock = clock or _wall_s
         #: The secrets admitted now: ``config``'s, until the bookie reloads its secret file
         #: (``bkeeper.server.security``) and sets new ones. A session reads them when it
         #: processes a message, so connections admitted before a change stay admitted.
@@ -499,14 +506,13 @@ class TokenClientProvider:
 
     plugin_name = TOKEN_PLUGIN
 
-    def __init__(
-        self, config: ClientAuthConfig, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, config: ClientAuthConfig, clock: Callable[[], float] | None = None) -> None:
         self._token = config.token
         self._source = config.source
-        self._clock = clock
+        #: monotonic seconds, for when to look at the token file (the system clock's if None)
+        self._clock = clock or SystemClock().monotonic
         self._stamp = _file_stamp(config.source) if config.source else None
-        self._next_check_s = clock() + TOKEN_FILE_REFRESH_S
+        self._next_check_s = self._clock() + TOKEN_FILE_REFRESH_S
         self._problem = ""
 
     def __repr__(self) -> str:

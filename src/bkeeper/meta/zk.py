@@ -42,6 +42,7 @@ from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandl
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.security import make_digest_acl
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     ConnectionLossError,
     MetadataAuthError,
@@ -159,11 +160,16 @@ class ZkNodeStore:
     """The node store over a ZooKeeper ensemble; open with :meth:`connect`."""
 
     def __init__(
-        self, hosts: str, config: StoreConfig, digest: tuple[str, str] | None = None
+        self,
+        hosts: str,
+        config: StoreConfig,
+        digest: tuple[str, str] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._hosts = hosts
         self._config = config
         self._loop = asyncio.get_running_loop()
+        self._clock: Clock = clock or SystemClock()
         self._reach = Reachability(hosts)
         self._client = _new_client(hosts, config, digest, self._reach)
         self._lost_at = 0.0
@@ -183,13 +189,15 @@ class ZkNodeStore:
         config: StoreConfig | None = None,
         *,
         digest: tuple[str, str] | None = None,
+        clock: Clock | None = None,
     ) -> ZkNodeStore:
         """Connect to ``hosts`` ("h1:p1,h2:p2"). ``ConnectionLossError`` naming each host and
         why it failed after ``connect_timeout_ms``, or sooner (``unreachable_timeout_ms``)
         when every host refuses the connection or does not resolve.
         With ``digest`` (user, password) the session authenticates with that identity and
-        every node created gets an ACL for it alone (``digest:user:hash``, all permissions)."""
-        store = cls(hosts, config or StoreConfig(), digest)
+        every node created gets an ACL for it alone (``digest:user:hash``, all permissions).
+        ``clock`` times the connect and a lost connection (a ``SystemClock`` by default)."""
+        store = cls(hosts, config or StoreConfig(), digest, clock)
         store._client.add_listener(store._on_state_threadsafe)
         try:
             await store._wait_session()
@@ -213,7 +221,7 @@ class ZkNodeStore:
             cause.add_note(f"stopping the unfinished ZooKeeper client also failed: {cleanup!r}")
 
     async def _wait_session(self) -> None:
-        config, loop = self._config, self._loop
+        config, clock = self._config, self._clock
         # kazoo's start runs in a thread that a cancel cannot stop: the client is stopped
         # only after it has finished (stopping it half-started fails inside kazoo).
         starting = asyncio.ensure_future(asyncio.to_thread(self._client.start_async))
@@ -226,12 +234,12 @@ class ZkNodeStore:
             if not starting.cancelled() and (error := starting.exception()) is not None:
                 cancel.add_note(f"the ZooKeeper client's start failed meanwhile: {error!r}")
             raise
-        started = loop.time()
+        started = clock.monotonic()
         deadline = started + config.connect_timeout_ms / 1000
         give_up = started + config.unreachable_timeout_ms / 1000
         poll_s = CONNECT_FIRST_POLL_S
         while not self._client.connected:
-            now = loop.time()
+            now = clock.monotonic()
             if now >= deadline:
                 waited_ms = config.connect_timeout_ms
             elif now >= give_up and self._reach.hopeless():
@@ -484,7 +492,7 @@ class ZkNodeStore:
         lost and back at INFO (the store reconnects by itself, and its callers retry);
         expired at WARNING (the session's ephemeral nodes, locks and watches are gone)."""
         if state == KazooState.SUSPENDED and self._state is SessionState.CONNECTED:
-            self._lost_at = self._loop.time()
+            self._lost_at = self._clock.monotonic()
             why = self._reach.last_drop
             because = f" ({why})" if why else ""
             _log.info("ZooKeeper %s: connection lost%s, reconnecting", self._hosts, because)
@@ -494,7 +502,7 @@ class ZkNodeStore:
         elif state == KazooState.CONNECTED and self._state is SessionState.SUSPENDED:
             self._cancel_away_warning()
             if self._session_id:  # not the first connection
-                away_s = self._loop.time() - self._lost_at
+                away_s = self._clock.monotonic() - self._lost_at
                 _log.info("ZooKeeper %s: reconnected after %.1f s", self._hosts, away_s)
         elif state == KazooState.LOST and self._state is not SessionState.EXPIRED:
             _log.warning(

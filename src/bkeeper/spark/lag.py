@@ -30,12 +30,12 @@ writers and reader that disagree shift it).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.namedlog import Position
 from bkeeper.spark.options import positions_from_offset
@@ -202,7 +202,7 @@ async def measure(
     """Records, time, entries and bytes from each log's position up to its head (``heads``,
     else the head now); records exact up to ``exact_entries_max`` entries behind, else
     estimated (module doc). Ranges lost to a truncation count as nothing behind."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = SystemClock().wall_ms() if now_ms is None else now_ms
     found = {}
     for name, position in sorted(positions.items()):
         head = heads[name] if heads is not None and name in heads else await view.latest(name)
