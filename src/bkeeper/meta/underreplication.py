@@ -23,9 +23,10 @@ Under ``<root>/underreplication``:
   periodic check last ran (ms), as *binary* protobuf (``CheckAllLedgersFormat`` etc.; Java
   writes these with ``toByteArray``, unlike the text formats above).
 
-Invariants: marking merges replica lists under compare-and-set (at most ``mark_attempts_max``
-tries); a worker deletes a marker only at the version it saw when it took the lock, so a
-ledger marked again meanwhile stays queued; empty hex directories are pruned.
+Invariants: marking merges replica lists under compare-and-set (``cas_update``, at most
+``mark_attempts_max`` tries); a worker deletes a marker only at the version it saw when it
+took the lock, so a ledger marked again meanwhile stays queued; empty hex directories are
+pruned.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import TypeVar
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError, Message
 
+from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     ConfigError,
@@ -104,6 +106,13 @@ class UnderreplicatedLedger:
     version: int
 
 
+@dataclass(frozen=True)
+class _Queued:
+    """A ledger's queue entry as read for a compare-and-set round (None: not queued)."""
+
+    entry: UnderreplicatedLedger | None
+
+
 def auditor_election(store: NodeStore, root: str, bookie_id: str) -> LeaderElection:
     """The auditor election of the cluster under ``root``, with ``bookie_id`` as candidate."""
     vote = text_format.MessageToString(pb.AuditorVoteFormat(bookieId=bookie_id)).encode()
@@ -144,25 +153,28 @@ class UnderReplicationManager:
 
     async def mark_underreplicated(self, ledger_id: int, missing_replicas: Iterable[str]) -> None:
         """Queue ``ledger_id`` (or add to its missing replicas if queued already)."""
-        path = ur_ledger_path(self._root, ledger_id)
         replicas = list(dict.fromkeys(missing_replicas))
-        for _attempt in range(self._config.mark_attempts_max):
-            message = pb.UnderreplicatedLedgerFormat(replica=replicas, ctime=self._clock.wall_ms())
+
+        async def read() -> _Queued:
+            return _Queued(await self.get(ledger_id))
+
+        async def attempt(queued: _Queued) -> None:
             try:
-                await self._store.create(path, _text(message), make_parents=True)
-                return
-            except NodeExistsError:
-                pass
-            except NoNodeError:
-                # A worker that unmarked the directory's last ledger removed the directory
-                # (_prune) between the parents' creation and this node's: try again.
-                continue
-            try:
-                await self._merge(ledger_id, replicas)
-                return
-            except (MetadataVersionError, NoNodeError):
-                continue  # changed or removed meanwhile: try again
-        raise MetadataError(f"ledger {ledger_id}: could not mark it under-replicated")
+                if queued.entry is None:
+                    await self._create_mark(ledger_id, replicas)
+                else:
+                    await self._merge(queued.entry, replicas)
+            except (NodeExistsError, NoNodeError) as exc:
+                # Marked, or unmarked (and its directory pruned), meanwhile: read it again.
+                raise MetadataVersionError(str(exc)) from exc
+
+        await cas_update(
+            read,
+            attempt,
+            what=f"ledger {ledger_id}: marking it under-replicated",
+            attempts_max=self._config.mark_attempts_max,
+            current=_Queued(None),  # most marks are new: try to create before reading
+        )
 
     async def get(self, ledger_id: int) -> UnderreplicatedLedger | None:
         """The queue entry of ``ledger_id``, or None if it is not queued."""
@@ -434,17 +446,20 @@ class UnderReplicationManager:
                 continue
         raise MetadataError(f"{path}: created and deleted concurrently, not written")
 
-    async def _merge(self, ledger_id: int, replicas: list[str]) -> None:
-        entry = await self.get(ledger_id)
-        if entry is None:
-            raise NoNodeError(f"ledger {ledger_id} left the queue")
+    async def _create_mark(self, ledger_id: int, replicas: list[str]) -> None:
+        message = pb.UnderreplicatedLedgerFormat(replica=replicas, ctime=self._clock.wall_ms())
+        path = ur_ledger_path(self._root, ledger_id)
+        await self._store.create(path, _text(message), make_parents=True)
+
+    async def _merge(self, entry: UnderreplicatedLedger, replicas: list[str]) -> None:
         merged = list(dict.fromkeys([*entry.missing_replicas, *replicas]))
         if merged == list(entry.missing_replicas):
             return
         message = pb.UnderreplicatedLedgerFormat(replica=merged)
         if entry.ctime_ms is not None:
             message.ctime = entry.ctime_ms
-        await self._store.set(ur_ledger_path(self._root, ledger_id), _text(message), entry.version)
+        path = ur_ledger_path(self._root, entry.ledger_id)
+        await self._store.set(path, _text(message), entry.version)
 
     async def _walk(self, directory: str, level: int) -> AsyncIterator[LedgerId]:
         try:
