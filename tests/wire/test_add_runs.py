@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import DigestMismatchError, ProtocolError
-from bkeeper.wire import v2
+from bkeeper.wire import v2, v2_stream
 from bkeeper.wire.batch_frames import BODIES_AT
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
@@ -98,7 +98,7 @@ def test_feed_runs_gives_what_feed_gives(parts, cuts):
             status = EOK if kind == "run" else StatusCode.EIO
             data += v2.encode_response_frame(AddResponse(status, ledger_id, e))
             want.append((status, ledger_id, e))
-    stream = v2.ResponseStream(1 << 20)
+    stream = v2_stream.ResponseStream(1 << 20)
     got = []
     runs = 0
     position = 0
@@ -116,7 +116,7 @@ def test_feed_runs_gives_what_feed_gives(parts, cuts):
 
 
 def test_a_chunk_of_one_ledgers_answers_is_one_run():
-    stream = v2.ResponseStream(1 << 20)
+    stream = v2_stream.ResponseStream(1 << 20)
     data = answers(9, 100, 50)
     assert stream.feed_runs(data[:-5]) == ((9, 100, 49), [], [])
     assert stream.feed_runs(data[-5:]) == (None, [(EOK, 9, 149)], [])

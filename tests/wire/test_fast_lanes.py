@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import ProtocolError
-from bkeeper.wire import v2
+from bkeeper.wire import v2, v2_stream
 from bkeeper.wire.batch_frames import FramedBatchReadResponse, split_bodies
 from bkeeper.wire.codes import StatusCode, V2Flag
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
@@ -40,7 +40,7 @@ def _expected(response):
 @given(st.lists(V2_RESPONSES, max_size=20), st.lists(st.integers(1, 64), max_size=30))
 def test_response_stream_in_any_chunks(responses, cuts):
     data = b"".join(v2.encode_response_frame(r) for r in responses)
-    stream = v2.ResponseStream(1 << 20)
+    stream = v2_stream.ResponseStream(1 << 20)
     adds, others = [], []
     position = 0
     for cut in [*cuts, len(data)]:
@@ -77,13 +77,13 @@ def test_response_stream_in_any_chunks(responses, cuts):
 
 def test_add_response_errors_map_to_status_codes():
     frame = v2.encode_response_frame(AddResponse(StatusCode.EFENCED, 3, 4))
-    assert v2.ResponseStream(100).feed(frame) == ([(StatusCode.EFENCED, 3, 4)], [])
+    assert v2_stream.ResponseStream(100).feed(frame) == ([(StatusCode.EFENCED, 3, 4)], [])
 
 
 @pytest.mark.parametrize("length", [0, -5, 101])
 def test_response_stream_refuses_bad_lengths(length):
     with pytest.raises(ProtocolError, match="frame length"):
-        v2.ResponseStream(100).feed(length.to_bytes(4, "big", signed=True) + b"\0" * 8)
+        v2_stream.ResponseStream(100).feed(length.to_bytes(4, "big", signed=True) + b"\0" * 8)
 
 
 @given(add_request_v2())

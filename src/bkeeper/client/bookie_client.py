@@ -29,7 +29,7 @@ from bkeeper.client.handshake import ClientSecurity, open_secure
 from bkeeper.common.errors import BookieUnavailableError, ClientClosedError, ProtocolError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.common.tasks import within
-from bkeeper.wire import v2, v3
+from bkeeper.wire import v2, v2_stream, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX, Correlator, Listened
 from bkeeper.wire.digest import ENTRY_HEADER, DigestManager
@@ -212,10 +212,10 @@ class BookieClient(asyncio.Protocol):
         self._listeners = AddListeners()
         self._encode: Callable[[Any], bytes]
         self._decode: Callable[[Any], Response]
-        self._stream: v2.ResponseStream | None = None
+        self._stream: v2_stream.ResponseStream | None = None
         if protocol is Protocol.V2:
             self._encode, self._decode = v2.encode_request_frame, v2.decode_response
-            self._stream = v2.ResponseStream(max_frame_bytes)
+            self._stream = v2_stream.ResponseStream(max_frame_bytes)
         else:
             self._encode, self._decode = v3.encode_request_frame, v3.decode_response
 
@@ -379,7 +379,7 @@ class BookieClient(asyncio.Protocol):
             if self._transport is not None:
                 self._transport.abort()
 
-    def _v2_received(self, adds: list[v2.AddAnswer], others: list[Response]) -> None:
+    def _v2_received(self, adds: list[v2_stream.AddAnswer], others: list[Response]) -> None:
         listened, keyed = self._requests.match_v2_adds(adds)
         listeners = self._listeners.on_add
         for ledger_id, answers in listened.items():

@@ -6,7 +6,7 @@ region of whole 28-byte answers (length 24, header of a v2 ADD response, rc, led
 id) as arrays of 32-bit words, one C-level slice and comparison per field, not a tuple per
 answer (about 40 ns an answer against 250 for decoding them one by one), and gives
 ``(ledger id, first entry id, count)`` when every answer fits that shape; None otherwise, and
-the caller decodes answer by answer (``v2.ResponseStream.feed``).
+the caller decodes answer by answer (``v2_stream.ResponseStream.feed``).
 """
 
 from __future__ import annotations
