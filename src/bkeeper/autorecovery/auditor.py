@@ -518,15 +518,13 @@ async def lead_audits(election: LeaderElection, auditor: Callable[[], Auditor]) 
     leader, until it loses leadership; until cancelled."""
     while True:
         await election.wait_leadership()
-        task = asyncio.create_task(auditor().run(), name="auditor")
-        lost = asyncio.create_task(election.wait_leadership_lost())
         try:
-            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            task.cancel()
-            lost.cancel()
-            results = await asyncio.gather(task, lost, return_exceptions=True)
-        failure = results[0]
-        if isinstance(failure, BaseException) and not isinstance(failure, asyncio.CancelledError):
-            raise failure
+            async with asyncio.TaskGroup() as group:  # the auditor until leadership is lost
+                running = group.create_task(auditor().run(), name="auditor")
+                lost = group.create_task(election.wait_leadership_lost(), name="auditor: lost")
+                await asyncio.wait({running, lost}, return_when=asyncio.FIRST_COMPLETED)
+                running.cancel()
+                lost.cancel()
+        except BaseExceptionGroup as failed:  # the auditor's failure
+            raise failed.exceptions[0] from None
         log.info("auditor stopped: leadership lost")

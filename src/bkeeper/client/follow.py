@@ -33,6 +33,7 @@ import logging
 
 from bkeeper.client.context import ClientContext
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError, MetadataError
+from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
 
@@ -51,7 +52,7 @@ class LedgerView:
         self.ledger_id = ledger_id
         self.versioned = versioned
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._watches = TaskOwner(f"ledger {ledger_id} view")  # one watch at most
         #: No watch will be started any more: the ledger is sealed or gone, or stop() ran.
         self._done = versioned.value.state is LedgerState.CLOSED
         #: How many newer versions this view took (from the watch or a refresh).
@@ -59,7 +60,7 @@ class LedgerView:
 
     @property
     def watching(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return not self._watches.closed and len(self._watches) > 0
 
     def change_event(self) -> asyncio.Event:
         """An event set at the next change of the view (take it before acting on the view)."""
@@ -98,16 +99,14 @@ class LedgerView:
         if len(ctx.followers) >= ctx.config.metadata_watches_max:
             return
         ctx.followers.add(self)
-        self._task = asyncio.ensure_future(self._watch())
+        self._watches.spawn(self._watch(), "metadata watch")
 
     def stop(self) -> None:
         """Stop watching for good. Safe to call from a finalizer (the loop may be gone)."""
         self._done = True
-        task, self._task = self._task, None
         self._ctx.followers.discard(self)
-        if task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed already
-                task.cancel()
+        with contextlib.suppress(RuntimeError):  # the loop is closed already
+            self._watches.cancel()
 
     async def _watch(self) -> None:
         try:

@@ -1,4 +1,5 @@
-"""Owned background tasks: the one way bkeeper runs work in the background.
+"""Owned background tasks: how an object runs work in the background (work that lives only
+within one coroutine runs in an ``asyncio.TaskGroup`` scope there instead).
 
 A :class:`TaskOwner` belongs to one object (a write handle, a log writer, a metadata driver,
 a bookie). Every task it spawns is tracked; :meth:`TaskOwner.aclose` cancels them all and waits
@@ -89,6 +90,13 @@ class TaskOwner:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def cancel(self) -> None:
+        """Close, and cancel every owned task without waiting for them to end: for an owner
+        that must stop synchronously (a finalizer); :meth:`aclose` wherever one can wait."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -115,7 +123,8 @@ def _take_error(task: asyncio.Future[Any]) -> None:
 
 async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
     """``await awaitable``, ``TimeoutError`` after ``timeout_s`` (None: no limit), in the
-    calling task. bkeeper's one way to bound a wait (ruff bans ``asyncio.wait_for``). Not
+    calling task. A bounded wait as ``asyncio.timeout`` gives it (ruff bans
+    ``asyncio.wait_for``), for a caller that holds an awaitable rather than a block. Not
     ``asyncio.wait_for``, which (Python 3.11) loses a cancellation that arrives as the
     awaited work completes (it returns the result, and the cancelled caller goes on), and
     runs a coroutine as a task of its own: when the
