@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from bkeeper.autorecovery.audit import AuditReport, ReplicaShortfall
 from bkeeper.autorecovery.auditor import Auditor, lead_audits
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.findings import AuditReport, ReplicaShortfall
 from bkeeper.autorecovery.repair import replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig

@@ -4,7 +4,7 @@ offer them (``bkeeper shell recover``, ``decommissionbookie``, ``listunderreplic
 Each takes a started :class:`~bkeeper.client.BookKeeper` (or its cluster's
 :class:`~bkeeper.meta.underreplication.UnderReplicationManager`) and returns data; the CLI
 prints it. Which ledgers need a bookie is the audit's own definition
-(:func:`bkeeper.autorecovery.audit.ledgers_to_mark`): a closed ledger needs a bookie only for
+(:func:`bkeeper.autorecovery.findings.ledgers_to_mark`): a closed ledger needs a bookie only for
 segments where it holds entries, an open one for any segment it is in (Java's
 ``areEntriesOfLedgerStoredInTheBookie``), so ``decommissionbookie`` ends when the workers
 are done, even with segments that never held an entry on it.
@@ -22,8 +22,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from bkeeper.autorecovery.audit import ledgers_to_mark
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.findings import ledgers_to_mark
 from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper

@@ -3,7 +3,7 @@
 While leading (see :func:`lead_audits`), :meth:`Auditor.run` follows three things at once:
 
 * the available bookies (writable and read-only, ``bk.cluster.registry.watch()``): a bookie
-  that leaves is *lost since* then (:class:`~bkeeper.autorecovery.audit.LossTracker`); one
+  that leaves is *lost since* then (:class:`~bkeeper.autorecovery.findings.LossTracker`); one
   back before the delay is forgotten;
 * the cluster's ``lostBookieRecoveryDelay`` node (seconds; absent: the config's default): a
   lost bookie is due once lost for that long; any write of the node (``triggeraudit``) audits
@@ -17,11 +17,11 @@ While leading (see :func:`lead_audits`), :meth:`Auditor.run` follows three thing
 A *bookie check* (:meth:`Auditor.audit_now` marks every lost bookie, the periodic one only
 those due) reads every ledger's metadata (``audit_metadata_reads_in_flight_max`` at once) and
 marks each ledger holding entries on a due bookie (``mark_underreplicated(ledger, bookies)``,
-the pure decision is :func:`~bkeeper.autorecovery.audit.ledgers_to_mark`). A bookie absent
+the pure decision is :func:`~bkeeper.autorecovery.findings.ledgers_to_mark`). A bookie absent
 that the auditor never saw (it died before this auditor started) is lost from when the check
 finds it, so a new auditor waits out the delay too. *Check-all-ledgers* probes the first and
 last entry each live replica should hold in each segment (``check_reads_in_flight_max`` at
-once; :func:`~bkeeper.autorecovery.audit.fragment_checks`) and marks the ledger with the
+once; :func:`~bkeeper.autorecovery.findings.fragment_checks`) and marks the ledger with the
 replicas that answered "no such entry/ledger" or a bad copy; "unknown" (limbo: the bookie
 repairs itself) and unreachable replicas are reported, not marked. The *replicas check* asks
 every live replica for its list of entries (:mod:`bkeeper.autorecovery.replicas`) and marks
@@ -44,14 +44,14 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bkeeper.autorecovery.audit import (
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.findings import (
     AuditReport,
     LossTracker,
     ReplicaShortfall,
     bookies_holding_entries,
     placement_violations,
 )
-from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.replicas import list_ledger, probe_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.placement import DEFAULT_RACK

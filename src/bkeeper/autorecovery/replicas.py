@@ -1,12 +1,12 @@
 """What replicas really store, asked of the bookies themselves (the I/O of the checks).
 
 * :func:`probe_ledger`: check-all-ledgers' probe reads: the first and last entry each live
-  replica should hold in each segment (:func:`~bkeeper.autorecovery.audit.fragment_checks`);
+  replica should hold in each segment (:func:`~bkeeper.autorecovery.findings.fragment_checks`);
   "missing" when a replica answers "no such entry/ledger" or a bad copy, "unknown" when it is
   in limbo or cannot be reached.
 * :func:`list_ledger`: the replicas check: every live replica's list of entries
   (v3 GET_LIST_OF_ENTRIES_OF_LEDGER, one request per replica) against what its write sets
-  give it (:func:`~bkeeper.autorecovery.audit.replica_shortfall`): a replica that lost one
+  give it (:func:`~bkeeper.autorecovery.findings.replica_shortfall`): a replica that lost one
   entry in the middle of a fragment is found, which the probe reads cannot see.
 * :func:`lacking_bookies`: the worker's question about a marked bookie that is registered:
   did it come back with its data (nothing to copy) or does it lack entries (replace it)?
@@ -21,14 +21,14 @@ import logging
 from collections.abc import Collection
 from typing import Literal
 
-from bkeeper.autorecovery.audit import (
+from bkeeper.autorecovery.expected import missing_entries, stripes_of
+from bkeeper.autorecovery.findings import (
     FragmentCheck,
     ReplicaShortfall,
     checked_up_to,
     fragment_checks,
     replica_shortfall,
 )
-from bkeeper.autorecovery.expected import missing_entries, stripes_of
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.replica import list_entries_on
@@ -100,7 +100,7 @@ async def list_ledger(
     in_flight: asyncio.Semaphore,
 ) -> tuple[ReplicaShortfall, dict[str, str], int]:
     """What ``meta``'s live replicas lack of the entries they should store (up to
-    :func:`~bkeeper.autorecovery.audit.checked_up_to`), the replicas that could not tell
+    :func:`~bkeeper.autorecovery.findings.checked_up_to`), the replicas that could not tell
     (bookie -> why), and how many were asked."""
     last = checked_up_to(meta)
     asked = sorted(
@@ -133,7 +133,7 @@ async def lacking_bookies(
     bk: BookKeeper, ledger_id: int, meta: LedgerMetadata, bookies: Collection[str]
 ) -> frozenset[str]:
     """Those of ``bookies`` (registered) that lack an entry they should store up to
-    :func:`~bkeeper.autorecovery.audit.checked_up_to`. A bookie that cannot tell raises
+    :func:`~bkeeper.autorecovery.findings.checked_up_to`. A bookie that cannot tell raises
     the error it gave: the caller tries again later rather than copy what it may hold."""
     last = checked_up_to(meta)
     holders = _holders(meta, last)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from bkeeper.autorecovery.audit import (
+from bkeeper.autorecovery.expected import expected_entries
+from bkeeper.autorecovery.findings import (
     FragmentCheck,
     LossTracker,
     bookies_holding_entries,
@@ -13,7 +14,6 @@ from bkeeper.autorecovery.audit import (
     ledgers_to_mark,
     placement_violations,
 )
-from bkeeper.autorecovery.expected import expected_entries
 from bkeeper.meta import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 

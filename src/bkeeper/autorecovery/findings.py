@@ -1,4 +1,4 @@
-"""The auditor's decisions, as pure functions of ledger metadata, live bookies and time.
+"""What the audit finds, as pure functions of ledger metadata, live bookies and time.
 
 * :func:`ledgers_to_mark`: which ledgers have a replica on a bookie that is not live (writable
   or read-only), and which bookies. A closed ledger counts a bookie only where it holds
