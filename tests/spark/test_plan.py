@@ -201,7 +201,7 @@ async def test_append_ledgers_is_idempotent_per_writer_and_batch():
 
 
 async def test_pending_ledgers_clean_and_abort_marks():
-    from bkeeper.namedlog.pending import PendingLedgers
+    from bkeeper.namedlog import PendingLedgers
 
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)

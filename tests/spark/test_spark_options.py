@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import NamedLogs, Position
-from bkeeper.namedlog.pending import PendingLedgers
+from bkeeper.namedlog import NamedLogs, PendingLedgers, Position
 from tests.spark.test_spark import (
     append,
     ledgers_in_logs,

@@ -26,10 +26,9 @@ from bkeeper.common.errors import (
     PositionNotInLogError,
     SubscriptionNotFoundError,
 )
-from bkeeper.namedlog import NamedLogs, Position
+from bkeeper.namedlog import NamedLogs, Position, SubscriptionStore
 from bkeeper.namedlog.consumer import Consumer, backlog
 from bkeeper.namedlog.subscription import Mode, check_subscription_name
-from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 __all__ = ["COMMANDS"]
 

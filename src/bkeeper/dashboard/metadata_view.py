@@ -32,7 +32,7 @@ from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.underreplication import BlockedReason, UnderreplicatedLedger
-from bkeeper.namedlog.metadata import LogStore
+from bkeeper.namedlog import LogStore
 
 __all__ = [
     "BookieEntry",

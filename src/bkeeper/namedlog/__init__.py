@@ -10,7 +10,7 @@ fencing. Modules: :mod:`~bkeeper.namedlog.logs` (the logs and their rules),
 
 from bkeeper.namedlog.config import EARLIEST, LATEST, LogConfig, LogSettings
 from bkeeper.namedlog.logs import NamedLog, NamedLogs
-from bkeeper.namedlog.metadata import LogLedger, LogMetadata, LogStore, logs_root
+from bkeeper.namedlog.metadata import LogLedger, LogMetadata, logs_root
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import (
     Position,
@@ -21,6 +21,7 @@ from bkeeper.namedlog.records import (
     encode_record,
     entry_envelopes,
 )
+from bkeeper.namedlog.stores import LogStore, PendingLedgers, SubscriptionStore
 from bkeeper.namedlog.walk import EntrySpan, LogWalk
 from bkeeper.namedlog.writer import LogWriter
 
@@ -38,8 +39,10 @@ __all__ = [
     "LogWriter",
     "NamedLog",
     "NamedLogs",
+    "PendingLedgers",
     "Position",
     "Record",
+    "SubscriptionStore",
     "decode_entry",
     "decode_record",
     "encode_batch",

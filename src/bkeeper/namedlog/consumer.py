@@ -58,13 +58,11 @@ from bkeeper.common.errors import (
     SubscriptionBusyError,
     SubscriptionFencedError,
 )
-from bkeeper.namedlog.cursor_ledger import CursorLedger
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.records import Position, Record
-from bkeeper.namedlog.stores import cas_update_or
+from bkeeper.namedlog.stores import CursorLedger, SubscriptionStore, cas_update_or
 from bkeeper.namedlog.subscription import SubscriptionState
-from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import earliest
 
 __all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "check_in_log", "ledger_ends"]

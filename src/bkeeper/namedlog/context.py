@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock
 from bkeeper.namedlog.config import LogConfig
-from bkeeper.namedlog.metadata import LogStore
-from bkeeper.namedlog.subscription_store import SubscriptionStore
+from bkeeper.namedlog.stores import LogStore, SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 
 __all__ = ["LogContext"]

@@ -18,9 +18,9 @@ from bkeeper.common.errors import LedgerNotFoundError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog.config import LogConfig, LogSettings
 from bkeeper.namedlog.context import LogContext
-from bkeeper.namedlog.cursor_ledger import peek
 from bkeeper.namedlog.metadata import LogMetadata
 from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.stores import peek
 from bkeeper.namedlog.subscription import SubscriptionState
 
 __all__ = ["SEAL_CHECKS_IN_FLIGHT", "LogHandle", "Snapshot"]

@@ -61,12 +61,10 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog.config import EARLIEST, LogConfig, LogSettings
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.context import LogContext
-from bkeeper.namedlog.cursor_ledger import drop_cursor
 from bkeeper.namedlog.handle import LogHandle, Snapshot
 from bkeeper.namedlog.metadata import (
     LogLedger,
     LogMetadata,
-    LogStore,
     WriterCommit,
     check_log_name,
     check_writer_id,
@@ -75,9 +73,9 @@ from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.retention import run_retention
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
+from bkeeper.namedlog.stores import LogStore, SubscriptionStore, drop_cursor
 from bkeeper.namedlog.subscribing import subscribe
 from bkeeper.namedlog.subscription import AckStore, Mode
-from bkeeper.namedlog.subscription_store import SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 

@@ -29,9 +29,8 @@ from bkeeper.namedlog.consumer import Consumer
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.records import Position, Record
-from bkeeper.namedlog.stores import cas_update_or
+from bkeeper.namedlog.stores import SubscriptionStore, cas_update_or
 from bkeeper.namedlog.subscription import CLAIMS_MAX, Claim, SubscriptionState
-from bkeeper.namedlog.subscription_store import SubscriptionStore
 
 __all__ = ["ACK_TIMEOUT_MS", "CLAIM_RECORDS", "SharedConsumer"]
 

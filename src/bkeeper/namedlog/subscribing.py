@@ -16,12 +16,11 @@ from bkeeper.common.errors import (
 )
 from bkeeper.namedlog.config import EARLIEST
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
-from bkeeper.namedlog.cursor_ledger import CursorLedger, drop_cursor, load
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import open_reader
 from bkeeper.namedlog.records import Position
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
-from bkeeper.namedlog.stores import cas_update_or
+from bkeeper.namedlog.stores import CursorLedger, cas_update_or, drop_cursor, load
 from bkeeper.namedlog.subscription import (
     AckStore,
     Mode,

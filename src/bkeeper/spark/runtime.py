@@ -38,10 +38,9 @@ from bkeeper.common.errors import (
     LogTruncatedError,
     SessionExpiredError,
 )
-from bkeeper.namedlog import LogConfig, NamedLogs, encode_record
+from bkeeper.namedlog import LogConfig, NamedLogs, PendingLedgers, encode_record
 from bkeeper.namedlog.chunks import Incomplete, Reassembly
 from bkeeper.namedlog.metadata import check_log_name
-from bkeeper.namedlog.pending import PendingLedgers
 from bkeeper.namedlog.records import (
     CHUNK_FORMAT_VERSION,
     CHUNK_HEAD,

@@ -1,6 +1,30 @@
-"""The metadata-store side of named logs: every node a log owns and every update of one
-through compare-and-set (:func:`bkeeper.common.cas.cas_update`)."""
+"""The stored side of named logs: every node a log owns in the metadata store and the cursor
+ledgers of subscriptions; every update through compare-and-set
+(:func:`bkeeper.common.cas.cas_update`, or :func:`cas_update_or` where running out of rounds
+has an outcome of its own).
 
+- :mod:`~bkeeper.namedlog.stores.log_nodes`: a log's node (:class:`LogStore`);
+- :mod:`~bkeeper.namedlog.stores.subscription_nodes`: subscriptions and their owners
+  (:class:`SubscriptionStore`);
+- :mod:`~bkeeper.namedlog.stores.pending_ledgers`: ledgers written for a log, not appended yet
+  (:class:`PendingLedgers`);
+- :mod:`~bkeeper.namedlog.stores.cursor_ledgers`: a consumer's acks in a ledger of its own
+  (:class:`CursorLedger`).
+"""
+
+from bkeeper.namedlog.stores.cursor_ledgers import CursorLedger, drop_cursor, load, peek
+from bkeeper.namedlog.stores.log_nodes import LogStore
+from bkeeper.namedlog.stores.pending_ledgers import PendingLedgers
 from bkeeper.namedlog.stores.rounds import cas_update_or
+from bkeeper.namedlog.stores.subscription_nodes import SubscriptionStore
 
-__all__ = ["cas_update_or"]
+__all__ = [
+    "CursorLedger",
+    "LogStore",
+    "PendingLedgers",
+    "SubscriptionStore",
+    "cas_update_or",
+    "drop_cursor",
+    "load",
+    "peek",
+]

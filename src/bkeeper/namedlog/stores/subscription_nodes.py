@@ -16,7 +16,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import within
 from bkeeper.meta.store import NodeStore, WatchKind, join_path
-from bkeeper.namedlog.metadata import LogStore
+from bkeeper.namedlog.stores.log_nodes import LogStore
 from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
 
 __all__ = ["SubscriptionStore"]

@@ -28,7 +28,7 @@ from bkeeper.common.errors import (
     NotEmptyError,
 )
 from bkeeper.meta.store import NodeStore, join_path
-from bkeeper.namedlog.metadata import LogStore
+from bkeeper.namedlog.stores.log_nodes import LogStore
 
 __all__ = ["PendingLedgers"]
 
