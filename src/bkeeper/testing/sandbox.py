@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import re
@@ -45,7 +44,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
@@ -54,6 +52,8 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common.errors import BKeeperError, ConfigError, ConnectionLossError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.uri import DIGEST_FILE_OPTION
+from bkeeper.testing.child_process import file_size, spawn_child
+from bkeeper.testing.sandbox_config import DEFAULT_BOOKIES, SandboxConfig
 from bkeeper.testing.sandbox_security import SandboxSecurity
 from bkeeper.testing.supervision import NO_PROCESS, Child, ChildKind
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_free
@@ -61,70 +61,6 @@ from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer, port_fre
 __all__ = ["DEFAULT_BOOKIES", "Sandbox", "SandboxConfig"]
 
 log = logging.getLogger(__name__)
-
-#: Bookies a sandbox starts unless told: the default ensemble (3, of ``LogConfig`` and the
-#: Spark sink) plus one spare, so that the loss of one bookie can be re-replicated.
-DEFAULT_BOOKIES = 4
-
-
-@dataclass(frozen=True)
-class SandboxConfig:
-    data_dir: Path
-    bookies: int = DEFAULT_BOOKIES
-    zookeeper_port: int = 2181
-    bookie_port_base: int = 3181
-    http_port_base: int | None = None
-    root: str = "/ledgers"
-    start_timeout_s: float = 30.0
-    stop_timeout_s: float = 30.0
-    zookeeper_home: Path | None = None
-    bookie_args: tuple[str, ...] = field(default=())
-    #: Bookie n keeps its entry logs (journals) in ``<dir>/bookie-<n>`` of each of these
-    #: (none: under its data directory).
-    ledger_dirs: tuple[Path, ...] = ()
-    journal_dirs: tuple[Path, ...] = ()
-    #: Every bookie runs auto-recovery (``bookie --autorecovery``): one of them is elected
-    #: auditor, each runs a replication worker.
-    autorecovery: bool = True
-    #: None: auto-recovery runs inside each bookie. A number: it runs in a process of its own
-    #: beside each bookie (``bkeeper autorecovery --id <bookie id>``, as Java's
-    #: ``bookkeeper autorecovery`` daemon), at this ``nice`` value (0..19): repair then takes
-    #: the CPU the bookies leave. ``kill_bookie`` kills the bookie's as well (its host died).
-    autorecovery_nice: int | None = None
-    #: Where ``bkeeper dashboard`` serves (on 127.0.0.1); None: no dashboard.
-    dashboard_port: int | None = None
-    #: TLS (required), token authentication and ZooKeeper ACLs (module doc).
-    secure: bool = False
-    #: Environment variables added to each bookie process's (fault injection, e.g.
-    #: :data:`bkeeper.storage.slow_sync.ENV_VAR`).
-    bookie_env: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.bookies <= 64:
-            raise ConfigError(f"bookies: {self.bookies} is not between 1 and 64")
-        if self.autorecovery_nice is not None and not 0 <= self.autorecovery_nice <= 19:
-            raise ConfigError(f"autorecovery_nice: {self.autorecovery_nice} is not in 0..19")
-        for name in ("zookeeper_port", "bookie_port_base", "http_port_base", "dashboard_port"):
-            port = getattr(self, name)
-            if port is None and name in ("http_port_base", "dashboard_port"):
-                continue
-            if not 0 < port < 65536 - self.bookies:
-                raise ConfigError(f"{name}: {port} is not a usable TCP port")
-        last = self.bookies - 1
-        ranges = {"ZooKeeper": (self.zookeeper_port, self.zookeeper_port)}
-        ranges["bookies"] = (self.bookie_port_base, self.bookie_port_base + last)
-        if self.http_port_base is not None:
-            ranges["admin"] = (self.http_port_base, self.http_port_base + last)
-        if self.dashboard_port is not None:
-            ranges["dashboard"] = (self.dashboard_port, self.dashboard_port)
-        ports = [port for low, high in ranges.values() for port in range(low, high + 1)]
-        if len(set(ports)) != len(ports):
-            shown = ", ".join(
-                f"{what} {low}" if low == high else f"{what} {low}-{high}"
-                for what, (low, high) in ranges.items()
-            )
-            raise ConfigError(f"the sandbox's ports overlap: {shown}")
-
 
 #: What ``bkeeper dashboard`` prints once it serves.
 _DASHBOARD_READY = re.compile(rb"dashboard ready on (http://\S+)")
@@ -134,45 +70,6 @@ _AUTORECOVERY_READY = re.compile(rb" ready \(metadata ")
 
 #: The most of a restarted child's output searched for its ready line (it comes early).
 _READY_SEARCH_BYTES_MAX = 1024 * 1024
-
-
-def _size(path: Path) -> int:
-    """The size of the file at ``path``; 0 if there is none."""
-    return path.stat().st_size if path.exists() else 0
-
-
-def _spawn(
-    cmd: list[str], log_path: Path, nice: int = 0, env: tuple[tuple[str, str], ...] = ()
-) -> subprocess.Popen[bytes]:
-    """``cmd`` as a child that dies with this process, in a process group of its own (a
-    Ctrl-C on this process's terminal is this process's to handle: it stops its children in
-    order, and a child is never mistaken for one that failed), no input, its output appended
-    to ``log_path``, at ``nice`` (added to this process's), with ``env`` added to the
-    environment it inherits (through ``env NAME=VALUE ...``: only the CLI reads this process's
-    environment)."""
-    if env:
-        cmd = ["env", *(f"{name}={value}" for name, value in env), *cmd]
-    log_file = open(log_path, "ab")  # noqa: SIM115
-    try:
-        return subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,  # a background process group reading a terminal stops
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-            preexec_fn=functools.partial(_prepare_child, nice),  # noqa: PLW1509
-        )
-    finally:
-        log_file.close()
-
-
-def _prepare_child(nice: int) -> None:
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if nice:
-        os.nice(nice)
 
 
 class Sandbox:
@@ -318,8 +215,8 @@ class Sandbox:
 
     def _spawn_bookie(self, index: int) -> subprocess.Popen[bytes]:
         log_path = self._bookie_log(index)
-        self._log_offsets[Child(ChildKind.BOOKIE, index)] = _size(log_path)
-        return _spawn(self.bookie_command(index), log_path, env=self.config.bookie_env)
+        self._log_offsets[Child(ChildKind.BOOKIE, index)] = file_size(log_path)
+        return spawn_child(self.bookie_command(index), log_path, env=self.config.bookie_env)
 
     def autorecovery_command(self, index: int) -> list[str]:
         """The command line of the auto-recovery process beside bookie ``index`` (its
@@ -364,8 +261,8 @@ class Sandbox:
 
     def _spawn_autorecovery(self, index: int, nice: int) -> subprocess.Popen[bytes]:
         log_path = self.child_log(Child(ChildKind.AUTORECOVERY, index))
-        self._log_offsets[Child(ChildKind.AUTORECOVERY, index)] = _size(log_path)
-        proc = _spawn(self.autorecovery_command(index), log_path, nice)
+        self._log_offsets[Child(ChildKind.AUTORECOVERY, index)] = file_size(log_path)
+        proc = spawn_child(self.autorecovery_command(index), log_path, nice)
         if index < len(self.autorecoveries):
             self.autorecoveries[index] = proc
         else:
@@ -419,8 +316,8 @@ class Sandbox:
 
     def _spawn_dashboard(self, port: int) -> subprocess.Popen[bytes]:
         log_path = self.child_log(Child(ChildKind.DASHBOARD))
-        self._log_offsets[Child(ChildKind.DASHBOARD)] = _size(log_path)
-        self.dashboard = _spawn(self.dashboard_command(port), log_path)
+        self._log_offsets[Child(ChildKind.DASHBOARD)] = file_size(log_path)
+        self.dashboard = spawn_child(self.dashboard_command(port), log_path)
         return self.dashboard
 
     def _wait_bookie(self, index: int, proc: subprocess.Popen[bytes]) -> None:
