@@ -52,9 +52,11 @@ def make(security: BookieSecurity | None) -> tuple[BookieConnection, Transport, 
     config = BookieConfig(data_dir="-")
     added: list[int] = []
 
-    def add(conn: BookieConnection, flags: int, ledger: int, entry: int, *rest: Any) -> None:
-        added.append(entry)
-        conn.respond_add(StatusCode.EOK, ledger, entry, 0, rest[-1])
+    def add(conn: BookieConnection, batch: Any) -> None:
+        added.extend(batch.entry_ids)
+        conn.respond_adds(
+            StatusCode.EOK, batch.ledger_ids, batch.entry_ids, batch.requests, batch.request_bytes
+        )
 
     def dispatch(conn: BookieConnection, request: Any, size: int) -> None:
         raise AssertionError(f"handlers got {request}")

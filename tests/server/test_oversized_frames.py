@@ -63,18 +63,11 @@ def add(ledger_id: int, entry_id: int, payload: bytes = b"small", txn_id: int = 
 class Bookie:
     """A bookie connection over a fake transport whose handlers answer every add EOK."""
 
-    def __init__(self, batch_lane: bool) -> None:
+    def __init__(self) -> None:
         self.config = BookieConfig(data_dir="-")
         self.table = ConnectionTable(self.config)
         self.transport = Transport()
-        self.conn = BookieConnection(
-            self.config,
-            self.table,
-            self.dispatch,
-            self.add,
-            None,
-            self.add_batch if batch_lane else None,
-        )
+        self.conn = BookieConnection(self.config, self.table, self.dispatch, self.add_batch)
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
         self.partial_max = 0
 
@@ -84,9 +77,6 @@ class Bookie:
             AddResponse(StatusCode.EOK, request.ledger_id, request.entry_id, request.txn_id),
             size,
         )
-
-    def add(self, conn: BookieConnection, flags: int, ledger: int, entry: int, *rest: Any) -> None:
-        conn.respond_add(StatusCode.EOK, ledger, entry, 0, rest[-1])
 
     def add_batch(self, conn: BookieConnection, batch: AddBatchAnswer) -> None:
         conn.respond_adds(
@@ -113,12 +103,9 @@ def v2_answers(*ids_and_status: tuple[int, StatusCode]) -> list[AddResponse]:
 OK, BAD = StatusCode.EOK, StatusCode.EBADREQ
 
 
-@pytest.mark.parametrize("batch_lane", [True, False], ids=["batch lane", "single adds"])
 @pytest.mark.parametrize("chunk", [CHUNK, 7 * MIB], ids=["64 KiB chunks", "one chunk"])
-async def test_a_6_mib_v2_add_is_answered_ebadreq_and_the_connection_goes_on(
-    batch_lane: bool, chunk: int
-) -> None:
-    bookie = Bookie(batch_lane)
+async def test_a_6_mib_v2_add_is_answered_ebadreq_and_the_connection_goes_on(chunk: int) -> None:
+    bookie = Bookie()
     stream = add(1, 0) + add(1, 1, bytes(6 * MIB)) + add(1, 2) + add(1, 3)
     bookie.feed(stream, chunk)
     assert await bookie.answers(v2.decode_response) == v2_answers(
@@ -132,16 +119,15 @@ async def test_a_6_mib_v2_add_is_answered_ebadreq_and_the_connection_goes_on(
     assert await bookie.answers(v2.decode_response) == v2_answers((4, OK))
 
 
-@pytest.mark.parametrize("batch_lane", [True, False], ids=["batch lane", "single adds"])
-async def test_an_oversized_first_frame_chooses_the_protocol(batch_lane: bool) -> None:
-    bookie = Bookie(batch_lane)
+async def test_an_oversized_first_frame_chooses_the_protocol() -> None:
+    bookie = Bookie()
     bookie.feed(add(1, 0, bytes(6 * MIB)) + add(1, 1) + add(1, 2))
     assert await bookie.answers(v2.decode_response) == v2_answers((0, BAD), (1, OK), (2, OK))
     assert not bookie.conn.closed
 
 
 async def test_a_6_mib_v3_add_is_answered_with_its_txn_id() -> None:
-    bookie = Bookie(batch_lane=True)
+    bookie = Bookie()
     stream = add(1, 0, txn_id=10) + add(1, 1, bytes(6 * MIB), txn_id=11) + add(1, 2, txn_id=12)
     bookie.feed(stream)
     assert await bookie.answers(v3.decode_response) == [
@@ -158,20 +144,20 @@ def oversized_read() -> bytes:
 
 
 async def test_an_oversized_frame_that_names_no_add_closes_a_v2_connection() -> None:
-    bookie = Bookie(batch_lane=True)
+    bookie = Bookie()
     bookie.feed(add(1, 0) + oversized_read())
     assert bookie.conn.closed and bookie.transport.aborted
     assert bookie.table.oversized_frames.value == 0
 
 
 async def test_a_frame_over_the_skip_limit_closes_at_its_length() -> None:
-    bookie = Bookie(batch_lane=True)
+    bookie = Bookie()
     bookie.feed(add(1, 0) + (OVERSIZED_FRAME_SKIP_BYTES_MAX + 1).to_bytes(4, "big"))
     assert bookie.conn.closed and bookie.transport.aborted
 
 
 async def test_a_frame_at_the_limit_is_served() -> None:
-    bookie = Bookie(batch_lane=True)
+    bookie = Bookie()
     largest = MAX_FRAME_BYTES_DEFAULT - len(add(1, 0, b"")) + 4
     frame = add(1, 0, bytes(largest))
     assert len(frame) - 4 == MAX_FRAME_BYTES_DEFAULT

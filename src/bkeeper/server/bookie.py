@@ -392,7 +392,6 @@ class Bookie:
             handlers.dispatch,
             handlers.add,
             self.security,
-            handlers.add_batch,
         )
 
     # -- background --------------------------------------------------------------------

@@ -54,20 +54,17 @@ log = logging.getLogger(__name__)
 _unpack_length = LENGTH.unpack_from
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
-#: (connection, flags, ledger id, entry id, master key, body, txn id, request bytes): a v2
-#: ADD, its fields as ``wire.v2.peek_add_request`` found them (``RequestHandlers.add``).
-Add = Callable[
-    ["BookieConnection", int, int, int, bytes | memoryview, bytes | memoryview, int, int], None
-]
-#: (connection, batch): the plain v2 adds of one chunk (``RequestHandlers.add_batch``).
-AddBatch = Callable[["BookieConnection", AddBatchAnswer], None]
+#: (connection, batch): v2 adds, the plain ones of a chunk together, one with flags alone
+#: (``RequestHandlers.add``).
+Add = Callable[["BookieConnection", AddBatchAnswer], None]
 #: (status, ledger id, entry id, txn id) -> an ADD response frame, in the connection's protocol.
 _EncodeAdd = Callable[[StatusCode, int, int, int], bytes]
 
 
 class BookieConnection(asyncio.Protocol):
-    """Reads frames, hands requests to ``dispatch`` (v2 adds to ``add``, without a request
-    object) and writes responses in batches. It is the handlers' ``Responder``.
+    """Reads frames, hands requests to ``dispatch`` (v2 adds to ``add`` as one
+    :class:`AddBatchAnswer`, without a request object) and writes responses in batches. It
+    is the handlers' ``Responder``.
 
     With ``security`` (TLS or authentication on; ``bkeeper.server.security``) requests go
     through its checks first, and v2 adds are refused EUA until the connection is admitted
@@ -81,14 +78,12 @@ class BookieConnection(asyncio.Protocol):
         dispatch: Dispatch,
         add: Add,
         security: BookieSecurity | None = None,
-        add_batch: AddBatch | None = None,
     ) -> None:
         self._config = config
         self._table = table
         self._dispatch = dispatch
         self._add = add
-        self._add_batch = add_batch
-        #: Whether chunks go through the batch lane (v2, admitted, ``add_batch`` given).
+        #: Whether chunks go through the batch lane (v2, and admitted).
         self._batch_lane = False
         # The batch lane's fields of the adds being collected (empty between chunks).
         self._ledger_ids: list[int] = []
@@ -282,16 +277,10 @@ class BookieConnection(asyncio.Protocol):
         self._decoder.keep_tail(buffer, offset)
 
     def _hand_over(self, count: int, size: int) -> None:
-        """Hand the ``count`` adds collected (``size`` request bytes) to the handlers: one
-        through ``add``, more as a batch (which takes the lists; the connection gets new)."""
+        """Hand the ``count`` adds collected (``size`` request bytes) to the handlers as one
+        batch (which takes the lists; the connection gets new)."""
         self.requests_in_flight += count
         self.bytes_in_flight += size
-        if count == 1:  # a lone add: the single-add lane costs less than a batch
-            key, body = self._master_keys.pop(), self._bodies.pop()
-            ledger_id, entry_id = self._ledger_ids.pop(), self._entry_ids.pop()
-            self._lacs.pop()
-            self._add(self, 0, ledger_id, entry_id, key, body, 0, size)
-            return
         batch = AddBatchAnswer(self)
         batch.ledger_ids, self._ledger_ids = self._ledger_ids, batch.ledger_ids
         batch.entry_ids, self._entry_ids = self._entry_ids, batch.entry_ids
@@ -300,9 +289,7 @@ class BookieConnection(asyncio.Protocol):
         batch.bodies, self._bodies = self._bodies, batch.bodies
         batch.requests = count
         batch.request_bytes = size
-        add_batch = self._add_batch
-        assert add_batch is not None
-        add_batch(self, batch)
+        self._add(self, batch)
 
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
@@ -328,7 +315,10 @@ class BookieConnection(asyncio.Protocol):
             self._dispatch(self, request, size)
         else:
             flags, ledger_id, entry_id, master_key, body = add
-            self._add(self, flags, ledger_id, entry_id, master_key, body, 0, size)
+            batch = AddBatchAnswer.single(
+                self, flags, ledger_id, entry_id, master_key, body, 0, size
+            )
+            self._add(self, batch)
 
     def _choose_protocol(self, frame: memoryview) -> None:
         self.protocol = detect_protocol(frame)
@@ -337,9 +327,7 @@ class BookieConnection(asyncio.Protocol):
             self._encode = v2.encode_response_frame
             self._encode_add = v2.add_response_frame
             self._v2 = True
-            self._batch_lane = self._add_batch is not None and (
-                self.security is None or self.security.admitted
-            )
+            self._batch_lane = self.security is None or self.security.admitted
         log.debug("connection %s speaks %s", self.peer, self.protocol.name)
 
     def _refuse_oversized(self, oversized: OversizedFrame) -> None:
@@ -366,26 +354,20 @@ class BookieConnection(asyncio.Protocol):
         if not self.security.dispatch(request, size):
             self._handlers_dispatch(self, request, size)
 
-    def _refuse_add(
-        self,
-        conn: BookieConnection,
-        flags: int,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes | memoryview,
-        body: bytes | memoryview,
-        txn_id: int,
-        size: int,
-    ) -> None:
+    def _refuse_add(self, conn: BookieConnection, batch: AddBatchAnswer) -> None:
         assert self.security is not None
-        self.security.refuse()
-        self.respond_add(StatusCode.EUA, ledger_id, entry_id, txn_id, size)
+        for index in range(len(batch.entry_ids)):
+            self.security.refuse()
+            size = batch.request_bytes_of(index)
+            self.respond_add(
+                StatusCode.EUA, batch.ledger_ids[index], batch.entry_ids[index], 0, size
+            )
 
     def admitted(self) -> None:
         """The connection is authenticated (and encrypted if required): v2 adds go straight
         to the handlers from now on."""
         self._add = self._handlers_add
-        self._batch_lane = self._v2 and self._add_batch is not None
+        self._batch_lane = self._v2
 
     @property
     def queued_responses(self) -> bool:

@@ -8,8 +8,12 @@ thread once per fsync group). Reads are answered at once, except long-poll reads
 They are woken as the LAC arrives (with an add or a WRITE_LAC), not once that add is durable
 here: a LAC names entries the writer already has on an ack quorum, so this bookie's own
 fsync adds nothing to what the reader may rely on, only latency.
-Every add, v2 or v3, goes through the one handler :meth:`RequestHandlers.add`; answers go
-through a :class:`~bkeeper.server.responder.Responder`, writes carry typed tokens (same module).
+Every add, v2 or v3, single or batched, goes through the one handler
+:meth:`RequestHandlers.add` as an :class:`~bkeeper.server.responder.AddBatchAnswer`, which
+hands it to the engine's one add body (``Storage.add_entries``): a v2 connection builds the
+batch from the frames (``BookieConnection``), a v3 ADD request becomes a batch of one here.
+Answers go through a :class:`~bkeeper.server.responder.Responder`, writes carry typed tokens
+(same module).
 
 Error mapping: master key mismatch -> EUA; fenced ledger and not a recovery add -> EFENCED;
 read-only bookie and not a recovery/high-priority add (or one, but the disk has no room left
@@ -31,10 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common import errors
-from bkeeper.common.limits import MASTER_KEY_BYTES
 from bkeeper.server.request_metrics import RequestMetrics, TimedResponder
-from bkeeper.server.responder import AddAnswer, AddBatchAnswer, Durable, Responder, WhenDurable
-from bkeeper.storage import GroupTokens, Storage
+from bkeeper.server.responder import AddBatchAnswer, Durable, Responder, WhenDurable
+from bkeeper.storage import GroupTokens, Storage, entry_lac
 from bkeeper.wire import entryset
 from bkeeper.wire.codes import GetBookieInfoField, StatusCode, V2Flag, status_for_error
 from bkeeper.wire.messages import (
@@ -46,7 +49,6 @@ from bkeeper.wire.messages import (
     AuthResponse,
     BatchReadRequest,
     BatchReadResponse,
-    BytesLike,
     ErrorResponse,
     ForceLedgerRequest,
     ForceLedgerResponse,
@@ -78,11 +80,6 @@ status_of = status_for_error
 
 _RECOVERY = int(V2Flag.RECOVERY_ADD)
 _HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
-#: Adds a read-only bookie still takes while its disk has room for them.
-_PRIORITY = _RECOVERY | _HIGH_PRIORITY
-#: A v2 ADD frame's bytes (as the connection counts them: without the length prefix) besides
-#: the entry body: the header and the master key.
-_ADD_FRAME_BYTES = 4 + MASTER_KEY_BYTES
 
 
 @dataclass(slots=True)
@@ -169,67 +166,30 @@ class RequestHandlers:
             metrics.adds_answered(adds, tokens.started_at, failed=error is not None)
 
     # -- writes ------------------------------------------------------------------------
-    def add(
-        self,
-        conn: Responder,
-        flags: int,
-        ledger_id: int,
-        entry_id: int,
-        master_key: BytesLike,
-        body: BytesLike,
-        txn_id: int,
-        size: int,
-    ) -> None:
-        """The one add handler, for both protocols: a v2 connection calls it with the fields
-        ``wire.v2.peek_add_request`` found (no request object), anything else with those of
-        an :class:`AddRequest`. ``flags`` are :class:`V2Flag` bits (RECOVERY_ADD,
-        HIGH_PRIORITY); ``size`` < 0 means over the connection's limits. Answered through
-        ``conn.respond_add``: at once on refusal, else once durable (:class:`AddAnswer`)."""
+    def add(self, conn: Responder, batch: AddBatchAnswer) -> None:
+        """The one add handler, for both protocols, single adds and batches alike: the engine
+        adds ``batch`` (``Storage.add_entries``) and hands it back as a token once durable;
+        the adds it refused are answered at once and taken out of the batch. Refused whole:
+        over the connection's limits (``batch.request_bytes`` < 0), or a read-only bookie
+        and not recovery/high-priority adds with room left for them."""
         try:
-            if size < 0:
+            if batch.request_bytes < 0:
                 raise errors.TooManyRequestsError("too many requests in flight")
             if self.state.readonly and not (
-                flags & _PRIORITY and self._storage.room_for_high_priority
+                (batch.recovery or batch.high_priority) and self._storage.room_for_high_priority
             ):
                 raise errors.ReadOnlyBookieError("bookie is read-only")
-            self._storage.add_entry(
-                ledger_id,
-                entry_id,
-                bytes(master_key),
-                body,
-                recovery=flags & _RECOVERY != 0,
-                token=AddAnswer(conn, ledger_id, entry_id, txn_id, size),
-            )
-            if self.state.lac_waiters:
-                self._wake_lac_waiters(ledger_id)
-        except errors.BKeeperError as exc:
-            conn.respond_add(status_of(exc), ledger_id, entry_id, txn_id, size)
-            if self._metrics is not None:
-                self._metrics.add_refused()
-        except Exception:
-            conn.log_internal_error("add of ledger %d entry %d failed", ledger_id, entry_id)
-            conn.respond_add(StatusCode.EIO, ledger_id, entry_id, txn_id, size)
-            if self._metrics is not None:
-                self._metrics.add_refused()
-
-    def add_batch(self, conn: Responder, batch: AddBatchAnswer) -> None:
-        """The plain v2 adds (no flags) of one chunk, as one batch (``Storage.add_entries``),
-        answered together once durable (``batch`` is the token, answered through its
-        ``conn``); refused ones are answered at once and taken out of the batch. Read-only:
-        each add goes through :meth:`add` (it decides per add)."""
-        if self.state.readonly:
-            for ledger_id, entry_id, key, body in zip(
-                batch.ledger_ids, batch.entry_ids, batch.master_keys, batch.bodies, strict=True
-            ):
-                self.add(conn, 0, ledger_id, entry_id, key, body, 0, _ADD_FRAME_BYTES + len(body))
-            return
-        try:
             self._storage.add_entries(batch)
+        except errors.BKeeperError as exc:
+            self._refuse(conn, batch, status_of(exc))
+            return
         except Exception:  # a bookie bug: nothing of the batch is answered otherwise
-            conn.log_internal_error("add of %d entries failed", len(batch.entry_ids))
-            ids, requests = (batch.ledger_ids, batch.entry_ids), batch.requests
-            batch.conn.respond_adds(StatusCode.EIO, *ids, requests, batch.request_bytes)
-            batch.ledger_ids, batch.entry_ids, batch.requests, batch.request_bytes = [], [], 0, 0
+            ledger_id, entry_id = batch.ledger_ids[0], batch.entry_ids[0]
+            conn.log_internal_error(
+                "add of %d entries (ledger %d entry %d first) failed",
+                len(batch.entry_ids), ledger_id, entry_id,
+            )  # fmt: skip
+            self._refuse(conn, batch, StatusCode.EIO)
             return
         if batch.refused:
             self._answer_refused(conn, batch)
@@ -237,14 +197,25 @@ class RequestHandlers:
             for ledger_id in set(batch.ledger_ids):
                 self._wake_lac_waiters(ledger_id)
 
+    def _refuse(self, conn: Responder, batch: AddBatchAnswer, status: StatusCode) -> None:
+        """Answer every add of ``batch`` with ``status`` (none reached the journal)."""
+        for index in range(len(batch.entry_ids)):
+            size = batch.request_bytes_of(index)
+            conn.respond_add(
+                status, batch.ledger_ids[index], batch.entry_ids[index], batch.txn_id, size
+            )
+            if self._metrics is not None:
+                self._metrics.add_refused()
+
     def _answer_refused(self, conn: Responder, batch: AddBatchAnswer) -> None:
         """Answer the adds the engine refused and take them out of the batch (which the
         journal thread hands back through the loop, so not before this returns)."""
         refused = dict(batch.refused)
-        ledger_ids, entry_ids, bodies = batch.ledger_ids, batch.entry_ids, batch.bodies
+        ledger_ids, entry_ids = batch.ledger_ids, batch.entry_ids
         for index, error in batch.refused:
-            size = _ADD_FRAME_BYTES + len(bodies[index])
-            conn.respond_add(status_of(error), ledger_ids[index], entry_ids[index], 0, size)
+            size = batch.request_bytes_of(index)
+            status = status_of(error)
+            conn.respond_add(status, ledger_ids[index], entry_ids[index], batch.txn_id, size)
             batch.requests -= 1
             batch.request_bytes -= size
             if self._metrics is not None:
@@ -252,22 +223,26 @@ class RequestHandlers:
         keep = [i for i in range(len(entry_ids)) if i not in refused]
         batch.ledger_ids = [ledger_ids[i] for i in keep]
         batch.entry_ids = [entry_ids[i] for i in keep]
+        batch.bodies = [batch.bodies[i] for i in keep]
         batch.refused = []
 
     def _add_request(self, conn: Responder, request: AddRequest, size: int) -> None:
+        """A v3 ADD (or a decoded v2 one): a batch of one for :meth:`add`."""
         flags = (_RECOVERY if request.recovery else 0) | (
             _HIGH_PRIORITY if request.high_priority else 0
         )
-        self.add(
-            conn,
-            flags,
-            request.ledger_id,
-            request.entry_id,
-            request.master_key,
-            request.body,
-            request.txn_id,
-            size,
+        ledger_id, entry_id, txn_id = request.ledger_id, request.entry_id, request.txn_id
+        try:
+            entry_lac(ledger_id, entry_id, request.body)  # the ids beside the body name it
+        except errors.BadRequestError:
+            conn.respond_add(StatusCode.EBADREQ, ledger_id, entry_id, txn_id, size)
+            if self._metrics is not None:
+                self._metrics.add_refused()
+            return
+        batch = AddBatchAnswer.single(
+            conn, flags, ledger_id, entry_id, request.master_key, request.body, txn_id, size
         )
+        self.add(conn, batch)
 
     def write_lac(self, conn: Responder, request: WriteLacRequest, size: int) -> None:
         def done(error: BaseException | None) -> None:

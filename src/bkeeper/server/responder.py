@@ -3,26 +3,27 @@ typed tokens of writes that are answered once durable.
 
 A write (add, fence, explicit LAC, force) hands the storage engine a :class:`Durable` token;
 the engine gives the tokens of a journal group back once the group is durable (or failed), and
-the handlers call :meth:`Durable.durable` on each with the group's status. An add's token is an
-:class:`AddAnswer`, answered through :meth:`Responder.respond_add` without a response object
-(the add path makes one per entry, so it is a slotted class with nothing more); the other
-writes pass their answer as a :class:`WhenDurable` callback. A v2 connection hands the adds
-of one chunk to the engine as one :class:`AddBatchAnswer` (no object per entry), answered
-through :meth:`BatchResponder.respond_adds` in one write once every journal it went to has
-made it durable. :meth:`Durable.durable` returns how many adds it answered (for metrics).
+the handlers call :meth:`Durable.durable` on each with the group's status. Every add reaches
+the handlers as an :class:`AddBatchAnswer`, which is its own token: the plain v2 adds of one
+chunk (parallel lists, no object per entry), or one add (a v2 add with flags, a v3 request).
+It is answered once every journal it went to made its share durable: one add through
+:meth:`Responder.respond_add`, many through :meth:`BatchResponder.respond_adds` in one write.
+The other writes pass their answer as a :class:`WhenDurable` callback.
+:meth:`Durable.durable` returns how many adds it answered (for metrics).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
-from typing import Protocol, final
+from typing import Protocol, cast, final
 
+from bkeeper.common.limits import MASTER_KEY_BYTES
 from bkeeper.storage import AddBatch
-from bkeeper.wire.codes import StatusCode
+from bkeeper.wire.codes import StatusCode, V2Flag
 from bkeeper.wire.messages import Response
 
 __all__ = [
-    "AddAnswer",
     "AddBatchAnswer",
     "BatchResponder",
     "Durable",
@@ -85,44 +86,73 @@ class Durable:
         raise NotImplementedError
 
 
-@final
-class AddAnswer(Durable):
-    """An add: answered with the group's status on the connection it came from."""
-
-    __slots__ = ("conn", "entry_id", "ledger_id", "request_bytes", "txn_id")
-
-    def __init__(
-        self, conn: Responder, ledger_id: int, entry_id: int, txn_id: int, request_bytes: int
-    ) -> None:
-        self.conn = conn
-        self.ledger_id = ledger_id
-        self.entry_id = entry_id
-        self.txn_id = txn_id
-        self.request_bytes = request_bytes
-
-    def durable(self, status: StatusCode, error: BaseException | None) -> int:
-        self.conn.respond_add(
-            status, self.ledger_id, self.entry_id, self.txn_id, self.request_bytes
-        )
-        return 1
+_LAC = struct.Struct(">q")
+_LAC_AT = 16
+_RECOVERY = int(V2Flag.RECOVERY_ADD)
+_HIGH_PRIORITY = int(V2Flag.HIGH_PRIORITY)
+#: A v2 ADD frame's bytes (as the connection counts them: without the length prefix) besides
+#: the entry body: the header and the master key.
+_V2_ADD_FRAME_BYTES = 4 + MASTER_KEY_BYTES
 
 
 @final
 class AddBatchAnswer(AddBatch, Durable):
-    """The v2 adds of one chunk read by a connection (``storage.AddBatch``: parallel lists,
-    no object per entry), answered together once each of the ``parts`` journals they went
-    to made its share durable; with the worst status if one failed. The owner sets
-    ``requests``/``request_bytes`` (what the accepted adds counted against the connection's
-    limits) and removes refused entries' fields before the engine hands the token back."""
+    """Adds read by a connection, handed to the handlers together (``storage.AddBatch``:
+    parallel lists, no object per entry): the plain v2 adds of one chunk, or one add (see
+    :meth:`single`). It is its own token, answered once each of the ``parts`` journals its
+    adds went to made its share durable, with the worst status if one failed.
 
-    __slots__ = ("conn", "error_status", "request_bytes", "requests")
+    ``requests`` and ``request_bytes`` are what the adds counted against the connection's
+    limits (``request_bytes`` < 0: over them, never counted); the handlers take refused
+    entries out before the engine hands the token back. ``high_priority``: taken by a
+    read-only bookie while its disk has room (as recovery adds are); ``txn_id``: a v3
+    request's (a batch of many holds v2 adds, which have none)."""
 
-    def __init__(self, conn: BatchResponder) -> None:
-        AddBatch.__init__(self)
+    __slots__ = ("conn", "error_status", "high_priority", "request_bytes", "requests", "txn_id")
+
+    def __init__(
+        self,
+        conn: Responder,
+        recovery: bool = False,
+        high_priority: bool = False,
+        txn_id: int = 0,
+    ) -> None:
+        AddBatch.__init__(self, recovery)
         self.conn = conn
+        self.high_priority = high_priority
+        self.txn_id = txn_id
         self.requests = 0
         self.request_bytes = 0
         self.error_status = StatusCode.EOK
+
+    @classmethod
+    def single(
+        cls,
+        conn: Responder,
+        flags: int,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes | bytearray | memoryview,
+        body: bytes | bytearray | memoryview,
+        txn_id: int,
+        request_bytes: int,
+    ) -> AddBatchAnswer:
+        """One add: ``flags`` are :class:`V2Flag` bits. The LAC is read from the body when
+        it is long enough (the engine refuses a shorter one)."""
+        batch = cls(conn, flags & _RECOVERY != 0, flags & _HIGH_PRIORITY != 0, txn_id)
+        body = bytes(body)
+        lac = _LAC.unpack_from(body, _LAC_AT)[0] if len(body) >= _LAC_AT + 8 else -1
+        batch.append(ledger_id, entry_id, lac, bytes(master_key), body)
+        batch.requests = 1
+        batch.request_bytes = request_bytes
+        return batch
+
+    def request_bytes_of(self, index: int) -> int:
+        """What the add at ``index`` counted against the connection's limits: a batch of
+        many holds plain v2 adds, whose frames are their header, master key and body."""
+        if len(self.bodies) == 1:
+            return self.request_bytes
+        return _V2_ADD_FRAME_BYTES + len(self.bodies[index])
 
     def durable(self, status: StatusCode, error: BaseException | None) -> int:
         if status is not StatusCode.EOK:
@@ -130,7 +160,17 @@ class AddBatchAnswer(AddBatch, Durable):
         self.parts -= 1
         if self.parts > 0:
             return 0
-        self.conn.respond_adds(
+        if len(self.entry_ids) == 1:
+            self.conn.respond_add(
+                self.error_status,
+                self.ledger_ids[0],
+                self.entry_ids[0],
+                self.txn_id,
+                self.request_bytes,
+            )
+            return 1
+        # Batches of many are made by a bookie connection only (plain v2 adds).
+        cast(BatchResponder, self.conn).respond_adds(
             self.error_status, self.ledger_ids, self.entry_ids, self.requests, self.request_bytes
         )
         return self.requests

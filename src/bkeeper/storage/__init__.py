@@ -9,7 +9,7 @@ and lose exactly what was not made durable.
 Imports ``bkeeper.common`` only.
 """
 
-from bkeeper.storage.add_batch import AddBatch
+from bkeeper.storage.add_batch import AddBatch, entry_lac
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskState
 from bkeeper.storage.filesystem import FileSystem, OsFileSystem, ReadableFile, WritableFile
@@ -33,4 +33,5 @@ __all__ = [
     "StorageConfig",
     "StorageStats",
     "WritableFile",
+    "entry_lac",
 ]

@@ -27,6 +27,7 @@ are not in the journal; the others are added whatever happens to them.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 from crc32c import crc32c
@@ -38,12 +39,17 @@ from bkeeper.common.errors import (
     TooManyRequestsError,
 )
 from bkeeper.storage.engine import EngineState
+from bkeeper.storage.filesystem import BytesLike
 from bkeeper.storage.framing import RECORD_HEADER
 from bkeeper.storage.journal import Journal
 from bkeeper.storage.journal_format import RecordKind
 from bkeeper.storage.ledger_state import StoredLedger
 
-__all__ = ["PREFIX_CRCS_MAX", "AddBatch", "add_batch_locked"]
+__all__ = ["ENTRY_HEAD_BYTES", "PREFIX_CRCS_MAX", "AddBatch", "add_batch_locked", "entry_lac"]
+
+#: An entry body begins ledgerId | entryId | LAC | length: a shorter one is refused.
+ENTRY_HEAD_BYTES = 32
+_ENTRY_HEAD = struct.Struct(">qqq")
 
 _ADD = int(RecordKind.ADD_ENTRY)
 _pack_header = RECORD_HEADER.pack
@@ -58,6 +64,17 @@ def _prefix_crc(length: int) -> int:
         _prefix_crcs.clear()
     crc = _prefix_crcs[length] = crc32c(length.to_bytes(4, "big") + bytes((_ADD,)))
     return crc
+
+
+def entry_lac(ledger_id: int, entry_id: int, body: BytesLike) -> int:
+    """The LAC ``body`` carries, once it is checked to name ``ledger_id`` and ``entry_id``
+    (BadRequestError otherwise): for adds whose ids come beside the body, not from it."""
+    if len(body) < ENTRY_HEAD_BYTES or entry_id < 0:
+        raise BadRequestError(f"ledger {ledger_id}: bad entry {entry_id}")
+    body_ledger_id, body_entry_id, lac = _ENTRY_HEAD.unpack_from(body)
+    if body_ledger_id != ledger_id or body_entry_id != entry_id:
+        raise BadRequestError(f"ledger {ledger_id} entry {entry_id}: body names another")
+    return int(lac)
 
 
 class AddBatch:
@@ -135,6 +152,10 @@ def add_batch_locked(
         batch.ledger_ids, batch.entry_ids, batch.lacs, batch.master_keys, batch.bodies, strict=True
     ):
         index += 1
+        size = len(body)
+        if entry_id < 0 or size < ENTRY_HEAD_BYTES:
+            refused.append((index, BadRequestError(f"ledger {ledger}: bad entry {entry_id}")))
+            continue
         if ledger != ledger_id or master_key != key:
             if journal is not None and blob_records:
                 journal.append_records_locked(blob, blob_records)
@@ -164,10 +185,6 @@ def add_batch_locked(
             refused.append((index, refusal))
             continue
         assert state is not None
-        size = len(body)
-        if entry_id < 0:
-            refused.append((index, BadRequestError(f"ledger {ledger}: bad entry {entry_id}")))
-            continue
         if size > cache_room:
             refused.append((index, TooManyRequestsError("write cache is full")))
             continue

@@ -50,7 +50,7 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.common.metrics import MetricSet
-from bkeeper.storage.add_batch import AddBatch, add_batch_locked
+from bkeeper.storage.add_batch import AddBatch, add_batch_locked, entry_lac
 from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs, StorageLayout
@@ -76,9 +76,7 @@ __all__ = ["Storage", "StorageStats"]
 
 log = logging.getLogger(__name__)
 
-_ENTRY_HEAD = struct.Struct(">qqq")
 _LEDGER_ID = struct.Struct(">q")
-_ENTRY_HEADER_BYTES = 32
 
 
 def _ignore(tokens: list[object], error: BaseException | None) -> None:
@@ -258,13 +256,9 @@ class Storage(StorageReads):
         write failed for lack of space and none is free yet) and BookieIOError (journal
         failed or storage closed).
         """
+        lac = entry_lac(ledger_id, entry_id, body)
         if type(body) is not bytes:
             body = bytes(body)
-        if len(body) < _ENTRY_HEADER_BYTES or entry_id < 0:
-            raise BadRequestError(f"ledger {ledger_id}: bad entry {entry_id}")
-        body_ledger_id, body_entry_id, lac = _ENTRY_HEAD.unpack_from(body)
-        if body_ledger_id != ledger_id or body_entry_id != entry_id:
-            raise BadRequestError(f"ledger {ledger_id} entry {entry_id}: body names another")
         batch = AddBatch(recovery)
         batch.append(ledger_id, entry_id, lac, master_key, body)
         with self._engine.lock:

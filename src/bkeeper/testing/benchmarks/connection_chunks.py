@@ -2,7 +2,7 @@
 storage or sockets.
 
 Feeds ``BookieConnection.data_received`` chunks of 1 KiB v2 ADD frames (a transport that
-drops what it is given; an ``add`` and an ``add_batch`` that answer at once) in three
+drops what it is given; an ``add`` that answers every batch at once) in three
 shapes: one whole frame per chunk (one add at a time), one frame split over two chunks (an
 incomplete frame held between them: the partial-frame budget's bookkeeping runs twice), and
 64 frames per chunk (a loaded connection); responses are flushed every 256 chunks. The
@@ -82,12 +82,6 @@ class _Transport:
         pass
 
 
-def _answer(conn: BookieConnection, flags: int, ledger: int, entry: int,
-            key: bytes | memoryview, body: bytes | memoryview, txn: int,
-            size: int) -> None:  # fmt: skip
-    conn.respond_add(StatusCode.EOK, ledger, entry, txn, size)
-
-
 def _answer_batch(conn: BookieConnection, batch: AddBatchAnswer) -> None:
     """The batch lane's handler, answering at once."""
     conn.respond_adds(
@@ -98,7 +92,7 @@ def _answer_batch(conn: BookieConnection, batch: AddBatchAnswer) -> None:
 async def _measure(shape: ChunkShape, frames: int, rounds: int) -> ConnectionResult:
     config = BookieConfig(data_dir="-")
     table = ConnectionTable(config)
-    conn = BookieConnection(config, table, lambda *a: None, _answer, None, _answer_batch)
+    conn = BookieConnection(config, table, lambda *a: None, _answer_batch)
     conn.connection_made(_Transport())  # type: ignore[arg-type]
     frame = v2.encode_request_frame(AddRequest(0, 0, bytes(20), bytes(ENTRY_BYTES)))
     data = frame * shape.frames_per_chunk
