@@ -13,6 +13,7 @@ import pytest
 from bkeeper.common.errors import ConfigError, NotLeaderError
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.statemachine import ReplicatedStateMachine, RsmConfig
+from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
 from tests.statemachine.test_machine import CLIENT, Journal, member, wait_for
 
@@ -100,3 +101,29 @@ async def test_a_new_leader_waits_the_lease_out_after_fencing() -> None:
         assert led - opening[0] >= LEASE_S
         stop_b.set()
         await asyncio.wait_for(task_b, 20)
+
+
+async def test_the_lease_runs_on_the_members_clock() -> None:
+    clock = FakeClock()
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(CLIENT)
+        config = RsmConfig("journal", b"a", read_lease_s=LEASE_S)
+        logs = NamedLogs(bk, LogConfig(tail_poll_ms=50))
+        a = ReplicatedStateMachine(logs, bk.cluster.store, Journal(), config, clock=clock)
+        stop = asyncio.Event()
+        task = asyncio.create_task(a.run(stop))
+        while not a.leading:  # the wait after fencing ends when the member's clock says so
+            clock.advance(0.05)
+            await asyncio.sleep(0.01)
+        await a.submit(b"x")
+        applied = a.applied
+        assert a.lease_read()
+        clock.advance(LEASE_S / 2)  # past half of it: still held, and a barrier renews it
+        assert a.lease_read()
+        assert a.lease_renewals == 1
+        await wait_for(lambda: a.applied != applied)  # the renewal, acknowledged
+        clock.advance(LEASE_S)  # past the renewed lease too: no real time passed
+        assert not a.lease_read()
+        await wait_for(a.lease_read)  # a barrier sent at the clock's now renews it
+        stop.set()
+        await asyncio.wait_for(task, 20)

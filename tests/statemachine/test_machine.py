@@ -191,7 +191,7 @@ async def test_a_member_started_while_the_store_fails_waits_it_out(monkeypatch):
     ConnectionLoss (at /bkeeper/snapshots/kv-verify)`` (verify campaign, seed 50010): the
     member's first steps were not tried again. It now waits the outage out."""
     from bkeeper.common.errors import ConnectionLossError
-    from bkeeper.statemachine.snapshots import SnapshotStore
+    from bkeeper.statemachine.snapshot_store import SnapshotStore
 
     real, failures = SnapshotStore.latest, [3]
 

@@ -7,7 +7,7 @@ import pytest
 
 from bkeeper.common.errors import ConnectionLossError, LedgerNotFoundError
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
-from bkeeper.statemachine.snapshots import SnapshotStore
+from bkeeper.statemachine.snapshot_store import SnapshotStore
 from bkeeper.testing.cluster import MemoryCluster
 
 

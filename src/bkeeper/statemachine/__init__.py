@@ -3,9 +3,10 @@ acknowledgement, followers that tail, snapshots in ledgers and log truncation.
 
 :mod:`~bkeeper.statemachine.protocol` holds what a state machine is made of
 (:class:`StateMachine`, :class:`RsmConfig`, the record formats);
+:mod:`~bkeeper.statemachine.core` decides for a member, purely;
 :mod:`~bkeeper.statemachine.machine` runs one (:class:`ReplicatedStateMachine`);
-:mod:`~bkeeper.statemachine.snapshots` keeps snapshots; :mod:`~bkeeper.statemachine.dice` is
-the BookKeeper tutorial's replicated Dice on it.
+:mod:`~bkeeper.statemachine.snapshot_store` keeps snapshots;
+:mod:`~bkeeper.statemachine.dice` is the BookKeeper tutorial's replicated Dice on it.
 """
 
 from bkeeper.statemachine.dice import Dice, DiceConfig
@@ -17,7 +18,7 @@ from bkeeper.statemachine.protocol import (
     StateMachine,
     election_path,
 )
-from bkeeper.statemachine.snapshots import SnapshotInfo, SnapshotStore, snapshot_path
+from bkeeper.statemachine.snapshot_store import SnapshotInfo, SnapshotStore, snapshot_path
 
 __all__ = [
     "NOOP_PROPERTIES",

@@ -53,7 +53,7 @@ FAILED      -        -       -        -      -          -           -      FAILE
 
 (REFUSED: the writer refused for an older term, or failed to open; FAILED: an append failed;
 DOWN: leadership ended or the member stops.) Queries that move nothing: :meth:`lease_read`,
-:meth:`follow_tick`, :attr:`role`.
+:meth:`follow_tick`, :attr:`role`; :meth:`catchup_tick` may report CAUGHT_UP.
 """
 
 from __future__ import annotations
@@ -288,6 +288,13 @@ class MemberCore(Generic[P]):
         if self._phase is Phase.CATCHUP:
             actions += self._check_caught_up(now_s)
         return actions
+
+    def catchup_tick(self, now_s: float) -> list[Action[P]]:
+        """Catching up, the reader returned nothing (a snapshot restored meanwhile may
+        cover the log's end)."""
+        if self._phase is not Phase.CATCHUP:
+            raise AssertionError(f"a catch-up tick in phase {self._phase.name}")
+        return self._check_caught_up(now_s)
 
     def _check_caught_up(self, now_s: float) -> list[Action[P]]:
         end = self._catchup_end

@@ -1,5 +1,10 @@
 """A replicated state machine on a named log: election, terms, catch-up, apply after ack.
 
+This module is the asyncio shell: the decisions are the member's pure core
+(:mod:`bkeeper.statemachine.core`, its rules and transition table); the shell performs its
+actions (open the writer, read, append, apply, wait, step down, snapshot) and feeds it what
+happened, with the time from the member's :class:`~bkeeper.common.clock.Clock`.
+
 A user implements :class:`StateMachine`: ``apply`` a command to the state (deterministically,
 the same on every member) and return a result; ``write_snapshot`` the state to a stream;
 ``restore_snapshot`` from one. :class:`ReplicatedStateMachine` runs it:
@@ -27,17 +32,17 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
   was not fenced after the read arrived, so the state then holds every write completed
   before it. Concurrent reads share a barrier.
 - Read lease (``read_lease_s`` = L > 0): an append sent at ``s`` (this member's monotonic
-  clock) and acknowledged proves the writer was not fenced at ``s``: no other leader had
-  fenced it by then. A new leader waits L after its fencing completed before it takes
-  commands, so no other member acknowledges a write before ``s + L`` on the new leader's
-  clock. Until ``s + L * (1 - LEASE_DRIFT)`` on its own clock the leader may then answer a
-  read from its state at once (:meth:`ReplicatedStateMachine.lease_read`): the state holds
-  every acknowledged write. The assumption: members' clocks run at rates within
-  ``LEASE_DRIFT`` of each other (a stopped process's monotonic clock runs on: when it
-  continues, its lease has run out). Reads renew the lease with a barrier once half of it
-  is gone; a fail-over takes L longer.
-- Snapshots (:mod:`bkeeper.statemachine.snapshots`, taken and restored by
-  :mod:`bkeeper.statemachine.snapshotting`): every ``snapshot_every_commands``
+  clock, read through its ``Clock``) and acknowledged proves the writer was not fenced at
+  ``s``: no other leader had fenced it by then. A new leader waits L after its fencing
+  completed before it takes commands, so no other member acknowledges a write before
+  ``s + L`` on the new leader's clock. Until ``s + L * (1 - LEASE_DRIFT)`` on its own clock the
+  leader may then answer a read from its state at once
+  (:meth:`ReplicatedStateMachine.lease_read`): the state holds every acknowledged write. The
+  assumption: members' clocks run at rates within ``LEASE_DRIFT`` of each other (a stopped
+  process's monotonic clock runs on: when it continues, its lease has run out). Reads renew
+  the lease with a barrier once half of it is gone; a fail-over takes L longer.
+- Snapshots (:mod:`bkeeper.statemachine.snapshot_store`, taken and restored by
+  :mod:`bkeeper.statemachine.snapshot_taker`): every ``snapshot_every_commands``
   commands or ``snapshot_every_bytes`` command bytes the leader writes the state to a ledger,
   records it with the position it covers, then truncates the log before it. A member that
   starts, or whose reader was passed by truncation, restores the latest snapshot and tails on.
@@ -56,11 +61,11 @@ import asyncio
 import collections
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     BKeeperError,
     LogDeletedError,
@@ -68,20 +73,29 @@ from bkeeper.common.errors import (
     LogFencedError,
     LogNotFoundError,
     NotLeaderError,
-    StateMachineError,
     WriterTermError,
 )
 from bkeeper.common.tasks import within
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.store import NodeStore, SessionState
-from bkeeper.namedlog import EARLIEST, LogReader, LogWriter, NamedLog, NamedLogs, Position
-from bkeeper.namedlog.records import Record
+from bkeeper.namedlog import LogWriter, NamedLog, NamedLogs, Position, Record
+from bkeeper.statemachine.core import (
+    Action,
+    Apply,
+    CoreConfig,
+    FailPending,
+    MemberCore,
+    Phase,
+    Resign,
+    TakeSnapshot,
+    WaitLease,
+)
+from bkeeper.statemachine.log_tail import LogTail
 from bkeeper.statemachine.protocol import (
     BATCH_BYTES_MAX,
     BATCH_COMMANDS_MAX,
     BATCH_PROPERTIES,
     ITEM_HEAD,
-    LEASE_DRIFT,
     NOOP_PROPERTIES,
     Role,
     RsmConfig,
@@ -90,12 +104,15 @@ from bkeeper.statemachine.protocol import (
     election_path,
     encode_batch,
 )
-from bkeeper.statemachine.snapshots import SnapshotStore
-from bkeeper.statemachine.snapshotting import Snapshotting
+from bkeeper.statemachine.snapshot_store import SnapshotStore
+from bkeeper.statemachine.snapshot_taker import SnapshotTaker
 
 __all__ = ["ReplicatedStateMachine"]
 
 log = logging.getLogger(__name__)
+
+_NOOP = NOOP_PROPERTIES["bkeeper.rsm"]
+_BATCH = BATCH_PROPERTIES["bkeeper.rsm"]
 
 
 @dataclass
@@ -113,10 +130,10 @@ class _Pending:
 
     appended: asyncio.Future[Position]
     commands: list[_Command]
-    sent_s: float  # monotonic, before the append was sent
+    sent_s: float  # the member's monotonic clock, before the append was sent
 
 
-class ReplicatedStateMachine(Snapshotting):
+class ReplicatedStateMachine:
     """Runs a :class:`StateMachine` as one member (see the module docstring).
     ``await run(stop)`` until ``stop`` is set; ``submit`` while :attr:`leading`."""
 
@@ -127,52 +144,96 @@ class ReplicatedStateMachine(Snapshotting):
         machine: StateMachine,
         config: RsmConfig,
         *,
+        clock: Clock | None = None,
         before_open_writer: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """``before_open_writer``: awaited between the leadership check and ``open_writer``
-        (a test hook: a pause placed exactly there)."""
+        """``clock``: the lease's, the follower's stall check's (default: the system
+        clock). ``before_open_writer``: awaited between the leadership check and
+        ``open_writer`` (a test hook: a pause placed exactly there)."""
         self._logs = logs
         self._store = store
         self._machine = machine
         self._config = config
+        self._clock: Clock = clock or SystemClock()
         self._before_open_writer = before_open_writer
+        self._core: MemberCore[Position] = MemberCore(
+            CoreConfig(
+                read_lease_s=config.read_lease_s,
+                follow_stall_s=config.follow_stall_s,
+                snapshot_every_commands=config.snapshot_every_commands,
+                snapshot_every_bytes=config.snapshot_every_bytes,
+            )
+        )
         self.snapshots = SnapshotStore(logs, store, config.log_name)
+        self._snapshot_taker = SnapshotTaker(logs, self.snapshots, machine, config, self._core)
+        self._tail = LogTail(
+            config.log_name,
+            config.follow_stall_s,
+            lambda: self._core.applied,
+            self._snapshot_taker.restore,
+        )
         self.directory = election_path(logs.bk.cluster.root, config.log_name)
-        #: What this member does now; ``apply`` may read it.
-        self.role: Role = "following"
-        #: The position of the last record applied (or covered by the restored snapshot).
-        self.applied: Position | None = None
-        #: Commands applied by this member (any role), and since the last snapshot.
-        self.applied_count = 0
-        self._since_snapshot = (0, 0)
-        #: Times this member's writer was fenced while it led / refused for an older term.
-        self.fenced = 0
-        self.refused = 0
-        #: Snapshots this member wrote and restored.
-        self.snapshots_written = 0
-        self.snapshots_restored = 0
         self._leading = asyncio.Event()
         self._writer: LogWriter | None = None
         self._failure: asyncio.Event = asyncio.Event()
-        self._failure_fenced = False
         self._in_flight: collections.deque[_Pending] = collections.deque()
         self._slots = asyncio.Semaphore(config.in_flight_max)
         self._queue: collections.deque[_Command] = collections.deque()
         self._flusher: asyncio.Future[None] | None = None
         self._barrier: asyncio.Future[None] | None = None
-        #: Until when (monotonic) this leader may answer reads without a barrier.
-        self._lease_until = 0.0
-        #: Reads answered under the lease, and barriers the lease's renewal appended.
-        self.lease_reads = 0
-        self.lease_renewals = 0
         self._snapshotting: asyncio.Future[Position | None] | None = None
         self._election: LeaderElection | None = None
-        self._reader: LogReader | None = None
-        self._reader_behind = False
-        #: Readers replaced because they returned nothing while the log held more.
-        self.reader_restarts = 0
         #: Why the member stopped for good (its log was deleted), or None.
         self.failure: LogDeletedError | None = None
+
+    # -- what the member is and did (the core's) --------------------------------------
+    @property
+    def role(self) -> Role:
+        """What this member does now; ``apply`` may read it."""
+        return self._core.role
+
+    @property
+    def applied(self) -> Position | None:
+        """The position of the last record applied (or covered by the restored snapshot)."""
+        return self._core.applied
+
+    @property
+    def applied_count(self) -> int:
+        """Commands applied by this member (any role)."""
+        return self._core.applied_count
+
+    @property
+    def fenced(self) -> int:
+        """Times this member's writer was fenced while it led."""
+        return self._core.fenced
+
+    @property
+    def refused(self) -> int:
+        """Times this member's writer was refused for an older term."""
+        return self._core.refused
+
+    @property
+    def lease_reads(self) -> int:
+        """Reads answered under the lease."""
+        return self._core.lease_reads
+
+    @property
+    def lease_renewals(self) -> int:
+        """Barriers the lease's renewal appended."""
+        return self._core.lease_renewals
+
+    @property
+    def reader_restarts(self) -> int:
+        """Readers replaced because they returned nothing while the log held more."""
+        return self._tail.restarts
+
+    @property
+    def snapshots_written(self) -> int:
+        return self._snapshot_taker.written
+
+    @property
+    def snapshots_restored(self) -> int:
+        return self._snapshot_taker.restored
 
     @property
     def leading(self) -> bool:
@@ -189,13 +250,17 @@ class ReplicatedStateMachine(Snapshotting):
             return None
         return await self._election.leader()
 
+    async def snapshot(self) -> Position | None:
+        """Write a snapshot of the state now and truncate the log before it; the position
+        it covers (None when a newer one is recorded already or nothing is applied)."""
+        return await self._snapshot_taker.take()
+
     # -- the member's life ---------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         config = self._config
         begun = await self._begin(stop)
         if begun is None:  # stopped before it could start
-            if self._reader is not None:
-                await self._reader.close()
+            await self._tail.close()
             return
         named, election = begun
         self._election = election
@@ -213,14 +278,14 @@ class ReplicatedStateMachine(Snapshotting):
                         continue
                     if self._before_open_writer is not None:
                         await self._before_open_writer()
-                    fenced = await self._lead(named, election, stop, term)
+                    resign = await self._lead(named, election, stop, term)
                 except LogNotFoundError as exc:  # it was there at the start: deleted
                     raise self._log_deleted(exc) from exc
                 except BKeeperError as exc:  # the store or bookies failed: try again shortly
                     log.info("%s: %s; trying again", config.log_name, exc)
                     await asyncio.sleep(config.retry_pause_s)
                     continue
-                if fenced:
+                if resign:
                     # Fenced while this member thought it led: its view of the election is
                     # stale. Resign and queue again behind the others.
                     await election.aclose()
@@ -228,7 +293,7 @@ class ReplicatedStateMachine(Snapshotting):
                     self._election = election
                     await election.start()
         finally:
-            self._step_down(NotLeaderError(f"{config.log_name}: the member is stopping"))
+            self._perform_down(NotLeaderError(f"{config.log_name}: the member is stopping"))
             if self._flusher is not None:
                 self._flusher.cancel()
                 with contextlib.suppress(BaseException):
@@ -238,8 +303,7 @@ class ReplicatedStateMachine(Snapshotting):
                 with contextlib.suppress(BaseException):
                     await self._snapshotting
             await election.aclose()
-            if self._reader is not None:
-                await self._reader.close()
+            await self._tail.close()
 
     def _log_deleted(self, cause: LogNotFoundError) -> LogDeletedError:
         """The member's log was deleted: the member fails for good (module docstring)."""
@@ -248,7 +312,7 @@ class ReplicatedStateMachine(Snapshotting):
             f"{name}: the member's log {name!r} was deleted: it stops ({cause})"
         )
         self.failure = error
-        self.role = "failed"
+        self._core.log_deleted()
         log.error("%s", error)
         return error
 
@@ -262,9 +326,8 @@ class ReplicatedStateMachine(Snapshotting):
                 with contextlib.suppress(LogExistsError):
                     await self._logs.create(config.log_name)
                 named = self._logs.log(config.log_name)
-                await self._restore()
-                if self._reader is None:
-                    self._reader = await self._open_reader(named)
+                await self._snapshot_taker.restore()
+                await self._tail.open(named)
                 election = self._candidate()
                 try:
                     await election.start()
@@ -289,164 +352,79 @@ class ReplicatedStateMachine(Snapshotting):
             return False
         return election.is_leader and holder == self._config.candidate
 
-    async def _open_reader(self, named: NamedLog) -> LogReader:
-        start: str | Position = EARLIEST
-        if self.applied is not None:
-            start = Position(self.applied.ledger_id, self.applied.entry_id + 1)
-        return await named.open_reader(start)
-
-    async def _next_record(self, named: NamedLog, timeout_s: float) -> Record | None:
-        """The next record to apply, or None. When truncation passed this member's reader
-        (the reader skipped deleted ledgers, or it moved to another ledger while the log's
-        truncation point lies past what was applied), restore the latest snapshot (it covers
-        what was skipped) and read on after it."""
-        if self._reader_behind or self._reader is None:
-            # This member led (its reader stopped where catch-up ended, and the log up to
-            # what it applied may be truncated since), or opening a reader failed last time:
-            # read on after what it applied.
-            self._reader_behind = False
-            if self._reader is not None:
-                await self._reader.close()
-                self._reader = None
-            self._reader = await self._open_reader(named)
-        reader = self._reader
-        skipped = reader.skipped_ledgers
-        record = await reader.next(timeout_s)
-        passed = reader.skipped_ledgers != skipped
-        applied = self.applied
-        if (
-            record is not None
-            and not passed
-            and applied is not None
-            and record.position.ledger_id != applied.ledger_id  # a ledger switch: check
-        ):
-            mark = (await named.metadata()).truncated_before
-            passed = mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
-        if not passed:
-            return record
-        await reader.close()
-        self._reader = None
-        if not await self._restore():
-            mark = (await named.metadata()).truncated_before
-            if applied is None or (
-                mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
-            ):
-                raise StateMachineError(
-                    f"{self._config.log_name}: the log was truncated past position {applied} "
-                    "and no later snapshot is recorded"
-                )
-            # Only ledgers already applied were skipped: read on after what was applied.
-        self._reader = await self._open_reader(named)
-        return None
-
-    def _apply_record(self, record: Record) -> None:
-        if self.applied is not None and record.position <= self.applied:
-            return  # applied already (a leader reading back its own commands)
+    def _apply_record(self, record: Record) -> list[Action[Position]]:
+        """Feed a record read to the core and apply it; the core's other actions."""
         kind = record.properties.get("bkeeper.rsm")
-        if kind == NOOP_PROPERTIES["bkeeper.rsm"]:
-            commands = []
-        elif kind == BATCH_PROPERTIES["bkeeper.rsm"]:
+        if kind == _NOOP:
+            commands: Sequence[bytes] = ()
+        elif kind == _BATCH:
             commands = [command for noop, command in decode_batch(record.payload) if not noop]
         else:
-            commands = [record.payload]
-        for command in commands:
-            try:
-                self._apply(command, record.position)
-            except Exception as exc:  # the command's result (its caller got it from the leader)
-                log.warning(
-                    "%s: command at %s raised: %r", self._config.log_name, record.position, exc
-                )
-        self.applied = record.position
-
-    def _apply(self, command: bytes, position: Position) -> Any:
-        self.applied = position
-        self.applied_count += 1
-        count, size = self._since_snapshot
-        self._since_snapshot = (count + 1, size + len(command))
-        return self._machine.apply(command, position)
+            commands = (record.payload,)
+        actions = self._core.record_read(record.position, commands, self._clock.monotonic())
+        rest: list[Action[Position]] = []
+        for action in actions:
+            if isinstance(action, Apply):
+                for command in action.commands:
+                    try:
+                        self._machine.apply(command, action.position)
+                    except Exception as exc:  # the command's result (its caller got it)
+                        log.warning(
+                            "%s: command at %s raised: %r",
+                            self._config.log_name, action.position, exc,
+                        )  # fmt: skip
+            else:
+                rest.append(action)
+        return rest
 
     async def _follow(self, named: NamedLog, election: LeaderElection, stop: asyncio.Event) -> None:
-        self.role = "following"
-        config = self._config
-        applied, progress_at = self.applied, time.monotonic()
+        core, clock = self._core, self._clock
+        core.start_following(clock.monotonic())
         while not election.is_leader and not stop.is_set():
-            record = await self._next_record(named, config.follow_poll_s)
+            record = await self._tail.next_record(named, self._config.follow_poll_s)
             if record is not None:
                 self._apply_record(record)
-            if self.applied != applied or self._store.session_state is not SessionState.CONNECTED:
-                # (without the store a follower cannot follow a roll: that is no stall)
-                applied, progress_at = self.applied, time.monotonic()
-            elif time.monotonic() - progress_at >= config.follow_stall_s:
-                progress_at = time.monotonic()
-                await self._check_stall(named)
-
-    async def _check_stall(self, named: NamedLog) -> None:
-        """The reader returned nothing for ``follow_stall_s``. If the log's confirmed end
-        lies past what this member applied, the reader is stuck (verify seed 50042: a
-        follower applied nothing more, silently, while the leader served on): log where it
-        stood, and read on with a new reader from what was applied."""
-        try:
-            end = await _confirmed_end(named)
-        except BKeeperError as exc:  # the store or the bookies are away: look again later
-            log.debug("%s: could not read the log's end: %s", self._config.log_name, exc)
-            return
-        applied = self.applied
-        if end is None or (applied is not None and end <= applied[:2]):
-            return
-        reader, self._reader = self._reader, None
-        self.reader_restarts += 1
-        log.warning(
-            "%s: follower stalled: its reader returned nothing for %g s while the log's "
-            "confirmed end (%d, %d) lies past what it applied (%s); reading on with a new "
-            "reader. The reader stood %s",
-            self._config.log_name,
-            self._config.follow_stall_s,
-            *end,
-            applied,
-            "(none)" if reader is None else reader.describe(),
-        )
-        if reader is not None:
-            await reader.close()
+            connected = self._store.session_state is SessionState.CONNECTED
+            if core.follow_tick(clock.monotonic(), connected=connected):  # a CheckStall
+                await self._tail.check_stall(named)
 
     async def _lead(
         self, named: NamedLog, election: LeaderElection, stop: asyncio.Event, term: int
     ) -> bool:
         """Lead until leadership ends; True when another writer fenced this one, or a newer
-        leader holds the log (the member then queues again)."""
-        config = self._config
+        leader holds the log (the member then resigns and queues again)."""
+        core, clock = self._core, self._clock
+        core.elected(term)  # an OpenWriter(term)
         try:
             writer = await named.open_writer(term=term)
-            fenced_at = time.monotonic()  # the previous writer is fenced by now
+            fenced_at_s = clock.monotonic()  # the previous writer is fenced by now
         except WriterTermError as exc:
-            self.refused += 1
             log.warning("not taking over the log: %s", exc)
-            return True
-        except LogNotFoundError:
-            raise  # deleted: the member stops
+            return Resign() in core.writer_refused(older_term=True)
         except BKeeperError as exc:
+            core.writer_refused(older_term=False)
+            if isinstance(exc, LogNotFoundError):
+                raise  # deleted: the member stops
             log.info("could not take over the log: %s", exc)
-            await asyncio.sleep(config.retry_pause_s)
+            await asyncio.sleep(self._config.retry_pause_s)
             return False
         try:
-            self.role = "catchup"
-            end = await named.last_position()
-            while end is not None and (self.applied is None or self.applied < end):
+            actions = core.writer_opened(fenced_at_s, await named.last_position())
+            while core.phase is Phase.CATCHUP:
                 if not election.is_leader or stop.is_set():
                     return False
-                record = await self._next_record(named, 0.5)
-                if record is not None:
-                    self._apply_record(record)
-            wait_s = fenced_at + config.read_lease_s - time.monotonic()
-            if wait_s > 0:  # the previous leader may answer reads under its lease until then
-                await asyncio.sleep(wait_s)
+                record = await self._tail.next_record(named, 0.5)
+                now_s = clock.monotonic()
+                actions = self._apply_record(record) if record else core.catchup_tick(now_s)
+            while actions and isinstance(wait := actions[0], WaitLease):
+                # The previous leader may answer reads under its lease until then.
+                await asyncio.sleep(max(0.0, wait.until_s - clock.monotonic()))
                 if not election.is_leader or stop.is_set():
                     return False
-            self._failure = asyncio.Event()
-            self._failure_fenced = False
-            self._writer = writer
-            self.role = "leading"
-            self._reader_behind = True
-            self._leading.set()
+                actions = core.lease_waited(clock.monotonic())
+            if core.phase is not Phase.LEADING:
+                raise AssertionError(f"caught up, the core says {actions}")
+            self._perform_lead(writer)
             lost = asyncio.ensure_future(election.wait_leadership_lost())
             stopped = asyncio.ensure_future(stop.wait())
             failed = asyncio.ensure_future(self._failure.wait())
@@ -455,22 +433,32 @@ class ReplicatedStateMachine(Snapshotting):
             finally:
                 for waiter in (lost, stopped, failed):
                     waiter.cancel()
-            if self._failure_fenced:
-                self.fenced += 1
-                log.warning("fenced: another process leads now")
-            return self._failure_fenced
         finally:
-            self._step_down(NotLeaderError(f"{config.log_name}: leadership ended"))
-            self.role = "following"
+            down = self._perform_down(NotLeaderError(f"{self._config.log_name}: leadership ended"))
             with contextlib.suppress(BKeeperError):
                 await writer.close()
+        if Resign() in down:
+            log.warning("fenced: another process leads now")
+            return True
+        return False
 
-    def _step_down(self, error: BaseException) -> None:
+    def _perform_lead(self, writer: LogWriter) -> None:
+        self._failure = asyncio.Event()
+        self._writer = writer
+        self._tail.behind = True
+        self._leading.set()
+
+    def _perform_down(self, error: BaseException) -> list[Action[Position]]:
+        """Tell the core leadership ended (or the member stops) and fail what is pending."""
+        actions = self._core.step_down()
+        self._fail_pending(error)
+        return actions
+
+    def _fail_pending(self, error: BaseException) -> None:
         """Stop taking commands; fail those appended and not applied (their outcome is
         unknown to their callers: the log may hold them, and followers apply them then)."""
         self._leading.clear()
         self._writer = None
-        self._lease_until = 0.0
         while self._in_flight:
             pending = self._in_flight.popleft()
             pending.appended.add_done_callback(_retrieve)  # nobody drains it any more
@@ -501,18 +489,13 @@ class ReplicatedStateMachine(Snapshotting):
         a barrier: it leads and holds a read lease (module doc). Answer at once, with no
         ``await`` between this call and reading the state. Past half the lease, a barrier
         is started to renew it."""
-        lease_s = self._config.read_lease_s
-        if not lease_s or not self._leading.is_set():
-            return False
-        remaining = self._lease_until - time.monotonic()
-        if remaining < lease_s / 2 and self._barrier is None:
-            self.lease_renewals += 1
+        answer = self._core.lease_read(
+            self._clock.monotonic(), barrier_running=self._barrier is not None
+        )
+        if answer.renew:
             self._barrier = asyncio.ensure_future(self._run_barrier())
             self._barrier.add_done_callback(_retrieve)
-        if remaining <= 0:
-            return False
-        self.lease_reads += 1
-        return True
+        return answer.granted
 
     async def _submit(self, command: bytes, *, noop: bool) -> Any:
         if not self.leading:
@@ -566,7 +549,7 @@ class ReplicatedStateMachine(Snapshotting):
                 else:
                     payload = encode_batch([(i.noop, i.command) for i in items])
                     properties = BATCH_PROPERTIES
-                sent = time.monotonic()
+                sent_s = self._clock.monotonic()
                 try:
                     appended = await writer.append_async(payload, properties=properties)
                 except BKeeperError as exc:
@@ -576,15 +559,16 @@ class ReplicatedStateMachine(Snapshotting):
                 if self._writer is not writer:  # stepped down while sending
                     _fail_commands(items, NotLeaderError(f"{name}: leadership ended"))
                     continue
-                self._in_flight.append(_Pending(appended, items, sent))
+                self._in_flight.append(_Pending(appended, items, sent_s))
                 appended.add_done_callback(lambda _f: self._drain())
         finally:
             self._flusher = None
 
     def _fail(self, exc: BaseException) -> None:
         """The writer failed: step down (``run`` follows again)."""
-        self._failure_fenced = self._failure_fenced or isinstance(exc, LogFencedError)
-        self._step_down(NotLeaderError(f"{self._config.log_name}: the writer failed: {exc}"))
+        fenced = isinstance(exc, LogFencedError)
+        if FailPending() in self._core.append_failed(fenced=fenced):
+            self._fail_pending(NotLeaderError(f"{self._config.log_name}: the writer failed: {exc}"))
         self._failure.set()
 
     def _drain(self) -> None:
@@ -597,36 +581,35 @@ class ReplicatedStateMachine(Snapshotting):
                 _fail_commands(pending.commands, NotLeaderError(f"{name}: append failed: {error}"))
                 self._fail(error)
                 return
+            items = [item for item in pending.commands if not item.noop]
+            commands = [item.command for item in items]
             position = pending.appended.result()
-            if self._config.read_lease_s:
-                lease_until = pending.sent_s + self._config.read_lease_s * (1 - LEASE_DRIFT)
-                self._lease_until = max(self._lease_until, lease_until)
+            for action in self._core.append_acked(position, pending.sent_s, commands):
+                if isinstance(action, Apply):
+                    self._apply_commands(items, position)
+                elif isinstance(action, TakeSnapshot):
+                    self._snapshotting = asyncio.ensure_future(self._take_snapshot())
             for item in pending.commands:
-                if item.noop:
-                    result: Any = None
-                else:
-                    try:
-                        result = self._apply(item.command, position)
-                    except Exception as exc:  # the machine's own error is the command's result
-                        if not item.result.done():
-                            item.result.set_exception(exc)
-                        continue
+                if item.noop and not item.result.done():
+                    item.result.set_result(None)
+
+    def _apply_commands(self, items: list[_Command], position: Position) -> None:
+        """Apply acknowledged commands; each one's result (or error) is its caller's."""
+        for item in items:
+            try:
+                result = self._machine.apply(item.command, position)
+            except Exception as exc:  # the machine's own error is the command's result
                 if not item.result.done():
-                    item.result.set_result(result)
-            self.applied = position
-        self._maybe_snapshot()
+                    item.result.set_exception(exc)
+                continue
+            if not item.result.done():
+                item.result.set_result(result)
 
-
-async def _confirmed_end(named: NamedLog) -> tuple[int, int] | None:
-    """(ledger, entry) of the log's last confirmed entry (:meth:`LogWalk.ledger_end
-    <bkeeper.namedlog.walk.LogWalk.ledger_end>` of its last ledger that holds one); None
-    when the log holds none."""
-    walk = named.logs.walk
-    for ledger in reversed((await named.metadata()).ledgers):
-        end = await walk.ledger_end(ledger.ledger_id)
-        if end is not None and end.last >= 0:
-            return ledger.ledger_id, end.last
-    return None
+    async def _take_snapshot(self) -> Position | None:
+        try:
+            return await self._snapshot_taker.take()
+        finally:
+            self._snapshotting = None
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

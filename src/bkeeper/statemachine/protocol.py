@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from bkeeper.common.errors import ConfigError, StateMachineError
 from bkeeper.meta.store import join_path
 from bkeeper.namedlog import Position
 from bkeeper.namedlog import logs_root as _logs_root
+from bkeeper.statemachine.core import LEASE_DRIFT, Role
 
 __all__ = [
     "BATCH_BYTES_MAX",
@@ -32,7 +33,6 @@ __all__ = [
     "encode_batch",
 ]
 
-Role = Literal["following", "catchup", "leading", "failed"]
 #: The properties of a framework record (a read barrier), never applied.
 NOOP_PROPERTIES = {"bkeeper.rsm": b"noop"}
 #: The properties of a record carrying several commands (see :func:`encode_batch`).
@@ -42,9 +42,6 @@ BATCH_COMMANDS_MAX = 1_000
 BATCH_BYTES_MAX = 1024 * 1024
 #: The longest read lease (a new leader waits this long after fencing before it leads).
 READ_LEASE_S_MAX = 10.0
-#: How much faster one member's monotonic clock may run than another's, at most: a lease
-#: of L seconds is used for L * (1 - LEASE_DRIFT) by the leader holding it.
-LEASE_DRIFT = 0.1
 ITEM_HEAD = struct.Struct(">BI")
 
 

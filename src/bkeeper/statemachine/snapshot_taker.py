@@ -1,9 +1,8 @@
-"""Snapshots of a :class:`~bkeeper.statemachine.machine.ReplicatedStateMachine` (its base
-:class:`Snapshotting`): the leader takes one every ``snapshot_every_commands`` commands or
-``snapshot_every_bytes`` command bytes, records it with the position it covers
-(:mod:`bkeeper.statemachine.snapshots`) and truncates the log before it (keeping
-``retain_ledgers`` ledgers); a member that starts, or whose reader truncation passed,
-restores the latest one.
+"""Taking and restoring the snapshots of one member: the leader takes one when its core says
+it is due (every ``snapshot_every_commands`` commands or ``snapshot_every_bytes`` command
+bytes), records it with the position it covers (:mod:`bkeeper.statemachine.snapshot_store`)
+and truncates the log before it (keeping ``retain_ledgers`` ledgers); a member that starts,
+or whose reader truncation passed, restores the latest one.
 """
 
 from __future__ import annotations
@@ -14,57 +13,55 @@ import logging
 
 from bkeeper.common.errors import BKeeperError, StateMachineError
 from bkeeper.namedlog import NamedLog, NamedLogs, Position
+from bkeeper.statemachine.core import MemberCore
 from bkeeper.statemachine.protocol import RsmConfig, StateMachine
-from bkeeper.statemachine.snapshots import SnapshotStore
+from bkeeper.statemachine.snapshot_store import SnapshotStore
 
-__all__ = ["Snapshotting"]
+__all__ = ["SnapshotTaker"]
 
 log = logging.getLogger(__name__)
 
+#: Times a restore reads the latest record again when its snapshot was replaced meanwhile.
+RESTORE_ATTEMPTS_MAX = 10
 
-class Snapshotting:
-    """Taking and restoring snapshots (module doc); the machine sets the state."""
 
-    _config: RsmConfig
-    _logs: NamedLogs
-    _machine: StateMachine
-    _leading: asyncio.Event
-    snapshots: SnapshotStore
-    applied: Position | None
-    _since_snapshot: tuple[int, int]
-    _snapshotting: asyncio.Future[Position | None] | None
-    snapshots_written: int
-    snapshots_restored: int
+class SnapshotTaker:
+    """Takes and restores the snapshots of one member (module doc); the member's core
+    holds the position applied and the counts since the last snapshot."""
 
-    async def _restore(self) -> bool:
+    def __init__(
+        self,
+        logs: NamedLogs,
+        store: SnapshotStore,
+        machine: StateMachine,
+        config: RsmConfig,
+        core: MemberCore[Position],
+    ) -> None:
+        self._logs = logs
+        self.store = store
+        self._machine = machine
+        self._config = config
+        self._core = core
+        #: Snapshots this member wrote and restored.
+        self.written = 0
+        self.restored = 0
+
+    async def restore(self) -> bool:
         """Restore the latest snapshot if it is past what this member applied."""
-        for _ in range(10):
-            info = await self.snapshots.latest()
-            if info is None or (self.applied is not None and info.position <= self.applied):
+        core = self._core
+        for _ in range(RESTORE_ATTEMPTS_MAX):
+            info = await self.store.latest()
+            if info is None or (core.applied is not None and info.position <= core.applied):
                 return False
-            data = await self.snapshots.read(info)
+            data = await self.store.read(info)
             if data is None:
                 continue  # replaced meanwhile
             self._machine.restore_snapshot(io.BytesIO(data))
-            self.applied = info.position
-            self.snapshots_restored += 1
+            core.restored(info.position)
+            self.restored += 1
             log.info("%s: restored the snapshot at %s", self._config.log_name, info.position)
             return True
         raise StateMachineError(f"{self._config.log_name}: snapshots kept being replaced")
-
-    def _maybe_snapshot(self) -> None:
-        config = self._config
-        count, size = self._since_snapshot
-        due = (config.snapshot_every_commands and count >= config.snapshot_every_commands) or (
-            config.snapshot_every_bytes and size >= config.snapshot_every_bytes
-        )
-        if (
-            due
-            and self._leading.is_set()
-            and self._snapshotting is None
-            and self.applied is not None
-        ):
-            self._snapshotting = asyncio.ensure_future(self.snapshot())
 
     async def _truncation_point(self, named: NamedLog, covered: Position) -> Position:
         """Where to truncate after a snapshot covering ``covered``: right after it, or at
@@ -78,24 +75,25 @@ class Snapshotting:
             return Position(ids[0], 0) if ids else Position(0, 0)
         return Position(ids[index - retain], 0)
 
-    async def snapshot(self) -> Position | None:
+    async def take(self) -> Position | None:
         """Write a snapshot of the state now and truncate the log before it; the position
         it covers (None when a newer one is recorded already or nothing is applied)."""
+        core = self._core
         try:
-            if self.applied is None:
+            if core.applied is None:
                 return None
             out = io.BytesIO()
-            position = self.applied
+            position = core.applied
             capture = getattr(self._machine, "snapshot_writer", None)
             if capture is not None:  # the state captured now, written off the event loop
                 await asyncio.to_thread(capture(), out)
             else:
-                self._machine.write_snapshot(out)  # synchronous: the state at self.applied
-            self._since_snapshot = (0, 0)
-            info = await self.snapshots.write(out.getvalue(), position)
+                self._machine.write_snapshot(out)  # synchronous: the state at core.applied
+            core.snapshot_captured()
+            info = await self.store.write(out.getvalue(), position)
             if info is None:
                 return None
-            self.snapshots_written += 1
+            self.written += 1
             named = self._logs.log(self._config.log_name)
             dropped = await named.truncate(await self._truncation_point(named, position))
             log.info("%s: snapshot at %s, %d ledgers truncated", named.name, position, dropped)
@@ -104,4 +102,4 @@ class Snapshotting:
             log.warning("%s: snapshot failed: %s", self._config.log_name, exc)
             return None
         finally:
-            self._snapshotting = None
+            core.snapshot_finished()

@@ -11,7 +11,7 @@ Record format (JSON): ``{"format": 1, "ledger_id": L, "position": "LEDGER:ENTRY"
 "size_bytes": N, "chunks": K, "ctime_ms": T}``.
 
 Limits: ``chunk_bytes`` per entry; ``SNAPSHOT_BYTES_MAX`` per snapshot; ``RECORD_RETRIES_MAX``
-lost compare-and-sets when recording one.
+compare-and-set rounds when recording one.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 import logging
 from dataclasses import dataclass
 
+from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
     BKeeperError,
     LedgerNotFoundError,
@@ -33,7 +34,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.namedlog import LogConfig, NamedLogs, Position, logs_root
-from bkeeper.namedlog.writer import create_ledger, discard_ledger
+from bkeeper.namedlog import create_ledger, discard_ledger
 
 __all__ = ["SNAPSHOT_BYTES_MAX", "SnapshotInfo", "SnapshotStore", "snapshot_path"]
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 #: The largest snapshot written or read back (a bound on memory: a snapshot is held whole).
 SNAPSHOT_BYTES_MAX = 4 * 1024 * 1024 * 1024
-#: Lost compare-and-sets on the snapshot record before giving up.
+#: Compare-and-set rounds on the snapshot record before giving up.
 RECORD_RETRIES_MAX = 20
 #: Bytes per snapshot entry.
 CHUNK_BYTES = 512 * 1024
@@ -164,8 +165,9 @@ class SnapshotStore:
     async def _record(self, info: SnapshotInfo) -> int | bool | None:
         """Record ``info``: the ledger id of the snapshot it replaced (None: none), or False
         when the recorded one is at or past it already."""
-        for _ in range(RECORD_RETRIES_MAX):
-            current, version = await self._read()
+
+        async def attempt(read: tuple[SnapshotInfo | None, int]) -> int | bool | None:
+            current, version = read
             if current is not None and current.position >= info.position:
                 return False
             try:
@@ -173,22 +175,36 @@ class SnapshotStore:
                     await self._store.create(self.path, info.encode(), make_parents=True)
                 else:
                     await self._store.set(self.path, info.encode(), version)
-            except (MetadataVersionError, NodeExistsError):
-                continue
+            except NodeExistsError as exc:  # made meanwhile: read it again
+                raise MetadataVersionError(str(exc)) from exc
+            except MetadataVersionError:
+                raise
             except asyncio.CancelledError as exc:  # the caller went away: unknown
                 raise _MaybeRecordedError(exc) from exc
             except BKeeperError as exc:  # maybe applied, its answer lost (ConnectionLoss): look
-                try:
-                    now, _version = await self._read()
-                except asyncio.CancelledError as cancelled:
-                    raise _MaybeRecordedError(cancelled) from exc
-                except BKeeperError:
-                    raise _MaybeRecordedError(exc) from exc
-                if now is None or now.ledger_id != info.ledger_id:
-                    raise
-                log.info("snapshot record %s: recorded (its answer was lost: %s)", self.path, exc)
+                await self._check_recorded(info, exc)
             return None if current is None else current.ledger_id
-        raise StateMachineError(f"snapshot record {self.path}: lost {RECORD_RETRIES_MAX} races")
+
+        return await cas_update(
+            self._read,
+            attempt,
+            what=f"snapshot record {self.path}",
+            attempts_max=RECORD_RETRIES_MAX,
+        )
+
+    async def _check_recorded(self, info: SnapshotInfo, error: BKeeperError) -> None:
+        """A write of ``info`` failed with ``error``, maybe after it was applied: return
+        when the record names its ledger now; raise ``error`` when it does not, and
+        :class:`_MaybeRecordedError` when that cannot be told."""
+        try:
+            now, _version = await self._read()
+        except asyncio.CancelledError as cancelled:
+            raise _MaybeRecordedError(cancelled) from error
+        except BKeeperError:
+            raise _MaybeRecordedError(error) from error
+        if now is None or now.ledger_id != info.ledger_id:
+            raise error
+        log.info("snapshot record %s: recorded (its answer was lost: %s)", self.path, error)
 
     async def read(self, info: SnapshotInfo) -> bytes | None:
         """The state bytes of ``info``; None when its ledger is gone (a newer snapshot
