@@ -24,26 +24,30 @@ files where the client is made, so they must exist there.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from bkeeper.client.config import ClientConfig
-from bkeeper.client.credentials import (
-    ENV_METADATA,
-    ClientCredentials,
-    credentials_from_environment,
-)
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog import EARLIEST, LATEST, LogConfig, Position
-from bkeeper.namedlog.metadata import check_log_name
-from bkeeper.namedlog.subscription import check_subscription_name
+from bkeeper.namedlog import EARLIEST, LATEST, LogConfig
+from bkeeper.namedlog.core import check_log_name
+from bkeeper.namedlog.core import check_subscription_name
+from bkeeper.spark.client_options import CREDENTIALS, client_config, client_settings, metadata_uri
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
+from bkeeper.spark.offsets import (
+    PositionSpec,
+    offset_from_positions,
+    positions_from_offset,
+    start_end,
+    timestamps,
+)
+from bkeeper.spark.option_values import bool_option, duration_ms, option_text, positive_int
 
 __all__ = [
+    "CREDENTIALS",
     "MAX_BYTES_PER_SPLIT_DEFAULT",
     "MAX_ENTRIES_PER_SPLIT_DEFAULT",
     "PositionSpec",
@@ -65,24 +69,10 @@ ROWS_PER_BATCH_DEFAULT = 10_000
 #: How long a stream waits for ``minEntriesPerTrigger`` entries (or ``minRecordsPerTrigger``
 #: records) before it reads fewer.
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60 * 1000
-_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: ``minPartitions`` at most (Spark tasks of one read or micro-batch).
 MIN_PARTITIONS_MAX = 100_000
 #: Logs one query may read (a ``logPattern`` matching more is refused).
 LOGS_MAX = 10_000
-
-#: The ``client`` setting that carries the credentials' paths (not a ``ClientConfig`` field).
-CREDENTIALS = "credentials"
-#: The security options and the :class:`ClientCredentials` field each sets.
-CREDENTIAL_OPTIONS = {
-    "tls.caFile": "tls_ca_file",
-    "tls.certFile": "tls_cert_file",
-    "tls.keyFile": "tls_key_file",
-    "auth.tokenFile": "auth_token_file",
-}
-
-#: Where to start or stop in one log: earliest, latest or an exact position.
-PositionSpec = str | Position
 
 
 @dataclass(frozen=True)
@@ -148,17 +138,6 @@ class SinkOptions:
         return client_config(self.client)
 
 
-def client_config(client: tuple[tuple[str, Any], ...]) -> ClientConfig:
-    """The client of these ``client`` settings: its TLS and token are made here from the
-    credentials' files (read now, so on the executor that makes the client)."""
-    settings = dict(client)
-    credentials = settings.pop(CREDENTIALS, None)
-    if isinstance(credentials, ClientCredentials):
-        settings["tls"] = credentials.tls()
-        settings["auth"] = credentials.auth()
-    return ClientConfig(**settings)
-
-
 def spark_schema(include_properties: bool) -> str:
     """The read schema as Spark DDL (``bkeeper.spark.arrow`` has its Arrow form)."""
     ddl = (
@@ -166,212 +145,6 @@ def spark_schema(include_properties: bool) -> str:
         "key binary, payload binary"
     )
     return ddl + (", properties map<string,binary>" if include_properties else "")
-
-
-def _get(options: Mapping[str, str], name: str) -> str | None:
-    """The option ``name`` whatever its case (Spark lower-cases keys; tests may not)."""
-    lowered = name.lower()
-    for key, value in options.items():
-        if key.lower() == lowered:
-            return str(value)
-    return None
-
-
-def _positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
-    text = _get(options, name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"option {name}: {text!r} is not an integer") from None
-    if value <= 0:
-        raise ConfigError(f"option {name}: must be a positive integer, got {value}")
-    return value
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    text = _get(options, name)
-    if text is None:
-        return default
-    if text.strip().lower() in ("true", "1", "yes"):
-        return True
-    if text.strip().lower() in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"option {name}: {text!r} is not true or false")
-
-
-def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
-    """A duration such as ``500ms``, ``30s``, ``15m``, ``1h`` (a bare number is ms)."""
-    text = _get(options, name)
-    if text is None:
-        return default
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", text.lower())
-    if match is None:
-        raise ConfigError(f"option {name}: {text!r} is not a duration such as 500ms, 30s or 15m")
-    return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2) or "ms"]
-
-
-def _metadata(options: Mapping[str, str], environ: Mapping[str, str]) -> str:
-    uri = _get(options, "metadata")
-    name = "option metadata"
-    if uri is None and environ.get(ENV_METADATA):
-        uri, name = environ[ENV_METADATA], f"{ENV_METADATA} (the driver's environment)"
-    if not uri:
-        raise ConfigError(
-            f"option metadata is required (or {ENV_METADATA} in the driver's environment): "
-            "the cluster's metadata URI, e.g. zk://127.0.0.1:2181/ledgers"
-        )
-    if not uri.startswith(("zk://", "memory://")):
-        raise ConfigError(f"{name}: {uri!r} is not a zk:// or memory:// URI")
-    return uri
-
-
-def _credentials(options: Mapping[str, str], environ: Mapping[str, str]) -> ClientCredentials:
-    """The security options, each one not given taken from the environment (module doc).
-    An option given empty turns its variable off."""
-    chosen: dict[str, Any] = {}
-    named: list[tuple[str, str]] = []
-    for option, field_name in CREDENTIAL_OPTIONS.items():
-        value = _get(options, option)
-        if value is not None:
-            chosen[field_name] = value.strip()
-            named.append((field_name, f"option {option}"))
-    if _get(options, "tls.hostnameCheck") is not None:
-        chosen["tls_hostname_check"] = _bool(options, "tls.hostnameCheck", True)
-        named.append(("tls_hostname_check", "option tls.hostnameCheck"))
-    given = ClientCredentials(**chosen, named_by=tuple(sorted(named)))
-    return given.over(credentials_from_environment(environ)).check()
-
-
-#: ``ClientConfig`` fields no ``client.<field>`` option sets.
-_NOT_OPTIONS = ("racks", "protocol", "tls", "auth")
-
-
-def _client(options: Mapping[str, str], environ: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
-    """``client.<field>`` options, typed like the ``ClientConfig`` field they set."""
-    known = {f.name: f for f in fields(ClientConfig)}
-    chosen: list[tuple[str, Any]] = []
-    for key, text in options.items():
-        if not key.lower().startswith("client."):
-            continue
-        name = key[len("client.") :].lower()
-        if name in ("tls", "auth"):
-            raise ConfigError(
-                f"option {key}: set TLS and the token with the options tls.caFile, "
-                "tls.certFile, tls.keyFile, tls.hostnameCheck and auth.tokenFile"
-            )
-        if name not in known or name in _NOT_OPTIONS:
-            simple = sorted(n for n in known if n not in _NOT_OPTIONS)
-            raise ConfigError(f"option {key}: unknown client setting; use one of {simple}")
-        if name == "placement":
-            chosen.append((name, str(text)))
-            continue
-        try:
-            chosen.append((name, int(text)))
-        except ValueError:
-            raise ConfigError(f"option {key}: {text!r} is not an integer") from None
-    ClientConfig(**dict(chosen))  # validates ranges now, on the driver
-    credentials = _credentials(options, environ)
-    if not credentials.is_empty:
-        chosen.append((CREDENTIALS, credentials))
-    return tuple(sorted(chosen))
-
-
-def _position(log: str, value: Any, option: str) -> PositionSpec:
-    if value in (EARLIEST, LATEST):
-        return str(value)
-    if isinstance(value, dict) and set(value) in ({"ledger", "entry"}, _WITH_INDEX):
-        parts = [value["ledger"], value["entry"], value.get("index", 0)]
-        if all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts):
-            return Position(*parts)
-    raise ConfigError(
-        f'option {option}: position of log {log!r} must be "earliest", "latest" or '
-        f'{{"ledger": L, "entry": E}} (or with "index": I, a record of a batch) with L, E, '
-        f"I >= 0; got {json.dumps(value)}"
-    )
-
-
-_WITH_INDEX = {"ledger", "entry", "index"}
-
-
-def positions_from_offset(
-    text: str | Mapping[str, Any], option: str = "offset"
-) -> dict[str, PositionSpec]:
-    """Parse ``{"<log>": {"ledger": L, "entry": E} | "earliest" | "latest"}``."""
-    doc: Any = text
-    if isinstance(text, str):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"option {option}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"option {option}: must be a JSON object of log name to position")
-    return {check_log_name(log): _position(log, value, option) for log, value in doc.items()}
-
-
-def offset_from_positions(positions: Mapping[str, Position]) -> dict[str, Any]:
-    """The JSON-able offset of exact positions (sorted by log name)."""
-    return {log: _offset(position) for log, position in sorted(positions.items())}
-
-
-def _offset(position: Position) -> dict[str, int]:
-    offset = {"ledger": position.ledger_id, "entry": position.entry_id}
-    if position.index:
-        offset["index"] = position.index
-    return offset
-
-
-def _start_end(
-    options: Mapping[str, str],
-    name: str,
-    streaming: bool | None,
-    allow: tuple[str, ...],
-    example_log: str = "events",
-) -> tuple[dict[str, PositionSpec], str | None]:
-    """Per-log positions and the default for logs not named."""
-    text = _get(options, name)
-    if text is None:
-        return {}, None
-    if text.strip().lower() in allow:
-        return {}, text.strip().lower()
-    if text.strip().lower() in (EARLIEST, LATEST):
-        mode = "streaming" if streaming else "batch"
-        raise ConfigError(f"option {name}: {text.strip()!r} is not allowed for {mode} reads")
-    if not text.strip().startswith("{"):
-        example = json.dumps({example_log: {"ledger": 12, "entry": 0}})
-        raise ConfigError(
-            f"option {name}: {text.strip()!r} is not {', '.join(allow)} or a JSON object of "
-            f"log name to position such as {example}"
-        )
-    return positions_from_offset(text, name), None
-
-
-def _timestamps(options: Mapping[str, str], name: str) -> tuple[int | None, dict[str, int]]:
-    """One timestamp (ms since the epoch) for every log, or a JSON object of log name to
-    timestamp (Kafka's ``startingOffsetsByTimestamp`` in one option)."""
-    text = _get(options, name)
-    if text is None:
-        return None, {}
-    what = "milliseconds since the epoch or a JSON object of log name to milliseconds"
-    if text.strip().startswith("{"):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"option {name}: not valid JSON ({exc})") from None
-        found = {}
-        for log, value in doc.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"option {name}: log {log!r} maps to {value!r}, not {what}")
-            found[check_log_name(log)] = value
-        return None, found
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"option {name}: {text!r} is not {what}") from None
-    if value < 0:
-        raise ConfigError(f"option {name}: must be >= 0")
-    return value, {}
 
 
 def _driver_environment() -> Mapping[str, str]:
@@ -393,8 +166,8 @@ def source_options(
     ``environ`` (default: this process's) supplies what the options leave out (module doc)."""
     check_names(options, READ_OPTIONS, "read")
     environ = _driver_environment() if environ is None else environ
-    metadata = _metadata(options, environ)
-    logs_text, pattern = _get(options, "log"), _get(options, "logPattern")
+    metadata = metadata_uri(options, environ)
+    logs_text, pattern = option_text(options, "log"), option_text(options, "logPattern")
     if (logs_text is None) == (pattern is None):
         raise ConfigError("set exactly one of the options log (comma-separated names) and "
                           "logPattern (a regular expression over log names)")  # fmt: skip
@@ -409,24 +182,24 @@ def source_options(
         except re.error as exc:
             raise ConfigError(f"option logPattern: {pattern!r} is not a regex ({exc})") from None
     example = logs[0] if logs else "events"
-    starting, starting_default = _start_end(
+    starting, starting_default = start_end(
         options,
         "startingPosition",
         streaming,
         (EARLIEST,) if streaming is False else (EARLIEST, LATEST),
         example,
     )
-    ending, ending_default = _start_end(options, "endingPosition", streaming, (LATEST,), example)
+    ending, ending_default = start_end(options, "endingPosition", streaming, (LATEST,), example)
     for name in ("endingPosition", "endingTimestamp"):
-        if streaming and _get(options, name) is not None:
+        if streaming and option_text(options, name) is not None:
             raise ConfigError(f"option {name} is for batch reads only")
-    if ending_default not in (None, LATEST):  # pragma: no cover - _start_end allows latest only
+    if ending_default not in (None, LATEST):  # pragma: no cover - start_end allows latest only
         raise ConfigError("option endingPosition: use latest or positions")
     for log, spec in ending.items():
         if spec == EARLIEST:
             raise ConfigError(f"option endingPosition: log {log!r} cannot end at earliest")
-    starting_timestamp_ms, starting_timestamps = _timestamps(options, "startingTimestamp")
-    ending_timestamp_ms, ending_timestamps = _timestamps(options, "endingTimestamp")
+    starting_timestamp_ms, starting_timestamps = timestamps(options, "startingTimestamp")
+    ending_timestamp_ms, ending_timestamps = timestamps(options, "endingTimestamp")
     if logs:  # named logs: a position or a timestamp of another log is a mistake now
         named = (
             ("startingPosition", starting),
@@ -438,27 +211,27 @@ def source_options(
             unknown = sorted(set(per_log) - set(logs))
             if unknown:
                 raise ConfigError(f"option {option} names logs this read does not cover: {unknown}")
-    password = _get(options, "password") or ""
-    split = _positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
-    split_bytes = _positive_int(options, "maxBytesPerSplit", None) or MAX_BYTES_PER_SPLIT_DEFAULT
-    rows = _positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
-    per_trigger = _positive_int(options, "maxEntriesPerTrigger", None)
-    min_per_trigger = _positive_int(options, "minEntriesPerTrigger", None)
-    max_records = _positive_int(options, "maxRecordsPerTrigger", None)
-    min_records = _positive_int(options, "minRecordsPerTrigger", None)
-    min_partitions = _positive_int(options, "minPartitions", None)
+    password = option_text(options, "password") or ""
+    split = positive_int(options, "maxEntriesPerSplit", MAX_ENTRIES_PER_SPLIT_DEFAULT)
+    split_bytes = positive_int(options, "maxBytesPerSplit", None) or MAX_BYTES_PER_SPLIT_DEFAULT
+    rows = positive_int(options, "rowsPerBatch", ROWS_PER_BATCH_DEFAULT)
+    per_trigger = positive_int(options, "maxEntriesPerTrigger", None)
+    min_per_trigger = positive_int(options, "minEntriesPerTrigger", None)
+    max_records = positive_int(options, "maxRecordsPerTrigger", None)
+    min_records = positive_int(options, "minRecordsPerTrigger", None)
+    min_partitions = positive_int(options, "minPartitions", None)
     if min_partitions is not None and min_partitions > MIN_PARTITIONS_MAX:
         raise ConfigError(
             f"option minPartitions: at most {MIN_PARTITIONS_MAX}, got {min_partitions}"
         )
-    delay_ms = _duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
-    subscription = _get(options, "subscription")
+    delay_ms = duration_ms(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_MS_DEFAULT)
+    subscription = option_text(options, "subscription")
     if subscription is not None:
         check_subscription_name(subscription)
     if streaming is False:
         for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxRecordsPerTrigger",
                      "minRecordsPerTrigger", "maxTriggerDelay", "subscription"):  # fmt: skip
-            if _get(options, name) is not None:
+            if option_text(options, name) is not None:
                 raise ConfigError(f"option {name} is for streaming reads only")
     if per_trigger and min_per_trigger and min_per_trigger > per_trigger:
         raise ConfigError(
@@ -466,7 +239,9 @@ def source_options(
             f"({per_trigger})"
         )
     for kind in ("max", "min"):
-        if _get(options, f"{kind}EntriesPerTrigger") and _get(options, f"{kind}RecordsPerTrigger"):
+        if option_text(options, f"{kind}EntriesPerTrigger") and option_text(
+            options, f"{kind}RecordsPerTrigger"
+        ):
             raise ConfigError(
                 f"options {kind}EntriesPerTrigger and {kind}RecordsPerTrigger: set one "
                 f"(records count what a batch holds; entries hold a record or a batch of them)"
@@ -497,11 +272,11 @@ def source_options(
         min_partitions=min_partitions,
         max_trigger_delay_ms=delay_ms,
         rows_per_batch=rows,
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        filter_pushdown=_bool(options, "filterPushdown", False),
-        include_properties=_bool(options, "includeProperties", False),
+        fail_on_data_loss=bool_option(options, "failOnDataLoss", True),
+        filter_pushdown=bool_option(options, "filterPushdown", False),
+        include_properties=bool_option(options, "includeProperties", False),
         password=password.encode(),
-        client=_client(options, environ),
+        client=client_settings(options, environ),
         subscription=subscription,
     )
 
@@ -513,25 +288,25 @@ def sink_options(
     :func:`source_options`."""
     check_names(options, WRITE_OPTIONS, "write")
     environ = _driver_environment() if environ is None else environ
-    metadata = _metadata(options, environ)
-    log = _get(options, "log")
+    metadata = metadata_uri(options, environ)
+    log = option_text(options, "log")
     if log is not None:
         check_log_name(log.strip())
         log = log.strip()
     quorum = {
-        "ensemble_size": _positive_int(options, "ensembleSize", 3),
-        "write_quorum": _positive_int(options, "writeQuorum", 3),
-        "ack_quorum": _positive_int(options, "ackQuorum", 2),
+        "ensemble_size": positive_int(options, "ensembleSize", 3),
+        "write_quorum": positive_int(options, "writeQuorum", 3),
+        "ack_quorum": positive_int(options, "ackQuorum", 2),
     }
-    digest = (_get(options, "digest") or "crc32c").lower()
+    digest = (option_text(options, "digest") or "crc32c").lower()
     if digest not in ("crc32", "crc32c", "hmac", "dummy"):
         raise ConfigError(f"option digest: {digest!r} is not crc32, crc32c, hmac or dummy")
-    roll = _positive_int(options, "rollBytes", LogConfig.roll_bytes)
+    roll = positive_int(options, "rollBytes", LogConfig.roll_bytes)
     try:
         log_config = LogConfig(
             **quorum,  # type: ignore[arg-type]
             digest=digest,
-            password=(_get(options, "password") or "").encode(),
+            password=(option_text(options, "password") or "").encode(),
             roll_bytes=roll,  # type: ignore[arg-type]
             **_sink_batching(options),
             # A task's ledgers join the log sealed, at the commit: no tailer reads them open.
@@ -542,8 +317,8 @@ def sink_options(
         for field_name, option in _SINK_BATCHING_OPTIONS.items():
             text = text.replace(field_name, f"option {option}", 1)
         raise ConfigError(text) from None
-    writer_id = _get(options, "writerId")
-    if writer_id is None and (checkpoint := _get(options, "checkpointLocation")):
+    writer_id = option_text(options, "writerId")
+    if writer_id is None and (checkpoint := option_text(options, "checkpointLocation")):
         # A restarted query keeps its checkpoint, so it keeps its writer id too.
         writer_id = "checkpoint:" + hashlib.sha256(checkpoint.encode()).hexdigest()[:32]
     if writer_id is not None and not 0 < len(writer_id) <= 256:
@@ -552,24 +327,24 @@ def sink_options(
         metadata=metadata,
         log=log,
         create_log=None
-        if _get(options, "createLog") is None
-        else _bool(options, "createLog", True),
+        if option_text(options, "createLog") is None
+        else bool_option(options, "createLog", True),
         log_config=log_config,
         writer_id=writer_id,
-        client=_client(options, environ),
+        client=client_settings(options, environ),
     )
 
 
 def _sink_batching(options: Mapping[str, str]) -> dict[str, Any]:
     """The ``LogConfig`` batching fields of options ``batching`` (default true: see
     docs/spark.md), ``batchMaxRecords``, ``batchMaxBytes`` and ``compression``."""
-    chosen: dict[str, Any] = {"batching": _bool(options, "batching", True)}
+    chosen: dict[str, Any] = {"batching": bool_option(options, "batching", True)}
     for option, name in (("batchMaxRecords", "batch_max_records"),
                          ("batchMaxBytes", "batch_max_bytes")):  # fmt: skip
-        value = _positive_int(options, option, None)
+        value = positive_int(options, option, None)
         if value is not None:
             chosen[name] = value
-    compression = _get(options, "compression")
+    compression = option_text(options, "compression")
     if compression is not None:
         chosen["compression"] = compression.strip().lower()
     if not chosen["batching"] and len(chosen) > 1:
