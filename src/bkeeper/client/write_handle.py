@@ -41,6 +41,7 @@ from bkeeper.client.add_lane import AddLane, Slots
 from bkeeper.client.adding import NOTHING, AddPipeline, Effects, PendingAdd
 from bkeeper.client.bookie_client import add_encoders, entry_bytes_max
 from bkeeper.client.context import ClientContext
+from bkeeper.client.degraded_writes import answering_again, log_degraded, mark_gap
 from bkeeper.client.segments import change_ensemble, replacement_ensemble, seal
 from bkeeper.client.writer_requests import force_ledger, write_lac_periodically
 from bkeeper.common.errors import (
@@ -395,70 +396,17 @@ class WriteHandle:
                 *(self.ledger_id, bookie, entry_id),
             )
         if effects.went_down or effects.healed or effects.back:
-            self._log_degraded(effects.went_down, effects.healed, effects.back)
+            log_degraded(self._ctx, self.ledger_id, effects, self.metadata.ack_quorum)
         if effects.healed and not self._tasks.closed:
-            self._tasks.spawn(self._mark_gap(effects.healed), "mark degraded gap")
+            self._tasks.spawn(
+                mark_gap(self._ctx, self.ledger_id, effects.healed), "mark degraded gap"
+            )
         if self._tasks.closed:
             return
         if effects.change_ensemble:
             self._tasks.spawn(self._change_ensemble(), "ensemble change")
         if effects.find_replacement:
             self._tasks.spawn(self._search_replacements(), "search for replacements")
-
-    def _log_degraded(
-        self, went_down: tuple[str, ...], healed: tuple[str, ...], back: tuple[str, ...]
-    ) -> None:
-        metrics = self._ctx.metrics
-        if back:
-            log.info(
-                "ledger %d: bookie(s) %s answer again: taken back, adds go to them again",
-                *(self.ledger_id, ", ".join(back)),
-            )
-        if went_down:
-            log.warning(
-                "ledger %d: writing degraded: bookie(s) %s down and no bookie can replace them;"
-                " entries complete with %d acks from the others of their write set; looking"
-                " for a replacement every %d ms",
-                self.ledger_id, ", ".join(went_down), self.metadata.ack_quorum,
-                self._config.degraded_retry_interval_ms,
-            )  # fmt: skip
-            if metrics is not None:
-                metrics.writers_degraded.value += 1
-        if healed:
-            log.info(
-                "ledger %d: degraded writes ended: bookie(s) %s replaced or taken back",
-                *(self.ledger_id, ", ".join(healed)),
-            )
-            if metrics is not None:
-                metrics.writers_healed.value += 1
-
-    async def _mark_gap(self, bookies: tuple[str, ...]) -> None:
-        """Degraded writes ended: ``bookies`` (replaced, or taken back in their place) lack
-        the entries written while they were down. The ledger is queued for auto-recovery
-        with them as missing replicas, so the gap is repaired (or shown, with why it waits,
-        in ``listunderreplicated``) and never silent: the auditor marks only bookies that
-        left the registry, and one taken back never did for long, or at all."""
-        mark = self._ctx.mark_underreplicated
-        missing = ", ".join(bookies)
-        if mark is None:
-            log.warning(
-                "ledger %d: bookie(s) %s lack the entries written while they were down; "
-                "nothing to queue the ledger for auto-recovery with", self.ledger_id, missing,
-            )  # fmt: skip
-            return
-        try:
-            await mark(self.ledger_id, bookies)
-        except BKeeperError as exc:
-            log.warning(
-                "ledger %d: bookie(s) %s lack the entries written while they were down, and "
-                "queuing it for auto-recovery failed (%s): `bkeeper shell recover` or the "
-                "replicas check repairs it", self.ledger_id, missing, exc,
-            )  # fmt: skip
-            return
-        log.info(
-            "ledger %d: queued for auto-recovery: bookie(s) %s lack the entries written while "
-            "they were down", self.ledger_id, missing,
-        )  # fmt: skip
 
     # -- ensemble changes ----------------------------------------------------------------
     async def _change_ensemble(self) -> None:
@@ -485,7 +433,7 @@ class WriteHandle:
         """Degraded: look for bookies to replace those down, while entries go on
         completing; change the ensemble if found."""
         wanted = self._adds.replacement_wanted()
-        back = await self._answering_again(wanted.failed)
+        back = await answering_again(self._ctx, wanted.failed)
         if back:
             self._apply(self._adds.taken_back(back, self._monotonic()))
             return
@@ -502,21 +450,6 @@ class WriteHandle:
         if effects.change_ensemble:
             self._chosen = found
         self._apply(effects)
-
-    async def _answering_again(self, bookies: frozenset[str]) -> set[str]:
-        """Those of ``bookies`` registered writable that accept a connection now."""
-        try:
-            candidates = bookies & await self._ctx.writable_bookies()
-        except BKeeperError:
-            return set()  # the metadata store away: the search finds nothing either
-        back = set()
-        for bookie in sorted(candidates):
-            try:
-                await self._ctx.pool.connection(bookie)
-            except BKeeperError:
-                continue  # registered, but dead (its session not expired yet)
-            back.add(bookie)
-        return back
 
     def _new_segment(self, versioned: Versioned[LedgerMetadata], changed: list[int]) -> None:
         self._send_staged()  # to the old ensemble, as if sent before: re-sent below
