@@ -36,7 +36,7 @@ from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
-from bkeeper.wire.framing import LENGTH, FrameDecoder, OversizedFrame
+from bkeeper.wire.framing import FrameDecoder, OversizedFrame, encode_frame
 from bkeeper.wire.messages import Request, Response
 from bkeeper.wire.v2_adds import (
     PLAIN_ADD_FRAME_BYTES_MIN,
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["BookieConnection"]
 
 log = logging.getLogger(__name__)
-_unpack_length = LENGTH.unpack_from
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
 #: (connection, batch): v2 adds, the plain ones of a chunk together, one with flags alone
@@ -215,7 +214,7 @@ class BookieConnection(asyncio.Protocol):
             if not self.closed:
                 self._receive_batch(b"")
             return
-        rest = [part for frame in frames for part in (LENGTH.pack(len(frame)), frame)]
+        rest = [encode_frame(frame) for frame in frames]
         rest.append(self._decoder.take_all(b""))
         self._receive_batch(b"".join(rest))
 
@@ -245,11 +244,11 @@ class BookieConnection(asyncio.Protocol):
     def _walk_batch(self, buffer: bytes) -> None:
         """The frames of ``buffer`` for :meth:`_receive_batch`; the rest back to the decoder."""
         max_frame = self._config.max_frame_bytes
-        offset, end = 0, len(buffer)
-        while end - offset >= 4:
-            size = _unpack_length(buffer, offset)[0]
-            stop = offset + 4 + size
-            if size <= 0 or size > max_frame or stop > end:
+        decoder = self._decoder
+        offset = 0
+        while True:
+            stop = decoder.frame_end(buffer, offset)
+            if stop < 0:
                 break  # incomplete, or a bad length (keep_tail: oversized, or ProtocolError)
             if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
                 offset_after, count, size = scan_add_requests(
@@ -274,7 +273,7 @@ class BookieConnection(asyncio.Protocol):
             if self.closed:
                 return
             offset = stop
-        self._decoder.keep_tail(buffer, offset)
+        decoder.keep_tail(buffer, offset)
 
     def _hand_over(self, count: int, size: int) -> None:
         """Hand the ``count`` adds collected (``size`` request bytes) to the handlers as one

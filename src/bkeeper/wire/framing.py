@@ -198,6 +198,19 @@ class FrameDecoder:
         self.partial_bytes = 0
         return data
 
+    def frame_end(self, buffer: bytes, offset: int) -> int:
+        """For a reader walking ``buffer`` itself after :meth:`take_all`: where the frame at
+        ``offset`` ends (its payload is ``buffer[offset + 4 : end]``), or -1 when it is
+        incomplete or its length is bad (:meth:`keep_tail` takes it back and tells which)."""
+        end = len(buffer)
+        if end - offset < 4:
+            return -1
+        size: int = _unpack_length(buffer, offset)[0]
+        stop = offset + 4 + size
+        if size <= 0 or size > self._max or stop > end:
+            return -1
+        return stop
+
     def keep_tail(self, buffer: bytes, offset: int) -> None:
         """Keep ``buffer[offset:]`` (less than a whole frame, after :meth:`take_all`) as the
         start of the next frame: its length is checked as :meth:`frames` checks it (an
