@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bkeeper.common.errors import BKeeperError, StateMachineError
-from bkeeper.namedlog import EARLIEST, LogReader, NamedLog, Position, Record
+from bkeeper.namedlog import EARLIEST, LogReader, LogWalk, NamedLog, Position, Record
 
 __all__ = ["LogTail"]
 
@@ -29,11 +29,13 @@ class LogTail:
     def __init__(
         self,
         log_name: str,
+        walk: LogWalk,
         stall_s: float,
         applied: Callable[[], Position | None],
         restore: Callable[[], Awaitable[bool]],
     ) -> None:
         self._log_name = log_name
+        self._walk = walk
         self._stall_s = stall_s
         self._applied = applied
         self._restore = restore
@@ -101,7 +103,7 @@ class LogTail:
         silently, while the leader served on): log where it stood, and read on with a new
         reader from what was applied."""
         try:
-            end = await _confirmed_end(named)
+            end = await _confirmed_end(named, self._walk)
         except BKeeperError as exc:  # the store or the bookies are away: look again later
             log.debug("%s: could not read the log's end: %s", self._log_name, exc)
             return
@@ -129,11 +131,10 @@ def _truncated_past(applied: Position, mark: Position | None) -> bool:
     return mark is not None and Position(applied.ledger_id, applied.entry_id + 1) < mark
 
 
-async def _confirmed_end(named: NamedLog) -> tuple[int, int] | None:
+async def _confirmed_end(named: NamedLog, walk: LogWalk) -> tuple[int, int] | None:
     """(ledger, entry) of the log's last confirmed entry (:meth:`LogWalk.ledger_end
     <bkeeper.namedlog.LogWalk.ledger_end>` of its last ledger that holds one); None when
     the log holds none."""
-    walk = named.logs.walk
     for ledger in reversed((await named.metadata()).ledgers):
         end = await walk.ledger_end(ledger.ledger_id)
         if end is not None and end.last >= 0:

@@ -168,6 +168,7 @@ class ReplicatedStateMachine:
         self._snapshot_taker = SnapshotTaker(logs, self.snapshots, machine, config, self._core)
         self._tail = LogTail(
             config.log_name,
+            logs.walk,
             config.follow_stall_s,
             lambda: self._core.applied,
             self._snapshot_taker.restore,
