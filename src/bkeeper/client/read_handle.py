@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import enum
 import logging
 import weakref
 from collections.abc import AsyncGenerator, Sequence
@@ -39,6 +38,7 @@ from bkeeper.client.context import ClientContext
 from bkeeper.client.distribution import covers_every_write_set, recovery_quorum, write_set
 from bkeeper.client.entry import Entry
 from bkeeper.client.follow import LedgerView
+from bkeeper.client.long_poll import Poll, poll_once
 from bkeeper.client.refusal import status_error
 from bkeeper.common.errors import (
     BKeeperError,
@@ -365,12 +365,18 @@ class ReadHandle:
         refreshes = 0
         while True:
             changed = self._view.change_event()
-            outcome = await self._poll_once(previous, deadline, changed)
-            if outcome is _Poll.ANSWERED or self.last_add_confirmed > previous:
+            bookies = self._versioned.value.last_ensemble
+            outcome, answer = await poll_once(
+                self._ctx, self.ledger_id, bookies, previous, deadline, changed
+            )
+            if answer is not None and answer.max_lac is not None:  # past previous
+                self._lac = max(self._lac, answer.max_lac)
+                self._keep_piggybacked(answer.body, previous + 1)
+            if outcome is Poll.ANSWERED or self.last_add_confirmed > previous:
                 return self._lac
             if self.is_closed:
                 return self.last_add_confirmed
-            if outcome is _Poll.FAILED:
+            if outcome is Poll.FAILED:
                 refreshes += 1
                 if refreshes > self._config.metadata_retries_max:
                     return self._lac
@@ -384,53 +390,9 @@ class ReadHandle:
                         await within(changed.wait(), remaining)
                     except TimeoutError:
                         return self._lac
-            elif outcome is _Poll.TIMED_OUT:
+            elif outcome is Poll.TIMED_OUT:
                 return self._lac
-            # _Poll.MOVED_ON, or refreshed: poll the new last segment's bookies.
-
-    async def _poll_once(self, previous: int, deadline: float, changed: asyncio.Event) -> _Poll:
-        """One long poll of the last segment's bookies, until ``deadline`` (the bookies are
-        given that long, and one second more to answer) or until ``changed`` is set."""
-        clock = self._ctx.clock
-        remaining_ms = max(1, int((deadline - clock.monotonic()) * 1000))
-        request = ReadRequest(
-            self.ledger_id,
-            -1,  # with piggyback the entry is previous + 1; Apache BookKeeper wants -1 here
-            previous_lac=previous,
-            timeout_ms=remaining_ms,
-            piggyback=True,  # the entry with the LAC: a tailing reader's next read is free
-        )
-        tasks = [
-            asyncio.ensure_future(self._ctx.pool.send(b, request, Protocol.V3))
-            for b in self._versioned.value.last_ensemble
-        ]
-        moved = asyncio.ensure_future(changed.wait())
-        try:
-            pending: set[asyncio.Future[Any]] = {*tasks, moved}
-            answered = False
-            while pending - {moved}:  # a bookie has not answered yet
-                remaining = deadline + 1.0 - clock.monotonic()
-                if remaining <= 0:
-                    return _Poll.TIMED_OUT
-                done, pending = await asyncio.wait(
-                    pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                )
-                if moved in done:
-                    return _Poll.MOVED_ON
-                for task in done:
-                    if task.exception() is not None:
-                        continue
-                    answered = True
-                    response = task.result()
-                    if response.status is StatusCode.EOK:
-                        lac = response.max_lac
-                        if lac is not None and lac > previous:
-                            self._lac = max(self._lac, lac)
-                            self._keep_piggybacked(response.body, previous + 1)
-                            return _Poll.ANSWERED
-            return _Poll.TIMED_OUT if answered else _Poll.FAILED
-        finally:
-            abandon((*tasks, moved))
+            # Poll.MOVED_ON, or refreshed: poll the new last segment's bookies.
 
     def _keep_piggybacked(self, body: BytesLike | None, entry_id: int) -> None:
         """Keep the entry a long poll's answer carried, once verified, for the next read."""
@@ -475,15 +437,6 @@ class ReadHandle:
             raise ClientClosedError("the client is closed")
         if self._closed:
             raise ClientClosedError(f"handle of ledger {self.ledger_id} is closed")
-
-
-class _Poll(enum.Enum):
-    """How one long poll of a segment's bookies ended."""
-
-    ANSWERED = "a bookie's LAC passed the one asked about"
-    TIMED_OUT = "bookies answered, none with a newer LAC, or the time ran out"
-    FAILED = "no bookie answered"
-    MOVED_ON = "the metadata changed meanwhile"
 
 
 def _succeeded(task: asyncio.Task[Entry]) -> bool:
