@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from bkeeper.cli.log import log
-from bkeeper.namedlog.records import RECORD_BYTES_MAX
+from bkeeper.namedlog.core import RECORD_BYTES_MAX
 
 # Nothing listens there: a command that got as far as connecting would fail differently.
 NOWHERE = "zk://127.0.0.1:1/nowhere"

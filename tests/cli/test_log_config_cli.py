@@ -24,7 +24,7 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.cluster import format_cluster
 from bkeeper.meta.memory import MemoryNodeStore
 from bkeeper.namedlog import NamedLogs
-from bkeeper.namedlog.metadata import LogMetadata, logs_root
+from bkeeper.namedlog.core import LogMetadata, logs_root
 from tests.client.conftest import real_cluster
 from tests.e2e.helpers import bkeeper
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.common.errors import ConfigError, PositionNotInLogError
-from bkeeper.namedlog.metadata import check_log_name
-from bkeeper.namedlog.subscription import check_subscription_name
+from bkeeper.namedlog.core import check_log_name, check_subscription_name
 from tests.client.conftest import RealCluster, real_cluster  # noqa: F401 (a fixture)
 
 DOCS = Path(__file__).parents[2] / "docs" / "logs.md"

@@ -11,9 +11,8 @@ import sys
 import pytest
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import NamedLogs, Position
-from bkeeper.namedlog.records import decode_chunk, encode_chunks, encode_record
-from bkeeper.namedlog.writer import create_ledger
+from bkeeper.namedlog import NamedLogs, Position, create_ledger
+from bkeeper.namedlog.core import decode_chunk, encode_chunks, encode_record
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration

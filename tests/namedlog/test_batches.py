@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import ConfigError, ProtocolError
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.core import (
     BATCH_BODY_BYTES_MAX,
     CODEC_LZ4,
     CODEC_NONE,

@@ -12,7 +12,7 @@ import pytest
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError, LogError
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
-from bkeeper.namedlog.records import entry_envelopes
+from bkeeper.namedlog.core import entry_envelopes
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)

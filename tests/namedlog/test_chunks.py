@@ -10,16 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import ConfigError, ProtocolError
-from bkeeper.namedlog.chunks import Incomplete, Reassembly, Whole, whole_records
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.core import (
     CHUNKS_MAX,
     RECORD_BYTES_MAX,
+    Incomplete,
     Position,
+    Reassembly,
+    Whole,
     decode_chunk,
     decode_entry,
     encode_batch,
     encode_chunks,
     encode_record,
+    whole_records,
 )
 
 

@@ -12,15 +12,14 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position, create_ledger
+from bkeeper.namedlog.core import (
     CHUNK_BYTES_MIN,
     RECORD_BYTES_MAX,
     decode_chunk,
     encode_chunks,
     encode_record,
 )
-from bkeeper.namedlog.writer import create_ledger
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(

@@ -14,8 +14,7 @@ import pytest
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, LogMetadata, NamedLogs
-from bkeeper.namedlog.config import LogSettings
-from bkeeper.namedlog.records import Position, encode_record
+from bkeeper.namedlog.core import LogSettings, Position, encode_record
 from bkeeper.namedlog.writer import TIMER_POLL_S
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -318,9 +317,7 @@ async def test_retention_runs_after_ledgers_are_appended() -> None:
 
 
 def test_the_retention_decision_keeps_what_may_still_take_entries() -> None:
-    from bkeeper.namedlog.metadata import LogLedger
-    from bkeeper.namedlog.retention import consumed_before, retained_from
-    from bkeeper.namedlog.subscription import SubscriptionState
+    from bkeeper.namedlog.core import LogLedger, SubscriptionState, consumed_before, retained_from
 
     ledgers = [LogLedger(i, 1_000 * i) for i in range(1, 6)]  # ledger i made at i s
     config = LogConfig(retention_age_ms=1_500, retention_consumed=True)

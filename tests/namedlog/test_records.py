@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from bkeeper.common.errors import ConfigError, ProtocolError
 from bkeeper.namedlog import LogMetadata, Position, decode_record, encode_record, logs_root
-from bkeeper.namedlog.metadata import LogLedger, check_log_name
+from bkeeper.namedlog.core import LogLedger, check_log_name
 
 POS = Position(3, 4)
 

@@ -339,8 +339,7 @@ async def test_a_reader_past_the_last_ledger_sees_an_appended_one_at_once():
     """A reader that has read every ledger waits for the list to grow on a watch of the
     log's metadata, not a poll: a ledger appended whole (as the Spark sink commits each
     batch) reaches it long before ``tail_poll_ms`` (a minute here) has passed."""
-    from bkeeper.namedlog import encode_record
-    from bkeeper.namedlog.writer import create_ledger
+    from bkeeper.namedlog import create_ledger, encode_record
 
     async with MemoryCluster(3) as cluster:
         client = await cluster.client(FAST)

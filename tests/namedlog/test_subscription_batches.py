@@ -11,9 +11,8 @@ import pytest
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ProtocolError
-from bkeeper.namedlog import LogConfig, NamedLogs, Position
-from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
-from bkeeper.namedlog.subscription import Claim, SubscriptionState
+from bkeeper.namedlog import LogConfig, NamedLogs, Position, commit_before, ensure_subscription
+from bkeeper.namedlog.core import Claim, SubscriptionState
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(

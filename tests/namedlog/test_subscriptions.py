@@ -21,7 +21,7 @@ from bkeeper.common.errors import (
     SubscriptionNotFoundError,
 )
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
-from bkeeper.namedlog.subscription import Claim, SubscriptionState, check_subscription_name
+from bkeeper.namedlog.core import Claim, SubscriptionState, check_subscription_name
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(

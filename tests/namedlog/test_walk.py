@@ -5,8 +5,17 @@ truncated head and a ledger whose metadata is gone."""
 from __future__ import annotations
 
 from bkeeper.client.config import ClientConfig
-from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
-from bkeeper.namedlog.walk import EntrySpan, LogWalk, LostRange, earliest, locate
+from bkeeper.namedlog import (
+    LATEST,
+    EntrySpan,
+    LogConfig,
+    LogWalk,
+    LostRange,
+    NamedLogs,
+    Position,
+    earliest,
+    locate,
+)
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)

@@ -13,7 +13,7 @@ import pytest
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.auth import ClientAuthConfig, ServerAuthConfig
 from bkeeper.common.tls import TlsClientConfig, TlsServerConfig
-from bkeeper.namedlog.config import LogConfig
+from bkeeper.namedlog.core import LogConfig
 from bkeeper.server import BookieConfig
 from bkeeper.spark.options import SinkOptions, SourceOptions
 from bkeeper.testing.certs import make_ca, make_cert

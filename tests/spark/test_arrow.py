@@ -59,7 +59,7 @@ def _stamps(batch):
 
 
 def test_record_batches_mixed_with_single_records():
-    from bkeeper.namedlog.records import encode_batch
+    from bkeeper.namedlog.core import encode_batch
 
     def batch_of(first: int, n: int) -> bytes:
         return encode_batch([encode_record(b"r%d" % i, 1_000 + i) for i in range(first, first + n)])
@@ -76,7 +76,7 @@ def test_record_batches_mixed_with_single_records():
 
 
 def test_first_and_end_index_trim_the_first_and_last_entries():
-    from bkeeper.namedlog.records import encode_batch
+    from bkeeper.namedlog.core import encode_batch
 
     def batch_of(first: int, n: int) -> bytes:
         return encode_batch([encode_record(b"r%d" % i, 1) for i in range(first, first + n)])
@@ -96,7 +96,7 @@ def test_first_and_end_index_trim_the_first_and_last_entries():
 
 
 def test_batches_with_keys_properties_and_compression():
-    from bkeeper.namedlog.records import CODEC_LZ4, CODEC_ZSTD, encode_batch
+    from bkeeper.namedlog.core import CODEC_LZ4, CODEC_ZSTD, encode_batch
 
     records = [
         encode_record(b"a", 5, key=b"k1"),

@@ -253,7 +253,7 @@ def test_bounds_from_filters_only_drop_rejected_entries():
 
 
 def test_a_log_remembers_its_last_1000_writers():
-    from bkeeper.namedlog.metadata import COMMITS_MAX, LogMetadata, WriterCommit
+    from bkeeper.namedlog.core import COMMITS_MAX, LogMetadata, WriterCommit
 
     assert COMMITS_MAX == 1_000
     meta = LogMetadata(ctime_ms=0)

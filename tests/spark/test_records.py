@@ -13,7 +13,7 @@ import pytest
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.core import (
     encode_batch,
     encode_chunks,
     encode_record,

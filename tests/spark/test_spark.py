@@ -67,7 +67,7 @@ def read_log(uri: str, log: str) -> list[bytes]:
 
 
 def read_log_positions(uri: str, log: str) -> list[tuple[bytes, Position]]:
-    from bkeeper.namedlog.records import decode_entry
+    from bkeeper.namedlog.core import decode_entry
     from bkeeper.spark.plan import LogView
 
     async def go():

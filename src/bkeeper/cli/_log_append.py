@@ -18,7 +18,7 @@ from bkeeper.cli._errors import CommandError
 from bkeeper.cli._stdin import read_lines
 from bkeeper.common.errors import BKeeperError
 from bkeeper.namedlog import LogWriter, NamedLogs, Position
-from bkeeper.namedlog.records import RECORD_BYTES_MAX
+from bkeeper.namedlog.core import RECORD_BYTES_MAX
 
 __all__ = ["INTERRUPTED_WAIT_S", "PROGRESS_EVERY_S", "append_records", "read_whole"]
 

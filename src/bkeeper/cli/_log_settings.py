@@ -1,5 +1,5 @@
 """The settings a log stores with itself, as ``bkeeper log create`` / ``log config`` take
-them and as ``log config`` / ``log list`` show them (:class:`bkeeper.namedlog.config.
+them and as ``log config`` / ``log list`` show them (:class:`bkeeper.namedlog.core.config.
 LogSettings`).
 
 Options: ``-e/--ensemble``, ``--write-quorum``, ``--ack-quorum``, ``--roll-size``,
@@ -19,7 +19,7 @@ import click
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._units import DURATION, SIZE, format_duration, format_size
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog.config import SETTING_NAMES, LogConfig, LogSettings
+from bkeeper.namedlog.core import SETTING_NAMES, LogConfig, LogSettings
 
 __all__ = [
     "UNSET_NAMES",

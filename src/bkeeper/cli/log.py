@@ -33,10 +33,15 @@ from bkeeper.namedlog import (
     NamedLogs,
     Position,
     Record,
+    backlog,
 )
-from bkeeper.namedlog.config import CHUNK_BYTES_MAX, LogSettings
-from bkeeper.namedlog.consumer import backlog
-from bkeeper.namedlog.records import CHUNK_BYTES_MIN, CODECS, RECORD_BYTES_MAX
+from bkeeper.namedlog.core import (
+    CHUNK_BYTES_MAX,
+    CHUNK_BYTES_MIN,
+    CODECS,
+    RECORD_BYTES_MAX,
+    LogSettings,
+)
 
 __all__ = ["log"]
 
@@ -274,7 +279,7 @@ def append(
 
 def check_log_name_here(name: str) -> None:
     """A bad log name is refused before any connection (the library's rule and words)."""
-    from bkeeper.namedlog.metadata import check_log_name
+    from bkeeper.namedlog.core import check_log_name
 
     try:
         check_log_name(name)

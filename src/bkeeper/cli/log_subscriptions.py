@@ -26,9 +26,8 @@ from bkeeper.common.errors import (
     PositionNotInLogError,
     SubscriptionNotFoundError,
 )
-from bkeeper.namedlog import NamedLogs, Position, SubscriptionStore
-from bkeeper.namedlog.consumer import Consumer, backlog
-from bkeeper.namedlog.subscription import Mode, check_subscription_name
+from bkeeper.namedlog import Consumer, NamedLogs, Position, SubscriptionStore, backlog
+from bkeeper.namedlog.core import Mode, check_subscription_name
 
 __all__ = ["COMMANDS"]
 

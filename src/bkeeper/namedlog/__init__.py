@@ -2,17 +2,29 @@
 
 A named log is an ordered list of ledgers kept in the metadata store under compare-and-set;
 one writer at a time appends records to its last ledger, readers read and tail it without
-fencing. Modules: :mod:`~bkeeper.namedlog.logs` (the logs and their rules),
-:mod:`~bkeeper.namedlog.writer`, :mod:`~bkeeper.namedlog.reader`, :mod:`~bkeeper.namedlog.walk`
-(the one walk over a log's ledger list: ends, position at a time, spans of confirmed entries),
-:mod:`~bkeeper.namedlog.records` (the record bytes) and :mod:`~bkeeper.namedlog.metadata`.
+fencing. This package and :mod:`bkeeper.namedlog.core` are the faces other packages import.
+
+Layers, top down (each imports only those below it):
+
+- :mod:`~bkeeper.namedlog.logs`: ``NamedLogs`` and ``NamedLog``, which only compose;
+- :mod:`~bkeeper.namedlog.subscribing`, :mod:`~bkeeper.namedlog.shared`,
+  :mod:`~bkeeper.namedlog.consumer`: subscriptions and their consumers;
+- :mod:`~bkeeper.namedlog.writer` (with :mod:`~bkeeper.namedlog.batching`) and
+  :mod:`~bkeeper.namedlog.reader`;
+- :mod:`~bkeeper.namedlog.handle`: one log of a context (metadata, ends, truncation,
+  retention, sealing);
+- :mod:`~bkeeper.namedlog.context`: what the parts share, built once by ``NamedLogs``;
+- :mod:`~bkeeper.namedlog.walk` (the one walk over a log's ledger list) and
+  :mod:`~bkeeper.namedlog.stores` (every stored node and cursor ledger, every write a
+  compare-and-set);
+- :mod:`~bkeeper.namedlog.core`: pure records, metadata, subscription state, retention and
+  span arithmetic.
 """
 
-from bkeeper.namedlog.config import EARLIEST, LATEST, LogConfig, LogSettings
-from bkeeper.namedlog.logs import NamedLog, NamedLogs
-from bkeeper.namedlog.metadata import LogLedger, LogMetadata, logs_root
-from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.consumer import Backlog, Consumer, backlog
+from bkeeper.namedlog.core.config import EARLIEST, LATEST, LogConfig, LogSettings
+from bkeeper.namedlog.core.log_metadata import LogLedger, LogMetadata, logs_root
+from bkeeper.namedlog.core.records import (
     Position,
     Record,
     decode_entry,
@@ -21,13 +33,20 @@ from bkeeper.namedlog.records import (
     encode_record,
     entry_envelopes,
 )
+from bkeeper.namedlog.core.spans import EntrySpan, LostRange, earliest, locate
+from bkeeper.namedlog.logs import NamedLog, NamedLogs
+from bkeeper.namedlog.reader import LogReader
+from bkeeper.namedlog.shared import SharedConsumer
 from bkeeper.namedlog.stores import LogStore, PendingLedgers, SubscriptionStore
-from bkeeper.namedlog.walk import EntrySpan, LogWalk
-from bkeeper.namedlog.writer import LogWriter
+from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
+from bkeeper.namedlog.walk import LogWalk
+from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "Backlog",
+    "Consumer",
     "EntrySpan",
     "LogConfig",
     "LogLedger",
@@ -37,16 +56,25 @@ __all__ = [
     "LogStore",
     "LogWalk",
     "LogWriter",
+    "LostRange",
     "NamedLog",
     "NamedLogs",
     "PendingLedgers",
     "Position",
     "Record",
+    "SharedConsumer",
     "SubscriptionStore",
+    "backlog",
+    "commit_before",
+    "create_ledger",
     "decode_entry",
     "decode_record",
+    "discard_ledger",
+    "earliest",
     "encode_batch",
     "encode_record",
+    "ensure_subscription",
     "entry_envelopes",
+    "locate",
     "logs_root",
 ]

@@ -10,7 +10,7 @@ the writer's ``send`` one at a time, in order (so entry ids follow append order)
 appenders wait while the queue is full. A record larger than the writer's ``chunk_bytes`` goes
 alone as its chunks (``add_alone``: the open batch is sealed first). The bytes each batch
 counts are its records' length table entries and envelopes: its body
-(:mod:`bkeeper.namedlog.records`).
+(:mod:`bkeeper.namedlog.core.records`).
 
 Each appender waits on a future of the batch (``Batch.waiters``: the future and the index in
 the batch of its first record), which the writer completes with the record's position once
@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from bkeeper.common.errors import BKeeperError, LogError
 from bkeeper.common.tasks import TaskOwner
-from bkeeper.namedlog.config import LogConfig
-from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.core.config import LogConfig
+from bkeeper.namedlog.core.records import Position
 
 __all__ = ["SEALED_BATCHES_MAX", "Batch", "Batcher"]
 

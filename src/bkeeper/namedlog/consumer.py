@@ -2,7 +2,8 @@
 
 :meth:`NamedLog.subscribe <bkeeper.namedlog.logs.NamedLog.subscribe>` returns a
 :class:`Consumer` of a subscription (created at ``start`` the first time). The subscription's
-state (:class:`~bkeeper.namedlog.subscription.SubscriptionState`) lives in the metadata store
+state (:class:`~bkeeper.namedlog.core.subscription_state.SubscriptionState`) lives in the
+metadata store
 under the log's node; a consumer reads from after its mark, passing over records acked out of
 order, so a consumer that restarts (or crashes) gets again every record it had not
 acknowledged, and none it had.
@@ -22,13 +23,13 @@ and :meth:`Consumer.close`). An ack is durable once the flush after it returned;
 that crashes loses the acks of its last ``ack_flush_ms`` at most, and those records are
 delivered again (at-least-once). Call ``flush()`` where that matters.
 
-**Batches.** Records of a batch (:mod:`bkeeper.namedlog.records`) are delivered and
+**Batches.** Records of a batch (:mod:`bkeeper.namedlog.core.records`) are delivered and
 acknowledged one by one, at their own positions ``(L, E, I)``. The state needs to know how
 many records a batch holds to tell when all are acknowledged: the consumer remembers it for
 the batches its reader went through (at most ``ENTRY_COUNTS_MAX``), and reads the entry for
 an ack of a position it did not (an operator's ``ack_up_to``).
 
-**Large records.** A chunked record (:mod:`bkeeper.namedlog.chunks`) is delivered whole, at
+**Large records.** A chunked record (:mod:`bkeeper.namedlog.core.chunks`) is delivered whole, at
 its last chunk's position; acknowledging it acknowledges every one of its chunks (a cumulative
 ack covers them, being at the last; an individual ack is written for each chunk entry, the
 consumer remembering the chunk counts of the records it delivered, at most
@@ -58,12 +59,12 @@ from bkeeper.common.errors import (
     SubscriptionBusyError,
     SubscriptionFencedError,
 )
+from bkeeper.namedlog.core.records import Position, Record
+from bkeeper.namedlog.core.spans import earliest
+from bkeeper.namedlog.core.subscription_state import SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader, open_reader
-from bkeeper.namedlog.records import Position, Record
 from bkeeper.namedlog.stores import CursorLedger, SubscriptionStore, cas_update_or
-from bkeeper.namedlog.subscription import SubscriptionState
-from bkeeper.namedlog.walk import earliest
 
 __all__ = ["ACK_FLUSH_MS", "Backlog", "Consumer", "backlog", "check_in_log", "ledger_ends"]
 

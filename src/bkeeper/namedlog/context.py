@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock
-from bkeeper.namedlog.config import LogConfig
+from bkeeper.namedlog.core.config import LogConfig
 from bkeeper.namedlog.stores import LogStore, SubscriptionStore
 from bkeeper.namedlog.walk import LogWalk
 

@@ -16,12 +16,13 @@ import logging
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import LedgerNotFoundError
 from bkeeper.meta.ledger_metadata import LedgerState
-from bkeeper.namedlog.config import LogConfig, LogSettings
 from bkeeper.namedlog.context import LogContext
-from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.core.config import LogConfig, LogSettings
+from bkeeper.namedlog.core.log_metadata import LogMetadata
+from bkeeper.namedlog.core.records import Position
+from bkeeper.namedlog.core.retention import consumed_before, retained_from, retention_on
+from bkeeper.namedlog.core.subscription_state import SubscriptionState
 from bkeeper.namedlog.stores import peek
-from bkeeper.namedlog.subscription import SubscriptionState
 
 __all__ = ["SEAL_CHECKS_IN_FLIGHT", "LogHandle", "Snapshot"]
 
@@ -149,3 +150,28 @@ class LogHandle:
             with contextlib.suppress(LedgerNotFoundError):
                 await context.bk.delete_ledger(ledger_id)
         return len(dropped)
+
+    async def retain(self, meta: LogMetadata, config: LogConfig, limit: int) -> int:
+        """One retention pass over ``meta``'s list, keeping ``meta.ledgers[limit:]``; the number
+        of ledgers deleted."""
+        if not retention_on(config) or len(meta.ledgers) < 2:
+            return 0
+        bk, ledgers = self.context.bk, meta.ledgers[:limit]
+        lengths: dict[int, int] = {}
+        for ledger in ledgers if config.retention_bytes else ():
+            with contextlib.suppress(LedgerNotFoundError):
+                lengths[ledger.ledger_id] = (await bk.ledger_metadata(ledger.ledger_id)).length
+        consumed = None
+        if config.retention_consumed:
+            consumed = consumed_before(ledgers, list((await self.subscriptions()).values()))
+        keep_from = retained_from(
+            meta.ledgers,
+            config,
+            now_ms=self.context.clock.wall_ms(),
+            limit=limit,
+            lengths=lengths,
+            consumed=consumed,
+        )
+        if keep_from <= 0:
+            return 0
+        return await self.truncate(Position(meta.ledgers[keep_from].ledger_id, 0))

@@ -11,12 +11,12 @@ fenced (its next append fails with :class:`LogFencedError`; nothing it wrote aft
 fencing is visible, as recovery seals the ledger at its acknowledged end). The writer rolls
 to a new ledger when the current one reaches ``roll_bytes`` or ``roll_age_ms``.
 
-Settings: a log may store its own (:class:`~bkeeper.namedlog.config.LogSettings`, set by
+Settings: a log may store its own (:class:`~bkeeper.namedlog.core.config.LogSettings`, set by
 :meth:`NamedLogs.create` and changed by :meth:`NamedLog.configure` under compare-and-set);
 they win over the process's ``LogConfig`` (:meth:`NamedLog.config_of`). A writer reads them
 when it opens and again at each tick of its timer; retention runs when a writer opens, at each
 roll, on the writer's timer and after :meth:`NamedLog.append_ledgers`
-(:mod:`bkeeper.namedlog.retention`).
+(:mod:`bkeeper.namedlog.core.retention`).
 
 Terms: a writer opened with a leadership ``term`` (an elected leader's: see
 :mod:`bkeeper.statemachine.dice`) first records the term in the log's metadata by
@@ -58,24 +58,23 @@ from bkeeper.common.errors import (
     SubscriptionNotFoundError,
     WriterTermError,
 )
-from bkeeper.namedlog.config import EARLIEST, LogConfig, LogSettings
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.context import LogContext
-from bkeeper.namedlog.handle import LogHandle, Snapshot
-from bkeeper.namedlog.metadata import (
+from bkeeper.namedlog.core.config import EARLIEST, LogConfig, LogSettings
+from bkeeper.namedlog.core.log_metadata import (
     LogLedger,
     LogMetadata,
     WriterCommit,
     check_log_name,
     check_writer_id,
 )
+from bkeeper.namedlog.core.records import Position
+from bkeeper.namedlog.core.subscription_state import AckStore, Mode
+from bkeeper.namedlog.handle import LogHandle, Snapshot
 from bkeeper.namedlog.reader import LogReader, open_reader
-from bkeeper.namedlog.records import Position
-from bkeeper.namedlog.retention import run_retention
 from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
 from bkeeper.namedlog.stores import LogStore, SubscriptionStore, drop_cursor
 from bkeeper.namedlog.subscribing import subscribe
-from bkeeper.namedlog.subscription import AckStore, Mode
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
@@ -362,7 +361,7 @@ class NamedLog(LogHandle):
         the last ledger stays. A failure is logged: the next pass tries again."""
         try:
             meta, _version = await self._read()
-            await run_retention(self, meta, self.config_of(meta), len(meta.ledgers) - 1)
+            await self.retain(meta, self.config_of(meta), len(meta.ledgers) - 1)
         except BKeeperError as exc:
             log.warning("log %s: retention after appending ledgers: %s", self.name, exc)
 

@@ -11,13 +11,13 @@ bkeeper's does that) says so and reads on after it. Where it starts (earliest, l
 time) and which ledger a position falls in are the walk's (:mod:`bkeeper.namedlog.walk`): a
 reader reads up to the LAC of the open ledger, as the walk's spans do.
 
-Entries holding record batches are unpacked (:func:`~bkeeper.namedlog.records.decode_entry`):
+Entries holding record batches are unpacked (:func:`~bkeeper.namedlog.core.records.decode_entry`):
 the reader returns their records one by one; a start ``(L, E, I)`` skips the records of entry
 E before index I. ``position``, after a record, is the next record's in its entry, or
 ``(L, E + 1)`` after an entry's last record.
 
-Large records (format 3, :mod:`bkeeper.namedlog.chunks`): the entries of each ledger go
-through a :class:`~bkeeper.namedlog.chunks.Reassembly`, which returns a chunked record whole,
+Large records (format 3, :mod:`bkeeper.namedlog.core.chunks`): the entries of each ledger go
+through a :class:`~bkeeper.namedlog.core.chunks.Reassembly`, which returns a chunked record whole,
 at its last chunk's position. A start inside a chunked record (any chunk but the first) reads
 that record from its first chunk (its position is at or after the start). A record a reader
 cannot put together (its writer stopped between chunks: the ledger ends before its last
@@ -46,12 +46,12 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.loop import await_chain
 from bkeeper.meta.ledger_metadata import LedgerState
-from bkeeper.namedlog.chunks import Incomplete, Reassembly, whole_records
-from bkeeper.namedlog.config import EARLIEST, LATEST
+from bkeeper.namedlog.core.chunks import Incomplete, Reassembly, whole_records
+from bkeeper.namedlog.core.config import EARLIEST, LATEST
+from bkeeper.namedlog.core.log_metadata import LogMetadata
+from bkeeper.namedlog.core.records import CHUNK_FORMAT_VERSION, Position, Record, decode_entry
+from bkeeper.namedlog.core.spans import earliest, locate
 from bkeeper.namedlog.handle import LogHandle
-from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import CHUNK_FORMAT_VERSION, Position, Record, decode_entry
-from bkeeper.namedlog.walk import earliest, locate
 
 __all__ = ["LogReader", "open_reader"]
 

@@ -1,6 +1,7 @@
 """Shared subscriptions: several consumers at once, each record delivered to one of them.
 
-A :class:`SharedConsumer` takes work by *claims* (:class:`~bkeeper.namedlog.subscription.Claim`):
+A :class:`SharedConsumer` takes work by *claims*
+(:class:`~bkeeper.namedlog.core.subscription_state.Claim`):
 it reads up to ``claim_records`` records of one ledger from where dispatching is (more to
 end at an entry's end: a claim holds whole record batches), and records
 the claim (and the new dispatching point) in the subscription's state by compare-and-set; a
@@ -11,7 +12,7 @@ no new records takes it over and gets those records again (at-least-once: the sl
 may still be working on them). Claims are read again from the log, so a claim taken over
 costs a reader; at most ``CLAIMS_MAX`` claims are open at once.
 
-A chunked record (:mod:`bkeeper.namedlog.chunks`) is claimed from its first chunk to its last:
+A chunked record (:mod:`bkeeper.namedlog.core.chunks`) is claimed from its first chunk to its last:
 acknowledging it acknowledges every chunk, and a claim taken over delivers it again whole.
 
 Acks are gathered and flushed as for an exclusive consumer
@@ -26,11 +27,11 @@ import logging
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.consumer import Consumer
+from bkeeper.namedlog.core.records import Position, Record
+from bkeeper.namedlog.core.subscription_state import CLAIMS_MAX, Claim, SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.records import Position, Record
 from bkeeper.namedlog.stores import SubscriptionStore, cas_update_or
-from bkeeper.namedlog.subscription import CLAIMS_MAX, Claim, SubscriptionState
 
 __all__ = ["ACK_TIMEOUT_MS", "CLAIM_RECORDS", "SharedConsumer"]
 

@@ -14,19 +14,19 @@ from bkeeper.common.errors import (
     MetadataVersionError,
     SubscriptionNotFoundError,
 )
-from bkeeper.namedlog.config import EARLIEST
 from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
-from bkeeper.namedlog.handle import LogHandle
-from bkeeper.namedlog.reader import open_reader
-from bkeeper.namedlog.records import Position
-from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
-from bkeeper.namedlog.stores import CursorLedger, cas_update_or, drop_cursor, load
-from bkeeper.namedlog.subscription import (
+from bkeeper.namedlog.core.config import EARLIEST
+from bkeeper.namedlog.core.records import Position
+from bkeeper.namedlog.core.subscription_state import (
     AckStore,
     Mode,
     SubscriptionState,
     check_subscription_name,
 )
+from bkeeper.namedlog.handle import LogHandle
+from bkeeper.namedlog.reader import open_reader
+from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
+from bkeeper.namedlog.stores import CursorLedger, cas_update_or, drop_cursor, load
 
 __all__ = ["commit_before", "default_consumer_id", "ensure_subscription", "subscribe"]
 

@@ -4,7 +4,7 @@ confirmed entries between two positions. The one place that walks the list: the 
 (:mod:`bkeeper.spark.plan`) all call it.
 
 Positions. ``(L, E)`` is the (first) record of entry E of ledger L, ``(L, E, I)`` record I of
-the record batch in entry E (:mod:`bkeeper.namedlog.records`). When L is not in the list it
+the record batch in entry E (:mod:`bkeeper.namedlog.core.records`). When L is not in the list it
 means the first record of the first ledger after L, so ``(L + 1, 0)`` and ``(L, last + 1)``
 both follow a sealed ledger L whose last entry is ``last`` (:func:`locate`). Spans are of
 entries: a span starting at ``(L, E, I)`` with I > 0 holds entry E, of which only the records
@@ -45,90 +45,21 @@ probes at most ``latest_probes_max`` entries past the LAC.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
-from bkeeper.namedlog.chunks import Incomplete, Reassembly, whole_records
-from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import Position, decode_chunk, decode_entry, entry_envelopes
+from bkeeper.namedlog.core.chunks import Incomplete, Reassembly, whole_records
+from bkeeper.namedlog.core.log_metadata import LogMetadata
+from bkeeper.namedlog.core.records import Position, decode_chunk, decode_entry, entry_envelopes
+from bkeeper.namedlog.core.spans import EntrySpan, LedgerEnd, LostRange, Walked, locate
 
-__all__ = [
-    "LATEST_PROBES_MAX",
-    "SEALED_CACHE_MAX",
-    "EntrySpan",
-    "LedgerEnd",
-    "LogWalk",
-    "LostRange",
-    "Walked",
-    "earliest",
-    "locate",
-]
+__all__ = ["LogWalk"]
 
 #: Entries past an open ledger's LAC that ``latest`` checks for (appended, LAC not sent yet).
 LATEST_PROBES_MAX = 1_000
 #: Sealed ledgers whose last entry id a walk remembers.
 SEALED_CACHE_MAX = 100_000
-
-
-@dataclass(frozen=True, order=True)
-class EntrySpan:
-    """Confirmed entries ``first..last`` (inclusive) of ledger ``ledger_id`` of log ``log``;
-    ``sealed`` says the ledger was sealed when walked (else the span ends at or below its
-    LAC). Reading one is deterministic: a replayed read gets exactly the same records."""
-
-    log: str
-    ledger_id: int
-    first: int
-    last: int
-    sealed: bool = True
-    #: Of entry ``first``'s records, those from this index on (0: all).
-    first_index: int = 0
-    #: Of entry ``last``'s records, those before this index only (0: all).
-    end_index: int = 0
-
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1
-
-
-@dataclass(frozen=True)
-class LostRange:
-    """Records from ``start`` up to (not including) ``first_left`` are gone: truncated, or
-    their ledger deleted, before they were read."""
-
-    start: Position
-    first_left: Position
-
-
-@dataclass(frozen=True)
-class Walked:
-    """What :meth:`LogWalk.spans` found: the spans in log order, the position after them,
-    and the ranges lost on the way."""
-
-    spans: list[EntrySpan]
-    after: Position
-    lost: list[LostRange] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class LedgerEnd:
-    """A ledger's last confirmed entry: its last entry when ``sealed``, else its LAC."""
-
-    last: int
-    sealed: bool
-
-
-def earliest(meta: LogMetadata) -> Position:
-    """The first record of the log (``(0, 0)`` when it has no ledger)."""
-    return Position(meta.ledgers[0].ledger_id, 0) if meta.ledgers else Position(0, 0)
-
-
-def locate(meta: LogMetadata, position: Position) -> int | None:
-    """The index in ``meta.ledgers`` of the ledger ``position`` falls in: the first one whose
-    id is at least ``position.ledger_id`` (None: past the last ledger)."""
-    return next((i for i, x in enumerate(meta.ledgers) if x.ledger_id >= position.ledger_id), None)
 
 
 class LogWalk:

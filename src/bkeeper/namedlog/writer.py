@@ -5,7 +5,7 @@ fencing the previous writer. Appends go to the current ledger; once it holds ``r
 or is ``roll_age_ms`` old, the writer creates a new ledger, appends it to the list by
 compare-and-set (:func:`bkeeper.common.cas.cas_update`) and seals the old one in the
 background. A list that moved on (another writer's ledger is last) means this writer was
-fenced. Retention (:mod:`bkeeper.namedlog.retention`: ``retention_age_ms``,
+fenced. Retention (:mod:`bkeeper.namedlog.core.retention`: ``retention_age_ms``,
 ``retention_bytes``, ``retention_consumed``) runs when the writer opens, at each roll and at
 each tick of its timer.
 
@@ -22,7 +22,7 @@ or by age with appends coming, happens at the append as before.
 
 Record batching (``LogConfig.batching``): records gather into batches
 (:mod:`bkeeper.namedlog.batching`), each batch written as one entry in the record batch format
-(:mod:`bkeeper.namedlog.records`; a batch of one record, uncompressed, as a format-1 entry);
+(:mod:`bkeeper.namedlog.core.records`; a batch of one record, uncompressed, as a format-1 entry);
 each record's position is ``(ledger, entry, index in the batch)``. Batching off, each record
 is an entry of its own (format 1).
 
@@ -76,10 +76,9 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog.batching import Batch, Batcher
-from bkeeper.namedlog.config import LogConfig
-from bkeeper.namedlog.handle import LogHandle
-from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.core.config import LogConfig
+from bkeeper.namedlog.core.log_metadata import LogMetadata
+from bkeeper.namedlog.core.records import (
     CHUNK_HEAD,
     CODEC_NONE,
     FORMAT_VERSION,
@@ -90,7 +89,8 @@ from bkeeper.namedlog.records import (
     encode_chunks,
     encode_record,
 )
-from bkeeper.namedlog.retention import retention_on, run_retention
+from bkeeper.namedlog.core.retention import retention_on
+from bkeeper.namedlog.handle import LogHandle
 
 __all__ = ["LogWriter", "create_ledger", "discard_ledger"]
 
@@ -643,7 +643,7 @@ class LogWriter:
         limit = next((i for i, x in enumerate(meta.ledgers) if x.ledger_id in mine), None)
         if limit is None:
             return 0  # this writer's ledger is not listed: another writer took over
-        deleted = await run_retention(self._log, meta, self._config, limit)
+        deleted = await self._log.retain(meta, self._config, limit)
         if deleted:
             log.debug("log %s: retention deleted %d ledgers", self._log.name, deleted)
             meta, version = await self._context.store.read(self._log.name)

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from bkeeper.client.entry import Entry
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.core import (
     BATCH_FORMAT_VERSION,
     BATCH_HEAD,
     FORMAT_VERSION,

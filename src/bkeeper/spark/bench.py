@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bkeeper.client import BookKeeper
-from bkeeper.namedlog import LogConfig, NamedLogs, Position, encode_record
-from bkeeper.namedlog.records import decode_entry, encode_batch
-from bkeeper.namedlog.writer import create_ledger
+from bkeeper.namedlog import LogConfig, NamedLogs, Position, create_ledger, encode_record
+from bkeeper.namedlog.core import decode_entry, encode_batch
 from bkeeper.spark.plan import LogView
 
 __all__ = [

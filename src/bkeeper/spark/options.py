@@ -33,8 +33,7 @@ from typing import Any
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import EARLIEST, LATEST, LogConfig
-from bkeeper.namedlog.core import check_log_name
-from bkeeper.namedlog.core import check_subscription_name
+from bkeeper.namedlog.core import check_log_name, check_subscription_name
 from bkeeper.spark.client_options import CREDENTIALS, client_config, client_settings, metadata_uri
 from bkeeper.spark.names import READ_OPTIONS, WRITE_OPTIONS, check_names
 from bkeeper.spark.offsets import (

@@ -30,10 +30,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bkeeper.common.errors import LogTruncatedError
-from bkeeper.namedlog import EARLIEST, LATEST, NamedLogs, Position
-from bkeeper.namedlog.metadata import LogMetadata
-from bkeeper.namedlog.records import decode_chunk, entry_first_timestamp, entry_record_count
-from bkeeper.namedlog.walk import EntrySpan, LostRange, earliest
+from bkeeper.namedlog import EARLIEST, LATEST, EntrySpan, LostRange, NamedLogs, Position, earliest
+from bkeeper.namedlog.core import (
+    LogMetadata,
+    decode_chunk,
+    entry_first_timestamp,
+    entry_record_count,
+)
 
 __all__ = [
     "Bounds",

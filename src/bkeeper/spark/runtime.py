@@ -38,18 +38,18 @@ from bkeeper.common.errors import (
     LogTruncatedError,
     SessionExpiredError,
 )
-from bkeeper.namedlog import LogConfig, NamedLogs, PendingLedgers, encode_record
-from bkeeper.namedlog.chunks import Incomplete, Reassembly
-from bkeeper.namedlog.metadata import check_log_name
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog import LogConfig, NamedLogs, PendingLedgers, create_ledger, encode_record
+from bkeeper.namedlog.core import (
     CHUNK_FORMAT_VERSION,
     CHUNK_HEAD,
+    Incomplete,
+    Reassembly,
+    check_log_name,
     codec_id,
     decode_chunk,
     encode_batch,
     encode_chunks,
 )
-from bkeeper.namedlog.writer import create_ledger
 from bkeeper.spark.errors import explained
 from bkeeper.spark.options import client_config
 from bkeeper.spark.plan import EntrySpan, LogView
@@ -191,7 +191,7 @@ class Runtime:
             yield from batches_of(pending)
 
     def _span_entries(self, handle: ReadHandle, span: EntrySpan) -> Iterator[Entry]:
-        """The entries of ``span`` to decode, a chunked record (:mod:`bkeeper.namedlog.chunks`)
+        """The entries of ``span`` to decode, a chunked record (:mod:`bkeeper.namedlog.core.chunks`)
         as one entry at its last chunk, holding its whole envelope. A chunked record is read
         by the span holding its last chunk, reading its earlier chunks across the span's
         start if need be, and by no other: the chunks of one that ends past the span are
@@ -356,7 +356,7 @@ class TaskLedgers:
     ``batch_max_bytes``, is written as a single-record entry). Each log's open batch is
     appended when full and at :meth:`seal`. A record larger than ``config.chunk_bytes`` is
     written as its chunks (consecutive entries, as the log writer writes them: see
-    :mod:`bkeeper.namedlog.chunks`), after the log's open batch."""
+    :mod:`bkeeper.namedlog.core.chunks`), after the log's open batch."""
 
     runtime: Runtime
     roll_bytes: int

@@ -45,8 +45,7 @@ from pyspark.sql.types import StructType
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog import LogConfig, Position
-from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
+from bkeeper.namedlog import LogConfig, Position, commit_before, ensure_subscription
 from bkeeper.spark.checks import check_logs
 from bkeeper.spark.errors import check_workers_python, plainly, plainly_each
 from bkeeper.spark.options import (

@@ -20,8 +20,7 @@ import random
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import BKeeperError
-from bkeeper.namedlog import EARLIEST, LogConfig, NamedLogs, Position
-from bkeeper.namedlog.writer import LogWriter
+from bkeeper.namedlog import EARLIEST, LogConfig, LogWriter, NamedLogs, Position
 from bkeeper.verify.history import History
 from bkeeper.verify.workload import (
     WorkloadConfig,

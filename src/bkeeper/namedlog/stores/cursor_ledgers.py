@@ -26,8 +26,8 @@ from bkeeper.common.errors import (
     LedgerFencedError,
     LedgerNotFoundError,
 )
-from bkeeper.namedlog.config import LogConfig
-from bkeeper.namedlog.subscription import SubscriptionState
+from bkeeper.namedlog.core.config import LogConfig
+from bkeeper.namedlog.core.subscription_state import SubscriptionState
 
 __all__ = ["CursorLedger", "drop_cursor", "load", "peek"]
 

@@ -1,5 +1,5 @@
 """Where logs live: one node per log under ``<parent of the ledgers root>/bkeeper/logs``
-(its :class:`~bkeeper.namedlog.metadata.LogMetadata`, JSON); every write a compare-and-set
+(its :class:`~bkeeper.namedlog.core.log_metadata.LogMetadata`, JSON); every write a compare-and-set
 on the version read."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from bkeeper.common.errors import (
     SessionExpiredError,
 )
 from bkeeper.meta.store import EventType, NodeStore, WatchKind, join_path
-from bkeeper.namedlog.config import LogSettings
-from bkeeper.namedlog.metadata import LogMetadata, check_log_name, logs_root
+from bkeeper.namedlog.core.config import LogSettings
+from bkeeper.namedlog.core.log_metadata import LogMetadata, check_log_name, logs_root
 
 __all__ = ["LogStore"]
 

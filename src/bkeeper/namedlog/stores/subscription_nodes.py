@@ -16,8 +16,8 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import within
 from bkeeper.meta.store import NodeStore, WatchKind, join_path
+from bkeeper.namedlog.core.subscription_state import SubscriptionState, check_subscription_name
 from bkeeper.namedlog.stores.log_nodes import LogStore
-from bkeeper.namedlog.subscription import SubscriptionState, check_subscription_name
 
 __all__ = ["SubscriptionStore"]
 

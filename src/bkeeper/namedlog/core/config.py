@@ -19,7 +19,7 @@ from bkeeper.common.validate import (
     check_positive_ints,
     check_quorum,
 )
-from bkeeper.namedlog.records import BATCH_RECORDS_MAX, CHUNK_BYTES_MIN, codec_id
+from bkeeper.namedlog.core.records import BATCH_RECORDS_MAX, CHUNK_BYTES_MIN, codec_id
 
 __all__ = [
     "BATCH_BYTES_MAX",
@@ -55,7 +55,7 @@ class LogConfig:
     subscription of the log has consumed past (a log with no subscription keeps them); the
     age and size limits still apply as caps, and a subscription left behind by one is told
     its records are gone (:mod:`bkeeper.namedlog.consumer`). Retention runs when a writer
-    opens, at each roll and on the writer's timer (:mod:`bkeeper.namedlog.retention`).
+    opens, at each roll and on the writer's timer (:mod:`bkeeper.namedlog.core.retention`).
 
     A log may store its own retention, roll and replication settings (:class:`LogSettings`);
     those win over this config's for that log's writers.
@@ -69,7 +69,7 @@ class LogConfig:
     entries, which every reader of earlier versions reads, and every record is alone in its
     entry (``Position(L, E + 1)`` follows ``Position(L, E)``, as the state machine assumes).
 
-    Large records (:mod:`bkeeper.namedlog.chunks`): a record whose envelope (payload, key,
+    Large records (:mod:`bkeeper.namedlog.core.chunks`): a record whose envelope (payload, key,
     properties and a 10-byte head) is larger than ``chunk_bytes`` is cut into chunks of
     ``chunk_bytes`` bytes, each its own entry (format 3), up to ``RECORD_BYTES_MAX`` (65 MiB)
     in all. ``chunk_bytes``: 64 KiB to ``CHUNK_BYTES_MAX`` (4 MiB, the default); a writer whose
@@ -136,7 +136,8 @@ _POSITIVE = {"roll_bytes", *_REPLICATION}
 @dataclass(frozen=True)
 class LogSettings:
     """The settings a log stores with itself (the ``"config"`` object of its metadata node,
-    :mod:`bkeeper.namedlog.metadata`); None: not set, the process's :class:`LogConfig` decides.
+    :mod:`bkeeper.namedlog.core.log_metadata`); None: not set, the process's
+    :class:`LogConfig` decides.
     Same names, units and meanings as ``LogConfig``'s fields (0: off / never, as there).
 
     ``ensemble_size``, ``write_quorum`` and ``ack_quorum`` are set together or not at all (a

@@ -60,7 +60,7 @@ n consecutive entries of one ledger, chunks 0 to n - 1, with nothing between the
 batch, never compressed, never across a ledger roll). Its position is its **last** chunk's,
 ``(L, E_last)``, and :attr:`Record.chunks` says how many entries it spans (its first chunk is
 entry ``E_last - chunks + 1``). A chunk alone holds no record: :func:`decode_entry` refuses
-it, and readers put chunks back together with :class:`bkeeper.namedlog.chunks.Reassembly`.
+it, and readers put chunks back together with :class:`bkeeper.namedlog.core.chunks.Reassembly`.
 Readers before format 3 fail on a chunk with a ``ProtocolError`` naming format 3.
 
 **Fast path for decoders of many entries at once** (Spark's Arrow conversion):
@@ -472,7 +472,7 @@ def decode_entry(
         if view and view[0] == CHUNK_FORMAT_VERSION:
             raise ProtocolError(
                 f"entry {ledger_id}:{entry_id} is a chunk of a large record (format 3), not a "
-                "record: readers put chunks back together (bkeeper.namedlog.chunks)"
+                "record: readers put chunks back together (bkeeper.namedlog.core.chunks)"
             )
         at = _new_tuple(Position, (ledger_id, entry_id, 0))
         if len(view) >= _PLAIN_HEAD_BYTES and view[0] == FORMAT_VERSION and not view[1]:

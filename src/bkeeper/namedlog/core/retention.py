@@ -1,10 +1,11 @@
-"""Retention of a named log: which sealed ledgers go, decided purely, and the pass that
-gathers what the decision needs and truncates.
+"""Retention of a named log: which sealed ledgers go, decided purely (the pass that gathers
+what the decision needs and truncates is :meth:`LogHandle.retain
+<bkeeper.namedlog.handle.LogHandle.retain>`).
 
 A log's writer runs a pass when it opens, at each roll and on its timer
 (:mod:`bkeeper.namedlog.writer`); Spark's sink after each batch it appends. The decision
 (:func:`retained_from`), for ``LogConfig``'s ``retention_*`` settings (the log's stored
-settings over the process's, :class:`~bkeeper.namedlog.config.LogSettings`):
+settings over the process's, :class:`~bkeeper.namedlog.core.config.LogSettings`):
 
 * ``retention_age_ms``: a ledger goes when every record of it is older than the age, known
   from the next ledger's creation time (ledger i's records were all appended before ledger
@@ -22,17 +23,13 @@ current ledger, or one it is still sealing): only sealed ledgers go. Ages come f
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 
-from bkeeper.common.errors import LedgerNotFoundError
-from bkeeper.namedlog.config import LogConfig
-from bkeeper.namedlog.handle import LogHandle
-from bkeeper.namedlog.metadata import LogLedger, LogMetadata
-from bkeeper.namedlog.records import Position
-from bkeeper.namedlog.subscription import SubscriptionState
+from bkeeper.namedlog.core.config import LogConfig
+from bkeeper.namedlog.core.log_metadata import LogLedger
+from bkeeper.namedlog.core.subscription_state import SubscriptionState
 
-__all__ = ["consumed_before", "retained_from", "retention_on", "run_retention"]
+__all__ = ["consumed_before", "retained_from", "retention_on"]
 
 
 def retention_on(config: LogConfig) -> bool:
@@ -78,29 +75,3 @@ def consumed_before(
         return None
     needed = min(state.resume_from.ledger_id for state in states)
     return sum(1 for ledger in ledgers if ledger.ledger_id < needed)
-
-
-async def run_retention(named: LogHandle, meta: LogMetadata, config: LogConfig, limit: int) -> int:
-    """One retention pass over ``meta``'s list, keeping ``meta.ledgers[limit:]``; the number
-    of ledgers deleted."""
-    if not retention_on(config) or len(meta.ledgers) < 2:
-        return 0
-    bk, ledgers = named.context.bk, meta.ledgers[:limit]
-    lengths: dict[int, int] = {}
-    for ledger in ledgers if config.retention_bytes else ():
-        with contextlib.suppress(LedgerNotFoundError):
-            lengths[ledger.ledger_id] = (await bk.ledger_metadata(ledger.ledger_id)).length
-    consumed = None
-    if config.retention_consumed:
-        consumed = consumed_before(ledgers, list((await named.subscriptions()).values()))
-    keep_from = retained_from(
-        meta.ledgers,
-        config,
-        now_ms=named.context.clock.wall_ms(),
-        limit=limit,
-        lengths=lengths,
-        consumed=consumed,
-    )
-    if keep_from <= 0:
-        return 0
-    return await named.truncate(Position(meta.ledgers[keep_from].ledger_id, 0))

@@ -1,7 +1,7 @@
 """Large records put back together from their chunks (pure: entries in, records out).
 
 A writer cuts a record larger than its ``LogConfig.chunk_bytes`` into chunks, consecutive
-entries of one ledger in the format-3 layout of :mod:`bkeeper.namedlog.records`. Every reader
+entries of one ledger in the format-3 layout of :mod:`bkeeper.namedlog.core.records`. Every reader
 of a log (the tailing reader, consumers through it, Spark) feeds the entries of a ledger, in
 order, to one :class:`Reassembly`, which hands back each entry to decode: a plain entry (format
 1 or 2) as it is, a chunked record as its whole envelope at its last chunk, as a
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from bkeeper.namedlog.records import (
+from bkeeper.namedlog.core.records import (
     CHUNK_FORMAT_VERSION,
     Position,
     Record,

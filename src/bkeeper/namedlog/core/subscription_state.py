@@ -12,7 +12,7 @@ The mark advances over a run that continues it: in its ledger, or, given where s
 end and which ledger follows (``ledger_after``), from a ledger's last record to the next
 ledger's first.
 
-Record batches (:mod:`bkeeper.namedlog.records`). The mark and the runs are of whole entries:
+Record batches (:mod:`bkeeper.namedlog.core.records`). The mark and the runs are of whole entries:
 ``mark = (L, E)`` says every record of entry E and before is consumed (``(L, -1)``: every
 record before ledger L). Records of a batch acknowledged while others of it are not are kept
 in ``partial``: per entry, its record count and the runs of indexes acknowledged; once all of
@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from bkeeper.common.errors import ConfigError, LogError, ProtocolError
-from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.core.records import Position
 
 __all__ = [
     "ACKED_RUNS_MAX",

@@ -26,7 +26,7 @@ existed has none and reads as ``None``; the format number stays 1 (a reader that
 know ``term`` ignores it, but a bkeeper from before terms that rewrites the list drops it:
 do not mix such writers with termed ones on one log).
 
-``config`` (optional) holds the log's own settings (:class:`~bkeeper.namedlog.config.
+``config`` (optional) holds the log's own settings (:class:`~bkeeper.namedlog.core.config.
 LogSettings`): any of ``retention_age_ms``, ``retention_bytes``, ``retention_consumed``,
 ``roll_bytes``, ``roll_age_ms`` and ``ensemble_size``/``write_quorum``/``ack_quorum``
 (the three together), with ``LogConfig``'s units and meanings, for example
@@ -51,8 +51,8 @@ from bkeeper.common.errors import (
     ConfigError,
     ProtocolError,
 )
-from bkeeper.namedlog.config import LogSettings
-from bkeeper.namedlog.records import Position
+from bkeeper.namedlog.core.config import LogSettings
+from bkeeper.namedlog.core.records import Position
 
 __all__ = [
     "COMMITS_MAX",
