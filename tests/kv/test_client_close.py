@@ -8,7 +8,9 @@ import socket
 
 import pytest
 
+from bkeeper.common.errors import StateMachineError
 from bkeeper.kv import KvClient
+from bkeeper.testing.clock import FakeClock
 
 
 async def test_a_cancelled_aclose_stays_cancelled() -> None:
@@ -27,3 +29,24 @@ async def test_a_cancelled_aclose_stays_cancelled() -> None:
     with pytest.raises(asyncio.CancelledError):
         await put
     await kv.aclose()
+
+
+class Jumping(FakeClock):
+    """A clock that moves 10 s each time it is read."""
+
+    def monotonic(self) -> float:
+        self.advance(10.0)
+        return super().monotonic()
+
+
+async def test_the_calls_deadline_is_on_the_clients_clock() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    kv = KvClient([f"http://127.0.0.1:{port}"], timeout_s=60, pause_s=0.05, clock=Jumping())
+    try:
+        async with asyncio.timeout(10):  # 60 s on the client's clock, far less in real time
+            with pytest.raises(StateMachineError, match="no answer within 60"):
+                await kv.get("k")
+    finally:
+        await kv.aclose()

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ import aiohttp
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.auth import TOKEN_PLUGIN
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError, NoNodeError, StateMachineError
 from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.statemachine import election_path
@@ -129,6 +129,7 @@ class KvClient:
         client_id: str | None = None,
         coalesce_writes: bool = True,
         auth_token: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not urls and discover is None:
             raise ConfigError("urls: give member URLs or a discover function")
@@ -139,6 +140,7 @@ class KvClient:
         self._timeout_s = timeout_s
         self._attempt_timeout_s = attempt_timeout_s
         self._pause_s = pause_s
+        self._clock: Clock = clock or SystemClock()
         self.client_id = client_id or uuid.uuid4().hex
         self._sequence = itertools.count(1)
         self._leader: str | None = None
@@ -288,7 +290,7 @@ class KvClient:
         query: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
     ) -> Any:
-        deadline = time.monotonic() + self._timeout_s
+        deadline = self._clock.monotonic() + self._timeout_s
         last_error = "no member answered"
         while True:
             if not self._urls and self._discover is not None:
@@ -296,7 +298,7 @@ class KvClient:
             for url in self._candidates():
                 target: str | None = url
                 while target is not None:
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
                         unknown = "" if method == "GET" else "; the write's outcome is unknown"
                         raise StateMachineError(

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BKeeperError, NoNodeError
 from bkeeper.meta.store import NodeStore, join_path
 
@@ -67,12 +68,16 @@ class CrashDetector:
         own_url: str,
         probe_s: float,
         leading: Callable[[], bool],
+        *,
+        clock: Clock | None = None,
     ) -> None:
+        """``clock``: what the refusals' span is measured on (default: the system clock)."""
         self._store = store
         self._directory = directory
         self._own_url = own_url
         self._probe_s = probe_s
         self._leading = leading
+        self._clock: Clock = clock or SystemClock()
         #: Probes made, and leaders' nodes deleted.
         self.probes = 0
         self.deposed = 0
@@ -97,7 +102,7 @@ class CrashDetector:
         return None
 
     async def run(self, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
+        clock = self._clock
         leader: tuple[str, str] | None = None
         read_at = -LEADER_REFRESH_S
         streak, first_refusal = 0, 0.0
@@ -112,7 +117,7 @@ class CrashDetector:
             if self._leading():
                 leader, streak = None, 0
                 continue
-            now = loop.time()
+            now = clock.monotonic()
             try:
                 if leader is None or (streak == 0 and now - read_at >= LEADER_REFRESH_S):
                     fresh = await self._leader_node()
@@ -130,9 +135,9 @@ class CrashDetector:
                 streak = 0
                 continue
             if streak == 0:
-                first_refusal = loop.time()
+                first_refusal = clock.monotonic()
             streak += 1
-            if streak >= REFUSALS_MIN and loop.time() - first_refusal >= REFUSED_FOR_S_MIN:
+            if streak >= REFUSALS_MIN and clock.monotonic() - first_refusal >= REFUSED_FOR_S_MIN:
                 await self._depose(leader)
                 leader, streak = None, 0
 

@@ -57,6 +57,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BKeeperError, ConfigError, NotLeaderError
 from bkeeper.kv.detector import CrashDetector
 from bkeeper.kv.state import KvState, encode_command, validate_ops
@@ -146,8 +147,18 @@ def bearer_guard(token: str) -> Middleware:
 class KvServer:
     """One member: ``await start()`` (binds HTTP), ``await run(stop)``, ``await aclose()``."""
 
-    def __init__(self, logs: NamedLogs, store: NodeStore, config: KvServerConfig) -> None:
+    def __init__(
+        self,
+        logs: NamedLogs,
+        store: NodeStore,
+        config: KvServerConfig,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        """``clock``: the member's read lease and crash detector run on it (default: the
+        system clock)."""
         self._logs = logs
+        self._clock: Clock = clock or SystemClock()
         self._store = store
         self._config = config
         self.state = KvState()
@@ -201,6 +212,7 @@ class KvServer:
                 snapshot_every_bytes=self._config.snapshot_every_bytes,
                 read_lease_s=self._config.read_lease_s,
             ),
+            clock=self._clock,
         )
         return self.url
 
@@ -211,7 +223,12 @@ class KvServer:
             await rsm.run(stop)
             return
         self.detector = CrashDetector(
-            self._store, rsm.directory, self.url, self._config.leader_probe_s, lambda: rsm.leading
+            self._store,
+            rsm.directory,
+            self.url,
+            self._config.leader_probe_s,
+            lambda: rsm.leading,
+            clock=self._clock,
         )
         detector = asyncio.create_task(self.detector.run(stop))
         try:
