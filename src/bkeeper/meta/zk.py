@@ -9,10 +9,11 @@ Invariants:
 * kazoo errors never escape: they are translated through :data:`KAZOO_ERRORS` (first match
   along the exception's class hierarchy) with ``raise ... from``.
 * kazoo forgets all watches whenever the connection drops, so the store keeps its own table of
-  watch slots (one per kind and path). On every ``CONNECTED`` it arms each slot again and
-  sends its subscribers ``RESET``. A fired watch is armed again *before* its event reaches
-  persistent subscribers, so a subscriber that reads after the event cannot miss a change.
-  Callbacks carry a generation number and stale ones are ignored.
+  watch slots (:class:`~bkeeper.meta.zk_watches.WatchTable`, one per kind and path). On
+  every ``CONNECTED`` it arms each slot again and sends its subscribers ``RESET``. A fired
+  watch is armed again *before* its event reaches persistent subscribers, so a subscriber
+  that reads after the event cannot miss a change. Callbacks carry a generation number and
+  stale ones are ignored.
 * A request is refused (``ConnectionLossError``) while kazoo or this loop knows the connection
   is down: kazoo would hold it and send it on the next connection, perhaps after its caller
   gave up on it (``request_timeout_ms``) and went on as if it had failed.
@@ -20,8 +21,9 @@ Invariants:
   reports ``EXPIRED`` then ``CONNECTED`` with the new session id.
 * Quiet: kazoo's per-attempt narration goes to DEBUG through
   :class:`~bkeeper.meta.zk_reach.KazooNarration`; this module logs one line per change of the
-  session's state, at WARNING only for an expired session (its ephemerals and watches are
-  gone); a lost connection and its return are INFO. A connect that fails names each host and
+  session's state (:class:`~bkeeper.meta.zk_session.SessionNarration`), at WARNING only for an
+  expired session (its ephemerals and watches are gone); a lost connection and its return are
+  INFO. A connect that fails names each host and
   why (:meth:`~bkeeper.meta.zk_reach.Reachability.explain`), and gives up after
   ``unreachable_timeout_ms`` when every host refuses or does not resolve.
 """
@@ -33,7 +35,6 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo import exceptions as kz
@@ -67,6 +68,8 @@ from bkeeper.meta.store import (
     check_path,
 )
 from bkeeper.meta.zk_reach import KazooNarration, Reachability
+from bkeeper.meta.zk_session import SessionNarration, start_session
+from bkeeper.meta.zk_watches import WatchKey, WatchTable
 
 __all__ = ["ARM_ATTEMPTS_MAX", "EXPIRE_ATTEMPTS_MAX", "KAZOO_ERRORS", "ZkNodeStore"]
 
@@ -77,13 +80,6 @@ ARM_ATTEMPTS_MAX = 8
 
 #: How often ``expire_session`` tries to close the session from a second connection.
 EXPIRE_ATTEMPTS_MAX = 3
-
-#: How often a connect looks whether it has a session, or cause to give up: first after
-#: ``CONNECT_FIRST_POLL_S``, then at twice the interval each time up to ``CONNECT_POLL_S``
-#: (a local ZooKeeper gives a session in 5-15 ms: a first look at 50 ms cost every command
-#: ~45 ms; docs/benchmarks.md, "CLI start-up").
-CONNECT_POLL_S = 0.05
-CONNECT_FIRST_POLL_S = 0.005
 
 #: kazoo exception class -> bkeeper error class. Subclasses come before their bases.
 KAZOO_ERRORS: dict[type[BaseException], type[MetadataError]] = {
@@ -109,7 +105,13 @@ _EVENT_TYPES = {
     "CHILD": EventType.CHILDREN_CHANGED,
 }
 
-_WatchKey = tuple[WatchKind, str]
+
+#: kazoo's session states as the store's.
+_SESSION_STATES = {
+    KazooState.CONNECTED: SessionState.CONNECTED,
+    KazooState.SUSPENDED: SessionState.SUSPENDED,
+    KazooState.LOST: SessionState.EXPIRED,
+}
 
 
 #: kazoo exception class -> what it means, in words (kazoo's own messages are mostly empty).
@@ -142,20 +144,6 @@ def translate(exc: BaseException) -> MetadataError:
     return MetadataError(f"ZooKeeper: {type(exc).__name__}: {exc}")
 
 
-@dataclass
-class _Slot:
-    """Subscribers of one (kind, path) and the state of the kazoo watch behind them."""
-
-    subs: dict[Subscription[WatchEvent], bool] = field(default_factory=dict)
-    generation: int = 0
-    armed: bool = False
-    #: The generation of the last watch seen firing: a watch can fire before the answer of
-    #: the call that set it is processed here (both come from kazoo's thread), and must
-    #: then not count as armed.
-    fired: int = 0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
 class ZkNodeStore:
     """The node store over a ZooKeeper ensemble; open with :meth:`connect`."""
 
@@ -172,15 +160,15 @@ class ZkNodeStore:
         self._clock: Clock = clock or SystemClock()
         self._reach = Reachability(hosts)
         self._client = _new_client(hosts, config, digest, self._reach)
-        self._lost_at = 0.0
-        self._away_warning: asyncio.TimerHandle | None = None
+        self._narration = SessionNarration(
+            hosts, config.session_timeout_ms / 1000, self._reach, self._clock, self._away
+        )
         self._state = SessionState.SUSPENDED
         self._session_id = 0
         self._closing = False
-        self._slots: dict[_WatchKey, _Slot] = {}
-        self._generation = 0
         self._session_subs: set[Subscription[SessionEvent]] = set()
         self._tasks = TaskOwner(f"zk {hosts}", error=MetadataError)
+        self._watches = WatchTable(config, self._arm, self._tasks, lambda: self._closing)
 
     @classmethod
     async def connect(
@@ -199,56 +187,11 @@ class ZkNodeStore:
         ``clock`` times the connect and a lost connection (a ``SystemClock`` by default)."""
         store = cls(hosts, config or StoreConfig(), digest, clock)
         store._client.add_listener(store._on_state_threadsafe)
-        try:
-            await store._wait_session()
-        except BaseException as exc:
-            await store._discard_client(exc)
-            raise
+        stop = functools.partial(_stop_client, store._client)
+        await start_session(store._client, stop, hosts, store._config, store._reach, store._clock)
         store._session_id = store._client.client_id[0]
         store._state = SessionState.CONNECTED
         return store
-
-    async def _discard_client(self, cause: BaseException) -> None:
-        """Stop the client of a connect that failed or was cancelled, without letting the
-        clean-up replace ``cause`` (a cancellation above all: a kazoo ``stop`` that fails
-        would otherwise be taken for the connect's own error, and the cancel lost)."""
-        try:
-            await asyncio.shield(asyncio.to_thread(_stop_client, self._client))
-        except Exception as cleanup:  # reported on ``cause``, which goes on
-            _log.warning(
-                "ZooKeeper %s: stopping an unfinished client failed: %r", self._hosts, cleanup
-            )
-            cause.add_note(f"stopping the unfinished ZooKeeper client also failed: {cleanup!r}")
-
-    async def _wait_session(self) -> None:
-        config, clock = self._config, self._clock
-        # kazoo's start runs in a thread that a cancel cannot stop: the client is stopped
-        # only after it has finished (stopping it half-started fails inside kazoo).
-        starting = asyncio.ensure_future(asyncio.to_thread(self._client.start_async))
-        try:
-            await asyncio.shield(starting)
-        except asyncio.CancelledError as cancel:
-            while not starting.done():
-                with contextlib.suppress(asyncio.CancelledError):  # ``cancel`` goes on
-                    await asyncio.wait({starting})
-            if not starting.cancelled() and (error := starting.exception()) is not None:
-                cancel.add_note(f"the ZooKeeper client's start failed meanwhile: {error!r}")
-            raise
-        started = clock.monotonic()
-        deadline = started + config.connect_timeout_ms / 1000
-        give_up = started + config.unreachable_timeout_ms / 1000
-        poll_s = CONNECT_FIRST_POLL_S
-        while not self._client.connected:
-            now = clock.monotonic()
-            if now >= deadline:
-                waited_ms = config.connect_timeout_ms
-            elif now >= give_up and self._reach.hopeless():
-                waited_ms = config.unreachable_timeout_ms
-            else:
-                await asyncio.sleep(poll_s)
-                poll_s = min(poll_s * 2, CONNECT_POLL_S)
-                continue
-            raise ConnectionLossError(self._reach.explain(self._hosts, waited_ms / 1000))
 
     @property
     def hosts(self) -> str:
@@ -303,22 +246,7 @@ class ZkNodeStore:
     async def watch(
         self, path: str, kind: WatchKind = WatchKind.DATA, *, persistent: bool = False
     ) -> Subscription[WatchEvent]:
-        key = (kind, check_path(path))
-        if sum(len(slot.subs) for slot in self._slots.values()) >= self._config.watches_max:
-            raise MetadataError(f"{self._config.watches_max} watches open (watches_max)")
-        slot = self._slots.setdefault(key, _Slot())
-        sub: Subscription[WatchEvent] = Subscription(
-            limit=self._config.watch_events_max,
-            one_shot=not persistent,
-            on_close=functools.partial(self._unwatch, key),
-        )
-        slot.subs[sub] = persistent
-        try:
-            await self._ensure_armed(key, slot)
-        except BaseException:
-            sub.close()
-            raise
-        return sub
+        return await self._watches.subscribe((kind, check_path(path)), persistent)
 
     def session_events(self) -> Subscription[SessionEvent]:
         sub: Subscription[SessionEvent] = Subscription(
@@ -343,10 +271,8 @@ class ZkNodeStore:
         if self._closing:
             return
         self._closing = True
-        self._cancel_away_warning()
-        for slot in list(self._slots.values()):
-            for sub in list(slot.subs):
-                sub.close()
+        self._narration.close()
+        self._watches.close()
         await self._tasks.aclose()
         self._client.remove_listener(self._on_state_threadsafe)
         await asyncio.to_thread(_stop_client, self._client)
@@ -396,75 +322,28 @@ class ZkNodeStore:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_settle, future, result)
 
-    async def _ensure_armed(self, key: _WatchKey, slot: _Slot) -> None:
-        async with slot.lock:
-            if not slot.armed:
-                await self._arm(key, slot)
-
-    async def _arm(self, key: _WatchKey, slot: _Slot) -> None:
-        self._generation += 1
-        generation = slot.generation = self._generation
+    async def _arm(self, key: WatchKey, generation: int) -> None:
+        """Set the kazoo watch of ``key``, its firing told to the table with ``generation``."""
         callback = functools.partial(self._on_watch_threadsafe, key, generation)
         kind, path = key
         for _attempt in range(ARM_ATTEMPTS_MAX):
             if kind is WatchKind.DATA:
                 await self._call(self._client.exists_async, path, watch=callback)
-                slot.armed = slot.fired != generation  # fired already: a re-arm is on its way
                 return
             try:
                 await self._call(self._client.get_children_async, path, watch=callback)
-                slot.armed = slot.fired != generation
                 return
             except NoNodeError:
                 pass
             # No node: watch for its creation instead. If it appeared meanwhile, try again.
             if await self._call(self._client.exists_async, path, watch=callback) is None:
-                slot.armed = slot.fired != generation
                 return
         raise MetadataError(f"{path}: could not arm a children watch in {ARM_ATTEMPTS_MAX} tries")
 
-    def _on_watch_threadsafe(self, key: _WatchKey, generation: int, event: WatchedEvent) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._on_watch, key, generation, event)
-
-    def _on_watch(self, key: _WatchKey, generation: int, event: WatchedEvent) -> None:
-        slot = self._slots.get(key)
+    def _on_watch_threadsafe(self, key: WatchKey, generation: int, event: WatchedEvent) -> None:
         event_type = _EVENT_TYPES.get(event.type)
-        if slot is None or generation != slot.generation or event_type is None:
-            return  # stale, or kazoo's NONE on a dropped connection (re-armed on CONNECTED)
-        if key[0] is WatchKind.CHILDREN and event_type is EventType.CHANGED:
-            return  # the creation watch of a children slot saw a data change: not ours
-        slot.armed = False
-        slot.fired = generation
-        watch_event = WatchEvent(event_type, key[1])
-        if any(slot.subs.values()) and not self._closing:
-            self._tasks.spawn(self._rearm_then_deliver(key, slot, watch_event), "re-arm watch")
-        else:
-            _deliver(slot, watch_event)
-
-    async def _rearm_then_deliver(self, key: _WatchKey, slot: _Slot, event: WatchEvent) -> None:
-        try:
-            await self._ensure_armed(key, slot)
-        except MetadataError as exc:  # armed again with a RESET on the next CONNECTED
-            _log.debug("re-arming %s failed: %s", key, exc)
-        finally:
-            _deliver(slot, event)
-
-    async def _rearm_all(self) -> None:
-        for key, slot in list(self._slots.items()):
-            slot.armed = False
-            try:
-                await self._ensure_armed(key, slot)
-            except MetadataError as exc:
-                _log.debug("re-arming %s failed: %s", key, exc)
-            _deliver(slot, WatchEvent(EventType.RESET, key[1]))
-
-    def _unwatch(self, key: _WatchKey, sub: Subscription[WatchEvent]) -> None:
-        slot = self._slots.get(key)
-        if slot is not None:
-            slot.subs.pop(sub, None)
-            if not slot.subs:
-                del self._slots[key]
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._watches.fired, key, generation, event_type)
 
     def _on_state_threadsafe(self, state: str) -> None:
         client_id = self._client.client_id
@@ -475,56 +354,21 @@ class ZkNodeStore:
     def _on_state(self, state: str, session_id: int) -> None:
         if self._closing:
             return
-        self._log_state(state)
+        after = _SESSION_STATES.get(state)
+        if after is not None:
+            self._narration.changed(self._state, after, reconnect=bool(self._session_id))
         if state == KazooState.CONNECTED:
             self._session_id = session_id or self._session_id
             self._announce(SessionState.CONNECTED)
-            self._tasks.spawn(self._rearm_all(), "re-arm watches")
+            self._tasks.spawn(self._watches.rearm_all(), "re-arm watches")
         elif state == KazooState.SUSPENDED:
-            for slot in self._slots.values():
-                slot.armed = False
+            self._watches.disarm_all()
             self._announce(SessionState.SUSPENDED)
         elif state == KazooState.LOST:
             self._announce(SessionState.EXPIRED)
 
-    def _log_state(self, state: str) -> None:
-        """One line per change of the session's state (kazoo's own narration is DEBUG):
-        lost and back at INFO (the store reconnects by itself, and its callers retry);
-        expired at WARNING (the session's ephemeral nodes, locks and watches are gone)."""
-        if state == KazooState.SUSPENDED and self._state is SessionState.CONNECTED:
-            self._lost_at = self._clock.monotonic()
-            why = self._reach.last_drop
-            because = f" ({why})" if why else ""
-            _log.info("ZooKeeper %s: connection lost%s, reconnecting", self._hosts, because)
-            self._cancel_away_warning()
-            away_s = self._config.session_timeout_ms / 1000
-            self._away_warning = self._loop.call_later(away_s, self._warn_away, away_s)
-        elif state == KazooState.CONNECTED and self._state is SessionState.SUSPENDED:
-            self._cancel_away_warning()
-            if self._session_id:  # not the first connection
-                away_s = self._clock.monotonic() - self._lost_at
-                _log.info("ZooKeeper %s: reconnected after %.1f s", self._hosts, away_s)
-        elif state == KazooState.LOST and self._state is not SessionState.EXPIRED:
-            _log.warning(
-                "ZooKeeper %s: session expired (its ephemeral nodes and watches are gone); "
-                "opening a new one", self._hosts,
-            )  # fmt: skip
-
-    def _warn_away(self, away_s: float) -> None:
-        """Still no connection a session timeout after it was lost: the servers expire the
-        session meanwhile (its ephemeral nodes go), which matters: said once, at WARNING."""
-        self._away_warning = None
-        if self._state is SessionState.SUSPENDED and not self._closing:
-            why = self._reach.last_drop
-            _log.warning(
-                "ZooKeeper %s: no connection for %g s%s: its session expires on the servers; "
-                "still trying", self._hosts, away_s, f" ({why})" if why else "",
-            )  # fmt: skip
-
-    def _cancel_away_warning(self) -> None:
-        if self._away_warning is not None:
-            self._away_warning.cancel()
-            self._away_warning = None
+    def _away(self) -> bool:
+        return self._state is SessionState.SUSPENDED and not self._closing
 
     def _announce(self, state: SessionState) -> None:
         if self._state is state and state is not SessionState.CONNECTED:
@@ -634,11 +478,6 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
         future.set_exception(exception)
     else:
         future.set_result(result.value)
-
-
-def _deliver(slot: _Slot, event: WatchEvent) -> None:
-    for sub in list(slot.subs):
-        sub.push(event)
 
 
 def _node_stat(stat: Any) -> NodeStat:
