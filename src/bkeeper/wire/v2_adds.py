@@ -1,4 +1,4 @@
-"""The bookie's batch lane for v2 adds (issue 18): many ADD requests read from one chunk,
+"""The bookie's batch lane for v2 adds: many ADD requests read from one chunk,
 and their answers, without an object per request.
 
 :func:`scan_add_requests` walks the length-prefixed frames of a chunk and collects the fields

@@ -1,4 +1,4 @@
-"""``bkeeper bench kv``: the replicated key-value store (issue 16's targets, docs/benchmarks.md).
+"""``bkeeper bench kv``: the replicated key-value store (its targets: docs/benchmarks.md).
 
 Starts a sandbox (3 bookies, ZooKeeper) and ``--members`` ``bkeeper kv serve`` processes,
 then measures with the Python client: a single put and a linearizable get at a time

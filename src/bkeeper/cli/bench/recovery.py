@@ -30,7 +30,7 @@ from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
 __all__ = ["recovery_bench"]
 
-#: The targets of issue 14 (5 bookies, 1,000 ledgers of 1 MiB, E3/Qw3/Qa2, 5,000 appends/s).
+#: The targets of a repair (5 bookies, 1,000 ledgers of 1 MiB, E3/Qw3/Qa2, 5,000 appends/s).
 REPAIR_S_TARGET = 60.0
 LEDGERS_PER_MIN_TARGET = 1000.0
 MB_PER_S_TARGET = 50.0

@@ -16,7 +16,7 @@ from bkeeper.testing.benchmarks.restart import RestartBenchOutcome, RestartBench
 
 __all__ = ["restart_bench"]
 
-#: Issue 36's target: a bookie stopped with SIGTERM is ready again within this long.
+#: The target: a bookie stopped with SIGTERM is ready again within this long.
 READY_S_TARGET = 2.0
 
 

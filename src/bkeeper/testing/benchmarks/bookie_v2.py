@@ -1,4 +1,4 @@
-"""The v2 load generator of ``bkeeper bench bookie`` (issue 18): a raw asyncio protocol that
+"""The v2 load generator of ``bkeeper bench bookie``: a raw asyncio protocol that
 keeps ``in_flight`` adds outstanding against one bookie with as little client work per add as
 possible, so that the benchmark measures the bookie, not the client.
 

@@ -50,7 +50,7 @@ def _location(ledger_id: int, entry_id: int) -> int:
 
 
 class PreviousLedgerLocations:
-    """The index before issue 11: dense from id 0, gaps of up to 2^20 slots zero-filled."""
+    """A dense index, for comparison: dense from id 0, gaps of up to 2^20 slots zero-filled."""
 
     __slots__ = ("_dense", "_sparse", "max_entry_id")
     gap_max = 1 << 20
