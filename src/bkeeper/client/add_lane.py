@@ -62,6 +62,7 @@ class AddLane:
         master_key: bytes,
         adds: AddPipeline,
         tasks: TaskOwner,
+        *,
         on_add: Callable[[str, list[tuple[StatusCode, int, int]]], None],
         on_failed: Callable[[str], None],
         on_run: Callable[[str, int, int], None] | None = None,

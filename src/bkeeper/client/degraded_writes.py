@@ -2,6 +2,15 @@
 decisions: the log lines and metrics when it goes degraded or heals, queuing the ledger for
 auto-recovery so that the entries a bookie missed while down are repaired (never silent),
 and which bookies down answer again (to be taken back in their place).
+
+Degraded writes (``ClientConfig.degraded_writes``; ``adding`` rule 5): a change that finds no
+bookie to replace a failed one leaves it *down* while every write set keeps ``Qa`` bookies up;
+the writer logs one warning, goes on, and every ``degraded_retry_interval_ms`` searches for
+replacements in a task of its own
+(:meth:`~bkeeper.client.write_handle.WriteHandle._search_replacements`), then changes the
+ensemble once it found them (one info line). A bookie down that is registered writable and
+accepts a connection again (restarted) is taken back instead, in its place. The explicit LAC
+and ``force`` go to the bookies up.
 """
 
 from __future__ import annotations

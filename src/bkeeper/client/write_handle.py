@@ -15,13 +15,8 @@ and the close. Bookies keep accepting adds to a deleted ledger (they hold its en
 their garbage collection, and after it take them as a new ledger), so without this a writer
 would go on being acknowledged for data that is gone.
 
-Degraded writes (``ClientConfig.degraded_writes``; ``adding`` rule 5): a change that finds no
-bookie to replace a failed one leaves it *down* while every write set keeps ``Qa`` bookies up;
-the writer logs one warning, goes on, and every ``degraded_retry_interval_ms`` searches for
-replacements in a task of its own (:meth:`WriteHandle._search_replacements`), then changes
-the ensemble once it found them (one info line). A bookie down that is registered writable and
-accepts a connection again (restarted) is taken back instead, in its place. The explicit LAC
-and ``force`` go to the bookies up.
+Degraded writes (``ClientConfig.degraded_writes``; ``adding`` rule 5): what the writer does
+then is told in :mod:`~bkeeper.client.degraded_writes`.
 
 Limits: ``pending_adds_max`` adds in flight; ``append`` waits while a socket's buffer is full;
 ``ensemble_changes_max`` changes per handle; ``metadata_retries_max`` lost CAS per update;
@@ -106,9 +101,16 @@ class WriteHandle:
         self._monotonic = ctx.clock.monotonic
         self._tasks = TaskOwner(f"ledger {ledger_id} writer", error=LedgerClosedError)
         self._lane = AddLane(
-            ctx, ledger_id, self._master_key, self._adds, self._tasks, self._on_add,
-            self._bookie_failed, self._on_run, self._refused,
-        )  # fmt: skip
+            ctx,
+            ledger_id,
+            self._master_key,
+            self._adds,
+            self._tasks,
+            on_add=self._on_add,
+            on_failed=self._bookie_failed,
+            on_run=self._on_run,
+            on_refused=self._refused,
+        )
         ctx.handles.add(self)
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
         if len(ctx.handles) <= config.metadata_watches_max:  # beyond: found at a write
@@ -120,9 +122,14 @@ class WriteHandle:
         if explicit_lac_interval_ms:
             self._went_idle = asyncio.Event()
             lac_writer = write_lac_periodically(
-                ctx, self._digest, self._master_key, self._idle_lac, lambda: self.live_ensemble,
-                self._went_idle, explicit_lac_interval_ms / 1000.0,
-            )  # fmt: skip
+                ctx,
+                self._digest,
+                self._master_key,
+                idle_lac=self._idle_lac,
+                ensemble=lambda: self.live_ensemble,
+                went_idle=self._went_idle,
+                interval_s=explicit_lac_interval_ms / 1000.0,
+            )
             self._tasks.spawn(lac_writer, "explicit LAC")
 
     # -- public --------------------------------------------------------------------------
@@ -341,8 +348,8 @@ class WriteHandle:
                 continue
             log.info(
                 "ledger %d: %s failed add %d: %s",
-                self.ledger_id, bookie, entry_id, status_text(status),
-            )  # fmt: skip
+                *(self.ledger_id, bookie, entry_id, status_text(status)),
+            )
             self._apply(self._adds.error_answer(bookie, status, entry_id))
 
     def _on_run(self, bookie: str, first_entry_id: int, count: int) -> None:
@@ -443,8 +450,8 @@ class WriteHandle:
                 self._ctx, self._adds.ensemble, wanted, write_quorum
             )
         except BKeeperError as exc:  # none yet, or the metadata store away: next time
-            log.debug("ledger %d: no replacement for %s yet: %s", self.ledger_id,
-                      ", ".join(sorted(wanted.failed)), exc)  # fmt: skip
+            failed = ", ".join(sorted(wanted.failed))
+            log.debug("ledger %d: no replacement for %s yet: %s", self.ledger_id, failed, exc)
             found = None
         effects = self._adds.replacement_search_done(found is not None, self._monotonic())
         if effects.change_ensemble:
@@ -472,8 +479,9 @@ class WriteHandle:
         except BKeeperError as exc:
             log.warning(
                 "ledger %d: cannot watch its metadata (%s): a deletion is found at its next "
-                "metadata write instead", self.ledger_id, exc,
-            )  # fmt: skip
+                "metadata write instead",
+                *(self.ledger_id, exc),
+            )
             return
         error = LedgerDeletedError(
             f"ledger {self.ledger_id} was deleted while this writer had it open: "

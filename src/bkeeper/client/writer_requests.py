@@ -47,6 +47,7 @@ async def write_lac_periodically(
     ctx: ClientContext,
     digest: DigestManager[VerifiedEntry],
     master_key: bytes,
+    *,
     idle_lac: Callable[[], int | None],
     ensemble: Callable[[], tuple[str, ...]],
     went_idle: asyncio.Event,
