@@ -11,9 +11,11 @@ The layers are read from the import-linter "layers" contract in pyproject.toml.
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,19 +176,31 @@ def _show(cycle: tuple[str, ...]) -> str:
     return " -> ".join([*cycle, cycle[0]])
 
 
-def layers_contract(pyproject: Path = ROOT / "pyproject.toml") -> list[list[str]]:
-    """The layers of the import-linter layers contract, top first, each a list of modules."""
+@dataclass(frozen=True)
+class Layers:
+    """One layers contract: its floors, top first, and whether each is independent."""
+
+    floors: list[list[str]]
+    independent: list[bool]
+
+
+def layers_contracts(pyproject: Path = ROOT / "pyproject.toml") -> list[Layers]:
+    """Each import-linter "layers" contract: its layers, top first, each a list of modules
+    (inside each of its ``containers``, when it has some), and whether each layer's modules
+    are independent siblings (``|``) or may import each other (``:``)."""
     config = tomllib.loads(pyproject.read_text())
-    contracts = config["tool"]["importlinter"]["contracts"]
-    (layers,) = [contract["layers"] for contract in contracts if contract["type"] == "layers"]
-    return [
-        [name.strip().strip("()").strip() for name in layer.replace(":", "|").split("|")]
-        for layer in layers
-    ]
-
-
-def _independent(layer: str) -> bool:
-    return "|" in layer
+    found = []
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        if contract["type"] != "layers":
+            continue
+        for container in contract.get("containers", [""]):
+            prefix = f"{container}." if container else ""
+            layers = [
+                [prefix + name.strip().strip("()").strip() for name in re.split("[|:]", layer)]
+                for layer in contract["layers"]
+            ]
+            found.append(Layers(layers, ["|" in layer for layer in contract["layers"]]))
+    return found
 
 
 def _place(module: str, layers: list[list[str]]) -> tuple[int, str] | None:
@@ -222,11 +236,11 @@ def test_no_import_circle() -> None:
 
 
 def test_no_import_runs_up_a_layer() -> None:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    contracts = config["tool"]["importlinter"]["contracts"]
-    (raw,) = [contract["layers"] for contract in contracts if contract["type"] == "layers"]
-    independent = [_independent(layer) for layer in raw]
-    assert upward_imports(import_graph(), layers_contract(), independent) == []
+    graph = import_graph()
+    contracts = layers_contracts()
+    assert contracts  # the top-level contract at least
+    wrong = [w for c in contracts for w in upward_imports(graph, c.floors, c.independent)]
+    assert wrong == []
 
 
 def test_not_yet_names_only_modules_that_exist() -> None:
@@ -285,4 +299,20 @@ def test_upward_and_sideways_imports_are_named() -> None:
     ]
     assert upward_imports(graph, layers, [False, False, False]) == [
         "base.a -> top.b (up from base to top)"
+    ]
+
+
+def test_layers_are_read_from_every_layers_contract(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[[tool.importlinter.contracts]]\n"
+        'name = "top"\ntype = "layers"\nlayers = ["p.top", "(p.left) | p.right", "p.base"]\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "inner"\ntype = "layers"\ncontainers = ["p.left"]\nlayers = ["a", "b : c"]\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "other"\ntype = "forbidden"\nsource_modules = ["p"]\nforbidden_modules = ["q"]\n'
+    )
+    assert layers_contracts(pyproject) == [
+        Layers([["p.top"], ["p.left", "p.right"], ["p.base"]], [False, True, False]),
+        Layers([["p.left.a"], ["p.left.b", "p.left.c"]], [False, False]),
     ]
