@@ -47,22 +47,21 @@ the same on every member) and return a result; ``write_snapshot`` the state to a
   records it with the position it covers, then truncates the log before it. A member that
   starts, or whose reader was passed by truncation, restores the latest snapshot and tails on.
 
-Group commit: commands submitted while the previous record is being sent go into one record
-(property ``bkeeper.rsm = batch``, :func:`encode_batch`), up to ``BATCH_COMMANDS_MAX`` commands
-and ``BATCH_BYTES_MAX`` bytes; a lone command is a record of its own, as it was submitted.
-Records the framework writes itself (barriers) carry the property ``bkeeper.rsm = noop`` and
-are never given to ``apply``. Limits: ``in_flight_max`` commands submitted and not yet applied;
+Group commit (:mod:`bkeeper.statemachine.command_lane`): commands submitted while the
+previous record is being sent go into one record (property ``bkeeper.rsm = batch``,
+:func:`encode_batch`), up to ``BATCH_COMMANDS_MAX`` commands and ``BATCH_BYTES_MAX`` bytes;
+a lone command is a record of its own, as it was submitted. Records the framework writes
+itself (barriers) carry the property ``bkeeper.rsm = noop`` and are never given to
+``apply``. Limits: ``in_flight_max`` commands submitted and not yet applied;
 ``append_timeout_s`` per command.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from bkeeper.common.clock import Clock, SystemClock
@@ -70,7 +69,6 @@ from bkeeper.common.errors import (
     BKeeperError,
     LogDeletedError,
     LogExistsError,
-    LogFencedError,
     LogNotFoundError,
     NotLeaderError,
     WriterTermError,
@@ -79,30 +77,25 @@ from bkeeper.common.tasks import within
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.store import NodeStore, SessionState
 from bkeeper.namedlog import LogWriter, NamedLog, NamedLogs, Position, Record
+from bkeeper.statemachine.command_lane import CommandLane
 from bkeeper.statemachine.core import (
     Action,
     Apply,
     CoreConfig,
-    FailPending,
     MemberCore,
     Phase,
     Resign,
-    TakeSnapshot,
     WaitLease,
 )
 from bkeeper.statemachine.log_tail import LogTail
 from bkeeper.statemachine.protocol import (
-    BATCH_BYTES_MAX,
-    BATCH_COMMANDS_MAX,
     BATCH_PROPERTIES,
-    ITEM_HEAD,
     NOOP_PROPERTIES,
     Role,
     RsmConfig,
     StateMachine,
     decode_batch,
     election_path,
-    encode_batch,
 )
 from bkeeper.statemachine.snapshot_store import SnapshotStore
 from bkeeper.statemachine.snapshot_taker import SnapshotTaker
@@ -113,24 +106,6 @@ log = logging.getLogger(__name__)
 
 _NOOP = NOOP_PROPERTIES["bkeeper.rsm"]
 _BATCH = BATCH_PROPERTIES["bkeeper.rsm"]
-
-
-@dataclass
-class _Command:
-    """A command submitted and not applied yet (``noop``: a read barrier)."""
-
-    command: bytes
-    noop: bool
-    result: asyncio.Future[Any]
-
-
-@dataclass
-class _Pending:
-    """One record appended and not applied yet: the commands it carries."""
-
-    appended: asyncio.Future[Position]
-    commands: list[_Command]
-    sent_s: float  # the member's monotonic clock, before the append was sent
 
 
 class ReplicatedStateMachine:
@@ -174,14 +149,7 @@ class ReplicatedStateMachine:
             self._snapshot_taker.restore,
         )
         self.directory = election_path(logs.bk.cluster.root, config.log_name)
-        self._leading = asyncio.Event()
-        self._writer: LogWriter | None = None
-        self._failure: asyncio.Event = asyncio.Event()
-        self._in_flight: collections.deque[_Pending] = collections.deque()
-        self._slots = asyncio.Semaphore(config.in_flight_max)
-        self._queue: collections.deque[_Command] = collections.deque()
-        self._flusher: asyncio.Future[None] | None = None
-        self._barrier: asyncio.Future[None] | None = None
+        self._commands = CommandLane(config, self._core, machine, self._clock, self._snapshot)
         self._snapshotting: asyncio.Future[Position | None] | None = None
         self._election: LeaderElection | None = None
         #: Why the member stopped for good (its log was deleted), or None.
@@ -239,11 +207,28 @@ class ReplicatedStateMachine:
     @property
     def leading(self) -> bool:
         """True while this member leads and takes commands."""
-        return self._leading.is_set()
+        return self._commands.leading
 
     async def wait_leading(self, timeout_s: float | None = None) -> None:
-        async with asyncio.timeout(timeout_s):
-            await self._leading.wait()
+        await self._commands.wait_leading(timeout_s)
+
+    async def submit(self, command: bytes) -> Any:
+        """Append ``command`` and apply it once acknowledged; its result.
+        ``NotLeaderError`` when this member does not lead (or stopped leading before the
+        command was applied: it may still be in the log)."""
+        return await self._commands.submit(command)
+
+    async def read_barrier(self) -> None:
+        """Return once every write acknowledged before the call is applied here, and this
+        member still led after the call was made (see the module docstring)."""
+        await self._commands.read_barrier()
+
+    def lease_read(self) -> bool:
+        """True when this member may answer a linearizable read from its state now, without
+        a barrier: it leads and holds a read lease (module doc). Answer at once, with no
+        ``await`` between this call and reading the state. Past half the lease, a barrier
+        is started to renew it."""
+        return self._commands.lease_read()
 
     async def leader(self) -> bytes | None:
         """The election data of the member that leads now (None: nobody)."""
@@ -295,10 +280,7 @@ class ReplicatedStateMachine:
                     await election.start()
         finally:
             self._perform_down(NotLeaderError(f"{config.log_name}: the member is stopping"))
-            if self._flusher is not None:
-                self._flusher.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._flusher
+            await self._commands.aclose()
             if self._snapshotting is not None:
                 self._snapshotting.cancel()
                 with contextlib.suppress(BaseException):
@@ -428,7 +410,7 @@ class ReplicatedStateMachine:
             self._perform_lead(writer)
             lost = asyncio.ensure_future(election.wait_leadership_lost())
             stopped = asyncio.ensure_future(stop.wait())
-            failed = asyncio.ensure_future(self._failure.wait())
+            failed = asyncio.ensure_future(self._commands.wait_failed())
             try:
                 await asyncio.wait({lost, stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -444,183 +426,21 @@ class ReplicatedStateMachine:
         return False
 
     def _perform_lead(self, writer: LogWriter) -> None:
-        self._failure = asyncio.Event()
-        self._writer = writer
         self._tail.behind = True
-        self._leading.set()
+        self._commands.start(writer)
 
     def _perform_down(self, error: BaseException) -> list[Action[Position]]:
         """Tell the core leadership ended (or the member stops) and fail what is pending."""
         actions = self._core.step_down()
-        self._fail_pending(error)
+        self._commands.fail_pending(error)
         return actions
 
-    def _fail_pending(self, error: BaseException) -> None:
-        """Stop taking commands; fail those appended and not applied (their outcome is
-        unknown to their callers: the log may hold them, and followers apply them then)."""
-        self._leading.clear()
-        self._writer = None
-        while self._in_flight:
-            pending = self._in_flight.popleft()
-            pending.appended.add_done_callback(_retrieve)  # nobody drains it any more
-            _fail_commands(pending.commands, error)
-        _fail_commands(list(self._queue), error)
-        self._queue.clear()
-
-    # -- commands ---------------------------------------------------------------------
-    async def submit(self, command: bytes) -> Any:
-        """Append ``command`` and apply it once acknowledged; its result.
-        ``NotLeaderError`` when this member does not lead (or stopped leading before the
-        command was applied: it may still be in the log)."""
-        return await self._submit(command, noop=False)
-
-    async def read_barrier(self) -> None:
-        """Return once every write acknowledged before the call is applied here, and this
-        member still led after the call was made (see the module docstring)."""
-        if self._barrier is None:
-            self._barrier = asyncio.ensure_future(self._run_barrier())
-        await asyncio.shield(self._barrier)
-
-    async def _run_barrier(self) -> None:
-        self._barrier = None  # reads from now on need a barrier appended after them
-        await self._submit(b"", noop=True)
-
-    def lease_read(self) -> bool:
-        """True when this member may answer a linearizable read from its state now, without
-        a barrier: it leads and holds a read lease (module doc). Answer at once, with no
-        ``await`` between this call and reading the state. Past half the lease, a barrier
-        is started to renew it."""
-        answer = self._core.lease_read(
-            self._clock.monotonic(), barrier_running=self._barrier is not None
-        )
-        if answer.renew:
-            self._barrier = asyncio.ensure_future(self._run_barrier())
-            self._barrier.add_done_callback(_retrieve)
-        return answer.granted
-
-    async def _submit(self, command: bytes, *, noop: bool) -> Any:
-        if not self.leading:
-            raise NotLeaderError(f"{self._config.log_name}: this member does not lead")
-        loop = asyncio.get_running_loop()
-        async with self._slots:
-            item = _Command(command, noop, loop.create_future())
-            self._queue.append(item)
-            if self._flusher is None:
-                self._flusher = asyncio.ensure_future(self._flush())
-            try:
-                return await within(asyncio.shield(item.result), self._config.append_timeout_s)
-            except TimeoutError:
-                # Nobody awaits the result any more: its failure (the step-down fails every
-                # command) is read, not left for asyncio to report as never retrieved.
-                item.result.add_done_callback(_retrieve)
-                self._fail(TimeoutError("append timed out"))
-                raise NotLeaderError(
-                    f"{self._config.log_name}: the append outlived "
-                    f"{self._config.append_timeout_s}s; the leader steps down"
-                ) from None
-            except asyncio.CancelledError:  # the caller went away: the same
-                item.result.add_done_callback(_retrieve)
-                raise
-
-    def _take_batch(self) -> list[_Command]:
-        """The queued commands one record takes (group commit: what queued meanwhile)."""
-        items = [self._queue.popleft()]
-        size = len(items[0].command)
-        while self._queue and len(items) < BATCH_COMMANDS_MAX:
-            size += len(self._queue[0].command) + ITEM_HEAD.size
-            if size > BATCH_BYTES_MAX:
-                break
-            items.append(self._queue.popleft())
-        return items
-
-    async def _flush(self) -> None:
-        """Append the queued commands, as many to a record as queued while the previous
-        append was being sent; in order."""
-        name = self._config.log_name
-        try:
-            while self._queue:
-                items = self._take_batch()
-                writer = self._writer
-                if writer is None or not self.leading:
-                    _fail_commands(items, NotLeaderError(f"{name}: this member does not lead"))
-                    continue
-                if len(items) == 1:
-                    payload = items[0].command
-                    properties = NOOP_PROPERTIES if items[0].noop else None
-                else:
-                    payload = encode_batch([(i.noop, i.command) for i in items])
-                    properties = BATCH_PROPERTIES
-                sent_s = self._clock.monotonic()
-                try:
-                    appended = await writer.append_async(payload, properties=properties)
-                except BKeeperError as exc:
-                    _fail_commands(items, NotLeaderError(f"{name}: append failed: {exc}"))
-                    self._fail(exc)
-                    continue
-                if self._writer is not writer:  # stepped down while sending
-                    _fail_commands(items, NotLeaderError(f"{name}: leadership ended"))
-                    continue
-                self._in_flight.append(_Pending(appended, items, sent_s))
-                appended.add_done_callback(lambda _f: self._drain())
-        finally:
-            self._flusher = None
-
-    def _fail(self, exc: BaseException) -> None:
-        """The writer failed: step down (``run`` follows again)."""
-        fenced = isinstance(exc, LogFencedError)
-        if FailPending() in self._core.append_failed(fenced=fenced):
-            self._fail_pending(NotLeaderError(f"{self._config.log_name}: the writer failed: {exc}"))
-        self._failure.set()
-
-    def _drain(self) -> None:
-        """Apply acknowledged records in log order (the head first)."""
-        while self._in_flight and self._in_flight[0].appended.done():
-            pending = self._in_flight.popleft()
-            error = pending.appended.exception()
-            if error is not None:
-                name = self._config.log_name
-                _fail_commands(pending.commands, NotLeaderError(f"{name}: append failed: {error}"))
-                self._fail(error)
-                return
-            items = [item for item in pending.commands if not item.noop]
-            commands = [item.command for item in items]
-            position = pending.appended.result()
-            for action in self._core.append_acked(position, pending.sent_s, commands):
-                if isinstance(action, Apply):
-                    self._apply_commands(items, position)
-                elif isinstance(action, TakeSnapshot):
-                    self._snapshotting = asyncio.ensure_future(self._take_snapshot())
-            for item in pending.commands:
-                if item.noop and not item.result.done():
-                    item.result.set_result(None)
-
-    def _apply_commands(self, items: list[_Command], position: Position) -> None:
-        """Apply acknowledged commands; each one's result (or error) is its caller's."""
-        for item in items:
-            try:
-                result = self._machine.apply(item.command, position)
-            except Exception as exc:  # the machine's own error is the command's result
-                if not item.result.done():
-                    item.result.set_exception(exc)
-                continue
-            if not item.result.done():
-                item.result.set_result(result)
+    def _snapshot(self) -> None:
+        """The core said TakeSnapshot."""
+        self._snapshotting = asyncio.ensure_future(self._take_snapshot())
 
     async def _take_snapshot(self) -> Position | None:
         try:
             return await self._snapshot_taker.take()
         finally:
             self._snapshotting = None
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """An outcome nobody may await any more (a lease renewal's: its failure is the
-    leader's, who steps down; a command's whose caller gave up): read here."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _fail_commands(commands: list[_Command], error: BaseException) -> None:
-    for item in commands:
-        if not item.result.done():
-            item.result.set_exception(error)
