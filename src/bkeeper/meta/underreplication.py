@@ -34,10 +34,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from google.protobuf import text_format
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import Clock, SystemClock
@@ -59,35 +58,24 @@ from bkeeper.meta.blocked_reason import BLOCKED, BlockedReason, ur_blocked_path
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_lock_path
 from bkeeper.meta.store import ANY_VERSION, NodeStore, WatchKind, join_path, parent_path
+from bkeeper.meta.ur_nodes import (
+    CHECKS,
+    DELAY_S_MAX,
+    HEX_LEVELS,
+    LOST_BOOKIE_RECOVERY_DELAY,
+    UR_LAYOUT_TYPE,
+    UR_LAYOUT_VERSION,
+    check_node,
+    is_hex,
+    parse_delay,
+    parse_text,
+    text,
+)
 from bkeeper.wire._pb import data_formats_pb2 as pb
 
 __all__ = ["BLOCKED", "CHECKS", "LOST_BOOKIE_RECOVERY_DELAY", "UR_LAYOUT_TYPE", "BlockedReason",
            "UnderReplicationConfig", "UnderReplicationManager", "UnderreplicatedLedger",
            "auditor_election", "ur_blocked_path"]  # fmt: skip
-
-UR_LAYOUT_TYPE = "BASIC"
-UR_LAYOUT_VERSION = 1
-
-_HEX_LEVELS = 4
-
-LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
-
-#: Java's Integer.MAX_VALUE: the delay node holds a Java int.
-_DELAY_S_MAX = (1 << 31) - 1
-
-
-#: Periodic check name -> (its ctime node, its message type, the message's only field).
-CHECKS: dict[str, tuple[str, type[Message], str]] = {
-    "checkallledgers": ("checkallledgersctime", pb.CheckAllLedgersFormat, "checkAllLedgersCTime"),
-    "placementpolicycheck": (
-        "placementpolicycheckctime",
-        pb.PlacementPolicyCheckFormat,
-        "placementPolicyCheckCTime",
-    ),
-    "replicascheck": ("replicascheckctime", pb.ReplicasCheckFormat, "replicasCheckCTime"),
-}
-
-_M = TypeVar("_M", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -145,7 +133,7 @@ class UnderReplicationManager:
             join_path(self._base, LAYOUT), text_format.MessageToString(layout).encode()
         )
         data, _version = await self._store.get(join_path(self._base, LAYOUT))
-        found = _parse_text(data, pb.LedgerRereplicationLayoutFormat())
+        found = parse_text(data, pb.LedgerRereplicationLayoutFormat())
         if (found.type, found.version) != (UR_LAYOUT_TYPE, UR_LAYOUT_VERSION):
             raise MetadataError(f"under-replication layout {found.type}:{found.version} unknown")
         for name in ("ledgers", "locks"):
@@ -182,7 +170,7 @@ class UnderReplicationManager:
             data, version = await self._store.get(ur_ledger_path(self._root, ledger_id))
         except NoNodeError:
             return None
-        message = _parse_text(data, pb.UnderreplicatedLedgerFormat())
+        message = parse_text(data, pb.UnderreplicatedLedgerFormat())
         ctime = message.ctime if message.HasField("ctime") else None
         return UnderreplicatedLedger(LedgerId(ledger_id), tuple(message.replica), ctime, version)
 
@@ -206,7 +194,7 @@ class UnderReplicationManager:
         """Take the replication lock of a queued ledger and return its queue entry (read
         under the lock); None if another holds the lock or the ledger is not queued."""
         path = ur_lock_path(self._root, ledger_id)
-        data = _text(pb.LockDataFormat(bookieId=holder))
+        data = text(pb.LockDataFormat(bookieId=holder))
         try:
             await self._store.create(path, data, ephemeral=True, make_parents=True)
         except NodeExistsError:
@@ -314,15 +302,15 @@ class UnderReplicationManager:
             data, _version = await self._store.get(self._delay_path)
         except NoNodeError:
             return None
-        return _parse_delay(data)
+        return parse_delay(data)
 
     async def set_lost_bookie_recovery_delay_s(self, seconds: int) -> None:
         """Store the delay (creating the node if needed); every write triggers an audit."""
         if isinstance(seconds, bool) or not isinstance(seconds, int):
             raise ConfigError(f"lost_bookie_recovery_delay_s: must be an integer, got {seconds!r}")
-        if not 0 <= seconds <= _DELAY_S_MAX:
+        if not 0 <= seconds <= DELAY_S_MAX:
             raise ConfigError(
-                f"lost_bookie_recovery_delay_s: must be in 0..{_DELAY_S_MAX}, got {seconds}"
+                f"lost_bookie_recovery_delay_s: must be in 0..{DELAY_S_MAX}, got {seconds}"
             )
         await self._put(self._delay_path, str(seconds).encode())
 
@@ -343,7 +331,7 @@ class UnderReplicationManager:
                 try:
                     try:
                         data, version = await self._store.get(self._delay_path)
-                        value: int | None = _parse_delay(data)
+                        value: int | None = parse_delay(data)
                     except ProtocolError as exc:
                         if on_unreadable is None:
                             raise
@@ -375,7 +363,7 @@ class UnderReplicationManager:
                 data, _version = await self._store.get(join_path(directory, name))
             except NoNodeError:
                 continue  # it left between listing and reading
-            return _parse_text(data, pb.AuditorVoteFormat()).bookieId
+            return parse_text(data, pb.AuditorVoteFormat()).bookieId
         return None
 
     async def locked_ids(self) -> set[LedgerId]:
@@ -401,13 +389,13 @@ class UnderReplicationManager:
                 data, _version = await self._store.get(join_path(directory, name))
             except NoNodeError:
                 continue  # released between listing and reading
-            holder = _parse_text(data, pb.LockDataFormat()).bookieId
+            holder = parse_text(data, pb.LockDataFormat()).bookieId
             held.append((LedgerId(int(name[3:])), holder))
         return sorted(held)
 
     async def check_ctime_ms(self, check: str) -> int | None:
         """When ``check`` (a key of :data:`CHECKS`) last ran, in ms; None if never."""
-        node, kind, field = _check(check)
+        node, kind, field = check_node(check)
         try:
             data, _version = await self._store.get(join_path(self._base, node))
         except NoNodeError:
@@ -421,7 +409,7 @@ class UnderReplicationManager:
 
     async def set_check_ctime_ms(self, check: str, ms: int) -> None:
         """Record that ``check`` ran at ``ms`` (binary protobuf, as Java writes it)."""
-        node, kind, field = _check(check)
+        node, kind, field = check_node(check)
         message = kind()
         setattr(message, field, ms)
         await self._put(join_path(self._base, node), message.SerializeToString())
@@ -449,7 +437,7 @@ class UnderReplicationManager:
     async def _create_mark(self, ledger_id: int, replicas: list[str]) -> None:
         message = pb.UnderreplicatedLedgerFormat(replica=replicas, ctime=self._clock.wall_ms())
         path = ur_ledger_path(self._root, ledger_id)
-        await self._store.create(path, _text(message), make_parents=True)
+        await self._store.create(path, text(message), make_parents=True)
 
     async def _merge(self, entry: UnderreplicatedLedger, replicas: list[str]) -> None:
         merged = list(dict.fromkeys([*entry.missing_replicas, *replicas]))
@@ -459,7 +447,7 @@ class UnderReplicationManager:
         if entry.ctime_ms is not None:
             message.ctime = entry.ctime_ms
         path = ur_ledger_path(self._root, entry.ledger_id)
-        await self._store.set(path, _text(message), entry.version)
+        await self._store.set(path, text(message), entry.version)
 
     async def _walk(self, directory: str, level: int) -> AsyncIterator[LedgerId]:
         try:
@@ -467,10 +455,10 @@ class UnderReplicationManager:
         except NoNodeError:
             return
         for name in names:
-            if level < _HEX_LEVELS and len(name) == 4 and _is_hex(name):
+            if level < HEX_LEVELS and len(name) == 4 and is_hex(name):
                 async for ledger_id in self._walk(join_path(directory, name), level + 1):
                     yield ledger_id
-            elif level == _HEX_LEVELS and name.startswith("urL") and name[3:].isdigit():
+            elif level == HEX_LEVELS and name.startswith("urL") and name[3:].isdigit():
                 yield LedgerId(int(name[3:]))
 
     async def _prune(self, directory: str) -> None:
@@ -485,33 +473,3 @@ class UnderReplicationManager:
     async def _create_if_missing(self, path: str, data: bytes) -> None:
         with contextlib.suppress(NodeExistsError):
             await self._store.create(path, data, make_parents=True)
-
-
-def _text(message: Message) -> bytes:
-    return text_format.MessageToString(message).encode()
-
-
-def _parse_text(data: bytes, message: _M) -> _M:
-    try:
-        return text_format.Parse(data.decode(), message)
-    except (UnicodeDecodeError, text_format.ParseError) as exc:
-        raise ProtocolError(f"under-replication node is unreadable: {exc}") from exc
-
-
-def _parse_delay(data: bytes) -> int:
-    try:
-        return int(data.decode().strip())
-    except (UnicodeDecodeError, ValueError) as exc:
-        name = LOST_BOOKIE_RECOVERY_DELAY
-        raise ProtocolError(f"{name} holds {data[:40]!r}, not whole seconds") from exc
-
-
-def _check(check: str) -> tuple[str, type[Message], str]:
-    try:
-        return CHECKS[check]
-    except KeyError:
-        raise ConfigError(f"check: must be one of {', '.join(CHECKS)}, got {check!r}") from None
-
-
-def _is_hex(name: str) -> bool:
-    return all(c in "0123456789abcdef" for c in name)
