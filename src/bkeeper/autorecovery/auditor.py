@@ -42,16 +42,16 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.findings import (
     AuditReport,
     LossTracker,
-    ReplicaShortfall,
+    Tally,
     bookies_holding_entries,
     placement_violations,
 )
+from bkeeper.autorecovery.ledger_scan import each_ledger
 from bkeeper.autorecovery.replicas import list_ledger, probe_ledger
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.placement import DEFAULT_RACK
@@ -73,30 +73,6 @@ log = logging.getLogger(__name__)
 CHECK_ALL_LEDGERS = "checkallledgers"
 PLACEMENT_CHECK = "placementpolicycheck"
 REPLICAS_CHECK = "replicascheck"
-
-
-@dataclass
-class _Tally:
-    """What a pass gathers before it becomes an :class:`AuditReport`."""
-
-    ledgers: int = 0
-    fragments: int = 0
-    marked: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
-    lost: set[str] = field(default_factory=set)
-    not_adhering: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    shortfalls: dict[int, ReplicaShortfall] = field(default_factory=dict)
-
-    def report(self) -> AuditReport:
-        return AuditReport(
-            self.ledgers,
-            self.fragments,
-            dict(sorted(self.marked.items())),
-            dict(sorted(self.failed.items())),
-            tuple(sorted(self.lost)),
-            not_adhering=dict(sorted(self.not_adhering.items())),
-            shortfalls=dict(sorted(self.shortfalls.items())),
-        )
 
 
 class Auditor:
@@ -172,7 +148,7 @@ class Auditor:
             return AuditReport(deferred=True)
         bookies = await self._bk.cluster.registry.bookies()
         live = bookies.writable | bookies.read_only
-        tally = _Tally()
+        tally = Tally()
         probes = asyncio.Semaphore(self._config.check_reads_in_flight_max)
 
         async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
@@ -201,7 +177,7 @@ class Auditor:
         bookies = await self._bk.cluster.registry.bookies()
         live = bookies.writable | bookies.read_only
         racks_available = len({racks.get(b, DEFAULT_RACK) for b in live})
-        tally = _Tally()
+        tally = Tally()
 
         async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
             tally.ledgers += 1
@@ -351,7 +327,7 @@ class Auditor:
         due = tracked if force else set(self._tracker.due(now, self._delay_s))
         # a bookie found absent without having been seen leave: lost from now on
         due_when_found = force or self._delay_s == 0
-        tally = _Tally()
+        tally = Tally()
 
         async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
             tally.ledgers += 1
@@ -386,7 +362,7 @@ class Auditor:
         meta: LedgerMetadata,
         live: frozenset[str],
         probes: asyncio.Semaphore,
-        tally: _Tally,
+        tally: Tally,
     ) -> None:
         tally.ledgers += 1
         tally.lost |= {b for ensemble in meta.segments.values() for b in ensemble} - live
@@ -419,7 +395,7 @@ class Auditor:
             return AuditReport(deferred=True)
         bookies = await self._bk.cluster.registry.bookies()
         live = bookies.writable | bookies.read_only
-        tally = _Tally()
+        tally = Tally()
         lists = asyncio.Semaphore(self._config.check_reads_in_flight_max)
 
         async def check(ledger_id: int, meta: LedgerMetadata) -> None:
@@ -451,7 +427,7 @@ class Auditor:
 
     async def _recheck(
         self,
-        tally: _Tally,
+        tally: Tally,
         check: Callable[[int, LedgerMetadata], Awaitable[None]],
     ) -> None:
         """Ask again about the ledgers a replica could not list for (a timeout under load, a
@@ -474,43 +450,16 @@ class Auditor:
 
             await asyncio.gather(*(one(ledger_id) for ledger_id in again))
 
-    # -- metadata scan ----------------------------------------------------------------------
     async def _each_ledger(
         self,
         visit: Callable[[int, LedgerMetadata], Awaitable[None]],
-        tally: _Tally | None = None,
+        tally: Tally | None = None,
     ) -> None:
-        """``visit`` each ledger's metadata, ``audit_metadata_reads_in_flight_max`` at once.
-        Unreadable metadata is recorded in ``tally.failed``; a ledger deleted meanwhile is
-        passed over; a metadata store failure ends the scan (raised)."""
+        """:func:`~bkeeper.autorecovery.ledger_scan.each_ledger`, unreadable metadata in
+        ``tally.failed``."""
         workers = self._config.audit_metadata_reads_in_flight_max
-        queue: asyncio.Queue[int | None] = asyncio.Queue(maxsize=workers)
-
-        async def produce() -> None:
-            async for ledger_id in self._bk.list_ledgers():
-                await queue.put(ledger_id)
-            for _ in range(workers):
-                await queue.put(None)
-
-        async def consume() -> None:
-            while (ledger_id := await queue.get()) is not None:
-                try:
-                    meta = await self._bk.ledger_metadata(ledger_id)
-                except LedgerNotFoundError:
-                    continue
-                except ProtocolError as exc:
-                    if tally is not None:
-                        tally.failed[ledger_id] = f"metadata unreadable: {exc}"
-                    continue
-                await visit(ledger_id, meta)
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(produce())
-                for _ in range(workers):
-                    group.create_task(consume())
-        except BaseExceptionGroup as failed:
-            raise failed.exceptions[0] from None
+        failed = None if tally is None else tally.failed
+        await each_ledger(self._bk, workers, visit, failed)
 
 
 async def lead_audits(election: LeaderElection, auditor: Callable[[], Auditor]) -> None:

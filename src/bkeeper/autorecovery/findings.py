@@ -14,6 +14,7 @@
   (GET_LIST_OF_ENTRIES_OF_LEDGER), which of them lack entries their write sets give them,
   and how many entries are left with fewer copies than the write and the ack quorum (the
   replicas check);
+* :class:`Tally`: what a pass gathers, turned into its :class:`AuditReport`;
 * :class:`LossTracker`: which bookies are lost since when, and which are due for marking once
   the lost-bookie delay has passed; a bookie back before that is forgotten.
 
@@ -40,6 +41,7 @@ __all__ = [
     "placement_violations",
     "replica_shortfall",
     "ReplicaShortfall",
+    "Tally",
     "checked_up_to",
 ]
 
@@ -96,6 +98,30 @@ class ReplicaShortfall:
 
     def __bool__(self) -> bool:
         return bool(self.lacking)
+
+
+@dataclass
+class Tally:
+    """What an audit pass gathers before it becomes an :class:`AuditReport`."""
+
+    ledgers: int = 0
+    fragments: int = 0
+    marked: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    not_adhering: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    shortfalls: dict[int, ReplicaShortfall] = field(default_factory=dict)
+
+    def report(self) -> AuditReport:
+        return AuditReport(
+            self.ledgers,
+            self.fragments,
+            dict(sorted(self.marked.items())),
+            dict(sorted(self.failed.items())),
+            tuple(sorted(self.lost)),
+            not_adhering=dict(sorted(self.not_adhering.items())),
+            shortfalls=dict(sorted(self.shortfalls.items())),
+        )
 
 
 def checked_up_to(meta: LedgerMetadata) -> int:
