@@ -130,9 +130,8 @@ async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
     runs a coroutine as a task of its own: when the
     caller is cancelled just as that task fails (a connect refused while it was being
     cancelled), it re-raises the cancellation and leaves the task's error unretrieved, and
-    asyncio reports "Task exception was never retrieved" (seen in ``bkeeper verify``
-    campaigns, from requests abandoned by a reader). Here there is no second task: the error
-    is the caller's."""
+    asyncio reports "Task exception was never retrieved" (requests abandoned by a reader
+    do that). Here there is no second task: the error is the caller's."""
     async with asyncio.timeout(timeout_s):
         return await awaitable
 

@@ -38,8 +38,7 @@ _log = logging.getLogger(__name__)
 
 #: Seconds a waiter (or a holder) waits on a watch before it looks at the queue again: a
 #: watch event lost (a ZooKeeper server restarted while a node was deleted) delays a
-#: hand-over by this much at most instead of for ever (verify seed 60103: no kv member led
-#: again after ZooKeeper was killed twice and leaders were killed).
+#: hand-over by this much at most instead of for ever (no member would lead again).
 RECHECK_S = 5.0
 
 
@@ -190,8 +189,8 @@ class Lock:
         """Delete the nodes of this session among ``ahead`` that no contender of this store
         is queued with: left by a round whose delete failed while the connection was down
         (the session lived on), or whose create's answer was lost. Nobody else removes such
-        a node while the session lives, and once first it holds the lock for nobody (verify
-        seed 50095). True when it deleted one. Costs nothing unless this store lost a
+        a node while the session lives, and once first it holds the lock for nobody. True
+        when it deleted one. Costs nothing unless this store lost a
         delete or a create's answer; the nodes' owners are looked at only for the latter,
         and not while a create of this store is unanswered (its node may be among them; a
         create sent later queues behind this waiter's node, never among ``ahead``)."""

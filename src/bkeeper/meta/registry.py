@@ -58,9 +58,9 @@ SESSION_EXPIRY_SLACK_MS = 15_000
 class RegistryConfig:
     """``stale_registration_wait_ms``: how long a bookie waits for the registration of a dead
     predecessor (itself, killed and restarted at once) to go with its session: the session
-    timeout (10 s by default) and :data:`SESSION_EXPIRY_SLACK_MS`. Waiting only the timeout
-    made a bookie restarted right after kill -9 exit with "held by another live session"
-    when ZooKeeper expired the old session a tick later (found by ``bkeeper verify``)."""
+    timeout (10 s by default) and :data:`SESSION_EXPIRY_SLACK_MS`: ZooKeeper may expire the old
+    session a tick after the timeout, and a bookie restarted right after kill -9 that waited
+    only the timeout would exit with "held by another live session"."""
 
     stale_registration_wait_ms: int = StoreConfig().session_timeout_ms + SESSION_EXPIRY_SLACK_MS
 
