@@ -136,8 +136,11 @@ class Clock:
     def __init__(self) -> None:
         self.now_s = 100.0
 
-    def __call__(self) -> float:
+    def monotonic(self) -> float:
         return self.now_s
+
+    def wall_ms(self) -> int:
+        return int(self.now_s * 1000)
 
 
 def reloading(path: Path) -> tuple[TokenServerProvider, TokenSecretReloader, Clock]:

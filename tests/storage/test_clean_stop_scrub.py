@@ -14,6 +14,7 @@ from storage_helpers import KEY, Acks, entry_body, small_config
 
 from bkeeper.storage import Storage
 from bkeeper.storage.scrub import scrub
+from bkeeper.testing.clock import FakeClock
 
 ENTRIES = 2000  # eight runs of 256 records
 
@@ -45,12 +46,13 @@ def test_a_stop_during_a_large_ledger_ends_the_scrub_after_one_run_of_records(
     stop = threading.Event()
     calls = itertools.count()
 
-    def clock() -> float:  # the stop arrives as the first run of records is paced
-        if next(calls) >= 1:
-            stop.set()
-        return 0.0
+    class StopAtSecondRead(FakeClock):  # the stop arrives as the first run is paced
+        def monotonic(self) -> float:
+            if next(calls) >= 1:
+                stop.set()
+            return 0.0
 
-    stopped = scrub(storage, bytes_per_s=1 << 40, stop=stop, clock=clock)
+    stopped = scrub(storage, bytes_per_s=1 << 40, stop=stop, clock=StopAtSecondRead())
     assert stopped.stopped
     assert 0 < stopped.bytes_read <= whole.bytes_read // 4  # one run of 256, not 2000
 
@@ -65,6 +67,6 @@ def test_the_pace_holds_within_a_ledger(storage: Storage) -> None:
             waits.append(0.0 if timeout is None else timeout)
             return False
 
-    report = scrub(storage, bytes_per_s=1000, stop=Recording(), clock=lambda: 0.0)
+    report = scrub(storage, bytes_per_s=1000, stop=Recording(), clock=FakeClock(0.0))
     assert not report.stopped and report.ledgers == 1
     assert len(waits) >= ENTRIES // 256  # a wait after every run, not one per ledger

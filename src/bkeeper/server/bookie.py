@@ -116,7 +116,7 @@ class Bookie:
         self.connections = ConnectionTable(config, self._clock)
         #: TLS and auth of the bookie's connections (None: both off); built here so that a
         #: certificate that cannot be loaded fails the start with one line.
-        self.security = BookieSecurity.from_config(config)
+        self.security = BookieSecurity.from_config(config, self._clock)
         self._tasks = TaskOwner("bookie")
         self._loops: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
@@ -401,17 +401,17 @@ class Bookie:
         about that much, whatever the write rate: 10 s at 76 MB/s was 760 MB, half a
         minute of replay)."""
         interval = self.config.checkpoint_interval_ms / 1000.0
-        loop = asyncio.get_running_loop()  # the waits' own time, as ``within``'s
+        clock = self._clock
         while not self._stopping.is_set():
             # Jitter keeps bookies started together from checkpointing together: with an
             # ack quorum below the write quorum, one bookie's checkpoint then costs no add
             # any latency.
             wait = interval * random.uniform(1 - CHECKPOINT_JITTER, 1 + CHECKPOINT_JITTER)
-            deadline = loop.time() + wait
-            while not self._stopping.is_set() and loop.time() < deadline:
+            deadline = clock.monotonic() + wait
+            while not self._stopping.is_set() and clock.monotonic() < deadline:
                 if self.storage is not None and self.storage.checkpoint_due:
                     break
-                left = deadline - loop.time()
+                left = deadline - clock.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await within(self._stopping.wait(), min(left, CHECKPOINT_DUE_POLL_S))
             if self._stopping.is_set() or self.storage is None:

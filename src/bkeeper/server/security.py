@@ -46,7 +46,6 @@ import contextlib
 import logging
 import os
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -59,6 +58,7 @@ from bkeeper.common.auth import (
     read_token_secret_file,
     server_provider,
 )
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import AuthenticationError, ConfigError
 from bkeeper.common.tasks import within
 from bkeeper.common.tls import describe_tls_error
@@ -94,22 +94,22 @@ def _stamp(info: os.stat_result) -> _FileStamp:
 class TokenSecretReloader:
     """Keeps a token provider's secrets those of its secret file (module doc): call
     :meth:`maybe_reload` before authenticating; it looks at the file at most every
-    ``refresh_s`` (by ``clock``, monotonic seconds) and reads it only when it changed."""
+    ``refresh_s`` (by ``clock``) and reads it only when it changed."""
 
     def __init__(
         self,
         provider: TokenServerProvider,
         path: str,
         refresh_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self._provider = provider
         self._path = path
         self.refresh_s = refresh_s
-        self._clock = clock
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._stamp: _FileStamp | None = None
         self._problem = ""
-        self._next_check_s = clock() + refresh_s
+        self._next_check_s = self._clock.monotonic() + refresh_s
         # The file as it is now (stat, then read: a change after the stat is seen at the
         # first check); if it cannot be read now, the secrets the bookie was started with.
         try:
@@ -120,7 +120,7 @@ class TokenSecretReloader:
             pass
 
     def maybe_reload(self) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         if now < self._next_check_s:
             return
         self._next_check_s = now + self.refresh_s
@@ -163,8 +163,9 @@ class BookieSecurity:
     secret_reloader: TokenSecretReloader | None = None
 
     @classmethod
-    def from_config(cls, config: BookieConfig) -> BookieSecurity | None:
-        """None when neither TLS nor auth is on; ``ConfigError`` if a TLS file won't load."""
+    def from_config(cls, config: BookieConfig, clock: Clock | None = None) -> BookieSecurity | None:
+        """None when neither TLS nor auth is on; ``ConfigError`` if a TLS file won't load.
+        ``clock`` times the token secret file's reloads."""
         auth = server_provider(config.auth)
         if config.tls is None and auth is None:
             return None
@@ -174,7 +175,7 @@ class BookieSecurity:
             tls_required=tls is not None and tls.required,
             tls_handshake_timeout_s=10.0 if tls is None else tls.handshake_timeout_ms / 1000.0,
             auth=auth,
-            secret_reloader=_reloader(config.auth, auth),
+            secret_reloader=_reloader(config.auth, auth, clock),
         )
 
     def refresh_credentials(self) -> None:
@@ -221,14 +222,14 @@ class BookieSecurity:
 
 
 def _reloader(
-    config: ServerAuthConfig | None, auth: ServerAuthProvider | None
+    config: ServerAuthConfig | None, auth: ServerAuthProvider | None, clock: Clock | None
 ) -> TokenSecretReloader | None:
     if config is None or not config.token_secret_file:
         return None
     if not isinstance(auth, TokenServerProvider):
         return None
     return TokenSecretReloader(
-        auth, config.token_secret_file, config.token_secret_refresh_ms / 1000.0
+        auth, config.token_secret_file, config.token_secret_refresh_ms / 1000.0, clock
     )
 
 

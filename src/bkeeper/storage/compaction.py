@@ -39,10 +39,10 @@ import logging
 import os
 import sys
 import threading
-import time
 from array import array
 from collections.abc import Callable
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import DiskFullError
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs
@@ -116,10 +116,13 @@ class Compactor:
         reader: EntryLogReader,
         log_ids: LogIds,
         checkpoint: Callable[[], None],
+        clock: Clock | None = None,
     ) -> None:
         """``dirs`` says where each log is, where a copy goes, and how full the ledger
         directories are; ``checkpoint`` is the engine's (which also rolls large journal
-        files, so that a pass after mass deletions frees journal space too)."""
+        files, so that a pass after mass deletions frees journal space too); ``clock`` times
+        passes and throttles copying."""
+        self._clock: Clock = clock if clock is not None else SystemClock()
         self._fs = fs
         self._dirs = dirs
         self._config = config
@@ -153,7 +156,7 @@ class Compactor:
         """One pass: see the module docstring."""
         stop = stop if stop is not None else threading.Event()
         with self._pass_lock:
-            started = time.monotonic()
+            started = self._clock.monotonic()
             tally = _Tally()
             error = ""
             switch_interval = sys.getswitchinterval()
@@ -173,7 +176,7 @@ class Compactor:
                 bytes_freed=tally.freed - tally.copied,
                 bytes_copied=tally.copied,
                 entries_copied=tally.entries,
-                duration_s=time.monotonic() - started,
+                duration_s=self._clock.monotonic() - started,
                 stopped=stop.is_set() or bool(error),
                 error=error,
             )
@@ -230,16 +233,19 @@ class Compactor:
             suffix=COMPACTING_SUFFIX,
             sources=(log_id,),
         )
-        started = time.monotonic()
+        started = self._clock.monotonic()
         copied = Moves()
         copied_bytes = 0
         partial: str | None = None  # the copy's path, once it exists
         unsynced = 0
         throttle = _Throttle(
-            self._config.compaction_rate_bytes_per_s, self._config.compaction_time_share, stop
+            self._config.compaction_rate_bytes_per_s,
+            self._config.compaction_time_share,
+            stop,
+            self._clock,
         )
         try:
-            chunk_from = time.monotonic()
+            chunk_from = self._clock.monotonic()
             for chunk in scan_chunks(self._fs, self._dirs.log_path(log_id)):
                 if stop.is_set():
                     writer.abandon()
@@ -254,8 +260,8 @@ class Compactor:
                 if unsynced >= _SYNC_BYTES:
                     writer.sync()  # small fdatasyncs: the journal's are not held up behind one
                     unsynced = 0
-                throttle.spent(size, time.monotonic() - chunk_from)
-                chunk_from = time.monotonic()
+                throttle.spent(size, self._clock.monotonic() - chunk_from)
+                chunk_from = self._clock.monotonic()
             new_id = writer.current_log_id
             writer.close()
         except OSError as exc:
@@ -266,13 +272,13 @@ class Compactor:
                 self._dirs.report_no_space(directory)
                 raise DiskFullError(f"no space left to compact entry log {log_id}: {exc}") from exc
             raise
-        copied_at = time.monotonic()
+        copied_at = self._clock.monotonic()
         if new_id >= 0:
             assert partial is not None
             self._commit(writer, partial, new_id)
             swap(self._engine, copied)
             tally.entries += len(copied)
-        swapped_at = time.monotonic()
+        swapped_at = self._clock.monotonic()
         meta = self._registry.get(log_id)
         left = _entries_left_in(self._engine, log_id, [] if meta is None else list(meta.ledgers))
         if left:
@@ -293,7 +299,7 @@ class Compactor:
         except DiskFullError:
             self._removable.append(log_id)  # the next pass removes it after its checkpoint
             raise
-        checkpointed_at = time.monotonic()
+        checkpointed_at = self._clock.monotonic()
         freed = self._remove(log_id)
         tally.freed += freed
         tally.compacted += 1
@@ -308,7 +314,7 @@ class Compactor:
             copied_at - started,
             swapped_at - copied_at,
             checkpointed_at - swapped_at,
-            time.monotonic() - checkpointed_at,
+            self._clock.monotonic() - checkpointed_at,
         )
 
     def _copy_live(
@@ -524,11 +530,12 @@ class _Throttle:
     """Keeps copying under ``rate`` bytes a second (0: no limit) and working at most
     ``time_share`` of the time; waits on ``stop``."""
 
-    def __init__(self, rate: int, time_share: float, stop: threading.Event) -> None:
+    def __init__(self, rate: int, time_share: float, stop: threading.Event, clock: Clock) -> None:
         self._rate = rate
         self._pause_per_work = 1 / time_share - 1
         self._stop = stop
-        self._started = time.monotonic()
+        self._clock = clock
+        self._started = clock.monotonic()
         self._spent = 0
 
     def spent(self, size: int, seconds: float) -> None:
@@ -539,6 +546,6 @@ class _Throttle:
         if not self._rate:
             return
         self._spent += size
-        ahead = self._spent / self._rate - (time.monotonic() - self._started)
+        ahead = self._spent / self._rate - (self._clock.monotonic() - self._started)
         if ahead > 0:
             self._stop.wait(ahead)

@@ -15,10 +15,9 @@ by the next flush).
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import NoSuchLedgerError
 from bkeeper.storage.storage import Storage
 
@@ -41,19 +40,21 @@ def scrub(
     storage: Storage,
     bytes_per_s: int,
     stop: threading.Event | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock | None = None,
 ) -> ScrubReport:
-    """One pass over every ledger of ``storage`` (module doc), until the end or ``stop``."""
+    """One pass over every ledger of ``storage`` (module doc), until the end or ``stop``;
+    ``clock`` paces it."""
     if bytes_per_s <= 0:
         raise ValueError(f"bytes_per_s: must be positive, got {bytes_per_s}")
     stopping = stop or threading.Event()
     report = ScrubReport()
-    start = clock()
+    now = (clock if clock is not None else SystemClock()).monotonic
+    start = now()
     before = 0  # bytes read by the ledgers checked before this one
 
     def paced(read: int) -> bool:
         """After each run of entries: wait while ahead of the pace; False once stopped."""
-        ahead = (before + read) / bytes_per_s - (clock() - start)
+        ahead = (before + read) / bytes_per_s - (now() - start)
         if ahead > 0:
             stopping.wait(ahead)
         report.stopped = stopping.is_set()
@@ -74,5 +75,5 @@ def scrub(
             report.damaged[ledger_id] = damaged
         if report.stopped:
             break
-    report.seconds = clock() - start
+    report.seconds = now() - start
     return report

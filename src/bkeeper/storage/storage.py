@@ -128,6 +128,7 @@ class Storage(StorageReads):
         dirs: LedgerDirs,
         registry: EntryLogRegistry,
         log_ids: LogIds,
+        clock: Clock,
     ) -> None:
         """Use :meth:`open`."""
         self.config = config
@@ -147,8 +148,9 @@ class Storage(StorageReads):
         self._registry = registry
         self._journal_bytes_checkpointed = 0  # journal bytes written before the last checkpoint
         self._compactor = Compactor(
-            fs, dirs, config, engine, flusher, registry, self._reader, log_ids, self.checkpoint
-        )
+            fs, dirs, config, engine, flusher, registry, self._reader, log_ids, self.checkpoint,
+            clock,
+        )  # fmt: skip
 
     @classmethod
     def open(
@@ -172,13 +174,14 @@ class Storage(StorageReads):
         open fails, the files it created are removed.
         """
         fs = fs if fs is not None else OsFileSystem()
+        clock = clock if clock is not None else SystemClock()
         layout = StorageLayout.of(config)
         layout.makedirs(fs)
         disks = DiskSet(fs, layout.journal_dirs, layout.ledger_dirs, config, clock)
         if on_disk_state is not None:
             disks.add_listener(on_disk_state)
         dirs = LedgerDirs(fs, layout.ledger_dirs, disks)
-        started = (clock or SystemClock()).monotonic()
+        started = clock.monotonic()
         recovered = recover(fs, config, layout, dirs, clock)
         engine, flusher = recovered.engine, recovered.flusher
         journals = JournalSet(
@@ -204,9 +207,10 @@ class Storage(StorageReads):
             dirs,
             recovered.registry,
             recovered.log_ids,
+            clock,
         )
         if metrics is not None:
-            flusher.metrics = FlushMetrics(metrics, clock if clock is not None else SystemClock())
+            flusher.metrics = FlushMetrics(metrics, clock)
             register_gauges(metrics, storage.readings)
         try:
             flusher.start(journals.marks_locked, journals.fail)
@@ -221,9 +225,7 @@ class Storage(StorageReads):
             storage.abort()
             remove_files_of_failed_open(fs, layout, recovered.root, recovered.files_before)
             raise
-        storage.open_report = _open_report(
-            recovered, (clock or SystemClock()).monotonic() - started
-        )
+        storage.open_report = _open_report(recovered, clock.monotonic() - started)
         log.info(
             "storage open in %.2f s: %s; %d entries in the index, %d entry logs (%d scanned)",
             storage.open_report.seconds,
