@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from bkeeper.common.clock import Clock
-from bkeeper.common.errors import BKeeperError, LogFencedError, NotLeaderError
-from bkeeper.common.tasks import within
+from bkeeper.common.errors import (
+    BKeeperError,
+    LogFencedError,
+    NotLeaderError,
+    StateMachineError,
+)
+from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog import LogWriter, Position
 from bkeeper.statemachine.core import Apply, FailPending, MemberCore, TakeSnapshot
 from bkeeper.statemachine.protocol import (
@@ -82,7 +86,8 @@ class CommandLane:
         self._in_flight: collections.deque[_Pending] = collections.deque()
         self._slots = asyncio.Semaphore(config.in_flight_max)
         self._queue: collections.deque[_Command] = collections.deque()
-        self._flusher: asyncio.Future[None] | None = None
+        self._tasks = TaskOwner(f"{config.log_name} commands", error=StateMachineError)
+        self._flusher: asyncio.Task[None] | None = None
         self._barrier: asyncio.Future[None] | None = None
 
     @property
@@ -104,10 +109,7 @@ class CommandLane:
         await self._failure.wait()
 
     async def aclose(self) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(BaseException):
-                await self._flusher
+        await self._tasks.aclose()
 
     def fail_pending(self, error: BaseException) -> None:
         """Stop taking commands; fail those appended and not applied (their outcome is
@@ -159,7 +161,7 @@ class CommandLane:
             item = _Command(command, noop, loop.create_future())
             self._queue.append(item)
             if self._flusher is None:
-                self._flusher = asyncio.ensure_future(self._flush())
+                self._flusher = self._tasks.spawn(self._flush(), "append")
             try:
                 return await within(asyncio.shield(item.result), self._config.append_timeout_s)
             except TimeoutError:

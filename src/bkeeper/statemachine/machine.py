@@ -71,9 +71,10 @@ from bkeeper.common.errors import (
     LogExistsError,
     LogNotFoundError,
     NotLeaderError,
+    StateMachineError,
     WriterTermError,
 )
-from bkeeper.common.tasks import within
+from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.store import NodeStore, SessionState
 from bkeeper.namedlog import LogWriter, NamedLog, NamedLogs, Position, Record
@@ -150,7 +151,8 @@ class ReplicatedStateMachine:
         )
         self.directory = election_path(logs.bk.cluster.root, config.log_name)
         self._commands = CommandLane(config, self._core, machine, self._clock, self._snapshot)
-        self._snapshotting: asyncio.Future[Position | None] | None = None
+        #: The member's background tasks (snapshots).
+        self._tasks = TaskOwner(f"{config.log_name} member", error=StateMachineError)
         self._election: LeaderElection | None = None
         #: Why the member stopped for good (its log was deleted), or None.
         self.failure: LogDeletedError | None = None
@@ -281,10 +283,7 @@ class ReplicatedStateMachine:
         finally:
             self._perform_down(NotLeaderError(f"{config.log_name}: the member is stopping"))
             await self._commands.aclose()
-            if self._snapshotting is not None:
-                self._snapshotting.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._snapshotting
+            await self._tasks.aclose()
             await election.aclose()
             await self._tail.close()
 
@@ -436,11 +435,6 @@ class ReplicatedStateMachine:
         return actions
 
     def _snapshot(self) -> None:
-        """The core said TakeSnapshot."""
-        self._snapshotting = asyncio.ensure_future(self._take_snapshot())
-
-    async def _take_snapshot(self) -> Position | None:
-        try:
-            return await self._snapshot_taker.take()
-        finally:
-            self._snapshotting = None
+        """The core said TakeSnapshot (it takes one at a time)."""
+        if not self._tasks.closed:
+            self._tasks.spawn(self._snapshot_taker.take(), "snapshot")
