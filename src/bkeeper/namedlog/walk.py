@@ -49,9 +49,9 @@ from collections import OrderedDict
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError
-from bkeeper.namedlog.core.chunks import Incomplete, Reassembly, whole_records
+from bkeeper.namedlog.core.chunks import Incomplete, Reassembly, decode_chunk, whole_records
 from bkeeper.namedlog.core.log_metadata import LogMetadata
-from bkeeper.namedlog.core.records import Position, decode_chunk, decode_entry, entry_envelopes
+from bkeeper.namedlog.core.records import Position, decode_entry, entry_envelopes
 from bkeeper.namedlog.core.spans import EntrySpan, LedgerEnd, LostRange, Walked, locate
 
 __all__ = ["LogWalk"]

@@ -76,6 +76,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.namedlog.batching import Batch, Batcher
+from bkeeper.namedlog.core.chunks import encode_chunks
 from bkeeper.namedlog.core.config import LogConfig
 from bkeeper.namedlog.core.log_metadata import LogMetadata
 from bkeeper.namedlog.core.records import (
@@ -86,7 +87,6 @@ from bkeeper.namedlog.core.records import (
     Position,
     codec_id,
     encode_batch,
-    encode_chunks,
     encode_record,
 )
 from bkeeper.namedlog.core.retention import retention_on

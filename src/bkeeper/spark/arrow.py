@@ -5,9 +5,10 @@ types match what Spark converts the Spark schema to exactly (Spark refuses a bat
 schema differs): ``timestamp`` is microseconds in UTC, ids are int64.
 
 Decoding avoids per-record Python work where it can: when no record of a batch has a key or
-properties (the common case), the envelopes are joined into one buffer and parsed with numpy
-(timestamps gathered, headers masked out), and the remaining bytes become the Arrow binary
-column directly. Other batches are decoded record by record.
+properties (the common case), namedlog's core gives the records as columns at once
+(:func:`bkeeper.namedlog.core.plain_columns`: timestamps, the payloads back to back and their
+offsets) and those become the Arrow columns directly. Other batches are decoded record by
+record (:func:`bkeeper.namedlog.core.decode_entry`). The envelope is parsed only there.
 """
 
 from __future__ import annotations
@@ -20,25 +21,12 @@ import pyarrow as pa
 
 from bkeeper.client.entry import Entry
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog.core import (
-    BATCH_FORMAT_VERSION,
-    BATCH_HEAD,
-    FORMAT_VERSION,
-    HEAD,
-    HEAD_FLAGS_AT,
-    HEAD_TIMESTAMP_AT,
-    HEAD_VERSION_AT,
-    decode_entry,
-    entry_envelopes,
-)
+from bkeeper.namedlog.core import batch_record_count, decode_entry, plain_columns
 from bkeeper.spark.options import spark_schema
 
 __all__ = ["arrow_schema", "entry_records", "record_batch", "sink_rows", "spark_schema"]
 
-_HEAD_BYTES = HEAD.size
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
-#: Bytes of payload one Arrow binary column holds at most (its offsets are int32).
-_BINARY_BYTES_MAX = 2**31 - 1
 
 
 def arrow_schema(include_properties: bool) -> pa.Schema:
@@ -68,30 +56,27 @@ def record_batch(
     """One Arrow batch of the records in ``entries`` (consecutive entries of one ledger,
     each a single record or a record batch), in log order. Of the first entry, only records
     from ``first_index`` on; of the last, only those before ``end_index`` (0: all)."""
-    views = [entry.payload for entry in entries]
-    data = np.frombuffer(b"".join(views), np.uint8)
-    lengths = np.fromiter(map(len, views), np.int64, count=len(views))
-    counts = None  # one record per entry, unless some entry is a record batch
-    plain = _plain_columns(data, lengths)
-    if plain is None and any(len(v) and v[0] == BATCH_FORMAT_VERSION for v in views):
-        found = [entry_envelopes(e.payload, ledger_id, e.entry_id) for e in entries]
-        counts = np.fromiter((f.record_count for f in found), np.int64, count=len(found))
-        data = np.frombuffer(b"".join(f.data for f in found), np.uint8)
-        lengths = np.frombuffer(b"".join(f.lengths for f in found), ">u4").astype(np.int64)
-        plain = _plain_columns(data, lengths)
-    if plain is None:
+    found = plain_columns([e.payload for e in entries], ledger_id, [e.entry_id for e in entries])
+    if found is None:
         batch = _decoded_batch(log, ledger_id, entries, include_properties)
+        counts = np.fromiter(
+            (batch_record_count(e.payload) for e in entries), np.int64, count=len(entries)
+        )
     else:
+        counts = found.counts
         entry_ids = np.fromiter((e.entry_id for e in entries), np.int64, count=len(entries))
+        count = len(found.times_ms)
         if counts is None:
             indexes = np.zeros(len(entries), np.int32)
         else:
             firsts = np.zeros(len(counts), np.int64)
             np.cumsum(counts[:-1], out=firsts[1:])
-            indexes = (np.arange(len(lengths)) - np.repeat(firsts, counts)).astype(np.int32)
+            indexes = (np.arange(count) - np.repeat(firsts, counts)).astype(np.int32)
             entry_ids = np.repeat(entry_ids, counts)
-        times_ms, payloads = plain
-        count = len(lengths)
+        payloads = pa.Array.from_buffers(
+            pa.binary(), count, [None, pa.py_buffer(found.offsets), pa.py_buffer(found.body)]
+        )
+        times_ms = found.times_ms
         columns = [
             pa.repeat(pa.scalar(log, pa.string()), count),
             pa.repeat(pa.scalar(ledger_id, pa.int64()), count),
@@ -126,42 +111,7 @@ def _trimmed(
 
 def entry_records(payload: Any) -> int:
     """How many records an entry holds (its batch's count, else 1), from its head only."""
-    if len(payload) >= BATCH_HEAD.size and payload[0] == BATCH_FORMAT_VERSION:
-        return int(BATCH_HEAD.unpack_from(payload)[2])
-    return 1
-
-
-def _plain_columns(data: Any, lengths: Any) -> tuple[Any, pa.Array] | None:
-    """(timestamps in ms, payload column) when every record, ``lengths`` of them back to
-    back in ``data``, is plain (format 1, no key, no properties), parsed with numpy; None
-    otherwise."""
-    count = len(lengths)
-    if count == 0:
-        return np.zeros(0, np.int64), pa.array([], pa.binary())
-    if int(lengths.min()) < _HEAD_BYTES:
-        return None
-    starts = np.zeros(count, np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    if (data[starts + HEAD_VERSION_AT] != FORMAT_VERSION).any() or data[
-        starts + HEAD_FLAGS_AT
-    ].any():
-        return None
-    head = starts[:, None] + np.arange(_HEAD_BYTES, dtype=np.int64)
-    # The head ends with the timestamp: a big-endian signed 64-bit integer.
-    stamps = data[head[:, HEAD_TIMESTAMP_AT:]]
-    times_ms = np.ascontiguousarray(stamps).view(">i8").ravel().astype(np.int64)
-    keep = np.ones(len(data), bool)
-    keep[head.ravel()] = False
-    body = data[keep]
-    if len(body) > _BINARY_BYTES_MAX:
-        return None
-    offsets = np.empty(count + 1, np.int32)
-    offsets[:-1] = starts - _HEAD_BYTES * np.arange(count, dtype=np.int64)
-    offsets[-1] = len(body)
-    payloads = pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
-    )
-    return times_ms, payloads
+    return batch_record_count(payload)
 
 
 def _decoded_batch(

@@ -14,9 +14,12 @@ The shells around it (stores, walk, writer, reader, consumers) live beside this 
 """
 
 from bkeeper.namedlog.core.chunks import (
+    Chunk,
     Incomplete,
     Reassembly,
     Whole,
+    decode_chunk,
+    encode_chunks,
     whole_records,
 )
 from bkeeper.namedlog.core.config import (
@@ -27,6 +30,14 @@ from bkeeper.namedlog.core.config import (
     SETTING_NAMES,
     LogConfig,
     LogSettings,
+)
+from bkeeper.namedlog.core.heads import (
+    OFFSETS_BYTES_MAX,
+    PlainColumns,
+    batch_record_count,
+    entry_first_timestamp,
+    entry_record_count,
+    plain_columns,
 )
 from bkeeper.namedlog.core.log_metadata import (
     COMMITS_MAX,
@@ -59,21 +70,16 @@ from bkeeper.namedlog.core.records import (
     PROPERTIES_MAX,
     PROPERTY_NAME_BYTES_MAX,
     RECORD_BYTES_MAX,
-    Chunk,
     Envelopes,
     Position,
     Record,
     available_codecs,
     codec_id,
-    decode_chunk,
     decode_entry,
     decode_record,
     encode_batch,
-    encode_chunks,
     encode_record,
     entry_envelopes,
-    entry_first_timestamp,
-    entry_record_count,
 )
 from bkeeper.namedlog.core.retention import (
     consumed_before,
@@ -151,9 +157,12 @@ __all__ = [
     "SETTING_NAMES",
     "SubscriptionState",
     "Walked",
+    "OFFSETS_BYTES_MAX",
+    "PlainColumns",
     "Whole",
     "WriterCommit",
     "available_codecs",
+    "batch_record_count",
     "check_log_name",
     "check_subscription_name",
     "check_writer_id",
@@ -172,6 +181,7 @@ __all__ = [
     "locate",
     "logs_root",
     "next_position",
+    "plain_columns",
     "retained_from",
     "retention_on",
     "whole_records",

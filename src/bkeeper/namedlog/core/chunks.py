@@ -30,16 +30,93 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from bkeeper.common.errors import ConfigError, ProtocolError
 from bkeeper.namedlog.core.records import (
     CHUNK_FORMAT_VERSION,
+    CHUNK_HEAD,
+    CHUNKS_MAX,
+    RECORD_BYTES_MAX,
     Position,
     Record,
-    decode_chunk,
     decode_entry,
     decode_record,
 )
 
-__all__ = ["Incomplete", "Reassembly", "Whole", "whole_records"]
+__all__ = [
+    "Chunk",
+    "Incomplete",
+    "Reassembly",
+    "Whole",
+    "decode_chunk",
+    "encode_chunks",
+    "whole_records",
+]
+
+
+# -- chunks of large records (format 3) ---------------------------------------------------
+
+
+class Chunk(NamedTuple):
+    """The head of a chunk entry (:func:`decode_chunk`) and its piece of the envelope."""
+
+    chunk_index: int
+    chunk_count: int
+    record_bytes: int
+    piece: memoryview
+
+
+def encode_chunks(envelope: bytes | bytearray | memoryview, chunk_bytes: int) -> list[bytes]:
+    """The chunk entries of a record whose envelope (:func:`encode_record`) is larger than
+    ``chunk_bytes``, in order; ``ConfigError`` naming the size and the limit when the record
+    is larger than ``RECORD_BYTES_MAX`` or needs more than ``CHUNKS_MAX`` chunks."""
+    size = len(envelope)
+    if size > RECORD_BYTES_MAX:
+        raise ConfigError(
+            f"a record of {size} bytes (payload, key and properties) exceeds the largest a log "
+            f"takes, RECORD_BYTES_MAX = {RECORD_BYTES_MAX} bytes"
+        )
+    if chunk_bytes < 1:
+        raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
+    count = -(-size // chunk_bytes)
+    if not 2 <= count <= CHUNKS_MAX:
+        raise ConfigError(
+            f"a record of {size} bytes in chunks of {chunk_bytes} bytes makes {count} chunks, "
+            f"not 2 to {CHUNKS_MAX}"
+        )
+    view = memoryview(envelope)
+    return [
+        CHUNK_HEAD.pack(CHUNK_FORMAT_VERSION, 0, index, count, size)
+        + view[index * chunk_bytes : (index + 1) * chunk_bytes]
+        for index in range(count)
+    ]
+
+
+def decode_chunk(
+    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int
+) -> Chunk | None:
+    """The chunk in entry ``data`` (None: the entry is not a chunk, format 1 or 2);
+    ``ProtocolError`` naming the entry when its head is malformed or out of bounds."""
+    view = memoryview(data)
+    if not view or view[0] != CHUNK_FORMAT_VERSION:
+        return None
+    if len(view) < CHUNK_HEAD.size:
+        raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: head is cut short")
+    _, flags, index, count, size = CHUNK_HEAD.unpack_from(view)
+    problem = None
+    if flags:
+        problem = f"unknown flags {flags:#x}"
+    elif not 2 <= count <= CHUNKS_MAX:
+        problem = f"chunk count {count} is not 2 to {CHUNKS_MAX}"
+    elif index >= count:
+        problem = f"chunk index {index} is not below its count {count}"
+    elif size > RECORD_BYTES_MAX:
+        problem = f"record of {size} bytes exceeds RECORD_BYTES_MAX ({RECORD_BYTES_MAX})"
+    if problem is not None:
+        raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: {problem}")
+    return Chunk(index, count, size, view[CHUNK_HEAD.size :])
+
+
+# -- putting chunked records back together ---------------------------------------------
 
 
 class Whole(NamedTuple):

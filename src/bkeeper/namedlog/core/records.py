@@ -95,7 +95,6 @@ __all__ = [
     "CODEC_NONE",
     "CODEC_ZSTD",
     "FORMAT_VERSION",
-    "Chunk",
     "Envelopes",
     "HEAD",
     "HEAD_FLAGS_AT",
@@ -109,15 +108,11 @@ __all__ = [
     "Record",
     "available_codecs",
     "codec_id",
-    "decode_chunk",
     "decode_entry",
     "decode_record",
     "encode_batch",
-    "encode_chunks",
     "encode_record",
     "entry_envelopes",
-    "entry_first_timestamp",
-    "entry_record_count",
 ]
 
 FORMAT_VERSION = 1
@@ -498,113 +493,3 @@ def decode_entry(
             records.append(decode_record(body[offset:end], at, count))
         offset = end
     return records
-
-
-# -- chunks of large records (format 3) ---------------------------------------------------
-
-
-class Chunk(NamedTuple):
-    """The head of a chunk entry (:func:`decode_chunk`) and its piece of the envelope."""
-
-    chunk_index: int
-    chunk_count: int
-    record_bytes: int
-    piece: memoryview
-
-
-def encode_chunks(envelope: bytes | bytearray | memoryview, chunk_bytes: int) -> list[bytes]:
-    """The chunk entries of a record whose envelope (:func:`encode_record`) is larger than
-    ``chunk_bytes``, in order; ``ConfigError`` naming the size and the limit when the record
-    is larger than ``RECORD_BYTES_MAX`` or needs more than ``CHUNKS_MAX`` chunks."""
-    size = len(envelope)
-    if size > RECORD_BYTES_MAX:
-        raise ConfigError(
-            f"a record of {size} bytes (payload, key and properties) exceeds the largest a log "
-            f"takes, RECORD_BYTES_MAX = {RECORD_BYTES_MAX} bytes"
-        )
-    if chunk_bytes < 1:
-        raise ConfigError(f"chunk_bytes must be at least 1, not {chunk_bytes}")
-    count = -(-size // chunk_bytes)
-    if not 2 <= count <= CHUNKS_MAX:
-        raise ConfigError(
-            f"a record of {size} bytes in chunks of {chunk_bytes} bytes makes {count} chunks, "
-            f"not 2 to {CHUNKS_MAX}"
-        )
-    view = memoryview(envelope)
-    return [
-        CHUNK_HEAD.pack(CHUNK_FORMAT_VERSION, 0, index, count, size)
-        + view[index * chunk_bytes : (index + 1) * chunk_bytes]
-        for index in range(count)
-    ]
-
-
-def decode_chunk(
-    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int
-) -> Chunk | None:
-    """The chunk in entry ``data`` (None: the entry is not a chunk, format 1 or 2);
-    ``ProtocolError`` naming the entry when its head is malformed or out of bounds."""
-    view = memoryview(data)
-    if not view or view[0] != CHUNK_FORMAT_VERSION:
-        return None
-    if len(view) < CHUNK_HEAD.size:
-        raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: head is cut short")
-    _, flags, index, count, size = CHUNK_HEAD.unpack_from(view)
-    problem = None
-    if flags:
-        problem = f"unknown flags {flags:#x}"
-    elif not 2 <= count <= CHUNKS_MAX:
-        problem = f"chunk count {count} is not 2 to {CHUNKS_MAX}"
-    elif index >= count:
-        problem = f"chunk index {index} is not below its count {count}"
-    elif size > RECORD_BYTES_MAX:
-        problem = f"record of {size} bytes exceeds RECORD_BYTES_MAX ({RECORD_BYTES_MAX})"
-    if problem is not None:
-        raise ProtocolError(f"chunk at {ledger_id}:{entry_id}: {problem}")
-    return Chunk(index, count, size, view[CHUNK_HEAD.size :])
-
-
-# -- headers only: counting records and the time of one (planners, lag) -------------------
-
-
-def entry_record_count(data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int) -> int:
-    """The records an entry holds, from its head alone (nothing is inflated): a batch's
-    count, 1 for a single record, 1 for the last chunk of a chunked record (the record's
-    position) and 0 for its other chunks; ``ProtocolError`` naming a malformed head."""
-    view = memoryview(data)
-    if not view or view[0] not in (BATCH_FORMAT_VERSION, CHUNK_FORMAT_VERSION):
-        return 1
-    if view[0] == CHUNK_FORMAT_VERSION:
-        chunk = decode_chunk(view, ledger_id, entry_id)
-        assert chunk is not None
-        return 1 if chunk.chunk_index == chunk.chunk_count - 1 else 0
-    if len(view) < BATCH_HEAD.size:
-        raise ProtocolError(f"record batch at {ledger_id}:{entry_id}: head is cut short")
-    _, _, count = BATCH_HEAD.unpack_from(view)
-    if not 1 <= count <= BATCH_RECORDS_MAX:
-        raise ProtocolError(
-            f"record batch at {ledger_id}:{entry_id}: record count {count} is not 1 to "
-            f"{BATCH_RECORDS_MAX}"
-        )
-    return int(count)
-
-
-def entry_first_timestamp(
-    data: bytes | bytearray | memoryview, ledger_id: int, entry_id: int, index: int = 0
-) -> int | None:
-    """The append timestamp of record ``index`` of an entry (a batch's record ``index``, the
-    entry's record otherwise); None when the entry is a chunk other than a record's first
-    (the timestamp is in its first chunk) or has no record ``index``."""
-    view = memoryview(data)
-    if view and view[0] == CHUNK_FORMAT_VERSION:
-        chunk = decode_chunk(view, ledger_id, entry_id)
-        assert chunk is not None
-        if chunk.chunk_index or len(chunk.piece) < HEAD.size:
-            return None
-        return int(HEAD.unpack_from(chunk.piece)[2])
-    count, lengths, body = entry_envelopes(view, ledger_id, entry_id)
-    if index >= count:
-        return None
-    offset = sum(struct.unpack_from(f">{index}I", lengths)) if index else 0
-    if len(body) - offset < HEAD.size:
-        raise ProtocolError(f"record at {ledger_id}:{entry_id}:{index} is cut short")
-    return int(HEAD.unpack_from(body, offset)[2])
