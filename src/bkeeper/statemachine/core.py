@@ -203,6 +203,14 @@ class LeaseAnswer:
     renew: bool
 
 
+#: The four answers, made once (a lease read is on the read path).
+_ANSWERS = {
+    (granted, renew): LeaseAnswer(granted, renew)
+    for granted in (False, True)
+    for renew in (False, True)
+}
+
+
 @dataclass(frozen=True)
 class CoreConfig:
     """The numbers the core decides with (from the member's ``RsmConfig``)."""
@@ -332,15 +340,15 @@ class MemberCore(Generic[P]):
         """May a read be answered from the state at ``now_s`` (rule 6)?"""
         lease_s = self._config.read_lease_s
         if not lease_s or self._phase is not Phase.LEADING:
-            return LeaseAnswer(False, False)
+            return _ANSWERS[False, False]
         remaining_s = self._lease_until_s - now_s
         renew = remaining_s < lease_s / 2 and not barrier_running
         if renew:
             self.lease_renewals += 1
         if remaining_s <= 0:
-            return LeaseAnswer(False, renew)
+            return _ANSWERS[False, renew]
         self.lease_reads += 1
-        return LeaseAnswer(True, renew)
+        return _ANSWERS[True, renew]
 
     def append_failed(self, *, fenced: bool) -> list[Action[P]]:
         """An append failed (``fenced``: another writer fenced this one)."""
