@@ -172,9 +172,14 @@ async def recover(
     async def repairer() -> None:
         for target, lost in todo:
             outcomes[target] = await replicate_ledger(
-                bk, target, lost, config, dry_run=dry_run, fence_open=fence_open,
+                bk,
+                target,
+                lost,
+                config,
+                dry_run=dry_run,
+                fence_open=fence_open,
                 throttle=throttle,
-            )  # fmt: skip
+            )
             on_progress(len(outcomes), total)
 
     async with asyncio.TaskGroup() as tasks:

@@ -63,8 +63,11 @@ _LOGIN_MESSAGES = {
     LoginOutcome.LIMITED: "too many refused attempts: wait a minute and try again",
     LoginOutcome.TOKEN_EXPIRED: "the dashboard's own token has expired: restart it with a new one",
 }
-_LOGIN_STATUS = {LoginOutcome.REFUSED: 403, LoginOutcome.LIMITED: 429,
-                 LoginOutcome.TOKEN_EXPIRED: 403}  # fmt: skip
+_LOGIN_STATUS = {
+    LoginOutcome.REFUSED: 403,
+    LoginOutcome.LIMITED: 429,
+    LoginOutcome.TOKEN_EXPIRED: 403,
+}
 
 _STATIC_FILES = {
     "dashboard.js": "application/javascript",
@@ -173,8 +176,9 @@ class Dashboard:
             return await handler(request)
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not presented:
-            return _refusal(401, "login required: a session (log in at /) or "
-                                 "'Authorization: Bearer <token>'")  # fmt: skip
+            return _refusal(
+                401, "login required: a session (log in at /) or 'Authorization: Bearer <token>'"
+            )
         outcome = self.gate.check(_address(request), presented.strip())
         if outcome is LoginOutcome.OK:
             return await handler(request)
@@ -196,9 +200,13 @@ class Dashboard:
             return page
         response = _see_root()
         response.set_cookie(
-            SESSION_COOKIE, result.session_id, max_age=result.lifetime_s, path="/",
-            httponly=True, samesite="Strict",
-        )  # fmt: skip
+            SESSION_COOKIE,
+            result.session_id,
+            max_age=result.lifetime_s,
+            path="/",
+            httponly=True,
+            samesite="Strict",
+        )
         return response
 
     async def _logout(self, request: web.Request) -> web.StreamResponse:
@@ -211,8 +219,9 @@ class Dashboard:
     def _log_refusal(self, request: web.Request, outcome: LoginOutcome, what: str) -> None:
         if outcome is LoginOutcome.LIMITED:
             return  # counted already: no log line per attempt past the limit
-        log.warning("dashboard: %s from %s refused: %s", what, _address(request),
-                    _LOGIN_MESSAGES[outcome])  # fmt: skip
+        log.warning(
+            "dashboard: %s from %s refused: %s", what, _address(request), _LOGIN_MESSAGES[outcome]
+        )
 
     async def _plotly_js(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(

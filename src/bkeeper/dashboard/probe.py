@@ -65,8 +65,10 @@ def _refused(session: aiohttp.ClientSession, url: str, status: int) -> ProtocolE
     if "Authorization" in session.headers:
         why = "the bookie refused the dashboard's token (expired, or not signed by its secret?)"
     else:
-        why = ("the bookie requires a token: start the dashboard with --auth-token-file "
-               "(or BKEEPER_AUTH_TOKEN_FILE)")  # fmt: skip
+        why = (
+            "the bookie requires a token: start the dashboard with --auth-token-file "
+            "(or BKEEPER_AUTH_TOKEN_FILE)"
+        )
     return ProtocolError(f"GET {url}: HTTP {status}: {why}")
 
 

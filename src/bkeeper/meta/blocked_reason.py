@@ -43,8 +43,12 @@ class BlockedReason:
         object.__setattr__(self, "detail", " ".join(self.detail.split())[:DETAIL_CHARS_MAX])
 
     def encode(self) -> bytes:
-        body = {"kind": self.kind, "detail": self.detail, "since_ms": self.since_ms,
-                "worker": self.worker}  # fmt: skip
+        body = {
+            "kind": self.kind,
+            "detail": self.detail,
+            "since_ms": self.since_ms,
+            "worker": self.worker,
+        }
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod

@@ -58,9 +58,17 @@ DISABLE_HEALTH_CHECK = "disableHealthCheck"
 
 #: Top-level names under the root that are never ledger directories.
 RESERVED_NAMES = frozenset(
-    {LAYOUT, INSTANCEID, AVAILABLE, COOKIES, IDGEN, IDGEN_LONG, UNDERREPLICATION,
-     DISABLE_HEALTH_CHECK}
-)  # fmt: skip
+    {
+        LAYOUT,
+        INSTANCEID,
+        AVAILABLE,
+        COOKIES,
+        IDGEN,
+        IDGEN_LONG,
+        UNDERREPLICATION,
+        DISABLE_HEALTH_CHECK,
+    }
+)
 
 #: Ids below this (Java's Integer.MAX_VALUE) use the short 2/4/L4 form.
 SHORT_LEDGER_ID_LIMIT = (1 << 31) - 1

@@ -73,9 +73,18 @@ from bkeeper.meta.ur_nodes import (
 )
 from bkeeper.wire._pb import data_formats_pb2 as pb
 
-__all__ = ["BLOCKED", "CHECKS", "LOST_BOOKIE_RECOVERY_DELAY", "UR_LAYOUT_TYPE", "BlockedReason",
-           "UnderReplicationConfig", "UnderReplicationManager", "UnderreplicatedLedger",
-           "auditor_election", "ur_blocked_path"]  # fmt: skip
+__all__ = [
+    "BLOCKED",
+    "CHECKS",
+    "LOST_BOOKIE_RECOVERY_DELAY",
+    "UR_LAYOUT_TYPE",
+    "BlockedReason",
+    "UnderReplicationConfig",
+    "UnderReplicationManager",
+    "UnderreplicatedLedger",
+    "auditor_election",
+    "ur_blocked_path",
+]
 
 
 @dataclass(frozen=True)
