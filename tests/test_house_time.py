@@ -28,17 +28,11 @@ ALLOWED_FILES = ("common/clock.py", "spark/bench.py", "spark/floor.py")
 NOT_YET = frozenset(
     {
         "client/handshake.py",
-        "kv/client.py",
-        "kv/detector.py",
         "namedlog/consumer.py",
         "namedlog/shared.py",
         "namedlog/stores/subscription_nodes.py",
-        "namedlog/subscription_store.py",
-        "server/bookie.py",
-        "server/security.py",
-        "statemachine/machine.py",
-        "storage/compaction.py",
-        "storage/scrub.py",
+        "namedlog/subscriptions/exclusive.py",
+        "namedlog/subscriptions/shared.py",
     }
 )
 
