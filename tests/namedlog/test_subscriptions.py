@@ -20,7 +20,7 @@ from bkeeper.common.errors import (
     SubscriptionFencedError,
     SubscriptionNotFoundError,
 )
-from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
+from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position, SubscribeOptions
 from bkeeper.namedlog.core import Claim, SubscriptionState, check_subscription_name
 from bkeeper.testing.cluster import MemoryCluster
 
@@ -345,3 +345,19 @@ async def test_acks_in_a_cursor_ledger_survive_and_the_old_consumer_is_fenced() 
         await third.close()
         with pytest.raises(ConfigError, match="exclusive subscriptions only"):
             await named.subscribe("w", mode="shared", ack_store="ledger")
+
+
+async def test_subscribe_options_come_as_one_dataclass_or_as_keywords_over_it() -> None:
+    async with MemoryCluster(3) as cluster:
+        _logs, named, _writer, positions = await filled(cluster, 2)
+        with pytest.raises(ConfigError, match="subscribe: no option 'ack_flush'"):
+            await named.subscribe("s", ack_flush=5)
+        with pytest.raises(ConfigError, match="ack_flush_ms: must be at least 1"):
+            SubscribeOptions(ack_flush_ms=0)
+        options = SubscribeOptions(consumer_id="c1", mode="shared")
+        consumer = await named.subscribe("s", options=options, claim_records=1)
+        record = await consumer.receive(5.0)
+        assert record is not None and record.position == positions[0]
+        assert consumer.consumer_id == "c1"
+        assert (await named.subscriptions())["s"].mode == "shared"
+        await consumer.close()

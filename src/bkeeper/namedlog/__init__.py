@@ -7,8 +7,7 @@ fencing. This package and :mod:`bkeeper.namedlog.core` are the faces other packa
 Layers, top down (each imports only those below it):
 
 - :mod:`~bkeeper.namedlog.logs`: ``NamedLogs`` and ``NamedLog``, which only compose;
-- :mod:`~bkeeper.namedlog.subscribing`, :mod:`~bkeeper.namedlog.shared`,
-  :mod:`~bkeeper.namedlog.consumer`: subscriptions and their consumers;
+- :mod:`~bkeeper.namedlog.subscriptions`: subscriptions and their consumers;
 - :mod:`~bkeeper.namedlog.writer` (with :mod:`~bkeeper.namedlog.batching`) and
   :mod:`~bkeeper.namedlog.reader`;
 - :mod:`~bkeeper.namedlog.handle`: one log of a context (metadata, ends, truncation,
@@ -21,7 +20,6 @@ Layers, top down (each imports only those below it):
   span arithmetic.
 """
 
-from bkeeper.namedlog.consumer import Backlog, Consumer, backlog
 from bkeeper.namedlog.core.config import EARLIEST, LATEST, LogConfig, LogSettings
 from bkeeper.namedlog.core.log_metadata import LogLedger, LogMetadata, logs_root
 from bkeeper.namedlog.core.records import (
@@ -36,9 +34,16 @@ from bkeeper.namedlog.core.records import (
 from bkeeper.namedlog.core.spans import EntrySpan, LostRange, earliest, locate
 from bkeeper.namedlog.logs import NamedLog, NamedLogs
 from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.shared import SharedConsumer
 from bkeeper.namedlog.stores import LogStore, PendingLedgers, SubscriptionStore
-from bkeeper.namedlog.subscribing import commit_before, ensure_subscription
+from bkeeper.namedlog.subscriptions import (
+    Backlog,
+    Consumer,
+    SharedConsumer,
+    SubscribeOptions,
+    backlog,
+    commit_before,
+    ensure_subscription,
+)
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
@@ -63,6 +68,7 @@ __all__ = [
     "Position",
     "Record",
     "SharedConsumer",
+    "SubscribeOptions",
     "SubscriptionStore",
     "backlog",
     "commit_before",

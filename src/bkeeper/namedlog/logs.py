@@ -32,7 +32,7 @@ in order, then tails the open one without fencing. Where a log starts and ends, 
 a time and the runs of confirmed entries are the walk's (:mod:`bkeeper.namedlog.walk`, one
 :class:`LogWalk` per :class:`NamedLogs`).
 
-Subscriptions (:meth:`NamedLog.subscribe`, :mod:`bkeeper.namedlog.consumer`): durable
+Subscriptions (:meth:`NamedLog.subscribe`, :mod:`bkeeper.namedlog.subscriptions`): durable
 consumers that resume after what they acknowledged; deleting a log deletes them.
 
 Limits: ``metadata_retries_max`` lost CAS per step.
@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.write_handle import WriteHandle
@@ -58,7 +59,6 @@ from bkeeper.common.errors import (
     SubscriptionNotFoundError,
     WriterTermError,
 )
-from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.context import LogContext
 from bkeeper.namedlog.core.config import EARLIEST, LogConfig, LogSettings
 from bkeeper.namedlog.core.log_metadata import (
@@ -69,12 +69,10 @@ from bkeeper.namedlog.core.log_metadata import (
     check_writer_id,
 )
 from bkeeper.namedlog.core.records import Position
-from bkeeper.namedlog.core.subscription_state import AckStore, Mode
 from bkeeper.namedlog.handle import LogHandle, Snapshot
 from bkeeper.namedlog.reader import LogReader, open_reader
-from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS
 from bkeeper.namedlog.stores import LogStore, SubscriptionStore, drop_cursor
-from bkeeper.namedlog.subscribing import subscribe
+from bkeeper.namedlog.subscriptions import Consumer, SubscribeOptions, subscribe
 from bkeeper.namedlog.walk import LogWalk
 from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
 
@@ -261,29 +259,14 @@ class NamedLog(LogHandle):
         self,
         name: str,
         start: str | Position | int = EARLIEST,
-        *,
-        consumer_id: str | None = None,
-        wait_s: float | None = 0.0,
-        skip_truncated: bool = False,
-        ack_flush_ms: int = ACK_FLUSH_MS,
-        create: bool = True,
-        mode: Mode = "exclusive",
-        ack_timeout_ms: int = ACK_TIMEOUT_MS,
-        claim_records: int = CLAIM_RECORDS,
-        ack_store: AckStore = "metadata",
+        options: SubscribeOptions | None = None,
+        **changes: Any,
     ) -> Consumer:
         """The consumer of subscription ``name``, created at ``start`` (as for
-        :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.consumer`.
-        ``wait_s``: how long to stand by while another consumer holds it (None: for ever);
-        ``create`` False: a subscription that does not exist is an error; ``mode`` "shared":
-        several consumers at once (:mod:`bkeeper.namedlog.shared`); ``ack_store`` "ledger":
-        flushes go to a cursor ledger (:mod:`bkeeper.namedlog.cursor_ledger`)."""
-        return await subscribe(
-            self, name, start, consumer_id=consumer_id, wait_s=wait_s,
-            skip_truncated=skip_truncated, ack_flush_ms=ack_flush_ms, create=create,
-            mode=mode, ack_timeout_ms=ack_timeout_ms, claim_records=claim_records,
-            ack_store=ack_store,
-        )  # fmt: skip
+        :meth:`open_reader`) if it does not exist; see :mod:`bkeeper.namedlog.subscriptions`.
+        ``options``: :class:`SubscribeOptions`, with ``changes`` (the same names as keywords,
+        ``consumer_id="a"``, ``mode="shared"``...) over them."""
+        return await subscribe(self, name, start, SubscribeOptions.of(options, changes))
 
     async def unsubscribe(self, name: str) -> None:
         """Delete subscription ``name`` (its consumer, if any, has its next flush refused)."""

@@ -54,7 +54,7 @@ class LogConfig:
     sealed ledgers. ``retention_consumed``: also truncate the sealed ledgers that every
     subscription of the log has consumed past (a log with no subscription keeps them); the
     age and size limits still apply as caps, and a subscription left behind by one is told
-    its records are gone (:mod:`bkeeper.namedlog.consumer`). Retention runs when a writer
+    its records are gone (:mod:`bkeeper.namedlog.subscriptions`). Retention runs when a writer
     opens, at each roll and on the writer's timer (:mod:`bkeeper.namedlog.core.retention`).
 
     A log may store its own retention, roll and replication settings (:class:`LogSettings`);

@@ -120,7 +120,7 @@ class SubscriptionState:
     mode: Mode = "exclusive"
     dispatched: Position | None = None
     claims: tuple[Claim, ...] = ()
-    #: The cursor ledger holding the newer state (:mod:`bkeeper.namedlog.cursor_ledger`).
+    #: The cursor ledger holding the newer state (:mod:`bkeeper.namedlog.stores.cursor_ledgers`).
     cursor: int | None = None
     #: Batches with some records acknowledged beyond the mark (see the module docstring).
     partial: tuple[PartialEntry, ...] = ()

@@ -1,12 +1,12 @@
-"""Subscribing: :func:`subscribe` creates a subscription the first time and returns its
-consumer: an exclusive :class:`~bkeeper.namedlog.consumer.Consumer` (the owner node taken, a
-new epoch) or one :class:`~bkeeper.namedlog.shared.SharedConsumer` among several."""
+"""Opening subscriptions: :func:`subscribe` creates a subscription the first time and returns
+its consumer: an exclusive :class:`~bkeeper.namedlog.subscriptions.exclusive.Consumer` (the
+owner node taken, a new epoch) or one
+:class:`~bkeeper.namedlog.subscriptions.shared.SharedConsumer` among several. For consumers
+that keep their own progress (Spark): :func:`ensure_subscription` and :func:`commit_before`."""
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from dataclasses import replace
 
 from bkeeper.common.errors import (
@@ -14,69 +14,42 @@ from bkeeper.common.errors import (
     MetadataVersionError,
     SubscriptionNotFoundError,
 )
-from bkeeper.namedlog.consumer import ACK_FLUSH_MS, Consumer
 from bkeeper.namedlog.core.config import EARLIEST
 from bkeeper.namedlog.core.records import Position
 from bkeeper.namedlog.core.subscription_state import (
-    AckStore,
-    Mode,
     SubscriptionState,
     check_subscription_name,
 )
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import open_reader
-from bkeeper.namedlog.shared import ACK_TIMEOUT_MS, CLAIM_RECORDS, SharedConsumer
 from bkeeper.namedlog.stores import CursorLedger, cas_update_or, drop_cursor, load
+from bkeeper.namedlog.subscriptions.exclusive import Consumer
+from bkeeper.namedlog.subscriptions.options import SubscribeOptions
+from bkeeper.namedlog.subscriptions.shared import SharedConsumer
 
-__all__ = ["commit_before", "default_consumer_id", "ensure_subscription", "subscribe"]
+__all__ = ["commit_before", "ensure_subscription", "subscribe"]
 
 log = logging.getLogger(__name__)
 
 
-def default_consumer_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{id(object()):x}"
-
-
 async def subscribe(
-    named: LogHandle,
-    name: str,
-    start: str | Position | int = EARLIEST,
-    *,
-    consumer_id: str | None = None,
-    wait_s: float | None = 0.0,
-    skip_truncated: bool = False,
-    ack_flush_ms: int = ACK_FLUSH_MS,
-    create: bool = True,
-    mode: Mode = "exclusive",
-    ack_timeout_ms: int = ACK_TIMEOUT_MS,
-    claim_records: int = CLAIM_RECORDS,
-    ack_store: AckStore = "metadata",
+    named: LogHandle, name: str, start: str | Position | int, options: SubscribeOptions
 ) -> Consumer:
-    """The consumer of subscription ``name`` (see :mod:`bkeeper.namedlog.consumer`); with
-    ``create`` False a subscription that does not exist is ``SubscriptionNotFoundError``.
-    ``mode`` is fixed when the subscription is created: subscribing to it in the other mode
-    is a ``ConfigError``. ``ack_timeout_ms`` and ``claim_records``: shared mode only.
-    ``ack_store``: where this (exclusive) consumer's flushes go: the subscription's node
-    (``"metadata"``) or a cursor ledger of its own (``"ledger"``,
-    :mod:`bkeeper.namedlog.cursor_ledger`)."""
+    """The consumer of subscription ``name`` (see :mod:`bkeeper.namedlog.subscriptions`),
+    created at ``start`` the first time unless ``options.create`` is False (then
+    ``SubscriptionNotFoundError``). Subscribing in the other mode than the subscription's
+    is a ``ConfigError``."""
     check_subscription_name(name)
-    if mode not in ("exclusive", "shared"):
-        raise ConfigError(f"mode {mode!r}: exclusive or shared")
-    if ack_store not in ("metadata", "ledger"):
-        raise ConfigError(f"ack_store {ack_store!r}: metadata or ledger")
-    if ack_store == "ledger" and mode == "shared":
-        raise ConfigError("ack_store ledger: exclusive subscriptions only (shared consumers "
-                          "coordinate through the subscription's node)")  # fmt: skip
-    if ack_flush_ms < 1:
-        raise ConfigError(f"ack_flush_ms: must be at least 1, got {ack_flush_ms}")
+    options = options.with_consumer_id()
+    consumer_id, mode = options.consumer_id, options.mode
+    assert consumer_id is not None
     logs = named.context
     subs = logs.subscriptions
-    consumer_id = consumer_id or default_consumer_id()
     await named.metadata()  # LogNotFoundError first, for a log that does not exist
     try:
         state, _version = await subs.read(named.name, name)
     except SubscriptionNotFoundError:
-        if not create:
+        if not options.create:
             raise
         probe = await open_reader(named, start)  # resolves earliest, latest or a time
         try:
@@ -92,12 +65,10 @@ async def subscribe(
                           f"not {mode}")  # fmt: skip
     if mode == "shared":
         state, version = await subs.read(named.name, name)
-        shared = SharedConsumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
-                                skip_truncated, ack_timeout_ms=ack_timeout_ms,
-                                claim_records=claim_records)  # fmt: skip
+        shared = SharedConsumer(named, name, state, version, options)
         await shared.open()
         return shared
-    await subs.take(named.name, name, consumer_id, wait_s)
+    await subs.take(named.name, name, consumer_id, options.wait_s)
     cursor: CursorLedger | None = None
     try:
         state, version = await subs.read(named.name, name)
@@ -107,14 +78,13 @@ async def subscribe(
             if newer is not None:
                 state = state.with_progress_of(newer)
         state = replace(state.taken_over(consumer_id), cursor=None)
-        if ack_store == "ledger":
+        if options.ack_store == "ledger":
             cursor = await CursorLedger.create(logs.bk, logs.config, state)
             state = replace(state, cursor=cursor.ledger_id)
         version = await subs.write(named.name, name, state, version)
         if previous is not None:
             await drop_cursor(logs.bk, previous)
-        consumer = Consumer(named, subs, name, consumer_id, state, version, ack_flush_ms,
-                            skip_truncated, cursor=cursor)  # fmt: skip
+        consumer = Consumer(named, name, state, version, options, cursor=cursor)
         await consumer.open()
     except BaseException:
         if cursor is not None:

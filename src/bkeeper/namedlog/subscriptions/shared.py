@@ -16,7 +16,8 @@ A chunked record (:mod:`bkeeper.namedlog.core.chunks`) is claimed from its first
 acknowledging it acknowledges every chunk, and a claim taken over delivers it again whole.
 
 Acks are gathered and flushed as for an exclusive consumer
-(:class:`~bkeeper.namedlog.consumer.Consumer`); consumers are not fenced (acks are idempotent).
+(:class:`~bkeeper.namedlog.subscriptions.exclusive.Consumer`); consumers are not fenced (acks
+are idempotent).
 """
 
 from __future__ import annotations
@@ -26,21 +27,18 @@ import collections
 import logging
 
 from bkeeper.common.errors import ConfigError
-from bkeeper.namedlog.consumer import Consumer
 from bkeeper.namedlog.core.records import Position, Record
 from bkeeper.namedlog.core.subscription_state import CLAIMS_MAX, Claim, SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.stores import SubscriptionStore, cas_update_or
+from bkeeper.namedlog.stores import cas_update_or
+from bkeeper.namedlog.subscriptions.exclusive import Consumer
+from bkeeper.namedlog.subscriptions.options import SubscribeOptions
 
-__all__ = ["ACK_TIMEOUT_MS", "CLAIM_RECORDS", "SharedConsumer"]
+__all__ = ["SharedConsumer"]
 
 log = logging.getLogger(__name__)
 
-#: A claim not acknowledged this long after it was taken goes to another consumer (ms).
-ACK_TIMEOUT_MS = 30_000
-#: Records one claim takes at most.
-CLAIM_RECORDS = 100
 #: How long a claim waits for its first new record before the consumer looks again (s).
 _CLAIM_WAIT_S = 0.2
 #: Compare-and-set rounds one claim tries before it reads again from scratch.
@@ -53,23 +51,14 @@ class SharedConsumer(Consumer):
     def __init__(
         self,
         named: LogHandle,
-        subs: SubscriptionStore,
         name: str,
-        consumer_id: str,
         state: SubscriptionState,
         version: int,
-        ack_flush_ms: int,
-        skip_truncated: bool,
-        *,
-        ack_timeout_ms: int = ACK_TIMEOUT_MS,
-        claim_records: int = CLAIM_RECORDS,
+        options: SubscribeOptions,
     ) -> None:
-        super().__init__(named, subs, name, consumer_id, state, version, ack_flush_ms,
-                         skip_truncated)  # fmt: skip
-        if ack_timeout_ms < 1 or claim_records < 1:
-            raise ConfigError("ack_timeout_ms and claim_records must be at least 1")
-        self._ack_timeout_ms = ack_timeout_ms
-        self._claim_records = claim_records
+        super().__init__(named, name, state, version, options)
+        self._ack_timeout_ms = options.ack_timeout_ms
+        self._claim_records = options.claim_records
         self._buffer: collections.deque[Record] = collections.deque()
         self._mine: list[Claim] = []  # claims delivered to this consumer
 
