@@ -31,6 +31,9 @@ def status_code(url: str, headers: dict[str, str]) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+SERVE = ["kv", "serve", "--name", "sec", "--member-id", "m0", "--session-timeout-ms", "4000"]
+
+
 def test_a_member_of_a_secure_cluster_needs_its_token(tmp_path: Path) -> None:
     config = secure_sandbox_config(tmp_path / "sb")
     with Sandbox(config) as box:
@@ -40,12 +43,11 @@ def test_a_member_of_a_secure_cluster_needs_its_token(tmp_path: Path) -> None:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("BKEEPER_")}
         with open(out, "wb") as sink:
             member = subprocess.Popen(
-                [sys.executable, "-m", "bkeeper", "kv", "serve", "--name", "sec",
-                 "--member-id", "m0", "--session-timeout-ms", "4000"],
+                [sys.executable, "-m", "bkeeper", *SERVE],
                 env={**clean, **env},
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            )
         try:
             url = ""
             deadline = time.monotonic() + 60

@@ -89,8 +89,10 @@ async def test_a_new_leader_waits_the_lease_out_after_fencing() -> None:
 
         bk = await cluster.client(CLIENT)
         config = RsmConfig("journal", b"b", read_lease_s=LEASE_S)
-        b = ReplicatedStateMachine(NamedLogs(bk, LogConfig(tail_poll_ms=50)), bk.cluster.store,
-                                   Journal(), config, before_open_writer=before_open_writer)  # fmt: skip
+        logs = NamedLogs(bk, LogConfig(tail_poll_ms=50))
+        b = ReplicatedStateMachine(
+            logs, bk.cluster.store, Journal(), config, before_open_writer=before_open_writer
+        )
         stop_b = asyncio.Event()
         task_b = asyncio.create_task(b.run(stop_b))
         stop_a.set()  # a resigns: b is elected, fences a's ledger, then waits

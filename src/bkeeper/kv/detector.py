@@ -153,5 +153,7 @@ class CrashDetector:
         self.deposed += 1
         log.warning(
             "the leader at %s refused %d connections in a row: its election node %s deleted",
-            url, REFUSALS_MIN, path,
-        )  # fmt: skip
+            url,
+            REFUSALS_MIN,
+            path,
+        )

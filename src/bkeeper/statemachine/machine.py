@@ -353,8 +353,10 @@ class ReplicatedStateMachine:
                     except Exception as exc:  # the command's result (its caller got it)
                         log.warning(
                             "%s: command at %s raised: %r",
-                            self._config.log_name, action.position, exc,
-                        )  # fmt: skip
+                            self._config.log_name,
+                            action.position,
+                            exc,
+                        )
             else:
                 rest.append(action)
         return rest
