@@ -33,8 +33,14 @@ from bkeeper.common.errors import (
     StateMachineError,
 )
 from bkeeper.meta.store import NodeStore, join_path
-from bkeeper.namedlog import LogConfig, NamedLogs, Position, logs_root
-from bkeeper.namedlog import create_ledger, discard_ledger
+from bkeeper.namedlog import (
+    LogConfig,
+    NamedLogs,
+    Position,
+    create_ledger,
+    discard_ledger,
+    logs_root,
+)
 
 __all__ = ["SNAPSHOT_BYTES_MAX", "SnapshotInfo", "SnapshotStore", "snapshot_path"]
 
