@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bkeeper.common.errors import ProtocolError
 from bkeeper.common.limits import OVERSIZED_FRAME_SKIP_BYTES_MAX
+from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.responder import AddBatchAnswer
 from bkeeper.server.security import BookieSecurity, ConnectionSecurity
 from bkeeper.wire import v2, v3
@@ -98,7 +99,8 @@ class BookieConnection(asyncio.Protocol):
             self._dispatch = self._secure_dispatch
             if not self.security.admitted:
                 self._add = self._refuse_add
-        self._upgrade_task: asyncio.Task[None] | None = None
+        #: The TLS upgrade's task (START_TLS), cancelled once the connection is lost.
+        self._tasks = TaskOwner("bookie connection")
         self._v2 = False
         self._decoder = FrameDecoder(config.max_frame_bytes, OVERSIZED_FRAME_SKIP_BYTES_MAX)
         self._transport: asyncio.Transport | None = None
@@ -144,6 +146,7 @@ class BookieConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._table.discard(self)
+        self._tasks.cancel()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -381,7 +384,7 @@ class BookieConnection(asyncio.Protocol):
             self._transport.write(frame)
 
     def spawn_upgrade(self, upgrade: Coroutine[None, None, None]) -> None:
-        self._upgrade_task = self._loop.create_task(upgrade)
+        self._tasks.spawn(upgrade, f"TLS upgrade of {self.peer}")
 
     async def upgrade_transport(self, context: ssl.SSLContext, timeout_s: float) -> None:
         """Run the server side of the TLS handshake; the next frame chooses the protocol."""
