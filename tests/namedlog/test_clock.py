@@ -1,9 +1,14 @@
 """Named logs take their time from a Clock: rolls by age and retention by age decided with a
-fake clock, without waiting."""
+fake clock, without waiting; consumers' waits measured on it."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import SubscriptionBusyError
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
@@ -38,3 +43,27 @@ async def test_rolls_and_retention_by_age_follow_the_clock():
         ids = [x.ledger_id for x in (await named.metadata()).ledgers]
         assert first.ledger_id not in ids and rolled.ledger_id in ids
         await writer.close()
+
+
+class _LeapingClock(FakeClock):
+    """A clock whose monotonic time leaps 1,000 s at each read: a wait measured on it is over
+    at once, one measured on the event loop's clock is not."""
+
+    def monotonic(self) -> float:
+        self.advance(1000.0)
+        return super().monotonic()
+
+
+async def test_consumers_waits_are_measured_on_the_logs_clock():
+    async with MemoryCluster(3) as cluster:
+        logs = NamedLogs(await cluster.client(FAST), clock=_LeapingClock())
+        named = await logs.create("a")
+        exclusive = await named.subscribe("one")
+        shared = await named.subscribe("many", mode="shared")
+        async with asyncio.timeout(10):
+            assert await exclusive.receive(60.0) is None
+            assert await shared.receive(60.0) is None
+            with pytest.raises(SubscriptionBusyError):
+                await named.subscribe("one", wait_s=60.0)
+        await exclusive.close()
+        await shared.close()

@@ -33,5 +33,5 @@ class LogContext:
     @classmethod
     def build(cls, bk: BookKeeper, config: LogConfig, clock: Clock) -> LogContext:
         store = LogStore(bk.cluster.store, bk.cluster.root)
-        subscriptions = SubscriptionStore(bk.cluster.store, store)
+        subscriptions = SubscriptionStore(bk.cluster.store, store, clock)
         return cls(bk, config, clock, store, subscriptions, LogWalk(bk, config.password))

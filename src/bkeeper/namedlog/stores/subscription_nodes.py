@@ -4,9 +4,9 @@ compare-and-set."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     NodeExistsError,
     NoNodeError,
@@ -25,9 +25,10 @@ __all__ = ["SubscriptionStore"]
 class SubscriptionStore:
     """The subscriptions' nodes: ``<log node>/subscriptions/<name>`` and its ``owner``."""
 
-    def __init__(self, store: NodeStore, logs: LogStore) -> None:
+    def __init__(self, store: NodeStore, logs: LogStore, clock: Clock | None = None) -> None:
         self._store = store
         self._logs = logs
+        self._clock: Clock = clock or SystemClock()
 
     def directory(self, log_name: str) -> str:
         return join_path(self._logs.path(log_name), "subscriptions")
@@ -107,8 +108,8 @@ class SubscriptionStore:
     async def take(self, log_name: str, name: str, consumer_id: str, wait_s: float | None) -> None:
         """Create the owner node; wait up to ``wait_s`` (None: for ever) for another's to go."""
         path = self.owner_path(log_name, name)
-        loop = asyncio.get_running_loop()
-        deadline = None if wait_s is None else loop.time() + wait_s
+        clock = self._clock
+        deadline = None if wait_s is None else clock.monotonic() + wait_s
         while True:
             watch = await self._store.watch(path, WatchKind.DATA)
             try:
@@ -121,7 +122,7 @@ class SubscriptionStore:
                     ) from None
                 except NodeExistsError:
                     holder = await self.owner(log_name, name)
-                    left = None if deadline is None else deadline - loop.time()
+                    left = None if deadline is None else deadline - clock.monotonic()
                     if left is not None and left <= 0:
                         raise SubscriptionBusyError(
                             f"subscription {name!r} of log {log_name!r} is held by consumer "

@@ -46,17 +46,18 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import logging
 from dataclasses import replace
 
 from bkeeper.common.errors import (
     ConfigError,
     LedgerFencedError,
+    LogError,
     LogTruncatedError,
     SubscriptionBusyError,
     SubscriptionFencedError,
 )
+from bkeeper.common.tasks import TaskOwner
 from bkeeper.namedlog.core.records import Position, Record
 from bkeeper.namedlog.core.subscription_state import SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
@@ -112,7 +113,7 @@ class Consumer:
         self._cumulative: Position | None = None
         self._individual: list[Position] = []
         self._dirty = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner(f"subscription {name!r} consumer", error=LogError)
         self._flush_lock = asyncio.Lock()
         self._closed = False
         self._fenced: SubscriptionFencedError | None = None
@@ -143,7 +144,7 @@ class Consumer:
             log.warning("subscription %s: records from %s up to %s skipped (truncated)",
                         self.name, start, gone)  # fmt: skip
         self._reader = await open_reader(self.named, start)
-        self._flusher = asyncio.ensure_future(self._flush_periodically())
+        self._tasks.spawn(self._flush_periodically(), "ack flusher")
 
     # -- reading -------------------------------------------------------------------------
     async def receive(self, timeout_s: float | None = None) -> Record | None:
@@ -155,11 +156,11 @@ class Consumer:
             if not self._acked_out_of_order(record.position):
                 self.delivered = record.position
                 return record
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
+        clock = self.named.context.clock
+        deadline = None if timeout_s is None else clock.monotonic() + timeout_s
         while True:
             skipped = reader.skipped_ledgers
-            left = None if deadline is None else max(0.0, deadline - loop.time())
+            left = None if deadline is None else max(0.0, deadline - clock.monotonic())
             record = await reader.next(left)
             if reader.skipped_ledgers != skipped and not self._skip_truncated:
                 raise LogTruncatedError(
@@ -394,10 +395,7 @@ class Consumer:
             if self._fenced is None:
                 await self.flush()
         finally:
-            if self._flusher is not None:
-                self._flusher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._flusher
+            await self._tasks.aclose()
             if self._reader is not None:
                 await self._reader.close()
             if self._cursor is not None and self._fenced is None:

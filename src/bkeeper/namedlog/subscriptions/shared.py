@@ -65,11 +65,11 @@ class SharedConsumer(Consumer):
     async def receive(self, timeout_s: float | None = None) -> Record | None:
         """The next record claimed by this consumer, or None if none came in time."""
         self._check_reading()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
+        clock = self.named.context.clock
+        deadline = None if timeout_s is None else clock.monotonic() + timeout_s
         while not self._buffer:
             if not await self._claim():
-                left = None if deadline is None else deadline - loop.time()
+                left = None if deadline is None else deadline - clock.monotonic()
                 if left is not None and left <= 0:
                     return None
                 await asyncio.sleep(min(_CLAIM_WAIT_S, left) if left is not None else _CLAIM_WAIT_S)
