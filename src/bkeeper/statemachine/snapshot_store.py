@@ -154,8 +154,10 @@ class SnapshotStore:
             log.warning(
                 "snapshot record %s: recording ledger %d failed (%s) and whether it went in "
                 "is unknown: the ledger is kept",
-                self.path, handle.ledger_id, kept.error,
-            )  # fmt: skip
+                self.path,
+                handle.ledger_id,
+                kept.error,
+            )
             raise kept.error from None
         except BaseException:
             await discard_ledger(bk, handle)
