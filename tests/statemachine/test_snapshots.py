@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from bkeeper.common.errors import ConnectionLossError, LedgerNotFoundError
+from bkeeper.common.errors import (
+    ConnectionLossError,
+    LedgerNotFoundError,
+    MetadataError,
+    NoNodeError,
+)
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
-from bkeeper.statemachine.snapshot_store import SnapshotStore
+from bkeeper.statemachine.snapshot_store import RECORD_RETRIES_MAX, SnapshotInfo, SnapshotStore
 from bkeeper.testing.cluster import MemoryCluster
 
 
@@ -80,3 +85,50 @@ async def test_a_record_whose_outcome_is_unknown_keeps_its_ledger(caplog):
         assert recorded is not None and recorded.position == Position(2, 5)
         await bk.ledger_metadata(recorded.ledger_id)  # there
         assert f"recording ledger {recorded.ledger_id} failed" in caplog.text
+
+
+class Racing:
+    """Wraps a node store: before each of its next ``races`` writes, another member records
+    an older snapshot, so the write loses the compare-and-set (``NodeExistsError`` on a
+    create, ``MetadataVersionError`` on a set)."""
+
+    def __init__(self, store, races: int) -> None:
+        self._store = store
+        self.races = races
+        self.other = SnapshotInfo(999, Position(1, 0), 1, 1, 0).encode()
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def _race(self, path) -> None:
+        if self.races:
+            self.races -= 1
+            try:
+                _data, version = await self._store.get(path)
+            except NoNodeError:
+                await self._store.create(path, self.other, make_parents=True)
+            else:
+                await self._store.set(path, self.other, version)
+
+    async def create(self, path, *args, **kwargs):
+        await self._race(path)
+        return await self._store.create(path, *args, **kwargs)
+
+    async def set(self, path, *args, **kwargs):
+        await self._race(path)
+        return await self._store.set(path, *args, **kwargs)
+
+
+async def test_a_record_that_loses_races_is_written_on_a_fresh_read_within_a_bound():
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client()
+        logs = NamedLogs(bk, LogConfig())
+        store = Racing(bk.cluster.store, races=3)  # a create, then sets, lose
+        info = await SnapshotStore(logs, store, "journal").write(b"state", Position(2, 5))
+        assert store.races == 0 and info is not None
+        assert await SnapshotStore(logs, bk.cluster.store, "journal").latest() == info
+        store.races = RECORD_RETRIES_MAX  # every round lost: it gives up, deleting its ledger
+        racing = SnapshotStore(logs, store, "journal")
+        with pytest.raises(MetadataError, match=r"snapshot record .*journal: .*kept changing"):
+            await racing.write(b"newer", Position(3, 0))
+        assert [i async for i in bk.list_ledgers()] == [info.ledger_id]
