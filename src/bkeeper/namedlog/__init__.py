@@ -13,11 +13,12 @@ Layers, top down (each imports only those below it):
 - :mod:`~bkeeper.namedlog.handle`: one log of a context (metadata, ends, truncation,
   retention, sealing);
 - :mod:`~bkeeper.namedlog.context`: what the parts share, built once by ``NamedLogs``;
-- :mod:`~bkeeper.namedlog.walk` (the one walk over a log's ledger list) and
+- :mod:`~bkeeper.namedlog.walk` (the one walk over a log's ledger list),
   :mod:`~bkeeper.namedlog.stores` (every stored node and cursor ledger, every write a
-  compare-and-set);
+  compare-and-set) and :mod:`~bkeeper.namedlog.ledgers` (making, discarding and sealing a
+  log's ledgers);
 - :mod:`~bkeeper.namedlog.core`: pure records, metadata, subscription state, retention and
-  span arithmetic.
+  roll decisions, span arithmetic.
 """
 
 from bkeeper.namedlog.core.config import EARLIEST, LATEST, LogConfig, LogSettings
@@ -32,6 +33,7 @@ from bkeeper.namedlog.core.records import (
     entry_envelopes,
 )
 from bkeeper.namedlog.core.spans import EntrySpan, LostRange, earliest, locate
+from bkeeper.namedlog.ledgers import create_ledger, discard_ledger
 from bkeeper.namedlog.logs import NamedLog, NamedLogs
 from bkeeper.namedlog.reader import LogReader
 from bkeeper.namedlog.stores import LogStore, PendingLedgers, SubscriptionStore
@@ -45,7 +47,7 @@ from bkeeper.namedlog.subscriptions import (
     ensure_subscription,
 )
 from bkeeper.namedlog.walk import LogWalk
-from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
+from bkeeper.namedlog.writer import LogWriter
 
 __all__ = [
     "EARLIEST",

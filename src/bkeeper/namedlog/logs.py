@@ -70,11 +70,12 @@ from bkeeper.namedlog.core.log_metadata import (
 )
 from bkeeper.namedlog.core.records import Position
 from bkeeper.namedlog.handle import LogHandle, Snapshot
+from bkeeper.namedlog.ledgers import create_ledger, discard_ledger
 from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.stores import LogStore, SubscriptionStore, drop_cursor
 from bkeeper.namedlog.subscriptions import Consumer, SubscribeOptions, subscribe
 from bkeeper.namedlog.walk import LogWalk
-from bkeeper.namedlog.writer import LogWriter, create_ledger, discard_ledger
+from bkeeper.namedlog.writer import LogWriter
 
 __all__ = ["NamedLog", "NamedLogs"]
 

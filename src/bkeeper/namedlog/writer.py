@@ -58,7 +58,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
-from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
@@ -90,9 +89,11 @@ from bkeeper.namedlog.core.records import (
     encode_record,
 )
 from bkeeper.namedlog.core.retention import retention_on
+from bkeeper.namedlog.core.rolling import overtaken, roll_due, tick_s
 from bkeeper.namedlog.handle import LogHandle
+from bkeeper.namedlog.ledgers import create_ledger, discard_ledger, seal_until_closed
 
-__all__ = ["LogWriter", "create_ledger", "discard_ledger"]
+__all__ = ["LogWriter"]
 
 _PLAIN_HEAD = HEAD.pack
 _new_tuple = tuple.__new__
@@ -100,23 +101,10 @@ _new_tuple = tuple.__new__
 log = logging.getLogger(__name__)
 
 
-#: A log ledger's ``explicit_lac_interval_ms`` when neither its log's config nor its client's
-#: sets one: tailers see a writer's last record within about this long of its ack.
-IDLE_LAC_INTERVAL_MS = 10
-
-#: The pause before sealing a rolled-away ledger is tried again after a failure (the metadata
-#: store away), doubling up to ``SEAL_PAUSE_MAX_S``; it is tried until it is sealed or the
-#: writer closes (a ledger left open behind the next one holds every reader at its end).
-SEAL_PAUSE_FIRST_S = 0.1
-SEAL_PAUSE_MAX_S = 5.0
-
 #: After a roll that found too few bookies for a new ledger, the pause before the next try
 #: (the writer goes on with its current ledger meanwhile, if it takes entries).
 ROLL_RETRY_PAUSE_S = 5.0
 
-#: The writer's timer ticks every ``roll_age_ms`` / 2, within these bounds (seconds).
-TICK_S_MIN = 1.0
-TICK_S_MAX = 60.0
 #: How often (real time) the timer looks at the clock to see whether a tick is due.
 TIMER_POLL_S = 0.5
 
@@ -128,29 +116,6 @@ FENCE_EXPLAIN_WAIT_S = 5.0
 #: Failures of the writer's ledger that mean it is gone or sealed under it; the log's
 #: metadata says why (deleted, or another writer took over).
 _LEDGER_TAKEN = (LedgerFencedError, LedgerNotFoundError, LedgerDeletedError)
-
-
-async def create_ledger(bk: BookKeeper, config: LogConfig) -> WriteHandle:
-    """A new ledger for a log, as ``config`` says."""
-    interval = config.explicit_lac_interval_ms
-    if interval is None:
-        interval = bk.config.explicit_lac_interval_ms or IDLE_LAC_INTERVAL_MS
-    return await bk.create_ledger(
-        config.ensemble_size,
-        config.write_quorum,
-        config.ack_quorum,
-        digest=config.digest,
-        password=config.password,
-        explicit_lac_interval_ms=interval,
-    )
-
-
-async def discard_ledger(bk: BookKeeper, handle: WriteHandle) -> None:
-    """Close and delete a ledger that never made it into the list."""
-    with contextlib.suppress(BKeeperError):
-        await handle.close()
-    with contextlib.suppress(BKeeperError):
-        await bk.delete_ledger(handle.ledger_id)
 
 
 class LogWriter:
@@ -551,15 +516,16 @@ class LogWriter:
 
     def _should_roll(self) -> bool:
         """The current ledger is full, or holds entries and is ``roll_age_ms`` old."""
-        config = self._config
-        if self._roll_failures and self._clock.monotonic() < self._roll_again_at:
+        now = self._clock.monotonic()
+        if self._roll_failures and now < self._roll_again_at:
             return False
-        length = self._handle.length
-        if length >= config.roll_bytes:
-            return True
-        if not config.roll_age_ms or self._handle.last_add_pushed < 0:
-            return False
-        return (self._clock.monotonic() - self._opened_at) * 1000.0 >= config.roll_age_ms
+        handle = self._handle
+        return roll_due(
+            self._config,
+            length_bytes=handle.length,
+            has_entries=handle.last_add_pushed >= 0,
+            age_s=now - self._opened_at,
+        )
 
     async def _tick_loop(self) -> None:
         """Run :meth:`tick` every ``_tick_s()`` by the logs' clock, until the writer closes
@@ -579,9 +545,7 @@ class LogWriter:
                 due = self._clock.monotonic() + self._tick_s()
 
     def _tick_s(self) -> float:
-        if not self._config.roll_age_ms:
-            return TICK_S_MAX
-        return min(TICK_S_MAX, max(TICK_S_MIN, self._config.roll_age_ms / 2000))
+        return tick_s(self._config)
 
     async def tick(self) -> None:
         """The timer's work, once (see the module doc): pick up changed settings, roll an
@@ -748,38 +712,16 @@ class LogWriter:
 
     def _overtaken(self, meta: LogMetadata) -> bool:
         """Whether a writer of a newer term has claimed the log."""
-        return (
-            self.term is not None and meta.writer_term is not None and meta.writer_term > self.term
-        )
+        return overtaken(self.term, meta.writer_term)
 
     async def _seal(self, handle: WriteHandle) -> None:
         """Seal a ledger rolled away from, trying again while the metadata store is away:
         readers cannot pass it before (its end is not known). Once this writer closes it is
         left to the log's next writer (:meth:`NamedLog.seal_unsealed`)."""
         try:
-            await self._seal_until_closed(handle)
+            await seal_until_closed(handle, self._closing, self._log.name)
         finally:
             self._sealing.discard(handle)
-
-    async def _seal_until_closed(self, handle: WriteHandle) -> None:
-        pause = SEAL_PAUSE_FIRST_S
-        while True:
-            try:
-                await handle.close()
-                return
-            except LedgerFencedError:
-                return  # a recovering reader or writer sealed it
-            except BKeeperError as exc:
-                closed = self._closing.is_set()
-                again = "" if closed else f"; trying again in {pause:g} s"
-                log.warning(
-                    "log %s: closing ledger %d: %s%s", self._log.name, handle.ledger_id, exc, again
-                )
-                if closed:
-                    return
-            with contextlib.suppress(TimeoutError):
-                await within(self._closing.wait(), pause)
-            pause = min(pause * 2, SEAL_PAUSE_MAX_S)
 
 
 def _fail_with(outer: asyncio.Future[Position], explained: asyncio.Future[LogError]) -> None:

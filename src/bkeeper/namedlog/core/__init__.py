@@ -8,6 +8,8 @@
 - :mod:`~bkeeper.namedlog.core.subscription_state`: a subscription's state, acks and claims
   (and their expiry);
 - :mod:`~bkeeper.namedlog.core.retention`: which sealed ledgers retention lets go;
+- :mod:`~bkeeper.namedlog.core.rolling`: when a writer rolls, how often its timer ticks;
+- :mod:`~bkeeper.namedlog.core.heads`: entries read by their heads, and as columns;
 - :mod:`~bkeeper.namedlog.core.spans`: span arithmetic over a log's ledger list.
 
 The shells around it (stores, walk, writer, reader, consumers) live beside this package.
@@ -86,6 +88,7 @@ from bkeeper.namedlog.core.retention import (
     retained_from,
     retention_on,
 )
+from bkeeper.namedlog.core.rolling import TICK_S_MAX, TICK_S_MIN, overtaken, roll_due, tick_s
 from bkeeper.namedlog.core.spans import (
     EntrySpan,
     LedgerEnd,
@@ -156,6 +159,8 @@ __all__ = [
     "Record",
     "SETTING_NAMES",
     "SubscriptionState",
+    "TICK_S_MAX",
+    "TICK_S_MIN",
     "Walked",
     "OFFSETS_BYTES_MAX",
     "PlainColumns",
@@ -181,8 +186,11 @@ __all__ = [
     "locate",
     "logs_root",
     "next_position",
+    "overtaken",
     "plain_columns",
     "retained_from",
     "retention_on",
+    "roll_due",
+    "tick_s",
     "whole_records",
 ]
