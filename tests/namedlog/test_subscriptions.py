@@ -254,6 +254,17 @@ def test_claims_round_trip_and_are_dropped_once_acknowledged() -> None:
     assert (done.mark, done.claims) == (P(5, 9), ())
 
 
+def test_a_claim_expires_after_its_time_unless_every_record_of_it_is_acknowledged() -> None:
+    state = SubscriptionState(1, P(5, 0), mode="shared")
+    first, second = Claim("a", 5, 0, 4, 1_000), Claim("b", 5, 5, 9, 2_000)
+    state = state.with_claim(first).with_claim(second)
+    assert state.expired_claims(1_000) == []
+    assert state.expired_claims(1_001) == [first]
+    assert state.expired_claims(2_001) == [first, second]
+    acked = state.with_acks(None, [P(5, e) for e in range(5)])
+    assert acked.expired_claims(5_000) == [second]
+
+
 async def test_shared_consumers_each_get_distinct_records_and_all_are_consumed() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 30, TINY)

@@ -183,8 +183,9 @@ class NamedLog(LogHandle):
             meta, version = snapshot
             before, dropped = meta.settings_salvaged()
             if dropped:
-                log.warning("log %s: dropping its wrongly stored settings %s",
-                            self.name, ", ".join(dropped))  # fmt: skip
+                log.warning(
+                    "log %s: dropping its wrongly stored settings %s", self.name, ", ".join(dropped)
+                )
             after = change(before)
             after.applied_to(self.logs.config)  # a combination LogConfig refuses fails here
             await self.logs.store.write(self.name, meta.with_settings(after), version)

@@ -158,8 +158,9 @@ class LogWriter:
         self._codec = codec_id(self._config.compression)
         #: Records larger than this go in chunks: ``chunk_bytes``, or less when the client's
         #: frames are smaller (a chunk with its head must fit one entry).
-        self._chunk_bytes = max(1, min(self._config.chunk_bytes,
-                                       handle.max_entry_bytes - CHUNK_HEAD.size))  # fmt: skip
+        self._chunk_bytes = max(
+            1, min(self._config.chunk_bytes, handle.max_entry_bytes - CHUNK_HEAD.size)
+        )
         self._batcher: Batcher | None = None
         if self._config.batching:
             what = f"log {named.name!r} writer"
@@ -509,8 +510,10 @@ class LogWriter:
         except BKeeperError as exc:
             log.warning(
                 "log %s: cannot watch its node (%s): a deletion is found at the next fence, "
-                "roll or metadata error instead", self._log.name, exc,
-            )  # fmt: skip
+                "roll or metadata error instead",
+                self._log.name,
+                exc,
+            )
             return
         await self._mark_deleted("its node was deleted")
 
@@ -575,8 +578,11 @@ class LogWriter:
             return
         config = self._log.config_of(meta)  # ConfigError: kept as they were
         self._config, self._config_text = config, meta.config_text
-        log.info("log %s: the writer follows the log's changed settings (%s)",
-                 self._log.name, meta.config_text or "none set")  # fmt: skip
+        log.info(
+            "log %s: the writer follows the log's changed settings (%s)",
+            self._log.name,
+            meta.config_text or "none set",
+        )
 
     def _note(self, problem: str | None) -> None:
         """Keep the timer's or retention's last error; log it when it changes."""
@@ -657,8 +663,12 @@ class LogWriter:
             self._opened_at = self._clock.monotonic()
             log.debug("log %s: rolled from ledger %d to %d", name, old.ledger_id, new.ledger_id)
             if self._roll_failures:
-                log.info("log %s: rolled to ledger %d after %d tries that found too few "
-                         "bookies", name, new.ledger_id, self._roll_failures)  # fmt: skip
+                log.info(
+                    "log %s: rolled to ledger %d after %d tries that found too few bookies",
+                    name,
+                    new.ledger_id,
+                    self._roll_failures,
+                )
                 self._roll_failures = 0
             self._sealing.add(old)
             self._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
@@ -672,9 +682,12 @@ class LogWriter:
         if self._roll_failures == 1:
             log.warning(
                 "log %s: cannot roll to a new ledger (%s): writing on to ledger %d, trying "
-                "again every %.0f s", self._log.name, error, self._handle.ledger_id,
+                "again every %.0f s",
+                self._log.name,
+                error,
+                self._handle.ledger_id,
                 ROLL_RETRY_PAUSE_S,
-            )  # fmt: skip
+            )
 
     async def _roll_outcome(
         self, new: WriteHandle, error: BKeeperError
@@ -695,8 +708,11 @@ class LogWriter:
             log.warning(
                 "log %s: the roll to ledger %d failed (%s) and the list could not be read "
                 "(%s): the ledger is kept, as the list may name it",
-                name, new.ledger_id, error, exc,
-            )  # fmt: skip
+                name,
+                new.ledger_id,
+                error,
+                exc,
+            )
             return None
         index = meta.index_of(new.ledger_id)
         if index is None:
@@ -705,8 +721,10 @@ class LogWriter:
         if index == len(meta.ledgers) - 1 and not self._overtaken(meta):
             log.info(
                 "log %s: the roll to ledger %d went in (its answer was lost: %s)",
-                name, new.ledger_id, error,
-            )  # fmt: skip
+                name,
+                new.ledger_id,
+                error,
+            )
             return meta, version
         return None
 

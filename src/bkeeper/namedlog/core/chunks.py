@@ -204,8 +204,9 @@ class Reassembly:
             self._skip(record, f"entry {entry_id} is not its next chunk")
             record = None
         if record is None:
-            record = self._record = _InProgress(entry_id, chunk.chunk_index, chunk.chunk_count,
-                                                chunk.record_bytes)  # fmt: skip
+            record = self._record = _InProgress(
+                entry_id, chunk.chunk_index, chunk.chunk_count, chunk.record_bytes
+            )
             self.idle = False
             if chunk.chunk_index:
                 record.problem = "its first chunks were not read (the read started after them)"
@@ -237,8 +238,11 @@ class Reassembly:
     def _skip(self, record: _InProgress, reason: str) -> None:
         self._record, self.idle = None, True
         seen = record.next_entry - record.first
-        self._on_skip(Incomplete(self.ledger_id, record.first, record.next_entry - 1, seen,
-                                 record.count, reason))  # fmt: skip
+        self._on_skip(
+            Incomplete(
+                self.ledger_id, record.first, record.next_entry - 1, seen, record.count, reason
+            )
+        )
 
 
 def whole_records(whole: Whole, ledger_id: int) -> list[Record]:

@@ -127,8 +127,14 @@ class SubscriptionState:
 
     def with_progress_of(self, newer: SubscriptionState) -> SubscriptionState:
         """This state (epoch, owner, mode) with ``newer``'s acks (a cursor ledger's)."""
-        return replace(self, mark=newer.mark, acked=newer.acked, dispatched=newer.dispatched,
-                       claims=newer.claims, partial=newer.partial)  # fmt: skip
+        return replace(
+            self,
+            mark=newer.mark,
+            acked=newer.acked,
+            dispatched=newer.dispatched,
+            claims=newer.claims,
+            partial=newer.partial,
+        )
 
     @property
     def resume_from(self) -> Position:
@@ -153,15 +159,23 @@ class SubscriptionState:
             return True
         if any(r[0] == ledger and r[1] <= entry <= r[2] for r in self.acked):
             return True
-        return any(p[0] == ledger and p[1] == entry and any(a <= index <= b for a, b in p[3])
-                   for p in self.partial)  # fmt: skip
+        return any(
+            p[0] == ledger and p[1] == entry and any(a <= index <= b for a, b in p[3])
+            for p in self.partial
+        )
 
     def claim_done(self, claim: Claim) -> bool:
         """Every record of ``claim`` acknowledged."""
         if self.mark is not None and Position(claim.ledger, claim.last) <= self.mark:
             return True
-        return any(r[0] == claim.ledger and r[1] <= claim.first and claim.last <= r[2]
-                   for r in self.acked)  # fmt: skip
+        return any(
+            r[0] == claim.ledger and r[1] <= claim.first and claim.last <= r[2] for r in self.acked
+        )
+
+    def expired_claims(self, now_ms: int) -> list[Claim]:
+        """The claims past their ``until_ms`` at ``now_ms`` with records not acknowledged
+        (another consumer may take them over), oldest first."""
+        return [c for c in self.claims if c.until_ms < now_ms and not self.claim_done(c)]
 
     def with_claim(self, claim: Claim) -> SubscriptionState:
         """A new claim, from where dispatching was; ``LogError`` past :data:`CLAIMS_MAX`."""
@@ -281,10 +295,15 @@ class SubscriptionState:
             doc["cursor"] = self.cursor
         if self.claims:
             doc["claims"] = [
-                {"consumer": c.consumer, "ledger": c.ledger, "first": c.first, "last": c.last,
-                 "until_ms": c.until_ms}
+                {
+                    "consumer": c.consumer,
+                    "ledger": c.ledger,
+                    "first": c.first,
+                    "last": c.last,
+                    "until_ms": c.until_ms,
+                }
                 for c in self.claims
-            ]  # fmt: skip
+            ]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -304,10 +323,15 @@ class SubscriptionState:
                 for p in doc.get("partial", ())
             )
             claims = tuple(
-                Claim(str(c["consumer"]), int(c["ledger"]), int(c["first"]), int(c["last"]),
-                      int(c["until_ms"]))
+                Claim(
+                    str(c["consumer"]),
+                    int(c["ledger"]),
+                    int(c["first"]),
+                    int(c["last"]),
+                    int(c["until_ms"]),
+                )
                 for c in doc.get("claims", ())
-            )  # fmt: skip
+            )
             state = cls(
                 int(doc["ctime_ms"]),
                 Position(*(int(part) for part in doc["start"][:3])),

@@ -90,9 +90,12 @@ class CursorLedger:
     ) -> CursorLedger:
         """A new cursor ledger holding ``state`` as its first entry."""
         handle = await bk.create_ledger(
-            config.ensemble_size, config.write_quorum, config.ack_quorum,
-            digest=config.digest, password=config.password,
-        )  # fmt: skip
+            config.ensemble_size,
+            config.write_quorum,
+            config.ack_quorum,
+            digest=config.digest,
+            password=config.password,
+        )
         cursor = cls(bk, handle)
         try:
             await cursor.append(state)

@@ -141,8 +141,12 @@ class Consumer:
                     f"subscription {self.name!r} of log {self.named.name!r}: records from "
                     f"{start} up to {gone} are gone (truncated) before it consumed them"
                 )
-            log.warning("subscription %s: records from %s up to %s skipped (truncated)",
-                        self.name, start, gone)  # fmt: skip
+            log.warning(
+                "subscription %s: records from %s up to %s skipped (truncated)",
+                self.name,
+                start,
+                gone,
+            )
         self._reader = await open_reader(self.named, start)
         self._tasks.spawn(self._flush_periodically(), "ack flusher")
 

@@ -61,8 +61,9 @@ async def subscribe(
             log.debug("log %s: %s subscription %s created at %s", named.name, mode, name, first)
         state, _version = await subs.read(named.name, name)
     if state.mode != mode:
-        raise ConfigError(f"subscription {name!r} of log {named.name!r} is {state.mode}, "
-                          f"not {mode}")  # fmt: skip
+        raise ConfigError(
+            f"subscription {name!r} of log {named.name!r} is {state.mode}, not {mode}"
+        )
     if mode == "shared":
         state, version = await subs.read(named.name, name)
         shared = SharedConsumer(named, name, state, version, options)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from dataclasses import replace
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.core.records import Position, Record
@@ -84,8 +85,10 @@ class SharedConsumer(Consumer):
         )
 
     def _check_delivered(self, position: Position) -> None:
-        if not any(c.ledger == position.ledger_id and c.first <= position.entry_id <= c.last
-                   for c in self._mine):  # fmt: skip
+        if not any(
+            c.ledger == position.ledger_id and c.first <= position.entry_id <= c.last
+            for c in self._mine
+        ):
             raise ConfigError(f"ack of {position}: not delivered to this consumer")
 
     # -- claims ------------------------------------------------------------------------------
@@ -99,21 +102,25 @@ class SharedConsumer(Consumer):
             if records:
                 first, last = records[0].position, records[-1].position
                 begins = first.entry_id - records[0].chunks + 1  # a chunked record: its first
-                claim = Claim(self.consumer_id, first.ledger_id, begins, last.entry_id,
-                              now + self._ack_timeout_ms)  # fmt: skip
+                until_ms = now + self._ack_timeout_ms
+                claim = Claim(self.consumer_id, first.ledger_id, begins, last.entry_id, until_ms)
                 new = state.with_claim(claim)
             else:
-                expired = [c for c in state.claims
-                           if c.until_ms < now and not state.claim_done(c)]  # fmt: skip
+                expired = state.expired_claims(now)
                 if not expired:
                     return False
                 old = expired[0]
-                claim = Claim(self.consumer_id, old.ledger, old.first, old.last,
-                              now + self._ack_timeout_ms)  # fmt: skip
+                claim = replace(old, consumer=self.consumer_id, until_ms=now + self._ack_timeout_ms)
                 new = state.with_claim_taken(old, claim)
                 records = await self._read_claim(claim, state)
-                log.info("subscription %s: claim %s:%d-%d of %s taken over (not acknowledged)",
-                         self.name, old.ledger, old.first, old.last, old.consumer)  # fmt: skip
+                log.info(
+                    "subscription %s: claim %s:%d-%d of %s taken over (not acknowledged)",
+                    self.name,
+                    old.ledger,
+                    old.first,
+                    old.last,
+                    old.consumer,
+                )
             # Lost: another consumer claimed meanwhile, look again.
             self._version = await self._subs.write(self.named.name, self.name, new, version)
             self._state = new
