@@ -139,12 +139,16 @@ class AddBatchAnswer(AddBatch, Durable):
     ) -> AddBatchAnswer:
         """One add: ``flags`` are :class:`V2Flag` bits. The LAC is read from the body when
         it is long enough (the engine refuses a shorter one)."""
-        batch = cls(conn, flags & _RECOVERY != 0, flags & _HIGH_PRIORITY != 0, txn_id)
         body = bytes(body)
         lac = _LAC.unpack_from(body, _LAC_AT)[0] if len(body) >= _LAC_AT + 8 else -1
-        batch.append(ledger_id, entry_id, lac, bytes(master_key), body)
+        key = bytes(master_key)
+        batch = cls.of_one(ledger_id, entry_id, lac, key, body, flags & _RECOVERY != 0)
+        batch.conn = conn
+        batch.high_priority = flags & _HIGH_PRIORITY != 0
+        batch.txn_id = txn_id
         batch.requests = 1
         batch.request_bytes = request_bytes
+        batch.error_status = StatusCode.EOK
         return batch
 
     def request_bytes_of(self, index: int) -> int:

@@ -11,10 +11,10 @@ grows).
 
 Per batch: one hold of the lock; per ledger met (usually one a batch), one lookup of its
 state, master key and journal; per entry only the checks that can differ (room, entry id),
-the journal record (9-byte header with the CRC-32C, then the body, appended to one buffer of
-the batch) and the write-cache insert; one append of all records to each journal touched,
-then the token. The journal records are one ADD_ENTRY record per entry, so replay rebuilds
-the same state (:meth:`EngineState.add_locked`).
+the journal record (9-byte header with the CRC-32C, then the body, framed straight into the
+journal's queue: ``Journal.open_run_locked``) and the write-cache insert; then the token.
+The journal records are one ADD_ENTRY record per entry, so replay rebuilds the same state
+(:meth:`EngineState.add_locked`).
 
 Durability: the token follows the batch's records in each journal queue it went to (``parts``
 of them), and a journal hands a token back only with the group holding everything queued
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Self
 
 from crc32c import crc32c
 
@@ -40,7 +41,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.storage.engine import EngineState
 from bkeeper.storage.filesystem import BytesLike
-from bkeeper.storage.framing import RECORD_HEADER
+from bkeeper.storage.framing import RECORD_HEADER, RECORD_HEADER_BYTES
 from bkeeper.storage.journal import Journal
 from bkeeper.storage.journal_format import RecordKind
 from bkeeper.storage.ledger_state import StoredLedger
@@ -53,6 +54,8 @@ _ENTRY_HEAD = struct.Struct(">qqq")
 
 _ADD = int(RecordKind.ADD_ENTRY)
 _pack_header = RECORD_HEADER.pack
+#: The damaged marks before a ledger is met (empty: never written to).
+_NO_DAMAGE: set[int] = set()
 #: CRC-32C of a record header's first 5 bytes (length, kind) by length, so that an entry's
 #: header costs one CRC call over its body. At most this many lengths are kept.
 PREFIX_CRCS_MAX = 4096
@@ -106,6 +109,22 @@ class AddBatch:
         self.refused: list[tuple[int, BKeeperError]] = []
         self.parts = 0
 
+    @classmethod
+    def of_one(
+        cls, ledger_id: int, entry_id: int, lac: int, key: bytes, body: bytes, recovery: bool
+    ) -> Self:
+        """A batch of one entry (fields as for :meth:`append`), made without empty lists."""
+        batch = cls.__new__(cls)
+        batch.ledger_ids = [ledger_id]
+        batch.entry_ids = [entry_id]
+        batch.lacs = [lac]
+        batch.master_keys = [key]
+        batch.bodies = [body]
+        batch.recovery = recovery
+        batch.refused = []
+        batch.parts = 0
+        return batch
+
     def append(self, ledger_id: int, entry_id: int, lac: int, key: bytes, body: bytes) -> None:
         """Add one entry's fields (``ledger_id``, ``entry_id`` and ``lac`` as ``body`` names
         them) to the lists."""
@@ -136,17 +155,17 @@ def add_batch_locked(
     cache_room = cache.bytes_max - cache.active_bytes - cache.flushing_bytes
     added_bytes = 0
     touched: list[Journal] = []
-    # The ledger being added to: its state, key, cache map, damaged marks and journal (with
-    # its room), or why its entries are refused.
+    # The ledger being added to: its state, key, cache map, damaged marks and journal (its
+    # queue's buffer, the room left there), or why its entries are refused.
     ledger_id = -1
     state: StoredLedger | None = None
     key = b""
     entries: dict[int, bytes] = {}
-    damaged: set[int] = set()
+    damaged = _NO_DAMAGE
     journal: Journal | None = None
     refusal: BKeeperError | None = None
-    blob = bytearray()
-    blob_records = records_room = bytes_room = 0
+    queue = bytearray()
+    run_records = records_room = bytes_room = 0
     index = -1
     for ledger, entry_id, lac, master_key, body in zip(
         batch.ledger_ids, batch.entry_ids, batch.lacs, batch.master_keys, batch.bodies, strict=True
@@ -157,12 +176,12 @@ def add_batch_locked(
             refused.append((index, BadRequestError(f"ledger {ledger}: bad entry {entry_id}")))
             continue
         if ledger != ledger_id or master_key != key:
-            if journal is not None and blob_records:
-                journal.append_records_locked(blob, blob_records)
+            if run_records:
+                assert journal is not None
+                journal.close_run_locked(run_records)
                 if journal not in touched:
                     touched.append(journal)
-                blob = bytearray()
-                blob_records = 0
+                run_records = 0
             ledger_id, key, journal = ledger, master_key, None
             try:
                 state = ledgers.get(ledger)
@@ -171,7 +190,7 @@ def add_batch_locked(
                 if state.fenced and not recovery:
                     raise LedgerFencedError(f"ledger {ledger} is fenced")
                 journal = journals[ledger % count]
-                records_room, bytes_room = journal.room_locked()
+                queue, records_room, bytes_room = journal.open_run_locked()
             except BKeeperError as exc:
                 refusal = exc
                 journal = None
@@ -188,15 +207,16 @@ def add_batch_locked(
         if size > cache_room:
             refused.append((index, TooManyRequestsError("write cache is full")))
             continue
-        if blob_records >= records_room or len(blob) + size > bytes_room:
+        if run_records >= records_room or size + RECORD_HEADER_BYTES > bytes_room:
             refused.append((index, TooManyRequestsError("journal queue is full")))
             continue
         prefix = prefix_crcs.get(size)
         if prefix is None:
             prefix = _prefix_crc(size)
-        blob += _pack_header(size, _ADD, crc32c(body, prefix))
-        blob += body
-        blob_records += 1
+        queue += _pack_header(size, _ADD, crc32c(body, prefix))
+        queue += body
+        run_records += 1
+        bytes_room -= size + RECORD_HEADER_BYTES
         cache_room -= size
         added_bytes += size
         entries[entry_id] = body
@@ -207,15 +227,16 @@ def add_batch_locked(
         if lac > state.lac:
             state.lac = lac
             engine.mark_dirty_locked(state)
-    if journal is not None and blob_records:
-        journal.append_records_locked(blob, blob_records)
+    if run_records:
+        assert journal is not None
+        journal.close_run_locked(run_records)
         if journal not in touched:
             touched.append(journal)
     if not added_bytes:
         return
     if token is not None:
-        for queue in touched:
-            queue.append_token_locked(token)
+        for touched_journal in touched:
+            touched_journal.append_token_locked(token)
         batch.parts = len(touched)
     cache.active_bytes += added_bytes
     if cache.active_bytes >= cache.flush_bytes and not engine.flush_wanted.is_set():

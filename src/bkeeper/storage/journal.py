@@ -198,22 +198,23 @@ class Journal:
             self._idle = False
             self._cond.notify()
 
-    def room_locked(self) -> tuple[int, int]:
-        """How many more records and bytes the queue takes now (the caller holds the lock);
-        raises as :meth:`append_locked` does while appends are refused."""
+    def open_run_locked(self) -> tuple[bytearray, int, int]:
+        """For a writer that frames records into the queue itself (the caller holds the lock,
+        and holds it until :meth:`close_run_locked`): the queue's buffer, and how many more
+        records and bytes it takes now. Raises as :meth:`append_locked` does while appends
+        are refused. No token: see :meth:`append_token_locked`."""
         if self._refusing:
             self._raise_refusal_locked()
         config = self._config
         return (
+            self._buf,
             config.journal_queue_entries_max - self._records,
             config.journal_queue_bytes_max - len(self._buf),
         )
 
-    def append_records_locked(self, records: BytesLike, count: int) -> None:
-        """Queue ``count`` framed records at once, within what :meth:`room_locked` said (the
-        caller holds the lock, and has held it since asking). No token: see
-        :meth:`append_token_locked`."""
-        self._buf += records
+    def close_run_locked(self, count: int) -> None:
+        """``count`` framed records were appended to the buffer :meth:`open_run_locked` gave,
+        within the room it said."""
         self._records += count
         if self._idle:
             self._idle = False

@@ -261,8 +261,7 @@ class Storage(StorageReads):
         lac = entry_lac(ledger_id, entry_id, body)
         if type(body) is not bytes:
             body = bytes(body)
-        batch = AddBatch(recovery)
-        batch.append(ledger_id, entry_id, lac, master_key, body)
+        batch = AddBatch.of_one(ledger_id, entry_id, lac, master_key, body, recovery)
         with self._engine.lock:
             add_batch_locked(
                 self._engine, self._journals, batch, self._ledger_for_write_locked, token
