@@ -3,10 +3,13 @@ recover by hand (dry run, for real, one ledger), the listings, and every refusal
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bkeeper.autorecovery import admin
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, CallTimeoutError, ConfigError
 from bkeeper.meta.election import LeaderElection
@@ -15,6 +18,8 @@ from bkeeper.testing.cluster import MemoryCluster
 
 PASSWORD = b"pw"
 CONFIG = AutoRecoveryConfig()
+#: A participant that polls fast, so a scenario does not wait on the idle pauses.
+RECOVERY = AutoRecoveryConfig(idle_poll_interval_ms=20, failed_ledger_retry_delay_ms=50)
 
 
 async def write(bk: BookKeeper, count: int, entries: int = 10) -> list[int]:
@@ -145,3 +150,55 @@ async def test_decommission_refusals_a_bookie_no_ledger_needs_and_the_timeout() 
             await election.wait_leadership(10)
             with pytest.raises(CallTimeoutError, match=r"1 of 1 ledgers still need it after 0.2 s"):
                 await admin.decommission(bk, needed.bookie_id, timeout_s=0.2, poll_interval_s=0.05)
+
+
+async def test_decommission_triggers_again_when_its_trigger_met_an_auditor_that_was_gone() -> None:
+    """The trigger is a write that only a live, watching auditor acts on. Written while the
+    elected auditor was a dead process (its vote not expired yet), or before the next one
+    watched, it was lost: the next auditor read the delay (an hour) as it stood, and the
+    decommission waited until its timeout with no ledger queued."""
+    async with MemoryCluster(4) as cluster:
+        bk, dead_bk, live_bk = [await cluster.client() for _ in range(3)]
+        ledgers = await write(bk, 3)
+        urm = bk.cluster.underreplication
+        await urm.ensure_layout()
+        await urm.set_lost_bookie_recovery_delay_s(3600)
+        lost = next(iter(members(await bk.ledger_metadata(ledgers[0]))))
+        dead = auditor_election(dead_bk.cluster.store, dead_bk.cluster.root, "dead:1")
+        await dead.start()
+        await dead.wait_leadership(10)  # elected, and never audits: a process gone silent
+        async with AutoRecovery(live_bk, "live:1", RECOVERY):
+            await give_cookie(bk, lost)
+            await cluster.stop_bookie(next(b for b in cluster.bookies if b.bookie_id == lost))
+            decommission = asyncio.create_task(
+                admin.decommission(bk, lost, timeout_s=20, poll_interval_s=0.05)
+            )
+            await asyncio.sleep(0.3)  # its trigger is written while the dead one is elected
+            await dead.aclose()  # its session ends: the live participant is elected
+            report = await decommission
+        assert report.bookie_id == lost and report.ledgers >= 1
+        for ledger_id in ledgers:
+            assert lost not in members(await bk.ledger_metadata(ledger_id))
+
+
+async def test_decommission_triggers_again_while_no_ledger_moves() -> None:
+    """A trigger written just before a newly elected auditor watches is lost too, with the
+    same auditor elected before and after: so no ledger moving for ``retrigger_s`` writes
+    the trigger again."""
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client()
+        [ledger] = await write(bk, 1)
+        urm = bk.cluster.underreplication
+        await urm.ensure_layout()
+        needed = next(iter(members(await bk.ledger_metadata(ledger))))
+        await give_cookie(bk, needed)
+        await cluster.stop_bookie(next(b for b in cluster.bookies if b.bookie_id == needed))
+        delay_node = f"{bk.cluster.root}/underreplication/lostBookieRecoveryDelay"
+        async with auditor_election(bk.cluster.store, bk.cluster.root, "aud:1") as election:
+            await election.wait_leadership(10)  # an auditor that never repairs anything
+            with pytest.raises(CallTimeoutError):
+                await admin.decommission(
+                    bk, needed, timeout_s=1.0, poll_interval_s=0.05, retrigger_s=0.2
+                )
+        _data, version = await bk.cluster.store.get(delay_node)
+        assert version >= 3  # created by the first trigger, then written again, and again

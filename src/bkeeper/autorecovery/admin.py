@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from dataclasses import dataclass
 
@@ -56,6 +57,10 @@ __all__ = [
 
 #: Ledger metadata reads in flight while scanning every ledger.
 SCAN_READS_IN_FLIGHT_MAX = 32
+#: A decommission writes its audit trigger again when no ledger moved for this long.
+DECOMMISSION_RETRIGGER_S = 10.0
+
+log = logging.getLogger(__name__)
 
 #: ``(done, total)``: called as work advances, for a progress bar.
 Progress = Callable[[int, int], None]
@@ -201,6 +206,7 @@ async def decommission(
     *,
     timeout_s: float,
     poll_interval_s: float = 1.0,
+    retrigger_s: float = DECOMMISSION_RETRIGGER_S,
     on_progress: Progress = _ignore,
     clock: Clock | None = None,
 ) -> DecommissionReport:
@@ -208,7 +214,13 @@ async def decommission(
     until no ledger needs it (the auto-recovery workers re-replicate its ledgers), then
     delete its cookie. ``CallTimeoutError`` after ``timeout_s``; ``BKeeperError`` when the
     bookie still runs, no auditor is elected, or auto-recovery is disabled.
-    ``clock`` (a ``SystemClock`` by default) times the wait."""
+    ``clock`` (a ``SystemClock`` by default) times the wait.
+
+    A trigger is a write that only a live auditor watching the node acts on: one written
+    while the elected auditor is a dead process (its vote not expired yet), or before a newly
+    elected one watches, is lost, and the next auditor waits out the whole delay. So the
+    trigger is written again when another auditor is elected, and when no ledger moved for
+    ``retrigger_s``."""
     cluster = bk.cluster
     urm = cluster.underreplication
     registered = await cluster.registry.bookies()
@@ -221,9 +233,10 @@ async def decommission(
     await _check_known(bk, [bookie_id], set().union(*remaining.values()))
     total = len(remaining)
     on_progress(0, total)
-    if remaining:
-        await trigger_audit(urm)
     clock = clock or SystemClock()
+    if remaining:
+        auditor = await trigger_audit(urm)
+        triggered_at = clock.monotonic()
     deadline = clock.monotonic() + timeout_s
     while remaining:
         if clock.monotonic() >= deadline:
@@ -232,8 +245,19 @@ async def decommission(
                 f"{timeout_s:g} s (bkeeper shell listunderreplicated --missing {bookie_id})"
             )
         await asyncio.sleep(poll_interval_s)
+        before = len(remaining)
         remaining = await ledgers_needing(bk, [bookie_id], list(remaining))
         on_progress(total - len(remaining), total)
+        if len(remaining) < before:
+            triggered_at = clock.monotonic()  # moving: the trigger was taken
+        elif remaining:
+            elected = await urm.current_auditor()
+            stalled = clock.monotonic() - triggered_at >= retrigger_s
+            if elected is not None and (elected != auditor or stalled):
+                why = f"auditor now {elected}" if elected != auditor else "no ledger moved"
+                log.info("decommission of %s: triggering the audit again (%s)", bookie_id, why)
+                auditor = await trigger_audit(urm)
+                triggered_at = clock.monotonic()
     deleted = False
     with contextlib.suppress(NoNodeError):
         await cluster.cookies.delete(bookie_id)
