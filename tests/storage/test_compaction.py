@@ -18,7 +18,8 @@ from storage_helpers import KEY, Acks, entry_body, small_config
 
 from bkeeper.common.errors import ConfigError, NoSuchLedgerError
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
-from bkeeper.storage.compaction import COMPACTING_SUFFIX, Moves, _Throttle, swap
+from bkeeper.storage.compaction import COMPACTING_SUFFIX, Moves, swap
+from bkeeper.storage.compaction_pacing import CompactionThrottle
 from bkeeper.storage.entry_log import entry_log_id
 from bkeeper.storage.garbage import EntryLogUsage, plan_collection
 from bkeeper.storage.ledgers_map import read_entry_log_meta, read_ledgers_map, scan_entry_log
@@ -245,14 +246,14 @@ class _Waits(threading.Event):
 @pytest.mark.parametrize(("share", "pause"), [(0.5, 0.004), (0.25, 0.012), (1.0, None)])
 def test_a_pass_pauses_in_proportion_to_the_work_of_each_chunk(share, pause):
     stop = _Waits()
-    throttle = _Throttle(0, share, stop, FakeClock())
+    throttle = CompactionThrottle(0, share, stop, FakeClock())
     throttle.spent(1 << 20, 0.004)
     assert stop.waits == ([] if pause is None else [pytest.approx(pause)])
 
 
 def test_the_rate_is_kept_on_the_engines_clock():
     clock, stop = FakeClock(), _Waits()
-    throttle = _Throttle(1000, 1.0, stop, clock)
+    throttle = CompactionThrottle(1000, 1.0, stop, clock)
     throttle.spent(500, 0.0)  # half a second's worth, at once: half a second ahead
     clock.advance(0.2)
     throttle.spent(500, 0.0)  # a second's worth, 0.2 s in

@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import DiskFullError
+from bkeeper.storage.compaction_pacing import CompactionThrottle, on_a_lower_priority_thread
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs
 from bkeeper.storage.disk_space import DiskState
@@ -76,8 +77,6 @@ _SYNC_BYTES = 1024 * 1024
 #: the pass's thread works in Python between its reads and writes, and the server's event
 #: loop must not wait long for its turn.
 _SWITCH_INTERVAL_S = 0.0005
-#: How much a pass's thread lowers its CPU priority (a nice increment).
-_NICE_INCREMENT = 10
 #: Index entries are swapped to the copy this many at a time under the engine lock (which
 #: every add takes): about 1 ms of holding it.
 _CHUNK_ENTRIES = 256
@@ -162,7 +161,7 @@ class Compactor:
             switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL_S))
             try:
-                _on_a_lower_priority_thread(lambda: self._collect(minor, major, stop, tally))
+                on_a_lower_priority_thread(lambda: self._collect(minor, major, stop, tally))
             except DiskFullError as exc:
                 error = str(exc)
                 log.warning("garbage collection stopped: %s", exc)
@@ -238,7 +237,7 @@ class Compactor:
         copied_bytes = 0
         partial: str | None = None  # the copy's path, once it exists
         unsynced = 0
-        throttle = _Throttle(
+        throttle = CompactionThrottle(
             self._config.compaction_rate_bytes_per_s,
             self._config.compaction_time_share,
             stop,
@@ -492,31 +491,6 @@ def _locations_in(engine: EngineState, log_ids: list[int]) -> dict[tuple[int, in
     return found
 
 
-def _on_a_lower_priority_thread(work: Callable[[], None]) -> None:
-    """Run ``work`` on a thread of its own whose CPU priority is lowered by
-    :data:`_NICE_INCREMENT` (where the OS allows it: Linux sets it per thread), and wait for
-    it: on a busy machine the pass's copying then yields the CPU to request handling, this
-    process's and other bookies'. A thread of its own, because a lowered priority cannot be
-    raised again without privileges."""
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE_INCREMENT)
-        except (OSError, AttributeError) as exc:  # not Linux, or not allowed: full priority
-            log.debug("compaction runs at normal priority: %s", exc)
-        try:
-            work()
-        except BaseException as exc:  # handed to the waiting caller below
-            failures.append(exc)
-
-    thread = threading.Thread(target=run, name="bkeeper-compaction", daemon=True)
-    thread.start()
-    thread.join()
-    if failures:
-        raise failures[0]
-
-
 class _Tally:
     def __init__(self) -> None:
         self.removed = 0
@@ -524,28 +498,3 @@ class _Tally:
         self.freed = 0
         self.copied = 0
         self.entries = 0
-
-
-class _Throttle:
-    """Keeps copying under ``rate`` bytes a second (0: no limit) and working at most
-    ``time_share`` of the time; waits on ``stop``."""
-
-    def __init__(self, rate: int, time_share: float, stop: threading.Event, clock: Clock) -> None:
-        self._rate = rate
-        self._pause_per_work = 1 / time_share - 1
-        self._stop = stop
-        self._clock = clock
-        self._started = clock.monotonic()
-        self._spent = 0
-
-    def spent(self, size: int, seconds: float) -> None:
-        """After ``size`` bytes copied in ``seconds`` of work (reading, copying, syncing):
-        pause ``1 / share - 1`` times as long, and as long as the rate needs."""
-        if self._pause_per_work and seconds > 0:
-            self._stop.wait(seconds * self._pause_per_work)
-        if not self._rate:
-            return
-        self._spent += size
-        ahead = self._spent / self._rate - (self._clock.monotonic() - self._started)
-        if ahead > 0:
-            self._stop.wait(ahead)
