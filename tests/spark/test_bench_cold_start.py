@@ -25,7 +25,7 @@ def test_cold_start_runs_each_kind_in_a_new_jvm(
     spark_cluster: RealCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bkeeper.cli.bench.spark import print_cold_start
-    from bkeeper.spark.bench import bench_spark_cold_start
+    from bkeeper.spark.bench_cold import bench_spark_cold_start
 
     seen: list[str] = []
     runs = bench_spark_cold_start(

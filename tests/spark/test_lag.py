@@ -11,7 +11,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 from bkeeper.spark.lag import LagReport, checkpoint_offsets, exact_offset, measure
-from bkeeper.spark.plan import LogView
+from bkeeper.spark.log_view import LogView
 from bkeeper.testing.cluster import MemoryCluster
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)

@@ -10,8 +10,9 @@ import pytest
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import ConfigError, LogFencedError, LogTruncatedError
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
+from bkeeper.spark.log_view import LogView
 from bkeeper.spark.options import source_options
-from bkeeper.spark.plan import EntrySpan, LogView, limit_spans, partition_spans, split_spans
+from bkeeper.spark.plan import EntrySpan, limit_spans, partition_spans, split_spans
 from bkeeper.spark.planner import advance, batch_spans, log_names, move, spans_between
 from bkeeper.testing.cluster import MemoryCluster
 

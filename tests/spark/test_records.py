@@ -21,10 +21,10 @@ from bkeeper.namedlog.core import (
     entry_record_count,
 )
 from bkeeper.spark.lag import LagReport, measure
+from bkeeper.spark.log_view import LogView
 from bkeeper.spark.options import source_options
 from bkeeper.spark.plan import (
     EntrySpan,
-    LogView,
     at_least,
     partition_spans,
     share_records,

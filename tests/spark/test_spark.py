@@ -68,7 +68,7 @@ def read_log(uri: str, log: str) -> list[bytes]:
 
 def read_log_positions(uri: str, log: str) -> list[tuple[bytes, Position]]:
     from bkeeper.namedlog.core import decode_entry
-    from bkeeper.spark.plan import LogView
+    from bkeeper.spark.log_view import LogView
 
     async def go():
         async with BookKeeper(uri) as bk:

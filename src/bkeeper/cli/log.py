@@ -390,7 +390,7 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
     a log is far behind), the age of its oldest unread record, entries and bytes from where
     its last committed batch left each log up to the log's head now."""
     from bkeeper.spark.lag import LagReport, checkpoint_offsets, measure
-    from bkeeper.spark.plan import LogView
+    from bkeeper.spark.log_view import LogView
 
     batch, positions = checkpoint_offsets(checkpoint)
 

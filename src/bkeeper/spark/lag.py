@@ -38,8 +38,8 @@ from typing import Any
 from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.namedlog import Position
+from bkeeper.spark.log_view import LogView
 from bkeeper.spark.options import positions_from_offset
-from bkeeper.spark.plan import LogView
 
 __all__ = [
     "EXACT_ENTRIES_MAX",

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import ConfigError, LogNotFoundError
 from bkeeper.namedlog import LATEST, Position
+from bkeeper.spark.log_view import LogView
 from bkeeper.spark.options import LOGS_MAX, SourceOptions
 from bkeeper.spark.plan import (
     EntrySpan,
-    LogView,
     limit_spans,
     share_records,
     spans_before,

@@ -47,7 +47,8 @@ from bkeeper.common.errors import (
 )
 from bkeeper.spark.errors import explained, plainly
 from bkeeper.spark.options import SinkOptions, sink_options
-from bkeeper.spark.runtime import Runtime, TaskLedgers, runtime
+from bkeeper.spark.runtime import Runtime, runtime
+from bkeeper.spark.task_ledgers import TaskLedgers
 
 if TYPE_CHECKING:  # imported by write tasks only (see bkeeper.spark.source's docstring)
     import pyarrow as pa

@@ -151,7 +151,7 @@ def spark_bench(
 def _cold_start(uri: str, log_name: str, master: str, rounds: int, records: int) -> None:
     import tempfile
 
-    from bkeeper.spark.bench import COLD_KINDS, ColdStartRun, bench_spark_cold_start
+    from bkeeper.spark.bench_cold import COLD_KINDS, ColdStartRun, bench_spark_cold_start
 
     with tempfile.TemporaryDirectory(prefix="bkeeper-cold-") as scratch, progress() as bar:
         task = bar.add_task(f"cold starts ({len(COLD_KINDS)} new JVMs a round)",
