@@ -65,8 +65,9 @@ def test_a_hole_below_the_end() -> None:
 
 
 def test_nothing_acknowledged_past_a_fence_and_the_seal_holds() -> None:
-    ops = history(*written(1, 4, acked=2), ("f", "ok", "fence", 1, 1, ""),
-                  ("w", "ok", "append", 1, 2, "d2"))  # fmt: skip
+    ops = history(
+        *written(1, 4, acked=2), ("f", "ok", "fence", 1, 1, ""), ("w", "ok", "append", 1, 2, "d2")
+    )
     verdict = check_ledgers(ops, {1: final(1)})
     assert verdict.violations == [
         "ledger 1: entry 2 acknowledged past its seal at 1 (fence)",
@@ -77,15 +78,17 @@ def test_nothing_acknowledged_past_a_fence_and_the_seal_holds() -> None:
 
 
 def test_two_seals_that_disagree() -> None:
-    ops = history(*written(1, 3, acked=1), ("w", "ok", "close", 1, 0, ""),
-                  ("f", "ok", "fence", 1, 2, ""))  # fmt: skip
+    ops = history(
+        *written(1, 3, acked=1), ("w", "ok", "close", 1, 0, ""), ("f", "ok", "fence", 1, 2, "")
+    )
     verdict = check_ledgers(ops, {1: final(0)})
     assert verdict.violations[0] == "ledger 1: sealed at 0 by close, then at 2 by fence"
 
 
 def test_a_reader_that_saw_what_is_not_there_at_the_end() -> None:
-    ops = history(*written(1, 3, acked=1), ("r", "ok", "read", 1, 2, "d2"),
-                  ("r", "ok", "read", 1, 0, "other"))  # fmt: skip
+    ops = history(
+        *written(1, 3, acked=1), ("r", "ok", "read", 1, 2, "d2"), ("r", "ok", "read", 1, 0, "other")
+    )
     verdict = check_ledgers(ops, {1: final(1)})
     assert verdict.violations == [
         "ledger 1: entry 2 read by r, later lost",

@@ -115,8 +115,11 @@ def test_an_unknown_write_may_have_happened_or_not(seen: list[object]) -> None:
 
 
 def test_a_write_invoked_and_never_completed_is_unknown() -> None:
-    history = ops(("a", "invoke", "put", ["put", "k", "x"]),
-                  ("c", "invoke", "get", ["get", "k"]), ("c", "ok", "get", ["x", 1]))  # fmt: skip
+    history = ops(
+        ("a", "invoke", "put", ["put", "k", "x"]),
+        ("c", "invoke", "get", ["get", "k"]),
+        ("c", "ok", "get", ["x", 1]),
+    )
     assert check_kv(history).ok
 
 

@@ -21,11 +21,17 @@ ACKED = [("w", "ok", "append", 1, 0, "a"), ("w", "ok", "append", 2, 1, "d")]
 
 
 def test_a_clean_history_has_no_violation() -> None:
-    history = ops(*SENT, *ACKED,
-                  ("tail", "ok", "tail", 1, 0, "a"), ("tail", "ok", "tail", 1, 1, "b"),
-                  ("c0", "ok", "consume", 1, 0, "a"), ("c0", "ok", "consume", 1, 1, "b"),
-                  ("c0", "ok", "ack", 1, 1, ""),
-                  ("c1", "ok", "consume", 2, 0, "c"), ("c1", "ok", "ack", 2, 0, ""))  # fmt: skip
+    history = ops(
+        *SENT,
+        *ACKED,
+        ("tail", "ok", "tail", 1, 0, "a"),
+        ("tail", "ok", "tail", 1, 1, "b"),
+        ("c0", "ok", "consume", 1, 0, "a"),
+        ("c0", "ok", "consume", 1, 1, "b"),
+        ("c0", "ok", "ack", 1, 1, ""),
+        ("c1", "ok", "consume", 2, 0, "c"),
+        ("c1", "ok", "ack", 2, 0, ""),
+    )
     verdict = check_log(history, FINAL, (2, 0))
     assert verdict.ok, verdict.violations
     assert (verdict.acknowledged, verdict.reads, verdict.ledgers) == (2, 2, 2)
@@ -58,14 +64,22 @@ def test_a_reader_that_skips_or_diverges() -> None:
 
 
 def test_a_consumer_session_that_skips_records_or_a_mark_out_of_bounds() -> None:
-    history = ops(*SENT, ("c0", "ok", "consume", 1, 0, "a"), ("c0", "ok", "ack", 1, 0, ""),
-                  ("c1", "ok", "consume", 2, 0, "c"))  # fmt: skip
+    history = ops(
+        *SENT,
+        ("c0", "ok", "consume", 1, 0, "a"),
+        ("c0", "ok", "ack", 1, 0, ""),
+        ("c1", "ok", "consume", 2, 0, "c"),
+    )
     assert check_log(history, FINAL, (1, 0)).violations == [
         "c1 started at index 2 of the log, past the record after the last one delivered "
         "before it (1): records skipped"
     ]
-    behind = ops(*SENT, ("c0", "ok", "consume", 1, 0, "a"), ("c0", "ok", "consume", 1, 1, "b"),
-                 ("c0", "ok", "ack", 1, 1, ""))  # fmt: skip
+    behind = ops(
+        *SENT,
+        ("c0", "ok", "consume", 1, 0, "a"),
+        ("c0", "ok", "consume", 1, 1, "b"),
+        ("c0", "ok", "ack", 1, 1, ""),
+    )
     assert check_log(behind, FINAL, (1, 0)).violations == [
         "the subscription's mark is (1, 0), behind the last acknowledgement flushed (1, 1)"
     ]
@@ -78,6 +92,11 @@ def test_acks_flushed_without_a_record_may_move_the_mark_and_the_next_session() 
     """A session that ended on an error had its acks flushed by ``close`` (not recorded):
     the mark and the next session may be past the last recorded flush, never past what was
     delivered (seed 504 of a log run was reported a violation before)."""
-    history = ops(*SENT, ("c0", "ok", "consume", 1, 0, "a"), ("c0", "ok", "ack", 1, 0, ""),
-                  ("c0", "ok", "consume", 1, 1, "b"), ("c1", "ok", "consume", 2, 0, "c"))  # fmt: skip
+    history = ops(
+        *SENT,
+        ("c0", "ok", "consume", 1, 0, "a"),
+        ("c0", "ok", "ack", 1, 0, ""),
+        ("c0", "ok", "consume", 1, 1, "b"),
+        ("c1", "ok", "consume", 2, 0, "c"),
+    )
     assert check_log(history, FINAL, (2, 0)).ok

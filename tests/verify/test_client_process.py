@@ -21,8 +21,15 @@ def test_what_the_child_writes_is_what_the_harness_records() -> None:
     child.add("writer-0", "invoke", "append", ledger=7, entry=0, value="ab12")
     child.add("writer-1", "invoke", "create", ledger=8)  # killed before its answer
     history, created, sent = History(), [], []
-    parent = ClientProcess("zk://x/ledgers", 1, "client-3", history, "/dev/null",
-                           created.append, sent.append)  # fmt: skip
+    parent = ClientProcess(
+        "zk://x/ledgers",
+        1,
+        "client-3",
+        history,
+        "/dev/null",
+        on_created=created.append,
+        on_create_sent=sent.append,
+    )
     for line in out.getvalue().splitlines():
         parent.record_line(line.encode())
     got = [(op.process, op.type, op.f, op.ledger, op.entry, op.value) for op in history]
@@ -56,6 +63,8 @@ def test_what_the_child_writes_is_what_the_harness_records() -> None:
     ],
 )
 def test_a_line_that_is_not_an_operation_is_named(line: bytes) -> None:
-    parent = ClientProcess("zk://x/ledgers", 1, "client-0", History(), "/dev/null", print)
+    parent = ClientProcess(
+        "zk://x/ledgers", 1, "client-0", History(), "/dev/null", on_created=print
+    )
     with pytest.raises(BKeeperError, match="client process client-0 wrote a line that is not"):
         parent.record_line(line)

@@ -41,10 +41,12 @@ def network() -> Iterator[Network]:
 
 def reach(net: Network, index: int, host: str, port: int) -> str:
     result = subprocess.run(
-        ["ip", "netns", "exec", net.namespace(index), sys.executable, "-c", PROBE, host,
-         str(port)],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+        ["ip", "netns", "exec", net.namespace(index), sys.executable, "-c", PROBE, host, str(port)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return result.stdout.strip()
 
 
@@ -125,10 +127,12 @@ def test_two_networks_that_would_share_a_subnet_take_two() -> None:
 
 
 def _leftovers(tag: str) -> list[str]:
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                                check=True).stdout  # fmt: skip
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
-                           check=True).stdout  # fmt: skip
+    namespaces = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    links = subprocess.run(
+        ["ip", "-o", "link", "show"], capture_output=True, text=True, check=True
+    ).stdout
     return [line for line in (namespaces + links).splitlines() if f"bkv{tag}" in line]
 
 

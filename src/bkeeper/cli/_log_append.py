@@ -229,8 +229,10 @@ class _Appends:
         if self.failure is not None:
             line += f"; the next append failed: {self.failure}"
         if self.unknown:
-            line += (f"; {self.unknown} more {'was' if self.unknown == 1 else 'were'} in "
-                     f"flight, outcome unknown")  # fmt: skip
+            line += (
+                f"; {self.unknown} more {'was' if self.unknown == 1 else 'were'} in "
+                f"flight, outcome unknown"
+            )
         return line + "; the rest were not written"
 
     def _take(self, future: asyncio.Future[Position]) -> None:

@@ -72,30 +72,69 @@ def settings_options(func: F) -> F:
     """The options of the settings a log stores (module docstring), as keyword arguments
     named like ``LogSettings``' fields (None: not given)."""
     options = (
-        click.option("-e", "--ensemble", "ensemble_size", type=_COUNT, default=None,
-                     help="Bookies each new ledger of the log is spread over."),
-        click.option("--write-quorum", "write_quorum", type=_COUNT, default=None,
-                     help="Bookies each record is written to."),
-        click.option("--ack-quorum", "ack_quorum", type=_COUNT, default=None,
-                     help="Bookies that must acknowledge a record before it counts."),
-        click.option("--roll-size", "roll_bytes", type=SIZE, default=None,
-                     help="Start a new ledger once the current one holds this much (like "
-                     "64MiB; writers' default 256MiB)."),
-        click.option("--roll-age", "roll_age_ms", type=DURATION, default=None,
-                     help="Start a new ledger once the current one is this old and holds "
-                     "records, also with no append coming (like 2s, 1h; 0: never, the "
-                     "default)."),
-        click.option("--retention-age", "retention_age_ms", type=DURATION, default=None,
-                     help="Delete sealed ledgers whose records are all older than this "
-                     "(like 7d; 0: off, the default)."),
-        click.option("--retention-size", "retention_bytes", type=SIZE, default=None,
-                     help="Keep at most this much of sealed ledgers, deleting the oldest "
-                     "(like 10GiB; 0: off, the default)."),
-        click.option("--retention-consumed/--no-retention-consumed", "retention_consumed",
-                     default=None,
-                     help="Delete the sealed ledgers every subscription has consumed (a "
-                     "log with no subscription keeps them)."),
-    )  # fmt: skip
+        click.option(
+            "-e",
+            "--ensemble",
+            "ensemble_size",
+            type=_COUNT,
+            default=None,
+            help="Bookies each new ledger of the log is spread over.",
+        ),
+        click.option(
+            "--write-quorum",
+            "write_quorum",
+            type=_COUNT,
+            default=None,
+            help="Bookies each record is written to.",
+        ),
+        click.option(
+            "--ack-quorum",
+            "ack_quorum",
+            type=_COUNT,
+            default=None,
+            help="Bookies that must acknowledge a record before it counts.",
+        ),
+        click.option(
+            "--roll-size",
+            "roll_bytes",
+            type=SIZE,
+            default=None,
+            help="Start a new ledger once the current one holds this much (like "
+            "64MiB; writers' default 256MiB).",
+        ),
+        click.option(
+            "--roll-age",
+            "roll_age_ms",
+            type=DURATION,
+            default=None,
+            help="Start a new ledger once the current one is this old and holds "
+            "records, also with no append coming (like 2s, 1h; 0: never, the "
+            "default).",
+        ),
+        click.option(
+            "--retention-age",
+            "retention_age_ms",
+            type=DURATION,
+            default=None,
+            help="Delete sealed ledgers whose records are all older than this "
+            "(like 7d; 0: off, the default).",
+        ),
+        click.option(
+            "--retention-size",
+            "retention_bytes",
+            type=SIZE,
+            default=None,
+            help="Keep at most this much of sealed ledgers, deleting the oldest "
+            "(like 10GiB; 0: off, the default).",
+        ),
+        click.option(
+            "--retention-consumed/--no-retention-consumed",
+            "retention_consumed",
+            default=None,
+            help="Delete the sealed ledgers every subscription has consumed (a "
+            "log with no subscription keeps them).",
+        ),
+    )
     for option in reversed(options):
         func = option(func)
     return func

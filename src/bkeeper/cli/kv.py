@@ -204,9 +204,11 @@ def _call(
         if writing is None:
             raise
         what, key = writing
-        click.echo(f"interrupted: the {what} of {key!r} was not confirmed; it may or may not "
-                   f"be applied (see: bkeeper kv get --name {store_name} {key})",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"interrupted: the {what} of {key!r} was not confirmed; it may or may not "
+            f"be applied (see: bkeeper kv get --name {store_name} {key})",
+            err=True,
+        )
         sys.exit(130)
 
 
@@ -244,8 +246,9 @@ def put(
     metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, key: str, value: str
 ) -> None:
     """Set KEY to VALUE; prints the new version."""
-    version = _call(metadata_uri, store_name, urls, lambda c: c.put(key, value),
-                    writing=("put", key))  # fmt: skip
+    version = _call(
+        metadata_uri, store_name, urls, lambda c: c.put(key, value), writing=("put", key)
+    )
     _echo({"key": key, "version": version}, as_json, f"version {version}")
 
 
@@ -268,9 +271,12 @@ def cas(
 ) -> None:
     """Set KEY to VALUE if its version is EXPECTED_VERSION (0: absent); exit 1 if not."""
     applied, version = _call(
-        metadata_uri, store_name, urls, lambda c: c.cas(key, expected_version, value),
+        metadata_uri,
+        store_name,
+        urls,
+        lambda c: c.cas(key, expected_version, value),
         writing=("cas", key),
-    )  # fmt: skip
+    )
     text = f"version {version}" if applied else f"not applied: version is {version}"
     _echo({"key": key, "applied": applied, "version": version}, as_json, text)
     if not applied:
@@ -287,8 +293,9 @@ def delete(
     metadata_uri: str, store_name: str, urls: tuple[str, ...], as_json: bool, key: str
 ) -> None:
     """Delete KEY."""
-    existed = _call(metadata_uri, store_name, urls, lambda c: c.delete(key),
-                    writing=("delete", key))  # fmt: skip
+    existed = _call(
+        metadata_uri, store_name, urls, lambda c: c.delete(key), writing=("delete", key)
+    )
     _echo({"key": key, "existed": existed}, as_json, "deleted" if existed else "absent")
 
 

@@ -81,10 +81,19 @@ def subscribe(metadata_uri: str, name: str, subscription: str, start: str, share
     default=None,
     help="Stop after this many records (default: when none comes for --timeout).",
 )
-@click.option("--timeout", type=click.FloatRange(0), default=2.0, show_default=True,
-              help="Stop once no record has come for this many seconds.")  # fmt: skip
-@click.option("--ack/--no-ack", default=True, show_default=True,
-              help="Acknowledge what was printed (cumulatively) before exiting.")  # fmt: skip
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="Stop once no record has come for this many seconds.",
+)
+@click.option(
+    "--ack/--no-ack",
+    default=True,
+    show_default=True,
+    help="Acknowledge what was printed (cumulatively) before exiting.",
+)
 @click.option(
     "--wait",
     type=click.FloatRange(0),
@@ -141,9 +150,12 @@ class _Printed:
 
 
 async def _print_batches(
-    consumer: Consumer, printed: _Printed, count_max: int | None, timeout: float | None,
+    consumer: Consumer,
+    printed: _Printed,
+    count_max: int | None,
+    timeout: float | None,
     ack: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Print records until ``count_max`` or none for ``timeout`` (None: until cancelled),
     a batch at a time (the records ready at once, at most ``PRINTED_BATCH_RECORDS_MAX``),
     acknowledging each batch once printed (``click.echo`` flushes): a stop loses nothing
@@ -179,8 +191,7 @@ async def _close_interrupted(consumer: Consumer, printed: _Printed) -> None:
     except BKeeperError as exc:
         acked = f"acknowledgements not written: {exc}"
     count = printed.count
-    click.echo(f"stopped after {count} {'record' if count == 1 else 'records'} ({acked})",
-               err=True)  # fmt: skip
+    click.echo(f"stopped after {count} {'record' if count == 1 else 'records'} ({acked})", err=True)
 
 
 @click.command("ack")
@@ -207,8 +218,11 @@ def ack_command(
         except PositionNotInLogError as exc:
             raise CommandError(str(exc)) from None
         except asyncio.CancelledError:
-            click.echo(f"interrupted: the ack of {at} may or may not have been written "
-                       f"(see: bkeeper log subscriptions {name})", err=True)  # fmt: skip
+            click.echo(
+                f"interrupted: the ack of {at} may or may not have been written "
+                f"(see: bkeeper log subscriptions {name})",
+                err=True,
+            )
             raise
         finally:
             await consumer.close()
@@ -245,31 +259,45 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
         rows = []
         for sub, state in (await named.subscriptions()).items():
             behind = await backlog(named, state)
-            rows.append({
-                "name": sub,
-                "mode": state.mode,
-                "next": str(state.resume_from),
-                "mark": None if state.mark is None else str(state.mark),
-                "acked_out_of_order": sum(r[2] - r[1] + 1 for r in state.acked)
-                + sum(b - a + 1 for p in state.partial for a, b in p[3]),
-                "consumer": await store.owner(name, sub),
-                "epoch": state.epoch,
-                **{f"backlog_{k}": v for k, v in dataclasses.asdict(behind).items()},
-            })  # fmt: skip
+            rows.append(
+                {
+                    "name": sub,
+                    "mode": state.mode,
+                    "next": str(state.resume_from),
+                    "mark": None if state.mark is None else str(state.mark),
+                    "acked_out_of_order": sum(r[2] - r[1] + 1 for r in state.acked)
+                    + sum(b - a + 1 for p in state.partial for a, b in p[3]),
+                    "consumer": await store.owner(name, sub),
+                    "epoch": state.epoch,
+                    **{f"backlog_{k}": v for k, v in dataclasses.asdict(behind).items()},
+                }
+            )
         if as_json:
             click.echo(json.dumps(rows, indent=2))
             return
         table = titled_table(f"subscriptions of log {name}")
-        for column in ("name", "mode", "next", "acked out of order", "consumer", "epoch",
-                       "backlog entries", "backlog bytes"):  # fmt: skip
+        for column in (
+            "name",
+            "mode",
+            "next",
+            "acked out of order",
+            "consumer",
+            "epoch",
+            "backlog entries",
+            "backlog bytes",
+        ):
             table.add_column(column)
         for row in rows:
             table.add_row(
-                str(row["name"]), str(row["mode"]), str(row["next"]),
+                str(row["name"]),
+                str(row["mode"]),
+                str(row["next"]),
                 str(row["acked_out_of_order"]),
-                str(row["consumer"] or "-"), str(row["epoch"]),
-                str(row["backlog_entries"]), str(row["backlog_bytes"]),
-            )  # fmt: skip
+                str(row["consumer"] or "-"),
+                str(row["epoch"]),
+                str(row["backlog_entries"]),
+                str(row["backlog_bytes"]),
+            )
         console().print(table)
 
     _run(body, metadata_uri)

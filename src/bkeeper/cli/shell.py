@@ -362,14 +362,16 @@ def ledgermetadata(metadata_uri: str, ledger_id: int, as_json: bool) -> None:
             )
             rows: list[tuple[str, str]] = [
                 ("state", meta.state.name),
-                ("ensemble / write quorum / ack quorum",
-                 f"{meta.ensemble_size} / {meta.write_quorum} / {meta.ack_quorum}"),
+                (
+                    "ensemble / write quorum / ack quorum",
+                    f"{meta.ensemble_size} / {meta.write_quorum} / {meta.ack_quorum}",
+                ),
                 ("digest", meta.digest_type.name),
                 ("last entry", str(meta.last_entry_id)),
                 ("length", f"{meta.length:,} bytes"),
                 ("created", created),
                 ("metadata format", str(meta.format_version)),
-            ]  # fmt: skip
+            ]
             for first, ensemble in meta.segments.items():
                 rows.append((f"segment from entry {first}", ", ".join(ensemble)))
             for key, raw in sorted(meta.custom_metadata.items()):

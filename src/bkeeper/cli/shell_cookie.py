@@ -164,9 +164,14 @@ def cookie_delete(metadata_uri: str, bookie_id: str, force: bool) -> None:
 @click.option("--force", is_flag=True, help="With --delete: do not ask for confirmation.")
 @JSON_OPTION
 def updatecookie(
-    metadata_uri: str, data_dir: str, new_id: str | None, show_list: bool, delete: bool,
-    force: bool, as_json: bool,
-) -> None:  # fmt: skip
+    metadata_uri: str,
+    data_dir: str,
+    new_id: str | None,
+    show_list: bool,
+    delete: bool,
+    force: bool,
+    as_json: bool,
+) -> None:
     """The cookie of a stopped bookie: --list it (local and stored, and whether they agree),
     give the bookie a new id (--bookie-id: start it with that --bookie-id then), or --delete
     it. Ledgers whose metadata names the old id see that replica as lost (auto-recovery
@@ -210,10 +215,14 @@ def _list_cookies(metadata_uri: str, data_dir: str, local: Cookie, as_json: bool
     found = _run(stored())
     differences = ["no cookie in the metadata"] if found is None else local.differences(found[0])
     if as_json:
-        print_json({
-            "local": _cookie_json(local), "stored": None if found is None else _cookie_json(*found),
-            "agree": not differences, "differences": differences,
-        })  # fmt: skip
+        print_json(
+            {
+                "local": _cookie_json(local),
+                "stored": None if found is None else _cookie_json(*found),
+                "agree": not differences,
+                "differences": differences,
+            }
+        )
         return
     tables = [_cookie_table(f"cookie in {cookie_path(data_dir)}", local)]
     if found is not None:
@@ -253,8 +262,13 @@ async def _change_id(metadata_uri: str, data_dir: str, local: Cookie, new_id: st
         await _refuse_if_registered(cluster, local.bookie_id, "changing its id")
         await _refuse_if_registered(cluster, new_id, f"giving its id to {local.bookie_id}")
         # A bookie that never ran with this cluster is stamped with its instance id now.
-        new = Cookie(new_id, local.journal_dirs, local.ledger_dirs,
-                     local.instance_id or instance_id or "", local.index_dirs)  # fmt: skip
+        new = Cookie(
+            new_id,
+            local.journal_dirs,
+            local.ledger_dirs,
+            local.instance_id or instance_id or "",
+            local.index_dirs,
+        )
         try:
             await cluster.cookies.write(new_id, new)
         except NodeExistsError:
@@ -334,9 +348,13 @@ def _format_dirs(
     "--delete-cookie", is_flag=True, help="Also delete the bookie's cookie from the metadata."
 )
 def bookieformat(
-    metadata_uri: str, data_dir: str, ledger_dirs: tuple[str, ...], journal_dirs: tuple[str, ...],
-    force: bool, delete_cookie: bool,
-) -> None:  # fmt: skip
+    metadata_uri: str,
+    data_dir: str,
+    ledger_dirs: tuple[str, ...],
+    journal_dirs: tuple[str, ...],
+    force: bool,
+    delete_cookie: bool,
+) -> None:
     """Wipe a stopped bookie's data: its journals, entry logs, index, checkpoint and cookie
     (refused while it is registered). It starts empty next time, as a new bookie."""
     if not os.path.isdir(data_dir):

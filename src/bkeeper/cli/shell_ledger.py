@@ -109,12 +109,18 @@ def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
                     meta = await bk.ledger_metadata(ledger_id)
                 except LedgerNotFoundError:
                     continue  # deleted meanwhile
-                rows.append({
-                    "ledger": ledger_id, "state": meta.state.name,
-                    "ensemble_size": meta.ensemble_size, "write_quorum": meta.write_quorum,
-                    "ack_quorum": meta.ack_quorum, "last_entry": meta.last_entry_id,
-                    "length": meta.length, "digest": meta.digest_type.name,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "ledger": ledger_id,
+                        "state": meta.state.name,
+                        "ensemble_size": meta.ensemble_size,
+                        "write_quorum": meta.write_quorum,
+                        "ack_quorum": meta.ack_quorum,
+                        "last_entry": meta.last_entry_id,
+                        "length": meta.length,
+                        "digest": meta.digest_type.name,
+                    }
+                )
 
     async def run() -> list[dict[str, object]]:
         rows: list[dict[str, object]] = []
@@ -137,10 +143,13 @@ def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
             table.add_row(str(row["ledger"]))
             continue
         table.add_row(
-            str(row["ledger"]), str(row["state"]),
+            str(row["ledger"]),
+            str(row["state"]),
             f"{row['ensemble_size']}/{row['write_quorum']}/{row['ack_quorum']}",
-            str(row["last_entry"]), f"{row['length']:,}", str(row["digest"]),
-        )  # fmt: skip
+            str(row["last_entry"]),
+            f"{row['length']:,}",
+            str(row["digest"]),
+        )
     show(table)
     if not rows:
         click.echo("no ledgers", err=True)
@@ -160,10 +169,12 @@ def listledgers(metadata_uri: str, with_meta: bool, as_json: bool) -> None:
     help="Open with recovery (fences the writer and seals the ledger).",
 )
 @click.option(
-    "--bookie", "bookie_id", metavar="ID",
+    "--bookie",
+    "bookie_id",
+    metavar="ID",
     help="Read only this bookie's copy: the entries its write sets give it, each answer "
     "shown (exit status 1 if it lacks any or one fails its digest).",
-)  # fmt: skip
+)
 @click.option("--hex", "as_hex", is_flag=True, help="Print payloads as hex.")
 def readledger(
     metadata_uri: str,
@@ -219,9 +230,14 @@ def readledger(
         with progress(f"reading ledger {ledger_id} from {bookie}") as advance:
             done = 0
             async for got in read_replica(
-                bk.pool, meta, ledger_id, password, bookie, wanted,
+                bk.pool,
+                meta,
+                ledger_id,
+                password,
+                bookie,
+                wanted,
                 timeout_s=REPLICA_READ_TIMEOUT_S,
-            ):  # fmt: skip
+            ):
                 done += 1
                 advance(done, len(wanted))
                 if got.entry is not None:
@@ -310,9 +326,11 @@ def ledger_command(
         entries.add_column(column, justify="left" if column == "file" else "right")
     for entry in view.entries:
         entries.add_row(
-            str(entry.entry_id), f"{entry.log_id:x}", str(entry.offset),
+            str(entry.entry_id),
+            f"{entry.log_id:x}",
+            str(entry.offset),
             entry.log_path or "missing (localconsistencycheck)",
-        )  # fmt: skip
+        )
     left = view.entries_left_out
     note = f"{left:,} more entries (--limit 0 shows all)" if left else ""
     show(state, entries, note=note)

@@ -62,14 +62,19 @@ async def _urm_call(metadata_uri: str, what: str, *args: Any) -> Any:
 @click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Only this ledger.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be copied where.")
 @click.option(
-    "--skip-open", is_flag=True,
+    "--skip-open",
+    is_flag=True,
     help="Leave open ledgers whose last segment needs a BOOKIE (default: fence and seal them).",
-)  # fmt: skip
+)
 @_json_option
 def recover(
-    metadata_uri: str, bookies: tuple[str, ...], ledger_id: int | None, dry_run: bool,
-    skip_open: bool, as_json: bool,
-) -> None:  # fmt: skip
+    metadata_uri: str,
+    bookies: tuple[str, ...],
+    ledger_id: int | None,
+    dry_run: bool,
+    skip_open: bool,
+    as_json: bool,
+) -> None:
     """Re-replicate now every ledger's entries on the BOOKIEs (lost or leaving) to others."""
     lost = sorted({b for arg in bookies for b in arg.split(",") if b})
 
@@ -77,9 +82,14 @@ def recover(
         async with BookKeeper(metadata_uri) as bk:
             with progress_bar(f"{'planning' if dry_run else 'recovering'} ledgers") as progress:
                 return await admin.recover(
-                    bk, lost, AutoRecoveryConfig(), ledger_id=ledger_id, dry_run=dry_run,
-                    fence_open=not skip_open, on_progress=progress,
-                )  # fmt: skip
+                    bk,
+                    lost,
+                    AutoRecoveryConfig(),
+                    ledger_id=ledger_id,
+                    dry_run=dry_run,
+                    fence_open=not skip_open,
+                    on_progress=progress,
+                )
 
     outcomes = _run(run())
     # Open ledgers left alone on purpose (a dry run, --skip-open) are no failure.
@@ -100,9 +110,13 @@ def recover(
             )
             entries = o.plan.entries if dry_run and o.plan is not None else o.entries_copied
             table.add_row(
-                str(o.ledger_id), _state(o, dry_run), moves or "-", f"{entries:,}",
-                "-" if dry_run else f"{o.bytes_copied:,}", o.reason or "",
-            )  # fmt: skip
+                str(o.ledger_id),
+                _state(o, dry_run),
+                moves or "-",
+                f"{entries:,}",
+                "-" if dry_run else f"{o.bytes_copied:,}",
+                o.reason or "",
+            )
         console().print(table)
         if not outcomes:
             click.echo(f"no ledger holds entries on {', '.join(lost)}", err=True)
@@ -141,9 +155,13 @@ def _outcome_json(outcome: ReplicationOutcome) -> dict[str, object]:
 @metadata_option
 @click.argument("bookie")
 @click.option(
-    "--timeout", "timeout_s", default=DECOMMISSION_TIMEOUT_S, show_default=True,
-    type=click.FloatRange(min=0, min_open=True), help="Seconds to wait for re-replication.",
-)  # fmt: skip
+    "--timeout",
+    "timeout_s",
+    default=DECOMMISSION_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for re-replication.",
+)
 @_json_option
 def decommissionbookie(metadata_uri: str, bookie: str, timeout_s: float, as_json: bool) -> None:
     """Retire a stopped BOOKIE: trigger an audit, wait until no ledger needs it (the
@@ -188,9 +206,12 @@ def listunderreplicated(metadata_uri: str, missing: str | None, as_json: bool) -
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
-            str(row.ledger_id), ", ".join(row.missing_replicas), _when(row.ctime_ms),
-            row.worker or "-", _why(row),
-        )  # fmt: skip
+            str(row.ledger_id),
+            ", ".join(row.missing_replicas),
+            _when(row.ctime_ms),
+            row.worker or "-",
+            _why(row),
+        )
     console().print(table)
 
 

@@ -56,9 +56,13 @@ async def _sanity(bk: BookKeeper, bookie_id: str, entries: int, where: str) -> i
 )
 @click.option("--entries", default=10, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
-    "--timeout", "timeout_s", default=SANITY_TIMEOUT_S, show_default=True,
-    type=click.FloatRange(min=0, min_open=True), help="Seconds for the whole test.",
-)  # fmt: skip
+    "--timeout",
+    "timeout_s",
+    default=SANITY_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds for the whole test.",
+)
 def bookiesanity(metadata_uri: str, bookie_id: str, entries: int, timeout_s: float) -> None:
     """Check a bookie works: write ENTRIES entries to a new ledger on it alone (ensemble of
     one), read them back, delete the ledger."""

@@ -58,12 +58,28 @@ RUNS_MAX = 1_000_000
     help=f"Faults to inject, comma-separated, or 'all' or 'none' ({', '.join(NEMESES)}; "
     f"with --workload kv also {', '.join(KV_NEMESES)}).",
 )
-@click.option("--duration", type=float, default=30.0, show_default=True, metavar="S",
-              help="Seconds of workload and faults per run.")  # fmt: skip
-@click.option("--seed", type=int, default=None, metavar="N",
-              help="Seed of the first run's schedule (default: random, printed).")  # fmt: skip
-@click.option("--runs", type=click.IntRange(1, RUNS_MAX), default=1, show_default=True,
-              help="Runs, with seeds N, N+1, ...")  # fmt: skip
+@click.option(
+    "--duration",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds of workload and faults per run.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Seed of the first run's schedule (default: random, printed).",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(1, RUNS_MAX),
+    default=1,
+    show_default=True,
+    help="Runs, with seeds N, N+1, ...",
+)
 @click.option("--bookies", type=click.IntRange(5, 16), default=5, show_default=True)
 @click.option(
     "--settle",
@@ -136,9 +152,11 @@ def verify(
         raise click.UsageError(str(exc)) from None
     if not external:
         missing = privileges_missing(
-            nemeses, PARTITIONS | MEMBER_PARTITIONS, effective_capabilities(),
+            nemeses,
+            PARTITIONS | MEMBER_PARTITIONS,
+            effective_capabilities(),
             shutil.which("ip") is not None,
-        )  # fmt: skip
+        )
         if missing is not None:
             raise CommandError(missing)
     first = seed if seed is not None else random.randrange(1 << 31)
@@ -176,13 +194,15 @@ def verify(
                 except BKeeperError as exc:  # the harness could not run it (a cluster that
                     # did not start on a loaded machine): said, counted, the campaign goes on
                     harness.append((first + n, str(exc)))
-                    err.print(f"seed {first + n}: the run could not be made: {exc}",
-                              markup=False)  # fmt: skip
+                    err.print(f"seed {first + n}: the run could not be made: {exc}", markup=False)
                     continue
                 results.append(result)
                 if not result.verdict.ok:
-                    err.print(f"seed {result.seed}: {result.verdict.count} violation(s); "
-                              f"repeat with: {result.repro}", markup=False)  # fmt: skip
+                    err.print(
+                        f"seed {result.seed}: {result.verdict.count} violation(s); "
+                        f"repeat with: {result.repro}",
+                        markup=False,
+                    )
     except KeyboardInterrupt:
         k, run = current[0]
         asked = stop.requested_at()
@@ -231,9 +251,12 @@ def _table(results: list[RunResult]) -> Table:
     wraps (a fault kind a line, folded if still too long), never a title."""
     # no rules between the columns, no padding at the edges: room for the numbers
     table = Table(
-        title="bkeeper verify", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+        title="bkeeper verify",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
         collapse_padding=True,
-    )  # fmt: skip
+    )
     for column in ("seed", "faults", "ledgers", "acked", "unknown", "reads", "violations", "s"):
         if column == "faults":
             table.add_column(column, overflow="fold", min_width=8)
@@ -245,8 +268,13 @@ def _table(results: list[RunResult]) -> Table:
             kinds[fault.kind] = kinds.get(fault.kind, 0) + 1
         faults = "\n".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
         table.add_row(
-            str(r.seed), faults, f"{r.verdict.ledgers:,}", f"{r.verdict.acknowledged:,}",
-            f"{r.appends_unknown:,}", f"{r.verdict.reads:,}", str(r.verdict.count),
+            str(r.seed),
+            faults,
+            f"{r.verdict.ledgers:,}",
+            f"{r.verdict.acknowledged:,}",
+            f"{r.appends_unknown:,}",
+            f"{r.verdict.reads:,}",
+            str(r.verdict.count),
             f"{r.seconds:.0f}",
-        )  # fmt: skip
+        )
     return table

@@ -45,12 +45,25 @@ def make_ca(directory: str | Path, name: str = "bkeeper-test-ca") -> CertFiles:
     where.mkdir(parents=True, exist_ok=True)
     cert, key = where / f"{name}.pem", where / f"{name}.key"
     _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", _DAYS,
-        "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        _DAYS,
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+        "-subj",
+        f"/CN={name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
         cwd=where,
-    )  # fmt: skip
+    )
     key.chmod(0o600)
     return CertFiles(str(cert), str(key))
 
@@ -75,14 +88,36 @@ def make_cert(
         "basicConstraints=CA:FALSE\n"
     )
     _openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-        "-subj", f"/CN={name}", cwd=where,
-    )  # fmt: skip
-    _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", ca.cert, "-CAkey", ca.key,
-        "-CAcreateserial", "-out", str(cert), "-days", _DAYS, "-extfile", str(ext),
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        f"/CN={name}",
         cwd=where,
-    )  # fmt: skip
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        ca.cert,
+        "-CAkey",
+        ca.key,
+        "-CAcreateserial",
+        "-out",
+        str(cert),
+        "-days",
+        _DAYS,
+        "-extfile",
+        str(ext),
+        cwd=where,
+    )
     key.chmod(0o600)
     csr.unlink()
     ext.unlink()

@@ -55,9 +55,25 @@ _ENTRY_HEAD = struct.Struct(">qqqq")
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 #: Ids that have tripped implementations: boundaries, meta-entry ids, sign flips.
 WEIRD_IDS = (
-    0, 1, 2, 3, 100, 2**31 - 1, 2**31, 2**32, 2**53, 2**62, _I64_MAX,
-    -1, -2, -0x1000, -0x2000, -0x4000, -0x8000, _I64_MIN,
-)  # fmt: skip
+    0,
+    1,
+    2,
+    3,
+    100,
+    2**31 - 1,
+    2**31,
+    2**32,
+    2**53,
+    2**62,
+    _I64_MAX,
+    -1,
+    -2,
+    -0x1000,
+    -0x2000,
+    -0x4000,
+    -0x8000,
+    _I64_MIN,
+)
 #: Entry ids added are weird ones or below this.
 ENTRY_IDS = 1024
 _SERVED_V2 = {int(V2OpCode.ADD_ENTRY), int(V2OpCode.READ_ENTRY), int(V2OpCode.AUTH)}

@@ -55,10 +55,12 @@ def journal_patches(data: bytes, ledger_id: int, count: int | None = None) -> Jo
     returned."""
     group, records = _last_group(data)
     entries = [
-        r for r in records
-        if r.kind is RecordKind.ADD_ENTRY and r.ledger_id == ledger_id
+        r
+        for r in records
+        if r.kind is RecordKind.ADD_ENTRY
+        and r.ledger_id == ledger_id
         and len(r.data) > _PAYLOAD_OFFSET
-    ]  # fmt: skip
+    ]
     if not entries or (count is not None and len(entries) < count):
         raise ValueError(
             f"the last group holds {len(entries)} entries of ledger {ledger_id}, not {count}"

@@ -73,9 +73,14 @@ class SandboxSecurity:
     def bookie_args(self) -> list[str]:
         """TLS (required) and token authentication for a bookie."""
         return [
-            "--tls-cert", self.bookie.cert, "--tls-key", self.bookie.key, "--tls-required",
-            "--auth-token-secret-file", str(self.token_secret_file),
-        ]  # fmt: skip
+            "--tls-cert",
+            self.bookie.cert,
+            "--tls-key",
+            self.bookie.key,
+            "--tls-required",
+            "--auth-token-secret-file",
+            str(self.token_secret_file),
+        ]
 
     def client_args(self) -> list[str]:
         """The ``bkeeper`` group options that make a command a client of the sandbox."""

@@ -34,8 +34,10 @@ def check_log(
     index: dict[str, int] = {}
     for i, (pos, digest) in enumerate(final):
         if digest in index:
-            verdict.violate(f"record {digest} appears twice (at {_pos(final[index[digest]][0])} "
-                            f"and {_pos(pos)})")  # fmt: skip
+            verdict.violate(
+                f"record {digest} appears twice (at {_pos(final[index[digest]][0])} "
+                f"and {_pos(pos)})"
+            )
         index.setdefault(digest, i)
     at = {pos: digest for pos, digest in final}
     sent: set[str] = set()
@@ -63,8 +65,10 @@ def check_log(
         if got is None:
             verdict.violate(f"acknowledged record {op.value} at {op.ledger}:{op.entry} lost")
         elif got != op.value:
-            verdict.violate(f"position {op.ledger}:{op.entry} holds another record than the "
-                            f"one acknowledged there ({op.value})")  # fmt: skip
+            verdict.violate(
+                f"position {op.ledger}:{op.entry} holds another record than the "
+                f"one acknowledged there ({op.value})"
+            )
     positions = {pos: i for i, (pos, _) in enumerate(final)}
     for reader, reads in tails.items():
         verdict.reads += len(reads)
@@ -73,20 +77,25 @@ def check_log(
     for session, delivered in sessions.items():  # in the order sessions started
         first = positions.get((delivered[0].ledger, delivered[0].entry))
         if first is not None and first > delivered_max + 1:
-            verdict.violate(f"{session} started at index {first} of the log, past the record "
-                            f"after the last one delivered before it ({delivered_max + 1}): "
-                            "records skipped")  # fmt: skip
+            verdict.violate(
+                f"{session} started at index {first} of the log, past the record "
+                f"after the last one delivered before it ({delivered_max + 1}): "
+                "records skipped"
+            )
         _consecutive(verdict, session, delivered, positions, at, start=None)
         indexes = [positions.get((op.ledger, op.entry), -1) for op in delivered]
         delivered_max = max(delivered_max, *indexes)
     last_flushed = max(flushed_at.values()) if flushed_at else None
     mark = -1 if final_mark is None else positions.get(final_mark, -2)
     if last_flushed is not None and (final_mark is None or final_mark < last_flushed):
-        verdict.violate(f"the subscription's mark is {final_mark}, behind the last "
-                        f"acknowledgement flushed {last_flushed}")  # fmt: skip
+        verdict.violate(
+            f"the subscription's mark is {final_mark}, behind the last "
+            f"acknowledgement flushed {last_flushed}"
+        )
     if mark > delivered_max or mark == -2:
-        verdict.violate(f"the subscription's mark {final_mark} is past every record "
-                        "delivered: records skipped")  # fmt: skip
+        verdict.violate(
+            f"the subscription's mark {final_mark} is past every record delivered: records skipped"
+        )
     return verdict
 
 
@@ -109,8 +118,10 @@ def _consecutive(
             verdict.violate(f"{who} read {op.ledger}:{op.entry} differently from the final log")
             return
         if previous is not None and i != previous + 1:
-            verdict.violate(f"{who} went from index {previous} to {i} of the log: "
-                            f"{'records skipped' if i > previous else 'out of order'}")  # fmt: skip
+            verdict.violate(
+                f"{who} went from index {previous} to {i} of the log: "
+                f"{'records skipped' if i > previous else 'out of order'}"
+            )
             return
         previous = i
 

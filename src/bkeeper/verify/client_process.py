@@ -73,8 +73,15 @@ class StreamHistory(History):
         value: str = "",
         error: str = "",
     ) -> Op:
-        fields = {"process": process, "type": type_, "f": f, "ledger": ledger, "entry": entry,
-                  "value": value, "error": error}  # fmt: skip
+        fields = {
+            "process": process,
+            "type": type_,
+            "f": f,
+            "ledger": ledger,
+            "entry": entry,
+            "value": value,
+            "error": error,
+        }
         self._out.write(json.dumps(fields, separators=(",", ":")) + "\n")
         self._out.flush()
         self._count += 1
@@ -91,6 +98,7 @@ class ClientProcess:
         name: str,
         history: History,
         log_path: str,
+        *,
         on_created: Callable[[int], None],
         on_create_sent: Callable[[int], None] = lambda _ledger: None,
     ) -> None:
@@ -112,16 +120,24 @@ class ClientProcess:
         when it exits first or is not ready within :data:`START_TIMEOUT_S` (then killed)."""
         with open(self.log_path, "ab") as err:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bkeeper", "verify-client",
-                self.uri, str(self.seed), self.name,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                sys.executable,
+                "-m",
+                "bkeeper",
+                "verify-client",
+                self.uri,
+                str(self.seed),
+                self.name,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
                 limit=LINE_BYTES_MAX,
-            )  # fmt: skip
+            )
         self._copy = asyncio.create_task(self._copy_lines())
         ready = asyncio.create_task(self._ready.wait())
         try:
-            await asyncio.wait({ready, self._copy}, timeout=START_TIMEOUT_S,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            await asyncio.wait(
+                {ready, self._copy}, timeout=START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             ready.cancel()
         if not self._ready.is_set():
@@ -162,8 +178,9 @@ class ClientProcess:
         try:
             await within(proc.wait(), STOP_TIMEOUT_S)
         except TimeoutError:
-            log.warning("client process %s did not stop within %g s: killed", self.name,
-                        STOP_TIMEOUT_S)  # fmt: skip
+            log.warning(
+                "client process %s did not stop within %g s: killed", self.name, STOP_TIMEOUT_S
+            )
             await self.kill()
             return
         await self._copied()

@@ -85,9 +85,14 @@ async def drive(
     # The kv store's leader truncates its log after each snapshot: a ledger of it may go.
     gone_ok = isinstance(workload, KvWorkload)
     await check_replication(
-        uri, readable, config.settle_s, verdict, gone_ok, audit=sandbox is not None,
+        uri,
+        readable,
+        config.settle_s,
+        verdict,
+        gone_ok,
+        audit=sandbox is not None,
         status=status,
-    )  # fmt: skip
+    )
     base = nemesis.base if isinstance(nemesis, KvNemesis) else nemesis
     if sandbox is not None:
         await check_flipped(sandbox, base.flipped, verdict)

@@ -74,8 +74,9 @@ def run_external(config: VerifyConfig, uri: str, seed: int, status: RunStatus) -
                 log.warning(
                     "kept for whoever looks into it: %s%d ledger(s) %s",
                     f"log {name}, " if isinstance(workload, LogWorkload) else "",
-                    len(set(workload.created)), sorted(set(workload.created)),
-                )  # fmt: skip
+                    len(set(workload.created)),
+                    sorted(set(workload.created)),
+                )
         except BKeeperError as exc:
             log.warning("the harness could not finish the run: %s", exc, exc_info=True)
             summarize(config, {"seed": seed, "harness_error": str(exc)})

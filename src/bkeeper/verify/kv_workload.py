@@ -119,12 +119,31 @@ class KvMember:
     def command(self) -> list[str]:
         inside = [] if self.namespace is None else ["ip", "netns", "exec", self.namespace]
         return [
-            *inside, sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
-            "--name", STORE, "--member-id", f"m{self.index}", "--host", self.host,
-            "--http-port", str(self.port), "--session-timeout-ms", str(SESSION_MS),
-            "--snapshot-every", str(SNAPSHOT_EVERY), "--roll-bytes", str(ROLL_BYTES),
-            "--read-lease-ms", str(self.read_lease_ms),
-        ]  # fmt: skip
+            *inside,
+            sys.executable,
+            "-m",
+            "bkeeper",
+            "kv",
+            "serve",
+            "--metadata",
+            self.uri,
+            "--name",
+            STORE,
+            "--member-id",
+            f"m{self.index}",
+            "--host",
+            self.host,
+            "--http-port",
+            str(self.port),
+            "--session-timeout-ms",
+            str(SESSION_MS),
+            "--snapshot-every",
+            str(SNAPSHOT_EVERY),
+            "--roll-bytes",
+            str(ROLL_BYTES),
+            "--read-lease-ms",
+            str(self.read_lease_ms),
+        ]
 
     def start(self) -> None:
         """Start it and wait until it serves (blocking)."""
@@ -266,8 +285,13 @@ class KvWorkload:
 
     def _client(self, *, coalesce: bool) -> KvClient:
         attempt_s = ATTEMPT_TIMEOUT_S if coalesce else PATIENT_ATTEMPT_S
-        return KvClient(self.urls, timeout_s=CALL_TIMEOUT_S, attempt_timeout_s=attempt_s,
-                        pause_s=0.05, coalesce_writes=coalesce)  # fmt: skip
+        return KvClient(
+            self.urls,
+            timeout_s=CALL_TIMEOUT_S,
+            attempt_timeout_s=attempt_s,
+            pause_s=0.05,
+            coalesce_writes=coalesce,
+        )
 
     async def _roam(self, n: int, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed * 1_000 + n)
@@ -345,8 +369,9 @@ class KvWorkload:
                     key = f"k{n}"
                     self.history.add("final", "invoke", "get", value=json.dumps(["get", key]))
                     item = await kv.get(key)
-                    self.history.add("final", "ok", "get",
-                                     value=json.dumps([item.value, item.version]))  # fmt: skip
+                    self.history.add(
+                        "final", "ok", "get", value=json.dumps([item.value, item.version])
+                    )
                     if item.value is not None:
                         truth[key] = (item.value, item.version)
             except StateMachineError as exc:

@@ -57,9 +57,11 @@ class LogWorkload:
         self.config = config
         self.created: list[int] = []  # ledger ids seen (the corrupt nemesis picks from them)
         self._client = ClientConfig(
-            pending_adds_max=config.in_flight, add_timeout_ms=5_000, read_timeout_ms=5_000,
+            pending_adds_max=config.in_flight,
+            add_timeout_ms=5_000,
+            read_timeout_ms=5_000,
             explicit_lac_interval_ms=50,
-        )  # fmt: skip
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         async with await start_client(self.uri, self._client) as setup:
@@ -107,8 +109,7 @@ class LogWorkload:
             seq += 1
             value = digest(payload)
             try:
-                future = await bounded(writer.append_async(payload),
-                                                self.config.op_timeout_s)  # fmt: skip
+                future = await bounded(writer.append_async(payload), self.config.op_timeout_s)
             except (BKeeperError, TimeoutError) as exc:  # fenced by the other writer, say
                 self.history.add(name, "fail", "append", error=_why(exc))
                 break
@@ -129,8 +130,9 @@ class LogWorkload:
             self.history.add(name, "info", "append", value=value, error=_why(error))
             return
         pos = future.result()
-        self.history.add(name, "ok", "append", ledger=pos.ledger_id, entry=pos.entry_id,
-                         value=value)  # fmt: skip
+        self.history.add(
+            name, "ok", "append", ledger=pos.ledger_id, entry=pos.entry_id, value=value
+        )
 
     async def _tail(self, logs: NamedLogs, stop: asyncio.Event) -> None:
         reader = None
@@ -149,9 +151,14 @@ class LogWorkload:
                     await _pause(stop, 0.5)
                     continue
                 if record is not None:
-                    self.history.add("tail", "ok", "tail", ledger=record.position.ledger_id,
-                                     entry=record.position.entry_id,
-                                     value=digest(record.payload))  # fmt: skip
+                    self.history.add(
+                        "tail",
+                        "ok",
+                        "tail",
+                        ledger=record.position.ledger_id,
+                        entry=record.position.entry_id,
+                        value=digest(record.payload),
+                    )
         finally:
             if reader is not None:
                 await reader.close()
@@ -176,9 +183,14 @@ class LogWorkload:
                     record = await consumer.receive(0.5)
                     if record is None:
                         continue
-                    self.history.add(name, "ok", "consume", ledger=record.position.ledger_id,
-                                     entry=record.position.entry_id,
-                                     value=digest(record.payload))  # fmt: skip
+                    self.history.add(
+                        name,
+                        "ok",
+                        "consume",
+                        ledger=record.position.ledger_id,
+                        entry=record.position.entry_id,
+                        value=digest(record.payload),
+                    )
                     consumer.ack(record.position)
                     last = record.position
                 await consumer.flush()

@@ -92,10 +92,20 @@ class RunResult:
 def repro_command(config: VerifyConfig, seed: int) -> str:
     return shlex.join(
         [
-            "bkeeper", "verify", "--workload", config.workload,
-            "--nemesis", ",".join(config.nemeses) or "none",
-            "--duration", f"{config.duration_s:g}", "--seed", str(seed),
-            *(("--metadata", config.metadata) if config.metadata else
-              ("--bookies", str(config.bookies))),
+            "bkeeper",
+            "verify",
+            "--workload",
+            config.workload,
+            "--nemesis",
+            ",".join(config.nemeses) or "none",
+            "--duration",
+            f"{config.duration_s:g}",
+            "--seed",
+            str(seed),
+            *(
+                ("--metadata", config.metadata)
+                if config.metadata
+                else ("--bookies", str(config.bookies))
+            ),
         ]
-    )  # fmt: skip
+    )

@@ -168,9 +168,15 @@ class LedgerWorkload:
                 self.client_process = None
             generation = self._client_generation
             self._client_generation += 1
-            process = ClientProcess(self.uri, self.seed * 100 + generation,
-                                    f"client-{generation}", self.history, log_path,
-                                    self.created.append, self.create_sent.append)  # fmt: skip
+            process = ClientProcess(
+                self.uri,
+                self.seed * 100 + generation,
+                f"client-{generation}",
+                self.history,
+                log_path,
+                on_created=self.created.append,
+                on_create_sent=self.create_sent.append,
+            )
             try:
                 await process.start()
             except BaseException:
@@ -186,8 +192,9 @@ class LedgerWorkload:
             try:
                 # The id first, on record before the create is sent: a client process killed
                 # during the create leaves a ledger the run can still find and delete.
-                ledger_id = await bounded(bk.cluster.id_generator.generate(),
-                                          self.config.op_timeout_s)  # fmt: skip
+                ledger_id = await bounded(
+                    bk.cluster.id_generator.generate(), self.config.op_timeout_s
+                )
             except (BKeeperError, TimeoutError) as exc:
                 self.history.add(name, "invoke", "create")
                 self.history.add(name, "info", "create", error=_why(exc))
@@ -227,13 +234,15 @@ class LedgerWorkload:
             value = digest(payload)
             # Recorded before it is sent: a client process killed a moment later has it on
             # record (the entry may be in the ledger at the end: a writer sent it).
-            self.history.add(name, "invoke", "append", ledger=ledger_id, entry=entry_id,
-                             value=value)  # fmt: skip
+            self.history.add(
+                name, "invoke", "append", ledger=ledger_id, entry=entry_id, value=value
+            )
             try:
                 future = await bounded(wh.append_async(payload), timeout)
             except (BKeeperError, TimeoutError) as exc:  # not sent: this ledger is done
-                self.history.add(name, "fail", "append", ledger=ledger_id, entry=entry_id,
-                                 error=_why(exc))  # fmt: skip
+                self.history.add(
+                    name, "fail", "append", ledger=ledger_id, entry=entry_id, error=_why(exc)
+                )
                 break
             first_append, self._on_first_append = self._on_first_append, None
             if first_append is not None:
@@ -257,18 +266,26 @@ class LedgerWorkload:
         self, name: str, ledger_id: int, entry_id: int, value: str, future: asyncio.Future[int]
     ) -> None:
         if future.cancelled():
-            self.history.add(name, "info", "append", ledger=ledger_id, entry=entry_id,
-                             error="cancelled")  # fmt: skip
+            self.history.add(
+                name, "info", "append", ledger=ledger_id, entry=entry_id, error="cancelled"
+            )
             return
         error = future.exception()
         if error is None and future.result() == entry_id:
             self.history.add(name, "ok", "append", ledger=ledger_id, entry=entry_id, value=value)
         elif error is None:  # the client numbered it otherwise: the checker would be wrong
-            self.history.add(name, "info", "append", ledger=ledger_id, entry=entry_id,
-                             error=f"acknowledged as entry {future.result()}")  # fmt: skip
+            self.history.add(
+                name,
+                "info",
+                "append",
+                ledger=ledger_id,
+                entry=entry_id,
+                error=f"acknowledged as entry {future.result()}",
+            )
         else:
-            self.history.add(name, "info", "append", ledger=ledger_id, entry=entry_id,
-                             error=_why(error))  # fmt: skip
+            self.history.add(
+                name, "info", "append", ledger=ledger_id, entry=entry_id, error=_why(error)
+            )
 
     # -- fencer --------------------------------------------------------------------------
     async def _fencer(self, bk: BookKeeper, stop: asyncio.Event) -> None:
@@ -286,8 +303,9 @@ class LedgerWorkload:
             except (BKeeperError, TimeoutError) as exc:
                 self.history.add("fencer", "info", "fence", ledger=ledger_id, error=_why(exc))
                 continue
-            self.history.add("fencer", "ok", "fence", ledger=ledger_id,
-                             entry=rh.metadata.last_entry_id)  # fmt: skip
+            self.history.add(
+                "fencer", "ok", "fence", ledger=ledger_id, entry=rh.metadata.last_entry_id
+            )
             await rh.close()
 
     # -- readers -------------------------------------------------------------------------
@@ -316,8 +334,14 @@ class LedgerWorkload:
                 return
             first = rng.randint(0, last)
             async for entry in rh.read(first, min(last, first + READ_ENTRIES_MAX - 1)):
-                self.history.add(name, "ok", "read", ledger=ledger_id, entry=entry.entry_id,
-                                 value=digest(entry.payload))  # fmt: skip
+                self.history.add(
+                    name,
+                    "ok",
+                    "read",
+                    ledger=ledger_id,
+                    entry=entry.entry_id,
+                    value=digest(entry.payload),
+                )
         finally:
             await rh.close()
 

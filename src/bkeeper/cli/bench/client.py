@@ -233,8 +233,12 @@ def write_bench(
 
 @click.command("read")
 @METADATA
-@click.option("--ledger", "ledger_id", type=click.IntRange(0), help="Ledger to read (default: "
-              "write one of --entries entries first).")  # fmt: skip
+@click.option(
+    "--ledger",
+    "ledger_id",
+    type=click.IntRange(0),
+    help="Ledger to read (default: write one of --entries entries first).",
+)
 @password_options("bench")
 @click.option("--entries", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0))
@@ -324,13 +328,24 @@ def read_bench(
     type=click.IntRange(0),
     help="Records per append_many call (0: append_async per record).",
 )
-@click.option("--tail/--no-tail", default=True, show_default=True,
-              help="Tail the log from another client of the same process meanwhile.")  # fmt: skip
-@click.option("--read-back/--no-read-back", default=True, show_default=True,
-              help="Read the log back after (a reader, then a subscription).")  # fmt: skip
-@click.option("--tune-gc", is_flag=True,
-              help="Freeze the loaded objects and collect the young generation every 50,000 "
-              "allocations (as Spark's runtime does) while appending.")  # fmt: skip
+@click.option(
+    "--tail/--no-tail",
+    default=True,
+    show_default=True,
+    help="Tail the log from another client of the same process meanwhile.",
+)
+@click.option(
+    "--read-back/--no-read-back",
+    default=True,
+    show_default=True,
+    help="Read the log back after (a reader, then a subscription).",
+)
+@click.option(
+    "--tune-gc",
+    is_flag=True,
+    help="Freeze the loaded objects and collect the young generation every 50,000 "
+    "allocations (as Spark's runtime does) while appending.",
+)
 @shows_elapsed("log")
 def log_bench(
     metadata_uri: str,

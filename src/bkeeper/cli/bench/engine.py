@@ -30,10 +30,20 @@ __all__ = ["connection_bench", "index_bench", "storage_bench"]
 
 @click.command("storage")
 @click.option("--count", default=200_000, show_default=True, type=click.IntRange(1))
-@click.option("--entry-size", default=1024, show_default=True, type=click.IntRange(0),
-              help="Bytes per entry body (at least its 32-byte header).")  # fmt: skip
-@click.option("--burst", default=64, show_default=True, type=click.IntRange(1),
-              help="Adds made in a row before the other threads get the interpreter.")  # fmt: skip
+@click.option(
+    "--entry-size",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Bytes per entry body (at least its 32-byte header).",
+)
+@click.option(
+    "--burst",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Adds made in a row before the other threads get the interpreter.",
+)
 @click.option(
     "--dir",
     "directory",
@@ -58,10 +68,20 @@ def storage_bench(count: int, entry_size: int, burst: int, directory: str) -> No
 
 
 @click.command("connection")
-@click.option("--frames", default=20_000, show_default=True, type=click.IntRange(1),
-              help="Frames per round and shape.")  # fmt: skip
-@click.option("--rounds", default=7, show_default=True, type=click.IntRange(1),
-              help="Rounds per shape; the best counts.")  # fmt: skip
+@click.option(
+    "--frames",
+    default=20_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Frames per round and shape.",
+)
+@click.option(
+    "--rounds",
+    default=7,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Rounds per shape; the best counts.",
+)
 def connection_bench(frames: int, rounds: int) -> None:
     """Nanoseconds per 1 KiB v2 ADD frame through a bookie connection's frame handling
     (no storage, no socket), for frames arriving whole, split and 64 to a chunk."""
@@ -82,14 +102,24 @@ def _print_connection(results: list[ConnectionResult]) -> None:
     for column in ("shape", "frames", "rounds", "ns/frame", "frames/s"):
         table.add_column(column, justify="left" if column == "shape" else "right")
     for r in results:
-        table.add_row(r.shape.label, f"{r.frames:,}", str(r.rounds),
-                      f"{r.best_ns_per_frame:,.0f}", f"{r.frames_per_s:,.0f}")  # fmt: skip
+        table.add_row(
+            r.shape.label,
+            f"{r.frames:,}",
+            str(r.rounds),
+            f"{r.best_ns_per_frame:,.0f}",
+            f"{r.frames_per_s:,.0f}",
+        )
     console().print(table)
 
 
 @click.command("index")
-@click.option("--count", default=1_000_000, show_default=True, type=click.IntRange(1),
-              help="Locations stored (at least --ledgers).")  # fmt: skip
+@click.option(
+    "--count",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Locations stored (at least --ledgers).",
+)
 @click.option("--ledgers", default=100, show_default=True, type=click.IntRange(1))
 @click.option(
     "--ids",
@@ -102,15 +132,15 @@ def index_bench(count: int, ledgers: int, ids: str) -> None:
     """Puts/s, gets/s, bytes on disk and memory of candidate location-index engines
     (lmdb and rocksdict are skipped when not installed)."""
     if count < ledgers:
-        raise click.BadParameter(f"{count} is fewer than --ledgers {ledgers}",
-                                 param_hint="'--count'")  # fmt: skip
+        raise click.BadParameter(
+            f"{count} is fewer than --ledgers {ledgers}", param_hint="'--count'"
+        )
     keys, lookups = index_keys(count, ledgers, ids)
     with progress() as bar:
         task = bar.add_task("engines", total=len(CANDIDATES))
 
         def started(name: str) -> None:
-            bar.update(task, description=name, completed=list(CANDIDATES).index(name),
-                       refresh=True)  # fmt: skip
+            bar.update(task, description=name, completed=list(CANDIDATES).index(name), refresh=True)
 
         results = bench_index_engines(keys, lookups, started)
     _print_index(results, f"{len(keys):,} locations in {ledgers} ledgers, {ids} entry ids")
@@ -124,6 +154,12 @@ def _print_index(results: list[IndexEngineResult], title: str) -> None:
         if r.skipped:
             table.add_row(r.name, "-", "-", "-", "-", f"skipped: {r.skipped}")
             continue
-        table.add_row(r.name, f"{r.puts_per_s:,.0f}", f"{r.gets_per_s:,.0f}",
-                      f"{r.disk_bytes / 1e6:.1f}", f"{r.memory_bytes / 1e6:.1f}", "")  # fmt: skip
+        table.add_row(
+            r.name,
+            f"{r.puts_per_s:,.0f}",
+            f"{r.gets_per_s:,.0f}",
+            f"{r.disk_bytes / 1e6:.1f}",
+            f"{r.memory_bytes / 1e6:.1f}",
+            "",
+        )
     console().print(table)

@@ -17,21 +17,43 @@ __all__ = ["fuzz_bench"]
 
 
 @click.command("fuzz")
-@click.option("--duration", default=30.0, show_default=True, type=click.FloatRange(0.5),
-              help="Seconds of fuzzing (the checks after it take a few more).")  # fmt: skip
+@click.option(
+    "--duration",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.5),
+    help="Seconds of fuzzing (the checks after it take a few more).",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--bookie", "address", default="", help="host:port of a running bookie "
-              "(default: start one).")  # fmt: skip
-@click.option("--pid", type=click.IntRange(1), default=None,
-              help="Pid of the --bookie process, to sample its RSS.")  # fmt: skip
+@click.option(
+    "--bookie", "address", default="", help="host:port of a running bookie (default: start one)."
+)
+@click.option(
+    "--pid",
+    type=click.IntRange(1),
+    default=None,
+    help="Pid of the --bookie process, to sample its RSS.",
+)
 @click.option("--streams", default=FuzzConfig.streams, show_default=True, type=click.IntRange(0))
 @click.option("--closers", default=FuzzConfig.closers, show_default=True, type=click.IntRange(0))
-@click.option("--partial-connections", default=FuzzConfig.partial_connections,
-              show_default=True, type=click.IntRange(0))  # fmt: skip
-@click.option("--idle-connections", default=FuzzConfig.idle_connections, show_default=True,
-              type=click.IntRange(0))  # fmt: skip
-@click.option("--rss-growth-mib-max", default=FuzzConfig.rss_growth_bytes_max // MIB,
-              show_default=True, type=click.IntRange(1))  # fmt: skip
+@click.option(
+    "--partial-connections",
+    default=FuzzConfig.partial_connections,
+    show_default=True,
+    type=click.IntRange(0),
+)
+@click.option(
+    "--idle-connections",
+    default=FuzzConfig.idle_connections,
+    show_default=True,
+    type=click.IntRange(0),
+)
+@click.option(
+    "--rss-growth-mib-max",
+    default=FuzzConfig.rss_growth_bytes_max // MIB,
+    show_default=True,
+    type=click.IntRange(1),
+)
 @shows_elapsed("fuzz")
 def fuzz_bench(
     duration: float,

@@ -84,12 +84,16 @@ def gc_bench(
     # gc_wait_ms would leave out the passes that come early.
     every_pass = gc_wait_ms // 2
     bookie_args = (
-        "-o", f"gc_wait_ms={gc_wait_ms}",
-        "-o", f"minor_compaction_interval_ms={every_pass if compaction == 'minor' else 0}",
-        "-o", f"major_compaction_interval_ms={every_pass if compaction == 'major' else 0}",
-        "-o", f"compaction_rate_bytes_per_s={rate}",
+        "-o",
+        f"gc_wait_ms={gc_wait_ms}",
+        "-o",
+        f"minor_compaction_interval_ms={every_pass if compaction == 'minor' else 0}",
+        "-o",
+        f"major_compaction_interval_ms={every_pass if compaction == 'major' else 0}",
+        "-o",
+        f"compaction_rate_bytes_per_s={rate}",
         *(arg for option in options for arg in ("-o", option)),
-    )  # fmt: skip
+    )
     plan = GcBenchPlan(
         total_bytes=parse_size(total),
         ledgers=ledgers,

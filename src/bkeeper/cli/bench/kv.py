@@ -62,16 +62,29 @@ class _Member:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
-                    "--name", "bench", "--member-id", f"m{self.index}",
-                    "--session-timeout-ms", str(SESSION_MS),
-                    "--snapshot-every", str(self.snapshot_every),
-                    "--read-lease-ms", str(self.read_lease_ms),
-                    "--leader-probe-ms", str(self.leader_probe_ms),
+                    sys.executable,
+                    "-m",
+                    "bkeeper",
+                    "kv",
+                    "serve",
+                    "--metadata",
+                    self.uri,
+                    "--name",
+                    "bench",
+                    "--member-id",
+                    f"m{self.index}",
+                    "--session-timeout-ms",
+                    str(SESSION_MS),
+                    "--snapshot-every",
+                    str(self.snapshot_every),
+                    "--read-lease-ms",
+                    str(self.read_lease_ms),
+                    "--leader-probe-ms",
+                    str(self.leader_probe_ms),
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             text = self.log.read_bytes()[offset:].decode(errors="replace")

@@ -114,9 +114,18 @@ async def bench_client_writes(
         await wh.close()
         ledger_id = wh.ledger_id
     return _write_result(
-        ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, 1,
-        latencies, elapsed, cpu_s,
-    ), ledger_id  # fmt: skip
+        ensemble,
+        write_quorum,
+        ack_quorum,
+        protocol,
+        entry_bytes,
+        in_flight,
+        rate,
+        1,
+        latencies,
+        elapsed,
+        cpu_s,
+    ), ledger_id
 
 
 def _failed(future: asyncio.Future[int], failures: list[BaseException]) -> bool:
@@ -219,9 +228,18 @@ async def _bench_batched_writes(
         await wh.close()
         ledger_id = wh.ledger_id
     return _write_result(
-        ensemble, write_quorum, ack_quorum, protocol, entry_bytes, in_flight, rate, batch,
-        latencies, elapsed, cpu_s,
-    ), ledger_id  # fmt: skip
+        ensemble,
+        write_quorum,
+        ack_quorum,
+        protocol,
+        entry_bytes,
+        in_flight,
+        rate,
+        batch,
+        latencies,
+        elapsed,
+        cpu_s,
+    ), ledger_id
 
 
 async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:

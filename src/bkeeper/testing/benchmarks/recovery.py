@@ -91,10 +91,18 @@ class RecoveryBenchPlan:
 
     def __post_init__(self) -> None:
         check_positive_ints(
-            self, "ledgers", "ledger_bytes", "entry_bytes", "ensemble", "write_quorum",
-            "ack_quorum", "write_entry_bytes", "fill_ledgers_in_parallel",
-            "read_ledgers_in_parallel", "metadata_reads_in_flight",
-        )  # fmt: skip
+            self,
+            "ledgers",
+            "ledger_bytes",
+            "entry_bytes",
+            "ensemble",
+            "write_quorum",
+            "ack_quorum",
+            "write_entry_bytes",
+            "fill_ledgers_in_parallel",
+            "read_ledgers_in_parallel",
+            "metadata_reads_in_flight",
+        )
         check_non_negative_ints(self, "delay_s")
         if self.entry_bytes > self.ledger_bytes:
             raise ConfigError(
@@ -211,8 +219,9 @@ async def bench_recovery(
     return outcome
 
 
-def _pick(bookies: tuple[str, ...], auditor: str | None, kill_auditor: bool,
-          dead: Iterable[int]) -> int:  # fmt: skip
+def _pick(
+    bookies: tuple[str, ...], auditor: str | None, kill_auditor: bool, dead: Iterable[int]
+) -> int:
     """The index of the bookie to kill: the auditor's if asked (and known), else the last
     live one that is not the auditor."""
     if kill_auditor and auditor in bookies:
@@ -272,8 +281,9 @@ async def _fill(
     return sorted(ledger_ids), result
 
 
-async def _naming(bk: BookKeeper, ledger_ids: Iterable[int], bookie: str,
-                  plan: RecoveryBenchPlan) -> set[int]:  # fmt: skip
+async def _naming(
+    bk: BookKeeper, ledger_ids: Iterable[int], bookie: str, plan: RecoveryBenchPlan
+) -> set[int]:
     """The ledgers among ``ledger_ids`` whose metadata names ``bookie`` in any segment."""
     found: set[int] = set()
 
