@@ -143,8 +143,9 @@ def list_logs(metadata_uri: str) -> None:
     from bkeeper.cli._tables import console, titled_table
 
     async def body(logs: NamedLogs) -> None:
-        table = titled_table(f"logs at {metadata_uri}", "name", "ledgers", "retention", "roll",
-                             "e/w/a", "backlog")  # fmt: skip
+        table = titled_table(
+            f"logs at {metadata_uri}", "name", "ledgers", "retention", "roll", "e/w/a", "backlog"
+        )
         for name in await logs.names():
             named = logs.log(name)
             meta = await named.metadata()
@@ -170,10 +171,15 @@ def list_logs(metadata_uri: str) -> None:
 @_METADATA
 @click.argument("name")
 @settings_options
-@click.option("--unset", "unset", multiple=True, metavar="SETTING",
-              help="Unset a setting (a writer's own default applies again): retention-age, "
-              "retention-size, retention-consumed, roll-size, roll-age, replication or all. "
-              "May be repeated.")  # fmt: skip
+@click.option(
+    "--unset",
+    "unset",
+    multiple=True,
+    metavar="SETTING",
+    help="Unset a setting (a writer's own default applies again): retention-age, "
+    "retention-size, retention-consumed, roll-size, roll-age, replication or all. "
+    "May be repeated.",
+)
 def config(metadata_uri: str, name: str, unset: tuple[str, ...], **given: Any) -> None:
     """Show the settings stored with log NAME, or change them (printing each setting changed,
     before -> after).
@@ -208,28 +214,52 @@ def config(metadata_uri: str, name: str, unset: tuple[str, ...], **given: Any) -
     help="Pack records into record batches (one entry holds many; readers of bkeeper "
     "before record batching cannot read them).",
 )
-@click.option("--batch-max-records", type=click.IntRange(1), default=1_000, show_default=True,
-              help="Records one batch holds at most.")  # fmt: skip
-@click.option("--batch-max-bytes", type=click.IntRange(1), default=128 * 1024, show_default=True,
-              help="Bytes of records one batch holds at most (4 MiB at most).")  # fmt: skip
-@click.option("--linger-ms", type=click.IntRange(0), default=1, show_default=True,
-              help="How long a batch waits for more records after its first.")  # fmt: skip
 @click.option(
-    "--compression", type=click.Choice(list(CODECS)), default="none", show_default=True,
+    "--batch-max-records",
+    type=click.IntRange(1),
+    default=1_000,
+    show_default=True,
+    help="Records one batch holds at most.",
+)
+@click.option(
+    "--batch-max-bytes",
+    type=click.IntRange(1),
+    default=128 * 1024,
+    show_default=True,
+    help="Bytes of records one batch holds at most (4 MiB at most).",
+)
+@click.option(
+    "--linger-ms",
+    type=click.IntRange(0),
+    default=1,
+    show_default=True,
+    help="How long a batch waits for more records after its first.",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(list(CODECS)),
+    default="none",
+    show_default=True,
     help="Compression of each batch (zstd and lz4 need their packages).",
-)  # fmt: skip
+)
 @click.option(
-    "--file", "whole", type=click.File("rb"), default=None,
+    "--file",
+    "whole",
+    type=click.File("rb"),
+    default=None,
     help="Append the whole of this file as one record ('-': all of standard input), up to "
     f"{RECORD_BYTES_MAX // (1024 * 1024)} MiB; larger than --chunk-bytes, it goes in chunks.",
-)  # fmt: skip
+)
 @click.option(
-    "--chunk-bytes", type=click.IntRange(CHUNK_BYTES_MIN, CHUNK_BYTES_MAX),
-    default=CHUNK_BYTES_MAX, show_default=True,
+    "--chunk-bytes",
+    type=click.IntRange(CHUNK_BYTES_MIN, CHUNK_BYTES_MAX),
+    default=CHUNK_BYTES_MAX,
+    show_default=True,
     help="A record larger than this is written as chunks of this size (one entry each).",
-)  # fmt: skip
-@click.option("--create", "create_log", is_flag=True,
-              help="Create the log first if it does not exist.")  # fmt: skip
+)
+@click.option(
+    "--create", "create_log", is_flag=True, help="Create the log first if it does not exist."
+)
 def append(
     metadata_uri: str,
     name: str,
@@ -404,13 +434,26 @@ def lag(metadata_uri: str, checkpoint: Path, as_json: bool) -> None:
     from bkeeper.cli._tables import console, titled_table
 
     table = titled_table(f"lag of {checkpoint} (last committed batch {batch})")
-    columns = ("log", "position", "head", "records behind", "time behind", "entries behind",
-               "bytes behind")  # fmt: skip
+    columns = (
+        "log",
+        "position",
+        "head",
+        "records behind",
+        "time behind",
+        "entries behind",
+        "bytes behind",
+    )
     for column in columns:
         table.add_column(column)
     for name, one in sorted(report.logs.items()):
-        table.add_row(name, str(one.position), str(one.head), one.records_text,
-                      f"{one.time_behind_ms / 1000:.1f} s", str(one.entries_behind),
-                      str(one.bytes_behind))  # fmt: skip
+        table.add_row(
+            name,
+            str(one.position),
+            str(one.head),
+            one.records_text,
+            f"{one.time_behind_ms / 1000:.1f} s",
+            str(one.entries_behind),
+            str(one.bytes_behind),
+        )
     console().print(table)
     click.echo(report.summary())

@@ -140,8 +140,9 @@ def bench_spark_read(
             for _ in range(runs):
                 run = _count(frame)
                 if parquet is not None:
-                    run = SparkReadRun(run.rows, run.bytes, run.seconds, run.partitions,
-                                       _count(parquet))  # fmt: skip
+                    run = SparkReadRun(
+                        run.rows, run.bytes, run.seconds, run.partitions, _count(parquet)
+                    )
                 results.append(run)
             return results
     finally:
@@ -157,8 +158,15 @@ def _count(frame: Any) -> SparkReadRun:
 
 
 #: Progress phases (``durationMs``) the latency bench reports, in the order Spark runs them.
-PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets",
-          "triggerExecution")  # fmt: skip
+PHASES = (
+    "latestOffset",
+    "walCommit",
+    "queryPlanning",
+    "getBatch",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
 #: How often the measuring reader re-reads the sink log's ledger list when it is past its
 #: last ledger (the sink adds one sealed ledger per batch): small, so the reader adds little.
 VISIBLE_POLL_MS = 5

@@ -76,8 +76,9 @@ class LagListener(StreamingQueryListener):
             try:
                 report = self.measure(progress.batchId, end, heads)
             except BKeeperError as error:  # the query goes on; the listener says why it can't
-                log.warning("query %s batch %d: lag not measured: %s", progress.id,
-                            progress.batchId, error)  # fmt: skip
+                log.warning(
+                    "query %s batch %d: lag not measured: %s", progress.id, progress.batchId, error
+                )
                 continue
             log.info("query %s %s", progress.id, report.summary())
             self.reports.append(report)

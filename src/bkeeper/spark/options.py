@@ -168,8 +168,10 @@ def source_options(
     metadata = metadata_uri(options, environ)
     logs_text, pattern = option_text(options, "log"), option_text(options, "logPattern")
     if (logs_text is None) == (pattern is None):
-        raise ConfigError("set exactly one of the options log (comma-separated names) and "
-                          "logPattern (a regular expression over log names)")  # fmt: skip
+        raise ConfigError(
+            "set exactly one of the options log (comma-separated names) and "
+            "logPattern (a regular expression over log names)"
+        )
     logs: tuple[str, ...] = ()
     if logs_text is not None:
         logs = tuple(check_log_name(x.strip()) for x in logs_text.split(",") if x.strip())
@@ -228,8 +230,14 @@ def source_options(
     if subscription is not None:
         check_subscription_name(subscription)
     if streaming is False:
-        for name in ("maxEntriesPerTrigger", "minEntriesPerTrigger", "maxRecordsPerTrigger",
-                     "minRecordsPerTrigger", "maxTriggerDelay", "subscription"):  # fmt: skip
+        for name in (
+            "maxEntriesPerTrigger",
+            "minEntriesPerTrigger",
+            "maxRecordsPerTrigger",
+            "minRecordsPerTrigger",
+            "maxTriggerDelay",
+            "subscription",
+        ):
             if option_text(options, name) is not None:
                 raise ConfigError(f"option {name} is for streaming reads only")
     if per_trigger and min_per_trigger and min_per_trigger > per_trigger:
@@ -338,8 +346,10 @@ def _sink_batching(options: Mapping[str, str]) -> dict[str, Any]:
     """The ``LogConfig`` batching fields of options ``batching`` (default true: see
     docs/spark.md), ``batchMaxRecords``, ``batchMaxBytes`` and ``compression``."""
     chosen: dict[str, Any] = {"batching": bool_option(options, "batching", True)}
-    for option, name in (("batchMaxRecords", "batch_max_records"),
-                         ("batchMaxBytes", "batch_max_bytes")):  # fmt: skip
+    for option, name in (
+        ("batchMaxRecords", "batch_max_records"),
+        ("batchMaxBytes", "batch_max_bytes"),
+    ):
         value = positive_int(options, option, None)
         if value is not None:
             chosen[name] = value

@@ -163,8 +163,14 @@ class Runtime:
         def batches_of(group: list[Entry]) -> Iterator[pa.RecordBatch]:
             first = span.first_index if group[0].entry_id == span.first else 0
             end = span.end_index if group[-1].entry_id == span.last else 0
-            batch = record_batch(span.log, span.ledger_id, group, include_properties,
-                                 first_index=first, end_index=end)  # fmt: skip
+            batch = record_batch(
+                span.log,
+                span.ledger_id,
+                group,
+                include_properties,
+                first_index=first,
+                end_index=end,
+            )
             for low in range(0, batch.num_rows, rows_per_batch):
                 yield batch.slice(low, rows_per_batch)
 
@@ -206,8 +212,13 @@ class Runtime:
                     if whole is not None and whole.chunks == 1:
                         yield entry
                     elif whole is not None:
-                        yield Entry(span.ledger_id, entry_id, entry.lac, entry.length,
-                                    memoryview(whole.data))  # fmt: skip
+                        yield Entry(
+                            span.ledger_id,
+                            entry_id,
+                            entry.lac,
+                            entry.length,
+                            memoryview(whole.data),
+                        )
         if handle.is_closed and span.last == handle.metadata.last_entry_id:
             chunks.end(f"ledger {span.ledger_id} ends before its last chunk (its writer stopped)")
 

@@ -41,8 +41,7 @@ _BATCH_RECORDS = click.option(
 @_BATCH_RECORDS
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--master", default="local[2]", show_default=True)
-@click.option("--max-entries-per-split", default=100_000, show_default=True,
-              type=click.IntRange(1))  # fmt: skip
+@click.option("--max-entries-per-split", default=100_000, show_default=True, type=click.IntRange(1))
 @click.option(
     "--vs-parquet",
     is_flag=True,
@@ -121,8 +120,9 @@ def spark_bench(
         appended, seconds = run_event_loop(filling)
         results = []
         if appended:
-            results.append(BenchResult("fill log (append)", appended, seconds,
-                                       appended * record_size))  # fmt: skip
+            results.append(
+                BenchResult("fill log (append)", appended, seconds, appended * record_size)
+            )
         if cold_start:
             if results:
                 print_results(results, "rows")
@@ -154,15 +154,22 @@ def _cold_start(uri: str, log_name: str, master: str, rounds: int, records: int)
     from bkeeper.spark.bench_cold import COLD_KINDS, ColdStartRun, bench_spark_cold_start
 
     with tempfile.TemporaryDirectory(prefix="bkeeper-cold-") as scratch, progress() as bar:
-        task = bar.add_task(f"cold starts ({len(COLD_KINDS)} new JVMs a round)",
-                            total=rounds * len(COLD_KINDS))  # fmt: skip
+        task = bar.add_task(
+            f"cold starts ({len(COLD_KINDS)} new JVMs a round)", total=rounds * len(COLD_KINDS)
+        )
 
         def done(run: ColdStartRun) -> None:
             bar.update(task, advance=1, refresh=True)
 
-        runs = bench_spark_cold_start(uri, log_name, master=master, scratch=scratch,
-                                      rounds=rounds, floor_rows=records,
-                                      progress=done)  # fmt: skip
+        runs = bench_spark_cold_start(
+            uri,
+            log_name,
+            master=master,
+            scratch=scratch,
+            rounds=rounds,
+            floor_rows=records,
+            progress=done,
+        )
     print_cold_start(runs, f"cold start, {master}, log {log_name}")
 
 
@@ -170,8 +177,16 @@ def print_cold_start(runs: list[Any], title: str) -> None:
     """One row per run: each phase's wall seconds (CPU seconds of the driver's process tree in
     brackets), then Spark's ``durationMs`` of a stream's first batch."""
     table = Table(title=title + " (wall s, [CPU s of the driver, its JVM and Python workers])")
-    for column in ("run", "process s", "import pyspark", "JVM + session", "load() / start()",
-                   "first query / batch", "warm queries", "warm / first"):  # fmt: skip
+    for column in (
+        "run",
+        "process s",
+        "import pyspark",
+        "JVM + session",
+        "load() / start()",
+        "first query / batch",
+        "warm queries",
+        "warm / first",
+    ):
         table.add_column(column, justify="right")
     for run in runs:
         phases = {phase.name: phase for phase in run.phases}
@@ -183,11 +198,16 @@ def print_cold_start(runs: list[Any], title: str) -> None:
         warm = [p for p in run.phases if p.name.startswith("warm query")]
         first = phases.get("first query")
         ratio = f"{first.seconds / min(p.seconds for p in warm):.1f}x" if first and warm else ""
-        table.add_row(run.kind, f"{run.process_s:.1f}", cell("import pyspark"),
-                      cell("JVM + session"), cell("load()", "start()"),
-                      cell("first query", "first batch"),
-                      " ".join(f"{p.seconds:.2f} [{p.cpu_s:.1f}]" for p in warm),
-                      ratio)  # fmt: skip
+        table.add_row(
+            run.kind,
+            f"{run.process_s:.1f}",
+            cell("import pyspark"),
+            cell("JVM + session"),
+            cell("load()", "start()"),
+            cell("first query", "first batch"),
+            " ".join(f"{p.seconds:.2f} [{p.cpu_s:.1f}]" for p in warm),
+            ratio,
+        )
     console().print(table)
     streams = [run for run in runs if run.first_batch_ms]
     if streams:
@@ -219,30 +239,53 @@ def _latency(metadata_uri: str, master: str, rate: int, seconds: float, trigger_
         return seen[min(len(seen) - 1, int(q * len(seen)))]
 
     table = Table(title=f"stream {master}, trigger {trigger_ms} ms, {rate} records/s")
-    for column in ("records", "seen", "batches", "p50 ms", "p90 ms", "p99 ms", "max ms",
-                   "restart s", "cold restart s"):  # fmt: skip
+    for column in (
+        "records",
+        "seen",
+        "batches",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "restart s",
+        "cold restart s",
+    ):
         table.add_column(column, justify="right")
-    table.add_row(str(run.appended), str(len(seen)), str(run.batches), f"{at(0.5):.0f}",
-                  f"{at(0.9):.0f}", f"{at(0.99):.0f}", f"{seen[-1]:.0f}",
-                  f"{run.restart_first_batch_s:.2f}",
-                  f"{run.cold_restart_first_batch_s:.2f}")  # fmt: skip
+    table.add_row(
+        str(run.appended),
+        str(len(seen)),
+        str(run.batches),
+        f"{at(0.5):.0f}",
+        f"{at(0.9):.0f}",
+        f"{at(0.99):.0f}",
+        f"{seen[-1]:.0f}",
+        f"{run.restart_first_batch_s:.2f}",
+        f"{run.cold_restart_first_batch_s:.2f}",
+    )
     console().print(table)
     phases = Table(title="median ms per micro-batch (Spark's durationMs)")
     for phase in PHASES:
         phases.add_column(phase, justify="right")
     phases.add_row(*(f"{run.phases_ms[p]:.0f}" for p in PHASES))
     console().print(phases)
-    click.echo(f"mean latency {statistics.fmean(seen):.0f} ms; restart: from start() of the "
-               "query restarted from its checkpoint to its first batch, in the same session "
-               "and in a new JVM (cold Python workers)")  # fmt: skip
+    click.echo(
+        f"mean latency {statistics.fmean(seen):.0f} ms; restart: from start() of the "
+        "query restarted from its checkpoint to its first batch, in the same session "
+        "and in a new JVM (cold Python workers)"
+    )
 
 
 @click.command("cpu-split")
 @METADATA
 @click.option("--log", "log_name", default="bench-spark", show_default=True)
 @_RECORDS
-@click.option("--record-size", default=100, show_default=True, type=click.IntRange(0),
-              help="Size of the records added by the fill.")  # fmt: skip
+@click.option(
+    "--record-size",
+    default=100,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Size of the records added by the fill.",
+)
 @_BATCH_RECORDS
 @click.option("--runs", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--master", default="local[2]", show_default=True)
@@ -268,8 +311,9 @@ def cpu_split_bench(
         filling = fill_log(uri, log_name, records, record_size, batch_records)
         appended, seconds = run_event_loop(filling)
         if appended:
-            results.append(BenchResult("fill log (append)", appended, seconds,
-                                       appended * record_size))  # fmt: skip
+            results.append(
+                BenchResult("fill log (append)", appended, seconds, appended * record_size)
+            )
         spark = local_session(master, "bkeeper-cpu-split")
         try:
 
