@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from bkeeper.common.clock import Clock
 from bkeeper.common.metrics import BYTES_BUCKETS, COUNT_BUCKETS, Gauge, MetricSet
+from bkeeper.storage.disk_space import DiskState
 
-__all__ = ["FlushMetrics", "JournalMetrics", "StorageReadings", "register_gauges"]
+__all__ = ["FlushMetrics", "JournalMetrics", "StorageReadings", "StorageStats", "register_gauges"]
 
 
 class JournalMetrics:
@@ -59,6 +60,21 @@ class FlushMetrics:
             "bkeeper_flush_bytes_total",
             "Bytes written to entry logs by write-cache flushes (records and their headers).",
         )
+
+
+@dataclass(frozen=True)
+class StorageStats:
+    ledgers: int
+    journal_groups_written: int
+    journal_groups_cut: dict[str, int]
+    journal_file_id: int
+    write_cache_bytes: int
+    read_cache_bytes: int
+    checkpoints: int
+    limbo: bool
+    limbo_ledgers: int
+    disk_state: DiskState
+    disk_checks: int
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The read path of :class:`~bkeeper.storage.Storage` (its base :class:`StorageReads`):
-entries from the write cache, the read cache or an entry log, and damaged entry-log records.
+entries from the write cache, the read cache or an entry log, damaged entry-log records, and
+what the engine tells of its ledgers (present, fenced, LAC, in limbo).
 
 A read whose entry log was cut down or removed by compaction after its lookup (the index then
 points at the copy) looks up again. An entry whose entry-log record fails its checksum (a
@@ -239,6 +240,62 @@ class StorageReads:
             add(location)
         return found
 
+    # -- ledgers --------------------------------------------------------------------------
+    def require_ledger(self, ledger_id: int) -> None:
+        """Raise NoSuchLedgerError (DataUnknownError in limbo) unless the ledger exists."""
+        with self._engine.lock:
+            self._state_locked(ledger_id)
+
+    def list_entries(self, ledger_id: int) -> list[int]:
+        """Ids of the entries present, ascending."""
+        with self._engine.lock:
+            return self._engine.entry_ids_locked(self._state_locked(ledger_id))
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """The highest entry id present (-1 if none); NoSuchLedgerError if unknown."""
+        with self._engine.lock:
+            return self._state_locked(ledger_id).last_entry_id
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """The higher of the LACs carried by entries and the explicit LAC; -1 if unknown."""
+        state = self._engine.ledgers.get(ledger_id)
+        if state is None:
+            return -1
+        return max(state.lac, state.explicit_lac_value())
+
+    def explicit_lac(self, ledger_id: int) -> bytes | None:
+        """The last WRITE_LAC body kept for the ledger, or None."""
+        state = self._engine.ledgers.get(ledger_id)
+        return state.explicit_lac if state is not None else None
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        state = self._engine.ledgers.get(ledger_id)
+        return state is not None and state.fenced
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        return ledger_id in self._engine.ledgers
+
+    def ledger_ids(self) -> list[int]:
+        with self._engine.lock:
+            return sorted(self._engine.ledgers)
+
+    # -- limbo -------------------------------------------------------------------------
+    @property
+    def limbo(self) -> bool:
+        """True while the whole engine is in limbo (see the module docstring)."""
+        return self._engine.limbo
+
+    def limbo_ledgers(self) -> list[int]:
+        """The ledgers in limbo, ascending (not counting a limbo of the whole engine)."""
+        with self._engine.lock:
+            return sorted(i for i, state in self._engine.ledgers.items() if state.limbo)
+
+    def in_limbo(self, ledger_id: int) -> bool:
+        """Whether missing entries of the ledger are unknown rather than absent."""
+        state = self._engine.ledgers.get(ledger_id)
+        return self._engine.limbo or (state is not None and state.limbo)
+
+    # -- lookups (lock held) --------------------------------------------------------------
     def _find(self, ledger_id: int, entry_id: int) -> tuple[bytes | int, int]:
         engine = self._engine
         with engine.lock:

@@ -41,7 +41,7 @@ from bkeeper.storage.journal_format import JournalRecord, RecordKind
 from bkeeper.storage.journal_replay import ReplayOutcome, replay_journal_dirs
 from bkeeper.storage.journal_set import journal_starts, next_journal_file_id
 from bkeeper.storage.ledgers_map import EntryLogRegistry, read_entry_log_meta
-from bkeeper.storage.open_report import ReplayProgress, megabytes
+from bkeeper.storage.open_report import OpenReport, ReplayProgress, megabytes
 
 __all__ = ["Recovered", "apply_record", "recover", "remove_files_of_failed_open"]
 
@@ -72,6 +72,21 @@ class Recovered:
     entry_logs: int = 0
     entry_logs_scanned: int = 0
     entry_log_bytes_scanned: int = 0
+
+    def report(self, seconds: float) -> OpenReport:
+        """What the open did, which took ``seconds``."""
+        replay = self.replay
+        return OpenReport(
+            clean_stop=self.clean_stop,
+            index_entries=self.index_entries,
+            entry_logs=self.entry_logs,
+            entry_logs_scanned=self.entry_logs_scanned,
+            entry_log_bytes_scanned=self.entry_log_bytes_scanned,
+            journal_files=replay.files,
+            journal_bytes=replay.bytes,
+            journal_records=replay.records,
+            seconds=seconds,
+        )
 
 
 def recover(

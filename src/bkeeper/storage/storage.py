@@ -40,7 +40,6 @@ import logging
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
@@ -67,10 +66,10 @@ from bkeeper.storage.journal_replay import ReplayOutcome
 from bkeeper.storage.journal_set import JournalSet
 from bkeeper.storage.ledger_state import StoredLedger
 from bkeeper.storage.ledgers_map import EntryLogRegistry
-from bkeeper.storage.metrics import FlushMetrics, StorageReadings, register_gauges
+from bkeeper.storage.metrics import FlushMetrics, StorageReadings, StorageStats, register_gauges
 from bkeeper.storage.open_report import OpenReport
 from bkeeper.storage.reads import StorageReads
-from bkeeper.storage.recovery import Recovered, recover, remove_files_of_failed_open
+from bkeeper.storage.recovery import recover, remove_files_of_failed_open
 
 __all__ = ["Storage", "StorageStats"]
 
@@ -81,36 +80,6 @@ _LEDGER_ID = struct.Struct(">q")
 
 def _ignore(tokens: list[object], error: BaseException | None) -> None:
     pass
-
-
-@dataclass(frozen=True)
-class StorageStats:
-    ledgers: int
-    journal_groups_written: int
-    journal_groups_cut: dict[str, int]
-    journal_file_id: int
-    write_cache_bytes: int
-    read_cache_bytes: int
-    checkpoints: int
-    limbo: bool
-    limbo_ledgers: int
-    disk_state: DiskState
-    disk_checks: int
-
-
-def _open_report(recovered: Recovered, seconds: float) -> OpenReport:
-    replay = recovered.replay
-    return OpenReport(
-        clean_stop=recovered.clean_stop,
-        index_entries=recovered.index_entries,
-        entry_logs=recovered.entry_logs,
-        entry_logs_scanned=recovered.entry_logs_scanned,
-        entry_log_bytes_scanned=recovered.entry_log_bytes_scanned,
-        journal_files=replay.files,
-        journal_bytes=replay.bytes,
-        journal_records=replay.records,
-        seconds=seconds,
-    )
 
 
 class Storage(StorageReads):
@@ -225,7 +194,7 @@ class Storage(StorageReads):
             storage.abort()
             remove_files_of_failed_open(fs, layout, recovered.root, recovered.files_before)
             raise
-        storage.open_report = _open_report(recovered, clock.monotonic() - started)
+        storage.open_report = recovered.report(clock.monotonic() - started)
         log.info(
             "storage open in %.2f s: %s; %d entries in the index, %d entry logs (%d scanned)",
             storage.open_report.seconds,
@@ -347,61 +316,7 @@ class Storage(StorageReads):
         engine.mark_dirty_locked(state)
         return state
 
-    # -- reads (the rest: StorageReads) ---------------------------------------------------
-    def require_ledger(self, ledger_id: int) -> None:
-        """Raise NoSuchLedgerError (DataUnknownError in limbo) unless the ledger exists."""
-        with self._engine.lock:
-            self._state_locked(ledger_id)
-
-    def list_entries(self, ledger_id: int) -> list[int]:
-        """Ids of the entries present, ascending."""
-        with self._engine.lock:
-            return self._engine.entry_ids_locked(self._state_locked(ledger_id))
-
-    def last_entry_id(self, ledger_id: int) -> int:
-        """The highest entry id present (-1 if none); NoSuchLedgerError if unknown."""
-        with self._engine.lock:
-            return self._state_locked(ledger_id).last_entry_id
-
-    def last_add_confirmed(self, ledger_id: int) -> int:
-        """The higher of the LACs carried by entries and the explicit LAC; -1 if unknown."""
-        state = self._engine.ledgers.get(ledger_id)
-        if state is None:
-            return -1
-        return max(state.lac, state.explicit_lac_value())
-
-    def explicit_lac(self, ledger_id: int) -> bytes | None:
-        """The last WRITE_LAC body kept for the ledger, or None."""
-        state = self._engine.ledgers.get(ledger_id)
-        return state.explicit_lac if state is not None else None
-
-    def is_fenced(self, ledger_id: int) -> bool:
-        state = self._engine.ledgers.get(ledger_id)
-        return state is not None and state.fenced
-
-    def ledger_exists(self, ledger_id: int) -> bool:
-        return ledger_id in self._engine.ledgers
-
-    def ledger_ids(self) -> list[int]:
-        with self._engine.lock:
-            return sorted(self._engine.ledgers)
-
-    # -- limbo -------------------------------------------------------------------------
-    @property
-    def limbo(self) -> bool:
-        """True while the whole engine is in limbo (see the module docstring)."""
-        return self._engine.limbo
-
-    def limbo_ledgers(self) -> list[int]:
-        """The ledgers in limbo, ascending (not counting a limbo of the whole engine)."""
-        with self._engine.lock:
-            return sorted(i for i, state in self._engine.ledgers.items() if state.limbo)
-
-    def in_limbo(self, ledger_id: int) -> bool:
-        """Whether missing entries of the ledger are unknown rather than absent."""
-        state = self._engine.ledgers.get(ledger_id)
-        return self._engine.limbo or (state is not None and state.limbo)
-
+    # -- limbo (what it reads: StorageReads) ---------------------------------------------
     def mark_limbo(self, ledger_id: int, master_key: bytes) -> None:
         """Put the ledger into limbo (creating it with ``master_key`` if unknown) and fence
         it. The fence is journaled; the limbo is persisted by the next checkpoint."""
