@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -52,6 +51,7 @@ from bkeeper.common.auth import (
     client_provider,
     peek_claims,
 )
+from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import (
     AuthenticationError,
     BookieUnavailableError,
@@ -85,6 +85,13 @@ AUTH_ROUNDS_MAX = 8
 #: Frames the handshake buffers (it expects one answer at a time).
 _FRAMES_MAX = 4
 
+_SYSTEM_CLOCK = SystemClock()
+
+
+def _wall_s() -> float:
+    """Seconds since the epoch, from the system :class:`~bkeeper.common.clock.Clock`."""
+    return _SYSTEM_CLOCK.wall_ms() / 1000.0
+
 
 @dataclass(frozen=True)
 class ClientSecurity:
@@ -95,7 +102,8 @@ class ClientSecurity:
     auth: ClientAuthProvider | None = field(default=None, repr=False)
     #: what the client brings, for the messages of a refusal (``bkeeper.client.refusal``)
     offer: ClientOffer = field(default_factory=ClientOffer)
-    clock: Callable[[], float] = field(default=time.time, repr=False, compare=False)
+    #: seconds since the epoch, for a token's expiry
+    clock: Callable[[], float] = field(default=_wall_s, repr=False, compare=False)
 
     @property
     def enabled(self) -> bool:
