@@ -10,8 +10,9 @@ fenced. Retention (:mod:`bkeeper.namedlog.core.retention`: ``retention_age_ms``,
 each tick of its timer.
 
 The timer: every ``roll_age_ms`` / 2 (at least ``TICK_S_MIN``, at most ``TICK_S_MAX``; by the
-logs' Clock) the writer re-reads the log's metadata and so picks up changed settings (the
-log's stored settings over the process's ``LogConfig``: new roll limits and retention at once,
+logs' Clock; when to roll and to tick is decided by :mod:`bkeeper.namedlog.core.rolling`)
+the writer re-reads the log's metadata and so picks up changed settings (the log's stored
+settings over the process's ``LogConfig``: new roll limits and retention at once,
 a new ensemble or quorum from the next ledger on); seals its current ledger and starts a new
 one when that ledger holds entries and is ``roll_age_ms`` old, also with no append coming (as
 Pulsar's managed ledger does on its rollover timer: a ledger with no entry is never rolled,
