@@ -34,6 +34,7 @@ from bkeeper.common.limits import OVERSIZED_FRAME_SKIP_BYTES_MAX
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.server.responder import AddBatchAnswer
 from bkeeper.server.security import BookieSecurity, ConnectionSecurity
+from bkeeper.storage import AddBatch
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
@@ -54,8 +55,7 @@ __all__ = ["BookieConnection"]
 log = logging.getLogger(__name__)
 
 Dispatch = Callable[["BookieConnection", Request, int], None]
-#: (connection, batch): v2 adds, the plain ones of a chunk together, one with flags alone
-#: (``RequestHandlers.add``).
+#: (connection, batch): v2 adds, a chunk's plain ones together (``RequestHandlers.add``).
 Add = Callable[["BookieConnection", AddBatchAnswer], None]
 #: (status, ledger id, entry id, txn id) -> an ADD response frame, in the connection's protocol.
 _EncodeAdd = Callable[[StatusCode, int, int, int], bytes]
@@ -85,12 +85,9 @@ class BookieConnection(asyncio.Protocol):
         self._add = add
         #: Whether chunks go through the batch lane (v2, and admitted).
         self._batch_lane = False
-        # The batch lane's fields of the adds being collected (empty between chunks).
-        self._ledger_ids: list[int] = []
-        self._entry_ids: list[int] = []
-        self._lacs: list[int] = []
-        self._master_keys: list[bytes] = []
-        self._bodies: list[bytes] = []
+        #: The adds the batch lane collects (empty between chunks; no reference back to the
+        #: connection, which a closed connection's buffers would wait on the GC for).
+        self._collecting = AddBatch()
         self.security: ConnectionSecurity | None = None
         if security is not None:
             self.security = ConnectionSecurity(security, self)
@@ -222,11 +219,10 @@ class BookieConnection(asyncio.Protocol):
         self._receive_batch(b"".join(rest))
 
     def _receive_batch(self, data: bytes) -> None:
-        """The v2 batch lane: the plain adds of the chunk go to ``add_batch`` together (one
-        batch per run of them; a run of one through ``add``), any other frame through
-        :meth:`_handle_frame`, in order. The fields are collected in the connection's own
-        lists, handed over to a batch only when there is one. An oversized frame ends the
-        walk (``keep_tail`` finds it); it is answered, and the walk goes on after it."""
+        """The v2 batch lane: the plain adds of the chunk go to ``add`` together (one batch
+        per run of them, collected straight into it), any other frame through
+        :meth:`_handle_frame`, in order. An oversized frame ends the walk (``keep_tail``
+        finds it); it is answered, and the walk goes on after it."""
         decoder = self._decoder
         try:
             while True:
@@ -254,17 +250,18 @@ class BookieConnection(asyncio.Protocol):
             if stop < 0:
                 break  # incomplete, or a bad length (keep_tail: oversized, or ProtocolError)
             if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
+                batch = self._collecting
                 offset_after, count, size = scan_add_requests(
                     buffer,
                     offset,
                     max_frame,
                     self._refuse_requests_at - self.requests_in_flight,
                     self._refuse_bytes_at - self.bytes_in_flight,
-                    self._ledger_ids,
-                    self._entry_ids,
-                    self._lacs,
-                    self._master_keys,
-                    self._bodies,
+                    batch.ledger_ids,
+                    batch.entry_ids,
+                    batch.lacs,
+                    batch.master_keys,
+                    batch.bodies,
                 )
                 if count:
                     offset = offset_after
@@ -280,18 +277,11 @@ class BookieConnection(asyncio.Protocol):
 
     def _hand_over(self, count: int, size: int) -> None:
         """Hand the ``count`` adds collected (``size`` request bytes) to the handlers as one
-        batch (which takes the lists; the connection gets new)."""
+        batch; the next adds are collected into a new one."""
         self.requests_in_flight += count
         self.bytes_in_flight += size
-        batch = AddBatchAnswer(self)
-        batch.ledger_ids, self._ledger_ids = self._ledger_ids, batch.ledger_ids
-        batch.entry_ids, self._entry_ids = self._entry_ids, batch.entry_ids
-        batch.lacs, self._lacs = self._lacs, batch.lacs
-        batch.master_keys, self._master_keys = self._master_keys, batch.master_keys
-        batch.bodies, self._bodies = self._bodies, batch.bodies
-        batch.requests = count
-        batch.request_bytes = size
-        self._add(self, batch)
+        collected, self._collecting = self._collecting, AddBatch()
+        self._add(self, AddBatchAnswer.taking(self, collected, count, size))
 
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
@@ -316,21 +306,21 @@ class BookieConnection(asyncio.Protocol):
         if add is None:
             self._dispatch(self, request, size)
         else:
-            flags, ledger_id, entry_id, master_key, body = add
-            batch = AddBatchAnswer.single(
-                self, flags, ledger_id, entry_id, master_key, body, 0, size
-            )
-            self._add(self, batch)
+            self._add(self, AddBatchAnswer.single(self, *add, 0, size))
 
     def _choose_protocol(self, frame: memoryview) -> None:
         self.protocol = detect_protocol(frame)
-        if self.protocol is Protocol.V2:
-            self._decode = v2.decode_request
-            self._encode = v2.encode_response_frame
-            self._encode_add = v2.add_response_frame
-            self._v2 = True
-            self._batch_lane = self.security is None or self.security.admitted
+        self._speak(self.protocol is Protocol.V2)
         log.debug("connection %s speaks %s", self.peer, self.protocol.name)
+
+    def _speak(self, v2_protocol: bool) -> None:
+        """Decode and encode in v2 or in v3 (the batch lane for v2, once admitted)."""
+        codec = v2 if v2_protocol else v3
+        self._decode = codec.decode_request
+        self._encode = codec.encode_response_frame
+        self._encode_add = codec.add_response_frame
+        self._v2 = v2_protocol
+        self._batch_lane = v2_protocol and (self.security is None or self.security.admitted)
 
     def _refuse_oversized(self, oversized: OversizedFrame) -> None:
         """Answer the request of a frame over ``max_frame_bytes`` EBADREQ from its first bytes
@@ -401,11 +391,7 @@ class BookieConnection(asyncio.Protocol):
         self._transport = new
         self._reading_paused = False
         self.protocol = None
-        self._v2 = False
-        self._batch_lane = False
-        self._decode = v3.decode_request
-        self._encode = v3.encode_response_frame
-        self._encode_add = v3.add_response_frame
+        self._speak(False)
         self._table.restart_handshake(self)
 
     @property
@@ -453,12 +439,8 @@ class BookieConnection(asyncio.Protocol):
         """Queue the answers to many v2 adds (a batch of the batch lane) as one write."""
         self.requests_in_flight -= requests
         self.bytes_in_flight -= request_bytes
-        if self.closed or not ledger_ids:
-            return
-        self._out.append(add_response_frames(status, ledger_ids, entry_ids))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        if not self.closed and ledger_ids:
+            self._queue(add_response_frames(status, ledger_ids, entry_ids), -1)
 
     def _queue(self, frame: bytes, request_bytes: int) -> None:
         if request_bytes >= 0:

@@ -151,6 +151,22 @@ class AddBatchAnswer(AddBatch, Durable):
         batch.error_status = StatusCode.EOK
         return batch
 
+    @classmethod
+    def taking(
+        cls, conn: Responder, collected: AddBatch, requests: int, request_bytes: int
+    ) -> AddBatchAnswer:
+        """The plain adds ``collected`` (its lists taken over), which counted ``requests``
+        and ``request_bytes`` against the connection's limits."""
+        batch = cls(conn)
+        batch.ledger_ids = collected.ledger_ids
+        batch.entry_ids = collected.entry_ids
+        batch.lacs = collected.lacs
+        batch.master_keys = collected.master_keys
+        batch.bodies = collected.bodies
+        batch.requests = requests
+        batch.request_bytes = request_bytes
+        return batch
+
     def request_bytes_of(self, index: int) -> int:
         """What the add at ``index`` counted against the connection's limits: a batch of
         many holds plain v2 adds, whose frames are their header, master key and body."""
