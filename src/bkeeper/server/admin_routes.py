@@ -85,6 +85,34 @@ class BookieStatus:
     ready: bool
     not_ready_reason: str = ""
 
+    @classmethod
+    def of(
+        cls,
+        *,
+        running: bool,
+        stopping: bool,
+        readonly: bool,
+        registering: bool,
+        room_for_high_priority: bool,
+    ) -> BookieStatus:
+        """From the bookie's state: serving (``running``), stopping, read-only, not yet
+        registered (``registering``), room left for recovery and high-priority adds."""
+        reason = ""
+        if stopping:
+            reason = "the bookie is shutting down"
+        elif not running:
+            reason = "the bookie is starting"
+        elif registering:
+            reason = "the bookie is not registered yet"
+        return cls(
+            running=running,
+            read_only=readonly,
+            shutting_down=stopping,
+            available_for_high_priority_writes=running and (not readonly or room_for_high_priority),
+            ready=not reason,
+            not_ready_reason=reason,
+        )
+
 
 class AdminBookie(Protocol):
     """What the admin endpoints need from the bookie (:class:`~bkeeper.server.Bookie`)."""

@@ -22,17 +22,12 @@ from whichever thread saw the disk fill (the next add gets EREADONLY); the log l
 listeners and the registration under ``available/readonly`` follow on the event loop. The
 bookie turns writable, and registers so, once usage is below the low-water mark.
 
-Metrics (``metrics_enabled``, :mod:`bkeeper.server.metrics`): the bookie's
-:class:`~bkeeper.common.metrics.MetricSet` (its storage's, requests', connections' and GC's
-series), and any set another component of the process adds (:meth:`Bookie.add_metric_set`:
-an auditor's), are what its ``/metrics`` serves.
-
-Garbage collection (:mod:`bkeeper.server.garbage`): ``garbage_collector`` (set once the
-storage is open) runs a pass every ``gc_wait_ms``, on demand (``run_now``, the admin
-channel's), as soon as the disk turns full, and while it is full as soon as a ledger stored
-here loses its metadata (:mod:`bkeeper.server.gc_wake`); the disk is checked after every
-pass, so a pass that freed enough makes the bookie writable at once. With no metadata store
-(no ``metadata_uri``) it cannot tell deleted ledgers and only collects entry logs.
+Metrics (``metrics_enabled``, :mod:`bkeeper.server.metrics`): the bookie's metric set, and
+any another component of the process adds (:meth:`Bookie.add_metric_set`), on ``/metrics``.
+Garbage collection: ``garbage_collector`` (:mod:`bkeeper.server.garbage`, set once the
+storage is open; with no ``metadata_uri`` it only collects entry logs); the disk is checked
+after every pass, so a pass that freed enough makes the bookie writable at once.
+Background loops: :mod:`bkeeper.server.bookie_loops`.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import random
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -51,6 +45,12 @@ from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
 from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
+from bkeeper.server.bookie_loops import (
+    keep_registration,
+    run_checkpoints,
+    unless_stopped,
+    watch_disk,
+)
 from bkeeper.server.config import BookieConfig, public_values
 from bkeeper.server.connection import BookieConnection
 from bkeeper.server.connections import LISTEN_BACKLOG, ConnectionTable
@@ -58,7 +58,12 @@ from bkeeper.server.cookie_check import check_or_stamp_cookie
 from bkeeper.server.garbage import GarbageCollector
 from bkeeper.server.gc_wake import LedgerDeletionWatch
 from bkeeper.server.handlers import BookieState, RequestHandlers
-from bkeeper.server.metrics import METRICS_PATH, bookie_registry, metrics_handler
+from bkeeper.server.metrics import (
+    METRICS_PATH,
+    bookie_registry,
+    metrics_handler,
+    register_bookie_gauges,
+)
 from bkeeper.server.registration import ClusterMembership, unreachable_address_warning
 from bkeeper.server.request_metrics import RequestMetrics
 from bkeeper.server.security import BookieSecurity
@@ -77,12 +82,6 @@ __all__ = ["Bookie"]
 
 log = logging.getLogger(__name__)
 
-#: Each wait between checkpoints is the interval times a random factor within 1 +- this.
-CHECKPOINT_JITTER = 0.25
-#: How often the checkpoint loop looks whether the storage journaled enough for one.
-CHECKPOINT_DUE_POLL_S = 0.1
-#: A failed switch of the registration's mode is tried again after this long.
-REGISTRATION_RETRY_S = 1.0
 #: Listening on these addresses means every interface: the registration names ``host``.
 _ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 
@@ -150,32 +149,10 @@ class Bookie:
         if config.metrics_enabled:
             self.metrics = MetricSet()
             self._metric_sets.append(self.metrics)
-            self._register_bookie_gauges(self.metrics)
+            register_bookie_gauges(self.metrics, self.connections, self.state)
             if self._admin is not None:
                 registry = bookie_registry(self.metric_sets)
                 self._admin.add_route("GET", METRICS_PATH, metrics_handler(registry))
-
-    def _register_bookie_gauges(self, metrics: MetricSet) -> None:
-        connections = self.connections
-        metrics.gauge(
-            "bkeeper_bookie_connections",
-            "Client connections open.",
-            read=lambda: len(connections),
-        )
-        metrics.gauge(
-            "bkeeper_bookie_in_flight_requests",
-            "Requests received and not yet answered.",
-            read=lambda: sum(c.requests_in_flight for c in connections.connections),
-        )
-        connections.oversized_frames = metrics.counter(
-            "bkeeper_bookie_oversized_frames_total",
-            "Frames over max_frame_bytes answered EBADREQ, their bodies dropped unread.",
-        )
-        metrics.gauge(
-            "bkeeper_bookie_read_only",
-            "1 while the bookie is read-only, 0 while writable.",
-            read=lambda: 1.0 if self.state.readonly else 0.0,
-        )
 
     def metric_sets(self) -> list[MetricSet]:
         """The metric sets ``/metrics`` serves (none with ``metrics_enabled`` off)."""
@@ -306,8 +283,12 @@ class Bookie:
         self._apply_mode()  # settle the mode before serving and registering
         await self._server.start_serving()
         self._serving = True
-        self._run_loop(self._checkpoint_loop(), "checkpoints")
-        self._run_loop(self._disk_monitor_loop(), "disk monitor")
+        storage, stopping = self.storage, self._stopping
+        interval_s = self.config.checkpoint_interval_ms / 1000.0
+        self._run_loop(run_checkpoints(storage, interval_s, self._clock, stopping), "checkpoints")
+        interval_s = self.config.disk_check_interval_ms / 1000.0
+        monitor = watch_disk(self.check_disk, interval_s, stopping, self.bookie_id)
+        self._run_loop(monitor, "disk monitor")
         self._run_loop(self.connections.run(self._stopping), "connection sweep")
         if self.security is not None and self.security.secret_reloader is not None:
             # An idle bookie notices a changed token secret file too (docs/security.md).
@@ -318,7 +299,10 @@ class Bookie:
         if self._membership is not None:
             self._mode_changed.clear()  # a switch during the registration sets it again
             if await self._register_unless_stopped():
-                self._run_loop(self._registration_loop(), "registration")
+                registration = keep_registration(
+                    self._membership, self._mode_changed, lambda: self._mode_readonly, stopping
+                )
+                self._run_loop(registration, "registration")
 
     def _start_garbage_collector(self, storage: Storage) -> None:
         metadata = deletions = None
@@ -360,27 +344,12 @@ class Bookie:
         assert self._membership is not None
         http = None if self.http_port is None else (self._advertised_http_host(), self.http_port)
         security = (self.config.tls, self.config.auth)  # what registration says it requires
-        register = self._tasks.spawn(
-            self._membership.register(
-                self.config.host, self.port, self._mode_readonly, http, security
-            ),
-            "registering",
+        register = self._membership.register(
+            self.config.host, self.port, self._mode_readonly, http, security
         )
-        stopping = self._tasks.spawn(self._stopping.wait(), "stop while registering")
-        try:
-            await asyncio.wait({register, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            register.cancel()
-            raise
-        finally:
-            stopping.cancel()
-        if register.done():
-            register.result()  # its error, if it failed
+        if await unless_stopped(self._tasks, register, "registering", self._stopping):
             self._registered = True
             return True
-        register.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await register
         log.info("bookie %s: stop asked for while registering; not registered", self.bookie_id)
         return False
 
@@ -395,42 +364,6 @@ class Bookie:
         )
 
     # -- background --------------------------------------------------------------------
-    async def _checkpoint_loop(self) -> None:
-        """A checkpoint every ``checkpoint_interval_ms``, or sooner once the storage has
-        journaled ``checkpoint_journal_bytes`` since the last (a crash then replays at most
-        about that much, whatever the write rate: 10 s at 76 MB/s was 760 MB, half a
-        minute of replay)."""
-        interval = self.config.checkpoint_interval_ms / 1000.0
-        clock = self._clock
-        while not self._stopping.is_set():
-            # Jitter keeps bookies started together from checkpointing together: with an
-            # ack quorum below the write quorum, one bookie's checkpoint then costs no add
-            # any latency.
-            wait = interval * random.uniform(1 - CHECKPOINT_JITTER, 1 + CHECKPOINT_JITTER)
-            deadline = clock.monotonic() + wait
-            while not self._stopping.is_set() and clock.monotonic() < deadline:
-                if self.storage is not None and self.storage.checkpoint_due:
-                    break
-                left = deadline - clock.monotonic()
-                with contextlib.suppress(TimeoutError):
-                    await within(self._stopping.wait(), min(left, CHECKPOINT_DUE_POLL_S))
-            if self._stopping.is_set() or self.storage is None:
-                return
-            try:
-                await asyncio.to_thread(self.storage.checkpoint)
-            except Exception:
-                log.exception("checkpoint failed")
-
-    async def _disk_monitor_loop(self) -> None:
-        interval = self.config.disk_check_interval_ms / 1000.0
-        while not self._stopping.is_set():
-            try:
-                self.check_disk()
-            except Exception:
-                log.exception("could not check the data disk of %s", self.bookie_id)
-            with contextlib.suppress(TimeoutError):
-                await within(self._stopping.wait(), interval)
-
     def check_disk(self) -> bool:
         """Check the data disk now and switch mode to match; whether the bookie is read-only."""
         if self.storage is not None:
@@ -471,48 +404,15 @@ class Bookie:
             listener(readonly)
         self._mode_changed.set()
 
-    async def _registration_loop(self) -> None:
-        """Keep the registration's mode equal to the bookie's: one switch at a time, each
-        to the mode of the moment, retried every ``REGISTRATION_RETRY_S`` until it holds."""
-        membership = self._membership
-        assert membership is not None
-        while True:
-            await self._mode_changed.wait()
-            self._mode_changed.clear()
-            if self._stopping.is_set():
-                return
-            readonly = self._mode_readonly
-            try:
-                await membership.set_read_only(readonly)
-            except Exception:
-                log.exception("could not switch the registration of %s", self.bookie_id)
-                with contextlib.suppress(TimeoutError):
-                    await within(self._stopping.wait(), REGISTRATION_RETRY_S)
-                self._mode_changed.set()
-                continue
-            log.info("%s registered as %s", self.bookie_id, "read-only" if readonly else "writable")
-
     # -- what the admin endpoints read (server.admin_routes.AdminBookie) ------------------
     def status(self) -> BookieStatus:
         storage = self.storage
-        running = self._serving and storage is not None
-        stopping = self._stopping.is_set()
-        readonly = self.state.readonly
-        reason = ""
-        if stopping:
-            reason = "the bookie is shutting down"
-        elif not running:
-            reason = "the bookie is starting"
-        elif self._membership is not None and not self._registered:
-            reason = "the bookie is not registered yet"
-        return BookieStatus(
-            running=running,
-            read_only=readonly,
-            shutting_down=stopping,
-            available_for_high_priority_writes=running
-            and (not readonly or (storage is not None and storage.room_for_high_priority)),
-            ready=not reason,
-            not_ready_reason=reason,
+        return BookieStatus.of(
+            running=self._serving and storage is not None,
+            stopping=self._stopping.is_set(),
+            readonly=self.state.readonly,
+            registering=self._membership is not None and not self._registered,
+            room_for_high_priority=storage is not None and storage.room_for_high_priority,
         )
 
     def disk_usage(self) -> tuple[int, int]:

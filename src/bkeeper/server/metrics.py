@@ -19,8 +19,10 @@ from prometheus_client import CollectorRegistry
 
 from bkeeper.common.metrics import MetricSet
 from bkeeper.common.metrics_export import CONTENT_TYPE, exposition_text, new_registry
+from bkeeper.server.connections import ConnectionTable
+from bkeeper.server.handlers import BookieState
 
-__all__ = ["METRICS_PATH", "bookie_registry", "metrics_handler"]
+__all__ = ["METRICS_PATH", "bookie_registry", "metrics_handler", "register_bookie_gauges"]
 
 METRICS_PATH = "/metrics"
 
@@ -41,3 +43,29 @@ def metrics_handler(
         return response
 
     return metrics
+
+
+def register_bookie_gauges(
+    metrics: MetricSet, connections: ConnectionTable, state: BookieState
+) -> None:
+    """The bookie's own series: connections, requests in flight, oversized frames (the
+    table's counter), read-only mode."""
+    metrics.gauge(
+        "bkeeper_bookie_connections",
+        "Client connections open.",
+        read=lambda: len(connections),
+    )
+    metrics.gauge(
+        "bkeeper_bookie_in_flight_requests",
+        "Requests received and not yet answered.",
+        read=lambda: sum(c.requests_in_flight for c in connections.connections),
+    )
+    connections.oversized_frames = metrics.counter(
+        "bkeeper_bookie_oversized_frames_total",
+        "Frames over max_frame_bytes answered EBADREQ, their bodies dropped unread.",
+    )
+    metrics.gauge(
+        "bkeeper_bookie_read_only",
+        "1 while the bookie is read-only, 0 while writable.",
+        read=lambda: 1.0 if state.readonly else 0.0,
+    )
