@@ -23,19 +23,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bkeeper"
 ALLOWED_PACKAGES = ("cli", "testing", "verify")
 ALLOWED_FILES = ("common/clock.py", "spark/bench.py", "spark/floor.py")
 
-#: Files that still read the clock directly while their packages are being moved onto the
-#: Clock; each entry goes when its file stops offending, and the set ends empty.
-NOT_YET = frozenset(
-    {
-        "client/handshake.py",
-        "namedlog/consumer.py",
-        "namedlog/shared.py",
-        "namedlog/stores/subscription_nodes.py",
-        "namedlog/subscriptions/exclusive.py",
-        "namedlog/subscriptions/shared.py",
-    }
-)
-
 #: ``time`` functions that read a clock whether called or handed on as one.
 _TIME_CLOCKS = frozenset(
     {
@@ -181,14 +168,9 @@ def _offenders(root: Path = SRC) -> dict[str, list[str]]:
 
 
 def test_library_code_reads_time_only_through_the_clock() -> None:
-    late = {name: reads for name, reads in _offenders().items() if name not in NOT_YET}
+    late = _offenders()
     listing = "\n".join(read for reads in late.values() for read in reads)
     assert not late, f"direct clock reads (take a bkeeper.common.clock.Clock):\n{listing}"
-
-
-def test_the_allowance_is_only_for_the_packages_being_moved() -> None:
-    moved = {"kv", "namedlog", "server", "statemachine", "storage", "client"}
-    assert {name.split("/", 1)[0] for name in NOT_YET} <= moved
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from bkeeper.common.errors import (
     PositionNotInLogError,
     SubscriptionNotFoundError,
 )
-from bkeeper.namedlog import Consumer, NamedLogs, Position, SubscriptionStore, backlog
+from bkeeper.namedlog import Consumer, NamedLogs, Position, backlog
 from bkeeper.namedlog.core import Mode, check_subscription_name
 
 __all__ = ["COMMANDS"]
@@ -255,7 +255,7 @@ def subscriptions(metadata_uri: str, name: str, as_json: bool) -> None:
 
     async def body(logs: NamedLogs) -> None:
         named = logs.log(name)
-        store = SubscriptionStore(logs.bk.cluster.store, logs.store)
+        store = logs.context.subscriptions
         rows = []
         for sub, state in (await named.subscriptions()).items():
             behind = await backlog(named, state)
