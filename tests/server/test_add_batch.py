@@ -1,4 +1,4 @@
-"""A bookie's v2 batch lane (issue 18): the adds one chunk brings, handled together.
+"""A bookie's v2 batch lane: the adds one chunk brings, handled together.
 
 Raw TCP, so that the test decides what one write holds: runs of adds with other requests
 between them, refusals in the middle of a run, frames cut anywhere, and no answer before the

@@ -1,4 +1,4 @@
-"""A frame over the bookie's ``max_frame_bytes`` (issue 36): the request it starts is answered
+"""A frame over the bookie's ``max_frame_bytes``: the request it starts is answered
 EBADREQ from its first bytes, the rest is dropped as it arrives (never buffered), and the
 connection goes on; what cannot be answered so still closes the connection.
 

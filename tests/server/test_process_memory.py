@@ -1,4 +1,4 @@
-"""A real bookie's memory does not grow with entry ids (issue 11, item 5): 30 v2 ADDs of
+"""A real bookie's memory does not grow with entry ids: 30 v2 ADDs of
 70-byte entries with entry id 2^20 on new ledgers used to cost 8 MiB each, and again after
 every restart (the persisted index was loaded the same way)."""
 

@@ -1,4 +1,4 @@
-"""``Storage.add_entries``: many entries with one call, the batch its own token (issue 18)."""
+"""``Storage.add_entries``: many entries with one call, the batch its own token."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The real filesystem really syncs where the durability contract says (issue 20, item 1).
+"""The real filesystem really syncs where the durability contract says.
 
 Kill -9 tests cannot catch a missing fdatasync: written data survives SIGKILL in the page
 cache. So this test records the system calls the engine makes through ``os`` (open, write,

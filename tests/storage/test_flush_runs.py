@@ -1,4 +1,4 @@
-"""The flusher's per-run bookkeeping (issue 18): locations and read cache by runs."""
+"""The flusher's per-run bookkeeping: locations and read cache by runs."""
 
 from __future__ import annotations
 

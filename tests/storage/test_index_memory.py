@@ -1,6 +1,6 @@
 """The location index costs memory (and index file bytes) in proportion to the entries
-stored, whatever their ids: huge, sparse, descending (issue 11, item 5: one entry with id
-2^20 on a new ledger used to cost 8 MiB, again after every restart)."""
+stored, whatever their ids: huge, sparse, descending (a dense array would take 8 MiB for
+one entry with id 2^20 on a new ledger, again after every restart)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A damaged record in the journal's last group is not a torn write (issue 11, item 3).
+"""A damaged record in the journal's last group is not a torn write.
 
 The group was fdatasynced before its adds were acknowledged, so a bit flip there may hide
 acknowledged entries: the good records are applied, and the ledgers of the damaged ones go

@@ -234,8 +234,7 @@ class EntryLogWriter:
     def append_runs(self, runs: Sequence[tuple[int, Sequence[bytes]]]) -> list[list[int]]:
         """Append the bodies of ``runs`` (``(ledger id, bodies of that ledger)``), in order,
         one write per log touched; their locations, a list per run. As :meth:`append`, with
-        the per-ledger bookkeeping done once per run (issue 18: no work per entry beyond its
-        record)."""
+        the per-ledger bookkeeping done once per run (no work per entry beyond its record)."""
         out: list[list[int]] = []
         pack = _RECORD.pack
         head = _RECORD.size

@@ -171,7 +171,7 @@ class Flusher:
             work = list(engine.write_cache.flushing.values())
         work.sort(key=lambda item: item[0].ledger_id)
         # One run per ledger (its entries in id order): written, indexed and cached per run,
-        # with no object per entry (issue 18).
+        # with no object per entry.
         runs: list[_Run] = []
         for state, entries in work:
             ids = sorted(entries)

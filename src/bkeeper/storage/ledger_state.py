@@ -34,8 +34,8 @@ __all__ = [
 #: at 8 to 8 x E/Qw bytes an entry. The array may hold empty slots, but never more than this
 #: many slots per entry it holds (plus ``DENSE_SLACK_SLOTS``): an id that would stretch it
 #: further (far ahead, behind the first id) goes to a dict instead, so that memory stays
-#: proportional to the entries stored whatever their ids (issue 11: one id of 2^20 used to
-#: allocate 8 MiB).
+#: proportional to the entries stored whatever their ids (a dense array would take 8 MiB
+#: for one id of 2^20).
 DENSE_SLOTS_PER_ENTRY_MAX = 8
 DENSE_SLACK_SLOTS = 64
 
