@@ -292,4 +292,3 @@ async def keep_running(
         log.warning("%s %s; starting it again in %.3g s", name, outcome, pause_s)
         await asyncio.sleep(pause_s)
         pause_s = min(pause_s * 2, delay_s_max)
-
