@@ -280,8 +280,7 @@ class BookieConnection(asyncio.Protocol):
         batch; the next adds are collected into a new one."""
         self.requests_in_flight += count
         self.bytes_in_flight += size
-        collected, self._collecting = self._collecting, AddBatch()
-        self._add(self, AddBatchAnswer.taking(self, collected, count, size))
+        self._add(self, AddBatchAnswer.taking(self, self._collecting, count, size))
 
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:

@@ -155,14 +155,14 @@ class AddBatchAnswer(AddBatch, Durable):
     def taking(
         cls, conn: Responder, collected: AddBatch, requests: int, request_bytes: int
     ) -> AddBatchAnswer:
-        """The plain adds ``collected`` (its lists taken over), which counted ``requests``
-        and ``request_bytes`` against the connection's limits."""
+        """The plain adds ``collected`` (which gets the new batch's empty lists in exchange),
+        which counted ``requests`` and ``request_bytes`` against the connection's limits."""
         batch = cls(conn)
-        batch.ledger_ids = collected.ledger_ids
-        batch.entry_ids = collected.entry_ids
-        batch.lacs = collected.lacs
-        batch.master_keys = collected.master_keys
-        batch.bodies = collected.bodies
+        batch.ledger_ids, collected.ledger_ids = collected.ledger_ids, batch.ledger_ids
+        batch.entry_ids, collected.entry_ids = collected.entry_ids, batch.entry_ids
+        batch.lacs, collected.lacs = collected.lacs, batch.lacs
+        batch.master_keys, collected.master_keys = collected.master_keys, batch.master_keys
+        batch.bodies, collected.bodies = collected.bodies, batch.bodies
         batch.requests = requests
         batch.request_bytes = request_bytes
         return batch
