@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import bkeeper.namedlog.writer as writer_module
+import bkeeper.namedlog.writer_roll as writer_module
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.common.errors import BKeeperError, ConnectionLossError, LedgerNotFoundError
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
