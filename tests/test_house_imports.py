@@ -22,11 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = "bkeeper"
 
-#: Circles inside other packages of this restructuring that are being broken and are allowed
-#: until then: each entry is a group of modules; a circle is tolerated while all its modules
-#: lie in one group. Circles anywhere else fail.
-NOT_YET: frozenset[frozenset[str]] = frozenset()
-
 Graph = Mapping[str, Iterable[str]]
 
 
@@ -168,10 +163,6 @@ def cycles(graph: Graph) -> list[tuple[str, ...]]:
     return sorted(found, key=lambda cycle: (len(cycle), cycle))
 
 
-def _tolerated(cycle: tuple[str, ...]) -> bool:
-    return any(set(cycle) <= group for group in NOT_YET)
-
-
 def _show(cycle: tuple[str, ...]) -> str:
     return " -> ".join([*cycle, cycle[0]])
 
@@ -232,7 +223,7 @@ def upward_imports(graph: Graph, layers: list[list[str]], independent: list[bool
 
 def test_no_import_circle() -> None:
     found = cycles(import_graph())
-    assert [_show(cycle) for cycle in found if not _tolerated(cycle)] == []
+    assert [_show(cycle) for cycle in found] == []
 
 
 def test_no_import_runs_up_a_layer() -> None:
@@ -241,11 +232,6 @@ def test_no_import_runs_up_a_layer() -> None:
     assert contracts  # the top-level contract at least
     wrong = [w for c in contracts for w in upward_imports(graph, c.floors, c.independent)]
     assert wrong == []
-
-
-def test_not_yet_names_only_modules_that_exist() -> None:
-    modules = set(module_names(SRC, PACKAGE))
-    assert {m for group in NOT_YET for m in group} - modules == set()
 
 
 # The finder itself, on small graphs.
