@@ -7,11 +7,9 @@ import pytest
 
 from bkeeper.statemachine.core import (
     LEASE_DRIFT,
-    TRANSITIONS,
     Apply,
     CheckStall,
     CoreConfig,
-    Event,
     FailPending,
     Lead,
     LeaseAnswer,
@@ -182,9 +180,3 @@ def test_a_deleted_log_fails_the_member_for_good() -> None:
     assert core.step_down() == [FailPending()]
     with pytest.raises(AssertionError, match="ELECTED in phase FAILED"):
         core.elected(9)
-
-
-def test_the_table_covers_every_phase_and_deletion_from_each() -> None:
-    assert {phase for phase, _ in TRANSITIONS} == set(Phase)
-    assert all(TRANSITIONS[(phase, Event.DELETED)] is Phase.FAILED for phase in Phase)
-    assert TRANSITIONS[(Phase.LEADING, Event.ACKED)] is Phase.LEADING

@@ -280,10 +280,8 @@ async def keep_running(
             outcome = "returned"
         except Exception as exc:
             end_if_cancelled(name, exc, log)
-            if not isinstance(exc, BKeeperError):
-                log.exception("%s failed", name)
-            elif exc.retriable:  # the metadata store away for a while, say: expected, one line
-                log.warning("%s failed: %s", name, exc)
+            if isinstance(exc, BKeeperError) and exc.retriable:
+                log.warning("%s failed: %s", name, exc)  # the metadata store away, say: one line
             else:
                 log.exception("%s failed", name)
             outcome = "failed"

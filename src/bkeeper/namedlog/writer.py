@@ -61,7 +61,6 @@ from bkeeper.namedlog.core.records import (
 )
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.writer_end import (
-    FENCE_EXPLAIN_WAIT_S,
     LEDGER_TAKEN,
     WriterEnd,
     fail_batch,
@@ -71,7 +70,7 @@ from bkeeper.namedlog.writer_roll import ROLL_RETRY_PAUSE_S, Roller
 from bkeeper.namedlog.writer_timer import TIMER_POLL_S, WriterTimer
 
 #: The writer's limits stay importable from here (tests and callers name them so).
-__all__ = ["FENCE_EXPLAIN_WAIT_S", "ROLL_RETRY_PAUSE_S", "TIMER_POLL_S", "LogWriter"]
+__all__ = ["ROLL_RETRY_PAUSE_S", "TIMER_POLL_S", "LogWriter"]
 
 _PLAIN_HEAD = HEAD.pack
 _new_tuple = tuple.__new__

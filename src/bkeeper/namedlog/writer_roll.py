@@ -60,15 +60,17 @@ class Roller:
 
     def should_roll(self) -> bool:
         """The current ledger is full, or holds entries and is ``roll_age_ms`` old."""
-        now = self._clock.monotonic()
-        if self._failures and now < self._again_at:
+        if self._failures and self._clock.monotonic() < self._again_at:
             return False
-        handle = self._writer._handle
+        handle, config = self._writer._handle, self._writer._config
+        has_entries = handle.last_add_pushed >= 0
+        # The clock is read only when the age can matter (this runs for every entry sent).
+        aged = config.roll_age_ms and has_entries
         return roll_due(
-            self._writer._config,
+            config,
             length_bytes=handle.length,
-            has_entries=handle.last_add_pushed >= 0,
-            age_s=now - self._opened_at,
+            has_entries=has_entries,
+            age_s=self._clock.monotonic() - self._opened_at if aged else 0.0,
         )
 
     async def roll(self) -> None:

@@ -194,8 +194,12 @@ class RequestHandlers:
         if batch.refused:
             self._answer_refused(conn, batch)
         if self.state.lac_waiters:
-            for ledger_id in set(batch.ledger_ids):
-                self._wake_lac_waiters(ledger_id)
+            ledger_ids = batch.ledger_ids
+            if len(ledger_ids) == 1:  # a single add: no set to build
+                self._wake_lac_waiters(ledger_ids[0])
+            else:
+                for ledger_id in set(ledger_ids):
+                    self._wake_lac_waiters(ledger_id)
 
     def _refuse(self, conn: Responder, batch: AddBatchAnswer, status: StatusCode) -> None:
         """Answer every add of ``batch`` with ``status`` (none reached the journal)."""
@@ -233,14 +237,14 @@ class RequestHandlers:
         )
         ledger_id, entry_id, txn_id = request.ledger_id, request.entry_id, request.txn_id
         try:
-            entry_lac(ledger_id, entry_id, request.body)  # the ids beside the body name it
+            lac = entry_lac(ledger_id, entry_id, request.body)  # the ids beside the body
         except errors.BadRequestError:
             conn.respond_add(StatusCode.EBADREQ, ledger_id, entry_id, txn_id, size)
             if self._metrics is not None:
                 self._metrics.add_refused()
             return
         batch = AddBatchAnswer.single(
-            conn, flags, ledger_id, entry_id, request.master_key, request.body, txn_id, size
+            conn, flags, ledger_id, entry_id, request.master_key, request.body, txn_id, size, lac
         )
         self.add(conn, batch)
 

@@ -110,17 +110,11 @@ class AddBatchAnswer(AddBatch, Durable):
 
     __slots__ = ("conn", "error_status", "high_priority", "request_bytes", "requests", "txn_id")
 
-    def __init__(
-        self,
-        conn: Responder,
-        recovery: bool = False,
-        high_priority: bool = False,
-        txn_id: int = 0,
-    ) -> None:
-        AddBatch.__init__(self, recovery)
+    def __init__(self, conn: Responder) -> None:
+        AddBatch.__init__(self)
         self.conn = conn
-        self.high_priority = high_priority
-        self.txn_id = txn_id
+        self.high_priority = False
+        self.txn_id = 0
         self.requests = 0
         self.request_bytes = 0
         self.error_status = StatusCode.EOK
@@ -136,11 +130,14 @@ class AddBatchAnswer(AddBatch, Durable):
         body: bytes | bytearray | memoryview,
         txn_id: int,
         request_bytes: int,
+        lac: int | None = None,
     ) -> AddBatchAnswer:
-        """One add: ``flags`` are :class:`V2Flag` bits. The LAC is read from the body when
-        it is long enough (the engine refuses a shorter one)."""
+        """One add: ``flags`` are :class:`V2Flag` bits. ``lac``: the one the body names, when
+        the caller read it already; else it is read from the body when that is long enough
+        (the engine refuses a shorter one)."""
         body = bytes(body)
-        lac = _LAC.unpack_from(body, _LAC_AT)[0] if len(body) >= _LAC_AT + 8 else -1
+        if lac is None:
+            lac = _LAC.unpack_from(body, _LAC_AT)[0] if len(body) >= _LAC_AT + 8 else -1
         key = bytes(master_key)
         batch = cls.of_one(ledger_id, entry_id, lac, key, body, flags & _RECOVERY != 0)
         batch.conn = conn

@@ -24,7 +24,7 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.core import batch_record_count, decode_entry, plain_columns
 from bkeeper.spark.options import spark_schema
 
-__all__ = ["arrow_schema", "entry_records", "record_batch", "sink_rows", "spark_schema"]
+__all__ = ["arrow_schema", "record_batch", "sink_rows", "spark_schema"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -56,15 +56,19 @@ def record_batch(
     """One Arrow batch of the records in ``entries`` (consecutive entries of one ledger,
     each a single record or a record batch), in log order. Of the first entry, only records
     from ``first_index`` on; of the last, only those before ``end_index`` (0: all)."""
-    found = plain_columns([e.payload for e in entries], ledger_id, [e.entry_id for e in entries])
+    ids = [e.entry_id for e in entries]
+    found = plain_columns([e.payload for e in entries], ledger_id, ids)
     if found is None:
         batch = _decoded_batch(log, ledger_id, entries, include_properties)
-        counts = np.fromiter(
-            (batch_record_count(e.payload) for e in entries), np.int64, count=len(entries)
+        # _trimmed reads only the first and the last entry's count
+        counts: Any = (
+            (batch_record_count(entries[0].payload), batch_record_count(entries[-1].payload))
+            if entries
+            else None
         )
     else:
         counts = found.counts
-        entry_ids = np.fromiter((e.entry_id for e in entries), np.int64, count=len(entries))
+        entry_ids = np.array(ids, np.int64)
         count = len(found.times_ms)
         if counts is None:
             indexes = np.zeros(len(entries), np.int32)
@@ -107,11 +111,6 @@ def _trimmed(
     if end_index:
         high -= last_count - min(end_index, last_count)
     return batch.slice(low, max(0, high - low))
-
-
-def entry_records(payload: Any) -> int:
-    """How many records an entry holds (its batch's count, else 1), from its head only."""
-    return batch_record_count(payload)
 
 
 def _decoded_batch(

@@ -39,6 +39,7 @@ from bkeeper.namedlog.core import (
     CHUNK_FORMAT_VERSION,
     Incomplete,
     Reassembly,
+    batch_record_count,
     decode_chunk,
 )
 from bkeeper.spark.errors import explained
@@ -155,7 +156,7 @@ class Runtime:
     def _read_open(
         self, handle: ReadHandle, span: EntrySpan, include_properties: bool, rows_per_batch: int
     ) -> Iterator[pa.RecordBatch]:
-        from bkeeper.spark.arrow import entry_records, record_batch
+        from bkeeper.spark.arrow import record_batch
 
         pending: list[Entry] = []
         records = 0
@@ -176,7 +177,7 @@ class Runtime:
 
         for entry in self._span_entries(handle, span):
             pending.append(entry)
-            records += entry_records(entry.payload)
+            records += batch_record_count(entry.payload)
             if records >= rows_per_batch:
                 yield from batches_of(pending)
                 pending, records = [], 0

@@ -237,21 +237,25 @@ class CommandLane:
                 _fail_commands(pending.commands, NotLeaderError(f"{name}: append failed: {error}"))
                 self._fail(error)
                 return
-            items = [item for item in pending.commands if not item.noop]
-            commands = [item.command for item in items]
+            commands = [item.command for item in pending.commands if not item.noop]
             position = pending.appended.result()
             for action in self._core.append_acked(position, pending.sent_s, commands):
                 if isinstance(action, Apply):
-                    self._apply_commands(items, position)
+                    self._apply_commands(pending.commands, position)
                 elif isinstance(action, TakeSnapshot):
                     self._snapshot()
-            for item in pending.commands:
+            for item in pending.commands:  # with nothing to apply, the noops are done too
                 if item.noop and not item.result.done():
                     item.result.set_result(None)
 
     def _apply_commands(self, items: list[_Command], position: Position) -> None:
-        """Apply acknowledged commands; each one's result (or error) is its caller's."""
+        """Apply acknowledged commands (a noop, a read barrier's, just completes); each
+        one's result (or error) is its caller's."""
         for item in items:
+            if item.noop:
+                if not item.result.done():
+                    item.result.set_result(None)
+                continue
             try:
                 result = self._machine.apply(item.command, position)
             except Exception as exc:  # the machine's own error is the command's result

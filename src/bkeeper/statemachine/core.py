@@ -362,14 +362,12 @@ class MemberCore(Generic[P]):
 
     def step_down(self) -> list[Action[P]]:
         """Leadership ended, or the member stops. Resign when fenced while it led."""
-        was = self._phase
         self._move(Event.DOWN)
         self._lease_until_s = 0.0
         actions: list[Action[P]] = [FailPending()]
-        if was is Phase.LEADING or self._fenced_now:
-            if self._fenced_now:
-                self.fenced += 1
-                actions.append(Resign())
+        if self._fenced_now:
+            self.fenced += 1
+            actions.append(Resign())
             self._fenced_now = False
         return actions
 

@@ -113,7 +113,7 @@ class AddBatch:
     def of_one(
         cls, ledger_id: int, entry_id: int, lac: int, key: bytes, body: bytes, recovery: bool
     ) -> Self:
-        """A batch of one entry (fields as for :meth:`append`), made without empty lists."""
+        """A batch of one entry (``lac`` as ``body`` names it), made without empty lists."""
         batch = cls.__new__(cls)
         batch.ledger_ids = [ledger_id]
         batch.entry_ids = [entry_id]
@@ -124,15 +124,6 @@ class AddBatch:
         batch.refused = []
         batch.parts = 0
         return batch
-
-    def append(self, ledger_id: int, entry_id: int, lac: int, key: bytes, body: bytes) -> None:
-        """Add one entry's fields (``ledger_id``, ``entry_id`` and ``lac`` as ``body`` names
-        them) to the lists."""
-        self.ledger_ids.append(ledger_id)
-        self.entry_ids.append(entry_id)
-        self.lacs.append(lac)
-        self.master_keys.append(key)
-        self.bodies.append(body)
 
 
 def add_batch_locked(

@@ -50,9 +50,6 @@ class WriteCache:
         #: ``active_bytes``, every byte ever added (a metric), kept per flush, not per add.
         self.taken_bytes = 0
 
-    def has_room(self, size: int) -> bool:
-        return self.active_bytes + self.flushing_bytes + size <= self.bytes_max
-
     def wants_flush(self) -> bool:
         return self.active_bytes >= self.flush_bytes
 

@@ -238,19 +238,15 @@ class Storage(StorageReads):
         if batch.refused:
             raise batch.refused[0][1]
 
-    def add_entries(self, batch: AddBatch, token: object | None = None) -> None:
+    def add_entries(self, batch: AddBatch) -> None:
         """Add many entries at once: the one add body (:mod:`bkeeper.storage.add_batch`),
-        with one hold of the lock and one journal append per journal touched. ``token``
-        (the batch itself if None) is reported durable by each of the ``batch.parts``
-        journals it was queued to. Entries refused (for the reasons :meth:`add_entry`
-        raises) are listed in ``batch.refused`` and not added."""
+        with one hold of the lock and one journal append per journal touched. The batch is
+        its own token, reported durable by each of the ``batch.parts`` journals it was queued
+        to. Entries refused (for the reasons :meth:`add_entry` raises) are listed in
+        ``batch.refused`` and not added."""
         with self._engine.lock:
             add_batch_locked(
-                self._engine,
-                self._journals,
-                batch,
-                self._ledger_for_write_locked,
-                batch if token is None else token,
+                self._engine, self._journals, batch, self._ledger_for_write_locked, batch
             )
 
     def fence(self, ledger_id: int, master_key: bytes, *, token: object | None = None) -> None:

@@ -63,7 +63,7 @@ from bkeeper.namedlog.core.subscription_state import SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader, open_reader
 from bkeeper.namedlog.stores import CursorLedger, cas_update_or
-from bkeeper.namedlog.subscriptions.options import SubscribeOptions, default_consumer_id
+from bkeeper.namedlog.subscriptions.options import SubscribeOptions
 from bkeeper.namedlog.subscriptions.progress import check_in_log, ledger_ends
 
 __all__ = ["Consumer"]
@@ -93,7 +93,8 @@ class Consumer:
         self.named = named
         self._cursor = cursor
         self.name = name
-        self.consumer_id = options.consumer_id or default_consumer_id()
+        assert options.consumer_id is not None  # opening.subscribe gives every consumer one
+        self.consumer_id = options.consumer_id
         self._options = options
         self._subs = named.context.subscriptions
         self._state = state
