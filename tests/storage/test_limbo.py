@@ -20,7 +20,7 @@ from bkeeper.common.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
 )
-from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
+from bkeeper.storage import AddBatch, MemoryFileSystem, Storage, StorageConfig
 from bkeeper.storage.framing import RECORD_HEADER_BYTES, encode_frame
 from bkeeper.storage.journal_damage import ledger_id_candidates
 from bkeeper.storage.journal_format import (
@@ -42,20 +42,26 @@ def _config() -> StorageConfig:
 
 
 def _write() -> tuple[MemoryFileSystem, str, int, list[JournalRecord]]:
-    """Entry 0 of each ledger, acknowledged; then entries 1..20 of each at once, all
-    acknowledged (in one or two groups: an idle journal writes the first record at once,
-    the rest within its window); then a crash. The disk, the journal file, the last group's
-    offset and its records."""
+    """Entry 0 of each ledger, acknowledged; then entries 1..20 of each in one batch (one
+    hold of the engine's lock: the journal takes them as one group, however slowly this
+    thread runs), all acknowledged; then a crash. The disk, the journal file, the last
+    group's offset and its records."""
     fs = MemoryFileSystem()
     storage, acks = open_storage(fs, _config())
     for ledger_id in LEDGERS:
         storage.add_entry(ledger_id, 0, KEY, entry_body(ledger_id, 0), token=(ledger_id, 0))
     acks.wait_for((LEDGERS[-1], 0))
+    batch = AddBatch()
     for entry_id in range(1, LAST_GROUP_ENTRIES + 1):
         for ledger_id in LEDGERS:
-            body = entry_body(ledger_id, entry_id, entry_id - 1)
-            storage.add_entry(ledger_id, entry_id, KEY, body, token=(ledger_id, entry_id))
-    acks.wait_for((LEDGERS[-1], LAST_GROUP_ENTRIES))
+            batch.ledger_ids.append(ledger_id)
+            batch.entry_ids.append(entry_id)
+            batch.lacs.append(entry_id - 1)
+            batch.master_keys.append(KEY)
+            batch.bodies.append(entry_body(ledger_id, entry_id, entry_id - 1))
+    storage.add_entries(batch)
+    assert batch.refused == []
+    acks.wait_for(batch)
     after = fs.crash()
     storage.abort()
     (name,) = after.list_dir(JOURNAL_DIR)
