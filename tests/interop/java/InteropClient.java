@@ -12,6 +12,9 @@
 //                                          tls: START_TLS on every connection, PROVIDER
 //                                          OpenSSL or JDK, VERIFY true|false (hostname
 //                                          verification), a client certificate if given
+//   client NAME v2|v3 URI delay-ensemble-change
+//                                          the same with delayEnsembleChange=true: a write
+//                                          that fails after its ack quorum changes nothing
 //   create CLIENT DIGEST PASSWORD E QW QA  a new ledger, its writer kept: OK <ledger id>
 //   append LEDGER FIRST COUNT SIZE         COUNT entries (FIRST.. expected ids, pipelined):
 //                                          OK <last entry id>
@@ -118,7 +121,9 @@ public class InteropClient {
         conf.setAddEntryTimeout(30);
         conf.setReadEntryTimeout(30);
         conf.setZkTimeout(10_000);
-        if (w.length > 4 && w[4].equals("tls")) {
+        if (w.length == 5 && w[4].equals("delay-ensemble-change")) {
+            conf.setDelayEnsembleChange(true);
+        } else if (w.length > 4 && w[4].equals("tls")) {
             conf.setTLSProviderFactoryClass("org.apache.bookkeeper.tls.TLSContextFactory");
             conf.setTLSProvider(w[5]);
             conf.setHostnameVerificationEnabled(Boolean.parseBoolean(w[6]));
@@ -131,6 +136,8 @@ public class InteropClient {
                 conf.setTLSCertificatePath(w[8]);
                 conf.setTLSKeyStore(w[9]);
             }
+        } else if (w.length > 4) {
+            throw new IllegalArgumentException("unknown client option " + w[4]);
         }
         clients.put(w[1], new BookKeeper(conf));
         return w[1];
