@@ -95,6 +95,34 @@ async def test_fencing_blocks_adds_but_not_recovery_adds(start_bookie, connect, 
     assert (await add(client, 8, 3, recovery=True)).status is StatusCode.EOK
 
 
+@BOTH
+async def test_pipelined_adds_to_a_fenced_and_an_open_ledger_get_each_their_answer(
+    start_bookie, connect, protocol
+):
+    """Adds sent together (one chunk for the bookie, as a pipelining client's are) where
+    the engine refuses some: each is answered with its own status (v3: its own txn id)."""
+    bookie = await start_bookie()
+    client = await connect(bookie, protocol)
+    assert (await add(client, 10, 0)).status is StatusCode.EOK
+    fenced = await client.request(ReadRequest(10, -1, fence=True, master_key=KEY))
+    assert fenced.status is StatusCode.EOK
+    requests = [
+        AddRequest(ledger, e, KEY, body(ledger, e)) for e in range(1, 6) for ledger in (10, 11)
+    ]
+    responses = await asyncio.gather(*(client.send(request) for request in requests))
+    assert [(r.ledger_id, r.entry_id, r.status) for r in responses] == [
+        (
+            request.ledger_id,
+            request.entry_id,
+            StatusCode.EFENCED if request.ledger_id == 10 else StatusCode.EOK,
+        )
+        for request in requests
+    ]
+    for entry in range(1, 6):
+        assert bytes((await client.request(ReadRequest(11, entry))).body) == body(11, entry)
+        assert (await client.request(ReadRequest(10, entry))).status is StatusCode.ENOENTRY
+
+
 async def test_fencing_survives_restart(start_bookie, connect, tmp_path: Path):
     data = tmp_path / "restart"
     bookie = await start_bookie(data, bookie_id="restart-bookie")

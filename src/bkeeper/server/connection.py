@@ -1,7 +1,9 @@
 """One client connection of a bookie: an asyncio ``Protocol`` around the sans-IO codecs.
 
 The first frame decides the protocol (v3 or v2) for the life of the connection. Requests
-are pipelined: each decoded request goes to the handlers at once, and responses may leave in
+are pipelined: each decoded request goes to the handlers at once (the adds of a chunk
+together: v2 ones through the batch lane, ``server.batch_lane``; v3 ones gathered,
+``server.v3_adds``, and handed over before any other request), and responses may leave in
 another order than requests came (v3 clients match on txn id, v2 clients on ledger, entry and
 operation). Responses are gathered and written once per event-loop iteration.
 
@@ -32,19 +34,17 @@ from typing import TYPE_CHECKING, Any, cast
 from bkeeper.common.errors import ProtocolError
 from bkeeper.common.limits import OVERSIZED_FRAME_SKIP_BYTES_MAX
 from bkeeper.common.tasks import TaskOwner
+from bkeeper.server.batch_lane import V2BatchLane
 from bkeeper.server.responder import AddBatchAnswer
 from bkeeper.server.security import BookieSecurity, ConnectionSecurity
+from bkeeper.server.v3_adds import V3AddGatherer
 from bkeeper.storage import AddBatch
 from bkeeper.wire import v2, v3
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.detect import detect_protocol
-from bkeeper.wire.framing import FrameDecoder, OversizedFrame, encode_frame
-from bkeeper.wire.messages import Request, Response
-from bkeeper.wire.v2_adds import (
-    PLAIN_ADD_FRAME_BYTES_MIN,
-    add_response_frames,
-    scan_add_requests,
-)
+from bkeeper.wire.framing import FrameDecoder, OversizedFrame
+from bkeeper.wire.messages import AddRequest, Request, Response
+from bkeeper.wire.v2_adds import add_response_frames
 
 if TYPE_CHECKING:
     from bkeeper.server.config import BookieConfig
@@ -61,7 +61,7 @@ Add = Callable[["BookieConnection", AddBatchAnswer], None]
 _EncodeAdd = Callable[[StatusCode, int, int, int], bytes]
 
 
-class BookieConnection(asyncio.Protocol):
+class BookieConnection(V2BatchLane, asyncio.Protocol):
     """Reads frames, hands requests to ``dispatch`` (v2 adds to ``add`` as one
     :class:`AddBatchAnswer`, without a request object) and writes responses in batches. It
     is the handlers' ``Responder``.
@@ -88,6 +88,8 @@ class BookieConnection(asyncio.Protocol):
         #: The adds the batch lane collects (empty between chunks; no reference back to the
         #: connection, which a closed connection's buffers would wait on the GC for).
         self._collecting = AddBatch()
+        #: The v3 adds of the chunk being read, handed over together.
+        self._v3_adds = V3AddGatherer()
         self.security: ConnectionSecurity | None = None
         if security is not None:
             self.security = ConnectionSecurity(security, self)
@@ -178,6 +180,7 @@ class BookieConnection(asyncio.Protocol):
                 if self._batch_lane:  # chosen by the oversized frame, the connection's first
                     self._receive_batch(b"")
                     return
+            self._hand_over_v3_adds()
         except Exception as exc:  # (called in the handler: a bug's log keeps its trace)
             self._chunk_failed(exc)
             return
@@ -186,6 +189,7 @@ class BookieConnection(asyncio.Protocol):
     def _chunk_failed(self, exc: Exception) -> None:
         """A chunk's frames failed: a bad frame ends the connection; anything else is a bookie
         bug found by this client, logged (rate-limited) before the connection ends."""
+        self._v3_adds.take()  # (dropped: the connection ends, they go unanswered)
         if isinstance(exc, ProtocolError):
             self.abort(f"bad frame: {exc}")
             return
@@ -200,87 +204,6 @@ class BookieConnection(asyncio.Protocol):
             if self.closed:
                 return
         self._update_reading()
-
-    def _to_batch_lane(self, frames: list[memoryview]) -> None:
-        """Hand ``frames`` (the rest of a chunk) and any partial frame to the batch lane:
-        once per connection, after the frame that chose it."""
-        oversized = self._decoder.oversized
-        if oversized is not None:  # it ended ``frames``; the decoder holds what follows it
-            for frame in frames:
-                self._handle_frame(frame)
-                if self.closed:
-                    return
-            self._refuse_oversized(oversized)
-            if not self.closed:
-                self._receive_batch(b"")
-            return
-        rest = [encode_frame(frame) for frame in frames]
-        rest.append(self._decoder.take_all(b""))
-        self._receive_batch(b"".join(rest))
-
-    def _receive_batch(self, data: bytes) -> None:
-        """The v2 batch lane: the plain adds of the chunk go to ``add`` together (one batch
-        per run of them, collected straight into it), any other frame through
-        :meth:`_handle_frame`, in order. An oversized frame ends the walk (``keep_tail``
-        finds it); it is answered, and the walk goes on after it."""
-        decoder = self._decoder
-        try:
-            while True:
-                self._walk_batch(decoder.take_all(data))
-                if self.closed:
-                    return
-                if decoder.oversized is None:
-                    break
-                self._refuse_oversized(decoder.oversized)
-                if self.closed:
-                    return
-                data = b""
-        except Exception as exc:  # (called in the handler: a bug's log keeps its trace)
-            self._chunk_failed(exc)
-            return
-        self._chunk_done()
-
-    def _walk_batch(self, buffer: bytes) -> None:
-        """The frames of ``buffer`` for :meth:`_receive_batch`; the rest back to the decoder."""
-        max_frame = self._config.max_frame_bytes
-        decoder = self._decoder
-        offset = 0
-        while True:
-            stop = decoder.frame_end(buffer, offset)
-            if stop < 0:
-                break  # incomplete, or a bad length (keep_tail: oversized, or ProtocolError)
-            if stop - offset >= PLAIN_ADD_FRAME_BYTES_MIN:
-                batch = self._collecting
-                offset_after, count, size = scan_add_requests(
-                    buffer,
-                    offset,
-                    max_frame,
-                    self._refuse_requests_at - self.requests_in_flight,
-                    self._refuse_bytes_at - self.bytes_in_flight,
-                    batch.ledger_ids,
-                    batch.entry_ids,
-                    batch.lacs,
-                    batch.master_keys,
-                    batch.bodies,
-                )
-                if count:
-                    offset = offset_after
-                    self._hand_over(count, size)
-                    if self.closed:
-                        return
-                    continue
-            self._handle_frame(memoryview(buffer)[offset + 4 : stop])
-            if self.closed:
-                return
-            offset = stop
-        decoder.keep_tail(buffer, offset)
-
-    def _hand_over(self, count: int, size: int) -> None:
-        """Hand the ``count`` adds collected (``size`` request bytes) to the handlers as one
-        batch; the next adds are collected into a new one."""
-        self.requests_in_flight += count
-        self.bytes_in_flight += size
-        self._add(self, AddBatchAnswer.taking(self, self._collecting, count, size))
 
     # -- requests ----------------------------------------------------------------------
     def _handle_frame(self, frame: memoryview) -> None:
@@ -302,10 +225,27 @@ class BookieConnection(asyncio.Protocol):
         else:
             self.requests_in_flight += 1
             self.bytes_in_flight += size
-        if add is None:
-            self._dispatch(self, request, size)
-        else:
+        if add is not None:
             self._add(self, AddBatchAnswer.single(self, *add, 0, size))
+        elif type(request) is AddRequest and size >= 0 and self._gathers(request, size):
+            return
+        else:
+            self._hand_over_v3_adds()  # (what came before goes first)
+            self._dispatch(self, request, size)
+
+    def _gathers(self, request: AddRequest, size: int) -> bool:
+        """Gather a v3 add (``server.v3_adds``) unless the connection is not admitted."""
+        security = self.security
+        if security is not None and (not security.admitted or security.upgrading):
+            return False
+        if not self._v3_adds.takes(request):
+            self._hand_over_v3_adds()
+        return self._v3_adds.gather(self, request, size)
+
+    def _hand_over_v3_adds(self) -> None:
+        batch = self._v3_adds.take()
+        if batch is not None:
+            self._add(self, batch)
 
     def _choose_protocol(self, frame: memoryview) -> None:
         self.protocol = detect_protocol(frame)
@@ -350,8 +290,9 @@ class BookieConnection(asyncio.Protocol):
         for index in range(len(batch.entry_ids)):
             self.security.refuse()
             size = batch.request_bytes_of(index)
+            txn_id = batch.txn_id_of(index)
             self.respond_add(
-                StatusCode.EUA, batch.ledger_ids[index], batch.entry_ids[index], 0, size
+                StatusCode.EUA, batch.ledger_ids[index], batch.entry_ids[index], txn_id, size
             )
 
     def admitted(self) -> None:

@@ -205,9 +205,8 @@ class RequestHandlers:
         """Answer every add of ``batch`` with ``status`` (none reached the journal)."""
         for index in range(len(batch.entry_ids)):
             size = batch.request_bytes_of(index)
-            conn.respond_add(
-                status, batch.ledger_ids[index], batch.entry_ids[index], batch.txn_id, size
-            )
+            txn_id = batch.txn_id_of(index)
+            conn.respond_add(status, batch.ledger_ids[index], batch.entry_ids[index], txn_id, size)
             if self._metrics is not None:
                 self._metrics.add_refused()
 
@@ -218,16 +217,13 @@ class RequestHandlers:
         ledger_ids, entry_ids = batch.ledger_ids, batch.entry_ids
         for index, error in batch.refused:
             size = batch.request_bytes_of(index)
-            status = status_of(error)
-            conn.respond_add(status, ledger_ids[index], entry_ids[index], batch.txn_id, size)
+            txn_id = batch.txn_id_of(index)
+            conn.respond_add(status_of(error), ledger_ids[index], entry_ids[index], txn_id, size)
             batch.requests -= 1
             batch.request_bytes -= size
             if self._metrics is not None:
                 self._metrics.add_refused()
-        keep = [i for i in range(len(entry_ids)) if i not in refused]
-        batch.ledger_ids = [ledger_ids[i] for i in keep]
-        batch.entry_ids = [entry_ids[i] for i in keep]
-        batch.bodies = [batch.bodies[i] for i in keep]
+        batch.keep([i for i in range(len(entry_ids)) if i not in refused])
         batch.refused = []
 
     def _add_request(self, conn: Responder, request: AddRequest, size: int) -> None:

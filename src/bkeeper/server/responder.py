@@ -5,9 +5,10 @@ A write (add, fence, explicit LAC, force) hands the storage engine a :class:`Dur
 the engine gives the tokens of a journal group back once the group is durable (or failed), and
 the handlers call :meth:`Durable.durable` on each with the group's status. Every add reaches
 the handlers as an :class:`AddBatchAnswer`, which is its own token: the plain v2 adds of one
-chunk (parallel lists, no object per entry), or one add (a v2 add with flags, a v3 request).
-It is answered once every journal it went to made its share durable: one add through
-:meth:`Responder.respond_add`, many through :meth:`BatchResponder.respond_adds` in one write.
+chunk (parallel lists, no object per entry), the v3 adds of one chunk, or one add (a v2 add
+with flags, a v3 request not gathered). It is answered once every journal it went to made
+its share durable: one add, or each v3 add, through :meth:`Responder.respond_add`, many v2
+adds through :meth:`BatchResponder.respond_adds` in one write.
 The other writes pass their answer as a :class:`WhenDurable` callback.
 :meth:`Durable.durable` returns how many adds it answered (for metrics).
 """
@@ -105,19 +106,64 @@ class AddBatchAnswer(AddBatch, Durable):
     ``requests`` and ``request_bytes`` are what the adds counted against the connection's
     limits (``request_bytes`` < 0: over them, never counted); the handlers take refused
     entries out before the engine hands the token back. ``high_priority``: taken by a
-    read-only bookie while its disk has room (as recovery adds are); ``txn_id``: a v3
-    request's (a batch of many holds v2 adds, which have none)."""
+    read-only bookie while its disk has room (as recovery adds are); ``txn_id``: a single
+    add's v3 request's. The v3 adds of one chunk (:meth:`gathering`) keep each add's txn id
+    and counted bytes in ``txn_ids`` and ``sizes`` (None otherwise), and are answered one
+    response each (v3 has no batched answer)."""
 
-    __slots__ = ("conn", "error_status", "high_priority", "request_bytes", "requests", "txn_id")
+    __slots__ = (
+        "conn",
+        "error_status",
+        "high_priority",
+        "request_bytes",
+        "requests",
+        "sizes",
+        "txn_id",
+        "txn_ids",
+    )
 
     def __init__(self, conn: Responder) -> None:
         AddBatch.__init__(self)
         self.conn = conn
         self.high_priority = False
         self.txn_id = 0
+        self.txn_ids: list[int] | None = None
+        self.sizes: list[int] | None = None
         self.requests = 0
         self.request_bytes = 0
         self.error_status = StatusCode.EOK
+
+    @classmethod
+    def gathering(cls, conn: Responder, recovery: bool, high_priority: bool) -> AddBatchAnswer:
+        """An empty batch for v3 adds of these flags, which :meth:`gather` fills."""
+        batch = cls(conn)
+        batch.recovery = recovery
+        batch.high_priority = high_priority
+        batch.txn_ids = []
+        batch.sizes = []
+        return batch
+
+    def gather(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        body: bytes,
+        txn_id: int,
+        request_bytes: int,
+    ) -> None:
+        """One more v3 add (``lac`` as its body names it, ``request_bytes`` counted)."""
+        assert self.txn_ids is not None and self.sizes is not None
+        self.ledger_ids.append(ledger_id)
+        self.entry_ids.append(entry_id)
+        self.lacs.append(lac)
+        self.master_keys.append(master_key)
+        self.bodies.append(body)
+        self.txn_ids.append(txn_id)
+        self.sizes.append(request_bytes)
+        self.requests += 1
+        self.request_bytes += request_bytes
 
     @classmethod
     def single(
@@ -143,6 +189,7 @@ class AddBatchAnswer(AddBatch, Durable):
         batch.conn = conn
         batch.high_priority = flags & _HIGH_PRIORITY != 0
         batch.txn_id = txn_id
+        batch.txn_ids = batch.sizes = None
         batch.requests = 1
         batch.request_bytes = request_bytes
         batch.error_status = StatusCode.EOK
@@ -166,10 +213,25 @@ class AddBatchAnswer(AddBatch, Durable):
 
     def request_bytes_of(self, index: int) -> int:
         """What the add at ``index`` counted against the connection's limits: a batch of
-        many holds plain v2 adds, whose frames are their header, master key and body."""
+        many plain v2 adds holds their frames, which are their header, master key and body."""
+        if self.sizes is not None:
+            return self.sizes[index]
         if len(self.bodies) == 1:
             return self.request_bytes
         return _V2_ADD_FRAME_BYTES + len(self.bodies[index])
+
+    def txn_id_of(self, index: int) -> int:
+        """The txn id to answer the add at ``index`` with (0 for v2 adds)."""
+        return self.txn_id if self.txn_ids is None else self.txn_ids[index]
+
+    def keep(self, indexes: list[int]) -> None:
+        """Keep only the adds at ``indexes`` (those the engine took), for their answers."""
+        self.ledger_ids = [self.ledger_ids[i] for i in indexes]
+        self.entry_ids = [self.entry_ids[i] for i in indexes]
+        self.bodies = [self.bodies[i] for i in indexes]
+        if self.txn_ids is not None and self.sizes is not None:
+            self.txn_ids = [self.txn_ids[i] for i in indexes]
+            self.sizes = [self.sizes[i] for i in indexes]
 
     def durable(self, status: StatusCode, error: BaseException | None) -> int:
         if status is not StatusCode.EOK:
@@ -177,6 +239,15 @@ class AddBatchAnswer(AddBatch, Durable):
         self.parts -= 1
         if self.parts > 0:
             return 0
+        txn_ids = self.txn_ids
+        if txn_ids is not None:  # v3 adds of a chunk: one answer each
+            assert self.sizes is not None
+            respond_add, status, sizes = self.conn.respond_add, self.error_status, self.sizes
+            for ledger_id, entry_id, txn_id, size in zip(
+                self.ledger_ids, self.entry_ids, txn_ids, sizes, strict=True
+            ):
+                respond_add(status, ledger_id, entry_id, txn_id, size)
+            return len(txn_ids)
         if len(self.entry_ids) == 1:
             self.conn.respond_add(
                 self.error_status,
