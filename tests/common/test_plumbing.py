@@ -13,6 +13,7 @@ from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
     BKeeperError,
     ConfigError,
+    ConnectionLossError,
     MetadataError,
     MetadataVersionError,
 )
@@ -96,6 +97,43 @@ async def test_cas_update_lets_other_errors_through() -> None:
 
     with pytest.raises(ConfigError, match="no"):
         await cas_update(VersionedCell().read, attempt, what="cell")
+
+
+async def test_cas_update_on_exhausted_gives_the_callers_outcome_when_every_round_lost() -> None:
+    cell = VersionedCell()
+    cell.interfere = 10**6
+
+    async def attempt(snapshot: tuple[int, int]) -> int:
+        return await cell.write(1, snapshot[1])
+
+    outcome = await cas_update(
+        cell.read, attempt, what="cell", attempts_max=3, on_exhausted=lambda: -1
+    )
+    assert (outcome, cell.reads) == (-1, 3)  # one read per round, none after the last
+
+
+async def test_cas_update_on_exhausted_is_not_for_a_read_failing_after_a_lost_round() -> None:
+    reads = iter([(0, 0), None])
+
+    async def read() -> tuple[int, int]:
+        snapshot = next(reads)
+        if snapshot is None:
+            raise ConnectionLossError("away")
+        return snapshot
+
+    async def attempt(snapshot: tuple[int, int]) -> int:
+        raise MetadataVersionError("lost")
+
+    with pytest.raises(ConnectionLossError):
+        await cas_update(read, attempt, what="cell", attempts_max=3, on_exhausted=lambda: -1)
+
+
+async def test_cas_update_on_exhausted_leaves_a_won_round_alone() -> None:
+    async def attempt(snapshot: tuple[int, int]) -> int:
+        return snapshot[0] + 7
+
+    outcome = await cas_update(VersionedCell().read, attempt, what="cell", on_exhausted=lambda: -1)
+    assert outcome == 7
 
 
 async def test_task_owner_cancels_and_awaits_its_tasks() -> None:

@@ -35,12 +35,16 @@ async def cas_update(
     what: str,
     attempts_max: int = CAS_ATTEMPTS_MAX,
     current: S | None = None,
+    on_exhausted: Callable[[], R] | None = None,
 ) -> R:
     """Run ``attempt`` on a snapshot until it stops losing compare-and-set races.
 
     ``current`` is a snapshot the caller holds already (skips the first read). ``what`` names
     the update in the error raised when ``attempts_max`` rounds all lost:
-    ``"<what>: its metadata kept changing (<n> compare-and-set attempts)"``.
+    ``"<what>: its metadata kept changing (<n> compare-and-set attempts)"``; with
+    ``on_exhausted``, its outcome instead (it returns the result or raises), for updates that
+    end in their own way then (a flush refused as busy, a claim given up until the next look).
+    Only lost rounds lead there: a failed read ends the update with its own error.
     """
     if attempts_max < 1:
         raise ValueError(f"attempts_max must be at least 1, not {attempts_max}")
@@ -52,6 +56,8 @@ async def cas_update(
             if round_ + 1 == attempts_max:
                 break
             snapshot = await read()
+    if on_exhausted is not None:
+        return on_exhausted()
     raise MetadataError(
         f"{what}: its metadata kept changing ({attempts_max} compare-and-set attempts)"
     )

@@ -1,7 +1,6 @@
 """The stored side of named logs: every node a log owns in the metadata store and the cursor
 ledgers of subscriptions; every update through compare-and-set
-(:func:`bkeeper.common.cas.cas_update`, or :func:`cas_update_or` where running out of rounds
-has an outcome of its own).
+(:func:`bkeeper.common.cas.cas_update`).
 
 - :mod:`~bkeeper.namedlog.stores.log_nodes`: a log's node (:class:`LogStore`);
 - :mod:`~bkeeper.namedlog.stores.subscription_nodes`: subscriptions and their owners
@@ -15,7 +14,6 @@ has an outcome of its own).
 from bkeeper.namedlog.stores.cursor_ledgers import CursorLedger, drop_cursor, load, peek
 from bkeeper.namedlog.stores.log_nodes import LogStore
 from bkeeper.namedlog.stores.pending_ledgers import PendingLedgers
-from bkeeper.namedlog.stores.rounds import cas_update_or
 from bkeeper.namedlog.stores.subscription_nodes import SubscriptionStore
 
 __all__ = [
@@ -23,7 +21,6 @@ __all__ = [
     "LogStore",
     "PendingLedgers",
     "SubscriptionStore",
-    "cas_update_or",
     "drop_cursor",
     "load",
     "peek",

@@ -49,6 +49,7 @@ import bisect
 import logging
 from dataclasses import replace
 
+from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
     ConfigError,
     LedgerFencedError,
@@ -62,7 +63,7 @@ from bkeeper.namedlog.core.records import Position, Record
 from bkeeper.namedlog.core.subscription_state import SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader, open_reader
-from bkeeper.namedlog.stores import CursorLedger, cas_update_or
+from bkeeper.namedlog.stores import CursorLedger
 from bkeeper.namedlog.subscriptions.options import SubscribeOptions
 from bkeeper.namedlog.subscriptions.progress import check_in_log, ledger_ends
 
@@ -309,10 +310,10 @@ class Consumer:
                 "compare-and-set attempts"
             )
 
-        new = await cas_update_or(
+        new = await cas_update(
             lambda: self._subs.read(self.named.name, self.name),
             attempt,
-            lost_every_round=busy,
+            on_exhausted=busy,
             what=f"subscription {self.name!r}: acks",
             attempts_max=FLUSH_ATTEMPTS_MAX,
             current=(self._state, self._version),
@@ -421,10 +422,10 @@ class Consumer:
             await self._subs.write(self.named.name, self.name, back, version)
             await cursor.delete()
 
-        await cas_update_or(
+        await cas_update(
             lambda: self._subs.read(self.named.name, self.name),
             attempt,
-            lost_every_round=lambda: None,  # still changing: left to whoever changes it
+            on_exhausted=lambda: None,  # still changing: left to whoever changes it
             what=f"subscription {self.name!r}: its state back from the cursor ledger",
             attempts_max=FLUSH_ATTEMPTS_MAX,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import (
     ConfigError,
     MetadataVersionError,
@@ -22,7 +23,7 @@ from bkeeper.namedlog.core.subscription_state import (
 )
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import open_reader
-from bkeeper.namedlog.stores import CursorLedger, cas_update_or, drop_cursor, load
+from bkeeper.namedlog.stores import CursorLedger, drop_cursor, load
 from bkeeper.namedlog.subscriptions.exclusive import Consumer
 from bkeeper.namedlog.subscriptions.options import SubscribeOptions
 from bkeeper.namedlog.subscriptions.shared import SharedConsumer
@@ -141,10 +142,10 @@ async def commit_before(named: LogHandle, name: str, position: Position) -> Subs
             f"{logs.config.metadata_retries_max} compare-and-sets in a row"
         )
 
-    return await cas_update_or(
+    return await cas_update(
         lambda: subs.read(named.name, name),
         attempt,
-        lost_every_round=lost,
+        on_exhausted=lost,
         what=f"subscription {name!r} of log {named.name!r}: commit",
         attempts_max=logs.config.metadata_retries_max,
     )

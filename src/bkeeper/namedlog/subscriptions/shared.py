@@ -27,12 +27,12 @@ import collections
 import logging
 from dataclasses import replace
 
+from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import ConfigError
 from bkeeper.namedlog.core.records import Position, Record
 from bkeeper.namedlog.core.subscription_state import CLAIMS_MAX, Claim, SubscriptionState
 from bkeeper.namedlog.handle import LogHandle
 from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.stores import cas_update_or
 from bkeeper.namedlog.subscriptions.exclusive import Consumer
 from bkeeper.namedlog.subscriptions.options import SubscribeOptions
 
@@ -129,10 +129,10 @@ class SharedConsumer(Consumer):
             self._buffer.extend(records)
             return bool(records)
 
-        return await cas_update_or(
+        return await cas_update(
             lambda: self._subs.read(self.named.name, self.name),
             attempt,
-            lost_every_round=lambda: False,
+            on_exhausted=lambda: False,
             what=f"subscription {self.name!r}: a claim",
             attempts_max=_CLAIM_ATTEMPTS_MAX,
         )
