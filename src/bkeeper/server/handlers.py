@@ -159,7 +159,10 @@ class RequestHandlers:
         status = StatusCode.EOK if error is None else status_of(error)
         adds = 0
         for token in cast(list[Durable], tokens):
-            adds += token.durable(status, error)
+            try:
+                adds += token.durable(status, error)
+            except Exception:  # a bookie bug: the group's other writes are answered still
+                log.exception("answering a write of a journal group failed")
         self.state.adds += adds
         metrics = self._metrics
         if metrics is not None and adds:
