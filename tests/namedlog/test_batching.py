@@ -10,7 +10,7 @@ import functools
 import pytest
 
 from bkeeper.client.config import ClientConfig
-from bkeeper.common.errors import ConfigError, LogError
+from bkeeper.common.errors import ConfigError, LogError, LogFencedError
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.namedlog.core import entry_envelopes
 from bkeeper.testing.cluster import MemoryCluster
@@ -268,43 +268,47 @@ async def test_appends_after_close_are_refused_and_pending_batches_were_sent():
 
 
 async def test_a_batching_writer_fenced_mid_run_loses_nothing_acknowledged():
+    """A sends 200 records; once 20 are acknowledged, B takes over (fencing A's ledger) while
+    the rest may be in flight; then A sends 200 more. Every record sent after the takeover
+    fails (A's ledger was fenced before they were sent); of the first 200, those acknowledged
+    are a prefix and the rest fail as fenced; the log holds a prefix of the first 200 that
+    includes every acknowledged one, then B's record."""
     async with MemoryCluster(3) as cluster:
         logs_a = NamedLogs(await cluster.client(FAST), BATCHED)
         logs_b = NamedLogs(await cluster.client(FAST), LogConfig(tail_poll_ms=100))
         named = await logs_a.create("log")
         a = await named.open_writer()
-        acked: list[bytes] = []
-        errors: list[BaseException] = []
+        outcomes: dict[int, Position | BaseException] = {}
+        twenty_acked = asyncio.Event()
 
-        def settle(payload: bytes, future: asyncio.Future) -> None:
-            if future.exception() is None:
-                acked.append(payload)
-            else:
-                errors.append(future.exception())
+        def settle(i: int, future: asyncio.Future) -> None:
+            outcomes[i] = future.exception() or future.result()
+            if sum(isinstance(o, Position) for o in outcomes.values()) >= 20:
+                twenty_acked.set()
 
-        async def pump():
-            futures = []
-            for i in range(400):
-                try:
-                    future = await a.append_async(b"a%d" % i)
-                except LogError as exc:
-                    errors.append(exc)
-                    continue
-                future.add_done_callback(functools.partial(settle, b"a%d" % i))
-                futures.append(future)
-                if i % 20 == 0:
-                    await asyncio.sleep(0.001)  # let the other writer in between
-            await asyncio.gather(*futures, return_exceptions=True)
+        async def send(i: int) -> asyncio.Future | None:
+            try:
+                future = await a.append_async(b"a%d" % i)
+            except LogError as exc:  # A learnt of the fence: refused at once
+                outcomes[i] = exc
+                return None
+            future.add_done_callback(functools.partial(settle, i))
+            return future
 
-        pumping = asyncio.create_task(pump())
-        while len(acked) < 20:  # B takes over in the middle of A's run
-            await asyncio.sleep(0.001)
-        b = await logs_b.log("log").open_writer()
-        await pumping
+        futures = [await send(i) for i in range(200)]
+        await asyncio.wait_for(twenty_acked.wait(), 10.0)
+        b = await logs_b.log("log").open_writer()  # the takeover: A's ledger is fenced
+        futures += [await send(i) for i in range(200, 400)]
+        await asyncio.gather(*(f for f in futures if f is not None), return_exceptions=True)
         await b.append(b"b-first")
         await b.close()
-        assert errors or len(acked) == 400
-        assert all(isinstance(e, LogError) for e in errors), errors
+        assert sorted(outcomes) == list(range(400))
+        acked = sorted(i for i, o in outcomes.items() if isinstance(o, Position))
+        assert 20 <= len(acked) <= 200, "no record sent after the takeover is acknowledged"
+        assert acked == list(range(len(acked))), "the acknowledged records are a prefix"
+        failed = {i: o for i, o in outcomes.items() if not isinstance(o, Position)}
+        assert sorted(failed) == list(range(len(acked), 400)), "every later record fails"
+        assert all(isinstance(e, LogFencedError) for e in failed.values()), failed
         reader = await logs_b.log("log").open_reader()
         last = await logs_b.log("log").last_position()
         got = []
@@ -315,6 +319,6 @@ async def test_a_batching_writer_fenced_mid_run_loses_nothing_acknowledged():
         payloads = [r.payload for r in got]
         assert payloads[-1] == b"b-first"
         from_a = payloads[:-1]
+        assert len(acked) <= len(from_a) <= 200, "every acknowledged record, none sent after B"
         assert from_a == [b"a%d" % i for i in range(len(from_a))], "a prefix of what A sent"
-        assert set(acked) <= set(from_a)
         await reader.close()
