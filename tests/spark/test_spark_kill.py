@@ -69,6 +69,29 @@ def job(uri: str, checkpoint: Path, mode: str, log_file: Path) -> Iterator[subpr
         process.wait()
 
 
+def uncommitted_ledgers(uri: str) -> set[int]:
+    """Ledgers that no log holds: a batch's task ledgers until its commit appends them."""
+    return list_ledgers(uri) - ledgers_in_logs(uri)
+
+
+def stop_inside_a_batch(uri: str, tail: subprocess.Popen[bytes], log_file: Path) -> None:
+    """Once 4 batches are committed, stop the job (SIGSTOP to its process group) at a moment
+    when a batch's task ledgers are made and not yet committed (no log holds them). Seen with
+    the job stopped, that holds until the kill; when the batch committed between the first
+    look and the stop, the job goes on and the search with it."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert tail.poll() is None, log_file.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no batch caught between its writes and commit"
+        if committed_batches(uri, "kill-dst") < 4 or not uncommitted_ledgers(uri):
+            time.sleep(0.05)  # the poll's pace, as before: the job needs the CPU
+            continue
+        os.killpg(tail.pid, signal.SIGSTOP)
+        if uncommitted_ledgers(uri):
+            return
+        os.killpg(tail.pid, signal.SIGCONT)
+
+
 def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, tmp_path):
     pytest.importorskip("pyspark")
     uri = spark_cluster.uri
@@ -76,17 +99,18 @@ def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, 
     append(uri, "kill-src", payloads)
     checkpoint, log_file = tmp_path / "ck", tmp_path / "job.log"
     with job(uri, checkpoint, "tail", log_file) as tail:
-        deadline = time.monotonic() + 120
-        while committed_batches(uri, "kill-dst") < 4 and time.monotonic() < deadline:
-            assert tail.poll() is None, log_file.read_text()[-3000:]
-            time.sleep(0.05)
-        assert committed_batches(uri, "kill-dst") >= 4, log_file.read_text()[-3000:]
-    # Leaving the block killed it with SIGKILL mid-stream: likely inside a batch.
+        stop_inside_a_batch(uri, tail, log_file)
+    # Leaving the block killed the stopped job with SIGKILL: inside a batch, whose task
+    # ledgers no log holds.
+    killed_batch = uncommitted_ledgers(uri)
+    assert killed_batch, "the kill landed between batches"
     assert len(read_log(uri, "kill-dst")) < len(payloads), "killed before the end"
     with job(uri, checkpoint, "drain", log_file) as drain:
         assert drain.wait(240) == 0, log_file.read_text()[-3000:]
     copied = read_log(uri, "kill-dst")
     assert len(copied) == len(payloads) and sorted(copied) == payloads, "no duplicate, no gap"
 
-    # Every ledger left is in one of the two logs: the killed batch's were cleaned up.
-    assert list_ledgers(uri) == ledgers_in_logs(uri)
+    # Every ledger left is in one of the two logs: the killed batch's were deleted.
+    ledgers = list_ledgers(uri)
+    assert not ledgers & killed_batch, f"the killed batch's ledgers {ledgers & killed_batch} stay"
+    assert ledgers == ledgers_in_logs(uri)
