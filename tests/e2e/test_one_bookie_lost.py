@@ -125,9 +125,10 @@ class LogStream:
             time.sleep(0.01)
 
     def finish(self) -> int:
-        """Close its input; its exit code."""
+        """Stop feeding (``sent`` is final then), close its input; its exit code."""
         self._stop.set()
         self._thread.join(10)
+        assert not self._thread.is_alive(), "the feeding thread did not stop within 10 s"
         assert self.proc.stdin is not None
         with contextlib.suppress(BrokenPipeError, OSError):
             self.proc.stdin.close()
@@ -259,8 +260,8 @@ async def test_default_sandbox_heals_one_lost_bookie(tmp_path: Path) -> None:
         finally:
             puts.stop.set()
             await putting
-            sent = stream.sent
             code = stream.finish()
+            sent = stream.sent  # (final once finish returns: its feeding thread has ended)
             stop_services(dice, members, stream)
         await assert_stream_whole(cluster, tmp_path, code, sent)
 
@@ -314,8 +315,8 @@ async def test_no_spare_says_why_and_fences_nothing(tmp_path: Path) -> None:
         finally:
             puts.stop.set()
             await putting
-            sent = stream.sent
             code = stream.finish()
+            sent = stream.sent  # (final once finish returns: its feeding thread has ended)
             stop_services(dice, members, stream)
         await assert_stream_whole(cluster, tmp_path, code, sent)
 
