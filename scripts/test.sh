@@ -29,5 +29,6 @@ echo "== ruff"; ruff check src tests examples; ruff format --check src tests exa
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports
 # Two processes, each taking whole test files (module fixtures: a Spark session, a cluster);
-# the slowest files go first (tests/conftest.py, SLOW_FILES_FIRST). `-n 0` runs in one.
+# the slowest files go first (tests/suite_order.py, by tests/durations.json, which
+# `bash scripts/test.sh --update-durations` rewrites). `-n 0` runs in one.
 echo "== pytest"; python -m pytest -n 2 --dist loadfile "$@"

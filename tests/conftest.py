@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.testing.tmpfs import mounted_tmpfs
@@ -38,6 +39,21 @@ CLIENT_ENVIRONMENT = (
 for _name in CLIENT_ENVIRONMENT:
     os.environ.pop(_name, None)
 
+#: The order of test files, longest first, from tests/durations.json (``--update-durations``).
+pytest_plugins = ["tests.suite_order"]
+
+# Hypothesis profiles, chosen by $HYPOTHESIS_PROFILE: "ci" (the default under CI) replays the
+# same examples every run (a failure there is a change's, not the draw's); "dev" (the default
+# elsewhere) draws new ones; "nightly" draws ten times as many. None has a deadline: a
+# property's examples are timed by a loaded machine's scheduler, not by the code under test.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.register_profile("nightly", deadline=None, max_examples=1000)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE")
+    or ("ci" if os.environ.get("CI") or os.environ.get("BKEEPER_REQUIRE_INTEGRATION") else "dev")
+)
+
 # pytest-xdist's workers (execnet) start with COLUMNS=80 and LINES=24 of their own, which a
 # plain `pytest` run does not have: the CLI's tables (80 columns, else 160 into a pipe) would
 # differ between `-n 0` and the suite's `-n 2`. Each test that wants a width sets one.
@@ -62,58 +78,6 @@ def integration_required(config: pytest.Config) -> bool:
         or os.environ.get("CI")
         or os.environ.get("BKEEPER_REQUIRE_INTEGRATION")
     )
-
-
-#: The test files that take longest (20 s and more each, by ``--durations``), longest first.
-#: They run first: scripts/test.sh runs pytest in two processes that each take whole files
-#: (pytest-xdist, ``--dist loadfile``), and a long file taken last would leave one process
-#: working alone at the end.
-SLOW_FILES_FIRST = (
-    "spark/test_standalone.py",
-    "e2e/test_verify.py",
-    "security/test_sandbox_env_paste.py",
-    "security/test_client_errors_process.py",
-    "security/test_redaction_e2e.py",
-    "security/test_redaction_spark.py",
-    "spark/test_spark_kill.py",
-    "e2e/test_verify_kv.py",
-    "e2e/test_one_bookie_lost.py",
-    "e2e/test_autorecovery_cli.py",
-    "e2e/test_shell_ops.py",
-    "e2e/test_bench.py",
-    "spark/test_stream_copy_example.py",
-    "spark/test_spark.py",
-    "interop/test_autorecovery_java.py",
-    "e2e/test_sandbox.py",
-    "cli/test_sandbox_restart.py",
-    "e2e/test_subscriptions.py",
-    "spark/test_batches.py",
-    "e2e/test_autorecovery_process.py",
-    "e2e/test_kv.py",
-    "spark/test_pipeline.py",
-    "e2e/test_log_cli.py",
-    "server/test_full_disk_process.py",
-    "spark/test_spark_options.py",
-    "interop/test_java_client.py",
-    "security/test_rotation_process.py",
-    "dashboard/test_browser_secured.py",
-    "security/test_matrix.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests of ``SLOW_FILES_FIRST`` first, in that order; the rest as collected."""
-    tests_dir = Path(__file__).parent
-    rank = {name: index for index, name in enumerate(SLOW_FILES_FIRST)}
-
-    def key(item: pytest.Item) -> int:
-        try:
-            name = item.path.relative_to(tests_dir).as_posix()
-        except ValueError:  # a test file outside tests/ (the leftover check's inner sessions)
-            return len(rank)
-        return rank.get(name, len(rank))
-
-    items.sort(key=key)  # stable: each file's tests keep their order
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -185,7 +185,7 @@ class Model:
         self.apply(self.p.replaced(new, self.now))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     data=st.data(),
     shape=st.sampled_from([(1, 1, 1), (3, 3, 2), (3, 2, 2), (5, 3, 2), (4, 3, 3), (3, 3, 1)]),

@@ -321,7 +321,7 @@ class DegradedModel(Model):
         self.apply(self.p.replacement_search_done(data.draw(st.booleans()), self.now))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     data=st.data(),
     shape=st.sampled_from([(3, 3, 2), (3, 2, 1), (5, 3, 2), (4, 3, 2), (3, 3, 1)]),

@@ -126,7 +126,7 @@ def why_it_failed(run: Run, meta: LedgerMetadata) -> str:
     raise AssertionError(f"recovery failed for no reason the replies give: {error}")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     data=st.data(),
     shape=st.sampled_from(SHAPES),

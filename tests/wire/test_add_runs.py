@@ -5,7 +5,7 @@ pass over their frame (``bkeeper.wire.batch_frames``)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import DigestMismatchError, ProtocolError
@@ -27,7 +27,6 @@ def answers(ledger_id: int, first: int, count: int) -> bytes:
     )
 
 
-@settings(deadline=None)
 @given(
     st.lists(st.binary(max_size=300), min_size=1, max_size=20),
     st.integers(0, 2**40),
@@ -50,7 +49,6 @@ def test_frames_of_a_batch_equal_the_generic_encoding(payloads, first, length, d
         assert single == frame
 
 
-@settings(deadline=None)
 @given(st.integers(0, 2**62), st.integers(0, 2**62), st.integers(1, 300))
 def test_a_run_is_recognised(ledger_id, first, count):
     wraps = first >> 32 != (first + count - 1) >> 32  # left to the answer-by-answer lane
@@ -77,7 +75,6 @@ def test_what_is_not_a_run(spoil):
     assert add_run(spoil()) is None
 
 
-@settings(deadline=None)
 @given(
     st.lists(
         st.one_of(
@@ -127,7 +124,6 @@ def batch_frame(bodies: list[bytes]) -> memoryview:
     return memoryview(v2.encode_response_frame(response)[4:])
 
 
-@settings(deadline=None)
 @given(
     st.lists(st.binary(max_size=300), min_size=1, max_size=20),
     st.integers(1, 25),

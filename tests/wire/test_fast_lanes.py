@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import ProtocolError
@@ -36,7 +36,6 @@ def _expected(response):
     return response
 
 
-@settings(deadline=None)  # a shared machine under load took 301 ms for one example
 @given(st.lists(V2_RESPONSES, max_size=20), st.lists(st.integers(1, 64), max_size=30))
 def test_response_stream_in_any_chunks(responses, cuts):
     data = b"".join(v2.encode_response_frame(r) for r in responses)
