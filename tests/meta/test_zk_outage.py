@@ -150,8 +150,11 @@ async def test_a_bookie_started_while_zookeeper_is_down_waits_for_it(
     own_zookeeper: ZooKeeperServer, tmp_path: Path
 ) -> None:
     """A client gives up a connect after ``unreachable_timeout_ms`` (2 s) when every host
-    refuses; a bookie started with (or during a restart of) its ZooKeeper waits the whole
-    connect timeout instead, so one coming up 4 s later still gets it registered."""
+    refuses; a bookie started with (or during a restart of) its ZooKeeper waits its whole
+    ``metadata_connect_timeout_ms`` instead, so one coming up 4 s later still gets it
+    registered. The timeout is set long here: with the default 10 s, a ZooKeeper slow to
+    start on a busy machine made this test fail (CI, stop 50), which says nothing of the
+    bookie."""
     uri = own_zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     async with await ClusterMetadata.open(uri) as cluster:
         await cluster.format()
@@ -159,7 +162,7 @@ async def test_a_bookie_started_while_zookeeper_is_down_waits_for_it(
     log_path = tmp_path / "bookie.log"
     command = [
         sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "bookie"),
-        "--port", "0", "--metadata", uri,
+        "--port", "0", "--metadata", uri, "-o", "metadata_connect_timeout_ms=300000",
     ]  # fmt: skip
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=log)
@@ -172,6 +175,25 @@ async def test_a_bookie_started_while_zookeeper_is_down_waits_for_it(
         if proc.poll() is None:
             proc.terminate()
             proc.wait(30)
+
+
+async def test_a_bookie_gives_up_on_zookeeper_after_its_connect_timeout(
+    own_zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """``metadata_connect_timeout_ms`` bounds the wait: past it the bookie exits 1 with one
+    line saying which ZooKeeper it could not reach and for how long."""
+    uri = own_zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
+    own_zookeeper.stop()
+    command = [
+        sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "bookie"),
+        "--port", "0", "--metadata", uri, "-o", "metadata_connect_timeout_ms=3000",
+    ]  # fmt: skip
+    done = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "cannot reach ZooKeeper" in done.stderr
+    assert "tried for 3 s" in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("steps", [0, 1, 2, 3, 5, 8])

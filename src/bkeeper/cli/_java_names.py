@@ -141,7 +141,8 @@ JAVA_REFUSED: dict[str, str] = {
     "journalWriteData": "a bkeeper bookie always writes the journal",
     "zkLedgersRootPath": "put the root in metadata_uri (zk://host:port/root/ledgers)",
     "zkTimeout": "a bookie's ZooKeeper session timeout is 10 s (StoreConfig.session_timeout_ms "
-    "in Python), not a bookie option",
+    "in Python), not a bookie option; how long it waits for ZooKeeper at start is "
+    "metadata_connect_timeout_ms",
     "httpServerEnabled": "the admin HTTP server runs when http_port is set (none: off)",
     "autoRecoveryDaemonEnabled": "pass --autorecovery to bkeeper bookie",
     "numAddWorkerThreads": "a bkeeper bookie is one asyncio process with no worker pools",

@@ -217,7 +217,9 @@ class Bookie:
             if self._admin is not None:
                 self.http_port = await self._admin.bind()
             if config.metadata_uri:
-                self._membership = await ClusterMembership.open(config.metadata_uri, self.bookie_id)
+                self._membership = await ClusterMembership.open(
+                    config.metadata_uri, self.bookie_id, config.metadata_connect_timeout_ms
+                )
                 self._instance_id = self._membership.instance_id
                 await self._membership.refuse_if_data_lost(config.data_dir)
             local_cookie = check_or_stamp_cookie(config, self._instance_id, self.bookie_id)

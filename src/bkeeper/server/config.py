@@ -27,6 +27,12 @@ ADMIN_HTTP_HOST_DEFAULT = "127.0.0.1"
 class BookieConfig:
     """Everything a bookie needs besides its storage configuration.
 
+    At start the bookie waits up to ``metadata_connect_timeout_ms`` for a session with its
+    metadata service (``metadata_uri``), however often it is refused meanwhile: a bookie
+    started with its ZooKeeper, or during a ZooKeeper restart, waits for it rather than
+    giving up at the first refusal as a client does. Raise it where ZooKeeper may come up
+    later (a machine booting every service at once).
+
     Limits are per connection unless named otherwise. The disk thresholds live in
     :class:`~bkeeper.storage.StorageConfig` (the engine checks them as it writes); the bookie
     also checks the disk every ``disk_check_interval_ms`` for space taken or freed by others.
@@ -78,6 +84,7 @@ class BookieConfig:
     port: int = DEFAULT_BOOKIE_PORT
     bookie_id: str = ""
     metadata_uri: str = ""
+    metadata_connect_timeout_ms: int = 10_000
     http_port: int | None = None
     http_host: str = ""
     http_admin_writes: bool = False
@@ -126,6 +133,7 @@ class BookieConfig:
             )
         check_positive_ints(
             self,
+            "metadata_connect_timeout_ms",
             "max_frame_bytes",
             "connection_requests_in_flight_max",
             "connection_bytes_in_flight_max",

@@ -139,10 +139,14 @@ class ClusterMembership:
         self._registration: BookieRegistration | None = None
 
     @classmethod
-    async def open(cls, uri: str, bookie_id: str) -> ClusterMembership:
+    async def open(
+        cls, uri: str, bookie_id: str, connect_timeout_ms: int = StoreConfig().connect_timeout_ms
+    ) -> ClusterMembership:
         # A bookie waits the whole connect timeout for ZooKeeper (started with it, or during
         # a ZooKeeper restart), not the client's early give-up when every host refuses.
-        wait = StoreConfig(unreachable_timeout_ms=StoreConfig().connect_timeout_ms)
+        wait = StoreConfig(
+            connect_timeout_ms=connect_timeout_ms, unreachable_timeout_ms=connect_timeout_ms
+        )
         cluster = await ClusterMetadata.open(uri, MetadataConfig(store=wait), require_cluster=True)
         try:
             instance_id = await cluster.instance_id()
