@@ -2,7 +2,11 @@
 ZooKeeper: listbookies, bookieinfo, clusterinfo, whatisinstanceid, endpointinfo,
 bookiesanity, initnewcluster, nukeexistingcluster, cookie_get / cookie_delete / updatecookie,
 bookieformat, ledger ID and readledger --bookie; and each one's answer to bad input (one
-``error:`` line, exit status 1, or 2 for a bad option)."""
+``error:`` line, exit status 1, or 2 for a bad option).
+
+The commands run in this process (tests/cli/runner.py); a few run as ``python -m bkeeper``
+(a success, a failure, a usage error, a bookie that refuses to start) so that the real
+process's start-up and exit statuses stay tested."""
 
 from __future__ import annotations
 
@@ -21,11 +25,17 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
+from tests.cli.runner import run_cli, run_cli_async
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
 
 HTTP = (3, ("--http-port", "0"))
+
+
+def cli(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process."""
+    return run_cli(*args, "--metadata", uri)
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -61,27 +71,27 @@ def test_cluster_listings_sanity_and_cookies(real_cluster) -> None:
     uri = real_cluster.uri
     ids = sorted(real_cluster.bookie_id(i) for i in range(3))
 
-    listing = as_json(bkeeper(uri, "shell", "listbookies", "--json"))
+    listing = as_json(bkeeper(uri, "shell", "listbookies", "--json"))  # a real process
     assert [row["bookie_id"] for row in listing] == ids
     assert {row["mode"] for row in listing} == {"writable"}
     assert [row["address"] for row in listing] == ids
     assert all(row["http"].startswith("http://127.0.0.1:") for row in listing)
-    assert as_json(bkeeper(uri, "shell", "listbookies", "--ro", "--json")) == []
-    assert len(as_json(bkeeper(uri, "shell", "listbookies", "--all", "--json"))) == 3
-    table = ok(bkeeper(uri, "shell", "listbookies", "--rw"))
+    assert as_json(cli(uri, "shell", "listbookies", "--ro", "--json")) == []
+    assert len(as_json(cli(uri, "shell", "listbookies", "--all", "--json"))) == 3
+    table = ok(cli(uri, "shell", "listbookies", "--rw"))
     assert all(bookie in table for bookie in ids)
-    both = bkeeper(uri, "shell", "listbookies", "--rw", "--ro")
+    both = bkeeper(uri, "shell", "listbookies", "--rw", "--ro")  # a real process
     assert both.returncode == 2 and "give at most one of --rw, --ro and --all" in both.stderr
 
-    info = as_json(bkeeper(uri, "shell", "bookieinfo", "--json"))
+    info = as_json(cli(uri, "shell", "bookieinfo", "--json"))
     assert [row["bookie_id"] for row in info] == ids
     for row in info:
         assert row["error"] is None
         assert 0 < row["free_bytes"] <= row["total_bytes"]
 
-    instance_id = ok(bkeeper(uri, "shell", "whatisinstanceid")).strip()
+    instance_id = ok(cli(uri, "shell", "whatisinstanceid")).strip()
     uuid.UUID(instance_id)
-    summary = as_json(bkeeper(uri, "shell", "clusterinfo", "--json"))
+    summary = as_json(cli(uri, "shell", "clusterinfo", "--json"))
     assert summary == {
         "auditorElected": False,
         "auditorId": "",
@@ -99,47 +109,47 @@ def test_cluster_listings_sanity_and_cookies(real_cluster) -> None:
         "underReplicatedLedgersCountCapped": False,
         "lostBookieRecoveryDelaySeconds": None,
     }
-    assert "none elected" in ok(bkeeper(uri, "shell", "clusterinfo"))
+    assert "none elected" in ok(cli(uri, "shell", "clusterinfo"))
 
-    endpoints = as_json(bkeeper(uri, "shell", "endpointinfo", "--bookie", ids[0], "--json"))
+    endpoints = as_json(cli(uri, "shell", "endpointinfo", "--bookie", ids[0], "--json"))
     rpc = next(e for e in endpoints["endpoints"] if e["protocol"] == "bookie-rpc")
     assert f"{rpc['host']}:{rpc['port']}" == ids[0]
     http = next(e for e in endpoints["endpoints"] if e["id"] == "httpserver")
     assert http["protocol"] == "http" and http["port"] > 0
-    assert fails(bkeeper(uri, "shell", "endpointinfo", "--bookie", "nope:1")) == (
+    assert fails(bkeeper(uri, "shell", "endpointinfo", "--bookie", "nope:1")) == (  # real
         f"error: bookie nope:1 is not registered at {uri} "
         "(bkeeper shell listbookies --all shows those that are)"
     )
 
-    sane = ok(bkeeper(uri, "shell", "bookiesanity", "--bookie", ids[1], "--entries", "20"))
+    sane = ok(cli(uri, "shell", "bookiesanity", "--bookie", ids[1], "--entries", "20"))
     assert sane.startswith(f"bookie {ids[1]} is sane: 20 entries written to ledger ")
-    assert as_json(bkeeper(uri, "shell", "listledgers", "--json")) == []  # it deleted it
-    assert "is not registered" in fails(bkeeper(uri, "shell", "bookiesanity", "--bookie", "x:1"))
+    assert as_json(cli(uri, "shell", "listledgers", "--json")) == []  # it deleted it
+    assert "is not registered" in fails(cli(uri, "shell", "bookiesanity", "--bookie", "x:1"))
 
     # A stopped bookie: unavailable (its cookie stays); its cookie can be read and deleted.
     stopped = real_cluster.bookie_id(2)
     assert real_cluster.stop(2) == 0
-    summary = as_json(bkeeper(uri, "shell", "clusterinfo", "--json"))
+    summary = as_json(cli(uri, "shell", "clusterinfo", "--json"))
     assert (summary["writableBookiesCount"], summary["unavailableBookies"]) == (2, [stopped])
-    assert len(as_json(bkeeper(uri, "shell", "bookieinfo", "--json"))) == 2
-    cookie = as_json(bkeeper(uri, "shell", "cookie_get", stopped, "--json"))
+    assert len(as_json(cli(uri, "shell", "bookieinfo", "--json"))) == 2
+    cookie = as_json(cli(uri, "shell", "cookie_get", stopped, "--json"))
     assert cookie["bookieId"] == stopped and cookie["instanceId"] == instance_id
     data_dir = os.path.abspath(real_cluster.data_dir / "bookie-2")
     assert cookie["ledgerDirs"] == [data_dir] and cookie["journalDirs"] == [data_dir]
     running = real_cluster.bookie_id(0)
-    assert fails(bkeeper(uri, "shell", "cookie_delete", running, "--force")) == (
+    assert fails(cli(uri, "shell", "cookie_delete", running, "--force")) == (
         f"error: bookie {running} is registered (running): stop it before deleting its cookie"
     )
-    assert ok(bkeeper(uri, "shell", "cookie_delete", stopped, "--force")).strip() == (
+    assert ok(cli(uri, "shell", "cookie_delete", stopped, "--force")).strip() == (
         f"deleted the cookie of {stopped} from {uri}"
     )
-    assert fails(bkeeper(uri, "shell", "cookie_get", stopped)) == (
+    assert fails(cli(uri, "shell", "cookie_get", stopped)) == (
         f"error: bookie {stopped} has no cookie in the metadata store"
     )
-    assert fails(bkeeper(uri, "shell", "cookie_delete", stopped, "--force")) == (
+    assert fails(cli(uri, "shell", "cookie_delete", stopped, "--force")) == (
         f"error: bookie {stopped} has no cookie in the metadata store"
     )
-    summary = as_json(bkeeper(uri, "shell", "clusterinfo", "--json"))
+    summary = as_json(cli(uri, "shell", "clusterinfo", "--json"))
     assert (summary["totalBookiesCount"], summary["unavailableBookiesCount"]) == (2, 0)
 
 
@@ -157,7 +167,9 @@ async def test_bookieinfo_names_the_bookies_that_do_not_answer(real_cluster) -> 
                 await registry.register("silent:1", for_bookie(*silent.getsockname())),
                 await registry.register("gone:1", for_bookie(*closed.getsockname())),
             ):
-                result = bkeeper(uri, "shell", "bookieinfo", "--json", "--timeout", "1")
+                result = await run_cli_async(
+                    "shell", "bookieinfo", "--json", "--timeout", "1", "--metadata", uri
+                )
     rows = {row["bookie_id"]: row for row in json.loads(result.stdout)}
     assert rows["silent:1"]["error"] == "no answer in 1 s"
     assert rows["gone:1"]["error"].startswith("unreachable: ")
@@ -179,20 +191,20 @@ def _held_by(position: int, entries: int, ensemble: int, quorum: int) -> list[in
     return [e for e in range(entries) if (position - e) % ensemble < quorum]
 
 
-async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
+def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
     real_cluster, tmp_path: Path
 ) -> None:
     uri = real_cluster.uri
     pw_file = str(tmp_path / "ledger.password")
     Path(pw_file).write_text("pw\n")
-    ledger_id, ensemble = await _ledger_on(uri, 3, 2, 30)
+    ledger_id, ensemble = asyncio.run(_ledger_on(uri, 3, 2, 30))
     index = real_cluster.index_of(ensemble[0])
     bookie = ensemble[0]
     held = _held_by(0, 30, 3, 2)
     assert len(held) == 20
 
     read = ok(
-        bkeeper(
+        cli(
             uri,
             "shell",
             "readledger",
@@ -205,7 +217,7 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
     )
     assert read.splitlines() == [f"{e}\tentry-{e}" for e in held]
     part = ok(
-        bkeeper(
+        cli(
             uri,
             "shell",
             "readledger",
@@ -222,7 +234,7 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
     )
     assert part.splitlines() == [f"{e}\tentry-{e}" for e in held if 3 <= e <= 5]
     assert fails(
-        bkeeper(
+        cli(
             uri,
             "shell",
             "readledger",
@@ -234,13 +246,13 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
         )
     ).startswith(f"error: bookie elsewhere:1 holds no entry of ledger {ledger_id} in 0..29 ")
 
-    assert as_json(bkeeper(uri, "shell", "listledgers", "--meta", "--json")) == [
+    assert as_json(cli(uri, "shell", "listledgers", "--meta", "--json")) == [
         {"ledger": ledger_id, "state": "CLOSED", "ensemble_size": 3, "write_quorum": 2,
          "ack_quorum": 2, "last_entry": 29, "digest": "CRC32C",
          "length": sum(len(b"entry-%d" % i) for i in range(30))}
     ]  # fmt: skip
 
-    shown = as_json(bkeeper(uri, "shell", "ledgermetadata", str(ledger_id), "--json"))
+    shown = as_json(cli(uri, "shell", "ledgermetadata", str(ledger_id), "--json"))
     assert shown["segments"] == [{"first_entry": 0, "ensemble": list(ensemble)}]
     assert (shown["ledger"], shown["state"], shown["last_entry"]) == (ledger_id, "CLOSED", 29)
     assert (shown["custom_metadata"], shown["format_version"]) == ({}, 3)
@@ -248,7 +260,7 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
     # The bookie's index, read from its data directory once it stopped (SIGTERM checkpoints).
     assert real_cluster.stop(index) == 0
     data_dir = str(real_cluster.data_dir / f"bookie-{index}")
-    dump = as_json(run("shell", "ledger", str(ledger_id), "--data-dir", data_dir, "--json"))
+    dump = as_json(run_cli("shell", "ledger", str(ledger_id), "--data-dir", data_dir, "--json"))
     assert (dump["ledger"], dump["entries_total"], dump["entries_left_out"]) == (ledger_id, 20, 0)
     assert (dump["first_entry"], dump["last_entry"]) == (held[0], held[-1])
     assert [e["entry"] for e in dump["entries"]] == held
@@ -257,24 +269,26 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
     offsets = [(e["log_id"], e["offset"]) for e in dump["entries"]]
     assert len(set(offsets)) == 20
     limited = as_json(
-        run("shell", "ledger", str(ledger_id), "--data-dir", data_dir, "--json", "--limit", "5")
+        run_cli("shell", "ledger", str(ledger_id), "--data-dir", data_dir, "--json", "--limit", "5")
     )
     assert ([e["entry"] for e in limited["entries"]], limited["entries_left_out"]) == (held[:5], 15)
-    assert "entry locations" in ok(run("shell", "ledger", str(ledger_id), "--data-dir", data_dir))
-    absent = fails(run("shell", "ledger", "999999", "--data-dir", data_dir))
-    assert absent.startswith(f"error: ledger 999999 is not in the index of {data_dir} ")
-    assert fails(run("shell", "ledger", "1", "--data-dir", str(real_cluster.data_dir / "no"))) == (
-        f"error: {real_cluster.data_dir / 'no'}: no such directory"
+    assert "entry locations" in ok(
+        run_cli("shell", "ledger", str(ledger_id), "--data-dir", data_dir)
     )
+    absent = fails(run_cli("shell", "ledger", "999999", "--data-dir", data_dir))
+    assert absent.startswith(f"error: ledger 999999 is not in the index of {data_dir} ")
+    assert fails(
+        run_cli("shell", "ledger", "1", "--data-dir", str(real_cluster.data_dir / "no"))
+    ) == (f"error: {real_cluster.data_dir / 'no'}: no such directory")
 
     # bookieformat wipes the stopped bookie (refused while it runs: see the other bookies).
     running = real_cluster.data_dir / f"bookie-{(index + 1) % 3}"
-    refused = fails(bkeeper(uri, "shell", "bookieformat", "--data-dir", str(running), "--force"))
+    refused = fails(cli(uri, "shell", "bookieformat", "--data-dir", str(running), "--force"))
     assert refused.endswith("is registered (running): stop it before formatting it")
-    no_tty = bkeeper(uri, "shell", "bookieformat", "--data-dir", data_dir)
+    no_tty = cli(uri, "shell", "bookieformat", "--data-dir", data_dir)
     assert no_tty.returncode == 2 and "pass --force" in no_tty.stderr
     assert os.listdir(os.path.join(data_dir, "current")) != []
-    formatted = ok(bkeeper(uri, "shell", "bookieformat", "--data-dir", data_dir, "--force"))
+    formatted = ok(cli(uri, "shell", "bookieformat", "--data-dir", data_dir, "--force"))
     assert formatted.startswith(f"formatted bookie {bookie}: ")
     assert os.listdir(os.path.join(data_dir, "current")) == []
     # Its cookie in the metadata says it had data: it refuses to start empty, which would
@@ -287,11 +301,11 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
         "entries it acknowledged; start it on its old data, or delete its cookie "
         "(bkeeper shell cookie_delete) to join as a new, empty bookie"
     )
-    assert ok(bkeeper(uri, "shell", "cookie_delete", bookie, "--force"))
+    assert ok(cli(uri, "shell", "cookie_delete", bookie, "--force"))
     real_cluster.start(index)
     # Its copy is gone: readledger --bookie says so (the ledger still reads from the others).
     lost = fails(
-        bkeeper(
+        cli(
             uri,
             "shell",
             "readledger",
@@ -305,34 +319,39 @@ async def test_readledger_from_one_bookie_ledger_index_and_bookieformat(
     assert lost.startswith(
         f"error: bookie {bookie} failed 20 of the 20 entries of ledger {ledger_id} it should hold: "
     )
-    whole = ok(bkeeper(uri, "shell", "readledger", str(ledger_id), "--password-file", pw_file))
+    whole = ok(cli(uri, "shell", "readledger", str(ledger_id), "--password-file", pw_file))
     assert len(whole.splitlines()) == 30
 
 
-async def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path) -> None:
+async def _wait_auditor(uri: str, auditor: str) -> None:
+    """Until ``auditor`` is the elected auditor (bounded only against a hang)."""
+    async with await ClusterMetadata.open(uri) as cluster:
+        deadline = time.monotonic() + 120
+        while await cluster.underreplication.current_auditor() != auditor:
+            assert time.monotonic() < deadline, f"{auditor} was never elected"
+            await asyncio.sleep(0.05)
+
+
+def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path) -> None:
     uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
     root = uri[uri.index("/", len("zk://")) :]
-    assert fails(bkeeper(uri, "shell", "whatisinstanceid")).startswith(
-        f"error: no cluster at {uri}"
-    )
-    created = ok(bkeeper(uri, "shell", "initnewcluster")).strip()
+    assert fails(cli(uri, "shell", "whatisinstanceid")).startswith(f"error: no cluster at {uri}")
+    created = ok(cli(uri, "shell", "initnewcluster")).strip()
     assert created.startswith(f"created a cluster at {uri}: instance id ")
     instance_id = created.rsplit(" ", 1)[1]
-    assert ok(bkeeper(uri, "shell", "whatisinstanceid")).strip() == instance_id
-    assert fails(bkeeper(uri, "shell", "initnewcluster")) == (
+    assert ok(cli(uri, "shell", "whatisinstanceid")).strip() == instance_id
+    assert fails(cli(uri, "shell", "initnewcluster")) == (
         f"error: {uri} holds a cluster already (instance id {instance_id}); "
         "bkeeper shell nukeexistingcluster deletes one"
     )
 
     # Refusals: no id nor --force; a wrong root; a wrong instance id; a registered bookie.
-    neither = bkeeper(uri, "shell", "nukeexistingcluster", "--root", root)
+    neither = cli(uri, "shell", "nukeexistingcluster", "--root", root)
     assert neither.returncode == 2 and "give either --instance-id ID or --force" in neither.stderr
-    assert fails(bkeeper(uri, "shell", "nukeexistingcluster", "--root", "/x", "--force")) == (
+    assert fails(cli(uri, "shell", "nukeexistingcluster", "--root", "/x", "--force")) == (
         f"error: --root /x is not the root of {uri} ({root})"
     )
-    wrong = fails(
-        bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--instance-id", "a")
-    )
+    wrong = fails(cli(uri, "shell", "nukeexistingcluster", "--root", root, "--instance-id", "a"))
     assert wrong == (
         f"error: --instance-id a is not the instance id of the cluster at {uri} ({instance_id})"
     )
@@ -357,7 +376,7 @@ async def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path)
         assert bookie.stdout is not None
         ready = next(line for line in bookie.stdout if " ready on " in line)
         bookie_id = ready.split()[1]
-        busy = fails(bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--force"))
+        busy = fails(cli(uri, "shell", "nukeexistingcluster", "--root", root, "--force"))
         assert busy == (
             f"error: 1 bookies are registered ({bookie_id}): stop every bookie before deleting "
             "the cluster"
@@ -371,12 +390,8 @@ async def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path)
         stderr=subprocess.DEVNULL,
     )
     try:
-        async with await ClusterMetadata.open(uri) as cluster:
-            deadline = time.monotonic() + 60
-            while await cluster.underreplication.current_auditor() != "ar-1":
-                assert time.monotonic() < deadline, "ar-1 was never elected"
-                await asyncio.sleep(0.1)
-        assert fails(bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--force")) == (
+        asyncio.run(_wait_auditor(uri, "ar-1"))
+        assert fails(cli(uri, "shell", "nukeexistingcluster", "--root", root, "--force")) == (
             "error: auto-recovery runs (ar-1 is the auditor): stop every 'bkeeper autorecovery' "
             "process before deleting the cluster"
         )
@@ -385,14 +400,14 @@ async def test_initnewcluster_and_nukeexistingcluster(zookeeper, tmp_path: Path)
         assert recovery.wait(60) == 0
 
     nuked = ok(
-        bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--instance-id", instance_id)
+        cli(uri, "shell", "nukeexistingcluster", "--root", root, "--instance-id", instance_id)
     )
     assert nuked.startswith(f"deleted the cluster at {uri}: ") and nuked.strip().endswith("nodes")
-    assert fails(bkeeper(uri, "shell", "clusterinfo")).startswith(f"error: no cluster at {uri} ")
-    assert fails(bkeeper(uri, "shell", "nukeexistingcluster", "--root", root, "--force")) == (
+    assert fails(cli(uri, "shell", "clusterinfo")).startswith(f"error: no cluster at {uri} ")
+    assert fails(cli(uri, "shell", "nukeexistingcluster", "--root", root, "--force")) == (
         f"error: no cluster at {uri}: nothing to delete"
     )
-    again = ok(bkeeper(uri, "shell", "initnewcluster")).strip()
+    again = ok(cli(uri, "shell", "initnewcluster")).strip()
     assert again.rsplit(" ", 1)[1] != instance_id
 
 
@@ -401,46 +416,38 @@ def test_updatecookie_gives_a_stopped_bookie_a_new_id(real_cluster) -> None:
     old = real_cluster.bookie_id(1)
     data_dir = str(real_cluster.data_dir / "bookie-1")
     assert fails(
-        bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir, "--bookie-id", "renamed")
+        cli(uri, "shell", "updatecookie", "--data-dir", data_dir, "--bookie-id", "renamed")
     ) == (f"error: bookie {old} is registered (running): stop it before changing its id")
-    listed = as_json(
-        bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir, "--list", "--json")
-    )
+    listed = as_json(cli(uri, "shell", "updatecookie", "--data-dir", data_dir, "--list", "--json"))
     assert (listed["agree"], listed["differences"]) == (True, [])
     assert listed["local"]["bookieId"] == listed["stored"]["bookieId"] == old
     assert listed["local"]["ledgerDirs"] == [os.path.abspath(data_dir)]
     assert real_cluster.stop(1) == 0
-    moved = ok(
-        bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir, "--bookie-id", "renamed")
-    )
+    moved = ok(cli(uri, "shell", "updatecookie", "--data-dir", data_dir, "--bookie-id", "renamed"))
     assert moved.strip() == (
         f"bookie {old} of {data_dir} is now renamed: start it with --bookie-id renamed"
     )
-    assert fails(bkeeper(uri, "shell", "cookie_get", old)).endswith(
+    assert fails(cli(uri, "shell", "cookie_get", old)).endswith(
         "has no cookie in the metadata store"
     )
-    assert (
-        as_json(bkeeper(uri, "shell", "cookie_get", "renamed", "--json"))["bookieId"] == "renamed"
-    )
+    assert as_json(cli(uri, "shell", "cookie_get", "renamed", "--json"))["bookieId"] == "renamed"
     real_cluster.start(1, "--bookie-id", "renamed")
-    listing = as_json(bkeeper(uri, "shell", "listbookies", "--json"))
+    listing = as_json(cli(uri, "shell", "listbookies", "--json"))
     others = [real_cluster.bookie_id(0), real_cluster.bookie_id(2)]
     assert sorted(row["bookie_id"] for row in listing) == sorted([*others, "renamed"])
     assert real_cluster.stop(1) == 0
-    deleted = ok(
-        bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir, "--delete", "--force")
-    )
+    deleted = ok(cli(uri, "shell", "updatecookie", "--data-dir", data_dir, "--delete", "--force"))
     assert deleted.strip() == f"deleted the cookie of renamed from {data_dir} and {uri}"
     assert not os.path.exists(os.path.join(data_dir, "current", "VERSION"))
-    assert fails(bkeeper(uri, "shell", "cookie_get", "renamed")).endswith(
+    assert fails(cli(uri, "shell", "cookie_get", "renamed")).endswith(
         "has no cookie in the metadata store"
     )
-    usage = bkeeper(uri, "shell", "updatecookie", "--data-dir", data_dir)
+    usage = cli(uri, "shell", "updatecookie", "--data-dir", data_dir)
     assert (
         usage.returncode == 2 and "give one of --bookie-id ID, --list and --delete" in usage.stderr
     )
     never = real_cluster.data_dir / "never-started"
     never.mkdir()
-    assert fails(bkeeper(uri, "shell", "updatecookie", "--data-dir", str(never), "--list")) == (
+    assert fails(cli(uri, "shell", "updatecookie", "--data-dir", str(never), "--list")) == (
         f"error: {never} has no cookie ({never}/current/VERSION): never started"
     )
