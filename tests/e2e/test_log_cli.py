@@ -1,16 +1,30 @@
-"""``bkeeper log ...`` against a real cluster, as a user runs it."""
+"""``bkeeper log ...`` against a real cluster, as a user runs it: in this process
+(tests/cli/runner.py), but for a few runs of ``python -m bkeeper`` (an append fed on standard
+input, a read, a failure) that keep the real process's start-up and exit statuses tested.
+The tests share one cluster (they stop no bookie), each on logs of its own."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from tests.e2e.helpers import bkeeper
+from tests.cli.runner import run_cli
+from tests.client.conftest import shared_cluster
+from tests.e2e.helpers import bkeeper as process
+
+__all__ = ["shared_cluster"]
 
 pytestmark = pytest.mark.integration
 
 
-def test_log_commands(real_cluster) -> None:
-    uri = real_cluster.uri
+def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process."""
+    return run_cli(*args, "--metadata", uri, stdin=stdin)
+
+
+def test_log_commands(shared_cluster) -> None:
+    uri = shared_cluster.uri
     assert bkeeper(uri, "log", "create", "events").returncode == 0
     again = bkeeper(uri, "log", "create", "events")
     assert again.returncode == 1 and again.stderr.strip().splitlines()[-1].startswith("error:")
@@ -18,10 +32,9 @@ def test_log_commands(real_cluster) -> None:
     assert appended.returncode == 0, appended.stderr
     positions = appended.stdout.split()
     assert len(positions) == 2 and positions[0].endswith(":0")
-    assert (
-        bkeeper(uri, "log", "append", "events", "--key", "k", stdin="three\nfour\n").returncode == 0
-    )
-    read = bkeeper(uri, "log", "read", "events")
+    fed = process(uri, "log", "append", "events", "--key", "k", stdin="three\nfour\n")
+    assert fed.returncode == 0, fed.stderr  # a real process reading its standard input
+    read = process(uri, "log", "read", "events")
     assert read.returncode == 0, read.stderr
     lines = read.stdout.splitlines()
     assert [line.split("\t")[3] for line in lines] == ["one", "two", "three", "four"]
@@ -42,12 +55,12 @@ def test_log_commands(real_cluster) -> None:
     after = bkeeper(uri, "log", "read", "events")
     assert [line.split("\t")[3] for line in after.stdout.splitlines()] == ["three", "four"]
     assert bkeeper(uri, "log", "delete", "events", "--force").returncode == 0
-    missing = bkeeper(uri, "log", "read", "events")
+    missing = process(uri, "log", "read", "events")
     assert missing.returncode == 1 and "no log named 'events'" in missing.stderr
 
 
-def test_log_commands_with_record_batches(real_cluster) -> None:
-    uri = real_cluster.uri
+def test_log_commands_with_record_batches(shared_cluster) -> None:
+    uri = shared_cluster.uri
     assert bkeeper(uri, "log", "create", "batched").returncode == 0
     old = bkeeper(uri, "log", "append", "batched", "old")  # format 1, as before batching
     assert old.returncode == 0, old.stderr
