@@ -1,7 +1,11 @@
 """Durable subscriptions as a user runs them (real bookie processes): a consumer process
 killed with kill -9 in the middle of a log, then another: every record is printed by one of
 them, none skipped, and the second starts no later than the first record the first had not
-printed (at-least-once: at most the acks of the last flush interval are lost)."""
+printed (at-least-once: at most the acks of the last flush interval are lost).
+
+The consumer killed is a real process; the other commands run in this process
+(tests/cli/runner.py). The tests share one cluster (they stop no bookie), each on a log of
+its own."""
 
 from __future__ import annotations
 
@@ -12,15 +16,24 @@ import sys
 
 import pytest
 
-from tests.e2e.helpers import bkeeper
+from tests.cli.runner import run_cli
+from tests.client.conftest import shared_cluster
+
+__all__ = ["shared_cluster"]
 
 pytestmark = pytest.mark.integration
+
+
+def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process."""
+    return run_cli(*args, "--metadata", uri, stdin=stdin)
+
 
 RECORDS = 3_000
 
 
-def test_a_consumer_killed_with_kill_9_loses_and_skips_nothing(real_cluster) -> None:
-    uri = real_cluster.uri
+def test_a_consumer_killed_with_kill_9_loses_and_skips_nothing(shared_cluster) -> None:
+    uri = shared_cluster.uri
     assert bkeeper(uri, "log", "create", "jobs").returncode == 0
     lines = "".join(f"job-{i:05d}\n" for i in range(RECORDS))
     appended = bkeeper(uri, "log", "append", "jobs", stdin=lines)
@@ -55,8 +68,8 @@ def test_a_consumer_killed_with_kill_9_loses_and_skips_nothing(real_cluster) -> 
     assert '"backlog_entries": 0' in table.stdout
 
 
-def test_log_list_shows_each_subscriptions_backlog(real_cluster) -> None:
-    uri = real_cluster.uri
+def test_log_list_shows_each_subscriptions_backlog(shared_cluster) -> None:
+    uri = shared_cluster.uri
     assert bkeeper(uri, "log", "create", "audit").returncode == 0
     assert bkeeper(uri, "log", "append", "audit", "a", "b", "c").returncode == 0
     assert bkeeper(uri, "log", "subscribe", "audit", "reporting").returncode == 0
