@@ -1,4 +1,16 @@
-"""Real clusters for client tests: the session's ZooKeeper plus bookie processes over TCP."""
+"""Real clusters for client tests: the session's ZooKeeper plus bookie processes over TCP.
+
+Two fixtures, one parameter (a number of bookies, or ``(number, extra bookie arguments)``,
+given with ``indirect=True``):
+
+- ``shared_cluster``, module-scoped: for tests that kill, stop and pause nothing. They share
+  its bookies (and their start-up, seconds each) and use ledgers and names of their own. Its
+  default is 4 bookies: an E3 ensemble with a spare, so an add that a loaded bookie answers
+  late is moved to the spare instead of failing with ``NotEnoughBookiesError``. A test that
+  leaves a bookie not running fails (the check after each test).
+- ``real_cluster``, for one test: the test may kill, stop or restart its bookies (3 by
+  default; a test that does not need exactly E asks for a spare).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +22,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +75,16 @@ class RealCluster:
     def index_of(self, bookie_id: str) -> int:
         return self.ports.index(int(bookie_id.rpartition(":")[2]))
 
+    def require_running(self, when: str) -> None:
+        """Fail naming every bookie that is not running (exited or stopped) ``when``."""
+        down = [
+            f"bookie {index} ({self.bookie_id(index)}): {why}"
+            for index, proc in sorted(self.procs.items())
+            if (why := _not_running(proc)) is not None
+        ]
+        if down:
+            raise AssertionError(f"{when}: " + "; ".join(down))
+
     def signal(self, index: int, sig: int) -> None:
         os.kill(self.procs[index].pid, sig)
 
@@ -82,6 +104,18 @@ class RealCluster:
                 proc.send_signal(signal.SIGCONT)
                 proc.kill()
             proc.wait()
+
+
+def _not_running(proc: subprocess.Popen[bytes]) -> str | None:
+    """Why ``proc`` is not running (exited, or stopped by a signal), or None."""
+    code = proc.poll()
+    if code is not None:
+        return f"exited with {code}"
+    try:
+        state = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:  # gone between the two looks, or no /proc
+        return None if proc.poll() is None else f"exited with {proc.poll()}"
+    return "stopped" if state in ("T", "t") else None
 
 
 @contextlib.asynccontextmanager
@@ -110,10 +144,33 @@ async def real_cluster(
         yield real
 
 
+#: Bookies of a ``shared_cluster`` by default: E3 ensembles with a spare (issue 41).
+SHARED_BOOKIES = 4
+
+
 @pytest.fixture(scope="module")
 async def shared_cluster(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zookeeper: ZooKeeperServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[RealCluster]:
-    """Three bookie processes shared by a module's tests, which must leave them running."""
-    async with _started(zookeeper, tmp_path_factory.mktemp("shared"), 3) as real:
+    """Bookie processes (4, or the ``indirect`` parameter) shared by a module's tests, which
+    must kill, stop and pause none of them and use ledgers and names of their own
+    (``shared_cluster_left_running`` checks the first, around each test)."""
+    param = getattr(request, "param", SHARED_BOOKIES)
+    async with _started(zookeeper, tmp_path_factory.mktemp("shared"), param) as real:
         yield real
+
+
+@pytest.fixture(autouse=True)
+def shared_cluster_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the module's ``shared_cluster`` finds every bookie running and leaves it so:
+    else it fails, naming the bookie (the module's later tests would fail for its reason).
+    Autouse here (tests/client); a module elsewhere that uses ``shared_cluster`` imports it."""
+    if "shared_cluster" not in request.fixturenames:
+        yield
+        return
+    cluster: RealCluster = request.getfixturevalue("shared_cluster")
+    cluster.require_running("before this test")
+    yield
+    cluster.require_running("after this test (it must leave every bookie running)")
