@@ -1,4 +1,5 @@
-"""The client against real bookie processes: kill -9 and SIGSTOP during a stream of appends."""
+"""The client against real bookie processes: kill -9 and SIGSTOP during a stream of appends;
+fencing across processes; a client whose own event loop stalls."""
 
 from __future__ import annotations
 
@@ -118,6 +119,29 @@ async def test_a_stopped_bookie_is_kept_while_the_others_make_qa(real_cluster) -
         rh = await reader.open_ledger(wh.ledger_id, b"pw", recovery=False)
         entries = await asyncio.wait_for(_read_all(rh), 60)
         assert entries == [payload(i) for i in range(20)]
+
+
+async def test_a_stalled_event_loop_is_not_a_bookie_failure(shared_cluster) -> None:
+    """A client whose own event loop stalls does not blame its bookies (issue 11, item 1).
+
+    Before the fix, an add queued just before the loop blocked for longer than the add
+    timeout was "not acknowledged in time" by every bookie the moment the loop ran again: the
+    writer replaced its whole ensemble, or failed every add when no bookie was left to replace
+    one. The library's add timeout (issue 41: with a 500 ms one, bookies of a loaded machine
+    answering late after the stall were blamed) and a stall a second longer."""
+    config = ClientConfig()
+    async with BookKeeper(shared_cluster.uri, config) as bk:
+        wh = await bk.create_ledger(3, 3, 2, password=b"pw")
+        ensemble = wh.ensemble
+        assert await wh.append(b"before") == 0
+        future = await wh.append_async(b"queued, then the loop stalls")
+        time.sleep(config.add_timeout_ms / 1000 + 1)  # blocks the loop, as sync stdin reads did
+        assert await future == 1
+        assert await wh.append(b"after") == 2
+        assert wh.ensemble == ensemble
+        assert len(wh.metadata.segments) == 1
+        await wh.close()
+        assert wh.metadata.last_entry_id == 2
 
 
 async def _until_not_running(cluster, bookie: str) -> None:  # type: ignore[no-untyped-def]
