@@ -7,10 +7,11 @@ start-up and imports saved per call; a few real subprocess runs per test file ke
 signals and the exit codes of the real process tested.
 
 What a run could leave for the next test of the worker is restored: the root logger's
-handlers and level, the levels the command sets on kazoo's and py4j's loggers, the
-environment (``env``) and the standard streams. A command that runs a server (``bookie``,
-``sandbox``, ``dice``, ...) is not for this runner: it would serve in the test's process and
-install signal handlers there; run it as a process.
+handlers and level, the levels the command sets on kazoo's and py4j's loggers, the handlers
+of SIGINT and SIGTERM (``sandbox`` sets them before it looks at its ports), the environment
+(``env``) and the standard streams. A command that runs a server (``bookie``, ``dice``, a
+``sandbox`` that starts) is not for this runner: it would serve in the test's process; run it
+as a process (a test of a refusal to start may run it here).
 
 A command runs its own event loop (``asyncio.run``): from an ``async def`` test, call
 :func:`run_cli_async`, which runs it in a thread of its own.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,8 @@ __all__ = ["run_cli", "run_cli_async"]
 
 #: Loggers whose level :func:`bkeeper.cli._logging.configure_logging` sets.
 _COMMAND_LOGGERS = ("kazoo", "py4j")
+#: Signals whose handlers a command may set (``sandbox``).
+_COMMAND_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def run_cli(
@@ -47,6 +51,7 @@ def run_cli(
     with (
         _standard_input(stdin) as text_in,
         _fresh_logging(),
+        _signal_handlers_kept(),
         CliRunner().isolation(env=env) as (out, err, _both),
     ):
         sys.stdin = text_in  # put back with the others when the isolation ends
@@ -89,6 +94,18 @@ def _standard_input(text: str | None) -> Iterator[IO[str]]:
         file.flush()
         file.seek(0)
         yield file
+
+
+@contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """The handlers of the signals a command may take over, as they were before it ran."""
+    handlers = {sig: signal.getsignal(sig) for sig in _COMMAND_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, and not changed from it
+                signal.signal(sig, handler)
 
 
 @contextmanager

@@ -1,5 +1,10 @@
 """Commands that used to mislead (issue 11, items 9-11), run as a user runs them: each fails
-with exactly one ``error:`` line and the right exit status, or does what it says."""
+with exactly one ``error:`` line and the right exit status, or does what it says.
+
+The commands run in this process (tests/cli/runner.py) but for the real processes this is
+about (bookies starting, and refusing to, SIGTERM) and one sandbox refusing a taken port, so
+that start-up and the exit statuses of the real process stay tested. Tests that stop no
+bookie share one cluster."""
 
 from __future__ import annotations
 
@@ -16,13 +21,23 @@ import pytest
 from bkeeper.client.placement import replace_bookie
 from bkeeper.common.errors import NotEnoughBookiesError
 from bkeeper.testing.benchmarks import free_port, free_port_range
+from tests.cli.runner import run_cli
+from tests.client.conftest import shared_cluster
 
-pytestmark = pytest.mark.integration
+__all__ = ["shared_cluster"]
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS`` in this process."""
+    return run_cli(*args, env=env, stdin=stdin)
 
 
 def run(
     *args: str, env: dict[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m bkeeper ARGS``: a real process."""
     return subprocess.run(
         [sys.executable, "-m", "bkeeper", *args],
         input=stdin,
@@ -49,6 +64,7 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+@pytest.mark.integration
 def test_sandbox_on_a_taken_zookeeper_port_names_it(taken_port: int, tmp_path: Path) -> None:
     result = run(
         "sandbox", "--data-dir", str(tmp_path / "sb"), "--zookeeper-port", str(taken_port),
@@ -62,7 +78,7 @@ def test_sandbox_on_a_taken_zookeeper_port_names_it(taken_port: int, tmp_path: P
 
 
 def test_sandbox_on_a_taken_bookie_port_names_it(taken_port: int, tmp_path: Path) -> None:
-    result = run(
+    result = cli(
         "sandbox", "--bookies", "1", "--data-dir", str(tmp_path / "sb"),
         "--zookeeper-port", str(free_port()), "--bookie-port", str(taken_port),
         "--http-port", str(free_port()), "--dashboard-port", str(free_port()),
@@ -72,7 +88,7 @@ def test_sandbox_on_a_taken_bookie_port_names_it(taken_port: int, tmp_path: Path
 
 
 def test_sandbox_on_a_taken_admin_port_names_it(taken_port: int, tmp_path: Path) -> None:
-    result = run(
+    result = cli(
         "sandbox", "--bookies", "1", "--data-dir", str(tmp_path / "sb"),
         "--zookeeper-port", str(free_port()), "--bookie-port", str(free_port()),
         "--http-port", str(taken_port), "--dashboard-port", str(free_port()),
@@ -98,7 +114,7 @@ def test_sandbox_on_a_taken_admin_port_names_it(taken_port: int, tmp_path: Path)
 )
 def test_a_root_without_a_cluster_is_one_error_line(zookeeper, command: tuple[str, ...]) -> None:
     uri = zookeeper.uri("/no-cluster-here")
-    result = run(*command, "--metadata", uri)
+    result = cli(*command, "--metadata", uri)
     assert result.returncode == 1
     assert one_error_line(result).startswith(f"error: no cluster at {uri} ")
     assert f"bkeeper meta format --metadata {uri}" in result.stderr
@@ -111,15 +127,15 @@ def test_a_bookie_refuses_a_root_without_a_cluster(zookeeper, tmp_path: Path) ->
     assert one_error_line(result).startswith(f"error: no cluster at {uri} ")
 
 
-def test_meta_and_bench_follow_bkeeper_metadata(real_cluster) -> None:
-    env = {"BKEEPER_METADATA": real_cluster.uri}
-    shown = run("meta", "show", "LAYOUT", env=env)
+def test_meta_and_bench_follow_bkeeper_metadata(shared_cluster) -> None:
+    env = {"BKEEPER_METADATA": shared_cluster.uri}
+    shown = cli("meta", "show", "LAYOUT", env=env)
     assert shown.returncode == 0, shown.stderr
     assert "HierarchicalLedgerManagerFactory" in shown.stdout
-    bench = run("bench", "write", "--duration", "0.3", "--in-flight", "10", env=env)
+    bench = cli("bench", "write", "--duration", "0.3", "--in-flight", "10", env=env)
     assert bench.returncode == 0, bench.stderr
     assert "client writes E3/Qw3/Qa2" in bench.stdout
-    listing = run("shell", "listledgers", env=env)
+    listing = cli("shell", "listledgers", env=env)
     assert listing.returncode == 0 and listing.stderr.strip() == "no ledgers", listing
 
 
@@ -127,8 +143,8 @@ def test_meta_and_bench_follow_bkeeper_metadata(real_cluster) -> None:
     ("command", "what"),
     [(("log", "delete", "some-log"), "log"), (("shell", "deleteledger", "7"), "ledger")],
 )
-def test_deleting_without_a_terminal_needs_force(real_cluster, command, what) -> None:
-    result = run(*command, "--metadata", real_cluster.uri, stdin="y\n")
+def test_deleting_without_a_terminal_needs_force(shared_cluster, command, what) -> None:
+    result = cli(*command, "--metadata", shared_cluster.uri, stdin="y\n")
     assert result.returncode == 2
     line = one_error_line(result)
     assert "standard input is not a terminal; pass --force" in line, what
@@ -144,10 +160,10 @@ def test_no_replacement_says_how_many_bookies_there_are() -> None:
     )
 
 
-def test_a_bookie_on_a_taken_port_names_it(taken_port: int, real_cluster, tmp_path: Path) -> None:
+def test_a_bookie_on_a_taken_port_names_it(taken_port: int, shared_cluster, tmp_path: Path) -> None:
     result = run(
         "bookie", "--data-dir", str(tmp_path / "b"), "--port", str(taken_port),
-        "--metadata", real_cluster.uri,
+        "--metadata", shared_cluster.uri,
     )  # fmt: skip
     assert result.returncode == 1
     assert one_error_line(result) == (
@@ -155,6 +171,7 @@ def test_a_bookie_on_a_taken_port_names_it(taken_port: int, real_cluster, tmp_pa
     )
 
 
+@pytest.mark.parametrize("real_cluster", [1], indirect=True)
 def test_a_bookie_refuses_a_data_dir_of_another_bookie(real_cluster) -> None:
     data_dir = real_cluster.data_dir / "bookie-0"  # bookie 0's, stamped with its port
     real_cluster.stop_all()
@@ -180,21 +197,22 @@ def test_a_bookie_refuses_a_data_dir_of_another_bookie(real_cluster) -> None:
         (("shell", "readledger", "abc"), 2, "error: Invalid value for 'LEDGER_ID'"),
     ],
 )
-def test_usage_and_missing_things_are_one_line(real_cluster, command, status, message) -> None:
-    result = run(*command, "--metadata", real_cluster.uri)
+def test_usage_and_missing_things_are_one_line(shared_cluster, command, status, message) -> None:
+    result = cli(*command, "--metadata", shared_cluster.uri)
     assert result.returncode == status, result.stderr
     assert one_error_line(result).startswith(message), result.stderr
 
 
 def test_an_unreachable_metadata_service_is_one_line() -> None:
     port = free_port()  # nothing listens there
-    result = run("log", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers")
+    result = cli("log", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers")
     assert result.returncode == 1
     assert one_error_line(result).startswith(
         f"error: cannot reach ZooKeeper at 127.0.0.1:{port}: connection refused"
     )
 
 
+@pytest.mark.parametrize("real_cluster", [1], indirect=True)
 def test_sigterm_while_a_bookie_starts_stops_it_cleanly(real_cluster) -> None:
     """A restarted bookie waits for its predecessor's registration to expire; SIGTERM then
     used to kill it (-15, no checkpoint): the signal handlers came after start."""
