@@ -2,7 +2,11 @@
 is not one of the log's records (another log's ledger, past the end, inside a sealed ledger's
 end or a batch's), an append to a log that does not exist (with the way to create it, or
 ``--create``), and names outside the one rule, each in one line ``error: ...`` with exit 1.
-The docs' command-line example runs as printed."""
+The docs' command-line example runs as printed.
+
+The commands run in this process (tests/cli/runner.py) but for the docs' example and the
+appends racing to create a log, which run as real processes. The tests share one cluster
+(they stop no bookie), each on logs of its own."""
 
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ import pytest
 
 from bkeeper.common.errors import ConfigError, PositionNotInLogError
 from bkeeper.namedlog.core import check_log_name, check_subscription_name
-from tests.client.conftest import RealCluster, real_cluster  # noqa: F401 (a fixture)
+from tests.cli.runner import run_cli
+from tests.client.conftest import RealCluster, shared_cluster
+
+__all__ = ["shared_cluster"]
 
 DOCS = Path(__file__).parents[2] / "docs" / "logs.md"
 # Nothing listens there: a command that got as far as connecting would fail differently.
@@ -29,6 +36,12 @@ NAME_RULE = (
 
 
 def bkeeper(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process."""
+    return run_cli(*args, "--metadata", uri)
+
+
+def process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bkeeper ARGS --metadata URI``: a real process."""
     return subprocess.run(
         [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
         capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
@@ -51,86 +64,86 @@ def appended(uri: str, name: str, *records: str) -> list[str]:
 
 
 # -- log ack ---------------------------------------------------------------------------------
-@pytest.mark.integration
 def test_ack_refuses_a_position_that_is_not_one_of_the_logs_records(
-    real_cluster: RealCluster,  # noqa: F811
+    shared_cluster: RealCluster,
 ) -> None:
-    uri = real_cluster.uri
-    assert bkeeper(uri, "log", "create", "other").returncode == 0
-    (foreign,) = appended(uri, "other", "x")  # ledger 0: another log's
-    assert bkeeper(uri, "log", "create", "orders").returncode == 0
-    first = appended(uri, "orders", "a", "b", "c", "d", "e")
+    uri = shared_cluster.uri
+    assert bkeeper(uri, "log", "create", "ack-other").returncode == 0
+    (foreign,) = appended(uri, "ack-other", "x")  # another log's
+    assert bkeeper(uri, "log", "create", "ack-orders").returncode == 0
+    first = appended(uri, "ack-orders", "a", "b", "c", "d", "e")
     ledger = first[0].split(":")[0]
-    assert bkeeper(uri, "log", "subscribe", "orders", "billing").returncode == 0
+    assert bkeeper(uri, "log", "subscribe", "ack-orders", "billing").returncode == 0
     held = f"it holds {first[0]} .. {first[-1]}"
 
     # The issue's case: another log's ledger (it failed with 'wrong password', or passed).
-    other = bkeeper(uri, "log", "ack", "orders", "billing", foreign, "--individual")
+    other = bkeeper(uri, "log", "ack", "ack-orders", "billing", foreign, "--individual")
     assert error_line(other) == (
-        f"error: position {foreign} is not in log 'orders': ledger {foreign.split(':')[0]} "
+        f"error: position {foreign} is not in log 'ack-orders': ledger {foreign.split(':')[0]} "
         f"is not one of its ledgers ({held})"
     )
-    past = bkeeper(uri, "log", "ack", "orders", "billing", f"{ledger}:5")
+    past = bkeeper(uri, "log", "ack", "ack-orders", "billing", f"{ledger}:5")
     assert error_line(past) == (
-        f"error: position {ledger}:5 is past the last record of log 'orders' ({held})"
+        f"error: position {ledger}:5 is past the last record of log 'ack-orders' ({held})"
     )
-    batch = bkeeper(uri, "log", "ack", "orders", "billing", f"{ledger}:2:1")
+    batch = bkeeper(uri, "log", "ack", "ack-orders", "billing", f"{ledger}:2:1")
     assert error_line(batch) == (
-        f"error: position {ledger}:2:1 is not in log 'orders': entry {ledger}:2 holds 1 record "
+        f"error: position {ledger}:2:1 is not in log 'ack-orders': entry {ledger}:2 holds 1 record "
         f"({held})"
     )
     # A second session opens a second ledger: the first is sealed at entry 4.
-    later = appended(uri, "orders", "f")
-    inside = bkeeper(uri, "log", "ack", "orders", "billing", f"{ledger}:7")
+    later = appended(uri, "ack-orders", "f")
+    inside = bkeeper(uri, "log", "ack", "ack-orders", "billing", f"{ledger}:7")
     assert error_line(inside) == (
-        f"error: position {ledger}:7 is not in log 'orders': ledger {ledger} ends at entry 4 "
+        f"error: position {ledger}:7 is not in log 'ack-orders': ledger {ledger} ends at entry 4 "
         f"(it holds {first[0]} .. {later[0]})"
     )
-    subscriptions = bkeeper(uri, "log", "subscriptions", "orders", "--json")
+    subscriptions = bkeeper(uri, "log", "subscriptions", "ack-orders", "--json")
     assert f'"next": "{first[0]}"' in subscriptions.stdout, "nothing refused was acknowledged"
 
-    good = bkeeper(uri, "log", "ack", "orders", "billing", first[3], "--individual")
+    good = bkeeper(uri, "log", "ack", "ack-orders", "billing", first[3], "--individual")
     assert good.returncode == 0, good.stderr
-    consumed = bkeeper(uri, "log", "consume", "orders", "billing", "--timeout", "1")
+    consumed = bkeeper(uri, "log", "consume", "ack-orders", "billing", "--max", "5")
     assert [x.split("\t")[3] for x in consumed.stdout.splitlines()] == ["a", "b", "c", "e", "f"]
-    truncated = bkeeper(uri, "log", "truncate", "orders", "--before", later[0])
+    drained = bkeeper(uri, "log", "subscriptions", "ack-orders", "--json")
+    assert '"backlog_entries": 0' in drained.stdout, "nothing after f"
+    truncated = bkeeper(uri, "log", "truncate", "ack-orders", "--before", later[0])
     assert truncated.returncode == 0, truncated.stderr
-    gone = bkeeper(uri, "log", "ack", "orders", "billing", first[1])
+    gone = bkeeper(uri, "log", "ack", "ack-orders", "billing", first[1])
     assert error_line(gone) == (
-        f"error: position {first[1]} was truncated away from log 'orders' "
+        f"error: position {first[1]} was truncated away from log 'ack-orders' "
         f"(it holds {later[0]} .. {later[0]})"
     )
 
 
 async def test_the_library_refuses_it_too_with_a_typed_error(
-    real_cluster: RealCluster,  # noqa: F811
+    shared_cluster: RealCluster,
 ) -> None:
     from bkeeper.client import BookKeeper
     from bkeeper.namedlog import NamedLogs, Position
 
-    async with BookKeeper(real_cluster.uri) as bk:
+    async with BookKeeper(shared_cluster.uri) as bk:
         logs = NamedLogs(bk)
-        other = await logs.create("other")
+        other = await logs.create("lib-other")
         async with await other.open_writer() as writer:
             foreign = await writer.append(b"x")
-        orders = await logs.create("orders")
+        orders = await logs.create("lib-orders")
         async with await orders.open_writer() as writer:
             mine = await writer.append(b"a")
         async with await orders.subscribe("billing") as consumer:
             with pytest.raises(PositionNotInLogError, match="is not one of its ledgers"):
                 await consumer.ack_up_to(foreign)
-            with pytest.raises(ConfigError, match="past the last record of log 'orders'"):
+            with pytest.raises(ConfigError, match="past the last record of log 'lib-orders'"):
                 await consumer.ack_up_to(Position(mine.ledger_id, 1))
             await consumer.ack_up_to(mine)
             assert consumer.state.mark == mine
 
 
-@pytest.mark.integration
 def test_the_docs_command_line_example_runs_as_printed(
-    real_cluster: RealCluster,  # noqa: F811
+    shared_cluster: RealCluster,
     tmp_path: Path,
 ) -> None:
-    uri = real_cluster.uri
+    uri = shared_cluster.uri
     assert bkeeper(uri, "log", "create", "before").returncode == 0
     appended(uri, "before", "x")  # so that orders' ledger is not ledger 0
     script = re.search(r"## From the command line\n\n```sh\n(.*?)```", DOCS.read_text(), re.S)
@@ -148,11 +161,10 @@ def test_the_docs_command_line_example_runs_as_printed(
 
 
 # -- log append ------------------------------------------------------------------------------
-@pytest.mark.integration
 def test_append_to_a_missing_log_says_how_to_create_it_and_create_does(
-    real_cluster: RealCluster,  # noqa: F811
+    shared_cluster: RealCluster,
 ) -> None:
-    uri = real_cluster.uri
+    uri = shared_cluster.uri
     missing = bkeeper(uri, "log", "append", "nosuch", "a")
     assert error_line(missing) == (
         "error: log 'nosuch' does not exist (create it with 'bkeeper log create nosuch', "
@@ -165,7 +177,7 @@ def test_append_to_a_missing_log_says_how_to_create_it_and_create_does(
     # record may be in it too: the next writer's recovery kept what reached the bookies).
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(
-            lambda i: bkeeper(uri, "log", "append", "nosuch", f"r{i}", "--create"), range(3)
+            lambda i: process(uri, "log", "append", "nosuch", f"r{i}", "--create"), range(3)
         ))  # fmt: skip
     appended = []
     for i, result in enumerate(results):
