@@ -6,6 +6,9 @@ then takes the writer's adds as if to a new ledger).
 Before the fix a writer idle across the delete and the bookies' next GC pass had its later
 appends acknowledged (``bkeeper log append`` exited 0 with them counted), and a ledger deleted
 without a fence went on taking adds at once.
+
+The tests kill no bookie: they share the module's cluster (4 bookies, GC on request), each
+with a log or ledger of its own.
 """
 
 from __future__ import annotations
@@ -22,31 +25,35 @@ from bkeeper.cli.shell_admin import admin_url
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import LedgerDeletedError, LogDeletedError
 from bkeeper.namedlog import NamedLogs, Position
+from tests.client.conftest import shared_cluster, shared_cluster_left_running
 from tests.e2e.helpers import append_process, bkeeper
+
+__all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
 pytestmark = pytest.mark.integration
 
-#: Bookies whose admin servers take a GC request; no periodic pass of their own.
-GC_ON_REQUEST = (3, ("--http-port", "0", "--http-admin-writes", "-o", "gc_wait_ms=3600000"))
+#: Bookies whose admin servers take a GC request; no periodic pass of their own. Four: E3
+#: ensembles with a spare (issue 41).
+GC_ON_REQUEST = (4, ("--http-port", "0", "--http-admin-writes", "-o", "gc_wait_ms=3600000"))
 #: Within this long of the delete, the writer knows (the issue's bound).
 LEARN_S = 1.0
 
 
-async def _collect_garbage(real_cluster) -> None:
+async def _collect_garbage(cluster) -> None:
     """A GC pass on every bookie: each drops its data of the ledgers whose metadata is gone."""
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
-        for index in range(len(real_cluster.ports)):
-            url = await admin_url(real_cluster.uri, real_cluster.bookie_id(index))
+        for index in range(len(cluster.ports)):
+            url = await admin_url(cluster.uri, cluster.bookie_id(index))
             async with http.put(f"{url}/api/v1/bookie/gc", json={}) as answer:
                 assert answer.status == 200, await answer.text()
 
 
-@pytest.mark.parametrize("real_cluster", [GC_ON_REQUEST], indirect=True)
+@pytest.mark.parametrize("shared_cluster", [GC_ON_REQUEST], indirect=True)
 async def test_a_log_writer_learns_of_the_delete_and_fails_after_the_bookies_gc(
-    real_cluster,
+    shared_cluster,
 ) -> None:
-    uri = real_cluster.uri
+    uri = shared_cluster.uri
     async with BookKeeper(uri) as bk, BookKeeper(uri) as admin:
         writer = await (await NamedLogs(bk).create("doomed")).open_writer()
         before = await writer.append(b"acknowledged before")
@@ -54,7 +61,7 @@ async def test_a_log_writer_learns_of_the_delete_and_fails_after_the_bookies_gc(
         async with asyncio.timeout(LEARN_S):
             error = await writer.wait_deleted()
         assert "log 'doomed' was deleted while this writer was open" in str(error)
-        await _collect_garbage(real_cluster)  # the bookies forget the ledger and its fence
+        await _collect_garbage(shared_cluster)  # the bookies forget the ledger and its fence
         for _ in range(3):
             with pytest.raises(LogDeletedError, match="'doomed'"):
                 await writer.append(b"after the delete")
@@ -63,9 +70,9 @@ async def test_a_log_writer_learns_of_the_delete_and_fails_after_the_bookies_gc(
         assert before == Position(before.ledger_id, 0)
 
 
-@pytest.mark.parametrize("real_cluster", [GC_ON_REQUEST], indirect=True)
-async def test_a_ledger_deleted_without_a_fence_fails_its_writer(real_cluster) -> None:
-    uri = real_cluster.uri
+@pytest.mark.parametrize("shared_cluster", [GC_ON_REQUEST], indirect=True)
+async def test_a_ledger_deleted_without_a_fence_fails_its_writer(shared_cluster) -> None:
+    uri = shared_cluster.uri
     async with BookKeeper(uri) as bk, BookKeeper(uri) as admin:
         handle = await bk.create_ledger(3, 3, 2, password=b"pw")
         assert await handle.append(b"before") == 0
@@ -79,7 +86,7 @@ async def test_a_ledger_deleted_without_a_fence_fails_its_writer(real_cluster) -
             await asyncio.sleep(0.05)
         else:
             pytest.fail(f"appends still acknowledged {LEARN_S} s after the delete")
-        await _collect_garbage(real_cluster)
+        await _collect_garbage(shared_cluster)
         with pytest.raises(LedgerDeletedError, match=f"ledger {handle.ledger_id} was deleted"):
             await handle.append(b"after")
         with pytest.raises(LedgerDeletedError):
@@ -94,40 +101,44 @@ def _error_lines(proc: subprocess.Popen[bytes]) -> list[str]:
     return err.decode().strip().splitlines()
 
 
-@pytest.mark.parametrize("real_cluster", [GC_ON_REQUEST], indirect=True)
-async def test_log_append_waiting_for_input_exits_when_its_log_is_deleted(real_cluster) -> None:
+@pytest.mark.parametrize("shared_cluster", [GC_ON_REQUEST], indirect=True)
+async def test_log_append_waiting_for_input_exits_when_its_log_is_deleted(shared_cluster) -> None:
     """``bkeeper log append`` fed by a pipe that stays open, its log deleted (and the
     bookies' GC run) while it waits for the next line: it exits 1 by itself, with one error
     line naming the delete and how many records went in before."""
-    uri = real_cluster.uri
-    assert bkeeper(uri, "log", "create", "doomed").returncode == 0
-    with append_process(uri, "doomed") as proc:
+    uri = shared_cluster.uri
+    assert bkeeper(uri, "log", "create", "doomed-waiting").returncode == 0
+    with append_process(uri, "doomed-waiting") as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"".join(b"record %d\n" % i for i in range(100)))
         proc.stdin.flush()
         async with BookKeeper(uri) as bk:
-            named = NamedLogs(bk).log("doomed")
+            named = NamedLogs(bk).log("doomed-waiting")
             async with asyncio.timeout(60):
-                while (await named.last_position()) != Position(0, 99):
+                while (last := await named.last_position()) is None or last.entry_id < 99:
                     await asyncio.sleep(0.05)
-        deleted = bkeeper(uri, "log", "delete", "doomed", "--force")
+        assert last.entry_id == 99
+        ledger = last.ledger_id  # the log's one ledger (the cluster holds others too)
+        deleted = bkeeper(uri, "log", "delete", "doomed-waiting", "--force")
         assert deleted.returncode == 0, deleted.stderr
-        await _collect_garbage(real_cluster)
+        await _collect_garbage(shared_cluster)
         lines = await asyncio.to_thread(_error_lines, proc)  # standard input still open
     assert proc.returncode == 1, lines
     assert lines[-1] == (
-        "error: appended 100 records to doomed (0:0 to 0:99); the next append failed: "
-        "log 'doomed' was deleted while this writer was open (its node was deleted)"
+        f"error: appended 100 records to doomed-waiting ({ledger}:0 to {ledger}:99); the next "
+        "append failed: "
+        "log 'doomed-waiting' was deleted while this writer was open (its node was deleted)"
     )
     assert len([line for line in lines if "error" in line.lower()]) == 1, lines
 
 
-async def test_log_append_streaming_fails_when_its_log_is_deleted(real_cluster) -> None:
+@pytest.mark.parametrize("shared_cluster", [GC_ON_REQUEST], indirect=True)
+async def test_log_append_streaming_fails_when_its_log_is_deleted(shared_cluster) -> None:
     """Records streaming in while the log is deleted: the command stops with the delete as
     its error (not "another writer took over") and counts only acknowledged records."""
-    uri = real_cluster.uri
-    assert bkeeper(uri, "log", "create", "doomed").returncode == 0
-    with append_process(uri, "doomed") as proc:
+    uri = shared_cluster.uri
+    assert bkeeper(uri, "log", "create", "doomed-streaming").returncode == 0
+    with append_process(uri, "doomed-streaming") as proc:
         assert proc.stdin is not None
         stdin = proc.stdin
 
@@ -141,18 +152,20 @@ async def test_log_append_streaming_fails_when_its_log_is_deleted(real_cluster) 
 
         streaming = asyncio.create_task(asyncio.to_thread(stream))
         async with BookKeeper(uri) as bk:
-            named = NamedLogs(bk).log("doomed")
+            named = NamedLogs(bk).log("doomed-streaming")
             async with asyncio.timeout(60):
                 while (before := await named.last_position()) is None or before.entry_id < 500:
                     await asyncio.sleep(0.05)
-        deleted = bkeeper(uri, "log", "delete", "doomed", "--force")
+        deleted = bkeeper(uri, "log", "delete", "doomed-streaming", "--force")
         assert deleted.returncode == 0, deleted.stderr
         lines = await asyncio.to_thread(_error_lines, proc)
         await streaming
     assert proc.returncode == 1, lines
     last = lines[-1]
     assert last.startswith("error: appended "), lines
-    assert "the next append failed: log 'doomed' was deleted while this writer" in last, lines
+    assert "the next append failed: log 'doomed-streaming' was deleted while this writer" in last, (
+        lines
+    )
     count = int(last.split()[2])
     assert count > before.entry_id, (count, before)
     assert len([line for line in lines if "error" in line.lower()]) == 1, lines
