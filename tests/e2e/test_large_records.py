@@ -1,7 +1,8 @@
 """Named-log records larger than a bookie's frame (5 MiB) on real bookie processes: a 20 MiB
 record appended with ``bkeeper log append --file`` (a file, and standard input) is read back
 whole by ``bkeeper log read`` and by a consumer, one position each; the chunks of a record
-whose writer stopped between chunks are skipped by every reader."""
+whose writer stopped between chunks are skipped by every reader. The tests kill nothing: they
+share the module's cluster (4 bookies), each with a log of its own."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs, Position, create_ledger
 from bkeeper.namedlog.core import decode_chunk, encode_chunks, encode_record
+from tests.client.conftest import shared_cluster, shared_cluster_left_running
 from tests.e2e.helpers import bkeeper
+
+__all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +39,9 @@ def append_from_stdin(uri: str, name: str, data: bytes) -> subprocess.CompletedP
 
 
 async def test_a_20_mib_record_round_trips_through_the_cli_and_a_consumer(
-    real_cluster, tmp_path
+    shared_cluster, tmp_path
 ) -> None:
-    uri = real_cluster.uri
+    uri = shared_cluster.uri
     assert bkeeper(uri, "log", "create", "big").returncode == 0
     first, second = payload_of("file"), payload_of("stdin")
     path = tmp_path / "record.bin"
@@ -82,8 +86,10 @@ async def test_a_20_mib_record_round_trips_through_the_cli_and_a_consumer(
         await resumed.close()
 
 
-async def test_a_record_cut_short_by_its_writer_is_skipped_on_real_bookies(real_cluster) -> None:
-    uri = real_cluster.uri
+async def test_a_record_cut_short_by_its_writer_is_skipped_on_real_bookies(
+    shared_cluster,
+) -> None:
+    uri = shared_cluster.uri
     async with BookKeeper(uri) as bk:
         logs = NamedLogs(bk)
         named = await logs.create("cut")
