@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import IO
@@ -98,7 +99,11 @@ def _standard_input(text: str | None) -> Iterator[IO[str]]:
 
 @contextmanager
 def _signal_handlers_kept() -> Iterator[None]:
-    """The handlers of the signals a command may take over, as they were before it ran."""
+    """The handlers of the signals a command may take over, as they were before it ran (only
+    the main thread sets handlers: in another, a command that tries fails, changing none)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     handlers = {sig: signal.getsignal(sig) for sig in _COMMAND_SIGNALS}
     try:
         yield

@@ -1,6 +1,9 @@
 """``bkeeper shell gc|gcstatus|suspendcompaction|resumecompaction`` against real bookie
 processes and a real ZooKeeper, through the bookies' admin HTTP servers; every way of not
-reaching one is one ``error:`` line and exit status 1."""
+reaching one is one ``error:`` line and exit status 1.
+
+The commands run in this process (tests/cli/runner.py) but for a success and a failure that
+run as ``python -m bkeeper``, and the bookies refusing a taken admin port."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from bkeeper.common.ids import BookieId
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.registry import BookieRegistration
+from tests.cli.runner import run_cli_async
 from tests.e2e.helpers import bkeeper
 
 pytestmark = pytest.mark.integration
@@ -36,6 +40,12 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 
 async def run(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process (in a thread: it runs its own loop)."""
+    return await run_cli_async(*args, "--metadata", uri)
+
+
+async def process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bkeeper ARGS --metadata URI``: a real process."""
     return await asyncio.to_thread(bkeeper, uri, *args)
 
 
@@ -104,7 +114,7 @@ async def test_gcstatus_json_and_gc_on_a_real_bookie(real_cluster) -> None:
     assert set(REPORT_KEYS) <= set(report), report
     assert (report["major"], report["stopped"], report["ledgers_deleted"]) == (True, False, 1)
 
-    table = await run(uri, "shell", "gc", "--bookie", bookie)
+    table = await process(uri, "shell", "gc", "--bookie", bookie)
     assert table.returncode == 0, table.stderr
     assert f"GC pass on bookie {bookie}" in table.stdout
     assert "logs_removed" in table.stdout and "duration_s" in table.stdout
@@ -142,7 +152,7 @@ async def test_every_way_of_not_reaching_the_admin_server_is_one_line(
     await register("fake:2", BookieServiceInfo.for_bookie("127.0.0.1", 2, http_port=closed_port))
     await register("fake:3", BookieServiceInfo.for_bookie("127.0.0.1", 3, http_port=silent_port))
 
-    absent = await run(uri, "shell", "gcstatus", "--bookie", "nobody:1")
+    absent = await process(uri, "shell", "gcstatus", "--bookie", "nobody:1")
     assert one_error_line(absent) == (
         f"error: bookie nobody:1 is not registered at {uri} "
         "(bkeeper shell listbookies --all shows those that are)"
