@@ -1,19 +1,23 @@
 """``bkeeper log append`` fed as a user feeds it: slowly, and with every bookie gone (issue 11,
 item 1). Before the fix, a pause longer than the add timeout lost every record while the
-command printed ``appended 2 records`` and exited 0."""
+command printed ``appended 2 records`` and exited 0.
+
+The appending command is a real process fed through a pipe; creating and reading the logs
+runs in this process (tests/cli/runner.py). The slow producer's test stops no bookie: it
+runs on the module's shared cluster."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
 from bkeeper.client import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.namedlog import NamedLogs, Position
-from tests.e2e.helpers import append_process, bkeeper
+from tests.cli.runner import run_cli_async
+from tests.client.conftest import shared_cluster
+from tests.e2e.helpers import append_process
 
-pytestmark = pytest.mark.integration
+__all__ = ["shared_cluster"]
 
 #: The client's default add timeout; the producer pauses longer than that.
 ADD_TIMEOUT_S = ClientConfig().add_timeout_ms / 1000
@@ -29,9 +33,9 @@ async def _wait_last_position(uri: str, name: str) -> Position:
         return last
 
 
-async def test_a_slow_producer_loses_nothing(real_cluster) -> None:
-    uri = real_cluster.uri
-    assert bkeeper(uri, "log", "create", "slow").returncode == 0
+async def test_a_slow_producer_loses_nothing(shared_cluster) -> None:
+    uri = shared_cluster.uri
+    assert (await run_cli_async("log", "create", "slow", "--metadata", uri)).returncode == 0
     with append_process(uri, "slow") as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"one\n")
@@ -43,14 +47,14 @@ async def test_a_slow_producer_loses_nothing(real_cluster) -> None:
     assert err.decode().splitlines()[-1] == (
         f"appended 2 records to slow ({first} to {first.ledger_id}:{first.entry_id + 1})"
     )
-    read = bkeeper(uri, "log", "read", "slow")
+    read = await run_cli_async("log", "read", "slow", "--metadata", uri)
     assert [line.split("\t")[3] for line in read.stdout.splitlines()] == ["one", "two"]
     assert "Traceback" not in err.decode()
 
 
 async def test_append_says_what_failed_when_every_bookie_is_gone(real_cluster) -> None:
     uri = real_cluster.uri
-    assert bkeeper(uri, "log", "create", "doomed").returncode == 0
+    assert (await run_cli_async("log", "create", "doomed", "--metadata", uri)).returncode == 0
     with append_process(uri, "doomed") as proc:
         assert proc.stdin is not None
         proc.stdin.write(b"kept\n")
