@@ -1,7 +1,11 @@
 """``bkeeper kv serve`` members as real processes on a real cluster: the CLI, then concurrent
 clients while the leader is paused (SIGSTOP) past its session timeout and resumed, the leader
 is killed (kill -9) and restarted, and a bookie is killed; the history must be linearizable
-(checked with bkeeper.testing.linearizability) and no acknowledged write lost."""
+(checked with bkeeper.testing.linearizability) and no acknowledged write lost.
+
+The members keep the library's ZooKeeper session timeout (issue 41: 2 s sessions expired on
+a loaded machine without a pause); the test waits for the events (another member leading),
+and measures no speed."""
 
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ import pytest
 from bkeeper.common.errors import StateMachineError
 from bkeeper.kv import KvClient
 from bkeeper.testing.linearizability import Operation, check, kv_model
+from tests.client.conftest import shared_cluster, shared_cluster_left_running
+
+__all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
 pytestmark = pytest.mark.integration
-
-SESSION_MS = 2_000
 
 
 class Member:
@@ -41,8 +46,7 @@ class Member:
             self.proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
-                    "--name", "e2e", "--member-id", f"m{self.index}",
-                    "--session-timeout-ms", str(SESSION_MS), "--snapshot-every", "50",
+                    "--name", "e2e", "--member-id", f"m{self.index}", "--snapshot-every", "50",
                     "--roll-bytes", "20000",
                 ],
                 stdout=log,
@@ -83,7 +87,7 @@ async def status(url: str) -> dict | None:
 
 
 async def leader_of(members: list[Member], other_than: Member | None = None) -> Member:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90  # a paused or killed leader's session expires first
     while time.monotonic() < deadline:
         for member in members:
             if member is other_than or member.proc is None or member.proc.poll() is not None:
@@ -107,6 +111,7 @@ def run_cli(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
     real_cluster, tmp_path: Path
 ) -> None:
+    # Its own cluster: it kills a bookie (4: a spare takes its place in new ensembles).
     members = [Member(real_cluster.uri, tmp_path / f"member-{i}.out", i) for i in range(3)]
     history: list[Operation] = []
     try:
@@ -202,9 +207,8 @@ async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
         killed_at = time.monotonic()
         async with KvClient([m.url for m in members if m is not leader], timeout_s=60) as probe:
             await probe.put("probe", "after-kill")
-        failover_s = time.monotonic() - killed_at
-        print(f"kill -9: a write through the new leader after {failover_s:.2f}s")
-        assert failover_s < SESSION_MS / 1000 + 2 + 5  # generous on a shared machine
+        # Speed is `bkeeper bench`'s to measure, not a test's (issue 41): only printed.
+        print(f"kill -9: a write through the new leader after {time.monotonic() - killed_at:.2f}s")
         await ops_grow(100)
         await asyncio.to_thread(leader.start)  # it restarts: snapshot + tail
         # 3. Kill a bookie (a fourth takes its place in new ensembles).
@@ -241,7 +245,10 @@ async def test_kv_processes_stay_linearizable_through_pauses_and_kills(
         for member in members:
             member.stop()
 
-    assert len(history) >= 500
+    # Every kind of operation completed (each phase above waited for 50-100 more): the
+    # check below covers them all. No count of operations: that would measure speed.
+    completed = {op.input[0] for op in history if op.ret != math.inf}
+    assert completed == {"get", "put", "cas", "delete"}, completed
     result = check(kv_model(), history)
     assert result.ok, (result.verdict, result.failed[:30])
 
@@ -265,12 +272,13 @@ def read_response(sock: socket.socket) -> tuple[int, dict]:
 
 
 async def test_a_resumed_ex_leader_never_answers_a_read_from_its_stale_state(
-    real_cluster, tmp_path: Path
+    shared_cluster, tmp_path: Path
 ) -> None:
     """The leader is stopped past its session timeout; another member takes over and a new
     value is written; a linearizable read sent to the stopped ex-leader (it sits in the
-    socket) is answered when it resumes: with a redirect or the new value, never the old."""
-    members = [Member(real_cluster.uri, tmp_path / f"member-{i}.out", i) for i in range(2)]
+    socket) is answered when it resumes: with a redirect or the new value, never the old.
+    It kills no bookie: the module's shared cluster (4 bookies)."""
+    members = [Member(shared_cluster.uri, tmp_path / f"member-{i}.out", i) for i in range(2)]
     try:
         for member in members:
             await asyncio.to_thread(member.start)
