@@ -94,9 +94,11 @@ def test_log_commands_with_record_batches(shared_cluster) -> None:
     acked = bkeeper(uri, "log", "ack", "batched", "audit", positions[14])
     assert acked.returncode == 0, acked.stderr
     assert acked.stdout.strip() == f"subscription audit: next record at {positions[15]}"
-    rest = bkeeper(uri, "log", "consume", "batched", "audit", "--timeout", "1")
+    rest = bkeeper(uri, "log", "consume", "batched", "audit", "--max", "10")
     assert [line.split("\t")[3] for line in rest.stdout.splitlines()] == [
         f"line-{i}" for i in range(15, 25)
     ]
+    drained = bkeeper(uri, "log", "subscriptions", "batched", "--json")
+    assert '"backlog_entries": 0' in drained.stdout, "nothing after line-24"
     bad = bkeeper(uri, "log", "append", "batched", "--batch-max-bytes", "99999999", "x")
     assert bad.returncode == 1 and "batch_max_bytes" in bad.stderr
