@@ -5,8 +5,8 @@ on the driver (planning) and in executor tasks (reads, writes), with no Python t
 
 PySpark prefixes a task's error with a fixed line of its own (``An exception was thrown
 from the Python worker:``, see :mod:`bkeeper.spark.errors`); :func:`first_message` reads
-past that line and nothing else. The bookie-killing tests come last (this module's cluster
-is its own: ``spark_cluster`` is module scoped)."""
+past that line and nothing else. The bookie-killing tests come last: this module's
+``spark_cluster`` is its own (they stop every bookie), not the one other modules share."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -23,9 +26,33 @@ from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs
 from bkeeper.spark.errors import python_lacks
 from bkeeper.testing.benchmarks.processes import free_port
+from bkeeper.testing.zookeeper import ZooKeeperServer
+from tests.client.conftest import RealCluster
+from tests.spark.conftest import own_cluster
 from tests.spark.test_spark import append, run, source
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealCluster]:
+    """This module's own bookies: its last tests stop every one of them."""
+    uri = zookeeper.uri(f"/{uuid.uuid4().hex[:12]}/ledgers")
+    with own_cluster(uri, tmp_path_factory.mktemp("failures-bookies")) as cluster:
+        yield cluster
+
+
+def stop_every_bookie(cluster: RealCluster) -> None:
+    with ThreadPoolExecutor(len(cluster.ports)) as pool:
+        list(pool.map(cluster.stop, range(len(cluster.ports))))
+
+
+def start_every_bookie(cluster: RealCluster) -> None:
+    with ThreadPoolExecutor(len(cluster.ports)) as pool:
+        list(pool.map(cluster.start, range(len(cluster.ports))))
+
 
 #: The line PySpark's ``PythonException.__str__`` puts before a task worker's report.
 WORKER_PREFIX = "An exception was thrown from the Python worker:"
@@ -132,30 +159,22 @@ def test_log_deleted_under_a_stream(spark, spark_cluster, tmp_path):
 def test_zookeeper_down_in_a_read_task(spark, zookeeper_home, tmp_path):
     """A ZooKeeper of this test's own, stopped between planning and reading: the task's
     client cannot start."""
-    from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
-    from tests.client.conftest import RealCluster
-    from tests.spark.conftest import _format
+    from bkeeper.testing.zookeeper import ZooKeeperConfig
 
     config = ZooKeeperConfig(
         data_dir=tmp_path / "zk", port=0, tick_time_ms=500, zookeeper_home=zookeeper_home
     )
     server = ZooKeeperServer(config)
     server.start()
-    cluster: RealCluster | None = None
     try:
         uri = server.uri("/alone/ledgers")
-        run(lambda: _format(uri))
         (tmp_path / "bookies").mkdir()
-        cluster = RealCluster(uri, tmp_path / "bookies", [0, 0, 0])
-        for index in range(3):
-            cluster.start(index)
-        rdd = planned(spark, uri, "zk-down")
-        server.stop()
-        with pytest.raises(Exception) as caught:
-            rdd.collect()
+        with own_cluster(uri, tmp_path / "bookies"):
+            rdd = planned(spark, uri, "zk-down")
+            server.stop()
+            with pytest.raises(Exception) as caught:
+                rdd.collect()
     finally:
-        if cluster is not None:
-            cluster.stop_all()
         server.stop()
     assert_plain(
         str(caught.value),
@@ -254,8 +273,7 @@ def test_bookies_down_in_a_write_task(spark, spark_cluster):
     frame = spark.createDataFrame([(b"x%03d" % i,) for i in range(20)], "payload binary")
     append(uri, "written-down", [b"seed"])
     try:
-        for index in range(3):
-            spark_cluster.stop(index)
+        stop_every_bookie(spark_cluster)
         with pytest.raises(Exception) as caught:
             frame.write.format("bkeeper").option("metadata", uri).option(
                 "log", "written-down"
@@ -263,8 +281,7 @@ def test_bookies_down_in_a_write_task(spark, spark_cluster):
         assert_plain(str(caught.value), r"write task .*: cannot write: ")
         assert "bkeeper shell listbookies" in first_message(str(caught.value))
     finally:
-        for index in range(3):
-            spark_cluster.start(index)
+        start_every_bookie(spark_cluster)
 
 
 def test_bookies_down_on_the_driver(spark, spark_cluster):
@@ -273,13 +290,11 @@ def test_bookies_down_on_the_driver(spark, spark_cluster):
     uri = spark_cluster.uri
     append(uri, "planned-down", [b"o%04d" % i for i in range(10)], close=False)
     try:
-        for index in range(3):
-            spark_cluster.stop(index)
+        stop_every_bookie(spark_cluster)
         with pytest.raises(Exception) as caught:
             source(spark, uri, log="planned-down").collect()
     finally:
-        for index in range(3):
-            spark_cluster.start(index)
+        start_every_bookie(spark_cluster)
     assert_plain(
         str(caught.value),
         r"log 'planned-down': planning the read: ledger \d+: .*; are the ledger's bookies "
@@ -309,14 +324,12 @@ def test_bookies_down_under_a_stream(spark, spark_cluster, tmp_path):
         while not query.recentProgress or query.lastProgress["numInputRows"] == 0:
             assert time.monotonic() < deadline, "the stream read nothing"
             time.sleep(0.05)
-        for index in range(3):
-            spark_cluster.stop(index)
+        stop_every_bookie(spark_cluster)
         with pytest.raises(Exception) as caught:
             query.awaitTermination(60)
     finally:
         query.stop()
-        for index in range(3):
-            spark_cluster.start(index)
+        start_every_bookie(spark_cluster)
     failed = query.exception()
     assert failed is not None
     pattern = r"log 'streamed-down': cannot read ledger \d+ \(entries 0\.\.99\) from its bookies"
@@ -327,15 +340,13 @@ def test_bookies_down_under_a_stream(spark, spark_cluster, tmp_path):
 def test_bookies_down_in_a_read_task(spark, spark_cluster):
     """Last: every bookie stopped between planning and reading."""
     rdd = planned(spark, spark_cluster.uri, "read-down")
-    bookies = [spark_cluster.bookie_id(i) for i in range(3)]
+    bookies = [spark_cluster.bookie_id(i) for i in range(len(spark_cluster.ports))]
     try:
-        for index in range(3):
-            spark_cluster.stop(index)
+        stop_every_bookie(spark_cluster)
         with pytest.raises(Exception) as caught:
             rdd.collect()
     finally:
-        for index in range(3):
-            spark_cluster.start(index)
+        start_every_bookie(spark_cluster)
     assert_plain(
         str(caught.value),
         r"log 'read-down': cannot read ledger \d+ \(entries 0\.\.99\) from its bookies "

@@ -5,7 +5,6 @@ a bad option's error (issue 11, item 12). Before the fix Spark answered
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,16 +16,32 @@ from bkeeper.namedlog import NamedLogs
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def plain_spark(spark_jvm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from bkeeper.spark.session import local_session
+@pytest.fixture
+def plain_spark(spark: Any) -> Any:
+    """A new session of the shared context: its own SQL conf and data source registry
+    (``register`` never ran in it; the shared session has the source registered), shown by
+    :func:`test_a_new_session_does_not_see_the_shared_sessions_sources`."""
+    return spark.newSession()
 
-    scratch = tmp_path_factory.mktemp("spark-scratch")
-    session = local_session(
-        "local[1]", "bkeeper-short-name", register_source=False, scratch_dir=scratch
-    )
-    yield session
-    session.stop()
+
+def test_a_new_session_does_not_see_the_shared_sessions_sources(spark, plain_spark) -> None:
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class Probe(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bkeeper_probe"
+
+        def schema(self) -> str:
+            return "x int"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            raise NotImplementedError
+
+    spark.dataSource.register(Probe)
+    assert spark.read.format("bkeeper_probe").load().columns == ["x"]
+    with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
+        plain_spark.read.format("bkeeper_probe").load()
 
 
 async def _fill(uri: str, name: str, count: int) -> None:
