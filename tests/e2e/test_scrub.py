@@ -1,7 +1,10 @@
 """Damaged entry-log records on a real bookie process (bits flipped while it was stopped):
 found by its scrub soon after start, or by a client's read when the scrub is off, and
 copied back from the other replicas by its integrity check (docs/storage.md, "Damaged entry
-logs and the scrub")."""
+logs and the scrub"). Four bookies: the E3/Qa3 ledger's ensemble has a spare (issue 41: on
+three, an add a loaded bookie answered late failed with ``NotEnoughBookiesError``); the test
+damages a bookie of the ensemble; no auto-recovery (it would move the ledger to the spare
+while that bookie is stopped)."""
 
 from __future__ import annotations
 
@@ -23,16 +26,20 @@ pytestmark = pytest.mark.integration
 
 PASSWORD = b"pw"
 ENTRIES = 100
+BOOKIES = 4
 
 
 def sandbox_config(data_dir: Path, zookeeper_home: Path | None, *options: str) -> SandboxConfig:
     rng = random.Random()
     for _ in range(50):
         base = rng.randrange(30_000, 40_000)
-        if all(port_free("127.0.0.1", port) for port in range(base, base + 4)):
+        if all(port_free("127.0.0.1", port) for port in range(base, base + 1 + BOOKIES)):
             return SandboxConfig(
                 data_dir=data_dir,
-                bookies=3,
+                bookies=BOOKIES,
+                # The bookie's own scrub and integrity check repair it: auto-recovery would
+                # move the ledger to the spare while the damaged bookie is stopped.
+                autorecovery=False,
                 zookeeper_port=base,
                 bookie_port_base=base + 1,
                 zookeeper_home=zookeeper_home,
@@ -41,13 +48,20 @@ def sandbox_config(data_dir: Path, zookeeper_home: Path | None, *options: str) -
     raise AssertionError("no free ports")
 
 
-async def write_ledger(uri: str) -> int:
+async def write_ledger(uri: str) -> tuple[int, str]:
+    """A closed ledger of ``ENTRIES`` entries on 3 bookies; its id and its first bookie."""
     async with BookKeeper(uri) as bk:
         writer = await bk.create_ledger(3, 3, 3, password=PASSWORD)
         for entry_id in range(ENTRIES):
             await writer.append(b"entry %d " % entry_id + b"x" * 200)
         await writer.close()
-        return writer.ledger_id
+        assert len(writer.metadata.segments) == 1
+        return writer.ledger_id, writer.ensemble[0]
+
+
+def index_of(sandbox: Sandbox, bookie: str) -> int:
+    [index] = [i for i in range(BOOKIES) if "{}:{}".format(*sandbox.bookie_address(i)) == bookie]
+    return index
 
 
 async def read_from(uri: str, bookie: str, ledger_id: int, entry_ids: tuple[int, ...]) -> None:
@@ -62,15 +76,15 @@ async def read_from(uri: str, bookie: str, ledger_id: int, entry_ids: tuple[int,
             await handle.close()
 
 
-def damage_bookie_0(sandbox: Sandbox, ledger_id: int) -> tuple[int, ...]:
-    """Stop bookie 0 (SIGTERM: it checkpoints), flip its ledger's last 3 entry-log records,
-    start it again."""
+def damage_bookie(sandbox: Sandbox, index: int, ledger_id: int) -> tuple[int, ...]:
+    """Stop bookie ``index`` (SIGTERM: it checkpoints), flip its ledger's last 3 entry-log
+    records, start it again."""
     time.sleep(1.0)  # a checkpoint: the entries are in entry logs
-    sandbox.kill_bookie(0, signal.SIGTERM)
-    sandbox.bookies[0].wait(30)
-    flipped = flip_entry_log_records(sandbox.bookie_data_dir(0), [ledger_id], count=3)
+    sandbox.kill_bookie(index, signal.SIGTERM)
+    sandbox.bookies[index].wait(30)
+    flipped = flip_entry_log_records(sandbox.bookie_data_dir(index), [ledger_id], count=3)
     assert flipped is not None and flipped.ledger_id == ledger_id
-    sandbox.restart_bookie(0)
+    sandbox.restart_bookie(index)
     return flipped.entry_ids
 
 
@@ -90,11 +104,11 @@ def test_the_scrub_finds_damage_soon_after_start_and_it_is_repaired(
     config = sandbox_config(tmp_path, zookeeper_home, "checkpoint_interval_ms=300")
     with Sandbox(config) as sandbox:
         uri = sandbox.metadata_uri
-        ledger_id = asyncio.run(write_ledger(uri))
-        ids = damage_bookie_0(sandbox, ledger_id)
-        host, port = sandbox.bookie_address(0)
-        asyncio.run(until_whole(uri, f"{host}:{port}", ledger_id, ids))
-        log = (tmp_path / "bookie-0.log").read_text()
+        ledger_id, bookie = asyncio.run(write_ledger(uri))
+        index = index_of(sandbox, bookie)
+        ids = damage_bookie(sandbox, index, ledger_id)
+        asyncio.run(until_whole(uri, bookie, ledger_id, ids))
+        log = (tmp_path / f"bookie-{index}.log").read_text()
     assert f"scrub: damaged entries in 1 ledgers (ledger {ledger_id}: {list(ids)})" in log
     assert f"integrity check: ledger {ledger_id}: 3 entries copied, limbo cleared" in log
 
@@ -110,14 +124,13 @@ def test_with_the_scrub_off_damage_a_read_finds_is_repaired(
     )  # fmt: skip
     with Sandbox(config) as sandbox:
         uri = sandbox.metadata_uri
-        ledger_id = asyncio.run(write_ledger(uri))
-        ids = damage_bookie_0(sandbox, ledger_id)
-        host, port = sandbox.bookie_address(0)
-        bookie = f"{host}:{port}"
+        ledger_id, bookie = asyncio.run(write_ledger(uri))
+        index = index_of(sandbox, bookie)
+        ids = damage_bookie(sandbox, index, ledger_id)
         with pytest.raises(DataUnknownError):  # "unknown": never a bad body, never "absent"
             asyncio.run(read_from(uri, bookie, ledger_id, ids[:1]))
         asyncio.run(until_whole(uri, bookie, ledger_id, ids))
-        log = (tmp_path / "bookie-0.log").read_text()
+        log = (tmp_path / f"bookie-{index}.log").read_text()
     assert "scrub:" not in log
     assert f"ledger {ledger_id} entry {ids[0]}: damaged on this bookie" in log
     # the check reads the ledger back first: the other two damaged records are found too
