@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 from tests.cli.runner import run_cli
 from tests.client.conftest import shared_cluster
 from tests.e2e.helpers import bkeeper as process
 
 __all__ = ["shared_cluster"]
-
-pytestmark = pytest.mark.integration
 
 
 def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -28,8 +28,6 @@ from bkeeper.meta.cluster import ClusterMetadata
 from tests.cli.runner import run_cli, run_cli_async
 from tests.e2e.helpers import bkeeper
 
-pytestmark = pytest.mark.integration
-
 HTTP = (3, ("--http-port", "0"))
 
 

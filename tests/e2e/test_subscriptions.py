@@ -14,14 +14,10 @@ import signal
 import subprocess
 import sys
 
-import pytest
-
 from tests.cli.runner import run_cli
 from tests.client.conftest import shared_cluster
 
 __all__ = ["shared_cluster"]
-
-pytestmark = pytest.mark.integration
 
 
 def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
