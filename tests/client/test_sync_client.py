@@ -49,6 +49,7 @@ def _wait_for(condition: Any, what: str, timeout_s: float = 30.0) -> None:
 
 @pytest.mark.parametrize("real_cluster", [4], indirect=True)
 def test_a_writer_stopped_past_its_session_timeout_goes_on(real_cluster, tmp_path: Path) -> None:
+    """Its own cluster: it kills a bookie."""
     log = tmp_path / "writer.log"
     with log.open("w") as stderr:
         proc = subprocess.Popen(
@@ -88,7 +89,9 @@ def test_a_writer_stopped_past_its_session_timeout_goes_on(real_cluster, tmp_pat
     assert "Traceback" not in log.read_text()
 
 
+@pytest.mark.parametrize("real_cluster", [4], indirect=True)
 def test_every_call_and_the_call_timeout(real_cluster) -> None:
+    """Its own cluster: it stops two bookies. Four: E3 with a spare (issue 41)."""
     uri = real_cluster.uri
     # No ensemble change while bookies are stopped below: only the call timeout can end
     # the append.
