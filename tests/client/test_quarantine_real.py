@@ -3,6 +3,9 @@ next bookie is lost and no other is left (docs/client.md, "Quarantine").
 
 Before quarantine a writer excluded every bookie that ever failed it: the second kill failed
 the writer with ``NotEnoughBookiesError`` although the first bookie was back.
+
+A cluster of its own of exactly E+1 bookies: it kills two, and after the second no bookie but
+the quarantined one is left.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from tests.client.appender import Appender, read_back, until
 
 pytestmark = pytest.mark.integration
 
-CONFIG = ClientConfig(add_timeout_ms=2_000, read_timeout_ms=2_000)
+#: The library's timeouts (issue 41: 2 s ones could blame the live bookies of a loaded
+#: machine; each kill is seen as a closed connection).
+CONFIG = ClientConfig()
 
 
 @pytest.mark.parametrize("real_cluster", [4], indirect=True)
