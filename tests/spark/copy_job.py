@@ -4,19 +4,20 @@
     python tests/spark/copy_job.py METADATA_URI SOURCE TARGET CHECKPOINT MODE
 
 MODE: ``tail`` (run until killed, micro-batches of 100 records) or ``drain`` (AvailableNow:
-copy what is there in micro-batches of 1,000, then exit).
+copy what is there in micro-batches of 1,000, then exit). :func:`copy_query` is the query,
+which the test also starts in its own session to drain what the killed job left.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from bkeeper.spark.session import local_session
 
 
-def main() -> None:
-    uri, source, target, checkpoint, mode = sys.argv[1:6]
-    spark = local_session("local[2]", "copy-job")
+def copy_query(spark: Any, uri: str, source: str, target: str, checkpoint: str, mode: str) -> Any:
+    """The copy, started: ``source`` to ``target`` through ``checkpoint``."""
     reader = (
         spark.readStream.format("bkeeper")
         .option("metadata", uri)
@@ -33,7 +34,13 @@ def main() -> None:
         .option("checkpointLocation", checkpoint)
     )
     writer = writer.trigger(availableNow=True) if mode == "drain" else writer
-    query = writer.start()
+    return writer.start()
+
+
+def main() -> None:
+    uri, source, target, checkpoint, mode = sys.argv[1:6]
+    spark = local_session("local[2]", "copy-job")
+    query = copy_query(spark, uri, source, target, checkpoint, mode)
     print("started", flush=True)
     query.awaitTermination()
     spark.stop()

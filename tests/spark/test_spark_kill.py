@@ -1,6 +1,8 @@
 """Exactly-once streaming writes under a real crash: a streaming copy between two logs is
 killed with SIGKILL (driver, JVM and Python workers at once) while it commits batches, then
-restarted; the target must hold every source record exactly once and no orphan ledger."""
+restarted from its checkpoint (in this process's Spark session: a JVM other than the killed
+one, as a new job's would be); the target must hold every source record exactly once and no
+orphan ledger."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ from tests.spark.test_spark import append, ledgers_in_logs, list_ledgers, read_l
 pytestmark = pytest.mark.integration
 
 JOB = Path(__file__).with_name("copy_job.py")
+#: Records the job copies, in batches of 100 (``copy_job``'s tail mode).
+RECORDS = 2500
+BATCHES = RECORDS // 100
+#: How long the job may go without committing a batch (the first: its JVM's start).
+STALL_S = 180.0
 
 
 def committed_batches(uri: str, log: str) -> int:
@@ -78,12 +85,17 @@ def stop_inside_a_batch(uri: str, tail: subprocess.Popen[bytes], log_file: Path)
     """Once 4 batches are committed, stop the job (SIGSTOP to its process group) at a moment
     when a batch's task ledgers are made and not yet committed (no log holds them). Seen with
     the job stopped, that holds until the kill; when the batch committed between the first
-    look and the stop, the job goes on and the search with it."""
-    deadline = time.monotonic() + 120
+    look and the stop, the job goes on and the search with it. Fails when the job commits
+    no batch for ``STALL_S`` (its JVM's start included), or copied everything first."""
+    committed, stalled_at = -1, time.monotonic() + STALL_S
     while True:
         assert tail.poll() is None, log_file.read_text()[-3000:]
-        assert time.monotonic() < deadline, "no batch caught between its writes and commit"
-        if committed_batches(uri, "kill-dst") < 4 or not uncommitted_ledgers(uri):
+        now = committed_batches(uri, "kill-dst")
+        if now > committed:
+            committed, stalled_at = now, time.monotonic() + STALL_S
+        assert time.monotonic() < stalled_at, f"the job committed no batch in {STALL_S:g} s"
+        assert committed < BATCHES - 1, "no batch caught between its writes and commit"
+        if committed < 4 or not uncommitted_ledgers(uri):
             time.sleep(0.05)  # the poll's pace, as before: the job needs the CPU
             continue
         os.killpg(tail.pid, signal.SIGSTOP)
@@ -92,10 +104,12 @@ def stop_inside_a_batch(uri: str, tail: subprocess.Popen[bytes], log_file: Path)
         os.killpg(tail.pid, signal.SIGCONT)
 
 
-def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, tmp_path):
-    pytest.importorskip("pyspark")
+@pytest.mark.timeout(900)  # a job's JVM and a search for a batch, on a loaded machine
+def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark, spark_cluster, tmp_path):
+    from tests.spark.copy_job import copy_query
+
     uri = spark_cluster.uri
-    payloads = [b"kill-%05d" % i for i in range(2500)]
+    payloads = [b"kill-%05d" % i for i in range(RECORDS)]
     append(uri, "kill-src", payloads)
     checkpoint, log_file = tmp_path / "ck", tmp_path / "job.log"
     with job(uri, checkpoint, "tail", log_file) as tail:
@@ -105,8 +119,12 @@ def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark_cluster, 
     killed_batch = uncommitted_ledgers(uri)
     assert killed_batch, "the kill landed between batches"
     assert len(read_log(uri, "kill-dst")) < len(payloads), "killed before the end"
-    with job(uri, checkpoint, "drain", log_file) as drain:
-        assert drain.wait(240) == 0, log_file.read_text()[-3000:]
+    drain = copy_query(spark, uri, "kill-src", "kill-dst", str(checkpoint), "drain")
+    try:
+        assert drain.awaitTermination(240), "the restarted copy drained the source"
+    finally:
+        drain.stop()
+    assert drain.exception() is None, drain.exception()
     copied = read_log(uri, "kill-dst")
     assert len(copied) == len(payloads) and sorted(copied) == payloads, "no duplicate, no gap"
 
