@@ -502,7 +502,7 @@ def test_filter_pushdown_prunes_ledgers(spark, spark_cluster):
         assert [Position(r.ledger, r.entry) for r in rows] == expected
         assert df.where("log = 'other'").count() == 0
     finally:
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")  # unset, as it was
 
 
 def test_batch_write_makes_ledgers_with_the_logs_stored_replication(spark, spark_cluster):
