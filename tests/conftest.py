@@ -39,8 +39,9 @@ CLIENT_ENVIRONMENT = (
 for _name in CLIENT_ENVIRONMENT:
     os.environ.pop(_name, None)
 
-#: The order of test files, longest first, from tests/durations.json (``--update-durations``).
-pytest_plugins = ["tests.suite_order"]
+#: The order of test files, longest first, from tests/durations.json (``--update-durations``);
+#: the tiers (``integration`` by the fixtures a test uses, ``slow``, ``--slow-full``).
+pytest_plugins = ["tests.suite_order", "tests.tiers"]
 
 # Hypothesis profiles, chosen by $HYPOTHESIS_PROFILE: "ci" (the default under CI) replays the
 # same examples every run (a failure there is a change's, not the draw's); "dev" (the default

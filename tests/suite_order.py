@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["DURATIONS_FILE", "file_key", "load_durations", "order_items"]
+__all__ = ["DURATIONS_FILE", "IN_PROCESS", "file_key", "load_durations", "order_items"]
 
 TESTS_DIR = Path(__file__).parent
 DURATIONS_FILE = TESTS_DIR / "durations.json"
+#: What follows a file's name for the seconds of its in-process tests.
+IN_PROCESS = " [in-process]"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,10 +36,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def file_key(nodeid: str) -> str | None:
-    """The file of a test id, relative to tests/ (None: a test outside tests/)."""
+def file_key(nodeid: str, integration: bool = True) -> str | None:
+    """The file of a test id, relative to tests/ (None: a test outside tests/), with
+    :data:`IN_PROCESS` after it for a test of the in-process tier."""
     path = nodeid.split("::", 1)[0]
-    return path.removeprefix("tests/") if path.startswith("tests/") else None
+    if not path.startswith("tests/"):
+        return None
+    return path.removeprefix("tests/") + ("" if integration else IN_PROCESS)
 
 
 def load_durations(path: Path = DURATIONS_FILE) -> dict[str, float]:
@@ -63,7 +68,7 @@ def order_items(items: list[pytest.Item], durations: dict[str, float]) -> None:
     unknown = sum(durations.values()) / len(durations) if durations else 0.0
 
     def key(item: pytest.Item) -> float:
-        name = file_key(item.nodeid)
+        name = file_key(item.nodeid, item.get_closest_marker("integration") is not None)
         return -durations.get(name, unknown) if name is not None else 0.0
 
     items.sort(key=key)
@@ -86,7 +91,7 @@ class DurationRecorder:
         self.seconds: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        name = file_key(report.nodeid)
+        name = file_key(report.nodeid, "integration" in report.keywords)
         if name is not None:
             self.seconds[name] += report.duration
 

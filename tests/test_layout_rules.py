@@ -69,7 +69,7 @@ def _loaded_after(statement: str) -> set[str]:
     return set(out.stdout.split())
 
 
-def test_a_low_layer_loads_nothing_above_it() -> None:
+def test_a_low_layer_loads_nothing_above_it(subprocesses: None) -> None:
     loaded = _loaded_after("import bkeeper.wire")
     above = {"bkeeper.client", "bkeeper.server", "bkeeper.meta", "bkeeper.storage"}
     assert {m for m in loaded if m.rsplit(".", 1)[0] in above or m in above} == set()
@@ -77,6 +77,6 @@ def test_a_low_layer_loads_nothing_above_it() -> None:
     assert {m for m in loaded if m.startswith(("bkeeper.client", "bkeeper.wire"))} == set()
 
 
-def test_the_root_still_offers_the_client() -> None:
+def test_the_root_still_offers_the_client(subprocesses: None) -> None:
     loaded = _loaded_after("from bkeeper import BookKeeper, ClientConfig")
     assert "bkeeper.client" in loaded

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LEAKY = """
 import os, subprocess, sys, tempfile
 
-def test_leaks():
+def test_leaks(subprocesses):
     orphan = "import subprocess; subprocess.Popen(['sleep', '600'])"
     subprocess.run([sys.executable, "-c", orphan], check=True)  # its child outlives it
     subprocess.Popen(["sleep", "601"])  # a child nobody waits for
@@ -32,7 +32,7 @@ def test_leaks():
 TIDY = """
 import subprocess, tempfile
 
-def test_tidy():
+def test_tidy(subprocesses):
     subprocess.run(["sleep", "0"], check=True)
     with tempfile.TemporaryDirectory(prefix="spark-"):
         pass
@@ -50,7 +50,9 @@ def _session(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_session_that_leaves_processes_or_files_fails_naming_them(tmp_path: Path) -> None:
+def test_a_session_that_leaves_processes_or_files_fails_naming_them(
+    subprocesses: None, tmp_path: Path
+) -> None:
     result = _session(tmp_path, LEAKY)
     assert result.returncode == 1, result.stdout
     assert "1 passed, 1 error" in result.stdout, result.stdout
@@ -77,13 +79,13 @@ def _running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def test_a_tidy_session_passes(tmp_path: Path) -> None:
+def test_a_tidy_session_passes(subprocesses: None, tmp_path: Path) -> None:
     result = _session(tmp_path, TIDY)
     assert result.returncode == 0, result.stdout
     assert "1 passed" in result.stdout
 
 
-def test_a_bookie_that_does_not_listen_in_time_is_killed() -> None:
+def test_a_bookie_that_does_not_listen_in_time_is_killed(subprocesses: None) -> None:
     silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     port = free_port()
     try:

@@ -178,7 +178,9 @@ def test_the_docs_table_is_the_codes() -> None:
 
 
 # -- one CLI run -----------------------------------------------------------------------------
-def test_bookie_says_did_you_mean_in_one_line_and_starts_nothing(tmp_path: Path) -> None:
+def test_bookie_says_did_you_mean_in_one_line_and_starts_nothing(
+    subprocesses: None, tmp_path: Path
+) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "d"),
          "-o", "lostBookieRecoveryDelai=5"],

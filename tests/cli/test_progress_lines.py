@@ -73,7 +73,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_a_bench_without_bars_shows_its_time_into_a_pipe() -> None:
+def test_a_bench_without_bars_shows_its_time_into_a_pipe(subprocesses: None) -> None:
     """Before: nothing on stderr until the table (``bench codec`` at its default count:
     15 s of silence)."""
     result = _bench("codec", "--count", "20000")
@@ -83,7 +83,9 @@ def test_a_bench_without_bars_shows_its_time_into_a_pipe() -> None:
     assert "bkeeper bench" in result.stdout
 
 
-def test_a_bench_with_bars_prints_their_counts_into_a_pipe(tmp_path: Path) -> None:
+def test_a_bench_with_bars_prints_their_counts_into_a_pipe(
+    subprocesses: None, tmp_path: Path
+) -> None:
     """Before: rich's bars drew nothing off a terminal."""
     result = _bench("storage", "--count", "100000", "--dir", str(tmp_path))
     assert result.returncode == 0, result.stderr

@@ -27,6 +27,9 @@ import pytest
 from bkeeper.cli import main as cli_main
 from bkeeper.cli._lazy import LazyCommand, LazyGroup, load_target
 
+#: Every test here starts processes itself (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
+
 #: Spark, Arrow, NumPy, the HTTP stack, metrics, the Spark and dashboard packages, the bookie
 #: and auto-recovery: none belongs in a command that does not serve, bench or run Spark.
 HEAVY = (

@@ -41,7 +41,7 @@ def bkeeper(*args: str, timeout_s: float = 60.0, prefix: tuple[str, ...] = ()) -
     )  # fmt: skip
 
 
-def test_help_says_what_verify_needs_and_what_happens_without() -> None:
+def test_help_says_what_verify_needs_and_what_happens_without(subprocesses: None) -> None:
     result = bkeeper("verify", "--help")
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())
@@ -72,7 +72,7 @@ def test_capabilities_are_read_from_proc_status() -> None:
     assert effective_capabilities("Name:\tpython\n") == 0
 
 
-def test_without_privileges_verify_fails_at_once_in_one_line() -> None:
+def test_without_privileges_verify_fails_at_once_in_one_line(subprocesses: None) -> None:
     """Before, it started a cluster, skipped the nemeses that needed root, and said so at the
     end (about 40 s later)."""
     prefix: tuple[str, ...] = ()
@@ -123,7 +123,9 @@ def _netns() -> str:
 
 
 @pytest.mark.timeout(240)
-def test_ctrl_c_mid_verify_stops_within_3_s_cleans_up_and_says_so(tmp_path: Path) -> None:
+def test_ctrl_c_mid_verify_stops_within_3_s_cleans_up_and_says_so(
+    subprocesses: None, tmp_path: Path
+) -> None:
     """One short run (partitions and full disks: namespaces and mounts to clean up), with a
     progress line at least every 2 s (counted over the run), interrupted once its workload
     runs. Before: Ctrl-C took up to 13 s, printed 'aborted' and three 'Future exception was

@@ -12,7 +12,10 @@ import pytest
 from bkeeper.testing import tmpfs
 from bkeeper.testing.tmpfs import mounted_tmpfs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+    pytest.mark.usefixtures("subprocesses"),
+]
 
 
 def test_an_interrupt_right_after_the_mount_unmounts(

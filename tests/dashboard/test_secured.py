@@ -46,7 +46,7 @@ class Pki:
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+def pki(subprocesses: None, tmp_path_factory: pytest.TempPathFactory) -> Pki:
     where = tmp_path_factory.mktemp("pki")
     ca = make_ca(where, "ca")
     return Pki(ca, make_cert(where, ca, "bookie"))

@@ -143,7 +143,7 @@ def test_a_value_the_configuration_refuses_is_a_usage_error() -> None:
     ],
 )
 def test_the_commands_say_it_in_one_line_and_exit_2(
-    tmp_path: Path, command: list[str], message: str
+    subprocesses: None, tmp_path: Path, command: list[str], message: str
 ) -> None:
     args = [arg.replace("{d}", str(tmp_path / "data")) for arg in command]
     message = message.replace("{d}", str(tmp_path / "data"))

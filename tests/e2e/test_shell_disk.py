@@ -239,7 +239,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_missing_or_foreign_directory_is_one_line_and_exit_1(tmp_path: Path) -> None:
+def test_a_missing_or_foreign_directory_is_one_line_and_exit_1(
+    subprocesses: None, tmp_path: Path
+) -> None:
     missing = str(tmp_path / "nothing")
     for command in ("listfilesondisc", "lastmark", "localconsistencycheck"):
         result = _cli(command, "--data-dir", missing)

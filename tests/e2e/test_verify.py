@@ -18,6 +18,9 @@ import pytest
 
 from bkeeper.verify.schedule import make_schedule
 
+#: Every test here starts processes itself (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
+
 #: The nemeses of the first short run, in this order (the seed's schedule depends on it).
 CLASSIC = ("kill", "pause", "partition", "disk-full", "corrupt", "zk")
 #: The nemeses added later: partial partitions, slow disks, a ZooKeeper session-expiry storm.

@@ -14,7 +14,7 @@ from bkeeper.meta.uri import MetadataUri, open_node_store
 OpenStore = Callable[..., Awaitable[NodeStore]]
 
 
-@pytest.fixture(params=["memory", "zk"])
+@pytest.fixture(params=["memory", pytest.param("zk", marks=pytest.mark.takes("zookeeper"))])
 def metadata_uri(request: pytest.FixtureRequest) -> Iterator[str]:
     """A metadata URI with a root of its own: a fresh memory tree, or a fresh ZooKeeper path."""
     unique = uuid.uuid4().hex[:12]

@@ -30,7 +30,8 @@ class Pki:
 
 
 @pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+def pki(tmp_path_factory: pytest.TempPathFactory, subprocesses: None) -> Pki:
+    """Certificates made by ``openssl`` processes (so its users are integration tests)."""
     where = tmp_path_factory.mktemp("pki")
     ca = make_ca(where, "ca")
     rogue = make_ca(where, "rogue-ca")

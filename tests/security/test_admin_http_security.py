@@ -151,7 +151,9 @@ async def test_without_authentication_every_route_stays_open(http: aiohttp.Clien
 
 # -- TLS ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CertFiles, CertFiles]]:
+def certs(
+    subprocesses: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[CertFiles, CertFiles]]:
     where = tmp_path_factory.mktemp("admin-pki")
     ca = make_ca(where, "ca")
     yield ca, make_cert(where, ca, "bookie")

@@ -72,7 +72,7 @@ def test_the_check_sees_a_secret_shown() -> None:
         assert_hidden(Leaky(b"", TOKEN))
 
 
-def test_tls_configs_hold_key_paths_not_keys(tmp_path: Path) -> None:
+def test_tls_configs_hold_key_paths_not_keys(subprocesses: None, tmp_path: Path) -> None:
     ca = make_ca(tmp_path, "ca")
     bookie = make_cert(tmp_path, ca, "bookie")
     body = "".join(

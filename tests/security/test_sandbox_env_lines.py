@@ -14,7 +14,7 @@ AWKWARD = {
 }
 
 
-def test_export_lines_give_each_value_back_in_a_shell() -> None:
+def test_export_lines_give_each_value_back_in_a_shell(subprocesses: None) -> None:
     lines = export_lines(AWKWARD)
     assert [line.split("=", 1)[0] for line in lines] == [f"export {k}" for k in AWKWARD]
     script = "\n".join([*lines, *(f'printf "%s\\0" "${name}"' for name in AWKWARD)])

@@ -13,7 +13,9 @@ from bkeeper.common.auth import read_token_secret_file, verify_token
 from bkeeper.testing.sandbox_security import SandboxSecurity
 
 
-def test_client_token_signed_by_the_newest_secret_after_a_rotation(tmp_path: Path) -> None:
+def test_client_token_signed_by_the_newest_secret_after_a_rotation(
+    tmp_path: Path, subprocesses: None
+) -> None:
     where = tmp_path / "security"
     first = SandboxSecurity.prepare(where)
     with first.token_secret_file.open("ab") as file:

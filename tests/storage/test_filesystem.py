@@ -23,7 +23,11 @@ def fs_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Fil
         yield MemoryFileSystem(), "/d"
 
 
-@pytest.fixture(params=["os", "memory"])
+#: The real filesystem's parameter mounts a tmpfs (an integration test: tests/tiers.py).
+OS_ON_TMPFS = pytest.param("os", marks=pytest.mark.takes("small_tmpfs"))
+
+
+@pytest.fixture(params=[OS_ON_TMPFS, "memory"])
 def small_fs_dir(request: pytest.FixtureRequest) -> tuple[FileSystem, str, int]:
     """A filesystem of 64 MiB: a real tmpfs, and the in-memory one given that capacity."""
     size = 64 * 1024 * 1024
@@ -129,7 +133,7 @@ def test_a_full_disk_fails_writes_with_enospc_and_truncate_frees_space(
     assert fs.read_file(more) == b"y" * kept + b"z" * 65536
 
 
-@pytest.fixture(params=["os", "memory"])
+@pytest.fixture(params=[OS_ON_TMPFS, "memory"])
 def two_filesystems(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[FileSystem, str, str]:
     """A directory on a large filesystem and one on a 64 MiB one."""
     if request.param == "os":

@@ -30,7 +30,9 @@ def _sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
-def test_every_process_of_the_run_is_killed_also_with_zookeeper_down(tmp_path: Path) -> None:
+def test_every_process_of_the_run_is_killed_also_with_zookeeper_down(
+    subprocesses: None, tmp_path: Path
+) -> None:
     """The bookies go even when ZooKeeper is already dead (the zk nemesis killed it): the
     first version looked at them only while ZooKeeper ran."""
     sandbox = Sandbox(SandboxConfig(data_dir=tmp_path, bookies=2))

@@ -15,7 +15,10 @@ import pytest
 from bkeeper.common.errors import ConfigError
 from bkeeper.verify.netns import Network
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.usefixtures("subprocesses"),
+]
 
 PROBE = """
 import socket, sys
