@@ -23,6 +23,7 @@ from bkeeper.common.errors import LedgerFencedError, NotEnoughBookiesError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.storage import MemoryFileSystem
 from bkeeper.testing.cluster import MemoryBookie, MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import Protocol
 from tests.client.test_quarantine import vanish_keeping_registration
 from tests.client.test_scenarios_more import bounded, read_all
@@ -64,6 +65,7 @@ async def add_bookie(cluster: MemoryCluster) -> MemoryBookie:
 
 
 @pytest.mark.parametrize("protocol", [Protocol.V2, Protocol.V3], ids=["v2", "v3"])
+@on_virtual_time
 async def test_a_lost_bookie_with_no_spare_does_not_stop_the_writer(
     protocol: Protocol, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -98,6 +100,7 @@ async def test_a_lost_bookie_with_no_spare_does_not_stop_the_writer(
     # (the cluster closed: read back on one of its own below)
 
 
+@on_virtual_time
 async def test_everything_acknowledged_reads_back_after_the_move() -> None:
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -116,6 +119,7 @@ async def test_everything_acknowledged_reads_back_after_the_move() -> None:
         assert await read_all(rh) == [payload(i) for i in range(25)]
 
 
+@on_virtual_time
 async def test_close_recovery_reads_explicit_lac_and_force_with_a_bookie_down() -> None:
     config = dataclasses.replace(FAST, protocol=Protocol.V3, explicit_lac_interval_ms=20)
     async with MemoryCluster(3) as cluster:
@@ -147,6 +151,7 @@ async def until_async(read, expected: int) -> None:  # type: ignore[no-untyped-d
     await bounded(wait())
 
 
+@on_virtual_time
 async def test_a_degraded_ledger_closes_at_its_last_entry() -> None:
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -159,6 +164,7 @@ async def test_a_degraded_ledger_closes_at_its_last_entry() -> None:
         assert await read_all(rh) == [payload(i) for i in range(10)]
 
 
+@on_virtual_time
 async def test_a_second_loss_fails_the_writer() -> None:
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -171,6 +177,7 @@ async def test_a_second_loss_fails_the_writer() -> None:
         assert wh.last_add_confirmed == 4
 
 
+@on_virtual_time
 async def test_off_a_lost_bookie_with_no_spare_fails_the_writer() -> None:
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(dataclasses.replace(FAST, degraded_writes=False))
@@ -181,6 +188,7 @@ async def test_off_a_lost_bookie_with_no_spare_fails_the_writer() -> None:
             await append_range(wh, 1, 5)
 
 
+@on_virtual_time
 async def test_re_replication_leaves_a_degraded_writer_alone_then_copies_without_fencing() -> None:
     """Auto-recovery with no candidate leaves the open ledger as it is (its writer goes on);
     once the writer moved to a new segment, the old segment's copy needs no fencing."""
@@ -209,6 +217,7 @@ async def test_re_replication_leaves_a_degraded_writer_alone_then_copies_without
         assert await read_all(rh) == [payload(i) for i in range(40)]
 
 
+@on_virtual_time
 async def test_a_restarted_bookie_is_taken_back_in_its_place() -> None:
     """No spare, the lost bookie restarts: the writer takes it back (no new segment), and
     the entries written from then on are on it too."""

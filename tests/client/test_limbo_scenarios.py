@@ -13,6 +13,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.storage.journal_format import journal_file_name
 from bkeeper.testing.cluster import MemoryCluster
 from bkeeper.testing.journal_faults import journal_patches
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import AddRequest, ReadRequest
 
@@ -66,6 +67,7 @@ async def _write(cluster: MemoryCluster, laggard_misses_last_group: bool) -> tup
 
 
 @pytest.mark.parametrize("protocol", [Protocol.V2, Protocol.V3])
+@on_virtual_time
 async def test_recovery_does_not_close_short_because_a_replica_is_in_limbo(
     protocol: Protocol,
 ) -> None:
@@ -96,6 +98,7 @@ async def test_recovery_does_not_close_short_because_a_replica_is_in_limbo(
 
 
 @pytest.mark.parametrize("protocol", [Protocol.V2, Protocol.V3])
+@on_virtual_time
 async def test_reads_go_past_a_replica_in_limbo(protocol: Protocol) -> None:
     async with MemoryCluster(3, storage_options={"journal_max_group_wait_ms": 200.0}) as cluster:
         wh, limbo = await _write(cluster, laggard_misses_last_group=False)

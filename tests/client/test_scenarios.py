@@ -16,6 +16,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import AddRequest, ReadRequest
 
@@ -26,6 +27,7 @@ async def read_all(handle) -> list[bytes]:
     return [e.data async for e in handle.read()]
 
 
+@on_virtual_time
 async def test_write_close_open_read():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()
@@ -40,6 +42,7 @@ async def test_write_close_open_read():
         assert await read_all(rh) == [b"e%d" % i for i in range(100)]
 
 
+@on_virtual_time
 async def test_striping_puts_each_entry_on_its_write_set():
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client()
@@ -58,6 +61,7 @@ async def test_striping_puts_each_entry_on_its_write_set():
             assert holders == {ensemble[entry % 5], ensemble[(entry + 1) % 5]}
 
 
+@on_virtual_time
 async def test_recovery_fences_the_old_writer():  # scenario (a), §3 row 1
     async with MemoryCluster(3) as cluster:
         writer = await cluster.client()
@@ -72,6 +76,7 @@ async def test_recovery_fences_the_old_writer():  # scenario (a), §3 row 1
         assert await read_all(rh) == [b"%d" % i for i in range(10)]
 
 
+@on_virtual_time
 async def test_no_recovery_open_does_not_fence():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()
@@ -92,6 +97,7 @@ async def wait_until(condition, timeout_s: float = 10.0) -> None:
 
 
 @pytest.mark.parametrize("found_first", [False, True])
+@on_virtual_time
 async def test_recovery_keeps_exactly_the_acknowledged_prefix(found_first: bool):  # (b)
     """Entry 20 reaches only bookie 0: never acknowledged. Recovery decides each entry on
     the first answers that settle it: two "absent" answers end the ledger at 19; the entry
@@ -120,6 +126,7 @@ async def test_recovery_keeps_exactly_the_acknowledged_prefix(found_first: bool)
         late.cancel()
 
 
+@on_virtual_time
 async def test_concurrent_recoveries_converge():  # (c)
     async with MemoryCluster(3) as cluster:
         writer = await cluster.client()
@@ -132,6 +139,7 @@ async def test_concurrent_recoveries_converge():  # (c)
         assert {h.metadata.length for h in handles} == {sum(len(b"%d" % i) for i in range(30))}
 
 
+@on_virtual_time
 async def test_ensemble_change_keeps_acknowledged_entries():  # (d), §3 row 6
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client(FAST)
@@ -150,6 +158,7 @@ async def test_ensemble_change_keeps_acknowledged_entries():  # (d), §3 row 6
         assert await read_all(rh) == [b"%d" % i for i in range(30)]
 
 
+@on_virtual_time
 async def test_not_enough_bookies_fails_adds():
     """With degraded writes off (see test_degraded_scenarios.py for them on)."""
     async with MemoryCluster(3) as cluster:
@@ -161,6 +170,7 @@ async def test_not_enough_bookies_fails_adds():
             await wh.append(b"1")
 
 
+@on_virtual_time
 async def test_qa_minus_one_failures_lose_nothing():  # (e)
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -173,6 +183,7 @@ async def test_qa_minus_one_failures_lose_nothing():  # (e)
         assert await read_all(rh) == [b"%d" % i for i in range(50)]
 
 
+@on_virtual_time
 async def test_wrong_password_is_unauthorized():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()
@@ -182,6 +193,7 @@ async def test_wrong_password_is_unauthorized():
             await bk.open_ledger(wh.ledger_id, b"bad")
 
 
+@on_virtual_time
 async def test_slow_replica_triggers_speculative_read():  # §3 row 15
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -197,6 +209,7 @@ async def test_slow_replica_triggers_speculative_read():  # §3 row 15
         assert cluster.requests_in_flight() == 1
 
 
+@on_virtual_time
 async def test_digest_mismatch_is_a_bad_replica():  # (l)
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -212,6 +225,7 @@ async def test_digest_mismatch_is_a_bad_replica():  # (l)
         assert fault.applied == 1  # its one answer was the corrupt one
 
 
+@on_virtual_time
 async def test_client_closed_errors():  # §3 row 20
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()
@@ -226,6 +240,7 @@ async def test_client_closed_errors():  # §3 row 20
             await bk.open_ledger(wh.ledger_id, b"pw")
 
 
+@on_virtual_time
 async def test_recovery_with_a_hung_bookie_does_not_wait_per_entry():  # §3 rows 1, 2, 4
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client(FAST)
@@ -246,6 +261,7 @@ async def test_recovery_with_a_hung_bookie_does_not_wait_per_entry():  # §3 row
 
 
 @pytest.mark.parametrize("batch", [1, 3, 13])
+@on_virtual_time
 async def test_recovery_batch_sizes_find_the_same_end(batch: int):  # §3 row 2
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -270,6 +286,7 @@ async def test_recovery_batch_sizes_find_the_same_end(batch: int):  # §3 row 2
         pending.cancel()
 
 
+@on_virtual_time
 async def test_a_bookie_that_connects_late_still_gets_every_entry_of_its_write_set() -> None:
     """Qw = 3, Qa = 2: entries the two fast bookies acknowledged while the third was still
     connecting are written to the third too once it is up (not left with two replicas)."""
@@ -291,6 +308,7 @@ async def test_a_bookie_that_connects_late_still_gets_every_entry_of_its_write_s
             assert body.endswith(b"e%d" % i), (i, body)
 
 
+@on_virtual_time
 async def test_a_small_pipeline_does_not_give_up_on_a_bookie_that_connects_late() -> None:
     """``pending_adds_max`` bounds adds not yet acknowledged; entries the two fast bookies
     acknowledged while the third was still connecting are no longer pending. Before: more
@@ -315,6 +333,7 @@ async def test_a_small_pipeline_does_not_give_up_on_a_bookie_that_connects_late(
             assert body.endswith(b"e%d" % i), (i, body)
 
 
+@on_virtual_time
 async def test_append_many_in_call_order_with_single_appends():
     config = ClientConfig(pending_adds_max=8)
     async with MemoryCluster(5) as cluster:
@@ -348,6 +367,7 @@ async def test_append_many_in_call_order_with_single_appends():
             assert holders == {ensemble[(entry + i) % 5] for i in range(3)}
 
 
+@on_virtual_time
 async def test_a_long_poll_brings_the_next_entry_with_the_lac():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()

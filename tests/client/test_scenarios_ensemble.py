@@ -23,6 +23,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import AddRequest, ReadRequest
 from tests.client.test_scenarios_more import bounded, read_all
@@ -60,6 +61,7 @@ def entries_on(cluster: MemoryCluster, index: int, ledger_id: int) -> list[int]:
 
 
 @PROTOCOLS
+@on_virtual_time
 async def test_a_bookie_slower_than_the_add_timeout_is_kept_while_qa_holds(protocol: Protocol):
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client(dataclasses.replace(FAST, protocol=protocol))
@@ -78,6 +80,7 @@ async def test_a_bookie_slower_than_the_add_timeout_is_kept_while_qa_holds(proto
 
 
 @PROTOCOLS
+@on_virtual_time
 async def test_bookies_are_blamed_only_for_adds_short_of_qa(protocol: Protocol):
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(dataclasses.replace(FAST, protocol=protocol))
@@ -99,6 +102,7 @@ async def test_bookies_are_blamed_only_for_adds_short_of_qa(protocol: Protocol):
 
 
 @PROTOCOLS
+@on_virtual_time
 async def test_a_cancelled_append_does_not_stall_the_pipeline(protocol: Protocol):
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(dataclasses.replace(FAST, protocol=protocol))
@@ -117,6 +121,7 @@ async def test_a_cancelled_append_does_not_stall_the_pipeline(protocol: Protocol
         assert wh.metadata.last_entry_id == 1
 
 
+@on_virtual_time
 async def test_pending_adds_wait_for_a_slot():
     config = dataclasses.replace(FAST, pending_adds_max=2, add_timeout_ms=60_000)
     async with MemoryCluster(4) as cluster:
@@ -140,6 +145,7 @@ async def test_pending_adds_wait_for_a_slot():
 RACKS = {f"bookie-{i}:3181": f"/rack-{i % 3}" for i in range(6)}
 
 
+@on_virtual_time
 async def test_rack_aware_placement_spreads_every_write_set_over_racks():
     config = dataclasses.replace(FAST, placement="rackaware", racks=RACKS)
     async with MemoryCluster(6) as cluster:
@@ -155,6 +161,7 @@ async def test_rack_aware_placement_spreads_every_write_set_over_racks():
         assert wh.ensemble == (partner, *wh.metadata.segments[0][1:])
 
 
+@on_virtual_time
 async def test_read_only_bookies_never_join_an_ensemble():
     async with MemoryCluster(4) as cluster:
         read_only = cluster.bookies[3]
@@ -173,6 +180,7 @@ async def test_read_only_bookies_never_join_an_ensemble():
         assert read_only.bookie_id not in wh.metadata.last_ensemble
 
 
+@on_virtual_time
 async def test_ensemble_changes_max_is_enforced():
     config = dataclasses.replace(FAST, ensemble_changes_max=1)
     async with MemoryCluster(5) as cluster:
@@ -189,6 +197,7 @@ async def test_ensemble_changes_max_is_enforced():
             await bounded(wh.append(b"3"))
 
 
+@on_virtual_time
 async def test_an_ensemble_change_that_races_a_recovery_fences_the_writer():
     async with MemoryCluster(4) as cluster:
         writer = await cluster.client(FAST)
@@ -227,6 +236,7 @@ async def test_an_ensemble_change_that_races_a_recovery_fences_the_writer():
         assert await read_all(rh) == [b"%d" % i for i in range(6)]
 
 
+@on_virtual_time
 async def test_closing_the_client_fails_pending_adds():
     config = dataclasses.replace(FAST, add_timeout_ms=60_000)
     async with MemoryCluster(3) as cluster:

@@ -30,6 +30,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import AddRequest, ForceLedgerRequest, ReadRequest, WriteLacRequest
 
@@ -80,6 +81,7 @@ async def metadata_of(bk: BookKeeper, ledger_id: int) -> Any:
 # -- row 5: close ----------------------------------------------------------------------------
 
 
+@on_virtual_time
 async def test_close_records_consistent_length_and_last_entry():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -106,6 +108,7 @@ async def _entries(rh: ReadHandle) -> list[Any]:
     return [e async for e in rh.read()]
 
 
+@on_virtual_time
 async def test_close_waits_for_pending_adds_on_slow_bookies():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -123,6 +126,7 @@ async def test_close_waits_for_pending_adds_on_slow_bookies():  # row 5
         assert meta.length == len(b"entry-0") * 2 + sum(len(b"p%d" % i) for i in range(20))
 
 
+@on_virtual_time
 async def test_close_during_an_ensemble_change_waits_for_the_resent_adds():  # rows 5, 6
     async with MemoryCluster(4) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -140,6 +144,7 @@ async def test_close_during_an_ensemble_change_waits_for_the_resent_adds():  # r
         assert await read_all(rh) == payloads(13)
 
 
+@on_virtual_time
 async def test_close_during_unrecoverable_write_errors():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -162,6 +167,7 @@ async def test_close_during_unrecoverable_write_errors():  # row 5
         assert await read_all(rh) == payloads(5)
 
 
+@on_virtual_time
 async def test_adds_after_close_fail_and_double_close_is_safe():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -180,6 +186,7 @@ async def test_adds_after_close_fail_and_double_close_is_safe():  # row 5
         assert (meta.state, meta.last_entry_id) == (LedgerState.CLOSED, 2)
 
 
+@on_virtual_time
 async def test_close_after_a_recovering_reader_closed_it_at_the_same_end():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -198,6 +205,7 @@ async def test_close_after_a_recovering_reader_closed_it_at_the_same_end():  # r
             await bounded(wh.append(b"late"))
 
 
+@on_virtual_time
 async def test_close_after_someone_closed_it_at_a_different_end_raises():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -211,6 +219,7 @@ async def test_close_after_someone_closed_it_at_a_different_end_raises():  # row
         assert (meta.state, meta.last_entry_id, meta.length) == (LedgerState.CLOSED, 2, 21)
 
 
+@on_virtual_time
 async def test_close_while_in_recovery_raises_fenced():  # row 5
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -233,6 +242,7 @@ async def test_close_while_in_recovery_raises_fenced():  # row 5
 
 @pytest.mark.parametrize("protocol", [Protocol.V2, Protocol.V3])
 @pytest.mark.parametrize(("bookies", "hung"), [(3, (1, 2)), (4, (0, 1, 2, 3))])
+@on_virtual_time
 async def test_add_that_cannot_reach_ack_quorum_fails_in_bounded_time(
     bookies: int, hung: tuple[int, ...], protocol: Protocol
 ):  # row 8
@@ -261,6 +271,7 @@ async def test_add_that_cannot_reach_ack_quorum_fails_in_bounded_time(
 # -- rows 12-14, (f): LAC ---------------------------------------------------------------------
 
 
+@on_virtual_time
 async def test_without_explicit_lac_reader_sees_last_minus_one():  # row 12
     async with MemoryCluster(3) as cluster:
         wh = await (await cluster.client(FAST)).create_ledger(3, 3, 2, password=b"pw")
@@ -278,6 +289,7 @@ async def test_without_explicit_lac_reader_sees_last_minus_one():  # row 12
             await read_all(rh, 0, 9)
 
 
+@on_virtual_time
 async def test_explicit_lac_lets_the_reader_reach_the_last_entry():  # row 12, (f)
     async with MemoryCluster(3) as cluster:
         config = ClientConfig(
@@ -311,6 +323,7 @@ async def test_explicit_lac_lets_the_reader_reach_the_last_entry():  # row 12, (
         assert await read_all(rh, 10) == payloads(5, start=10)
 
 
+@on_virtual_time
 async def test_explicit_lac_goes_out_as_the_writer_goes_idle():  # row 12, (f)
     """The interval bounds how often, not how late: the LAC of a writer that goes idle
     reaches a tailing reader at once, not an interval later (here the first time it goes
@@ -329,6 +342,7 @@ async def test_explicit_lac_goes_out_as_the_writer_goes_idle():  # row 12, (f)
         await wh.close()
 
 
+@on_virtual_time
 async def test_explicit_lac_survives_bookie_restarts():  # row 12
     async with MemoryCluster(3) as cluster:
         config = ClientConfig(add_timeout_ms=300, read_timeout_ms=300, explicit_lac_interval_ms=20)
@@ -350,6 +364,7 @@ async def test_explicit_lac_survives_bookie_restarts():  # row 12
 
 
 @pytest.mark.parametrize("status", [StatusCode.EIO, StatusCode.EUA])
+@on_virtual_time
 async def test_an_explicit_lac_a_bookie_refused_is_sent_again(status: StatusCode):  # row 12
     """A bookie that answers the writer's explicit LAC with an error status did not take
     it: the writer sends it again (it counted the answer as sent, and an idle writer's last
@@ -377,6 +392,7 @@ async def test_an_explicit_lac_a_bookie_refused_is_sent_again(status: StatusCode
         await wh.close()
 
 
+@on_virtual_time
 async def test_an_explicit_lac_a_bookie_never_answers_does_not_stop_the_next_ones():  # row 12
     """A WriteLac request a bookie never answers (lost on a connection that stays up) is
     given up after ``add_timeout_ms`` and sent again: the writer waited for the answer for
@@ -404,6 +420,7 @@ async def test_an_explicit_lac_a_bookie_never_answers_does_not_stop_the_next_one
         await wh.close()
 
 
+@on_virtual_time
 async def test_a_force_a_bookie_never_answers_fails_after_the_add_timeout():
     """``force`` waited for ever on a FORCE_LEDGER request a bookie never answered."""
     async with MemoryCluster(3) as cluster:
@@ -416,6 +433,7 @@ async def test_a_force_a_bookie_never_answers_fails_after_the_add_timeout():
             await bounded(wh.force())
 
 
+@on_virtual_time
 async def test_long_poll_returns_promptly_on_append_and_current_value_on_timeout():  # row 13
     async with MemoryCluster(3) as cluster:
         wh = await (await cluster.client(FAST)).create_ledger(3, 3, 2, password=b"pw")
@@ -447,6 +465,7 @@ async def test_long_poll_returns_promptly_on_append_and_current_value_on_timeout
         assert await read_all(rh) == payloads(10)
 
 
+@on_virtual_time
 async def test_long_poll_with_a_bookie_down():  # row 13
     async with MemoryCluster(4) as cluster:
         wh = await (await cluster.client(FAST)).create_ledger(3, 3, 2, password=b"pw")
@@ -469,6 +488,7 @@ async def test_long_poll_with_a_bookie_down():  # row 13
         assert now() - started < 2.0
 
 
+@on_virtual_time
 async def test_piggybacked_lac_advances_as_the_reader_reads():  # row 14, (f)
     async with MemoryCluster(3) as cluster:
         wh = await (await cluster.client(FAST)).create_ledger(3, 3, 2, password=b"pw")
@@ -501,6 +521,7 @@ async def test_piggybacked_lac_advances_as_the_reader_reads():  # row 14, (f)
 
 
 @pytest.mark.parametrize("failure", ["crash", "hang"])
+@on_virtual_time
 async def test_reads_with_a_failed_bookie_return_every_entry(failure: str):  # row 16
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -520,6 +541,7 @@ async def test_reads_with_a_failed_bookie_return_every_entry(failure: str):  # r
         assert now() - started < 5.0
 
 
+@on_virtual_time
 async def test_read_of_a_missing_entry_fails_fast():  # row 16
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -534,6 +556,7 @@ async def test_read_of_a_missing_entry_fails_fast():  # row 16
         assert now() - started < 1.0
 
 
+@on_virtual_time
 async def test_read_of_a_missing_entry_with_a_crashed_bookie_says_no_such_entry():  # row 16
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -551,6 +574,7 @@ async def test_read_of_a_missing_entry_with_a_crashed_bookie_says_no_such_entry(
         assert (await bounded(rh.read_entry(4))).data == b"entry-4"
 
 
+@on_virtual_time
 async def test_read_with_every_replica_silent_fails_with_a_bkeeper_error():  # row 16
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -568,6 +592,7 @@ async def test_read_with_every_replica_silent_fails_with_a_bkeeper_error():  # r
 # -- row 3: recovery edge cases ---------------------------------------------------------------
 
 
+@on_virtual_time
 async def test_recovery_with_every_bookie_down_fails_cleanly_then_succeeds():  # row 3
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -591,6 +616,7 @@ async def test_recovery_with_every_bookie_down_fails_cleanly_then_succeeds():  #
             await bounded(wh.append(b"late"))
 
 
+@on_virtual_time
 async def test_recovery_with_every_bookie_hung_fails_in_bounded_time():  # row 3
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -604,6 +630,7 @@ async def test_recovery_with_every_bookie_hung_fails_in_bounded_time():  # row 3
         assert now() - started < 3.0
 
 
+@on_virtual_time
 async def test_metadata_closed_by_someone_else_during_recovery():  # row 3
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -633,6 +660,7 @@ async def test_metadata_closed_by_someone_else_during_recovery():  # row 3
         assert await read_all(rh) == payloads(8)
 
 
+@on_virtual_time
 async def test_recovery_of_an_empty_ledger():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
         bk, wh = await new_ledger(cluster)
@@ -649,6 +677,7 @@ async def test_recovery_of_an_empty_ledger():  # rows 2, 3
         assert (meta.last_entry_id, meta.length) == (-1, 0)
 
 
+@on_virtual_time
 async def test_recovery_of_a_ledger_with_exactly_one_entry():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -661,6 +690,7 @@ async def test_recovery_of_a_ledger_with_exactly_one_entry():  # rows 2, 3
             await bounded(wh.append(b"late"))
 
 
+@on_virtual_time
 async def test_recovery_of_one_entry_with_an_unacknowledged_second():  # rows 2, 3
     async with MemoryCluster(3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -683,6 +713,7 @@ async def test_recovery_of_one_entry_with_an_unacknowledged_second():  # rows 2,
 
 
 @pytest.mark.parametrize("spare", [True, False])
+@on_virtual_time
 async def test_open_with_and_without_recovery_after_a_crash_during_writes(spare: bool):  # row 22
     async with MemoryCluster(4 if spare else 3) as cluster:
         _, wh = await new_ledger(cluster)
@@ -720,6 +751,7 @@ async def test_open_with_and_without_recovery_after_a_crash_during_writes(spare:
 
 
 @pytest.mark.parametrize("failure", ["stop", "hang"])
+@on_virtual_time
 async def test_read_last_confirmed_does_not_deadlock_with_a_bookie_down(failure: str):  # row 22
     async with MemoryCluster(3) as cluster:
         wh = await (await cluster.client(FAST)).create_ledger(3, 3, 2, password=b"pw")
@@ -755,3 +787,21 @@ async def test_read_last_confirmed_does_not_deadlock_with_a_bookie_down(failure:
         with pytest.raises(BookieUnavailableError):
             await bounded(rh.read_last_add_confirmed())
         assert now() - started < 2.0
+
+
+@on_virtual_time
+async def test_a_long_poll_on_a_ledger_no_bookie_holds_yet_waits_out_its_time() -> None:
+    """A new ledger with no entry yet: its bookies answer a long poll at once (no such
+    ledger). The poll took that for "held, and timed out" and returned at once, so a tailing
+    reader (a state machine's follower of an idle leader) polled again at once, without
+    end: a spin, which on virtual time never let the clock move."""
+    async with MemoryCluster(3) as cluster:
+        writer = await cluster.client(FAST)
+        wh = await writer.create_ledger(3, 3, 2, password=b"pw")
+        rh = await (await cluster.client(FAST)).open_ledger(wh.ledger_id, b"pw", recovery=False)
+        loop = asyncio.get_running_loop()
+        requests = sum(b.requests for b in cluster.bookies)
+        started = loop.time()
+        assert await rh.wait_last_add_confirmed(-1, timeout_ms=2_000) == -1
+        assert loop.time() - started >= 2.0
+        assert sum(b.requests for b in cluster.bookies) - requests <= 6  # one poll, one retry

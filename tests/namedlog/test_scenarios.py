@@ -12,6 +12,7 @@ from bkeeper.common.errors import LogExistsError, LogFencedError, LogNotFoundErr
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 SMALL = LogConfig(roll_bytes=400, tail_poll_ms=100)
@@ -43,6 +44,7 @@ async def wait_until(condition, timeout_s: float = 30.0) -> None:
         await asyncio.sleep(0.005)
 
 
+@on_virtual_time
 async def test_create_list_delete():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST))
@@ -60,6 +62,7 @@ async def test_create_list_delete():
             await logs.log("a").open_writer()
 
 
+@on_virtual_time
 async def test_append_and_read_from_every_start():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), SMALL)
@@ -87,6 +90,7 @@ async def test_append_and_read_from_every_start():
             await r.close()
 
 
+@on_virtual_time
 async def test_latest_sees_only_new_records():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), SMALL)
@@ -103,6 +107,7 @@ async def test_latest_sees_only_new_records():
         await reader.close()
 
 
+@on_virtual_time
 async def test_two_writers_racing():
     async with MemoryCluster(3) as cluster:
         logs_a = NamedLogs(await cluster.client(FAST), SMALL)
@@ -140,6 +145,7 @@ async def test_two_writers_racing():
         await reader.close()
 
 
+@on_virtual_time
 async def test_writer_fenced_mid_append_loses_nothing_acknowledged():
     async with MemoryCluster(3) as cluster:
         logs_a = NamedLogs(await cluster.client(FAST), LogConfig(tail_poll_ms=100))
@@ -195,6 +201,7 @@ async def test_writer_fenced_mid_append_loses_nothing_acknowledged():
         await reader.close()
 
 
+@on_virtual_time
 async def test_reader_tails_across_rolls_and_writer_changes():
     async with MemoryCluster(3) as cluster:
         config = LogConfig(roll_bytes=100, tail_poll_ms=100)
@@ -218,6 +225,7 @@ async def test_reader_tails_across_rolls_and_writer_changes():
         await reader.close()
 
 
+@on_virtual_time
 async def test_truncation_while_a_reader_is_behind():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), LogConfig(roll_bytes=200, tail_poll_ms=100))
@@ -243,6 +251,7 @@ async def test_truncation_while_a_reader_is_behind():
         await reader.close()
 
 
+@on_virtual_time
 async def test_retention_by_size_and_age_truncates_sealed_ledgers():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)
@@ -290,6 +299,7 @@ async def three_hundred_records(cluster: MemoryCluster):
     return writer, reader, last, got
 
 
+@on_virtual_time
 async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
     from bkeeper.wire.codes import StatusCode
 
@@ -308,6 +318,7 @@ async def test_reader_resumes_after_failed_reads_without_duplicates_or_gaps():
 
 
 @pytest.mark.parametrize("how", ["next", "iterate"])
+@on_virtual_time
 async def test_a_reader_whose_read_failed_for_good_goes_on_once_it_is_called_again(how):
     """A read error that trying again does not cure (every replica refuses: EUA) reaches
     the caller; the reader is not spent by it: called again, it reads on from the record
@@ -335,6 +346,7 @@ async def test_a_reader_whose_read_failed_for_good_goes_on_once_it_is_called_aga
         assert got == [b"r%03d" % i for i in range(300)]
 
 
+@on_virtual_time
 async def test_a_reader_past_the_last_ledger_sees_an_appended_one_at_once():
     """A reader that has read every ledger waits for the list to grow on a watch of the
     log's metadata, not a poll: a ledger appended whole (as the Spark sink commits each
@@ -360,6 +372,7 @@ async def test_a_reader_past_the_last_ledger_sees_an_appended_one_at_once():
         await reader.close()
 
 
+@on_virtual_time
 async def test_a_tailer_sees_an_idle_writers_last_record():
     """A bookie learns that an entry is confirmed from the next add; a log writer whose
     appends are all acknowledged tells its bookies its LAC itself, so a tailing reader gets
@@ -390,6 +403,7 @@ def test_a_log_ledgers_explicit_lac_interval():
             LogConfig(explicit_lac_interval_ms=bad)
 
 
+@on_virtual_time
 async def test_a_roll_whose_answer_was_lost_keeps_the_ledger_it_listed():
     """A roll's compare-and-set that ZooKeeper applied but whose answer was lost (a
     ConnectionLoss: the server died before it answered) left the new ledger listed, and the
@@ -426,6 +440,7 @@ async def test_a_roll_whose_answer_was_lost_keeps_the_ledger_it_listed():
         await reader.close()
 
 
+@on_virtual_time
 async def test_a_reader_reads_past_a_listed_ledger_that_is_gone(caplog):
     """A ledger deleted while the log still lists it (not by truncation, which unlists
     first) held the reader for ever: it opened the ledger, found it gone, read the list,
@@ -453,6 +468,7 @@ async def test_a_reader_reads_past_a_listed_ledger_that_is_gone(caplog):
         await reader.close()
 
 
+@on_virtual_time
 async def test_a_ledger_whose_seal_failed_after_a_roll_is_sealed_later(monkeypatch, caplog):
     """After a roll the writer seals the old ledger in the background. A seal that failed
     (the store away past ``metadata_reconnect_timeout_ms``, as a ZooKeeper restart of 10.8 s
@@ -488,6 +504,7 @@ async def test_a_ledger_whose_seal_failed_after_a_roll_is_sealed_later(monkeypat
         await reader.close()
 
 
+@on_virtual_time
 async def test_a_new_writer_seals_a_ledger_left_open_behind_sealed_ones(monkeypatch):
     """A writer that died while it was still trying to seal a ledger it had rolled away
     from, after sealing a later one, left that ledger open behind a sealed one; a new

@@ -15,6 +15,7 @@ from bkeeper.common.errors import ConfigError, NotLeaderError
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 from bkeeper.statemachine import ReplicatedStateMachine, RsmConfig
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 CLIENT = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=100, explicit_lac_interval_ms=10
@@ -66,6 +67,7 @@ def test_config_names_the_bad_field():
         RsmConfig("log", b"me", snapshot_every_bytes=-1)
 
 
+@on_virtual_time
 async def test_a_fenced_leader_steps_down_and_applies_nothing_twice():
     async with MemoryCluster(3) as cluster:
         a, journal_a, stop_a, task_a, logs_a = await member(cluster, "a")
@@ -97,6 +99,7 @@ async def test_a_fenced_leader_steps_down_and_applies_nothing_twice():
         await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
 
 
+@on_virtual_time
 async def test_a_follower_refuses_commands_and_barriers():
     async with MemoryCluster(3) as cluster:
         a, _, stop_a, task_a, _ = await member(cluster, "a")
@@ -116,6 +119,7 @@ async def test_a_follower_refuses_commands_and_barriers():
         await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
 
 
+@on_virtual_time
 async def test_a_late_member_restores_the_snapshot_and_the_log_is_truncated():
     async with MemoryCluster(3) as cluster:
         config = LogConfig(tail_poll_ms=50, roll_bytes=300)
@@ -144,6 +148,7 @@ async def test_a_late_member_restores_the_snapshot_and_the_log_is_truncated():
         await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
 
 
+@on_virtual_time
 async def test_an_ex_leader_whose_log_was_truncated_meanwhile_follows_on():
     """A leader snapshots and truncates the log it wrote; when it loses leadership it follows
     the next leader from what it applied (not from where its reader stopped, long truncated)."""
@@ -170,6 +175,7 @@ async def test_an_ex_leader_whose_log_was_truncated_meanwhile_follows_on():
         await asyncio.wait_for(asyncio.gather(task_a, task_b), 20)
 
 
+@on_virtual_time
 async def test_retention_keeps_ledgers_before_the_snapshot():
     async with MemoryCluster(3) as cluster:
         config = LogConfig(tail_poll_ms=50, roll_bytes=200)
@@ -186,6 +192,7 @@ async def test_retention_keeps_ledgers_before_the_snapshot():
         await asyncio.wait_for(task_a, 20)
 
 
+@on_virtual_time
 async def test_a_member_started_while_the_store_fails_waits_it_out(monkeypatch):
     """A kv member restarted just before ZooKeeper paused exited with ``error:
     ConnectionLoss (at /bkeeper/snapshots/kv-verify)`` (verify campaign, seed 50010): the
@@ -211,6 +218,7 @@ async def test_a_member_started_while_the_store_fails_waits_it_out(monkeypatch):
         await task_a
 
 
+@on_virtual_time
 async def test_a_command_whose_append_timed_out_leaves_no_unretrieved_error(caplog):
     """The leader steps down when an append outlives ``append_timeout_s``, failing the
     command's result after its caller got ``NotLeaderError``: asyncio logged "Future
@@ -241,6 +249,7 @@ async def test_a_command_whose_append_timed_out_leaves_no_unretrieved_error(capl
         assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
+@on_virtual_time
 async def test_a_follower_whose_reader_is_stuck_reads_on_with_a_new_one(monkeypatch, caplog):
     """A follower's read that never ends (a wait no timeout bounds) left the follower
     applying nothing, silently, while the leader served on (verify seed 50042, cause not
@@ -279,6 +288,7 @@ async def test_a_follower_whose_reader_is_stuck_reads_on_with_a_new_one(monkeypa
         await asyncio.gather(task_a, task_b)
 
 
+@on_virtual_time
 async def test_a_follower_of_an_idle_leader_is_not_taken_as_stalled(caplog):
     import logging
 
@@ -297,6 +307,7 @@ async def test_a_follower_of_an_idle_leader_is_not_taken_as_stalled(caplog):
         await asyncio.gather(task_a, task_b)
 
 
+@on_virtual_time
 async def test_followers_read_on_after_a_roll_whose_answer_was_lost():
     """The leader's roll was written to ZooKeeper with its answer lost (a ConnectionLoss as
     the server died): the writer deleted the ledger it had just listed, and every reader
@@ -337,6 +348,7 @@ async def test_followers_read_on_after_a_roll_whose_answer_was_lost():
         await asyncio.gather(task_a, task_b)
 
 
+@on_virtual_time
 async def test_a_store_outage_is_not_taken_as_a_stalled_follower(caplog):
     """A follower cannot follow a roll while ZooKeeper is away; the stall check counted
     that time, so a ZooKeeper restart of 12 s and a slow first read after it made a

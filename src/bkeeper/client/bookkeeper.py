@@ -21,7 +21,7 @@ from bkeeper.client.metrics import ClientMetrics
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.write_handle import WriteHandle
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
 from bkeeper.common.validate import check_int_in_range, check_quorum
 from bkeeper.meta.bookie_info import Endpoint
@@ -48,6 +48,7 @@ class BookKeeper:
         *,
         cluster: ClusterMetadata | None = None,
         transport: Transport | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if metadata_uri is None and cluster is None:
             raise ConfigError("BookKeeper needs a metadata URI (e.g. zk://127.0.0.1:2181/ledgers)")
@@ -58,9 +59,16 @@ class BookKeeper:
         self._transport = transport
         self._ctx: ClientContext | None = None
         self._writable: frozenset[str] = frozenset()
-        self._retry = MetadataRetry(self.config.metadata_reconnect_timeout_ms)
+        self._clock: Clock = clock or SystemClock()
+        self._retry = MetadataRetry(self.config.metadata_reconnect_timeout_ms, self._clock)
         #: The client's metrics, with ``ClientConfig.metrics`` (else None).
-        self.metrics = ClientMetrics(SystemClock()) if self.config.metrics else None
+        self.metrics = ClientMetrics(self._clock) if self.config.metrics else None
+
+    @property
+    def clock(self) -> Clock:
+        """The clock of this client's timeouts and ages (given at creation; the system's by
+        default); named logs and state machines built on the client take it too."""
+        return self._clock
 
     async def start(self) -> BookKeeper:
         """Open the metadata session; ``ClusterNotFoundError`` if the URI's root holds no
@@ -94,6 +102,7 @@ class BookKeeper:
             self._writable_bookies,
             metrics=self.metrics,
             mark_underreplicated=cluster.underreplication.mark_underreplicated,
+            clock=self._clock,
         )
         return self
 

@@ -23,8 +23,8 @@ class Poll(enum.Enum):
     """How one long poll of a segment's bookies ended."""
 
     ANSWERED = "a bookie's LAC passed the one asked about"
-    TIMED_OUT = "bookies answered, none with a newer LAC, or the time ran out"
-    FAILED = "no bookie answered"
+    TIMED_OUT = "bookies held the poll, none came with a newer LAC, or the time ran out"
+    FAILED = "no bookie answered, or each answered an error at once"
     MOVED_ON = "the metadata changed meanwhile"
 
 
@@ -65,9 +65,13 @@ async def poll_once(
             for task in done:
                 if task.exception() is not None:
                     continue
-                answered = True
                 response = task.result()
+                # Only a bookie that held the poll answers EOK without a newer LAC; one
+                # answering an error at once (it holds no entry of a new, empty ledger
+                # yet: no such ledger) counts as not answering, so the caller waits out
+                # its time rather than polling again at once (a spin).
                 if response.status is StatusCode.EOK:
+                    answered = True
                     lac = response.max_lac
                     if lac is not None and lac > previous:
                         return Poll.ANSWERED, response

@@ -49,7 +49,7 @@ from typing import Any
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.cas import cas_update
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock
 from bkeeper.common.errors import (
     BKeeperError,
     ConfigError,
@@ -86,12 +86,12 @@ class NamedLogs:
     """The named logs of one cluster, through a started :class:`BookKeeper` client.
 
     ``clock`` gives record timestamps, ledger list times and writers' ages (default: the
-    system clock)."""
+    client's, :attr:`BookKeeper.clock`)."""
 
     def __init__(
         self, bk: BookKeeper, config: LogConfig | None = None, *, clock: Clock | None = None
     ) -> None:
-        self.context = LogContext.build(bk, config or LogConfig(), clock or SystemClock())
+        self.context = LogContext.build(bk, config or LogConfig(), clock or bk.clock)
 
     @property
     def bk(self) -> BookKeeper:

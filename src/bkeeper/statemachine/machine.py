@@ -64,7 +64,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock
 from bkeeper.common.errors import (
     BKeeperError,
     LogDeletedError,
@@ -123,14 +123,14 @@ class ReplicatedStateMachine:
         clock: Clock | None = None,
         before_open_writer: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """``clock``: the lease's, the follower's stall check's (default: the system
-        clock). ``before_open_writer``: awaited between the leadership check and
+        """``clock``: the lease's, the follower's stall check's (default: the logs',
+        ``logs.clock``). ``before_open_writer``: awaited between the leadership check and
         ``open_writer`` (a test hook: a pause placed exactly there)."""
         self._logs = logs
         self._store = store
         self._machine = machine
         self._config = config
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or logs.clock
         self._before_open_writer = before_open_writer
         self._core: MemberCore[Position] = MemberCore(
             CoreConfig(

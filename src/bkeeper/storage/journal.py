@@ -294,6 +294,13 @@ class Journal:
         return self._records
 
     @property
+    def idle(self) -> bool:
+        """The thread waits with nothing queued, every group's ``on_durable`` called (read
+        without the lock: set by the thread after the callbacks, cleared by an append).
+        What a virtual-time test loop asks before it lets time jump."""
+        return self._idle
+
+    @property
     def file_bytes(self) -> int:
         """Bytes in the file being written (0: not created yet)."""
         return self._file_bytes

@@ -148,6 +148,11 @@ class JournalSet:
         return sum(journal.queued_records for journal in self.journals)
 
     @property
+    def idle(self) -> bool:
+        """Every journal thread waits with nothing queued (:attr:`Journal.idle`)."""
+        return all(journal.idle for journal in self.journals)
+
+    @property
     def file_id(self) -> int:
         """The highest id of the files being written."""
         return max(journal.file_id for journal in self.journals)

@@ -362,6 +362,11 @@ class Storage(StorageReads):
         self._journal.roll_large_files(self.config.journal_checkpoint_roll_bytes)
 
     @property
+    def journal_idle(self) -> bool:
+        """No journal record queued or being made durable (:attr:`JournalSet.idle`)."""
+        return self._journal.idle
+
+    @property
     def journal_bytes_since_checkpoint(self) -> int:
         """Journal bytes written since the last :meth:`checkpoint` began (at most that much
         is replayed after a crash, beside what that checkpoint could not cover)."""

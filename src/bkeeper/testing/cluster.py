@@ -36,6 +36,7 @@ from bkeeper.meta.registry import BookieRegistration
 from bkeeper.server.config import BookieConfig
 from bkeeper.server.handlers import BookieState, RequestHandlers, error_response
 from bkeeper.storage import GroupTokens, MemoryFileSystem, Storage, StorageConfig
+from bkeeper.testing.virtual_time import LoopClock, VirtualTimeLoop
 from bkeeper.wire import v2
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.messages import (
@@ -288,6 +289,9 @@ class MemoryCluster:
         self.storage_options = dict(storage_options or {})
         self.metadata: ClusterMetadata | None = None
         self._clients: list[BookKeeper] = []
+        #: The clients' clock: the loop's time (virtual on a ``VirtualTimeLoop``).
+        self.clock = LoopClock()
+        self._forget_probe: Callable[[], None] | None = None
 
     def bookie(self, bookie_id: str) -> MemoryBookie:
         for bookie in self.bookies:
@@ -295,7 +299,14 @@ class MemoryCluster:
                 return bookie
         raise BookieUnavailableError(f"no bookie {bookie_id} in this cluster")
 
+    def journals_busy(self) -> bool:
+        """A bookie's journal thread still has adds to make durable and answer."""
+        return any(b.storage is not None and not b.storage.journal_idle for b in self.bookies)
+
     async def __aenter__(self) -> MemoryCluster:
+        loop = asyncio.get_running_loop()
+        if isinstance(loop, VirtualTimeLoop):  # time must not jump while a journal works
+            self._forget_probe = loop.add_busy_probe(self.journals_busy)
         self.metadata = await ClusterMetadata.open(self.uri)
         await self.metadata.format()
         for bookie in self.bookies:
@@ -309,6 +320,9 @@ class MemoryCluster:
             await self.stop_bookie(bookie)
         if self.metadata is not None:
             await self.metadata.aclose()
+        if self._forget_probe is not None:
+            self._forget_probe()
+            self._forget_probe = None
 
     async def start_bookie(self, bookie: MemoryBookie) -> None:
         assert self.metadata is not None
@@ -378,7 +392,9 @@ class MemoryCluster:
     async def client(self, config: ClientConfig | None = None) -> BookKeeper:
         assert self.metadata is not None
         cluster = await ClusterMetadata.open(self.uri)
-        bk = BookKeeper(config=config, cluster=cluster, transport=_MemoryTransport(self))
+        bk = BookKeeper(
+            config=config, cluster=cluster, transport=_MemoryTransport(self), clock=self.clock
+        )
         bk._owns_cluster = True
         await bk.start()
         self._clients.append(bk)
