@@ -76,6 +76,7 @@ def test_the_cli_says_which_zookeeper_host_and_why_in_one_line(hosts: str, reaso
     assert elapsed_s < CONNECT_TIMEOUT_S, "the cause was known after 2 s: no need to wait"
 
 
+@pytest.mark.usefixtures("subprocesses")  # a real process: its logging as configured
 def test_verbose_shows_kazoos_narration() -> None:
     port = free_port()
     result, _ = run("--verbose", "log", "list", "--metadata", f"zk://127.0.0.1:{port}/ledgers")
@@ -140,7 +141,7 @@ async def test_the_python_client_raises_that_line_and_logs_no_warnings(
 
 
 # -- a session's outage, told once per change ------------------------------------------------
-@pytest.mark.integration
+@pytest.mark.usefixtures("subprocesses")  # a ZooKeeper of its own, which it stops
 async def test_an_outage_is_a_few_lines_from_bkeeper_meta_not_kazoos_chatter(
     tmp_path: Path, root_records: list[logging.LogRecord]
 ) -> None:
@@ -317,7 +318,6 @@ def _wait(condition: object, what: str, timeout_s: float = 60) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.integration
 def test_dice_prints_values_on_stdout_and_nothing_noisy(
     real_cluster: RealCluster,  # noqa: F811
     tmp_path: Path,

@@ -25,8 +25,6 @@ from bkeeper.meta.registry import BookieRegistration
 from tests.cli.runner import run_cli_async
 from tests.e2e.helpers import bkeeper
 
-pytestmark = pytest.mark.integration
-
 #: One bookie with an admin server taking writes; no periodic pass during a test (only those it asks for).
 ADMIN = (1, ("--http-port", "0", "--http-admin-writes", "-o", "gc_wait_ms=3600000"))
 
@@ -175,6 +173,7 @@ async def test_every_way_of_not_reaching_the_admin_server_is_one_line(
     )
 
 
+@pytest.mark.usefixtures("subprocesses")  # bookie processes refusing to start
 def test_an_admin_port_in_use_is_one_line_naming_it_and_the_option(
     silent_port: int, tmp_path: Path
 ) -> None:

@@ -64,7 +64,7 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-@pytest.mark.integration
+@pytest.mark.usefixtures("subprocesses")  # a real process: start-up and exit status
 def test_sandbox_on_a_taken_zookeeper_port_names_it(taken_port: int, tmp_path: Path) -> None:
     result = run(
         "sandbox", "--data-dir", str(tmp_path / "sb"), "--zookeeper-port", str(taken_port),
