@@ -9,13 +9,9 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from bkeeper.namedlog import Position
 from tests.spark.test_spark import read_log_positions, source
 from tests.spark.test_spark_options import log_ledgers, write
-
-pytestmark = pytest.mark.integration
 
 
 def _frame(spark, payloads: list[bytes], keys: bool = False):

@@ -12,8 +12,6 @@ import pytest
 from bkeeper.namedlog import Position
 from tests.spark.test_spark import append, source, truncate
 
-pytestmark = pytest.mark.integration
-
 
 def copy_to_parquet(spark, uri: str, log: str, out: Path, checkpoint: Path, fail: str):
     """A stream of ``log`` into Parquet files (exactly once, through the checkpoint)."""

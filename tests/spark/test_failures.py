@@ -31,8 +31,6 @@ from tests.client.conftest import RealCluster
 from tests.spark.conftest import own_cluster
 from tests.spark.test_spark import append, run, source
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def spark_cluster(
@@ -218,7 +216,7 @@ def test_a_later_error_in_the_same_workers_keeps_its_traceback(spark, spark_clus
     assert "ValueError: a bug of someone else's" in str(theirs.value)
 
 
-def test_python_lacks():
+def test_python_lacks(subprocesses: None) -> None:
     assert python_lacks(sys.executable) is None
     assert python_lacks("/nonexistent/python3").startswith("does not run")
 

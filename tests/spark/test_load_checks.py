@@ -60,7 +60,6 @@ def load_failure(spark, reader) -> tuple[BaseException, int]:
     return caught.value, len(tracker.getJobIdsForGroup()) - jobs
 
 
-@pytest.mark.integration
 def test_load_refuses_a_missing_log_and_an_empty_pattern(spark, spark_cluster):
     """At ``load()``, batch and stream, bkeeper's line first, no traceback, and no Spark job
     run for it: not at an action (before the fix ``load()`` succeeded and the action failed,
@@ -89,7 +88,6 @@ def test_load_refuses_a_missing_log_and_an_empty_pattern(spark, spark_cluster):
         assert "'orders'" in line, line
 
 
-@pytest.mark.integration
 def test_kafka_names_at_load_in_spark(spark, spark_cluster):
     """Spark passes option names lower-cased; the Kafka name comes back as Kafka spells it,
     an unknown one in camel case when made of known words."""
@@ -114,7 +112,6 @@ def test_kafka_names_at_load_in_spark(spark, spark_cluster):
             assert first_line(error).endswith(f"ConfigError: {message}"), first_line(error)
 
 
-@pytest.mark.integration
 def test_a_stream_on_a_pattern_takes_logs_created_after_it_starts(spark, spark_cluster, tmp_path):
     """The pattern must match one log at ``load()``; one created later still joins."""
     from tests.spark.test_spark import append

@@ -17,8 +17,6 @@ from click.testing import CliRunner
 from bkeeper.cli.log import log
 from tests.spark.test_spark import append, read_log, source
 
-pytestmark = pytest.mark.integration
-
 
 def first_line(error: BaseException) -> str:
     return str(error).splitlines()[0]

@@ -217,7 +217,6 @@ def _frame(spark, payloads: list[bytes]):
     return spark.createDataFrame([(p,) for p in payloads], "payload binary").coalesce(1)
 
 
-@pytest.mark.integration
 def test_max_records_per_trigger_gives_exactly_that_many_and_a_restart_mid_entry_is_exact(
     spark, spark_cluster, tmp_path
 ):
@@ -272,7 +271,6 @@ def test_max_records_per_trigger_gives_exactly_that_many_and_a_restart_mid_entry
     assert sorted(read) == payloads and len(read) == len(set(read)), "no duplicate, none missed"
 
 
-@pytest.mark.integration
 def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_cluster, monkeypatch):
     """minRecordsPerTrigger counts records, not entries: one 50-record entry is enough for
     a minimum of 40 and 30 single-record entries are not; after maxTriggerDelay a trigger
@@ -327,7 +325,6 @@ def test_min_records_per_trigger_waits_for_records_then_for_the_delay(spark_clus
     assert batched.latestOffset(start, ReadAllAvailable()) != start, "one entry, 50 records"
 
 
-@pytest.mark.integration
 def test_min_partitions_splits_one_log_into_that_many_reads(spark, spark_cluster):
     from tests.spark.test_spark import append, source
 
@@ -341,7 +338,6 @@ def test_min_partitions_splits_one_log_into_that_many_reads(spark, spark_cluster
     assert source(spark, uri, log="min-parts").rdd.getNumPartitions() == 1
 
 
-@pytest.mark.integration
 def test_lag_listener_and_the_command_count_records_and_time(
     spark, spark_cluster, tmp_path, caplog
 ):

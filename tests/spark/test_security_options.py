@@ -28,7 +28,8 @@ def credentials_of(client: tuple[tuple[str, object], ...]) -> ClientCredentials 
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def files(tmp_path_factory: pytest.TempPathFactory, subprocesses: None) -> dict[str, str]:
+    """A CA, a client certificate and key (made by ``openssl``: a process), a token file."""
     where = tmp_path_factory.mktemp("creds")
     ca = make_ca(where, "ca")
     client: CertFiles = make_cert(where, ca, "client")

@@ -13,8 +13,6 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def plain_spark(spark: Any) -> Any:

@@ -13,8 +13,6 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 
-pytestmark = pytest.mark.integration
-
 
 def run(coro_fn):
     import asyncio

@@ -19,8 +19,6 @@ import pytest
 
 from tests.spark.test_spark import append, ledgers_in_logs, list_ledgers, read_log, run
 
-pytestmark = pytest.mark.integration
-
 JOB = Path(__file__).with_name("copy_job.py")
 #: Records the job copies, in batches of 100 (``copy_job``'s tail mode).
 RECORDS = 2500

@@ -24,8 +24,6 @@ from tests.spark.test_spark import (
     source,
 )
 
-pytestmark = pytest.mark.integration
-
 
 def write(frame, uri: str, **options) -> None:
     writer = frame.write.format("bkeeper").option("metadata", uri).mode("append")

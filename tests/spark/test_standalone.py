@@ -25,8 +25,6 @@ import pytest
 from tests.spark.standalone import StandaloneCluster
 from tests.spark.test_spark import append, read_log
 
-pytestmark = pytest.mark.integration
-
 pyspark = pytest.importorskip("pyspark")
 
 #: How long the application may wait for both executors to register.

@@ -19,8 +19,6 @@ import pytest
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs
 
-pytestmark = pytest.mark.integration
-
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stream_copy.py"
 
 
