@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,18 @@ def verify(*args: str, timeout_s: float = 600.0) -> subprocess.CompletedProcess[
     )
 
 
+def assert_appends_after_a_heal(ops: list[dict[str, Any]]) -> None:
+    """Appends were acknowledged after the first fault healed: the cluster served writes
+    again once a fault was gone (the schedules' first heal comes 2.6 and 4.3 s into runs of
+    18 and 26 s). It asserted more than 1,000 appends in all before: a count of the
+    machine's speed, which a loaded machine missed."""
+    nemesis = [i for i, op in enumerate(ops) if op["process"] == "nemesis" and op["type"] == "ok"]
+    assert len(nemesis) >= 2, "no fault was injected and healed"
+    first_heal = nemesis[1]
+    acked = [i for i, op in enumerate(ops) if op["f"] == "append" and op["type"] == "ok"]
+    assert any(i > first_heal for i in acked), "no append acknowledged after the first heal"
+
+
 def test_a_short_run_with_every_fault_kind_finds_no_violation(
     tmp_path: Path, zookeeper_home: Path | None
 ) -> None:
@@ -55,7 +68,7 @@ def test_a_short_run_with_every_fault_kind_finds_no_violation(
     ops = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
     injected = [op["f"] for op in ops if op["process"] == "nemesis" and op["type"] == "ok"]
     assert injected == [f"{step} {f.kind}" for f in schedule for step in ("inject", "heal")]
-    assert sum(op["f"] == "append" and op["type"] == "ok" for op in ops) > 1000
+    assert_appends_after_a_heal(ops)
     assert any(op["f"] == "fence" and op["type"] == "ok" for op in ops)
     assert any(op["f"] == "read" and op["type"] == "ok" for op in ops)
     assert (run / "repro.txt").read_text().startswith("bkeeper verify --workload ledger")
@@ -94,7 +107,7 @@ def test_partial_partitions_a_slow_disk_and_an_expiry_storm_find_no_violation(
         "bookie 0 cut off from clients", "bookie 0 joined to clients again",
         "ZooKeeper stopped (SIGSTOP)", "ZooKeeper continued (SIGCONT)",
     ]  # fmt: skip
-    assert sum(op["f"] == "append" and op["type"] == "ok" for op in ops) > 1000
+    assert_appends_after_a_heal(ops)
 
 
 def test_client_processes_killed_mid_write_lose_nothing_acknowledged(tmp_path: Path) -> None:
