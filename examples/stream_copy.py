@@ -87,7 +87,9 @@ def follow(
     for query in queries:
         error = query.exception()
         if error is not None:
-            raise RuntimeError(f"{query.name}: {error.desc.splitlines()[0]}")
+            # (a StreamingQueryException has no ``desc``: that raised AttributeError here)
+            lines = str(error).strip().splitlines() or [type(error).__name__]
+            raise RuntimeError(f"{query.name}: {lines[0]}")
 
 
 def stop_between_batches(query: Any, wait_s: float = 60.0) -> None:
