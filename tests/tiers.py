@@ -28,6 +28,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
+
 __all__ = [
     "PROCESS_EVENTS",
     "PROCESS_FIXTURES",
@@ -157,9 +160,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    if call.when != "teardown" or not report.passed:
+    if call.when != "teardown" or not report.passed or is_integration(item):
         return
-    if _Watch.started and not is_integration(item):
+    if _Watch.started:
         started = "; ".join(_Watch.started[:3])
         report.outcome = "failed"
         report.longrepr = (

@@ -16,7 +16,8 @@ import pytest
 
 from tests.client.conftest import RealCluster, real_cluster  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 NOISE = ("Traceback", "never retrieved", "Task was destroyed", "aborted", "Error", "error")
 

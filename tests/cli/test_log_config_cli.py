@@ -219,7 +219,6 @@ def _ledgers(uri: str, name: str) -> list[int]:
     return asyncio.run(read())
 
 
-@pytest.mark.integration
 def test_consumed_ledgers_are_trimmed_within_30_s_with_a_small_roll_age(real_cluster) -> None:
     uri = real_cluster.uri
     created = bkeeper(uri, "log", "create", "events", "--retention-consumed", "--roll-age", "2s")

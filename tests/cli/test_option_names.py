@@ -206,7 +206,6 @@ async def java_named_bookie(
         yield real
 
 
-@pytest.mark.integration
 async def test_a_bookie_runs_with_java_names(java_named_bookie: RealCluster) -> None:
     url = await admin_url(java_named_bookie.uri, java_named_bookie.bookie_id(0))
     async with (

@@ -18,7 +18,8 @@ import pytest
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from tests.e2e.helpers import bkeeper, processes_mentioning
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 #: A console line reporting a child that ended (the sandbox's own stop reports none).
 ENDED = re.compile(r"^(ZooKeeper|bookie \d+|auto-recovery \d+|dashboard) (killed by|exited with)")

@@ -126,7 +126,6 @@ async def ledgers(shared_cluster: RealCluster) -> tuple[int, int]:
     return full.ledger_id, empty.ledger_id
 
 
-@pytest.mark.integration
 def test_readledger_refuses_a_range_the_ledger_does_not_have(
     shared_cluster: RealCluster, ledgers: tuple[int, int]
 ) -> None:
@@ -163,7 +162,6 @@ def _assert_fits(output: str, width: int, title: str) -> None:
     assert title in lines[0], output  # the whole title on its first line
 
 
-@pytest.mark.integration
 def test_listledgers_title_on_one_line_at_80_columns(
     shared_cluster: RealCluster, ledgers: tuple[int, int]
 ) -> None:

@@ -11,8 +11,6 @@ import pytest
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client import sync as bk_sync
 
-pytestmark = pytest.mark.integration
-
 #: The library's timeouts (issue 41): reads go round the stopped bookie however long it takes.
 CONFIG = ClientConfig(batch_read_entries_max=256)
 

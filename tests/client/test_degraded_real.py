@@ -14,12 +14,8 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import pytest
-
 from bkeeper.client import BookKeeper, ClientConfig
 from tests.client.appender import Appender, read_back, until
-
-pytestmark = pytest.mark.integration
 
 #: The library's timeouts (issue 41: 2 s ones could blame the live bookies of a loaded
 #: machine; the kill is seen as a closed connection). Searches for a spare every 200 ms.

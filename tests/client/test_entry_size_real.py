@@ -22,8 +22,6 @@ from bkeeper.client import BookKeeper, ClientConfig, WriteHandle
 from bkeeper.common.errors import EntryTooLargeError
 from bkeeper.wire.codes import Protocol
 
-pytestmark = pytest.mark.integration
-
 MIB = 1024 * 1024
 TOO_LARGE = bytes(6 * MIB)
 

@@ -12,8 +12,6 @@ import pytest
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.wire.codes import Protocol
 
-pytestmark = pytest.mark.integration
-
 IDLE_MS = 300
 
 

@@ -9,16 +9,12 @@ import asyncio
 import signal
 import time
 
-import pytest
-
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.testing.journal_faults import apply_patches, journal_patches, newest_journal_file
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.entryset import decode_entry_ids
 from bkeeper.wire.messages import GetListOfEntriesRequest, ReadRequest
-
-pytestmark = pytest.mark.integration
 
 PASSWORD = b"pw"
 #: No ensemble change while the limbo bookie and the laggard are stopped: the test needs its

@@ -18,8 +18,6 @@ from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.digest import DigestType
 
-pytestmark = pytest.mark.integration
-
 DIGESTS = ["crc32", "crc32c", "hmac", "dummy"]
 
 

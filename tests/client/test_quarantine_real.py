@@ -18,8 +18,6 @@ import pytest
 from bkeeper.client import BookKeeper, ClientConfig
 from tests.client.appender import Appender, read_back, until
 
-pytestmark = pytest.mark.integration
-
 #: The library's timeouts (issue 41: 2 s ones could blame the live bookies of a loaded
 #: machine; each kill is seen as a closed connection).
 CONFIG = ClientConfig()

@@ -26,8 +26,6 @@ from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.sync import BookKeeper
 from tests.client.idle_writer import SESSION_TIMEOUT_MS
 
-pytestmark = pytest.mark.integration
-
 ANSWER_TIMEOUT_S = 60.0
 
 

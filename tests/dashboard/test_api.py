@@ -25,7 +25,6 @@ from tests.client.conftest import RealCluster, shared_cluster, shared_cluster_le
 
 __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
-pytestmark = pytest.mark.integration
 
 #: Refreshed by the test itself: the background loops would not run during it.
 NEVER_MS = 3_600_000

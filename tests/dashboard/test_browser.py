@@ -22,7 +22,8 @@ from bkeeper.testing.benchmarks import free_port, free_port_range
 from tests.dashboard.browser import Page, browse, chromium
 from tests.e2e.helpers import bkeeper, processes_mentioning
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 
 def get_json(url: str) -> Any:

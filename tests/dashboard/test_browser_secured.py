@@ -29,7 +29,8 @@ from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from tests.dashboard.browser import Browser, Page, chromium
 from tests.e2e.helpers import processes_mentioning
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 BOOKIES = 2
 

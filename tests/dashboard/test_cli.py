@@ -23,7 +23,8 @@ from bkeeper.testing.benchmarks import free_port
 from bkeeper.testing.sandbox import SandboxConfig
 from bkeeper.testing.zookeeper import ZooKeeperServer
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 READY = "dashboard ready on "
 

@@ -18,7 +18,8 @@ import pytest
 from bkeeper.client import BookKeeper
 from tests.e2e.helpers import bkeeper
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 PASSWORD = b"pw"
 WAIT_S = 60.0

@@ -23,8 +23,6 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager
 from bkeeper.wire.messages import ReadRequest
 
-pytestmark = pytest.mark.integration
-
 BOOKIES = 5
 PASSWORD = b"autorecovery"
 ENTRIES = 24

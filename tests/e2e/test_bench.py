@@ -15,7 +15,8 @@ from bkeeper.testing.benchmarks.cpu_split import command_label
 from bkeeper.testing.benchmarks.index_engines import CANDIDATES
 from tests.e2e.helpers import bkeeper
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 RESULT_COLUMNS = ["workload", "ops", "seconds"]
 LATENCY_COLUMNS = ["MB/s", "p50 ms", "p99 ms", "p99.9 ms"]

@@ -4,11 +4,7 @@ batching (issue 18)"): ``bench write --batch/--entries/--gc-freeze``, ``bench re
 
 from __future__ import annotations
 
-import pytest
-
 from tests.e2e.helpers import bkeeper
-
-pytestmark = pytest.mark.integration
 
 
 def _row(stdout: str, workload: str) -> list[str]:

@@ -17,8 +17,6 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog import NamedLogs
 from tests.e2e.helpers import bkeeper
 
-pytestmark = pytest.mark.integration
-
 
 async def test_deleting_an_open_ledger_fences_its_writer(real_cluster) -> None:
     async with BookKeeper(real_cluster.uri) as writer, BookKeeper(real_cluster.uri) as admin:

@@ -17,15 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs
 from tests.client.conftest import shared_cluster, shared_cluster_left_running
 
 __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
-pytestmark = pytest.mark.integration
 
 #: Long enough for a leader's session to expire (the library's 10 s) and another to lead.
 EVENT_TIMEOUT_S = 90.0

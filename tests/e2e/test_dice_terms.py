@@ -13,13 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from bkeeper.cli.dice import STOP_BEFORE_OPEN_WRITER_ENV
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs
-
-pytestmark = pytest.mark.integration
 
 SESSION_MS = 2_000
 

@@ -19,8 +19,6 @@ from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.zookeeper import ZooKeeperServer
 from tests.client.conftest import RealCluster, _started
 
-pytestmark = pytest.mark.integration
-
 #: Three bookies with admin servers that take writes, each also running auto-recovery (one
 #: of them is elected auditor); no periodic GC pass during the tests.
 ARGS = (

@@ -31,8 +31,6 @@ from tests.client.conftest import shared_cluster, shared_cluster_left_running
 
 __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
-pytestmark = pytest.mark.integration
-
 
 class Member:
     def __init__(self, uri: str, out: Path, index: int) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from bkeeper.client import BookKeeper
 from bkeeper.namedlog import NamedLogs, Position, create_ledger
 from bkeeper.namedlog.core import decode_chunk, encode_chunks, encode_record
@@ -19,7 +17,6 @@ from tests.e2e.helpers import bkeeper
 
 __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
-pytestmark = pytest.mark.integration
 
 MIB = 1024 * 1024
 

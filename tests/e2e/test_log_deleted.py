@@ -30,7 +30,6 @@ from tests.e2e.helpers import append_process, bkeeper
 
 __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
-pytestmark = pytest.mark.integration
 
 #: Bookies whose admin servers take a GC request; no periodic pass of their own. Four: E3
 #: ensembles with a spare (issue 41).

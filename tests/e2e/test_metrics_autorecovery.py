@@ -12,8 +12,6 @@ from tests.common.test_metrics import samples
 from tests.e2e.test_autorecovery_cli import PASSWORD, start_autorecovery, until  # noqa: F401
 from tests.e2e.test_metrics_process import get
 
-pytestmark = pytest.mark.integration
-
 METRICS_URL = re.compile(r"metrics (http://\S+/metrics)\)")
 
 

@@ -22,7 +22,8 @@ from bkeeper.wire.messages import AddRequest, BatchReadRequest, ReadRequest
 from tests.common.test_metrics import samples
 from tests.server.test_bookie import KEY, body
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 ADMIN_URL = re.compile(r"\(admin (http://[^)\s]+)\)")
 

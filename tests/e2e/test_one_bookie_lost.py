@@ -38,7 +38,8 @@ from tests.e2e.helpers import bkeeper, processes_mentioning
 from tests.e2e.test_dice import DiceProcess
 from tests.e2e.test_kv import Member, leader_of
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 #: The open-ledger grace period given to auto-recovery in the no-spare case (default 30 s):
 #: past it Java BookKeeper would fence the KV leader's ledger; bkeeper must not.

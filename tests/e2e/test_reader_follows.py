@@ -15,8 +15,6 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 
-pytestmark = pytest.mark.integration
-
 WRITER = ClientConfig(add_timeout_ms=2_000, explicit_lac_interval_ms=50)
 READER = ClientConfig(read_timeout_ms=2_000, speculative_read_timeout_ms=300)
 #: Reads a ledger five entries per request, one request at a time: part-way for a while.

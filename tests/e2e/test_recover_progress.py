@@ -15,8 +15,6 @@ import pytest
 
 from bkeeper.client import BookKeeper
 
-pytestmark = pytest.mark.integration
-
 LEDGERS = 24
 
 

@@ -21,7 +21,8 @@ from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from tests.e2e.helpers import bkeeper, processes_mentioning
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 #: The bookies' wait between garbage collection passes: no pass runs during a test (the first
 #: comes 45 min or more after a bookie starts), so each bookie's GC status is known.

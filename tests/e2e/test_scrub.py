@@ -22,8 +22,6 @@ from bkeeper.testing.entry_log_faults import flip_entry_log_records
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.zookeeper import port_free
 
-pytestmark = pytest.mark.integration
-
 PASSWORD = b"pw"
 ENTRIES = 100
 BOOKIES = 4

@@ -5,11 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.helpers import bkeeper
-
-pytestmark = pytest.mark.integration
 
 
 def test_shell_ledger_commands(real_cluster, tmp_path: Path) -> None:

@@ -258,7 +258,6 @@ def test_a_missing_or_foreign_directory_is_one_line_and_exit_1(
     )
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("real_cluster", [(3, ("-o", "checkpoint_interval_ms=100"))], indirect=True)
 def test_on_a_running_bookie_then_stopped(real_cluster) -> None:
     """The commands read a running bookie's files (its checkpoint moves meanwhile), then the

@@ -19,7 +19,8 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 KEY = master_key(b"slow")
 MANAGER = DigestManager(5, DigestType.CRC32, b"slow")

@@ -19,8 +19,6 @@ import pytest
 
 from bkeeper.verify.schedule import make_schedule
 
-pytestmark = pytest.mark.integration
-
 
 def verify(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from bkeeper.client import BookKeeper
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.namedlog import LogConfig, NamedLogs
@@ -19,8 +17,6 @@ from tests.client.conftest import RealCluster, shared_cluster
 from tests.e2e.test_verify import verify
 
 __all__ = ["shared_cluster"]  # the module's cluster (its fixture)
-
-pytestmark = pytest.mark.integration
 
 
 async def ledgers_of(uri: str) -> list[int]:

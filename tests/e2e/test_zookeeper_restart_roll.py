@@ -29,7 +29,8 @@ from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 LOG = LogConfig(ensemble_size=3, write_quorum=2, ack_quorum=2, roll_bytes=2_000, tail_poll_ms=100)
 CLIENT = ClientConfig(add_timeout_ms=5_000, read_timeout_ms=2_000)

@@ -23,7 +23,7 @@ from bkeeper.meta.underreplication import (
 from tests.e2e.helpers import bkeeper
 from tests.interop.javabk import JavaBookKeeper, ShellRun
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+pytestmark = pytest.mark.interop
 
 A, B, C = "127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183"
 WORKER = "127.0.0.1:3190"

@@ -45,7 +45,7 @@ from tests.interop.ledgers import (
     written,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+pytestmark = pytest.mark.interop
 
 
 class JavaCluster:

@@ -45,7 +45,7 @@ from tests.interop.ledgers import (
     written,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+pytestmark = pytest.mark.interop
 
 _SIMPLETEST = re.compile(r"^(\d+) entries written to ledger (\d+)\. Last entry Id (\d+)$")
 

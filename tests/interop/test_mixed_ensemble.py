@@ -32,7 +32,7 @@ from tests.interop.ledgers import (
     written,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+pytestmark = pytest.mark.interop
 
 JAVA_SESSION_MS = 4000  # the Java bookies' ZooKeeper session timeout (the least ZooKeeper grants)
 #: A Java client with ``delayEnsembleChange=true``: see its test.

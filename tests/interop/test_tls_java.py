@@ -32,7 +32,7 @@ from tests.interop.ledgers import (
     written,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.interop]
+pytestmark = pytest.mark.interop
 
 PROVIDERS = ["OpenSSL", "JDK"]
 

@@ -19,7 +19,8 @@ import pytest
 from bkeeper.testing.sandbox import Sandbox
 from tests.security.commands import run, secure_sandbox_config
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 
 def status_code(url: str, headers: dict[str, str]) -> tuple[int, str]:

@@ -64,7 +64,6 @@ async def _populate(uri: str) -> None:
         await metadata.store.create("/ledgers/available/b1:3181", info)
 
 
-@pytest.mark.integration
 @pytest.mark.usefixtures("zookeeper_home")
 def test_zookeeper_command_runs_and_stops(tmp_path: Path) -> None:
     """The command starts a server, says where, and stops it (no java left) on SIGTERM."""

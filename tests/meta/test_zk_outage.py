@@ -26,8 +26,6 @@ from bkeeper.meta.zk import ZkNodeStore
 from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:

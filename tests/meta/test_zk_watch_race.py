@@ -12,14 +12,11 @@ import asyncio
 import uuid
 from typing import Any
 
-import pytest
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from bkeeper.meta.store import StoreConfig, WatchKind
 from bkeeper.meta.zk import ZkNodeStore
 from bkeeper.testing.zookeeper import ZooKeeperServer
-
-pytestmark = pytest.mark.integration
 
 
 async def test_a_watch_fired_while_being_set_is_set_again(zookeeper: ZooKeeperServer) -> None:

@@ -30,8 +30,6 @@ from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.zookeeper import ZooKeeperServer
 from tests.security.conftest import SECRET, Pki
 
-pytestmark = pytest.mark.integration
-
 SECRET_TEXT = SECRET.hex().encode()
 ENTRIES = [b"secret entry %d" % i for i in range(3)]
 PASSWORD = b"ledger-password"

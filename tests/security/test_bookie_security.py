@@ -33,7 +33,8 @@ from bkeeper.wire.messages import (
 )
 from tests.security.conftest import SECRET, BookieProcess, Pki
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 KEY = master_key(b"secure")
 SECRET_TEXT = SECRET.hex().encode()

@@ -18,8 +18,6 @@ from bkeeper.common.tls import TlsClientConfig
 from bkeeper.wire.codes import Protocol
 from tests.security.conftest import SECRET, BookieProcess, Pki
 
-pytestmark = pytest.mark.integration
-
 Start = Callable[..., BookieProcess]
 SECRET_TEXT = SECRET.hex().encode()
 

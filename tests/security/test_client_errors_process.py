@@ -13,7 +13,8 @@ from bkeeper.common.auth import make_token
 from bkeeper.testing.sandbox import Sandbox
 from tests.security.commands import run, secure_sandbox_config
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 
 def error_line(result: subprocess.CompletedProcess[str]) -> str:

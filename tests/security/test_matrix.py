@@ -52,7 +52,8 @@ from tests.security import matrix
 from tests.security.conftest import BookieProcess
 from tests.security.matrix import Answer, Target
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 Start = Callable[..., BookieProcess]
 

@@ -47,6 +47,9 @@ from bkeeper.common.tls import TlsClientConfig
 from bkeeper.testing.benchmarks import free_port, free_port_range
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
+
 BOOKIES = 3
 #: Secrets shorter than this would match by chance: the test refuses to look for them.
 SECRET_BYTES_MIN = 12
@@ -277,7 +280,6 @@ def test_the_search_finds_each_form_of_a_secret(tmp_path: Path) -> None:
     assert found == {"raw line", "decoded", "hex", "signature", "pem", "repr"}
 
 
-@pytest.mark.integration
 def test_no_secret_is_shown_anywhere(tmp_path: Path) -> None:
     config = SandboxConfig(
         data_dir=tmp_path / "sb",

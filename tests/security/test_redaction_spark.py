@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import spark_cluster, spark_jvm  # noqa: F401 (fixtures)
-
-pytestmark = pytest.mark.integration
+from tests.spark.conftest import (  # noqa: F401 (fixtures)
+    shared_spark_cluster,
+    spark_cluster,
+    spark_jvm,
+)
 
 #: A setting whose key matches the redaction regex: its value must not reach the event log.
 REDACTED_SETTING = "spark.bkeeper.test.password"

@@ -34,8 +34,6 @@ from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.zookeeper import ZooKeeperServer
 
-pytestmark = pytest.mark.integration
-
 #: The bookies look at their secret file at most this often.
 REFRESH_MS = 200
 PASSWORD = b"rotation"

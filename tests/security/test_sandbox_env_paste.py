@@ -19,7 +19,8 @@ import pytest
 
 from bkeeper.testing.benchmarks import free_port, free_port_range
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 #: How long the sandbox may take to be ready (ZooKeeper and three bookies, TLS).
 READY_TIMEOUT_S = 120.0

@@ -11,7 +11,8 @@ import pytest
 from bkeeper.testing.sandbox import Sandbox
 from tests.security.commands import run, secure_sandbox_config
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 
 def test_secure_sandbox_admits_its_clients_only(tmp_path: Path) -> None:

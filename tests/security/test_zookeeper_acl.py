@@ -21,8 +21,6 @@ from bkeeper.meta.uri import MetadataUri
 from bkeeper.testing.zookeeper import ZooKeeperServer
 from tests.security.conftest import BookieProcess
 
-pytestmark = pytest.mark.integration
-
 Start = Callable[..., BookieProcess]
 
 

@@ -28,7 +28,8 @@ from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.framing import FrameDecoder
 from bkeeper.wire.messages import AddRequest, ErrorResponse, ReadRequest
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 MIB = 1024 * 1024
 MAX_FRAME = 5 * MIB

@@ -16,8 +16,6 @@ import asyncio
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
-
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.tmpfs import used_fraction
@@ -34,7 +32,6 @@ from tests.server.test_full_disk_process import (
 
 __all__ = ["cluster_uri"]
 
-pytestmark = pytest.mark.integration
 
 LEDGERS = tuple(range(101, 111))
 KEPT = LEDGERS[:2]

@@ -32,8 +32,6 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest, ReadRequest
 
-pytestmark = pytest.mark.integration
-
 KEY = master_key(b"pw")
 BATCH = 50
 

@@ -12,7 +12,8 @@ from bkeeper.testing.benchmarks import local_bookie_process
 from bkeeper.testing.fuzz import FuzzConfig, run_fuzz
 from bkeeper.testing.fuzz_frames import FrameFactory
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 
 def test_fuzz_sample_leaves_the_bookie_serving(tmp_path: Path) -> None:

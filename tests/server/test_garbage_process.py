@@ -20,7 +20,6 @@ from tests.client.conftest import RealCluster, real_cluster
 
 __all__ = ["real_cluster"]
 
-pytestmark = pytest.mark.integration
 
 ENTRIES = 30
 DELETED_LINE = re.compile(rb"garbage collection: (\d+) ledgers deleted")

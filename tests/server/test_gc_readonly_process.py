@@ -9,8 +9,6 @@ import asyncio
 import time
 from pathlib import Path
 
-import pytest
-
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import ReadRequest
 from tests.server.test_full_disk_gc_process import (
@@ -25,7 +23,6 @@ from tests.server.test_full_disk_process import BookieProcess, cluster_uri, wait
 
 __all__ = ["cluster_uri"]
 
-pytestmark = pytest.mark.integration
 
 LEDGERS = tuple(range(201, 211))
 KEPT = LEDGERS[:2]

@@ -18,7 +18,8 @@ from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestManager, DigestType, master_key
 from bkeeper.wire.messages import AddRequest, ReadRequest
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 KEY = master_key(b"kill")
 MANAGER = DigestManager(21, DigestType.CRC32, b"kill")

@@ -20,7 +20,8 @@ from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import master_key
 from bkeeper.wire.messages import AddResponse, ReadRequest, ReadResponse
 
-pytestmark = pytest.mark.integration
+#: Its tests start processes (tests/tiers.py).
+pytestmark = pytest.mark.usefixtures("subprocesses")
 
 KEY = master_key(b"rss")
 FRAMES = 30
