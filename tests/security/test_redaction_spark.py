@@ -35,8 +35,15 @@ def logged_spark(
 ) -> Iterator[tuple[Any, Path, str]]:
     """A local session writing Spark's event log: (session, event log dir, the value of
     :data:`REDACTED_SETTING`)."""
+    from pyspark import SparkContext
+
     from bkeeper.spark.session import local_session
 
+    # A context this process made before (tests/spark's shared session) would be reused, and
+    # its conf has no event log (CI, stop 51): stop it; the shared one is made again on its
+    # next use.
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
     events = tmp_path_factory.mktemp("spark-events")
     setting = "conf-" + os.urandom(9).hex()
     session = local_session(
