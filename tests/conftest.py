@@ -169,6 +169,13 @@ def _small_tmpfs(where: Path) -> Iterator[Path]:
         mount.__exit__(None, None, None)
 
 
+#: JIT and GC for every JVM the tests start (ZooKeeper, Spark, Java BookKeeper): the client
+#: compiler only, and the serial collector. The tests' JVMs live seconds to minutes and share
+#: two cores with the bookies: C2's compile threads and G1's workers cost more CPU than they
+#: earn back in so short a life (tests/spark/test_spark.py: 105 s of CPU with the defaults,
+#: 68 s with these). Not a product setting: a long-lived JVM wants C2. The environment
+#: variable ``BKEEPER_TEST_JVM_OPTIONS`` replaces them (empty: the JVM's defaults).
+JVM_OPTIONS = os.environ.get("BKEEPER_TEST_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 #: Carried in the environment of every process the test session starts (its value: the
 #: session's temp dir), so that one whose parent died is still known as the session's.
 SESSION_ENV = "BKEEPER_TEST_SESSION"
@@ -183,7 +190,7 @@ def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
     For the session, the system temp dir of this process and of every process it starts is
     a new ``bkeeper-tests-*`` directory: ``TMPDIR`` for Python and the rest, and
-    ``java.io.tmpdir`` for JVMs (``JAVA_TOOL_OPTIONS``), where Spark makes its ``spark-*``
+    ``java.io.tmpdir`` for JVMs (``JAVA_TOOL_OPTIONS``, with ``JVM_OPTIONS``), where Spark makes its ``spark-*``
     and ``blockmgr-*`` directories unless told otherwise. Other test runs on the same
     machine make the same names in the real temp dir, so only this one is checked: it must
     be empty at the end (pytest's own temp root stays where it was). Processes: those that
@@ -196,7 +203,7 @@ def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     changed = {
         "TMPDIR": str(scratch),
         SESSION_ENV: scratch.name,
-        "JAVA_TOOL_OPTIONS": f"{java_options} -Djava.io.tmpdir={scratch}".strip(),
+        "JAVA_TOOL_OPTIONS": f"{java_options} -Djava.io.tmpdir={scratch} {JVM_OPTIONS}".strip(),
     }
     saved = {name: os.environ.get(name) for name in changed}
     saved_tempdir = tempfile.tempdir
