@@ -329,8 +329,19 @@ class Runtime:
 
         return self.call(run())
 
-    def job_aborted(self, job_id: str) -> bool:
-        return self.call(self.pending(job_id).aborted())
+    def commit_job(self, job_id: str) -> list[int]:
+        """Mark a one-off job committed, then clean it (see PendingLedgers)."""
+
+        async def run() -> list[int]:
+            pending = self.pending(job_id)
+            await pending.mark_committed()
+            return await pending.clean(self.bk.delete_ledger)
+
+        return self.call(run())
+
+    def job_ended(self, job_id: str) -> bool:
+        """Whether a one-off job was aborted or committed (see PendingLedgers)."""
+        return self.call(self.pending(job_id).ended())
 
     def clean(self, job_id: str) -> list[int]:
         """Delete the ledgers ``job_id`` registered that are in no log (see PendingLedgers)."""

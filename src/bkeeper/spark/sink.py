@@ -12,7 +12,9 @@ location, so it survives restarts. Every task ledger is registered as pending fo
 (:mod:`bkeeper.namedlog.pending`) before anything is written to it, and unregistered once
 appended: ``abort`` deletes every pending ledger of the job that no log holds (including
 those of tasks whose commit message Spark dropped), a failed task deletes its own, and a
-commit also deletes what an earlier, killed run of the same streaming query left.
+commit also deletes what an earlier, killed run of the same streaming query left, and what
+attempts it does not commit left (a failed attempt, a speculative copy that lost); an attempt
+of a batch write that ends after the commit deletes its own.
 
 A log deleted while the write runs (it existed, or was created, when the write started):
 the commit fails with :class:`~bkeeper.common.errors.LogDeletedError` naming it, before it
@@ -162,8 +164,8 @@ def _write_task(
     except BaseException:
         task.discard()
         raise
-    if one_off and ledgers and task.runtime.job_aborted(job_id):
-        task.discard()  # a straggler of a job that failed and was cleaned already
+    if one_off and ledgers and task.runtime.job_ended(job_id):
+        task.discard()  # a straggler of a job that failed, or committed without it, and was cleaned
         return LedgersMessage()
     return LedgersMessage(ledgers, task.records)
 
@@ -196,8 +198,13 @@ def _commit(
             rt.delete_ledgers(ids)  # a replayed batch: the log holds it already
         rt.unregister(job_id, ids)
     # Batches commit one after another, so anything still registered now was left by an
-    # earlier batch of this job that died before its commit or abort.
-    rt.clean(job_id)
+    # earlier batch of this job that died before its commit or abort, or (a one-off job) by
+    # an attempt Spark did not commit: a failed one, or a speculative copy that lost. One
+    # still writing finds the job marked committed when it ends and deletes its own.
+    if batch_id is None:
+        rt.commit_job(job_id)
+    else:
+        rt.clean(job_id)
 
 
 def _deleted(name: str) -> LogDeletedError:

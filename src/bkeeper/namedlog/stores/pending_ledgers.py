@@ -9,9 +9,11 @@ fails, :meth:`PendingLedgers.clean` deletes every registered ledger that is not 
 list, and unregisters those that are (a crash between the append and the unregistering).
 The job key is a hash of the job id, so any string can be a job id.
 
-A one-off job (a batch write) that fails is marked aborted (the job node's data) before its
-ledgers are cleaned, and the mark stays: a straggling task that registered a ledger after
-the clean sees the mark when it finishes and deletes its own ledgers.
+A one-off job (a batch write) that ends is marked (the job node's data) aborted or committed
+before its ledgers are cleaned, and the mark stays: a straggling task that registered a
+ledger after the clean (of a failed job, or a speculative or failed attempt still running
+when the job committed without it) sees the mark when it finishes and deletes its own
+ledgers.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bkeeper.namedlog.stores.log_nodes import LogStore
 __all__ = ["PendingLedgers"]
 
 _ABORTED = b"aborted"
+_COMMITTED = b"committed"
 
 
 class PendingLedgers:
@@ -53,24 +56,37 @@ class PendingLedgers:
         for ledger_id in ledger_ids:
             with contextlib.suppress(NoNodeError):
                 await self._store.delete(join_path(self.path, str(ledger_id)))
-        if not await self.aborted():
+        if not await self.ended():
             with contextlib.suppress(NoNodeError, NotEmptyError):
                 await self._store.delete(self.path)
 
     async def mark_aborted(self) -> None:
+        await self._mark(_ABORTED)
+
+    async def mark_committed(self) -> None:
+        await self._mark(_COMMITTED)
+
+    async def _mark(self, mark: bytes) -> None:
         try:
-            await self._store.set(self.path, _ABORTED)
+            await self._store.set(self.path, mark)
         except NoNodeError:
             with contextlib.suppress(NodeExistsError):
-                await self._store.create(self.path, _ABORTED, make_parents=True)
-            await self._store.set(self.path, _ABORTED)
+                await self._store.create(self.path, mark, make_parents=True)
+            await self._store.set(self.path, mark)
 
     async def aborted(self) -> bool:
+        return await self._data() == _ABORTED
+
+    async def ended(self) -> bool:
+        """Whether the job is marked aborted or committed."""
+        return await self._data() in (_ABORTED, _COMMITTED)
+
+    async def _data(self) -> bytes | None:
         try:
             data, _ = await self._store.get(self.path)
         except NoNodeError:
-            return False
-        return data == _ABORTED
+            return None
+        return data
 
     async def registered(self) -> dict[int, str]:
         """Ledger id -> log name of every registered ledger."""
