@@ -18,12 +18,13 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from bkeeper.common.errors import ProtocolError
 from bkeeper.wire import v2, v3
-from bkeeper.wire.codes import V2_TO_STATUS, StatusCode, V2Flag, V2OpCode
+from bkeeper.wire.codes import V2_TO_STATUS, OperationType, StatusCode, V2Flag, V2OpCode
 from bkeeper.wire.messages import (
     AddRequest,
     AddResponse,
@@ -124,14 +125,35 @@ def _own_decoder(message: object, codec: object) -> Callable[[bytes], object]:
     return codec.decode_request if request else codec.decode_response
 
 
+_ENCODERS = (v2.encode_request, v2.encode_response, v3.encode_request, v3.encode_response)
+
+
 def _check_every_decoder(data: bytes) -> list[object | None]:
     """What each decoder makes of ``data`` (None: refused with ``ProtocolError``); both v2
     decoders must refuse a packet shorter than its header int or naming a version newer
-    than 2 (its first byte)."""
+    than 2 (its first byte); whatever a decoder accepts is a message its codec writes again
+    and reads back the same (``_check_encodes_again``)."""
     outcomes = [_decoded(decode, data) for decode in _DECODERS]
     if len(data) < 4 or data[0] > v2.CURRENT_VERSION:
         assert outcomes[:2] == [None, None], f"v2 decoded {data!r}: {outcomes[:2]}"
+    for decode, encode, outcome in zip(_DECODERS, _ENCODERS, outcomes, strict=True):
+        _check_encodes_again(decode, encode, outcome, data)
     return outcomes
+
+
+def _check_encodes_again(
+    decode: Callable[[bytes], Any], encode: Callable[[Any], bytes], message: Any, data: bytes
+) -> None:
+    """A decoded ``message`` (of ``data``) is one the codec can send: encoding it raises
+    nothing and decodes to it again. Not an ``UnknownRequest`` (only ever answered
+    EBADREQ, never sent); a v2 recovery ADD goes out with HIGH_PRIORITY too (as Java's
+    client sends it), so it comes back with ``high_priority`` set."""
+    if message is None or isinstance(message, UnknownRequest):
+        return
+    again = decode(encode(message))
+    if isinstance(message, AddRequest) and message.recovery and decode is v2.decode_request:
+        message = replace(message, high_priority=True)
+    assert _normal(again) == _normal(message), f"{data!r} decoded to {message}, then {again}"
 
 
 def _count(kind: str, outcome: object | None) -> None:
@@ -339,6 +361,32 @@ def test_v2_responses_of_random_bytes_decode_when_long_enough(version, opcode, r
     else:
         assert (outcome is None) == (len(rest) < 16), (len(rest), outcome)
     _count(f"random response, opcode {'ADD' if opcode == V2OpCode.ADD_ENTRY else 'other'}", outcome)
+
+
+def test_an_auth_message_whose_plugin_name_is_not_utf8_is_refused():
+    """v2 and v3 alike refuse an AUTH packet whose plugin name is not UTF-8 (the message's
+    ``plugin_name`` is a ``str``; the v3 decoders once returned the bytes): with
+    ``ProtocolError``, but for a v3 request, whose txn id is known, an ``UnknownRequest``
+    saying why (answered EBADREQ, the connection kept)."""
+    auth = AuthMessage("\u00ff", b"payload")  # UTF-8 b"\xc3\xbf", made b"\xff\xff" below
+    why = "AuthMessage plugin name is not UTF-8"
+    for codec, message in (
+        (v2, AuthRequest(auth, 0)),
+        (v2, AuthResponse(StatusCode.EOK, auth, 0)),
+        (v3, AuthRequest(auth, 7)),
+        (v3, AuthResponse(StatusCode.EOK, auth, 7)),
+    ):
+        request = isinstance(message, AuthRequest)
+        frame = (codec.encode_request if request else codec.encode_response)(message)
+        decode = _own_decoder(message, codec)
+        assert frame.count(b"\xc3\xbf") == 1
+        assert _normal(decode(frame)) == _normal(message)
+        bad = frame.replace(b"\xc3\xbf", b"\xff\xff")
+        if codec is v3 and request:
+            assert decode(bad) == UnknownRequest(OperationType.AUTH, 7, reason=why)
+        else:
+            with pytest.raises(ProtocolError, match=why):
+                decode(bad)
 
 
 def test_v2_add_request_body_is_a_view_not_a_copy():

@@ -31,7 +31,6 @@ from bkeeper.wire._pb import bookkeeper_protocol_pb2 as pb
 from bkeeper.wire.codes import OperationType, StatusCode
 from bkeeper.wire.messages import (
     AddResponse,
-    AuthMessage,
     AuthResponse,
     BytesLike,
     ErrorResponse,
@@ -47,6 +46,7 @@ from bkeeper.wire.messages import (
 from bkeeper.wire.v3_fields import (
     ADD_OP,
     FRAME_LENGTH,
+    auth_message,
     fill_header,
     known_status,
     optional_field,
@@ -236,7 +236,7 @@ def _decode_other_body(r: Any, operation: int, status: StatusCode, txn: int) -> 
     if operation == OperationType.AUTH:
         auth = None
         if r.HasField("authResponse"):
-            auth = AuthMessage(r.authResponse.authPluginName, r.authResponse.payload)
+            auth = auth_message(r.authResponse)
         return AuthResponse(status, auth, txn)
     if operation == OperationType.WRITE_LAC and r.HasField("writeLacResponse"):
         w = r.writeLacResponse

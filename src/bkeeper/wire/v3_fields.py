@@ -13,7 +13,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from bkeeper.common.errors import ProtocolError
 from bkeeper.wire.codes import AddFlag, OperationType, ProtocolVersion, ReadFlag, StatusCode
-from bkeeper.wire.messages import BytesLike
+from bkeeper.wire.messages import AuthMessage, BytesLike
 from bkeeper.wire.varint import encode_varint
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "STATUS_BY_CODE",
     "U64_MASK",
     "VERSION_3",
+    "auth_message",
     "check_required",
     "fill_header",
     "known_status",
@@ -88,6 +89,16 @@ def check_required(message: Any, what: str) -> None:
     if not message.IsInitialized():
         fields = ", ".join(message.FindInitializationErrors())
         raise ProtocolError(f"v3 {what} lacks required fields: {fields}")
+
+
+def auth_message(message: Any) -> AuthMessage:
+    """The ``AuthMessage`` a request's or response's protobuf ``message`` holds;
+    ``ProtocolError`` when its plugin name is not UTF-8 (protobuf's Python runtime hands
+    such a proto2 string over as bytes; the v2 codec refuses it too)."""
+    name = message.authPluginName
+    if not isinstance(name, str):
+        raise ProtocolError("AuthMessage plugin name is not UTF-8")
+    return AuthMessage(name, message.payload)
 
 
 def raw_enum(message: Any, number: int) -> int | None:

@@ -14,7 +14,6 @@ from bkeeper.wire._pb import bookkeeper_protocol_pb2 as pb
 from bkeeper.wire.codes import OperationType
 from bkeeper.wire.messages import (
     AddRequest,
-    AuthMessage,
     AuthRequest,
     BytesLike,
     ForceLedgerRequest,
@@ -34,6 +33,7 @@ from bkeeper.wire.v3_fields import (
     PIGGYBACK_FLAG,
     READ_OP,
     RECOVERY_FLAG,
+    auth_message,
     check_required,
     fill_header,
     optional_field,
@@ -93,8 +93,7 @@ def _write_lac_request(r: Any, txn: int, _: int) -> WriteLacRequest:
 
 
 def _auth_request(r: Any, txn: int, _: int) -> AuthRequest:
-    a = r.authRequest
-    return AuthRequest(AuthMessage(a.authPluginName, a.payload), txn)
+    return AuthRequest(auth_message(r.authRequest), txn)
 
 
 _REQUEST_DECODERS: dict[int, tuple[str, Callable[[Any, int, int], Request]]] = {
