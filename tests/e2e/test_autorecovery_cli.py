@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client import BookKeeper
+from tests.cli.runner import run_cli, run_cli_async
 from tests.e2e.helpers import bkeeper
 
 #: Its tests start processes (tests/tiers.py).
@@ -34,6 +35,12 @@ def one_error_line(result: subprocess.CompletedProcess[str], code: int = 1) -> s
 
 
 async def run(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process (in a thread: it runs its own loop)."""
+    return await run_cli_async(*args, "--metadata", uri)
+
+
+async def process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bkeeper ARGS --metadata URI``: a real process."""
     return await asyncio.to_thread(bkeeper, uri, *args)
 
 
@@ -82,7 +89,7 @@ async def test_autorecovery_process_is_the_auditor_until_it_stops(
     real_cluster, start_autorecovery
 ) -> None:
     uri = real_cluster.uri
-    none = await run(uri, "shell", "whoisauditor")
+    none = await process(uri, "shell", "whoisauditor")
     assert one_error_line(none) == "error: no auditor is elected (no auto-recovery process runs)"
     proc, log_path = await asyncio.to_thread(start_autorecovery, "--id", "tester:1")
     who = await run(uri, "shell", "whoisauditor")
@@ -100,7 +107,7 @@ async def test_autorecovery_process_is_the_auditor_until_it_stops(
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert "autorecovery tester:1 stopped" in log_path.read_text()
-    gone = await run(uri, "shell", "whoisauditor")
+    gone = await process(uri, "shell", "whoisauditor")
     assert gone.returncode == 1
 
 
@@ -119,16 +126,14 @@ async def test_bad_autorecovery_options_are_one_line(real_cluster) -> None:
         assert expected in one_error_line(result, code=2), (args, result.stderr)
     nowhere = uri.replace("/ledgers", "/nowhere/ledgers")
     for args in (("autorecovery",), ("shell", "whoisauditor"), ("shell", "recover", "a:1")):
-        result = await run(nowhere, *args)
+        # a server command (signal handlers) is a process of its own
+        result = await (process if args[0] == "autorecovery" else run)(nowhere, *args)
         assert one_error_line(result).startswith(f"error: no cluster at {nowhere}"), args
 
 
 def test_bookie_autorecovery_usage_mistakes(tmp_path: Path) -> None:
-    def bookie(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bkeeper", "bookie", "--data-dir", str(tmp_path / "b"), *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+    def bookie(*args: str) -> subprocess.CompletedProcess[str]:  # refused before it serves
+        return run_cli("bookie", "--data-dir", str(tmp_path / "b"), *args)
 
     alone = bookie("--autorecovery")
     assert "--autorecovery needs --metadata" in one_error_line(alone, code=2)
