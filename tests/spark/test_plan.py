@@ -230,6 +230,42 @@ async def test_pending_ledgers_clean_and_abort_marks():
         assert not await PendingLedgers(bk.cluster.store, logs.store, "job-2").aborted()
 
 
+async def test_ended_job_marks_are_swept_once_stale():
+    """A committed or aborted batch write's mark stays ENDED_MARK_KEPT_MS for its stragglers,
+    then a later mark removes it: marks do not pile up one per write. A job still running
+    (registered ledgers, no mark), a mark without a time (written before marks had one) and
+    a fresh mark stay."""
+    from bkeeper.namedlog import PendingLedgers
+    from bkeeper.namedlog.stores.pending_ledgers import ENDED_MARK_KEPT_MS
+    from bkeeper.testing.clock import FakeClock
+
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(FAST)
+        logs = NamedLogs(bk, SMALL)
+        clock = FakeClock()
+
+        def job(name: str) -> PendingLedgers:
+            return PendingLedgers(bk.cluster.store, logs.store, name, clock)
+
+        await job("old-commit").mark_committed()
+        await job("old-abort").mark_aborted()
+        await job("running").add("a", 7)
+        legacy = job("legacy")
+        await bk.cluster.store.create(legacy.path, b"aborted", make_parents=True)
+        root = legacy.path.rpartition("/")[0]
+        clock.advance(ENDED_MARK_KEPT_MS / 1000 - 1)
+        await job("recent").mark_committed()
+        clock.advance(2)
+        assert await job("old-commit").ended() and await job("old-abort").aborted()
+        await job("new").mark_committed()
+        left = set(await bk.cluster.store.children(root))
+        assert left == {
+            job(n).path.rpartition("/")[2] for n in ("running", "legacy", "recent", "new")
+        }
+        assert await job("legacy").aborted() and await job("recent").ended()
+        assert await job("running").registered() == {7: "a"}
+
+
 def test_bounds_from_filters_only_drop_rejected_entries():
     from bkeeper.spark.plan import Bounds
 

@@ -306,7 +306,7 @@ class Runtime:
         return self.call(run())
 
     def pending(self, job_id: str) -> PendingLedgers:
-        return PendingLedgers(self.bk.cluster.store, self.logs.store, job_id)
+        return PendingLedgers(self.bk.cluster.store, self.logs.store, job_id, self.logs.clock)
 
     def append_ledgers(
         self, name: str, ledger_ids: list[int], writer_id: str | None, batch_id: int | None

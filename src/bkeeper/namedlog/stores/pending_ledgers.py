@@ -13,15 +13,22 @@ A one-off job (a batch write) that ends is marked (the job node's data) aborted 
 before its ledgers are cleaned, and the mark stays: a straggling task that registered a
 ledger after the clean (of a failed job, or a speculative or failed attempt still running
 when the job committed without it) sees the mark when it finishes and deletes its own
-ledgers.
+ledgers. A mark holds the time it was made (``b"committed 1796312787000"``; a mark written
+before that holds none, and is kept); every new mark removes, of at most
+``ENDED_MARKS_SWEPT_MAX`` other jobs' nodes picked at random, those marked longer than
+``ENDED_MARK_KEPT_MS`` ago, so marks do not pile up however many writes a cluster takes (about
+one stale mark per 64 live ones stays). A straggler that outlives its job's mark by that long
+leaves its ledgers registered, and a later clean of its job id deletes them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import random
 from collections.abc import Awaitable, Callable
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogNotFoundError,
@@ -36,16 +43,25 @@ __all__ = ["PendingLedgers"]
 
 _ABORTED = b"aborted"
 _COMMITTED = b"committed"
+#: How long an ended one-off job's mark is kept: far longer than a Spark task attempt lives
+#: after its job ended (a speculative copy Spark kills, a retry that lost).
+ENDED_MARK_KEPT_MS = 3_600_000
+#: Other jobs' nodes a new mark looks at for stale marks to remove.
+ENDED_MARKS_SWEPT_MAX = 64
 
 
 class PendingLedgers:
     """The registry of one job's pending ledgers."""
 
-    def __init__(self, store: NodeStore, logs: LogStore, job_id: str) -> None:
+    def __init__(
+        self, store: NodeStore, logs: LogStore, job_id: str, clock: Clock | None = None
+    ) -> None:
         self._store = store
         self._logs = logs
-        key = hashlib.sha256(job_id.encode()).hexdigest()[:32]
-        self.path = join_path(logs.root.rpartition("/")[0], "pending", key)
+        self._clock = clock or SystemClock()
+        self._key = hashlib.sha256(job_id.encode()).hexdigest()[:32]
+        self._root = join_path(logs.root.rpartition("/")[0], "pending")
+        self.path = join_path(self._root, self._key)
 
     async def add(self, log: str, ledger_id: int) -> None:
         await self._store.create(
@@ -66,27 +82,41 @@ class PendingLedgers:
     async def mark_committed(self) -> None:
         await self._mark(_COMMITTED)
 
-    async def _mark(self, mark: bytes) -> None:
+    async def _mark(self, kind: bytes) -> None:
+        now_ms = self._clock.wall_ms()
+        mark = b"%s %d" % (kind, now_ms)
         try:
             await self._store.set(self.path, mark)
         except NoNodeError:
             with contextlib.suppress(NodeExistsError):
                 await self._store.create(self.path, mark, make_parents=True)
             await self._store.set(self.path, mark)
+        await self._sweep(now_ms)
+
+    async def _sweep(self, now_ms: int) -> None:
+        """Remove stale marks of other jobs (see the module docstring)."""
+        others = [name for name in await self._store.children(self._root) if name != self._key]
+        for name in random.sample(others, min(len(others), ENDED_MARKS_SWEPT_MAX)):
+            path = join_path(self._root, name)
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                data, _ = await self._store.get(path)
+                _kind, marked_ms = _parse_mark(data)
+                if marked_ms is not None and now_ms - marked_ms > ENDED_MARK_KEPT_MS:
+                    await self._store.delete(path)
 
     async def aborted(self) -> bool:
-        return await self._data() == _ABORTED
+        return await self._kind() == _ABORTED
 
     async def ended(self) -> bool:
         """Whether the job is marked aborted or committed."""
-        return await self._data() in (_ABORTED, _COMMITTED)
+        return await self._kind() in (_ABORTED, _COMMITTED)
 
-    async def _data(self) -> bytes | None:
+    async def _kind(self) -> bytes | None:
         try:
             data, _ = await self._store.get(self.path)
         except NoNodeError:
             return None
-        return data
+        return _parse_mark(data)[0]
 
     async def registered(self) -> dict[int, str]:
         """Ledger id -> log name of every registered ledger."""
@@ -120,3 +150,12 @@ class PendingLedgers:
                 deleted.append(ledger_id)
         await self.remove(list(registered))
         return deleted
+
+
+def _parse_mark(data: bytes) -> tuple[bytes | None, int | None]:
+    """A job node's mark: its kind and when it was made (``None``: not marked, or a mark
+    written before marks held their time)."""
+    kind, _, when = data.partition(b" ")
+    if kind not in (_ABORTED, _COMMITTED):
+        return None, None
+    return kind, int(when) if when.isdigit() else None
