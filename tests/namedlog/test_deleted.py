@@ -22,6 +22,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.testing.cluster import Fault, MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.messages import AddRequest
 
 FAST = ClientConfig(add_timeout_ms=60_000, read_timeout_ms=500)
@@ -46,6 +47,7 @@ async def _sent(faults: list[Fault]) -> None:
 
 
 @pytest.mark.parametrize("batching", [False, True], ids=["entries", "batches"])
+@on_virtual_time
 async def test_an_append_pending_at_the_delete_fails_within_a_second(batching: bool) -> None:
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), LogConfig(batching=batching, linger_ms=0))
@@ -68,6 +70,7 @@ async def test_an_append_pending_at_the_delete_fails_within_a_second(batching: b
         assert before.entry_id == 0
 
 
+@on_virtual_time
 async def test_an_idle_writer_learns_of_the_delete_and_fails_every_later_append() -> None:
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST))
@@ -87,6 +90,7 @@ async def test_an_idle_writer_learns_of_the_delete_and_fails_every_later_append(
                 await append
 
 
+@on_virtual_time
 async def test_the_fenced_delete_is_named_as_a_delete_not_another_writer() -> None:
     """``NamedLogs.delete`` seals the writer's ledger a moment before it deletes the node: a
     writer failing in between said "another writer took over"."""
@@ -103,6 +107,7 @@ async def test_the_fenced_delete_is_named_as_a_delete_not_another_writer() -> No
             await sealed_only
 
 
+@on_virtual_time
 async def test_a_writer_taken_over_is_still_fenced_not_deleted() -> None:
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST))
@@ -115,6 +120,7 @@ async def test_a_writer_taken_over_is_still_fenced_not_deleted() -> None:
         await newer.close()
 
 
+@on_virtual_time
 async def test_a_raw_ledger_deleted_under_its_writer_fails_its_appends() -> None:
     """A ledger's metadata deleted without a fence: bookies still take its adds."""
     async with MemoryCluster(3) as cluster:
@@ -134,6 +140,7 @@ async def test_a_raw_ledger_deleted_under_its_writer_fails_its_appends() -> None
             await handle.close()
 
 
+@on_virtual_time
 async def test_a_log_writer_whose_ledger_is_deleted_by_hand_fails() -> None:
     """The log stays, its writer's ledger is deleted under it (``bkeeper ledger delete``
     without a fence): the writer fails, saying so, instead of writing into a ledger that

@@ -194,9 +194,9 @@ async def test_long_poll_wakes_when_the_lac_arrives_not_once_durable(
         assert (await add(writer, 15, entry, lac=entry - 1)).status is StatusCode.EOK
     poll = reader.send(ReadRequest(15, -1, piggyback=True, previous_lac=0, timeout_ms=30_000))
     await asyncio.wait_for(_until(lambda: bookie.state.lac_waiter_count == 1), 10)
-    set_sync_delay(data, 3_000)  # the next fsyncs take 3 s
+    set_sync_delay(data, 6_000)  # the next fsyncs take 6 s: the poll's answer has 5 s to come
     adding = writer.send(AddRequest(15, 2, KEY, body(15, 2, lac=1)))
-    response = await asyncio.wait_for(poll, 2.5)
+    response = await asyncio.wait_for(poll, 5)
     assert not adding.done()  # answered before the add that carried the LAC is durable
     assert (response.max_lac, bytes(response.body)) == (1, body(15, 1, lac=0))
     set_sync_delay(data, None)

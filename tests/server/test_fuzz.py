@@ -35,7 +35,9 @@ def test_fuzz_sample_leaves_the_bookie_serving(tmp_path: Path) -> None:
     assert all(kinds[k] > 0 for k in families["v2"] + families["v3"]), kinds
     assert sum(kinds[k] for k in families["fatal"]) > 0 and report.closed_after_fatal > 0
     assert kinds["truncated v2 frame"] + kinds["truncated v3 frame"] > 0
-    assert report.frames == sum(kinds.values()) > 10_000
+    # every kind above is what the sample must reach; how many frames 3 s make is the
+    # machine's speed (about 10,000 and more here), which `bkeeper bench fuzz` reports
+    assert report.frames == sum(kinds.values())
     log = log_path.read_text(errors="replace")
     assert "Traceback" not in log
     # Two budgets (connections, bad requests) of bursts of 20 and 10 lines a second, and the
