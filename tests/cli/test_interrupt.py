@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -128,13 +129,21 @@ def test_consume_follow_stopped_by_ctrl_c_says_how_far_it_acknowledged(
 
 
 def test_ctrl_c_on_a_kv_put_that_keeps_trying_says_its_outcome_is_unknown() -> None:
-    from bkeeper.testing.benchmarks import free_port
-
-    proc = started("zk://127.0.0.1:1/nowhere", "kv", "put", "--name", "s",
-                   "--url", f"http://127.0.0.1:{free_port()}", "k", "v")  # fmt: skip
-    time.sleep(2.5)  # importing, then trying a member that is not there (for 30 s)
-    proc.send_signal(signal.SIGINT)
-    out, stderr = proc.communicate(timeout=30)
+    """The member at ``--url`` takes the connection and never answers: once it has the
+    put's connection (the put is past its imports and trying), Ctrl-C."""
+    with socket.create_server(("127.0.0.1", 0)) as member:
+        member.settimeout(60)  # a hang guard
+        port = member.getsockname()[1]
+        proc = started("zk://127.0.0.1:1/nowhere", "kv", "put", "--name", "s",
+                       "--url", f"http://127.0.0.1:{port}", "k", "v")  # fmt: skip
+        try:
+            connection, _ = member.accept()
+        except TimeoutError:
+            proc.kill()
+            pytest.fail(f"the put never connected: {proc.communicate()}")
+        with connection:
+            proc.send_signal(signal.SIGINT)
+            out, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     assert out == ""
     assert quiet(stderr) == [
