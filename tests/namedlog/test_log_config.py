@@ -18,6 +18,7 @@ from bkeeper.namedlog.core import LogSettings, Position, encode_record
 from bkeeper.namedlog.writer import TIMER_POLL_S
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 OLD = b'{"format":1,"ctime_ms":5,"ledgers":[{"id":3,"ctime_ms":6}]}'
@@ -185,10 +186,14 @@ async def test_retention_runs_when_a_writer_opens() -> None:
 
 
 async def wait_for_tick(writer_clock: FakeClock, seconds: float) -> None:
+    """Move the writer's clock, then let its timer poll (three times, on virtual time: the
+    tests that call this run on it, so the polls and what they start have run, however
+    loaded the machine)."""
     writer_clock.advance(seconds)
     await asyncio.sleep(TIMER_POLL_S * 3)
 
 
+@on_virtual_time
 async def test_the_timer_rolls_an_idle_ledger_and_trims_what_was_consumed() -> None:
     clock = FakeClock()
     async with MemoryCluster(3) as cluster:
@@ -220,6 +225,7 @@ async def test_the_timer_rolls_an_idle_ledger_and_trims_what_was_consumed() -> N
         await consumer.close()
 
 
+@on_virtual_time
 async def test_the_timer_picks_up_changed_settings_and_reports_errors_once(caplog) -> None:
     clock = FakeClock()
     async with MemoryCluster(3) as cluster:
@@ -337,6 +343,7 @@ def test_the_retention_decision_keeps_what_may_still_take_entries() -> None:
     assert retained_from(ledgers, LogConfig(retention_consumed=True), now_ms=0, limit=4) == 0
 
 
+@on_virtual_time
 async def test_a_writer_left_open_stops_its_timer_when_its_client_closes(caplog) -> None:
     """A writer abandoned without close (a crashed application, a test) whose client was
     closed: its timer ticked for ever on the loop, warning 'store is closed (tried again at
