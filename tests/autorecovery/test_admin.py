@@ -15,6 +15,7 @@ from bkeeper.common.errors import BKeeperError, CallTimeoutError, ConfigError
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.underreplication import auditor_election
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 PASSWORD = b"pw"
 CONFIG = AutoRecoveryConfig()
@@ -42,6 +43,7 @@ def members(meta: object) -> set[str]:
     return {str(b) for ensemble in meta.segments.values() for b in ensemble}  # type: ignore[attr-defined]
 
 
+@on_virtual_time
 async def test_recover_plans_then_moves_every_ledger_off_a_lost_bookie() -> None:
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client()
@@ -70,6 +72,7 @@ async def test_recover_plans_then_moves_every_ledger_off_a_lost_bookie() -> None
         assert await admin.recover(bk, [lost], CONFIG) == []  # nothing left to do (it has a cookie)
 
 
+@on_virtual_time
 async def test_recover_one_ledger_and_the_mistakes() -> None:
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client()
@@ -90,6 +93,7 @@ async def test_recover_one_ledger_and_the_mistakes() -> None:
         assert on not in members(await bk.ledger_metadata(ledgers[0]))
 
 
+@on_virtual_time
 async def test_listings_status_and_trigger_audit() -> None:
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()
@@ -124,6 +128,7 @@ async def test_listings_status_and_trigger_audit() -> None:
         assert status == admin.AutoRecoveryStatus(True, "aud:1", 9, ((6, "worker-1:0"),), 2)
 
 
+@on_virtual_time
 async def test_decommission_refusals_a_bookie_no_ledger_needs_and_the_timeout() -> None:
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client()
@@ -152,6 +157,7 @@ async def test_decommission_refusals_a_bookie_no_ledger_needs_and_the_timeout() 
                 await admin.decommission(bk, needed.bookie_id, timeout_s=0.2, poll_interval_s=0.05)
 
 
+@on_virtual_time
 async def test_decommission_triggers_again_when_its_trigger_met_an_auditor_that_was_gone() -> None:
     """The trigger is a write that only a live, watching auditor acts on. Written while the
     elected auditor was a dead process (its vote not expired yet), or before the next one
@@ -181,6 +187,7 @@ async def test_decommission_triggers_again_when_its_trigger_met_an_auditor_that_
             assert lost not in members(await bk.ledger_metadata(ledger_id))
 
 
+@on_virtual_time
 async def test_decommission_triggers_again_while_no_ledger_moves() -> None:
     """A trigger written just before a newly elected auditor watches is lost too, with the
     same auditor elected before and after: so no ledger moving for ``retrigger_s`` writes
