@@ -253,7 +253,9 @@ async def test_tls_handshakes_count_against_the_connection_limit(
         # Two connections that never start their handshake hold both places; a third is
         # closed at once.
         held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
-        await asyncio.sleep(0.2)
+        async with asyncio.timeout(10):  # the server has taken both (their handshakes wait)
+            while len(server._handshakes) < 2:
+                await asyncio.sleep(0.01)
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         async with asyncio.timeout(10):
             assert await reader.read() == b""
