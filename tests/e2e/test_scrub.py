@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -77,7 +76,6 @@ async def read_from(uri: str, bookie: str, ledger_id: int, entry_ids: tuple[int,
 def damage_bookie(sandbox: Sandbox, index: int, ledger_id: int) -> tuple[int, ...]:
     """Stop bookie ``index`` (SIGTERM: it checkpoints), flip its ledger's last 3 entry-log
     records, start it again."""
-    time.sleep(1.0)  # a checkpoint: the entries are in entry logs
     sandbox.kill_bookie(index, signal.SIGTERM)
     sandbox.bookies[index].wait(30)
     flipped = flip_entry_log_records(sandbox.bookie_data_dir(index), [ledger_id], count=3)
