@@ -22,9 +22,12 @@ from tests.spark.test_spark import append, ledgers_in_logs, list_ledgers, read_l
 JOB = Path(__file__).with_name("copy_job.py")
 #: Records the job copies, in batches of 100 (``copy_job``'s tail mode).
 RECORDS = 2500
-BATCHES = RECORDS // 100
-#: How long the job may go without committing a batch (the first: its JVM's start).
-STALL_S = 180.0
+#: How long the job may take to reach the held commit (its JVM's start included).
+STALL_S = 300.0
+#: The batch whose commit the job holds until it is killed (kill_hook/sitecustomize.py).
+HOLD_FROM = 4
+#: The hook, first on the job's PYTHONPATH.
+HOOK = Path(__file__).with_name("kill_hook")
 
 
 def committed_batches(uri: str, log: str) -> int:
@@ -44,9 +47,12 @@ def committed_batches(uri: str, log: str) -> int:
 
 
 @contextlib.contextmanager
-def job(uri: str, checkpoint: Path, mode: str, log_file: Path) -> Iterator[subprocess.Popen[bytes]]:
+def job(
+    uri: str, checkpoint: Path, mode: str, log_file: Path, hold: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """The copy job in a process group of its own, killed whole (driver, JVM, workers) on
-    the way out if it still runs. A SIGKILLed JVM cannot clean up: its scratch files stay in the job's own
+    the way out if it still runs. With ``hold``, its sink's commit of batch ``HOLD_FROM``
+    writes that file and waits to be killed (``kill_hook``). A SIGKILLed JVM cannot clean up: its scratch files stay in the job's own
     temp dir (under the test's tmp_path), and it keeps no perf data file in /tmp."""
     temp = log_file.parent / "job-tmp"
     temp.mkdir(exist_ok=True)
@@ -54,10 +60,14 @@ def job(uri: str, checkpoint: Path, mode: str, log_file: Path) -> Iterator[subpr
     root = Path(__file__).resolve().parents[2]
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(
+            [*([str(HOOK)] if hold else []), str(root / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
         "TMPDIR": str(temp),
         "JAVA_TOOL_OPTIONS": f"{java_options} -Djava.io.tmpdir={temp} -XX:-UsePerfData".strip(),
     }
+    if hold is not None:  # kill_hook/sitecustomize.py holds a commit (see there)
+        env |= {"BKEEPER_TEST_HOLD_COMMIT": str(hold), "BKEEPER_TEST_HOLD_FROM": str(HOLD_FROM)}
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, str(JOB), uri, "kill-src", "kill-dst", str(checkpoint), mode],
@@ -79,27 +89,15 @@ def uncommitted_ledgers(uri: str) -> set[int]:
     return list_ledgers(uri) - ledgers_in_logs(uri)
 
 
-def stop_inside_a_batch(uri: str, tail: subprocess.Popen[bytes], log_file: Path) -> None:
-    """Once 4 batches are committed, stop the job (SIGSTOP to its process group) at a moment
-    when a batch's task ledgers are made and not yet committed (no log holds them). Seen with
-    the job stopped, that holds until the kill; when the batch committed between the first
-    look and the stop, the job goes on and the search with it. Fails when the job commits
-    no batch for ``STALL_S`` (its JVM's start included), or copied everything first."""
-    committed, stalled_at = -1, time.monotonic() + STALL_S
-    while True:
+def wait_held(tail: subprocess.Popen[bytes], log_file: Path, hold: Path) -> int:
+    """Until the job holds a batch's commit (its task ledgers made, none committed); that
+    batch's id. Fails when the job exits first, or holds none in ``STALL_S``."""
+    deadline = time.monotonic() + STALL_S
+    while not (hold.exists() and hold.read_text()):
         assert tail.poll() is None, log_file.read_text()[-3000:]
-        now = committed_batches(uri, "kill-dst")
-        if now > committed:
-            committed, stalled_at = now, time.monotonic() + STALL_S
-        assert time.monotonic() < stalled_at, f"the job committed no batch in {STALL_S:g} s"
-        assert committed < BATCHES - 1, "no batch caught between its writes and commit"
-        if committed < 4 or not uncommitted_ledgers(uri):
-            time.sleep(0.05)  # the poll's pace, as before: the job needs the CPU
-            continue
-        os.killpg(tail.pid, signal.SIGSTOP)
-        if uncommitted_ledgers(uri):
-            return
-        os.killpg(tail.pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, f"no commit held in {STALL_S:g} s"
+        time.sleep(0.1)
+    return int(hold.read_text())
 
 
 @pytest.mark.timeout(900)  # a job's JVM and a search for a batch, on a loaded machine
@@ -110,12 +108,15 @@ def test_sigkill_mid_stream_then_restart_copies_each_record_once(spark, spark_cl
     payloads = [b"kill-%05d" % i for i in range(RECORDS)]
     append(uri, "kill-src", payloads)
     checkpoint, log_file = tmp_path / "ck", tmp_path / "job.log"
-    with job(uri, checkpoint, "tail", log_file) as tail:
-        stop_inside_a_batch(uri, tail, log_file)
-    # Leaving the block killed the stopped job with SIGKILL: inside a batch, whose task
+    hold = tmp_path / "held"
+    with job(uri, checkpoint, "tail", log_file, hold) as tail:
+        held = wait_held(tail, log_file, hold)
+    # Leaving the block killed the job with SIGKILL: inside batch ``held``, whose task
     # ledgers no log holds.
+    assert held == HOLD_FROM
+    assert committed_batches(uri, "kill-dst") == HOLD_FROM - 1
     killed_batch = uncommitted_ledgers(uri)
-    assert killed_batch, "the kill landed between batches"
+    assert killed_batch, "the held batch has task ledgers"
     assert len(read_log(uri, "kill-dst")) < len(payloads), "killed before the end"
     drain = copy_query(spark, uri, "kill-src", "kill-dst", str(checkpoint), "drain")
     try:
