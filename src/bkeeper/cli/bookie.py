@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from bkeeper.admin import ClusterAdmin, add_admin_routes
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.scrubbing import maintain_storage
 from bkeeper.cli._security import bookie_security_options, build_bookie_security
@@ -290,7 +289,10 @@ async def _serve(
     server = Bookie(config, storage_config, fs=fs)
     cluster_admin = None
     if server.admin_server is not None and config.metadata_uri:
-        # The cluster's endpoints (bookies, ledgers, auto-recovery), before the server starts.
+        # The cluster's endpoints (bookies, ledgers, auto-recovery), before the server starts;
+        # imported here: a bookie without HTTP does without aiohttp (see bkeeper.server.bookie).
+        from bkeeper.admin import ClusterAdmin, add_admin_routes
+
         cluster_admin = ClusterAdmin(config.metadata_uri, lambda: server.bookie_id)
         add_admin_routes(server.admin_server, cluster_admin)
     loop = asyncio.get_running_loop()

@@ -37,14 +37,12 @@ import contextlib
 import errno
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError, StorageError
 from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner, within
-from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
-from bkeeper.server.admin_routes import BookieStatus, add_bookie_routes
 from bkeeper.server.bookie_loops import (
     keep_registration,
     run_checkpoints,
@@ -77,6 +75,10 @@ from bkeeper.storage import (
 )
 from bkeeper.storage.dirs import StorageLayout
 from bkeeper.storage.inspect_dirs import BookieDirs
+
+if TYPE_CHECKING:  # imported when used: see Bookie.__init__
+    from bkeeper.server.admin_http import AdminHttpServer
+    from bkeeper.server.admin_routes import BookieStatus
 
 __all__ = ["Bookie"]
 
@@ -128,6 +130,11 @@ class Bookie:
         self.port = config.port
         self._admin: AdminHttpServer | None = None
         if config.http_port is not None:
+            # aiohttp (a third of a bookie's start-up CPU: its client's TLS contexts) is
+            # imported by a bookie that serves HTTP only.
+            from bkeeper.server.admin_http import AdminHttpConfig, AdminHttpServer
+            from bkeeper.server.admin_routes import add_bookie_routes
+
             admin_config = AdminHttpConfig(
                 config.effective_http_host,
                 config.http_port,
@@ -408,6 +415,8 @@ class Bookie:
 
     # -- what the admin endpoints read (server.admin_routes.AdminBookie) ------------------
     def status(self) -> BookieStatus:
+        from bkeeper.server.admin_routes import BookieStatus  # see __init__
+
         storage = self.storage
         return BookieStatus.of(
             running=self._serving and storage is not None,

@@ -13,14 +13,17 @@ With ``metrics_enabled`` off the bookie has no metric set and serves no ``/metri
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from bkeeper.common.metrics import MetricSet
 from bkeeper.common.metrics_export import CONTENT_TYPE, exposition_text, new_registry
 from bkeeper.server.connections import ConnectionTable
 from bkeeper.server.handlers import BookieState
+
+if TYPE_CHECKING:  # aiohttp is imported by a bookie that serves HTTP only (server.bookie)
+    from aiohttp import web
 
 __all__ = ["METRICS_PATH", "bookie_registry", "metrics_handler", "register_bookie_gauges"]
 
@@ -36,6 +39,7 @@ def metrics_handler(
     registry: CollectorRegistry,
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The ``GET /metrics`` route of the admin HTTP server."""
+    from aiohttp import web  # see the TYPE_CHECKING import
 
     async def metrics(_request: web.Request) -> web.StreamResponse:
         response = web.Response(body=exposition_text(registry))
