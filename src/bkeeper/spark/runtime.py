@@ -321,20 +321,16 @@ class Runtime:
 
     def abort_job(self, job_id: str) -> list[int]:
         """Mark a one-off job aborted, then clean it (see PendingLedgers)."""
-
-        async def run() -> list[int]:
-            pending = self.pending(job_id)
-            await pending.mark_aborted()
-            return await pending.clean(self.bk.delete_ledger)
-
-        return self.call(run())
+        return self._end_job(job_id, committed=False)
 
     def commit_job(self, job_id: str) -> list[int]:
         """Mark a one-off job committed, then clean it (see PendingLedgers)."""
+        return self._end_job(job_id, committed=True)
 
+    def _end_job(self, job_id: str, *, committed: bool) -> list[int]:
         async def run() -> list[int]:
             pending = self.pending(job_id)
-            await pending.mark_committed()
+            await (pending.mark_committed() if committed else pending.mark_aborted())
             return await pending.clean(self.bk.delete_ledger)
 
         return self.call(run())
