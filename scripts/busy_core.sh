@@ -19,11 +19,11 @@ trap 'kill "$spinner" 2>/dev/null || true' EXIT
 for run in $(seq 1 "$runs"); do
     started=$(date +%s)
     if [ "$#" -gt 0 ]; then
-        code=0; python -m pytest -n 2 --dist loadfile -q "$@" > "/tmp/busy-core-run-$run.txt" 2>&1 || code=$?
+        code=0; python -m pytest -n 2 --dist loadfile "$@" > "/tmp/busy-core-run-$run.txt" 2>&1 || code=$?
     else
         code=0
-        { python -m pytest -n 2 --dist loadfile -q -m "not integration" -x \
-          && python -m pytest -n 2 --dist loadfile -q -m integration; } \
+        { python -m pytest -n 2 --dist loadfile -m "not integration" -x \
+          && python -m pytest -n 2 --dist loadfile -m integration; } \
           > "/tmp/busy-core-run-$run.txt" 2>&1 || code=$?
     fi
     echo "run $run of $runs: exit $code in $(( $(date +%s) - started )) s ($(tail -n 1 "/tmp/busy-core-run-$run.txt"))"
