@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.cli.runner import run_cli_async
 
 
 def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -20,6 +23,26 @@ def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.Comple
         timeout=120,
         check=False,
     )
+
+
+async def run_in_process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bkeeper ARGS --metadata URI`` in this process (``tests/cli/runner.py``; in a thread:
+    a command runs its own loop)."""
+    return await run_cli_async(*args, "--metadata", uri)
+
+
+async def run_process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bkeeper ARGS --metadata URI``: a real process, from a coroutine."""
+    return await asyncio.to_thread(bkeeper, uri, *args)
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The one ``error:`` line a command that failed with ``code`` printed."""
+    assert result.returncode == code, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    return lines[0]
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -7,7 +7,6 @@ run as ``python -m bkeeper``, and the bookies refusing a taken admin port."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import subprocess
@@ -22,29 +21,12 @@ from bkeeper.common.ids import BookieId
 from bkeeper.meta.bookie_info import BookieServiceInfo
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.registry import BookieRegistration
-from tests.cli.runner import run_cli_async
-from tests.e2e.helpers import bkeeper
+from tests.e2e.helpers import one_error_line
+from tests.e2e.helpers import run_in_process as run
+from tests.e2e.helpers import run_process as process
 
 #: One bookie with an admin server taking writes; no periodic pass during a test (only those it asks for).
 ADMIN = (1, ("--http-port", "0", "--http-admin-writes", "-o", "gc_wait_ms=3600000"))
-
-
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), result.stderr
-    return lines[0]
-
-
-async def run(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``bkeeper ARGS --metadata URI`` in this process (in a thread: it runs its own loop)."""
-    return await run_cli_async(*args, "--metadata", uri)
-
-
-async def process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m bkeeper ARGS --metadata URI``: a real process."""
-    return await asyncio.to_thread(bkeeper, uri, *args)
 
 
 @pytest.fixture

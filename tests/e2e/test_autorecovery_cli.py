@@ -16,32 +16,16 @@ from pathlib import Path
 import pytest
 
 from bkeeper.client import BookKeeper
-from tests.cli.runner import run_cli, run_cli_async
-from tests.e2e.helpers import bkeeper
+from tests.cli.runner import run_cli
+from tests.e2e.helpers import one_error_line
+from tests.e2e.helpers import run_in_process as run
+from tests.e2e.helpers import run_process as process
 
 #: Its tests start processes (tests/tiers.py).
 pytestmark = pytest.mark.usefixtures("subprocesses")
 
 PASSWORD = b"pw"
 WAIT_S = 60.0
-
-
-def one_error_line(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
-    assert result.returncode == code, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), result.stderr
-    return lines[0]
-
-
-async def run(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``bkeeper ARGS --metadata URI`` in this process (in a thread: it runs its own loop)."""
-    return await run_cli_async(*args, "--metadata", uri)
-
-
-async def process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m bkeeper ARGS --metadata URI``: a real process."""
-    return await asyncio.to_thread(bkeeper, uri, *args)
 
 
 def wait_line(log_path: Path, proc: subprocess.Popen[bytes], text: str) -> None:
