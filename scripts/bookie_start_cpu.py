@@ -35,8 +35,11 @@ async def _format(uri: str) -> None:
 
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    scratch = Path(tempfile.mkdtemp(prefix="bookie-start-"))
-    with ZooKeeperServer(ZooKeeperConfig(data_dir=scratch / "zk", port=free_port())) as zk:
+    with (
+        tempfile.TemporaryDirectory(prefix="bookie-start-") as temp,
+        ZooKeeperServer(ZooKeeperConfig(data_dir=Path(temp) / "zk", port=free_port())) as zk,
+    ):
+        scratch = Path(temp)
         uri = zk.uri("/probe/ledgers")
         asyncio.run(_format(uri))
         for run in range(runs):
