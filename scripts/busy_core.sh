@@ -11,6 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:?usage: busy_core.sh RUNS [-- PYTEST ARGS]}"
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: RUNS: '$runs' is not a positive whole number (usage: busy_core.sh RUNS [-- PYTEST ARGS])" >&2
+    exit 2
+fi
 shift
 [ "${1:-}" = "--" ] && shift
 python -c "while True: pass" &
