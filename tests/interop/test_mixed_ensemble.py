@@ -163,9 +163,15 @@ async def test_bkeeper_recovers_a_java_writer_with_a_java_bookie_dead(
 async def test_java_recovers_a_bkeeper_writer_with_a_bkeeper_bookie_dead(
     java: JavaClient, ours: dict[str, BookKeeper], mixed: Mixed
 ) -> None:
-    """bkeeper writes to a Java bookie and two of its own (E3 Qw3 Qa2); one of those is
+    """bkeeper writes to a Java bookie and two of its own (E3 Qw3 Qa3); one of those is
     killed; Java's recovery fences the ledger, re-writes the last entry with the dead bookie
-    replaced (an ensemble change), and bkeeper's writer is fenced at the same end."""
+    replaced (an ensemble change), and bkeeper's writer is fenced at the same end.
+
+    Qa3, not Qa2: Java ignores a bookie's failure that arrives after an ack quorum completed
+    the add (``PendingAddOp``: once completed, an error only counts as under-replication).
+    With Qa2 the two live bookies' acks raced the dead one's refusal, and when they won,
+    recovery closed the ledger with no ensemble change (a CI failure: segments {0} only).
+    With Qa3 the re-add cannot complete until the dead bookie is replaced."""
     bk = ours["v3"]
     java_alive = next(b for b in mixed.java if b.proc.poll() is None)
     p0, p1, p2 = mixed.ours_ids
@@ -178,7 +184,7 @@ async def test_java_recovers_a_bkeeper_writer_with_a_bkeeper_bookie_dead(
     await wait_unregistered(mixed.uri, dead, 3 * JAVA_SESSION_MS / 1000 + 10)
     ensemble = [java_alive.bookie_id, p0, p1]
     writer = await bk.create_ledger(
-        3, 3, 2, digest="crc32", password=PASSWORD.encode(), bookies=ensemble
+        3, 3, 3, digest="crc32", password=PASSWORD.encode(), bookies=ensemble
     )
     for entry in range(ENTRIES):
         await writer.append(payload(writer.ledger_id, entry, SIZE))
