@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,21 @@ def verify(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=600.0,
         check=False,
     )
+
+
+def assert_served_around_the_faults(ops: list[dict[str, Any]], kinds: tuple[str, ...]) -> None:
+    """The members acknowledged operations of ``kinds`` before the first fault and after the
+    last heal: the store served on both sides of the faults. (It asserted more than 500 of
+    them in all: a count of the machine's speed.)"""
+    nemesis = [i for i, op in enumerate(ops) if op["process"] == "nemesis" and op["type"] == "ok"]
+    assert len(nemesis) >= 2, "no fault was injected and healed"
+    done = [
+        i
+        for i, op in enumerate(ops)
+        if op["process"].startswith("kv-") and op["type"] == "ok" and op["f"] in kinds
+    ]
+    assert any(i < nemesis[0] for i in done), f"no {'/'.join(kinds)} before the first fault"
+    assert any(i > nemesis[-1] for i in done), f"no {'/'.join(kinds)} after the last heal"
 
 
 def test_kv_histories_under_leader_pauses_are_linearizable(
@@ -47,9 +63,8 @@ def test_kv_histories_under_leader_pauses_are_linearizable(
     ops = [json.loads(line) for line in (out / f"seed-{seed}" / "history.jsonl").open()]
     injected = [op["f"] for op in ops if op["process"] == "nemesis" and op["type"] == "ok"]
     assert injected == [f"{step} {f.kind}" for f in schedule for step in ("inject", "heal")]
-    done = [op for op in ops if op["process"].startswith("kv-") and op["type"] == "ok"]
-    assert sum(op["f"] == "get" for op in done) > 500
-    assert sum(op["f"] in ("put", "delete", "cas") for op in done) > 500
+    assert_served_around_the_faults(ops, ("get",))
+    assert_served_around_the_faults(ops, ("put", "delete", "cas"))
     assert [op["f"] for op in ops if op["process"] == "final" and op["type"] == "ok"] == ["get"] * 6
 
 
@@ -74,8 +89,7 @@ def test_kv_histories_under_partitions_of_the_leader_are_linearizable(
         f"{step} {f.kind}" for f in schedule for step in ("inject", "heal")
     ]
     assert "cut off from ZooKeeper" in injected[0]["value"]
-    done = [op for op in ops if op["process"].startswith("kv-") and op["type"] == "ok"]
-    assert sum(op["f"] in ("put", "delete", "cas") for op in done) > 500
+    assert_served_around_the_faults(ops, ("put", "delete", "cas"))
     # the member cut from ZooKeeper for 6.9 s (the leader, unless an election was under way)
     # lost its session meanwhile
     logs = "".join(p.read_text() for p in (out / f"seed-{seed}").glob("member-*.log"))
