@@ -48,21 +48,34 @@ def test_bench_tail_ends_when_the_reader_sees_the_seal_first(real_cluster, monke
     """The tailing reader may learn that the ledger is sealed (its metadata watch) before
     the writer's ``close`` returns; a long poll on a sealed ledger answers at once, so a
     reader that only waited for the writer to say it was done spun without yielding and
-    the benchmark hung (1 run in about 20). The writer's close is made slow here, so the
-    reader always sees the seal first."""
+    the benchmark hung (1 run in about 20). Here the writer's close returns only once the
+    reader's handle has said it is sealed, so the reader always sees the seal first (it was
+    a 0.5 s sleep, which a slow metadata watch could outlast)."""
     import asyncio
     import threading
 
+    from bkeeper.client.read_handle import ReadHandle
     from bkeeper.client.write_handle import WriteHandle
     from bkeeper.testing.benchmarks.client import bench_ledger_tail
 
     close = WriteHandle.close
+    is_closed = ReadHandle.is_closed.fget
+    assert is_closed is not None
+    seal_seen = asyncio.Event()  # bound to the bench's loop at its first wait
 
-    async def slow_close(self: WriteHandle) -> None:
+    def is_closed_seen(self: ReadHandle) -> bool:
+        sealed = is_closed(self)
+        if sealed:
+            seal_seen.set()
+        return sealed
+
+    async def close_after_the_reader_saw_the_seal(self: WriteHandle) -> None:
         await close(self)
-        await asyncio.sleep(0.5)
+        async with asyncio.timeout(30):  # a hang guard: the reader's handle never said so
+            await seal_seen.wait()
 
-    monkeypatch.setattr(WriteHandle, "close", slow_close)
+    monkeypatch.setattr(ReadHandle, "is_closed", property(is_closed_seen))
+    monkeypatch.setattr(WriteHandle, "close", close_after_the_reader_saw_the_seal)
     results: list = []
     bench = bench_ledger_tail(real_cluster.uri, rate=200, duration_s=0.2, entry_bytes=10)
     # A thread of its own: a reader spinning on the loop would block a timeout on it too.
@@ -70,4 +83,5 @@ def test_bench_tail_ends_when_the_reader_sees_the_seal_first(real_cluster, monke
     runner.start()
     runner.join(60)
     assert not runner.is_alive(), "bench_ledger_tail hung after the writer sealed the ledger"
+    assert seal_seen.is_set()
     assert results[0][0].operations == 40  # 200/s for 0.2 s, every one seen
