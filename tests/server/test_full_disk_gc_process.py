@@ -87,11 +87,16 @@ async def read_back(client: BookieClient, ledger: int, entries: int) -> None:
 
 
 async def start_with_ledgers(
-    bookie: BookieProcess, settings: Iterable[str], cluster_uri: str, ledgers: Iterable[int]
+    bookie: BookieProcess,
+    settings: Iterable[str],
+    cluster_uri: str,
+    ledgers: Iterable[int],
+    *options: str,
 ) -> BookieClient:
-    """Start ``bookie`` with ``settings`` (``-o`` options), registered writable, with the
-    metadata of ``ledgers`` naming it; a raw v2 connection to it."""
-    bookie.start(*(arg for setting in settings for arg in ("-o", setting)))
+    """Start ``bookie`` with ``settings`` (``-o`` options) and ``options`` (more of ``bkeeper
+    bookie``'s), registered writable, with the metadata of ``ledgers`` naming it; a raw v2
+    connection to it."""
+    bookie.start(*(arg for setting in settings for arg in ("-o", setting)), *options)
     await wait_registered(cluster_uri, bookie.bookie_id, read_only=False)
     await with_metadata(cluster_uri, bookie.bookie_id, *ledgers)
     return await BookieClient.connect("127.0.0.1", bookie.port, Protocol.V2)

@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
+from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
+from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import ReadRequest
+from tests.server.admin_client import call
 from tests.server.test_full_disk_gc_process import (
     add_more,
     add_round,
@@ -22,6 +26,30 @@ from tests.server.test_full_disk_gc_process import (
 from tests.server.test_full_disk_process import BookieProcess, cluster_uri, wait_registered
 
 __all__ = ["cluster_uri"]
+
+
+async def admin_port(uri: str, bookie_id: str) -> int:
+    """The port of ``bookie_id``'s admin HTTP API, as it registered it."""
+    async with await ClusterMetadata.open(uri) as cluster:
+        endpoint = (await cluster.registry.service_info(bookie_id)).endpoint(HTTP_ENDPOINT_ID)
+    assert endpoint is not None, f"bookie {bookie_id} registered no admin endpoint"
+    return endpoint.port
+
+
+async def gc_status(http_port: int) -> dict[str, Any]:
+    answer = await call(http_port, "GET", "/api/v1/bookie/gc")
+    assert answer.status == 200, answer
+    return dict(answer.json())
+
+
+async def wait_pass_over(http_port: int) -> None:
+    """Until the bookie's garbage collector has run a pass on the full disk and runs none."""
+    async with asyncio.timeout(60):  # a hang guard
+        while True:
+            status = await gc_status(http_port)
+            if status["disk_state"] != "writable" and status["passes"] and not status["running"]:
+                return
+            await asyncio.sleep(0.05)
 
 
 LEDGERS = tuple(range(201, 211))
@@ -45,11 +73,15 @@ async def test_deleting_ledgers_on_a_full_bookie_makes_it_writable_within_second
 ) -> None:
     bookie = BookieProcess(small_tmpfs / "bookie", tmp_path / "bookie.log", cluster_uri)
     try:
-        raw = await start_with_ledgers(bookie, SETTINGS, cluster_uri, LEDGERS)
+        raw = await start_with_ledgers(bookie, SETTINGS, cluster_uri, LEDGERS, "--http-port", "0")
+        http_port = await admin_port(cluster_uri, bookie.bookie_id)
         acked, entry, _seen = await fill(raw, LEDGERS)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
-        await asyncio.sleep(2.0)  # the pass run when the disk filled is over: nothing freed
+        # The pass the full disk woke is over (it freed nothing: every ledger is live), so
+        # only a deletion can wake the next one before the period (it was a 2 s sleep).
+        await wait_pass_over(http_port)
         assert (await add_round(raw, KEPT, entry)) == dict.fromkeys(KEPT, StatusCode.EREADONLY)
+        log_offset = bookie.log_path.stat().st_size
 
         await delete_all_but(cluster_uri, LEDGERS, KEPT)
         deleted_at = time.monotonic()
@@ -58,6 +90,11 @@ async def test_deleting_ledgers_on_a_full_bookie_makes_it_writable_within_second
         writable_after_s = time.monotonic() - deleted_at
         print(f"writable {writable_after_s:.2f} s after the deletions")  # docs/benchmarks.md
         assert writable_after_s < WRITABLE_WITHIN_S
+        # ...by a pass that a deletion woke (not the period's, nor one under way: the line is
+        # logged only when a deletion wakes the collector).
+        with bookie.log_path.open("rb") as log:
+            log.seek(log_offset)
+            assert b"ledger metadata changed while the disk is full" in log.read()
 
         await add_more(raw, acked, KEPT, 5)  # adds go on where they stopped
         for ledger in KEPT:
