@@ -16,6 +16,8 @@ added at every restart (a ledger's records move to another journal between runs)
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import sys
 import threading
@@ -29,6 +31,8 @@ from storage_helpers import OTHER_KEY, entry_body, lac_body, small_config
 
 from bkeeper.common.errors import BKeeperError, TooManyRequestsError, UnauthorizedAccessError
 from bkeeper.storage import MemoryFileSystem, Storage, StorageConfig
+from bkeeper.storage.inspect_journal import JournalGroup, read_journal
+from bkeeper.storage.journal_format import journal_file_id
 
 SEEDS = 200
 ROUNDS = 3
@@ -63,6 +67,21 @@ class Model:
     #: Per ledger, the tokens of its adds, fences and explicit LACs in the order issued (the
     #: order of their records in its journal).
     issued: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
+    #: Ledgers whose delete record a restart found in a journal (replay deletes them).
+    journaled_deletes: set[int] = field(default_factory=set)
+    #: Ledgers whose delete was issued before a checkpoint or garbage collection ended (one
+    #: under way when the delete came may persist it through the index, as may one begun
+    #: after: the ledger's journal records then go unreplayed, its delete record not durable).
+    checkpointed_deletes: set[int] = field(default_factory=set)
+
+    @contextlib.contextmanager
+    def checkpointing(self) -> Iterator[None]:
+        """Around a checkpoint or a garbage collection (which checkpoints), on any thread
+        (``set.copy`` runs under the GIL): the deletes issued by its end, however it ends."""
+        try:
+            yield
+        finally:
+            self.checkpointed_deletes |= self.delete_issued.copy()
 
     def issue(self, ledger_id: int, token: tuple[object, ...]) -> None:
         self.issued.setdefault(ledger_id, []).append(token)
@@ -102,9 +121,12 @@ class Workload:
             elif roll < 0.92:
                 self.storage.force_ledger(self.live_ledger(), token=("force", self.rng.random()))
             elif roll < 0.935:
-                self.storage.checkpoint()
+                with self.model.checkpointing():
+                    self.storage.checkpoint()
             elif roll < 0.94:
-                self.storage.collect_garbage(minor=True, major=self.rng.random() < 0.5)
+                major = self.rng.random() < 0.5
+                with self.model.checkpointing():
+                    self.storage.collect_garbage(minor=True, major=major)
             else:
                 time.sleep(self.rng.choice([0, 0, 0.0005, 0.002]))
         except TooManyRequestsError:
@@ -164,6 +186,21 @@ def verify(storage: Storage, model: Model) -> None:
 GONE, WHOLE, IN_PART = "gone", "wholly there", "back in part"
 
 
+def journaled_deletes(fs: MemoryFileSystem) -> set[int]:
+    """The ledgers with a delete record in a journal file on ``fs`` (read as a restart
+    finds it, before the storage opens: what its replay will delete)."""
+    found: set[int] = set()
+    for directory in sorted(fs.disk.dirs):
+        for name in sorted(fs.list_dir(directory)):
+            file_id = journal_file_id(name)
+            if file_id is None:
+                continue
+            for item in read_journal(fs, os.path.join(directory, name), file_id):
+                if isinstance(item, JournalGroup):
+                    found.update(r.ledger_id for r in item.records if r.kind == "DELETE_LEDGER")
+    return found
+
+
 def verify_deleted_unacknowledged(
     storage: Storage, model: Model, ledger_id: int, acked: set[object]
 ) -> str:
@@ -177,13 +214,25 @@ def verify_deleted_unacknowledged(
     there on is there (records reach a ledger's journal in the order issued), and every entry
     there is what was written. Returns which of the three it is. (A stricter storage would
     keep a deletion out of checkpoints and GC until its journal record is durable, and this
-    could assert two outcomes: see the closing note of 2026-11-24.)"""
+    could assert two outcomes: see the closing note of 2026-11-24.)
+
+    Gone, with something of it acknowledged, needs a reason: its delete record was in a
+    journal at a restart (durable, its acknowledgement lost in the crash), or a checkpoint or
+    garbage collection ended after the delete was issued (the index may have persisted it)."""
+    records = [t for t in model.issued.get(ledger_id, []) if t in acked]
     if not storage.ledger_exists(ledger_id):
+        assert (
+            not records
+            or ledger_id in model.journaled_deletes
+            or ledger_id in model.checkpointed_deletes
+        ), (
+            f"ledger {ledger_id} gone, its delete not acknowledged, with {len(records)} "
+            f"acknowledged records, its delete record in no journal and no checkpoint ended after it"
+        )
         return GONE
     present = storage.list_entries(ledger_id)
     for entry_id in present:
         assert storage.read_entry(ledger_id, entry_id) == model.bodies[ledger_id, entry_id]
-    records = [t for t in model.issued.get(ledger_id, []) if t in acked]
     there = [is_there(storage, model, record, present) for record in records]
     if all(there):
         # With nothing of it acknowledged, its key may be one of the records a checkpoint
@@ -246,11 +295,16 @@ def verify_ledger(
 
 
 def checkpoint_loop(
-    storage: Storage, fs: MemoryFileSystem, stop: threading.Event, failures: list[BaseException]
+    storage: Storage,
+    model: Model,
+    fs: MemoryFileSystem,
+    stop: threading.Event,
+    failures: list[BaseException],
 ) -> None:
     while not stop.is_set():
         try:
-            storage.checkpoint()
+            with model.checkpointing():
+                storage.checkpoint()
         except (OSError, BKeeperError) as exc:
             if not fs.crashed:
                 failures.append(exc)
@@ -289,6 +343,7 @@ def run_round(
     The crash is either scheduled at a random filesystem operation (so it may land inside
     open, a group commit, a flush or a checkpoint, on any thread) or made after the
     workload."""
+    model.journaled_deletes |= journaled_deletes(fs)
     rng = random.Random(seed * 1000 + round_no)
     torn = rng if rng.random() < 0.5 else None
     if rng.random() < 0.6:  # sometimes early, to crash inside open (replay, checkpoint)
@@ -301,7 +356,7 @@ def run_round(
     stop, failures = threading.Event(), []
     checkpointer = None
     if seed % 3 == 0:
-        args = (storage, fs, stop, failures)
+        args = (storage, model, fs, stop, failures)
         checkpointer = threading.Thread(target=checkpoint_loop, args=args, daemon=True)
         checkpointer.start()
     try:
@@ -350,6 +405,7 @@ def test_acknowledged_state_survives_crashes(seed: int, layout: str) -> None:
         fs.mount(mount)
     for round_no in range(ROUNDS):
         fs = run_round(seed, round_no, fs, model, config_of(round_no))
+    model.journaled_deletes |= journaled_deletes(fs)
     storage = Storage.open(config_of(ROUNDS), fs, model.on_durable)
     verify(storage, model)
     storage.close()
