@@ -24,6 +24,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.underreplication import UnderReplicationManager, auditor_election
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryBookie, MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import master_key
 from bkeeper.wire.messages import GetListOfEntriesRequest, ReadRequest
@@ -114,6 +115,7 @@ async def cluster_of(bookies: int = 4) -> AsyncIterator[tuple[MemoryCluster, Boo
         yield cluster, bk
 
 
+@on_virtual_time
 async def test_lost_bookie_marked_once_the_delay_passed() -> None:
     async with cluster_of() as (cluster, bk):
         ledgers = await write_ledgers(bk, 6)
@@ -137,6 +139,7 @@ async def test_lost_bookie_marked_once_the_delay_passed() -> None:
             assert auditor.reports["bookies"].lost == (lost,)
 
 
+@on_virtual_time
 async def test_an_open_ledger_counts_every_segment() -> None:
     async with cluster_of(3) as (cluster, bk):
         writer = await bk.create_ledger(3, 3, 2, password=PASSWORD)  # no entry: all 3 count
@@ -146,6 +149,7 @@ async def test_an_open_ledger_counts_every_segment() -> None:
         assert report.marked == {writer.ledger_id: (cluster.bookies[2].bookie_id,)}
 
 
+@on_virtual_time
 async def test_bookie_back_before_the_delay_is_forgotten() -> None:
     async with cluster_of() as (cluster, bk):
         await write_ledgers(bk, 6)
@@ -172,6 +176,7 @@ async def test_bookie_back_before_the_delay_is_forgotten() -> None:
             assert set((await markers(urm)).values()) == {(bookie.bookie_id,)}
 
 
+@on_virtual_time
 async def test_read_only_bookies_are_not_lost() -> None:
     async with cluster_of() as (cluster, bk):
         await write_ledgers(bk, 4)
@@ -183,6 +188,7 @@ async def test_read_only_bookies_are_not_lost() -> None:
         assert (report.marked, report.lost, report.ledgers_audited) == ({}, (), 4)
 
 
+@on_virtual_time
 async def test_triggeraudit_audits_at_once() -> None:
     """Any write of the delay node (triggeraudit rewrites the same value) audits pending
     losses at once; the node's value, not the config's, is the delay in force."""
@@ -204,6 +210,7 @@ async def test_triggeraudit_audits_at_once() -> None:
             assert auditor.delay_s == 3600
 
 
+@on_virtual_time
 async def test_delay_changed_at_run_time() -> None:
     async with cluster_of() as (cluster, bk):
         await write_ledgers(bk, 6)
@@ -221,6 +228,7 @@ async def test_delay_changed_at_run_time() -> None:
             await until(lambda: auditor.delay_s == 60, "the new delay in force")
 
 
+@on_virtual_time
 async def test_a_new_auditor_waits_out_the_delay_for_a_bookie_already_gone() -> None:
     async with cluster_of() as (cluster, bk):
         ledgers = await write_ledgers(bk, 6)
@@ -238,6 +246,7 @@ async def test_a_new_auditor_waits_out_the_delay_for_a_bookie_already_gone() -> 
             assert await markers(urm) == expected
 
 
+@on_virtual_time
 async def test_nothing_marked_while_disabled() -> None:
     """As BookKeeper's auditor: marking waits while auto-recovery is disabled."""
     async with cluster_of() as (cluster, bk):
@@ -260,6 +269,7 @@ async def test_nothing_marked_while_disabled() -> None:
             assert await markers(urm) == expected
 
 
+@on_virtual_time
 async def test_two_auditors_racing_only_the_leader_marks() -> None:
     async with MemoryCluster(4) as cluster:
         clients = [await cluster.client(CLIENT) for _ in range(2)]
@@ -322,6 +332,7 @@ async def test_two_auditors_racing_only_the_leader_marks() -> None:
                 await election.aclose()
 
 
+@on_virtual_time
 async def test_check_all_ledgers_finds_a_replica_that_lost_its_data() -> None:
     async with cluster_of() as (cluster, bk):
         ledgers = await write_ledgers(bk, 4)
@@ -340,6 +351,7 @@ async def test_check_all_ledgers_finds_a_replica_that_lost_its_data() -> None:
         assert await urm.check_ctime_ms("checkallledgers") == clock.wall_ms()
 
 
+@on_virtual_time
 async def test_check_all_ledgers_marks_a_bad_copy() -> None:
     async with cluster_of(3) as (cluster, bk):
         ledgers = await write_ledgers(bk, 2)
@@ -349,6 +361,7 @@ async def test_check_all_ledgers_marks_a_bad_copy() -> None:
         assert report.marked == {ledgers[0]: (bad,), ledgers[1]: (bad,)}
 
 
+@on_virtual_time
 async def test_check_all_ledgers_reports_what_it_cannot_tell() -> None:
     async with cluster_of(3) as (cluster, bk):
         ledgers = await write_ledgers(bk, 1)
@@ -360,6 +373,7 @@ async def test_check_all_ledgers_reports_what_it_cannot_tell() -> None:
         assert "could not be probed" in report.failed[ledgers[0]]
 
 
+@on_virtual_time
 async def test_check_all_ledgers_is_due_from_the_recorded_ctime() -> None:
     async with cluster_of(3) as (_cluster, bk):
         ledgers = await write_ledgers(bk, 2)
@@ -379,6 +393,7 @@ async def test_check_all_ledgers_is_due_from_the_recorded_ctime() -> None:
 
 
 @pytest.mark.parametrize("recorded", [False, True])
+@on_virtual_time
 async def test_a_check_never_run_runs_at_start(recorded: bool) -> None:
     async with cluster_of(3) as (_cluster, bk):
         urm, clock = bk.cluster.underreplication, FakeClock()
@@ -389,6 +404,7 @@ async def test_a_check_never_run_runs_at_start(recorded: bool) -> None:
             assert "ledgers" in auditor.reports
 
 
+@on_virtual_time
 async def test_unreadable_nodes_do_not_stop_the_auditor() -> None:
     """A delay node that is not a number means the config's delay until it is rewritten
     (which audits at once); an unreadable ctime node means "never ran"."""
@@ -412,6 +428,7 @@ async def test_unreadable_nodes_do_not_stop_the_auditor() -> None:
             assert set((await markers(urm)).values()) == {(lost,)}
 
 
+@on_virtual_time
 async def test_check_all_ledgers_probes_an_open_ledger_up_to_its_lac() -> None:
     async with cluster_of(3) as (cluster, bk):
         writer = await bk.create_ledger(3, 3, 2, password=PASSWORD)
@@ -426,6 +443,7 @@ async def test_check_all_ledgers_probes_an_open_ledger_up_to_its_lac() -> None:
         await writer.append(b"still writing")  # the auditor reads, it never fences
 
 
+@on_virtual_time
 async def test_run_raises_what_stopped_it() -> None:
     async with cluster_of(3) as (_cluster, bk):
         auditor = Auditor(bk, bk.cluster.underreplication, CONFIG, clock=FakeClock())
@@ -434,6 +452,7 @@ async def test_run_raises_what_stopped_it() -> None:
             await asyncio.wait_for(auditor.run(), WAIT_S)
 
 
+@on_virtual_time
 async def test_placement_check_reports_segments_on_too_few_racks() -> None:
     async with cluster_of(4) as (cluster, bk):
         names = [b.bookie_id for b in cluster.bookies]
@@ -479,6 +498,7 @@ async def lose_an_entry_in_the_middle(
     return victim, holder
 
 
+@on_virtual_time
 async def test_replicas_check_finds_an_entry_lost_in_the_middle_and_the_worker_repairs_it() -> None:
     """A replica that lost one entry in the middle of a fragment: the probes of
     check-all-ledgers (first and last entry) see nothing; the replicas check (each replica's
@@ -502,6 +522,7 @@ async def test_replicas_check_finds_an_entry_lost_in_the_middle_and_the_worker_r
         assert (await auditor.replicas_check()).marked == {}
 
 
+@on_virtual_time
 async def test_a_replica_that_could_not_list_its_entries_is_asked_again() -> None:
     """A replica that could not list its entries (a timeout under load) left its ledger
     unchecked until the next check, a day later by default; a ledger it lacked entries of
@@ -523,6 +544,7 @@ async def test_a_replica_that_could_not_list_its_entries_is_asked_again() -> Non
         assert report.ledgers_audited == 2  # a ledger asked again is counted once
 
 
+@on_virtual_time
 async def test_replicas_check_runs_on_its_interval_and_reports_what_it_cannot_tell() -> None:
     async with cluster_of(3) as (cluster, bk):
         ledgers = await write_ledgers(bk, 1)
@@ -547,6 +569,7 @@ async def test_replicas_check_runs_on_its_interval_and_reports_what_it_cannot_te
             assert await urm.check_ctime_ms("replicascheck") == clock.wall_ms()
 
 
+@on_virtual_time
 async def test_an_auditor_cancelled_as_it_is_woken_stops() -> None:
     """Leadership lost (the auditor cancelled) just as something woke the auditor: with
     ``asyncio.wait_for`` around its wait (Python 3.11) the wake won, the cancellation was
@@ -569,6 +592,7 @@ async def test_an_auditor_cancelled_as_it_is_woken_stops() -> None:
                 await asyncio.wait({task}, timeout=5)
 
 
+@on_virtual_time
 async def test_an_auditor_cancelled_mid_pass_ends_even_if_the_pass_fails_on_its_way_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

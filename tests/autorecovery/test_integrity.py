@@ -19,6 +19,7 @@ from bkeeper.storage import Storage
 from bkeeper.storage.framing import RECORD_HEADER_BYTES
 from bkeeper.testing.cluster import MemoryBookie, MemoryCluster
 from bkeeper.testing.journal_faults import journal_patches
+from bkeeper.testing.virtual_time import on_virtual_time
 
 PASSWORD = b"pw"
 CLIENT = ClientConfig(add_timeout_ms=120_000, read_timeout_ms=1_000)
@@ -78,6 +79,7 @@ def _assert_holds_everything(bookie: MemoryBookie, ledger_id: int, meta) -> None
         assert body.endswith(payload(ledger_id, entry_id))
 
 
+@on_virtual_time
 async def test_a_closed_ledger_is_copied_back_and_leaves_limbo() -> None:
     async with MemoryCluster(3, storage_options=GROUP_WAIT) as cluster:
         bk = await cluster.client(CLIENT)
@@ -104,6 +106,7 @@ async def test_a_closed_ledger_is_copied_back_and_leaves_limbo() -> None:
         _assert_holds_everything(bookie, wh.ledger_id, meta)
 
 
+@on_virtual_time
 async def test_an_open_ledger_is_recovered_first() -> None:
     async with MemoryCluster(3, storage_options=GROUP_WAIT) as cluster:
         bk = await cluster.client(CLIENT)
@@ -117,6 +120,7 @@ async def test_an_open_ledger_is_recovered_first() -> None:
         _assert_holds_everything(bookie, wh.ledger_id, meta)
 
 
+@on_virtual_time
 async def test_striped_ledger_copies_only_this_bookie_share() -> None:
     async with MemoryCluster(4, storage_options=GROUP_WAIT) as cluster:
         bk = await cluster.client(CLIENT)
@@ -129,6 +133,7 @@ async def test_striped_ledger_copies_only_this_bookie_share() -> None:
         _assert_holds_everything(bookie, wh.ledger_id, await bk.ledger_metadata(wh.ledger_id))
 
 
+@on_virtual_time
 async def test_a_ledger_without_metadata_is_deleted() -> None:
     async with MemoryCluster(3, storage_options=GROUP_WAIT) as cluster:
         bk = await cluster.client(CLIENT)
@@ -143,6 +148,7 @@ async def test_a_ledger_without_metadata_is_deleted() -> None:
             _storage(bookie).read_entry(wh.ledger_id, 0)
 
 
+@on_virtual_time
 async def test_limbo_of_the_whole_storage_becomes_limbo_of_its_ledgers() -> None:
     async with MemoryCluster(3, storage_options=GROUP_WAIT) as cluster:
         bk = await cluster.client(CLIENT)
@@ -166,6 +172,7 @@ async def test_limbo_of_the_whole_storage_becomes_limbo_of_its_ledgers() -> None
             storage.read_entry(10_000, 0)
 
 
+@on_virtual_time
 async def test_a_ledger_that_cannot_be_repaired_yet_stays_in_limbo_until_a_later_pass() -> None:
     async with MemoryCluster(3, storage_options=GROUP_WAIT) as cluster:
         bk = await cluster.client(CLIENT)

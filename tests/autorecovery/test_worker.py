@@ -22,6 +22,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.underreplication import UnderreplicatedLedger, UnderReplicationManager
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import Fault, MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import AddRequest
 
@@ -119,6 +120,7 @@ def hang_adds(cluster: MemoryCluster, bookie_ids: set[str]) -> dict[str, Fault]:
     }
 
 
+@on_virtual_time
 async def test_worker_repairs_full_and_striped_ledgers() -> None:
     async with MemoryCluster(6) as cluster:
         bk = await cluster.client(CLIENT)
@@ -168,6 +170,7 @@ async def test_worker_repairs_full_and_striped_ledgers() -> None:
         assert status.entries_copied > 0 and status.bytes_copied > status.entries_copied * 100
 
 
+@on_virtual_time
 async def test_replicate_ledger_dry_run_and_unmarked_lost_bookies() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -194,6 +197,7 @@ async def test_replicate_ledger_dry_run_and_unmarked_lost_bookies() -> None:
         assert again.done and again.entries_copied == 0 and again.replaced == {}
 
 
+@on_virtual_time
 async def test_target_lost_during_repair_another_is_chosen_next_round() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -231,6 +235,7 @@ async def test_target_lost_during_repair_another_is_chosen_next_round() -> None:
         assert other in members_of(new)
 
 
+@on_virtual_time
 async def test_worker_killed_holding_a_lock_gives_the_ledger_to_another() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -269,6 +274,7 @@ async def test_worker_killed_holding_a_lock_gives_the_ledger_to_another() -> Non
         await assert_replicated(cluster, bk, lid, 40, {lost})
 
 
+@on_virtual_time
 async def test_ledger_deleted_while_being_repaired_is_unmarked() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -297,6 +303,7 @@ async def test_ledger_deleted_while_being_repaired_is_unmarked() -> None:
             await bk.ledger_metadata(lid)
 
 
+@on_virtual_time
 async def test_ledger_deleted_before_it_is_taken_is_unmarked() -> None:
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client(CLIENT)
@@ -314,6 +321,7 @@ async def test_ledger_deleted_before_it_is_taken_is_unmarked() -> None:
 
 
 @pytest.mark.parametrize("marked_with_ctime", [True, False])
+@on_virtual_time
 async def test_open_ledger_is_fenced_only_after_the_grace_period(marked_with_ctime: bool) -> None:
     """A mark without its ctime (older writers of the format): the grace period counts
     from when the worker first saw it."""
@@ -359,6 +367,7 @@ async def test_open_ledger_is_fenced_only_after_the_grace_period(marked_with_cti
             await wh.append(payload(lid, 30))
 
 
+@on_virtual_time
 async def test_open_ledger_earlier_segments_are_repaired_without_fencing() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -395,6 +404,7 @@ class ReleaseFailsOnce(UnderReplicationManager):
 
 
 @pytest.mark.parametrize("release_fails", [False, True])
+@on_virtual_time
 async def test_not_enough_bookies_keeps_the_ledger_marked_and_retries(release_fails: bool) -> None:
     """With ``release_fails``, found by ``bkeeper verify`` (seed 20297: ZooKeeper killed for
     3.8 s while workers repaired): a release that failed left the lock held by the worker's
@@ -428,6 +438,7 @@ async def test_not_enough_bookies_keeps_the_ledger_marked_and_retries(release_fa
         assert spare[0].bookie_id in members_of(meta)
 
 
+@on_virtual_time
 async def test_disabled_worker_stays_idle() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -447,6 +458,7 @@ async def test_disabled_worker_stays_idle() -> None:
         await assert_replicated(cluster, bk, lid, 10, {lost})
 
 
+@on_virtual_time
 async def test_target_refusing_recovery_adds_fails_the_attempt_and_changes_nothing() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -486,6 +498,7 @@ class _SlowLocks(UnderReplicationManager):
         return entry
 
 
+@on_virtual_time
 async def test_lanes_take_ledgers_at_once_and_never_the_same_one_twice() -> None:
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -510,6 +523,7 @@ async def test_lanes_take_ledgers_at_once_and_never_the_same_one_twice() -> None
         assert [e async for e in urm.ledgers()] == [] and await urm.locked() == []
 
 
+@on_virtual_time
 async def test_a_marked_bookie_that_came_back_is_not_replaced() -> None:
     """Marked while it restarted (delay 0): once it is registered again the mark goes,
     nothing is copied and the ensemble stays (before: its replicas were copied elsewhere, or
@@ -530,6 +544,7 @@ async def test_a_marked_bookie_that_came_back_is_not_replaced() -> None:
         assert worker.status.entries_copied == 0
 
 
+@on_virtual_time
 async def test_a_registered_bookie_that_lost_its_entries_is_replaced() -> None:
     """A live bookie that lacks entries it should hold (check-all-ledgers or the replicas
     check marked it) is not "back with its data": its part is copied to another bookie and
@@ -554,6 +569,7 @@ async def test_a_registered_bookie_that_lost_its_entries_is_replaced() -> None:
         assert len(members_of(after) - members_of(before)) == 1
 
 
+@on_virtual_time
 async def test_a_lagging_registry_view_is_read_again_before_giving_up() -> None:
     """The worker's registry watch may not have seen a bookie that just joined: a plan that
     finds no target with the followed set reads the registry once more (before: the ledger
@@ -572,6 +588,7 @@ async def test_a_lagging_registry_view_is_read_again_before_giving_up() -> None:
         assert outcome.replaced == {0: {lost: spare.bookie_id}}
 
 
+@on_virtual_time
 async def test_open_ledger_without_a_candidate_is_not_fenced_and_says_why() -> None:
     """The sandbox's case (3 bookies, E3/Qw3/Qa2, one killed): past its grace period the
     open ledger was fenced although no bookie could take the lost one's place, and its
@@ -616,6 +633,7 @@ async def test_open_ledger_without_a_candidate_is_not_fenced_and_says_why() -> N
             await wh.append(payload(lid, 20))
 
 
+@on_virtual_time
 async def test_a_blocked_reason_is_recorded_once_per_change(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -24,6 +24,7 @@ from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.errors import BookieUnavailableError, ConfigError, NoSuchEntryError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import Protocol, StatusCode
 from bkeeper.wire.digest import DigestType
 from bkeeper.wire.messages import BatchReadRequest, ReadRequest
@@ -97,6 +98,7 @@ async def open_for_reading(cluster: MemoryCluster, ledger_id: int, **config: Any
 # -- the batch path --------------------------------------------------------------------------
 
 
+@on_virtual_time
 async def test_batches_cover_the_range_in_order_spread_over_the_bookies():
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 1000)
@@ -113,6 +115,7 @@ async def test_batches_cover_the_range_in_order_spread_over_the_bookies():
         assert [e.data async for e in rh.read(250, 260)] == [payload(i) for i in range(250, 261)]
 
 
+@on_virtual_time
 async def test_batches_never_cross_an_ensemble_change():
     async with MemoryCluster(4) as cluster:
         writer = await cluster.client(FAST)
@@ -152,6 +155,7 @@ def test_plan_spans_cuts_at_segment_starts_and_picks_the_batchable_ones():
 
 
 @pytest.mark.parametrize("failure", ["error", "hang", "corrupt", "down"])
+@on_virtual_time
 async def test_a_failing_bookie_costs_a_retry_on_the_next_one(failure: str):
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 600)
@@ -174,6 +178,7 @@ async def test_a_failing_bookie_costs_a_retry_on_the_next_one(failure: str):
         assert cluster.bookies[victim].requests - before <= FAST.batch_reads_in_flight_max
 
 
+@on_virtual_time
 async def test_when_every_bookie_fails_the_batch_the_per_entry_path_reads_it():
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 300)
@@ -183,6 +188,7 @@ async def test_when_every_bookie_fails_the_batch_the_per_entry_path_reads_it():
         check(await batches_of(rh), 0, 299, 100)
 
 
+@on_virtual_time
 async def test_a_missing_entry_fails_after_the_entries_before_it():
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 120)
@@ -194,6 +200,7 @@ async def test_a_missing_entry_fails_after_the_entries_before_it():
         assert seen == list(range(120))
 
 
+@on_virtual_time
 async def test_every_bookie_silent_is_bookie_unavailable():
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 20)
@@ -208,6 +215,7 @@ async def test_every_bookie_silent_is_bookie_unavailable():
 
 
 @pytest.mark.parametrize("case", ["striped", "v3"])
+@on_virtual_time
 async def test_striped_ledgers_and_v3_read_entry_by_entry_in_chunks(case: str):
     async with MemoryCluster(3) as cluster:
         quorums = (3, 2, 2) if case == "striped" else (3, 3, 2)
@@ -225,6 +233,7 @@ async def test_striped_ledgers_and_v3_read_entry_by_entry_in_chunks(case: str):
 # -- the LAC ---------------------------------------------------------------------------------
 
 
+@on_virtual_time
 async def test_beyond_the_lac_is_refused_unless_unconfirmed():
     async with MemoryCluster(3) as cluster:
         writer = await cluster.client(FAST)
@@ -249,6 +258,7 @@ async def test_beyond_the_lac_is_refused_unless_unconfirmed():
 
 
 @pytest.mark.parametrize("limit", [{"batch_read_bytes_max": 1000}, {"batch_read_entries_max": 7}])
+@on_virtual_time
 async def test_short_answers_continue_where_the_bookie_stopped(limit: dict[str, int]):
     async with MemoryCluster(3, bookie_options=limit) as cluster:
         ledger_id = await closed_ledger(cluster, 500)
@@ -260,6 +270,7 @@ async def test_short_answers_continue_where_the_bookie_stopped(limit: dict[str, 
         assert sum(requests(cluster)) - before == len(batches)  # no request asked twice
 
 
+@on_virtual_time
 async def test_client_limits_bound_each_request():
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 200)
@@ -271,6 +282,7 @@ async def test_client_limits_bound_each_request():
 # -- lifecycle and configuration ----------------------------------------------------------------
 
 
+@on_virtual_time
 async def test_leaving_early_cancels_the_requests_in_flight():
     async with MemoryCluster(3) as cluster:
         ledger_id = await closed_ledger(cluster, 400)

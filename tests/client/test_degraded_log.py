@@ -14,6 +14,7 @@ from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.namedlog.writer import ROLL_RETRY_PAUSE_S
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from tests.client.test_degraded_scenarios import add_bookie, until
 from tests.client.test_scenarios_more import bounded
 
@@ -25,6 +26,7 @@ FAST = ClientConfig(
 )
 
 
+@on_virtual_time
 async def test_a_roll_with_too_few_bookies_writes_on_to_the_degraded_ledger(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

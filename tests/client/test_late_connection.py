@@ -9,10 +9,12 @@ import asyncio
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 CONFIG = dict(add_timeout_ms=5_000, pending_adds_max=10)
 
 
+@on_virtual_time
 async def test_slow_connection_keeps_its_bookie_and_gets_every_entry() -> None:
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client(ClientConfig(**CONFIG))  # type: ignore[arg-type]
@@ -35,6 +37,7 @@ async def test_slow_connection_keeps_its_bookie_and_gets_every_entry() -> None:
             assert bytes(late.storage.read_entry(wh.ledger_id, i)).endswith(b"e%d" % i)
 
 
+@on_virtual_time
 async def test_past_its_socket_allowance_a_connecting_bookie_is_replaced() -> None:
     async with MemoryCluster(4) as cluster:
         config = ClientConfig(connection_write_buffer_bytes_max=2_000, **CONFIG)  # type: ignore[arg-type]
@@ -50,6 +53,7 @@ async def test_past_its_socket_allowance_a_connecting_bookie_is_replaced() -> No
         assert late_id not in list(meta.segments.values())[-1]
 
 
+@on_virtual_time
 async def test_a_burst_while_every_bookie_connects_waits_for_them_instead_of_failing_them() -> None:
     # A new client's first appends: no bookie is up, so nothing can be acknowledged without
     # them; appends past the bytes a connecting bookie may hold wait for the connects (a

@@ -17,10 +17,12 @@ from bkeeper.common.errors import ConnectionLossError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.meta.memory import MemoryNodeStore
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from tests.client.test_scenarios_ensemble import FAST, until
 from tests.client.test_scenarios_more import bounded
 
 
+@on_virtual_time
 async def test_calls_made_while_the_store_is_away_wait_for_it(caplog) -> None:
     caplog.set_level(logging.INFO, logger="bkeeper.client.metadata")
     async with MemoryCluster(3) as cluster:
@@ -45,6 +47,7 @@ async def test_calls_made_while_the_store_is_away_wait_for_it(caplog) -> None:
         assert await bounded(listing) == [wh.ledger_id, other.ledger_id]
 
 
+@on_virtual_time
 async def test_a_store_away_longer_than_the_wait_fails_the_call_naming_it() -> None:
     config = dataclasses.replace(FAST, metadata_reconnect_timeout_ms=200)
     async with MemoryCluster(3) as cluster:
@@ -63,6 +66,7 @@ async def test_a_store_away_longer_than_the_wait_fails_the_call_naming_it() -> N
         assert (await bounded(bk.ledger_metadata(wh.ledger_id))).state is LedgerState.OPEN
 
 
+@on_virtual_time
 async def test_a_close_whose_seal_failed_seals_when_called_again() -> None:
     """A close whose seal failed (the store away past ``metadata_reconnect_timeout_ms``)
     marked the handle closed all the same, so a second close returned at once and the
@@ -89,6 +93,7 @@ async def _ids(bk) -> list[int]:  # type: ignore[no-untyped-def]
     return [ledger_id async for ledger_id in bk.list_ledgers()]
 
 
+@on_virtual_time
 async def test_entering_a_started_client_touches_no_metadata() -> None:
     """``async with await start(...) as bk`` entered a started client by starting it again,
     which read the cluster's LAYOUT and INSTANCEID: during a ZooKeeper outage that failed

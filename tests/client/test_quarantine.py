@@ -19,6 +19,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.client.placement import Quarantine, SpareWarning, choose_ensemble, replace_bookie
 from bkeeper.common.errors import ConfigError, NotEnoughBookiesError
 from bkeeper.testing.cluster import MemoryBookie, MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from tests.client.test_scenarios_more import bounded, read_all
 
 FAST = ClientConfig(
@@ -179,6 +180,7 @@ async def wait_writable(cluster: MemoryCluster, bookie_id: str, present: bool) -
     await bounded(wait())
 
 
+@on_virtual_time
 async def test_a_bookie_back_from_a_crash_replaces_the_next_one_lost() -> None:
     """4 bookies, E3: A lost and replaced; A back; B lost: A takes B's place (fails
     with NotEnoughBookiesError before quarantine: A was excluded for the writer's life)."""
@@ -205,6 +207,7 @@ async def test_a_bookie_back_from_a_crash_replaces_the_next_one_lost() -> None:
         assert await read_all(rh) == [payload(i) for i in range(60)]
 
 
+@on_virtual_time
 async def test_a_quarantined_bookie_that_cannot_be_reached_is_not_taken_back() -> None:
     """A and B dead but still registered: the writer goes on degraded (B down) at once
     instead of writing segments that swap one dead bookie for the other."""
@@ -238,6 +241,7 @@ async def fail_a_writer_and_come_back(cluster: MemoryCluster, bk: BookKeeper) ->
     return lost
 
 
+@on_virtual_time
 async def test_quarantine_is_shared_by_the_clients_writers() -> None:
     """A bookie that failed one writer is left out of the client's next new ensemble while
     enough others are there."""
@@ -250,6 +254,7 @@ async def test_quarantine_is_shared_by_the_clients_writers() -> None:
             await bounded(other.close())
 
 
+@on_virtual_time
 async def test_quarantine_time_zero_excludes_only_the_failing_bookie() -> None:
     """Without quarantine a bookie that failed a writer and is back is an ordinary candidate
     (each of 20 ensembles of 3 among 5 leaves it out with chance 2/5: (2/5)**20 < 1e-7)."""
@@ -265,6 +270,7 @@ async def test_quarantine_time_zero_excludes_only_the_failing_bookie() -> None:
         assert lost.bookie_id in chosen
 
 
+@on_virtual_time
 async def test_a_client_warns_once_when_a_new_ledger_leaves_no_spare(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -27,6 +27,7 @@ from bkeeper.client.recovery_machine import (
 from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.digest import DigestType
 from bkeeper.wire.messages import ReadRequest
 
@@ -197,6 +198,7 @@ def test_recovery_with_every_bookie_answering_recovers_every_entry(
     assert {n: count >= qa for n, count in run.rewritten.items()} == {3: True, 4: True, 5: True}
 
 
+@on_virtual_time
 async def test_recovery_leaves_no_request_behind() -> None:
     config = ClientConfig(read_timeout_ms=60_000)  # a straggler would wait a minute
     async with MemoryCluster(3) as cluster:

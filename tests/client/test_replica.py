@@ -12,6 +12,7 @@ from bkeeper.client.replica import entries_on, read_replica
 from bkeeper.common.errors import ConfigError, DigestMismatchError, NoSuchEntryError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.digest import DigestType
 from bkeeper.wire.messages import ReadRequest
@@ -29,6 +30,7 @@ def test_entries_on_follows_each_segment_write_sets() -> None:
     assert entries_on(changed, "d", 0, 8) == [6, 8]
 
 
+@on_virtual_time
 async def test_create_ledger_on_chosen_bookies_and_read_one_replica() -> None:
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client()
@@ -78,6 +80,7 @@ async def test_create_ledger_on_chosen_bookies_and_read_one_replica() -> None:
         assert [(r.entry, type(r.error)) for r in lost] == [(None, NoSuchEntryError)] * 2
 
 
+@on_virtual_time
 async def test_create_ledger_refuses_bookies_that_are_not_the_ensemble() -> None:
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()

@@ -14,6 +14,7 @@ from bkeeper.common.errors import ConfigError, LogError, LogFencedError
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position
 from bkeeper.namedlog.core import entry_envelopes
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 BATCHED = LogConfig(batching=True, batch_max_records=10, linger_ms=0, tail_poll_ms=100)
@@ -41,6 +42,7 @@ async def entry_counts(logs: NamedLogs, name: str) -> list[int]:
     return counts
 
 
+@on_virtual_time
 async def test_pipelined_appends_share_batches_and_keep_their_own_positions():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -63,6 +65,7 @@ async def test_pipelined_appends_share_batches_and_keep_their_own_positions():
         assert await named.last_position() == Position(ledger, 2, 4)
 
 
+@on_virtual_time
 async def test_a_lone_record_is_a_format_1_entry_and_appends_one_at_a_time_are_not_held():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -76,6 +79,7 @@ async def test_a_lone_record_is_a_format_1_entry_and_appends_one_at_a_time_are_n
         assert (await handle.read_entry(0)).payload[0] == 1  # format 1
 
 
+@on_virtual_time
 async def test_batch_max_bytes_seals_and_a_larger_record_goes_alone():
     config = LogConfig(batching=True, batch_max_bytes=100, linger_ms=0)
     async with MemoryCluster(3) as cluster:
@@ -91,6 +95,7 @@ async def test_batch_max_bytes_seals_and_a_larger_record_goes_alone():
         assert await entry_counts(logs, "log") == [2, 2, 1, 1, 1]
 
 
+@on_virtual_time
 async def test_linger_holds_a_batch_until_it_passes_or_a_flush():
     config = LogConfig(batching=True, linger_ms=60_000)
     async with MemoryCluster(3) as cluster:
@@ -108,6 +113,7 @@ async def test_linger_holds_a_batch_until_it_passes_or_a_flush():
 
 
 @pytest.mark.parametrize("compression", ["zstd", "lz4"])
+@on_virtual_time
 async def test_compressed_batches_read_back(compression):
     config = LogConfig(batching=True, linger_ms=0, compression=compression)
     async with MemoryCluster(3) as cluster:
@@ -126,6 +132,7 @@ async def test_compressed_batches_read_back(compression):
         assert [r.position for r in records] == positions
 
 
+@on_virtual_time
 async def test_append_many_fills_batches_in_order_and_returns_every_position():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -148,6 +155,7 @@ async def test_append_many_fills_batches_in_order_and_returns_every_position():
         assert all(r.key == b"k" for r in records[1:])
 
 
+@on_virtual_time
 async def test_append_many_without_batching_writes_an_entry_each():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST))
@@ -158,6 +166,7 @@ async def test_append_many_without_batching_writes_an_entry_each():
         assert positions == [Position(positions[0].ledger_id, i) for i in range(3)]
 
 
+@on_virtual_time
 async def test_readers_start_inside_a_batch_and_resume_across_entries():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -179,6 +188,7 @@ async def test_readers_start_inside_a_batch_and_resume_across_entries():
         await reader.close()
 
 
+@on_virtual_time
 async def test_tailing_reader_gets_batches_as_they_come_and_old_entries_before_them():
     async with MemoryCluster(3) as cluster:
         client = await cluster.client(FAST)
@@ -206,6 +216,7 @@ async def test_tailing_reader_gets_batches_as_they_come_and_old_entries_before_t
         await reader.close()
 
 
+@on_virtual_time
 async def test_latest_and_time_starts_with_batches():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -223,6 +234,7 @@ async def test_latest_and_time_starts_with_batches():
         await reader.close()
 
 
+@on_virtual_time
 async def test_spans_carry_the_indexes_of_starts_and_ends_inside_batches():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -243,6 +255,7 @@ async def test_spans_carry_the_indexes_of_starts_and_ends_inside_batches():
         )
 
 
+@on_virtual_time
 async def test_batching_options_are_checked():
     with pytest.raises(ConfigError, match="batch_max_records"):
         LogConfig(batch_max_records=0)
@@ -254,6 +267,7 @@ async def test_batching_options_are_checked():
         LogConfig(compression="gzip")
 
 
+@on_virtual_time
 async def test_appends_after_close_are_refused_and_pending_batches_were_sent():
     config = LogConfig(batching=True, linger_ms=60_000)
     async with MemoryCluster(3) as cluster:
@@ -267,6 +281,7 @@ async def test_appends_after_close_are_refused_and_pending_batches_were_sent():
             await writer.append(b"late")
 
 
+@on_virtual_time
 async def test_a_batching_writer_fenced_mid_run_loses_nothing_acknowledged():
     """A sends 200 records; once 20 are acknowledged, B takes over (fencing A's ledger) while
     the rest may be in flight; then A sends 200 more. Every record sent after the takeover

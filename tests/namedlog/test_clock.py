@@ -12,10 +12,12 @@ from bkeeper.common.errors import SubscriptionBusyError
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 
 
+@on_virtual_time
 async def test_rolls_and_retention_by_age_follow_the_clock():
     clock = FakeClock()
     config = LogConfig(roll_age_ms=60_000, retention_age_ms=600_000)
@@ -54,6 +56,7 @@ class _LeapingClock(FakeClock):
         return super().monotonic()
 
 
+@on_virtual_time
 async def test_consumers_waits_are_measured_on_the_logs_clock():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), clock=_LeapingClock())

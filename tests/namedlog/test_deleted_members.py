@@ -13,9 +13,11 @@ import pytest
 from bkeeper.common.errors import LogDeletedError, NotLeaderError
 from bkeeper.namedlog import NamedLogs
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 from tests.statemachine.test_machine import CLIENT, member, wait_for
 
 
+@on_virtual_time
 async def test_members_stop_when_their_log_is_deleted(caplog: pytest.LogCaptureFixture) -> None:
     async with MemoryCluster(3) as cluster:
         leader, _journal_a, stop_a, task_a, _ = await member(cluster, "a")

@@ -21,6 +21,7 @@ from bkeeper.namedlog.core import (
     encode_record,
 )
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200, explicit_lac_interval_ms=20
@@ -44,6 +45,7 @@ async def collect(reader, count: int, timeout_s: float = 10.0):
 
 
 @pytest.mark.parametrize("config", [PLAIN, BATCHED], ids=["plain", "batched"])
+@on_virtual_time
 async def test_large_records_go_in_chunks_and_come_back_whole_at_one_position_each(config):
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), config)
@@ -78,6 +80,7 @@ async def test_large_records_go_in_chunks_and_come_back_whole_at_one_position_ea
         assert await named.last_position() == positions[-1]
 
 
+@on_virtual_time
 async def test_append_many_with_a_large_record_keeps_order_and_positions():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), BATCHED)
@@ -93,6 +96,7 @@ async def test_append_many_with_a_large_record_keeps_order_and_positions():
         assert [r.payload for r in records] == [b"a", b"b", big(2), b"c"]
 
 
+@on_virtual_time
 async def test_a_record_larger_than_the_limit_is_refused_before_anything_is_written():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), LogConfig())
@@ -106,6 +110,7 @@ async def test_a_record_larger_than_the_limit_is_refused_before_anything_is_writ
         assert position.entry_id == 0
 
 
+@on_virtual_time
 async def test_a_chunk_size_out_of_bounds_is_refused():
     with pytest.raises(ConfigError, match="chunk_bytes"):
         LogConfig(chunk_bytes=CHUNK - 1)
@@ -113,6 +118,7 @@ async def test_a_chunk_size_out_of_bounds_is_refused():
         LogConfig(chunk_bytes=4 * 1024 * 1024 + 1)
 
 
+@on_virtual_time
 async def test_a_start_inside_a_large_record_reads_it_from_its_first_chunk():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -129,6 +135,7 @@ async def test_a_start_inside_a_large_record_reads_it_from_its_first_chunk():
             await reader.close()
 
 
+@on_virtual_time
 async def test_a_tailing_reader_gets_a_large_record_appended_after_it_opened():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -153,6 +160,7 @@ async def _cut_ledger(logs: NamedLogs, entries: list[bytes]) -> int:
     return handle.ledger_id
 
 
+@on_virtual_time
 async def test_a_record_whose_writer_stopped_between_chunks_is_skipped_and_counted(caplog):
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -182,6 +190,7 @@ async def test_a_record_whose_writer_stopped_between_chunks_is_skipped_and_count
         assert await named.last_position() == Position(second, 5)
 
 
+@on_virtual_time
 async def test_consumers_get_large_records_whole_and_an_ack_covers_every_chunk():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -209,6 +218,7 @@ async def test_consumers_get_large_records_whole_and_an_ack_covers_every_chunk()
         await again.close()
 
 
+@on_virtual_time
 async def test_a_consumer_that_restarts_gets_an_unacknowledged_large_record_again_whole():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -228,6 +238,7 @@ async def test_a_consumer_that_restarts_gets_an_unacknowledged_large_record_agai
         await again.close()
 
 
+@on_virtual_time
 async def test_a_shared_claim_of_a_large_record_is_taken_over_whole():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -250,6 +261,7 @@ async def test_a_shared_claim_of_a_large_record_is_taken_over_whole():
         await slow.close()
 
 
+@on_virtual_time
 async def test_a_start_by_time_finds_a_large_record_and_an_operator_ack_covers_its_chunks():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -278,6 +290,7 @@ async def test_a_start_by_time_finds_a_large_record_and_an_operator_ack_covers_i
         await again.close()
 
 
+@on_virtual_time
 async def test_an_ack_of_a_delivered_large_record_reads_none_of_its_chunks_again():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), PLAIN)
@@ -296,6 +309,7 @@ async def test_an_ack_of_a_delivered_large_record_reads_none_of_its_chunks_again
         await consumer.close()
 
 
+@on_virtual_time
 async def test_chunks_fit_a_client_whose_frames_are_smaller_than_chunk_bytes():
     frame = 256 * 1024
     small = ClientConfig(

@@ -13,6 +13,7 @@ from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 CLIENT = ClientConfig(
     add_timeout_ms=500,
@@ -52,6 +53,7 @@ def bookies_of(meta) -> set[str]:
     return {str(b) for ensemble in meta.segments.values() for b in ensemble}
 
 
+@on_virtual_time
 async def test_a_tailing_reader_keeps_up_while_the_ensemble_changes_twice():
     async with MemoryCluster(4) as cluster:
         writer_bk = await cluster.client(CLIENT)
@@ -79,6 +81,7 @@ async def test_a_tailing_reader_keeps_up_while_the_ensemble_changes_twice():
         await writer.close()
 
 
+@on_virtual_time
 async def test_a_reader_goes_on_after_a_sealed_ledgers_bookies_are_replaced():
     async with MemoryCluster(5) as cluster:
         bk = await cluster.client(CLIENT)
@@ -114,6 +117,7 @@ async def test_a_reader_goes_on_after_a_sealed_ledgers_bookies_are_replaced():
         await reader.close()
 
 
+@on_virtual_time
 async def test_a_long_poll_goes_to_the_new_bookies_when_the_ensemble_changes_under_it():
     async with MemoryCluster(4) as cluster:
         bk = await cluster.client(CLIENT)
@@ -151,6 +155,7 @@ async def _until(condition) -> None:
         await asyncio.sleep(0.01)
 
 
+@on_virtual_time
 async def test_watches_are_bounded_per_client_and_end_with_the_handle_or_the_client():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(CLIENT)

@@ -14,6 +14,7 @@ from bkeeper.common.errors import ProtocolError
 from bkeeper.namedlog import LogConfig, NamedLogs, Position, commit_before, ensure_subscription
 from bkeeper.namedlog.core import Claim, SubscriptionState
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200, explicit_lac_interval_ms=20
@@ -106,6 +107,7 @@ async def take(consumer, count: int) -> list:
     return records
 
 
+@on_virtual_time
 async def test_a_consumer_resumes_inside_a_batch_after_what_it_acknowledged() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await batched_log(cluster, 12)
@@ -125,6 +127,7 @@ async def test_a_consumer_resumes_inside_a_batch_after_what_it_acknowledged() ->
         assert (state.mark, state.partial) == (P(positions[0].ledger_id, 2), ())
 
 
+@on_virtual_time
 async def test_records_acked_out_of_order_inside_batches_are_not_delivered_again() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await batched_log(cluster, 10)
@@ -145,6 +148,7 @@ async def test_records_acked_out_of_order_inside_batches_are_not_delivered_again
         assert (state.mark, state.acked, state.partial) == (P(positions[0].ledger_id, 1), (), ())
 
 
+@on_virtual_time
 async def test_an_operator_ack_inside_a_batch_reads_the_batch_size() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await batched_log(cluster, 10)
@@ -162,6 +166,7 @@ async def test_an_operator_ack_inside_a_batch_reads_the_batch_size() -> None:
         await again.close()
 
 
+@on_virtual_time
 async def test_the_mark_crosses_batches_and_rolled_ledgers_and_retention_follows() -> None:
     config = LogConfig(
         batching=True, batch_max_records=4, linger_ms=0, roll_bytes=150, retention_consumed=True
@@ -196,6 +201,7 @@ async def test_the_mark_crosses_batches_and_rolled_ledgers_and_retention_follows
         await writer.close()
 
 
+@on_virtual_time
 async def test_shared_consumers_share_batches_and_each_record_goes_to_one() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await batched_log(cluster, 40)
@@ -233,6 +239,7 @@ async def test_shared_consumers_share_batches_and_each_record_goes_to_one() -> N
         )
 
 
+@on_virtual_time
 async def test_commit_before_a_position_inside_a_batch() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await batched_log(cluster, 10)
@@ -246,6 +253,7 @@ async def test_commit_before_a_position_inside_a_batch() -> None:
         assert (state.mark, state.partial) == (P(positions[0].ledger_id, 1), ())
 
 
+@on_virtual_time
 async def test_a_log_of_format_1_entries_then_batches_is_consumed_in_order() -> None:
     async with MemoryCluster(3) as cluster:
         client = await cluster.client(FAST)
@@ -266,6 +274,7 @@ async def test_a_log_of_format_1_entries_then_batches_is_consumed_in_order() -> 
         await again.close()
 
 
+@on_virtual_time
 async def test_acks_inside_batches_kept_in_a_cursor_ledger() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await batched_log(cluster, 12)

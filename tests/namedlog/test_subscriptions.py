@@ -24,6 +24,7 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog import LATEST, LogConfig, NamedLogs, Position, SubscribeOptions
 from bkeeper.namedlog.core import Claim, SubscriptionState, check_subscription_name
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200, explicit_lac_interval_ms=20
@@ -85,6 +86,7 @@ async def take(consumer, count: int) -> list:
     return records
 
 
+@on_virtual_time
 async def test_a_consumer_resumes_after_what_it_acknowledged() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 10)
@@ -99,6 +101,7 @@ async def test_a_consumer_resumes_after_what_it_acknowledged() -> None:
         await again.close()
 
 
+@on_virtual_time
 async def test_a_consumer_killed_between_read_and_ack_gets_its_records_again() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, _ = await filled(cluster, 6)
@@ -116,6 +119,7 @@ async def test_a_consumer_killed_between_read_and_ack_gets_its_records_again() -
         await successor.close()
 
 
+@on_virtual_time
 async def test_two_consumers_race_for_an_exclusive_subscription() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, _ = await filled(cluster, 4)
@@ -138,6 +142,7 @@ async def test_two_consumers_race_for_an_exclusive_subscription() -> None:
         await second.close()
 
 
+@on_virtual_time
 async def test_records_acknowledged_out_of_order_are_not_delivered_again() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, _ = await filled(cluster, 6)
@@ -155,6 +160,7 @@ async def test_records_acknowledged_out_of_order_are_not_delivered_again() -> No
         await again.close()
 
 
+@on_virtual_time
 async def test_a_subscription_created_mid_log_starts_there() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, _ = await filled(cluster, 3)
@@ -164,6 +170,7 @@ async def test_a_subscription_created_mid_log_starts_there() -> None:
         await consumer.close()
 
 
+@on_virtual_time
 async def test_retention_never_deletes_what_a_subscription_has_not_consumed() -> None:
     config = LogConfig(roll_bytes=200, tail_poll_ms=100, retention_consumed=True)
     async with MemoryCluster(3) as cluster:
@@ -195,6 +202,7 @@ async def test_retention_never_deletes_what_a_subscription_has_not_consumed() ->
         assert await named._subscriptions().names("events") == []
 
 
+@on_virtual_time
 async def test_a_subscription_behind_a_truncation_is_told_never_skipped() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, writer, positions = await filled(cluster, 0)
@@ -213,6 +221,7 @@ async def test_a_subscription_behind_a_truncation_is_told_never_skipped() -> Non
             await named.unsubscribe("s")
 
 
+@on_virtual_time
 async def test_acks_past_what_was_delivered_are_refused() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 4)
@@ -267,6 +276,7 @@ def test_a_claim_expires_after_its_time_unless_every_record_of_it_is_acknowledge
     assert acked.expired_claims(5_000) == [second]
 
 
+@on_virtual_time
 async def test_shared_consumers_each_get_distinct_records_and_all_are_consumed() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 30, TINY)
@@ -298,6 +308,7 @@ async def test_shared_consumers_each_get_distinct_records_and_all_are_consumed()
             a.ack(positions[0])
 
 
+@on_virtual_time
 async def test_a_shared_claim_not_acknowledged_in_time_goes_to_another_consumer() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 6)
@@ -319,6 +330,7 @@ async def test_a_shared_claim_not_acknowledged_in_time_goes_to_another_consumer(
 
 
 # -- acks in a cursor ledger -----------------------------------------------------------------
+@on_virtual_time
 async def test_acks_in_a_cursor_ledger_survive_and_the_old_consumer_is_fenced() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 8)
@@ -360,6 +372,7 @@ async def test_acks_in_a_cursor_ledger_survive_and_the_old_consumer_is_fenced() 
             await named.subscribe("w", mode="shared", ack_store="ledger")
 
 
+@on_virtual_time
 async def test_subscribe_options_come_as_one_dataclass_or_as_keywords_over_it() -> None:
     async with MemoryCluster(3) as cluster:
         _logs, named, _writer, positions = await filled(cluster, 2)

@@ -13,6 +13,7 @@ from bkeeper.common.errors import ConfigError, LogFencedError, WriterTermError
 from bkeeper.meta.ledger_metadata import LedgerState
 from bkeeper.namedlog import LogConfig, LogMetadata, NamedLogs
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 
@@ -30,6 +31,7 @@ def test_the_term_is_recorded_and_the_old_format_reads() -> None:
     assert with_term.with_ledger(4, 7).writer_term == 12
 
 
+@on_virtual_time
 async def test_an_older_term_is_refused_before_it_fences_anything() -> None:
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST))
@@ -63,6 +65,7 @@ async def test_an_older_term_is_refused_before_it_fences_anything() -> None:
             await named.open_writer(term=-1)
 
 
+@on_virtual_time
 async def test_a_writer_whose_term_was_overtaken_is_fenced_at_its_next_roll() -> None:
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), LogConfig(roll_bytes=10))

@@ -17,6 +17,7 @@ from bkeeper.namedlog import (
     locate,
 )
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 FAST = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=200)
 SMALL = LogConfig(roll_bytes=300)
@@ -41,6 +42,7 @@ async def _build(logs: NamedLogs) -> tuple[list[Position], int]:
     return positions, empty.ledger_id
 
 
+@on_virtual_time
 async def test_ends_spans_and_time_over_several_ledgers_and_an_empty_one():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), SMALL)
@@ -90,6 +92,7 @@ async def test_ends_spans_and_time_over_several_ledgers_and_an_empty_one():
         )
 
 
+@on_virtual_time
 async def test_latest_is_past_the_entries_appended_before_their_lac_is_known():
     async with MemoryCluster(3) as cluster:
         logs = NamedLogs(await cluster.client(FAST), SMALL)
@@ -118,6 +121,7 @@ async def test_latest_is_past_the_entries_appended_before_their_lac_is_known():
         await reader.close()
 
 
+@on_virtual_time
 async def test_truncated_head_and_a_gone_ledger_are_lost_ranges():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(FAST)

@@ -10,6 +10,7 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.statemachine import Dice, DiceConfig
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 CLIENT = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=100, explicit_lac_interval_ms=10
@@ -23,6 +24,7 @@ async def wait_for(condition, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
+@on_virtual_time
 async def test_leadership_moves_and_every_process_prints_a_prefix_of_the_log():
     async with MemoryCluster(3) as cluster:
         processes = []

@@ -13,6 +13,7 @@ from bkeeper.namedlog import LogConfig, NamedLogs
 from bkeeper.statemachine import Dice, DiceConfig
 from bkeeper.statemachine.dice import election_path
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 CLIENT = ClientConfig(
     add_timeout_ms=500, read_timeout_ms=500, long_poll_timeout_ms=100, explicit_lac_interval_ms=10
@@ -26,6 +27,7 @@ async def wait_for(condition, timeout_s: float = 20.0) -> None:
         await asyncio.sleep(0.01)
 
 
+@on_virtual_time
 async def test_a_leader_paused_before_open_writer_cannot_fence_the_next_one():
     async with MemoryCluster(3) as cluster:
         paused, resume = asyncio.Event(), asyncio.Event()

@@ -14,6 +14,7 @@ from bkeeper.common.errors import (
 from bkeeper.namedlog import LogConfig, NamedLogs, Position
 from bkeeper.statemachine.snapshot_store import RECORD_RETRIES_MAX, SnapshotInfo, SnapshotStore
 from bkeeper.testing.cluster import MemoryCluster
+from bkeeper.testing.virtual_time import on_virtual_time
 
 
 class AnswerLost:
@@ -49,6 +50,7 @@ class AnswerLost:
 
 
 @pytest.mark.parametrize("first", [True, False], ids=["create", "set"])
+@on_virtual_time
 async def test_a_record_written_with_its_answer_lost_keeps_its_ledger(first):
     """The write of the record went in, its answer was lost: the store deleted the
     snapshot's ledger as unrecorded, so the record named a ledger that was gone and no
@@ -71,6 +73,7 @@ async def test_a_record_written_with_its_answer_lost_keeps_its_ledger(first):
                 await bk.ledger_metadata(earlier.ledger_id)
 
 
+@on_virtual_time
 async def test_a_record_whose_outcome_is_unknown_keeps_its_ledger(caplog):
     """The answer lost and the record unreadable after it: the write may have gone in,
     so the ledger is kept (and said), and the error is the caller's."""
@@ -119,6 +122,7 @@ class Racing:
         return await self._store.set(path, *args, **kwargs)
 
 
+@on_virtual_time
 async def test_a_record_that_loses_races_is_written_on_a_fresh_read_within_a_bound():
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client()
