@@ -11,13 +11,11 @@ from bkeeper.client.config import ClientConfig
 from bkeeper.client.pool import TcpTransport
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.cluster import MemoryCluster
-from bkeeper.testing.virtual_time import on_virtual_time
 
 LIMIT_S = 10.0
 ENTRY = b"x" * 65_536
 
 
-@on_virtual_time
 async def test_append_waits_while_the_socket_buffer_is_full() -> None:
     accepted: list[asyncio.StreamReader] = []
 

@@ -10,11 +10,9 @@ import asyncio
 from bkeeper.kv import KvClient
 from bkeeper.namedlog import LogConfig
 from bkeeper.testing.cluster import MemoryCluster
-from bkeeper.testing.virtual_time import on_virtual_time
 from tests.kv.test_kv_memory import Members, wait_for
 
 
-@on_virtual_time
 async def test_the_kv_store_takes_writes_with_a_bookie_lost_and_no_spare() -> None:
     async with MemoryCluster(3) as cluster:
         members = Members(cluster, LogConfig(tail_poll_ms=50, roll_bytes=2_000))
