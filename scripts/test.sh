@@ -30,7 +30,7 @@ fi
 # of its ~0.6 s start, and pytest re-wrote each test module in every worker. Compiled once
 # here, the processes the tests start read the caches (docs/benchmarks.md, "Bookie start-up").
 unset PYTHONDONTWRITEBYTECODE
-python -m compileall -q -j 0 src tests examples >/dev/null
+python -m compileall -q -j 0 src tests examples  # silent unless a file does not compile
 echo "== ruff (at ${SECONDS} s)"; ruff check src tests examples; ruff format --check src tests examples
 echo "== mypy (at ${SECONDS} s)"; mypy
 echo "== import-linter (at ${SECONDS} s)"; lint-imports
