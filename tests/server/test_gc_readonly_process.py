@@ -9,9 +9,9 @@ import asyncio
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from bkeeper.meta.bookie_info import HTTP_ENDPOINT_ID
-from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.cli.shell_admin import admin_url
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import ReadRequest
 from tests.server.admin_client import call
@@ -26,14 +26,6 @@ from tests.server.test_full_disk_gc_process import (
 from tests.server.test_full_disk_process import BookieProcess, cluster_uri, wait_registered
 
 __all__ = ["cluster_uri"]
-
-
-async def admin_port(uri: str, bookie_id: str) -> int:
-    """The port of ``bookie_id``'s admin HTTP API, as it registered it."""
-    async with await ClusterMetadata.open(uri) as cluster:
-        endpoint = (await cluster.registry.service_info(bookie_id)).endpoint(HTTP_ENDPOINT_ID)
-    assert endpoint is not None, f"bookie {bookie_id} registered no admin endpoint"
-    return endpoint.port
 
 
 async def gc_status(http_port: int) -> dict[str, Any]:
@@ -74,7 +66,9 @@ async def test_deleting_ledgers_on_a_full_bookie_makes_it_writable_within_second
     bookie = BookieProcess(small_tmpfs / "bookie", tmp_path / "bookie.log", cluster_uri)
     try:
         raw = await start_with_ledgers(bookie, SETTINGS, cluster_uri, LEDGERS, "--http-port", "0")
-        http_port = await admin_port(cluster_uri, bookie.bookie_id)
+        # The admin server's port, as the bookie registered it (what `bkeeper shell` reads).
+        http_port = urlsplit(await admin_url(cluster_uri, bookie.bookie_id)).port
+        assert http_port is not None
         acked, entry, _seen = await fill(raw, LEDGERS)
         await wait_registered(cluster_uri, bookie.bookie_id, read_only=True)
         # The pass the full disk woke is over (it freed nothing: every ledger is live), so
