@@ -23,6 +23,7 @@ from bkeeper.testing.zookeeper import (
     find_java,
     find_zookeeper_classpath,
 )
+from tests.forkserver import stop_fork_server
 from tests.interop.javabk import OPTIONAL_PEER_MISSING
 
 #: A client's settings a user's shell may hold (after pasting what `bkeeper sandbox` prints):
@@ -235,6 +236,14 @@ def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
             "temp files (removed now) behind:\n  " + "\n  ".join(lines),
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server_stopped(nothing_left_behind: None) -> Iterator[None]:
+    """Ends this process's bookie fork server (tests/forkserver.py), if a test started it,
+    before the leftover check looks."""
+    yield
+    stop_fork_server()
 
 
 def _new(before: dict[tuple[int, int], str], now: dict[tuple[int, int], str]) -> dict:

@@ -1,5 +1,8 @@
 """Real clusters for client tests: the session's ZooKeeper plus bookie processes over TCP.
 
+Bookies are forked by this pytest process's fork server (tests/forkserver.py): real
+processes, without Python's start-up for each.
+
 Two fixtures, one parameter (a number of bookies, or ``(number, extra bookie arguments)``,
 given with ``indirect=True``):
 
@@ -18,8 +21,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +33,7 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.testing.bookie_process import wait_ready
 from bkeeper.testing.zookeeper import ZooKeeperServer
+from tests.forkserver import ForkedProcess, fork_server
 
 _SIGTERM = signal.SIGTERM  # the class below has a method named ``signal``
 
@@ -41,7 +43,7 @@ class RealCluster:
     uri: str
     data_dir: Path
     ports: list[int] = field(default_factory=list)
-    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[int, ForkedProcess] = field(default_factory=dict)
     bookie_args: tuple[str, ...] = ()
 
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -54,7 +56,7 @@ class RealCluster:
         ran: a start still under way in another thread when a fixture gives up must not
         leave a bookie that nobody stops."""
         cmd = [
-            sys.executable, "-m", "bkeeper", "bookie",
+            "bookie",
             "--data-dir", str(self.data_dir / f"bookie-{index}"),
             "--port", str(self.ports[index]), "--metadata", self.uri,
             *self.bookie_args, *args,
@@ -64,8 +66,7 @@ class RealCluster:
             if self._stopped:
                 raise BKeeperError(f"bookie {index} not started: the cluster was stopped")
             offset = log_path.stat().st_size if log_path.exists() else 0
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            proc = fork_server().spawn(cmd, log_path)  # `python -m bkeeper bookie ...`
             self.procs[index] = proc
         self.ports[index] = wait_ready(proc, log_path, offset)
 
@@ -106,7 +107,7 @@ class RealCluster:
             proc.wait()
 
 
-def _not_running(proc: subprocess.Popen[bytes]) -> str | None:
+def _not_running(proc: ForkedProcess) -> str | None:
     """Why ``proc`` is not running (exited, or stopped by a signal), or None."""
     code = proc.poll()
     if code is not None:

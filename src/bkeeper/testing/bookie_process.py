@@ -10,21 +10,30 @@ must reuse that port (its cookie holds its id, ``host:port``).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from pathlib import Path
+from typing import Protocol
 
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["READY_LINE", "wait_ready"]
+__all__ = ["READY_LINE", "BookieProcess", "wait_ready"]
 
 #: What ``bkeeper bookie`` prints once it serves (and, with a metadata URI, is registered).
 READY_LINE = re.compile(rb"bookie \S+ ready on [^\s]+:(\d+)")
 
 
-def wait_ready(
-    proc: subprocess.Popen[bytes], log_path: Path, offset: int, timeout_s: float = 60.0
-) -> int:
+class BookieProcess(Protocol):
+    """What :func:`wait_ready` needs of a bookie's process: a ``subprocess.Popen``, or a
+    fork server's child with the same methods (the tests' ``tests/forkserver.py``)."""
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def wait_ready(proc: BookieProcess, log_path: Path, offset: int, timeout_s: float = 60.0) -> int:
     """The port of the bookie ``proc`` once its ready line appears in ``log_path`` after
     byte ``offset``. A bookie that exits first, or is not ready within ``timeout_s``, raises
     ``BKeeperError`` naming its last log line; one still running then is killed and reaped,
@@ -40,7 +49,7 @@ def wait_ready(
             return int(found.group(1))
         if proc.poll() is not None:
             raise BKeeperError(
-                f"bookie exited with code {proc.returncode} before it was ready: "
+                f"bookie exited with code {proc.poll()} before it was ready: "
                 f"{_last_line(output)} (log: {log_path})"
             )
         time.sleep(0.02)
