@@ -157,6 +157,8 @@ def _fork(request: dict[str, Any]) -> int:
     args = [str(arg) for arg in request["args"]]
     env = {str(k): str(v) for k, v in request["env"].items()}
     cwd, log = str(request["cwd"]), str(request["log"])
+    errors = str(request.get("stderr") or log)  # None: with stdout, as stderr=STDOUT
+    stdin = str(request.get("stdin") or os.devnull)
     pid = os.fork()
     if pid:
         return pid
@@ -165,13 +167,14 @@ def _fork(request: dict[str, Any]) -> int:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as Popen's close_fds: the server's
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(devnull)
-        os.close(out)
+        for fd, path, flags in (
+            (0, stdin, os.O_RDONLY),
+            (1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+            (2, errors, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+        ):
+            opened = os.open(path, flags, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
         _name_process(f"bkeeper {args[0] if args else ''}".strip())
         os.chdir(cwd)
         os.environ.clear()
@@ -305,16 +308,43 @@ class ForkServer:
             raise ForkServerError(f"the fork server refused {request['op']}: {reply['error']}")
         return reply
 
-    def spawn(self, args: list[str], log: Path) -> ForkedProcess:
-        """``python -m bkeeper ARGS`` as a child of the server, stdout and stderr appended to
-        ``log``, with this process's environment and working directory."""
+    def spawn(
+        self, args: list[str], log: Path, *, stderr: Path | None = None, stdin: Path | None = None
+    ) -> ForkedProcess:
+        """``python -m bkeeper ARGS`` as a child of the server, stdout (and stderr, unless
+        ``stderr`` names another file) appended to ``log``, standard input read from
+        ``stdin`` (default: ``/dev/null``), with this process's environment and working
+        directory."""
         request = {
             "op": "spawn", "args": args, "env": dict(os.environ), "cwd": os.getcwd(),
-            "log": str(log),
+            "log": str(log), "stderr": None if stderr is None else str(stderr),
+            "stdin": None if stdin is None else str(stdin),
         }  # fmt: skip
         log.touch()  # there when spawn returns, as a log Popen's caller opened would be
         reply = self._ask(request, REQUEST_TIMEOUT_S)
         return ForkedProcess(self, int(reply["pid"]), [sys.executable, "-m", "bkeeper", *args])
+
+    def run(
+        self, args: list[str], *, input: str | None = None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """As ``subprocess.run([python, "-m", "bkeeper", *args], input=input, timeout=timeout,
+        capture_output=True, text=True)``: the output read once the child exited (killed
+        at ``timeout``, then ``TimeoutExpired`` is raised)."""
+        with tempfile.TemporaryDirectory(dir=self.work_dir) as scratch:
+            files = Path(scratch)
+            source = None
+            if input is not None:
+                source = files / "stdin"
+                source.write_text(input)
+            proc = self.spawn(args, files / "stdout", stderr=files / "stderr", stdin=source)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+            out, err = (files / "stdout").read_text(), (files / "stderr").read_text()
+        return subprocess.CompletedProcess(proc.args, code, out, err)
 
     def wait(self, pid: int, timeout: float | None) -> int | None:
         code = self._ask({"op": "wait", "pid": pid, "timeout": timeout}, timeout)["code"]

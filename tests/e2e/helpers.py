@@ -11,18 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.cli.runner import run_cli_async
+from tests.forkserver import fork_server
 
 
 def bkeeper(uri: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m bkeeper ARGS --metadata URI``, its output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    """``python -m bkeeper ARGS --metadata URI`` as a process of its own, its output captured
+    as text; forked by this test process's fork server (tests/forkserver.py: no Python
+    start-up and import for each)."""
+    return fork_server().run([*args, "--metadata", uri], input=stdin, timeout=120)
 
 
 async def run_in_process(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
