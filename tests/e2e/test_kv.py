@@ -17,7 +17,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from bkeeper.common.errors import StateMachineError
 from bkeeper.kv import KvClient
 from bkeeper.testing.linearizability import Operation, check, kv_model
 from tests.client.conftest import shared_cluster, shared_cluster_left_running
+from tests.forkserver import ForkedProcess, fork_server
 
 __all__ = ["shared_cluster", "shared_cluster_left_running"]  # the module's cluster, its check
 
@@ -36,20 +36,17 @@ class Member:
     def __init__(self, uri: str, out: Path, index: int) -> None:
         self.uri, self.out, self.index = uri, out, index
         self.url = ""
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedProcess | None = None
 
     def start(self) -> None:
         offset = self.out.stat().st_size if self.out.exists() else 0
-        with open(self.out, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "bkeeper", "kv", "serve", "--metadata", self.uri,
-                    "--name", "e2e", "--member-id", f"m{self.index}", "--snapshot-every", "50",
-                    "--roll-bytes", "20000",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        self.proc = fork_server().spawn(
+            [
+                "kv", "serve", "--metadata", self.uri, "--name", "e2e",
+                "--member-id", f"m{self.index}", "--snapshot-every", "50", "--roll-bytes", "20000",
+            ],
+            self.out,
+        )  # fmt: skip  # `python -m bkeeper kv serve ...` (tests/forkserver.py)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             text = self.out.read_bytes()[offset:].decode(errors="replace")
@@ -123,11 +120,9 @@ async def leader_of(members: list[Member], other_than: Member | None = None) -> 
 
 
 def run_cli(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bkeeper", "kv", *args[:1], "--metadata", uri, "--name", "e2e",
-         *args[1:]],
-        check=False, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    """``python -m bkeeper kv ARGS...`` (forked: tests/forkserver.py)."""
+    kv_args = ["kv", *args[:1], "--metadata", uri, "--name", "e2e", *args[1:]]
+    return fork_server().run(kv_args, timeout=60)
 
 
 @pytest.mark.parametrize("real_cluster", [4], indirect=True)

@@ -84,8 +84,8 @@ def test_a_run_with_every_fault_kind_finds_no_violation(
     assert (run / "repro.txt").read_text().startswith("bkeeper verify --workload ledger")
     done = [op["value"] for op in ops if op["process"] == "nemesis" and op["type"] == "ok"]
     assert sum("flipped in its entry log" in what for what in done) == 1, done
-    # The client process: killed with appends in flight; the one started after it stopped
-    # cleanly at the end (every append it began was acknowledged).
+    # The client process: killed while writing; the one started after it stopped cleanly at
+    # the end (every append it began was acknowledged).
     assert done.count("client process killed") == done.count("a new client process started") == 1
     appends: dict[str, dict[str, int]] = {}
     for op in ops:
@@ -93,7 +93,12 @@ def test_a_run_with_every_fault_kind_finds_no_violation(
             counts = appends.setdefault(op["process"].split("/")[0], {})
             counts[op["type"]] = counts.get(op["type"], 0) + 1
     assert sorted(appends) == ["client-0", "client-1"], appends
-    assert appends["client-0"]["invoke"] > appends["client-0"].get("ok", 0), appends
+    # Whether an append was still unanswered at the SIGKILL is chance: the child appends one
+    # after another and also creates ledgers, so the kill can fall between two appends (it
+    # did in a CI run: 13,144 invoked, 13,144 acknowledged). Said, not asserted.
+    cut_off = appends["client-0"]["invoke"] - appends["client-0"].get("ok", 0)
+    assert appends["client-0"].get("ok", 0) > 0 and cut_off >= 0, appends
+    print(f"client-0 killed with {cut_off} append(s) unanswered")
     assert appends["client-1"]["invoke"] == appends["client-1"].get("ok") > 0, appends
 
 
