@@ -4,6 +4,7 @@ behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -306,4 +307,8 @@ def _command(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "(exited)"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:300]
+    command = raw.replace(b"\0", b" ").decode(errors="replace").strip()[:300]
+    if "forkserver.py" in command:  # a fork server's child shows the server's command line
+        with contextlib.suppress(OSError):
+            command += f" [its name: {Path(f'/proc/{pid}/comm').read_text().strip()}]"
+    return command

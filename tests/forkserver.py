@@ -270,6 +270,8 @@ class ForkServer:
         self.work_dir = work_dir
         self.socket_path = str(work_dir / "forkserver.sock")
         self.log_path = work_dir / "forkserver.log"
+        #: Every child spawned (their owners stop them; a leftover check may look here).
+        self.children: list[ForkedProcess] = []
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, __file__, self.socket_path],
@@ -322,7 +324,9 @@ class ForkServer:
         }  # fmt: skip
         log.touch()  # there when spawn returns, as a log Popen's caller opened would be
         reply = self._ask(request, REQUEST_TIMEOUT_S)
-        return ForkedProcess(self, int(reply["pid"]), [sys.executable, "-m", "bkeeper", *args])
+        child = ForkedProcess(self, int(reply["pid"]), [sys.executable, "-m", "bkeeper", *args])
+        self.children.append(child)
+        return child
 
     def run(
         self, args: list[str], *, input: str | None = None, timeout: float | None = None

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +21,30 @@ from tests.forkserver import ForkServer, ForkServerError
 
 @pytest.fixture
 def server(subprocesses: None) -> Iterator[ForkServer]:
+    """A fork server of the test's own; the children it still has at the end are killed
+    (a failed test's too), then it is stopped."""
     forks = ForkServer()
     try:
         yield forks
     finally:
+        for child in forks.children:
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGCONT)
+                child.kill()
+                child.wait(30)
         forks.close()
     assert not forks.work_dir.exists(), "its socket and log are removed when it stops"
+
+
+def until_state(pid: int, states: tuple[str, ...], what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``pid``'s state (``/proc``) until it is one of ``states`` (a hang guard)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        if state in states:
+            return
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s (state {state})"
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(
@@ -67,10 +86,10 @@ def test_a_forked_bookie_serves_and_answers_signals(server: ForkServer, tmp_path
     assert bookie.pid != os.getpid() and bookie.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         bookie.wait(0.1)
-    bookie.send_signal(signal.SIGSTOP)
-    state = Path(f"/proc/{bookie.pid}/stat").read_text().rpartition(")")[2].split()[0]
-    assert state in ("T", "t"), "stopped by the signal, as a Popen child is"
+    bookie.send_signal(signal.SIGSTOP)  # delivered asynchronously: wait until it shows
+    until_state(bookie.pid, ("T", "t"), "stopped by the signal, as a Popen child is")
     bookie.send_signal(signal.SIGCONT)
+    until_state(bookie.pid, ("R", "S", "D"), "running again")
     bookie.kill()
     assert bookie.wait(30) == -signal.SIGKILL, "a signal's exit reads as Popen reads it"
     bookie.kill()  # exited: as Popen, signalling it again does nothing
