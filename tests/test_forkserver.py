@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bkeeper.testing.bookie_process import wait_ready
-from tests.forkserver import ForkServer, ForkServerError
+from tests.forkserver import ForkedProcess, ForkServer, ForkServerError
 
 
 @pytest.fixture
@@ -98,24 +98,23 @@ def test_a_forked_bookie_serves_and_answers_signals(server: ForkServer, tmp_path
 def test_a_sigterm_ends_a_forked_bookie_as_a_started_one(
     server: ForkServer, tmp_path: Path
 ) -> None:
-    codes = []
-    for name in ("started", "forked"):
-        log = tmp_path / f"{name}.log"
-        args = ["bookie", "--data-dir", str(tmp_path / name), "--port", "0"]
-        if name == "started":
-            with open(log, "ab") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "bkeeper", *args], stdout=out, stderr=subprocess.STDOUT
-                )
-            wait_ready(proc, log, 0)
-            proc.terminate()
-            codes.append(proc.wait(30))
-        else:
-            bookie = server.spawn(args, log)
-            wait_ready(bookie, log, 0)
-            bookie.terminate()
-            codes.append(bookie.wait(30))
-    assert codes[0] == codes[1]
+    def sigterm_exit(proc: subprocess.Popen[bytes] | ForkedProcess, log: Path) -> int:
+        wait_ready(proc, log, 0)
+        proc.terminate()
+        return proc.wait(30)
+
+    def args(name: str) -> list[str]:
+        return ["bookie", "--data-dir", str(tmp_path / name), "--port", "0"]
+
+    started_log, forked_log = tmp_path / "started.log", tmp_path / "forked.log"
+    with open(started_log, "ab") as out:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "bkeeper", *args("started")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    forked = server.spawn(args("forked"), forked_log)
+    assert sigterm_exit(forked, forked_log) == sigterm_exit(started, started_log)
 
 
 def test_a_pid_that_is_not_its_child_is_refused_by_name(server: ForkServer) -> None:
