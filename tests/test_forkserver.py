@@ -113,8 +113,8 @@ def test_a_sigterm_ends_a_forked_bookie_as_a_started_one(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    forked = server.spawn(args("forked"), forked_log)
-    assert sigterm_exit(forked, forked_log) == sigterm_exit(started, started_log)
+    expected = sigterm_exit(started, started_log)  # stopped before the fork: none is left
+    assert sigterm_exit(server.spawn(args("forked"), forked_log), forked_log) == expected
 
 
 def test_a_pid_that_is_not_its_child_is_refused_by_name(server: ForkServer) -> None:
