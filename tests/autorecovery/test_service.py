@@ -12,9 +12,11 @@ import pytest
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.service import AutoRecovery, default_participant_id, keep_running
+from bkeeper.cli import autorecovery as cli_autorecovery
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import ConfigError, ConnectionLossError
 from bkeeper.meta.ledger_metadata import LedgerState
+from bkeeper.meta.memory import MemoryNodeStore
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import MemoryCluster
 
@@ -138,6 +140,71 @@ async def test_the_auditor_sets_the_delay_node_only_when_absent() -> None:
 
 async def _delay_is(bk: BookKeeper, seconds: int) -> bool:
     return await bk.cluster.underreplication.lost_bookie_recovery_delay_s() == seconds
+
+
+async def test_the_process_says_ready_only_once_its_vote_is_in_the_election(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bkeeper autorecovery`` prints "ready" once ``shell whoisauditor`` names an auditor;
+    it used to print it before its vote was written (seen in CI: "no auditor is elected")."""
+    gate = asyncio.Event()
+    create = MemoryNodeStore.create
+
+    async def slow_vote(self: MemoryNodeStore, path: str, *args: object, **kwargs: object) -> str:
+        if "/auditorelection/" in path:
+            await gate.wait()
+        return await create(self, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MemoryNodeStore, "create", slow_vote)
+    async with MemoryCluster(1) as cluster:
+        bk = await cluster.client()
+        process = asyncio.create_task(cli_autorecovery._run(cluster.uri, "tester:1", CONFIG, None))
+        try:
+            await wait_for(_layout_made(bk), "the election's directory")
+            for _ in range(50):  # the process runs on while its vote waits
+                await asyncio.sleep(0)
+            assert "ready" not in capsys.readouterr().err
+            assert await auditor_of(bk) is None
+            gate.set()
+            async with asyncio.timeout(WAIT_S):
+                while "autorecovery tester:1 ready" not in (err := capsys.readouterr().err):
+                    assert not process.done(), err
+                    await asyncio.sleep(0.01)
+            assert await auditor_of(bk) == "tester:1"
+        finally:
+            process.cancel()
+            await asyncio.gather(process, return_exceptions=True)
+
+
+async def test_a_stop_before_the_vote_is_written_ends_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    create = MemoryNodeStore.create
+
+    async def no_vote(self: MemoryNodeStore, path: str, *args: object, **kwargs: object) -> str:
+        if "/auditorelection/" in path:
+            await asyncio.Event().wait()  # the vote's create never answers
+        return await create(self, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    async with MemoryCluster(1) as cluster:
+        bk = await cluster.client()
+        monkeypatch.setattr(MemoryNodeStore, "create", no_vote)
+        async with AutoRecovery(bk, "tester:1", CONFIG) as recovery:
+            stop = asyncio.Event()
+            waiting = asyncio.create_task(cli_autorecovery._joined_unless_stopped(recovery, stop))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            stop.set()
+            async with asyncio.timeout(WAIT_S):
+                assert await waiting is False
+
+
+def _layout_made(bk: BookKeeper) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        root = f"{bk.cluster.root}/underreplication"
+        return await bk.cluster.store.exists(root) is not None
+
+    return check
 
 
 @pytest.mark.parametrize("bad", ["", "has space:1", "slash/no", "x" * 256])

@@ -161,6 +161,11 @@ class AutoRecovery:
         )
         log.info("autorecovery %s started", self.bookie_id)
 
+    async def wait_candidate(self, timeout_s: float | None = None) -> None:
+        """Wait until this participant's vote is in the auditor election (``whoisauditor``
+        then names an auditor: this one or one elected before it)."""
+        await self._election.wait_joined(timeout_s)
+
     async def wait_auditor(self, timeout_s: float | None = None) -> None:
         """Wait until this participant is the auditor (``TimeoutError`` after ``timeout_s``)."""
         async with asyncio.timeout(timeout_s):

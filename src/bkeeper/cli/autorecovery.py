@@ -4,7 +4,8 @@ autorecovery``), until SIGTERM or Ctrl-C; and what ``bkeeper bookie --autorecove
 The process is a candidate in the auditor election and runs a replication worker
 (:class:`bkeeper.autorecovery.service.AutoRecovery`). ``-o key=value`` sets a field of
 :class:`~bkeeper.autorecovery.config.AutoRecoveryConfig` by name (docs/autorecovery.md lists
-them); a bad one is one line naming it. Once running it prints
+them); a bad one is one line naming it. Once its vote is in the auditor election (so
+``shell whoisauditor`` names an auditor from then on) it prints
 ``autorecovery <id> ready (metadata <uri>)`` on stderr. With ``--metrics-port`` it serves its
 metrics (docs/operations.md "## Metrics") as ``http://127.0.0.1:<port>/metrics``; a bookie
 running auto-recovery inside itself serves them on its own ``/metrics``.
@@ -119,6 +120,9 @@ async def _run(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     async with BookKeeper(metadata_uri) as bk, AutoRecovery(bk, participant, config) as recovery:
+        if not await _joined_unless_stopped(recovery, stop):
+            click.echo(f"autorecovery {participant} stopped before joining the election", err=True)
+            return
         server = None
         if metrics_port is not None:
             registry = new_registry(lambda: [recovery.metrics.metric_set])
@@ -137,6 +141,22 @@ async def _run(
                 server.close()
         click.echo(f"autorecovery {participant} stopping", err=True)
     click.echo(f"autorecovery {participant} stopped", err=True)
+
+
+async def _joined_unless_stopped(recovery: AutoRecovery, stop: asyncio.Event) -> bool:
+    """Wait until ``recovery``'s vote is in the auditor election (True), or ``stop`` is set
+    first (False)."""
+    joined = asyncio.ensure_future(recovery.wait_candidate())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((joined, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (joined, stopping):
+            task.cancel()
+        await asyncio.gather(joined, stopping, return_exceptions=True)
+    if joined.done() and not joined.cancelled():
+        joined.result()  # raises what the wait raised
+    return not stop.is_set()
 
 
 async def run_in_bookie(

@@ -93,6 +93,12 @@ class LeaderElection:
             await self._leading.wait()
         return self._term
 
+    async def wait_joined(self, timeout_s: float | None = None) -> None:
+        """Wait until this candidate's vote has been queued once (a reader of the election
+        then sees a leader, this candidate or one ahead of it)."""
+        async with asyncio.timeout(timeout_s):
+            await self._lock.wait_queued()
+
     async def wait_leadership_lost(self, timeout_s: float | None = None) -> None:
         """Wait until this candidate does not lead (returns at once if it does not)."""
         async with asyncio.timeout(timeout_s):

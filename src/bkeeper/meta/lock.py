@@ -76,6 +76,7 @@ class Lock:
         self._owner = owner
         self._prefix = prefix
         self._node: str | None = None
+        self._queued_once = asyncio.Event()
 
     @property
     def node(self) -> str | None:
@@ -106,6 +107,7 @@ class Lock:
         finally:
             queued.creating -= 1
         queued.claimed.add(node)
+        self._queued_once.set()
         try:
             async with asyncio.timeout(timeout_s):
                 await self._wait_first(node)
@@ -114,6 +116,11 @@ class Lock:
             await self._delete_quietly(node)
             raise
         self._node = node
+
+    async def wait_queued(self) -> None:
+        """Return once this contender's node has been created (queued) at least once: from
+        then on, a reader of the queue sees a holder or a contender."""
+        await self._queued_once.wait()
 
     async def release(self) -> None:
         """Leave the queue; a no-op when not held."""
