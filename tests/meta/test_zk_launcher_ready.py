@@ -41,8 +41,12 @@ def fake_server() -> Iterator[tuple[int, dict[bytes, bytes]]]:
         yield listener.getsockname()[1], answers
     finally:
         stopping.set()
-        listener.close()
+        # close() does not wake a thread blocked in accept(): a connection does (it used to
+        # wait out the join's 5 s bound on every run)
+        socket.create_connection(listener.getsockname()).close()
         thread.join(5)
+        listener.close()
+        assert not thread.is_alive(), "the fake server's thread did not end"
 
 
 def test_imok_is_not_ready_until_the_server_serves(fake_server, tmp_path: Path) -> None:
