@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+import threading
 from pathlib import Path
 
 import pytest
 
 from bkeeper.common.errors import CookieMismatchError
-from bkeeper.storage.slow_sync import CONTROL_NAME, SlowSyncFileSystem, set_sync_delay
+from bkeeper.storage.filesystem import BytesLike, OsFileSystem, WritableFile
 from bkeeper.wire import entryset
 from bkeeper.wire.batch_frames import batch_bodies
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
@@ -185,22 +186,59 @@ async def test_long_poll_wakes_when_the_lac_arrives_not_once_durable(
 ):
     """The add carrying a new LAC wakes the long polls as it arrives: the LAC names entries
     already on an ack quorum, so the reader need not wait for this bookie's fsync."""
-    data = tmp_path / "slow"
-    control = data / CONTROL_NAME
-    bookie = await start_bookie(data, fs=SlowSyncFileSystem(str(control)))
+    fs = GatedSyncFileSystem()
+    bookie = await start_bookie(tmp_path / "gated", fs=fs)
     reader = await connect(bookie)
     writer = await connect(bookie)
     for entry in range(2):
         assert (await add(writer, 15, entry, lac=entry - 1)).status is StatusCode.EOK
     poll = reader.send(ReadRequest(15, -1, piggyback=True, previous_lac=0, timeout_ms=30_000))
     await asyncio.wait_for(_until(lambda: bookie.state.lac_waiter_count == 1), 10)
-    set_sync_delay(data, 6_000)  # the next fsyncs take 6 s: the poll's answer has 5 s to come
-    adding = writer.send(AddRequest(15, 2, KEY, body(15, 2, lac=1)))
-    response = await asyncio.wait_for(poll, 5)
-    assert not adding.done()  # answered before the add that carried the LAC is durable
-    assert (response.max_lac, bytes(response.body)) == (1, body(15, 1, lac=0))
-    set_sync_delay(data, None)
+    fs.syncs_open.clear()  # no fsync ends until the gate opens
+    try:
+        adding = writer.send(AddRequest(15, 2, KEY, body(15, 2, lac=1)))
+        response = await asyncio.wait_for(poll, 10)  # a hang bound, not a speed bound
+        assert not adding.done()  # answered before the add that carried the LAC is durable
+        assert (response.max_lac, bytes(response.body)) == (1, body(15, 1, lac=0))
+    finally:
+        fs.syncs_open.set()
     assert (await asyncio.wait_for(adding, 10)).status is StatusCode.EOK
+
+
+class GatedSyncFileSystem(OsFileSystem):
+    """The real filesystem whose fsyncs of appended files wait while ``syncs_open`` is
+    clear (on the journal's or flusher's thread), then happen."""
+
+    def __init__(self) -> None:
+        self.syncs_open = threading.Event()
+        self.syncs_open.set()
+
+    def open_append(self, path: str) -> WritableFile:
+        return _GatedFile(super().open_append(path), self.syncs_open)
+
+
+class _GatedFile:
+    def __init__(self, inner: WritableFile, syncs_open: threading.Event) -> None:
+        self._inner = inner
+        self._open = syncs_open
+
+    @property
+    def path(self) -> str:
+        return self._inner.path
+
+    def write(self, data: BytesLike) -> None:
+        self._inner.write(data)
+
+    def sync(self) -> None:
+        if not self._open.wait(60):  # a hang bound: the test opens it within seconds
+            raise OSError("the test never opened the fsync gate")
+        self._inner.sync()
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 async def test_long_poll_times_out_with_current_lac(start_bookie, connect):
