@@ -7,7 +7,7 @@
 #   bash scripts/busy_core.sh 5 -- -m "not integration"
 #
 # Without pytest arguments each run is the whole suite, as scripts/test.sh runs it (both
-# tiers, two processes each), without the installs and linters.
+# tiers, as many processes each), without the installs and linters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:?usage: busy_core.sh RUNS [-- PYTEST ARGS]}"
@@ -26,7 +26,7 @@ for run in $(seq 1 "$runs"); do
         code=0; python -m pytest -n 2 --dist loadfile "$@" > "/tmp/busy-core-run-$run.txt" 2>&1 || code=$?
     else
         code=0
-        { python -m pytest -n 2 --dist loadfile -m "not integration" -x \
+        { python -m pytest -n 4 --dist worksteal -m "not integration" -x \
           && python -m pytest -n 2 --dist loadfile -m integration; } \
           > "/tmp/busy-core-run-$run.txt" 2>&1 || code=$?
     fi

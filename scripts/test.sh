@@ -36,15 +36,22 @@ echo "== mypy (at ${SECONDS} s)"; mypy
 echo "== import-linter (at ${SECONDS} s)"; lint-imports
 # Two tiers (tests/tiers.py): the in-process tests first, stopping at the first failure, then
 # the integration tests (real ZooKeeper, bookie processes, Spark, Java BookKeeper, Chromium).
-# Each in two processes taking whole test files (module fixtures: a Spark session, a
-# cluster), the slowest files first (tests/suite_order.py, by tests/durations.json, which
-# `bash scripts/test.sh --update-durations` rewrites). `-n 0` runs in one. A tier that
-# selects no test (arguments naming files of the other tier only) is not a failure.
+# - In-process: four processes stealing tests from each other (`--dist worksteal`). The tier
+#   waits more than it computes (threads handing off, journal groups, sleeps of its windows):
+#   ~100 CPU-s in 82 s of wall time with two processes taking whole files, 60 s with four
+#   (docs/benchmarks.md, "Test tiers").
+# - Integration: two processes taking whole test files (module fixtures: a Spark session, a
+#   cluster), the slowest files first (tests/suite_order.py, by tests/durations.json, which
+#   `bash scripts/test.sh --update-durations` rewrites). It is CPU-bound: four took as long.
+# `-n 0` runs each in one. A tier that selects no test (arguments naming files of the other
+# tier only) is not a failure.
 tier() {
     local code=0
-    python -m pytest -n 2 --dist loadfile "$@" || code=$?
+    python -m pytest "$@" || code=$?
     if [ "$code" -eq 5 ]; then code=0; fi  # pytest's "no tests collected"
     return "$code"
 }
-echo "== pytest: in-process tier (at ${SECONDS} s)"; tier -m "not integration" -x "$@"
-echo "== pytest: integration tier (at ${SECONDS} s)"; tier -m integration "$@"
+echo "== pytest: in-process tier (at ${SECONDS} s)"
+tier -n 4 --dist worksteal -m "not integration" -x "$@"
+echo "== pytest: integration tier (at ${SECONDS} s)"
+tier -n 2 --dist loadfile -m integration "$@"

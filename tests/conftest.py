@@ -59,7 +59,7 @@ settings.load_profile(
 
 # pytest-xdist's workers (execnet) start with COLUMNS=80 and LINES=24 of their own, which a
 # plain `pytest` run does not have: the CLI's tables (80 columns, else 160 into a pipe) would
-# differ between `-n 0` and the suite's `-n 2`. Each test that wants a width sets one.
+# differ between `-n 0` and the suite's `-n 4` and `-n 2`. Each test that wants a width sets one.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)

@@ -1,8 +1,9 @@
 """The order test files run in, from the time each took when the suite last recorded it.
 
-``scripts/test.sh`` runs pytest in two processes that each take whole files (pytest-xdist,
-``--dist loadfile``, which hands files out in collection order): a long file taken last would
-leave one process working alone at the end. So files run longest first, by the seconds in
+``scripts/test.sh`` runs the integration tier in two processes that each take whole files
+(pytest-xdist, ``--dist loadfile``, which hands files out in collection order): a long file
+taken last would leave one process working alone at the end. (The in-process tier's
+processes steal tests from each other, ``--dist worksteal``; the order helps there too.) So files run longest first, by the seconds in
 ``tests/durations.json`` (setup, call and teardown of all their tests). A file it does not
 list yet counts as the mean of those it lists.
 
