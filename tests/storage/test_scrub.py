@@ -187,3 +187,32 @@ def test_a_crash_at_any_step_of_that_compaction_loses_nothing_past_the_damage() 
             assert reopened.read_entry(2, entry_id) == entry_body(2, entry_id, payload=payload)
         reopened.close()
     assert steps > 3
+
+
+def test_the_verify_nemesis_flips_another_ledger_when_the_bookie_holds_no_recent_one(
+    tmp_path: Path,
+) -> None:
+    """``verify``'s ``corrupt-entry-log`` asks for the workload's recent ledgers; a bookie
+    that holds none of them (left out of their ensembles) has the newest other ledger it
+    holds flipped instead (a CI run flipped nothing and failed on it). Asked for those only,
+    nothing is flipped."""
+    config = small_config(str(tmp_path / "bookie"), write_cache_bytes_max=1 << 20)
+    acks = Acks()
+    storage = Storage.open(config, on_durable=acks)
+    for ledger_id in (1, 2):
+        for entry_id in range(3):
+            storage.add_entry(ledger_id, entry_id, KEY, entry_body(ledger_id, entry_id),
+                              token=(ledger_id, entry_id))  # fmt: skip
+    acks.wait_for((2, 2))
+    storage.checkpoint()
+    storage.close()
+    assert flip_entry_log_records(tmp_path / "bookie", [7, 9], count=1) is None
+    flipped = flip_entry_log_records(tmp_path / "bookie", [7, 9], count=1, any_ledger=True)
+    assert flipped is not None and (flipped.ledger_id, flipped.entry_ids) == (2, (2,))
+    storage = Storage.open(config, on_durable=Acks())
+    try:
+        with pytest.raises(DataUnknownError, match="ledger 2 entry 2: damaged"):
+            storage.read_entry(2, 2)
+        assert storage.read_entry(1, 2) == entry_body(1, 2)
+    finally:
+        storage.close()

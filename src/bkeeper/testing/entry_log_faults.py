@@ -39,10 +39,12 @@ class FlippedEntries:
 
 
 def flip_entry_log_records(
-    data_dir: str | Path, ledger_ids: Sequence[int], count: int = 5
+    data_dir: str | Path, ledger_ids: Sequence[int], count: int = 5, *, any_ledger: bool = False
 ) -> FlippedEntries | None:
     """Damage the last ``count`` entry-log records of the last of ``ledger_ids`` that has any
-    in the bookie at ``data_dir`` (stopped); None when none has (nothing checkpointed yet)."""
+    in the bookie at ``data_dir`` (stopped); with ``any_ledger``, when none of them has, those
+    of the newest other ledger that has. None when no ledger asked for has any (nothing
+    checkpointed yet, or the ledgers are not on this bookie)."""
     fs = OsFileSystem()
     try:
         layout = resolve_dirs(fs, str(data_dir)).layout
@@ -51,7 +53,11 @@ def flip_entry_log_records(
         return None  # no index yet: nothing in entry logs
     dirs = LedgerDirs(fs, layout.ledger_dirs)
     known = set(dirs.log_ids())
-    for ledger_id in reversed(ledger_ids):
+    order = list(reversed(ledger_ids))
+    if any_ledger:
+        asked = set(order)
+        order += sorted((lid for lid in ledgers if lid not in asked), reverse=True)
+    for ledger_id in order:
         state = ledgers.get(ledger_id)
         if state is None:
             continue
