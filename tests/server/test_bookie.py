@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bkeeper.common.errors import CookieMismatchError
-from bkeeper.storage.filesystem import BytesLike, OsFileSystem, WritableFile
+from bkeeper.storage.filesystem import OsFileSystem, WritableFile
+from bkeeper.storage.slow_sync import BeforeSyncFile
 from bkeeper.wire import entryset
 from bkeeper.wire.batch_frames import batch_bodies
 from bkeeper.wire.codes import GetBookieInfoField, Protocol, StatusCode
@@ -214,31 +215,11 @@ class GatedSyncFileSystem(OsFileSystem):
         self.syncs_open.set()
 
     def open_append(self, path: str) -> WritableFile:
-        return _GatedFile(super().open_append(path), self.syncs_open)
+        return BeforeSyncFile(super().open_append(path), self._wait)
 
-
-class _GatedFile:
-    def __init__(self, inner: WritableFile, syncs_open: threading.Event) -> None:
-        self._inner = inner
-        self._open = syncs_open
-
-    @property
-    def path(self) -> str:
-        return self._inner.path
-
-    def write(self, data: BytesLike) -> None:
-        self._inner.write(data)
-
-    def sync(self) -> None:
-        if not self._open.wait(60):  # a hang bound: the test opens it within seconds
+    def _wait(self) -> None:
+        if not self.syncs_open.wait(60):  # a hang bound: the test opens it within seconds
             raise OSError("the test never opened the fsync gate")
-        self._inner.sync()
-
-    def size(self) -> int:
-        return self._inner.size()
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 async def test_long_poll_times_out_with_current_lac(start_bookie, connect):

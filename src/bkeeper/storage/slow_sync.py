@@ -22,11 +22,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from bkeeper.common.errors import ConfigError
 from bkeeper.storage.filesystem import BytesLike, OsFileSystem, WritableFile
 
 __all__ = [
+    "BeforeSyncFile",
     "CONTROL_NAME",
     "DELAY_MS_MAX",
     "ENV_VAR",
@@ -103,12 +105,15 @@ class _Control:
         return delay_ms / 1000.0
 
 
-class _SlowSyncFile:
-    __slots__ = ("_control", "_inner")
+class BeforeSyncFile:
+    """A writable file that calls ``before_sync`` (on the syncing thread) before each
+    ``sync``: the slowable disk's delay here, a test's gate elsewhere."""
 
-    def __init__(self, inner: WritableFile, control: _Control) -> None:
+    __slots__ = ("_before_sync", "_inner")
+
+    def __init__(self, inner: WritableFile, before_sync: Callable[[], None]) -> None:
         self._inner = inner
-        self._control = control
+        self._before_sync = before_sync
 
     @property
     def path(self) -> str:
@@ -118,9 +123,7 @@ class _SlowSyncFile:
         self._inner.write(data)
 
     def sync(self) -> None:
-        delay = self._control.delay_s()
-        if delay > 0:
-            time.sleep(delay)
+        self._before_sync()
         self._inner.sync()
 
     def size(self) -> int:
@@ -146,7 +149,12 @@ class SlowSyncFileSystem(OsFileSystem):
         return self._control.delay_s()
 
     def open_append(self, path: str) -> WritableFile:
-        return _SlowSyncFile(super().open_append(path), self._control)
+        return BeforeSyncFile(super().open_append(path), self._wait)
+
+    def _wait(self) -> None:
+        delay = self._control.delay_s()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def slow_sync_filesystem(
