@@ -36,7 +36,7 @@ from bkeeper.namedlog.core.spans import EntrySpan, LostRange, earliest, locate
 from bkeeper.namedlog.ledgers import create_ledger, discard_ledger
 from bkeeper.namedlog.logs import NamedLog, NamedLogs
 from bkeeper.namedlog.reader import LogReader
-from bkeeper.namedlog.stores import LogStore, PendingLedgers, SubscriptionStore
+from bkeeper.namedlog.stores import LogStore, PendingLedgers, SubscriptionStore, WatchedLogs
 from bkeeper.namedlog.subscriptions import (
     Backlog,
     Consumer,
@@ -72,6 +72,7 @@ __all__ = [
     "SharedConsumer",
     "SubscribeOptions",
     "SubscriptionStore",
+    "WatchedLogs",
     "backlog",
     "commit_before",
     "create_ledger",

@@ -12,7 +12,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bkeeper.common.errors import LogTruncatedError
-from bkeeper.namedlog import EARLIEST, LATEST, EntrySpan, LostRange, NamedLogs, Position, earliest
+from bkeeper.namedlog import (
+    EARLIEST,
+    LATEST,
+    EntrySpan,
+    LostRange,
+    NamedLogs,
+    Position,
+    WatchedLogs,
+    earliest,
+)
 from bkeeper.namedlog.core import (
     LogMetadata,
     decode_chunk,
@@ -37,16 +46,21 @@ class Scan:
 
 
 class LogView:
-    """Reads logs' structure for planning (driver side), through the logs' walk."""
+    """Reads logs' structure for planning (driver side), through the logs' walk. With
+    ``watched``, each log's metadata is read once and kept until its node changes (a
+    stream's driver looks at its logs at every trigger)."""
 
-    def __init__(self, logs: NamedLogs) -> None:
+    def __init__(self, logs: NamedLogs, watched: WatchedLogs | None = None) -> None:
         self._logs = logs
         self._walk = logs.walk
+        self._watched = watched
 
     async def names(self) -> list[str]:
         return sorted(await self._logs.names())
 
     async def metadata(self, name: str) -> LogMetadata:
+        if self._watched is not None:
+            return await self._watched.read(name)
         return await self._logs.log(name).metadata()
 
     async def earliest(self, name: str) -> Position:

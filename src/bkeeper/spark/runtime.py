@@ -34,7 +34,7 @@ from bkeeper.common.errors import (
     LogTruncatedError,
     SessionExpiredError,
 )
-from bkeeper.namedlog import LogConfig, NamedLogs, PendingLedgers
+from bkeeper.namedlog import LogConfig, NamedLogs, PendingLedgers, WatchedLogs
 from bkeeper.namedlog.core import (
     CHUNK_FORMAT_VERSION,
     Incomplete,
@@ -112,7 +112,10 @@ class Runtime:
             self._loop.stop()
             raise
         self.logs = NamedLogs(self.bk, log_config)
-        self.view = LogView(self.logs)
+        #: Log metadata kept behind watches: a stream's driver looks at its logs at every
+        #: trigger, ~100 times a second while no record comes (docs/spark.md).
+        self._watched = WatchedLogs(self.logs.store)
+        self.view = LogView(self.logs, self._watched)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
         return self._loop.call(coro, timeout_s)
@@ -121,6 +124,8 @@ class Runtime:
         if not self.alive:
             return
         self.alive = False
+        with contextlib.suppress(Exception):
+            self.call(self._watched.aclose(), 30)
         with contextlib.suppress(Exception):
             self.call(self.bk.close(), 30)
         self._loop.stop()

@@ -7,6 +7,8 @@ ledgers of subscriptions; every update through compare-and-set
   (:class:`SubscriptionStore`);
 - :mod:`~bkeeper.namedlog.stores.pending_ledgers`: ledgers written for a log, not appended yet
   (:class:`PendingLedgers`);
+- :mod:`~bkeeper.namedlog.stores.watched_logs`: log metadata kept while its node's watch
+  reports no change (:class:`WatchedLogs`);
 - :mod:`~bkeeper.namedlog.stores.cursor_ledgers`: a consumer's acks in a ledger of its own
   (:class:`CursorLedger`).
 """
@@ -15,12 +17,14 @@ from bkeeper.namedlog.stores.cursor_ledgers import CursorLedger, drop_cursor, lo
 from bkeeper.namedlog.stores.log_nodes import LogStore
 from bkeeper.namedlog.stores.pending_ledgers import PendingLedgers
 from bkeeper.namedlog.stores.subscription_nodes import SubscriptionStore
+from bkeeper.namedlog.stores.watched_logs import WatchedLogs
 
 __all__ = [
     "CursorLedger",
     "LogStore",
     "PendingLedgers",
     "SubscriptionStore",
+    "WatchedLogs",
     "drop_cursor",
     "load",
     "peek",

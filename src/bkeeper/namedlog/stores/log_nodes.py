@@ -15,7 +15,8 @@ from bkeeper.common.errors import (
     NoNodeError,
     SessionExpiredError,
 )
-from bkeeper.meta.store import EventType, NodeStore, WatchKind, join_path
+from bkeeper.meta.events import Subscription
+from bkeeper.meta.store import EventType, NodeStore, WatchEvent, WatchKind, join_path
 from bkeeper.namedlog.core.config import LogSettings
 from bkeeper.namedlog.core.log_metadata import LogMetadata, check_log_name, logs_root
 
@@ -48,6 +49,11 @@ class LogStore:
         except NoNodeError:
             raise LogNotFoundError(f"no log named {name!r}") from None
         return LogMetadata.decode(data, name), version
+
+    async def watch(self, name: str) -> Subscription[WatchEvent]:
+        """A persistent watch on the log's node (which need not exist): every change,
+        deletion or creation of it, and ``RESET`` after a reconnection."""
+        return await self._store.watch(self.path(name), WatchKind.DATA, persistent=True)
 
     async def wait_change(self, name: str, version: int, timeout_s: float) -> None:
         """Return once the log's metadata has moved past ``version`` (or the log is gone),
