@@ -4,7 +4,12 @@ truncated head and a ledger whose metadata is gone."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from bkeeper.client.config import ClientConfig
+from bkeeper.common.errors import BKeeperError
 from bkeeper.namedlog import (
     LATEST,
     EntrySpan,
@@ -148,3 +153,71 @@ async def test_truncated_head_and_a_gone_ledger_are_lost_ranges():
         walked = await LogWalk(bk, SMALL.password).spans("a", meta, cut)
         assert walked.lost == [LostRange(Position(gone, 0), Position(gone + 1, 0))]
         assert covered(walked.spans) == [p for p in positions if p >= cut and p.ledger_id != gone]
+
+
+@on_virtual_time
+async def test_an_open_ledgers_end_is_read_from_its_bookies_only_while_its_handle_is_kept():
+    """The walk keeps an open ledger's read handle (following its metadata): asking for its
+    end again reads the LAC from the bookies and nothing from the metadata store (it works
+    while the store is cut off); the seal comes through the watch; a ledger deleted while
+    open is found gone at the next look."""
+    async with MemoryCluster(4) as cluster:
+        writing = NamedLogs(await cluster.client(FAST))
+        writer = await (await writing.create("a")).open_writer()
+        for i in range(3):
+            await writer.append(b"r%d" % i)
+        reader_bk = await cluster.client(FAST)
+        walk = NamedLogs(reader_bk).walk
+        ledger = writer.ledger_id
+        first = await walk.ledger_end(ledger)
+        assert first is not None and not first.sealed and first.last >= 1
+
+        reader_bk.cluster.store.suspend()  # every call to the store fails now
+        try:
+            for i in range(3, 6):
+                await writer.append(b"r%d" % i)
+            moved = await walk.ledger_end(ledger)
+            assert moved is not None and not moved.sealed and moved.last >= 4
+        finally:
+            reader_bk.cluster.store.resume()
+
+        await writer.close()
+        for _ in range(5):  # the watch's event reaches the kept handle
+            await asyncio.sleep(0)
+        sealed = await walk.ledger_end(ledger)
+        assert sealed is not None and sealed.sealed and sealed.last == 5
+
+        other = await writing.log("a").open_writer()  # a second open ledger, then deleted
+        await other.append(b"x")
+        await other.append(b"y")
+        assert (await walk.ledger_end(other.ledger_id)) is not None
+        await writing.bk.delete_ledger(other.ledger_id, fence=False)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert await walk.ledger_end(other.ledger_id) is None
+
+
+@on_virtual_time
+async def test_the_walk_keeps_at_most_open_kept_max_handles():
+    async with MemoryCluster(4) as cluster:
+        writing = NamedLogs(await cluster.client(FAST))
+        writers = []
+        for name in "abc":
+            writer = await (await writing.create(name)).open_writer()
+            await writer.append(b"r")
+            await writer.append(b"s")
+            writers.append(writer)
+        reader_bk = await cluster.client(FAST)
+        walk = LogWalk(reader_bk, LogConfig().password, open_kept_max=2)
+        for writer in writers:
+            assert await walk.ledger_end(writer.ledger_id) is not None
+        reader_bk.cluster.store.suspend()
+        try:
+            for writer in writers[1:]:  # kept: no metadata read
+                assert await walk.ledger_end(writer.ledger_id) is not None
+            with pytest.raises(BKeeperError):  # let go of: opened again, from the store
+                await walk.ledger_end(writers[0].ledger_id)
+        finally:
+            reader_bk.cluster.store.resume()
+        for writer in writers:
+            await writer.close()

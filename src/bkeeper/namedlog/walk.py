@@ -39,7 +39,12 @@ of the list whose metadata is gone. :meth:`LogWalk.spans` returns each such rang
 
 Limits: sealed ledgers' last entry ids are cached (``sealed_cache_max``; a sealed ledger
 deleted later is still walked over from the cache, and reading it finds it gone); ``latest``
-probes at most ``latest_probes_max`` entries past the LAC.
+probes at most ``latest_probes_max`` entries past the LAC. The read handles of up to
+``open_kept_max`` open ledgers are kept, each following its ledger's metadata (a watch), so
+that asking again for an open ledger's end reads its LAC from the bookies and nothing from
+the metadata store (a Spark stream asks at every trigger): once the watch reports the ledger
+sealed, it is cached as sealed; once the watch ends (the ledger deleted, or the watch lost),
+the ledger is opened afresh at the next look.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ __all__ = ["LogWalk"]
 LATEST_PROBES_MAX = 1_000
 #: Sealed ledgers whose last entry id a walk remembers.
 SEALED_CACHE_MAX = 100_000
+#: Open ledgers whose read handle (following the ledger's metadata) a walk keeps.
+OPEN_KEPT_MAX = 100
 
 
 class LogWalk:
@@ -73,12 +80,15 @@ class LogWalk:
         *,
         sealed_cache_max: int = SEALED_CACHE_MAX,
         latest_probes_max: int = LATEST_PROBES_MAX,
+        open_kept_max: int = OPEN_KEPT_MAX,
     ) -> None:
         self._bk = bk
         self._password = password
         self._sealed: OrderedDict[int, int] = OrderedDict()
         self._sealed_cache_max = sealed_cache_max
         self._latest_probes_max = latest_probes_max
+        self._kept: OrderedDict[int, ReadHandle] = OrderedDict()
+        self._open_kept_max = open_kept_max
 
     async def open(self, ledger_id: int) -> ReadHandle | None:
         """A read handle on the ledger, never fencing it; None when it is gone."""
@@ -93,16 +103,41 @@ class LogWalk:
         if cached is not None:
             self._sealed.move_to_end(ledger_id)
             return LedgerEnd(cached, True)
-        handle = await self.open(ledger_id)
+        handle = await self._open_for_end(ledger_id)
         if handle is None:
             return None
         if handle.is_closed:
+            await self._let_go(ledger_id)
             last = handle.metadata.last_entry_id
             self._sealed[ledger_id] = last
             if len(self._sealed) > self._sealed_cache_max:
                 self._sealed.popitem(last=False)
             return LedgerEnd(last, True)
         return LedgerEnd(await handle.read_last_add_confirmed(), False)
+
+    async def _open_for_end(self, ledger_id: int) -> ReadHandle | None:
+        """The kept handle of an open ledger while it follows the metadata; else the ledger
+        opened now (kept when open and its metadata can be followed)."""
+        kept = self._kept.get(ledger_id)
+        if kept is not None:
+            if kept.view.watching or kept.is_closed:
+                self._kept.move_to_end(ledger_id)
+                return kept
+            await self._let_go(ledger_id)  # deleted, or the watch was lost: look afresh
+        handle = await self.open(ledger_id)
+        if handle is None or handle.is_closed or self._open_kept_max < 1:
+            return handle
+        handle.view.follow()
+        if handle.view.watching:  # not over the client's metadata_watches_max
+            self._kept[ledger_id] = handle
+            while len(self._kept) > self._open_kept_max:
+                await self._let_go(next(iter(self._kept)))
+        return handle
+
+    async def _let_go(self, ledger_id: int) -> None:
+        handle = self._kept.pop(ledger_id, None)
+        if handle is not None:
+            await handle.close()
 
     async def last_record(self, ledger_id: int, entry_id: int) -> Position:
         """The position of the last record of entry ``entry_id`` (read to count its batch;
