@@ -14,11 +14,10 @@ arrive then); the watch's ``RESET`` on reconnection drops it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from bkeeper.common.tasks import TaskOwner
 from bkeeper.meta.events import Subscription
 from bkeeper.meta.store import WatchEvent
 from bkeeper.namedlog.core.log_metadata import LogMetadata
@@ -37,7 +36,11 @@ class _Watched:
     #: Events seen so far: a read started before the last one is not kept.
     events: int = 0
     kept: LogMetadata | None = None
-    follower: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def drop(self) -> None:
+        """Forget what was kept, and any read still on its way."""
+        self.events += 1
+        self.kept = None
 
 
 class WatchedLogs:
@@ -49,6 +52,8 @@ class WatchedLogs:
         self._store = store
         self._logs_max = logs_max
         self._watched: OrderedDict[str, _Watched] = OrderedDict()
+        # One follower a watched log; those of logs let go of end at the loop's next turn.
+        self._followers = TaskOwner("watched logs", tasks_max=2 * logs_max)
         self._closed = False
         #: Reads of the node made (for tests and figures: the looks that were not free).
         self.reads = 0
@@ -75,7 +80,8 @@ class WatchedLogs:
         self._closed = True
         while self._watched:
             _name, watched = self._watched.popitem(last=False)
-            await _stop(watched)
+            watched.subscription.close()
+        await self._followers.aclose()
 
     async def _watch(self, name: str) -> _Watched | None:
         subscription = await self._store.watch(name)
@@ -84,31 +90,21 @@ class WatchedLogs:
             subscription.close()
             return existing
         watched = _Watched(subscription)
-        watched.follower = asyncio.get_running_loop().create_task(
-            self._follow(name, watched), name=f"watch log {name}"
-        )
+        self._followers.spawn(self._follow(name, watched), f"log {name}")
         self._watched[name] = watched
         while len(self._watched) > self._logs_max:
             _name, oldest = self._watched.popitem(last=False)
-            await _stop(oldest)
+            oldest.subscription.close()  # its follower ends
+            oldest.drop()
         return watched
 
     async def _follow(self, name: str, watched: _Watched) -> None:
-        """Drop what is kept at each event; once the subscription ends (the store closed),
-        the log is looked at afresh by the next read."""
-        async for _event in watched.subscription:
-            watched.events += 1
-            watched.kept = None
-        watched.events += 1
-        watched.kept = None
-        if self._watched.get(name) is watched:
-            del self._watched[name]
-
-
-async def _stop(watched: _Watched) -> None:
-    watched.subscription.close()
-    watched.kept = None
-    if watched.follower is not None:
-        watched.follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watched.follower
+        """Drop what is kept at each event; once the subscription ends (let go of, or the
+        store closed), the log is looked at afresh by the next read."""
+        try:
+            async for _event in watched.subscription:
+                watched.drop()
+        finally:
+            watched.drop()
+            if self._watched.get(name) is watched:
+                del self._watched[name]
