@@ -463,12 +463,16 @@ async def test_placement_check_reports_segments_on_too_few_racks() -> None:
             ledger_id, _ = await bk.cluster.ledgers.create(meta)
             ledger_ids.append(ledger_id)
         urm, clock = bk.cluster.underreplication, FakeClock()
-        aware = await cluster.client(ClientConfig(placement="rackaware", racks=racks))
-        config = dataclasses.replace(CONFIG, placement_check_interval_s=3600.0)
+        aware = await cluster.client(
+            ClientConfig(placement="rackaware", racks=racks, min_racks_per_write_quorum=3)
+        )
+        config = dataclasses.replace(
+            CONFIG, placement_check_interval_s=3600.0, placement_repair=False
+        )
         async with running(Auditor(aware, urm, config, clock=clock)) as auditor:
             report = auditor.reports["placement"]
             assert report.not_adhering == {ledger_ids[0]: (0,)}
-            assert (report.ledgers_audited, report.marked) == (2, {})
+            assert (report.ledgers_audited, report.marked) == (2, {})  # reported only
             assert await urm.check_ctime_ms("placementpolicycheck") == clock.wall_ms()
             clock.advance(3599)
             await one_pass(auditor)
@@ -478,6 +482,9 @@ async def test_placement_check_reports_segments_on_too_few_racks() -> None:
             await until(lambda: auditor.reports["placement"] is not report, "the next check")
         # random placement: one rack, everything adheres
         assert (await Auditor(bk, urm, CONFIG).placement_check()).not_adhering == {}
+        # two racks per write quorum (the default): both ledgers adhere
+        two = await cluster.client(ClientConfig(placement="rackaware", racks=racks))
+        assert (await Auditor(two, urm, CONFIG).placement_check()).not_adhering == {}
 
 
 async def lose_an_entry_in_the_middle(

@@ -14,6 +14,7 @@ from bkeeper.autorecovery.findings import (
     ledgers_to_mark,
     placement_violations,
 )
+from bkeeper.client.placement import Domains
 from bkeeper.meta import DigestType
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -224,19 +225,22 @@ def test_loss_tracker_never_seen_is_not_tracked() -> None:
 
 
 def test_placement_violations_per_write_set() -> None:
-    racks = {A: "r1", B: "r1", C: "r2", D: "r2", E: "r3"}
+    racks = Domains({A: "/r1", B: "/r1", C: "/r2", D: "/r2", E: "/r3"})
     # E3/Qw2: write sets {0,1}, {1,2}, {2,0}; A and B share r1
     bad = _meta({0: (A, B, C), 5: (A, C, E)}, 2, last=9)
     assert placement_violations(bad, racks, racks_available=3) == (0,)
     # with one rack up, nothing better was possible
     assert placement_violations(bad, racks, racks_available=1) == ()
-    # E3/Qw3: one write set, the whole ensemble; two racks among three bookies
+    # E3/Qw3: one write set, the whole ensemble; two racks among three bookies meet the
+    # default of two racks per write quorum, not three
     whole = _meta({0: (A, C, E), 3: (A, B, C)}, 3, last=9)
-    assert placement_violations(whole, racks, racks_available=3) == (3,)
-    assert placement_violations(whole, racks, racks_available=2) == ()
+    assert placement_violations(whole, racks, racks_available=3) == ()
+    three = Domains(racks.locations, min_racks=3)
+    assert placement_violations(whole, three, racks_available=3) == (3,)
+    assert placement_violations(whole, three, racks_available=2) == ()
     # E4/Qw2 striped: sets {A,C} {C,B} {B,D} {D,A}: all on two racks
     striped = _meta({0: (A, C, B, D)}, 2, last=9)
     assert placement_violations(striped, racks, racks_available=3) == ()
     # bookies without a rack are on the default rack together
     assert placement_violations(_meta({0: (F, "x:1")}, 2, last=0), racks, 3) == (0,)
-    assert placement_violations(_meta({0: (F, "x:1")}, 2, last=0), {}, 1) == ()
+    assert placement_violations(_meta({0: (F, "x:1")}, 2, last=0), Domains(), 1) == ()

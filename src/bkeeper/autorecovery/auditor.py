@@ -53,8 +53,9 @@ from bkeeper.autorecovery.findings import (
 )
 from bkeeper.autorecovery.ledger_scan import each_ledger
 from bkeeper.autorecovery.replicas import list_ledger, probe_ledger
+from bkeeper.autorecovery.replicate import relocations
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.client.placement import DEFAULT_RACK
+from bkeeper.client.placement import Domains
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import (
     LedgerNotFoundError,
@@ -168,22 +169,32 @@ class Auditor:
         return report
 
     async def placement_check(self) -> AuditReport:
-        """Find the segments whose write sets span fewer racks than the live bookies allow
-        (the client's ``racks`` with ``placement="rackaware"``; otherwise every bookie is on
-        one rack and all adhere). Reported in ``not_adhering``, not marked (as BookKeeper
-        without ``repairedPlacementPolicyNotAdheringBookieEnabled``). Records its ctime."""
-        client = self._bk.config
-        racks = dict(client.racks) if client.placement == "rackaware" else {}
+        """Find the segments whose write quorums span fewer racks than the client's placement
+        asks (``min_racks_per_write_quorum``, or fewer when the live bookies span fewer
+        racks; with ``placement="random"`` every bookie counts as on one rack and all
+        adhere), reported in ``not_adhering``. With ``placement_repair`` each such ledger is
+        also marked under-replicated, naming the bookies to move
+        (:func:`~bkeeper.autorecovery.replicate.relocations`), for the replication workers to
+        relocate (Apache BookKeeper's ``repairedPlacementPolicyNotAdheringBookieEnable``).
+        Records its ctime."""
+        domains = await self._bk.domains() or Domains()
         bookies = await self._bk.cluster.registry.bookies()
         live = bookies.writable | bookies.read_only
-        racks_available = len({racks.get(b, DEFAULT_RACK) for b in live})
+        racks_available = len({domains.rack(b) for b in live})
         tally = Tally()
+        repair = self._config.placement_repair
 
         async def visit(ledger_id: int, meta: LedgerMetadata) -> None:
             tally.ledgers += 1
-            bad = placement_violations(meta, racks, racks_available)
-            if bad:
-                tally.not_adhering[ledger_id] = bad
+            bad = placement_violations(meta, domains, racks_available)
+            if not bad:
+                return
+            tally.not_adhering[ledger_id] = bad
+            moves = relocations(meta, domains, bookies.writable, racks_available)
+            moving = sorted({bookie for segment in moves.values() for bookie in segment})
+            if repair and moving and meta.has_password:
+                await self._urm.mark_underreplicated(ledger_id, moving)
+                tally.marked[ledger_id] = tuple(moving)
 
         await self._each_ledger(visit, tally)
         await self._urm.set_check_ctime_ms(PLACEMENT_CHECK, self._clock.wall_ms())
@@ -192,9 +203,11 @@ class Auditor:
         if report.not_adhering:
             log.warning(
                 "placement check: %d of %d ledgers have segments not adhering to the "
-                "rack-aware placement",
+                "placement (%d racks per write quorum); %d marked for relocation",
                 len(report.not_adhering),
                 report.ledgers_audited,
+                domains.min_racks,
+                len(report.marked),
             )
         return report
 

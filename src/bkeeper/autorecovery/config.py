@@ -34,6 +34,9 @@ class AutoRecoveryConfig:
     bookie_check_interval_s: float = 86_400.0  # audit all ledgers against live bookies; 0: off
     check_all_ledgers_interval_s: float = 604_800.0  # probe first/last entries; 0: off
     placement_check_interval_s: float = 0.0  # 0: off
+    # the placement check marks the ledgers it finds, naming the bookies to move, and the
+    # workers relocate them (placement repair); off: it only reports them
+    placement_repair: bool = True
     replicas_check_interval_s: float = 0.0  # list every replica's entries; 0: off (as Java)
     # a ledger a replica could not list for is asked again this many times in the same check
     # (a timeout under load, a bookie restarting), after this pause each

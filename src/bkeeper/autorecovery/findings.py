@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bkeeper.autorecovery.expected import Stripe, missing_entries, stripes_of
-from bkeeper.client.placement import DEFAULT_RACK
+from bkeeper.client.placement import Domains, quorum_racks_short
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
 __all__ = [
@@ -211,21 +211,18 @@ def fragment_checks(
 
 
 def placement_violations(
-    meta: LedgerMetadata, racks: Mapping[str, str], racks_available: int
+    meta: LedgerMetadata, domains: Domains, racks_available: int
 ) -> tuple[int, ...]:
     """First entries of the segments with a write set on fewer distinct racks than
-    ``min(write quorum, racks_available)`` (bookies missing from ``racks`` are on
-    ``DEFAULT_RACK``), in entry order."""
-    need = min(meta.write_quorum, racks_available)
-    size, quorum = meta.ensemble_size, meta.write_quorum
-    bad = []
-    for first, ensemble in meta.segments.items():
-        for start in range(size if quorum < size else 1):
-            members = (ensemble[(start + k) % size] for k in range(quorum))
-            if len({racks.get(b, DEFAULT_RACK) for b in members}) < need:
-                bad.append(first)
-                break
-    return tuple(bad)
+    ``min(min_racks_per_write_quorum, write quorum, racks_available)`` (Apache BookKeeper's
+    placement check fails a ledger below ``minNumRacksPerWriteQuorum``; a cluster left with
+    fewer racks than that cannot do better, so fewer are asked for), in entry order."""
+    need = min(domains.need(meta.write_quorum), racks_available)
+    return tuple(
+        first
+        for first, ensemble in meta.segments.items()
+        if quorum_racks_short([str(b) for b in ensemble], meta.write_quorum, domains, need)
+    )
 
 
 def _first_held(stripe: Stripe) -> int | None:

@@ -48,6 +48,7 @@ from bkeeper.autorecovery.replicate import (
     lost_bookies,
     missing_replacements,
     plan_repair,
+    relocations,
 )
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
@@ -95,6 +96,7 @@ async def replicate_ledger(
     rng: random.Random | None = None,
     unless_back: bool = False,
     bookies: BookieSet | None = None,
+    relocate: bool = False,
 ) -> ReplicationOutcome:
     """Repair ``ledger_id`` (module doc). ``lost`` None: every ensemble member not registered
     (writable or read-only) is lost. ``dry_run``: plan only (``plan`` and ``replaced`` say
@@ -103,10 +105,12 @@ async def replicate_ledger(
     entries: when it stores every entry it should (it came back with its data: its cookie
     let it start) it is not lost any more and nothing of it is copied; when it lacks some
     (check-all-ledgers or the replicas check marked it) it is replaced as a lost one.
-    ``bookies``: the registered bookies as the caller follows them (else they are read)."""
+    ``bookies``: the registered bookies as the caller follows them (else they are read).
+    ``relocate``: also move live members of segments that break the client's placement
+    (:func:`~bkeeper.autorecovery.replicate.relocations`; placement repair)."""
     repair = _LedgerRepair(bk, ledger_id, config, throttle, rng)
     try:
-        return await repair.run(lost, fence_open, dry_run, unless_back, bookies)
+        return await repair.run(lost, fence_open, dry_run, unless_back, bookies, relocate)
     except LedgerNotFoundError:
         return repair.outcome(True, "the ledger was deleted")
     except BKeeperError as exc:
@@ -172,6 +176,7 @@ class _LedgerRepair:
         dry_run: bool,
         unless_back: bool,
         bookies: BookieSet | None,
+        relocate: bool = False,
     ) -> ReplicationOutcome:
         bk, ledger_id = self.bk, self.ledger_id
         versioned = await bk.cluster.ledgers.read(ledger_id)
@@ -205,8 +210,16 @@ class _LedgerRepair:
             log.info("ledger %d fenced and sealed for re-replication", ledger_id)
             versioned = await bk.cluster.ledgers.read(ledger_id)
             meta = versioned.value
-        racks = dict(bk.config.racks) if bk.config.placement == "rackaware" else None
-        plan = plan_repair(ledger_id, meta, lost, bookies.writable, racks=racks, rng=self.rng)
+        domains = await bk.domains()
+        moves: dict[int, tuple[str, ...]] = {}
+        if relocate and domains is not None and meta.has_password:
+            live = bookies.writable | bookies.read_only
+            racks_available = len({domains.rack(b) for b in live})
+            writable = bookies.writable - lost
+            moves = relocations(meta, domains, writable, racks_available)
+        plan = plan_repair(
+            ledger_id, meta, lost, bookies.writable, domains=domains, moves=moves, rng=self.rng
+        )
         self.plan = plan
         waiting = BlockKind.AWAITING_WRITER if plan.needs_fencing else None
         if dry_run:

@@ -9,7 +9,13 @@ Rules:
 * Targets are writable bookies only (read-only bookies stay sources, never targets), never a
   lost bookie, never a member of the segment's ensemble (the ensemble as already changed by
   this plan: two lost bookies of one segment get two different targets); chosen by
-  :func:`bkeeper.client.placement.replace_bookie` (random, or rack-aware with ``racks``).
+  :func:`bkeeper.client.placement.replace_bookie` (random, or rack- or region-aware with
+  ``domains``).
+* Placement repair (:func:`relocations`): a live member of a segment whose write quorums span
+  too few racks is moved as a lost one is replaced (its entries copied to a bookie on a
+  rack that mends it, then the metadata changed); only in segments a repair may change,
+  never a reason to fence an open ledger. The moved bookie keeps its copies (nothing reads
+  them any more; they go with the ledger).
 * Entries: a closed ledger's segments hold entries up to its last entry; an open (or
   in-recovery) ledger's last segment is still being written and is not planned: a lost bookie
   there needs the ledger fenced and sealed first (:func:`last_segment_lost`), after which it is
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from bkeeper.autorecovery.expected import Stripe, stripes_of
-from bkeeper.client.placement import replace_bookie
+from bkeeper.client.placement import Domains, placement_moves, replace_bookie
 from bkeeper.common.errors import NotEnoughBookiesError
 from bkeeper.common.ids import BookieId
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
@@ -53,6 +59,7 @@ __all__ = [
     "lost_bookies",
     "missing_replacements",
     "plan_repair",
+    "relocations",
 ]
 
 
@@ -162,35 +169,44 @@ def plan_repair(
     writable: Collection[str],
     *,
     racks: Mapping[str, str] | None = None,
+    domains: Domains | None = None,
+    moves: Mapping[int, Collection[str]] | None = None,
     rng: random.Random | None = None,
 ) -> RepairPlan:
     """The plan replacing every ``lost`` bookie of ``meta``'s segments (module doc);
-    :class:`NotEnoughBookiesError` when a segment holding entries has no possible target."""
+    :class:`NotEnoughBookiesError` when a segment holding entries has no possible target.
+    ``moves``: segment first entry -> live members to move too (placement repair,
+    :func:`relocations`): planned as lost ones, in that segment only."""
     rng = rng or random.Random()
+    if domains is None and racks:
+        domains = Domains(racks)
+    moves = moves or {}
     lost_set = {str(bookie) for bookie in lost}
-    candidates = [str(bookie) for bookie in writable if str(bookie) not in lost_set]
+    moving = {str(bookie) for bookies in moves.values() for bookie in bookies}
+    candidates = [str(bookie) for bookie in writable if str(bookie) not in lost_set | moving]
     starts = list(meta.segments)
     closed = meta.state is LedgerState.CLOSED
     last_entry = meta.last_entry_id if closed else starts[-1] - 1
     planned = starts if closed else starts[:-1]
-    stripes = _stripes_by_segment(meta, lost_set, last_entry)
+    stripes = _stripes_by_segment(meta, lost_set | moving, last_entry)
     fragments: list[Fragment] = []
     ensembles: dict[int, tuple[str, ...]] = {}
     for segment in planned:
         ensemble = [str(bookie) for bookie in meta.segments[segment]]
+        leaving = lost_set | {str(bookie) for bookie in moves.get(segment, ())}
         changed = False
         for position, bookie in enumerate(ensemble):
-            if bookie not in lost_set:
+            if bookie not in leaving:
                 continue
             stripe = stripes.get((segment, bookie))
             entry_ids = _entry_ids(stripe) if stripe is not None else ()
             try:
                 target = replace_bookie(
-                    ensemble, position, candidates, meta.write_quorum, racks=racks, rng=rng
+                    ensemble, position, candidates, meta.write_quorum, domains=domains, rng=rng
                 )
             except NotEnoughBookiesError as exc:
-                if not entry_ids:
-                    continue  # no entries there: nothing to lose by leaving it
+                if not entry_ids or bookie not in lost_set:
+                    continue  # nothing there to lose, or a move that cannot be made now
                 raise NotEnoughBookiesError(
                     f"ledger {ledger_id}, segment at entry {segment}: {exc}"
                 ) from None
@@ -202,6 +218,26 @@ def plan_repair(
     return RepairPlan(
         ledger_id, tuple(fragments), ensembles, needs_fencing=last_segment_lost(meta, lost_set)
     )
+
+
+def relocations(
+    meta: LedgerMetadata, domains: Domains, writable: Collection[str], racks_available: int
+) -> dict[int, tuple[str, ...]]:
+    """Placement repair: segment first entry -> the live members to move so that every write
+    quorum spans ``min(min_racks_per_write_quorum, write quorum, racks_available)`` racks
+    (:func:`bkeeper.client.placement.placement_moves`), for the segments a repair may change
+    (a closed ledger's, or an open one's but its last); empty when nothing is short or no
+    writable bookie can mend it."""
+    starts = list(meta.segments)
+    planned = starts if meta.state is LedgerState.CLOSED else starts[:-1]
+    need = min(domains.need(meta.write_quorum), racks_available)
+    found: dict[int, tuple[str, ...]] = {}
+    for segment in planned:
+        ensemble = [str(bookie) for bookie in meta.segments[segment]]
+        moving = placement_moves(ensemble, meta.write_quorum, domains, writable, need)
+        if moving:
+            found[segment] = moving
+    return found
 
 
 def apply_plan(

@@ -335,6 +335,7 @@ class ReplicationWorker:
                 rng=self._rng,
                 unless_back=True,  # marked while restarting, say: nothing to do once back
                 bookies=self._bookies,
+                relocate=self._config.placement_repair,
             )
         except Exception as exc:  # a bug: reported, and the ledger stays marked for a retry
             log.exception("ledger %d: re-replication failed unexpectedly", ledger_id)

@@ -98,6 +98,7 @@ JAVA_NAMES: dict[str, JavaName] = {
         # bookie
         JavaName("bookiePort", "port"),
         JavaName("bookieId", "bookie_id"),
+        JavaName("advertisedAddress", "advertised_address"),
         JavaName("metadataServiceUri", "metadata_uri"),
         JavaName(
             "zkServers", "metadata_uri", "host:port,... → zk://host:port,.../ledgers", _zk_servers
@@ -150,7 +151,6 @@ JAVA_REFUSED: dict[str, str] = {
     "compactionRate": "compaction is throttled by bytes only: compaction_rate_bytes_per_s",
     "compactionRateByEntries": "compaction is throttled by bytes only: compaction_rate_bytes_per_s",
     "useHostNameAsBookieID": "set bookie_id to the name you want",
-    "advertisedAddress": "set bookie_id (what clients are told) and host (what it listens on)",
 }
 
 

@@ -24,6 +24,7 @@ from click.core import ParameterSource
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.scrubbing import maintain_storage
+from bkeeper.cli._network_location import resolve_network_location
 from bkeeper.cli._security import bookie_security_options, build_bookie_security
 from bkeeper.cli._settings import (
     build_autorecovery_config,
@@ -264,6 +265,7 @@ def bookie(
     settings = read_settings(conf, options, given)
     all_settings = merged(defaults, settings)
     config, storage_config = build_configs(data_dir, all_settings)
+    config = resolve_network_location(config)
     tls, auth = build_bookie_security(security)
     config = dataclasses.replace(config, tls=tls, auth=auth)
     recovery = build_autorecovery_config(all_settings) if autorecovery else None

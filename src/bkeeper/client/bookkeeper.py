@@ -18,11 +18,12 @@ from bkeeper.client.handshake import client_security
 from bkeeper.client.ledger_recovery import check_password, recover_ledger
 from bkeeper.client.metadata import MetadataRetry, ReconnectingLedgers
 from bkeeper.client.metrics import ClientMetrics
+from bkeeper.client.placement import Domains
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.write_handle import WriteHandle
 from bkeeper.common.clock import Clock, SystemClock
-from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError
+from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError, ProtocolError
 from bkeeper.common.validate import check_int_in_range, check_quorum
 from bkeeper.meta.bookie_info import Endpoint
 from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
@@ -59,6 +60,7 @@ class BookKeeper:
         self._transport = transport
         self._ctx: ClientContext | None = None
         self._writable: frozenset[str] = frozenset()
+        self._racks_unreadable = ""  # the rack information's last decoding error
         self._clock: Clock = clock or SystemClock()
         self._retry = MetadataRetry(self.config.metadata_reconnect_timeout_ms, self._clock)
         #: The client's metrics, with ``ClientConfig.metrics`` (else None).
@@ -103,6 +105,7 @@ class BookKeeper:
             metrics=self.metrics,
             mark_underreplicated=cluster.underreplication.mark_underreplicated,
             clock=self._clock,
+            locations=self._locations,
         )
         return self
 
@@ -151,6 +154,26 @@ class BookKeeper:
         if not host or not port.isdigit():
             raise ConfigError(f"bookie id {bookie_id!r} is not registered and not host:port")
         return host, int(port)
+
+    async def _locations(self) -> dict[str, str]:
+        """The registered locations; none while the node is unreadable (said once per
+        change of its content, the choice goes on as if no bookie had a location)."""
+        racks = self.cluster.racks
+        try:
+            found = await self._retry("reading the bookies' network locations", racks.locations)
+        except ProtocolError as exc:
+            if str(exc) != self._racks_unreadable:
+                self._racks_unreadable = str(exc)
+                log.warning("%s: placement goes on without the registered locations", exc)
+            return {}
+        self._racks_unreadable = ""
+        return found
+
+    async def domains(self) -> Domains | None:
+        """Where the bookies are, as this client's placement sees them now (None: random
+        placement): registered locations, ``ClientConfig.racks`` winning (auto-recovery and
+        the placement check use the same)."""
+        return await self._context().domains()
 
     async def _writable_bookies(self) -> frozenset[str]:
         registry = self.cluster.registry

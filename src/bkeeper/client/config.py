@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bkeeper.client.placement import PLACEMENTS
 from bkeeper.common.auth import ClientAuthConfig
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import MAX_FRAME_BYTES_DEFAULT
 from bkeeper.common.tls import TlsClientConfig
 from bkeeper.common.validate import check_non_negative_ints, check_positive_ints
+from bkeeper.meta.locations import check_location
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.correlate import PENDING_REQUESTS_MAX
 
@@ -46,7 +48,17 @@ class ClientConfig:
     (back-pressure). ``explicit_lac_interval_ms``: when > 0 the writer sends its LAC to the
     bookies as it goes idle (its last add in flight acknowledged), at most once per this
     interval, so readers see the last entry too (v3 WRITE_LAC).
-    ``racks`` maps bookie ids to racks for ``placement="rackaware"``.
+    ``placement``: how new ensembles and replacements are chosen (:mod:`bkeeper.client.
+    placement`): ``"rackaware"`` (the default, as Apache BookKeeper's client) spreads each
+    write quorum over racks, ``"regionaware"`` over regions then racks, ``"random"`` ignores
+    where bookies are. Where a bookie is: its registered network location (the cluster's rack
+    information, :mod:`bkeeper.meta.racks`), unless ``racks`` (bookie id -> ``/rack`` or
+    ``/region/rack``) names it; a bookie in neither is on ``/default-rack``, so with no
+    locations anywhere rack-aware placement is random placement.
+    ``min_racks_per_write_quorum``: racks every write quorum should span (BookKeeper's
+    ``minNumRacksPerWriteQuorum``, 2); ``enforce_min_racks``: refuse an ensemble or a
+    replacement that cannot (``NotEnoughBookiesError``; BookKeeper's
+    ``enforceMinNumRacksPerWriteQuorum``, off: best effort).
     ``metadata_session_timeout_ms``: the ZooKeeper session timeout asked for (Apache
     BookKeeper's ``zkTimeout``; the server clamps it to 2..20 of its ticks).
     ``metadata_reconnect_timeout_ms``: how long a metadata call is tried again while the
@@ -103,8 +115,10 @@ class ClientConfig:
     metadata_session_timeout_ms: int = 10_000
     metadata_reconnect_timeout_ms: int = 10_000
     explicit_lac_interval_ms: int = 0
-    placement: str = "random"
+    placement: str = "rackaware"
     racks: Mapping[str, str] = field(default_factory=dict)
+    min_racks_per_write_quorum: int = 2
+    enforce_min_racks: bool = False
     timeout_check_interval_ms: int = 100
     recovery_batch_entries: int = 64
     batch_read_entries_max: int = 1_000
@@ -123,8 +137,12 @@ class ClientConfig:
     degraded_retry_interval_ms: int = 3_000
 
     def __post_init__(self) -> None:
-        if self.placement not in ("random", "rackaware"):
-            raise ConfigError(f"placement: {self.placement!r} is not 'random' or 'rackaware'")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(
+                f"placement: {self.placement!r} is not one of {', '.join(PLACEMENTS)}"
+            )
+        for bookie, location in self.racks.items():
+            check_location(location, f"racks: location of {bookie}")
         check_positive_ints(
             self,
             "connect_timeout_ms",
@@ -138,6 +156,7 @@ class ClientConfig:
             "metadata_session_timeout_ms",
             "metadata_reconnect_timeout_ms",
             "timeout_check_interval_ms",
+            "min_racks_per_write_quorum",
             "recovery_batch_entries",
             "batch_read_entries_max",
             "batch_read_bytes_max",

@@ -14,14 +14,20 @@ import asyncio
 import logging
 import random
 import weakref
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.metadata import ReconnectingLedgers
 from bkeeper.client.metrics import ClientMetrics
-from bkeeper.client.placement import Quarantine, SpareWarning, choose_ensemble, replace_bookie
+from bkeeper.client.placement import (
+    Domains,
+    Quarantine,
+    SpareWarning,
+    choose_ensemble,
+    replace_bookie,
+)
 from bkeeper.client.pool import BookiePool
 from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BookieUnavailableError
@@ -51,12 +57,26 @@ class ClientContext:
     #: under-replication manager): a writer that ends degraded writes names the bookies
     #: that lack the entries written meanwhile. None: nowhere to say it (logged only).
     mark_underreplicated: Callable[[int, Collection[str]], Awaitable[None]] | None = None
+    #: The registered network locations (bookie id -> ``/rack`` or ``/region/rack``), read
+    #: at each choice of bookies; None: none registered anywhere (placement by ``racks``).
+    locations: Callable[[], Awaitable[Mapping[str, str]]] | None = None
 
     def __post_init__(self) -> None:
         self.quarantine = Quarantine(self.config.bookie_quarantine_time_ms / 1000.0)
 
-    def _racks(self) -> dict[str, str] | None:
-        return dict(self.config.racks) if self.config.placement == "rackaware" else None
+    async def domains(self) -> Domains | None:
+        """Where bookies are, for the client's placement (None: random placement): the
+        registered locations, those of ``ClientConfig.racks`` winning."""
+        config = self.config
+        if config.placement == "random":
+            return None
+        registered = await self.locations() if self.locations is not None else {}
+        return Domains(
+            {**registered, **config.racks},
+            regions=config.placement == "regionaware",
+            min_racks=config.min_racks_per_write_quorum,
+            enforce=config.enforce_min_racks,
+        )
 
     def quarantine_bookies(self, bookies: Collection[str]) -> None:
         """``bookies`` failed a writer: avoid them for ``bookie_quarantine_time_ms``."""
@@ -71,6 +91,7 @@ class ClientContext:
 
     async def new_ensemble(self, size: int, write_quorum: int) -> tuple[str, ...]:
         candidates = await self.writable_bookies()
+        domains = await self.domains()
         if self.spare_warning.check(len(candidates), size):
             log.warning(
                 "a new ledger's ensemble of %d takes every writable bookie (%d): no spare, so "
@@ -87,7 +108,7 @@ class ClientContext:
                 write_quorum,
                 exclude=excluded,
                 quarantined=quarantined,
-                racks=self._racks(),
+                domains=domains,
                 rng=self.rng,
             ),
             set(),
@@ -98,6 +119,7 @@ class ClientContext:
     ) -> str:
         """A bookie for ``ensemble[position]``, never one of ``exclude`` (failing now)."""
         candidates = await self.writable_bookies()
+        domains = await self.domains()
         chosen = await self._choose_reachable(
             lambda excluded, quarantined: (
                 replace_bookie(
@@ -107,7 +129,7 @@ class ClientContext:
                     write_quorum,
                     exclude=excluded,
                     quarantined=quarantined,
-                    racks=self._racks(),
+                    domains=domains,
                     rng=self.rng,
                 ),
             ),

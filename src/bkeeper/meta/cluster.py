@@ -34,6 +34,7 @@ from bkeeper.meta.layout import (
     LedgerLayout,
 )
 from bkeeper.meta.ledgers import LedgerMetadataStore
+from bkeeper.meta.racks import RackStore
 from bkeeper.meta.registry import BookieRegistry, RegistryConfig
 from bkeeper.meta.store import NodeStore, StoreConfig, join_path
 from bkeeper.meta.underreplication import UnderReplicationConfig, UnderReplicationManager
@@ -69,6 +70,8 @@ class ClusterMetadata:
         self.id_generator = LedgerIdGenerator(store, root, config.id_generator)
         self.ledgers = LedgerMetadataStore(store, root, self.id_generator)
         self.registry = BookieRegistry(store, root, config.registry)
+        #: Bookies' network locations (``<parent of root>/bookies``, Pulsar's format).
+        self.racks = RackStore(store, root)
         self.cookies = CookieStore(store, root)
         self.underreplication = UnderReplicationManager(
             store, root, clock=clock or SystemClock(), config=config.underreplication

@@ -184,7 +184,7 @@ class Bookie:
 
     @property
     def bookie_id(self) -> str:
-        return self.config.bookie_id or f"{self.config.host}:{self.port}"
+        return self.config.bookie_id or f"{self.config.advertised_host}:{self.port}"
 
     def add_readonly_listener(self, listener: Callable[[bool], None]) -> None:
         """Call ``listener(readonly)`` whenever the bookie switches mode."""
@@ -266,7 +266,9 @@ class Bookie:
             self.connections.connections_max,
             f"; admin on {self.admin_url}" if self.admin_url else "",
         )
-        unreachable = unreachable_address_warning(config.host, self.port, config.metadata_uri)
+        unreachable = unreachable_address_warning(
+            config.advertised_host, self.port, config.metadata_uri
+        )
         if unreachable is not None:
             log.warning("%s", unreachable)
 
@@ -280,7 +282,7 @@ class Bookie:
 
     def _advertised_http_host(self) -> str:
         host = self.config.effective_http_host
-        return self.config.host if host in _ANY_ADDRESS else host
+        return self.config.advertised_host if host in _ANY_ADDRESS else host
 
     async def _serve(self, handlers_box: list[RequestHandlers]) -> None:
         assert self.storage is not None and self._server is not None
@@ -351,10 +353,16 @@ class Bookie:
         ``stale_registration_wait_ms`` for a dead predecessor's node to go, and a SIGTERM
         meanwhile must stop the bookie then, not once the wait is over (or has failed)."""
         assert self._membership is not None
+        if self.config.network_location:
+            publish = self._membership.publish_location(
+                self.config.network_location, self.config.advertised_host
+            )
+            if not await unless_stopped(self._tasks, publish, "writing its rack", self._stopping):
+                return False
         http = None if self.http_port is None else (self._advertised_http_host(), self.http_port)
         security = (self.config.tls, self.config.auth)  # what registration says it requires
         register = self._membership.register(
-            self.config.host, self.port, self._mode_readonly, http, security
+            self.config.advertised_host, self.port, self._mode_readonly, http, security
         )
         if await unless_stopped(self._tasks, register, "registering", self._stopping):
             self._registered = True

@@ -13,11 +13,15 @@ from bkeeper.common.errors import ConfigError
 from bkeeper.common.limits import DEFAULT_BOOKIE_PORT, MAX_FRAME_BYTES_DEFAULT
 from bkeeper.common.tls import TlsServerConfig
 from bkeeper.common.validate import check_non_negative_ints, check_port, check_positive_ints
+from bkeeper.meta.locations import check_location
 
 __all__ = ["ADMIN_HTTP_HOST_DEFAULT", "REDACTED", "BookieConfig", "public_values"]
 
 #: What :func:`public_values` shows for a secret.
 REDACTED = "<redacted>"
+
+#: Addresses that mean "every address of this machine" (to listen on, never to connect to).
+_ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 
 #: Where the admin HTTP server listens unless ``http_host`` says otherwise.
 ADMIN_HTTP_HOST_DEFAULT = "127.0.0.1"
@@ -32,6 +36,18 @@ class BookieConfig:
     started with its ZooKeeper, or during a ZooKeeper restart, waits for it rather than
     giving up at the first refusal as a client does. Raise it where ZooKeeper may come up
     later (a machine booting every service at once).
+
+    Addresses: the bookie listens on ``host`` (``0.0.0.0``: every address of the machine) and
+    registers ``advertised_address`` (Apache BookKeeper's ``advertisedAddress``; empty:
+    ``host``) as the address clients connect to; its id is ``bookie_id``, by default
+    ``<advertised address>:<port>``. ``network_location``: its failure domain, ``/rack`` or
+    ``/region/rack`` (:mod:`bkeeper.meta.racks`), written to the cluster's rack information
+    at start for placement; empty: whatever that information says already (an operator's
+    ``bkeeper shell setrack``), else the default rack. Or the command looks it up before
+    start (``bkeeper bookie``; the bookie itself reads neither): in
+    ``network_location_file`` (``name location`` lines, by bookie id or advertised host), or
+    by running ``network_location_script`` with the advertised host as its argument
+    (Apache BookKeeper's script-based mapping: it prints the location).
 
     Limits are per connection unless named otherwise. The disk thresholds live in
     :class:`~bkeeper.storage.StorageConfig` (the engine checks them as it writes); the bookie
@@ -83,6 +99,10 @@ class BookieConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_BOOKIE_PORT
     bookie_id: str = ""
+    advertised_address: str = ""
+    network_location: str = ""
+    network_location_file: str = ""
+    network_location_script: str = ""
     metadata_uri: str = ""
     metadata_connect_timeout_ms: int = 10_000
     http_port: int | None = None
@@ -121,6 +141,23 @@ class BookieConfig:
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ConfigError("data_dir: a data directory is required")
+        if self.network_location:
+            check_location(self.network_location, "network_location")
+        given = [
+            name
+            for name in ("network_location", "network_location_file", "network_location_script")
+            if getattr(self, name)
+        ]
+        if len(given) > 1 and given[0] != "network_location":
+            raise ConfigError(
+                "network_location_file and network_location_script: give one way to find the "
+                "network location, not both"
+            )
+        if self.advertised_address in _ANY_ADDRESS - {""}:
+            raise ConfigError(
+                f"advertised_address: {self.advertised_address!r} is not an address clients "
+                "can connect to"
+            )
         check_port("port", self.port)
         if self.http_port is not None:
             check_port("http_port", self.http_port)
@@ -172,9 +209,15 @@ class BookieConfig:
         return self.http_host or ADMIN_HTTP_HOST_DEFAULT
 
     @property
+    def advertised_host(self) -> str:
+        """The address registered for clients: ``advertised_address``, else ``host``."""
+        return self.advertised_address or self.host
+
+    @property
     def effective_bookie_id(self) -> str:
-        """The configured bookie id, or ``host:port`` as Apache BookKeeper defaults it."""
-        return self.bookie_id or f"{self.host}:{self.port}"
+        """The configured bookie id, or ``<advertised host>:port`` as Apache BookKeeper
+        defaults it."""
+        return self.bookie_id or f"{self.advertised_host}:{self.port}"
 
 
 def public_values(config: object) -> dict[str, object]:

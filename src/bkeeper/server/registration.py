@@ -183,6 +183,13 @@ class ClusterMembership:
             return
         stored.value.verify(local, f"the metadata store ({self.bookie_id})")
 
+    async def publish_location(self, location: str, hostname: str) -> None:
+        """Write this bookie's network location to the cluster's rack information
+        (:mod:`bkeeper.meta.racks`) unless it is there already; before registering, so that
+        no client sees the bookie without its rack."""
+        if await self.cluster.racks.set(self.bookie_id, location, hostname):
+            log.info("network location of %s set to %s", self.bookie_id, location)
+
     async def register(
         self,
         host: str,
