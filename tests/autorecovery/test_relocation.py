@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from bkeeper.autorecovery.auditor import Auditor
+from bkeeper.autorecovery.relocate import relocate_ledgers
 from bkeeper.autorecovery.repair import replicate_ledger
 from bkeeper.autorecovery.worker import ReplicationWorker
 from bkeeper.client.config import ClientConfig
@@ -109,3 +110,32 @@ async def test_enforced_placement_refuses_a_replacement_on_the_same_rack() -> No
             assert "min_racks_per_write_quorum, enforced" in str(exc)
         else:
             raise AssertionError("a replacement on /r1 was taken although enforced")
+
+
+@on_virtual_time
+async def test_relocate_ledgers_says_when_no_rack_can_mend_a_ledger() -> None:
+    async with MemoryCluster(4) as cluster:
+        assert cluster.metadata is not None
+        names = [b.bookie_id for b in cluster.bookies]
+        for name in names:
+            await cluster.metadata.racks.set(name, "/r1")
+        bk = await cluster.client(CLIENT)
+        # E3/Qw2 striped: write quorums {0,1}, {1,2}, {2,0}
+        wh = await bk.create_ledger(3, 2, 2, password=PASSWORD, bookies=names[:3])
+        await wh.append(b"x")
+        await wh.close()
+        # one rack in the whole cluster: one rack per quorum is all it can ask
+        assert [r.state for r in await relocate_ledgers(bk, CONFIG)] == ["adheres"]
+        await cluster.metadata.racks.set(names[2], "/r2")
+        # quorum {0,1} is on /r1 alone; the only bookie on /r2 is in the ensemble already
+        (result,) = await relocate_ledgers(bk, CONFIG)
+        assert (result.state, result.violating) == ("cannot", (0,))
+        assert result.reason == (
+            "no writable bookie outside its ensembles is on a rack that mends it (those "
+            "outside: on /r1); add bookies on other racks"
+        )
+        await cluster.metadata.racks.set(names[3], "/r3")  # a bookie on a third rack
+        (planned,) = await relocate_ledgers(bk, CONFIG, dry_run=True)
+        assert planned.state == "planned" and list(planned.moves[0].values()) == [names[3]]
+        (moved,) = await relocate_ledgers(bk, CONFIG)
+        assert moved.state == "moved" and moved.entries == 1

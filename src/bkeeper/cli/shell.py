@@ -137,7 +137,31 @@ COMMANDS = (
     _row(
         "listbookies",
         "shell_ops:listbookies",
-        "List the registered bookies: id, mode, address and admin HTTP address.",
+        "List the registered bookies: id, mode, network location, address and admin HTTP address.",
+    ),
+    _row(
+        "racks",
+        "shell_placement:racks",
+        "Every bookie's network location (rack information and registrations together).",
+    ),
+    _row(
+        "setrack",
+        "shell_placement:setrack",
+        "Set BOOKIE's network LOCATION (/rack or /region/rack) in the cluster's rack "
+        "information; new ensembles and repairs use it at once, existing ledgers move with "
+        "relocateledgers.",
+    ),
+    _row(
+        "deleterack",
+        "shell_placement:deleterack",
+        "Remove BOOKIE's network location from the cluster's rack information (it is then on "
+        "/default-rack, unless the bookie sets one again when it starts).",
+    ),
+    _row(
+        "relocateledgers",
+        "shell_placement:relocateledgers",
+        "Move the ledgers whose write quorums span fewer racks than the placement asks onto "
+        "bookies that mend them (Java's relocateledgers); try --dry-run first.",
     ),
     _row(
         "bookieinfo",

@@ -30,6 +30,7 @@ from bkeeper.cli.shell_admin import endpoint_url
 from bkeeper.client.bookie_client import BookieClient
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.handshake import ClientSecurity, check_credentials, client_security
+from bkeeper.client.placement import DEFAULT_RACK
 from bkeeper.client.refusal import eua_unadmitted
 from bkeeper.common.errors import (
     BKeeperError,
@@ -149,13 +150,15 @@ def _http(info: BookieServiceInfo) -> str | None:
 def listbookies(
     metadata_uri: str, writable: bool, readonly: bool, show_all: bool, as_json: bool
 ) -> None:
-    """List the registered bookies: id, mode, address and admin HTTP address."""
+    """List the registered bookies: id, mode, network location, address and admin HTTP
+    address."""
     if show_all + writable + readonly > 1:
         raise click.UsageError("give at most one of --rw, --ro and --all")
 
     async def run() -> list[dict[str, object]]:
         async with await ClusterMetadata.open(metadata_uri, require_cluster=True) as cluster:
             bookies = await cluster.registry.bookies()
+            locations = await cluster.racks.locations()
             rows: list[tuple[str, str]] = []
             if not readonly:
                 rows += [(b, "writable") for b in sorted(bookies.writable)]
@@ -169,6 +172,7 @@ def listbookies(
                     continue  # it left between the listing and this read
                 out.append(
                     {"bookie_id": bookie_id, "mode": mode,
+                     "location": locations.get(bookie_id, DEFAULT_RACK),
                      "address": _address(info, bookie_id), "http": _http(info)}
                 )  # fmt: skip
             return out
@@ -178,11 +182,11 @@ def listbookies(
         print_json(rows)
         return
     table = titled_table(f"bookies at {metadata_uri}")
-    for column in ("bookie id", "mode", "address", "admin http"):
+    for column in ("bookie id", "mode", "location", "address", "admin http"):
         table.add_column(column)
     for row in rows:
-        table.add_row(str(row["bookie_id"]), str(row["mode"]), str(row["address"]),
-                      str(row["http"] or "-"))  # fmt: skip
+        table.add_row(str(row["bookie_id"]), str(row["mode"]), str(row["location"]),
+                      str(row["address"]), str(row["http"] or "-"))  # fmt: skip
     show(table)
     if not rows:
         click.echo("no bookies registered", err=True)
