@@ -60,7 +60,12 @@ from bkeeper.meta.registry import BookieSet
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.digest import master_key
 
-__all__ = ["COPY_RANGES_IN_FLIGHT_MAX", "ReplicationOutcome", "replicate_ledger"]
+__all__ = [
+    "COPY_RANGES_IN_FLIGHT_MAX",
+    "ReplicationOutcome",
+    "copy_fragments",
+    "replicate_ledger",
+]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +123,28 @@ async def replicate_ledger(
             return repair.outcome(True, "the ledger was deleted")
         kind = BlockKind.NO_CANDIDATE if isinstance(exc, NotEnoughBookiesError) else repair.step
         return repair.outcome(False, str(exc) or type(exc).__name__, kind)
+
+
+async def copy_fragments(
+    bk: BookKeeper,
+    ledger_id: int,
+    meta: LedgerMetadata,
+    versioned: Versioned[LedgerMetadata],
+    fragments: Collection[Fragment],
+    config: AutoRecoveryConfig,
+) -> int:
+    """Copy each fragment's entries to its target as a repair does (reads from the replicas
+    ``versioned`` names; each target made durable): the entries copied. Raises what failed
+    (``BKeeperError``), with nothing written to the metadata."""
+    repair = _LedgerRepair(bk, ledger_id, config, None, None)
+    if any(fragment.entry_ids for fragment in fragments):
+        handle = await bk.open_ledger(ledger_id, meta.password, recovery=False, metadata=versioned)
+        try:
+            for fragment in fragments:
+                await repair.copy(handle, meta, fragment)
+        finally:
+            await handle.close()
+    return repair.entries_copied
 
 
 async def _exists(bk: BookKeeper, ledger_id: int) -> bool:

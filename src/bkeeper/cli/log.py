@@ -15,6 +15,7 @@ import click
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._log_append import append_records, read_whole
+from bkeeper.cli._log_relayout import relayout_log
 from bkeeper.cli._log_settings import (
     changed_settings,
     settings_change_lines,
@@ -180,24 +181,49 @@ def list_logs(metadata_uri: str) -> None:
     "retention-size, retention-consumed, roll-size, roll-age, replication or all. "
     "May be repeated.",
 )
-def config(metadata_uri: str, name: str, unset: tuple[str, ...], **given: Any) -> None:
+@click.option(
+    "--existing",
+    is_flag=True,
+    help="Also give the log's sealed ledgers its stored ensemble and quorums (copying their "
+    "entries to the bookies that layout adds), and wait for the open one to be sealed.",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="With --existing: seconds to wait for the open ledger's writer to roll.",
+)
+def config(
+    metadata_uri: str,
+    name: str,
+    unset: tuple[str, ...],
+    existing: bool,
+    wait_s: float,
+    **given: Any,
+) -> None:
     """Show the settings stored with log NAME, or change them (printing each setting changed,
     before -> after).
 
     A change goes in by compare-and-set (a concurrent change is kept, not overwritten) and
     open writers follow it within a tick of their timer (roll_age / 2, at most 60 s): roll
-    limits and retention at once, ensemble and quorums from their next ledger."""
+    limits and retention at once, ensemble and quorums from their next ledger, which they
+    start at once. With --existing the log's sealed ledgers take the stored ensemble and
+    quorums too (entries copied to the bookies the new layout adds, online)."""
     changing = bool(unset) or any(value is not None for value in given.values())
     if changing:
         changed_settings(LogSettings(), given, unset)  # a bad value fails before connecting
 
     async def body(logs: NamedLogs) -> None:
         named = logs.log(name)
-        if not changing:
+        if changing:
+            before, after = await named.configure(lambda now: changed_settings(now, given, unset))
+            click.echo("\n".join(settings_change_lines(name, before, after)))
+        elif not existing:
             click.echo("\n".join(settings_lines(name, await named.settings())))
-            return
-        before, after = await named.configure(lambda now: changed_settings(now, given, unset))
-        click.echo("\n".join(settings_change_lines(name, before, after)))
+        if existing:
+            await relayout_log(logs, name, wait_s)
 
     _run(body, metadata_uri)
 

@@ -1,6 +1,7 @@
 """A named log writer's roll: to a new ledger, listed by compare-and-set; the old one sealed.
 
-Once the writer's ledger holds ``roll_bytes`` or is ``roll_age_ms`` old (decided by
+Once the writer's ledger holds ``roll_bytes`` or is ``roll_age_ms`` old, or holds entries
+and the log's replication changed (``replication_stale``) (decided by
 :func:`bkeeper.namedlog.core.rolling.roll_due`; checked at each entry sent and at each tick
 of the writer's timer), the writer creates a new ledger, appends it to the log's list by
 compare-and-set (:func:`bkeeper.common.cas.cas_update`, at most ``metadata_retries_max`` lost
@@ -57,6 +58,10 @@ class Roller:
         self._failures = 0  # rolls in a row that found too few bookies
         #: Ledgers rolled away from and not sealed yet (aborted if the log is deleted).
         self.sealing: set[WriteHandle] = set()
+        #: The log's replication (ensemble, quorums) changed and the current ledger has the
+        #: old one: roll as soon as it holds entries, so that the old ledger is sealed and can
+        #: be re-laid out (``bkeeper log config --existing``); set by the timer.
+        self.replication_stale = False
 
     def should_roll(self) -> bool:
         """The current ledger is full, or holds entries and is ``roll_age_ms`` old."""
@@ -64,6 +69,8 @@ class Roller:
             return False
         handle, config = self._writer._handle, self._writer._config
         has_entries = handle.last_add_pushed >= 0
+        if self.replication_stale and has_entries:
+            return True
         # The clock is read only when the age can matter (this runs for every entry sent).
         aged = config.roll_age_ms and has_entries
         return roll_due(
@@ -90,6 +97,7 @@ class Roller:
             writer._meta, writer._version = await self._list(old, new)
             writer._handle = new
             self._opened_at = self._clock.monotonic()
+            self.replication_stale = False
             self._rolled(old, new)
         await writer.retain()
 

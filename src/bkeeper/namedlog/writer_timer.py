@@ -4,7 +4,8 @@ Every ``roll_age_ms`` / 2 (at least ``TICK_S_MIN``, at most ``TICK_S_MAX``; by t
 Clock; the period and when to roll are decided by :mod:`bkeeper.namedlog.core.rolling`) the
 writer re-reads the log's metadata and so picks up changed settings (the log's stored settings
 over the process's ``LogConfig``: new roll limits and retention at once, a new ensemble or
-quorum from the next ledger on); seals its current ledger and starts a new one when that
+quorum from the next ledger on, which it starts at once if the current one holds entries);
+seals its current ledger and starts a new one when that
 ledger holds entries and is ``roll_age_ms`` old, also with no append coming (as Pulsar's
 managed ledger does on its rollover timer: a ledger with no entry is never rolled, so an idle
 writer adds no ledgers); and runs retention. An error of a tick (the metadata store away, a
@@ -101,6 +102,10 @@ class WriterTimer:
         writer = self._writer
         config = writer._log.config_of(meta)  # ConfigError: kept as they were
         writer._config, self._config_text = config, meta.config_text
+        handle = writer._handle.metadata
+        replication = (config.ensemble_size, config.write_quorum, config.ack_quorum)
+        if replication != (handle.ensemble_size, handle.write_quorum, handle.ack_quorum):
+            writer._roller.replication_stale = True  # roll now, not at the next limit
         log.info(
             "log %s: the writer follows the log's changed settings (%s)",
             self._name,
