@@ -173,6 +173,9 @@ def relocateledgers(
         print_json([dataclasses.asdict(r) for r in results])
     else:
         shown = [r for r in results if r.state != "adheres"]
+        if not shown:
+            click.echo(f"{len(results)} ledgers checked: every one adheres to the placement")
+            return
         title = "plan" if dry_run else "relocation"
         table = titled_table(f"{title}: {len(shown)} of {len(results)} ledgers break the placement")
         for column in ("ledger", "state", "segments", "moves", "entries", "reason"):
