@@ -112,9 +112,13 @@ class BatchReader:
         self._turn = 0
         self._suspects: set[str] = set()
         self._body_bytes = 0  # average body size seen so far; 0 until the first answer
+        self._local_read = False  # the local region's bookies read for this call
 
     async def read(self, span: Span) -> AsyncGenerator[list[Entry], None]:
         """The entries of ``span`` in order, in lists (see the module doc)."""
+        if self._config.local_region and not self._local_read:
+            self._local_read = True
+            await self._ctx.refresh_local()
         if not span.batchable:
             async with contextlib.aclosing(self._per_entry(span.first, span.last)) as chunks:
                 async for chunk in chunks:
@@ -173,7 +177,7 @@ class BatchReader:
         if healthy:
             turn %= len(healthy)
             healthy = healthy[turn:] + healthy[:turn]
-        order = healthy + [b for b in bookies if b in self._suspects]
+        order = self._ctx.local_first(healthy) + [b for b in bookies if b in self._suspects]
         return _Request(first, last, asyncio.ensure_future(self._fetch(order, first, last)))
 
     async def _fetch(self, order: Sequence[str], first: int, last: int) -> list[Entry]:

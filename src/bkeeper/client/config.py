@@ -58,7 +58,9 @@ class ClientConfig:
     ``min_racks_per_write_quorum``: racks every write quorum should span (BookKeeper's
     ``minNumRacksPerWriteQuorum``, 2); ``enforce_min_racks``: refuse an ensemble or a
     replacement that cannot (``NotEnoughBookiesError``; BookKeeper's
-    ``enforceMinNumRacksPerWriteQuorum``, off: best effort).
+    ``enforceMinNumRacksPerWriteQuorum``, off: best effort). ``local_region`` (``/region``):
+    reads ask the replicas in that region first (BookKeeper's region-aware read reordering),
+    the others only when those fail or are slow.
     ``metadata_session_timeout_ms``: the ZooKeeper session timeout asked for (Apache
     BookKeeper's ``zkTimeout``; the server clamps it to 2..20 of its ticks).
     ``metadata_reconnect_timeout_ms``: how long a metadata call is tried again while the
@@ -119,6 +121,7 @@ class ClientConfig:
     racks: Mapping[str, str] = field(default_factory=dict)
     min_racks_per_write_quorum: int = 2
     enforce_min_racks: bool = False
+    local_region: str = ""
     timeout_check_interval_ms: int = 100
     recovery_batch_entries: int = 64
     batch_read_entries_max: int = 1_000
@@ -143,6 +146,8 @@ class ClientConfig:
             )
         for bookie, location in self.racks.items():
             check_location(location, f"racks: location of {bookie}")
+        if self.local_region and check_location(self.local_region, "local_region").count("/") != 1:
+            raise ConfigError(f"local_region: {self.local_region!r} is a region, /name")
         check_positive_ints(
             self,
             "connect_timeout_ms",

@@ -16,7 +16,7 @@ import random
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.metadata import ReconnectingLedgers
@@ -33,6 +33,8 @@ from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import BookieUnavailableError
 
 __all__ = ["ClientContext"]
+
+B = TypeVar("B", bound=str)
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,28 @@ class ClientContext:
     #: at each choice of bookies; None: none registered anywhere (placement by ``racks``).
     locations: Callable[[], Awaitable[Mapping[str, str]]] | None = None
 
+    #: Bookies in ``ClientConfig.local_region`` as last read (:meth:`refresh_local`); reads
+    #: ask them first.
+    local_bookies: frozenset[str] = frozenset()
+
     def __post_init__(self) -> None:
         self.quarantine = Quarantine(self.config.bookie_quarantine_time_ms / 1000.0)
+
+    async def refresh_local(self) -> None:
+        """Read which bookies are in ``ClientConfig.local_region`` (nothing without one)."""
+        region = self.config.local_region
+        if not region:
+            return
+        registered = await self.locations() if self.locations is not None else {}
+        domains = Domains({**registered, **self.config.racks})
+        self.local_bookies = frozenset(b for b in domains.locations if domains.region(b) == region)
+
+    def local_first(self, replicas: list[B]) -> list[B]:
+        """``replicas`` with those in the local region first, each group in its order."""
+        local = self.local_bookies
+        if not local:
+            return replicas
+        return [b for b in replicas if b in local] + [b for b in replicas if b not in local]
 
     async def domains(self) -> Domains | None:
         """Where bookies are, for the client's placement (None: random placement): the
