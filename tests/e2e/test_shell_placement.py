@@ -84,3 +84,20 @@ def test_setrack_then_relocateledgers_fixes_a_planted_violation(real_cluster) ->
     again = as_json(cli(uri, "shell", "relocateledgers", "--json"))
     assert {r["state"] for r in again} == {"adheres"}
     assert ok(cli(uri, "shell", "deleterack", b[3])).strip() == f"{b[3]}: location removed"
+
+    # the same ledger, E2/Qw2 -> E3/Qw3 online
+    plan = as_json(cli(uri, "shell", "setreplication", str(ledger_id), "-e", "3", "-w", "3",
+                       "-a", "2", "--dry-run", "--json"))  # fmt: skip
+    assert (plan["state"], plan["entries"]) == ("planned", ENTRIES)
+    line = ok(cli(uri, "shell", "setreplication", str(ledger_id), "-e", "3", "-w", "3", "-a", "2"))
+    assert line.startswith(
+        f"ledger {ledger_id}: 2/2/2 -> 3/3/2 (changed; {ENTRIES} entries copied)"
+    )
+    got, ensemble = asyncio.run(read_all(uri, ledger_id))
+    assert got == [b"entry-%d" % e for e in range(ENTRIES)] and len(set(ensemble)) == 3
+    assert "needs 2 more bookies" in fails(
+        cli(uri, "shell", "setreplication", str(ledger_id), "-e", "5", "-w", "3", "-a", "2")
+    )
+    assert "no ledger 999999" in fails(
+        cli(uri, "shell", "setreplication", "999999", "-e", "3", "-w", "3", "-a", "2")
+    )

@@ -164,6 +164,12 @@ COMMANDS = (
         "bookies that mend them (Java's relocateledgers); try --dry-run first.",
     ),
     _row(
+        "setreplication",
+        "shell_placement:setreplication",
+        "Change a sealed ledger's ensemble size and quorums online: its entries are copied to "
+        "the bookies the new layout adds, then its metadata changes (readers are not stopped).",
+    ),
+    _row(
         "bookieinfo",
         "shell_ops:bookieinfo",
         "Free and total disk space of every registered bookie (GET_BOOKIE_INFO); exit status "

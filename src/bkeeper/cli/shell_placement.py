@@ -1,5 +1,6 @@
-"""``bkeeper shell racks|setrack|deleterack|relocateledgers``: where bookies are, and moving
-ledgers that break the placement policy (docs/operations.md, "Racks and regions").
+"""``bkeeper shell racks|setrack|deleterack|relocateledgers|setreplication``: where bookies
+are, moving ledgers that break the placement policy, and changing a sealed ledger's
+replication (docs/operations.md, "Racks and regions").
 
 ``setrack``/``deleterack`` edit the cluster's rack information (:mod:`bkeeper.meta.racks`,
 the node Pulsar's ``pulsar-admin bookies set-bookie-rack`` writes); ``racks`` lists it with
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.relayout import RelayoutResult, relayout_ledger
 from bkeeper.autorecovery.relocate import Relocation, relocate_ledgers
 from bkeeper.cli._disk import JSON_OPTION, print_json
 from bkeeper.cli._errors import CommandError
@@ -25,10 +27,10 @@ from bkeeper.cli._tables import console, titled_table
 from bkeeper.cli.shell_ops import progress as progress_bar
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.placement import PLACEMENTS
-from bkeeper.common.errors import ConfigError
+from bkeeper.common.errors import ConfigError, LedgerNotFoundError, NotEnoughBookiesError
 from bkeeper.meta.cluster import ClusterMetadata
 
-__all__ = ["deleterack", "racks", "relocateledgers", "setrack"]
+__all__ = ["deleterack", "racks", "relocateledgers", "setrack", "setreplication"]
 
 T = TypeVar("T")
 
@@ -195,3 +197,48 @@ def relocateledgers(
             f"{len(bad)} of {len(results)} ledgers still break the placement (ledger "
             f"{first.ledger_id}: {first.reason})"
         )
+
+
+@click.command()
+@metadata_option
+@click.argument("ledger_id", type=click.IntRange(0))
+@click.option("-e", "--ensemble", "ensemble_size", type=click.IntRange(1), required=True,
+              help="Ensemble size.")  # fmt: skip
+@click.option("-w", "--write-quorum", type=click.IntRange(1), required=True, help="Write quorum.")
+@click.option("-a", "--ack-quorum", type=click.IntRange(1), required=True, help="Ack quorum.")
+@click.option("--dry-run", is_flag=True, help="Only show the new ensembles and the copies.")
+@JSON_OPTION
+def setreplication(
+    metadata_uri: str,
+    ledger_id: int,
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Change a sealed ledger's ensemble size and quorums online: its entries are copied to
+    the bookies the new layout adds, then its metadata changes (readers are not stopped)."""
+
+    async def run() -> RelayoutResult:
+        async with BookKeeper(metadata_uri) as bk:
+            return await relayout_ledger(
+                bk, ledger_id, ensemble_size, write_quorum, ack_quorum, AutoRecoveryConfig(),
+                dry_run=dry_run,
+            )  # fmt: skip
+
+    try:
+        result = _run(run())
+    except (ConfigError, NotEnoughBookiesError) as exc:
+        raise CommandError(str(exc)) from None
+    except LedgerNotFoundError:
+        raise CommandError(f"no ledger {ledger_id}") from None
+    if as_json:
+        print_json(dataclasses.asdict(result))
+        return
+    before = "/".join(map(str, result.replication_before))
+    after = "/".join(map(str, result.replication_after))
+    copies = f"{result.entries:,} entries {'to copy' if dry_run else 'copied'}"
+    click.echo(f"ledger {ledger_id}: {before} -> {after} ({result.state}; {copies})")
+    for first, ensemble in sorted(result.ensembles.items()):
+        click.echo(f"  from entry {first}: {', '.join(ensemble)}")
