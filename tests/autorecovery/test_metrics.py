@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.common.metrics_export import exposition_text, new_registry
 from bkeeper.meta.underreplication import BlockedReason
@@ -105,3 +107,32 @@ async def test_the_auditor_counts_blocked_ledgers_by_why_and_prunes_stale_reason
 
 
 BLOCKED_NO_CANDIDATE = ("bkeeper_autorecovery_blocked_ledgers", (("reason", "no_candidate"),))
+
+
+async def test_the_auditor_reports_placement_violations_until_they_are_relocated():
+    async with MemoryCluster(4) as cluster:
+        assert cluster.metadata is not None
+        names = [b.bookie_id for b in cluster.bookies]
+        for name, rack in zip(names, ["/r1", "/r1", "/r2", "/r2"], strict=True):
+            await cluster.metadata.racks.set(name, rack)
+        writer, runner = [await cluster.client() for _ in range(2)]
+        handle = await writer.create_ledger(2, 2, 2, password=PASSWORD, bookies=names[:2])
+        await handle.append(b"on one rack")
+        await handle.close()
+        await writer.cluster.underreplication.ensure_layout()
+        config = dataclasses.replace(CONFIG, placement_check_interval_s=0.5)
+        async with AutoRecovery(runner, "recovery-1:0", config) as recovery:
+            await recovery.wait_auditor(WAIT_S)
+            key = ("bkeeper_autorecovery_placement_violations", ())
+
+            async def found() -> bool:
+                return scrape(recovery)[key] == 1
+
+            await wait_for(found, "the violation counted")
+
+            async def relocated() -> bool:
+                return scrape(recovery)[key] == 0
+
+            await wait_for(relocated, "the ledger relocated by the worker")
+        meta = await writer.ledger_metadata(handle.ledger_id)
+        assert {str(b) for b in meta.segments[0]} & set(names[2:])

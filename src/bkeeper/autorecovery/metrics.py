@@ -9,6 +9,8 @@
   recorded why it could not repair them, by kind (``no_candidate``, ``awaiting_writer``,
   ... :class:`~bkeeper.autorecovery.replicate.BlockKind`), counted by the auditor like the
   gauge above (0 elsewhere); at most :data:`BLOCKED_READ_MAX` reasons read per count.
+* ``bkeeper_autorecovery_placement_violations``: ledgers the auditor's last placement check
+  found with write quorums on too few racks (-1 before its first check; 0 elsewhere).
 * ``bkeeper_autorecovery_rereplicated_ledgers_total`` / ``..._bytes_total``: ledgers whose
   mark this participant's replication worker removed, and the entry bytes it copied (read
   from the worker's counters when collected).
@@ -37,7 +39,10 @@ class AutoRecoveryMetrics:
     """One participant's metrics; ``under_replicated`` is set by its auditor."""
 
     def __init__(
-        self, worker_status: Callable[[], WorkerStatus], is_auditor: Callable[[], bool]
+        self,
+        worker_status: Callable[[], WorkerStatus],
+        is_auditor: Callable[[], bool],
+        placement_violations: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.metric_set = metrics = MetricSet()
         self.under_replicated = 0
@@ -52,6 +57,12 @@ class AutoRecoveryMetrics:
             "bkeeper_autorecovery_auditor",
             "1 in the process whose participant is the auditor, else 0.",
             read=lambda: 1.0 if is_auditor() else 0.0,
+        )
+        metrics.gauge(
+            "bkeeper_autorecovery_placement_violations",
+            "Ledgers the auditor's last placement check found on too few racks (-1: no check "
+            "yet; 0 elsewhere).",
+            read=lambda: _count_or_unknown(placement_violations()) if is_auditor() else 0.0,
         )
         for kind in BlockKind:
             metrics.gauge(
@@ -79,3 +90,7 @@ class AutoRecoveryMetrics:
 
     def _blocked_reader(self, kind: str, is_auditor: Callable[[], bool]) -> Callable[[], float]:
         return lambda: float(self.blocked.get(kind, 0)) if is_auditor() else 0.0
+
+
+def _count_or_unknown(count: int | None) -> float:
+    return -1.0 if count is None else float(count)

@@ -125,7 +125,9 @@ class AutoRecovery:
         self._auditor: Auditor | None = None
         self._auditing = asyncio.Event()
         self._started = False
-        self.metrics = AutoRecoveryMetrics(lambda: self._worker.status, lambda: self.is_auditor)
+        self.metrics = AutoRecoveryMetrics(
+            lambda: self._worker.status, lambda: self.is_auditor, self._placement_violations
+        )
 
     @property
     def is_auditor(self) -> bool:
@@ -243,6 +245,11 @@ class AutoRecovery:
             self.metrics.blocked = dict(Counter(reason.kind for reason in reasons.values()))
             await self._urm.prune_blocked(queued)
             await asyncio.sleep(UNDER_REPLICATED_COUNT_INTERVAL_S)
+
+    def _placement_violations(self) -> int | None:
+        """Ledgers the current auditor's last placement check found (None: none yet)."""
+        report = None if self._auditor is None else self._auditor.reports.get("placement")
+        return None if report is None else len(report.not_adhering)
 
     def _new_auditor(self) -> Auditor:
         return Auditor(self._bk, self._urm, self.config, clock=self._clock)
