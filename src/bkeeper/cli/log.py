@@ -15,7 +15,6 @@ import click
 
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._log_append import append_records, read_whole
-from bkeeper.cli._log_relayout import relayout_log
 from bkeeper.cli._log_settings import (
     changed_settings,
     settings_change_lines,
@@ -223,6 +222,8 @@ def config(
         elif not existing:
             click.echo("\n".join(settings_lines(name, await named.settings())))
         if existing:
+            from bkeeper.cli._log_relayout import relayout_log  # auto-recovery: only here
+
             await relayout_log(logs, name, wait_s)
 
     _run(body, metadata_uri)
