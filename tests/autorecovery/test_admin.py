@@ -9,13 +9,14 @@ import pytest
 
 from bkeeper.autorecovery import admin
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.decommission_status import AuditState, LedgerState
 from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError, CallTimeoutError, ConfigError
 from bkeeper.meta.election import LeaderElection
 from bkeeper.meta.underreplication import auditor_election
 from bkeeper.testing.cluster import MemoryCluster
-from bkeeper.testing.virtual_time import on_virtual_time
+from bkeeper.testing.virtual_time import LoopClock, on_virtual_time
 
 PASSWORD = b"pw"
 CONFIG = AutoRecoveryConfig()
@@ -209,3 +210,70 @@ async def test_decommission_triggers_again_while_no_ledger_moves() -> None:
                 )
         _data, version = await bk.cluster.store.get(delay_node)
         assert version >= 3  # created by the first trigger, then written again, and again
+
+
+@on_virtual_time
+async def test_decommission_says_where_each_ledger_stands_and_what_blocks_it() -> None:
+    """One ledger moves; the other is on every bookie (E4 of 4): none can replace the lost
+    one. The decommission's status says so while it waits, with the worker's reason, and
+    its timeout names that ledger, the reason and what to do."""
+    async with MemoryCluster(4) as cluster:
+        bk, worker_bk = await cluster.client(), await cluster.client()
+        [movable] = await write(bk, 1)
+        handle = await bk.create_ledger(4, 2, 2, password=PASSWORD)
+        for entry_id in range(10):
+            await handle.append(b"entry-%d" % entry_id)
+        await handle.close()
+        stuck = handle.ledger_id
+        lost = sorted(members(await bk.ledger_metadata(movable)))[0]
+        await give_cookie(bk, lost)
+        await cluster.stop_bookie(next(b for b in cluster.bookies if b.bookie_id == lost))
+        seen: list[admin.DecommissionStatus] = []
+        async with AutoRecovery(worker_bk, "ar:1", RECOVERY):
+            with pytest.raises(CallTimeoutError) as timed_out:
+                await admin.decommission(
+                    bk, lost, timeout_s=30, poll_interval_s=0.5, audit_settle_s=2,
+                    on_status=seen.append, clock=LoopClock(),
+                )  # fmt: skip
+        last = seen[-1]
+        assert last.rows[movable].state is LedgerState.MOVED
+        row = last.rows[stuck]
+        assert (row.state, row.reason_kind, row.reason_worker) == (
+            LedgerState.BLOCKED, "no_candidate", "ar:1",
+        )  # fmt: skip
+        why = f"no candidate bookie for {lost} (segment at entry 0): 3 writable, 3 already in"
+        assert row.reason is not None and row.reason.startswith(why)
+        assert row.remedy is not None and row.remedy.startswith("add 1 writable bookie outside")
+        assert last.audit is AuditState.RAN and last.auditor == "ar:1"
+        # it said so while it ran, not only at the end
+        first_blocked = next(i for i, s in enumerate(seen) if s.rows[stuck].state == "blocked")
+        assert first_blocked < len(seen) - 10
+        message = str(timed_out.value)
+        assert message.startswith(f"bookie {lost}: 1 of 2 ledgers still need it after 30 s")
+        assert f"; ledger {stuck} blocked: {why}" in message
+        assert "add 1 writable bookie outside its ensemble" in message
+        assert lost in await bk.cluster.cookies.bookie_ids()  # not decommissioned
+
+
+@on_virtual_time
+async def test_decommission_reports_each_ledger_on_its_way_off_the_bookie() -> None:
+    async with MemoryCluster(4) as cluster:
+        bk, worker_bk = await cluster.client(), await cluster.client()
+        ledgers = await write(bk, 4)
+        lost = sorted(members(await bk.ledger_metadata(ledgers[0])))[0]
+        needing = [lid for lid in ledgers if lost in members(await bk.ledger_metadata(lid))]
+        await give_cookie(bk, lost)
+        await cluster.stop_bookie(next(b for b in cluster.bookies if b.bookie_id == lost))
+        seen: list[admin.DecommissionStatus] = []
+        async with AutoRecovery(worker_bk, "ar:1", RECOVERY):
+            report = await admin.decommission(
+                bk, lost, timeout_s=30, poll_interval_s=0.05, on_status=seen.append,
+                clock=LoopClock(),
+            )  # fmt: skip
+        assert report.ledgers == len(needing) and report.cookie_deleted
+        assert [(r.ledger_id, r.state) for r in report.rows] == [
+            (lid, LedgerState.MOVED) for lid in needing
+        ]
+        assert all(r.since_ms is not None for r in report.rows)
+        assert sorted(seen[0].rows) == needing  # every ledger from the first status on
+        assert seen[-1].moved == len(needing)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -258,7 +259,9 @@ async def test_bookies_with_autorecovery_repair_a_killed_bookie_then_decommissio
     await _read_all(uri, ledgers, 20)
     retired = await run(uri, "shell", "decommissionbookie", lost, "--json")
     assert retired.returncode == 0, retired.stderr
-    assert json.loads(retired.stdout) == {"bookie_id": lost, "ledgers": 0, "cookie_deleted": True}
+    assert json.loads(retired.stdout) == {
+        "bookie_id": lost, "ledgers": 0, "cookie_deleted": True, "rows": [],
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("real_cluster", [AUTO], indirect=True)
@@ -277,10 +280,123 @@ async def test_decommission_triggers_the_audit_the_delay_holds_back(real_cluster
     assert listed == []
     retired = await run(uri, "shell", "decommissionbookie", lost, "--json")
     assert retired.returncode == 0, retired.stderr
-    assert json.loads(retired.stdout) == {
+    report = json.loads(retired.stdout)
+    assert report == {
         "bookie_id": lost, "ledgers": len(needing), "cookie_deleted": True,
+        "rows": report["rows"],
     }  # fmt: skip
+    assert [(r["ledger_id"], r["state"]) for r in report["rows"]] == [
+        (lid, "moved") for lid in needing
+    ]
+    # per ledger, as it went: one JSON line per change of state, the last one "moved"
+    changes = [json.loads(line) for line in retired.stderr.splitlines()]
+    last = {change["ledger_id"]: change for change in changes}
+    assert sorted(last) == needing
+    assert all(change["state"] == "moved" for change in last.values()), changes
+    assert changes[-1]["moved"] == changes[-1]["total"] == len(needing)
+    first = {change["ledger_id"]: change["state"] for change in reversed(changes)}
+    assert set(first.values()) <= {"awaiting_audit", "queued", "replicating", "moved"}, changes
     assert lost not in await _bookies_of(uri, ledgers)
     await _read_all(uri, ledgers, 10)
     again = await run(uri, "shell", "decommissionbookie", lost)
     assert one_error_line(again).startswith(f"error: unknown bookie {lost}: not registered")
+
+
+async def _write_ledger_on_every_bookie(uri: str, bookies: int, entries: int) -> int:
+    async with BookKeeper(uri) as bk:
+        handle = await bk.create_ledger(bookies, 2, 2, password=PASSWORD)
+        for entry_id in range(entries):
+            await handle.append(b"entry-%d" % entry_id)
+        await handle.close()
+        return handle.ledger_id
+
+
+def _decommission_process(uri: str, bookie: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "BKEEPER_PROGRESS_INTERVAL_S": "3600", "COLUMNS": "400"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "bkeeper", "shell", "decommissionbookie", bookie,
+         "--metadata", uri, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def _wait_for_line(proc: subprocess.Popen[str], text: str) -> tuple[list[str], bool]:
+    """The stderr lines up to the first holding ``text``, and whether the process still
+    ran then."""
+    assert proc.stderr is not None
+    lines: list[str] = []
+    while line := proc.stderr.readline():
+        lines.append(line.rstrip("\n"))
+        if text in line:
+            return lines, proc.poll() is None
+    raise AssertionError(f"no {text!r} in what it printed: {lines}")
+
+
+@pytest.mark.parametrize("real_cluster", [AUTO], indirect=True)
+async def test_decommission_names_the_ledger_that_blocks_it_while_it_runs_and_at_its_timeout(
+    real_cluster,
+) -> None:
+    """Issue 42: one ledger moves off the stopped bookie; the other is on every bookie
+    (E4 of 4), so no bookie can take the stopped one's place. While the decommission waits
+    it says that ledger is blocked, with the worker's reason; at its timeout the table and
+    the one error line name it, with what to do (add a bookie)."""
+    uri = real_cluster.uri
+    ids = {real_cluster.bookie_id(i) for i in range(4)}
+
+    async def auditor() -> str:
+        return (await run(uri, "shell", "whoisauditor")).stdout.strip()
+
+    async def elected() -> bool:
+        return await auditor() in ids
+
+    await until(elected, "an auditor among the bookies")
+    # the delay holds the marking back: the ledgers move while the decommission looks on
+    assert (await run(uri, "shell", "lostbookierecoverydelay", "--set", "3600")).returncode == 0
+    [movable] = await _write_ledgers(uri, 1, 10)
+    stuck = await _write_ledger_on_every_bookie(uri, 4, 10)
+    leader = await auditor()  # not the one stopped: no election to wait for
+    lost = sorted((await _bookies_of(uri, [movable])) - {leader})[0]
+    await asyncio.to_thread(real_cluster.stop, real_cluster.index_of(lost), signal.SIGKILL)
+    await until(lambda: _unregistered(uri, lost), "the bookie's registration gone")
+
+    why = f"no candidate bookie for {lost} (segment at entry 0): 3 writable, 3 already in"
+    proc = _decommission_process(uri, lost, "--timeout", "20")
+    try:
+        said = f"ledger {stuck}: blocked: no candidate"
+        lines, running = await asyncio.to_thread(_wait_for_line, proc, said)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert running, "the blocked ledger was said only after the decommission ended"
+    assert lines[-1].startswith(f"ledger {stuck}: blocked: {why} the ensemble (no_candidate); add")
+    assert lines[0] == (
+        f"ledger {movable}: waiting for the auditor to mark it under-replicated, since "
+        f"{lines[0].split('since ')[1]}"
+    )
+    lines += err.splitlines()
+    assert f"ledger {movable}: moved off [1 of 2 moved]" in lines
+    assert proc.returncode == 1, (out, lines)
+    error = lines[-1]
+    assert error.startswith(f"error: bookie {lost}: 1 of 2 ledgers still need it after 20 s")
+    assert f"; ledger {stuck} blocked: {why}" in error
+    assert "add 1 writable bookie outside its ensemble" in error
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()]
+    rows = {int(row[0]): row[1:] for row in cells if row and row[0].isdigit()}
+    assert rows[movable][0] == "moved"
+    assert rows[stuck][0] == "blocked" and rows[stuck][3].startswith(why)
+
+    # with --json: one JSON line per ledger (its state as the first poll found it), the rows
+    again = await asyncio.to_thread(
+        _decommission_process(uri, lost, "--timeout", "2", "--json").communicate, timeout=120
+    )
+    *changes, error = again[1].splitlines()
+    assert error.startswith(f"error: bookie {lost}: 1 of 1 ledgers still need it after 2 s")
+    [change] = [json.loads(line) for line in changes]
+    assert (change["ledger_id"], change["state"], change["reason_kind"]) == (
+        stuck, "blocked", "no_candidate",
+    )  # fmt: skip
+    assert change["reason"].startswith(why) and change["remedy"].startswith("add 1 writable")
+    [row] = json.loads(again[0])["rows"]
+    assert row == {key: change[key] for key in row}

@@ -9,7 +9,12 @@ segments where it holds entries, an open one for any segment it is in (Java's
 ``areEntriesOfLedgerStoredInTheBookie``), so ``decommissionbookie`` ends when the workers
 are done, even with segments that never held an entry on it.
 
-Limits: ledger metadata reads in flight during a scan (``SCAN_READS_IN_FLIGHT_MAX``),
+``decommission`` says, at each poll, where every ledger of the bookie stands (waiting for
+the audit, queued, being re-replicated by which worker, blocked and why): what it reads is
+turned into rows by :mod:`bkeeper.autorecovery.decommission_status`, which is pure.
+
+Limits: ledger metadata reads in flight during a scan (``SCAN_READS_IN_FLIGHT_MAX``, and the
+same bound for the queue entries a decommission reads at each poll),
 ledgers repaired at once by ``recover`` (``AutoRecoveryConfig.ledgers_in_parallel``, all of
 them within one ``rate_bytes_per_s``), the
 time ``decommission`` waits (``timeout_s``) and how often it looks (``poll_interval_s``).
@@ -20,10 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.decommission_status import (
+    AuditWatch,
+    DecommissionStatus,
+    LedgerRow,
+    Observation,
+    ledger_rows,
+    timeout_message,
+)
 from bkeeper.autorecovery.findings import ledgers_to_mark
 from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
@@ -35,16 +49,23 @@ from bkeeper.common.errors import (
     ConfigError,
     LedgerNotFoundError,
     NoNodeError,
+    ProtocolError,
 )
 from bkeeper.common.ids import LedgerId
 from bkeeper.meta.ledger_metadata import LedgerMetadata
-from bkeeper.meta.underreplication import UnderReplicationManager
+from bkeeper.meta.underreplication import (
+    BlockedReason,
+    UnderreplicatedLedger,
+    UnderReplicationManager,
+)
 
 __all__ = [
     "SCAN_READS_IN_FLIGHT_MAX",
     "AutoRecoveryStatus",
     "DecommissionReport",
+    "DecommissionStatus",
     "Progress",
+    "StatusListener",
     "UnderReplicatedRow",
     "auto_recovery_status",
     "decommission",
@@ -59,6 +80,11 @@ __all__ = [
 SCAN_READS_IN_FLIGHT_MAX = 32
 #: A decommission writes its audit trigger again when no ledger moved for this long.
 DECOMMISSION_RETRIGGER_S = 10.0
+#: A decommission takes the audit as run once no ledger of the bookie was newly seen marked
+#: for this long (``decommission_status.AuditWatch``).
+DECOMMISSION_AUDIT_SETTLE_S = 10.0
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +92,15 @@ log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
 
 
+#: Called with a decommission's status at each poll.
+StatusListener = Callable[[DecommissionStatus], None]
+
+
 def _ignore(done: int, total: int) -> None:
+    return None
+
+
+def _ignore_status(status: DecommissionStatus) -> None:
     return None
 
 
@@ -89,10 +123,19 @@ async def _metadata(
         except LedgerNotFoundError:
             return None
 
-    pending: list[asyncio.Task[tuple[int, LedgerMetadata] | None]] = []
+    async for found in _read_bounded(ledger_ids, read):
+        yield found
+
+
+async def _read_bounded(
+    keys: Iterable[int], read: Callable[[int], Awaitable[T | None]]
+) -> AsyncIterator[T]:
+    """``read(key)`` of each key in order, at most ``SCAN_READS_IN_FLIGHT_MAX`` in flight;
+    a None is skipped."""
+    pending: list[asyncio.Task[T | None]] = []
     try:
-        for ledger_id in ledger_ids:
-            pending.append(asyncio.ensure_future(read(ledger_id)))
+        for key in keys:
+            pending.append(asyncio.ensure_future(read(key)))
             if len(pending) >= SCAN_READS_IN_FLIGHT_MAX:
                 found = await pending.pop(0)
                 if found is not None:
@@ -198,6 +241,49 @@ class DecommissionReport:
     bookie_id: str
     ledgers: int  # ledgers that needed it when the audit was triggered
     cookie_deleted: bool
+    rows: tuple[LedgerRow, ...] = ()  # each of those ledgers, by id (all moved)
+
+
+@dataclass(frozen=True)
+class _QueueState:
+    """What the under-replication queue says of the ledgers a decommission waits for."""
+
+    marks: dict[int, UnderreplicatedLedger]
+    holders: dict[int, str]
+    reasons: dict[int, BlockedReason]
+    enabled: bool
+    auditor: str | None
+
+
+async def _queue_state(
+    urm: UnderReplicationManager,
+    ledger_ids: Collection[int],
+    known: Mapping[int, UnderreplicatedLedger],
+    bookie_id: str,
+) -> _QueueState:
+    """The queue entries, lock holders and recorded reasons of ``ledger_ids``. A mark in
+    ``known`` (the last poll's) that named ``bookie_id`` and is still queued is not read
+    again: merging only adds replicas, so it names the bookie until it is removed."""
+    queued = {ledger_id async for ledger_id in urm.ledger_ids()}
+    wanted = [ledger_id for ledger_id in ledger_ids if ledger_id in queued]
+    marks = {
+        ledger_id: known[ledger_id]
+        for ledger_id in wanted
+        if ledger_id in known and bookie_id in known[ledger_id].missing_replicas
+    }
+
+    async def read(ledger_id: int) -> UnderreplicatedLedger | None:
+        try:
+            return await urm.get(ledger_id)
+        except ProtocolError:
+            return None  # unreadable: counted as not marked (the auditor marks it again)
+
+    async for mark in _read_bounded([x for x in wanted if x not in marks], read):
+        marks[mark.ledger_id] = mark
+    wanted_set = set(wanted)
+    holders = {int(x): holder for x, holder in await urm.locked() if x in wanted_set}
+    reasons = {int(x): why for x, why in (await urm.blocked_reasons(wanted)).items()}
+    return _QueueState(marks, holders, reasons, await urm.is_enabled(), await urm.current_auditor())
 
 
 async def decommission(
@@ -207,14 +293,21 @@ async def decommission(
     timeout_s: float,
     poll_interval_s: float = 1.0,
     retrigger_s: float = DECOMMISSION_RETRIGGER_S,
+    audit_settle_s: float = DECOMMISSION_AUDIT_SETTLE_S,
     on_progress: Progress = _ignore,
+    on_status: StatusListener = _ignore_status,
     clock: Clock | None = None,
 ) -> DecommissionReport:
     """Java's ``decommissionbookie``: the bookie must be stopped; trigger an audit, wait
     until no ledger needs it (the auto-recovery workers re-replicate its ledgers), then
-    delete its cookie. ``CallTimeoutError`` after ``timeout_s``; ``BKeeperError`` when the
-    bookie still runs, no auditor is elected, or auto-recovery is disabled.
-    ``clock`` (a ``SystemClock`` by default) times the wait.
+    delete its cookie. ``CallTimeoutError`` after ``timeout_s``, its message naming the
+    ledgers that block it, why, and what to do; ``BKeeperError`` when the bookie still
+    runs, no auditor is elected, or auto-recovery is disabled. ``clock`` (a ``SystemClock``
+    by default) times the wait.
+
+    At the start and after each poll, ``on_status`` gets where every ledger that needed the
+    bookie stands (:class:`~bkeeper.autorecovery.decommission_status.DecommissionStatus`);
+    the audit counts as run once no ledger was newly seen marked for ``audit_settle_s``.
 
     A trigger is a write that only a live auditor watching the node acts on: one written
     while the elected auditor is a dead process (its vote not expired yet), or before a newly
@@ -234,24 +327,47 @@ async def decommission(
     total = len(remaining)
     on_progress(0, total)
     clock = clock or SystemClock()
+    started = clock.monotonic()
     if remaining:
         auditor = await trigger_audit(urm)
         triggered_at = clock.monotonic()
+    watch = AuditWatch(audit_settle_s)
+    status = DecommissionStatus(bookie_id, {})
+    marks: dict[int, UnderreplicatedLedger] = {}
+
+    async def observe(ledger_ids: Collection[int]) -> dict[LedgerId, tuple[str, ...]]:
+        """Read the queue, then which of ``ledger_ids`` still need the bookie (in this
+        order: a mark gone when read was removed after the metadata changed), and tell
+        ``on_status``; what still needs it."""
+        nonlocal status, marks
+        queue = await _queue_state(urm, ledger_ids, marks, bookie_id)
+        still = await ledgers_needing(bk, [bookie_id], ledger_ids)
+        marks = queue.marks
+        now = clock.monotonic()
+        marked = [x for x, mark in marks.items() if bookie_id in mark.missing_replicas]
+        audit = watch.observe(marked, set(ledger_ids) - set(still), now)
+        seen = Observation(still, marks, queue.holders, queue.reasons, audit, clock.wall_ms())
+        rows = ledger_rows(bookie_id, seen, status.rows)
+        status = DecommissionStatus(
+            bookie_id, rows, audit, queue.auditor, queue.enabled, now - started
+        )
+        on_progress(total - len(still), total)
+        on_status(status)
+        return still
+
     deadline = clock.monotonic() + timeout_s
+    if remaining:
+        remaining = await observe(list(remaining))
     while remaining:
         if clock.monotonic() >= deadline:
-            raise CallTimeoutError(
-                f"bookie {bookie_id}: {len(remaining)} of {total} ledgers still need it after "
-                f"{timeout_s:g} s (bkeeper shell listunderreplicated --missing {bookie_id})"
-            )
+            raise CallTimeoutError(timeout_message(status, timeout_s))
         await asyncio.sleep(poll_interval_s)
         before = len(remaining)
-        remaining = await ledgers_needing(bk, [bookie_id], list(remaining))
-        on_progress(total - len(remaining), total)
+        remaining = await observe(list(remaining))
         if len(remaining) < before:
             triggered_at = clock.monotonic()  # moving: the trigger was taken
         elif remaining:
-            elected = await urm.current_auditor()
+            elected = status.auditor
             stalled = clock.monotonic() - triggered_at >= retrigger_s
             if elected is not None and (elected != auditor or stalled):
                 why = f"auditor now {elected}" if elected != auditor else "no ledger moved"
@@ -262,7 +378,7 @@ async def decommission(
     with contextlib.suppress(NoNodeError):
         await cluster.cookies.delete(bookie_id)
         deleted = True
-    return DecommissionReport(bookie_id, total, deleted)
+    return DecommissionReport(bookie_id, total, deleted, tuple(status.rows.values()))
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@ lostbookierecoverydelay|autorecovery|queryautorecoverystatus``: auto-recovery fr
 operator's side, as Java's ``bookkeeper shell`` has them (docs/autorecovery.md).
 
 Thin: parse, call :mod:`bkeeper.autorecovery.admin`, print a table (or ``--json``). Commands
-that wait show a progress bar on stderr. A mistake (an unknown bookie, a negative delay) or
-a refusal (decommissioning a bookie that still runs) is one ``error:`` line, exit status 1.
+that wait show a progress bar on stderr; ``decommissionbookie`` also where each ledger stands,
+refreshed at each poll (:mod:`bkeeper.cli._decommission_view`). A mistake (an unknown bookie,
+a negative delay) or a refusal (decommissioning a bookie that still runs) is one ``error:``
+line, exit status 1.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import click
 from bkeeper.autorecovery import admin
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.repair import ReplicationOutcome
+from bkeeper.cli._decommission_view import DecommissionView, final_table, row_json
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._options import metadata_option
 from bkeeper.cli._tables import console, titled_table
 from bkeeper.cli.shell_ops import progress as progress_bar
 from bkeeper.client import BookKeeper
+from bkeeper.common.errors import CallTimeoutError
 from bkeeper.meta.cluster import ClusterMetadata
 
 __all__ = ["commands"]
@@ -165,19 +169,38 @@ def _outcome_json(outcome: ReplicationOutcome) -> dict[str, object]:
 @_json_option
 def decommissionbookie(metadata_uri: str, bookie: str, timeout_s: float, as_json: bool) -> None:
     """Retire a stopped BOOKIE: trigger an audit, wait until no ledger needs it (the
-    auto-recovery workers copy its entries elsewhere), then delete its cookie."""
+    auto-recovery workers copy its entries elsewhere), then delete its cookie. While it
+    waits it shows where each ledger stands (waiting for the auditor, queued, being
+    re-replicated by which worker, blocked and why); at the end a table of the ledgers."""
+    view = DecommissionView(bookie, as_json=as_json)
 
     async def run() -> admin.DecommissionReport:
         async with BookKeeper(metadata_uri) as bk:
-            with progress_bar(f"ledgers moved off {bookie}") as progress:
+            with view.showing():
                 return await admin.decommission(
-                    bk, bookie, timeout_s=timeout_s, on_progress=progress
+                    bk,
+                    bookie,
+                    timeout_s=timeout_s,
+                    on_progress=view.progress,
+                    on_status=view.update,
                 )
 
-    report = _run(run())
+    try:
+        report = _run(run())
+    except CallTimeoutError as exc:
+        if view.last is not None:  # where each ledger stands, then the one error line
+            if as_json:
+                failed = {"bookie_id": bookie, "ledgers": view.last.total, "cookie_deleted": False}
+                rows = [row_json(row) for row in view.last.rows.values()]
+                _echo_json({**failed, "rows": rows, "error": str(exc)})
+            else:
+                console().print(final_table(bookie, view.last.rows))
+        raise
     if as_json:
         _echo_json(dataclasses.asdict(report))
         return
+    if report.rows:
+        console().print(final_table(bookie, report.rows))
     cookie = "cookie deleted" if report.cookie_deleted else "it had no cookie"
     click.echo(f"decommissioned {bookie}: {report.ledgers} ledgers re-replicated, {cookie}")
 
