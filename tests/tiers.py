@@ -56,6 +56,7 @@ PROCESS_FIXTURES = frozenset(
         "spark_cluster",
         "standalone",
         "sandbox",
+        "multihost_cluster",  # a ZooKeeper ensemble and bookies in network namespaces
         "javabk",
         "small_tmpfs",  # mounts a tmpfs (`mount`)
         "second_small_tmpfs",

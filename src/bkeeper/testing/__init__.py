@@ -4,6 +4,8 @@
   deterministic scenarios;
 - ``clock``: a fake ``Clock`` that moves only when told to;
 - ``zookeeper``, ``bookie_process``, ``sandbox``: a real ZooKeeper and real bookie processes;
+- ``zookeeper_ensemble``, ``netns``, ``multihost``: a ZooKeeper quorum, hosts of their own in
+  network namespaces, and a cluster of many hosts on one machine (issue 42);
 - ``journal_faults``, ``tmpfs``: crash and disk-full fixtures for the storage engine;
 - ``fuzz``, ``fuzz_frames``: the protocol fuzzer behind ``bkeeper bench fuzz``;
 - ``benchmarks``: the measured workloads behind every ``bkeeper bench`` command, a module each.

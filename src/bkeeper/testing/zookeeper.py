@@ -37,10 +37,13 @@ __all__ = [
     "DEBIAN_JAVA_DIR",
     "ZooKeeperConfig",
     "ZooKeeperServer",
+    "die_with_parent_thread",
     "find_java",
     "find_zookeeper_classpath",
     "free_port",
+    "log4j2_properties",
     "port_free",
+    "server_mode",
 ]
 
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -210,7 +213,7 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 # Only prctl() runs in the child, and only when forked from the main thread.
-                preexec_fn=_die_with_parent_thread(),  # noqa: PLW1509
+                preexec_fn=die_with_parent_thread(),  # noqa: PLW1509
             )
         try:
             self._wait_ready()
@@ -245,15 +248,7 @@ class ZooKeeperServer:
     def is_ready(self) -> bool:
         """True if the server serves requests: ``srvr`` answers with its mode (before, it
         says "This ZooKeeper instance is not currently serving requests")."""
-        try:
-            with socket.create_connection((self.config.host, self.port), timeout=1.0) as sock:
-                sock.sendall(b"srvr")
-                answer = b""
-                while len(answer) < _SRVR_ANSWER_MAX and (chunk := sock.recv(4096)):
-                    answer += chunk
-        except OSError:
-            return False
-        return b"\nMode: " in answer
+        return server_mode(self.config.host, self.port) is not None
 
     def __enter__(self) -> ZooKeeperServer:
         self.start()
@@ -280,8 +275,7 @@ class ZooKeeperServer:
         ]
         config_file = directory / "zoo.cfg"
         config_file.write_text("\n".join(lines) + "\n")
-        log4j = _LOG4J2.replace("{level}", self.config.log_level.lower())
-        (directory / "log4j2.properties").write_text(log4j)
+        (directory / "log4j2.properties").write_text(log4j2_properties(self.config.log_level))
         return config_file
 
     def _wait_ready(self) -> None:
@@ -298,7 +292,30 @@ class ZooKeeperServer:
         )
 
 
-def _die_with_parent_thread() -> Callable[[], None] | None:
+def server_mode(host: str, port: int, timeout_s: float = 1.0) -> str | None:
+    """What the ZooKeeper server at ``host:port`` says its mode is in answer to ``srvr``
+    (``standalone``, ``leader``, ``follower``, ``observer``); None when it does not answer,
+    or answers that it does not serve requests (yet: while it starts or elects a leader)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"srvr")
+            answer = b""
+            while len(answer) < _SRVR_ANSWER_MAX and (chunk := sock.recv(4096)):
+                answer += chunk
+    except OSError:
+        return None
+    for line in answer.decode(errors="replace").splitlines():
+        if line.startswith("Mode: "):
+            return line.removeprefix("Mode: ").strip()
+    return None
+
+
+def log4j2_properties(level: str) -> str:
+    """A ZooKeeper server's ``log4j2.properties``: to its standard output, at ``level``."""
+    return _LOG4J2.replace("{level}", level.lower())
+
+
+def die_with_parent_thread() -> Callable[[], None] | None:
     """On Linux, a ``preexec_fn`` so the server gets SIGTERM if this process dies.
 
     The kernel signals when the *thread* that forked exits, so it is used only from the main

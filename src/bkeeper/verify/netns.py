@@ -23,28 +23,26 @@ network of this machine holds (an abstract socket per subnet).
 Needs root (``CAP_NET_ADMIN`` and ``CAP_SYS_ADMIN``) and ``ip`` with bridge and veth support;
 :meth:`Network.setup` raises ``ConfigError`` saying what failed, and the run skips the
 ``partition`` nemesis with that reason. :meth:`Network.teardown` removes everything it made.
+The bridge and namespaces themselves are :class:`bkeeper.testing.netns.BridgeNetwork`'s (the
+multi-host test cluster uses them too); this module names verify's hosts and peers.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import re
-import shutil
-import socket
-import subprocess
-
 from bkeeper.common.errors import ConfigError
+from bkeeper.testing.netns import (
+    CAP_NET_ADMIN,
+    CAP_SYS_ADMIN,
+    BridgeNetwork,
+    SubnetFamily,
+    effective_capabilities,
+    run_ip,
+)
 from bkeeper.testing.sandbox import Sandbox, SandboxConfig
 from bkeeper.testing.zookeeper import ZooKeeperConfig, ZooKeeperServer
 
 __all__ = ["NetnsSandbox", "Network", "effective_capabilities", "privileges_missing"]
 
-log = logging.getLogger(__name__)
-
-
-#: Subnets ``10.231.<n>.0/24`` a network may take: ``n`` from 10 on.
-SUBNETS = 240
 #: A network holds its subnet by binding an abstract Unix socket of this name (``{n}``: the
 #: subnet) while it exists, so that two ``bkeeper verify`` processes on one machine never
 #: take the same one (two bridges with one subnet leave ZooKeeper unreachable from both);
@@ -52,26 +50,8 @@ SUBNETS = 240
 SUBNET_LOCK_NAME = "\0bkeeper-verify-subnet-{n}"
 
 
-#: Capability bits (``linux/capability.h``): namespaces and links, mounts.
-CAP_NET_ADMIN = 12
-CAP_SYS_ADMIN = 21
 #: Nemeses that mount a tmpfs per bookie (``CAP_SYS_ADMIN``).
 MOUNTING = frozenset({"disk-full"})
-
-
-def effective_capabilities(status: str | None = None) -> int:
-    """This process's effective capability set (``CapEff`` of ``/proc/self/status``, or of
-    ``status``'s text); 0 where it cannot be read."""
-    if status is None:
-        try:
-            with open("/proc/self/status", encoding="ascii") as f:
-                status = f.read()
-        except OSError:
-            return 0
-    for line in status.splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return 0
 
 
 def privileges_missing(
@@ -105,120 +85,34 @@ def privileges_missing(
     )
 
 
-def _subnets_in_use() -> set[int]:
-    """The ``n`` of every ``10.231.<n>.x`` address on the host's interfaces."""
-    result = subprocess.run(
-        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False
-    )
-    return {int(n) for n in re.findall(r"inet 10\.231\.(\d+)\.", result.stdout)}
-
-
-#: What ``ip`` says when asked to remove a link or a namespace that is not there.
-_ALREADY_GONE = ("Cannot find device", "No such file or directory")
+#: Where verify's networks take their subnets: ``10.231.<n>.0/24``, interfaces ``bkv...``.
+VERIFY_SUBNETS = SubnetFamily(octet=231, prefix="bkv", lock_name=SUBNET_LOCK_NAME)
 
 
 def _ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        reason = result.stderr.strip() or f"exit code {result.returncode}"
-        raise ConfigError(f"ip {' '.join(args)}: {reason}")
+    run_ip(*args)
 
 
-class Network:
+class Network(BridgeNetwork):
     """A bridge and one namespace per bookie and per kv member (module doc)."""
 
     def __init__(self, bookies: int, tag: str | None = None, members: int = 0) -> None:
+        super().__init__(bookies + members, VERIFY_SUBNETS, tag, bridge_addresses=2)
         self.bookies = bookies
         self.members = members
-        tag = tag or str(os.getpid() % 100_000)
-        self.tag = tag
-        self.subnet = 10 + int(tag) % SUBNETS
-        self.bridge = f"bkv{tag}b"
-        self._made: list[tuple[str, str]] = []  # ("ns"|"link", name), in creation order
-        self._subnet_lock: socket.socket | None = None  # bound to the subnet's lock name
 
-    @property
-    def bridge_ip(self) -> str:
-        """The clients' address (connections from the host's namespace come from it)."""
-        return f"10.231.{self.subnet}.1"
+    def ip(self, *args: str) -> None:
+        _ip(*args)  # this module's name, looked up at each call (a test stands in for it)
 
     @property
     def zookeeper_ip(self) -> str:
-        return f"10.231.{self.subnet}.2"
-
-    def host_ip(self, index: int) -> str:
-        """Host ``index``'s address: bookie ``index``'s, or a member's (:meth:`member_host`)."""
-        return f"10.231.{self.subnet}.{10 + index}"
+        return self.bridge_address(1)
 
     def member_host(self, member: int) -> int:
         """The host index of kv member ``member`` (its namespace, its address)."""
         if not 0 <= member < self.members:
             raise ConfigError(f"no kv member {member} in the network ({self.members} members)")
         return self.bookies + member
-
-    def namespace(self, index: int) -> str:
-        return f"bkv{self.tag}n{index}"
-
-    def host_link(self, index: int) -> str:
-        return f"bkv{self.tag}h{index}"
-
-    def setup(self) -> None:
-        if shutil.which("ip") is None:
-            raise ConfigError("network partitions need the `ip` command (iproute2)")
-        self._claim_subnet()
-        # Each thing is noted before it is made: a stop (SIGTERM, Ctrl-C) may land between
-        # the two, and teardown passes over what is not there.
-        try:
-            self._made.append(("link", self.bridge))
-            _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
-            _ip("addr", "add", f"{self.zookeeper_ip}/24", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
-            for index in range(self.bookies + self.members):
-                ns, host = self.namespace(index), self.host_link(index)
-                inner = f"bkv{self.tag}i{index}"
-                self._made.append(("ns", ns))
-                _ip("netns", "add", ns)
-                self._made.append(("link", host))
-                _ip("link", "add", host, "type", "veth", "peer", "name", inner)
-                _ip("link", "set", inner, "netns", ns)
-                _ip("link", "set", host, "master", self.bridge)
-                _ip("link", "set", host, "up")
-                _ip("-n", ns, "addr", "add", f"{self.host_ip(index)}/24", "dev", inner)
-                _ip("-n", ns, "link", "set", inner, "up")
-                _ip("-n", ns, "link", "set", "lo", "up")
-        except BaseException:  # a failed step, or a stop in the middle: nothing left behind
-            try:
-                self.teardown()
-            except ConfigError as exc:  # the error that stopped the setup is the one raised
-                log.warning("verify network %s: not all of it removed: %s", self.tag, exc)
-            raise
-
-    def _claim_subnet(self) -> None:
-        """Take the first subnet from :attr:`subnet` on that no interface of the host uses
-        and no other network holds (:data:`SUBNET_LOCK_NAME`)."""
-        used = _subnets_in_use()
-        for step in range(SUBNETS):
-            subnet = 10 + (self.subnet - 10 + step) % SUBNETS
-            if subnet in used:
-                continue
-            lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                lock.bind(SUBNET_LOCK_NAME.format(n=subnet))
-            except OSError:  # EADDRINUSE: another network holds it
-                lock.close()
-                continue
-            self.subnet, self._subnet_lock = subnet, lock
-            return
-        raise ConfigError(
-            f"no free subnet 10.231.<n>.0/24 for the verify network ({SUBNETS} tried)"
-        )
-
-    def isolate(self, index: int) -> None:
-        _ip("link", "set", self.host_link(index), "down")
-
-    def heal(self, index: int) -> None:
-        _ip("link", "set", self.host_link(index), "up")
 
     def peer_ip(self, peer: str) -> str:
         """``"zookeeper"``, ``"clients"`` or ``"bookie-<j>"`` -> its address."""
@@ -233,30 +127,10 @@ class Network:
 
     def cut(self, index: int, peer: str) -> None:
         """Drop what host ``index`` sends to ``peer`` (module doc) until :meth:`uncut`."""
-        _ip("-n", self.namespace(index), "route", "add", "blackhole", f"{self.peer_ip(peer)}/32")
+        self.cut_address(index, self.peer_ip(peer))
 
     def uncut(self, index: int, peer: str) -> None:
-        _ip("-n", self.namespace(index), "route", "del", "blackhole", f"{self.peer_ip(peer)}/32")
-
-    def teardown(self) -> None:
-        """Remove what :meth:`setup` made (each step tried; the first failure raised)."""
-        failed: ConfigError | None = None
-        for kind, name in reversed(self._made):
-            try:
-                if kind == "ns":
-                    _ip("netns", "del", name)
-                else:
-                    _ip("link", "del", name)
-            except ConfigError as exc:
-                # a veth goes with its namespace; a setup stopped short did not make them all
-                if not any(gone in str(exc) for gone in _ALREADY_GONE):
-                    failed = failed or exc
-        self._made.clear()
-        if self._subnet_lock is not None:
-            self._subnet_lock.close()  # frees the subnet for other networks
-            self._subnet_lock = None
-        if failed is not None:
-            raise failed
+        self.uncut_address(index, self.peer_ip(peer))
 
 
 class NetnsSandbox(Sandbox):
