@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import time
 
 from bkeeper.autorecovery.auditor import Auditor
@@ -23,6 +25,7 @@ from bkeeper.autorecovery.replicas import lacking_bookies
 from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.client import BookKeeper, ClientConfig
 from bkeeper.client.placement import quorum_racks_short
+from bkeeper.namedlog import NamedLogs
 from bkeeper.testing.multihost import MultiHostCluster
 from tests.multihost.writer import (
     PASSWORD,
@@ -181,3 +184,89 @@ async def all_registered_again(cluster: MultiHostCluster) -> None:
                 return
             assert time.monotonic() < deadline, f"not registered again: {sorted(missing)}"
             await asyncio.sleep(0.5)
+
+
+def bkeeper(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bkeeper ARGS --metadata URI``, a process in the clients' namespace."""
+    return subprocess.run(
+        [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+async def plant(uri: str, bookies: list[str]) -> int:
+    async with BookKeeper(uri, ClientConfig(placement="random")) as bk:
+        handle = await bk.create_ledger(2, 2, 2, password=PASSWORD, bookies=bookies)
+        for sequence in range(SEALED_ENTRIES):
+            await handle.append(payload(sequence))
+        await handle.close()
+        return handle.ledger_id
+
+
+def test_relocateledgers_fixes_a_planted_violation(multihost_cluster: MultiHostCluster) -> None:
+    cluster = multihost_cluster
+    uri = cluster.metadata_uri
+    one_rack = [cluster.bookie_id(i) for i in cluster.rack_bookies("/rack-1")]
+    ledger_id = run_in_thread(lambda: plant(uri, one_rack))
+    dry = bkeeper(uri, "shell", "relocateledgers", "--ledger-ids", str(ledger_id), "--dry-run")
+    assert dry.returncode == 0 and "planned" in dry.stdout, (dry.stdout, dry.stderr)
+    done = bkeeper(uri, "shell", "relocateledgers", "--ledger-ids", str(ledger_id))
+    assert done.returncode == 0 and "moved" in done.stdout, (done.stdout, done.stderr)
+
+    async def check() -> None:
+        async with BookKeeper(uri, CLIENT) as bk:
+            meta = await bk.ledger_metadata(ledger_id)
+            assert len({cluster.racks[str(b)] for b in meta.segments[0]}) == 2
+            handle = await bk.open_ledger(ledger_id, PASSWORD, recovery=False)
+            got = [bytes(e.payload) async for e in handle.read(0, SEALED_ENTRIES - 1)]
+            assert got == [payload(s) for s in range(SEALED_ENTRIES)]
+            report = await Auditor(bk, bk.cluster.underreplication, RECOVERY).placement_check()
+            assert ledger_id not in report.not_adhering
+
+    run_in_thread(check)
+
+
+def test_a_logs_write_quorum_two_to_three_online(multihost_cluster: MultiHostCluster) -> None:
+    uri = multihost_cluster.metadata_uri
+    created = bkeeper(uri, "log", "create", "hosts", "-e", "3", "--write-quorum", "2",
+                      "--ack-quorum", "2", "--roll-age", "2s")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+
+    async def scenario() -> None:
+        async with BookKeeper(uri, CLIENT) as bk:
+            logs = NamedLogs(bk)
+            writer = await logs.log("hosts").open_writer()
+            appended = []
+            for sequence in range(100):
+                await writer.append(payload(sequence))
+                appended.append(payload(sequence))
+            changing = asyncio.create_task(asyncio.to_thread(
+                bkeeper, uri, "log", "config", "hosts", "-e", "3", "--write-quorum", "3",
+                "--ack-quorum", "2", "--existing", "--wait", "60",
+            ))  # fmt: skip
+            sequence = 100
+            while not changing.done():  # the writer goes on meanwhile
+                await writer.append(payload(sequence))
+                appended.append(payload(sequence))
+                sequence += 1
+                await asyncio.sleep(0.01)
+            changed = await changing
+            assert changed.returncode == 0, (changed.stdout, changed.stderr)
+            await writer.close()
+            meta, _version = await logs.store.read("hosts")
+            bookies = await bk.cluster.registry.bookies()
+            for ledger in meta.ledgers:
+                ledger_meta = await bk.ledger_metadata(ledger.ledger_id)
+                assert ledger_meta.write_quorum == 3
+                lacking = await lacking_bookies(bk, ledger.ledger_id, ledger_meta, bookies.writable)
+                assert lacking == frozenset(), (ledger.ledger_id, lacking)
+            reader = await logs.log("hosts").open_reader()
+            got = []
+            while len(got) < len(appended):
+                record = await reader.next(timeout_s=30)
+                assert record is not None
+                got.append(bytes(record.payload))
+            await reader.close()
+            assert got == appended
+
+    run_in_thread(scenario)
