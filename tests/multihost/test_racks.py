@@ -1,15 +1,20 @@
-"""A whole rack cut off during appends (issue 42's criterion): with rack-aware placement and
-two racks per write quorum (E3/Qw3/Qa2: each ledger has a bookie in each of the three racks;
-a striped E3/Qw2 ledger cannot keep two racks in every write quorum once two racks are left,
-as a ring of three on two racks puts two neighbours on one), no acknowledged entry is lost, every ledger stays readable, the
-writer goes on within 10 s, and within 120 s auto-recovery has every ledger fully replicated
-on the racks left, with no placement violation reported by the auditor.
+"""Racks on the multi-host harness (issue 42's criteria).
 
-The rack's bookies are cut off at the link (their namespaces' links to the bridge down: to
-clients and ZooKeeper alike they vanish mid-connection, as a rack whose switch died). Auto-
-recovery runs in this process's namespace, as a client does (lost-bookie delay 0; the
-placement check every 2 s); the sealed ledgers are written before the cut and read back with
-the rack still away."""
+A whole rack cut off during appends: with rack-aware placement and two racks per write
+quorum (E3/Qw3/Qa2: a bookie of each ledger in each of the three racks; a striped E3/Qw2
+ledger cannot keep two racks in every write quorum once two racks are left, as a ring of
+three on two racks puts two neighbours on one), no acknowledged entry is lost, every ledger
+stays readable, the writer goes on within 10 s, and within 120 s auto-recovery has every
+ledger fully replicated on the racks left, with no placement violation reported by the
+auditor. The rack's bookies are cut off at the link (their namespaces' links to the bridge
+down: to clients and ZooKeeper alike they vanish mid-connection, as a rack whose switch
+died). Auto-recovery runs in this process's namespace, as a client does (lost-bookie delay
+0; the placement check every 2 s); the sealed ledgers are written before the cut and read
+back with the rack still away.
+
+On the same cluster: ``bkeeper shell relocateledgers`` fixes a ledger planted on one rack,
+and ``bkeeper log config --existing`` takes a log's write quorum from 2 to 3 under a writer,
+leaving every entry on three bookies (each bookie asked for its list of entries)."""
 
 from __future__ import annotations
 
