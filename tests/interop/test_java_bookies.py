@@ -168,7 +168,14 @@ async def test_bkeeper_shell_on_a_java_cluster(
 
     ids = sorted(bookie.bookie_id for bookie in java_cluster.bookies)
     assert json.loads(await shell("listbookies", "--json")) == [
-        {"bookie_id": bookie, "mode": "writable", "address": bookie, "http": None} for bookie in ids
+        {
+            "bookie_id": bookie,
+            "mode": "writable",
+            "location": "/default-rack",
+            "address": bookie,
+            "http": None,
+        }
+        for bookie in ids
     ]
     java_listed = await asyncio.to_thread(java_cluster.shell, "listbookies", "-rw")
     assert listed_bookies(java_listed, "ReadWrite Bookies :") == set(ids)
