@@ -140,7 +140,7 @@ def test_autorecovery_options_need_autorecovery(tmp_path: Path) -> None:
     )  # fmt: skip
     assert bad.returncode == 2, bad.stderr
     assert bad.stderr.splitlines()[0].startswith(
-        "error: ledgers_in_parallel: must be a positive integer, got 0"
+        "error: -o ledgers_in_parallel=0: ledgers_in_parallel: must be a positive integer, got 0"
     )
     assert not (tmp_path / "never").exists()
 

@@ -2,13 +2,17 @@
 autorecovery``), until SIGTERM or Ctrl-C; and what ``bkeeper bookie --autorecovery`` runs.
 
 The process is a candidate in the auditor election and runs a replication worker
-(:class:`bkeeper.autorecovery.service.AutoRecovery`). ``-o key=value`` sets a field of
+(:class:`bkeeper.autorecovery.service.AutoRecovery`). ``-o key=value`` and ``--conf FILE``
+(lines of ``key=value``; :mod:`bkeeper.cli._conf`) set a field of
 :class:`~bkeeper.autorecovery.config.AutoRecoveryConfig` by name (docs/autorecovery.md lists
-them); a bad one is one line naming it. Once its vote is in the auditor election (so
-``shell whoisauditor`` names an auditor from then on) it prints
-``autorecovery <id> ready (metadata <uri>)`` on stderr. With ``--metrics-port`` it serves its
-metrics (docs/operations.md "## Metrics") as ``http://127.0.0.1:<port>/metrics``; a bookie
-running auto-recovery inside itself serves them on its own ``/metrics``.
+them), or of the process itself (:class:`ProcessConfig`: ``metadata_uri``, ``id``,
+``metrics_port``, which are also ``--metadata``, ``--id`` and ``--metrics-port``); a flag
+given wins over ``-o``, ``-o`` over the file; a bad one is one line naming where it is and
+the key. Once its vote is in the auditor election (so ``shell whoisauditor`` names an auditor
+from then on) it prints ``autorecovery <id> ready (metadata <uri>)`` on stderr. With a
+metrics port it serves its metrics (docs/operations.md "## Metrics") as
+``http://127.0.0.1:<port>/metrics``; a bookie running auto-recovery inside itself serves them
+on its own ``/metrics``.
 """
 
 from __future__ import annotations
@@ -29,44 +33,68 @@ from bkeeper.autorecovery.service import (
     default_participant_id,
     keep_running,
 )
+from bkeeper.cli._conf import (
+    OptionNames,
+    build_config,
+    command_values,
+    fields_of,
+    named_options,
+    read_named,
+    usage_error,
+)
 from bkeeper.cli._options import metadata_option
-from bkeeper.cli._settings import named_setting
 from bkeeper.client import BookKeeper
 from bkeeper.common.errors import ConfigError
 from bkeeper.common.metrics_export import MetricsHttpServer, new_registry
+from bkeeper.common.validate import check_port
 from bkeeper.server import Bookie
 
-__all__ = ["AUTORECOVERY_FIELDS", "autorecovery", "autorecovery_config", "run_in_bookie"]
+__all__ = [
+    "AUTORECOVERY_FIELDS",
+    "AUTORECOVERY_NAMES",
+    "ProcessConfig",
+    "autorecovery",
+    "autorecovery_config",
+    "run_in_bookie",
+]
 
 log = logging.getLogger(__name__)
 
+
+@dataclasses.dataclass(frozen=True)
+class ProcessConfig:
+    """The process besides its :class:`AutoRecoveryConfig`: the cluster it watches
+    (``metadata_uri``), its name in the auditor election and on the locks it holds (``id``;
+    empty: ``<hostname>:autorecovery-<pid>``), the port of its metrics server on 127.0.0.1
+    (``metrics_port``; ``None``: none, 0: any free port)."""
+
+    metadata_uri: str
+    id: str = ""
+    metrics_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.metadata_uri:
+            raise ConfigError("metadata_uri: the cluster to watch (zk://...) is required")
+        if self.id:
+            check_participant_id(self.id)
+        if self.metrics_port is not None:
+            check_port("metrics_port", self.metrics_port)
+
+
 #: Field name -> its type as the dataclass writes it.
-AUTORECOVERY_FIELDS: dict[str, str] = {
-    f.name: str(f.type) for f in dataclasses.fields(AutoRecoveryConfig)
-}
+AUTORECOVERY_FIELDS: dict[str, str] = fields_of(AutoRecoveryConfig)
 
-
-def _bad(message: str) -> click.UsageError:
-    return click.UsageError(message, ctx=click.get_current_context(silent=True))
+#: The keys of ``bkeeper autorecovery``'s ``-o`` and ``--conf``.
+AUTORECOVERY_NAMES = OptionNames(
+    {**fields_of(ProcessConfig), **AUTORECOVERY_FIELDS}, "autorecovery", "docs/autorecovery.md"
+)
 
 
 def autorecovery_config(options: Iterable[str]) -> AutoRecoveryConfig:
     """The configuration ``-o key=value`` options give (later ones win); a usage error
     naming the option and the field for an unknown key, a bad value or a refused one."""
-    values: dict[str, object] = {}
-    for option in options:
-        key, equals, text = option.partition("=")
-        key, text = key.strip(), text.strip()
-        if not equals or not key:
-            raise _bad(f"-o {option}: {option!r} is not key=value")
-        field, value = named_setting(
-            f"-o {option}", key, text, AUTORECOVERY_FIELDS, "autorecovery", "docs/autorecovery.md"
-        )
-        values[field] = value
-    try:
-        return AutoRecoveryConfig(**values)  # type: ignore[arg-type]
-    except ConfigError as exc:
-        raise _bad(str(exc)) from None
+    names = OptionNames(AUTORECOVERY_FIELDS, "autorecovery", "docs/autorecovery.md")
+    return build_config(AutoRecoveryConfig, read_named(None, options, names))
 
 
 @click.command()
@@ -74,18 +102,15 @@ def autorecovery_config(options: Iterable[str]) -> AutoRecoveryConfig:
 @click.option(
     "--id",
     "participant_id",
-    default=None,
+    default="",
     metavar="ID",
     help="Its name in the auditor election and on the locks it holds "
     "(default: <hostname>:autorecovery-<pid>).",
 )
-@click.option(
-    "-o",
-    "--option",
-    "options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Set an auto-recovery option by its name (docs/autorecovery.md); repeatable.",
+@named_options(
+    "Set an auto-recovery option by its name (docs/autorecovery.md), or metadata_uri, id, "
+    "metrics_port; repeatable. Flags given win over -o, -o over --conf.",
+    "A file of KEY=VALUE lines (# comments) with the same names as -o, read before -o.",
 )
 @click.option(
     "--metrics-port",
@@ -95,20 +120,32 @@ def autorecovery_config(options: Iterable[str]) -> AutoRecoveryConfig:
 )
 def autorecovery(
     metadata_uri: str,
-    participant_id: str | None,
+    participant_id: str,
     options: tuple[str, ...],
+    conf: str | None,
     metrics_port: int | None,
 ) -> None:
     """Run auto-recovery (auditor candidate and replication worker) until SIGTERM."""
     from bkeeper.common.loop import run_event_loop
 
-    config = autorecovery_config(options)
-    participant = participant_id or default_participant_id()
+    named = command_values(
+        conf,
+        options,
+        AUTORECOVERY_NAMES,
+        {
+            "metadata_uri": ("metadata_uri", metadata_uri),
+            "participant_id": ("id", participant_id),
+            "metrics_port": ("metrics_port", metrics_port),
+        },
+    )
+    process = build_config(ProcessConfig, named)
+    config = build_config(AutoRecoveryConfig, named)
+    participant = process.id or default_participant_id()
     try:
-        check_participant_id(participant)
+        check_participant_id(participant)  # the default one too (a very long host name)
     except ConfigError as exc:
-        raise _bad(str(exc)) from None
-    run_event_loop(_run(metadata_uri, participant, config, metrics_port))
+        raise usage_error(str(exc)) from None
+    run_event_loop(_run(process.metadata_uri, participant, config, process.metrics_port))
 
 
 async def _run(
