@@ -139,3 +139,70 @@ async def test_relocate_ledgers_says_when_no_rack_can_mend_a_ledger() -> None:
         assert planned.state == "planned" and list(planned.moves[0].values()) == [names[3]]
         (moved,) = await relocate_ledgers(bk, CONFIG)
         assert moved.state == "moved" and moved.entries == 1
+
+
+@on_virtual_time
+async def test_a_bookie_back_lacking_entries_is_refilled_in_place_with_no_spare() -> None:
+    """Three bookies, E3: a writer goes on degraded while one restarts, and marks the ledger
+    for it once it is back. Replacing it would need a fourth bookie; the worker copies the
+    entries it lacks to it instead, and the metadata keeps it."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(CLIENT)
+        await bk.cluster.underreplication.ensure_layout()
+        wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        for e in range(30):
+            await wh.append(payload(wh.ledger_id, e))
+        restarting = cluster.bookies[2]
+        await cluster.stop_bookie(restarting)
+        for e in range(30, 80):  # on two copies: no spare to replace it
+            await wh.append(payload(wh.ledger_id, e))
+        await cluster.start_bookie(restarting)
+        await wh.close()
+        lid = wh.ledger_id
+        before = await bk.ledger_metadata(lid)
+        assert restarting.bookie_id in {str(b) for b in before.segments[max(before.segments)]}
+        clock = FakeClock()
+        urm = await new_urm(bk, clock)
+        await urm.mark_underreplicated(lid, [restarting.bookie_id])
+        worker = ReplicationWorker(
+            await cluster.client(CLIENT), urm, "worker-1", CONFIG, clock=clock
+        )
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == 1 or bool(s.waiting))
+        assert worker.status.replicated == 1, worker.status
+        after = await assert_replicated(cluster, bk, lid, 80, set())
+        assert after.segments == before.segments  # nobody replaced
+        assert [e async for e in urm.ledgers()] == []
+
+
+@on_virtual_time
+async def test_an_open_ledgers_bookie_taken_back_is_refilled_up_to_the_lac_unfenced() -> None:
+    """The same while the ledger stays open: its writer takes the restarted bookie back and
+    marks the ledger for the entries it missed; the worker copies those (all settled: up to
+    the LAC) to it in place, without fencing the writer, which goes on."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(CLIENT)
+        await bk.cluster.underreplication.ensure_layout()
+        wh = await bk.create_ledger(3, 3, 2, password=PASSWORD)
+        for e in range(20):
+            await wh.append(payload(wh.ledger_id, e))
+        restarting = cluster.bookies[1]
+        await cluster.stop_bookie(restarting)
+        for e in range(20, 60):
+            await wh.append(payload(wh.ledger_id, e))
+        await cluster.start_bookie(restarting)
+        urm = await new_urm(bk, FakeClock())
+        while await urm.get(wh.ledger_id) is None:  # taken back: the writer marks the gap
+            await wh.append(payload(wh.ledger_id, wh.last_add_pushed + 1))
+            await asyncio.sleep(0.5)
+        written = wh.last_add_pushed + 1
+        worker = ReplicationWorker(
+            await cluster.client(CLIENT), urm, "worker-1", CONFIG, clock=FakeClock()
+        )
+        async with running(worker):
+            await wait_for(worker, lambda s: s.replicated == 1 or bool(s.waiting))
+        assert worker.status.replicated == 1, worker.status
+        for e in range(written, written + 10):  # not fenced: the writer goes on
+            await wh.append(payload(wh.ledger_id, e))
+        await wh.close()
+        await assert_replicated(cluster, bk, wh.ledger_id, written + 10, set())

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.entry_copy import copy_entries
+from bkeeper.autorecovery.findings import checked_up_to
 from bkeeper.autorecovery.recovery_adds import RecoveryAddSink, Throttle
-from bkeeper.autorecovery.replicas import lacking_bookies
+from bkeeper.autorecovery.replicas import lacking_entries
 from bkeeper.autorecovery.replicate import (
     BlockKind,
     Fragment,
@@ -55,7 +56,7 @@ from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.cas import cas_update
 from bkeeper.common.clock import SystemClock
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError, NotEnoughBookiesError
-from bkeeper.meta.ledger_metadata import LedgerMetadata
+from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.registry import BookieSet
 from bkeeper.meta.store import Versioned
 from bkeeper.wire.digest import master_key
@@ -109,7 +110,9 @@ async def replicate_ledger(
     ``unless_back``: a bookie of ``lost`` registered again is asked for its list of
     entries: when it stores every entry it should (it came back with its data: its cookie
     let it start) it is not lost any more and nothing of it is copied; when it lacks some
-    (check-all-ledgers or the replicas check marked it) it is replaced as a lost one.
+    (check-all-ledgers or the replicas check marked it, or a writer that went on without
+    it) it is replaced as a lost one, or, when no bookie can replace it and it is writable,
+    the entries it lacks are copied to it in place.
     ``bookies``: the registered bookies as the caller follows them (else they are read).
     ``relocate``: also move live members of segments that break the client's placement
     (:func:`~bkeeper.autorecovery.replicate.relocations`; placement repair)."""
@@ -214,10 +217,23 @@ class _LedgerRepair:
         if lost is None:
             lost = lost_bookies(meta, bookies.writable | bookies.read_only)
         lost = frozenset(lost)
+        lacking: dict[str, tuple[int, ...]] = {}
+        refill: dict[str, tuple[int, ...]] = {}
         if unless_back:  # back with its data, or registered but lacking entries?
             back = lost & (bookies.writable | bookies.read_only)
-            lost = (lost - back) | await lacking_bookies(bk, ledger_id, meta, back)
-        if lost and not meta.has_password:
+            tail = back & {str(b) for b in meta.last_ensemble} & bookies.writable
+            up_to = None
+            if tail and meta.state is not LedgerState.CLOSED:
+                # An open ledger's last segment, judged up to its LAC (entries up to it are
+                # settled): a writer that went on without a bookie while it restarted, and
+                # took it back, left it without those. It is refilled in place, never
+                # replaced: that would fence a writer that lacks nothing.
+                up_to = max(checked_up_to(meta), await self.last_add_confirmed(versioned))
+            lacking = await lacking_entries(bk, ledger_id, meta, back, up_to)
+            if up_to is not None:
+                refill = {b: entries for b, entries in lacking.items() if b in tail}
+            lost = (lost - back) | (frozenset(lacking) - frozenset(refill))
+        if (lost or refill) and not meta.has_password:
             return self.outcome(
                 False,
                 f"ledger {ledger_id}: no password in its metadata (created with "
@@ -229,6 +245,15 @@ class _LedgerRepair:
             # The caller's registry watch may lag a bookie that just joined: look once more.
             bookies = await bk.cluster.registry.bookies()
             shortfall = missing_replacements(meta, lost, bookies.writable)
+        if shortfall is not None:
+            # No bookie to replace them with (no spare: a cluster of E bookies whose writers
+            # went on without one while it restarted): a writable one lacking entries gets
+            # them copied to itself, in place; a read-only one takes no adds.
+            more = {b: entries for b, entries in lacking.items() if b in bookies.writable}
+            if set(more) - set(refill):
+                refill.update(more)
+                lost = lost - frozenset(refill)
+                shortfall = missing_replacements(meta, lost, bookies.writable)
         if shortfall is not None:  # decided before fencing: nowhere to copy, nothing touched
             return self.outcome(False, shortfall, BlockKind.NO_CANDIDATE)
         if last_segment_lost(meta, lost) and fence_open and not dry_run:
@@ -245,7 +270,14 @@ class _LedgerRepair:
             writable = bookies.writable - lost
             moves = relocations(meta, domains, writable, racks_available)
         plan = plan_repair(
-            ledger_id, meta, lost, bookies.writable, domains=domains, moves=moves, rng=self.rng
+            ledger_id,
+            meta,
+            lost,
+            bookies.writable,
+            domains=domains,
+            moves=moves,
+            refill=refill,
+            rng=self.rng,
         )
         self.plan = plan
         waiting = BlockKind.AWAITING_WRITER if plan.needs_fencing else None
@@ -265,6 +297,17 @@ class _LedgerRepair:
             finally:
                 await handle.close()
         return await self.update_metadata(versioned, plan)
+
+    async def last_add_confirmed(self, versioned: Versioned[LedgerMetadata]) -> int:
+        """The ledger's LAC as its bookies tell it (an open ledger: not fenced, not recovered)."""
+        meta = versioned.value
+        handle = await self.bk.open_ledger(
+            self.ledger_id, meta.password, recovery=False, metadata=versioned
+        )
+        try:
+            return await handle.read_last_add_confirmed()
+        finally:
+            await handle.close()
 
     async def copy(self, handle: ReadHandle, meta: LedgerMetadata, fragment: Fragment) -> None:
         if not fragment.entry_ids:

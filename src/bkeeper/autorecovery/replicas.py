@@ -41,7 +41,7 @@ from bkeeper.common.errors import (
 )
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
-__all__ = ["Verdict", "lacking_bookies", "list_ledger", "probe_ledger"]
+__all__ = ["Verdict", "lacking_bookies", "lacking_entries", "list_ledger", "probe_ledger"]
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +135,22 @@ async def lacking_bookies(
     """Those of ``bookies`` (registered) that lack an entry they should store up to
     :func:`~bkeeper.autorecovery.findings.checked_up_to`. A bookie that cannot tell raises
     the error it gave: the caller tries again later rather than copy what it may hold."""
-    last = checked_up_to(meta)
+    return frozenset(await lacking_entries(bk, ledger_id, meta, bookies))
+
+
+async def lacking_entries(
+    bk: BookKeeper,
+    ledger_id: int,
+    meta: LedgerMetadata,
+    bookies: Collection[str],
+    up_to: int | None = None,
+) -> dict[str, tuple[int, ...]]:
+    """:func:`lacking_bookies`, each with the entry ids it lacks (ascending); ``up_to``: the
+    last entry to judge instead of ``checked_up_to`` (an open ledger's LAC: entries up to it
+    are settled, in its last segment too)."""
+    last = checked_up_to(meta) if up_to is None else up_to
     holders = _holders(meta, last)
-    lacking = set()
+    lacking: dict[str, tuple[int, ...]] = {}
     for bookie in sorted(b for b in bookies if b in holders):
         entries = await list_entries_on(
             bk.pool, bookie, ledger_id, timeout_s=bk.config.read_timeout_ms / 1000.0
@@ -148,8 +161,8 @@ async def lacking_bookies(
                 "ledger %d: %s is registered but lacks %d of its entries (first %d)",
                 *(ledger_id, bookie, len(missing), missing[0]),
             )
-            lacking.add(bookie)
-    return frozenset(lacking)
+            lacking[bookie] = tuple(missing)
+    return lacking
 
 
 def _holders(meta: LedgerMetadata, last_entry_id: int) -> set[str]:

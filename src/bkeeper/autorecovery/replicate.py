@@ -11,6 +11,10 @@ Rules:
   this plan: two lost bookies of one segment get two different targets); chosen by
   :func:`bkeeper.client.placement.replace_bookie` (random, or rack- or region-aware with
   ``domains``).
+* A registered writable member that lacks entries and that no bookie can replace (back from
+  a restart after its writers went on without it: degraded writes on a cluster of E
+  bookies, no spare) is refilled in place (``refill``): the entries it lacks are copied to
+  it, its place in the metadata kept.
 * Placement repair (:func:`relocations`): a live member of a segment whose write quorums span
   too few racks is moved as a lost one is replaced (its entries copied to a bookie on a
   rack that mends it, then the metadata changed); only in segments a repair may change,
@@ -39,6 +43,7 @@ metadata as it is now, only where the lost bookie still holds that position.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -171,12 +176,16 @@ def plan_repair(
     racks: Mapping[str, str] | None = None,
     domains: Domains | None = None,
     moves: Mapping[int, Collection[str]] | None = None,
+    refill: Mapping[str, Collection[int]] | None = None,
     rng: random.Random | None = None,
 ) -> RepairPlan:
     """The plan replacing every ``lost`` bookie of ``meta``'s segments (module doc);
     :class:`NotEnoughBookiesError` when a segment holding entries has no possible target.
     ``moves``: segment first entry -> live members to move too (placement repair,
-    :func:`relocations`): planned as lost ones, in that segment only."""
+    :func:`relocations`): planned as lost ones, in that segment only. ``refill``: writable
+    members that lack entries (back from a restart after their writers went on without
+    them) -> the entry ids they lack: copied to themselves, in place, the metadata unchanged
+    (fragments whose ``target`` is their ``lost``)."""
     rng = rng or random.Random()
     if domains is None and racks:
         domains = Domains(racks)
@@ -215,6 +224,17 @@ def plan_repair(
             changed = True
         if changed:
             ensembles[segment] = tuple(ensemble)
+    end = {first: following - 1 for first, following in itertools.pairwise(starts)}
+    for bookie, lacks in sorted((refill or {}).items()):
+        for segment in starts:  # an open ledger's last too: what it lacks there is settled
+            members = [str(b) for b in meta.segments[segment]]
+            if bookie not in members:
+                continue
+            last = end.get(segment, max(lacks, default=-1))
+            wanted = tuple(e for e in lacks if segment <= e <= last)
+            if wanted:
+                position = members.index(bookie)
+                fragments.append(Fragment(segment, position, bookie, bookie, wanted))
     return RepairPlan(
         ledger_id, tuple(fragments), ensembles, needs_fencing=last_segment_lost(meta, lost_set)
     )
@@ -252,6 +272,8 @@ def apply_plan(
     refused: list[Fragment] = []
     for fragment in fragments:
         ensemble = segments.get(fragment.segment)
+        if fragment.target == fragment.lost:
+            continue  # a refill in place: the metadata names it already
         if ensemble is None or ensemble[fragment.position] != fragment.lost:
             continue
         if fragment.target in ensemble:
