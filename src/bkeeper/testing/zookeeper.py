@@ -44,6 +44,7 @@ __all__ = [
     "log4j2_properties",
     "port_free",
     "server_mode",
+    "stop_server_process",
 ]
 
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
@@ -165,6 +166,20 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
+def stop_server_process(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGCONT, SIGTERM, then SIGKILL after ``timeout_s``, and reap; a no-op when it has
+    exited already."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) server takes no SIGTERM
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper child process; a context manager (``with`` starts and stops)."""
 
@@ -225,15 +240,8 @@ class ZooKeeperServer:
         """Stop the server (SIGCONT, SIGTERM, then SIGKILL) and reap it; a no-op when not
         running."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) server takes no SIGTERM
-        process.terminate()
-        try:
-            process.wait(self.config.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_server_process(process, self.config.stop_timeout_s)
 
     def wait(self) -> int:
         """Block until the server process exits; its exit status."""

@@ -45,6 +45,7 @@ from bkeeper.testing.zookeeper import (
     log4j2_properties,
     port_free,
     server_mode,
+    stop_server_process,
 )
 
 __all__ = [
@@ -238,15 +239,8 @@ class ZooKeeperEnsemble:
         """SIGTERM server ``k`` (SIGKILL after ``stop_timeout_s``) and reap it; a no-op when
         it is not running."""
         process, self._processes[k] = self._processes[k], None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) server takes no SIGTERM
-        process.terminate()
-        try:
-            process.wait(self.config.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_server_process(process, self.config.stop_timeout_s)
 
     def stop(self) -> None:
         """Stop every server (SIGTERM to all, then wait for each)."""
