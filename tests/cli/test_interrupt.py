@@ -30,6 +30,10 @@ def bkeeper(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+#: How long the pipe test feeds records waiting for the first progress line.
+PROGRESS_WAIT_S = 60.0
+
+
 def started(uri: str, *args: str, stdin: int | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bkeeper", *args, "--metadata", uri],
@@ -158,16 +162,29 @@ def test_a_long_append_from_a_pipe_shows_its_progress_on_stderr(
     uri = real_cluster.uri
     assert bkeeper(uri, "log", "create", "slow").returncode == 0
     proc = started(uri, "log", "append", "slow", stdin=subprocess.PIPE)
-    assert proc.stdin is not None
-    for i in range(20):  # 5 s of a record every 0.25 s
-        proc.stdin.write(f"r{i}\n")
+    assert proc.stdin is not None and proc.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+    reader.start()
+    # A record every 0.25 s until the command said how far it got (at least 20 records):
+    # on a loaded machine its start alone may take the first seconds, and records that
+    # arrive all at once are appended before any progress line is due.
+    sent = 0
+    deadline = time.monotonic() + PROGRESS_WAIT_S
+    while sent < 20 or not any(x.startswith("appending to slow:") for x in list(lines)):
+        assert time.monotonic() < deadline, f"no progress line after {sent} records: {lines}"
+        proc.stdin.write(f"r{sent}\n")
         proc.stdin.flush()
+        sent += 1
         time.sleep(0.25)
-    out, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0, lines
+    reader.join(timeout=10)
+    out = proc.stdout.read() if proc.stdout is not None else ""
     assert out == "", "progress never goes to stdout"
+    stderr = "".join(lines)
     *progress, summary = quiet(stderr)
-    assert summary.startswith("appended 20 records to slow ("), stderr
+    assert summary.startswith(f"appended {sent} records to slow ("), stderr
     assert progress, "a line at least every 2 s after the first 2 s"
     assert all(re.fullmatch(r"appending to slow: \d+ records? appended( \(last \d+:\d+\))?, "
                             r"\d+ in flight", line) for line in progress), progress  # fmt: skip
