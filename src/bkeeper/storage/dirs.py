@@ -273,7 +273,7 @@ class LedgerDirs:
     def _space(self, path: str | None) -> DiskSpace | None:
         if self._spaces is None:
             return None
-        if path is None:
+        if path is None or path not in self.dirs:  # not a directory of ours: the current's
             return self._spaces[self._current]
         return self._spaces[self.dirs.index(path)]
 

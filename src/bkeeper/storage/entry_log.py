@@ -127,6 +127,10 @@ class LogPaths(Protocol):
     def forget(self, log_id: int) -> None:
         """The log was removed."""
 
+    def note_written(self, size: int, path: str | None = None) -> None:
+        """``size`` bytes were just written to a log in the directory ``path`` (free-space
+        accounting: the next new log's directory is chosen by it)."""
+
 
 class _OneDir:
     """Every log in one directory."""
@@ -141,6 +145,9 @@ class _OneDir:
 
     def keep_appending(self, log_id: int) -> bool:
         return True
+
+    def note_written(self, size: int, path: str | None = None) -> None:
+        return None  # one directory: nothing to choose between
 
     def forget(self, log_id: int) -> None:
         pass
@@ -185,7 +192,7 @@ class EntryLogWriter:
         self._synced_bytes = 0
         self._meta = EntryLogMeta(-1)
         self._pending: dict[int, int] = {}  # ledger id -> record bytes appended, not synced
-        #: Bytes appended so far (all logs), for the disk space accounting.
+        #: Bytes appended so far (all logs), for the disk space accounting ...
         self.bytes_written = 0
 
     @property
@@ -226,7 +233,7 @@ class EntryLogWriter:
                 pending[ledger_id] = pending.get(ledger_id, 0) + _RECORD.size + len(body)
                 end += 1
             self._unsynced = True
-            self.bytes_written += len(buf)
+            self._count(file, len(buf))
             file.write(buf)
             start = end
         return locations
@@ -270,8 +277,16 @@ class EntryLogWriter:
 
     def _write_out(self, file: WritableFile, buf: bytearray) -> None:
         self._unsynced = True
-        self.bytes_written += len(buf)
+        self._count(file, len(buf))
         file.write(buf)
+
+    def _count(self, file: WritableFile, size: int) -> None:
+        """``size`` bytes written to ``file``: counted, and told to its directory's free-space
+        estimate at once, so that a log rolled later in the same flush goes to the directory
+        with the most free space as it is then (told after the flush, every choice within
+        it saw the space before it: one directory took several logs in a row)."""
+        self.bytes_written += size
+        self._paths.note_written(size, os.path.dirname(file.path))
 
     def append_raw(self, records: BytesLike, sizes: dict[int, int]) -> int:
         """Append whole records as they are (headers and checksums included, as copied
@@ -282,7 +297,7 @@ class EntryLogWriter:
         offset = file.size()
         file.write(records)
         self._unsynced = True
-        self.bytes_written += len(records)
+        self._count(file, len(records))
         pending = self._pending
         for ledger_id, size in sizes.items():
             pending[ledger_id] = pending.get(ledger_id, 0) + size

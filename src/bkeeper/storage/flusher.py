@@ -176,7 +176,6 @@ class Flusher:
         for state, entries in work:
             ids = sorted(entries)
             runs.append((state, ids, [entries[i] for i in ids]))
-        written = self._writer.bytes_written
         try:
             locations = self._writer.append_runs([(s.ledger_id, bodies) for s, _, bodies in runs])
             self._writer.sync()
@@ -185,9 +184,7 @@ class Flusher:
             if error is exc:
                 raise
             raise error from exc
-        self._apply_flush(runs, locations)
-        if self._disk is not None and self._writer.bytes_written > written:
-            self._disk.note_written(self._writer.bytes_written - written)
+        self._apply_flush(runs, locations)  # the writer told each directory its bytes
 
     def _write_failed(self, exc: Exception) -> Exception:
         """Cut the entry log back after a failed write: DiskFullError when the disk has no
