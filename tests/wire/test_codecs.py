@@ -400,3 +400,13 @@ def test_v2_read_error_response_has_no_body():
     frame = v2.encode_response(ReadResponse(StatusCode.ENOENTRY, 3, 4, b"ignored"))
     assert len(frame) == 24
     assert v2.decode_response(frame).body is None
+
+
+def test_an_error_batch_read_answer_keeps_no_entries() -> None:
+    """Found by the mutation fuzzer above: a v2 BATCH_READ answer with an error status and
+    bytes after its header decoded with bodies, which no encoder writes back (an error answer
+    carries none). Now its entries are not read."""
+    data = bytes.fromhex("0207000000000001") + bytes(32)
+    message = v2.decode_response(data)
+    assert message.status is StatusCode.ENOLEDGER and message.bodies == ()
+    assert v2.decode_response(v2.encode_response(message)) == message

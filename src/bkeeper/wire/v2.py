@@ -433,6 +433,12 @@ def encode_response(response: Response) -> bytes:
 def _decode_batch_response(view: memoryview) -> BatchReadResponse:
     _need(view, _BATCH_RESPONSE.size, "BATCH_READ response")
     _, rc, ledger_id, start, request_id = _BATCH_RESPONSE.unpack_from(view)
+    status = status_from_rc(rc)
+    if status is not _EOK:
+        # An error answer carries no entries (none is sent with one, as Java's bookie): what
+        # follows its header is not read as entries (the fuzzer found bodies kept on an
+        # ENOLEDGER answer, which no encoder writes back)
+        return BatchReadResponse(status, ledger_id, start, request_id, ())
     bodies: list[memoryview] = []
     append = bodies.append
     unpack_length = _I.unpack_from
@@ -448,7 +454,7 @@ def _decode_batch_response(view: memoryview) -> BatchReadResponse:
             raise ProtocolError(f"BATCH_READ response entry of {size} bytes overruns the frame")
         append(view[pos:stop])
         pos = stop
-    return BatchReadResponse(status_from_rc(rc), ledger_id, start, request_id, tuple(bodies))
+    return BatchReadResponse(status, ledger_id, start, request_id, tuple(bodies))
 
 
 def decode_response(frame: BytesLike) -> Response:
