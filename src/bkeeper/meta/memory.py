@@ -13,14 +13,19 @@ one client with its own session. Invariants, as ZooKeeper's:
 
 The tree is guarded by one lock so stores on different event loops or threads may share it;
 events reach each subscriber on its own loop. Fault hooks: ``expire_session`` ends a session
-on purpose; ``suspend``/``resume`` drop and restore the connection.
+on purpose; ``suspend``/``resume`` drop and restore the connection; a tree's ``faults`` (a
+:class:`StoreFaults`, the simulator's) is asked before each request is applied and before its
+answer is given, so requests take time and a request or its answer can be lost (the
+``ConnectionLossError`` of a request that was applied all the same).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from bkeeper.common.errors import (
     ConnectionLossError,
@@ -47,7 +52,22 @@ from bkeeper.meta.store import (
     parent_path,
 )
 
-__all__ = ["MemoryNodeStore", "MemoryTree", "drop_memory_tree", "memory_tree"]
+__all__ = ["MemoryNodeStore", "MemoryTree", "StoreFaults", "drop_memory_tree", "memory_tree"]
+
+T = TypeVar("T")
+
+
+class StoreFaults(Protocol):
+    """What happens to the requests of a tree's sessions on their way (the simulator's)."""
+
+    async def request(self, store: MemoryNodeStore, op: str, path: str) -> None:
+        """Before ``op`` on ``path`` is applied: may wait (latency), or raise
+        ``ConnectionLossError`` (the request was lost: nothing applied)."""
+
+    async def answer(self, store: MemoryNodeStore, op: str, path: str) -> None:
+        """After it was applied: may wait, or raise ``ConnectionLossError`` (the answer was
+        lost: the caller cannot tell that it was applied)."""
+
 
 _TREES: dict[str, MemoryTree] = {}
 _TREES_LOCK = threading.Lock()
@@ -93,6 +113,8 @@ class MemoryTree:
         self._ephemerals: dict[int, set[str]] = {}
         self._watches: dict[_WatchKey, dict[Subscription[WatchEvent], bool]] = {}
         self._next_session_id = 1
+        #: Set by a simulator: what happens to requests on their way (None: nothing).
+        self.faults: StoreFaults | None = None
 
     def open_session(self) -> int:
         with self._lock:
@@ -243,7 +265,9 @@ class MemoryNodeStore:
         self._session_id = tree.open_session()
         self._state = SessionState.CONNECTED
         self._watches: dict[Subscription[WatchEvent], _WatchKey] = {}
-        self._session_subs: set[Subscription[SessionEvent]] = set()
+        # Insertion-ordered (a dict, not a set): subscribers hear events in the order they
+        # subscribed, the same in every run (a simulator replays runs bit for bit).
+        self._session_subs: dict[Subscription[SessionEvent], None] = {}
 
     @classmethod
     def open(cls, name: str, config: StoreConfig | None = None) -> MemoryNodeStore:
@@ -271,30 +295,41 @@ class MemoryNodeStore:
         sequential: bool = False,
         make_parents: bool = False,
     ) -> str:
-        self._check_open()
         if make_parents:
-            self._create_parents(parent_path(check_path(path)))
-        return self._tree.create(self._session_id, path, data, ephemeral, sequential)
+            check_path(path)
+
+        def apply() -> str:
+            if make_parents:
+                self._create_parents(parent_path(path))
+            return self._tree.create(self._session_id, path, data, ephemeral, sequential)
+
+        return await self._call("create", path, apply)
 
     async def get(self, path: str) -> tuple[bytes, int]:
-        self._check_open()
-        return self._tree.get(path)
+        return await self._call("get", path, lambda: self._tree.get(path))
 
     async def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> int:
-        self._check_open()
-        return self._tree.set(path, data, version)
+        return await self._call("set", path, lambda: self._tree.set(path, data, version))
 
     async def delete(self, path: str, version: int = ANY_VERSION) -> None:
-        self._check_open()
-        self._tree.delete(path, version)
+        await self._call("delete", path, lambda: self._tree.delete(path, version))
 
     async def children(self, path: str) -> list[str]:
-        self._check_open()
-        return self._tree.children(path)
+        return await self._call("children", path, lambda: self._tree.children(path))
 
     async def exists(self, path: str) -> NodeStat | None:
+        return await self._call("exists", path, lambda: self._tree.exists(path))
+
+    async def _call(self, op: str, path: str, apply: Callable[[], T]) -> T:
         self._check_open()
-        return self._tree.exists(path)
+        faults = self._tree.faults
+        if faults is None:
+            return apply()
+        await faults.request(self, op, path)
+        self._check_open()
+        result = apply()
+        await faults.answer(self, op, path)
+        return result
 
     async def watch(
         self, path: str, kind: WatchKind = WatchKind.DATA, *, persistent: bool = False
@@ -311,9 +346,9 @@ class MemoryNodeStore:
 
     def session_events(self) -> Subscription[SessionEvent]:
         sub: Subscription[SessionEvent] = Subscription(
-            limit=self._config.session_events_max, on_close=self._session_subs.discard
+            limit=self._config.session_events_max, on_close=self._forget_session_sub
         )
-        self._session_subs.add(sub)
+        self._session_subs[sub] = None
         return sub
 
     async def expire_session(self) -> None:
@@ -357,6 +392,9 @@ class MemoryNodeStore:
         for each in reversed(missing):
             with contextlib.suppress(NodeExistsError):
                 self._tree.create(self._session_id, each, b"", False, False)
+
+    def _forget_session_sub(self, sub: Subscription[SessionEvent]) -> None:
+        self._session_subs.pop(sub, None)
 
     def _check_open(self) -> None:
         if self._state is SessionState.CLOSED:

@@ -228,8 +228,10 @@ class Bookie:
                     config.metadata_uri, self.bookie_id, config.metadata_connect_timeout_ms
                 )
                 self._instance_id = self._membership.instance_id
-                await self._membership.refuse_if_data_lost(config.data_dir)
-            local_cookie = check_or_stamp_cookie(config, self._instance_id, self.bookie_id)
+                await self._membership.refuse_if_data_lost(config.data_dir, self._fs)
+            local_cookie = check_or_stamp_cookie(
+                config, self._instance_id, self.bookie_id, self._fs
+            )
             if self._membership is not None:
                 await self._membership.check_cookie(local_cookie)
 

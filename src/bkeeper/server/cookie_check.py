@@ -1,5 +1,8 @@
 """Stamping and checking the local cookie of a bookie's data directory.
 
+Through the storage's :class:`~bkeeper.storage.FileSystem` port (the OS's by default), so a
+bookie on an in-memory filesystem (the simulator) keeps its cookie there too.
+
 First start: write ``<data_dir>/current/VERSION`` (temp file, fsync, rename, fsync dir).
 Later starts: refuse with :class:`CookieMismatchError` naming what differs (another bookie's
 directory, a changed port or id, another cluster). A cookie written without a cluster
@@ -12,6 +15,8 @@ import os
 
 from bkeeper.meta.cookie import Cookie
 from bkeeper.server.config import BookieConfig
+from bkeeper.storage import FileSystem, OsFileSystem
+from bkeeper.storage.filesystem import write_file_atomic
 
 __all__ = [
     "check_or_stamp_cookie",
@@ -37,52 +42,45 @@ def cookie_for(config: BookieConfig, instance_id: str, bookie_id: str | None = N
 
 
 def check_or_stamp_cookie(
-    config: BookieConfig, instance_id: str, bookie_id: str | None = None
+    config: BookieConfig,
+    instance_id: str,
+    bookie_id: str | None = None,
+    fs: FileSystem | None = None,
 ) -> Cookie:
     """Check the stored cookie against this configuration, or stamp a new one."""
+    fs = fs if fs is not None else OsFileSystem()
     expected = cookie_for(config, instance_id, bookie_id)
     path = cookie_path(config.data_dir)
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            stored = Cookie.decode(f.read())
+    if fs.exists(path):
+        stored = Cookie.decode(fs.read_file(path))
         if not stored.instance_id and instance_id:
             stored = Cookie(stored.bookie_id, stored.journal_dirs, stored.ledger_dirs, instance_id)
             stored.verify(expected, path)
-            _write_atomic(path, expected.encode())
+            write_file_atomic(fs, path, expected.encode())
             return expected
         stored.verify(expected, path)
         return stored
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    _write_atomic(path, expected.encode())
+    fs.makedirs(os.path.dirname(path))
+    write_file_atomic(fs, path, expected.encode())
     return expected
 
 
-def read_local_cookie(data_dir: str) -> Cookie | None:
+def read_local_cookie(data_dir: str, fs: FileSystem | None = None) -> Cookie | None:
     """The cookie stamped in ``data_dir``, or None when it has none (never started);
     ``ProtocolError`` when it is unreadable."""
+    fs = fs if fs is not None else OsFileSystem()
+    path = cookie_path(data_dir)
+    if not fs.exists(path):
+        return None
     try:
-        with open(cookie_path(data_dir), "rb") as f:
-            return Cookie.decode(f.read())
+        return Cookie.decode(fs.read_file(path))
     except FileNotFoundError:
         return None
 
 
-def write_local_cookie(data_dir: str, cookie: Cookie) -> None:
+def write_local_cookie(data_dir: str, cookie: Cookie, fs: FileSystem | None = None) -> None:
     """Write (or replace, atomically, synced) the cookie of ``data_dir``."""
+    fs = fs if fs is not None else OsFileSystem()
     path = cookie_path(data_dir)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    _write_atomic(path, cookie.encode())
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fs.makedirs(os.path.dirname(path))
+    write_file_atomic(fs, path, cookie.encode())

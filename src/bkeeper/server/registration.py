@@ -49,6 +49,7 @@ from bkeeper.meta.registry import BookieRegistration
 from bkeeper.meta.store import StoreConfig
 from bkeeper.meta.uri import MetadataUri
 from bkeeper.server.cookie_check import read_local_cookie
+from bkeeper.storage import FileSystem
 
 __all__ = ["ClusterMembership", "published_info", "unreachable_address_warning"]
 
@@ -157,10 +158,10 @@ class ClusterMembership:
             raise
         return cls(cluster, bookie_id, instance_id)
 
-    async def refuse_if_data_lost(self, data_dir: str) -> None:
+    async def refuse_if_data_lost(self, data_dir: str, fs: FileSystem | None = None) -> None:
         """``CookieMismatchError`` when ``data_dir`` has no cookie but the metadata store
         holds one for this bookie id (module doc). Call it before the cookie is stamped."""
-        if read_local_cookie(data_dir) is not None:
+        if read_local_cookie(data_dir, fs) is not None:
             return
         try:
             await self.cluster.cookies.read(self.bookie_id)

@@ -9,12 +9,12 @@ A :class:`History` keeps the operations in memory (a run's are few enough: at mo
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from bkeeper.common.clock import Clock, SystemClock
 from bkeeper.common.errors import ConfigError
 
 __all__ = ["HISTORY_OPS_MAX", "History", "Op", "OpType"]
@@ -44,9 +44,10 @@ class Op:
 class History:
     """The operations of one run, in the order they happened."""
 
-    def __init__(self, limit: int = HISTORY_OPS_MAX) -> None:
+    def __init__(self, limit: int = HISTORY_OPS_MAX, clock: Clock | None = None) -> None:
         self._ops: list[Op] = []
-        self._start = time.monotonic()
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._start = self._clock.monotonic()
         self._limit = limit
 
     def add(
@@ -64,7 +65,7 @@ class History:
             raise ConfigError(f"history: more than {self._limit} operations in one run")
         op = Op(
             len(self._ops),
-            round(time.monotonic() - self._start, 6),
+            round(self._clock.monotonic() - self._start, 6),
             process,
             type_,
             f,

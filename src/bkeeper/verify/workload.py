@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from bkeeper.client import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common.clock import Clock
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.verify.check import FinalLedger
 from bkeeper.verify.client_process import ClientProcess
@@ -78,6 +79,9 @@ class WorkloadConfig:
     entry_bytes: int = 200
     fence_every_s: tuple[float, float] = (1.0, 4.0)
     op_timeout_s: float = 30.0
+    #: A writer's pause after each append it sends (0: none; the simulator paces its
+    #: writers, whose appends would otherwise take no virtual time).
+    append_pause_s: float = 0.0
     #: Where a client process of two more writers logs (None: no client process); the
     #: ``client-kill`` nemesis kills it (:mod:`bkeeper.verify.client_process`).
     client_process_log: str | None = None
@@ -93,8 +97,17 @@ class WorkloadConfig:
 class LedgerWorkload:
     """The workload of one run (module doc); :meth:`run` until ``stop`` is set."""
 
-    def __init__(self, uri: str, history: History, seed: int, config: WorkloadConfig) -> None:
+    def __init__(
+        self,
+        uri: str,
+        history: History,
+        seed: int,
+        config: WorkloadConfig,
+        clock: Clock | None = None,
+    ) -> None:
         self.uri = uri
+        #: The clients' clock (None: the system's; the simulator's virtual one)
+        self.clock = clock
         self.history = history
         self.seed = seed
         self.config = config
@@ -119,8 +132,8 @@ class LedgerWorkload:
             await self.restart_client_process()
         try:
             async with (
-                await start_client(self.uri, self._client_config) as writers_bk,
-                await start_client(self.uri, self._client_config) as others_bk,
+                await start_client(self.uri, self._client_config, self.clock) as writers_bk,
+                await start_client(self.uri, self._client_config, self.clock) as others_bk,
                 asyncio.TaskGroup() as group,
             ):
                 for w in range(self.config.writers):
@@ -140,7 +153,7 @@ class LedgerWorkload:
         ``started()`` once the first append was sent (the process is writing)."""
         self._on_first_append = started
         async with (
-            await start_client(self.uri, self._client_config) as bk,
+            await start_client(self.uri, self._client_config, self.clock) as bk,
             asyncio.TaskGroup() as group,
         ):
             for w in range(self.config.writers):
@@ -251,6 +264,8 @@ class LedgerWorkload:
                 functools.partial(self._appended, name, ledger_id, entry_id, value)
             )
             completions.append(future)
+            if self.config.append_pause_s:
+                await _pause(stop, self.config.append_pause_s)
         if completions:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait(completions, timeout=timeout)
@@ -347,13 +362,18 @@ class LedgerWorkload:
 
 
 async def read_final(
-    uri: str, ledger_ids: list[int], *, attempts: int = 10, timeout_s: float = 60.0
+    uri: str,
+    ledger_ids: list[int],
+    *,
+    attempts: int = 10,
+    timeout_s: float = 60.0,
+    clock: Clock | None = None,
 ) -> dict[int, FinalLedger]:
     """Every ledger opened with recovery and read whole; a ledger that fails is tried again
     (``attempts`` times, a second apart: the cluster may still be settling)."""
     final: dict[int, FinalLedger] = {}
     config = ClientConfig(read_timeout_ms=5_000, add_timeout_ms=5_000)
-    async with await start_client(uri, config) as bk:
+    async with await start_client(uri, config, clock) as bk:
         for ledger_id in ledger_ids:
             error = ""
             for attempt in range(attempts):
@@ -369,7 +389,9 @@ async def read_final(
     return final
 
 
-async def start_client(uri: str, config: ClientConfig | None = None) -> BookKeeper:
+async def start_client(
+    uri: str, config: ClientConfig | None = None, clock: Clock | None = None
+) -> BookKeeper:
     """A started client. A cluster still settling or under a ZooKeeper fault (ZooKeeper
     paused, killed, restarting; the machine loaded) is tried again every
     ``CLIENT_START_RETRY_S`` for up to ``CLIENT_START_TIMEOUT_S``; then the last error."""
@@ -378,7 +400,7 @@ async def start_client(uri: str, config: ClientConfig | None = None) -> BookKeep
     attempt = 1
     while True:
         try:
-            return await BookKeeper(uri, config).start()
+            return await BookKeeper(uri, config, clock=clock).start()
         except ConfigError:
             raise  # a bad URI or option: no wait makes it right
         except BKeeperError as exc:

@@ -1,0 +1,205 @@
+"""One simulated run: a seed in, a verdict and a trace hash out.
+
+:func:`run_seed` builds a :class:`~bkeeper.sim.world.World` on a new
+:class:`~bkeeper.sim.loop.SimLoop`, starts the workload (the same
+:class:`~bkeeper.verify.workload.LedgerWorkload` as ``bkeeper verify``, its clients on the
+simulated network and clock), applies the seed's fault plan for ``duration_s`` simulated
+seconds, stops the workload, heals every fault, reads every ledger back with recovery and
+runs ``verify``'s checker over the history. Everything random is drawn from generators
+seeded from the run's seed (and Python's global generator, which production code uses for
+jitter, is seeded too), so the same seed is the same run: the same trace hash.
+
+A run is **failed** when the checker finds a violation, a bookie cannot start again on
+what its disk kept, a storage thread raises, or the run itself cannot go on (stuck, or
+past :data:`RUN_SIM_S_MAX` simulated seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import resource
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bkeeper.common.tasks import within
+from bkeeper.meta.memory import drop_memory_tree
+from bkeeper.sim.faults import FAULT_KINDS, Fault, Nemesis, plan_faults
+from bkeeper.sim.loop import START_S, SimClock, SimLoop, SimStuckError
+from bkeeper.sim.trace import Trace
+from bkeeper.sim.world import World
+from bkeeper.verify.check import check_ledgers
+from bkeeper.verify.history import History
+from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final
+
+__all__ = ["RUN_SIM_S_MAX", "SimResult", "SimRunConfig", "run_seed"]
+
+log = logging.getLogger(__name__)
+
+#: A run still going this many simulated seconds after its workload should have stopped is
+#: stuck (a hang the simulator reports instead of waiting for).
+RUN_SIM_S_MAX = 600.0
+#: How long the workload gets to stop after its duration (each of its operations is bounded
+#: by its op timeout).
+WORKLOAD_STOP_S = 60.0
+WORKLOADS = ("ledger",)
+
+
+@dataclass(frozen=True)
+class SimRunConfig:
+    seed: int
+    workload: str = "ledger"
+    duration_s: float = 30.0
+    bookies: int = 4
+    fault_kinds: tuple[str, ...] = FAULT_KINDS
+    #: run with exactly these faults instead of the seed's plan (shrinking)
+    faults: tuple[Fault, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SimResult:
+    seed: int
+    trace_hash: str
+    violations: tuple[str, ...]
+    faults: int
+    acknowledged: int
+    ledgers: int
+    sim_s: float
+    cpu_s: float
+    plan: tuple[Fault, ...] = ()
+    trace: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+_names = itertools.count(1)
+
+
+def run_seed(config: SimRunConfig) -> SimResult:
+    """Run one seed to its verdict (module doc)."""
+    if config.workload not in WORKLOADS:
+        raise ValueError(f"workload {config.workload!r}: one of {', '.join(WORKLOADS)}")
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    random.seed(config.seed)
+    loop = SimLoop()
+    run = _Run(loop, config)
+    try:
+        loop.run_until_complete(run.run())
+    except SimStuckError as exc:
+        run.violations.append(f"stuck: {exc}")
+        drop_memory_tree(run.world.name)
+    finally:
+        with contextlib.suppress(Exception):
+            _cancel_all(loop)
+        loop.close()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
+    return run.result(round(cpu_s, 4))
+
+
+def _cancel_all(loop: SimLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+class _Run:
+    def __init__(self, loop: SimLoop, config: SimRunConfig) -> None:
+        self.loop = loop
+        self.config = config
+        seeds = random.Random(config.seed)
+        net_rng, meta_rng, disk_rng, fault_rng = (
+            random.Random(seeds.getrandbits(64)) for _ in "1234"
+        )
+        self.trace = Trace(loop.time, START_S)
+        self.world = World(
+            loop,
+            f"sim-{config.seed}-{next(_names)}",
+            net_rng,
+            meta_rng,
+            disk_rng,
+            self.trace,
+            config.bookies,
+        )
+        names = [b.name for b in self.world.bookies]
+        self.plan = (
+            config.faults
+            if config.faults is not None
+            else plan_faults(fault_rng, config.duration_s, names, ["client"], config.fault_kinds)
+        )
+        self.nemesis = Nemesis(self.world)
+        self.violations: list[str] = []
+        self.acknowledged = self.ledgers = 0
+
+    async def run(self) -> None:
+        world, config = self.world, self.config
+        try:
+            await world.start()
+            clock = SimClock()
+            history = History(clock=clock)
+            workload = LedgerWorkload(
+                world.uri,
+                history,
+                config.seed,
+                WorkloadConfig(
+                    writers=2,
+                    readers=1,
+                    in_flight=8,
+                    entries_per_ledger=(5, 60),
+                    entry_bytes=64,
+                    fence_every_s=(2.0, 6.0),
+                    op_timeout_s=10.0,
+                    append_pause_s=0.05,
+                ),
+                clock=clock,
+            )
+            stop = asyncio.Event()
+            work = world.spawn("client", workload.run(stop))
+            faults = world.spawn("nemesis", self.nemesis.run(self.plan))
+            await asyncio.sleep(config.duration_s)
+            stop.set()
+            faults.cancel()
+            try:
+                await within(work, WORKLOAD_STOP_S)
+            except TimeoutError:
+                self.violations.append(f"the workload did not stop within {WORKLOAD_STOP_S:.0f}s")
+            except Exception as exc:
+                self.violations.append(f"the workload failed: {exc!r}")
+            await self.nemesis.heal_all()
+            final = await world.as_node(
+                "checker", read_final(world.uri, list(workload.created), clock=clock)
+            )
+            verdict = check_ledgers(history, final)
+            self.violations.extend(verdict.violations)
+            self.acknowledged, self.ledgers = verdict.acknowledged, verdict.ledgers
+            self.trace.note(f"{verdict.count} {verdict.acknowledged} {verdict.reads}".encode())
+        finally:
+            await world.stop()
+
+    def result(self, cpu_s: float) -> SimResult:
+        violations = [*self.violations, *self.world.failures]
+        for line in violations:
+            self.trace.event("checker", f"VIOLATION {line}")
+        return SimResult(
+            seed=self.config.seed,
+            trace_hash=self.trace.digest,
+            violations=tuple(violations),
+            faults=self.nemesis.applied,
+            acknowledged=self.acknowledged,
+            ledgers=self.ledgers,
+            sim_s=round(self.loop.time() - START_S, 3),
+            cpu_s=cpu_s,
+            plan=self.plan,
+            trace=tuple(self.trace.lines) if violations else (),
+        )
+
+
+def seeds_block(first: int, count: int) -> Sequence[int]:
+    return range(first, first + count)

@@ -1,0 +1,182 @@
+"""The simulated cluster: real bookies on in-memory disks, the metadata service, the network.
+
+Each bookie is the production :class:`~bkeeper.server.bookie.Bookie` (listener, handlers,
+registration, checkpoints, garbage collection) over the production storage engine, given the
+simulator's ports: a :class:`~bkeeper.storage.MemoryFileSystem` (crashable), the virtual
+clock, green threads (:mod:`bkeeper.sim.green`) for its journal and flusher, and the
+simulated network and metadata service through the loop. Each runs as a node named
+``bookie-<i>`` (its host; its id is ``bookie-<i>:3181``).
+
+A **crash** is a process death: the storage stops where it is without writing what is queued,
+the disk loses what was not synced (the last unsynced write of a file may survive torn), the
+node's connections reset, its metadata sessions end one session timeout later, and its tasks
+are cancelled. A **restart** opens a new bookie on what the disk kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from bkeeper.meta.cluster import ClusterMetadata
+from bkeeper.meta.memory import drop_memory_tree, memory_tree
+from bkeeper.server.bookie import Bookie
+from bkeeper.server.config import BookieConfig
+from bkeeper.sim.green import GreenThreads
+from bkeeper.sim.loop import SimClock, SimLoop
+from bkeeper.sim.metastore import SimStoreFaults
+from bkeeper.sim.net import SimNetwork
+from bkeeper.sim.trace import Trace
+from bkeeper.storage import MemoryFileSystem
+
+__all__ = ["BOOKIE_PORT", "SimBookie", "World"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BOOKIE_PORT = 3181
+
+
+@dataclass
+class SimBookie:
+    name: str
+    fs: MemoryFileSystem = field(default_factory=MemoryFileSystem)
+    bookie: Bookie | None = None
+    threads: GreenThreads | None = None
+    starts: int = 0
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{self.name}:{BOOKIE_PORT}"
+
+    @property
+    def up(self) -> bool:
+        return self.bookie is not None
+
+
+class World:
+    """``World(loop, name, rngs, trace, bookies)``; ``await world.start()``."""
+
+    def __init__(
+        self,
+        loop: SimLoop,
+        name: str,
+        net_rng: random.Random,
+        meta_rng: random.Random,
+        disk_rng: random.Random,
+        trace: Trace,
+        bookies: int,
+        bookie_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.name = name
+        self.uri = f"memory://{name}/ledgers"
+        self.trace = trace
+        self.net = SimNetwork(loop, net_rng, trace)
+        self.tree = memory_tree(name)
+        self.meta = SimStoreFaults(loop, self.tree, meta_rng, trace)
+        self.disk_rng = disk_rng
+        self.bookies = [SimBookie(f"bookie-{i}") for i in range(bookies)]
+        self.bookie_options = dict(bookie_options or {})
+        self.clock = SimClock()
+        #: What went wrong that is the simulator's finding, not a workload's (a bookie that
+        #: could not start again on what its disk kept, a green thread that raised).
+        self.failures: list[str] = []
+
+    # -- running code as a node ----------------------------------------------------------
+    def spawn(self, node: str, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` as a task of ``node``."""
+        task: asyncio.Task[T] = self.loop.run_as(node, lambda: self.loop.create_task(coro))
+        return task
+
+    async def as_node(self, node: str, coro: Coroutine[Any, Any, T]) -> T:
+        return await self.spawn(node, coro)
+
+    # -- life ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.as_node("admin", self._format())
+        for bookie in self.bookies:
+            await self.start_bookie(bookie)
+
+    async def _format(self) -> None:
+        cluster = await ClusterMetadata.open(self.uri)
+        try:
+            await cluster.format()
+        finally:
+            await cluster.aclose()
+
+    async def start_bookie(self, sim: SimBookie) -> bool:
+        """Start (or start again) ``sim`` on its disk; False (a failure noted) if it cannot."""
+        self.net.revive(sim.name)
+        config = BookieConfig(
+            data_dir=f"/data/{sim.name}",
+            host=sim.name,
+            port=BOOKIE_PORT,
+            metadata_uri=self.uri,
+            metrics_enabled=False,
+            **self.bookie_options,
+        )
+        threads = GreenThreads(self.loop)
+        bookie = Bookie(config, fs=sim.fs, clock=self.clock, threads=threads)
+        sim.starts += 1
+        self.trace.event(sim.name, f"start #{sim.starts}")
+        try:
+            await self.as_node(sim.name, bookie.start())
+        except Exception as exc:
+            self.failures.append(f"{sim.name} did not start (start #{sim.starts}): {exc!r}")
+            self.trace.event(sim.name, f"start failed: {exc!r}")
+            self.net.kill(sim.name)
+            self.meta.node_died(sim.name)
+            for task in self.loop.node_tasks(sim.name):
+                task.cancel()
+            return False
+        sim.bookie, sim.threads = bookie, threads
+        return True
+
+    def crash_bookie(self, sim: SimBookie) -> None:
+        """Process death (module doc)."""
+        bookie, threads = sim.bookie, sim.threads
+        if bookie is None:
+            return
+        self.trace.event(sim.name, "crash")
+        sim.bookie = sim.threads = None
+        if bookie.storage is not None:
+            bookie.storage.abort()
+        sim.fs = sim.fs.crash(torn=self.disk_rng)
+        self.net.kill(sim.name)
+        self.meta.node_died(sim.name)
+        for task in self.loop.node_tasks(sim.name):
+            task.cancel()
+        if threads is not None:
+            self._note_thread_errors(sim.name, threads)
+
+    def _note_thread_errors(self, name: str, threads: GreenThreads) -> None:
+        for error in threads.errors:
+            self.failures.append(f"{name}: a storage thread raised {error!r}")
+        threads.errors.clear()
+
+    async def stop(self) -> None:
+        """Close every bookie that is up (gracefully), and forget the metadata tree."""
+        for sim in self.bookies:
+            bookie = sim.bookie
+            if bookie is None:
+                continue
+            sim.bookie = None
+            try:
+                await self.as_node(sim.name, bookie.aclose())
+            except Exception as exc:
+                self.failures.append(f"{sim.name} did not stop cleanly: {exc!r}")
+            if sim.threads is not None:
+                self._note_thread_errors(sim.name, sim.threads)
+        drop_memory_tree(self.name)
+
+    def bookie(self, name: str) -> SimBookie:
+        for sim in self.bookies:
+            if sim.name == name:
+                return sim
+        raise KeyError(name)
