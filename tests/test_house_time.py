@@ -19,8 +19,9 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "bkeeper"
 
 #: Where reading the clock is the job: the Clock itself, and the entry points (the command
-#: line, the test toolkit, the verification tool, the benchmarks), which run the library.
-ALLOWED_PACKAGES = ("cli", "testing", "verify")
+#: line, the test toolkit, the verification tool, the benchmarks), which run the library;
+#: and the simulator, whose event loop is the virtual clock every simulated node reads.
+ALLOWED_PACKAGES = ("cli", "testing", "verify", "sim")
 ALLOWED_FILES = ("common/clock.py", "spark/bench.py", "spark/floor.py")
 
 #: ``time`` functions that read a clock whether called or handed on as one.

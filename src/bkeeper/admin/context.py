@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkeeper.client import BookKeeper
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     AdminRequestError,
     BKeeperError,
@@ -133,7 +133,7 @@ class ClusterAdmin:
         self._client: BookKeeper | None = None
         self._opening = asyncio.Lock()
         self.jobs: dict[str, Job] = {}  # the last job of each kind
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self._tasks = TaskOwner("cluster admin")  # the jobs under way
 
     async def client(self) -> BookKeeper:

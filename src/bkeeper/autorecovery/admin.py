@@ -42,7 +42,7 @@ from bkeeper.autorecovery.findings import ledgers_to_mark
 from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     BKeeperError,
     CallTimeoutError,
@@ -214,7 +214,7 @@ async def recover(
     todo = iter(sorted(targets.items()))  # shared: each ledger is taken by one repairer
     outcomes: dict[int, ReplicationOutcome] = {}
     throttle = Throttle(  # one rate and window for the whole call
-        config.rate_bytes_per_s, SystemClock(), config.bytes_in_flight_max
+        config.rate_bytes_per_s, default_clock(), config.bytes_in_flight_max
     )
 
     async def repairer() -> None:
@@ -326,7 +326,7 @@ async def decommission(
     await _check_known(bk, [bookie_id], set().union(*remaining.values()))
     total = len(remaining)
     on_progress(0, total)
-    clock = clock or SystemClock()
+    clock = clock or default_clock()
     started = clock.monotonic()
     if remaining:
         auditor = await trigger_audit(urm)

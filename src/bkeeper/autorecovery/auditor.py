@@ -56,7 +56,7 @@ from bkeeper.autorecovery.replicas import list_ledger, probe_ledger
 from bkeeper.autorecovery.replicate import relocations
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.placement import Domains
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     LedgerNotFoundError,
     MetadataError,
@@ -90,7 +90,7 @@ class Auditor:
         self._bk = bk
         self._urm = urm
         self._config = config
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self._tracker = LossTracker()
         self._delay_s: int = config.lost_bookie_recovery_delay_s
         self._triggered = False

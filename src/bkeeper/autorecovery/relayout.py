@@ -32,6 +32,7 @@ from bkeeper.client.distribution import write_set
 from bkeeper.client.placement import Domains, replace_bookie
 from bkeeper.common.errors import ConfigError, MetadataError, NotEnoughBookiesError
 from bkeeper.common.ids import BookieId
+from bkeeper.common.rand import new_rng
 from bkeeper.common.validate import check_quorum
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -90,7 +91,7 @@ def plan_relayout(
             f"ledger {ledger_id} is not closed: its writer owns its replication (a named log's "
             "new ledgers take the log's settings); change it once it is sealed"
         )
-    rng = rng or random.Random()
+    rng = rng or new_rng()
     starts = list(meta.segments)
     segments: dict[int, tuple[BookieId, ...]] = {}
     copies: list[Fragment] = []

@@ -27,7 +27,7 @@ from bkeeper.autorecovery.repair import replicate_ledger
 from bkeeper.autorecovery.replicate import relocations
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.placement import Domains
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import default_clock
 from bkeeper.common.errors import ConfigError, LedgerNotFoundError
 
 __all__ = ["RELOCATIONS_IN_PARALLEL", "Relocation", "relocate_ledgers"]
@@ -77,7 +77,7 @@ async def relocate_ledgers(
     on_progress(0, total)
     todo = iter(ids)
     results: dict[int, Relocation] = {}
-    throttle = Throttle(config.rate_bytes_per_s, SystemClock(), config.bytes_in_flight_max)
+    throttle = Throttle(config.rate_bytes_per_s, default_clock(), config.bytes_in_flight_max)
 
     async def one(ledger_id: int) -> Relocation:
         try:

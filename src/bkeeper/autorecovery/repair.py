@@ -54,7 +54,7 @@ from bkeeper.autorecovery.replicate import (
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.common.cas import cas_update
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import default_clock
 from bkeeper.common.errors import BKeeperError, LedgerNotFoundError, NotEnoughBookiesError
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.registry import BookieSet
@@ -172,7 +172,7 @@ class _LedgerRepair:
         self.ledger_id = ledger_id
         self.config = config
         self.throttle = throttle or Throttle(
-            config.rate_bytes_per_s, SystemClock(), config.bytes_in_flight_max
+            config.rate_bytes_per_s, default_clock(), config.bytes_in_flight_max
         )
         self.rng = rng
         self.plan: RepairPlan | None = None

@@ -53,6 +53,7 @@ from bkeeper.autorecovery.expected import Stripe, stripes_of
 from bkeeper.client.placement import Domains, placement_moves, replace_bookie
 from bkeeper.common.errors import NotEnoughBookiesError
 from bkeeper.common.ids import BookieId
+from bkeeper.common.rand import new_rng
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 
 __all__ = [
@@ -186,7 +187,7 @@ def plan_repair(
     members that lack entries (back from a restart after their writers went on without
     them) -> the entry ids they lack: copied to themselves, in place, the metadata unchanged
     (fragments whose ``target`` is their ``lost``)."""
-    rng = rng or random.Random()
+    rng = rng or new_rng()
     if domains is None and racks:
         domains = Domains(racks)
     moves = moves or {}

@@ -25,7 +25,7 @@ import threading
 
 from bkeeper.autorecovery.integrity import check_bookie
 from bkeeper.client import BookKeeper
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError
 from bkeeper.server import Bookie
 from bkeeper.storage.scrub import ScrubReport, scrub
@@ -77,7 +77,7 @@ async def maintain_storage(
     config = server.config
     interval_s = config.scrub_interval_ms / 1000.0
     look_s = config.limbo_check_interval_ms / 1000.0
-    clock = clock or SystemClock()
+    clock = clock or default_clock()
     scrub_at = clock.monotonic()  # the first pass soon after start
     while True:
         if needs_integrity_check(server):

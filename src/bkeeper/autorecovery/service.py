@@ -46,7 +46,7 @@ from bkeeper.autorecovery.metrics import (
 )
 from bkeeper.autorecovery.worker import ReplicationWorker, WorkerStatus
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError, ConfigError, MetadataError, NodeExistsError
 from bkeeper.common.tasks import TaskOwner, end_if_cancelled
 from bkeeper.meta.election import LeaderElection
@@ -116,7 +116,7 @@ class AutoRecovery:
         self.bookie_id = bookie_id
         self.config = config
         self._bk = bk
-        self._clock = clock or SystemClock()
+        self._clock = clock or default_clock()
         cluster = bk.cluster
         self._urm: UnderReplicationManager = cluster.underreplication
         self._election: LeaderElection = auditor_election(cluster.store, cluster.root, bookie_id)
@@ -283,7 +283,7 @@ async def keep_running(
     by itself (it is meant to run until cancelled) is restarted the same way. A run that
     lasted longer than ``delay_s_max`` was no crash loop: the pause starts again from
     ``delay_s``."""
-    clock = clock or SystemClock()
+    clock = clock or default_clock()
     pause_s = delay_s
     while True:
         started = clock.monotonic()

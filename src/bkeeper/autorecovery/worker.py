@@ -47,8 +47,9 @@ from bkeeper.autorecovery.recovery_adds import Throttle
 from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.autorecovery.replicate import BlockKind
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError, ProtocolError
+from bkeeper.common.rand import new_rng
 from bkeeper.meta.registry import BookieSet
 from bkeeper.meta.underreplication import (
     BlockedReason,
@@ -111,7 +112,7 @@ class ReplicationWorker:
         self._urm = urm
         self._holder = holder
         self._config = config
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self._rng = rng
         self._throttle = Throttle(config.rate_bytes_per_s, self._clock, config.bytes_in_flight_max)
         self._in_progress: set[int] = set()
@@ -285,7 +286,7 @@ class ReplicationWorker:
                 found.append(ledger_id)
                 if len(found) >= CANDIDATES_MAX:
                     break
-        (self._rng if self._rng is not None else random.Random()).shuffle(found)
+        (self._rng if self._rng is not None else new_rng()).shuffle(found)
         self._candidates.extend(found)
 
     def _skipped(self, ledger_id: int) -> bool:

@@ -16,6 +16,7 @@ from rich.table import Table
 from bkeeper.cli import _tables as tables
 from bkeeper.cli._errors import CommandError
 from bkeeper.cli._progress import elapsed, status_line
+from bkeeper.cli._verify_sim import SIM_SEEDS_MAX, parse_sim_faults, verify_sim
 from bkeeper.common.errors import BKeeperError, ConfigError
 from bkeeper.common.loop import run_event_loop
 from bkeeper.meta.uri import MetadataUri
@@ -43,7 +44,7 @@ RUNS_MAX = 1_000_000
     "--workload",
     default="ledger",
     show_default=True,
-    type=click.Choice(list(WORKLOADS)),
+    type=click.Choice([*WORKLOADS, "all"]),
     help="What the clients do (ledger: writers, a fencer and readers on ledgers; log: two "
     "writers fencing each other on a named log, a tailing reader, a subscription's consumer; "
     "kv: 3 'bkeeper kv serve' members and 8 clients calling get/put/delete/CAS, checked "
@@ -106,6 +107,33 @@ RUNS_MAX = 1_000_000
     show_default=True,
     help="Where each run's history, schedule and repro go.",
 )
+@click.option(
+    "--sim",
+    is_flag=True,
+    help="Run seeds of the deterministic simulator instead: the whole cluster (bookies, "
+    "metadata service, network, disks, clients) in one process on virtual time; the same "
+    "seed is the same run (its trace hash printed), a failing seed's faults are shrunk and "
+    "its trace printed. Faults: crash, partition, zk-cut, zk-loss, slow.",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(1, SIM_SEEDS_MAX),
+    default=100,
+    show_default=True,
+    help="With --sim: seeds to run (N, N+1, ...).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="With --sim: worker processes (default: one per CPU).",
+)
+@click.option(
+    "--shrink/--no-shrink",
+    default=True,
+    show_default=True,
+    help="With --sim: shrink the first failing seed's faults before printing its trace.",
+)
 def verify(
     workload: str,
     nemesis_text: str,
@@ -116,6 +144,10 @@ def verify(
     settle: float,
     metadata: str | None,
     out_dir: Path,
+    sim: bool,
+    seeds: int,
+    jobs: int | None,
+    shrink: bool,
 ) -> None:
     """Run WORKLOAD against a fresh local cluster (ZooKeeper + bookies, each a process), or
     the cluster at --metadata, while faults are injected on a schedule derived from the
@@ -132,7 +164,21 @@ def verify(
     Progress (phase, run k of N, seed, operations, time) is shown on stderr, redrawn on a
     terminal, a plain line every 2 s otherwise. Ctrl-C (or SIGTERM) stops within a few
     seconds: every process, namespace, mount and temporary directory of the run is
-    removed, one line says what, and the exit status is 130."""
+    removed, one line says what, and the exit status is 130.
+
+    With --sim (and --seeds, --jobs), no process, port or disk is used: see --sim."""
+    if sim:
+        if metadata is not None:
+            raise click.UsageError("--sim runs a simulated cluster: leave out --metadata")
+        try:
+            kinds = parse_sim_faults(nemesis_text)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
+        first = seed if seed is not None else random.randrange(1 << 31)
+        verify_sim(workload, kinds, duration, first, seeds, bookies, jobs, shrink)
+        return
+    if workload == "all":
+        raise click.UsageError("--workload all: only with --sim (one workload per run)")
     try:
         if metadata is not None and MetadataUri.parse(metadata).scheme == "memory":
             raise ConfigError(

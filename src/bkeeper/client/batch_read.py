@@ -27,7 +27,6 @@ import asyncio
 import bisect
 import collections
 import contextlib
-import itertools
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -52,10 +51,6 @@ __all__ = ["BatchReader", "Span", "plan_spans"]
 
 #: A per-entry reader of ``first..last`` yielding lists of entries in order.
 ChunkReader = Callable[[int, int], AsyncGenerator[list[Entry], None]]
-
-# v2 matches batch answers on the request id: unique across the process, so across every
-# connection and handle.
-_request_ids = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +191,11 @@ class BatchReader:
     async def _ask(self, bookie: str, first: int, last: int) -> list[Entry]:
         count = last - first + 1
         request = BatchReadRequest(
-            self._ledger_id, first, count, self._config.batch_read_bytes_max, next(_request_ids)
+            self._ledger_id,
+            first,
+            count,
+            self._config.batch_read_bytes_max,
+            next(self._ctx.batch_request_ids),
         )
         timeout_ms = self._config.read_timeout_ms
         what = f"ledger {self._ledger_id} entries {first}..{last} on {bookie}"

@@ -22,7 +22,7 @@ from bkeeper.client.placement import Domains
 from bkeeper.client.pool import BookiePool, TcpTransport, Transport
 from bkeeper.client.read_handle import ReadHandle
 from bkeeper.client.write_handle import WriteHandle
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ClientClosedError, ConfigError, NoNodeError, ProtocolError
 from bkeeper.common.validate import check_int_in_range, check_quorum
 from bkeeper.meta.bookie_info import Endpoint
@@ -61,7 +61,7 @@ class BookKeeper:
         self._ctx: ClientContext | None = None
         self._writable: frozenset[str] = frozenset()
         self._racks_unreadable = ""  # the rack information's last decoding error
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self._retry = MetadataRetry(self.config.metadata_reconnect_timeout_ms, self._clock)
         #: The client's metrics, with ``ClientConfig.metrics`` (else None).
         self.metrics = ClientMetrics(self._clock) if self.config.metrics else None

@@ -11,10 +11,11 @@ written a segment only to fail again.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,8 +30,9 @@ from bkeeper.client.placement import (
     replace_bookie,
 )
 from bkeeper.client.pool import BookiePool
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BookieUnavailableError
+from bkeeper.common.rand import new_rng
 
 __all__ = ["ClientContext"]
 
@@ -45,8 +47,12 @@ class ClientContext:
     pool: BookiePool
     ledgers: ReconnectingLedgers
     writable_bookies: Callable[[], Awaitable[frozenset[str]]]
-    clock: Clock = field(default_factory=SystemClock)
-    rng: random.Random = field(default_factory=random.Random)
+    clock: Clock = field(default_factory=default_clock)
+    rng: random.Random = field(default_factory=new_rng)
+    #: v2 batch reads are matched on a request id: unique across this client's connections
+    #: (a count per client, not per process: a simulated run's bytes do not depend on the
+    #: runs before it in the process).
+    batch_request_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     closed: bool = False
     handles: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     #: Read handles' metadata views that watch their ledger now (``metadata_watches_max``).

@@ -51,7 +51,7 @@ from bkeeper.common.auth import (
     client_provider,
     peek_claims,
 )
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import default_clock
 from bkeeper.common.errors import (
     AuthenticationError,
     BookieUnavailableError,
@@ -85,12 +85,10 @@ AUTH_ROUNDS_MAX = 8
 #: Frames the handshake buffers (it expects one answer at a time).
 _FRAMES_MAX = 4
 
-_SYSTEM_CLOCK = SystemClock()
-
 
 def _wall_s() -> float:
-    """Seconds since the epoch, from the system :class:`~bkeeper.common.clock.Clock`."""
-    return _SYSTEM_CLOCK.wall_ms() / 1000.0
+    """Seconds since the epoch, from the default :class:`~bkeeper.common.clock.Clock`."""
+    return default_clock().wall_ms() / 1000.0
 
 
 @dataclass(frozen=True)

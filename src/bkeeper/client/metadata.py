@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ConnectionLossError, LedgerNotFoundError, SessionExpiredError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.meta.ledgers import LedgerMetadataStore
@@ -46,7 +46,7 @@ class MetadataRetry:
 
     def __init__(self, reconnect_timeout_ms: int, clock: Clock | None = None) -> None:
         self.timeout_s = reconnect_timeout_ms / 1000.0
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock or default_clock()
 
     async def __call__(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         backoff = _Backoff(what, self.timeout_s, self.clock)

@@ -38,6 +38,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bkeeper.common.errors import ConfigError, NotEnoughBookiesError
+from bkeeper.common.rand import new_rng
 
 __all__ = [
     "DEFAULT_RACK",
@@ -166,7 +167,7 @@ def choose_ensemble(
     """``size`` distinct bookies for a new ensemble, ``quarantined`` ones only to make up the
     number (module doc); :class:`NotEnoughBookiesError`. ``domains`` (or just ``racks``, a
     location mapping): rack- or region-aware; neither: random."""
-    rng = rng or random.Random()
+    rng = rng or new_rng()
     if domains is None and racks:
         domains = Domains(racks)
     pool = sorted(set(candidates) - set(exclude))
@@ -215,7 +216,7 @@ def replace_bookie(
 ) -> str:
     """A bookie to take ``ensemble[position]``'s place; never one already in the ensemble nor
     in ``exclude``; a ``quarantined`` one only when no other is left (module doc)."""
-    rng = rng or random.Random()
+    rng = rng or new_rng()
     if domains is None and racks:
         domains = Domains(racks)
     pool = sorted(set(candidates) - set(exclude) - set(ensemble))

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import default_clock
 from bkeeper.common.errors import AuthenticationError, ConfigError
 from bkeeper.common.tokens import (
     SECRETS_MAX,
@@ -333,7 +333,7 @@ class TokenClientProvider:
         self._token = config.token
         self._source = config.source
         #: monotonic seconds, for when to look at the token file (the system clock's if None)
-        self._clock = clock or SystemClock().monotonic
+        self._clock = clock or default_clock().monotonic
         self._stamp = _file_stamp(config.source) if config.source else None
         self._next_check_s = self._clock() + TOKEN_FILE_REFRESH_S
         self._problem = ""

@@ -17,7 +17,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from bkeeper.common.clock import SystemClock
+from bkeeper.common.clock import default_clock
 from bkeeper.common.errors import AuthenticationError, ConfigError
 
 __all__ = [
@@ -141,7 +141,7 @@ def _sign(secret: bytes, signed_part: str) -> bytes:
 
 def system_now_s() -> float:
     """Seconds since the Unix epoch, from the system clock."""
-    return SystemClock().wall_ms() / 1000
+    return default_clock().wall_ms() / 1000
 
 
 def make_token(secret: bytes, subject: str, ttl_s: int, now_s: float | None = None) -> str:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ConfigError
 from bkeeper.dashboard.config import DashboardConfig
 from bkeeper.dashboard.login import LoginGate, LoginOutcome
@@ -104,7 +104,7 @@ class Dashboard:
         self.monitor = monitor or ClusterMonitor(config)
         token = config.login_token
         #: None: an open cluster, the page is open too.
-        self.gate = None if token is None else LoginGate(token, clock or SystemClock())
+        self.gate = None if token is None else LoginGate(token, clock or default_clock())
         self._plotly = plotly_js_path()
         self._runner: web.AppRunner | None = None
         self.url = ""

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from bkeeper.client import BookKeeper, ClientConfig
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ProtocolError
 from bkeeper.common.tasks import TaskOwner
 from bkeeper.dashboard.config import DashboardConfig
@@ -48,7 +48,7 @@ class ClusterMonitor:
 
     def __init__(self, config: DashboardConfig, clock: Clock | None = None) -> None:
         self.config = config
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock or default_clock()
         self.history = History(config.history_points_max)
         self.under_replicated_history: deque[tuple[int, int]] = deque(
             maxlen=config.history_points_max

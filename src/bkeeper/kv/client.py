@@ -46,7 +46,7 @@ import aiohttp
 
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.auth import TOKEN_PLUGIN
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ConfigError, NoNodeError, StateMachineError
 from bkeeper.meta.store import NodeStore, join_path
 from bkeeper.statemachine import election_path
@@ -140,7 +140,7 @@ class KvClient:
         self._timeout_s = timeout_s
         self._attempt_timeout_s = attempt_timeout_s
         self._pause_s = pause_s
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self.client_id = client_id or uuid.uuid4().hex
         self._sequence = itertools.count(1)
         self._leader: str | None = None

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError, NoNodeError
 from bkeeper.meta.store import NodeStore, join_path
 
@@ -77,7 +77,7 @@ class CrashDetector:
         self._own_url = own_url
         self._probe_s = probe_s
         self._leading = leading
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         #: Probes made, and leaders' nodes deleted.
         self.probes = 0
         self.deposed = 0

@@ -57,7 +57,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError, ConfigError, NotLeaderError
 from bkeeper.kv.detector import CrashDetector
 from bkeeper.kv.state import KvState, encode_command, validate_ops
@@ -158,7 +158,7 @@ class KvServer:
         """``clock``: the member's read lease and crash detector run on it (default: the
         system clock)."""
         self._logs = logs
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self._store = store
         self._config = config
         self.state = KvState()

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     ClusterExistsError,
     ClusterNotFoundError,
@@ -74,7 +74,7 @@ class ClusterMetadata:
         self.racks = RackStore(store, root)
         self.cookies = CookieStore(store, root)
         self.underreplication = UnderReplicationManager(
-            store, root, clock=clock or SystemClock(), config=config.underreplication
+            store, root, clock=clock or default_clock(), config=config.underreplication
         )
 
     @classmethod

@@ -352,7 +352,12 @@ class MemoryNodeStore:
         return sub
 
     async def expire_session(self) -> None:
-        self._check_open()
+        """Fault hook: the session ends (its ephemeral nodes go) and, as a ZooKeeper client
+        reconnecting after an expiry, the store hears ``EXPIRED`` and gets a new session.
+        Also for a session the tree already ended (a simulator's service expiring a
+        disconnected client), suspended or not."""
+        if self._state is SessionState.CLOSED:
+            raise MetadataClosedError(f"memory://{self._tree.name}: store is closed")
         old = self._session_id
         self._tree.close_session(old)
         self._announce(SessionState.EXPIRED, old)

@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     ConfigError,
     ConnectionLossError,
@@ -87,7 +87,7 @@ class BookieRegistry:
         clock: Clock | None = None,
     ) -> None:
         self._store = store
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock: Clock = clock if clock is not None else default_clock()
         self._root = root
         self._config = config or RegistryConfig()
         self._writable_dir = join_path(root, AVAILABLE)

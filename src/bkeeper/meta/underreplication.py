@@ -39,7 +39,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from bkeeper.common.cas import cas_update
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     ConfigError,
     ConnectionLossError,
@@ -131,7 +131,7 @@ class UnderReplicationManager:
         self._store = store
         self._base = join_path(root, UNDERREPLICATION)
         self._root = root
-        self._clock = clock or SystemClock()
+        self._clock = clock or default_clock()
         self._config = config or UnderReplicationConfig()
         self._locked_versions: dict[int, int] = {}
 

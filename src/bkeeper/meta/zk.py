@@ -43,7 +43,7 @@ from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandl
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.security import make_digest_acl
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     ConnectionLossError,
     MetadataAuthError,
@@ -157,7 +157,7 @@ class ZkNodeStore:
         self._hosts = hosts
         self._config = config
         self._loop = asyncio.get_running_loop()
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
         self._reach = Reachability(hosts)
         self._client = _new_client(hosts, config, digest, self._reach)
         self._narration = SessionNarration(

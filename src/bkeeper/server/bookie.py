@@ -39,10 +39,11 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ConfigError, StorageError
 from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner, within
+from bkeeper.common.threads import Threads
 from bkeeper.server.bookie_loops import (
     keep_registration,
     run_checkpoints,
@@ -98,9 +99,12 @@ class Bookie:
         fs: FileSystem | None = None,
         instance_id: str = "",
         clock: Clock | None = None,
+        threads: Threads | None = None,
     ) -> None:
+        """``threads``: what the storage engine's threads run on (None: OS threads)."""
         self.config = config
-        self._clock: Clock = SystemClock() if clock is None else clock
+        self._threads = threads
+        self._clock: Clock = default_clock() if clock is None else clock
         self.storage_config = storage_config or StorageConfig(data_dir=config.data_dir)
         if self.storage_config.data_dir != config.data_dir:
             raise ConfigError("storage data_dir must equal the bookie's data_dir")
@@ -246,6 +250,7 @@ class Bookie:
                 self._on_disk_state,
                 self._clock,
                 self.metrics,
+                self._threads,
             )
         except BaseException:
             self._server.close()

@@ -43,7 +43,7 @@ import logging
 import resource
 from typing import Protocol
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.metrics import Counter
 from bkeeper.common.tasks import within
 from bkeeper.server.config import BookieConfig
@@ -137,7 +137,7 @@ class ConnectionTable:
             SWEEP_INTERVAL_S_MIN,
             min(SWEEP_INTERVAL_S_MAX, self._handshake_s / 4, self._idle_s / 4),
         )
-        self._clock: Clock = SystemClock() if clock is None else clock
+        self._clock: Clock = default_clock() if clock is None else clock
         rate, burst = config.client_error_log_lines_per_s, config.client_error_log_burst
         #: Lines about connections closed or refused for a client's misbehaviour.
         self.client_log = RateLimitedLog(log, rate, burst, self._clock, "lines about connections")

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError, StorageError, TooManyRequestsError
 from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import within
@@ -165,7 +165,7 @@ class GarbageCollector:
         self._storage = storage
         self._metadata = metadata
         self._allowed_on_full_disk = allowed_on_full_disk
-        self._clock: Clock = SystemClock() if clock is None else clock
+        self._clock: Clock = default_clock() if clock is None else clock
         self._schedule = CompactionSchedule(
             config.minor_compaction_interval_ms / 1000.0,
             config.major_compaction_interval_ms / 1000.0,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import ConfigError
 
 __all__ = ["RateLimitedLog", "TokenBucket"]
@@ -57,7 +57,7 @@ class RateLimitedLog:
     ) -> None:
         self._logger = logger
         self._what = what
-        self._clock: Clock = SystemClock() if clock is None else clock
+        self._clock: Clock = default_clock() if clock is None else clock
         self._bucket = TokenBucket(rate_per_s, burst, self._clock.monotonic())
         self.suppressed = 0
         self.logged = 0

@@ -58,7 +58,7 @@ from bkeeper.common.auth import (
     read_token_secret_file,
     server_provider,
 )
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import AuthenticationError, ConfigError
 from bkeeper.common.tasks import within
 from bkeeper.common.tls import describe_tls_error
@@ -106,7 +106,7 @@ class TokenSecretReloader:
         self._provider = provider
         self._path = path
         self.refresh_s = refresh_s
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock: Clock = clock if clock is not None else default_clock()
         self._stamp: _FileStamp | None = None
         self._problem = ""
         self._next_check_s = self._clock.monotonic() + refresh_s

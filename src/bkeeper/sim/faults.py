@@ -18,6 +18,7 @@ The plan is a tuple of :class:`Fault`, so a failing run can be run again with fe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -92,7 +93,7 @@ class Nemesis:
     def __init__(self, world: World) -> None:
         self.world = world
         self._held: Counter[tuple[str, str]] = Counter()
-        self._restarts: list[asyncio.Task[bool]] = []
+        self._restarts: list[asyncio.Task[None]] = []
         self._heals: list[asyncio.TimerHandle] = []
         self.applied = 0
 
@@ -163,7 +164,7 @@ class Nemesis:
     def _restart(self, name: str) -> None:
         sim = self.world.bookie(name)
         if not sim.up:
-            self._restarts.append(self.world.loop.create_task(self.world.start_bookie(sim)))
+            self._restarts.append(self.world.spawn("nemesis", self.world.supervise(sim)))
 
     async def heal_all(self) -> None:
         """Every fault ends now: the network and metadata service mend, every bookie is up."""
@@ -177,7 +178,10 @@ class Nemesis:
         world.meta.loss = 0.0
         world.meta.mend_all()
         for task in self._restarts:
-            await task
+            task.cancel()
+        for task in self._restarts:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for sim in world.bookies:
             if not sim.up:
                 await world.start_bookie(sim)

@@ -140,16 +140,16 @@ class SimLoop(asyncio.BaseEventLoop):
             protocol_factory, NODE.get(), port, start=kwargs.get("start_serving", True)
         )
 
-    async def getaddrinfo(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def getaddrinfo(self, *args: Any, **kwargs: Any) -> Any:
         raise SimIOError("getaddrinfo: the simulator has no DNS")
 
-    async def sock_connect(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def sock_connect(self, *args: Any, **kwargs: Any) -> Any:
         raise SimIOError("sock_connect: the simulator has no sockets")
 
-    async def create_datagram_endpoint(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def create_datagram_endpoint(self, *args: Any, **kwargs: Any) -> Any:
         raise SimIOError("create_datagram_endpoint: the simulator has no sockets")
 
-    async def create_unix_connection(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def create_unix_connection(self, *args: Any, **kwargs: Any) -> Any:
         raise SimIOError("create_unix_connection: the simulator has no sockets")
 
     # -- nodes ---------------------------------------------------------------------------
@@ -159,12 +159,12 @@ class SimLoop(asyncio.BaseEventLoop):
         coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
         **kwargs: Any,
     ) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)  # type: ignore[arg-type]
+        task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
         node = NODE.get() if kwargs.get("context") is None else kwargs["context"].get(NODE, "")
         if node:
             tasks = self._node_tasks.setdefault(node, {})
             tasks[task] = None
-            task.add_done_callback(tasks.pop)  # type: ignore[arg-type]
+            task.add_done_callback(tasks.pop)
         return task
 
     def node_tasks(self, node: str) -> list[asyncio.Task[Any]]:

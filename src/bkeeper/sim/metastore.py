@@ -77,6 +77,7 @@ class SimStoreFaults:
         if self.loss and self._rng.random() < self.loss:
             self._trace.event(node, f"zk lost request {op} {path}")
             raise ConnectionLossError(f"{op} {path}: connection lost (request)")
+        self._trace.request(node, f"{store.session_id} {op} {path}")
 
     async def answer(self, store: MemoryNodeStore, op: str, path: str) -> None:
         await self._wait(store)
@@ -114,9 +115,10 @@ class SimStoreFaults:
         for store in list(self._stores.get(node, {})):
             if store.session_state is not SessionState.SUSPENDED:
                 continue
-            store.resume()
             if store.session_id in self._expired:
-                self._loop.create_task(store.expire_session())
+                self._loop.create_task(store.expire_session())  # EXPIRED, then a new session
+            else:
+                store.resume()
 
     def mend_all(self) -> None:
         for node in list(self._cut):

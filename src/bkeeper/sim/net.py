@@ -243,7 +243,7 @@ class _Listener(asyncio.AbstractServer):
         self._closed = False
 
     @property
-    def sockets(self) -> tuple[Any, ...]:  # type: ignore[override]
+    def sockets(self) -> tuple[Any, ...]:
         return () if self._closed else (_FakeSocket(self.node, self.port),)
 
     def close(self) -> None:

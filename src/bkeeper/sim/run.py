@@ -25,6 +25,7 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bkeeper.common.clock import set_default_clock
 from bkeeper.common.tasks import within
 from bkeeper.meta.memory import drop_memory_tree
 from bkeeper.sim.faults import FAULT_KINDS, Fault, Nemesis, plan_faults
@@ -88,6 +89,7 @@ def run_seed(config: SimRunConfig) -> SimResult:
     random.seed(config.seed)
     loop = SimLoop()
     run = _Run(loop, config)
+    system_clock = set_default_clock(SimClock())  # nothing in the run reads real time
     try:
         loop.run_until_complete(run.run())
     except SimStuckError as exc:
@@ -97,6 +99,7 @@ def run_seed(config: SimRunConfig) -> SimResult:
         with contextlib.suppress(Exception):
             _cancel_all(loop)
         loop.close()
+        set_default_clock(system_clock)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
     return run.result(round(cpu_s, 4))

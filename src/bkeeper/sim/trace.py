@@ -19,11 +19,13 @@ TRACE_LINES_MAX = 5_000
 
 
 class Trace:
-    def __init__(self, now: Callable[[], float], start_s: float = 0.0) -> None:
+    def __init__(
+        self, now: Callable[[], float], start_s: float = 0.0, lines_max: int = TRACE_LINES_MAX
+    ) -> None:
         self._now = now
         self._start_s = start_s
         self._hash = hashlib.blake2b(digest_size=16)
-        self.lines: collections.deque[str] = collections.deque(maxlen=TRACE_LINES_MAX)
+        self.lines: collections.deque[str] = collections.deque(maxlen=lines_max)
         self.events = 0
         self.delivered_bytes = 0
 
@@ -39,6 +41,10 @@ class Trace:
         self._hash.update(line.encode())
         self.lines.append(line)
         self.events += 1
+
+    def request(self, node: str, what: str) -> None:
+        """A metadata request applied (hashed, not kept as a line)."""
+        self._hash.update(b"%.9f %s %s" % (self._now(), node.encode(), what.encode()))
 
     def note(self, what: bytes) -> None:
         """Hashed only (an outcome worth comparing between runs, too many to print)."""

@@ -7,6 +7,11 @@ clock, green threads (:mod:`bkeeper.sim.green`) for its journal and flusher, and
 simulated network and metadata service through the loop. Each runs as a node named
 ``bookie-<i>`` (its host; its id is ``bookie-<i>:3181``).
 
+A bookie that fails to start while faults are on (a metadata request lost on its way) is
+started again every :data:`RESTART_DELAY_S`, as its service manager would (``deploy/``'s
+systemd unit: ``Restart=on-failure``); once every fault is healed it must start at the first
+try, or the run fails.
+
 A **crash** is a process death: the storage stops where it is without writing what is queued,
 the disk loses what was not synced (the last unsynced write of a file may survive torn), the
 node's connections reset, its metadata sessions end one session timeout later, and its tasks
@@ -40,6 +45,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BOOKIE_PORT = 3181
+#: A bookie that failed to start is started again this long after (systemd's RestartSec).
+RESTART_DELAY_S = 1.0
 
 
 @dataclass
@@ -110,8 +117,16 @@ class World:
         finally:
             await cluster.aclose()
 
-    async def start_bookie(self, sim: SimBookie) -> bool:
-        """Start (or start again) ``sim`` on its disk; False (a failure noted) if it cannot."""
+    async def supervise(self, sim: SimBookie) -> None:
+        """Start ``sim`` until it is up (module doc)."""
+        while not sim.up:
+            if await self.start_bookie(sim, must=False):
+                return
+            await asyncio.sleep(RESTART_DELAY_S)
+
+    async def start_bookie(self, sim: SimBookie, *, must: bool = True) -> bool:
+        """Start (or start again) ``sim`` on its disk; False if it cannot (a failure noted
+        when it ``must``)."""
         self.net.revive(sim.name)
         config = BookieConfig(
             data_dir=f"/data/{sim.name}",
@@ -128,7 +143,8 @@ class World:
         try:
             await self.as_node(sim.name, bookie.start())
         except Exception as exc:
-            self.failures.append(f"{sim.name} did not start (start #{sim.starts}): {exc!r}")
+            if must:
+                self.failures.append(f"{sim.name} did not start (start #{sim.starts}): {exc!r}")
             self.trace.event(sim.name, f"start failed: {exc!r}")
             self.net.kill(sim.name)
             self.meta.node_died(sim.name)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from bkeeper.common.errors import BKeeperError, ConfigError
+from bkeeper.common.rand import new_rng
 from bkeeper.meta.store import NodeStore
 from bkeeper.namedlog import NamedLogs, Position
 from bkeeper.statemachine.machine import ReplicatedStateMachine
@@ -78,7 +79,7 @@ class Dice:
         ``open_writer`` (a test hook: a pause placed exactly there)."""
         self._config = config or DiceConfig()
         self._out = out
-        self._rng = rng or random.Random()
+        self._rng = rng or new_rng()
         self.values: list[tuple[int, int, str]] = []  # (value, epoch, role) as printed
         self.rsm = ReplicatedStateMachine(
             logs,

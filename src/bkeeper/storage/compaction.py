@@ -42,8 +42,9 @@ import threading
 from array import array
 from collections.abc import Callable
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import DiskFullError
+from bkeeper.common.threads import OS_THREADS, Event, Threads
 from bkeeper.storage.compaction_pacing import CompactionThrottle, on_a_lower_priority_thread
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs
@@ -116,12 +117,14 @@ class Compactor:
         log_ids: LogIds,
         checkpoint: Callable[[], None],
         clock: Clock | None = None,
+        threads: Threads | None = None,
     ) -> None:
         """``dirs`` says where each log is, where a copy goes, and how full the ledger
         directories are; ``checkpoint`` is the engine's (which also rolls large journal
         files, so that a pass after mass deletions frees journal space too); ``clock`` times
-        passes and throttles copying."""
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        passes and throttles copying; ``threads`` runs passes (the OS's by default)."""
+        self._clock: Clock = clock if clock is not None else default_clock()
+        self._threads: Threads = threads if threads is not None else OS_THREADS
         self._fs = fs
         self._dirs = dirs
         self._config = config
@@ -151,9 +154,9 @@ class Compactor:
             ledgers = engine.ledgers
             return [EntryLogUsage(m.log_id, m.total_bytes, m.live_bytes(ledgers)) for m in metas]
 
-    def collect(self, *, minor: bool, major: bool, stop: threading.Event | None = None) -> GcResult:
+    def collect(self, *, minor: bool, major: bool, stop: Event | None = None) -> GcResult:
         """One pass: see the module docstring."""
-        stop = stop if stop is not None else threading.Event()
+        stop = stop if stop is not None else self._threads.event()
         with self._pass_lock:
             started = self._clock.monotonic()
             tally = _Tally()
@@ -161,7 +164,9 @@ class Compactor:
             switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL_S))
             try:
-                on_a_lower_priority_thread(lambda: self._collect(minor, major, stop, tally))
+                on_a_lower_priority_thread(
+                    lambda: self._collect(minor, major, stop, tally), self._threads
+                )
             except DiskFullError as exc:
                 error = str(exc)
                 log.warning("garbage collection stopped: %s", exc)
@@ -180,7 +185,7 @@ class Compactor:
                 error=error,
             )
 
-    def _collect(self, minor: bool, major: bool, stop: threading.Event, tally: _Tally) -> None:
+    def _collect(self, minor: bool, major: bool, stop: Event, tally: _Tally) -> None:
         plan = self._plan(minor, major, exclude=frozenset())
         current = self._flusher.current_log_id
         if current in plan.remove or current in plan.compact:
@@ -223,7 +228,7 @@ class Compactor:
         )
 
     # -- one log ---------------------------------------------------------------------------
-    def _compact(self, log_id: int, stop: threading.Event, tally: _Tally) -> None:
+    def _compact(self, log_id: int, stop: Event, tally: _Tally) -> None:
         writer = EntryLogWriter(
             self._fs,
             self._dirs,

@@ -3,40 +3,30 @@ throttled to a copy rate and a share of the time (:mod:`bkeeper.storage.compacti
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 from collections.abc import Callable
 
 from bkeeper.common.clock import Clock
+from bkeeper.common.threads import OS_THREADS, Event, Threads
 
 __all__ = ["CompactionThrottle", "on_a_lower_priority_thread"]
 
-log = logging.getLogger("bkeeper.storage.compaction")
 
-#: How much a pass's thread lowers its CPU priority (a nice increment).
-_NICE_INCREMENT = 10
-
-
-def on_a_lower_priority_thread(work: Callable[[], None]) -> None:
-    """Run ``work`` on a thread of its own whose CPU priority is lowered by
-    :data:`_NICE_INCREMENT` (where the OS allows it: Linux sets it per thread), and wait for
-    it: on a busy machine the pass's copying then yields the CPU to request handling, this
-    process's and other bookies'. A thread of its own, because a lowered priority cannot be
-    raised again without privileges."""
+def on_a_lower_priority_thread(work: Callable[[], None], threads: Threads = OS_THREADS) -> None:
+    """Run ``work`` on a thread of its own whose CPU priority is lowered (``threads``'
+    ``lower_priority``: by :data:`~bkeeper.common.threads.LOWER_PRIORITY_NICE_INCREMENT`
+    where the OS allows it; Linux sets it per thread), and wait for it: on a busy machine the
+    pass's copying then yields the CPU to request handling, this process's and other
+    bookies'. A thread of its own, because a lowered priority cannot be raised again without
+    privileges."""
     failures: list[BaseException] = []
 
     def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE_INCREMENT)
-        except (OSError, AttributeError) as exc:  # not Linux, or not allowed: full priority
-            log.debug("compaction runs at normal priority: %s", exc)
         try:
             work()
         except BaseException as exc:  # handed to the waiting caller below
             failures.append(exc)
 
-    thread = threading.Thread(target=run, name="bkeeper-compaction", daemon=True)
+    thread = threads.thread(run, "bkeeper-compaction", lower_priority=True)
     thread.start()
     thread.join()
     if failures:
@@ -47,7 +37,7 @@ class CompactionThrottle:
     """Keeps copying under ``rate`` bytes a second (0: no limit) and working at most
     ``time_share`` of the time; waits on ``stop``."""
 
-    def __init__(self, rate: int, time_share: float, stop: threading.Event, clock: Clock) -> None:
+    def __init__(self, rate: int, time_share: float, stop: Event, clock: Clock) -> None:
         self._rate = rate
         self._pause_per_work = 1 / time_share - 1
         self._stop = stop

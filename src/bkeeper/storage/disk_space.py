@@ -45,7 +45,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.storage.config import MIB, StorageConfig
 from bkeeper.storage.filesystem import FileSystem
 
@@ -142,7 +142,7 @@ class DiskSpace:
         self.label = label if label is not None else f"data disk {path}"
         self._warned = False
         self._config = config
-        self._clock = clock or SystemClock()
+        self._clock = clock or default_clock()
         self._lock = threading.Lock()
         self._listeners = StateListeners(lambda: self.state)
         self._written_bytes = 0

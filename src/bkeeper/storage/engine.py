@@ -32,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from bkeeper.common.threads import OS_THREADS, Event, Threads
 from bkeeper.storage.caches import ReadCache, WriteCache
 from bkeeper.storage.index_file import LocationRun
 from bkeeper.storage.ledger_state import StoredLedger
@@ -64,6 +65,7 @@ class EngineState:
         read_cache_bytes_max: int,
         limbo: bool,
         flush_bytes: int | None = None,
+        threads: Threads | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.ledgers = ledgers
@@ -71,7 +73,8 @@ class EngineState:
         self.read_cache = ReadCache(read_cache_bytes_max)
         self.pending = PendingCheckpoint()
         self.limbo = limbo
-        self.flush_wanted = threading.Event()
+        #: Set when the flusher's thread should flush (made by ``threads``, the engine's).
+        self.flush_wanted: Event = (threads if threads is not None else OS_THREADS).event()
 
     # -- transitions (lock held) -------------------------------------------------------
     def create_locked(self, ledger_id: int, master_key: bytes) -> StoredLedger:

@@ -37,6 +37,7 @@ from array import array
 from collections.abc import Callable
 
 from bkeeper.common.errors import DiskFullError, StorageError
+from bkeeper.common.threads import OS_THREADS, Threads
 from bkeeper.storage.checkpoint_file import CheckpointRecord, JournalMark, write_checkpoint
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import LedgerDirs, StorageLayout
@@ -83,7 +84,11 @@ class Flusher:
         index: tuple[int, int],
         disk: LedgerDirs | None = None,
         registry: EntryLogRegistry | None = None,
+        threads: Threads | None = None,
     ) -> None:
+        """``threads`` makes the flusher's thread and its wait for room (the OS's by default;
+        the one the engine's ``flush_wanted`` came from)."""
+        threads = threads if threads is not None else OS_THREADS
         self._fs = fs
         self._disk = disk
         self._layout = layout
@@ -101,8 +106,8 @@ class Flusher:
         self._on_failure: Callable[[BaseException], None] = lambda exc: None
         self._stopping = False
         self._old_index: str | None = None
-        self._thread = threading.Thread(target=self._run, name="bkeeper-flusher", daemon=True)
-        self._room = threading.Event()  # set while the disk has room (or when stopping)
+        self._thread = threads.thread(self._run, "bkeeper-flusher")
+        self._room = threads.event()  # set while the disk has room (or when stopping)
         self._room.set()
         self.checkpoints = 0
         #: Set by the storage's owner when it keeps metrics (flush time and bytes, per flush).
@@ -427,7 +432,7 @@ class Flusher:
         self._stopping = True
         self._engine.flush_wanted.set()
         self._room.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if self._thread.is_alive() and not self._thread.is_current():
             self._thread.join()
 
     def _close_index(self) -> None:

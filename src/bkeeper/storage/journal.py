@@ -48,8 +48,9 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BookieIOError, DiskFullError, TooManyRequestsError
+from bkeeper.common.threads import OS_THREADS, Threads
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.disk_space import DiskSpace, DiskState
 from bkeeper.storage.filesystem import BytesLike, FileSystem, WritableFile, create_durably
@@ -137,14 +138,17 @@ class Journal:
         disk: DiskSpace | None = None,
         clock: Clock | None = None,
         metrics: JournalMetrics | None = None,
+        threads: Threads | None = None,
     ) -> None:
+        """``threads`` makes the journal's thread and condition (the OS's by default)."""
+        threads = threads if threads is not None else OS_THREADS
         self._fs = fs
         self._metrics = metrics
-        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._clock: Clock = clock if clock is not None else default_clock()
         self._disk = disk
         self._directory = directory
         self._config = config
-        self._cond = threading.Condition(lock)
+        self._cond = threads.condition(lock)
         self._on_durable = on_durable
         self._buf = bytearray(GROUP_HEADER_BYTES)
         self._tokens = GroupTokens()
@@ -169,7 +173,7 @@ class Journal:
         self.groups_written = 0
         #: Bytes of the groups made durable so far (read by other threads: a plain int).
         self.bytes_written = 0
-        self._thread = threading.Thread(target=self._run, name="bkeeper-journal", daemon=True)
+        self._thread = threads.thread(self._run, "bkeeper-journal")
         if disk is not None:
             disk.add_listener(self._on_disk_state)
             self._no_room = self._refusing = disk.state is DiskState.NO_ROOM
@@ -272,7 +276,7 @@ class Journal:
         self._join()
 
     def _join(self) -> None:
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if self._thread.is_alive() and not self._thread.is_current():
             self._thread.join()
         if self._file is not None:
             self._file.close()

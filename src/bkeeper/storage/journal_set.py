@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from bkeeper.common.clock import Clock
 from bkeeper.common.errors import StorageError
 from bkeeper.common.metrics import MetricSet
+from bkeeper.common.threads import Threads
 from bkeeper.storage.checkpoint_file import CheckpointRecord, JournalMark
 from bkeeper.storage.config import StorageConfig
 from bkeeper.storage.dirs import StorageLayout
@@ -69,6 +70,7 @@ class JournalSet:
         disks: DiskSet | None = None,
         clock: Clock | None = None,
         metrics: MetricSet | None = None,
+        threads: Threads | None = None,
     ) -> None:
         self._keys = layout.journal_keys
         self.journals: tuple[Journal, ...] = tuple(
@@ -82,6 +84,7 @@ class JournalSet:
                 disks.space_of(directory) if disks is not None else None,
                 clock,
                 None if metrics is None else JournalMetrics(metrics),
+                threads,
             )
             for directory in layout.journal_dirs
         )

@@ -26,8 +26,9 @@ import os
 import struct
 from dataclasses import dataclass
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import DiskFullError
+from bkeeper.common.threads import Threads
 from bkeeper.storage.checkpoint_file import CheckpointRecord, read_checkpoint
 from bkeeper.storage.compaction import COMPACTING_SUFFIX, finish_interrupted
 from bkeeper.storage.config import StorageConfig
@@ -95,6 +96,7 @@ def recover(
     layout: StorageLayout,
     disk: LedgerDirs | None = None,
     clock: Clock | None = None,
+    threads: Threads | None = None,
 ) -> Recovered:
     layout.makedirs(fs)
     if disk is not None:
@@ -105,7 +107,8 @@ def recover(
     _remove_debris(fs, layout, generation)
     files_before = _files(fs, layout)
     try:
-        return _recover(fs, config, layout, disk, root, files_before, clock or SystemClock())
+        clock = clock or default_clock()
+        return _recover(fs, config, layout, disk, root, files_before, clock, threads)
     except BaseException:
         remove_files_of_failed_open(fs, layout, root, files_before)
         raise
@@ -119,6 +122,7 @@ def _recover(
     root: CheckpointRecord | None,
     files_before: frozenset[str],
     clock: Clock,
+    threads: Threads | None,
 ) -> Recovered:
     generation = root.index_generation if root is not None else 0
     starts = journal_starts(fs, layout, root)
@@ -134,6 +138,7 @@ def _recover(
         config.read_cache_bytes_max,
         limbo,
         flush_bytes=config.flush_bytes,
+        threads=threads,
     )
     dirs = disk if disk is not None else LedgerDirs(fs, layout.ledger_dirs)
     logs = dirs.log_ids()
@@ -146,7 +151,7 @@ def _recover(
         if not had_map:
             scanned.append(fs.size(path))
     log_ids = LogIds(max(logs, default=0) + 1)
-    flusher = Flusher(fs, layout, config, engine, log_ids, index, disk, registry)
+    flusher = Flusher(fs, layout, config, engine, log_ids, index, disk, registry, threads)
     if root is not None:
         flusher.open_index()
     flush_blocked: list[DiskFullError] = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import NoSuchLedgerError
 from bkeeper.storage.storage import Storage
 
@@ -48,7 +48,7 @@ def scrub(
         raise ValueError(f"bytes_per_s: must be positive, got {bytes_per_s}")
     stopping = stop or threading.Event()
     report = ScrubReport()
-    now = (clock if clock is not None else SystemClock()).monotonic
+    now = (clock if clock is not None else default_clock()).monotonic
     start = now()
     before = 0  # bytes read by the ledgers checked before this one
 

@@ -3,6 +3,8 @@
 Threads: the caller (the server's event loop) adds, fences and reads; the journal thread
 writes and fdatasyncs groups and calls ``on_durable``; the flusher thread moves the write
 cache to entry logs; checkpoints run on whichever thread calls :meth:`Storage.checkpoint`.
+The engine's threads, and the conditions and events they wait on, come from the ``threads``
+port given to :meth:`Storage.open` (:mod:`bkeeper.common.threads`; OS threads by default).
 Shared state is guarded by one lock held for a few dict operations at a time.
 
 Blocking: :meth:`Storage.open`, :meth:`checkpoint`, :meth:`close` and :meth:`abort` block.
@@ -38,10 +40,9 @@ from __future__ import annotations
 
 import logging
 import struct
-import threading
 from collections.abc import Callable
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     BadRequestError,
     DiskFullError,
@@ -49,6 +50,7 @@ from bkeeper.common.errors import (
     UnauthorizedAccessError,
 )
 from bkeeper.common.metrics import MetricSet
+from bkeeper.common.threads import OS_THREADS, Event, Threads
 from bkeeper.storage.add_batch import AddBatch, add_batch_locked, entry_lac
 from bkeeper.storage.compaction import Compactor
 from bkeeper.storage.config import StorageConfig
@@ -98,6 +100,7 @@ class Storage(StorageReads):
         registry: EntryLogRegistry,
         log_ids: LogIds,
         clock: Clock,
+        threads: Threads = OS_THREADS,
     ) -> None:
         """Use :meth:`open`."""
         self.config = config
@@ -118,7 +121,7 @@ class Storage(StorageReads):
         self._journal_bytes_checkpointed = 0  # journal bytes written before the last checkpoint
         self._compactor = Compactor(
             fs, dirs, config, engine, flusher, registry, self._reader, log_ids, self.checkpoint,
-            clock,
+            clock, threads,
         )  # fmt: skip
 
     @classmethod
@@ -130,6 +133,7 @@ class Storage(StorageReads):
         on_disk_state: Callable[[DiskState], None] | None = None,
         clock: Clock | None = None,
         metrics: MetricSet | None = None,
+        threads: Threads | None = None,
     ) -> Storage:
         """Load the last checkpoint, replay the journal, checkpoint, start the threads.
 
@@ -138,12 +142,15 @@ class Storage(StorageReads):
         ``on_disk_state(state)`` is called from any thread when the disk state changes
         (read :attr:`disk_state` once ``open`` returns for the state to start with).
         ``metrics``: the owner's metric set, to register the engine's metrics in
-        (:mod:`bkeeper.storage.metrics`); None keeps none.
+        (:mod:`bkeeper.storage.metrics`); None keeps none. ``threads``: what the journals,
+        the flusher and compaction passes run on and wait with
+        (:mod:`bkeeper.common.threads`; None: OS threads).
         On a full disk the checkpoint at open is deferred (the journal is kept); if the
         open fails, the files it created are removed.
         """
         fs = fs if fs is not None else OsFileSystem()
-        clock = clock if clock is not None else SystemClock()
+        clock = clock if clock is not None else default_clock()
+        threads = threads if threads is not None else OS_THREADS
         layout = StorageLayout.of(config)
         layout.makedirs(fs)
         disks = DiskSet(fs, layout.journal_dirs, layout.ledger_dirs, config, clock)
@@ -151,7 +158,7 @@ class Storage(StorageReads):
             disks.add_listener(on_disk_state)
         dirs = LedgerDirs(fs, layout.ledger_dirs, disks)
         started = clock.monotonic()
-        recovered = recover(fs, config, layout, dirs, clock)
+        recovered = recover(fs, config, layout, dirs, clock, threads)
         engine, flusher = recovered.engine, recovered.flusher
         journals = JournalSet(
             fs,
@@ -163,6 +170,7 @@ class Storage(StorageReads):
             disks,
             clock,
             metrics,
+            threads,
         )
         journals.start()
         storage = cls(
@@ -177,6 +185,7 @@ class Storage(StorageReads):
             recovered.registry,
             recovered.log_ids,
             clock,
+            threads,
         )
         if metrics is not None:
             flusher.metrics = FlushMetrics(metrics, clock)
@@ -336,9 +345,7 @@ class Storage(StorageReads):
             self._engine.set_limbo_locked(state, False)
 
     # -- garbage collection ---------------------------------------------------------------
-    def collect_garbage(
-        self, *, minor: bool, major: bool, stop: threading.Event | None = None
-    ) -> GcResult:
+    def collect_garbage(self, *, minor: bool, major: bool, stop: Event | None = None) -> GcResult:
         """One garbage-collection pass (blocking; one at a time): checkpoint, remove entry
         logs holding no live ledger, then compact logs whose live ratio is below
         ``minor_compaction_threshold`` (if ``minor``) or ``major_compaction_threshold`` (if

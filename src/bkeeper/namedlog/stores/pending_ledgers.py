@@ -28,7 +28,7 @@ import hashlib
 import random
 from collections.abc import Awaitable, Callable
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     LedgerNotFoundError,
     LogNotFoundError,
@@ -58,7 +58,7 @@ class PendingLedgers:
     ) -> None:
         self._store = store
         self._logs = logs
-        self._clock = clock or SystemClock()
+        self._clock = clock or default_clock()
         self._key = hashlib.sha256(job_id.encode()).hexdigest()[:32]
         self._root = join_path(logs.root.rpartition("/")[0], "pending")
         self.path = join_path(self._root, self._key)

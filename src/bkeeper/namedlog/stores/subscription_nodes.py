@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 
-from bkeeper.common.clock import Clock, SystemClock
+from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import (
     NodeExistsError,
     NoNodeError,
@@ -28,7 +28,7 @@ class SubscriptionStore:
     def __init__(self, store: NodeStore, logs: LogStore, clock: Clock | None = None) -> None:
         self._store = store
         self._logs = logs
-        self._clock: Clock = clock or SystemClock()
+        self._clock: Clock = clock or default_clock()
 
     def directory(self, log_name: str) -> str:
         return join_path(self._logs.path(log_name), "subscriptions")
