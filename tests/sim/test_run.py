@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from bkeeper.common.bugs import BUGS
 from bkeeper.sim.faults import Fault
 from bkeeper.sim.run import SimRunConfig, run_seed
 
@@ -35,7 +36,30 @@ def test_the_ci_block_of_seeds_finds_no_violation(seed: int) -> None:
 
 
 def test_a_run_with_a_given_plan_applies_exactly_it() -> None:
-    plan = (Fault(1.0, "crash", "bookie-0", 2.0), Fault(2.0, "partition", "client|bookie-1", 1.0))
+    plan = (Fault(1.0, "crash", "bookie-0", 2.0), Fault(2.0, "partition", "writer|bookie-1", 1.0))
     result = run_seed(SimRunConfig(seed=5, duration_s=6.0, faults=plan))
     assert result.ok, result.violations
     assert result.faults == 2 and result.plan == plan
+
+
+#: Each bug switch (bkeeper.common.bugs) with the first seed, from 1 up, whose run finds it
+#: (docs/verification.md): the simulator must keep finding each one there.
+FOUND_AT = {
+    "recovery-no-fence": 1,
+    "fence-ignored-on-add": 1,
+    "ack-quorum-one": 2,
+    "recovery-one-absent": 10,
+    "lac-from-last-stored": 28,
+}
+
+
+def test_every_bug_switch_is_listed_with_the_seed_that_finds_it() -> None:
+    assert set(FOUND_AT) == set(BUGS)
+
+
+@pytest.mark.parametrize(("bug", "seed"), sorted(FOUND_AT.items()))
+def test_a_bug_put_back_is_found_at_its_seed(bug: str, seed: int) -> None:
+    result = run_seed(SimRunConfig(seed=seed, bugs=(bug,)))
+    assert not result.ok, f"{bug} went unnoticed at seed {seed}"
+    clean = run_seed(SimRunConfig(seed=seed))
+    assert clean.ok, clean.violations

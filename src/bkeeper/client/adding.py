@@ -78,6 +78,7 @@ from bkeeper.client.add_effects import (
 from bkeeper.client.add_states import TRANSITIONS, Event, Phase
 from bkeeper.client.add_window import AddWindow
 from bkeeper.client.config import ClientConfig
+from bkeeper.common import bugs
 from bkeeper.common.errors import LedgerClosedError, NotEnoughBookiesError
 from bkeeper.meta.ledger_metadata import LedgerMetadata
 from bkeeper.wire.codes import StatusCode
@@ -107,7 +108,7 @@ class AddPipeline(AddWindow):
             ledger_id,
             tuple(meta.last_ensemble),
             meta.write_quorum,
-            meta.ack_quorum,
+            1 if bugs.ACTIVE and bugs.active("ack-quorum-one") else meta.ack_quorum,
             pending_max=config.pending_adds_max,
             add_timeout_s=config.add_timeout_ms / 1000.0,
             tick_interval_s=config.timeout_check_interval_ms / 1000.0,

@@ -21,6 +21,7 @@ import logging
 from bkeeper.client.context import ClientContext
 from bkeeper.client.entry import Entry
 from bkeeper.client.recovery_machine import Ask, Question, RecoveryMachine, Step, classify
+from bkeeper.common import bugs
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import UnauthorizedAccessError
 from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon, within
@@ -90,7 +91,8 @@ class _Recovery:
             assert entry is not None
             body = self.digest.encode_entry(entry.entry_id, entry.lac, entry.length, entry.payload)
             return AddRequest(self.ledger_id, entry.entry_id, self.key, body, recovery=True)
-        return ReadRequest(self.ledger_id, question.entry_id, fence=True, master_key=self.key)
+        fence = not (bugs.ACTIVE and bugs.active("recovery-no-fence"))
+        return ReadRequest(self.ledger_id, question.entry_id, fence=fence, master_key=self.key)
 
     async def ask(self, question: Question, position: int, request: Request) -> None:
         """Send ``request`` to one bookie of ``question``; feed the machine its reply."""

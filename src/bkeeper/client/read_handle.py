@@ -40,6 +40,7 @@ from bkeeper.client.entry import Entry
 from bkeeper.client.follow import LedgerView
 from bkeeper.client.long_poll import Poll, poll_once
 from bkeeper.client.refusal import status_error
+from bkeeper.common import bugs
 from bkeeper.common.errors import (
     BKeeperError,
     BookieUnavailableError,
@@ -334,7 +335,9 @@ class ReadHandle:
             status, body = result.status, result.body
             if status is StatusCode.EOK and body is not None:
                 with contextlib.suppress(DigestMismatchError):
-                    lacs.append(self._digest.verify_entry(body).lac)
+                    entry = self._digest.verify_entry(body)
+                    past_lac = bugs.ACTIVE and bugs.active("lac-from-last-stored")
+                    lacs.append(entry.entry_id if past_lac else entry.lac)
                     answered.add(position)
             elif status in (StatusCode.ENOENTRY, StatusCode.ENOLEDGER):
                 answered.add(position)

@@ -25,6 +25,7 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bkeeper.common import bugs
 from bkeeper.common.clock import set_default_clock
 from bkeeper.common.tasks import within
 from bkeeper.meta.memory import drop_memory_tree
@@ -47,6 +48,8 @@ RUN_SIM_S_MAX = 600.0
 #: by its op timeout).
 WORKLOAD_STOP_S = 60.0
 WORKLOADS = ("ledger",)
+#: The simulated client nodes: the writers', and the fencer's and readers'.
+CLIENTS = ("writer", "reader")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class SimRunConfig:
     fault_kinds: tuple[str, ...] = FAULT_KINDS
     #: run with exactly these faults instead of the seed's plan (shrinking)
     faults: tuple[Fault, ...] | None = None
+    #: known bugs put back for this run (:mod:`bkeeper.common.bugs`; tests of the simulator)
+    bugs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ def run_seed(config: SimRunConfig) -> SimResult:
     loop = SimLoop()
     run = _Run(loop, config)
     system_clock = set_default_clock(SimClock())  # nothing in the run reads real time
+    no_bugs = bugs.set_active(config.bugs)
     try:
         loop.run_until_complete(run.run())
     except SimStuckError as exc:
@@ -100,6 +106,7 @@ def run_seed(config: SimRunConfig) -> SimResult:
             _cancel_all(loop)
         loop.close()
         set_default_clock(system_clock)
+        bugs.set_active(no_bugs)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
     return run.result(round(cpu_s, 4))
@@ -135,7 +142,7 @@ class _Run:
         self.plan = (
             config.faults
             if config.faults is not None
-            else plan_faults(fault_rng, config.duration_s, names, ["client"], config.fault_kinds)
+            else plan_faults(fault_rng, config.duration_s, names, CLIENTS, config.fault_kinds)
         )
         self.nemesis = Nemesis(self.world)
         self.violations: list[str] = []
@@ -164,7 +171,9 @@ class _Run:
                 clock=clock,
             )
             stop = asyncio.Event()
-            work = world.spawn("client", workload.run(stop))
+            writers = world.spawn("writer", workload.run_writers(stop))
+            others = world.spawn("reader", workload.run_others(stop))
+            work = asyncio.gather(writers, others)
             faults = world.spawn("nemesis", self.nemesis.run(self.plan))
             await asyncio.sleep(config.duration_s)
             stop.set()

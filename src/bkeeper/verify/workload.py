@@ -82,6 +82,8 @@ class WorkloadConfig:
     #: A writer's pause after each append it sends (0: none; the simulator paces its
     #: writers, whose appends would otherwise take no virtual time).
     append_pause_s: float = 0.0
+    #: A reader's pause between two reads (seconds, drawn between the two).
+    read_every_s: tuple[float, float] = (0.05, 0.5)
     #: Where a client process of two more writers logs (None: no client process); the
     #: ``client-kill`` nemesis kills it (:mod:`bkeeper.verify.client_process`).
     client_process_log: str | None = None
@@ -158,6 +160,18 @@ class LedgerWorkload:
         ):
             for w in range(self.config.writers):
                 group.create_task(self._writer(bk, w, stop))
+
+    async def run_others(self, stop: asyncio.Event) -> None:
+        """The fencer and the readers alone, on a client of their own (the simulator runs
+        them as a node apart from the writers', so that a partition can cut one off and
+        not the other)."""
+        async with (
+            await start_client(self.uri, self._client_config, self.clock) as bk,
+            asyncio.TaskGroup() as group,
+        ):
+            group.create_task(self._fencer(bk, stop))
+            for r in range(self.config.readers):
+                group.create_task(self._reader(bk, r, stop))
 
     async def kill_client_process(self) -> None:
         """SIGKILL the client process (``client-kill``); its ledgers stay open. A process
@@ -328,7 +342,7 @@ class LedgerWorkload:
         rng = random.Random(self.seed * 1_000 + 500 + r)
         name = f"reader-{r}"
         while not stop.is_set():
-            await _pause(stop, rng.uniform(0.05, 0.5))
+            await _pause(stop, rng.uniform(*self.config.read_every_s))
             if stop.is_set() or not self.created:
                 continue
             ledger_id = rng.choice(self.created[-20:])
