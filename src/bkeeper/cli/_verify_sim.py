@@ -93,7 +93,9 @@ def verify_sim(
     bookies: int,
     jobs: int | None,
     shrink: bool,
+    bug_names: tuple[str, ...] = (),
 ) -> None:
+    from bkeeper.common.bugs import BUGS
     from bkeeper.sim.campaign import run_campaign, shrink_in_worker
     from bkeeper.sim.run import WORKLOADS, SimRunConfig
 
@@ -106,12 +108,16 @@ def verify_sim(
         )
     if duration_s <= 0:
         raise CommandError(f"--duration: must be above 0, got {duration_s}")
+    unknown = [b for b in bug_names if b not in BUGS]
+    if unknown:
+        raise CommandError(f"--bug: unknown {', '.join(unknown)} (known: {', '.join(BUGS)})")
     jobs = jobs or os.cpu_count() or 1
     console = tables.console()
     err = Console(stderr=True, soft_wrap=True)
     err.print(
         f"verify --sim: {seeds} seed(s) from {first}, workload {', '.join(workloads)}, "
-        f"faults {', '.join(kinds) or 'none'}, {duration_s:g} simulated s each, {jobs} job(s)",
+        f"faults {', '.join(kinds) or 'none'}, {duration_s:g} simulated s each, {jobs} job(s)"
+        + (f", bugs put back: {', '.join(bug_names)}" if bug_names else ""),
         markup=False,
     )
     tally = _Tally(total=seeds * len(workloads))
@@ -136,6 +142,7 @@ def verify_sim(
                 duration_s=duration_s,
                 bookies=bookies,
                 fault_kinds=kinds,
+                bugs=bug_names,
             )
             run_campaign(base, range(first, first + seeds), jobs, on_result)
     console.print(_summary(tally, kinds))
@@ -157,6 +164,7 @@ def verify_sim(
             duration_s=duration_s,
             bookies=bookies,
             fault_kinds=kinds,
+            bugs=bug_names,
         )
         shown = shrink_in_worker(base, first_failed)
     console.print(
@@ -171,7 +179,7 @@ def verify_sim(
     for result in tally.failed:
         console.print(
             f"seed {result.seed}: replay with: bkeeper verify --sim --seed {result.seed} "
-            f"--seeds 1 --duration {duration_s:g}",
+            f"--seeds 1 --duration {duration_s:g}" + "".join(f" --bug {b}" for b in bug_names),
             markup=False,
         )
     raise CommandError(f"{len(tally.failed)} of {tally.done} seed(s) found a violation")

@@ -129,6 +129,14 @@ RUNS_MAX = 1_000_000
     help="With --sim: worker processes (default: one per CPU).",
 )
 @click.option(
+    "--bug",
+    "bug_names",
+    multiple=True,
+    metavar="NAME",
+    help="With --sim: put a known bug back for the runs (testing the simulator itself: it "
+    "must find it; names in docs/verification.md).",
+)
+@click.option(
     "--shrink/--no-shrink",
     default=True,
     show_default=True,
@@ -147,6 +155,7 @@ def verify(
     sim: bool,
     seeds: int,
     jobs: int | None,
+    bug_names: tuple[str, ...],
     shrink: bool,
 ) -> None:
     """Run WORKLOAD against a fresh local cluster (ZooKeeper + bookies, each a process), or
@@ -175,10 +184,12 @@ def verify(
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
         first = seed if seed is not None else random.randrange(1 << 31)
-        verify_sim(workload, kinds, duration, first, seeds, bookies, jobs, shrink)
+        verify_sim(workload, kinds, duration, first, seeds, bookies, jobs, shrink, bug_names)
         return
     if workload == "all":
         raise click.UsageError("--workload all: only with --sim (one workload per run)")
+    if bug_names:
+        raise click.UsageError("--bug: only with --sim")
     try:
         if metadata is not None and MetadataUri.parse(metadata).scheme == "memory":
             raise ConfigError(

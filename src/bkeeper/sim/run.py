@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import logging
 import random
+import re
 import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ RUN_SIM_S_MAX = 600.0
 #: by its op timeout).
 WORKLOAD_STOP_S = 60.0
 WORKLOADS = ("ledger",)
+#: Operations of the violating ledgers a failed run's trace tells at most.
+STORY_OPS_MAX = 200
 #: The simulated client nodes: the writers', and the fencer's and readers'.
 CLIENTS = ("writer", "reader")
 
@@ -190,10 +193,24 @@ class _Run:
             )
             verdict = check_ledgers(history, final)
             self.violations.extend(verdict.violations)
+            self._story(history, verdict.violations)
             self.acknowledged, self.ledgers = verdict.acknowledged, verdict.ledgers
             self.trace.note(f"{verdict.count} {verdict.acknowledged} {verdict.reads}".encode())
         finally:
             await world.stop()
+
+    def _story(self, history: History, violations: list[str]) -> None:
+        """The operations on the ledgers a violation names, into the trace (the part of the
+        history a person reads first)."""
+        named = {int(m) for line in violations for m in re.findall(r"ledger (\d+)", line)}
+        if not named:
+            return
+        self.trace.event("checker", f"the history of ledger(s) {sorted(named)}:")
+        ops = [op for op in history if op.ledger in named and op.type != "invoke"]
+        for op in ops[-STORY_OPS_MAX:]:
+            at = f"{op.time_s:10.4f}"
+            what = f"{op.f} {op.type} ledger {op.ledger} entry {op.entry} {op.error}".rstrip()
+            self.trace.event(op.process, f"[at {at}] {what}")
 
     def result(self, cpu_s: float) -> SimResult:
         violations = [*self.violations, *self.world.failures]
