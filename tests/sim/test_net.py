@@ -167,3 +167,13 @@ def test_real_io_is_refused() -> None:
             await loop.getaddrinfo("localhost", 80)
 
     _run(main)
+
+
+def test_a_loop_that_spins_without_time_moving_is_stopped() -> None:
+    async def main(loop: SimLoop, net: SimNetwork) -> None:
+        loop.livelock_iterations_max = 10_000
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(SimStuckError, match="without the clock moving"):
+        _run(main)

@@ -167,14 +167,16 @@ def verify_sim(
             bugs=bug_names,
         )
         shown = shrink_in_worker(base, first_failed)
+    lines = _trace_shown(shown.trace)
     console.print(
-        f"seed {shown.seed}: {len(shown.plan)} fault(s) lead to the violation; its trace "
-        f"(the last {TRACE_LINES_SHOWN} lines):",
+        f"seed {shown.seed}: {len(shown.plan)} fault(s) lead to the violation; the end of "
+        f"its trace ({len(lines)} of {len(shown.trace)} lines), then the history of the "
+        "ledgers it broke:",
         markup=False,
     )
     for fault in shown.plan:
         console.print(f"  fault at {fault.at_s:8.3f}s: {fault.describe()}", markup=False)
-    for line in shown.trace[-TRACE_LINES_SHOWN:]:
+    for line in lines:
         console.print(f"  {line}", markup=False)
     for result in tally.failed:
         console.print(
@@ -183,6 +185,14 @@ def verify_sim(
             markup=False,
         )
     raise CommandError(f"{len(tally.failed)} of {tally.done} seed(s) found a violation")
+
+
+def _trace_shown(trace: tuple[str, ...]) -> tuple[str, ...]:
+    """The last :data:`TRACE_LINES_SHOWN` events before the checker's verdict, and the
+    verdict with the history of the ledgers it names (whole: the run bounds it)."""
+    marks = ("the history of ledger(s)", "VIOLATION")
+    story = next((i for i, line in enumerate(trace) if any(m in line for m in marks)), len(trace))
+    return trace[max(0, story - TRACE_LINES_SHOWN) :]
 
 
 def _summary(tally: _Tally, kinds: tuple[str, ...]) -> Table:

@@ -81,7 +81,12 @@ RUNS_MAX = 1_000_000
     show_default=True,
     help="Runs, with seeds N, N+1, ...",
 )
-@click.option("--bookies", type=click.IntRange(5, 16), default=5, show_default=True)
+@click.option(
+    "--bookies",
+    type=click.IntRange(3, 16),
+    default=None,
+    help="Bookies of the cluster: 5 to 16, default 5 (with --sim: 3 to 16, default 4).",
+)
 @click.option(
     "--settle",
     type=float,
@@ -148,7 +153,7 @@ def verify(
     duration: float,
     seed: int | None,
     runs: int,
-    bookies: int,
+    bookies: int | None,
     settle: float,
     metadata: str | None,
     out_dir: Path,
@@ -184,12 +189,19 @@ def verify(
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
         first = seed if seed is not None else random.randrange(1 << 31)
-        verify_sim(workload, kinds, duration, first, seeds, bookies, jobs, shrink, bug_names)
+        verify_sim(workload, kinds, duration, first, seeds, bookies or 4, jobs, shrink, bug_names)
         return
     if workload == "all":
         raise click.UsageError("--workload all: only with --sim (one workload per run)")
     if bug_names:
         raise click.UsageError("--bug: only with --sim")
+    if bookies is None:
+        bookies = 5
+    elif bookies < 5:
+        raise click.UsageError(
+            f"Invalid value for '--bookies': {bookies} is not in the range 5<=x<=16 "
+            "(a cluster of processes; --sim runs 3 or more)"
+        )
     try:
         if metadata is not None and MetadataUri.parse(metadata).scheme == "memory":
             raise ConfigError(

@@ -45,6 +45,7 @@ from bkeeper.common.metrics import MetricSet
 from bkeeper.common.tasks import TaskOwner, within
 from bkeeper.common.threads import Threads
 from bkeeper.server.bookie_loops import (
+    CheckpointDue,
     keep_registration,
     run_checkpoints,
     unless_stopped,
@@ -126,6 +127,7 @@ class Bookie:
         self._loops: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
         self._stopping = asyncio.Event()
+        self._checkpoint_due: CheckpointDue | None = None
         self._readonly_listeners: list[Callable[[bool], None]] = []
         self._membership: ClusterMembership | None = None
         self.garbage_collector: GarbageCollector | None = None
@@ -239,8 +241,13 @@ class Bookie:
             if self._membership is not None:
                 await self._membership.check_cookie(local_cookie)
 
+            checkpoint_due = self._checkpoint_due = CheckpointDue(loop)
+
             def on_durable(tokens: GroupTokens, error: BaseException | None) -> None:
                 handlers_box[0].on_durable_threadsafe(tokens, error)
+                storage = self.storage
+                if storage is not None:
+                    checkpoint_due.journaled(storage)
 
             self.storage = await asyncio.to_thread(
                 Storage.open,
@@ -303,7 +310,11 @@ class Bookie:
         self._serving = True
         storage, stopping = self.storage, self._stopping
         interval_s = self.config.checkpoint_interval_ms / 1000.0
-        self._run_loop(run_checkpoints(storage, interval_s, self._clock, stopping), "checkpoints")
+        assert self._checkpoint_due is not None
+        checkpoints = run_checkpoints(
+            storage, interval_s, self._clock, stopping, self._checkpoint_due
+        )
+        self._run_loop(checkpoints, "checkpoints")
         interval_s = self.config.disk_check_interval_ms / 1000.0
         monitor = watch_disk(self.check_disk, interval_s, stopping, self.bookie_id)
         self._run_loop(monitor, "disk monitor")

@@ -19,6 +19,7 @@ from bkeeper.storage import Storage
 
 __all__ = [
     "CHECKPOINT_DUE_POLL_S",
+    "CheckpointDue",
     "CHECKPOINT_JITTER",
     "REGISTRATION_RETRY_S",
     "keep_registration",
@@ -31,37 +32,78 @@ log = logging.getLogger("bkeeper.server.bookie")
 
 #: Each wait between checkpoints is the interval times a random factor within 1 +- this.
 CHECKPOINT_JITTER = 0.25
-#: How often the checkpoint loop looks whether the storage journaled enough for one.
-CHECKPOINT_DUE_POLL_S = 0.1
+#: How often the checkpoint loop also looks whether the storage journaled enough for one
+#: (groups that carry no token, a storage written to directly, tell it nothing).
+CHECKPOINT_DUE_POLL_S = 1.0
 #: A failed switch of the registration's mode is tried again after this long.
 REGISTRATION_RETRY_S = 1.0
 
 
+class CheckpointDue:
+    """Tells the checkpoint loop, without it looking, that the storage has journaled
+    ``checkpoint_journal_bytes`` since the last checkpoint: :meth:`journaled` is called from
+    the journal's thread after each group (one attribute test while nothing is due, one
+    wake-up of the loop once it is), :meth:`checkpointed` by the loop after a checkpoint."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.event = asyncio.Event()
+        self._told = False
+
+    def journaled(self, storage: Storage) -> None:
+        if self._told or not storage.checkpoint_due:
+            return
+        self._told = True
+        self._loop.call_soon_threadsafe(self.event.set)
+
+    def checkpointed(self) -> None:
+        self.event.clear()
+        self._told = False
+
+
 async def run_checkpoints(
-    storage: Storage, interval_s: float, clock: Clock, stopping: asyncio.Event
+    storage: Storage,
+    interval_s: float,
+    clock: Clock,
+    stopping: asyncio.Event,
+    due: CheckpointDue,
 ) -> None:
     """A checkpoint every ``interval_s`` (``checkpoint_interval_ms``), or sooner once the
     storage has journaled ``checkpoint_journal_bytes`` since the last (a crash then replays
     at most about that much, whatever the write rate: 10 s at 76 MB/s was 760 MB, half a
-    minute of replay)."""
+    minute of replay), as ``due`` tells at once, and as the loop also looks every
+    :data:`CHECKPOINT_DUE_POLL_S` (it looked every 0.1 s, and only so, before: 10 wake-ups a
+    second of every idle bookie)."""
     while not stopping.is_set():
         # Jitter keeps bookies started together from checkpointing together: with an ack
         # quorum below the write quorum, one bookie's checkpoint then costs no add any
         # latency.
         wait = interval_s * random.uniform(1 - CHECKPOINT_JITTER, 1 + CHECKPOINT_JITTER)
         deadline = clock.monotonic() + wait
-        while not stopping.is_set() and clock.monotonic() < deadline:
-            if storage.checkpoint_due:
-                break
+        while not stopping.is_set() and not due.event.is_set() and not storage.checkpoint_due:
             left = deadline - clock.monotonic()
+            if left <= 0:
+                break
             with contextlib.suppress(TimeoutError):
-                await within(stopping.wait(), min(left, CHECKPOINT_DUE_POLL_S))
+                await within(_either(stopping, due.event), min(left, CHECKPOINT_DUE_POLL_S))
         if stopping.is_set():
             return
+        due.checkpointed()
         try:
             await asyncio.to_thread(storage.checkpoint)
         except Exception:
             log.exception("checkpoint failed")
+        due.journaled(storage)  # journaled enough again while it ran
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Until either event is set."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 async def watch_disk(

@@ -35,6 +35,9 @@ NODE: contextvars.ContextVar[str] = contextvars.ContextVar("bkeeper_sim_node", d
 
 #: Where the virtual clock starts (only differences matter, as for ``time.monotonic``).
 START_S = 1000.0
+#: Loop iterations at one instant of virtual time after which the run is said to spin (a
+#: busy run makes a few thousand at most; a loop that retries without a pause, millions).
+LIVELOCK_ITERATIONS_MAX = 1_000_000
 #: Virtual wall milliseconds at ``START_S`` (2023-11-14).
 WALL_START_MS = 1_700_000_000_000
 
@@ -53,6 +56,7 @@ class _NoSelector:
 
     def __init__(self, loop: SimLoop) -> None:
         self._loop = loop
+        self._still = 0  # iterations since the clock last moved
 
     def select(self, timeout: float | None) -> list[Any]:
         loop = self._loop
@@ -61,6 +65,14 @@ class _NoSelector:
         if timeout > 0:
             scheduled: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
             loop.advance_to(scheduled[0].when())
+            self._still = 0
+        else:
+            self._still += 1
+            if self._still > loop.livelock_iterations_max:
+                raise SimStuckError(
+                    f"{loop.livelock_iterations_max} loop iterations without the clock moving: "
+                    "something spins (a retry with no pause?)"
+                )
         return []
 
     def close(self) -> None:
@@ -75,6 +87,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self._now = start_s
         self._start_s = start_s
         self._selector = _NoSelector(self)
+        self.livelock_iterations_max = LIVELOCK_ITERATIONS_MAX
         #: The simulated network (set by :class:`bkeeper.sim.net.SimNetwork`).
         self.net: SimNetwork | None = None
         #: Tasks by node, for crashes (weakly: a finished task goes).

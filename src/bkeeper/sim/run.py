@@ -66,6 +66,9 @@ class SimRunConfig:
     faults: tuple[Fault, ...] | None = None
     #: known bugs put back for this run (:mod:`bkeeper.common.bugs`; tests of the simulator)
     bugs: tuple[str, ...] = ()
+    #: each writer's pause after an append, and the reader's between reads
+    append_every_s: float = 0.5
+    read_every_s: tuple[float, float] = (1.0, 3.0)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def run_seed(config: SimRunConfig) -> SimResult:
     system_clock = set_default_clock(SimClock())  # nothing in the run reads real time
     no_bugs = bugs.set_active(config.bugs)
     try:
-        loop.run_until_complete(run.run())
+        loop.run_until_complete(run.bounded())
     except SimStuckError as exc:
         run.violations.append(f"stuck: {exc}")
         drop_memory_tree(run.world.name)
@@ -151,6 +154,15 @@ class _Run:
         self.violations: list[str] = []
         self.acknowledged = self.ledgers = 0
 
+    async def bounded(self) -> None:
+        """:meth:`run`, failed once it passes :data:`RUN_SIM_S_MAX` simulated seconds."""
+        try:
+            await within(self.run(), RUN_SIM_S_MAX)
+        except TimeoutError:
+            self.violations.append(
+                f"the run did not end within {RUN_SIM_S_MAX:.0f} simulated seconds (a hang)"
+            )
+
     async def run(self) -> None:
         world, config = self.world, self.config
         try:
@@ -169,7 +181,8 @@ class _Run:
                     entry_bytes=64,
                     fence_every_s=(2.0, 6.0),
                     op_timeout_s=10.0,
-                    append_pause_s=0.05,
+                    append_pause_s=config.append_every_s,
+                    read_every_s=config.read_every_s,
                 ),
                 clock=clock,
             )
