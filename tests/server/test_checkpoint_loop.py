@@ -28,14 +28,20 @@ class _Storage:
         self.due = False
 
 
+def _checkpoint_loop() -> tuple[_Storage, asyncio.Event, CheckpointDue, asyncio.Future[None]]:
+    """A checkpoint loop of an hour's interval over a :class:`_Storage`, running."""
+    storage = _Storage(asyncio.get_running_loop())
+    stopping = asyncio.Event()
+    due = CheckpointDue(asyncio.get_running_loop())
+    loop = asyncio.ensure_future(
+        run_checkpoints(storage, 3600.0, LoopClock(), stopping, due)  # type: ignore[arg-type]
+    )
+    return storage, stopping, due, loop
+
+
 def test_an_idle_bookie_looks_once_a_poll_interval_not_ten_times_a_second() -> None:
     async def main() -> _Storage:
-        storage = _Storage(asyncio.get_running_loop())
-        stopping = asyncio.Event()
-        due = CheckpointDue(asyncio.get_running_loop())
-        loop = asyncio.ensure_future(
-            run_checkpoints(storage, 3600.0, LoopClock(), stopping, due)  # type: ignore[arg-type]
-        )
+        storage, stopping, _due, loop = _checkpoint_loop()
         await asyncio.sleep(60)
         stopping.set()
         await loop
@@ -49,16 +55,11 @@ def test_an_idle_bookie_looks_once_a_poll_interval_not_ten_times_a_second() -> N
 
 def test_a_checkpoint_due_by_size_starts_at_once_when_told() -> None:
     async def main() -> tuple[_Storage, float]:
-        storage = _Storage(asyncio.get_running_loop())
-        stopping = asyncio.Event()
-        due = CheckpointDue(asyncio.get_running_loop())
-        loop = asyncio.ensure_future(
-            run_checkpoints(storage, 3600.0, LoopClock(), stopping, due)  # type: ignore[arg-type]
-        )
+        storage, stopping, due, loop = _checkpoint_loop()
         await asyncio.sleep(10.25)
         told_at = asyncio.get_running_loop().time()
         storage.due = True
-        due.journaled(storage)  # as the journal's thread does after a group
+        due.journaled(storage)  # type: ignore[arg-type]  # as the journal thread does
         async with asyncio.timeout(5):
             while not storage.checkpoints:
                 await asyncio.sleep(0.001)
