@@ -665,3 +665,26 @@ async def wait_for_status(
     worker: ReplicationWorker, check: Callable[[WorkerStatus], bool]
 ) -> WorkerStatus:
     return await asyncio.wait_for(worker.wait_for(check), WAIT_S)
+
+
+@on_virtual_time
+async def test_an_idle_worker_scans_the_queue_once_an_interval_not_once_per_lane() -> None:
+    """Eight lanes of an idle worker scanned the queue together, eight metadata scans a
+    second per bookie on an idle cluster; one lane scans now, the others wait for it."""
+    async with MemoryCluster(3) as cluster:
+        bk = await cluster.client(CLIENT)
+        urm = await new_urm(bk, FakeClock())
+        config = AutoRecoveryConfig(idle_poll_interval_ms=1_000, ledgers_in_parallel=8)
+        worker = ReplicationWorker(bk, urm, "idle", config, clock=FakeClock())
+        scans = 0
+        scan = worker._scan
+
+        async def counted() -> None:
+            nonlocal scans
+            scans += 1
+            await scan()
+
+        worker._scan = counted  # type: ignore[method-assign]
+        async with running(worker):
+            await asyncio.sleep(10.5)
+        assert 10 <= scans <= 12  # one a second (it was 8 a second: 88)

@@ -48,8 +48,8 @@ FOUND_AT = {
     "recovery-no-fence": 1,
     "fence-ignored-on-add": 1,
     "ack-quorum-one": 2,
-    "recovery-one-absent": 4,
     "lac-from-last-stored": 5,
+    "recovery-one-absent": 10,
 }
 
 

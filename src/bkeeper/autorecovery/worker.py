@@ -251,7 +251,10 @@ class ReplicationWorker:
     async def _lock_candidate(self) -> UnderreplicatedLedger | None:
         if not self._candidates:
             async with self._scanning:  # one lane scans; the others wait for its candidates
-                if not self._candidates:
+                # ... and scan again only if it found some: after an empty scan the lane that
+                # made it idles every lane before the others get here (eight lanes of an idle
+                # worker scanned one after another, eight scans an interval; one now)
+                if not self._candidates and self._looking.is_set():
                     await self._scan()
         while self._candidates:
             ledger_id = self._candidates.popleft()

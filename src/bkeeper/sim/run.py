@@ -26,6 +26,7 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common import bugs
 from bkeeper.common.clock import set_default_clock
 from bkeeper.common.tasks import within
@@ -34,7 +35,8 @@ from bkeeper.sim.faults import FAULT_KINDS, Fault, Nemesis, plan_faults
 from bkeeper.sim.loop import START_S, SimClock, SimLoop, SimStuckError
 from bkeeper.sim.trace import Trace
 from bkeeper.sim.world import World
-from bkeeper.verify.check import check_ledgers
+from bkeeper.verify.check import Verdict, check_ledgers
+from bkeeper.verify.end_checks import check_replication
 from bkeeper.verify.history import History
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final
 
@@ -49,6 +51,9 @@ RUN_SIM_S_MAX = 600.0
 #: by its op timeout).
 WORKLOAD_STOP_S = 60.0
 WORKLOADS = ("ledger",)
+#: Simulated seconds auto-recovery has, once every fault healed, to repair what they left
+#: (then every replica of every ledger must hold its entries).
+SETTLE_S = 120.0
 #: Operations of the violating ledgers a failed run's trace tells at most.
 STORY_OPS_MAX = 200
 #: The simulated client nodes: the writers', and the fencer's and readers'.
@@ -66,6 +71,8 @@ class SimRunConfig:
     faults: tuple[Fault, ...] | None = None
     #: known bugs put back for this run (:mod:`bkeeper.common.bugs`; tests of the simulator)
     bugs: tuple[str, ...] = ()
+    #: auto-recovery in every bookie node, and the replicas checked once the faults heal
+    autorecovery: bool = True
     #: each writer's pause after an append, and the reader's between reads
     append_every_s: float = 0.5
     read_every_s: tuple[float, float] = (1.0, 3.0)
@@ -143,6 +150,7 @@ class _Run:
             disk_rng,
             self.trace,
             config.bookies,
+            autorecovery=AutoRecoveryConfig() if config.autorecovery else None,
         )
         names = [b.name for b in self.world.bookies]
         self.plan = (
@@ -209,6 +217,13 @@ class _Run:
             self._story(history, verdict.violations)
             self.acknowledged, self.ledgers = verdict.acknowledged, verdict.ledgers
             self.trace.note(f"{verdict.count} {verdict.acknowledged} {verdict.reads}".encode())
+            if config.autorecovery:
+                replicas = Verdict()
+                await world.as_node(
+                    "checker",
+                    check_replication(world.uri, list(workload.created), SETTLE_S, replicas),
+                )
+                self.violations.extend(replicas.violations)
         finally:
             await world.stop()
 

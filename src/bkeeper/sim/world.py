@@ -12,6 +12,11 @@ started again every :data:`RESTART_DELAY_S`, as its service manager would (``dep
 systemd unit: ``Restart=on-failure``); once every fault is healed it must start at the first
 try, or the run fails.
 
+With ``autorecovery``, each bookie node also runs auto-recovery (an auditor candidate and a
+replication worker, as ``bkeeper bookie`` runs it in the bookie's process), started with the
+bookie, gone with its crash; a failed start (the metadata service away) is tried again
+every :data:`RESTART_DELAY_S`.
+
 A **crash** is a process death: the storage stops where it is without writing what is queued,
 the disk loses what was not synced (the last unsynced write of a file may survive torn), the
 node's connections reset, its metadata sessions end one session timeout later, and its tasks
@@ -21,12 +26,17 @@ are cancelled. A **restart** opens a new bookie on what the disk kept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.service import AutoRecovery
+from bkeeper.client.bookkeeper import BookKeeper
+from bkeeper.common.errors import BKeeperError
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.memory import drop_memory_tree, memory_tree
 from bkeeper.server.bookie import Bookie
@@ -56,6 +66,7 @@ class SimBookie:
     bookie: Bookie | None = None
     threads: GreenThreads | None = None
     starts: int = 0
+    autorecovery: asyncio.Task[None] | None = None
 
     @property
     def bookie_id(self) -> str:
@@ -79,6 +90,7 @@ class World:
         trace: Trace,
         bookies: int,
         bookie_options: dict[str, Any] | None = None,
+        autorecovery: AutoRecoveryConfig | None = None,
     ) -> None:
         self.loop = loop
         self.name = name
@@ -90,6 +102,7 @@ class World:
         self.disk_rng = disk_rng
         self.bookies = [SimBookie(f"bookie-{i}") for i in range(bookies)]
         self.bookie_options = dict(bookie_options or {})
+        self.autorecovery = autorecovery
         self.clock = SimClock()
         #: What went wrong that is the simulator's finding, not a workload's (a bookie that
         #: could not start again on what its disk kept, a green thread that raised).
@@ -152,7 +165,22 @@ class World:
                 task.cancel()
             return False
         sim.bookie, sim.threads = bookie, threads
+        if self.autorecovery is not None:
+            sim.autorecovery = self.spawn(sim.name, self._run_autorecovery(sim, self.autorecovery))
         return True
+
+    async def _run_autorecovery(self, sim: SimBookie, config: AutoRecoveryConfig) -> None:
+        """Auto-recovery in ``sim``'s node until cancelled (module doc)."""
+        while True:
+            try:
+                async with (
+                    BookKeeper(self.uri, clock=self.clock) as bk,
+                    AutoRecovery(bk, sim.bookie_id, config, clock=self.clock),
+                ):
+                    await asyncio.Event().wait()
+            except BKeeperError as exc:
+                self.trace.event(sim.name, f"autorecovery failed: {exc!r}")
+                await asyncio.sleep(RESTART_DELAY_S)
 
     def crash_bookie(self, sim: SimBookie) -> None:
         """Process death (module doc)."""
@@ -161,6 +189,7 @@ class World:
             return
         self.trace.event(sim.name, "crash")
         sim.bookie = sim.threads = None
+        sim.autorecovery = None  # its task is the node's: cancelled below
         if bookie.storage is not None:
             bookie.storage.abort()
         sim.fs = sim.fs.crash(torn=self.disk_rng)
@@ -183,6 +212,11 @@ class World:
             if bookie is None:
                 continue
             sim.bookie = None
+            if sim.autorecovery is not None:
+                sim.autorecovery.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sim.autorecovery
+                sim.autorecovery = None
             try:
                 await self.as_node(sim.name, bookie.aclose())
             except Exception as exc:
