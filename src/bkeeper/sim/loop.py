@@ -92,8 +92,6 @@ class SimLoop(asyncio.BaseEventLoop):
         self.net: SimNetwork | None = None
         #: Tasks by node, for crashes (weakly: a finished task goes).
         self._node_tasks: dict[str, dict[asyncio.Task[Any], None]] = {}
-        #: Callbacks that raised out of the loop (asyncio's exception handler calls).
-        self.errors: list[dict[str, Any]] = []
         self.set_task_factory(self._new_task)
         self.set_exception_handler(self._on_exception)
 
@@ -194,7 +192,6 @@ class SimLoop(asyncio.BaseEventLoop):
         exception = context.get("exception")
         if isinstance(exception, asyncio.CancelledError):
             return
-        self.errors.append(context)
         self.default_exception_handler(context)
 
 

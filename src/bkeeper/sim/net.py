@@ -297,7 +297,6 @@ class SimNetwork:
         self._down: dict[str, None] = {}
         #: node -> latency factor
         self.slow: dict[str, float] = {}
-        self.delivered_chunks = 0
 
     # -- faults --------------------------------------------------------------------------
     def cut(self, src: str, dst: str) -> None:
@@ -417,7 +416,6 @@ class SimNetwork:
         if direction.dropped:
             return
         direction.in_flight -= len(chunk)
-        self.delivered_chunks += 1
         self.trace.delivered(conn.id, direction.forward, chunk)
         receiver = conn.end(client_side=not direction.forward)
         sender = conn.end(client_side=direction.forward)

@@ -23,7 +23,6 @@ import logging
 import random
 import re
 import resource
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
@@ -256,7 +255,3 @@ class _Run:
             plan=self.plan,
             trace=tuple(self.trace.lines) if violations else (),
         )
-
-
-def seeds_block(first: int, count: int) -> Sequence[int]:
-    return range(first, first + count)

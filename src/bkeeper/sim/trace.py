@@ -26,21 +26,17 @@ class Trace:
         self._start_s = start_s
         self._hash = hashlib.blake2b(digest_size=16)
         self.lines: collections.deque[str] = collections.deque(maxlen=lines_max)
-        self.events = 0
-        self.delivered_bytes = 0
 
     def delivered(self, connection: int, forward: bool, data: bytes | memoryview) -> None:
         """Bytes the network delivered (hashed, not kept as a line)."""
         self._hash.update(b"%d %d %.9f " % (connection, forward, self._now()))
         self._hash.update(data)
-        self.delivered_bytes += len(data)
 
     def event(self, node: str, what: str) -> None:
         """A fault or an operation: hashed and kept as a line."""
         line = f"{self._now() - self._start_s:10.4f} {node:>10} {what}"
         self._hash.update(line.encode())
         self.lines.append(line)
-        self.events += 1
 
     def request(self, node: str, what: str) -> None:
         """A metadata request applied (hashed, not kept as a line)."""

@@ -179,7 +179,11 @@ def add_batch_locked(
                 state = ledgers.get(ledger)
                 if state is None or state.master_key != master_key:
                     state = ledger_for_write(ledger, master_key)
-                if state.fenced and not recovery and not (bugs.ACTIVE and _fence_bug()):
+                if (
+                    state.fenced
+                    and not recovery
+                    and not (bugs.ACTIVE and bugs.active("fence-ignored-on-add"))
+                ):
                     raise LedgerFencedError(f"ledger {ledger} is fenced")
                 journal = journals[ledger % count]
                 queue, records_room, bytes_room = journal.open_run_locked()
@@ -233,7 +237,3 @@ def add_batch_locked(
     cache.active_bytes += added_bytes
     if cache.active_bytes >= cache.flush_bytes and not engine.flush_wanted.is_set():
         engine.flush_wanted.set()
-
-
-def _fence_bug() -> bool:
-    return bugs.active("fence-ignored-on-add")
