@@ -52,7 +52,7 @@ def test_a_bug_put_back_is_found_shrunk_and_told_with_its_replay() -> None:
     assert "the history of ledger(s)" in result.stdout
     assert "fault(s) lead to the violation" in result.stdout
     assert (
-        "replay with: bkeeper verify --sim --seed 1 --seeds 1 --duration 30 "
+        "replay with: bkeeper verify --sim --seed 1 --seeds 1 --workload ledger --duration 30 "
         "--bug recovery-no-fence" in result.stdout
     )
     assert result.stderr.strip().splitlines()[-1] == ("error: 1 of 1 seed(s) found a violation")
@@ -62,7 +62,7 @@ def test_a_bug_put_back_is_found_shrunk_and_told_with_its_replay() -> None:
     ("args", "message"),
     [
         (("--nemesis", "kill"), "unknown fault kill"),
-        (("--workload", "log"), "log is not simulated yet"),
+        (("--workload", "kv"), "kv is not simulated yet"),
         (("--bug", "nope"), "--bug: unknown nope"),
         (("--duration", "0"), "--duration: must be above 0"),
         (("--metadata", "zk://127.0.0.1:2181/ledgers"), "leave out --metadata"),

@@ -131,12 +131,14 @@ class ReplicationWorker:
         self._candidates: collections.deque[int] = collections.deque()
         self._counters = _Counters()
         self._changed = asyncio.Condition()
-        self._scanning = asyncio.Lock()
+        #: held by the lane looking for work (module doc: one lane wakes per idle interval)
+        self._turn = asyncio.Lock()
         #: set while the lanes may look for work; cleared for an interval when one found none
         self._looking = asyncio.Event()
         self._looking.set()
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._enabled_stale = True  # the disable flag is read again at the next look
+        #: loop time from which the disable flag is read again (at the next look)
+        self._enabled_read_at = float("-inf")
         #: the registered bookies as followed by a watch (None: not known, each repair reads)
         self._bookies: BookieSet | None = None
 
@@ -215,22 +217,35 @@ class ReplicationWorker:
         idle_s = self._config.idle_poll_interval_ms / 1000.0
         loop = asyncio.get_running_loop()
         while True:
-            # A lane that found nothing (or failed) idles every lane: they look again together,
-            # after the interval, instead of each asking the metadata store on its own.
-            await self._looking.wait()
+            # One lane at a time looks for work (the others queue on the turn, asleep): an
+            # idle worker wakes one lane per interval, not all of them. Once there are
+            # candidates the turn passes on at once, so that the lanes take them in parallel
+            # (taking costs metadata round trips: one taker for all lanes would be their
+            # bottleneck).
+            async with self._turn:
+                await self._looking.wait()
+                try:
+                    if loop.time() >= self._enabled_read_at:  # once per interval, not per take
+                        await self._set_enabled(await self._urm.is_enabled())
+                        self._enabled_read_at = loop.time() + idle_s
+                    if self._counters.enabled and not self._candidates:
+                        await self._scan()
+                except BKeeperError as exc:
+                    log.warning("replication worker %s: cannot take: %s", self._holder, exc)
+                    self._idle(loop, idle_s)
+                    continue
+                if not self._counters.enabled or not self._candidates:
+                    self._idle(loop, idle_s)
+                    continue
             try:
-                if self._enabled_stale:  # once per interval, not per take
-                    await self._set_enabled(await self._urm.is_enabled())
-                    self._enabled_stale = False
-                    loop.call_later(idle_s, self._stale_enabled)
-                enabled = self._counters.enabled
-                entry = await self._lock_candidate() if enabled else None
+                entry = await self._lock_candidate()
             except BKeeperError as exc:
                 log.warning("replication worker %s: cannot take: %s", self._holder, exc)
                 entry = None
             if entry is not None:
                 return entry
-            self._idle(loop, idle_s)
+            if not self._candidates:
+                self._idle(loop, idle_s)
 
     def _idle(self, loop: asyncio.AbstractEventLoop, idle_s: float) -> None:
         """No lane looks for work before ``idle_s`` from now (the last lane to idle decides)."""
@@ -245,17 +260,8 @@ class ReplicationWorker:
             self._idle_timer = None
         self._looking.set()
 
-    def _stale_enabled(self) -> None:
-        self._enabled_stale = True
-
     async def _lock_candidate(self) -> UnderreplicatedLedger | None:
-        if not self._candidates:
-            async with self._scanning:  # one lane scans; the others wait for its candidates
-                # ... and scan again only if it found some: after an empty scan the lane that
-                # made it idles every lane before the others get here (eight lanes of an idle
-                # worker scanned one after another, eight scans an interval; one now)
-                if not self._candidates and self._looking.is_set():
-                    await self._scan()
+        """The first candidate whose lock this worker gets (None: none left)."""
         while self._candidates:
             ledger_id = self._candidates.popleft()
             if self._skipped(ledger_id):

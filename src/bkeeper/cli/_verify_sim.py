@@ -129,7 +129,7 @@ def verify_sim(
             hashes.append(result)
         if not result.ok:
             err.print(
-                f"seed {result.seed}: {len(result.violations)} violation(s): "
+                f"seed {result.seed} ({result.workload}): {len(result.violations)} violation(s): "
                 f"{result.violations[0]}",
                 markup=False,
             )
@@ -147,7 +147,9 @@ def verify_sim(
             run_campaign(base, range(first, first + seeds), jobs, on_result)
     console.print(_summary(tally, kinds))
     for result in hashes:
-        console.print(f"seed {result.seed}: trace hash {result.trace_hash}", markup=False)
+        console.print(
+            f"seed {result.seed} ({result.workload}): trace hash {result.trace_hash}", markup=False
+        )
     if not tally.failed:
         console.print(f"no violation in {tally.done} seed(s)", markup=False)
         return
@@ -160,7 +162,7 @@ def verify_sim(
         )
         base = SimRunConfig(
             seed=first_failed.seed,
-            workload=workloads[0],
+            workload=first_failed.workload,
             duration_s=duration_s,
             bookies=bookies,
             fault_kinds=kinds,
@@ -181,7 +183,8 @@ def verify_sim(
     for result in tally.failed:
         console.print(
             f"seed {result.seed}: replay with: bkeeper verify --sim --seed {result.seed} "
-            f"--seeds 1 --duration {duration_s:g}" + "".join(f" --bug {b}" for b in bug_names),
+            f"--seeds 1 --workload {result.workload} --duration {duration_s:g}"
+            + "".join(f" --bug {b}" for b in bug_names),
             markup=False,
         )
     raise CommandError(f"{len(tally.failed)} of {tally.done} seed(s) found a violation")

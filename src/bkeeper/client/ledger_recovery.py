@@ -16,14 +16,16 @@ Steps (BookKeeper's, §0 of the reference):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from typing import Any
 
 from bkeeper.client.context import ClientContext
 from bkeeper.client.entry import Entry
 from bkeeper.client.recovery_machine import Ask, Question, RecoveryMachine, Step, classify
 from bkeeper.common import bugs
 from bkeeper.common.cas import cas_update
-from bkeeper.common.errors import UnauthorizedAccessError
+from bkeeper.common.errors import BKeeperError, UnauthorizedAccessError
 from bkeeper.common.tasks import TASKS_MAX, TaskOwner, abandon, within
 from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.store import Versioned
@@ -64,6 +66,8 @@ class _Recovery:
             self.perform(self.machine.start())
             return await self.outcome
         finally:
+            for requests in self.requests.values():
+                abandon(requests)
             await self.tasks.aclose()
 
     def perform(self, step: Step) -> None:
@@ -81,9 +85,46 @@ class _Recovery:
         for question in step.ask:
             request = self.request(question)
             self.requests[question] = [
-                self.tasks.spawn(self.ask(question, position, request), f"{question.ask.value}")
-                for position in range(len(question.bookies))
+                self.send(question, position, request) for position in range(len(question.bookies))
             ]
+
+    def send(self, question: Question, position: int, request: Request) -> asyncio.Future[Any]:
+        """Ask one bookie of ``question``: on its live connection, a request whose answer is
+        a callback (no task per request: a recovery asks ensemble x entries); otherwise a
+        task that connects first."""
+        conn = self.ctx.pool.connection_nowait(question.bookies[position])
+        if conn is None:
+            return self.tasks.spawn(self.ask(question, position, request), question.ask.value)
+        loop = asyncio.get_running_loop()
+        try:
+            future = conn.send(request)
+        except BKeeperError as exc:
+            future = loop.create_future()
+            future.set_exception(exc)  # answered by the callback, like any other (not inline)
+        timer = loop.call_later(self.timeout_s, self._time_out, future)
+        future.add_done_callback(functools.partial(self._answered, question, position, timer))
+        return future
+
+    def _time_out(self, future: asyncio.Future[Any]) -> None:
+        if not future.done():
+            future.set_exception(TimeoutError(f"no answer within {self.timeout_s:g}s"))
+
+    def _answered(
+        self,
+        question: Question,
+        position: int,
+        timer: asyncio.TimerHandle,
+        future: asyncio.Future[Any],
+    ) -> None:
+        timer.cancel()
+        if future.cancelled():
+            return  # abandoned: its question was settled
+        reply = future.exception() or future.result()
+        try:
+            self.answer(question, position, reply)
+        except Exception as exc:  # a bug in the machine: the recovery fails, not the loop
+            if not self.outcome.done():
+                self.outcome.set_exception(exc)
 
     def request(self, question: Question) -> Request:
         if question.ask is Ask.REWRITE:
@@ -101,6 +142,9 @@ class _Recovery:
             reply: object = await within(self.ctx.pool.send(bookie, request), self.timeout_s)
         except Exception as exc:  # no answer: the machine decides what that means
             reply = exc
+        self.answer(question, position, reply)
+
+    def answer(self, question: Question, position: int, reply: object) -> None:
         answer = classify(question, reply, self.digest)
         if answer.detail.startswith("bad replica"):
             log.warning("ledger %d entry %d: %s", self.ledger_id, question.entry_id, answer.detail)

@@ -25,6 +25,9 @@ BUGS: dict[str, str] = {
     "lac-from-last-stored": "a reader takes the last entry a bookie stored for the last add "
     "confirmed, not the LAC that entry carries: it reads entries no ack quorum holds, which "
     "a recovery may then leave out",
+    "roll-lost-answer-deleted": "a log writer takes a roll whose compare-and-set answer was lost "
+    "for a roll that did not go in, and deletes the new ledger: the log's list names a ledger "
+    "that is gone",
 }
 
 #: The switches on (empty: every bug off, as always outside a simulator run).

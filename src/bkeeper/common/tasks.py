@@ -113,7 +113,9 @@ def abandon(tasks: Iterable[asyncio.Future[Any]]) -> None:
     for task in tasks:
         if not task.done():
             task.cancel()
-        task.add_done_callback(_take_error)
+            task.add_done_callback(_take_error)
+        else:
+            _take_error(task)
 
 
 def _take_error(task: asyncio.Future[Any]) -> None:

@@ -27,6 +27,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bkeeper.client.write_handle import WriteHandle
+from bkeeper.common import bugs
 from bkeeper.common.cas import cas_update
 from bkeeper.common.errors import BKeeperError, LogNotFoundError, NotEnoughBookiesError
 from bkeeper.namedlog.core.log_metadata import LogMetadata
@@ -127,6 +128,9 @@ class Roller:
                 current=(writer._meta, writer._version),
             )
         except BKeeperError as exc:
+            if bugs.ACTIVE and bugs.active("roll-lost-answer-deleted"):
+                await discard_ledger(writer._context.bk, new)
+                raise
             went_in = await self._outcome(new, exc)
             if went_in is None:
                 raise

@@ -489,6 +489,8 @@ class Bookie:
 
     def request_stop(self) -> None:
         self._stopping.set()
+        if self._checkpoint_due is not None:
+            self._checkpoint_due.wake()
         if self.garbage_collector is not None:
             self.garbage_collector.request_stop()
 

@@ -56,6 +56,10 @@ class CheckpointDue:
         self._told = True
         self._loop.call_soon_threadsafe(self.event.set)
 
+    def wake(self) -> None:
+        """Wake the loop now (the bookie stops: it looks at ``stopping`` and ends)."""
+        self.event.set()
+
     def checkpointed(self) -> None:
         self.event.clear()
         self._told = False
@@ -84,8 +88,8 @@ async def run_checkpoints(
             left = deadline - clock.monotonic()
             if left <= 0:
                 break
-            with contextlib.suppress(TimeoutError):
-                await within(_either(stopping, due.event), min(left, CHECKPOINT_DUE_POLL_S))
+            with contextlib.suppress(TimeoutError):  # the stop sets ``due.event`` too
+                await within(due.event.wait(), min(left, CHECKPOINT_DUE_POLL_S))
         if stopping.is_set():
             return
         due.checkpointed()
@@ -94,16 +98,6 @@ async def run_checkpoints(
         except Exception:
             log.exception("checkpoint failed")
         due.journaled(storage)  # journaled enough again while it ran
-
-
-async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
-    """Until either event is set."""
-    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
 
 
 async def watch_disk(

@@ -28,15 +28,19 @@ from dataclasses import dataclass, field
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common import bugs
 from bkeeper.common.clock import set_default_clock
+from bkeeper.common.errors import BKeeperError
 from bkeeper.common.tasks import within
 from bkeeper.meta.memory import drop_memory_tree
+from bkeeper.namedlog import LogConfig
 from bkeeper.sim.faults import FAULT_KINDS, Fault, Nemesis, plan_faults
 from bkeeper.sim.loop import START_S, SimClock, SimLoop, SimStuckError
 from bkeeper.sim.trace import Trace
 from bkeeper.sim.world import World
 from bkeeper.verify.check import Verdict, check_ledgers
-from bkeeper.verify.end_checks import check_replication
+from bkeeper.verify.check_log import check_log
+from bkeeper.verify.end_checks import check_listed, check_replication
 from bkeeper.verify.history import History
+from bkeeper.verify.log_workload import LogWorkload, read_log
 from bkeeper.verify.workload import LedgerWorkload, WorkloadConfig, read_final
 
 __all__ = ["RUN_SIM_S_MAX", "SimResult", "SimRunConfig", "run_seed"]
@@ -49,7 +53,10 @@ RUN_SIM_S_MAX = 600.0
 #: How long the workload gets to stop after its duration (each of its operations is bounded
 #: by its op timeout).
 WORKLOAD_STOP_S = 60.0
-WORKLOADS = ("ledger",)
+WORKLOADS = ("ledger", "log")
+#: The log workload's log: ledgers of a few records (a writer holds the log for seconds, one
+#: append each ``append_every_s``), so that a run of 30 s rolls several times.
+SIM_LOG_CONFIG = LogConfig(roll_bytes=150, tail_poll_ms=200)
 #: Simulated seconds auto-recovery has, once every fault healed, to repair what they left
 #: (then every replica of every ledger must hold its entries).
 SETTLE_S = 120.0
@@ -89,6 +96,7 @@ class SimResult:
     cpu_s: float
     plan: tuple[Fault, ...] = ()
     trace: tuple[str, ...] = field(default=(), repr=False)
+    workload: str = "ledger"
 
     @property
     def ok(self) -> bool:
@@ -176,24 +184,10 @@ class _Run:
             await world.start()
             clock = SimClock()
             history = History(clock=clock)
-            workload = LedgerWorkload(
-                world.uri,
-                history,
-                config.seed,
-                WorkloadConfig(
-                    writers=2,
-                    readers=1,
-                    in_flight=8,
-                    entries_per_ledger=(5, 60),
-                    entry_bytes=64,
-                    fence_every_s=(2.0, 6.0),
-                    op_timeout_s=10.0,
-                    append_pause_s=config.append_every_s,
-                    read_every_s=config.read_every_s,
-                ),
-                clock=clock,
-            )
+            workload = self._workload(history, clock)
             stop = asyncio.Event()
+            if isinstance(workload, LogWorkload):
+                await world.as_node("writer", workload.create())
             writers = world.spawn("writer", workload.run_writers(stop))
             others = world.spawn("reader", workload.run_others(stop))
             work = asyncio.gather(writers, others)
@@ -208,10 +202,14 @@ class _Run:
             except Exception as exc:
                 self.violations.append(f"the workload failed: {exc!r}")
             await self.nemesis.heal_all()
-            final = await world.as_node(
-                "checker", read_final(world.uri, list(workload.created), clock=clock)
-            )
-            verdict = check_ledgers(history, final)
+            if isinstance(workload, LogWorkload):
+                verdict, readable = await self._check_log(workload, history)
+            else:
+                final = await world.as_node(
+                    "checker", read_final(world.uri, list(workload.created), clock=clock)
+                )
+                verdict = check_ledgers(history, final)
+                readable = list(workload.created)
             self.violations.extend(verdict.violations)
             self._story(history, verdict.violations)
             self.acknowledged, self.ledgers = verdict.acknowledged, verdict.ledgers
@@ -219,12 +217,47 @@ class _Run:
             if config.autorecovery:
                 replicas = Verdict()
                 await world.as_node(
-                    "checker",
-                    check_replication(world.uri, list(workload.created), SETTLE_S, replicas),
+                    "checker", check_replication(world.uri, readable, SETTLE_S, replicas)
                 )
                 self.violations.extend(replicas.violations)
         finally:
             await world.stop()
+
+    def _workload(self, history: History, clock: SimClock) -> LedgerWorkload | LogWorkload:
+        config = self.config
+        workload_config = WorkloadConfig(
+            writers=2,
+            readers=1,
+            in_flight=8,
+            entries_per_ledger=(5, 60),
+            entry_bytes=64,
+            fence_every_s=(2.0, 6.0),
+            op_timeout_s=10.0,
+            append_pause_s=config.append_every_s,
+            read_every_s=config.read_every_s,
+        )
+        if config.workload == "log":
+            return LogWorkload(
+                self.world.uri, history, config.seed, workload_config, log_config=SIM_LOG_CONFIG
+            )
+        return LedgerWorkload(self.world.uri, history, config.seed, workload_config, clock=clock)
+
+    async def _check_log(
+        self, workload: LogWorkload, history: History
+    ) -> tuple[Verdict, list[int]]:
+        """The log read whole and checked; its ledgers (every one it names must exist: one
+        that is gone fails the read)."""
+        try:
+            records, mark, listed = await self.world.as_node(
+                "checker", read_log(self.world.uri, workload.name, workload.log_config)
+            )
+        except BKeeperError as exc:
+            verdict = Verdict()
+            verdict.violate(f"the log could not be read whole at the end: {exc}")
+            return verdict, []
+        verdict = check_log(history, records, mark)
+        found = await self.world.as_node("checker", check_listed(self.world.uri, listed, verdict))
+        return verdict, found
 
     def _story(self, history: History, violations: list[str]) -> None:
         """The operations on the ledgers a violation names, into the trace (the part of the
@@ -254,4 +287,5 @@ class _Run:
             cpu_s=cpu_s,
             plan=self.plan,
             trace=tuple(self.trace.lines) if violations else (),
+            workload=self.config.workload,
         )

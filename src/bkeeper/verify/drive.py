@@ -15,7 +15,7 @@ from bkeeper.testing.sandbox import Sandbox
 from bkeeper.verify.check import Verdict, check_ledgers
 from bkeeper.verify.check_kv import check_kv
 from bkeeper.verify.check_log import check_log
-from bkeeper.verify.end_checks import check_flipped, check_replication
+from bkeeper.verify.end_checks import check_flipped, check_listed, check_replication
 from bkeeper.verify.history import History
 from bkeeper.verify.kv_workload import KvNemesis, KvWorkload
 from bkeeper.verify.log_workload import LogWorkload, read_log
@@ -71,8 +71,9 @@ async def drive(
         verdict.ledgers = len(readable)
     elif isinstance(workload, LogWorkload):
         try:
-            records, mark, readable = await read_log(uri, workload.name)
+            records, mark, readable = await read_log(uri, workload.name, workload.log_config)
             verdict = check_log(history, records, mark)
+            readable = await check_listed(uri, readable, verdict)
         except BKeeperError as exc:
             verdict, readable = Verdict(), []
             verdict.violate(f"the log could not be read whole at the end: {exc}")

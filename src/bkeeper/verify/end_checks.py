@@ -18,7 +18,27 @@ from bkeeper.verify.check import Verdict
 from bkeeper.verify.status import RunStatus
 from bkeeper.verify.workload import start_client
 
-__all__ = ["audit_and_settle", "check_flipped", "check_replication"]
+__all__ = ["audit_and_settle", "check_flipped", "check_listed", "check_replication"]
+
+
+async def check_listed(uri: str, ledger_ids: list[int], verdict: Verdict) -> list[int]:
+    """Every ledger of a named log's list exists (a list naming a deleted ledger is how a
+    roll whose answer was lost, taken for failed, showed: readers pass over a gone ledger,
+    as retention deletes them); the ones that do."""
+    found = []
+    async with await start_client(uri) as bk:
+        for ledger_id in ledger_ids:
+            try:
+                await bk.ledger_metadata(ledger_id)
+            except LedgerNotFoundError:
+                verdict.violate(_gone(ledger_id))
+            else:
+                found.append(ledger_id)
+    return found
+
+
+def _gone(ledger_id: int) -> str:
+    return f"ledger {ledger_id} is gone (no metadata), yet the workload's log still names it"
 
 
 async def check_flipped(
@@ -99,9 +119,9 @@ async def check_replication(
             try:
                 meta = await bk.ledger_metadata(ledger_id)
             except LedgerNotFoundError:
-                if gone_ok:
-                    continue
-                raise
+                if not gone_ok:
+                    verdict.violate(_gone(ledger_id))
+                continue
             shortfall, unknown, _asked = await list_ledger(bk, ledger_id, meta, live, lists)
             if shortfall:
                 verdict.violate(

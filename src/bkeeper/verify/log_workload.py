@@ -17,7 +17,10 @@ import asyncio
 import contextlib
 import functools
 import random
+from collections.abc import Callable, Coroutine
+from typing import Any
 
+from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.client.config import ClientConfig
 from bkeeper.common.errors import BKeeperError
 from bkeeper.namedlog import EARLIEST, LogConfig, LogWriter, NamedLogs, Position
@@ -49,9 +52,11 @@ class LogWorkload:
         seed: int,
         config: WorkloadConfig,
         name: str = LOG_NAME,
+        log_config: LogConfig = LOG_CONFIG,
     ) -> None:
         self.uri = uri
         self.name = name
+        self.log_config = log_config
         self.history = history
         self.seed = seed
         self.config = config
@@ -64,17 +69,51 @@ class LogWorkload:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        await self.create()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.run_writers(stop))
+            group.create_task(self.run_others(stop))
+
+    async def create(self) -> None:
+        """Create the log (left as it is if it exists: a harness restart)."""
         async with await start_client(self.uri, self._client) as setup:
-            logs = NamedLogs(setup, LOG_CONFIG)
+            logs = NamedLogs(setup, self.log_config)
             with contextlib.suppress(BKeeperError):  # exists already: a harness restart
                 await logs.create(self.name)
-        clients = [await start_client(self.uri, self._client) for _ in range(4)]
+
+    async def run_writers(self, stop: asyncio.Event) -> None:
+        """The two writers alone, each on a client of its own (the simulator runs them as a
+        node apart from the readers', so that a partition can cut one off and not the other)."""
+        await self._on_clients(
+            2,
+            lambda clients: [self._writer(self._logs(clients[w]), w, stop) for w in range(2)],
+        )
+
+    async def run_others(self, stop: asyncio.Event) -> None:
+        """The tailing reader and the subscription's consumer, each on a client of its own."""
+        await self._on_clients(
+            2,
+            lambda clients: [
+                self._tail(self._logs(clients[0]), stop),
+                self._consume(self._logs(clients[1]), stop),
+            ],
+        )
+
+    def _logs(self, client: BookKeeper) -> NamedLogs:
+        return NamedLogs(client, self.log_config)
+
+    async def _on_clients(
+        self,
+        count: int,
+        work: Callable[[list[BookKeeper]], list[Coroutine[Any, Any, None]]],
+    ) -> None:
+        clients: list[BookKeeper] = []
         try:
+            for _ in range(count):
+                clients.append(await start_client(self.uri, self._client))
             async with asyncio.TaskGroup() as group:
-                for w in range(2):
-                    group.create_task(self._writer(NamedLogs(clients[w], LOG_CONFIG), w, stop))
-                group.create_task(self._tail(NamedLogs(clients[2], LOG_CONFIG), stop))
-                group.create_task(self._consume(NamedLogs(clients[3], LOG_CONFIG), stop))
+                for coro in work(clients):
+                    group.create_task(coro)
         finally:
             for client in clients:
                 await client.close()
@@ -117,6 +156,8 @@ class LogWorkload:
 
             future.add_done_callback(functools.partial(self._appended, name, value))
             pending.append(future)
+            if self.config.append_pause_s:
+                await _pause(stop, self.config.append_pause_s)
         if pending:
             await asyncio.wait(pending, timeout=self.config.op_timeout_s)
         return seq
@@ -206,12 +247,12 @@ class LogWorkload:
 FinalLog = tuple[list[tuple[tuple[int, int], str]], tuple[int, int] | None, list[int]]
 
 
-async def read_log(uri: str, name: str = LOG_NAME) -> FinalLog:
+async def read_log(uri: str, name: str = LOG_NAME, log_config: LogConfig = LOG_CONFIG) -> FinalLog:
     """The whole log (position, digest) in order, the subscription's mark, and the log's
     ledgers. A writer opened and closed first seals the last ledger (a record acknowledged
     past the LAC readers know is then readable)."""
     async with await start_client(uri) as bk:
-        named = NamedLogs(bk, LOG_CONFIG).log(name)
+        named = NamedLogs(bk, log_config).log(name)
         sealer = await named.open_writer()
         await sealer.close()
         last = await named.last_position()
