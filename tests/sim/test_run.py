@@ -13,12 +13,15 @@ from bkeeper.sim.run import SimRunConfig, run_seed
 #: The CI block: seeds every CI run goes through (each a 30 simulated seconds run with every
 #: fault kind); a seed that once found a bug joins :data:`REGRESSION_SEEDS`.
 CI_SEEDS = range(1, 9)
+#: The CI block of the log workload (its runs cost about three times a ledger run's CPU).
+CI_LOG_SEEDS = range(1, 4)
 #: Seeds that found a bug, with what it was (each must pass now).
 REGRESSION_SEEDS: dict[int, str] = {}
 
 
-def test_a_seed_replays_with_the_same_trace_hash() -> None:
-    config = SimRunConfig(seed=11, duration_s=10.0)
+@pytest.mark.parametrize("workload", ["ledger", "log"])
+def test_a_seed_replays_with_the_same_trace_hash(workload: str) -> None:
+    config = SimRunConfig(seed=11, duration_s=10.0, workload=workload)
     first = run_seed(config)
     again = run_seed(config)
     assert first.ok, first.violations
@@ -35,6 +38,13 @@ def test_the_ci_block_of_seeds_finds_no_violation(seed: int) -> None:
     assert result.faults > 0 and result.acknowledged > 0
 
 
+@pytest.mark.parametrize("seed", CI_LOG_SEEDS)
+def test_the_ci_block_of_log_seeds_finds_no_violation(seed: int) -> None:
+    result = run_seed(SimRunConfig(seed=seed, workload="log"))
+    assert result.ok, "\n".join([*result.violations, *result.trace[-40:]])
+    assert result.faults > 0 and result.acknowledged > 0 and result.ledgers > 1
+
+
 def test_a_run_with_a_given_plan_applies_exactly_it() -> None:
     plan = (Fault(1.0, "crash", "bookie-0", 2.0), Fault(2.0, "partition", "writer|bookie-1", 1.0))
     result = run_seed(SimRunConfig(seed=5, duration_s=6.0, faults=plan))
@@ -42,14 +52,15 @@ def test_a_run_with_a_given_plan_applies_exactly_it() -> None:
     assert result.faults == 2 and result.plan == plan
 
 
-#: Each bug switch (bkeeper.common.bugs) with the first seed, from 1 up, whose run finds it
-#: (docs/verification.md): the simulator must keep finding each one there.
+#: Each bug switch (bkeeper.common.bugs) with the workload and the first seed, from 1 up, whose
+#: run finds it (docs/verification.md): the simulator must keep finding each one there.
 FOUND_AT = {
-    "recovery-no-fence": 1,
-    "fence-ignored-on-add": 1,
-    "ack-quorum-one": 2,
-    "lac-from-last-stored": 5,
-    "recovery-one-absent": 10,
+    "recovery-no-fence": ("ledger", 1),
+    "fence-ignored-on-add": ("ledger", 1),
+    "ack-quorum-one": ("ledger", 1),
+    "lac-from-last-stored": ("ledger", 7),
+    "recovery-one-absent": ("ledger", 4),
+    "roll-lost-answer-deleted": ("log", 1),
 }
 
 
@@ -57,9 +68,11 @@ def test_every_bug_switch_is_listed_with_the_seed_that_finds_it() -> None:
     assert set(FOUND_AT) == set(BUGS)
 
 
-@pytest.mark.parametrize(("bug", "seed"), sorted(FOUND_AT.items()))
-def test_a_bug_put_back_is_found_at_its_seed(bug: str, seed: int) -> None:
-    result = run_seed(SimRunConfig(seed=seed, bugs=(bug,)))
+@pytest.mark.parametrize(
+    ("bug", "workload", "seed"), [(bug, *found) for bug, found in sorted(FOUND_AT.items())]
+)
+def test_a_bug_put_back_is_found_at_its_seed(bug: str, workload: str, seed: int) -> None:
+    result = run_seed(SimRunConfig(seed=seed, workload=workload, bugs=(bug,)))
     assert not result.ok, f"{bug} went unnoticed at seed {seed}"
-    clean = run_seed(SimRunConfig(seed=seed))
+    clean = run_seed(SimRunConfig(seed=seed, workload=workload))
     assert clean.ok, clean.violations
