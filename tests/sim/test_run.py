@@ -59,8 +59,9 @@ FOUND_AT = {
     "fence-ignored-on-add": ("ledger", 1),
     "ack-quorum-one": ("ledger", 1),
     "lac-from-last-stored": ("ledger", 7),
-    "recovery-one-absent": ("ledger", 4),
-    "roll-lost-answer-deleted": ("log", 1),
+    "recovery-one-absent": ("ledger", 5),
+    "roll-lost-answer-deleted": ("log", 12),
+    "journal-tail-absent": ("ledger", 6),
 }
 
 

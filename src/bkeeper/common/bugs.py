@@ -28,6 +28,9 @@ BUGS: dict[str, str] = {
     "roll-lost-answer-deleted": "a log writer takes a roll whose compare-and-set answer was lost "
     "for a roll that did not go in, and deletes the new ledger: the log's list names a ledger "
     "that is gone",
+    "journal-tail-absent": "journal replay takes damage in the last group for a torn write and "
+    "cuts it: entries that group held, acknowledged, answer 'absent' instead of 'unknown', "
+    "and a recovery may end the ledger before them",
 }
 
 #: The switches on (empty: every bug off, as always outside a simulator run).

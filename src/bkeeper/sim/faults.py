@@ -9,7 +9,11 @@ Kinds (each with a duration, then healed):
 - ``zk-cut``: a node loses the metadata service (a cut past the session timeout expires its
   session);
 - ``zk-loss``: the metadata service loses requests and answers at random;
-- ``slow``: a node's links take 20 times longer.
+- ``slow``: a node's links take 20 times longer;
+- ``corrupt``: a ``crash``, and then one payload bit of each entry of one ledger in the last
+  group of the bookie's newest journal file flipped, durably (media damage to data that may
+  have been acknowledged): started again, the bookie must answer "unknown" for that ledger,
+  never "absent", until its integrity check has repaired it from the other replicas.
 
 The plan is a tuple of :class:`Fault`, so a failing run can be run again with fewer of them
 (:mod:`bkeeper.sim.shrink`) and everything else the same.
@@ -28,7 +32,7 @@ from bkeeper.sim.world import World
 
 __all__ = ["FAULT_KINDS", "Fault", "Nemesis", "plan_faults"]
 
-FAULT_KINDS = ("crash", "partition", "zk-cut", "zk-loss", "slow")
+FAULT_KINDS = ("crash", "partition", "zk-cut", "zk-loss", "slow", "corrupt")
 #: Faults begin no later than this long before a run's end (the rest of it heals).
 QUIET_END_S = 2.0
 #: A ``zk-loss`` fault's chance of losing each request, and each answer.
@@ -66,7 +70,7 @@ def plan_faults(
     while at < duration_s - QUIET_END_S:
         kind = rng.choice(list(kinds))
         one_way = False
-        if kind == "crash":
+        if kind in ("crash", "corrupt"):
             target, length = rng.choice(list(bookies)), rng.uniform(0.2, 6.0)
         elif kind == "partition":
             if rng.random() < 0.7 or len(bookies) < 2:
@@ -111,10 +115,13 @@ class Nemesis:
         world = self.world
         self.applied += 1
         world.trace.event("nemesis", fault.describe())
-        if fault.kind == "crash":
+        if fault.kind in ("crash", "corrupt"):
             key = ("crash", fault.target)
             self._held[key] += 1
-            world.crash_bookie(world.bookie(fault.target))
+            sim = world.bookie(fault.target)
+            world.crash_bookie(sim)
+            if fault.kind == "corrupt":
+                world.trace.event(fault.target, f"corrupt: {world.corrupt_journal(sim)}")
         elif fault.kind == "partition":
             a, b = fault.target.split("|")
             for src, dst in [(a, b)] if fault.one_way else [(a, b), (b, a)]:
@@ -144,7 +151,7 @@ class Nemesis:
     def _heal(self, fault: Fault) -> None:
         world = self.world
         world.trace.event("nemesis", f"heal {fault.describe()}")
-        if fault.kind == "crash":
+        if fault.kind in ("crash", "corrupt"):
             if self._release(("crash", fault.target)):
                 self._restart(fault.target)
         elif fault.kind == "partition":

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
+from bkeeper.autorecovery.scrubbing import maintain_storage
 from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.errors import BKeeperError
@@ -47,6 +48,8 @@ from bkeeper.sim.metastore import SimStoreFaults
 from bkeeper.sim.net import SimNetwork
 from bkeeper.sim.trace import Trace
 from bkeeper.storage import MemoryFileSystem
+from bkeeper.storage.journal_format import journal_file_id
+from bkeeper.testing.journal_faults import journal_patches, last_group_ledgers
 
 __all__ = ["BOOKIE_PORT", "SimBookie", "World"]
 
@@ -67,6 +70,8 @@ class SimBookie:
     threads: GreenThreads | None = None
     starts: int = 0
     autorecovery: asyncio.Task[None] | None = None
+    #: the integrity check of ledgers in limbo (``maintain_storage``), as ``bkeeper bookie``
+    maintenance: asyncio.Task[None] | None = None
 
     @property
     def bookie_id(self) -> str:
@@ -101,7 +106,9 @@ class World:
         self.meta = SimStoreFaults(loop, self.tree, meta_rng, trace)
         self.disk_rng = disk_rng
         self.bookies = [SimBookie(f"bookie-{i}") for i in range(bookies)]
-        self.bookie_options = dict(bookie_options or {})
+        #: No scrub passes (the simulator damages journals, not entry logs, so far): only the
+        #: integrity check of ledgers in limbo runs, as ``bkeeper bookie`` runs it.
+        self.bookie_options = {"scrub_interval_ms": 0, **(bookie_options or {})}
         self.autorecovery = autorecovery
         self.clock = SimClock()
         #: What went wrong that is the simulator's finding, not a workload's (a bookie that
@@ -165,6 +172,7 @@ class World:
                 task.cancel()
             return False
         sim.bookie, sim.threads = bookie, threads
+        sim.maintenance = self.spawn(sim.name, maintain_storage(bookie, self.uri, True, self.clock))
         if self.autorecovery is not None:
             sim.autorecovery = self.spawn(sim.name, self._run_autorecovery(sim, self.autorecovery))
         return True
@@ -189,7 +197,7 @@ class World:
             return
         self.trace.event(sim.name, "crash")
         sim.bookie = sim.threads = None
-        sim.autorecovery = None  # its task is the node's: cancelled below
+        sim.autorecovery = sim.maintenance = None  # their tasks are the node's: cancelled below
         if bookie.storage is not None:
             bookie.storage.abort()
         sim.fs = sim.fs.crash(torn=self.disk_rng)
@@ -199,6 +207,29 @@ class World:
             task.cancel()
         if threads is not None:
             self._note_thread_errors(sim.name, threads)
+
+    def corrupt_journal(self, sim: SimBookie) -> str:
+        """Flip one payload bit of each entry of one ledger (the one with the most) in the last
+        group of ``sim``'s newest journal file, durably: media damage to synced, perhaps
+        acknowledged, data. Done to a crashed bookie (module doc); what it damaged."""
+        journal_dir = f"/data/{sim.name}/current/journal"
+        fs = sim.fs
+        names = [n for n in fs.list_dir(journal_dir) if journal_file_id(n) is not None]
+        if not names:
+            return "no journal file"
+        path = f"{journal_dir}/{max(names, key=lambda n: journal_file_id(n) or 0)}"
+        data = fs.read_file(path)
+        try:
+            ledgers = last_group_ledgers(data)
+        except ValueError as exc:
+            return f"nothing damaged ({exc})"
+        if not ledgers:
+            return "no entry in the last journal group"
+        patches = journal_patches(data, ledgers[0], None)
+        for offset, value in patches.patches:
+            fs.corrupt(path, offset, value)
+        ids = ", ".join(map(str, patches.entry_ids[:5]))
+        return f"ledger {ledgers[0]} entries {ids} damaged in {path}"
 
     def _note_thread_errors(self, name: str, threads: GreenThreads) -> None:
         for error in threads.errors:
@@ -212,11 +243,12 @@ class World:
             if bookie is None:
                 continue
             sim.bookie = None
-            if sim.autorecovery is not None:
-                sim.autorecovery.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sim.autorecovery
-                sim.autorecovery = None
+            for task in (sim.autorecovery, sim.maintenance):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            sim.autorecovery = sim.maintenance = None
             try:
                 await self.as_node(sim.name, bookie.aclose())
             except Exception as exc:

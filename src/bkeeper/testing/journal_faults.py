@@ -23,7 +23,13 @@ from bkeeper.storage.journal_format import (
     journal_file_id,
 )
 
-__all__ = ["JournalPatches", "apply_patches", "journal_patches", "newest_journal_file"]
+__all__ = [
+    "JournalPatches",
+    "apply_patches",
+    "journal_patches",
+    "last_group_ledgers",
+    "newest_journal_file",
+]
 
 #: Where in an entry record the bit is flipped: past the 32-byte entry header and a digest.
 _PAYLOAD_OFFSET = 60
@@ -71,6 +77,17 @@ def journal_patches(data: bytes, ledger_id: int, count: int | None = None) -> Jo
         for offset in (r.offset + RECORD_HEADER_BYTES + _PAYLOAD_OFFSET for r in chosen)
     )
     return JournalPatches(patches, tuple(r.entry_id for r in chosen), group)
+
+
+def last_group_ledgers(data: bytes) -> list[int]:
+    """The ledgers with entries in the last group of the journal file ``data``, the one
+    with the most entries first (ValueError: no group, or the last one damaged already)."""
+    _, records = _last_group(data)
+    counts: dict[int, int] = {}
+    for r in records:
+        if r.kind is RecordKind.ADD_ENTRY and len(r.data) > _PAYLOAD_OFFSET:
+            counts[r.ledger_id] = counts.get(r.ledger_id, 0) + 1
+    return sorted(counts, key=lambda ledger_id: (-counts[ledger_id], ledger_id))
 
 
 def apply_patches(path: str | Path, patches: JournalPatches) -> None:
