@@ -62,7 +62,7 @@ def test_a_bug_put_back_is_found_shrunk_and_told_with_its_replay() -> None:
     ("args", "message"),
     [
         (("--nemesis", "kill"), "unknown fault kill"),
-        (("--workload", "kv"), "kv is not simulated yet"),
+        (("--nemesis", "member-crash"), "--nemesis member-crash: only with --workload kv"),
         (("--bug", "nope"), "--bug: unknown nope"),
         (("--duration", "0"), "--duration: must be above 0"),
         (("--metadata", "zk://127.0.0.1:2181/ledgers"), "leave out --metadata"),

@@ -15,11 +15,13 @@ from bkeeper.sim.run import SimRunConfig, run_seed
 CI_SEEDS = range(1, 9)
 #: The CI block of the log workload (its runs cost about three times a ledger run's CPU).
 CI_LOG_SEEDS = range(1, 4)
+#: The CI block of the kv workload (about five times a ledger run's CPU).
+CI_KV_SEEDS = range(1, 3)
 #: Seeds that found a bug, with what it was (each must pass now).
 REGRESSION_SEEDS: dict[int, str] = {}
 
 
-@pytest.mark.parametrize("workload", ["ledger", "log"])
+@pytest.mark.parametrize("workload", ["ledger", "log", "kv"])
 def test_a_seed_replays_with_the_same_trace_hash(workload: str) -> None:
     config = SimRunConfig(seed=11, duration_s=10.0, workload=workload)
     first = run_seed(config)
@@ -34,6 +36,13 @@ def test_a_seed_replays_with_the_same_trace_hash(workload: str) -> None:
 @pytest.mark.parametrize("seed", [*CI_SEEDS, *REGRESSION_SEEDS])
 def test_the_ci_block_of_seeds_finds_no_violation(seed: int) -> None:
     result = run_seed(SimRunConfig(seed=seed))
+    assert result.ok, "\n".join([*result.violations, *result.trace[-40:]])
+    assert result.faults > 0 and result.acknowledged > 0
+
+
+@pytest.mark.parametrize("seed", CI_KV_SEEDS)
+def test_the_ci_block_of_kv_seeds_finds_no_violation(seed: int) -> None:
+    result = run_seed(SimRunConfig(seed=seed, workload="kv"))
     assert result.ok, "\n".join([*result.violations, *result.trace[-40:]])
     assert result.faults > 0 and result.acknowledged > 0
 
@@ -62,6 +71,7 @@ FOUND_AT = {
     "recovery-one-absent": ("ledger", 5),
     "roll-lost-answer-deleted": ("log", 12),
     "journal-tail-absent": ("ledger", 6),
+    "kv-read-no-barrier": ("kv", 1),
 }
 
 

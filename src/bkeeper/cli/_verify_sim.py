@@ -100,12 +100,8 @@ def verify_sim(
     from bkeeper.sim.run import WORKLOADS, SimRunConfig
 
     workloads = WORKLOADS if workload == "all" else (workload,)
-    missing = [w for w in workloads if w not in WORKLOADS]
-    if missing:
-        raise CommandError(
-            f"--sim runs the {', '.join(WORKLOADS)} workload so far; "
-            f"{', '.join(missing)} is not simulated yet (run it without --sim)"
-        )
+    if "kv" not in workloads and "member-crash" in kinds and len(kinds) == 1:
+        raise CommandError("--nemesis member-crash: only with --workload kv (or all)")
     if duration_s <= 0:
         raise CommandError(f"--duration: must be above 0, got {duration_s}")
     unknown = [b for b in bug_names if b not in BUGS]

@@ -129,35 +129,20 @@ def serve(
 async def _serve(uri: str, config: KvServerConfig, session_ms: int, roll_bytes: int) -> None:
     import asyncio
 
-    from bkeeper.client import BookKeeper, ClientConfig
-    from bkeeper.kv.server import KvServer
-    from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
-    from bkeeper.meta.store import StoreConfig
-    from bkeeper.namedlog import LogConfig, NamedLogs
+    from bkeeper.kv.server import serve_member
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    store = StoreConfig(session_timeout_ms=session_ms)
-    cluster = await ClusterMetadata.open(uri, MetadataConfig(store=store), require_cluster=True)
-    try:
-        async with BookKeeper(
-            config=ClientConfig(explicit_lac_interval_ms=50), cluster=cluster
-        ) as bk:
-            logs = NamedLogs(bk, LogConfig(tail_poll_ms=200, roll_bytes=roll_bytes))
-            server = KvServer(logs, cluster.store, config)
-            url = await server.start()
-            try:
-                click.echo(f"kv: member {config.member_id} of store {config.name!r} at {url}")
-                if config.auth_token:
-                    click.echo("kv: requests need the token of --auth-token-file as a bearer")
-                await server.run(stop)
-            finally:
-                await server.aclose()
-    finally:
-        await cluster.aclose()
+
+    def started(url: str) -> None:
+        click.echo(f"kv: member {config.member_id} of store {config.name!r} at {url}")
+        if config.auth_token:
+            click.echo("kv: requests need the token of --auth-token-file as a bearer")
+
+    await serve_member(uri, config, session_ms, roll_bytes, stop, started)
 
 
 # -- the client commands ---------------------------------------------------------------

@@ -31,6 +31,8 @@ BUGS: dict[str, str] = {
     "journal-tail-absent": "journal replay takes damage in the last group for a torn write and "
     "cuts it: entries that group held, acknowledged, answer 'absent' instead of 'unknown', "
     "and a recovery may end the ledger before them",
+    "kv-read-no-barrier": "a kv member answers a linearizable read from its own state without "
+    "a read barrier or lease: a follower (or a deposed leader) answers from a stale state",
 }
 
 #: The switches on (empty: every bug off, as always outside a simulator run).

@@ -130,7 +130,10 @@ class KvClient:
         coalesce_writes: bool = True,
         auth_token: str | None = None,
         clock: Clock | None = None,
+        connector: Callable[[], aiohttp.BaseConnector] | None = None,
     ) -> None:
+        """``connector``: makes the HTTP connector (default: a TCP one, at most
+        ``CONNECTIONS_MAX`` connections; the simulator's goes through its network)."""
         if not urls and discover is None:
             raise ConfigError("urls: give member URLs or a discover function")
         if timeout_s <= 0 or attempt_timeout_s <= 0 or pause_s <= 0:
@@ -141,6 +144,7 @@ class KvClient:
         self._attempt_timeout_s = attempt_timeout_s
         self._pause_s = pause_s
         self._clock: Clock = clock or default_clock()
+        self._connector = connector
         self.client_id = client_id or uuid.uuid4().hex
         self._sequence = itertools.count(1)
         self._leader: str | None = None
@@ -269,9 +273,12 @@ class KvClient:
     # -- leader finding and retries -----------------------------------------------------
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=CONNECTIONS_MAX)
+            connector = (
+                self._connector()
+                if self._connector
+                else aiohttp.TCPConnector(limit=CONNECTIONS_MAX)
             )
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     def _candidates(self) -> list[str]:

@@ -51,12 +51,15 @@ import asyncio
 import hmac
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from bkeeper.common import bugs
 from bkeeper.common.clock import Clock, default_clock
 from bkeeper.common.errors import BKeeperError, ConfigError, NotLeaderError
 from bkeeper.kv.detector import CrashDetector
@@ -65,7 +68,7 @@ from bkeeper.meta.store import NodeStore
 from bkeeper.namedlog import NamedLogs
 from bkeeper.statemachine import ReplicatedStateMachine, RsmConfig
 
-__all__ = ["KvServer", "KvServerConfig", "log_name"]
+__all__ = ["KvServer", "KvServerConfig", "log_name", "serve_member"]
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +186,7 @@ class KvServer:
                 web.get("/v1/status", self._status),
             ]
         )
+        app.on_response_prepare.append(self._date)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(
@@ -245,6 +249,10 @@ class KvServer:
             self._runner = None
 
     # -- helpers --------------------------------------------------------------------
+    async def _date(self, request: web.Request, response: web.StreamResponse) -> None:
+        """The ``Date`` header from the member's clock (the simulator's is virtual)."""
+        response.headers[hdrs.DATE] = formatdate(self._clock.wall_ms() / 1000.0, usegmt=True)
+
     def _machine(self) -> ReplicatedStateMachine:
         if self.rsm is None:
             raise NotLeaderError("the member is starting")
@@ -298,6 +306,8 @@ class KvServer:
     async def _read_ready(self, request: web.Request) -> web.Response | None:
         """None when this member may answer the read now (after a barrier unless stale)."""
         if request.query.get("stale") in ("1", "true"):
+            return None
+        if bugs.ACTIVE and bugs.active("kv-read-no-barrier"):
             return None
         try:
             rsm = self._machine()
@@ -398,3 +408,38 @@ class KvServer:
                 "leaders_deposed": 0 if self.detector is None else self.detector.deposed,
             }
         )
+
+
+async def serve_member(
+    uri: str,
+    config: KvServerConfig,
+    session_ms: int,
+    roll_bytes: int,
+    stop: asyncio.Event,
+    started: Callable[[str], None] = lambda url: None,
+    clock: Clock | None = None,
+) -> None:
+    """One member of the store on the cluster at ``uri`` until ``stop`` is set (what ``bkeeper
+    kv serve`` runs; the simulator's kv nodes too): its metadata session of ``session_ms``,
+    its log's ledgers rolled at ``roll_bytes``; ``started(url)`` once it serves."""
+    from bkeeper.client import BookKeeper, ClientConfig
+    from bkeeper.meta.cluster import ClusterMetadata, MetadataConfig
+    from bkeeper.meta.store import StoreConfig
+    from bkeeper.namedlog import LogConfig
+
+    store = StoreConfig(session_timeout_ms=session_ms)
+    cluster = await ClusterMetadata.open(uri, MetadataConfig(store=store), require_cluster=True)
+    try:
+        async with BookKeeper(
+            config=ClientConfig(explicit_lac_interval_ms=50), cluster=cluster, clock=clock
+        ) as bk:
+            logs = NamedLogs(bk, LogConfig(tail_poll_ms=200, roll_bytes=roll_bytes))
+            server = KvServer(logs, cluster.store, config, clock=clock)
+            url = await server.start()
+            try:
+                started(url)
+                await server.run(stop)
+            finally:
+                await server.aclose()
+    finally:
+        await cluster.aclose()

@@ -13,7 +13,10 @@ Kinds (each with a duration, then healed):
 - ``corrupt``: a ``crash``, and then one payload bit of each entry of one ledger in the last
   group of the bookie's newest journal file flipped, durably (media damage to data that may
   have been acknowledged): started again, the bookie must answer "unknown" for that ledger,
-  never "absent", until its integrity check has repaired it from the other replicas.
+  never "absent", until its integrity check has repaired it from the other replicas;
+- ``member-crash`` (kv workload): a kv store member's process dies, and starts again when the
+  fault ends (:mod:`bkeeper.sim.kv`). With members, partitions, ``zk-cut`` and ``slow`` reach
+  them too.
 
 The plan is a tuple of :class:`Fault`, so a failing run can be run again with fewer of them
 (:mod:`bkeeper.sim.shrink`) and everything else the same.
@@ -27,12 +30,16 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bkeeper.sim.world import World
 
+if TYPE_CHECKING:
+    from bkeeper.sim.kv import SimKv
+
 __all__ = ["FAULT_KINDS", "Fault", "Nemesis", "plan_faults"]
 
-FAULT_KINDS = ("crash", "partition", "zk-cut", "zk-loss", "slow", "corrupt")
+FAULT_KINDS = ("crash", "partition", "zk-cut", "zk-loss", "slow", "corrupt", "member-crash")
 #: Faults begin no later than this long before a run's end (the rest of it heals).
 QUIET_END_S = 2.0
 #: A ``zk-loss`` fault's chance of losing each request, and each answer.
@@ -61,30 +68,39 @@ def plan_faults(
     bookies: Sequence[str],
     clients: Sequence[str],
     kinds: Sequence[str] = FAULT_KINDS,
+    members: Sequence[str] = (),
 ) -> tuple[Fault, ...]:
-    """Faults at random times until :data:`QUIET_END_S` before the end (module doc)."""
+    """Faults at random times until :data:`QUIET_END_S` before the end (module doc).
+    ``members``: the kv store's member nodes (none: no ``member-crash``)."""
     faults: list[Fault] = []
+    kinds = [k for k in kinds if k != "member-crash" or members]
     if not kinds:
         return ()
+    # With members, they are clients of the bookies and servers of the clients.
+    callers, servers = [*clients, *members], [*bookies, *members]
     at = rng.uniform(0.5, 2.0)
     while at < duration_s - QUIET_END_S:
         kind = rng.choice(list(kinds))
         one_way = False
         if kind in ("crash", "corrupt"):
             target, length = rng.choice(list(bookies)), rng.uniform(0.2, 6.0)
+        elif kind == "member-crash":
+            target, length = rng.choice(list(members)), rng.uniform(0.5, 8.0)
         elif kind == "partition":
             if rng.random() < 0.7 or len(bookies) < 2:
-                pair = [rng.choice(list(clients)), rng.choice(list(bookies))]
+                pair = [rng.choice(callers), rng.choice(servers)]
+                while members and pair[0] == pair[1]:
+                    pair[1] = rng.choice(servers)
                 rng.shuffle(pair)
             else:
                 pair = rng.sample(list(bookies), 2)
             target, length, one_way = "|".join(pair), rng.uniform(0.2, 8.0), rng.random() < 0.3
         elif kind == "zk-cut":
-            target, length = rng.choice([*bookies, *clients]), rng.uniform(0.5, 10.0)
+            target, length = rng.choice([*bookies, *callers]), rng.uniform(0.5, 10.0)
         elif kind == "zk-loss":
             target, length = "zk", rng.uniform(0.5, 5.0)
         else:
-            target, length = rng.choice([*bookies, *clients]), rng.uniform(0.5, 5.0)
+            target, length = rng.choice([*bookies, *callers]), rng.uniform(0.5, 5.0)
         faults.append(Fault(round(at, 4), kind, target, round(length, 4), one_way))
         at += rng.uniform(0.3, 3.0)
     return tuple(faults)
@@ -94,8 +110,9 @@ class Nemesis:
     """Applies a plan to a :class:`World` and heals each fault when it ends; overlapping
     faults of one target heal when the last one ends."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, kv: SimKv | None = None) -> None:
         self.world = world
+        self.kv = kv
         self._held: Counter[tuple[str, str]] = Counter()
         self._restarts: list[asyncio.Task[None]] = []
         self._heals: list[asyncio.TimerHandle] = []
@@ -122,6 +139,11 @@ class Nemesis:
             world.crash_bookie(sim)
             if fault.kind == "corrupt":
                 world.trace.event(fault.target, f"corrupt: {world.corrupt_journal(sim)}")
+        elif fault.kind == "member-crash":
+            if self.kv is None:
+                raise ValueError("member-crash: no kv store in this run")
+            self._held[("member", fault.target)] += 1
+            self.kv.crash_member(fault.target)
         elif fault.kind == "partition":
             a, b = fault.target.split("|")
             for src, dst in [(a, b)] if fault.one_way else [(a, b), (b, a)]:
@@ -154,6 +176,9 @@ class Nemesis:
         if fault.kind in ("crash", "corrupt"):
             if self._release(("crash", fault.target)):
                 self._restart(fault.target)
+        elif fault.kind == "member-crash":
+            if self._release(("member", fault.target)) and self.kv is not None:
+                self.kv.start_member(fault.target)
         elif fault.kind == "partition":
             a, b = fault.target.split("|")
             for src, dst in [(a, b)] if fault.one_way else [(a, b), (b, a)]:
@@ -192,3 +217,6 @@ class Nemesis:
         for sim in world.bookies:
             if not sim.up:
                 await world.start_bookie(sim)
+        if self.kv is not None:
+            for node in self.kv.nodes:
+                self.kv.start_member(node)

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import socket
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from bkeeper.sim.net import SimNetwork
 
-__all__ = ["NODE", "SimClock", "SimIOError", "SimLoop", "SimStuckError"]
+__all__ = ["NODE", "SimClock", "SimIOError", "SimLoop", "SimSocket", "SimStuckError"]
 
 #: The simulated node the running code belongs to ("" for the simulator itself).
 NODE: contextvars.ContextVar[str] = contextvars.ContextVar("bkeeper_sim_node", default="")
@@ -132,6 +133,9 @@ class SimLoop(asyncio.BaseEventLoop):
         port: int | None = None,
         **kwargs: Any,
     ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        sock = kwargs.get("sock")
+        if isinstance(sock, SimSocket) and sock.address is not None:
+            host, port = sock.address
         if self.net is None or host is None or port is None:
             raise SimIOError(f"create_connection({host!r}, {port!r}): no simulated network")
         if kwargs.get("ssl") is not None:
@@ -154,8 +158,10 @@ class SimLoop(asyncio.BaseEventLoop):
     async def getaddrinfo(self, *args: Any, **kwargs: Any) -> Any:
         raise SimIOError("getaddrinfo: the simulator has no DNS")
 
-    async def sock_connect(self, *args: Any, **kwargs: Any) -> Any:
-        raise SimIOError("sock_connect: the simulator has no sockets")
+    async def sock_connect(self, sock: Any, address: Any) -> None:
+        if not isinstance(sock, SimSocket):
+            raise SimIOError("sock_connect: the simulator has no sockets")
+        sock.address = (str(address[0]), int(address[1]))  # connected by create_connection
 
     async def create_datagram_endpoint(self, *args: Any, **kwargs: Any) -> Any:
         raise SimIOError("create_datagram_endpoint: the simulator has no sockets")
@@ -193,6 +199,29 @@ class SimLoop(asyncio.BaseEventLoop):
         if isinstance(exception, asyncio.CancelledError):
             return
         self.default_exception_handler(context)
+
+
+class SimSocket:
+    """Stands for a client socket where a library makes its own before connecting
+    (aiohttp's connector, through ``aiohappyeyeballs``): :meth:`SimLoop.sock_connect` notes
+    the address, and ``create_connection(sock=...)`` connects to it on the simulated
+    network."""
+
+    family = socket.AF_INET
+    type = socket.SOCK_STREAM
+    proto = 0
+
+    def __init__(self) -> None:
+        self.address: tuple[str, int] | None = None
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        pass
 
 
 class SimClock:

@@ -33,10 +33,12 @@ from bkeeper.common.tasks import within
 from bkeeper.meta.memory import drop_memory_tree
 from bkeeper.namedlog import LogConfig
 from bkeeper.sim.faults import FAULT_KINDS, Fault, Nemesis, plan_faults
+from bkeeper.sim.kv import KV_CLIENT, SimKv
 from bkeeper.sim.loop import START_S, SimClock, SimLoop, SimStuckError
 from bkeeper.sim.trace import Trace
 from bkeeper.sim.world import World
 from bkeeper.verify.check import Verdict, check_ledgers
+from bkeeper.verify.check_kv import check_kv
 from bkeeper.verify.check_log import check_log
 from bkeeper.verify.end_checks import check_listed, check_replication
 from bkeeper.verify.history import History
@@ -53,7 +55,7 @@ RUN_SIM_S_MAX = 600.0
 #: How long the workload gets to stop after its duration (each of its operations is bounded
 #: by its op timeout).
 WORKLOAD_STOP_S = 60.0
-WORKLOADS = ("ledger", "log")
+WORKLOADS = ("ledger", "log", "kv")
 #: The log workload's log: ledgers of a few records (a writer holds the log for seconds, one
 #: append each ``append_every_s``), so that a run of 30 s rolls several times.
 SIM_LOG_CONFIG = LogConfig(roll_bytes=150, tail_poll_ms=200)
@@ -159,13 +161,21 @@ class _Run:
             config.bookies,
             autorecovery=AutoRecoveryConfig() if config.autorecovery else None,
         )
+        self.kv = SimKv(self.world, config.seed) if config.workload == "kv" else None
         names = [b.name for b in self.world.bookies]
         self.plan = (
             config.faults
             if config.faults is not None
-            else plan_faults(fault_rng, config.duration_s, names, CLIENTS, config.fault_kinds)
+            else plan_faults(
+                fault_rng,
+                config.duration_s,
+                names,
+                (KV_CLIENT,) if self.kv is not None else CLIENTS,
+                config.fault_kinds,
+                members=self.kv.nodes if self.kv is not None else (),
+            )
         )
-        self.nemesis = Nemesis(self.world)
+        self.nemesis = Nemesis(self.world, self.kv)
         self.violations: list[str] = []
         self.acknowledged = self.ledgers = 0
 
@@ -183,14 +193,20 @@ class _Run:
         try:
             await world.start()
             clock = SimClock()
-            history = History(clock=clock)
-            workload = self._workload(history, clock)
+            history, kv = History(clock=clock), self.kv
             stop = asyncio.Event()
-            if isinstance(workload, LogWorkload):
-                await world.as_node("writer", workload.create())
-            writers = world.spawn("writer", workload.run_writers(stop))
-            others = world.spawn("reader", workload.run_others(stop))
-            work = asyncio.gather(writers, others)
+            workload = None
+            if kv is not None:
+                for node in kv.nodes:
+                    kv.start_member(node)
+                work = world.spawn(KV_CLIENT, kv.clients(history).run(stop))
+            else:
+                workload = self._workload(history, clock)
+                if isinstance(workload, LogWorkload):
+                    await world.as_node("writer", workload.create())
+                writers = world.spawn("writer", workload.run_writers(stop))
+                others = world.spawn("reader", workload.run_others(stop))
+                work = asyncio.gather(writers, others)
             faults = world.spawn("nemesis", self.nemesis.run(self.plan))
             await asyncio.sleep(config.duration_s)
             stop.set()
@@ -202,9 +218,12 @@ class _Run:
             except Exception as exc:
                 self.violations.append(f"the workload failed: {exc!r}")
             await self.nemesis.heal_all()
-            if isinstance(workload, LogWorkload):
+            if kv is not None:
+                verdict, readable = await self._check_kv(kv, history)
+            elif isinstance(workload, LogWorkload):
                 verdict, readable = await self._check_log(workload, history)
             else:
+                assert workload is not None
                 final = await world.as_node(
                     "checker", read_final(world.uri, list(workload.created), clock=clock)
                 )
@@ -217,10 +236,14 @@ class _Run:
             if config.autorecovery:
                 replicas = Verdict()
                 await world.as_node(
-                    "checker", check_replication(world.uri, readable, SETTLE_S, replicas)
+                    "checker",
+                    # the kv store truncates its log: a ledger of it may go meanwhile
+                    check_replication(world.uri, readable, SETTLE_S, replicas, kv is not None),
                 )
                 self.violations.extend(replicas.violations)
         finally:
+            if self.kv is not None:
+                await self.kv.stop_all()
             await world.stop()
 
     def _workload(self, history: History, clock: SimClock) -> LedgerWorkload | LogWorkload:
@@ -241,6 +264,19 @@ class _Run:
                 self.world.uri, history, config.seed, workload_config, log_config=SIM_LOG_CONFIG
             )
         return LedgerWorkload(self.world.uri, history, config.seed, workload_config, clock=clock)
+
+    async def _check_kv(self, kv: SimKv, history: History) -> tuple[Verdict, list[int]]:
+        """The store read and converged at the end, the history checked linearizable; the
+        log's ledgers."""
+        verdict = Verdict()
+        readable = await self.world.as_node("checker", kv.finish(history, verdict))
+        checked = check_kv(history)
+        for line in checked.violations:
+            verdict.violate(line)
+        verdict.count += checked.count - len(checked.violations)
+        verdict.acknowledged, verdict.reads = checked.acknowledged, checked.reads
+        verdict.ledgers = len(readable)
+        return verdict, readable
 
     async def _check_log(
         self, workload: LogWorkload, history: History

@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ __all__ = [
     "LISTED_BUT_GONE",
     "MEMBERS",
     "STALLED",
+    "KvClients",
     "KvMember",
     "KvNemesis",
     "KvWorkload",
@@ -235,32 +237,26 @@ async def leading_member(members: list[KvMember]) -> KvMember | None:
     return None
 
 
-class KvWorkload:
-    """The workload of one run (module doc): :meth:`start_members` (blocking), :meth:`run`
-    until ``stop`` is set, :meth:`finish`, :meth:`stop_members`. With ``network`` (which has
-    namespaces for :data:`MEMBERS` members), each member runs in its own namespace."""
+class KvClients:
+    """The calling side of the kv workload (module doc): the client tasks on ``urls`` until
+    ``stop`` is set, each call recorded into ``history``. ``connector``: the clients' HTTP
+    connector (the simulator's goes through its network). Client ids come from ``seed``."""
 
     def __init__(
-        self, uri: str, history: History, seed: int, out_dir: Path, network: Network | None = None
+        self,
+        urls: list[str],
+        history: History,
+        seed: int,
+        connector: Callable[[], aiohttp.BaseConnector] | None = None,
+        pause_s: float = 0.0,
     ) -> None:
-        self.uri = uri
+        """``pause_s``: each task's pause after each call (none: calls back to back)."""
+        self.urls = urls
+        self.pause_s = pause_s
         self.history = history
         self.seed = seed
-        self.network = network
-        lease_ms = 0 if seed % 2 else READ_LEASE_MS
-        self.members = [
-            KvMember(uri, out_dir / f"member-{i}.log", i, lease_ms, network) for i in range(MEMBERS)
-        ]
-        self.created: list[int] = []  # the log's ledgers (the corrupt nemesis picks from them)
-        self.urls = [m.url for m in self.members]
-
-    def start_members(self) -> None:
-        for member in self.members:
-            member.start()
-
-    def stop_members(self) -> None:
-        for member in self.members:
-            member.stop()
+        self.connector = connector
+        self._ids = random.Random(seed * 1_000 + 999)
 
     async def run(self, stop: asyncio.Event) -> None:
         groups = [self._client(coalesce=True) for _ in range(COALESCED_GROUPS)]
@@ -278,7 +274,6 @@ class KvWorkload:
                 for _ in range(ROAMING):
                     tasks.create_task(self._roam(n, stop))
                     n += 1
-                tasks.create_task(self._refresh_ledgers(stop))
         finally:
             for client in [*groups, plain]:
                 await client.aclose()
@@ -291,6 +286,8 @@ class KvWorkload:
             attempt_timeout_s=attempt_s,
             pause_s=0.05,
             coalesce_writes=coalesce,
+            client_id=f"verify-{self._ids.getrandbits(64):016x}",
+            connector=self.connector,
         )
 
     async def _roam(self, n: int, stop: asyncio.Event) -> None:
@@ -305,12 +302,16 @@ class KvWorkload:
                     timeout_s=ROAM_TIMEOUT_S,
                     attempt_timeout_s=ROAM_TIMEOUT_S,
                     pause_s=0.05,
+                    client_id=f"{name}-{rng.getrandbits(64):016x}",
+                    connector=self.connector,
                 ) as one:
                     item = await one.get(key)
             except StateMachineError as exc:
                 self.history.add(name, "info", "get", error=_why(exc))
                 continue
             self.history.add(name, "ok", "get", value=json.dumps([item.value, item.version]))
+            if self.pause_s:
+                await _pause(stop, self.pause_s)
 
     async def _calls(self, kv: KvClient, n: int, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed * 1_000 + n)
@@ -347,6 +348,42 @@ class KvWorkload:
                 self.history.add(name, "info", kind, error=_why(exc))
                 continue
             self.history.add(name, "ok", kind, value=json.dumps(out))
+            if self.pause_s:
+                await _pause(stop, self.pause_s)
+
+
+class KvWorkload:
+    """The workload of one run (module doc): :meth:`start_members` (blocking), :meth:`run`
+    until ``stop`` is set, :meth:`finish`, :meth:`stop_members`. With ``network`` (which has
+    namespaces for :data:`MEMBERS` members), each member runs in its own namespace."""
+
+    def __init__(
+        self, uri: str, history: History, seed: int, out_dir: Path, network: Network | None = None
+    ) -> None:
+        self.uri = uri
+        self.history = history
+        self.seed = seed
+        self.network = network
+        lease_ms = 0 if seed % 2 else READ_LEASE_MS
+        self.members = [
+            KvMember(uri, out_dir / f"member-{i}.log", i, lease_ms, network) for i in range(MEMBERS)
+        ]
+        self.created: list[int] = []  # the log's ledgers (the corrupt nemesis picks from them)
+        self.urls = [m.url for m in self.members]
+        self.clients = KvClients(self.urls, history, seed)
+
+    def start_members(self) -> None:
+        for member in self.members:
+            member.start()
+
+    def stop_members(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.clients.run(stop))
+            tasks.create_task(self._refresh_ledgers(stop))
 
     async def _refresh_ledgers(self, stop: asyncio.Event) -> None:
         async with await start_client(self.uri) as bk:
