@@ -137,8 +137,7 @@ class ReplicationWorker:
         self._looking = asyncio.Event()
         self._looking.set()
         self._idle_timer: asyncio.TimerHandle | None = None
-        #: loop time from which the disable flag is read again (at the next look)
-        self._enabled_read_at = float("-inf")
+        self._enabled_stale = True  # the disable flag is read again at the next look
         #: the registered bookies as followed by a watch (None: not known, each repair reads)
         self._bookies: BookieSet | None = None
 
@@ -225,9 +224,10 @@ class ReplicationWorker:
             async with self._turn:
                 await self._looking.wait()
                 try:
-                    if loop.time() >= self._enabled_read_at:  # once per interval, not per take
+                    if self._enabled_stale:  # once per interval, not per take
                         await self._set_enabled(await self._urm.is_enabled())
-                        self._enabled_read_at = loop.time() + idle_s
+                        self._enabled_stale = False
+                        loop.call_later(idle_s, self._stale_enabled)
                     if self._counters.enabled and not self._candidates:
                         await self._scan()
                 except BKeeperError as exc:
@@ -259,6 +259,9 @@ class ReplicationWorker:
             self._idle_timer.cancel()
             self._idle_timer = None
         self._looking.set()
+
+    def _stale_enabled(self) -> None:
+        self._enabled_stale = True
 
     async def _lock_candidate(self) -> UnderreplicatedLedger | None:
         """The first candidate whose lock this worker gets (None: none left)."""

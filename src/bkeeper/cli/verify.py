@@ -118,7 +118,8 @@ RUNS_MAX = 1_000_000
     help="Run seeds of the deterministic simulator instead: the whole cluster (bookies, "
     "metadata service, network, disks, clients) in one process on virtual time; the same "
     "seed is the same run (its trace hash printed), a failing seed's faults are shrunk and "
-    "its trace printed. Faults: crash, partition, zk-cut, zk-loss, slow.",
+    "its trace printed. Faults: crash, corrupt, partition, zk-cut, zk-loss, slow, and "
+    "member-crash (kv). --workload all: every seed with each workload.",
 )
 @click.option(
     "--seeds",

@@ -57,7 +57,9 @@ class _Recovery:
         self.machine = RecoveryMachine(ledger_id, meta, batch)
         in_flight_max = max(meta.ensemble_size, batch * meta.write_quorum)
         self.tasks = TaskOwner(f"ledger {ledger_id} recovery", tasks_max=TASKS_MAX + in_flight_max)
-        self.requests: dict[Question, list[asyncio.Task[None]]] = {}
+        self.requests: dict[Question, list[asyncio.Future[Any]]] = {}
+        #: every request sent on a live connection and not answered yet (abandoned at the end)
+        self.unanswered: set[asyncio.Future[Any]] = set()
         self.outcome: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> tuple[int, int]:
@@ -68,6 +70,7 @@ class _Recovery:
         finally:
             for requests in self.requests.values():
                 abandon(requests)
+            abandon(self.unanswered)
             await self.tasks.aclose()
 
     def perform(self, step: Step) -> None:
@@ -103,6 +106,7 @@ class _Recovery:
             future.set_exception(exc)  # answered by the callback, like any other (not inline)
         timer = loop.call_later(self.timeout_s, self._time_out, future)
         future.add_done_callback(functools.partial(self._answered, question, position, timer))
+        self.unanswered.add(future)
         return future
 
     def _time_out(self, future: asyncio.Future[Any]) -> None:
@@ -117,6 +121,7 @@ class _Recovery:
         future: asyncio.Future[Any],
     ) -> None:
         timer.cancel()
+        self.unanswered.discard(future)
         if future.cancelled():
             return  # abandoned: its question was settled
         reply = future.exception() or future.result()

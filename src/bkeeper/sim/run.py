@@ -24,6 +24,7 @@ import random
 import re
 import resource
 from dataclasses import dataclass, field
+from typing import Any
 
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.common import bugs
@@ -196,6 +197,7 @@ class _Run:
             history, kv = History(clock=clock), self.kv
             stop = asyncio.Event()
             workload = None
+            work: asyncio.Future[Any]
             if kv is not None:
                 for node in kv.nodes:
                     kv.start_member(node)
