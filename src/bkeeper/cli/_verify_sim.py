@@ -182,6 +182,7 @@ def verify_sim(
             f"--seeds 1 --workload {result.workload} --duration {duration_s:g}"
             + "".join(f" --bug {b}" for b in bug_names),
             markup=False,
+            soft_wrap=True,  # one line, to copy whole
         )
     raise CommandError(f"{len(tally.failed)} of {tally.done} seed(s) found a violation")
 
