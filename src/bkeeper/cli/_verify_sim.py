@@ -202,7 +202,7 @@ def _summary(tally: _Tally, kinds: tuple[str, ...]) -> Table:
         ("seeds", f"{tally.done}"),
         ("failed", f"{len(tally.failed)}"),
         ("faults injected", f"{tally.faults} ({', '.join(kinds) or 'none'})"),
-        ("entries acknowledged", f"{tally.acknowledged}"),
+        ("acknowledged (entries, records, kv calls)", f"{tally.acknowledged}"),
         ("ledgers checked", f"{tally.ledgers}"),
         ("simulated time", elapsed(tally.sim_s)),
         ("CPU per seed", f"{tally.cpu_s / done * 1000:.0f} ms"),
