@@ -153,7 +153,9 @@ class SimKv:
         """The end of a run (module doc): violations into ``verdict``; the log's ledgers."""
         for node in self.nodes:
             if not self.running(node):
-                verdict.violate(f"kv member {node} is not running at the end")
+                task = self._tasks.get(node)
+                why = "" if task is None or task.cancelled() else f": {task.exception()!r}"
+                verdict.violate(f"kv member {node} is not running at the end{why}")
         truth: dict[str, tuple[str | None, int]] = {}
         async with self._client(self.urls, FINAL_READ_S, "final") as kv:
             try:
