@@ -114,7 +114,8 @@ class Nemesis:
         self.world = world
         self.kv = kv
         self._held: Counter[tuple[str, str]] = Counter()
-        self._restarts: list[asyncio.Task[None]] = []
+        #: bookie -> the task starting it again (until it is up)
+        self._restarts: dict[str, asyncio.Task[None]] = {}
         self._heals: list[asyncio.TimerHandle] = []
         self.applied = 0
 
@@ -136,6 +137,9 @@ class Nemesis:
             key = ("crash", fault.target)
             self._held[key] += 1
             sim = world.bookie(fault.target)
+            restart = self._restarts.pop(fault.target, None)
+            if restart is not None:
+                restart.cancel()  # down again before it was up: it waits for this heal
             world.crash_bookie(sim)
             if fault.kind == "corrupt":
                 world.trace.event(fault.target, f"corrupt: {world.corrupt_journal(sim)}")
@@ -196,7 +200,7 @@ class Nemesis:
     def _restart(self, name: str) -> None:
         sim = self.world.bookie(name)
         if not sim.up:
-            self._restarts.append(self.world.spawn("nemesis", self.world.supervise(sim)))
+            self._restarts[name] = self.world.spawn("nemesis", self.world.supervise(sim))
 
     async def heal_all(self) -> None:
         """Every fault ends now: the network and metadata service mend, every bookie is up."""
@@ -209,9 +213,9 @@ class Nemesis:
         world.net.slow.clear()
         world.meta.loss = 0.0
         world.meta.mend_all()
-        for task in self._restarts:
+        for task in self._restarts.values():
             task.cancel()
-        for task in self._restarts:
+        for task in self._restarts.values():
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for sim in world.bookies:

@@ -68,10 +68,14 @@ class SimBookie:
     fs: MemoryFileSystem = field(default_factory=MemoryFileSystem)
     bookie: Bookie | None = None
     threads: GreenThreads | None = None
+    #: the bookie being started (its ``start`` not done yet), which a crash kills too
+    starting: tuple[Bookie, GreenThreads] | None = None
     starts: int = 0
     autorecovery: asyncio.Task[None] | None = None
     #: the integrity check of ledgers in limbo (``maintain_storage``), as ``bkeeper bookie``
     maintenance: asyncio.Task[None] | None = None
+    #: ledgers whose entries a ``corrupt`` fault damaged on this bookie (until it repaired them)
+    damaged: set[int] = field(default_factory=set)
 
     @property
     def bookie_id(self) -> str:
@@ -160,9 +164,18 @@ class World:
         bookie = Bookie(config, fs=sim.fs, clock=self.clock, threads=threads)
         sim.starts += 1
         self.trace.event(sim.name, f"start #{sim.starts}")
+        sim.starting = (bookie, threads)
         try:
             await self.as_node(sim.name, bookie.start())
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if sim.starting is not None or (current is not None and current.cancelling()):
+                raise
+            return False  # crashed while it started (crash_bookie)
         except Exception as exc:
+            if sim.starting is None:
+                return False  # crashed while it started: its start failed for that
+            sim.starting = None
             if must:
                 self.failures.append(f"{sim.name} did not start (start #{sim.starts}): {exc!r}")
             self.trace.event(sim.name, f"start failed: {exc!r}")
@@ -171,6 +184,7 @@ class World:
             for task in self.loop.node_tasks(sim.name):
                 task.cancel()
             return False
+        sim.starting = None
         sim.bookie, sim.threads = bookie, threads
         sim.maintenance = self.spawn(sim.name, maintain_storage(bookie, self.uri, True, self.clock))
         if self.autorecovery is not None:
@@ -191,8 +205,11 @@ class World:
                 await asyncio.sleep(RESTART_DELAY_S)
 
     def crash_bookie(self, sim: SimBookie) -> None:
-        """Process death (module doc)."""
+        """Process death (module doc), also of a bookie still starting."""
         bookie, threads = sim.bookie, sim.threads
+        if bookie is None and sim.starting is not None:
+            (bookie, threads), sim.starting = sim.starting, None
+            self.trace.event(sim.name, "crash while starting")
         if bookie is None:
             return
         self.trace.event(sim.name, "crash")
@@ -225,11 +242,30 @@ class World:
             return f"nothing damaged ({exc})"
         if not ledgers:
             return "no entry in the last journal group"
-        patches = journal_patches(data, ledgers[0], None)
+        # The fault model: media damage to one replica of acknowledged data, repaired from the
+        # others. A ledger damaged on another bookie and not repaired there yet is left alone:
+        # with its entries damaged on two replicas (the ack quorum), nothing could repair them.
+        spared = [x for x in ledgers if not self._unrepaired(x, sim)]
+        if not spared:
+            return f"nothing damaged (ledgers {ledgers} are damaged on another bookie, unrepaired)"
+        patches = journal_patches(data, spared[0], None)
         for offset, value in patches.patches:
             fs.corrupt(path, offset, value)
+        sim.damaged.add(spared[0])
         ids = ", ".join(map(str, patches.entry_ids[:5]))
-        return f"ledger {ledgers[0]} entries {ids} damaged in {path}"
+        return f"ledger {spared[0]} entries {ids} damaged in {path}"
+
+    def _unrepaired(self, ledger_id: int, besides: SimBookie) -> bool:
+        """Whether a bookie other than ``besides`` still has ``ledger_id`` damaged: it is
+        down since the damage, or up with the ledger (or its whole storage) in limbo."""
+        for other in self.bookies:
+            if other is besides or ledger_id not in other.damaged:
+                continue
+            storage = other.bookie.storage if other.bookie is not None else None
+            if storage is None or storage.limbo or ledger_id in storage.limbo_ledgers():
+                return True
+            other.damaged.discard(ledger_id)  # repaired by its integrity check
+        return False
 
     def _note_thread_errors(self, name: str, threads: GreenThreads) -> None:
         for error in threads.errors:
