@@ -66,11 +66,11 @@ def test_a_run_with_a_given_plan_applies_exactly_it() -> None:
 FOUND_AT = {
     "recovery-no-fence": ("ledger", 1),
     "fence-ignored-on-add": ("ledger", 1),
-    "ack-quorum-one": ("ledger", 1),
+    "ack-quorum-one": ("ledger", 2),
     "lac-from-last-stored": ("ledger", 7),
     "recovery-one-absent": ("ledger", 5),
-    "roll-lost-answer-deleted": ("log", 12),
-    "journal-tail-absent": ("ledger", 6),
+    "roll-lost-answer-deleted": ("log", 14),
+    "journal-tail-absent": ("ledger", 2),
     "kv-read-no-barrier": ("kv", 1),
 }
 

@@ -37,7 +37,12 @@ from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.scrubbing import maintain_storage
 from bkeeper.autorecovery.service import AutoRecovery
 from bkeeper.client.bookkeeper import BookKeeper
-from bkeeper.common.errors import BKeeperError
+from bkeeper.common.errors import (
+    BKeeperError,
+    DataUnknownError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from bkeeper.meta.cluster import ClusterMetadata
 from bkeeper.meta.memory import drop_memory_tree, memory_tree
 from bkeeper.server.bookie import Bookie
@@ -48,7 +53,11 @@ from bkeeper.sim.metastore import SimStoreFaults
 from bkeeper.sim.net import SimNetwork
 from bkeeper.sim.trace import Trace
 from bkeeper.storage import MemoryFileSystem
-from bkeeper.storage.journal_format import journal_file_id
+from bkeeper.storage.journal_format import (
+    GROUP_HEADER_BYTES,
+    decode_group_header,
+    journal_file_id,
+)
 from bkeeper.testing.journal_faults import journal_patches, last_group_ledgers
 
 __all__ = ["BOOKIE_PORT", "SimBookie", "World"]
@@ -76,6 +85,9 @@ class SimBookie:
     maintenance: asyncio.Task[None] | None = None
     #: ledgers whose entries a ``corrupt`` fault damaged on this bookie (until it repaired them)
     damaged: set[int] = field(default_factory=set)
+    #: ledger -> entries damaged in a whole journal group since the bookie last started: at
+    #: its next start it must hold them or answer "unknown" for the ledger, never "absent"
+    denied_never: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def bookie_id(self) -> str:
@@ -186,6 +198,7 @@ class World:
             return False
         sim.starting = None
         sim.bookie, sim.threads = bookie, threads
+        self._check_damage_answers(sim, bookie)
         sim.maintenance = self.spawn(sim.name, maintain_storage(bookie, self.uri, True, self.clock))
         if self.autorecovery is not None:
             sim.autorecovery = self.spawn(sim.name, self._run_autorecovery(sim, self.autorecovery))
@@ -252,8 +265,40 @@ class World:
         for offset, value in patches.patches:
             fs.corrupt(path, offset, value)
         sim.damaged.add(spared[0])
+        header = decode_group_header(data, patches.group_offset)
+        whole = not isinstance(header, str) and (
+            patches.group_offset + GROUP_HEADER_BYTES + header.records_bytes <= len(data)
+        )
+        if whole:  # a torn group (bytes missing) is cut at replay: "absent" is right there
+            sim.denied_never[spared[0]] = patches.entry_ids
         ids = ", ".join(map(str, patches.entry_ids[:5]))
         return f"ledger {spared[0]} entries {ids} damaged in {path}"
+
+    def _check_damage_answers(self, sim: SimBookie, bookie: Bookie) -> None:
+        """The entries damaged in whole journal groups while ``sim`` was down: right after its
+        start (before its integrity check repairs anything) each is there, whole, or its
+        ledger is in limbo ("unknown"). "Absent" would let a recovery end the ledger before
+        entries that may have been acknowledged (the rule of a bookie unsure of its data)."""
+        damaged, sim.denied_never = sim.denied_never, {}
+        storage = bookie.storage
+        if storage is None or storage.limbo:
+            return
+        limbo = set(storage.limbo_ledgers())
+        for ledger_id, entry_ids in sorted(damaged.items()):
+            if ledger_id in limbo:
+                continue
+            for entry_id in entry_ids:
+                try:
+                    storage.read_entry(ledger_id, entry_id)
+                except (NoSuchEntryError, NoSuchLedgerError) as exc:
+                    self.failures.append(
+                        f"{sim.name} answers 'absent' for ledger {ledger_id} entry {entry_id}, "
+                        f"damaged in a whole group of its journal ({exc}); it must answer "
+                        "'unknown' until it is repaired"
+                    )
+                    return
+                except DataUnknownError:
+                    continue
 
     def _unrepaired(self, ledger_id: int, besides: SimBookie) -> bool:
         """Whether a bookie other than ``besides`` still has ``ledger_id`` damaged: it is
