@@ -4,7 +4,6 @@ the kv store's members and clients run on in the simulator."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import aiohttp
 import pytest
@@ -13,22 +12,7 @@ from aiohttp import web
 from bkeeper.sim.http import sim_connector
 from bkeeper.sim.loop import SimLoop
 from bkeeper.sim.net import SimNetwork
-from bkeeper.sim.trace import Trace
-
-
-def _run(main, seed: int = 1) -> tuple[object, str]:  # type: ignore[no-untyped-def]
-    loop = SimLoop()
-    trace = Trace(loop.time)
-    net = SimNetwork(loop, random.Random(seed), trace)
-    try:
-        result = loop.run_until_complete(main(loop, net))
-    finally:
-        loop.close()
-    return result, trace.digest
-
-
-async def _as(loop: SimLoop, node: str, coro):  # type: ignore[no-untyped-def]
-    return await loop.run_as(node, lambda: loop.create_task(coro))
+from tests.sim.simnet import as_node, run_on_net
 
 
 async def _serve(loop: SimLoop) -> web.AppRunner:
@@ -55,23 +39,23 @@ async def _get(url: str) -> dict[str, object]:
 
 def test_a_client_node_calls_a_server_node_over_http_in_virtual_time() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> tuple[dict[str, object], float]:
-        runner = await _as(loop, "srv", _serve(loop))
+        runner = await as_node(loop, "srv", _serve(loop))
         start = loop.time()
         try:
-            doc = await _as(loop, "cli", _get("http://srv:80/hello?who=cli"))
+            doc = await as_node(loop, "cli", _get("http://srv:80/hello?who=cli"))
         finally:
-            await _as(loop, "srv", runner.cleanup())
+            await as_node(loop, "srv", runner.cleanup())
         return doc, loop.time() - start
 
-    (doc, took), digest = _run(main)
+    (doc, took), digest = run_on_net(main)
     assert doc["to"] == "cli"
     assert 0.25 < took < 1.0  # the handler's sleep and a few network latencies, all virtual
-    assert _run(main)[1] == digest  # the same bytes at the same times: the same trace
+    assert run_on_net(main)[1] == digest  # the same bytes at the same times: the same trace
 
 
 def test_a_node_that_listens_on_nothing_refuses_the_connection() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> None:
-        await _as(loop, "cli", _get("http://nobody:80/hello"))
+        await as_node(loop, "cli", _get("http://nobody:80/hello"))
 
     with pytest.raises(aiohttp.ClientConnectorError, match="nobody"):
-        _run(main)
+        run_on_net(main)

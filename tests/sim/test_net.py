@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import random
 
 import pytest
 
 from bkeeper.common.tasks import within
 from bkeeper.sim.loop import NODE, SimIOError, SimLoop, SimStuckError
 from bkeeper.sim.net import SimNetwork
-from bkeeper.sim.trace import Trace
+from tests.sim.simnet import as_node, run_on_net
 
 
 class _Echo(asyncio.Protocol):
@@ -36,36 +35,21 @@ class _Collect(asyncio.Protocol):
         self.got.set()
 
 
-def _run(main, seed: int = 1) -> tuple[object, str]:  # type: ignore[no-untyped-def]
-    loop = SimLoop()
-    trace = Trace(loop.time)
-    net = SimNetwork(loop, random.Random(seed), trace)
-    try:
-        result = loop.run_until_complete(main(loop, net))
-    finally:
-        loop.close()
-    return result, trace.digest
-
-
-async def _as(loop: SimLoop, node: str, coro):  # type: ignore[no-untyped-def]
-    return await loop.run_as(node, lambda: loop.create_task(coro))
-
-
 def test_time_is_virtual_and_jumps() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> float:
         start = loop.time()
         await asyncio.sleep(3600)
         return loop.time() - start
 
-    (elapsed, _) = _run(main)
+    (elapsed, _) = run_on_net(main)
     assert elapsed == 3600
 
 
 def test_bytes_arrive_in_order_whatever_the_chunking_and_the_trace_replays() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> bytes:
-        await _as(loop, "server", loop.create_server(_Echo, "server", 1))
+        await as_node(loop, "server", loop.create_server(_Echo, "server", 1))
         collect = _Collect()
-        transport, _ = await _as(
+        transport, _ = await as_node(
             loop, "client", loop.create_connection(lambda: collect, "server", 1)
         )
         sent = b"".join(bytes([i % 256]) * (i % 7 + 1) for i in range(2000))
@@ -77,18 +61,18 @@ def test_bytes_arrive_in_order_whatever_the_chunking_and_the_trace_replays() -> 
         assert bytes(collect.data) == sent
         return bytes(collect.data)
 
-    first, digest = _run(main, seed=7)
-    again, digest_again = _run(main, seed=7)
-    _, other = _run(main, seed=8)
+    first, digest = run_on_net(main, seed=7)
+    again, digest_again = run_on_net(main, seed=7)
+    _, other = run_on_net(main, seed=8)
     assert first == again and digest == digest_again
     assert digest != other
 
 
 def test_a_partition_holds_bytes_until_it_heals() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> None:
-        await _as(loop, "server", loop.create_server(_Echo, "server", 1))
+        await as_node(loop, "server", loop.create_server(_Echo, "server", 1))
         collect = _Collect()
-        transport, _ = await _as(
+        transport, _ = await as_node(
             loop, "client", loop.create_connection(lambda: collect, "server", 1)
         )
         net.cut("client", "server")
@@ -99,15 +83,15 @@ def test_a_partition_holds_bytes_until_it_heals() -> None:
         await within(collect.got.wait(), 1)
         assert collect.data == b"held"
 
-    _run(main)
+    run_on_net(main)
 
 
 def test_connecting_across_a_cut_waits_and_to_a_dead_node_is_refused() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> None:
-        await _as(loop, "server", loop.create_server(_Echo, "server", 1))
+        await as_node(loop, "server", loop.create_server(_Echo, "server", 1))
         net.cut("server", "client")
         with pytest.raises(TimeoutError):
-            await _as(
+            await as_node(
                 loop,
                 "client",
                 within(loop.create_connection(_Collect, "server", 1), 10),
@@ -115,16 +99,16 @@ def test_connecting_across_a_cut_waits_and_to_a_dead_node_is_refused() -> None:
         net.mend("server", "client")
         net.kill("server")
         with pytest.raises(ConnectionRefusedError):
-            await _as(loop, "client", loop.create_connection(_Collect, "server", 1))
+            await as_node(loop, "client", loop.create_connection(_Collect, "server", 1))
 
-    _run(main)
+    run_on_net(main)
 
 
 def test_a_killed_node_resets_its_peers_after_what_it_sent() -> None:
     async def main(loop: SimLoop, net: SimNetwork) -> None:
-        await _as(loop, "server", loop.create_server(_Echo, "server", 1))
+        await as_node(loop, "server", loop.create_server(_Echo, "server", 1))
         collect = _Collect()
-        transport, _ = await _as(
+        transport, _ = await as_node(
             loop, "client", loop.create_connection(lambda: collect, "server", 1)
         )
         transport.write(b"ping")
@@ -136,7 +120,7 @@ def test_a_killed_node_resets_its_peers_after_what_it_sent() -> None:
         assert collect.data == b"ping"
         assert isinstance(collect.lost[0], ConnectionResetError)
 
-    _run(main)
+    run_on_net(main)
 
 
 def test_tasks_belong_to_the_node_that_made_them() -> None:
@@ -150,7 +134,7 @@ def test_tasks_belong_to_the_node_that_made_them() -> None:
         assert await task == "bookie-1"
         assert loop.node_tasks("bookie-1") == []
 
-    _run(main)
+    run_on_net(main)
 
 
 def test_a_loop_with_nothing_to_do_says_it_is_stuck() -> None:
@@ -158,7 +142,7 @@ def test_a_loop_with_nothing_to_do_says_it_is_stuck() -> None:
         await loop.create_future()
 
     with pytest.raises(SimStuckError):
-        _run(main)
+        run_on_net(main)
 
 
 def test_real_io_is_refused() -> None:
@@ -166,7 +150,7 @@ def test_real_io_is_refused() -> None:
         with pytest.raises(SimIOError):
             await loop.getaddrinfo("localhost", 80)
 
-    _run(main)
+    run_on_net(main)
 
 
 def test_a_loop_that_spins_without_time_moving_is_stopped() -> None:
@@ -176,4 +160,4 @@ def test_a_loop_that_spins_without_time_moving_is_stopped() -> None:
             await asyncio.sleep(0)
 
     with pytest.raises(SimStuckError, match="without the clock moving"):
-        _run(main)
+        run_on_net(main)

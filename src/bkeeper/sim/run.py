@@ -39,7 +39,7 @@ from bkeeper.sim.loop import START_S, SimClock, SimLoop, SimStuckError
 from bkeeper.sim.trace import Trace
 from bkeeper.sim.world import World
 from bkeeper.verify.check import Verdict, check_ledgers
-from bkeeper.verify.check_kv import check_kv
+from bkeeper.verify.check_kv import add_kv_checks
 from bkeeper.verify.check_log import check_log
 from bkeeper.verify.end_checks import check_listed, check_replication
 from bkeeper.verify.history import History
@@ -272,12 +272,7 @@ class _Run:
         log's ledgers."""
         verdict = Verdict()
         readable = await self.world.as_node("checker", kv.finish(history, verdict))
-        checked = check_kv(history)
-        for line in checked.violations:
-            verdict.violate(line)
-        verdict.count += checked.count - len(checked.violations)
-        verdict.acknowledged, verdict.reads = checked.acknowledged, checked.reads
-        verdict.ledgers = len(readable)
+        add_kv_checks(verdict, history, len(readable))
         return verdict, readable
 
     async def _check_log(

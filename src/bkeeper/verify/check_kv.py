@@ -25,7 +25,7 @@ from bkeeper.testing.linearizability import STEPS_MAX, Operation, check, kv_mode
 from bkeeper.verify.check import Verdict
 from bkeeper.verify.history import Op
 
-__all__ = ["KV_OPS", "check_kv", "kv_operations"]
+__all__ = ["KV_OPS", "add_kv_checks", "check_kv", "kv_operations"]
 
 #: The operations of the kv workload (``Op.f``).
 KV_OPS = ("get", "put", "delete", "cas")
@@ -122,3 +122,14 @@ def check_kv(ops: Iterable[Op], *, steps_max: int = STEPS_MAX) -> Verdict:
             f"({len(result.failed)} operations): nothing proved"
         )
     return verdict
+
+
+def add_kv_checks(verdict: Verdict, ops: Iterable[Op], ledgers: int) -> None:
+    """:func:`check_kv` of ``ops`` into ``verdict`` (which holds the end's violations), with
+    the store log's ``ledgers`` counted."""
+    checked = check_kv(ops)
+    for line in checked.violations:
+        verdict.violate(line)
+    verdict.count += checked.count - len(checked.violations)
+    verdict.acknowledged, verdict.reads = checked.acknowledged, checked.reads
+    verdict.ledgers = ledgers

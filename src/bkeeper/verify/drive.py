@@ -13,7 +13,7 @@ from bkeeper.common.errors import BKeeperError
 from bkeeper.common.tasks import within
 from bkeeper.testing.sandbox import Sandbox
 from bkeeper.verify.check import Verdict, check_ledgers
-from bkeeper.verify.check_kv import check_kv
+from bkeeper.verify.check_kv import add_kv_checks
 from bkeeper.verify.check_log import check_log
 from bkeeper.verify.end_checks import check_flipped, check_listed, check_replication
 from bkeeper.verify.history import History
@@ -63,12 +63,7 @@ async def drive(
     if isinstance(workload, KvWorkload):
         verdict = Verdict()
         readable = await workload.finish(verdict)
-        checked = check_kv(history)
-        for line in checked.violations:
-            verdict.violate(line)
-        verdict.count += checked.count - len(checked.violations)
-        verdict.acknowledged, verdict.reads = checked.acknowledged, checked.reads
-        verdict.ledgers = len(readable)
+        add_kv_checks(verdict, history, len(readable))
     elif isinstance(workload, LogWorkload):
         try:
             records, mark, readable = await read_log(uri, workload.name, workload.log_config)
