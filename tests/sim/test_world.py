@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
 from bkeeper.common.clock import set_default_clock
@@ -51,3 +52,27 @@ def test_a_crash_while_a_bookie_starts_leaves_it_down_until_started_again() -> N
     }
     assert world.failures == []
     assert any("crash while starting" in line for line in world.trace.lines)
+
+
+def test_a_start_called_off_leaves_the_port_free_for_the_next() -> None:
+    seen: dict[str, object] = {}
+
+    async def main(world: World) -> None:
+        await world.as_node("admin", world._format())
+        sim = world.bookies[0]
+        for wait_s in (0.0005, 0.002, 0.004, 0.008, 0.02):
+            start = asyncio.ensure_future(world.start_bookie(sim, must=False))
+            await asyncio.sleep(wait_s)
+            if start.done():
+                break
+            start.cancel()  # what healing every fault does to a restart under way
+            with contextlib.suppress(asyncio.CancelledError):
+                await start
+            if sim.up:  # called off as it was up: it stays up, not a stray listener
+                world.crash_bookie(sim)
+            seen[f"after {wait_s}"] = await world.start_bookie(sim)
+            world.crash_bookie(sim)
+
+    world = _in_world(main)
+    assert world.failures == []
+    assert seen and all(seen.values()), seen

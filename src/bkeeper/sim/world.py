@@ -177,13 +177,15 @@ class World:
         sim.starts += 1
         self.trace.event(sim.name, f"start #{sim.starts}")
         sim.starting = (bookie, threads)
+        start = self.spawn(sim.name, bookie.start())
         try:
-            await self.as_node(sim.name, bookie.start())
+            await start
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if sim.starting is not None or (current is not None and current.cancelling()):
-                raise
-            return False  # crashed while it started (crash_bookie)
+            if sim.starting is None:
+                return False  # crashed while it started (crash_bookie)
+            if start.done() and not start.cancelled() and start.exception() is None:
+                self._up(sim, bookie, threads)  # called off just as it was up: it is up
+            raise
         except Exception as exc:
             if sim.starting is None:
                 return False  # crashed while it started: its start failed for that
@@ -196,13 +198,17 @@ class World:
             for task in self.loop.node_tasks(sim.name):
                 task.cancel()
             return False
+        self._up(sim, bookie, threads)
+        return True
+
+    def _up(self, sim: SimBookie, bookie: Bookie, threads: GreenThreads) -> None:
+        """``bookie`` started: it serves, with its integrity check and auto-recovery."""
         sim.starting = None
         sim.bookie, sim.threads = bookie, threads
         self._check_damage_answers(sim, bookie)
         sim.maintenance = self.spawn(sim.name, maintain_storage(bookie, self.uri, True, self.clock))
         if self.autorecovery is not None:
             sim.autorecovery = self.spawn(sim.name, self._run_autorecovery(sim, self.autorecovery))
-        return True
 
     async def _run_autorecovery(self, sim: SimBookie, config: AutoRecoveryConfig) -> None:
         """Auto-recovery in ``sim``'s node until cancelled (module doc)."""
