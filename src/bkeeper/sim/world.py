@@ -181,12 +181,20 @@ class World:
         try:
             await start
         except asyncio.CancelledError:
-            if sim.starting is None:
-                return False  # crashed while it started (crash_bookie)
             if start.done() and not start.cancelled() and start.exception() is None:
                 self._up(sim, bookie, threads)  # called off just as it was up: it is up
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # called off (by a new crash of the bookie, or the end of the faults)
+            if sim.starting is None:
+                return False  # crashed while it started (crash_bookie)
             raise
         except Exception as exc:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # called off while the start was failing: the cancel went to the start, which
+                # ended with its own error; this task still must end
+                raise asyncio.CancelledError(f"start of {sim.name} called off") from exc
             if sim.starting is None:
                 return False  # crashed while it started: its start failed for that
             sim.starting = None
