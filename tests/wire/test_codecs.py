@@ -109,6 +109,7 @@ def _mutations(frame: bytes, rng: random.Random) -> list[_Mutation]:
 
 
 _DECODERS = (v2.decode_request, v2.decode_response, v3.decode_request, v3.decode_response)
+_REQUEST_DECODERS = (v2.decode_request, v3.decode_request)
 
 
 def _decoded(decode: Callable[[bytes], object], data: bytes) -> object | None:
@@ -146,12 +147,13 @@ def _check_encodes_again(
 ) -> None:
     """A decoded ``message`` (of ``data``) is one the codec can send: encoding it raises
     nothing and decodes to it again. Not an ``UnknownRequest`` (only ever answered
-    EBADREQ, never sent); a v2 recovery ADD goes out with HIGH_PRIORITY too (as Java's
-    client sends it), so it comes back with ``high_priority`` set."""
+    EBADREQ, never sent); a recovery ADD goes out with HIGH_PRIORITY (v2's flag, v3's
+    priority 1) too, as Java's client sends it, so it comes back with ``high_priority`` set
+    (a v3 frame may carry a recovery ADD at priority 0: ours never sends one)."""
     if message is None or isinstance(message, UnknownRequest):
         return
     again = decode(encode(message))
-    if isinstance(message, AddRequest) and message.recovery and decode is v2.decode_request:
+    if isinstance(message, AddRequest) and message.recovery and decode in _REQUEST_DECODERS:
         message = replace(message, high_priority=True)
     assert _normal(again) == _normal(message), f"{data!r} decoded to {message}, then {again}"
 
