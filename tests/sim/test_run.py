@@ -76,7 +76,7 @@ FOUND_AT = {
     "ack-quorum-one": ("ledger", 2),
     "lac-from-last-stored": ("ledger", 7),
     "recovery-one-absent": ("ledger", 5),
-    "roll-lost-answer-deleted": ("log", 14),
+    "roll-lost-answer-deleted": ("log", 19),
     "journal-tail-absent": ("ledger", 2),
     "kv-read-no-barrier": ("kv", 1),
 }
