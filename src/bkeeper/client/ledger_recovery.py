@@ -68,9 +68,7 @@ class _Recovery:
             self.perform(self.machine.start())
             return await self.outcome
         finally:
-            for requests in self.requests.values():
-                abandon(requests)
-            abandon(self.unanswered)
+            abandon(self.unanswered)  # the tasks' requests: closed with the tasks
             await self.tasks.aclose()
 
     def perform(self, step: Step) -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 
 from bkeeper.common.errors import BKeeperError, StateMachineError
 from bkeeper.kv import KvClient
@@ -41,8 +40,6 @@ from bkeeper.verify.kv_workload import KEYS, KvClients
 from bkeeper.verify.workload import start_client
 
 __all__ = ["KV_CLIENT", "KV_PORT", "MEMBERS", "SimKv"]
-
-log = logging.getLogger(__name__)
 
 STORE = "verify"
 MEMBERS = 3
