@@ -43,7 +43,9 @@ class TaskOwner:
         error: type[BKeeperError] = BKeeperError,
     ) -> None:
         self._name = name
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: insertion-ordered (a dict, not a set): closing cancels in the order the tasks
+        #: started, the same in every run (a set's order follows memory addresses)
+        self._tasks: dict[asyncio.Task[Any], None] = {}
         self._tasks_max = tasks_max
         self._error = error
         self._closed = False
@@ -64,7 +66,7 @@ class TaskOwner:
             coro.close()
             raise self._error(f"{self._name}: {self._tasks_max} tasks running (tasks_max)")
         task = asyncio.get_running_loop().create_task(coro, name=f"{self._name}: {name}")
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._finished)
         return task
 
@@ -98,7 +100,7 @@ class TaskOwner:
             task.cancel()
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             _log.error("%s failed", task.get_name(), exc_info=task.exception())
 

@@ -154,7 +154,7 @@ class KvClient:
         self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self._batch_slots = asyncio.Semaphore(COALESCE_BATCHES_MAX)
         self._flusher: asyncio.Task[None] | None = None
-        self._batches: set[asyncio.Task[None]] = set()
+        self._batches: dict[asyncio.Task[None], None] = {}  # ordered, as TaskSet's
         #: Attempts that went to another member (redirects, failures), for tests and stats.
         self.retries = 0
 
@@ -249,10 +249,13 @@ class KvClient:
                 batch = self._queue[:count]
                 del self._queue[:count]
                 task = asyncio.create_task(self._send_batch(batch))
-                self._batches.add(task)
-                task.add_done_callback(self._batches.discard)
+                self._batches[task] = None
+                task.add_done_callback(self._batch_done)
         finally:
             self._flusher = None
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._batches.pop(task, None)
 
     async def _send_batch(self, batch: list[tuple[dict[str, Any], asyncio.Future[Any]]]) -> None:
         try:

@@ -58,7 +58,8 @@ class Roller:
         self._again_at = 0.0  # a roll that found too few bookies waits until then
         self._failures = 0  # rolls in a row that found too few bookies
         #: Ledgers rolled away from and not sealed yet (aborted if the log is deleted).
-        self.sealing: set[WriteHandle] = set()
+        #: ordered (a dict, not a set): sealed and closed in the order they rolled away
+        self.sealing: dict[WriteHandle, None] = {}
         #: The log's replication (ensemble, quorums) changed and the current ledger has the
         #: old one: roll as soon as it holds entries, so that the old ledger is sealed and can
         #: be re-laid out (``bkeeper log config --existing``); set by the timer.
@@ -148,7 +149,7 @@ class Roller:
                 self._failures,
             )
             self._failures = 0
-        self.sealing.add(old)
+        self.sealing[old] = None
         self._writer._tasks.spawn(self._seal(old), f"seal ledger {old.ledger_id}")
 
     def _postponed(self, error: NotEnoughBookiesError) -> None:
@@ -213,4 +214,4 @@ class Roller:
         try:
             await seal_until_closed(handle, self._writer._closing, self._writer._log.name)
         finally:
-            self.sealing.discard(handle)
+            self.sealing.pop(handle, None)

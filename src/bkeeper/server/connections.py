@@ -144,7 +144,7 @@ class ConnectionTable:
         #: Lines about requests answered EBADREQ: a budget of their own, so that a flood of
         #: them does not hide the connections closed.
         self.request_log = RateLimitedLog(log, rate, burst, self._clock, "lines about bad requests")
-        self._connections: set[Member] = set()
+        self._connections: dict[Member, None] = {}  # ordered: oldest first, every run
         self.partial_bytes = 0
         self.sweeps = 0
         # Idle (inactive) connections ranked for eviction, most idle last: (last_seen, conn).
@@ -187,7 +187,7 @@ class ConnectionTable:
                 f"connection limit {self.connections_max} reached, closing the longest idle",
                 logging.INFO,
             )
-        self._connections.add(conn)
+        self._connections[conn] = None
         return True
 
     def _victim(self) -> Member | None:
@@ -234,7 +234,7 @@ class ConnectionTable:
 
     def discard(self, conn: Member) -> None:
         """Forget ``conn`` (closed), releasing its share of the partial-frame budget."""
-        self._connections.discard(conn)
+        self._connections.pop(conn, None)
         if conn.partial_bytes:
             self.partial_bytes -= conn.partial_bytes
             conn.partial_bytes = 0

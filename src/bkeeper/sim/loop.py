@@ -11,7 +11,11 @@
   handed to a thread takes no virtual time;
 - **nodes**: every task remembers the simulated node it was created for (the context
   variable :data:`NODE`, copied into each task as asyncio does), so that a crashed node's
-  tasks can be cancelled and its connections cut.
+  tasks can be cancelled and its connections cut. It remembers the node's **life** too
+  (:data:`LIFE`): a crash ends the life (:meth:`SimLoop.end_life`), and code of an ended
+  life that still runs (a cancelled task's clean-up: a real process death runs none) gets
+  :class:`NodeDiedError` the moment it reaches the network or the metadata service, so it
+  never acts in the life of the node started again under the same name.
 
 A loop that has nothing ready and no timer can never do anything again: it raises
 :class:`SimStuckError` rather than wait for ever. The loop refuses real I/O: its
@@ -29,10 +33,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bkeeper.sim.net import SimNetwork
 
-__all__ = ["NODE", "SimClock", "SimIOError", "SimLoop", "SimSocket", "SimStuckError"]
+__all__ = [
+    "LIFE",
+    "NODE",
+    "NodeDiedError",
+    "SimClock",
+    "SimIOError",
+    "SimLoop",
+    "SimSocket",
+    "SimStuckError",
+]
 
 #: The simulated node the running code belongs to ("" for the simulator itself).
 NODE: contextvars.ContextVar[str] = contextvars.ContextVar("bkeeper_sim_node", default="")
+#: Which life of :data:`NODE` the running code belongs to (:meth:`SimLoop.end_life`).
+LIFE: contextvars.ContextVar[int] = contextvars.ContextVar("bkeeper_sim_life", default=0)
 
 #: Where the virtual clock starts (only differences matter, as for ``time.monotonic``).
 START_S = 1000.0
@@ -50,6 +65,12 @@ class SimStuckError(RuntimeError):
 
 class SimIOError(RuntimeError):
     """Real I/O asked of the simulator's loop (a port the simulator does not plug)."""
+
+
+class NodeDiedError(BaseException):
+    """Code of a dead node's ended life reached out (module doc). A ``BaseException``, as
+    ``CancelledError``: the library's handlers of ``Exception`` let it through, so the
+    dead code's task ends at once."""
 
 
 class _NoSelector:
@@ -93,6 +114,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self.net: SimNetwork | None = None
         #: Tasks by node, for crashes (weakly: a finished task goes).
         self._node_tasks: dict[str, dict[asyncio.Task[Any], None]] = {}
+        #: node -> its life now (:data:`LIFE`); 0 until its first death
+        self._lives: dict[str, int] = {}
         self.set_task_factory(self._new_task)
         self.set_exception_handler(self._on_exception)
 
@@ -189,14 +212,29 @@ class SimLoop(asyncio.BaseEventLoop):
         return list(self._node_tasks.get(node, {}))
 
     def run_as(self, node: str, function: Callable[[], Any]) -> Any:
-        """Call ``function`` as ``node``: tasks it creates belong to that node."""
+        """Call ``function`` as ``node`` (its life now): tasks it creates belong to it."""
+        return self.node_context(node).run(function)
+
+    def node_context(self, node: str) -> contextvars.Context:
+        """A context for code of ``node``'s life now."""
         context = contextvars.copy_context()
         context.run(NODE.set, node)
-        return context.run(function)
+        context.run(LIFE.set, self._lives.get(node, 0))
+        return context
+
+    def end_life(self, node: str) -> None:
+        """``node``'s process died: code of this life still running is dead code."""
+        self._lives[node] = self._lives.get(node, 0) + 1
+
+    def check_alive(self, what: str) -> None:
+        """Raise :class:`NodeDiedError` if the running code is of an ended life."""
+        node = NODE.get()
+        if node and LIFE.get() != self._lives.get(node, 0):
+            raise NodeDiedError(f"{node}: {what} by code of a life that ended (crash)")
 
     def _on_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exception = context.get("exception")
-        if isinstance(exception, asyncio.CancelledError):
+        if isinstance(exception, asyncio.CancelledError | NodeDiedError):
             return
         self.default_exception_handler(context)
 

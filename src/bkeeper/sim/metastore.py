@@ -17,7 +17,8 @@ reached over a network.
   session timeout later (its ephemeral nodes linger until then, as ZooKeeper's do).
 
 Sessions are told apart by node through the node the calling task belongs to
-(:data:`~bkeeper.sim.loop.NODE`).
+(:data:`~bkeeper.sim.loop.NODE`). Code of a dead node's ended life neither calls nor hears
+an answer (:meth:`~bkeeper.sim.loop.SimLoop.check_alive`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class SimStoreFaults:
 
     # -- the port ------------------------------------------------------------------------
     async def request(self, store: MemoryNodeStore, op: str, path: str) -> None:
+        self._loop.check_alive(f"{op} {path}")
         node = NODE.get()
         nodes_stores = self._stores.setdefault(node, {})
         if store not in nodes_stores:
@@ -81,6 +83,7 @@ class SimStoreFaults:
 
     async def answer(self, store: MemoryNodeStore, op: str, path: str) -> None:
         await self._wait(store)
+        self._loop.check_alive(f"the answer to {op} {path}")
         if self.loss and self._rng.random() < self.loss:
             self._trace.event(NODE.get(), f"zk lost answer {op} {path}")
             raise ConnectionLossError(f"{op} {path}: connection lost (answer; applied)")

@@ -92,20 +92,14 @@ class _Connection:
         self.net = net
         self.id = conn_id
         self.client, self.server = client, server
-        self.forward = _Direction(self, True, client, server, _context_of(server))
-        self.backward = _Direction(self, False, server, client, _context_of(client))
+        self.forward = _Direction(self, True, client, server, net.loop.node_context(server))
+        self.backward = _Direction(self, False, server, client, net.loop.node_context(client))
         self.client_end = _SimTransport(self, True, (server, server_port))
         self.server_end = _SimTransport(self, False, (client, client_port))
         self.broken = False  # reset or closed both ways: nothing more is delivered
 
     def end(self, client_side: bool) -> _SimTransport:
         return self.client_end if client_side else self.server_end
-
-
-def _context_of(node: str) -> contextvars.Context:
-    context = contextvars.copy_context()
-    context.run(NODE.set, node)
-    return context
 
 
 class _SimTransport(asyncio.Transport):
@@ -321,7 +315,9 @@ class SimNetwork:
         return (src, dst) in self._cut
 
     def kill(self, node: str) -> None:
-        """The node's process died: its listeners go, its connections reset."""
+        """The node's process died: its listeners go, its connections reset, its life ends
+        (:meth:`SimLoop.end_life`)."""
+        self.loop.end_life(node)
         self._down[node] = None
         for listener in [x for x in self._listeners.values() if x.node == node]:
             listener.close()
@@ -338,6 +334,7 @@ class SimNetwork:
     ) -> _Listener:
         if not node:
             raise OSError("create_server outside a simulated node")
+        self.loop.check_alive(f"listen on {port}")
         if (node, port) in self._listeners:
             raise OSError(98, f"{node}:{port}: address in use")
         listener = _Listener(self, node, port, factory, start)
@@ -354,6 +351,7 @@ class SimNetwork:
         src = NODE.get()
         if not src:
             raise OSError("create_connection outside a simulated node")
+        self.loop.check_alive(f"connect to {host}:{port}")
         waited = 0.0
         while self.is_cut(src, host) or self.is_cut(host, src):
             if waited >= CONNECT_GIVE_UP_S:
@@ -361,6 +359,7 @@ class SimNetwork:
             await asyncio.sleep(SYN_RETRY_S)
             waited += SYN_RETRY_S
         await asyncio.sleep(self._latency(src, host) * 2)  # SYN, SYN-ACK
+        self.loop.check_alive(f"connect to {host}:{port}")
         listener = self._listeners.get((host, port))
         if src in self._down:
             raise ConnectionResetError("the connecting node died")
@@ -449,7 +448,7 @@ class SimNetwork:
         self._connections.pop(conn.id, None)
 
     def _lost_soon(self, end: _SimTransport, exc: Exception | None) -> None:
-        self.loop.call_soon(end.lost, exc, context=_context_of(end._out.src))
+        self.loop.call_soon(end.lost, exc, context=self.loop.node_context(end._out.src))
 
     def _after(self, direction: _Direction) -> float:
         """When something sent now in ``direction`` arrives: after all sent before it."""
@@ -470,7 +469,7 @@ class SimNetwork:
         (conn.backward if from_client else conn.forward).dropped = True
         if dead is None:
             self.loop.call_soon(
-                local.lost, ConnectionAbortedError("aborted"), context=_context_of(toward.src)
+                local.lost, ConnectionAbortedError("aborted"), context=self.loop.node_context(toward.src)
             )
         self.loop.call_at(self._after(toward), self._reset_arrives, toward, remote)
         self.trace.event(toward.src, f"reset #{conn.id}")

@@ -7,6 +7,11 @@ the reader (it skipped deleted ledgers, or it moved to another ledger while the 
 truncation point lies past what was applied), it restores the latest snapshot (which covers
 what was skipped) and reads on after it. :meth:`LogTail.check_stall` replaces a reader that
 returns nothing while the log's confirmed end lies past what was applied.
+
+A record is never lost between the reader and the member: when the check at a ledger switch
+fails (the metadata store away), the record is held and returned by the next call once the
+check passes (``bkeeper verify --sim``, kv seed 11: a follower lost the first record of a new
+ledger to a ZooKeeper cut and kept a stale value for good).
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class LogTail:
         self._applied = applied
         self._restore = restore
         self._reader: LogReader | None = None
+        #: A record read whose check failed (the store away): returned once checked. The
+        #: reader has moved past it, so dropping it would lose it (the member's state would
+        #: silently part from the others').
+        self._held: Record | None = None
         #: The member led: its reader stopped where catch-up ended; open a new one.
         self.behind = False
         #: Readers replaced because they returned nothing while the log held more.
@@ -51,6 +60,7 @@ class LogTail:
 
     async def close(self) -> None:
         reader, self._reader = self._reader, None
+        self._held = None  # the next reader reads on after what was applied
         if reader is not None:
             await reader.close()
 
@@ -71,9 +81,12 @@ class LogTail:
             await self.close()
             self._reader = await self._open(named)
         reader = self._reader
-        skipped = reader.skipped_ledgers
-        record = await reader.next(timeout_s)
-        passed = reader.skipped_ledgers != skipped
+        record, self._held = self._held, None
+        passed = False
+        if record is None:
+            skipped = reader.skipped_ledgers
+            record = await reader.next(timeout_s)
+            passed = reader.skipped_ledgers != skipped
         applied = self._applied()
         if (
             record is not None
@@ -81,7 +94,10 @@ class LogTail:
             and applied is not None
             and record.position.ledger_id != applied.ledger_id  # a ledger switch: check
         ):
-            passed = _truncated_past(applied, (await named.metadata()).truncated_before)
+            self._held = record  # until the check is done (it may fail: module doc)
+            truncated_before = (await named.metadata()).truncated_before
+            self._held = None
+            passed = _truncated_past(applied, truncated_before)
         if not passed:
             return record
         await self.close()
@@ -111,6 +127,7 @@ class LogTail:
         if end is None or (applied is not None and end <= applied[:2]):
             return
         reader, self._reader = self._reader, None
+        self._held = None
         self.restarts += 1
         log.warning(
             "%s: follower stalled: its reader returned nothing for %g s while the log's "

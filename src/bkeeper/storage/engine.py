@@ -50,7 +50,8 @@ def let_waiters_in() -> None:
 class PendingCheckpoint:
     """Changes not yet in the index file."""
 
-    dirty: set[StoredLedger] = field(default_factory=set)
+    #: ordered (a dict, not a set): written in the order they changed, the same every run
+    dirty: dict[StoredLedger, None] = field(default_factory=dict)
     deleted: list[int] = field(default_factory=list)
     runs: list[tuple[StoredLedger, LocationRun]] = field(default_factory=list)
 
@@ -80,7 +81,7 @@ class EngineState:
     def create_locked(self, ledger_id: int, master_key: bytes) -> StoredLedger:
         assert ledger_id not in self.ledgers
         state = self.ledgers[ledger_id] = StoredLedger(ledger_id, master_key)
-        self.pending.dirty.add(state)
+        self.pending.dirty[state] = None
         return state
 
     def add_locked(self, state: StoredLedger, entry_id: int, lac: int, body: bytes) -> None:
@@ -121,13 +122,13 @@ class EngineState:
         state.deleted = True
         self.write_cache.drop_ledger(ledger_id)
         self.read_cache.drop_ledger(ledger_id)
-        self.pending.dirty.discard(state)
+        self.pending.dirty.pop(state, None)
         self.pending.deleted.append(ledger_id)
 
     def mark_dirty_locked(self, state: StoredLedger) -> None:
         if not state.dirty:
             state.dirty = True
-            self.pending.dirty.add(state)
+            self.pending.dirty[state] = None
 
     # -- lookups (lock held) -----------------------------------------------------------
     def find_locked(self, state: StoredLedger, entry_id: int) -> bytes | int | None:
