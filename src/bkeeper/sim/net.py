@@ -469,7 +469,9 @@ class SimNetwork:
         (conn.backward if from_client else conn.forward).dropped = True
         if dead is None:
             self.loop.call_soon(
-                local.lost, ConnectionAbortedError("aborted"), context=self.loop.node_context(toward.src)
+                local.lost,
+                ConnectionAbortedError("aborted"),
+                context=self.loop.node_context(toward.src),
             )
         self.loop.call_at(self._after(toward), self._reset_arrives, toward, remote)
         self.trace.event(toward.src, f"reset #{conn.id}")
