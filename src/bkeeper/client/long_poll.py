@@ -62,8 +62,8 @@ async def poll_once(
             )
             if moved in done:
                 return Poll.MOVED_ON, None
-            for task in done:
-                if task.exception() is not None:
+            for task in tasks:  # in the bookies' order (``done`` is a set)
+                if task not in done or task.exception() is not None:
                     continue
                 response = task.result()
                 # Only a bookie that held the poll answers EOK without a newer LAC; one

@@ -263,6 +263,7 @@ class ReadHandle:
         spec = self._config.speculative_read_timeout_ms / 1000.0
         total = self._config.read_timeout_ms / 1000.0
         attempts: set[asyncio.Task[Entry]] = set()
+        started: list[asyncio.Task[Entry]] = []  # in order (a set's follows memory addresses)
         errors: list[BaseException] = []
         index = 0
         clock = self._ctx.clock
@@ -270,9 +271,9 @@ class ReadHandle:
         try:
             while True:
                 if index < len(replicas) and (not attempts or spec > 0):
-                    attempts.add(
-                        asyncio.ensure_future(self._ask(replicas[index], entry_id, request))
-                    )
+                    task = asyncio.ensure_future(self._ask(replicas[index], entry_id, request))
+                    attempts.add(task)
+                    started.append(task)
                     index += 1
                 if not attempts:
                     meta = self._versioned.value
@@ -286,12 +287,12 @@ class ReadHandle:
                 done, attempts = await asyncio.wait(
                     attempts, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                 )
-                for task in done:
+                for task in done if len(done) == 1 else [t for t in started if t in done]:
                     if task.exception() is None:
                         return task.result()
                     errors.append(task.exception())  # type: ignore[arg-type]
         finally:
-            abandon(attempts)
+            abandon(started)
 
     async def _ask(self, bookie: str, entry_id: int, request: ReadRequest) -> Entry:
         try:
