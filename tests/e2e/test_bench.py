@@ -33,13 +33,25 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _tables(stdout: str) -> list[tuple[list[str], list[list[str]]]]:
-    """(header, rows) of each rich table printed, in order."""
+    """(header, rows) of each rich table printed, in order (a header wrapped over several
+    lines joined back, cell by cell)."""
     tables: list[tuple[list[str], list[list[str]]]] = []
+    in_header = False
     for text in stdout.splitlines():
         line = text.strip()
         if line.startswith("┃"):
-            tables.append(([cell.strip() for cell in line.strip("┃").split("┃")], []))
-        elif line.startswith("│"):
+            cells = [cell.strip() for cell in line.strip("┃").split("┃")]
+            if in_header:
+                header = tables[-1][0]
+                header[:] = [
+                    " ".join(filter(None, pair)) for pair in zip(header, cells, strict=True)
+                ]
+            else:
+                tables.append((cells, []))
+            in_header = True
+            continue
+        in_header = False
+        if line.startswith("│"):
             tables[-1][1].append([cell.strip() for cell in line.strip("│").split("│")])
     return tables
 
@@ -241,7 +253,13 @@ def test_bench_recovery_runs() -> None:
     assert _number(rows["ledgers re-replicated per minute"][0]) > 0
     assert rows["entries read back identical"] == ["96 of 96", "all: met"]
     # (the writers' own CPU per entry is a column of theirs: bench_client_writes measures it)
-    assert results_header == [*RESULT_COLUMNS, "ops/s", *LATENCY_COLUMNS, "client CPU µs/entry"]
+    assert results_header == [
+        *RESULT_COLUMNS,
+        "ops/s",
+        *LATENCY_COLUMNS,
+        "client CPU µs/entry",
+        "server CPU µs/entry",
+    ]
     assert [row[0] for row in results] == [
         "fill: 12 ledgers of 8 x 4,096 B, E3/Qw3/Qa2",
         "writes before the kill",

@@ -57,6 +57,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 MIB = 1024 * 1024
 #: Width of the tables when the output is not a terminal (a file, a pipe, a test).
 PIPE_WIDTH = 160
+#: Characters of the workload column at least ("client writes E3/Qw3/Qa2 V2," and the like
+#: on the first line).
+WORKLOAD_WIDTH_MIN = 30
 
 METADATA = click.option(
     "--metadata",
@@ -92,7 +95,10 @@ def print_results(results: list[BenchResult], unit: str) -> None:
         "p99.9 ms",
         *extras,
     ):
-        table.add_column(column, justify="right" if column != "workload" else "left")
+        if column == "workload":  # its label first, whole: the figures' headers wrap instead
+            table.add_column(column, justify="left", min_width=WORKLOAD_WIDTH_MIN)
+        else:
+            table.add_column(column, justify="right")
     for r in results:
         lat = r.latency_ms()
         table.add_row(

@@ -4,18 +4,23 @@ open loop), and reading a whole ledger back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import os
 import time
 from array import array
 
+from bkeeper.common.errors import ConfigError
 from bkeeper.common.tasks import within
+from bkeeper.meta.uri import MetadataUri
+from bkeeper.testing.benchmarks.proc_cpu import ServerCpu, is_local_host, split_host_port
 from bkeeper.testing.benchmarks.results import PACING_SLEEP_S, BenchResult
 from bkeeper.wire.codes import Protocol
 
 __all__ = [
     "CPU_COLUMN",
+    "SERVER_CPU_COLUMN",
     "bench_client_reads",
     "bench_client_writes",
     "bench_ledger_tail",
@@ -24,11 +29,45 @@ __all__ = [
 
 #: The column of the client's own CPU time (all its threads) per entry while it wrote or read.
 CPU_COLUMN = "client CPU µs/entry"
+#: The column of the servers' CPU time per entry (all their threads, from ``/proc``): the
+#: ledger's bookies together and ZooKeeper (:mod:`bkeeper.testing.benchmarks.proc_cpu`).
+SERVER_CPU_COLUMN = "server CPU µs/entry"
+_BOOKIES, _ZOOKEEPER = "bookies", "ZooKeeper"
 
 
 def cpu_per_op(cpu_s: float, operations: int) -> str:
     """``cpu_s`` of CPU over ``operations``, in µs each, formatted for the table."""
     return f"{cpu_s / operations * 1e6:.1f}" if operations else "-"
+
+
+def server_cpu(metadata_uri: str, ensemble: tuple[str, ...]) -> ServerCpu:
+    """The CPU meter of the ledger's bookies and of ZooKeeper, those on this machine."""
+    bookies = [a[1] for a in map(split_host_port, ensemble) if a and is_local_host(a[0])]
+    zookeepers: list[int] = []
+    with contextlib.suppress(ConfigError):  # memory:// (no ZooKeeper), or not a URI
+        uri = MetadataUri.parse(metadata_uri)
+        zookeepers = [a[1] for a in map(split_host_port, uri.hosts) if a and is_local_host(a[0])]
+    meter = ServerCpu({_BOOKIES: bookies, _ZOOKEEPER: zookeepers})
+    meter.start()
+    return meter
+
+
+def add_server_cpu(result: BenchResult, meter: ServerCpu) -> None:
+    """The servers' CPU per acknowledged entry, into ``result``'s table: bookies and
+    ZooKeeper together, ZooKeeper's share in brackets ("23.3 (ZK 3.3)"); "(bookies only)"
+    without a local ZooKeeper; "-" when no bookie ran on this machine."""
+    entries = result.operations
+    bookies = meter.per_op_us(_BOOKIES, entries)
+    if bookies is None:
+        result.extra[SERVER_CPU_COLUMN] = "-"
+        return
+    zookeeper = meter.per_op_us(_ZOOKEEPER, entries)
+    total = bookies + (zookeeper or 0.0)
+    share = "bookies only" if zookeeper is None else f"ZK {zookeeper:.1f}"
+    measured, wanted = meter.coverage.get(_BOOKIES, (0, 0))
+    if measured < wanted:
+        share += f"; {measured} of {wanted} bookies"
+    result.extra[SERVER_CPU_COLUMN] = f"{total:.1f} ({share})"
 
 
 async def bench_client_writes(
@@ -84,6 +123,7 @@ async def bench_client_writes(
                 return
             latencies.append(perf() - sent_at)
 
+        meter = server_cpu(metadata_uri, wh.ensemble)
         cpu_start = time.process_time()
         start = perf()
         deadline = start + duration_s
@@ -111,9 +151,10 @@ async def bench_client_writes(
             raise failures[0]
         elapsed = perf() - start
         cpu_s = time.process_time() - cpu_start
+        meter.stop()
         await wh.close()
         ledger_id = wh.ledger_id
-    return _write_result(
+    result = _write_result(
         ensemble,
         write_quorum,
         ack_quorum,
@@ -125,7 +166,9 @@ async def bench_client_writes(
         latencies,
         elapsed,
         cpu_s,
-    ), ledger_id
+    )
+    add_server_cpu(result, meter)
+    return result, ledger_id
 
 
 def _failed(future: asyncio.Future[int], failures: list[BaseException]) -> bool:
@@ -202,6 +245,7 @@ async def _bench_batched_writes(
             now = perf()
             latencies.extend([now - at for at in due])
 
+        meter = server_cpu(metadata_uri, wh.ensemble)
         cpu_start = time.process_time()
         start = perf()
         deadline = start + duration_s
@@ -225,9 +269,10 @@ async def _bench_batched_writes(
             raise failures[0]
         elapsed = perf() - start
         cpu_s = time.process_time() - cpu_start
+        meter.stop()
         await wh.close()
         ledger_id = wh.ledger_id
-    return _write_result(
+    result = _write_result(
         ensemble,
         write_quorum,
         ack_quorum,
@@ -239,7 +284,9 @@ async def _bench_batched_writes(
         latencies,
         elapsed,
         cpu_s,
-    ), ledger_id
+    )
+    add_server_cpu(result, meter)
+    return result, ledger_id
 
 
 async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
