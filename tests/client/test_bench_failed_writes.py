@@ -19,6 +19,7 @@ class _FailingHandle:
     """Acknowledges nothing; after ``fail_after`` appends every pending one fails."""
 
     ledger_id = 7
+    ensemble = ("b1", "b2", "b3")  # not on this machine: no server CPU measured
 
     def __init__(self, fail_after: int) -> None:
         self._pending: list[asyncio.Future[int]] = []

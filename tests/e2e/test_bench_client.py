@@ -38,6 +38,16 @@ def test_write_batches_a_fixed_count_and_tail(real_cluster) -> None:
     read = bkeeper(uri, "bench", "read", "--ledger", ledger)
     assert read.returncode == 0, read.stderr
     assert _row(read.stdout, f"client reads of ledger {ledger}")[1] == "50"
+    called = bkeeper(
+        uri, "bench", "write", "--api", "callback", "--entries", "2000", "--duration", "60"
+    )
+    assert called.returncode == 0, called.stderr
+    row = _row(called.stdout, "client writes")
+    assert row[1] == "2,000" and float(row[-2]) > 0, row  # every entry called back, timed
+    assert "append_callback" in called.stdout
+    mixed = bkeeper(uri, "bench", "write", "--api", "callback", "--batch", "10")
+    assert mixed.returncode != 0
+    assert "--api callback appends one entry a call: not with --batch" in mixed.stderr
     too_big = bkeeper(uri, "bench", "write", "--batch", "2000", "--in-flight", "1000")
     assert too_big.returncode != 0
     assert "--batch 2000 is more than --in-flight 1000" in too_big.stderr

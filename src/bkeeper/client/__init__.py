@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from bkeeper.client.config import ClientConfig
     from bkeeper.client.entry import Entry
     from bkeeper.client.read_handle import ReadHandle
-    from bkeeper.client.write_handle import WriteHandle
+    from bkeeper.client.write_handle import AddCallback, WriteHandle
 
-__all__ = ["BookKeeper", "ClientConfig", "Entry", "ReadHandle", "WriteHandle"]
+__all__ = ["AddCallback", "BookKeeper", "ClientConfig", "Entry", "ReadHandle", "WriteHandle"]
 
 _MODULES = {
+    "AddCallback": "write_handle",
     "BookKeeper": "bookkeeper",
     "ClientConfig": "config",
     "Entry": "entry",

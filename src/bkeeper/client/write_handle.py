@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bkeeper.client.add_lane import AddLane, Slots
 from bkeeper.client.adding import NOTHING, AddPipeline, Effects, PendingAdd
@@ -54,9 +54,13 @@ from bkeeper.meta.store import Versioned
 from bkeeper.wire.codes import StatusCode, status_text
 from bkeeper.wire.digest import DigestManager, master_key
 
-__all__ = ["WriteHandle"]
+__all__ = ["AddCallback", "WriteHandle"]
 
 log = logging.getLogger(__name__)
+
+#: ``callback(entry_id, error)`` of :meth:`WriteHandle.append_callback`: ``error`` is None
+#: once an ack quorum made the entry durable, else why it failed.
+AddCallback = Callable[[int, BaseException | None], None]
 
 
 class WriteHandle:
@@ -191,32 +195,71 @@ class WriteHandle:
         if len(data) > self.max_entry_bytes:
             raise self._too_large(len(data))
         self._check_open()
+        if self._must_wait():
+            await self._admit(len(data))
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._push(data, future)
+        return future
+
+    async def append_callback(self, data: bytes, callback: AddCallback) -> int:
+        """:meth:`append_async` without a future (BookKeeper's ``asyncAddEntry`` with an
+        ``AddCallback``): returns the entry's id once it is sent, and calls
+        ``callback(entry_id, None)`` once an ack quorum made it durable, or
+        ``callback(entry_id, error)`` if it failed. No asyncio object is made per entry,
+        so this is the cheapest way to append one entry at a time (no future to create,
+        complete and collect).
+
+        Callbacks run on the event loop as the answers are handled, in entry order: they
+        must return quickly and not block. One that raises is logged and the others go on."""
+        if len(data) > self.max_entry_bytes:
+            raise self._too_large(len(data))
+        self._check_open()
+        if self._must_wait():
+            await self._admit(len(data))
+        return self._push(data, callback)
+
+    def _must_wait(self) -> bool:
+        """Whether an append must wait: for a pipeline slot, a writable socket or a bookie
+        still connecting (:meth:`_admit` waits for each in turn)."""
         adds, slots = self._adds, self._slots
-        if len(adds) >= adds.pending_max or slots.waiters or slots.woken:  # inline: per append
+        if len(adds) >= adds.pending_max or slots.waiters or slots.woken:
+            return True
+        for conn in self._lane.conns:
+            if conn is not None and not conn.writable:
+                return True
+        return bool(self._lane.connecting)
+
+    async def _admit(self, size: int) -> None:
+        adds, slots = self._adds, self._slots
+        if len(adds) >= adds.pending_max or slots.waiters or slots.woken:
             await slots.wait()
             while True:  # in line behind earlier appends (entry ids in call order)
                 self._check_open()
                 if len(adds) < adds.pending_max:
                     break
                 await slots.wait(first=True)
-        for conn in self._lane.conns:  # inline, not a call: once per append
+        for conn in self._lane.conns:
             if conn is not None and not conn.writable:
                 await self._lane.wait_writable()
                 self._check_open()
                 break
         if self._lane.connecting:
-            await self._lane.wait_connecting(len(data), self.metadata.ack_quorum)
+            await self._lane.wait_connecting(size, self.metadata.ack_quorum)
             self._check_open()
+
+    def _push(self, data: bytes, waiter: asyncio.Future[int] | AddCallback) -> int:
+        """Entry ``data`` into the pipeline, staged to go out at the end of this loop
+        iteration; its id."""
+        adds = self._adds
         entry_id = adds.last_add_pushed + 1
         length = adds.length + len(data)
         wire = self._encode(entry_id, adds.last_add_confirmed, length, data)
-        future: asyncio.Future[int] = self._loop.create_future()
-        adds.append(entry_id, length, wire, future, self._monotonic())
+        adds.append(entry_id, length, wire, waiter, self._monotonic())
         staged = self._staged
         if not staged:
             self._loop.call_soon(self._send_staged)
         staged.append(wire)
-        return future
+        return entry_id
 
     async def append_many(self, datas: Sequence[bytes]) -> range:
         """Append the entries ``datas`` (consecutive entry ids, in order); returns their ids
@@ -294,7 +337,12 @@ class WriteHandle:
         (the metadata store away) may be called again: it tries the seal again."""
         if not self._closed:
             self._closed = True
-            pending = [add.future for add in self._adds.pending if add.future is not None]
+            pending = [
+                add.future for add in self._adds.pending if isinstance(add.future, asyncio.Future)
+            ]
+            if self._adds.pending and callable(last_callback := self._adds.pending[-1].future):
+                # Entries complete (or fail) in order: the last one's outcome ends them all.
+                pending.append(self._watch_callback(self._adds.pending[-1], last_callback))
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             await self._lane.settle()  # entries waiting for a bookie still connecting go out
@@ -366,11 +414,37 @@ class WriteHandle:
         """A bookie refused this client's credentials: the writer fails with why."""
         self._apply(self._adds.fail(error))
 
+    def _watch_callback(self, add: PendingAdd, callback: AddCallback) -> asyncio.Future[None]:
+        """A future that completes once ``add``'s callback was called (for close)."""
+        called: asyncio.Future[None] = self._loop.create_future()
+
+        def then(entry_id: int, error: BaseException | None) -> None:
+            try:
+                callback(entry_id, error)
+            finally:
+                if not called.done():
+                    called.set_result(None)
+
+        add.future = then
+        return called
+
+    def _call_back(self, callback: AddCallback, entry_id: int, error: BaseException | None) -> None:
+        try:
+            callback(entry_id, error)
+        except Exception:  # the application's: the pipeline goes on (docstring)
+            log.exception("ledger %d: the callback of entry %d raised", self.ledger_id, entry_id)
+
     def _completed(self, done: list[PendingAdd] | tuple[PendingAdd, ...]) -> None:
+        future_type = asyncio.Future
         for add in done:
-            future = add.future
-            if future is not None and not future.done():
-                future.set_result(add.entry_id)
+            waiter = add.future
+            if waiter is None:
+                continue
+            if isinstance(waiter, future_type):
+                if not waiter.done():
+                    waiter.set_result(add.entry_id)
+            else:
+                self._call_back(waiter, add.entry_id, None)
         metrics = self._ctx.metrics
         if metrics is not None and done:
             metrics.adds_completed(len(done), done[0].sent_at)
@@ -388,8 +462,12 @@ class WriteHandle:
                 self._ctx.metrics.add.requests.value += failed
                 self._ctx.metrics.add.errors.value += failed
             for add in effects.fail:
-                if add.future is not None and not add.future.done():
-                    add.future.set_exception(effects.error)
+                waiter = add.future
+                if isinstance(waiter, asyncio.Future):
+                    if not waiter.done():
+                        waiter.set_exception(effects.error)
+                elif waiter is not None:
+                    self._call_back(waiter, add.entry_id, effects.error)
             self._slots.release_all()  # each waiter raises the error itself
         if effects.send:
             self._send_staged()  # before a re-send, so that nothing goes out twice

@@ -158,6 +158,15 @@ def bookie_bench(
     "--in-flight).",
 )
 @click.option(
+    "--api",
+    type=click.Choice(["future", "callback"]),
+    default="future",
+    show_default=True,
+    help="One entry a call through WriteHandle.append_async (a future per entry) or "
+    "append_callback (a callback, no asyncio object per entry; as Java's "
+    "BenchThroughputLatency appends). Not with --batch.",
+)
+@click.option(
     "--gc-freeze",
     is_flag=True,
     help="gc.freeze() once the client is started: the collector's full passes then skip what "
@@ -184,6 +193,7 @@ def write_bench(
     rate: float | None,
     entries: int | None,
     batch: int,
+    api: str,
     gc_freeze: bool,
     protocol: str,
     also_read: bool,
@@ -195,6 +205,8 @@ def write_bench(
         raise click.UsageError("--tls starts a secure sandbox: not with --metadata")
     if batch > in_flight:
         raise click.UsageError(f"--batch {batch} is more than --in-flight {in_flight}")
+    if api == "callback" and batch > 1:
+        raise click.UsageError("--api callback appends one entry a call: not with --batch")
     from bkeeper.common.loop import run_event_loop
 
     proto = protocol_of(protocol)
@@ -213,6 +225,7 @@ def write_bench(
             count=entries,
             batch=batch,
             gc_freeze=gc_freeze,
+            callbacks=api == "callback",
         )
         results = [result]
         try:

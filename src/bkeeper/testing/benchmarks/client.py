@@ -85,11 +85,14 @@ async def bench_client_writes(
     stop: asyncio.Event | None = None,
     batch: int = 1,
     gc_freeze: bool = False,
+    callbacks: bool = False,
 ) -> tuple[BenchResult, int]:
     """Append to one ledger through the client for ``duration_s`` (or until ``count``
     entries, or until ``stop`` is set); returns the result and the ledger id. ``batch`` > 1:
     ``WriteHandle.append_many`` with up to that many entries a call (each entry's latency
-    from its own due time to its batch's acknowledgement)."""
+    from its own due time to its batch's acknowledgement). ``callbacks``: one entry a call
+    through ``WriteHandle.append_callback`` (no future per entry; as Java's
+    ``BenchThroughputLatency`` appends) instead of ``append_async``."""
     if batch > 1:
         return await _bench_batched_writes(
             metadata_uri,
@@ -123,6 +126,21 @@ async def bench_client_writes(
                 return
             latencies.append(perf() - sent_at)
 
+        # append_callback: the entry's send time by entry id; the outcomes counted, and the
+        # event set once the last one sent has its outcome
+        sent_times: array[float] = array("d")
+        outcomes = [0, -1]  # [outcomes so far, entries sent once the loop ended]
+        all_done = asyncio.Event()
+
+        def called_back(entry_id: int, error: BaseException | None) -> None:
+            if error is None:
+                latencies.append(perf() - sent_times[entry_id])
+            elif not failures:
+                failures.append(error)
+            outcomes[0] += 1
+            if outcomes[0] == outcomes[1]:
+                all_done.set()
+
         meter = server_cpu(metadata_uri, wh.ensemble)
         cpu_start = time.process_time()
         start = perf()
@@ -137,6 +155,11 @@ async def bench_client_writes(
                 if due <= 0:
                     await asyncio.sleep(PACING_SLEEP_S)
                     continue
+            if callbacks:  # a new ledger: entry ids 0, 1, ... in the order sent
+                await wh.append_callback(payload, called_back)
+                sent_times.append(perf() if rate is None else start + sent / rate)
+                sent += 1
+                continue
             last = await wh.append_async(payload)
             # Closed loop: from when the window took the entry (append_async waits for room:
             # that wait is the previous entries' latency, not this one's), as Java's
@@ -147,6 +170,9 @@ async def bench_client_writes(
             sent += 1
         if last is not None:
             await asyncio.wait([last])  # its error, if any, is the first of failures
+        outcomes[1] = sent
+        if callbacks and outcomes[0] < sent:
+            await all_done.wait()  # the pipeline calls every entry back, failed ones too
         if failures:
             raise failures[0]
         elapsed = perf() - start
@@ -166,6 +192,7 @@ async def bench_client_writes(
         latencies,
         elapsed,
         cpu_s,
+        callbacks,
     )
     add_server_cpu(result, meter)
     return result, ledger_id
@@ -196,6 +223,7 @@ def _write_result(
     latencies: array[float],
     elapsed: float,
     cpu_s: float,
+    callbacks: bool = False,
 ) -> BenchResult:
     label = (
         f"client writes E{ensemble}/Qw{write_quorum}/Qa{ack_quorum} {protocol.name}, "
@@ -203,6 +231,8 @@ def _write_result(
     )
     if batch > 1:
         label += f", append_many {batch}"
+    if callbacks:
+        label += ", append_callback"
     if rate is not None:
         label += f", open loop {rate:.0f}/s"
     result = BenchResult(label, len(latencies), elapsed, len(latencies) * entry_bytes, latencies)
