@@ -33,8 +33,8 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _tables(stdout: str) -> list[tuple[list[str], list[list[str]]]]:
-    """(header, rows) of each rich table printed, in order (a header wrapped over several
-    lines joined back, cell by cell)."""
+    """(header, rows) of each rich table printed, in order (a header or a row wrapped over
+    several lines joined back, cell by cell: a row's next line has no second cell)."""
     tables: list[tuple[list[str], list[list[str]]]] = []
     in_header = False
     for text in stdout.splitlines():
@@ -52,7 +52,14 @@ def _tables(stdout: str) -> list[tuple[list[str], list[list[str]]]]:
             continue
         in_header = False
         if line.startswith("│"):
-            tables[-1][1].append([cell.strip() for cell in line.strip("│").split("│")])
+            cells = [cell.strip() for cell in line.strip("│").split("│")]
+            rows = tables[-1][1]
+            if rows and len(cells) > 1 and not cells[1]:  # a wrapped row's next line
+                rows[-1] = [
+                    " ".join(filter(None, pair)) for pair in zip(rows[-1], cells, strict=True)
+                ]
+            else:
+                rows.append(cells)
     return tables
 
 

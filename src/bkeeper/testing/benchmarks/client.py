@@ -55,7 +55,8 @@ def server_cpu(metadata_uri: str, ensemble: tuple[str, ...]) -> ServerCpu:
 def add_server_cpu(result: BenchResult, meter: ServerCpu) -> None:
     """The servers' CPU per acknowledged entry, into ``result``'s table: bookies and
     ZooKeeper together, ZooKeeper's share in brackets ("23.3 (ZK 3.3)"); "(bookies only)"
-    without a local ZooKeeper; "-" when no bookie ran on this machine."""
+    without a local ZooKeeper; ", 2/3 bookies" when only some were measured (the others
+    elsewhere, or gone during the run); "-" when no bookie ran on this machine."""
     entries = result.operations
     bookies = meter.per_op_us(_BOOKIES, entries)
     if bookies is None:
@@ -66,7 +67,7 @@ def add_server_cpu(result: BenchResult, meter: ServerCpu) -> None:
     share = "bookies only" if zookeeper is None else f"ZK {zookeeper:.1f}"
     measured, wanted = meter.coverage.get(_BOOKIES, (0, 0))
     if measured < wanted:
-        share += f"; {measured} of {wanted} bookies"
+        share += f", {measured}/{wanted} bookies"
     result.extra[SERVER_CPU_COLUMN] = f"{total:.1f} ({share})"
 
 
