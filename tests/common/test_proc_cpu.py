@@ -6,6 +6,7 @@ import os
 import socket
 import time
 
+from bkeeper.testing.benchmarks.client import SERVER_CPU_COLUMN, add_server_cpu
 from bkeeper.testing.benchmarks.proc_cpu import (
     ServerCpu,
     cpu_seconds,
@@ -13,6 +14,7 @@ from bkeeper.testing.benchmarks.proc_cpu import (
     is_local_host,
     split_host_port,
 )
+from bkeeper.testing.benchmarks.results import BenchResult
 
 
 def test_the_process_listening_on_a_port_is_found_and_its_cpu_read() -> None:
@@ -27,8 +29,8 @@ def test_the_process_listening_on_a_port_is_found_and_its_cpu_read() -> None:
         meter.stop()
     assert meter.pids == {"me": [os.getpid()], "nobody": []}
     assert meter.spent["me"] > 0.0
-    assert meter.describe("me", 1000) == f"{meter.spent['me'] / 1000 * 1e6:.1f}"
-    assert meter.describe("nobody", 1000) == "-"
+    assert meter.per_op_us("me", 1000) == meter.spent["me"] / 1000 * 1e6
+    assert meter.per_op_us("nobody", 1000) is None
     assert cpu_seconds(os.getpid()) is not None
 
 
@@ -43,7 +45,21 @@ def test_a_port_nobody_listens_on_is_left_out_and_said_so() -> None:
         meter.start()
         meter.stop()
     assert meter.coverage["bookies"] == (1, 2)
-    assert meter.describe("bookies", 10).endswith("(1 of 2)")
+
+
+def test_the_server_column_names_zookeepers_share_and_bookies_not_measured() -> None:
+    meter = ServerCpu({"bookies": [1, 2], "ZooKeeper": [3]})
+    meter.spent = {"bookies": 0.02, "ZooKeeper": 0.001}
+    meter.coverage = {"bookies": (1, 2), "ZooKeeper": (1, 1)}
+    result = BenchResult("writes", 1000, 1.0)
+    add_server_cpu(result, meter)
+    assert result.extra[SERVER_CPU_COLUMN] == "21.0 (ZK 1.0, 1/2 bookies)"
+    alone = ServerCpu({"bookies": [1], "ZooKeeper": []})
+    alone.spent, alone.coverage = {"bookies": 0.005}, {"bookies": (1, 1), "ZooKeeper": (0, 0)}
+    add_server_cpu(result, alone)
+    assert result.extra[SERVER_CPU_COLUMN] == "5.0 (bookies only)"
+    add_server_cpu(result, ServerCpu({"bookies": [], "ZooKeeper": []}))
+    assert result.extra[SERVER_CPU_COLUMN] == "-"
 
 
 def test_addresses_are_split_and_local_hosts_told_apart() -> None:

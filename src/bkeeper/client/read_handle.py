@@ -287,7 +287,7 @@ class ReadHandle:
                 done, attempts = await asyncio.wait(
                     attempts, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                 )
-                for task in done if len(done) == 1 else [t for t in started if t in done]:
+                for task in [t for t in started if t in done]:  # in the replicas' order
                     if task.exception() is None:
                         return task.result()
                     errors.append(task.exception())  # type: ignore[arg-type]

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from bkeeper.common.errors import BKeeperError
 
-__all__ = ["CpuSplit", "ProcessCpu", "command_label", "cpu_by_process", "measure_cpu_split"]
+__all__ = [
+    "CpuSplit",
+    "ProcessCpu",
+    "command_label",
+    "cpu_by_process",
+    "cpu_ticks",
+    "measure_cpu_split",
+]
 
 #: Characters of a process's command line kept for the table.
 COMMAND_CHARS_MAX = 90
@@ -52,15 +59,26 @@ def cpu_by_process() -> dict[int, tuple[int, str]]:
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
+        ticks = cpu_ticks(int(pid))
         try:
-            with open(f"/proc/{pid}/stat") as stat_file:
-                fields = stat_file.read().rpartition(")")[2].split()
             with open(f"/proc/{pid}/cmdline") as cmd_file:
                 command = command_label(cmd_file.read().split("\0"))
         except OSError:  # the process ended while we looked
             continue
-        found[int(pid)] = (int(fields[11]) + int(fields[12]), command)
+        if ticks is not None:
+            found[int(pid)] = (ticks, command)
     return found
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User + system clock ticks of process ``pid`` (every thread's), from
+    ``/proc/<pid>/stat``; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            fields = stat_file.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of the whole line
 
 
 def command_label(argv: list[str]) -> str:

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bkeeper.testing.benchmarks.cpu_split import cpu_ticks
+
 __all__ = ["ServerCpu", "cpu_seconds", "find_listeners", "is_local_host", "split_host_port"]
 
 _PROC = Path("/proc")
@@ -92,13 +94,8 @@ def find_listeners(ports: Iterable[int]) -> dict[int, int]:
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of process ``pid`` (all its threads); None once it is gone."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the whole line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+    ticks = cpu_ticks(pid)
+    return None if ticks is None else ticks / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -143,12 +140,3 @@ class ServerCpu:
         """µs of ``name``'s CPU per operation; None when not measured."""
         spent = self.spent.get(name)
         return None if spent is None or not operations else spent / operations * 1e6
-
-    def describe(self, name: str, operations: int) -> str:
-        """``name``'s µs per operation for a table: "7.4"; "7.4 (2 of 3)" when only some
-        of its processes were found on this machine; "-" when none was."""
-        per_op = self.per_op_us(name, operations)
-        if per_op is None:
-            return "-"
-        measured, wanted = self.coverage.get(name, (0, 0))
-        return f"{per_op:.1f}" if measured >= wanted else f"{per_op:.1f} ({measured} of {wanted})"
