@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from bkeeper.autorecovery import worker as worker_module
 from bkeeper.autorecovery.config import AutoRecoveryConfig
 from bkeeper.autorecovery.expected import expected_entries
 from bkeeper.autorecovery.repair import replicate_ledger
@@ -22,7 +23,7 @@ from bkeeper.meta.ledger_metadata import LedgerMetadata, LedgerState
 from bkeeper.meta.underreplication import UnderreplicatedLedger, UnderReplicationManager
 from bkeeper.testing.clock import FakeClock
 from bkeeper.testing.cluster import Fault, MemoryCluster
-from bkeeper.testing.virtual_time import on_virtual_time
+from bkeeper.testing.virtual_time import LoopClock, on_virtual_time
 from bkeeper.wire.codes import StatusCode
 from bkeeper.wire.messages import AddRequest
 
@@ -667,24 +668,84 @@ async def wait_for_status(
     return await asyncio.wait_for(worker.wait_for(check), WAIT_S)
 
 
+def count_scans(worker: ReplicationWorker) -> Callable[[], int]:
+    """Count the worker's scans of the queue; the count so far."""
+    scans = 0
+    scan = worker._scan
+
+    async def counted() -> None:
+        nonlocal scans
+        scans += 1
+        await scan()
+
+    worker._scan = counted  # type: ignore[method-assign]
+    return lambda: scans
+
+
 @on_virtual_time
-async def test_an_idle_worker_scans_the_queue_once_an_interval_not_once_per_lane() -> None:
-    """Eight lanes of an idle worker scanned the queue together, eight metadata scans a
-    second per bookie on an idle cluster; one lane scans now, the others wait for it."""
+async def test_an_idle_worker_polls_once_an_interval_not_once_per_lane(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the queue cannot be watched (here: more directories than a worker watches),
+    eight lanes of an idle worker scanned the queue together, eight metadata scans a second
+    per bookie on an idle cluster; one lane scans now, the others wait for it."""
+    monkeypatch.setattr(worker_module, "WATCHED_DIRECTORIES_MAX", 0)
     async with MemoryCluster(3) as cluster:
         bk = await cluster.client(CLIENT)
         urm = await new_urm(bk, FakeClock())
         config = AutoRecoveryConfig(idle_poll_interval_ms=1_000, ledgers_in_parallel=8)
         worker = ReplicationWorker(bk, urm, "idle", config, clock=FakeClock())
-        scans = 0
-        scan = worker._scan
+        scans = count_scans(worker)
+        with caplog.at_level("INFO", logger="bkeeper.autorecovery.worker"):
+            async with running(worker):
+                await asyncio.sleep(10.5)
+        assert 10 <= scans() <= 12  # one a second (it was 8 a second: 88)
+        said = [r.message for r in caplog.records if "looking at the queue every" in r.message]
+        assert said == [
+            "replication worker idle: looking at the queue every 1000 ms (over 0 directories)"
+        ]
 
-        async def counted() -> None:
-            nonlocal scans
-            scans += 1
-            await scan()
 
-        worker._scan = counted  # type: ignore[method-assign]
+@on_virtual_time
+async def test_an_idle_worker_waits_for_the_queue_to_change() -> None:
+    """Workers listed the queue and read the disable flag every idle interval, every bookie
+    on an idle cluster; now the queue's watches wake them (as Java's workers): no scan while
+    nothing changes, a mark taken at once rather than at the next interval, the disable flag
+    seen both ways, a lock released by another worker taken."""
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(CLIENT)
+        ledgers = [await write_ledger(bk, (3, 3, 2), 10) for _ in range(2)]
+        urm = await new_urm(bk, FakeClock())
+        config = AutoRecoveryConfig(idle_poll_interval_ms=60_000)
+        worker = ReplicationWorker(
+            await cluster.client(CLIENT), urm, "idle", config, clock=LoopClock()
+        )
+        scans = count_scans(worker)
+        loop = asyncio.get_running_loop()
         async with running(worker):
-            await asyncio.sleep(10.5)
-        assert 10 <= scans <= 12  # one a second (it was 8 a second: 88)
+            await asyncio.sleep(600.0)
+            assert scans() <= 2  # polling: 10
+            await urm.disable()
+            await wait_for(worker, lambda s: not s.enabled)
+            await asyncio.sleep(60.0)
+            await urm.enable()
+            await wait_for(worker, lambda s: s.enabled)
+            await asyncio.sleep(600.0)
+            idle_scans = scans()
+            lost = str((await bk.ledger_metadata(ledgers[0])).segments[0][1])
+            await cluster.stop_bookie(cluster.bookie(lost))
+            await urm.mark_underreplicated(ledgers[1], [lost])
+            assert await urm.try_lock(ledgers[1], "another worker")
+            await urm.mark_underreplicated(ledgers[0], [lost])
+            marked_at = loop.time()
+            await wait_for(worker, lambda s: s.replicated == 1)
+            assert loop.time() - marked_at < 5.0  # polling: up to a minute
+            await asyncio.sleep(600.0)
+            assert worker.status.replicated == 1  # the other is locked
+            await urm.release(ledgers[1])
+            released_at = loop.time()
+            await wait_for(worker, lambda s: s.replicated == 2)
+            assert loop.time() - released_at < 5.0
+        assert idle_scans <= 4  # polling: 21
+        for lid in ledgers:
+            await assert_replicated(cluster, bk, lid, 10, {lost})

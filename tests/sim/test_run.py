@@ -107,7 +107,7 @@ FOUND_AT = {
     "fence-ignored-on-add": ("ledger", 1),
     "ack-quorum-one": ("ledger", 2),
     "lac-from-last-stored": ("ledger", 7),
-    "recovery-one-absent": ("ledger", 5),
+    "recovery-one-absent": ("ledger", 12),
     "roll-lost-answer-deleted": ("log", 19),
     "journal-tail-absent": ("ledger", 2),
     "kv-read-no-barrier": ("kv", 1),

@@ -4,9 +4,16 @@
 :class:`ReplicationWorker` runs the queue: it locks a marked ledger
 (:class:`~bkeeper.meta.underreplication.UnderReplicationManager`), repairs it, and removes the
 mark; ``ledgers_in_parallel`` at once. While the cluster's auto-recovery is disabled it stays
-idle (the flag is read at most once per ``idle_poll_interval_ms``, not per ledger; the
-registered bookies are followed by a watch, not listed per ledger: fewer metadata round trips
-per ledger, which the ZooKeeper server shares the machine's CPU for). An open ledger
+idle. The lanes look at the queue when it may have changed, as Java's workers do: one-shot
+watches on the queue's directories, the locks and the disable flag
+(:meth:`~bkeeper.meta.underreplication.UnderReplicationManager.watch_queue`) wake them, at
+most once per ``idle_poll_interval_ms``; an idle cluster's workers send no metadata request
+(they listed the queue and read the flag every interval before). Where the watches cannot be
+set (metadata unreachable, or more than :data:`WATCHED_DIRECTORIES_MAX` directories queued),
+and after a look that failed, they look every interval; a deferred ledger is looked for when
+it is due. The flag is read at most once per look, not per ledger; the registered bookies
+are followed by a watch, not listed per ledger (fewer metadata round trips per ledger, which
+the ZooKeeper server shares the machine's CPU for). An open ledger
 waiting for its writer is left (lock released, mark kept) until
 ``open_ledger_grace_period_ms`` after it was marked; a failed ledger until
 ``failed_ledger_retry_delay_ms`` later. Which ledgers wait is remembered in memory, at most
@@ -23,7 +30,7 @@ logs it, only when the reason changed (the recorded one is read to compare: one 
 per failed attempt): once per change of state per ledger, not per retry.
 Removing the mark removes the reason. When the registry watch sees a writable bookie join,
 the ledgers this worker found with no candidate are tried again at once (at the lanes' next
-look, ``idle_poll_interval_ms``) instead of after ``failed_ledger_retry_delay_ms``. For an open
+look) instead of after ``failed_ledger_retry_delay_ms``. For an open
 ledger among them, the grace period before fencing starts again then: its writer, which went
 on without the lost bookie for want of a replacement (docs/client.md, degraded writes), is
 given the time to replace it itself; fencing it at once would stop a writer that is about to
@@ -48,8 +55,9 @@ from bkeeper.autorecovery.repair import ReplicationOutcome, replicate_ledger
 from bkeeper.autorecovery.replicate import BlockKind
 from bkeeper.client.bookkeeper import BookKeeper
 from bkeeper.common.clock import Clock, default_clock
-from bkeeper.common.errors import BKeeperError, ProtocolError
+from bkeeper.common.errors import BKeeperError, MetadataClosedError, ProtocolError
 from bkeeper.common.rand import new_rng
+from bkeeper.meta.events import wait_any
 from bkeeper.meta.registry import BookieSet
 from bkeeper.meta.underreplication import (
     BlockedReason,
@@ -57,7 +65,13 @@ from bkeeper.meta.underreplication import (
     UnderReplicationManager,
 )
 
-__all__ = ["CANDIDATES_MAX", "DEFERRED_LEDGERS_MAX", "ReplicationWorker", "WorkerStatus"]
+__all__ = [
+    "CANDIDATES_MAX",
+    "DEFERRED_LEDGERS_MAX",
+    "WATCHED_DIRECTORIES_MAX",
+    "ReplicationWorker",
+    "WorkerStatus",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +79,8 @@ log = logging.getLogger(__name__)
 DEFERRED_LEDGERS_MAX = 100_000
 #: Queued ledger ids one scan of the queue collects.
 CANDIDATES_MAX = 10_000
+#: Directories of the queue a worker watches; past that it polls (every idle interval).
+WATCHED_DIRECTORIES_MAX = 1_000
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,10 @@ class ReplicationWorker:
         self._looking = asyncio.Event()
         self._looking.set()
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: looks asked for so far (a look asked during a scan is not lost to its idling)
+        self._looks_asked = 0
+        #: the queue's watches are armed: an idle lane needs no timer to see a change
+        self._queue_watched = False
         self._enabled_stale = True  # the disable flag is read again at the next look
         #: the registered bookies as followed by a watch (None: not known, each repair reads)
         self._bookies: BookieSet | None = None
@@ -170,6 +190,7 @@ class ReplicationWorker:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._follow_bookies(), name="replication: bookies")
+                group.create_task(self._follow_queue(), name="replication: queue")
                 for lane in range(self._config.ledgers_in_parallel):
                     group.create_task(self._lane(), name=f"replication lane {lane}")
         finally:
@@ -189,6 +210,42 @@ class ReplicationWorker:
             log.warning("replication worker %s: registry watch ended: %s", self._holder, exc)
         finally:
             self._bookies = None
+
+    async def _follow_queue(self) -> None:
+        """Wake the lanes when the queue may have changed (module doc): arm its watches, ask
+        for a look (a scan after the arming misses nothing), wait for an event; at most one
+        arming per idle interval. Where the watches cannot be set, a look every interval."""
+        idle_s = self._config.idle_poll_interval_ms / 1000.0
+        failing: str | None = None
+        while True:
+            armed_at = self._clock.monotonic()
+            try:
+                subs = await self._urm.watch_queue(WATCHED_DIRECTORIES_MAX)
+                why = None if subs is not None else f"over {WATCHED_DIRECTORIES_MAX} directories"
+            except BKeeperError as exc:
+                subs, why = None, str(exc)
+            if why != failing and why is not None:
+                log.info(
+                    "replication worker %s: looking at the queue every %d ms (%s)",
+                    self._holder,
+                    self._config.idle_poll_interval_ms,
+                    why,
+                )
+            failing = why
+            self._queue_watched = subs is not None
+            self._enabled_stale = True
+            self._look_now()
+            try:
+                if subs is None:
+                    await asyncio.sleep(idle_s)
+                    continue
+                with contextlib.suppress(MetadataClosedError):  # closing: woken as by a change
+                    await wait_any(*subs)
+            finally:
+                self._queue_watched = False
+                for sub in subs or ():
+                    sub.close()
+            await asyncio.sleep(max(0.0, armed_at + idle_s - self._clock.monotonic()))
 
     def _wake_blocked(self) -> None:
         """A writable bookie joined: the ledgers that had no candidate are tried again at
@@ -223,45 +280,63 @@ class ReplicationWorker:
             # bottleneck).
             async with self._turn:
                 await self._looking.wait()
+                asked = self._looks_asked
                 try:
-                    if self._enabled_stale:  # once per interval, not per take
-                        await self._set_enabled(await self._urm.is_enabled())
+                    if self._enabled_stale:  # once per look, not per take
                         self._enabled_stale = False
-                        loop.call_later(idle_s, self._stale_enabled)
+                        await self._set_enabled(await self._urm.is_enabled())
                     if self._counters.enabled and not self._candidates:
                         await self._scan()
                 except BKeeperError as exc:
                     log.warning("replication worker %s: cannot take: %s", self._holder, exc)
-                    self._idle(loop, idle_s)
+                    self._enabled_stale = True
+                    self._idle(loop, idle_s, asked, failed=True)
                     continue
                 if not self._counters.enabled or not self._candidates:
-                    self._idle(loop, idle_s)
+                    self._idle(loop, idle_s, asked)
                     continue
+            failed = False
             try:
                 entry = await self._lock_candidate()
             except BKeeperError as exc:
                 log.warning("replication worker %s: cannot take: %s", self._holder, exc)
-                entry = None
+                entry, failed = None, True
             if entry is not None:
                 return entry
             if not self._candidates:
-                self._idle(loop, idle_s)
+                self._idle(loop, idle_s, asked, failed=failed)
 
-    def _idle(self, loop: asyncio.AbstractEventLoop, idle_s: float) -> None:
-        """No lane looks for work before ``idle_s`` from now (the last lane to idle decides)."""
+    def _idle(
+        self, loop: asyncio.AbstractEventLoop, idle_s: float, asked: int, *, failed: bool = False
+    ) -> None:
+        """No lane looks for work until it is asked to (the queue's watch, a bookie joining)
+        or, not before ``idle_s`` from now: after a failed look, while the queue is not
+        watched, or when the first deferred ledger is due (the last lane to idle decides).
+        A look asked for since ``asked`` (during the scan) is not put off."""
+        if self._looks_asked != asked:
+            return
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+            self._idle_timer = None
         self._looking.clear()
-        self._idle_timer = loop.call_later(idle_s, self._look_now)
+        delay_s = idle_s if failed or not self._queue_watched else self._due_in_s()
+        if delay_s is not None:
+            self._idle_timer = loop.call_later(max(delay_s, idle_s), self._look_now)
+
+    def _due_in_s(self) -> float | None:
+        """Seconds until the first deferred ledger is due (None: none waits). Ledgers due
+        already are forgotten: a scan since took them if they were still queued."""
+        now = self._clock.monotonic()
+        for ledger_id in [x for x, at in self._deferred.items() if at <= now]:
+            del self._deferred[ledger_id]
+        return min(self._deferred.values()) - now if self._deferred else None
 
     def _look_now(self) -> None:
+        self._looks_asked += 1
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
         self._looking.set()
-
-    def _stale_enabled(self) -> None:
-        self._enabled_stale = True
 
     async def _lock_candidate(self) -> UnderreplicatedLedger | None:
         """The first candidate whose lock this worker gets (None: none left)."""
@@ -424,6 +499,8 @@ class ReplicationWorker:
         while len(self._deferred) >= DEFERRED_LEDGERS_MAX:
             del self._deferred[next(iter(self._deferred))]  # the oldest: only tried sooner
         self._deferred[ledger_id] = self._clock.monotonic() + delay_ms / 1000.0
+        if not self._looking.is_set():
+            self._look_now()  # idle lanes set their timer for it
 
     def _first_seen_ms(self, ledger_id: int) -> int:
         seen = self._counters.first_seen_ms

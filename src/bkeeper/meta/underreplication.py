@@ -56,8 +56,16 @@ from bkeeper.common.ids import LedgerId
 from bkeeper.common.validate import check_positive_ints
 from bkeeper.meta.blocked_reason import BLOCKED, BlockedReason, ur_blocked_path
 from bkeeper.meta.election import LeaderElection
+from bkeeper.meta.events import Subscription
 from bkeeper.meta.layout import LAYOUT, UNDERREPLICATION, ur_ledger_path, ur_lock_path
-from bkeeper.meta.store import ANY_VERSION, NodeStore, WatchKind, join_path, parent_path
+from bkeeper.meta.store import (
+    ANY_VERSION,
+    NodeStore,
+    WatchEvent,
+    WatchKind,
+    join_path,
+    parent_path,
+)
 from bkeeper.meta.ur_nodes import (
     CHECKS,
     DELAY_S_MAX,
@@ -194,6 +202,44 @@ class UnderReplicationManager:
             entry = await self.get(ledger_id)
             if entry is not None:
                 yield entry
+
+    async def watch_queue(self, directories_max: int) -> list[Subscription[WatchEvent]] | None:
+        """One-shot watches on what decides which queued ledgers a worker may take: the
+        ``disable`` flag, the ``locks`` directory, and ``ledgers/`` with every hex directory
+        below it (a new mark adds a child to one of them, or a new directory to its parent).
+        Any event on any of them means "look again"; each watch is armed before its directory
+        is listed, so nothing that changes after this call returns goes unseen. None (nothing
+        left armed) when the tree holds more than ``directories_max`` directories: the caller
+        polls instead. The caller closes the subscriptions."""
+        subs: list[Subscription[WatchEvent]] = []
+        try:
+            subs.append(await self._store.watch(join_path(self._base, "disable")))
+            locks = join_path(self._base, "locks")
+            subs.append(await self._store.watch(locks, WatchKind.CHILDREN))
+            pending = [(join_path(self._base, "ledgers"), 0)]
+            while pending:
+                if len(subs) - 2 >= directories_max:
+                    for sub in subs:
+                        sub.close()
+                    return None
+                directory, level = pending.pop()
+                subs.append(await self._store.watch(directory, WatchKind.CHILDREN))
+                if level == HEX_LEVELS:
+                    continue  # a leaf: its children are marks, not directories
+                try:
+                    names = await self._store.children(directory)
+                except NoNodeError:
+                    continue  # its creation fires the watch just set
+                pending.extend(
+                    (join_path(directory, name), level + 1)
+                    for name in names
+                    if len(name) == 4 and is_hex(name)
+                )
+        except BaseException:
+            for sub in subs:
+                sub.close()
+            raise
+        return subs
 
     async def try_lock(self, ledger_id: int, holder: str) -> bool:
         """Take the replication lock of a queued ledger; False if locked or not queued."""
