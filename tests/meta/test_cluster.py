@@ -239,6 +239,29 @@ async def test_marked_again_while_locked_stays_queued(open_cluster: OpenCluster)
     assert entry is not None and entry.missing_replicas == ("b1:3181", "b2:3181")
 
 
+async def test_marked_again_for_the_same_replica_while_locked_stays_queued(
+    open_cluster: OpenCluster,
+) -> None:
+    """The simulator, ledger seed 10577: a worker took a ledger open with its LAC at 2 and
+    refilled a replica up to it; meanwhile the ledger was closed at entry 3 and the replicas
+    check marked it again for the same replica. The mark named that replica already, so it
+    was not written, and the worker's removal (at the version it locked) went through: the
+    replica lacked entry 3 for good. Unlocked, a mark again for the same replicas writes
+    nothing."""
+    auditor, worker = await open_cluster(), await open_cluster()
+    await auditor.underreplication.mark_underreplicated(9, ["b1:3181"])
+    first = await auditor.underreplication.get(9)
+    await auditor.underreplication.mark_underreplicated(9, ["b1:3181"])
+    unlocked = await auditor.underreplication.get(9)
+    assert first is not None and unlocked is not None and unlocked.version == first.version
+    assert await worker.underreplication.try_lock(9, "w")
+    await auditor.underreplication.mark_underreplicated(9, ["b1:3181"])
+    await worker.underreplication.mark_replicated(9)
+    entry = await auditor.underreplication.get(9)
+    assert entry is not None and entry.missing_replicas == ("b1:3181",)
+    assert entry.ctime_ms == first.ctime_ms  # the same text: when it was first marked
+
+
 async def test_a_mark_racing_the_prune_of_its_directory_is_made(
     open_cluster: OpenCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,6 +28,10 @@ REGRESSION_SEEDS: dict[int, str] = {
     "before the first was repaired",
     255: "the simulator: a corrupt fault on a bookie still starting damaged a running "
     "bookie's journal",
+    10577: "bkeeper: a mark again for a replica the mark named already was not written, so "
+    "the worker refilling that replica from older metadata (the ledger open, its LAC 2; "
+    "closed meanwhile at 3) removed it: the replica lacked entry 3 for good",
+    10765: "the same",
 }
 
 

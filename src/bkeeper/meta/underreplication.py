@@ -495,8 +495,16 @@ class UnderReplicationManager:
         await self._store.create(path, text(message), make_parents=True)
 
     async def _merge(self, entry: UnderreplicatedLedger, replicas: list[str]) -> None:
+        """Add ``replicas`` to a queued ledger's mark. Marked again for replicas it names
+        already, the mark is written anyway (a new version, the same text) while a worker
+        holds the ledger: that worker may be repairing from metadata older than this finding
+        (a ledger closed meanwhile, with entries its refill did not cover), and its removal
+        of the mark, at the version it locked, must then fail (the ledger stays queued for
+        another round: the invariant of the module doc). Not locked, nothing is written: the
+        next worker reads the metadata after this finding."""
         merged = list(dict.fromkeys([*entry.missing_replicas, *replicas]))
-        if merged == list(entry.missing_replicas):
+        lock = ur_lock_path(self._root, entry.ledger_id)
+        if merged == list(entry.missing_replicas) and await self._store.exists(lock) is None:
             return
         message = pb.UnderreplicatedLedgerFormat(replica=merged)
         if entry.ctime_ms is not None:
