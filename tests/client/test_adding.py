@@ -259,6 +259,49 @@ def test_a_timeout_blames_the_late_bookie_and_a_stall_does_not() -> None:
     assert model.p.phase is Phase.CHANGING
 
 
+def test_ticks_are_needed_only_while_something_is_pending_or_changing() -> None:
+    """An idle writer's shell stops ticking (an open ledger nobody appends to woke its
+    client ten times a second); it resumes at the next append or change."""
+    model = Model(3, 3, 2)
+    assert not model.p.needs_ticks
+    model.append()
+    assert model.p.needs_ticks
+    model.p.ack("b0", 0)
+    model.p.ack("b1", 0)
+    assert not model.p.needs_ticks  # entry 0 completed: nothing to time out
+    assert model.p.bookie_failed("b2").change_ensemble
+    assert model.p.needs_ticks  # the change (and a degraded writer's searches) go by ticks
+
+
+def test_a_stall_between_an_append_and_the_resumed_ticks_is_a_stall() -> None:
+    """Rule 7 across a pause of the ticks: the first tick after resuming is due one interval
+    after the oldest pending entry was sent, so that a stalled loop between that append and
+    the resume does not blame the bookies; the idle pause before the append does not count
+    as a stall."""
+    model = Model(3, 3, 2)
+    model.now += 100.0  # idle: no ticks
+    model.append()
+    model.now += 3 * TIMEOUT_S  # the loop stalls before the ticks resume
+    model.p.resume_ticks(model.now)
+    model.now += TICK_S
+    assert model.p.tick(model.now) is NOTHING
+    for _ in range(int(TIMEOUT_S / TICK_S) - 2):  # less than the timeout since the stall
+        model.now += TICK_S
+        assert model.p.tick(model.now) is NOTHING
+    # A quick append after an idle pause times out as ever: the pause is not a stall.
+    quick = Model(3, 3, 2)
+    quick.now += 100.0
+    quick.append()
+    quick.p.resume_ticks(quick.now)
+    effects = NOTHING
+    for _ in range(int(TIMEOUT_S / TICK_S) + 2):
+        quick.now += TICK_S
+        effects = quick.p.tick(quick.now)
+        if effects is not NOTHING:
+            break
+    assert effects.change_ensemble
+
+
 def test_an_ensemble_change_forgets_the_replaced_and_resends_to_the_new() -> None:
     model = Model(3, 3, 2)
     model.append()

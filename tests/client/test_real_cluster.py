@@ -166,10 +166,13 @@ def _timeout_s(handle) -> float:  # type: ignore[no-untyped-def]
 
 
 async def _checked_after(handle, when: float) -> None:  # type: ignore[no-untyped-def]
-    """Wait until the writer's timeout check has run at ``when`` (monotonic) or later: a
-    tick at ``now`` sets the next one due at ``now`` plus its interval. Observed only."""
+    """Wait until the writer's timeout check has run at ``when`` (monotonic) or later (a
+    tick at ``now`` sets the next one due at ``now`` plus its interval), or ``when`` has
+    passed with the checks paused (nothing pending: nothing could time out). Observed only."""
     adds = handle._adds
     while adds._tick_due - adds._interval_s < when:
+        if not handle._ticking and time.monotonic() >= when:
+            return
         await asyncio.sleep(0.05)
 
 

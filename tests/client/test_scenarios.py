@@ -382,3 +382,32 @@ async def test_a_long_poll_brings_the_next_entry_with_the_lac():
         assert [e.data async for e in tail.read(lac + 1, lac + 1)] == [b"e%d" % (lac + 1)]
         assert sum(b.requests for b in cluster.bookies) == asked  # no round trip for it
         assert [e.data async for e in tail.read(0, lac + 1)] == [b"e%d" % i for i in range(lac + 2)]
+
+
+@on_virtual_time
+async def test_an_idle_writer_does_not_tick_and_its_next_add_still_times_out() -> None:
+    """An open ledger nobody appends to woke its writer every ``timeout_check_interval_ms``
+    (ten times a second, for every open ledger of a client); its timeout checks now pause
+    while nothing is pending, and resume with the next append: a bookie that then does not
+    answer is blamed an add timeout later, as before."""
+    async with MemoryCluster(4) as cluster:
+        bk = await cluster.client(FAST)
+        wh = await bk.create_ledger(3, 3, 3, password=b"pw")
+        assert await wh.append(b"before") == 0
+        ticks = 0
+        tick = wh._adds.tick
+
+        def counted(now: float) -> object:
+            nonlocal ticks
+            ticks += 1
+            return tick(now)
+
+        wh._adds.tick = counted  # type: ignore[method-assign]
+        await asyncio.sleep(60.0)
+        assert ticks <= 1  # before: 600
+        silent = wh.ensemble[0]
+        cluster.fault(cluster.bookies.index(cluster.bookie(silent)), AddRequest, drop=True)
+        assert await asyncio.wait_for(wh.append(b"after"), 30) == 1
+        assert silent not in wh.ensemble  # timed out, replaced by the spare
+        assert 3 <= ticks <= 30
+        await wh.close()

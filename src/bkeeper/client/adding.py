@@ -252,6 +252,21 @@ class AddPipeline(AddWindow):
         self._move(Event.BOOKIE_FAILED)
         return NOTHING if was is Phase.CHANGING else CHANGE_ENSEMBLE
 
+    @property
+    def needs_ticks(self) -> bool:
+        """Whether :meth:`tick` has anything to do: entries pending (their acks time out), or
+        an ensemble change or degraded writes under way (searches for replacements are due
+        by it). An idle writer's shell stops ticking (an open ledger nobody appends to costs
+        no wake-ups) and calls :meth:`resume_ticks` before it starts again."""
+        return bool(self._pending) or self._phase is Phase.CHANGING or self._phase is Phase.DEGRADED
+
+    def resume_ticks(self, now: float) -> None:
+        """Ticks start again after a pause while none was needed: the first is due one
+        interval after the oldest pending entry was sent, so that a stall of the shell's loop
+        between that append and now is still seen as one (rule 7), and the pause is not."""
+        first = self._pending[0].sent_at if self._pending else now
+        self._tick_due = min(first, now) + self._interval_s
+
     def tick(self, now: float) -> Effects:
         """The time is ``now`` (called about every ``tick_interval_s``): time out late acks."""
         stalled, self._tick_due = now - self._tick_due, now + self._interval_s

@@ -116,6 +116,9 @@ class WriteHandle:
             on_refused=self._refused,
         )
         ctx.handles.add(self)
+        #: the timeout checks run (False: paused while the writer is idle, see _push)
+        self._ticking = True
+        self._tick_wanted = asyncio.Event()
         self._tasks.spawn(self._check_timeouts(), "add timeouts")
         if len(ctx.handles) <= config.metadata_watches_max:  # beyond: found at a write
             self._tasks.spawn(self._watch_deleted(), "watch for the ledger's deletion")
@@ -255,6 +258,8 @@ class WriteHandle:
         length = adds.length + len(data)
         wire = self._encode(entry_id, adds.last_add_confirmed, length, data)
         adds.append(entry_id, length, wire, waiter, self._monotonic())
+        if not self._ticking:
+            self._start_ticking()
         staged = self._staged
         if not staged:
             self._loop.call_soon(self._send_staged)
@@ -298,6 +303,8 @@ class WriteHandle:
         frames, lengths = self._encode_many(first, adds.last_add_confirmed, adds.length, datas)
         future: asyncio.Future[int] = self._loop.create_future()
         adds.append_many(first, lengths, frames, future, self._monotonic())
+        if not self._ticking:
+            self._start_ticking()
         self._lane.send_many(first, frames)
         return future
 
@@ -454,6 +461,8 @@ class WriteHandle:
             self._went_idle.set()
 
     def _apply(self, effects: Effects) -> None:
+        if not self._ticking and self._adds.needs_ticks:  # a change began on an idle writer
+            self._start_ticking()
         if effects is NOTHING:
             return
         if effects.error is not None:
@@ -569,7 +578,21 @@ class WriteHandle:
         self._apply(self._adds.fail(error))
 
     async def _check_timeouts(self) -> None:
+        """Tick the pipeline every ``timeout_check_interval_ms`` while it needs ticks; an idle
+        writer waits for its next append instead (no wake-ups for an open ledger nobody
+        writes to)."""
         interval = self._config.timeout_check_interval_ms / 1000.0
+        adds, monotonic = self._adds, self._ctx.clock.monotonic
         while True:
+            if not adds.needs_ticks:
+                self._ticking = False
+                self._tick_wanted.clear()
+                await self._tick_wanted.wait()
+                adds.resume_ticks(monotonic())
             await asyncio.sleep(interval)
-            self._apply(self._adds.tick(self._ctx.clock.monotonic()))
+            self._apply(adds.tick(monotonic()))
+
+    def _start_ticking(self) -> None:
+        """An append to an idle writer: its timeout checks start again."""
+        self._ticking = True
+        self._tick_wanted.set()
