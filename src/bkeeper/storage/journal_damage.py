@@ -26,6 +26,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,10 +36,12 @@ from crc32c import crc32c
 from bkeeper.storage.framing import RECORD_HEADER, RECORD_HEADER_BYTES
 from bkeeper.storage.journal_format import JournalRecord, decode_record
 
-__all__ = ["RecordScan", "ledger_id_candidates", "scan_records"]
+__all__ = ["ID_MASK_TABLES_MAX", "RecordScan", "ledger_id_candidates", "scan_records"]
 
 #: CRC-32C's polynomial, bit-reversed (the register shifts right).
 _POLY = 0x82F63B78
+#: Syndrome tables kept (one per damaged record length, about 0.3 MB each).
+ID_MASK_TABLES_MAX = 8
 _ID_BYTES = 8
 #: The ledger id is the first field of every record's payload; the checksummed message is
 #: the first five header bytes (length, kind) then the payload.
@@ -149,9 +152,13 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+@functools.lru_cache(maxsize=ID_MASK_TABLES_MAX)
 def _id_masks(message_bytes: int) -> dict[int, list[int]]:
     """Syndrome -> masks (over the id as an unsigned 64-bit integer) of the error patterns
-    tried, for a message of ``message_bytes``."""
+    tried, for a message of ``message_bytes``. Kept for the last
+    :data:`ID_MASK_TABLES_MAX` lengths (each table costs milliseconds to build, and the
+    damaged records of one group are mostly of one size: a group of a thousand took
+    seconds to scan when every record built its own). The caller must not change it."""
     bits = _bit_syndromes(message_bytes)  # (mask, syndrome) per id bit
     table: dict[int, list[int]] = {}
     patterns: dict[int, int] = {}
