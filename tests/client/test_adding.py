@@ -243,17 +243,24 @@ def test_completion_waits_for_lower_entries() -> None:
     assert done is not None and [a.entry_id for a in done] == [0, 1]
 
 
+def tick_until_effects(model: Model, ticks_max: int) -> Effects:
+    """Tick every TICK_S until the pipeline returns effects (NOTHING after ``ticks_max``)."""
+    effects = NOTHING
+    for _ in range(ticks_max):
+        model.now += TICK_S
+        effects = model.p.tick(model.now)
+        if effects is not NOTHING:
+            break
+    return effects
+
+
 def test_a_timeout_blames_the_late_bookie_and_a_stall_does_not() -> None:
     model = Model(3, 3, 2)
     model.append()
     model.p.ack("b0", 0)
     model.now += 3 * TIMEOUT_S  # the loop did not run: a stall, discounted
     assert model.p.tick(model.now) is NOTHING
-    for _ in range(int(TIMEOUT_S / TICK_S) + 1):
-        model.now += TICK_S
-        effects = model.p.tick(model.now)
-        if effects is not NOTHING:
-            break
+    effects = tick_until_effects(model, int(TIMEOUT_S / TICK_S) + 1)
     assert effects.change_ensemble
     assert {bookie for bookie, _ in effects.timed_out} == {"b1", "b2"}
     assert model.p.phase is Phase.CHANGING
@@ -293,13 +300,7 @@ def test_a_stall_between_an_append_and_the_resumed_ticks_is_a_stall() -> None:
     quick.now += 100.0
     quick.append()
     quick.p.resume_ticks(quick.now)
-    effects = NOTHING
-    for _ in range(int(TIMEOUT_S / TICK_S) + 2):
-        quick.now += TICK_S
-        effects = quick.p.tick(quick.now)
-        if effects is not NOTHING:
-            break
-    assert effects.change_ensemble
+    assert tick_until_effects(quick, int(TIMEOUT_S / TICK_S) + 2).change_ensemble
 
 
 def test_an_ensemble_change_forgets_the_replaced_and_resends_to_the_new() -> None:
