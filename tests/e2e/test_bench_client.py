@@ -100,3 +100,14 @@ def test_bench_tail_ends_when_the_reader_sees_the_seal_first(real_cluster, monke
     assert not runner.is_alive(), "bench_ledger_tail hung after the writer sealed the ledger"
     assert seal_seen.is_set()
     assert results[0][0].operations == 40  # 200/s for 0.2 s, every one seen
+
+
+def test_idle_holds_open_ledgers_and_reports_its_cpu(real_cluster) -> None:
+    """``bench idle``: a row with the ledgers held and the client's CPU a second (its figure
+    is docs/benchmarks.md's, never checked here); bad input is refused in one line."""
+    idle = bkeeper(real_cluster.uri, "bench", "idle", "--ledgers", "20", "--duration", "1")
+    assert idle.returncode == 0, idle.stderr
+    row = _row(idle.stdout, "client holding open ledgers")
+    assert row[1] == "20" and float(row[-1]) >= 0, row
+    bad = bkeeper(real_cluster.uri, "bench", "idle", "--ledgers", "0")
+    assert bad.returncode != 0 and "--ledgers" in bad.stderr

@@ -3,7 +3,7 @@
 The workloads live in ``bkeeper.testing.benchmarks`` (and the Spark read in
 ``bkeeper.spark.bench``); these modules parse options, run them and print:
 
-- ``client``: ``codec``, ``bookie``, ``write``, ``read``, ``log``;
+- ``client``: ``codec``, ``bookie``, ``write``, ``read``, ``idle``, ``log``;
 - ``engine``: ``storage``, ``connection``, ``index``;
 - ``spark``: ``spark``, ``cpu-split``;
 - ``fuzz``: ``fuzz``;
@@ -51,6 +51,11 @@ COMMANDS = (
         "read",
         "client:read_bench",
         "Entries/s and MB/s of one client reading a whole ledger (opened with recovery).",
+    ),
+    _row(
+        "idle",
+        "client:idle_bench",
+        "CPU a second of one client holding open ledgers it does not write to.",
     ),
     _row(
         "log",

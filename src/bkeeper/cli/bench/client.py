@@ -28,6 +28,7 @@ from bkeeper.testing.benchmarks import (
     bench_client_reads,
     bench_client_writes,
     bench_codec,
+    bench_idle_writers,
     bench_log,
     delete_ledger,
     local_bookie,
@@ -36,7 +37,7 @@ from bkeeper.testing.certs import make_ca, make_cert
 from bkeeper.wire.codes import Protocol
 from bkeeper.wire.digest import DigestType
 
-__all__ = ["bookie_bench", "codec", "log_bench", "read_bench", "write_bench"]
+__all__ = ["bookie_bench", "codec", "idle_bench", "log_bench", "read_bench", "write_bench"]
 
 
 @click.command("codec")
@@ -242,6 +243,27 @@ def write_bench(
         if keep:
             read = f"bkeeper bench read --ledger {ledger_id}"
             console().print(f"kept ledger {ledger_id} (password 'bench'): {read}")
+
+
+@click.command("idle")
+@METADATA
+@click.option("--ledgers", default=1000, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--duration", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@shows_elapsed("idle")
+def idle_bench(metadata_uri: str, ledgers: int, duration: float) -> None:
+    """CPU a second of one client holding open ledgers it does not write to."""
+    from rich.table import Table
+
+    from bkeeper.common.loop import run_event_loop
+
+    with cluster(metadata_uri, 3) as uri:
+        cpu_ms = run_event_loop(bench_idle_writers(uri, ledgers, duration))
+    table = Table(title="bkeeper bench")
+    for column in ("workload", "open ledgers", "seconds", "client CPU ms/s"):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    label = "client holding open ledgers, idle (one entry each)"
+    table.add_row(label, f"{ledgers:,}", f"{duration:.2f}", f"{cpu_ms:.1f}")
+    console().print(table)
 
 
 @click.command("read")

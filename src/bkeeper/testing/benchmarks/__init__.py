@@ -6,7 +6,8 @@ that produced it:
 
 - ``codec``: encode+decode rates (``bench codec``);
 - ``bookie``: adds against one bookie (``bench bookie``);
-- ``client``: one ledger client writing and reading a ledger (``bench write``, ``bench read``);
+- ``client``: one ledger client writing and reading a ledger (``bench write``, ``bench read``),
+  or holding open ledgers it does not write to (``bench idle``);
 - ``named_log``: appends to a named log while it is tailed (``bench log``);
 - ``storage_adds``: the storage engine alone (``bench storage``);
 - ``connection_chunks``: a bookie connection's cost per v2 ADD frame (``bench connection``);
@@ -21,7 +22,12 @@ imports pyspark.
 from __future__ import annotations
 
 from bkeeper.testing.benchmarks.bookie import bench_bookie_adds
-from bkeeper.testing.benchmarks.client import bench_client_reads, bench_client_writes, delete_ledger
+from bkeeper.testing.benchmarks.client import (
+    bench_client_reads,
+    bench_client_writes,
+    bench_idle_writers,
+    delete_ledger,
+)
 from bkeeper.testing.benchmarks.codec import bench_codec
 from bkeeper.testing.benchmarks.named_log import bench_log
 from bkeeper.testing.benchmarks.processes import _wait_port as _wait_port
@@ -39,6 +45,7 @@ __all__ = [
     "bench_bookie_adds",
     "bench_client_reads",
     "bench_client_writes",
+    "bench_idle_writers",
     "bench_codec",
     "bench_log",
     "delete_ledger",

@@ -23,6 +23,7 @@ __all__ = [
     "SERVER_CPU_COLUMN",
     "bench_client_reads",
     "bench_client_writes",
+    "bench_idle_writers",
     "bench_ledger_tail",
     "delete_ledger",
 ]
@@ -318,6 +319,30 @@ async def _bench_batched_writes(
     )
     add_server_cpu(result, meter)
     return result, ledger_id
+
+
+async def bench_idle_writers(
+    metadata_uri: str, ledgers: int, duration_s: float, *, ensemble: int = 3
+) -> float:
+    """The CPU (this process's, all its threads; ms a second) of one client holding
+    ``ledgers`` open ledgers it does not write to, one entry appended to each first, over
+    ``duration_s``. The ledgers are deleted after."""
+    from bkeeper.client import BookKeeper
+
+    async with BookKeeper(metadata_uri) as bk:
+        handles = []
+        try:
+            for _ in range(ledgers):
+                handles.append(await bk.create_ledger(ensemble, ensemble, 2, password=b"bench"))
+                await handles[-1].append(b"one entry")
+            await asyncio.sleep(1.0)  # answers, ticks and timers of the appends settle
+            started = time.process_time()
+            await asyncio.sleep(duration_s)
+            return (time.process_time() - started) * 1000.0 / duration_s
+        finally:
+            for handle in handles:
+                await handle.close()
+                await bk.delete_ledger(handle.ledger_id)
 
 
 async def delete_ledger(metadata_uri: str, ledger_id: int) -> None:
